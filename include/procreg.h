@@ -1,0 +1,202 @@
+/*
+ * procreg.h - the public interface of libprocreg, a process registry for
+ * one Linux host.
+ *
+ * Services register names for themselves ("payments" -> this process, with
+ * metadata "unix:/run/payments.sock") and look each other up. Names live
+ * exactly as long as the process that owns them: procregd, the one daemon
+ * per scope, watches every owner through a pidfd and removes its names the
+ * moment it exits.
+ *
+ * Reads and writes take different roads:
+ *
+ *  - procreg_lookup() and procreg_foreach() read the shared table directly
+ *    (a read-only mapping of <dir>/procreg.<scope>) under cross-process RCU.
+ *    They make no system call, take no lock, never wait for the daemon and
+ *    keep working while the daemon is down. They copy results out, so
+ *    nothing the caller holds points into shared memory.
+ *
+ *  - procreg_register(), procreg_unregister(), procreg_batch() and
+ *    procreg_sync() talk to procregd over a unix socket. A call returns
+ *    only once the daemon has published the change, so a lookup made after
+ *    it returns sees it.
+ *
+ * Conventions. Every function that can fail returns a negative errno value
+ * (and NULL + errno for procreg_open()); procreg_strerror() turns one into
+ * a message. Handles are opaque. Option structs carry their own size in
+ * .sz, so that they can grow without breaking callers built against an
+ * older header: declare them with PROCREG_OPTS().
+ *
+ * Threads. A procreg_t may be shared by any number of threads. Lookups run
+ * in parallel without contention; calls that talk to the daemon serialise
+ * on the handle's connection. Each thread that reads claims one reader slot
+ * (see procreg_stats.reader_slots) on its first read and gives it back when
+ * it exits. A child created by fork() may keep using the handle: it claims
+ * its own slot and opens its own connection on first use.
+ *
+ * Limits (each enforced, with the error named):
+ *   name            1..PROCREG_NAME_MAX bytes, no NUL       -ENAMETOOLONG / -EINVAL
+ *   metadata        0..PROCREG_META_MAX bytes, any bytes    -EMSGSIZE
+ *   names/process   procregd --max-names-per-proc (65536)   -EDQUOT
+ *   table size      procregd --max-size (1 GiB, sparse)     -ENOSPC
+ *   clients         procregd --max-clients (1024)           connection closed
+ *   reader threads  procregd --readers (4096 slots)         -EUSERS
+ */
+#ifndef PROCREG_H
+#define PROCREG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(PROCREG_BUILDING) && defined(__GNUC__)
+#define PROCREG_API __attribute__((visibility("default")))
+#else
+#define PROCREG_API
+#endif
+
+#define PROCREG_NAME_MAX 255
+#define PROCREG_META_MAX 1024
+
+/* Version of the library, from the build; see also procreg_version(). */
+PROCREG_API const char *procreg_version(void);
+
+typedef struct procreg procreg_t;
+
+/* Declare an options struct with its size filled in:
+ *   PROCREG_OPTS(procreg_opts, o, .scope = "test");
+ */
+#define PROCREG_OPTS(TYPE, NAME, ...) \
+	struct TYPE NAME = { .sz = sizeof(struct TYPE), __VA_ARGS__ }
+
+struct procreg_opts {
+	size_t sz;          /* sizeof(struct procreg_opts) */
+	const char *scope;  /* NULL: $PROCREG_SCOPE, else "default" */
+	const char *dir;    /* NULL: $PROCREG_DIR, else "/dev/shm" */
+	const char *socket; /* NULL: the path the daemon published in the table */
+};
+
+/*
+ * Map the table of a scope and prepare to talk to its daemon (the
+ * connection itself is made on the first call that needs it). NULL opts
+ * means defaults. Fails with NULL and errno: ENOENT (no table: procregd has
+ * never run for this scope), EPROTO (the file is not a procreg table of
+ * this layout version), EACCES, ENOMEM.
+ */
+PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts);
+
+/* Release the mapping, the connection and this handle's reader slots. No
+ * other thread may be using the handle. Names stay registered: they belong
+ * to the process, not to the handle. */
+PROCREG_API void procreg_close(procreg_t *reg);
+
+/* Register NAME for the calling process. -EEXIST if another process holds
+ * it; registering a name you already hold replaces its metadata. */
+PROCREG_API int procreg_register(procreg_t *reg, const char *name,
+				 const void *meta, size_t meta_len);
+
+/* Register NAME for the process PIDFD refers to (from pidfd_open(2)). The
+ * caller must have that process's uid, or be root: -EPERM otherwise. */
+PROCREG_API int procreg_register_pidfd(procreg_t *reg, int pidfd,
+				       const char *name, const void *meta,
+				       size_t meta_len);
+
+/* Remove NAME. Only its owner, a process of the owner's uid, or root may:
+ * -EPERM otherwise; -ENOENT if it is not registered. */
+PROCREG_API int procreg_unregister(procreg_t *reg, const char *name);
+
+/* One registered name, copied out of the table. */
+struct procreg_entry {
+	pid_t pid;                 /* owner's pid (on its node) */
+	uint32_t node;             /* 0: this host */
+	uint64_t start_time;       /* owner's start time, clock ticks since boot */
+	uint64_t registered_ns;    /* CLOCK_REALTIME of the registration */
+	uint32_t uid;              /* owner's uid */
+	uint32_t meta_len;
+	char name[PROCREG_NAME_MAX + 1];
+	unsigned char meta[PROCREG_META_MAX];
+};
+
+/*
+ * Look NAME up. 0 and *out filled, -ENOENT if absent, -ENAMETOOLONG or
+ * -EINVAL for a name that could never be registered, -EUSERS if every
+ * reader slot is taken. No system call, no lock; safe from any thread.
+ * OUT may be NULL to test for presence only.
+ *
+ * A name whose owner has just died may still be found until the daemon has
+ * processed the death (normally within microseconds); procreg_sync() makes
+ * every death that happened before it visible.
+ */
+PROCREG_API int procreg_lookup(procreg_t *reg, const char *name,
+			       struct procreg_entry *out);
+
+/*
+ * Call CB for every name, with a copy of its entry, until CB returns
+ * non-zero (which procreg_foreach then returns). A name that exists for the
+ * whole walk is seen exactly once; names added or removed meanwhile may or
+ * may not be. CB runs outside the read-side critical section.
+ */
+typedef int (*procreg_entry_cb)(const struct procreg_entry *e, void *arg);
+PROCREG_API int procreg_foreach(procreg_t *reg, procreg_entry_cb cb, void *arg);
+
+/*
+ * Pipelined writes: send N operations without waiting for each reply.
+ * Each op's .result gets 0 or a negative errno, as the single call would
+ * return. The call itself returns 0 once every op is answered, or a
+ * negative errno if the connection failed (ops not yet answered then hold
+ * -ECANCELED).
+ */
+enum procreg_op_kind {
+	PROCREG_OP_REGISTER = 1,
+	PROCREG_OP_UNREGISTER = 2,
+};
+
+struct procreg_op {
+	int kind;           /* enum procreg_op_kind */
+	const char *name;
+	const void *meta;
+	size_t meta_len;
+	int result;         /* out */
+};
+
+PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n);
+
+/* Return once the daemon has processed every request and every process
+ * death that happened before the call. */
+PROCREG_API int procreg_sync(procreg_t *reg);
+
+/* Counters, read from the table header without asking the daemon. */
+struct procreg_stats {
+	uint64_t names;
+	uint64_t processes;         /* processes holding at least one name */
+	uint64_t arena_size;        /* bytes the table may grow to */
+	uint64_t arena_used;        /* bytes in live records and the index */
+	uint64_t arena_top;         /* high-water mark of the arena */
+	uint64_t index_capacity;    /* slots in the hash index */
+	uint64_t grace_periods;
+	uint64_t registrations;     /* since the table was created */
+	uint64_t unregistrations;
+	uint64_t deaths;            /* owner processes whose exit removed names */
+	uint64_t reader_slots;      /* slots in the reader file */
+	uint64_t reader_slots_used;
+	pid_t daemon_pid;           /* 0: no daemon running */
+	uint64_t daemon_started_ns; /* CLOCK_REALTIME */
+};
+
+PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *out);
+
+/* The table's and the socket's paths, for messages. */
+PROCREG_API const char *procreg_table_path(const procreg_t *reg);
+PROCREG_API const char *procreg_socket_path(const procreg_t *reg);
+
+/* A message for a negative errno returned by this library. */
+PROCREG_API const char *procreg_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PROCREG_H */

@@ -1,0 +1,430 @@
+/*
+ * client.c - the handle, and the client side of the daemon protocol.
+ *
+ * Writes go to procregd over one SOCK_SEQPACKET connection per handle and
+ * process, made on the first call that needs it. Calls on one handle
+ * serialise on its io mutex, so each call sees its own replies in order.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "proto.h"
+#include "procreg_version.h"
+
+PROCREG_API const char *procreg_version(void)
+{
+	return PROCREG_VERSION_STRING;
+}
+
+PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
+{
+	const char *scope = NULL, *dir = NULL, *sock = NULL, *why = NULL;
+	procreg_t *reg;
+	int err;
+
+	if (opts) {
+		if (opts->sz < offsetof(struct procreg_opts, socket) + sizeof(opts->socket) &&
+		    opts->sz != 0 && opts->sz < sizeof(size_t)) {
+			errno = EINVAL;
+			return NULL;
+		}
+		/* Fields past an older caller's sz are taken as unset. */
+		if (opts->sz > offsetof(struct procreg_opts, scope))
+			scope = opts->scope;
+		if (opts->sz > offsetof(struct procreg_opts, dir))
+			dir = opts->dir;
+		if (opts->sz > offsetof(struct procreg_opts, socket))
+			sock = opts->socket;
+	}
+	reg = calloc(1, sizeof(*reg));
+	if (!reg) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	reg->fd = -1;
+	err = procreg__paths(&reg->paths, scope, dir, sock);
+	if (!err)
+		err = procreg__map_reader(&reg->map, &reg->paths, &why);
+	if (!err)
+		err = procreg__rcu_init(&reg->rcu, &reg->map);
+	if (!err) {
+		reg->out = malloc(PR_PACKET_MAX);
+		reg->in = malloc(PR_PACKET_MAX);
+		if (!reg->out || !reg->in)
+			err = -ENOMEM;
+	}
+	if (err) {
+		procreg__unmap(&reg->map);
+		free(reg->out);
+		free(reg->in);
+		free(reg);
+		errno = -err;
+		return NULL;
+	}
+	pthread_mutex_init(&reg->io, NULL);
+	return reg;
+}
+
+PROCREG_API void procreg_close(procreg_t *reg)
+{
+	if (!reg)
+		return;
+	procreg__rcu_fini(&reg->rcu);
+	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
+		close(reg->fd);
+	procreg__unmap(&reg->map);
+	pthread_mutex_destroy(&reg->io);
+	free(reg->out);
+	free(reg->in);
+	free(reg);
+}
+
+PROCREG_API const char *procreg_table_path(const procreg_t *reg)
+{
+	return reg->paths.table;
+}
+
+PROCREG_API const char *procreg_socket_path(const procreg_t *reg)
+{
+	return reg->socket[0] ? reg->socket : reg->paths.socket;
+}
+
+/* ---- packets ---------------------------------------------------------- */
+
+static int send_packet(int fd, const void *buf, size_t len, int pass_fd)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct iovec iov = { (void *)buf, len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	if (pass_fd >= 0) {
+		memset(&u, 0, sizeof(u));
+		msg.msg_control = u.b;
+		msg.msg_controllen = sizeof(u.b);
+		u.h.cmsg_level = SOL_SOCKET;
+		u.h.cmsg_type = SCM_RIGHTS;
+		u.h.cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(&u.h), &pass_fd, sizeof(int));
+	}
+	do
+		n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == EPIPE ? -ECONNRESET : -errno;
+	return 0;
+}
+
+static ssize_t recv_packet(int fd, void *buf)
+{
+	ssize_t n;
+
+	do
+		n = recv(fd, buf, PR_PACKET_MAX, 0);
+	while (n < 0 && errno == EINTR);
+	if (n == 0)
+		return -ECONNRESET;
+	return n < 0 ? -errno : n;
+}
+
+static void disconnect(procreg_t *reg)
+{
+	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
+		close(reg->fd);
+	reg->fd = -1;
+}
+
+/* Under reg->io. */
+static int connect_daemon(procreg_t *reg)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct pr_frame f;
+	size_t pos = 0;
+	ssize_t n;
+	int fd, pidfd, err;
+
+	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
+		return 0;
+	/* A connection inherited through fork() identifies the parent: leave
+	 * it to the parent and make our own. */
+	reg->fd = -1;
+	if (reg->paths.socket[0]) {
+		memcpy(reg->socket, reg->paths.socket, sizeof(reg->socket));
+	} else {
+		memcpy(reg->socket, reg->map.hdr->socket_path, sizeof(reg->socket));
+		reg->socket[sizeof(reg->socket) - 1] = 0;
+	}
+	if (!reg->socket[0] || !CMM_LOAD_SHARED(reg->map.hdr->daemon_pid))
+		return -ECONNREFUSED;
+	memcpy(sa.sun_path, reg->socket, sizeof(sa.sun_path));
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		err = errno == ENOENT ? -ECONNREFUSED : -errno;
+		close(fd);
+		return err;
+	}
+	/* Our own pidfd proves who we are where the daemon's kernel cannot
+	 * give it one (SO_PEERPIDFD arrived in 6.5). */
+	pidfd = procreg__pidfd_open(procreg__self_pid());
+	procreg__proto_put_hello(reg->out, &pos, PR_OP_HELLO, 0, 0);
+	err = send_packet(fd, reg->out, pos, pidfd);
+	if (pidfd >= 0)
+		close(pidfd);
+	if (!err) {
+		n = recv_packet(fd, reg->in);
+		pos = 0;
+		if (n < 0)
+			err = (int)n;
+		else if (procreg__proto_next(reg->in, (size_t)n, &pos, &f) != 1 ||
+			 f.h.op != (PR_OP_HELLO | PR_OP_REPLY))
+			err = -EPROTO;
+		else
+			err = f.h.status;
+	}
+	if (err) {
+		close(fd);
+		return err;
+	}
+	reg->fd = fd;
+	reg->fd_pid = procreg__self_pid();
+	return 0;
+}
+
+/* One request frame (already in reg->out), one reply. Under reg->io. */
+static int roundtrip(procreg_t *reg, size_t len, uint32_t id, int pass_fd)
+{
+	struct pr_frame f;
+	size_t pos = 0;
+	ssize_t n;
+	int err = send_packet(reg->fd, reg->out, len, pass_fd);
+
+	if (err)
+		goto broken;
+	n = recv_packet(reg->fd, reg->in);
+	if (n < 0) {
+		err = (int)n;
+		goto broken;
+	}
+	if (procreg__proto_next(reg->in, (size_t)n, &pos, &f) != 1 || f.h.id != id ||
+	    !(f.h.op & PR_OP_REPLY)) {
+		err = -EPROTO;
+		goto broken;
+	}
+	return f.h.status;
+broken:
+	disconnect(reg);
+	return err;
+}
+
+static int check_meta(size_t meta_len)
+{
+	return meta_len > PROCREG_META_MAX ? -EMSGSIZE : 0;
+}
+
+static int name_request(procreg_t *reg, uint16_t op, int pidfd, const char *name,
+			const void *meta, size_t meta_len)
+{
+	size_t len, pos = 0;
+	uint32_t id;
+	int err = procreg__check_name(name, &len);
+
+	if (!err)
+		err = check_meta(meta_len);
+	if (err)
+		return err;
+	if (meta_len && !meta)
+		return -EINVAL;
+	pthread_mutex_lock(&reg->io);
+	err = connect_daemon(reg);
+	if (!err) {
+		id = ++reg->next_id;
+		procreg__proto_put_name(reg->out, &pos, op, pidfd >= 0 ? PR_F_PIDFD : 0, id,
+					name, len, meta, meta_len);
+		err = roundtrip(reg, pos, id, pidfd);
+	}
+	pthread_mutex_unlock(&reg->io);
+	return err;
+}
+
+PROCREG_API int procreg_register(procreg_t *reg, const char *name, const void *meta,
+				 size_t meta_len)
+{
+	return name_request(reg, PR_OP_REGISTER, -1, name, meta, meta_len);
+}
+
+PROCREG_API int procreg_register_pidfd(procreg_t *reg, int pidfd, const char *name,
+				       const void *meta, size_t meta_len)
+{
+	if (pidfd < 0)
+		return -EBADF;
+	return name_request(reg, PR_OP_REGISTER, pidfd, name, meta, meta_len);
+}
+
+PROCREG_API int procreg_unregister(procreg_t *reg, const char *name)
+{
+	return name_request(reg, PR_OP_UNREGISTER, -1, name, NULL, 0);
+}
+
+PROCREG_API int procreg_sync(procreg_t *reg)
+{
+	size_t pos = 0;
+	uint32_t id;
+	int err;
+
+	pthread_mutex_lock(&reg->io);
+	err = connect_daemon(reg);
+	if (!err) {
+		id = ++reg->next_id;
+		procreg__proto_put(reg->out, &pos, PR_OP_SYNC, 0, id, 0, NULL, 0, NULL, 0);
+		err = roundtrip(reg, pos, id, -1);
+	}
+	pthread_mutex_unlock(&reg->io);
+	return err;
+}
+
+/*
+ * Batches. Ops are packed into packets of up to PR_PACKET_MAX bytes, and up
+ * to BATCH_WINDOW packets are in flight: enough to keep the daemon busy,
+ * few enough that their replies (smaller than the requests) always fit in
+ * the socket buffer, so neither side can block the other.
+ */
+#define BATCH_WINDOW 4
+
+/* Validate an op before it is sent; 0 if it should go out. */
+static int batch_check(const struct procreg_op *op, size_t *len)
+{
+	int err;
+
+	if (op->kind != PROCREG_OP_REGISTER && op->kind != PROCREG_OP_UNREGISTER)
+		return -EINVAL;
+	err = procreg__check_name(op->name, len);
+	if (!err && op->kind == PROCREG_OP_REGISTER)
+		err = check_meta(op->meta_len);
+	if (!err && op->meta_len && !op->meta)
+		err = -EINVAL;
+	return err;
+}
+
+/* Fill reg->out from ops[*next..n); the ids are the op indexes. */
+static size_t batch_pack(procreg_t *reg, struct procreg_op *ops, size_t n, size_t *next)
+{
+	size_t pos = 0, len;
+
+	for (; *next < n; (*next)++) {
+		struct procreg_op *op = &ops[*next];
+		int reg_op = op->kind == PROCREG_OP_REGISTER;
+
+		op->result = batch_check(op, &len);
+		if (op->result)
+			continue;
+		op->result = -ECANCELED; /* until answered */
+		if (procreg__proto_put_name(reg->out, &pos,
+					    reg_op ? PR_OP_REGISTER : PR_OP_UNREGISTER, 0,
+					    (uint32_t)*next, op->name, len,
+					    reg_op ? op->meta : NULL, reg_op ? op->meta_len : 0) < 0)
+			break; /* full: this op starts the next packet */
+	}
+	return pos;
+}
+
+static int batch_collect(procreg_t *reg, struct procreg_op *ops, size_t n)
+{
+	struct pr_frame f;
+	size_t pos = 0;
+	ssize_t len = recv_packet(reg->fd, reg->in);
+	int r;
+
+	if (len < 0)
+		return (int)len;
+	while ((r = procreg__proto_next(reg->in, (size_t)len, &pos, &f)) == 1) {
+		if (!(f.h.op & PR_OP_REPLY) || f.h.id >= n)
+			return -EPROTO;
+		ops[f.h.id].result = f.h.status;
+	}
+	return r < 0 ? -EPROTO : 0;
+}
+
+PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n)
+{
+	size_t next = 0, inflight = 0, len;
+	int err;
+
+	if (n > UINT32_MAX)
+		return -E2BIG;
+	pthread_mutex_lock(&reg->io);
+	err = connect_daemon(reg);
+	while (!err && (next < n || inflight)) {
+		if (next < n && inflight < BATCH_WINDOW) {
+			len = batch_pack(reg, ops, n, &next);
+			if (len) {
+				err = send_packet(reg->fd, reg->out, len, -1);
+				inflight++;
+			}
+			continue;
+		}
+		err = batch_collect(reg, ops, n);
+		inflight--;
+	}
+	if (err) {
+		disconnect(reg);
+		for (; next < n; next++)
+			ops[next].result = -ECANCELED;
+	}
+	pthread_mutex_unlock(&reg->io);
+	return err;
+}
+
+PROCREG_API const char *procreg_strerror(int err)
+{
+	switch (-err) {
+	case 0:
+		return "success";
+	case EEXIST:
+		return "name is held by another process";
+	case ENOENT:
+		return "no such name";
+	case ENAMETOOLONG:
+		return "name longer than 255 bytes (PROCREG_NAME_MAX)";
+	case EINVAL:
+		return "invalid argument (an empty name, or a bad scope)";
+	case EMSGSIZE:
+		return "metadata longer than 1024 bytes (PROCREG_META_MAX)";
+	case EPERM:
+		return "permission denied: the name or the process belongs to another user";
+	case ENOSPC:
+		return "the table is full (procregd --max-size)";
+	case EDQUOT:
+		return "the process holds too many names (procregd --max-names-per-proc)";
+	case ECONNREFUSED:
+		return "procregd is not running for this scope";
+	case ECONNRESET:
+		return "connection to procregd lost";
+	case EPROTO:
+		return "not a procreg table or peer of this version";
+	case EPROTONOSUPPORT:
+		return "procregd speaks another protocol version";
+	case EUSERS:
+		return "every reader slot is taken (procregd --readers)";
+	case ESRCH:
+		return "no such process (it has exited)";
+	case EBADMSG:
+		return "malformed request";
+	case EBADF:
+		return "not a valid pidfd";
+	case ECANCELED:
+		return "not processed: the batch was cut short";
+	default:
+		return strerror(-err);
+	}
+}

@@ -1,0 +1,283 @@
+/*
+ * internal.h - what the library's files, procregd and the tests share
+ * beyond the public header. Nothing here is API: every symbol carries the
+ * procreg__ prefix (a static archive cannot hide it) and none is exported
+ * from the shared library.
+ */
+#ifndef PROCREG_INTERNAL_H
+#define PROCREG_INTERNAL_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <urcu/arch.h>
+#include <urcu/compiler.h>
+#include <urcu/system.h>
+#include <urcu/uatomic.h>
+
+#include "procreg.h"
+#include "layout.h"
+
+#define PR_LOAD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define PR_STORE_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+
+/* ---- paths ------------------------------------------------------------ */
+
+#define PR_PATH_MAX 4096
+
+struct pr_paths {
+	char scope[128];
+	char dir[PR_PATH_MAX];
+	char table[PR_PATH_MAX];
+	char readers[PR_PATH_MAX];
+	char socket[PR_SOCKET_PATH_MAX]; /* empty: take it from the table */
+};
+
+/* Scope, directory and socket from the arguments, else the environment
+ * (PROCREG_SCOPE, PROCREG_DIR, PROCREG_SOCKET), else the defaults. A scope
+ * is 1..64 of [A-Za-z0-9_.-] and not "." or "..": -EINVAL otherwise. */
+int procreg__paths(struct pr_paths *p, const char *scope, const char *dir,
+		   const char *socket);
+
+/* The daemon's default socket path for a scope: $PROCREG_DIR if set, else
+ * $XDG_RUNTIME_DIR, else /run/procreg. */
+int procreg__default_socket(char *out, size_t len, const char *scope,
+			    const char *dir_override);
+
+/* ---- process identity ------------------------------------------------- */
+
+/* Start time of PID in clock ticks since boot (field 22 of
+ * /proc/PID/stat). -ESRCH if there is no such process. */
+int procreg__proc_start_time(pid_t pid, uint64_t *ticks);
+/* Effective uid of PID. */
+int procreg__proc_uid(pid_t pid, uid_t *uid);
+/* The pid a pidfd refers to (from its fdinfo); -ESRCH once it has exited. */
+int procreg__pidfd_pid(int pidfd, pid_t *pid);
+/* 1 if the process behind PIDFD has exited, 0 if it lives. */
+int procreg__pidfd_exited(int pidfd);
+/* The pidfs inode of a pidfd: unique for the life of the boot. 0 where the
+ * kernel has no pidfs (before 6.9), or when PROCREG_NO_PIDFS is set (so the
+ * fallback can be tested on new kernels). */
+uint64_t procreg__pidfs_ino(int pidfd);
+/* The identity of the process behind PIDFD, read race-free: the start time
+ * is read after the pidfd is known to refer to PID, and trusted only if the
+ * pidfd has not exited since. */
+int procreg__pidfd_identity(int pidfd, pid_t *pid, uint64_t *start, uint64_t *ino);
+int procreg__boot_id(uint8_t id[16]);
+uint64_t procreg__now_ns(void);       /* CLOCK_REALTIME */
+uint64_t procreg__mono_ns(void);      /* CLOCK_MONOTONIC */
+int procreg__pidfd_open(pid_t pid);
+
+/* ---- mappings --------------------------------------------------------- */
+
+struct pr_map {
+	uint8_t *base;
+	size_t size;
+	struct pr_table_hdr *hdr;
+	struct pr_readers_hdr *rhdr;
+	struct pr_reader_slot *slots;
+	uint32_t nslots;
+	size_t rsize;
+};
+
+/* Validate a table header against this build: -EPROTO with the reason in
+ * *why when it is not a table this build can read. */
+int procreg__check_table_hdr(const struct pr_table_hdr *h, size_t file_size,
+			     const char **why);
+int procreg__check_readers_hdr(const struct pr_readers_hdr *h, size_t file_size,
+			       const char **why);
+
+/* Map a scope's table (read-only) and reader file (read-write). */
+int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, const char **why);
+void procreg__unmap(struct pr_map *m);
+
+/* Bounds-checked access to a block of LEN bytes at OFF: NULL when any of it
+ * falls outside the arena. */
+static inline const void *pr_at(const struct pr_map *m, uint64_t off, uint64_t len)
+{
+	if (off < PR_HDR_SIZE || off > m->size || len > m->size - off)
+		return NULL;
+	return m->base + off;
+}
+
+/* ---- cross-process RCU (rcu.c) --------------------------------------- */
+
+struct pr_rcu_thread;
+
+/* The per-handle reader state: which slot each thread of this process
+ * claimed in one reader file. */
+struct pr_rcu {
+	struct pr_map *map;
+	pthread_key_t key;
+	pthread_mutex_t lock;         /* guards threads */
+	struct pr_rcu_thread *threads;
+};
+
+int procreg__rcu_init(struct pr_rcu *r, struct pr_map *m);
+void procreg__rcu_fini(struct pr_rcu *r);
+/* The calling thread's slot, claiming one on first use; NULL if every slot
+ * is taken. */
+struct pr_reader_slot *procreg__rcu_slot(struct pr_rcu *r);
+
+extern int procreg__rcu_use_membarrier;
+
+/* Enter a read-side critical section: publish the grace-period counter in
+ * our slot. With membarrier, the writer supplies the full barrier that
+ * orders this store before our reads of the table; without it, we do. */
+static inline void pr_read_lock(const struct pr_map *m, struct pr_reader_slot *s)
+{
+	uint64_t gp = PR_LOAD_ACQ(&m->rhdr->gp);
+
+	CMM_STORE_SHARED(s->ctr, gp);
+	if (caa_likely(procreg__rcu_use_membarrier))
+		cmm_barrier();
+	else
+		cmm_smp_mb();
+}
+
+/* Leave it: every read of the table is ordered before the store of 0. */
+static inline void pr_read_unlock(struct pr_reader_slot *s)
+{
+	if (caa_likely(procreg__rcu_use_membarrier))
+		cmm_barrier();
+	else
+		cmm_smp_mb();
+	CMM_STORE_SHARED(s->ctr, 0);
+}
+
+/* Writer side. Start a grace period: returns the target every reader must
+ * reach (or leave its critical section) before memory retired earlier may
+ * be reused. Issues the membarrier that makes readers' slot stores visible. */
+uint64_t procreg__gp_start(struct pr_map *m, bool use_membarrier);
+/* Whether the kernel has MEMBARRIER_CMD_GLOBAL_EXPEDITED (the writer asks;
+ * readers register in procreg__rcu_init). */
+int procreg__membarrier_expedited(void);
+/* 1 once every slot is quiescent or past TARGET; else 0 and *blocker is the
+ * index of a slot still holding it. Never waits. */
+int procreg__gp_poll(const struct pr_map *m, uint64_t target, uint32_t *blocker);
+/* Clear the slots whose owner thread is gone. Returns how many; calls LOG
+ * (if not NULL) once per slot cleared. */
+typedef void (*pr_log_fn)(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int procreg__readers_reap(struct pr_map *m, pr_log_fn log);
+/* Whether the owner of a slot's OWNER word and start time is alive. */
+int procreg__reader_alive(uint64_t owner, uint64_t start);
+
+/* ---- reading the table (table.c) ------------------------------------- */
+
+int procreg__check_name(const char *name, size_t *len);
+/* Find NAME. Inside a read-side critical section (or in the writer).
+ * Returns the record, or NULL. */
+const struct pr_record *procreg__find(const struct pr_map *m, const char *name,
+				      size_t len, uint64_t hash);
+/* Validate a record found through a slot word: NULL if it is not whole. */
+const struct pr_record *procreg__record_at(const struct pr_map *m, uint64_t w);
+void procreg__record_to_entry(const struct pr_record *r, struct procreg_entry *e);
+
+/* ---- small private hash map: u64 -> u64 (hashmap.c) ------------------ */
+
+struct pr_u64map {
+	uint64_t *keys;   /* 0 = empty, 1 = deleted; callers' keys are >= 2 */
+	uint64_t *vals;
+	size_t cap, used, tombs;
+};
+
+int procreg__u64map_put(struct pr_u64map *m, uint64_t key, uint64_t val);
+int procreg__u64map_get(const struct pr_u64map *m, uint64_t key, uint64_t *val);
+int procreg__u64map_del(struct pr_u64map *m, uint64_t key);
+void procreg__u64map_free(struct pr_u64map *m);
+
+/* ---- the writer (writer.c): procregd only ----------------------------- */
+
+struct pr_writer_opts {
+	uint64_t max_size;     /* file size, fixed at creation */
+	uint32_t readers;      /* reader slots, fixed at creation */
+	int mode;              /* table file mode */
+};
+
+struct pr_vec {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+struct pr_writer {
+	struct pr_map map;
+	struct pr_paths paths;
+	int table_fd, readers_fd;
+	bool attached;                /* true: the table existed; recover it */
+	bool membarrier;              /* the kernel has global expedited membarrier */
+
+	uint64_t index_tombs;         /* tombstones in the current index */
+	uint64_t index_live;
+
+	/* Allocator: private, rebuilt from the table on attach. */
+	struct pr_vec *classes;       /* free offsets, one vector per 16-byte class */
+	struct pr_vec large;          /* free (off, size) pairs above the classes */
+
+	/* Deferred reclamation: pairs (off, size). */
+	struct pr_vec retired;        /* waiting for the next grace period */
+	uint64_t retired_bytes;
+	struct pr_vec waiting;        /* waiting for gp_target */
+	uint64_t gp_target;           /* 0: no grace period in flight */
+	uint64_t gp_started_ns;
+};
+
+/* Create the scope's files, or attach to existing ones (then
+ * w->attached is true and the caller must recover). Takes the scope's
+ * lock: -EBUSY if another daemon holds it. */
+int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
+			 const struct pr_writer_opts *o, const char **why);
+void procreg__writer_close(struct pr_writer *w);
+
+/* Find NAME: its record offset (0 if absent) and slot position. */
+uint64_t procreg__w_find(struct pr_writer *w, const char *name, size_t len,
+			 uint64_t hash, uint64_t *pos);
+/* Make room for one more name; call before procreg__w_find when inserting
+ * (it may rebuild the index, which moves slot positions). */
+int procreg__w_reserve(struct pr_writer *w);
+/* Allocate and fill an unpublished record. */
+int procreg__w_new_record(struct pr_writer *w, const struct pr_record *tmpl,
+			  const char *name, const void *meta, uint64_t *off);
+/* Publish OFF at POS (empty, tombstone or live slot; a live one's record
+ * is retired). */
+void procreg__w_publish(struct pr_writer *w, uint64_t pos, uint64_t off);
+/* Remove the name at POS and retire its record. */
+void procreg__w_remove(struct pr_writer *w, uint64_t pos);
+/* Give back an unpublished record (a request that failed after allocation). */
+void procreg__w_discard(struct pr_writer *w, uint64_t off);
+/* Run reclamation: start a grace period if memory is retired, free what a
+ * finished one covered. Returns 1 while work remains (call again soon). */
+int procreg__w_reclaim(struct pr_writer *w);
+/* Rebuild the allocator from the table after attach; run once. */
+int procreg__w_recover(struct pr_writer *w);
+uint64_t procreg__record_size(const struct pr_record *r);
+
+/* Walk every live slot: CB gets the slot position and the record. */
+typedef int (*pr_walk_cb)(uint64_t pos, const struct pr_record *r, void *arg);
+int procreg__w_walk(struct pr_writer *w, pr_walk_cb cb, void *arg);
+
+int procreg__vec_push(struct pr_vec *v, uint64_t x);
+void procreg__vec_free(struct pr_vec *v);
+
+/* ---- the handle (client.c) ------------------------------------------ */
+
+struct procreg {
+	struct pr_paths paths;
+	struct pr_map map;
+	struct pr_rcu rcu;
+	pthread_mutex_t io;       /* one request stream at a time */
+	int fd;                   /* -1 until the first call that needs it */
+	pid_t fd_pid;             /* the process that made fd: a forked child reconnects */
+	uint32_t next_id;
+	char socket[PR_SOCKET_PATH_MAX];
+	uint8_t *out, *in;        /* PR_PACKET_MAX bytes each */
+};
+
+pid_t procreg__self_pid(void);
+const struct pr_record *procreg__find_pos(const struct pr_map *m, const char *name,
+					  size_t len, uint64_t hash, uint64_t *pos);
+
+#endif /* PROCREG_INTERNAL_H */

@@ -1,0 +1,120 @@
+/*
+ * proto.c - encode and decode daemon protocol frames on byte buffers.
+ * No I/O here: see proto.h for the format.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+#include "proto.h"
+
+#define ALIGN8(x) (((x) + 7u) & ~(size_t)7u)
+
+struct name_body {
+	uint16_t name_len;
+	uint16_t meta_len;
+	uint32_t reserved;
+};
+
+static int decode_body(struct pr_frame *f)
+{
+	struct name_body nb;
+	uint16_t op = f->h.op & (uint16_t)~PR_OP_REPLY;
+
+	switch (op) {
+	case PR_OP_HELLO:
+		if (f->body_len < 8)
+			return -EPROTO;
+		memcpy(&f->version, f->body, 4);
+		return 0;
+	case PR_OP_REGISTER:
+	case PR_OP_UNREGISTER:
+		if (f->h.op & PR_OP_REPLY)
+			return 0;
+		if (f->body_len < sizeof(nb))
+			return -EPROTO;
+		memcpy(&nb, f->body, sizeof(nb));
+		if (op == PR_OP_UNREGISTER && nb.meta_len)
+			return -EPROTO;
+		if (sizeof(nb) + (size_t)nb.name_len + nb.meta_len > f->body_len)
+			return -EPROTO;
+		f->name = (const char *)f->body + sizeof(nb);
+		f->name_len = nb.name_len;
+		f->meta = f->body + sizeof(nb) + nb.name_len;
+		f->meta_len = nb.meta_len;
+		return 0;
+	case PR_OP_SYNC:
+		return 0;
+	default:
+		return -EPROTO;
+	}
+}
+
+int procreg__proto_next(const uint8_t *buf, size_t len, size_t *pos, struct pr_frame *f)
+{
+	size_t p = *pos;
+
+	memset(f, 0, sizeof(*f));
+	if (p >= len)
+		return 0;
+	if (len - p < PR_FRAME_HDR)
+		return -EBADMSG;
+	memcpy(&f->h, buf + p, PR_FRAME_HDR);
+	if (f->h.len < PR_FRAME_HDR || f->h.len % 8 || f->h.len > len - p)
+		return -EBADMSG;
+	f->body = buf + p + PR_FRAME_HDR;
+	f->body_len = f->h.len - PR_FRAME_HDR;
+	*pos = p + f->h.len;
+	return decode_body(f) < 0 ? -EPROTO : 1;
+}
+
+int procreg__proto_put(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
+		       uint32_t id, int32_t status, const void *a, size_t alen,
+		       const void *b, size_t blen)
+{
+	size_t len = ALIGN8(PR_FRAME_HDR + alen + blen);
+	struct pr_frame_hdr h = {
+		.op = op, .flags = flags, .len = (uint32_t)len, .id = id, .status = status,
+	};
+	uint8_t *p;
+
+	if (len > PR_PACKET_MAX - *pos)
+		return -ENOBUFS;
+	p = buf + *pos;
+	memcpy(p, &h, PR_FRAME_HDR);
+	if (alen)
+		memcpy(p + PR_FRAME_HDR, a, alen);
+	if (blen)
+		memcpy(p + PR_FRAME_HDR + alen, b, blen);
+	memset(p + PR_FRAME_HDR + alen + blen, 0, len - PR_FRAME_HDR - alen - blen);
+	*pos += len;
+	return 0;
+}
+
+int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
+			     int32_t status)
+{
+	uint32_t body[2] = { PR_PROTO_VERSION, 0 };
+
+	return procreg__proto_put(buf, pos, op, 0, id, status, body, sizeof(body), NULL, 0);
+}
+
+size_t procreg__proto_name_size(size_t name_len, size_t meta_len)
+{
+	return ALIGN8(PR_FRAME_HDR + sizeof(struct name_body) + name_len + meta_len);
+}
+
+int procreg__proto_put_name(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
+			    uint32_t id, const char *name, size_t name_len,
+			    const void *meta, size_t meta_len)
+{
+	uint8_t body[sizeof(struct name_body) + PROCREG_NAME_MAX];
+	struct name_body nb = { (uint16_t)name_len, (uint16_t)meta_len, 0 };
+
+	if (name_len > PROCREG_NAME_MAX || meta_len > PROCREG_META_MAX)
+		return -EINVAL;
+	memcpy(body, &nb, sizeof(nb));
+	memcpy(body + sizeof(nb), name, name_len);
+	return procreg__proto_put(buf, pos, op, flags, id, 0, body, sizeof(nb) + name_len,
+				  meta, meta_len);
+}

@@ -1,0 +1,98 @@
+/*
+ * proto.h - the daemon protocol, version 1.
+ *
+ * Transport: a SOCK_SEQPACKET unix socket. One packet carries one or more
+ * frames, back to back, PR_PACKET_MAX bytes at most. Every frame starts with
+ * this 16-byte header (host byte order: both ends are on one host):
+ *
+ *   u16 op       request op, or op | PR_OP_REPLY in a reply
+ *   u16 flags
+ *   u32 len      frame length including the header, a multiple of 8
+ *   u32 id       chosen by the client, echoed in the reply
+ *   i32 status   0 in requests; 0 or a negative errno in replies
+ *
+ * The daemon answers each packet with one packet holding one reply frame per
+ * request frame, in order. A client may send many packets before reading
+ * replies (pipelining); the daemon stops reading a client whose replies it
+ * cannot send, so a client that never reads only stalls itself.
+ *
+ * Requests:
+ *   HELLO       u32 version, u32 reserved. Must be the first frame of a
+ *               connection, alone in its packet; may carry the client's own
+ *               pidfd (pidfd_open(getpid())) as SCM_RIGHTS, which the daemon
+ *               uses where the kernel lacks SO_PEERPIDFD. Reply: u32 version.
+ *   REGISTER    u16 name_len, u16 meta_len, u32 reserved; name; meta.
+ *               flags PR_F_PIDFD: the owner is the process of the pidfd
+ *               passed as SCM_RIGHTS with this packet (one frame per packet).
+ *   UNREGISTER  u16 name_len, u16 reserved, u32 reserved; name.
+ *   SYNC        empty. Answered after every death already signalled.
+ *
+ * A malformed frame is answered with -EBADMSG (the rest of its packet with
+ * -ECANCELED) where its header could be read, else the connection closes.
+ * Parsing and encoding work on byte buffers (no I/O), so tests and fuzzers
+ * can feed them anything.
+ */
+#ifndef PROCREG_PROTO_H
+#define PROCREG_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PR_PROTO_VERSION 1u
+#define PR_PACKET_MAX 65536u
+#define PR_FRAME_HDR 16u
+
+enum pr_op {
+	PR_OP_HELLO = 1,
+	PR_OP_REGISTER = 2,
+	PR_OP_UNREGISTER = 3,
+	PR_OP_SYNC = 4,
+	PR_OP_REPLY = 0x8000,
+};
+
+#define PR_F_PIDFD 0x1
+
+struct pr_frame_hdr {
+	uint16_t op;
+	uint16_t flags;
+	uint32_t len;
+	uint32_t id;
+	int32_t status;
+};
+
+_Static_assert(sizeof(struct pr_frame_hdr) == PR_FRAME_HDR, "frame header");
+
+/* A decoded frame: points into the packet buffer. */
+struct pr_frame {
+	struct pr_frame_hdr h;
+	const uint8_t *body;
+	size_t body_len;
+	/* REGISTER / UNREGISTER */
+	const char *name;
+	size_t name_len;
+	const void *meta;
+	size_t meta_len;
+	uint32_t version;   /* HELLO */
+};
+
+/* Next frame of BUF[*pos..len). 1 and *f filled, 0 at the end, -EBADMSG if
+ * the frame header is unusable (the rest of the packet cannot be framed).
+ * A frame whose header is fine but whose body is not gets f->h and returns
+ * -EPROTO: the caller answers it with -EBADMSG and goes on. */
+int procreg__proto_next(const uint8_t *buf, size_t len, size_t *pos, struct pr_frame *f);
+
+/* Append a frame to BUF (capacity PR_PACKET_MAX) at *pos. -ENOBUFS when
+ * it does not fit (the caller starts a new packet). */
+int procreg__proto_put(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
+		       uint32_t id, int32_t status, const void *a, size_t alen,
+		       const void *b, size_t blen);
+/* HELLO (op PR_OP_HELLO) or its reply (PR_OP_HELLO | PR_OP_REPLY). */
+int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
+			     int32_t status);
+int procreg__proto_put_name(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
+			    uint32_t id, const char *name, size_t name_len,
+			    const void *meta, size_t meta_len);
+/* Bytes a REGISTER/UNREGISTER frame takes. */
+size_t procreg__proto_name_size(size_t name_len, size_t meta_len);
+
+#endif /* PROCREG_PROTO_H */

@@ -1,0 +1,434 @@
+/*
+ * table.c - the reader side of the shared table: mapping, lookup,
+ * iteration, counters.
+ *
+ * Everything here runs in any process, on a PROT_READ mapping, inside a
+ * read-side critical section (rcu.c). It trusts nothing it reads: an
+ * offset is checked against the mapping before it is followed, a probe
+ * never runs longer than the index is wide, and a record's lengths are
+ * checked against the limits and the mapping before a byte is copied. A
+ * damaged or hostile file can make a lookup miss; it cannot make it crash
+ * or spin.
+ *
+ * A stale read is safe: whatever a reader reached stays whole until it
+ * leaves its critical section, because the daemon frees retired memory only
+ * after a grace period (invariant 2 in DESIGN.md).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ---- headers and mappings -------------------------------------------- */
+
+int procreg__check_table_hdr(const struct pr_table_hdr *h, size_t file_size,
+			     const char **why)
+{
+	const char *w = NULL;
+
+	if (file_size < PR_HDR_SIZE)
+		w = "file too small for a table header";
+	else if (PR_LOAD_ACQ(&h->magic) != PR_TABLE_MAGIC)
+		w = "not a procreg table (bad magic, or still being created)";
+	else if (h->layout_version != PR_LAYOUT_VERSION)
+		w = "table layout version differs from this build's";
+	else if (h->size_desc != PR_SIZE_DESC)
+		w = "table was written by a build with other structure sizes";
+	else if (h->file_size != file_size || h->hdr_size != PR_HDR_SIZE ||
+		 h->arena_off < PR_HDR_SIZE || h->arena_off >= file_size)
+		w = "table header sizes do not match the file";
+	if (w && why)
+		*why = w;
+	return w ? -EPROTO : 0;
+}
+
+int procreg__check_readers_hdr(const struct pr_readers_hdr *h, size_t file_size,
+			       const char **why)
+{
+	const char *w = NULL;
+
+	if (file_size < sizeof(*h))
+		w = "reader file too small";
+	else if (PR_LOAD_ACQ(&h->magic) != PR_READERS_MAGIC)
+		w = "not a procreg reader file";
+	else if (h->layout_version != PR_LAYOUT_VERSION || h->size_desc != PR_SIZE_DESC)
+		w = "reader file layout differs from this build's";
+	else if (h->nslots == 0 || PR_READERS_FILE_SIZE(h->nslots) > file_size)
+		w = "reader file shorter than its slot count";
+	if (w && why)
+		*why = w;
+	return w ? -EPROTO : 0;
+}
+
+static int map_file(const char *path, int flags, int prot, void **base, size_t *size)
+{
+	struct stat st;
+	int fd = open(path, flags | O_CLOEXEC);
+	void *p;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	if (st.st_size <= 0 || (uint64_t)st.st_size > PR_MAX_FILE_SIZE) {
+		close(fd);
+		return -EPROTO;
+	}
+	p = mmap(NULL, (size_t)st.st_size, prot, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return -errno;
+	*base = p;
+	*size = (size_t)st.st_size;
+	return 0;
+}
+
+int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, const char **why)
+{
+	void *t, *r;
+	size_t ts, rs;
+	int err;
+
+	memset(m, 0, sizeof(*m));
+	/* PROT_READ: a client cannot write the table, whatever it does. */
+	err = map_file(p->table, O_RDONLY, PROT_READ, &t, &ts);
+	if (err < 0) {
+		if (why)
+			*why = err == -EPROTO ? "table file has an impossible size" : NULL;
+		return err;
+	}
+	err = procreg__check_table_hdr(t, ts, why);
+	if (err < 0) {
+		munmap(t, ts);
+		return err;
+	}
+	err = map_file(p->readers, O_RDWR, PROT_READ | PROT_WRITE, &r, &rs);
+	if (err < 0) {
+		munmap(t, ts);
+		if (why)
+			*why = "cannot map the reader file";
+		return err;
+	}
+	err = procreg__check_readers_hdr(r, rs, why);
+	if (err < 0) {
+		munmap(t, ts);
+		munmap(r, rs);
+		return err;
+	}
+	m->base = t;
+	m->size = ts;
+	m->hdr = t;
+	m->rhdr = r;
+	m->rsize = rs;
+	m->nslots = m->rhdr->nslots;
+	m->slots = (struct pr_reader_slot *)((uint8_t *)r + sizeof(struct pr_readers_hdr));
+	return 0;
+}
+
+void procreg__unmap(struct pr_map *m)
+{
+	if (m->base)
+		munmap(m->base, m->size);
+	if (m->rhdr)
+		munmap(m->rhdr, m->rsize);
+	memset(m, 0, sizeof(*m));
+}
+
+/* ---- records ---------------------------------------------------------- */
+
+int procreg__check_name(const char *name, size_t *len)
+{
+	size_t n;
+
+	if (!name)
+		return -EINVAL;
+	n = strnlen(name, PROCREG_NAME_MAX + 1);
+	if (n == 0)
+		return -EINVAL;
+	if (n > PROCREG_NAME_MAX)
+		return -ENAMETOOLONG;
+	*len = n;
+	return 0;
+}
+
+const struct pr_record *procreg__record_at(const struct pr_map *m, uint64_t w)
+{
+	uint64_t off = pr_slot_off(w);
+	const struct pr_record *r = pr_at(m, off, sizeof(*r));
+
+	if (!r || r->name_len == 0 || r->name_len > PROCREG_NAME_MAX ||
+	    r->meta_len > PROCREG_META_MAX ||
+	    !pr_at(m, off, PR_RECORD_SIZE(r->name_len, r->meta_len)))
+		return NULL;
+	return r;
+}
+
+uint64_t procreg__record_size(const struct pr_record *r)
+{
+	return PR_RECORD_SIZE(r->name_len, r->meta_len);
+}
+
+void procreg__record_to_entry(const struct pr_record *r, struct procreg_entry *e)
+{
+	e->pid = (pid_t)r->pid;
+	e->node = r->node;
+	e->start_time = r->start_time;
+	e->registered_ns = r->registered_ns;
+	e->uid = r->uid;
+	e->meta_len = r->meta_len;
+	memcpy(e->name, r->data, r->name_len);
+	e->name[r->name_len] = 0;
+	memcpy(e->meta, r->data + r->name_len + 1, r->meta_len);
+}
+
+/* The current index, checked whole. Acquire: the index's capacity and slot
+ * words were written before its offset was published. */
+static const struct pr_index *index_of(const struct pr_map *m)
+{
+	uint64_t off = PR_LOAD_ACQ(&m->hdr->index_off);
+	const struct pr_index *ix = pr_at(m, off, sizeof(*ix));
+
+	if (!ix || ix->capacity < 2 || (ix->capacity & (ix->capacity - 1)) ||
+	    ix->capacity > (m->size / 8) ||
+	    ix->shift != 64 - (uint32_t)__builtin_ctzll(ix->capacity) ||
+	    !pr_at(m, off, sizeof(*ix) + ix->capacity * 8))
+		return NULL;
+	return ix;
+}
+
+/*
+ * Probe for NAME. Returns its record, or NULL. *pos gets the record's slot
+ * or, when absent, the slot an insertion should take (the first tombstone
+ * on the way, else the empty slot that ended the probe; UINT64_MAX if the
+ * index is full, which the writer never lets happen).
+ */
+static const struct pr_record *probe(const struct pr_map *m, const struct pr_index *ix,
+				     const char *name, size_t len, uint64_t h,
+				     uint64_t *pos)
+{
+	uint64_t mask = ix->capacity - 1, p = h >> ix->shift, first_tomb = UINT64_MAX;
+	uint32_t tag = (uint32_t)(h >> 32);
+
+	for (uint64_t n = 0; n <= mask; n++, p = (p + 1) & mask) {
+		uint64_t w = PR_LOAD_ACQ(&ix->slot[p]);
+		const struct pr_record *r;
+
+		if (w == PR_SLOT_EMPTY) {
+			if (pos)
+				*pos = first_tomb != UINT64_MAX ? first_tomb : p;
+			return NULL;
+		}
+		if (w == PR_SLOT_TOMB) {
+			if (first_tomb == UINT64_MAX)
+				first_tomb = p;
+			continue;
+		}
+		if (pr_slot_tag(w) != tag)
+			continue;
+		r = procreg__record_at(m, w);
+		if (r && r->hash == h && r->name_len == len && !memcmp(r->data, name, len)) {
+			if (pos)
+				*pos = p;
+			return r;
+		}
+	}
+	if (pos)
+		*pos = first_tomb;
+	return NULL;
+}
+
+const struct pr_record *procreg__find(const struct pr_map *m, const char *name,
+				      size_t len, uint64_t hash)
+{
+	const struct pr_index *ix = index_of(m);
+
+	return ix ? probe(m, ix, name, len, hash, NULL) : NULL;
+}
+
+const struct pr_record *procreg__find_pos(const struct pr_map *m, const char *name,
+					  size_t len, uint64_t hash, uint64_t *pos)
+{
+	const struct pr_index *ix = index_of(m);
+
+	*pos = UINT64_MAX;
+	return ix ? probe(m, ix, name, len, hash, pos) : NULL;
+}
+
+/* ---- public reader API ------------------------------------------------ */
+
+PROCREG_API int procreg_lookup(procreg_t *reg, const char *name, struct procreg_entry *out)
+{
+	struct pr_reader_slot *s;
+	const struct pr_record *r;
+	size_t len;
+	uint64_t h;
+	int err = procreg__check_name(name, &len);
+
+	if (err < 0)
+		return err;
+	s = procreg__rcu_slot(&reg->rcu);
+	if (caa_unlikely(!s))
+		return -EUSERS;
+	h = pr_hash(name, len, reg->map.hdr->hash_seed);
+
+	pr_read_lock(&reg->map, s);
+	r = procreg__find(&reg->map, name, len, h);
+	if (r && out)
+		procreg__record_to_entry(r, out);
+	/* Our own cache line: no other process writes it. */
+	CMM_STORE_SHARED(s->lookups, s->lookups + 1);
+	pr_read_unlock(s);
+	return r ? 0 : -ENOENT;
+}
+
+/*
+ * Iteration, in chunks, outside any long critical section.
+ *
+ * HOW IT WORKS. A name's home slot is the top bits of its hash, so home
+ * order is hash order in an index of any capacity. With linear probing an
+ * entry sits at or after its home and never past an empty slot, so when a
+ * scan that started at home(lo) stops at an empty slot e, it has seen every
+ * entry whose hash lies in [lo, e << shift): exactly those it keeps. The
+ * next chunk resumes at lo = e << shift, a point in hash space, in whatever
+ * index is current by then (the daemon may have rebuilt it at another
+ * capacity). Every hash value belongs to exactly one chunk, so a name that
+ * exists throughout is reported exactly once. The last chunk also scans
+ * the run that wraps from the end of the index to its start.
+ */
+#define FOREACH_CHUNK 64
+
+struct chunk {
+	uint64_t lo;       /* next hash value to report */
+	bool done;
+	size_t n, cap;
+	struct procreg_entry *e;
+};
+
+/* Keep the entry at position P if its hash is ours and it sits where the
+ * scan expects it: at or after its home in the forward scan, before it
+ * (wrapped around the end) in the wrap scan. Returns -1 when the buffer is
+ * full. */
+static int take(const struct pr_map *m, const struct pr_index *ix, uint64_t p,
+		bool wrapped, struct chunk *c)
+{
+	uint64_t w = PR_LOAD_ACQ(&ix->slot[p]);
+	const struct pr_record *r;
+
+	if (!pr_slot_live(w))
+		return 0;
+	r = procreg__record_at(m, w);
+	if (!r || r->hash < c->lo || ((r->hash >> ix->shift) > p) != wrapped)
+		return 0;
+	if (c->n == c->cap)
+		return -1;
+	procreg__record_to_entry(r, &c->e[c->n++]);
+	return 0;
+}
+
+/* Inside a read-side critical section. Returns -1 if the buffer must grow
+ * (a cluster longer than it), 0 otherwise. */
+static int fill_chunk(const struct pr_map *m, struct chunk *c)
+{
+	const struct pr_index *ix = index_of(m);
+	uint64_t p, p0;
+
+	c->n = 0;
+	if (!ix) {
+		c->done = true;
+		return 0;
+	}
+	p0 = c->lo >> ix->shift;
+	for (p = p0; p < ix->capacity; p++) {
+		if (PR_LOAD_ACQ(&ix->slot[p]) == PR_SLOT_EMPTY) {
+			if (c->n >= c->cap / 2) {
+				c->lo = p << ix->shift;
+				return 0;
+			}
+			continue;
+		}
+		if (take(m, ix, p, false, c) < 0)
+			return -1;
+	}
+	/* Reached the end: the run that wraps to the start is ours too. */
+	for (p = 0; p < p0 && PR_LOAD_ACQ(&ix->slot[p]) != PR_SLOT_EMPTY; p++)
+		if (take(m, ix, p, true, c) < 0)
+			return -1;
+	c->done = true;
+	return 0;
+}
+
+PROCREG_API int procreg_foreach(procreg_t *reg, procreg_entry_cb cb, void *arg)
+{
+	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
+	struct chunk c = { .cap = FOREACH_CHUNK };
+	int ret = 0, full;
+
+	if (!s)
+		return -EUSERS;
+	c.e = malloc(c.cap * sizeof(*c.e));
+	if (!c.e)
+		return -ENOMEM;
+	while (!c.done && !ret) {
+		pr_read_lock(&reg->map, s);
+		full = fill_chunk(&reg->map, &c);
+		pr_read_unlock(s);
+		if (full) {
+			/* Grow outside the critical section and redo the chunk:
+			 * nothing of it was reported and lo has not moved. */
+			struct procreg_entry *e = realloc(c.e, 2 * c.cap * sizeof(*e));
+
+			if (!e) {
+				ret = -ENOMEM;
+				break;
+			}
+			c.e = e;
+			c.cap *= 2;
+			continue;
+		}
+		for (size_t i = 0; i < c.n && !ret; i++)
+			ret = cb(&c.e[i], arg);
+	}
+	free(c.e);
+	return ret;
+}
+
+PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *st)
+{
+	const struct pr_table_hdr *h = reg->map.hdr;
+	const struct pr_index *ix;
+	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
+	uint64_t used = 0;
+
+	memset(st, 0, sizeof(*st));
+	st->names = CMM_LOAD_SHARED(h->names);
+	st->processes = CMM_LOAD_SHARED(h->processes);
+	st->arena_size = h->file_size - h->arena_off;
+	st->arena_used = CMM_LOAD_SHARED(h->arena_used);
+	st->arena_top = CMM_LOAD_SHARED(h->arena_top) - h->arena_off;
+	st->grace_periods = CMM_LOAD_SHARED(h->grace_periods);
+	st->registrations = CMM_LOAD_SHARED(h->registrations);
+	st->unregistrations = CMM_LOAD_SHARED(h->unregistrations);
+	st->deaths = CMM_LOAD_SHARED(h->deaths);
+	st->daemon_pid = (pid_t)CMM_LOAD_SHARED(h->daemon_pid);
+	st->daemon_started_ns = CMM_LOAD_SHARED(h->daemon_started_ns);
+	st->reader_slots = reg->map.nslots;
+	for (uint32_t i = 0; i < reg->map.nslots; i++)
+		used += CMM_LOAD_SHARED(reg->map.slots[i].owner) != 0;
+	st->reader_slots_used = used;
+	if (s) {
+		pr_read_lock(&reg->map, s);
+		ix = index_of(&reg->map);
+		st->index_capacity = ix ? ix->capacity : 0;
+		pr_read_unlock(s);
+	}
+	return 0;
+}

@@ -1,0 +1,695 @@
+/*
+ * writer.c - the writer side of the shared table: creation and attachment,
+ * mutation, the arena allocator, deferred reclamation and recovery.
+ *
+ * Writer only: procregd is the one process that links this in and calls
+ * it, from one thread. Readers never wait for anything here, and nothing
+ * here waits for a reader: memory a reader may still hold is retired to a
+ * batch and freed when a grace period, polled from the daemon's loop, has
+ * passed (procreg__w_reclaim).
+ *
+ * Every change follows one rule (invariant 2): write the new bytes where no
+ * reader can see them, then make them reachable with one release store,
+ * then retire what became unreachable. A crash at any point leaves the
+ * file consistent: a block that was filled but not published is
+ * unreachable, and recovery returns everything unreachable to the
+ * allocator (after a grace period, since readers of the crashed daemon's
+ * retired blocks may still be inside their critical sections).
+ *
+ * The allocator's state is private and rebuilt on attach by walking the
+ * reachable blocks: what lies between them below arena_top is free. Small
+ * blocks come from exact-size free lists (16-byte classes up to 4 KiB),
+ * larger ones (index blocks) first-fit from a list; no coalescing, which is
+ * fine while record sizes repeat, and bounded by --max-size when they do
+ * not.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define NCLASS 256                     /* 16 .. 4096 bytes */
+#define CLASS_MAX (NCLASS * PR_ALIGN)
+#define INDEX_MIN 256
+#define INDEX_MAX (1ull << 32)         /* the tag must hold a home: shift >= 32 */
+
+/* ---- vectors ---------------------------------------------------------- */
+
+int procreg__vec_push(struct pr_vec *v, uint64_t x)
+{
+	if (v->n == v->cap) {
+		size_t cap = v->cap ? v->cap * 2 : 64;
+		uint64_t *n = realloc(v->v, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		v->v = n;
+		v->cap = cap;
+	}
+	v->v[v->n++] = x;
+	return 0;
+}
+
+void procreg__vec_free(struct pr_vec *v)
+{
+	free(v->v);
+	memset(v, 0, sizeof(*v));
+}
+
+/* ---- allocator -------------------------------------------------------- */
+
+static struct pr_table_hdr *H(struct pr_writer *w)
+{
+	return w->map.hdr;
+}
+
+static int free_block(struct pr_writer *w, uint64_t off, uint64_t size)
+{
+	int err;
+
+	if (size <= CLASS_MAX)
+		err = procreg__vec_push(&w->classes[size / PR_ALIGN - 1], off);
+	else if (!(err = procreg__vec_push(&w->large, off)))
+		err = procreg__vec_push(&w->large, size);
+	/* Out of private memory: the block leaks until the next restart's
+	 * recovery finds it; the table stays consistent. */
+	return err;
+}
+
+static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
+{
+	struct pr_vec *c;
+	uint64_t top = H(w)->arena_top;
+
+	size = (size + PR_ALIGN - 1) & ~(uint64_t)(PR_ALIGN - 1);
+	if (size <= CLASS_MAX) {
+		c = &w->classes[size / PR_ALIGN - 1];
+		if (c->n) {
+			*off = c->v[--c->n];
+			goto got;
+		}
+	}
+	if (size <= w->map.size - top) {
+		*off = top;
+		CMM_STORE_SHARED(H(w)->arena_top, top + size);
+		goto got;
+	}
+	for (size_t i = 0; i < w->large.n; i += 2) {
+		uint64_t o = w->large.v[i], s = w->large.v[i + 1];
+
+		if (s < size)
+			continue;
+		w->large.v[i] = w->large.v[w->large.n - 2];
+		w->large.v[i + 1] = w->large.v[w->large.n - 1];
+		w->large.n -= 2;
+		if (s > size)
+			free_block(w, o + size, s - size);
+		*off = o;
+		goto got;
+	}
+	return -ENOSPC;
+got:
+	CMM_STORE_SHARED(H(w)->arena_used, H(w)->arena_used + size);
+	return 0;
+}
+
+static void release_block(struct pr_writer *w, uint64_t off, uint64_t size)
+{
+	size = (size + PR_ALIGN - 1) & ~(uint64_t)(PR_ALIGN - 1);
+	CMM_STORE_SHARED(H(w)->arena_used, H(w)->arena_used - size);
+	free_block(w, off, size);
+}
+
+/* ---- reclamation ------------------------------------------------------ */
+
+static void retire(struct pr_writer *w, uint64_t off, uint64_t size)
+{
+	if (procreg__vec_push(&w->retired, off) || procreg__vec_push(&w->retired, size))
+		return; /* leaks until recovery; never frees early */
+	w->retired_bytes += size;
+}
+
+static void free_batch(struct pr_writer *w, struct pr_vec *b)
+{
+	for (size_t i = 0; i + 1 < b->n; i += 2)
+		release_block(w, b->v[i], b->v[i + 1]);
+	b->n = 0;
+}
+
+int procreg__w_reclaim(struct pr_writer *w)
+{
+	if (w->gp_target && procreg__gp_poll(&w->map, w->gp_target, NULL)) {
+		free_batch(w, &w->waiting);
+		w->gp_target = 0;
+		CMM_STORE_SHARED(H(w)->grace_periods, H(w)->grace_periods + 1);
+	}
+	if (!w->gp_target && w->retired.n) {
+		struct pr_vec t = w->waiting;
+
+		w->waiting = w->retired;
+		w->retired = t;
+		w->retired_bytes = 0;
+		w->gp_target = procreg__gp_start(&w->map, w->membarrier);
+		w->gp_started_ns = procreg__mono_ns();
+		/* Most of the time no reader is inside: finish at once. */
+		if (procreg__gp_poll(&w->map, w->gp_target, NULL)) {
+			free_batch(w, &w->waiting);
+			w->gp_target = 0;
+			CMM_STORE_SHARED(H(w)->grace_periods, H(w)->grace_periods + 1);
+		}
+	}
+	return w->gp_target != 0 || w->retired.n != 0;
+}
+
+/* ---- the index -------------------------------------------------------- */
+
+static struct pr_index *cur_index(struct pr_writer *w)
+{
+	return (struct pr_index *)(w->map.base + H(w)->index_off);
+}
+
+static uint64_t index_bytes(uint64_t cap)
+{
+	return sizeof(struct pr_index) + cap * 8;
+}
+
+static int build_index(struct pr_writer *w, uint64_t cap, uint64_t *off_out)
+{
+	struct pr_index *old = H(w)->index_off ? cur_index(w) : NULL, *nx;
+	uint64_t off, live = 0;
+	uint32_t shift = 64 - (uint32_t)__builtin_ctzll(cap);
+	int err = alloc_block(w, index_bytes(cap), &off);
+
+	if (err)
+		return err;
+	nx = (struct pr_index *)(w->map.base + off);
+	nx->capacity = cap;
+	nx->shift = shift;
+	nx->pad = 0;
+	memset(nx->slot, 0, cap * 8);
+	if (old) {
+		for (uint64_t i = 0; i < old->capacity; i++) {
+			uint64_t wd = old->slot[i], p;
+
+			if (!pr_slot_live(wd))
+				continue;
+			/* The tag is the hash's top half: home without the record. */
+			p = (wd >> 32) >> (shift - 32);
+			while (nx->slot[p] != PR_SLOT_EMPTY)
+				p = (p + 1) & (cap - 1);
+			nx->slot[p] = wd;
+			live++;
+		}
+	}
+	*off_out = off;
+	w->index_live = live;
+	w->index_tombs = 0;
+	return 0;
+}
+
+/* Publish a new index holding every live slot word of the current one. */
+static int rebuild(struct pr_writer *w, uint64_t cap)
+{
+	uint64_t old = H(w)->index_off, off;
+	uint64_t old_cap = old ? cur_index(w)->capacity : 0;
+	int err = build_index(w, cap, &off);
+
+	if (err)
+		return err;
+	/* Release: the new block's contents before its offset. */
+	PR_STORE_REL(&H(w)->index_off, off);
+	CMM_STORE_SHARED(H(w)->rehashes, H(w)->rehashes + 1);
+	if (old)
+		retire(w, old, index_bytes(old_cap));
+	return 0;
+}
+
+int procreg__w_reserve(struct pr_writer *w)
+{
+	struct pr_index *ix = cur_index(w);
+	uint64_t cap = ix->capacity, want = cap;
+	int err;
+
+	/* Load factor 3/4, counting tombstones, which lengthen probes too. */
+	if ((w->index_live + w->index_tombs + 1) * 4 <= cap * 3)
+		return 0;
+	while ((w->index_live + 1) * 2 > want)
+		want *= 2;
+	if (want > INDEX_MAX)
+		return -ENOSPC;
+	err = rebuild(w, want);
+	if (err == -ENOSPC) {
+		procreg__w_reclaim(w);
+		err = rebuild(w, want);
+	}
+	return err;
+}
+
+uint64_t procreg__w_find(struct pr_writer *w, const char *name, size_t len, uint64_t hash,
+			 uint64_t *pos)
+{
+	const struct pr_record *r = procreg__find_pos(&w->map, name, len, hash, pos);
+
+	return r ? (uint64_t)((const uint8_t *)r - w->map.base) : 0;
+}
+
+int procreg__w_new_record(struct pr_writer *w, const struct pr_record *tmpl,
+			  const char *name, const void *meta, uint64_t *off)
+{
+	uint64_t size = PR_RECORD_SIZE(tmpl->name_len, tmpl->meta_len);
+	struct pr_record *r;
+	int err = alloc_block(w, size, off);
+
+	if (err == -ENOSPC) {
+		procreg__w_reclaim(w);
+		err = alloc_block(w, size, off);
+	}
+	if (err)
+		return err;
+	r = (struct pr_record *)(w->map.base + *off);
+	*r = *tmpl;
+	memcpy(r->data, name, tmpl->name_len);
+	r->data[tmpl->name_len] = 0;
+	if (tmpl->meta_len)
+		memcpy(r->data + tmpl->name_len + 1, meta, tmpl->meta_len);
+	/* Padding too: a record's bytes are all defined, so a table file
+	 * never carries stale memory out of the daemon. */
+	memset(r->data + tmpl->name_len + 1 + tmpl->meta_len, 0,
+	       size - sizeof(*r) - tmpl->name_len - 1 - tmpl->meta_len);
+	return 0;
+}
+
+void procreg__w_discard(struct pr_writer *w, uint64_t off)
+{
+	const struct pr_record *r = (const struct pr_record *)(w->map.base + off);
+
+	/* Never published: no reader can hold it. */
+	release_block(w, off, procreg__record_size(r));
+}
+
+static void bump_generation(struct pr_writer *w)
+{
+	CMM_STORE_SHARED(H(w)->generation, H(w)->generation + 1);
+}
+
+void procreg__w_publish(struct pr_writer *w, uint64_t pos, uint64_t off)
+{
+	struct pr_index *ix = cur_index(w);
+	const struct pr_record *r = (const struct pr_record *)(w->map.base + off);
+	uint64_t old = ix->slot[pos];
+
+	/* Release: the record's bytes before the word that reaches them. */
+	PR_STORE_REL(&ix->slot[pos], pr_slot_word(r->hash, off));
+	if (pr_slot_live(old)) {
+		const struct pr_record *o =
+			(const struct pr_record *)(w->map.base + pr_slot_off(old));
+		retire(w, pr_slot_off(old), procreg__record_size(o));
+	} else {
+		if (old == PR_SLOT_TOMB)
+			w->index_tombs--;
+		w->index_live++;
+		CMM_STORE_SHARED(H(w)->names, H(w)->names + 1);
+	}
+	bump_generation(w);
+}
+
+void procreg__w_remove(struct pr_writer *w, uint64_t pos)
+{
+	struct pr_index *ix = cur_index(w);
+	uint64_t mask = ix->capacity - 1, old = ix->slot[pos];
+	const struct pr_record *o = (const struct pr_record *)(w->map.base + pr_slot_off(old));
+
+	if (!pr_slot_live(old))
+		return;
+	/*
+	 * A slot followed by an empty one lies on no probe path to a live
+	 * entry (no entry sits past an empty slot from its home), so it may
+	 * become empty itself, and so may the tombstones before it. Readers
+	 * mid-probe see either value and reach the same answer.
+	 */
+	if (ix->slot[(pos + 1) & mask] == PR_SLOT_EMPTY) {
+		PR_STORE_REL(&ix->slot[pos], PR_SLOT_EMPTY);
+		for (uint64_t p = (pos - 1) & mask; ix->slot[p] == PR_SLOT_TOMB; p = (p - 1) & mask) {
+			CMM_STORE_SHARED(ix->slot[p], PR_SLOT_EMPTY);
+			w->index_tombs--;
+		}
+	} else {
+		PR_STORE_REL(&ix->slot[pos], PR_SLOT_TOMB);
+		w->index_tombs++;
+	}
+	w->index_live--;
+	CMM_STORE_SHARED(H(w)->names, H(w)->names - 1);
+	retire(w, pr_slot_off(old), procreg__record_size(o));
+	bump_generation(w);
+}
+
+int procreg__w_walk(struct pr_writer *w, pr_walk_cb cb, void *arg)
+{
+	struct pr_index *ix = cur_index(w);
+	int ret = 0;
+
+	for (uint64_t p = 0; p < ix->capacity && !ret; p++) {
+		uint64_t wd = ix->slot[p];
+
+		if (pr_slot_live(wd))
+			ret = cb(p, (const struct pr_record *)(w->map.base + pr_slot_off(wd)), arg);
+	}
+	return ret;
+}
+
+/* ---- files ------------------------------------------------------------ */
+
+static int init_readers(int fd, uint32_t nslots)
+{
+	size_t size = PR_READERS_FILE_SIZE(nslots);
+	struct pr_readers_hdr *h;
+
+	if (ftruncate(fd, (off_t)size) < 0)
+		return -errno;
+	h = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED)
+		return -errno;
+	h->layout_version = PR_LAYOUT_VERSION;
+	h->nslots = nslots;
+	h->size_desc = PR_SIZE_DESC;
+	h->gp = 1;
+	PR_STORE_REL(&h->magic, PR_READERS_MAGIC);
+	munmap(h, size);
+	return 0;
+}
+
+static int init_table(struct pr_writer *w, int fd, uint64_t size)
+{
+	struct pr_table_hdr *h;
+	uint64_t off;
+	int err;
+
+	if (ftruncate(fd, (off_t)size) < 0)
+		return -errno;
+	h = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED)
+		return -errno;
+	w->map.base = (uint8_t *)h;
+	w->map.size = size;
+	w->map.hdr = h;
+	h->layout_version = PR_LAYOUT_VERSION;
+	h->hdr_size = PR_HDR_SIZE;
+	h->size_desc = PR_SIZE_DESC;
+	h->file_size = size;
+	h->arena_off = PR_HDR_SIZE;
+	h->arena_top = PR_HDR_SIZE;
+	h->created_ns = procreg__now_ns();
+	h->name_max = PROCREG_NAME_MAX;
+	h->meta_max = PROCREG_META_MAX;
+	if (getrandom(&h->hash_seed, sizeof(h->hash_seed), 0) != sizeof(h->hash_seed))
+		h->hash_seed = procreg__now_ns() ^ ((uint64_t)getpid() << 32);
+	procreg__boot_id(h->boot_id);
+	err = build_index(w, INDEX_MIN, &off);
+	if (err)
+		return err;
+	h->index_off = off;
+	/* Release: a reader that sees the magic sees a whole header. */
+	PR_STORE_REL(&h->magic, PR_TABLE_MAGIC);
+	return 0;
+}
+
+/* Create PATH's content in a temporary file, then give it its name, so no
+ * reader ever opens a half-made file. Returns the open fd (locked when
+ * LOCK is set), or -EEXIST if another process created PATH meanwhile. */
+static int create_file(struct pr_writer *w, const char *path, int mode, bool lock,
+		       uint64_t size, uint32_t nslots)
+{
+	char tmp[PR_PATH_MAX + 16];
+	int fd, err;
+
+	snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path);
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (lock && flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		err = -errno;
+		goto fail;
+	}
+	err = fchmod(fd, (mode_t)mode) < 0 ? -errno : 0;
+	if (!err)
+		err = nslots ? init_readers(fd, nslots) : init_table(w, fd, size);
+	if (err)
+		goto fail;
+	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) < 0) {
+		err = -errno;
+		goto fail;
+	}
+	return fd;
+fail:
+	if (!nslots && w->map.base) {
+		munmap(w->map.base, w->map.size);
+		w->map.base = NULL;
+	}
+	unlink(tmp);
+	close(fd);
+	return err;
+}
+
+static int map_rw(int fd, void **base, size_t *size)
+{
+	struct stat st;
+	void *p;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (st.st_size <= 0 || (uint64_t)st.st_size > PR_MAX_FILE_SIZE)
+		return -EPROTO;
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	*base = p;
+	*size = (size_t)st.st_size;
+	return 0;
+}
+
+static int open_readers(struct pr_writer *w, const struct pr_writer_opts *o, const char **why)
+{
+	void *base;
+	size_t size;
+	int fd, err;
+
+	for (;;) {
+		fd = open(w->paths.readers, O_RDWR | O_CLOEXEC);
+		if (fd >= 0)
+			break;
+		if (errno != ENOENT)
+			return -errno;
+		fd = create_file(w, w->paths.readers, 0666, false, 0, o->readers);
+		if (fd >= 0)
+			break;
+		if (fd != -EEXIST)
+			return fd;
+	}
+	/* An existing reader file is kept, never recreated: live readers
+	 * have it mapped, and a new file would hide them from us. */
+	err = map_rw(fd, &base, &size);
+	if (!err)
+		err = procreg__check_readers_hdr(base, size, why);
+	if (err) {
+		close(fd);
+		return err;
+	}
+	w->readers_fd = fd;
+	w->map.rhdr = base;
+	w->map.rsize = size;
+	w->map.nslots = w->map.rhdr->nslots;
+	w->map.slots = (struct pr_reader_slot *)((uint8_t *)base + sizeof(struct pr_readers_hdr));
+	return 0;
+}
+
+int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
+			 const struct pr_writer_opts *o, const char **why)
+{
+	void *base;
+	size_t size;
+	int fd, err;
+
+	memset(w, 0, sizeof(*w));
+	w->paths = *p;
+	w->table_fd = w->readers_fd = -1;
+	w->membarrier = procreg__membarrier_expedited();
+	w->classes = calloc(NCLASS, sizeof(*w->classes));
+	if (!w->classes)
+		return -ENOMEM;
+	if (o->max_size < PR_HDR_SIZE + (1u << 20) || o->max_size > PR_MAX_FILE_SIZE ||
+	    o->readers == 0 || o->readers > (1u << 20)) {
+		*why = "limits out of range";
+		return -EINVAL;
+	}
+	for (;;) {
+		fd = open(p->table, O_RDWR | O_CLOEXEC);
+		if (fd >= 0) {
+			if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+				err = errno == EWOULDBLOCK ? -EBUSY : -errno;
+				*why = "another procregd serves this scope";
+				close(fd);
+				return err;
+			}
+			err = map_rw(fd, &base, &size);
+			if (!err)
+				err = procreg__check_table_hdr(base, size, why);
+			if (err) {
+				close(fd);
+				return err;
+			}
+			w->map.base = base;
+			w->map.size = size;
+			w->map.hdr = base;
+			w->attached = true;
+			break;
+		}
+		if (errno != ENOENT)
+			return -errno;
+		fd = create_file(w, p->table, o->mode, true, o->max_size, 0);
+		if (fd >= 0)
+			break;
+		if (fd != -EEXIST) {
+			*why = "cannot create the table file";
+			return fd;
+		}
+	}
+	w->table_fd = fd;
+	err = open_readers(w, o, why);
+	if (err) {
+		procreg__writer_close(w);
+		return err;
+	}
+	if (!w->attached) {
+		w->index_live = 0;
+		w->index_tombs = 0;
+	}
+	return 0;
+}
+
+void procreg__writer_close(struct pr_writer *w)
+{
+	if (w->map.base)
+		munmap(w->map.base, w->map.size);
+	if (w->map.rhdr)
+		munmap(w->map.rhdr, w->map.rsize);
+	if (w->table_fd >= 0)
+		close(w->table_fd);
+	if (w->readers_fd >= 0)
+		close(w->readers_fd);
+	if (w->classes)
+		for (int i = 0; i < NCLASS; i++)
+			procreg__vec_free(&w->classes[i]);
+	free(w->classes);
+	procreg__vec_free(&w->large);
+	procreg__vec_free(&w->retired);
+	procreg__vec_free(&w->waiting);
+	memset(w, 0, sizeof(*w));
+	w->table_fd = w->readers_fd = -1;
+}
+
+/* ---- recovery --------------------------------------------------------- */
+
+static int cmp_u64pair(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* A record a crashed writer left reachable is whole (it was published
+ * only once written); check it anyway, since the file may have been
+ * damaged by something else. */
+static int record_sound(struct pr_writer *w, uint64_t wd)
+{
+	const struct pr_record *r = procreg__record_at(&w->map, wd);
+
+	return r && pr_slot_off(wd) >= H(w)->arena_off &&
+	       pr_slot_off(wd) + procreg__record_size(r) <= H(w)->arena_top &&
+	       !memchr(r->data, 0, r->name_len) && r->data[r->name_len] == 0 &&
+	       pr_hash(r->data, r->name_len, H(w)->hash_seed) == r->hash &&
+	       (r->hash & 0xffffffff00000000ull) == (wd & 0xffffffff00000000ull);
+}
+
+int procreg__w_recover(struct pr_writer *w)
+{
+	struct pr_table_hdr *h = H(w);
+	uint64_t ioff = PR_LOAD_ACQ(&h->index_off), cap = 0, end, names = 0;
+	struct pr_index *ix = (struct pr_index *)(w->map.base + ioff);
+	struct pr_vec blocks = { 0 };
+	int err = 0;
+
+	if (h->arena_top < h->arena_off || h->arena_top > w->map.size)
+		return -EUCLEAN;
+	if (ioff >= h->arena_off && ioff + sizeof(*ix) <= h->arena_top) {
+		cap = ix->capacity;
+		if (cap < 2 || (cap & (cap - 1)) || cap > INDEX_MAX ||
+		    ioff + index_bytes(cap) > h->arena_top ||
+		    ix->shift != 64 - (uint32_t)__builtin_ctzll(cap))
+			cap = 0;
+	}
+	if (!cap)
+		return -EUCLEAN;
+
+	/* Everything reachable: the index and the records it names. A slot
+	 * whose record is unsound becomes a tombstone. */
+	w->index_live = w->index_tombs = 0;
+	err = procreg__vec_push(&blocks, ioff) ?: procreg__vec_push(&blocks, index_bytes(cap));
+	for (uint64_t p = 0; p < cap && !err; p++) {
+		uint64_t wd = ix->slot[p];
+
+		if (wd == PR_SLOT_TOMB)
+			w->index_tombs++;
+		if (!pr_slot_live(wd))
+			continue;
+		if (!record_sound(w, wd)) {
+			PR_STORE_REL(&ix->slot[p], PR_SLOT_TOMB);
+			w->index_tombs++;
+			continue;
+		}
+		w->index_live++;
+		names++;
+		err = procreg__vec_push(&blocks, pr_slot_off(wd)) ?:
+		      procreg__vec_push(&blocks, procreg__record_size(
+				(const struct pr_record *)(w->map.base + pr_slot_off(wd))));
+	}
+	if (err)
+		goto out;
+	qsort(blocks.v, blocks.n / 2, 2 * sizeof(uint64_t), cmp_u64pair);
+
+	/* The gaps are free, but a reader of the old daemon may still be
+	 * inside a block that daemon retired: they wait for a grace period
+	 * like anything retired. Overlapping records would mean damage the
+	 * checks above missed; such a block is left alone. */
+	w->retired.n = 0;
+	end = h->arena_off;
+	h->arena_used = 0;
+	for (size_t i = 0; i < blocks.n; i += 2) {
+		uint64_t o = blocks.v[i], s = (blocks.v[i + 1] + PR_ALIGN - 1) & ~(uint64_t)(PR_ALIGN - 1);
+
+		if (o > end) {
+			retire(w, end, o - end);
+			h->arena_used += o - end; /* released when the batch frees */
+		}
+		if (o + s > end)
+			end = o + s;
+		h->arena_used += s;
+	}
+	if (h->arena_top > end) {
+		retire(w, end, h->arena_top - end);
+		h->arena_used += h->arena_top - end;
+	}
+	CMM_STORE_SHARED(h->names, names);
+	procreg__w_reclaim(w);
+out:
+	procreg__vec_free(&blocks);
+	return err;
+}

@@ -1,0 +1,452 @@
+/*
+ * procreg - the command-line interface.
+ *
+ * Reading commands (get, ls, stats) read the shared table directly and work
+ * while the daemon is down; writing commands (run, unregister) go through
+ * procregd. Exit status: 0 success, 1 "no" (name not found, name taken),
+ * 2 error (bad usage, no table, daemon unreachable, permission).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "procreg.h"
+#include "procreg_version.h"
+
+#define EXIT_NO 1
+#define EXIT_ERR 2
+
+struct cli {
+	const char *scope, *dir;
+	const char *meta;
+	int json;
+};
+
+static const char *prog = "procreg";
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: procreg [--scope NAME] [--dir DIR] COMMAND [ARGS]\n"
+		"\n"
+		"Commands:\n"
+		"  run NAME [NAME...] [--meta STR] -- CMD [ARGS]\n"
+		"                      register this process under the names, then exec CMD\n"
+		"                      (same pid: the names live exactly as long as CMD)\n"
+		"  get NAME [--json]   show a name's owner; exit 1 if not registered\n"
+		"  ls [--json]         list every name\n"
+		"  unregister NAME     remove a name (its owner, its owner's uid, or root)\n"
+		"  stats [--json]      table and daemon counters\n"
+		"  help                this help\n"
+		"  version             print the version\n"
+		"\n"
+		"Options (every command):\n"
+		"  -s, --scope NAME    scope (default: $PROCREG_SCOPE or \"default\")\n"
+		"  -d, --dir DIR       table directory (default: $PROCREG_DIR or /dev/shm)\n"
+		"  -j, --json          JSON output\n"
+		"  -h, --help          help\n"
+		"\n"
+		"Exit status: 0 success, 1 not found or name taken, 2 error.\n");
+}
+
+static void die_usage(const char *msg, const char *arg)
+{
+	fprintf(stderr, "%s: %s%s%s\nTry 'procreg --help'.\n", prog, msg, arg ? " " : "",
+		arg ? arg : "");
+	exit(EXIT_ERR);
+}
+
+static procreg_t *open_or_die(const struct cli *c)
+{
+	PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir);
+	procreg_t *reg = procreg_open(&o);
+
+	if (!reg) {
+		int e = errno;
+
+		if (e == ENOENT)
+			fprintf(stderr, "%s: no registry for scope '%s' in %s: is procregd running?\n",
+				prog, c->scope ? c->scope : (getenv("PROCREG_SCOPE") ?: "default"),
+				c->dir ? c->dir : (getenv("PROCREG_DIR") ?: "/dev/shm"));
+		else
+			fprintf(stderr, "%s: cannot open the registry: %s\n", prog,
+				procreg_strerror(-e));
+		exit(EXIT_ERR);
+	}
+	return reg;
+}
+
+/* ---- output ----------------------------------------------------------- */
+
+static void json_str(const void *s, size_t n)
+{
+	const unsigned char *p = s;
+
+	putchar('"');
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = p[i];
+
+		if (ch == '"' || ch == '\\')
+			printf("\\%c", ch);
+		else if (ch == '\n')
+			fputs("\\n", stdout);
+		else if (ch == '\t')
+			fputs("\\t", stdout);
+		else if (ch < 0x20 || ch >= 0x7f)
+			printf("\\u%04x", ch);
+		else
+			putchar(ch);
+	}
+	putchar('"');
+}
+
+/* Metadata for a human: printable bytes as they are, others escaped. */
+static void text_meta(const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] >= 0x20 && p[i] < 0x7f)
+			putchar(p[i]);
+		else
+			printf("\\x%02x", p[i]);
+	}
+}
+
+static double age_s(const struct procreg_entry *e)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return now > e->registered_ns ? (double)(now - e->registered_ns) / 1e9 : 0.0;
+}
+
+static void fmt_age(char *buf, size_t len, double s)
+{
+	if (s < 60)
+		snprintf(buf, len, "%.1fs", s);
+	else if (s < 3600)
+		snprintf(buf, len, "%dm%02ds", (int)s / 60, (int)s % 60);
+	else if (s < 86400)
+		snprintf(buf, len, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+	else
+		snprintf(buf, len, "%dd%02dh", (int)(s / 86400), ((int)s % 86400) / 3600);
+}
+
+static void entry_json(const struct procreg_entry *e)
+{
+	printf("{\"name\":");
+	json_str(e->name, strlen(e->name));
+	printf(",\"pid\":%d,\"node\":%u,\"uid\":%u,\"start_time\":%llu,\"registered_ns\":%llu,"
+	       "\"age_s\":%.3f,\"meta\":",
+	       (int)e->pid, e->node, e->uid, (unsigned long long)e->start_time,
+	       (unsigned long long)e->registered_ns, age_s(e));
+	json_str(e->meta, e->meta_len);
+	putchar('}');
+}
+
+/* ---- commands --------------------------------------------------------- */
+
+static int cmd_get(struct cli *c, int argc, char **argv)
+{
+	struct procreg_entry e;
+	procreg_t *reg;
+	char age[32];
+	int err;
+
+	if (argc != 1)
+		die_usage("get: expected one NAME", NULL);
+	reg = open_or_die(c);
+	err = procreg_lookup(reg, argv[0], &e);
+	procreg_close(reg);
+	if (err == -ENOENT) {
+		if (!c->json)
+			fprintf(stderr, "%s: %s: not registered\n", prog, argv[0]);
+		else
+			printf("null\n");
+		return EXIT_NO;
+	}
+	if (err) {
+		fprintf(stderr, "%s: get %s: %s\n", prog, argv[0], procreg_strerror(err));
+		return EXIT_ERR;
+	}
+	if (c->json) {
+		entry_json(&e);
+		putchar('\n');
+		return 0;
+	}
+	fmt_age(age, sizeof(age), age_s(&e));
+	printf("name  %s\npid   %d\nnode  %u%s\nuid   %u\nage   %s\nmeta  ", e.name, (int)e.pid,
+	       e.node, e.node ? "" : " (local)", e.uid, age);
+	text_meta(e.meta, e.meta_len);
+	putchar('\n');
+	return 0;
+}
+
+struct collected {
+	struct procreg_entry *v;
+	size_t n, cap;
+};
+
+static int collect(const struct procreg_entry *e, void *arg)
+{
+	struct collected *c = arg;
+
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 64;
+		struct procreg_entry *v = realloc(c->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		c->v = v;
+		c->cap = cap;
+	}
+	c->v[c->n++] = *e;
+	return 0;
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct procreg_entry *)a)->name,
+		      ((const struct procreg_entry *)b)->name);
+}
+
+static int cmd_ls(struct cli *c, int argc, char **argv)
+{
+	struct collected all = { 0 };
+	procreg_t *reg;
+	int err, w = 4;
+
+	(void)argv;
+	if (argc != 0)
+		die_usage("ls: unexpected argument", argv[0]);
+	reg = open_or_die(c);
+	err = procreg_foreach(reg, collect, &all);
+	procreg_close(reg);
+	if (err) {
+		fprintf(stderr, "%s: ls: %s\n", prog, procreg_strerror(err));
+		free(all.v);
+		return EXIT_ERR;
+	}
+	qsort(all.v, all.n, sizeof(*all.v), by_name);
+	if (c->json) {
+		putchar('[');
+		for (size_t i = 0; i < all.n; i++) {
+			if (i)
+				putchar(',');
+			entry_json(&all.v[i]);
+		}
+		printf("]\n");
+	} else {
+		for (size_t i = 0; i < all.n; i++)
+			if ((int)strlen(all.v[i].name) > w)
+				w = (int)strlen(all.v[i].name);
+		if (w > 40)
+			w = 40;
+		if (isatty(1))
+			printf("%-*s %8s %5s %8s  %s\n", w, "NAME", "PID", "NODE", "AGE", "META");
+		for (size_t i = 0; i < all.n; i++) {
+			char age[32];
+
+			fmt_age(age, sizeof(age), age_s(&all.v[i]));
+			printf("%-*s %8d %5u %8s  ", w, all.v[i].name, (int)all.v[i].pid,
+			       all.v[i].node, age);
+			text_meta(all.v[i].meta, all.v[i].meta_len);
+			putchar('\n');
+		}
+	}
+	free(all.v);
+	return 0;
+}
+
+static int cmd_unregister(struct cli *c, int argc, char **argv)
+{
+	procreg_t *reg;
+	int err;
+
+	if (argc != 1)
+		die_usage("unregister: expected one NAME", NULL);
+	reg = open_or_die(c);
+	err = procreg_unregister(reg, argv[0]);
+	procreg_close(reg);
+	if (err == -ENOENT) {
+		fprintf(stderr, "%s: %s: not registered\n", prog, argv[0]);
+		return EXIT_NO;
+	}
+	if (err) {
+		fprintf(stderr, "%s: unregister %s: %s\n", prog, argv[0], procreg_strerror(err));
+		return EXIT_ERR;
+	}
+	return 0;
+}
+
+static int cmd_stats(struct cli *c, int argc, char **argv)
+{
+	struct procreg_stats s;
+	procreg_t *reg;
+	double up = 0;
+
+	if (argc != 0)
+		die_usage("stats: unexpected argument", argv[0]);
+	reg = open_or_die(c);
+	procreg_stats(reg, &s);
+	if (s.daemon_pid) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		up = (double)ts.tv_sec + ts.tv_nsec / 1e9 - (double)s.daemon_started_ns / 1e9;
+	}
+#define STAT_FIELDS(X)                                  \
+	X(names) X(processes) X(arena_size) X(arena_used) \
+	X(arena_top) X(index_capacity) X(grace_periods)    \
+	X(registrations) X(unregistrations) X(deaths)     \
+	X(reader_slots) X(reader_slots_used)
+	if (c->json) {
+		printf("{");
+#define J(f) printf("\"" #f "\":%llu,", (unsigned long long)s.f);
+		STAT_FIELDS(J)
+		printf("\"daemon_pid\":%d,\"daemon_uptime_s\":%.3f,\"table\":", (int)s.daemon_pid, up);
+		json_str(procreg_table_path(reg), strlen(procreg_table_path(reg)));
+		printf("}\n");
+	} else {
+#define T(f) printf("%-18s %llu\n", #f, (unsigned long long)s.f);
+		STAT_FIELDS(T)
+		if (s.daemon_pid)
+			printf("%-18s %d (up %.1fs)\n", "daemon_pid", (int)s.daemon_pid, up);
+		else
+			printf("%-18s not running\n", "daemon_pid");
+		printf("%-18s %s\n", "table", procreg_table_path(reg));
+	}
+	procreg_close(reg);
+	return 0;
+}
+
+static int cmd_run(struct cli *c, int argc, char **argv)
+{
+	procreg_t *reg;
+	int n = 0, err;
+
+	while (n < argc && strcmp(argv[n], "--"))
+		n++;
+	if (n == 0)
+		die_usage("run: expected NAME [NAME...] -- CMD", NULL);
+	if (n >= argc - 1)
+		die_usage("run: expected -- CMD after the names", NULL);
+	reg = open_or_die(c);
+	for (int i = 0; i < n; i++) {
+		const char *m = c->meta ? c->meta : "";
+
+		err = procreg_register(reg, argv[i], m, strlen(m));
+		if (err) {
+			struct procreg_entry e;
+
+			if (err == -EEXIST && procreg_lookup(reg, argv[i], &e) == 0)
+				fprintf(stderr, "%s: run: name '%s' is held by pid %d\n", prog,
+					argv[i], (int)e.pid);
+			else
+				fprintf(stderr, "%s: run: register '%s': %s\n", prog, argv[i],
+					procreg_strerror(err));
+			/* Leave nothing half-done. */
+			for (int k = 0; k < i; k++)
+				procreg_unregister(reg, argv[k]);
+			procreg_close(reg);
+			return err == -EEXIST ? EXIT_NO : EXIT_ERR;
+		}
+	}
+	procreg_close(reg);
+	execvp(argv[n + 1], &argv[n + 1]);
+	fprintf(stderr, "%s: run: %s: %s\n", prog, argv[n + 1], strerror(errno));
+	return 127;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "scope", required_argument, NULL, 's' },
+		{ "dir", required_argument, NULL, 'd' },
+		{ "meta", required_argument, NULL, 'm' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	struct cli c = { 0 };
+	const char *cmd;
+	int o;
+
+	/* '+': stop at the first non-option, so "run ... -- CMD -x" keeps -x
+	 * for CMD. Options may come before or after the command word. */
+	while ((o = getopt_long(argc, argv, "+s:d:m:jhV", lo, NULL)) != -1) {
+		switch (o) {
+		case 's': c.scope = optarg; break;
+		case 'd': c.dir = optarg; break;
+		case 'm': c.meta = optarg; break;
+		case 'j': c.json = 1; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': printf("procreg %s\n", procreg_version()); return 0;
+		default: usage(stderr); return EXIT_ERR;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return EXIT_ERR;
+	}
+	cmd = argv[optind++];
+	{
+		/* Options after the command word, up to "--". */
+		int rest = argc - optind, k = 0;
+		char **args = calloc((size_t)rest + 1, sizeof(char *));
+
+		if (!args)
+			return EXIT_ERR;
+		for (int i = optind; i < argc; i++) {
+			const char *a = argv[i];
+
+			if (!strcmp(a, "--")) {
+				for (; i < argc; i++)
+					args[k++] = argv[i];
+				break;
+			}
+			if (!strcmp(a, "--json") || !strcmp(a, "-j"))
+				c.json = 1;
+			else if ((!strcmp(a, "--meta") || !strcmp(a, "-m")) && i + 1 < argc)
+				c.meta = argv[++i];
+			else if ((!strcmp(a, "--scope") || !strcmp(a, "-s")) && i + 1 < argc)
+				c.scope = argv[++i];
+			else if ((!strcmp(a, "--dir") || !strcmp(a, "-d")) && i + 1 < argc)
+				c.dir = argv[++i];
+			else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+				usage(stdout);
+				return 0;
+			} else if (a[0] == '-' && a[1])
+				die_usage("unknown option", a);
+			else
+				args[k++] = argv[i];
+		}
+		if (!strcmp(cmd, "get"))
+			return cmd_get(&c, k, args);
+		if (!strcmp(cmd, "ls"))
+			return cmd_ls(&c, k, args);
+		if (!strcmp(cmd, "unregister"))
+			return cmd_unregister(&c, k, args);
+		if (!strcmp(cmd, "stats"))
+			return cmd_stats(&c, k, args);
+		if (!strcmp(cmd, "run"))
+			return cmd_run(&c, k, args);
+		if (!strcmp(cmd, "help")) {
+			usage(stdout);
+			return 0;
+		}
+		if (!strcmp(cmd, "version")) {
+			printf("procreg %s\n", PROCREG_VERSION_STRING);
+			return 0;
+		}
+		die_usage("unknown command", cmd);
+	}
+	return EXIT_ERR;
+}

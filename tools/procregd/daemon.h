@@ -1,0 +1,127 @@
+/*
+ * daemon.h - procregd's private state, shared by its files:
+ *   main.c    options, start-up, the epoll loop, shutdown
+ *   server.c  the listening socket, clients, requests
+ *   procs.c   registered processes: pidfds, death, re-verification
+ *
+ * One thread. Every table write happens on it, in the order requests and
+ * deaths arrive; that order is the serialisation point that makes
+ * register-if-absent atomic without a lock.
+ */
+#ifndef PROCREGD_H
+#define PROCREGD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "internal.h"
+
+/* What an epoll event refers to: the first member of each watched object. */
+enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC };
+
+struct ev {
+	enum ev_kind kind;
+};
+
+/* A process that holds names. */
+struct proc {
+	struct ev ev;
+	pid_t pid;
+	uint64_t start;           /* start time, ticks since boot */
+	uint64_t ino;             /* pidfs inode, 0 without pidfs */
+	uid_t uid;
+	int pidfd;                /* in the epoll set: readable when it exits */
+	struct pr_vec names;      /* record offsets of its names */
+};
+
+/* Identity of a peer, from SO_PEERCRED plus a pidfd. */
+struct ident {
+	pid_t pid;
+	uid_t uid;
+	uint64_t start;
+	uint64_t ino;
+	int pidfd;                /* -1 until known */
+};
+
+struct out_packet {
+	struct out_packet *next;
+	size_t len;
+	uint8_t data[];
+};
+
+struct client {
+	struct ev ev;
+	int fd;
+	bool hello_done;
+	struct ident id;
+	struct out_packet *pending, **pending_tail; /* replies the socket would not take */
+	size_t pending_bytes;
+	struct client *next, *prev;
+};
+
+struct daemon_opts {
+	const char *scope, *dir, *socket;
+	uint64_t max_size;
+	uint32_t readers;
+	uint32_t max_names_per_proc;
+	uint32_t max_clients;
+	bool foreground;
+	int verbose;
+};
+
+struct daemon {
+	struct daemon_opts o;
+	struct pr_paths paths;
+	struct pr_writer w;
+	char socket_path[PR_SOCKET_PATH_MAX];
+	int epfd;
+	struct ev listen_ev, signal_ev, timer_ev;
+	int lfd, sigfd, timerfd;
+	bool stop;
+	bool no_peerpidfd;        /* PROCREG_NO_PEERPIDFD: test the 6.1 path */
+
+	struct pr_u64map procs;   /* pid -> struct proc * */
+	struct pr_u64map owned;   /* record offset -> index in its proc's names */
+	struct client *clients;
+	uint32_t nclients;
+
+	uint64_t last_reap_ns;
+	uint8_t *in, *out;        /* one packet each */
+};
+
+void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define LOGV(d, ...) do { if ((d)->o.verbose) log_msg(__VA_ARGS__); } while (0)
+
+/* epoll helpers (main.c) */
+int ev_add(struct daemon *d, int fd, uint32_t events, struct ev *ev);
+int ev_mod(struct daemon *d, int fd, uint32_t events, struct ev *ev);
+
+/* server.c */
+int server_listen(struct daemon *d);
+void server_accept(struct daemon *d);
+void server_client_event(struct daemon *d, struct client *c, uint32_t events);
+void server_close_all(struct daemon *d);
+
+/* procs.c */
+struct proc *proc_get(struct daemon *d, pid_t pid);
+/* Find or create the entry for the process IDENT names; takes a dup of its
+ * pidfd. A stale entry for a previous process with the same pid is
+ * processed as a death first. */
+int proc_attach(struct daemon *d, const struct ident *id, struct proc **out);
+int proc_add_name(struct daemon *d, struct proc *p, uint64_t off);
+void proc_replace_name(struct daemon *d, uint64_t old_off, uint64_t new_off);
+/* Remove the name at POS (record OFF) from the table and its owner. */
+void proc_remove_name(struct daemon *d, uint64_t pos, uint64_t off);
+/* Drop an entry that holds no names. */
+void proc_release_if_empty(struct daemon *d, struct proc *p);
+/* Its pidfd fired: remove every name it held. */
+void proc_died(struct daemon *d, struct proc *p);
+/* Handle every pidfd that is already readable (for SYNC). */
+void procs_drain_deaths(struct daemon *d);
+/* After attaching to an existing table: keep the names of live owners,
+ * remove the rest. */
+int procs_recover(struct daemon *d);
+void procs_free_all(struct daemon *d);
+
+#endif /* PROCREGD_H */

@@ -1,0 +1,461 @@
+/*
+ * procregd - the registry daemon: the one writer of a scope's table.
+ *
+ * Start-up: take the scope's lock (flock on the table file), create the
+ * table or re-attach to the one a previous daemon left (re-verifying every
+ * owner), listen, then loop on epoll: clients' requests, registered
+ * processes' pidfds, a timer for reclamation and reader checks, and a
+ * signalfd for SIGTERM/SIGINT, which end the loop cleanly. The table stays
+ * in place when the daemon stops: names belong to processes, and a new
+ * daemon carries on with them.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "proto.h"
+#include "procreg_version.h"
+
+#define RECLAIM_TICK_NS (2 * 1000000ull)    /* while memory waits for a grace period */
+#define IDLE_TICK_NS (1000 * 1000000ull)    /* reader checks when nothing else is due */
+#define REAP_AFTER_NS (100 * 1000000ull)    /* a grace period blocked this long: check owners */
+#define RECLAIM_BYTES (1u << 20)            /* retired bytes that start a grace period at once */
+
+void log_msg(const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	struct timespec ts;
+	struct tm tm;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	localtime_r(&ts.tv_sec, &tm);
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%02d:%02d:%02d.%03ld procregd[%d]: %s\n", tm.tm_hour, tm.tm_min,
+		tm.tm_sec, ts.tv_nsec / 1000000, (int)getpid(), buf);
+}
+
+int ev_add(struct daemon *d, int fd, uint32_t events, struct ev *ev)
+{
+	struct epoll_event e = { .events = events, .data.ptr = ev };
+
+	return epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &e) < 0 ? -errno : 0;
+}
+
+int ev_mod(struct daemon *d, int fd, uint32_t events, struct ev *ev)
+{
+	struct epoll_event e = { .events = events, .data.ptr = ev };
+
+	return epoll_ctl(d->epfd, EPOLL_CTL_MOD, fd, &e) < 0 ? -errno : 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: procregd [OPTIONS]\n"
+		"The procreg daemon: the single writer of a scope's registry table.\n"
+		"\n"
+		"  -s, --scope NAME          scope (default: $PROCREG_SCOPE or \"default\")\n"
+		"  -d, --dir DIR             table directory (default: $PROCREG_DIR or /dev/shm)\n"
+		"  -S, --socket PATH         socket (default: $PROCREG_DIR, $XDG_RUNTIME_DIR\n"
+		"                            or /run/procreg, + /procreg.SCOPE.sock)\n"
+		"  -f, --foreground          stay in the foreground (default: detach once ready)\n"
+		"      --max-size BYTES      table file size, fixed when it is created; sparse\n"
+		"                            (default 1G; suffixes K M G)\n"
+		"      --readers N           reader slots, fixed at creation (default 4096)\n"
+		"      --max-names-per-proc N  names one process may hold (default 65536)\n"
+		"      --max-clients N       connected clients (default 1024)\n"
+		"  -v, --verbose             log every connection and death\n"
+		"  -h, --help                this help\n"
+		"  -V, --version             print the version\n"
+		"\n"
+		"Files: DIR/procreg.SCOPE (the table, mode 0644) and DIR/procreg.SCOPE.readers\n"
+		"(reader slots, mode 0666). SIGTERM or SIGINT stops the daemon cleanly; the\n"
+		"table stays, and the next daemon re-attaches to it.\n");
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -1;
+	switch (*end) {
+	case 'k': case 'K': v <<= 10; end++; break;
+	case 'm': case 'M': v <<= 20; end++; break;
+	case 'g': case 'G': v <<= 30; end++; break;
+	default: break;
+	}
+	if (*end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v == 0 || v > UINT32_MAX)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_opts(struct daemon_opts *o, int argc, char **argv)
+{
+	enum { O_MAX_SIZE = 256, O_READERS, O_NAMES, O_CLIENTS };
+	static const struct option lo[] = {
+		{ "scope", required_argument, NULL, 's' },
+		{ "dir", required_argument, NULL, 'd' },
+		{ "socket", required_argument, NULL, 'S' },
+		{ "foreground", no_argument, NULL, 'f' },
+		{ "max-size", required_argument, NULL, O_MAX_SIZE },
+		{ "readers", required_argument, NULL, O_READERS },
+		{ "max-names-per-proc", required_argument, NULL, O_NAMES },
+		{ "max-clients", required_argument, NULL, O_CLIENTS },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	int c;
+
+	o->max_size = 1ull << 30;
+	o->readers = 4096;
+	o->max_names_per_proc = 65536;
+	o->max_clients = 1024;
+	while ((c = getopt_long(argc, argv, "s:d:S:fvhV", lo, NULL)) != -1) {
+		switch (c) {
+		case 's': o->scope = optarg; break;
+		case 'd': o->dir = optarg; break;
+		case 'S': o->socket = optarg; break;
+		case 'f': o->foreground = true; break;
+		case 'v': o->verbose++; break;
+		case 'h': usage(stdout); exit(0);
+		case 'V': printf("procregd %s\n", PROCREG_VERSION_STRING); exit(0);
+		case O_MAX_SIZE:
+			if (parse_size(optarg, &o->max_size) < 0 || o->max_size < (2u << 20) ||
+			    o->max_size > PR_MAX_FILE_SIZE) {
+				fprintf(stderr, "procregd: --max-size %s: want 2M..64G\n", optarg);
+				return -1;
+			}
+			break;
+		case O_READERS:
+			if (parse_u32(optarg, &o->readers) < 0 || o->readers > (1u << 20)) {
+				fprintf(stderr, "procregd: --readers %s: want 1..1048576\n", optarg);
+				return -1;
+			}
+			break;
+		case O_NAMES:
+			if (parse_u32(optarg, &o->max_names_per_proc) < 0) {
+				fprintf(stderr, "procregd: --max-names-per-proc %s: want a positive number\n", optarg);
+				return -1;
+			}
+			break;
+		case O_CLIENTS:
+			if (parse_u32(optarg, &o->max_clients) < 0) {
+				fprintf(stderr, "procregd: --max-clients %s: want a positive number\n", optarg);
+				return -1;
+			}
+			break;
+		default:
+			usage(stderr);
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "procregd: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	return 0;
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+	char buf[PR_PATH_MAX];
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(buf, mode) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static void arm_timer(struct daemon *d, uint64_t ns)
+{
+	struct itimerspec its = { .it_value = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) } };
+
+	timerfd_settime(d->timerfd, 0, &its, NULL);
+}
+
+static void tick(struct daemon *d)
+{
+	uint64_t now = procreg__mono_ns();
+	int pending = procreg__w_reclaim(&d->w);
+
+	/* A grace period held up for long, or the periodic check: clear the
+	 * slots of readers that died (possibly inside a critical section). */
+	if ((pending && d->w.gp_target && now - d->w.gp_started_ns > REAP_AFTER_NS) ||
+	    now - d->last_reap_ns > IDLE_TICK_NS) {
+		procreg__readers_reap(&d->w.map, log_msg);
+		d->last_reap_ns = now;
+		pending = procreg__w_reclaim(&d->w);
+	}
+	arm_timer(d, pending ? RECLAIM_TICK_NS : IDLE_TICK_NS);
+}
+
+static int setup(struct daemon *d)
+{
+	struct pr_writer_opts wo = { .max_size = d->o.max_size, .readers = d->o.readers, .mode = 0644 };
+	const char *why = "";
+	sigset_t mask;
+	char sockdir[PR_PATH_MAX];
+	int err;
+
+	d->lfd = d->sigfd = d->timerfd = d->epfd = -1;
+	d->no_peerpidfd = getenv("PROCREG_NO_PEERPIDFD") != NULL;
+	err = procreg__paths(&d->paths, d->o.scope, d->o.dir, d->o.socket);
+	if (err) {
+		log_msg("scope or directory: %s", strerror(-err));
+		return err;
+	}
+	if (d->paths.socket[0])
+		snprintf(d->socket_path, sizeof(d->socket_path), "%s", d->paths.socket);
+	else if ((err = procreg__default_socket(d->socket_path, sizeof(d->socket_path),
+						 d->paths.scope, d->o.dir)) < 0) {
+		log_msg("socket path too long");
+		return err;
+	}
+	err = mkdir_p(d->paths.dir, 0755);
+	snprintf(sockdir, sizeof(sockdir), "%s", d->socket_path);
+	if (!err && strrchr(sockdir, '/') && strrchr(sockdir, '/') != sockdir) {
+		*strrchr(sockdir, '/') = 0;
+		err = mkdir_p(sockdir, 0755);
+	}
+	if (err) {
+		log_msg("cannot create directories for %s, %s: %s", d->paths.dir, d->socket_path,
+			strerror(-err));
+		return err;
+	}
+	d->in = malloc(PR_PACKET_MAX);
+	d->out = malloc(PR_PACKET_MAX);
+	d->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (!d->in || !d->out || d->epfd < 0)
+		return -ENOMEM;
+
+	err = procreg__writer_open(&d->w, &d->paths, &wo, &why);
+	if (err) {
+		if (err == -EBUSY)
+			log_msg("%s: %s (pid %u)", d->paths.table, why,
+				d->w.map.hdr ? d->w.map.hdr->daemon_pid : 0);
+		else
+			log_msg("%s: %s%s%s", d->paths.table, why ? why : "", why ? ": " : "",
+				strerror(-err));
+		return err;
+	}
+	if (d->w.attached) {
+		err = procreg__w_recover(&d->w);
+		if (err) {
+			log_msg("%s: cannot recover the table: %s; move it away to start afresh",
+				d->paths.table, strerror(-err));
+			return err;
+		}
+		err = procs_recover(d);
+		if (err)
+			return err;
+	}
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	d->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	d->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (d->sigfd < 0 || d->timerfd < 0)
+		return -errno;
+	d->signal_ev.kind = EV_SIGNAL;
+	d->timer_ev.kind = EV_TIMER;
+	if ((err = ev_add(d, d->sigfd, EPOLLIN, &d->signal_ev)) < 0 ||
+	    (err = ev_add(d, d->timerfd, EPOLLIN, &d->timer_ev)) < 0)
+		return err;
+	err = server_listen(d);
+	if (err) {
+		log_msg("%s: cannot listen: %s", d->socket_path, strerror(-err));
+		return err;
+	}
+
+	/* Tell clients where we are, then that we are. */
+	memcpy(d->w.map.hdr->socket_path, d->socket_path, sizeof(d->socket_path));
+	CMM_STORE_SHARED(d->w.map.hdr->daemon_start_ticks, 0);
+	procreg__proc_start_time(getpid(), &d->w.map.hdr->daemon_start_ticks);
+	CMM_STORE_SHARED(d->w.map.hdr->daemon_started_ns, procreg__now_ns());
+	PR_STORE_REL(&d->w.map.hdr->daemon_pid, (uint32_t)getpid());
+	arm_timer(d, RECLAIM_TICK_NS);
+	log_msg("serving scope '%s': table %s, socket %s, %u reader slots%s", d->paths.scope,
+		d->paths.table, d->socket_path, d->w.map.nslots,
+		d->w.membarrier ? "" : " (no membarrier: readers use full barriers)");
+	return 0;
+}
+
+static void run(struct daemon *d)
+{
+	struct epoll_event evs[64];
+
+	while (!d->stop) {
+		int n = epoll_wait(d->epfd, evs, 64, -1);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			log_msg("epoll_wait: %s", strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			struct ev *e = evs[i].data.ptr;
+
+			switch (e->kind) {
+			case EV_LISTEN:
+				server_accept(d);
+				break;
+			case EV_SIGNAL: {
+				struct signalfd_siginfo si;
+
+				if (read(d->sigfd, &si, sizeof(si)) == sizeof(si)) {
+					log_msg("%s: shutting down", strsignal((int)si.ssi_signo));
+					d->stop = true;
+				}
+				break;
+			}
+			case EV_TIMER: {
+				uint64_t x;
+
+				if (read(d->timerfd, &x, sizeof(x)) < 0 && errno != EAGAIN)
+					break;
+				tick(d);
+				break;
+			}
+			case EV_CLIENT:
+				server_client_event(d, (struct client *)e, evs[i].events);
+				break;
+			case EV_PROC:
+				proc_died(d, (struct proc *)e);
+				break;
+			}
+			if (d->w.retired_bytes > RECLAIM_BYTES)
+				procreg__w_reclaim(&d->w);
+			/* A request may free a proc that is later in this batch
+			 * (SYNC handles pending deaths; a reused pid retires a
+			 * stale entry): wait again instead of touching it.
+			 * Level-triggered, so nothing unhandled is lost. */
+			if (e->kind == EV_CLIENT)
+				break;
+		}
+		if (d->w.retired.n && !d->w.gp_target)
+			arm_timer(d, 1);
+	}
+}
+
+static void teardown(struct daemon *d)
+{
+	server_close_all(d);
+	if (d->w.map.hdr)
+		PR_STORE_REL(&d->w.map.hdr->daemon_pid, 0);
+	procs_free_all(d);
+	procreg__writer_close(&d->w);
+	if (d->sigfd >= 0)
+		close(d->sigfd);
+	if (d->timerfd >= 0)
+		close(d->timerfd);
+	if (d->epfd >= 0)
+		close(d->epfd);
+	free(d->in);
+	free(d->out);
+}
+
+/* Detach: the parent returns once the child is serving (or failed), so
+ * "procregd && procreg ls" works. */
+static int daemonize(int *notify_fd)
+{
+	int p[2];
+	pid_t pid;
+	char status = 1;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid > 0) {
+		close(p[1]);
+		if (read(p[0], &status, 1) != 1)
+			status = 1;
+		_exit(status);
+	}
+	close(p[0]);
+	setsid();
+	*notify_fd = p[1];
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct daemon d;
+	int notify = -1, err;
+
+	if (parse_opts(&d.o, argc, argv) < 0)
+		return 2;
+	if (!d.o.foreground && daemonize(&notify) < 0) {
+		perror("procregd: fork");
+		return 1;
+	}
+	err = setup(&d);
+	if (notify >= 0) {
+		char status = err ? 1 : 0;
+		int devnull = open("/dev/null", O_RDWR);
+
+		if (write(notify, &status, 1) < 0)
+			err = err ? err : -errno;
+		close(notify);
+		if (devnull >= 0) {
+			dup2(devnull, 0);
+			dup2(devnull, 1);
+			close(devnull);
+		}
+	}
+	if (!err)
+		run(&d);
+	teardown(&d);
+	if (!err)
+		log_msg("stopped");
+	return err ? 1 : 0;
+}

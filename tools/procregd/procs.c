@@ -1,0 +1,306 @@
+/*
+ * procs.c - the processes that hold names, and their deaths.
+ *
+ * Each process that holds at least one name has one entry here and one
+ * pidfd in the epoll set. The pidfd turns readable when the process exits;
+ * the daemon then removes every name it held, one slot store each, before
+ * it reads its next event. A pid is never trusted alone: an entry is
+ * (pid, start time[, pidfs inode]) and a request from a process with a
+ * known pid but another start time means the old one died unseen.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+static void count_procs(struct daemon *d, int delta)
+{
+	struct pr_table_hdr *h = d->w.map.hdr;
+
+	CMM_STORE_SHARED(h->processes, h->processes + (uint64_t)(int64_t)delta);
+}
+
+struct proc *proc_get(struct daemon *d, pid_t pid)
+{
+	uint64_t v;
+
+	/* Keys 0 and 1 are reserved by the map; pids start at 1. */
+	if (procreg__u64map_get(&d->procs, (uint64_t)pid + 2, &v) < 0)
+		return NULL;
+	return (struct proc *)(uintptr_t)v;
+}
+
+static void proc_free(struct daemon *d, struct proc *p)
+{
+	procreg__u64map_del(&d->procs, (uint64_t)p->pid + 2);
+	if (p->pidfd >= 0) {
+		epoll_ctl(d->epfd, EPOLL_CTL_DEL, p->pidfd, NULL);
+		close(p->pidfd);
+	}
+	procreg__vec_free(&p->names);
+	free(p);
+	count_procs(d, -1);
+}
+
+static int same_process(const struct proc *p, const struct ident *id)
+{
+	if (p->start != id->start)
+		return 0;
+	return !p->ino || !id->ino || p->ino == id->ino;
+}
+
+int proc_attach(struct daemon *d, const struct ident *id, struct proc **out)
+{
+	struct proc *p = proc_get(d, id->pid);
+	int err;
+
+	if (p && !same_process(p, id)) {
+		/* The old owner of this pid is gone: its pidfd must already
+		 * be readable, we just have not read it yet. */
+		proc_died(d, p);
+		p = NULL;
+	}
+	if (p) {
+		*out = p;
+		return 0;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->ev.kind = EV_PROC;
+	p->pid = id->pid;
+	p->start = id->start;
+	p->ino = id->ino;
+	p->uid = id->uid;
+	p->pidfd = fcntl(id->pidfd, F_DUPFD_CLOEXEC, 3);
+	if (p->pidfd < 0) {
+		err = -errno;
+		free(p);
+		return err;
+	}
+	err = procreg__u64map_put(&d->procs, (uint64_t)p->pid + 2, (uint64_t)(uintptr_t)p);
+	if (!err)
+		err = ev_add(d, p->pidfd, EPOLLIN, &p->ev);
+	if (err) {
+		procreg__u64map_del(&d->procs, (uint64_t)p->pid + 2);
+		close(p->pidfd);
+		free(p);
+		return err;
+	}
+	count_procs(d, 1);
+	*out = p;
+	return 0;
+}
+
+int proc_add_name(struct daemon *d, struct proc *p, uint64_t off)
+{
+	int err = procreg__vec_push(&p->names, off);
+
+	if (!err)
+		err = procreg__u64map_put(&d->owned, off, p->names.n - 1);
+	if (err && p->names.n && p->names.v[p->names.n - 1] == off)
+		p->names.n--;
+	return err;
+}
+
+static struct proc *owner_of(struct daemon *d, uint64_t off, uint64_t *idx)
+{
+	const struct pr_record *r = (const struct pr_record *)(d->w.map.base + off);
+	struct proc *p = proc_get(d, (pid_t)r->pid);
+
+	if (!p || procreg__u64map_get(&d->owned, off, idx) < 0 || *idx >= p->names.n ||
+	    p->names.v[*idx] != off)
+		return NULL;
+	return p;
+}
+
+void proc_replace_name(struct daemon *d, uint64_t old_off, uint64_t new_off)
+{
+	uint64_t idx;
+	struct proc *p = owner_of(d, old_off, &idx);
+
+	if (!p)
+		return;
+	p->names.v[idx] = new_off;
+	procreg__u64map_del(&d->owned, old_off);
+	procreg__u64map_put(&d->owned, new_off, idx);
+}
+
+/* Forget OFF in its owner's list: swap the last name into its place. */
+static struct proc *unlink_name(struct daemon *d, uint64_t off)
+{
+	uint64_t idx, last;
+	struct proc *p = owner_of(d, off, &idx);
+
+	if (!p)
+		return NULL;
+	last = p->names.v[--p->names.n];
+	if (idx < p->names.n) {
+		p->names.v[idx] = last;
+		procreg__u64map_put(&d->owned, last, idx);
+	}
+	procreg__u64map_del(&d->owned, off);
+	return p;
+}
+
+void proc_remove_name(struct daemon *d, uint64_t pos, uint64_t off)
+{
+	struct proc *p = unlink_name(d, off);
+
+	procreg__w_remove(&d->w, pos);
+	if (p)
+		proc_release_if_empty(d, p);
+}
+
+void proc_release_if_empty(struct daemon *d, struct proc *p)
+{
+	if (p && p->names.n == 0)
+		proc_free(d, p);
+}
+
+void proc_died(struct daemon *d, struct proc *p)
+{
+	size_t n = p->names.n;
+
+	for (size_t i = 0; i < p->names.n; i++) {
+		uint64_t off = p->names.v[i], pos;
+		const struct pr_record *r = (const struct pr_record *)(d->w.map.base + off);
+
+		if (procreg__w_find(&d->w, r->data, r->name_len, r->hash, &pos) == off)
+			procreg__w_remove(&d->w, pos);
+		procreg__u64map_del(&d->owned, off);
+	}
+	p->names.n = 0;
+	if (n)
+		CMM_STORE_SHARED(d->w.map.hdr->deaths, d->w.map.hdr->deaths + 1);
+	LOGV(d, "pid %d: exited, %zu name%s removed", (int)p->pid, n, n == 1 ? "" : "s");
+	proc_free(d, p);
+}
+
+void procs_drain_deaths(struct daemon *d)
+{
+	struct epoll_event evs[64];
+	int n;
+
+	/* Level-triggered: events we skip here (clients, timers) are
+	 * returned again by the main loop's next wait. */
+	do {
+		int deaths = 0;
+
+		n = epoll_wait(d->epfd, evs, 64, 0);
+		for (int i = 0; i < n; i++) {
+			struct ev *e = evs[i].data.ptr;
+
+			if (e->kind == EV_PROC) {
+				proc_died(d, (struct proc *)e);
+				deaths++;
+			}
+		}
+		if (!deaths)
+			break;
+	} while (n == 64);
+}
+
+/* ---- recovery --------------------------------------------------------- */
+
+#define DEAD ((struct proc *)1)
+
+struct recover_ctx {
+	struct daemon *d;
+	struct pr_u64map seen;    /* pid -> struct proc *, or DEAD */
+	bool other_boot;
+	uint64_t kept, dropped;
+};
+
+static struct proc *verify(struct recover_ctx *c, const struct pr_record *r)
+{
+	struct ident id = { .pid = (pid_t)r->pid, .uid = r->uid, .pidfd = -1 };
+	struct proc *p = DEAD;
+	pid_t pid;
+	uid_t uid;
+
+	if (c->other_boot)
+		return DEAD;
+	id.pidfd = procreg__pidfd_open(id.pid);
+	if (id.pidfd < 0)
+		return DEAD;
+	if (procreg__pidfd_identity(id.pidfd, &pid, &id.start, &id.ino) == 0 &&
+	    id.start == r->start_time && (!r->pidfs_ino || !id.ino || id.ino == r->pidfs_ino) &&
+	    procreg__proc_uid(pid, &uid) == 0) {
+		id.uid = uid;
+		if (proc_attach(c->d, &id, &p) < 0)
+			p = DEAD;
+	}
+	close(id.pidfd);
+	return p;
+}
+
+static int recover_one(uint64_t pos, const struct pr_record *r, void *arg)
+{
+	struct recover_ctx *c = arg;
+	uint64_t off = (uint64_t)((const uint8_t *)r - c->d->w.map.base), v;
+	struct proc *p;
+
+	if (r->node != 0) {
+		/* Remote entries belong to the bridge, which resyncs them. */
+		procreg__w_remove(&c->d->w, pos);
+		c->dropped++;
+		return 0;
+	}
+	if (procreg__u64map_get(&c->seen, (uint64_t)r->pid + 2, &v) == 0) {
+		p = (struct proc *)(uintptr_t)v;
+		if (p != DEAD && p->start != r->start_time)
+			p = DEAD; /* an older process with the same pid */
+	} else {
+		p = verify(c, r);
+		procreg__u64map_put(&c->seen, (uint64_t)r->pid + 2, (uint64_t)(uintptr_t)p);
+	}
+	if (p == DEAD || proc_add_name(c->d, p, off) < 0) {
+		procreg__w_remove(&c->d->w, pos);
+		c->dropped++;
+	} else {
+		c->kept++;
+	}
+	return 0;
+}
+
+int procs_recover(struct daemon *d)
+{
+	struct recover_ctx c = { .d = d };
+	uint8_t boot[16];
+	int err;
+
+	procreg__boot_id(boot);
+	c.other_boot = memcmp(boot, d->w.map.hdr->boot_id, 16) != 0;
+	if (c.other_boot) {
+		log_msg("table %s: written in another boot: dropping its names", d->paths.table);
+		memcpy(d->w.map.hdr->boot_id, boot, 16);
+	}
+	CMM_STORE_SHARED(d->w.map.hdr->processes, 0);
+	err = procreg__w_walk(&d->w, recover_one, &c);
+	procreg__u64map_free(&c.seen);
+	log_msg("table %s: re-attached: %llu names kept, %llu of dead owners removed",
+		d->paths.table, (unsigned long long)c.kept, (unsigned long long)c.dropped);
+	return err;
+}
+
+void procs_free_all(struct daemon *d)
+{
+	for (size_t i = 0; i < d->procs.cap; i++) {
+		if (d->procs.keys && d->procs.keys[i] > 1) {
+			struct proc *p = (struct proc *)(uintptr_t)d->procs.vals[i];
+
+			if (p->pidfd >= 0)
+				close(p->pidfd);
+			procreg__vec_free(&p->names);
+			free(p);
+		}
+	}
+	procreg__u64map_free(&d->procs);
+	procreg__u64map_free(&d->owned);
+}

@@ -1,0 +1,454 @@
+/*
+ * server.c - the listening socket, client connections and requests.
+ *
+ * Authentication. Every connection's peer is known from SO_PEERCRED (pid,
+ * uid at connect time) and, to name the process race-free, a pidfd: from
+ * SO_PEERPIDFD where the kernel has it (6.5+), else the one the client
+ * passes with its HELLO, accepted only if it refers to the SO_PEERCRED pid.
+ * A client registers itself; it registers another process only by passing
+ * that process's pidfd, and only if it is root or has that process's uid.
+ * It removes a name only if it owns it, has the owner's uid, or is root.
+ *
+ * A request that is malformed gets an error reply; a packet that cannot be
+ * framed closes its connection. Neither touches the table or any other
+ * client.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "proto.h"
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+#define MAX_PENDING_BYTES (4u << 20)
+
+int server_listen(struct daemon *d)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (strlen(d->socket_path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, d->socket_path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* We hold the scope's lock, so a socket file left here belongs to a
+	 * daemon that is gone. */
+	unlink(d->socket_path);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    chmod(d->socket_path, 0666) < 0 || listen(fd, 512) < 0) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	d->lfd = fd;
+	d->listen_ev.kind = EV_LISTEN;
+	return ev_add(d, fd, EPOLLIN, &d->listen_ev);
+}
+
+static void client_close(struct daemon *d, struct client *c)
+{
+	struct out_packet *o, *n;
+
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	if (c->id.pidfd >= 0)
+		close(c->id.pidfd);
+	for (o = c->pending; o; o = n) {
+		n = o->next;
+		free(o);
+	}
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		d->clients = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	d->nclients--;
+	free(c);
+}
+
+void server_close_all(struct daemon *d)
+{
+	while (d->clients)
+		client_close(d, d->clients);
+	if (d->lfd >= 0) {
+		close(d->lfd);
+		unlink(d->socket_path);
+		d->lfd = -1;
+	}
+}
+
+void server_accept(struct daemon *d)
+{
+	for (;;) {
+		struct ucred cred;
+		socklen_t len = sizeof(cred);
+		struct client *c;
+		int fd = accept4(d->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), pidfd = -1;
+
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+				log_msg("accept: %s", strerror(errno));
+			return;
+		}
+		if (d->nclients >= d->o.max_clients) {
+			log_msg("client refused: %u clients connected (--max-clients)", d->nclients);
+			close(fd);
+			continue;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+			close(fd);
+			continue;
+		}
+		len = sizeof(pidfd);
+		if (!d->no_peerpidfd &&
+		    getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0)
+			pidfd = -1;
+		c = calloc(1, sizeof(*c));
+		if (!c) {
+			close(fd);
+			if (pidfd >= 0)
+				close(pidfd);
+			continue;
+		}
+		c->ev.kind = EV_CLIENT;
+		c->fd = fd;
+		c->id.pid = cred.pid;
+		c->id.uid = cred.uid;
+		c->id.pidfd = pidfd;
+		c->pending_tail = &c->pending;
+		if (ev_add(d, fd, EPOLLIN, &c->ev) < 0) {
+			close(fd);
+			if (pidfd >= 0)
+				close(pidfd);
+			free(c);
+			continue;
+		}
+		c->next = d->clients;
+		if (d->clients)
+			d->clients->prev = c;
+		d->clients = c;
+		d->nclients++;
+	}
+}
+
+/* ---- replies ---------------------------------------------------------- */
+
+static int queue_reply(struct daemon *d, struct client *c, const uint8_t *buf, size_t len)
+{
+	struct out_packet *o;
+
+	if (c->pending_bytes + len > MAX_PENDING_BYTES)
+		return -ENOBUFS; /* it does not read its replies: drop it */
+	o = malloc(sizeof(*o) + len);
+	if (!o)
+		return -ENOMEM;
+	o->next = NULL;
+	o->len = len;
+	memcpy(o->data, buf, len);
+	if (!c->pending)
+		ev_mod(d, c->fd, EPOLLOUT, &c->ev); /* stop reading until drained */
+	*c->pending_tail = o;
+	c->pending_tail = &o->next;
+	c->pending_bytes += len;
+	return 0;
+}
+
+static int send_reply(struct daemon *d, struct client *c, const uint8_t *buf, size_t len)
+{
+	if (!c->pending) {
+		ssize_t n = send(c->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n >= 0)
+			return 0;
+		if (errno != EAGAIN)
+			return -errno;
+	}
+	return queue_reply(d, c, buf, len);
+}
+
+static int flush_pending(struct daemon *d, struct client *c)
+{
+	while (c->pending) {
+		struct out_packet *o = c->pending;
+		ssize_t n = send(c->fd, o->data, o->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0)
+			return errno == EAGAIN ? 0 : -errno;
+		c->pending = o->next;
+		c->pending_bytes -= o->len;
+		free(o);
+	}
+	c->pending_tail = &c->pending;
+	return ev_mod(d, c->fd, EPOLLIN, &c->ev);
+}
+
+/* ---- requests --------------------------------------------------------- */
+
+static int hello(struct daemon *d, struct client *c, const struct pr_frame *f, int passed_fd)
+{
+	pid_t pid;
+	int err;
+
+	if (f->version != PR_PROTO_VERSION)
+		return -EPROTONOSUPPORT;
+	if (c->id.pidfd < 0) {
+		/* No SO_PEERPIDFD: take the client's own pidfd, but only if it
+		 * names the process the kernel says is at the other end. */
+		if (passed_fd < 0)
+			return -EPERM;
+		err = procreg__pidfd_pid(passed_fd, &pid);
+		if (err < 0 || pid != c->id.pid)
+			return -EPERM;
+		c->id.pidfd = fcntl(passed_fd, F_DUPFD_CLOEXEC, 3);
+		if (c->id.pidfd < 0)
+			return -errno;
+	}
+	err = procreg__pidfd_identity(c->id.pidfd, &pid, &c->id.start, &c->id.ino);
+	if (err < 0)
+		return err;
+	if (pid != c->id.pid)
+		return -EPERM;
+	c->hello_done = true;
+	LOGV(d, "client pid %d uid %u: connected%s", (int)c->id.pid, (unsigned)c->id.uid,
+	     d->no_peerpidfd ? " (pidfd passed)" : "");
+	return 0;
+}
+
+/* The identity a REGISTER names: the client itself, or the process of a
+ * pidfd it passed (same uid, or root). */
+static int target_of(struct client *c, const struct pr_frame *f, int passed_fd,
+		     struct ident *t)
+{
+	int err;
+
+	if (!(f->h.flags & PR_F_PIDFD)) {
+		*t = c->id;
+		return 0;
+	}
+	if (passed_fd < 0)
+		return -EBADF;
+	memset(t, 0, sizeof(*t));
+	t->pidfd = passed_fd;
+	err = procreg__pidfd_identity(passed_fd, &t->pid, &t->start, &t->ino);
+	if (err == -EBADF)
+		return -EBADF;
+	if (err < 0)
+		return -ESRCH;
+	err = procreg__proc_uid(t->pid, &t->uid);
+	if (err < 0 || procreg__pidfd_exited(passed_fd))
+		return -ESRCH;
+	if (c->id.uid != 0 && c->id.uid != t->uid)
+		return -EPERM;
+	return 0;
+}
+
+static int valid_name(const struct pr_frame *f)
+{
+	if (f->name_len == 0 || memchr(f->name, 0, f->name_len))
+		return -EINVAL;
+	if (f->name_len > PROCREG_NAME_MAX)
+		return -ENAMETOOLONG;
+	if (f->meta_len > PROCREG_META_MAX)
+		return -EMSGSIZE;
+	return 0;
+}
+
+static int do_register(struct daemon *d, struct client *c, const struct pr_frame *f,
+		       int passed_fd)
+{
+	struct pr_record t = { 0 };
+	struct ident id;
+	struct proc *p;
+	uint64_t h, pos, old, off;
+	int err = valid_name(f);
+
+	if (!err)
+		err = target_of(c, f, passed_fd, &id);
+	if (err)
+		return err;
+	h = pr_hash(f->name, f->name_len, d->w.map.hdr->hash_seed);
+	err = procreg__w_reserve(&d->w);
+	if (err)
+		return err;
+	old = procreg__w_find(&d->w, f->name, f->name_len, h, &pos);
+	if (old) {
+		const struct pr_record *r = (const struct pr_record *)(d->w.map.base + old);
+
+		if (r->node != 0 || r->pid != (uint32_t)id.pid || r->start_time != id.start)
+			return -EEXIST;
+	}
+	err = proc_attach(d, &id, &p);
+	if (err)
+		return err;
+	if (!old && p->names.n >= d->o.max_names_per_proc) {
+		proc_release_if_empty(d, p);
+		return -EDQUOT;
+	}
+	t.hash = h;
+	t.start_time = id.start;
+	t.pidfs_ino = id.ino;
+	t.registered_ns = procreg__now_ns();
+	t.pid = (uint32_t)id.pid;
+	t.uid = id.uid;
+	t.node = 0;
+	t.name_len = (uint16_t)f->name_len;
+	t.meta_len = (uint16_t)f->meta_len;
+	err = procreg__w_new_record(&d->w, &t, f->name, f->meta, &off);
+	if (!err && !old && (err = proc_add_name(d, p, off)) < 0)
+		procreg__w_discard(&d->w, off);
+	if (err) {
+		proc_release_if_empty(d, p);
+		return err;
+	}
+	/* Reply comes after this store: an acknowledged write is published. */
+	procreg__w_publish(&d->w, pos, off);
+	if (old)
+		proc_replace_name(d, old, off);
+	CMM_STORE_SHARED(d->w.map.hdr->registrations, d->w.map.hdr->registrations + 1);
+	return 0;
+}
+
+static int do_unregister(struct daemon *d, struct client *c, const struct pr_frame *f)
+{
+	const struct pr_record *r;
+	uint64_t h, pos, off;
+	int err = valid_name(f);
+
+	if (err)
+		return err;
+	h = pr_hash(f->name, f->name_len, d->w.map.hdr->hash_seed);
+	off = procreg__w_find(&d->w, f->name, f->name_len, h, &pos);
+	if (!off)
+		return -ENOENT;
+	r = (const struct pr_record *)(d->w.map.base + off);
+	if (c->id.uid != 0 && c->id.uid != r->uid &&
+	    !(r->node == 0 && r->pid == (uint32_t)c->id.pid && r->start_time == c->id.start))
+		return -EPERM;
+	if (r->node != 0)
+		return -EPERM; /* a remote node's name: its own daemon decides */
+	proc_remove_name(d, pos, off);
+	CMM_STORE_SHARED(d->w.map.hdr->unregistrations, d->w.map.hdr->unregistrations + 1);
+	return 0;
+}
+
+static int handle_frame(struct daemon *d, struct client *c, const struct pr_frame *f,
+			int passed_fd)
+{
+	if (!c->hello_done)
+		return f->h.op == PR_OP_HELLO ? hello(d, c, f, passed_fd) : -EPROTO;
+	switch (f->h.op) {
+	case PR_OP_REGISTER:
+		return do_register(d, c, f, passed_fd);
+	case PR_OP_UNREGISTER:
+		return do_unregister(d, c, f);
+	case PR_OP_SYNC:
+		procs_drain_deaths(d);
+		return 0;
+	default:
+		return -EBADMSG;
+	}
+}
+
+/* Returns <0 when the connection must close. */
+static int handle_packet(struct daemon *d, struct client *c, size_t len, int passed_fd)
+{
+	struct pr_frame f;
+	size_t pos = 0, out = 0;
+	int r, status, frames = 0;
+
+	while ((r = procreg__proto_next(d->in, len, &pos, &f)) != 0) {
+		if (r == -EBADMSG) {
+			log_msg("client pid %d: unframeable packet, closing", (int)c->id.pid);
+			return -EBADMSG;
+		}
+		frames++;
+		if (r == -EPROTO || (f.h.op & PR_OP_REPLY))
+			status = -EBADMSG;
+		else if ((f.h.op == PR_OP_HELLO && (c->hello_done || frames > 1)) ||
+			 (passed_fd >= 0 && frames > 1 && f.h.op != PR_OP_HELLO &&
+			  (f.h.flags & PR_F_PIDFD)))
+			status = -EBADMSG; /* one HELLO, one pidfd per packet */
+		else
+			status = handle_frame(d, c, &f, passed_fd);
+		if (f.h.op == PR_OP_HELLO && !(f.h.op & PR_OP_REPLY))
+			procreg__proto_put_hello(d->out, &out, PR_OP_HELLO | PR_OP_REPLY, f.h.id,
+						 status);
+		else
+			procreg__proto_put(d->out, &out, (uint16_t)(f.h.op | PR_OP_REPLY), 0,
+					   f.h.id, status, NULL, 0, NULL, 0);
+		if (!c->hello_done)
+			break; /* a failed HELLO ends the conversation */
+	}
+	if (out && send_reply(d, c, d->out, out) < 0)
+		return -EPIPE;
+	return c->hello_done ? 0 : -EPERM;
+}
+
+void server_client_event(struct daemon *d, struct client *c, uint32_t events)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u;
+	int err = 0;
+
+	if (events & EPOLLOUT) {
+		err = flush_pending(d, c);
+		if (err < 0 || c->pending)
+			goto out;
+	}
+	if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+		return;
+	/* Up to a few packets per wake-up, so one busy client cannot starve
+	 * the others or the pidfds. */
+	for (int i = 0; i < 16 && !c->pending; i++) {
+		struct iovec iov = { d->in, PR_PACKET_MAX };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+				      .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+		int passed_fd = -1;
+		ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return;
+			err = -errno;
+			break;
+		}
+		if (n == 0) {
+			err = -ECONNRESET;
+			break;
+		}
+		for (struct cmsghdr *h = CMSG_FIRSTHDR(&msg); h; h = CMSG_NXTHDR(&msg, h)) {
+			if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
+			    h->cmsg_len >= CMSG_LEN(sizeof(int)))
+				memcpy(&passed_fd, CMSG_DATA(h), sizeof(int));
+		}
+		if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+			log_msg("client pid %d: oversized packet, closing", (int)c->id.pid);
+			err = -EMSGSIZE;
+		} else {
+			err = handle_packet(d, c, (size_t)n, passed_fd);
+		}
+		if (passed_fd >= 0)
+			close(passed_fd);
+		if (err)
+			break;
+	}
+out:
+	if (err)
+		client_close(d, c);
+}
