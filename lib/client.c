@@ -147,6 +147,7 @@ static void disconnect(procreg_t *reg)
 static int connect_daemon(procreg_t *reg)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	uint8_t hello[64];
 	struct pr_frame f;
 	size_t pos = 0;
 	ssize_t n;
@@ -177,8 +178,9 @@ static int connect_daemon(procreg_t *reg)
 	/* Our own pidfd proves who we are where the daemon's kernel cannot
 	 * give it one (SO_PEERPIDFD arrived in 6.5). */
 	pidfd = procreg__pidfd_open(procreg__self_pid());
-	procreg__proto_put_hello(reg->out, &pos, PR_OP_HELLO, 0, 0);
-	err = send_packet(fd, reg->out, pos, pidfd);
+	/* Not reg->out: it may hold the request we connect for. */
+	procreg__proto_put_hello(hello, &pos, PR_OP_HELLO, 0, 0);
+	err = send_packet(fd, hello, pos, pidfd);
 	if (pidfd >= 0)
 		close(pidfd);
 	if (!err) {
@@ -201,13 +203,32 @@ static int connect_daemon(procreg_t *reg)
 	return 0;
 }
 
+/* Send a packet from reg->out, connecting first if needed. A connection
+ * the daemon closed since our last call (it restarted) is replaced once:
+ * safe, because a send that fails delivered nothing. Under reg->io. */
+static int send_fresh(procreg_t *reg, size_t len, int pass_fd)
+{
+	int err = connect_daemon(reg);
+
+	if (err)
+		return err;
+	err = send_packet(reg->fd, reg->out, len, pass_fd);
+	if (err == -ECONNRESET || err == -ENOTCONN) {
+		disconnect(reg);
+		err = connect_daemon(reg);
+		if (!err)
+			err = send_packet(reg->fd, reg->out, len, pass_fd);
+	}
+	return err;
+}
+
 /* One request frame (already in reg->out), one reply. Under reg->io. */
 static int roundtrip(procreg_t *reg, size_t len, uint32_t id, int pass_fd)
 {
 	struct pr_frame f;
 	size_t pos = 0;
 	ssize_t n;
-	int err = send_packet(reg->fd, reg->out, len, pass_fd);
+	int err = send_fresh(reg, len, pass_fd);
 
 	if (err)
 		goto broken;
@@ -246,13 +267,10 @@ static int name_request(procreg_t *reg, uint16_t op, int pidfd, const char *name
 	if (meta_len && !meta)
 		return -EINVAL;
 	pthread_mutex_lock(&reg->io);
-	err = connect_daemon(reg);
-	if (!err) {
-		id = ++reg->next_id;
-		procreg__proto_put_name(reg->out, &pos, op, pidfd >= 0 ? PR_F_PIDFD : 0, id,
-					name, len, meta, meta_len);
-		err = roundtrip(reg, pos, id, pidfd);
-	}
+	id = ++reg->next_id;
+	procreg__proto_put_name(reg->out, &pos, op, pidfd >= 0 ? PR_F_PIDFD : 0, id, name, len,
+				meta, meta_len);
+	err = roundtrip(reg, pos, id, pidfd);
 	pthread_mutex_unlock(&reg->io);
 	return err;
 }
@@ -283,12 +301,9 @@ PROCREG_API int procreg_sync(procreg_t *reg)
 	int err;
 
 	pthread_mutex_lock(&reg->io);
-	err = connect_daemon(reg);
-	if (!err) {
-		id = ++reg->next_id;
-		procreg__proto_put(reg->out, &pos, PR_OP_SYNC, 0, id, 0, NULL, 0, NULL, 0);
-		err = roundtrip(reg, pos, id, -1);
-	}
+	id = ++reg->next_id;
+	procreg__proto_put(reg->out, &pos, PR_OP_SYNC, 0, id, 0, NULL, 0, NULL, 0);
+	err = roundtrip(reg, pos, id, -1);
 	pthread_mutex_unlock(&reg->io);
 	return err;
 }
@@ -366,9 +381,12 @@ PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n)
 	err = connect_daemon(reg);
 	while (!err && (next < n || inflight)) {
 		if (next < n && inflight < BATCH_WINDOW) {
+			size_t first = next;
+
 			len = batch_pack(reg, ops, n, &next);
 			if (len) {
-				err = send_packet(reg->fd, reg->out, len, -1);
+				err = first == 0 ? send_fresh(reg, len, -1)
+						 : send_packet(reg->fd, reg->out, len, -1);
 				inflight++;
 			}
 			continue;

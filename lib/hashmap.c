@@ -51,7 +51,9 @@ static int grow(struct pr_u64map *m)
 
 static size_t find(const struct pr_u64map *m, uint64_t key)
 {
-	if (!m->cap)
+	/* The reserved keys are the slot markers: compared as keys they
+	 * would "find" an empty or deleted slot. */
+	if (!m->cap || key <= K_DEL)
 		return SIZE_MAX;
 	for (size_t p = slot_of(m, key), n = 0; n < m->cap; n++, p = (p + 1) & (m->cap - 1)) {
 		if (m->keys[p] == key)

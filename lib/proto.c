@@ -21,6 +21,10 @@ static int decode_body(struct pr_frame *f)
 	struct name_body nb;
 	uint16_t op = f->h.op & (uint16_t)~PR_OP_REPLY;
 
+	/* Replies carry a body only for HELLO; the op of any other reply is
+	 * the request's, echoed, whatever it was. */
+	if ((f->h.op & PR_OP_REPLY) && op != PR_OP_HELLO)
+		return 0;
 	switch (op) {
 	case PR_OP_HELLO:
 		if (f->body_len < 8)
@@ -29,8 +33,6 @@ static int decode_body(struct pr_frame *f)
 		return 0;
 	case PR_OP_REGISTER:
 	case PR_OP_UNREGISTER:
-		if (f->h.op & PR_OP_REPLY)
-			return 0;
 		if (f->body_len < sizeof(nb))
 			return -EPROTO;
 		memcpy(&nb, f->body, sizeof(nb));

@@ -32,9 +32,11 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -101,6 +103,10 @@ pid_t procreg__self_pid(void)
 static void release_slot(struct pr_reader_slot *s)
 {
 	CMM_STORE_SHARED(s->ctr, 0);
+	/* A free slot holds no start time: the next owner stores its own
+	 * only after its claim, and until then the daemon must not judge it
+	 * by ours (another process's start time would make it look dead). */
+	CMM_STORE_SHARED(s->start, 0);
 	PR_STORE_REL(&s->owner, 0);
 }
 
@@ -235,6 +241,28 @@ int procreg__gp_poll(const struct pr_map *m, uint64_t target, uint32_t *blocker)
 	return 1;
 }
 
+/* 1 only on proof that the thread has exited and awaits reaping (state Z
+ * or X in its stat file); 0 if it runs, or if we cannot tell. */
+static int thread_zombie(pid_t pid, pid_t tid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	/* The state follows the command name, which may hold ')'. */
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
 int procreg__reader_alive(uint64_t owner, uint64_t start)
 {
 	pid_t pid = (pid_t)(owner >> 32), tid = (pid_t)(owner & 0xffffffff);
@@ -248,6 +276,11 @@ int procreg__reader_alive(uint64_t owner, uint64_t start)
 	 * thread with the same tid: the start time tells them apart. */
 	if (start && (procreg__proc_start_time(pid, &now) < 0 || now != start))
 		return 0;
+	/* tgkill finds a zombie too: a reader killed inside its critical
+	 * section stays one until its parent waits for it, which may be
+	 * never. A zombie has no memory and runs nothing: it reads no more. */
+	if (thread_zombie(pid, tid))
+		return 0;
 	return 1;
 }
 
@@ -257,15 +290,19 @@ int procreg__readers_reap(struct pr_map *m, pr_log_fn log)
 
 	for (uint32_t i = 0; i < m->nslots; i++) {
 		struct pr_reader_slot *s = &m->slots[i];
-		uint64_t owner = CMM_LOAD_SHARED(s->owner);
+		/* Acquire: a start time read after a new owner's claim is 0
+		 * (see release_slot) or the new owner's own, never the
+		 * previous owner's. */
+		uint64_t owner = PR_LOAD_ACQ(&s->owner);
 		uint64_t start = CMM_LOAD_SHARED(s->start);
 
 		if (!owner || procreg__reader_alive(owner, start))
 			continue;
 		/* Only the owner and we write a slot, and the owner is gone. A
 		 * new owner may claim it the moment owner is 0, so clear ctr
-		 * first. */
+		 * and start first. */
 		CMM_STORE_SHARED(s->ctr, 0);
+		CMM_STORE_SHARED(s->start, 0);
 		if (uatomic_cmpxchg(&s->owner, owner, 0) == owner) {
 			n++;
 			if (log)

@@ -195,7 +195,10 @@ void procreg__record_to_entry(const struct pr_record *r, struct procreg_entry *e
 static const struct pr_index *index_of(const struct pr_map *m)
 {
 	uint64_t off = PR_LOAD_ACQ(&m->hdr->index_off);
-	const struct pr_index *ix = pr_at(m, off, sizeof(*ix));
+	/* Every arena block is PR_ALIGN-aligned: an offset that is not
+	 * cannot be an index, and reading it as one would be a misaligned
+	 * access. */
+	const struct pr_index *ix = off % PR_ALIGN ? NULL : pr_at(m, off, sizeof(*ix));
 
 	if (!ix || ix->capacity < 2 || (ix->capacity & (ix->capacity - 1)) ||
 	    ix->capacity > (m->size / 8) ||
@@ -358,8 +361,10 @@ static int fill_chunk(const struct pr_map *m, struct chunk *c)
 		if (take(m, ix, p, false, c) < 0)
 			return -1;
 	}
-	/* Reached the end: the run that wraps to the start is ours too. */
-	for (p = 0; p < p0 && PR_LOAD_ACQ(&ix->slot[p]) != PR_SLOT_EMPTY; p++)
+	/* Reached the end: the run that wraps to the start is ours too. It
+	 * may reach p0 and beyond (always, when p0 is 0): the forward scan
+	 * skipped its wrapped entries there, so follow it to its end. */
+	for (p = 0; p < ix->capacity && PR_LOAD_ACQ(&ix->slot[p]) != PR_SLOT_EMPTY; p++)
 		if (take(m, ix, p, true, c) < 0)
 			return -1;
 	c->done = true;

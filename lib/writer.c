@@ -85,6 +85,25 @@ static int free_block(struct pr_writer *w, uint64_t off, uint64_t size)
 	return err;
 }
 
+/* First fit from the list of large free blocks. */
+static int alloc_large(struct pr_writer *w, uint64_t size, uint64_t *off)
+{
+	for (size_t i = 0; i < w->large.n; i += 2) {
+		uint64_t o = w->large.v[i], s = w->large.v[i + 1];
+
+		if (s < size)
+			continue;
+		w->large.v[i] = w->large.v[w->large.n - 2];
+		w->large.v[i + 1] = w->large.v[w->large.n - 1];
+		w->large.n -= 2;
+		if (s > size)
+			free_block(w, o + size, s - size);
+		*off = o;
+		return 0;
+	}
+	return -ENOSPC;
+}
+
 static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
 {
 	struct pr_vec *c;
@@ -97,25 +116,19 @@ static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
 			*off = c->v[--c->n];
 			goto got;
 		}
+	} else if (!alloc_large(w, size, off)) {
+		/* Large blocks (index blocks) are reused before fresh arena
+		 * is touched: otherwise every rebuild would push arena_top,
+		 * and the file's resident pages, on until the arena ran out. */
+		goto got;
 	}
 	if (size <= w->map.size - top) {
 		*off = top;
 		CMM_STORE_SHARED(H(w)->arena_top, top + size);
 		goto got;
 	}
-	for (size_t i = 0; i < w->large.n; i += 2) {
-		uint64_t o = w->large.v[i], s = w->large.v[i + 1];
-
-		if (s < size)
-			continue;
-		w->large.v[i] = w->large.v[w->large.n - 2];
-		w->large.v[i + 1] = w->large.v[w->large.n - 1];
-		w->large.n -= 2;
-		if (s > size)
-			free_block(w, o + size, s - size);
-		*off = o;
+	if (!alloc_large(w, size, off))
 		goto got;
-	}
 	return -ENOSPC;
 got:
 	CMM_STORE_SHARED(H(w)->arena_used, H(w)->arena_used + size);
@@ -623,13 +636,17 @@ int procreg__w_recover(struct pr_writer *w)
 {
 	struct pr_table_hdr *h = H(w);
 	uint64_t ioff = PR_LOAD_ACQ(&h->index_off), cap = 0, end, names = 0;
-	struct pr_index *ix = (struct pr_index *)(w->map.base + ioff);
+	struct pr_index *ix = NULL;
 	struct pr_vec blocks = { 0 };
 	int err = 0;
 
 	if (h->arena_top < h->arena_off || h->arena_top > w->map.size)
 		return -EUCLEAN;
-	if (ioff >= h->arena_off && ioff + sizeof(*ix) <= h->arena_top) {
+	/* Aligned like every arena block, or it is no index (and reading it
+	 * as one would be a misaligned access); bounded without overflow,
+	 * and only then turned into a pointer. */
+	if (ioff % PR_ALIGN == 0 && ioff >= h->arena_off && ioff <= h->arena_top - sizeof(*ix)) {
+		ix = (struct pr_index *)(w->map.base + ioff);
 		cap = ix->capacity;
 		if (cap < 2 || (cap & (cap - 1)) || cap > INDEX_MAX ||
 		    ioff + index_bytes(cap) > h->arena_top ||

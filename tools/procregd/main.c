@@ -342,8 +342,11 @@ static void run(struct daemon *d)
 		}
 		for (int i = 0; i < n; i++) {
 			struct ev *e = evs[i].data.ptr;
+			/* Read now: handling the event may free it (a client
+			 * that hung up, a proc that died). */
+			enum ev_kind kind = e->kind;
 
-			switch (e->kind) {
+			switch (kind) {
 			case EV_LISTEN:
 				server_accept(d);
 				break;
@@ -377,7 +380,7 @@ static void run(struct daemon *d)
 			 * (SYNC handles pending deaths; a reused pid retires a
 			 * stale entry): wait again instead of touching it.
 			 * Level-triggered, so nothing unhandled is lost. */
-			if (e->kind == EV_CLIENT)
+			if (kind == EV_CLIENT)
 				break;
 		}
 		if (d->w.retired.n && !d->w.gp_target)

@@ -1,0 +1,213 @@
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+char *th_mkdtemp(void)
+{
+	char *t = strdup("/tmp/procreg-test.XXXXXX");
+
+	assert_non_null(t);
+	assert_non_null(mkdtemp(t));
+	return t;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st;
+	(void)flag;
+	(void)f;
+	return remove(path);
+}
+
+void th_rmrf(const char *dir)
+{
+	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void th_msleep(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+int th_until(int (*fn)(void *), void *arg, int ms)
+{
+	for (int i = 0; i < ms; i++) {
+		if (fn(arg))
+			return 1;
+		th_msleep(1);
+	}
+	return fn(arg);
+}
+
+procreg_t *th_open(const char *dir)
+{
+	PROCREG_OPTS(procreg_opts, o, .dir = dir, .scope = "default");
+
+	return procreg_open(&o);
+}
+
+int th_daemon_start(struct th_daemon *d, const char *dir, const char *const *args,
+		    const char *const *env)
+{
+	const char *argv[64];
+	int n = 0;
+
+	memset(d, 0, sizeof(*d));
+	snprintf(d->dir, sizeof(d->dir), "%s", dir);
+	snprintf(d->scope, sizeof(d->scope), "default");
+	snprintf(d->log, sizeof(d->log), "%s/procregd.log", dir);
+	argv[n++] = PROCREGD_PATH;
+	argv[n++] = "--foreground";
+	argv[n++] = "--dir";
+	argv[n++] = dir;
+	for (int i = 0; args && args[i] && n < 62; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+
+	d->pid = fork();
+	if (d->pid < 0)
+		return -errno;
+	if (d->pid == 0) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+		if (fd >= 0)
+			dup2(fd, 2);
+		unsetenv("PROCREG_DIR");
+		unsetenv("PROCREG_SCOPE");
+		unsetenv("PROCREG_SOCKET");
+		for (int i = 0; env && env[i]; i++)
+			putenv((char *)env[i]);
+		execv(argv[0], (char **)argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 10000; i++) {
+		procreg_t *r = th_open(dir);
+		int status;
+
+		if (r) {
+			struct procreg_stats st;
+
+			procreg_stats(r, &st);
+			procreg_close(r);
+			if (st.daemon_pid == d->pid)
+				return 0;
+		}
+		if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+			d->pid = 0;
+			return -ECHILD;
+		}
+		th_msleep(1);
+	}
+	return -ETIMEDOUT;
+}
+
+int th_daemon_stop(struct th_daemon *d)
+{
+	int st;
+
+	if (!d->pid)
+		return -1;
+	kill(d->pid, SIGTERM);
+	st = th_wait(d->pid);
+	d->pid = 0;
+	return st;
+}
+
+void th_daemon_kill(struct th_daemon *d)
+{
+	if (!d->pid)
+		return;
+	kill(d->pid, SIGKILL);
+	th_wait(d->pid);
+	d->pid = 0;
+}
+
+void th_daemon_dump_log(const struct th_daemon *d)
+{
+	char buf[4096];
+	FILE *f = fopen(d->log, "r");
+	size_t n;
+
+	if (!f)
+		return;
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		fwrite(buf, 1, n, stderr);
+	fclose(f);
+}
+
+pid_t th_fork(int (*fn)(void *), void *arg)
+{
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(fn(arg));
+	return pid;
+}
+
+int th_wait(pid_t pid)
+{
+	int st;
+
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	return 128 + WTERMSIG(st);
+}
+
+int th_cli(const char *dir, char *out, size_t outlen, const char *const *args)
+{
+	const char *argv[64];
+	int n = 0, p[2];
+	pid_t pid;
+	size_t got = 0;
+
+	argv[n++] = PROCREG_CLI_PATH;
+	argv[n++] = "--dir";
+	argv[n++] = dir;
+	for (int i = 0; args[i] && n < 63; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		dup2(p[1], 1);
+		unsetenv("PROCREG_DIR");
+		unsetenv("PROCREG_SCOPE");
+		execv(argv[0], (char **)argv);
+		_exit(127);
+	}
+	close(p[1]);
+	for (;;) {
+		char buf[4096];
+		ssize_t k = read(p[0], buf, sizeof(buf));
+
+		if (k <= 0)
+			break;
+		if (out && got + 1 < outlen) {
+			size_t take = (size_t)k < outlen - 1 - got ? (size_t)k : outlen - 1 - got;
+
+			memcpy(out + got, buf, take);
+			got += take;
+		}
+	}
+	close(p[0]);
+	if (out && outlen)
+		out[got] = 0;
+	return th_wait(pid);
+}

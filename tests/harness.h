@@ -1,0 +1,60 @@
+/*
+ * harness.h - what the process-level tests share: temporary table
+ * directories, real procregd processes, child processes, the CLI.
+ *
+ * Every test works in its own directory under /tmp (given to procregd
+ * with --dir, which also holds the socket), and removes it at the end:
+ * nothing is left behind in /dev/shm.
+ */
+#ifndef PROCREG_TEST_HARNESS_H
+#define PROCREG_TEST_HARNESS_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <cmocka.h>
+
+#include "procreg.h"
+
+struct th_daemon {
+	pid_t pid;                 /* 0 when not running */
+	char dir[256];
+	char scope[64];
+	char log[300];             /* its stderr */
+};
+
+/* A fresh directory; the caller frees the string after th_rmrf(). */
+char *th_mkdtemp(void);
+void th_rmrf(const char *dir);
+
+/* Start procregd --foreground --dir DIR [ARGS...] (NULL-terminated), with
+ * extra environment ENV ("K=V" strings, NULL-terminated, may be NULL).
+ * Returns 0 once the daemon serves (its pid is in the table header). */
+int th_daemon_start(struct th_daemon *d, const char *dir, const char *const *args,
+		    const char *const *env);
+/* SIGTERM and wait: the exit status. */
+int th_daemon_stop(struct th_daemon *d);
+/* SIGKILL and wait. */
+void th_daemon_kill(struct th_daemon *d);
+/* Print the daemon's log (on failure, to see why). */
+void th_daemon_dump_log(const struct th_daemon *d);
+
+procreg_t *th_open(const char *dir);
+
+/* Fork a child that runs FN(ARG) and exits with its return value. */
+pid_t th_fork(int (*fn)(void *), void *arg);
+/* Wait for PID: its exit status, or 128 + signal. */
+int th_wait(pid_t pid);
+
+/* Run the CLI with DIR as --dir: ARGS is NULL-terminated. Captures up to
+ * OUTLEN-1 bytes of stdout into OUT (may be NULL). Returns the exit status. */
+int th_cli(const char *dir, char *out, size_t outlen, const char *const *args);
+
+/* Sleep for MS milliseconds. */
+void th_msleep(int ms);
+/* Poll COND-like function until it returns non-zero, up to MS ms. */
+int th_until(int (*fn)(void *), void *arg, int ms);
+
+#endif

@@ -1,0 +1,951 @@
+/*
+ * test_daemon.c - process-level tests against a real procregd: writes,
+ * deaths, permissions, limits, hostile input, crash and restart.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "internal.h"
+#include "proto.h"
+
+struct fx {
+	char *dir;
+	struct th_daemon d;
+	procreg_t *reg;
+};
+
+static int start_with(void **state, const char *const *args, const char *const *env)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	f->dir = th_mkdtemp();
+	chmod(f->dir, 0755); /* the unprivileged-user tests reach it too */
+	if (th_daemon_start(&f->d, f->dir, args, env) != 0) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("procregd did not start");
+	}
+	f->reg = th_open(f->dir);
+	assert_non_null(f->reg);
+	*state = f;
+	return 0;
+}
+
+static int setup(void **state)
+{
+	return start_with(state, NULL, NULL);
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+
+	if (f->reg)
+		procreg_close(f->reg);
+	if (f->d.pid)
+		assert_int_equal(th_daemon_stop(&f->d), 0);
+	th_rmrf(f->dir);
+	free(f->dir);
+	free(f);
+	return 0;
+}
+
+/* A child that registers names, reports over a pipe, and waits to die. */
+struct holder {
+	const char *dir;
+	const char *prefix;
+	int count;
+	int ready_fd, hold_fd;
+};
+
+static int holder_main(void *arg)
+{
+	struct holder *h = arg;
+	procreg_t *r = th_open(h->dir);
+	char name[64], c = 0;
+
+	if (!r)
+		return 10;
+	for (int i = 0; i < h->count; i++) {
+		snprintf(name, sizeof(name), "%s%d", h->prefix, i);
+		if (procreg_register(r, name, name, strlen(name)) != 0)
+			return 11;
+	}
+	if (write(h->ready_fd, &c, 1) != 1)
+		return 12;
+	/* Block until the parent closes the pipe or kills us. */
+	if (read(h->hold_fd, &c, 1) < 0)
+		return 13;
+	procreg_close(r);
+	return 0;
+}
+
+static pid_t spawn_holder(const char *dir, const char *prefix, int count, int *hold_w)
+{
+	int ready[2], hold[2];
+	struct holder h = { dir, prefix, count, -1, -1 };
+	pid_t pid;
+	char c;
+
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(hold, O_CLOEXEC), 0);
+	h.ready_fd = ready[1];
+	h.hold_fd = hold[0];
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(ready[0]);
+		close(hold[1]);
+		_exit(holder_main(&h));
+	}
+	close(ready[1]);
+	close(hold[0]);
+	assert_int_equal(read(ready[0], &c, 1), 1);
+	close(ready[0]);
+	*hold_w = hold[1];
+	return pid;
+}
+
+/* ---- basic writes ----------------------------------------------------- */
+
+static void test_register_lookup_unregister(void **state)
+{
+	struct fx *f = *state;
+	struct procreg_entry e;
+	struct procreg_stats st;
+
+	assert_int_equal(procreg_register(f->reg, "payments", "unix:/run/p.sock", 16), 0);
+	assert_int_equal(procreg_lookup(f->reg, "payments", &e), 0);
+	assert_int_equal(e.pid, getpid());
+	assert_int_equal(e.node, 0);
+	assert_int_equal(e.uid, getuid());
+	assert_string_equal(e.name, "payments");
+	assert_int_equal(e.meta_len, 16);
+	assert_memory_equal(e.meta, "unix:/run/p.sock", 16);
+	assert_true(e.registered_ns > 0);
+
+	/* Registering a name we hold replaces its metadata. */
+	assert_int_equal(procreg_register(f->reg, "payments", "v2", 2), 0);
+	assert_int_equal(procreg_lookup(f->reg, "payments", &e), 0);
+	assert_int_equal(e.meta_len, 2);
+	assert_memory_equal(e.meta, "v2", 2);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 1);
+	assert_int_equal(st.processes, 1);
+
+	assert_int_equal(procreg_unregister(f->reg, "payments"), 0);
+	assert_int_equal(procreg_lookup(f->reg, "payments", &e), -ENOENT);
+	assert_int_equal(procreg_unregister(f->reg, "payments"), -ENOENT);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 0);
+	assert_int_equal(st.processes, 0);
+	assert_int_equal(st.registrations, 2);
+	assert_int_equal(st.unregistrations, 1);
+	assert_int_equal(st.daemon_pid, f->d.pid);
+}
+
+static void test_duplicate_refused(void **state)
+{
+	struct fx *f = *state;
+	struct procreg_entry e;
+	int hold;
+	pid_t child = spawn_holder(f->dir, "dup", 1, &hold);
+
+	assert_int_equal(procreg_register(f->reg, "dup0", NULL, 0), -EEXIST);
+	assert_int_equal(procreg_lookup(f->reg, "dup0", &e), 0);
+	assert_int_equal(e.pid, child);
+	close(hold);
+	assert_int_equal(th_wait(child), 0);
+	/* It exited without unregistering: the name goes with it. */
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "dup0", &e), -ENOENT);
+	assert_int_equal(procreg_register(f->reg, "dup0", NULL, 0), 0);
+}
+
+static void test_batch(void **state)
+{
+	struct fx *f = *state;
+	enum { N = 5000 };
+	static struct procreg_op ops[N + 3];
+	static char names[N][32];
+	struct procreg_stats st;
+
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "batch.%d", i);
+		ops[i] = (struct procreg_op){ PROCREG_OP_REGISTER, names[i], names[i],
+					      strlen(names[i]), 99 };
+	}
+	/* Bad ops get their own errors; the rest go through. */
+	ops[N] = (struct procreg_op){ PROCREG_OP_REGISTER, "", NULL, 0, 99 };
+	ops[N + 1] = (struct procreg_op){ PROCREG_OP_UNREGISTER, "batch.none", NULL, 0, 99 };
+	ops[N + 2] = (struct procreg_op){ 42, "x", NULL, 0, 99 };
+	assert_int_equal(procreg_batch(f->reg, ops, N + 3), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(ops[i].result, 0);
+	assert_int_equal(ops[N].result, -EINVAL);
+	assert_int_equal(ops[N + 1].result, -ENOENT);
+	assert_int_equal(ops[N + 2].result, -EINVAL);
+	for (int i = 0; i < N; i += 97) {
+		struct procreg_entry e;
+
+		assert_int_equal(procreg_lookup(f->reg, names[i], &e), 0);
+		assert_memory_equal(e.meta, names[i], strlen(names[i]));
+	}
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, N);
+	for (int i = 0; i < N; i++)
+		ops[i] = (struct procreg_op){ PROCREG_OP_UNREGISTER, names[i], NULL, 0, 99 };
+	assert_int_equal(procreg_batch(f->reg, ops, N), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(ops[i].result, 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 0);
+}
+
+/* ---- deaths ----------------------------------------------------------- */
+
+static void test_death_removes_names(void **state)
+{
+	struct fx *f = *state;
+	enum { P = 10, NAMES = 5 };
+	pid_t kids[P];
+	int holds[P];
+	char prefix[P][16], name[64];
+	struct procreg_stats st;
+
+	for (int i = 0; i < P; i++) {
+		snprintf(prefix[i], sizeof(prefix[i]), "k%d.", i);
+		kids[i] = spawn_holder(f->dir, prefix[i], NAMES, &holds[i]);
+	}
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, P * NAMES);
+	assert_int_equal(st.processes, P);
+	for (int i = 0; i < P; i++)
+		kill(kids[i], SIGKILL);
+	for (int i = 0; i < P; i++) {
+		assert_int_equal(th_wait(kids[i]), 128 + SIGKILL);
+		close(holds[i]);
+	}
+	/* Every death before the call is processed when it returns. */
+	assert_int_equal(procreg_sync(f->reg), 0);
+	for (int i = 0; i < P; i++) {
+		for (int k = 0; k < NAMES; k++) {
+			snprintf(name, sizeof(name), "%s%d", prefix[i], k);
+			assert_int_equal(procreg_lookup(f->reg, name, NULL), -ENOENT);
+		}
+	}
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 0);
+	assert_int_equal(st.processes, 0);
+	assert_int_equal(st.deaths, P);
+}
+
+static int exec_child(void *arg)
+{
+	/* A registered process that execs keeps its names: same pid, same
+	 * process. */
+	procreg_t *r = th_open(arg);
+
+	if (!r || procreg_register(r, "execd", "before", 6) != 0)
+		return 20;
+	procreg_close(r);
+	execl("/bin/sleep", "sleep", "30", (char *)NULL);
+	return 21;
+}
+
+static int has_name(void *arg)
+{
+	void **a = arg;
+
+	return procreg_lookup(a[0], a[1], NULL) == 0;
+}
+
+static void test_names_survive_exec(void **state)
+{
+	struct fx *f = *state;
+	pid_t kid = th_fork(exec_child, f->dir);
+	void *args[2] = { f->reg, "execd" };
+	struct procreg_entry e;
+	char comm[64] = "";
+	char path[64];
+	int fd;
+
+	assert_true(th_until(has_name, args, 10000));
+	/* Wait for the exec to have happened, then check the name is still
+	 * there and still that pid's. */
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)kid);
+	for (int i = 0; i < 10000 && strncmp(comm, "sleep", 5); i++) {
+		fd = open(path, O_RDONLY);
+		if (fd >= 0) {
+			ssize_t n = read(fd, comm, sizeof(comm) - 1);
+			comm[n > 0 ? n : 0] = 0;
+			close(fd);
+		}
+		th_msleep(1);
+	}
+	assert_string_equal(comm, "sleep\n");
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "execd", &e), 0);
+	assert_int_equal(e.pid, kid);
+	kill(kid, SIGKILL);
+	th_wait(kid);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "execd", NULL), -ENOENT);
+}
+
+/* ---- register another process ----------------------------------------- */
+
+static void test_register_pidfd(void **state)
+{
+	struct fx *f = *state;
+	struct procreg_entry e;
+	pid_t kid = fork();
+	int pidfd;
+
+	if (kid == 0) {
+		pause();
+		_exit(0);
+	}
+	pidfd = (int)syscall(SYS_pidfd_open, kid, 0);
+	assert_true(pidfd >= 0);
+	assert_int_equal(procreg_register_pidfd(f->reg, pidfd, "worker", "w", 1), 0);
+	assert_int_equal(procreg_lookup(f->reg, "worker", &e), 0);
+	assert_int_equal(e.pid, kid);
+	assert_int_equal(procreg_register_pidfd(f->reg, -1, "x", NULL, 0), -EBADF);
+	/* A descriptor that is not a pidfd. */
+	assert_int_equal(procreg_register_pidfd(f->reg, 0, "x", NULL, 0), -EBADF);
+	kill(kid, SIGKILL);
+	th_wait(kid);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "worker", NULL), -ENOENT);
+	/* An exited process cannot be registered. */
+	assert_int_equal(procreg_register_pidfd(f->reg, pidfd, "worker", NULL, 0), -ESRCH);
+	close(pidfd);
+}
+
+struct other_uid {
+	const char *dir;
+	pid_t victim;
+};
+
+static int as_nobody(void *arg)
+{
+	struct other_uid *o = arg;
+	procreg_t *r;
+	struct procreg_entry e;
+	int pidfd;
+
+	if (setgid(65534) < 0 || setuid(65534) < 0)
+		return 30;
+	r = th_open(o->dir);
+	if (!r)
+		return 31;
+	/* Reading is open to everyone. */
+	if (procreg_lookup(r, "rootname", &e) != 0 || e.uid != 0)
+		return 32;
+	/* Another uid's name: neither removed nor taken. */
+	if (procreg_unregister(r, "rootname") != -EPERM)
+		return 33;
+	if (procreg_register(r, "rootname", NULL, 0) != -EEXIST)
+		return 34;
+	/* Another uid's process: not registrable, even with its pidfd. */
+	pidfd = (int)syscall(SYS_pidfd_open, o->victim, 0);
+	if (pidfd < 0)
+		return 35;
+	if (procreg_register_pidfd(r, pidfd, "stolen", NULL, 0) != -EPERM)
+		return 36;
+	/* Its own name works. */
+	if (procreg_register(r, "nobodys", NULL, 0) != 0)
+		return 37;
+	procreg_close(r);
+	return 0;
+}
+
+static void test_other_uid_refused(void **state)
+{
+	struct fx *f = *state;
+	struct other_uid o = { f->dir, 0 };
+	struct procreg_entry e;
+	int hold;
+
+	if (geteuid() != 0)
+		fail_msg("this test needs root (CI runs as root)");
+	assert_int_equal(procreg_register(f->reg, "rootname", NULL, 0), 0);
+	o.victim = spawn_holder(f->dir, "victim", 1, &hold);
+	assert_int_equal(th_wait(th_fork(as_nobody, &o)), 0);
+	assert_int_equal(procreg_lookup(f->reg, "rootname", &e), 0);
+	assert_int_equal(e.pid, getpid());
+	assert_int_equal(procreg_lookup(f->reg, "stolen", NULL), -ENOENT);
+	/* Root may remove anyone's name. */
+	assert_int_equal(procreg_unregister(f->reg, "victim0"), 0);
+	close(hold);
+	th_wait(o.victim);
+}
+
+/* ---- limits ----------------------------------------------------------- */
+
+static void test_name_and_meta_limits(void **state)
+{
+	struct fx *f = *state;
+	char name[PROCREG_NAME_MAX + 2];
+	static unsigned char meta[PROCREG_META_MAX + 1];
+	struct procreg_entry e;
+
+	memset(name, 'n', sizeof(name));
+	name[PROCREG_NAME_MAX] = 0;
+	assert_int_equal(procreg_register(f->reg, name, meta, PROCREG_META_MAX), 0);
+	assert_int_equal(procreg_lookup(f->reg, name, &e), 0);
+	assert_int_equal(e.meta_len, PROCREG_META_MAX);
+	name[PROCREG_NAME_MAX] = 'n';
+	name[PROCREG_NAME_MAX + 1] = 0;
+	assert_int_equal(procreg_register(f->reg, name, NULL, 0), -ENAMETOOLONG);
+	assert_int_equal(procreg_lookup(f->reg, name, NULL), -ENAMETOOLONG);
+	assert_int_equal(procreg_register(f->reg, "m", meta, PROCREG_META_MAX + 1), -EMSGSIZE);
+	assert_int_equal(procreg_register(f->reg, "", NULL, 0), -EINVAL);
+	assert_int_equal(procreg_register(f->reg, NULL, NULL, 0), -EINVAL);
+	assert_int_equal(procreg_register(f->reg, "m", NULL, 3), -EINVAL);
+	assert_int_equal(procreg_lookup(f->reg, "", NULL), -EINVAL);
+}
+
+static int setup_small(void **state)
+{
+	static const char *const args[] = { "--max-names-per-proc", "10", "--max-clients", "3",
+					    "--max-size", "2M", "--readers", "3", NULL };
+	return start_with(state, args, NULL);
+}
+
+static void test_names_per_process(void **state)
+{
+	struct fx *f = *state;
+	char name[32];
+
+	for (int i = 0; i < 10; i++) {
+		snprintf(name, sizeof(name), "q%d", i);
+		assert_int_equal(procreg_register(f->reg, name, NULL, 0), 0);
+	}
+	assert_int_equal(procreg_register(f->reg, "q10", NULL, 0), -EDQUOT);
+	/* Replacing one we hold is not a new name. */
+	assert_int_equal(procreg_register(f->reg, "q3", "x", 1), 0);
+	assert_int_equal(procreg_unregister(f->reg, "q0"), 0);
+	assert_int_equal(procreg_register(f->reg, "q10", NULL, 0), 0);
+}
+
+static pid_t keeper(void)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		pause();
+		_exit(0);
+	}
+	assert_true(pid > 0);
+	return pid;
+}
+
+static void test_table_full(void **state)
+{
+	struct fx *f = *state;
+	static unsigned char meta[PROCREG_META_MAX];
+	static pid_t keepers[4096];
+	struct procreg_stats st;
+	int nk = 0, pidfd = -1, full = 0;
+
+	/* 2 MiB of table, 1 KiB of metadata a name, ten names a process
+	 * (--max-names-per-proc): long-lived children own the names. */
+	for (int i = 0; i < 40000 && !full; i++) {
+		char name[32];
+		int err;
+
+		if (i % 10 == 0) {
+			if (pidfd >= 0)
+				close(pidfd);
+			assert_true(nk < 4096);
+			keepers[nk] = keeper();
+			pidfd = (int)syscall(SYS_pidfd_open, keepers[nk++], 0);
+			assert_true(pidfd >= 0);
+		}
+		snprintf(name, sizeof(name), "fill.%d", i);
+		err = procreg_register_pidfd(f->reg, pidfd, name, meta, sizeof(meta));
+		if (err == -ENOSPC)
+			full = 1;
+		else
+			assert_int_equal(err, 0);
+	}
+	close(pidfd);
+	assert_true(full);
+	procreg_stats(f->reg, &st);
+	assert_true(st.names > 1000);
+	assert_true(st.arena_top <= st.arena_size);
+	/* Full is a refusal, not damage: reads and removals still work. */
+	assert_int_equal(procreg_lookup(f->reg, "fill.0", NULL), 0);
+	assert_int_equal(procreg_unregister(f->reg, "fill.0"), 0);
+	for (int i = 0; i < nk; i++)
+		kill(keepers[i], SIGKILL);
+	for (int i = 0; i < nk; i++)
+		th_wait(keepers[i]);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 0);
+	/* The space came back: a big name fits again. */
+	assert_int_equal(procreg_register(f->reg, "again", meta, sizeof(meta)), 0);
+}
+
+static void test_max_clients(void **state)
+{
+	struct fx *f = *state;
+	procreg_t *r[3];
+
+	/* f->reg has not connected yet: three more handles, three clients. */
+	for (int i = 0; i < 3; i++) {
+		r[i] = th_open(f->dir);
+		assert_non_null(r[i]);
+		assert_int_equal(procreg_sync(r[i]), 0);
+	}
+	assert_int_not_equal(procreg_sync(f->reg), 0);
+	procreg_close(r[0]);
+	/* A slot frees when a client leaves. */
+	for (int i = 0; i < 1000 && procreg_sync(f->reg) != 0; i++)
+		th_msleep(1);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	procreg_close(r[1]);
+	procreg_close(r[2]);
+}
+
+static pthread_barrier_t slot_barrier;
+
+static void *lookup_thread(void *arg)
+{
+	intptr_t rc = procreg_lookup(arg, "anything", NULL);
+
+	/* Hold the slot until every thread has tried for one. */
+	pthread_barrier_wait(&slot_barrier);
+	return (void *)rc;
+}
+
+static void test_reader_slots_exhausted(void **state)
+{
+	struct fx *f = *state;
+	pthread_t t[4];
+	int eusers = 0;
+	void *v;
+
+	/* Three slots (--readers 3): this thread takes one, so of four more
+	 * threads holding theirs at once, exactly two find none. */
+	assert_int_equal(procreg_lookup(f->reg, "anything", NULL), -ENOENT);
+	pthread_barrier_init(&slot_barrier, NULL, 4);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, lookup_thread, f->reg), 0);
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], &v);
+		assert_true((intptr_t)v == -ENOENT || (intptr_t)v == -EUSERS);
+		eusers += (intptr_t)v == -EUSERS;
+	}
+	pthread_barrier_destroy(&slot_barrier);
+	assert_int_equal(eusers, 2);
+	/* Threads that exited gave their slots back. */
+	pthread_barrier_init(&slot_barrier, NULL, 1);
+	assert_int_equal(pthread_create(&t[0], NULL, lookup_thread, f->reg), 0);
+	pthread_join(t[0], &v);
+	assert_int_equal((intptr_t)v, -ENOENT);
+	pthread_barrier_destroy(&slot_barrier);
+}
+
+/* ---- hostile input ---------------------------------------------------- */
+
+static int raw_connect(const char *dir)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", dir);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+static void raw_hello(int fd)
+{
+	static uint8_t buf[PR_PACKET_MAX];
+	size_t pos = 0;
+	struct pr_frame f;
+	ssize_t n;
+
+	procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 1, 0);
+	/* The kernel here may not have SO_PEERPIDFD: pass our pidfd. */
+	{
+		int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+		union {
+			struct cmsghdr h;
+			char b[CMSG_SPACE(sizeof(int))];
+		} u = { 0 };
+		struct iovec iov = { buf, pos };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+				      .msg_controllen = sizeof(u.b) };
+
+		u.h.cmsg_level = SOL_SOCKET;
+		u.h.cmsg_type = SCM_RIGHTS;
+		u.h.cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(&u.h), &pidfd, sizeof(int));
+		assert_true(sendmsg(fd, &msg, 0) == (ssize_t)pos);
+		close(pidfd);
+	}
+	n = recv(fd, buf, sizeof(buf), 0);
+	assert_true(n > 0);
+	pos = 0;
+	assert_int_equal(procreg__proto_next(buf, (size_t)n, &pos, &f), 1);
+	assert_int_equal(f.h.status, 0);
+}
+
+/* Send a packet; return the status of the first reply frame, or 1 if the
+ * daemon closed the connection instead. */
+static int raw_exchange(int fd, const void *pkt, size_t len)
+{
+	static uint8_t buf[PR_PACKET_MAX];
+	struct pr_frame f;
+	size_t pos = 0;
+	ssize_t n;
+
+	if (send(fd, pkt, len, MSG_NOSIGNAL) < 0)
+		return 1;
+	n = recv(fd, buf, sizeof(buf), 0);
+	if (n <= 0)
+		return 1;
+	assert_int_equal(procreg__proto_next(buf, (size_t)n, &pos, &f), 1);
+	return f.h.status;
+}
+
+static void test_malformed_messages(void **state)
+{
+	struct fx *f = *state;
+	static uint8_t pkt[PR_PACKET_MAX + 4096];
+	struct pr_frame_hdr h;
+	size_t pos;
+	int fd;
+
+	assert_int_equal(procreg_register(f->reg, "bystander", "b", 1), 0);
+
+	/* Three bytes: cannot be framed, the connection closes. */
+	fd = raw_connect(f->dir);
+	assert_int_equal(raw_exchange(fd, "abc", 3), 1);
+	close(fd);
+
+	/* A request before HELLO. */
+	fd = raw_connect(f->dir);
+	pos = 0;
+	procreg__proto_put(pkt, &pos, PR_OP_SYNC, 0, 7, 0, NULL, 0, NULL, 0);
+	assert_int_equal(raw_exchange(fd, pkt, pos), -EPROTO);
+	close(fd);
+
+	/* A HELLO of another protocol version. */
+	fd = raw_connect(f->dir);
+	{
+		uint32_t body[2] = { 99, 0 };
+
+		pos = 0;
+		procreg__proto_put(pkt, &pos, PR_OP_HELLO, 0, 1, 0, body, sizeof(body), NULL, 0);
+		assert_int_equal(raw_exchange(fd, pkt, pos), -EPROTONOSUPPORT);
+	}
+	close(fd);
+
+	fd = raw_connect(f->dir);
+	raw_hello(fd);
+	/* Unknown op: an error reply, the connection lives. */
+	pos = 0;
+	procreg__proto_put(pkt, &pos, 0x777, 0, 8, 0, NULL, 0, NULL, 0);
+	assert_int_equal(raw_exchange(fd, pkt, pos), -EBADMSG);
+	/* A name longer than its frame. */
+	h = (struct pr_frame_hdr){ PR_OP_REGISTER, 0, 24, 9, 0 };
+	memcpy(pkt, &h, sizeof(h));
+	memcpy(pkt + 16, "\xff\x00\x00\x00\x00\x00\x00\x00", 8);
+	assert_int_equal(raw_exchange(fd, pkt, 24), -EBADMSG);
+	/* A name with a NUL inside; an empty name; a name past the limit. */
+	pos = 0;
+	procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, 0, 10, "a\0b", 3, NULL, 0);
+	assert_int_equal(raw_exchange(fd, pkt, pos), -EINVAL);
+	pos = 0;
+	procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, 0, 11, "", 0, NULL, 0);
+	assert_int_equal(raw_exchange(fd, pkt, pos), -EINVAL);
+	{
+		char big[300];
+		struct { uint16_t nl, ml; uint32_t r; } nb = { 300, 0, 0 };
+
+		memset(big, 'x', sizeof(big));
+		pos = 0;
+		procreg__proto_put(pkt, &pos, PR_OP_REGISTER, 0, 12, 0, &nb, sizeof(nb), big, 300);
+		assert_int_equal(raw_exchange(fd, pkt, pos), -ENAMETOOLONG);
+	}
+	/* A pidfd-flagged register without a pidfd. */
+	pos = 0;
+	procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, PR_F_PIDFD, 13, "pf", 2, NULL, 0);
+	assert_int_equal(raw_exchange(fd, pkt, pos), -EBADF);
+	/* A reply frame sent as a request. */
+	pos = 0;
+	procreg__proto_put(pkt, &pos, PR_OP_SYNC | PR_OP_REPLY, 0, 14, 0, NULL, 0, NULL, 0);
+	assert_int_equal(raw_exchange(fd, pkt, pos), -EBADMSG);
+	/* A second HELLO. */
+	pos = 0;
+	procreg__proto_put_hello(pkt, &pos, PR_OP_HELLO, 15, 0);
+	assert_int_equal(raw_exchange(fd, pkt, pos), -EBADMSG);
+	/* A frame length past the packet: unframeable, closed. */
+	h = (struct pr_frame_hdr){ PR_OP_SYNC, 0, 4096, 16, 0 };
+	memcpy(pkt, &h, sizeof(h));
+	assert_int_equal(raw_exchange(fd, pkt, 16), 1);
+	close(fd);
+
+	/* An oversized packet: closed. */
+	fd = raw_connect(f->dir);
+	raw_hello(fd);
+	memset(pkt, 0, sizeof(pkt));
+	assert_int_equal(raw_exchange(fd, pkt, sizeof(pkt)), 1);
+	close(fd);
+
+	/* Random garbage from several connections. */
+	srand(1234);
+	for (int round = 0; round < 200; round++) {
+		size_t len = 16 + (size_t)(rand() % 512);
+
+		fd = raw_connect(f->dir);
+		if (round % 2)
+			raw_hello(fd);
+		for (size_t i = 0; i < len; i++)
+			pkt[i] = (uint8_t)rand();
+		if (round % 3 == 0) {
+			/* A plausible header on random bytes. */
+			h = (struct pr_frame_hdr){ (uint16_t)(1 + rand() % 5), (uint16_t)rand(),
+						   (uint32_t)(len & ~7u), 1, 0 };
+			memcpy(pkt, &h, sizeof(h));
+		}
+		raw_exchange(fd, pkt, len);
+		close(fd);
+	}
+
+	/* Nobody else noticed. */
+	assert_int_equal(kill(f->d.pid, 0), 0);
+	assert_int_equal(procreg_lookup(f->reg, "bystander", NULL), 0);
+	assert_int_equal(procreg_register(f->reg, "after", NULL, 0), 0);
+	assert_int_equal(procreg_sync(f->reg), 0);
+}
+
+/* ---- crash and restart ------------------------------------------------ */
+
+struct acker {
+	const char *dir;
+	int ack_fd;      /* writes the index of each acknowledged batch */
+	int hold_fd;
+};
+
+static int ack_main(void *arg)
+{
+	struct acker *a = arg;
+	procreg_t *r = th_open(a->dir);
+	static struct procreg_op ops[200];
+	static char names[200][32];
+	char c;
+
+	if (!r)
+		return 50;
+	for (int b = 0;; b++) {
+		int err;
+
+		for (int i = 0; i < 200; i++) {
+			snprintf(names[i], sizeof(names[i]), "ack.%d.%d", b, i);
+			ops[i] = (struct procreg_op){ PROCREG_OP_REGISTER, names[i], names[i],
+						      strlen(names[i]), 0 };
+		}
+		err = procreg_batch(r, ops, 200);
+		/* Report every op the daemon acknowledged, batch cut or not. */
+		for (int i = 0; i < 200; i++) {
+			if (ops[i].result == 0) {
+				int v[2] = { b, i };
+
+				if (write(a->ack_fd, v, sizeof(v)) != sizeof(v))
+					return 51;
+			}
+		}
+		if (err)
+			break;
+	}
+	close(a->ack_fd);
+	if (read(a->hold_fd, &c, 1) < 0)
+		return 52;
+	return 0;
+}
+
+static void test_daemon_crash_restart(void **state)
+{
+	struct fx *f = *state;
+	int ack[2], hold[2], v[2], acked = 0, maxb = 0;
+	struct acker a;
+	pid_t kid;
+	char name[64];
+	static int got[4096][200 / 8 + 1];
+	struct procreg_stats st;
+
+	memset(got, 0, sizeof(got));
+	assert_int_equal(pipe2(ack, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(hold, O_CLOEXEC), 0);
+	a = (struct acker){ f->dir, ack[1], hold[0] };
+	kid = fork();
+	if (kid == 0) {
+		close(ack[0]);
+		close(hold[1]);
+		_exit(ack_main(&a));
+	}
+	close(ack[1]);
+	close(hold[0]);
+	/* Let some batches through, then kill the daemon mid-stream. */
+	while (acked < 3000 && read(ack[0], v, sizeof(v)) == sizeof(v)) {
+		got[v[0] % 4096][v[1] / 8] |= 1 << (v[1] % 8);
+		acked++;
+		maxb = v[0] > maxb ? v[0] : maxb;
+	}
+	th_daemon_kill(&f->d);
+	while (read(ack[0], v, sizeof(v)) == sizeof(v)) {
+		got[v[0] % 4096][v[1] / 8] |= 1 << (v[1] % 8);
+		acked++;
+		maxb = v[0] > maxb ? v[0] : maxb;
+	}
+	close(ack[0]);
+	assert_true(acked >= 3000);
+	assert_true(maxb < 4096);
+
+	/* No daemon: reads go on, and every acknowledged name is there. */
+	for (int b = 0; b <= maxb; b++)
+		for (int i = 0; i < 200; i++)
+			if (got[b][i / 8] & (1 << (i % 8))) {
+				snprintf(name, sizeof(name), "ack.%d.%d", b, i);
+				assert_int_equal(procreg_lookup(f->reg, name, NULL), 0);
+			}
+
+	/* Restart: the owner lives, so its names stay. */
+	assert_int_equal(th_daemon_start(&f->d, f->dir, NULL, NULL), 0);
+	for (int b = 0; b <= maxb; b++)
+		for (int i = 0; i < 200; i++)
+			if (got[b][i / 8] & (1 << (i % 8))) {
+				snprintf(name, sizeof(name), "ack.%d.%d", b, i);
+				assert_int_equal(procreg_lookup(f->reg, name, NULL), 0);
+			}
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.processes, 1);
+	assert_true(st.names >= (uint64_t)acked);
+	/* The restarted daemon watches the owner again. */
+	kill(kid, SIGKILL);
+	th_wait(kid);
+	close(hold[1]);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 0);
+	assert_int_equal(st.processes, 0);
+}
+
+static void test_dead_while_down(void **state)
+{
+	struct fx *f = *state;
+	int hold_dead, hold_live;
+	pid_t dead = spawn_holder(f->dir, "dead.", 20, &hold_dead);
+	pid_t live = spawn_holder(f->dir, "live.", 20, &hold_live);
+	struct procreg_stats st;
+
+	th_daemon_kill(&f->d);
+	kill(dead, SIGKILL);
+	th_wait(dead);
+	close(hold_dead);
+	/* Frozen: the dead process's names are still there to readers. */
+	assert_int_equal(procreg_lookup(f->reg, "dead.0", NULL), 0);
+	assert_int_equal(th_daemon_start(&f->d, f->dir, NULL, NULL), 0);
+	assert_int_equal(procreg_lookup(f->reg, "dead.0", NULL), -ENOENT);
+	assert_int_equal(procreg_lookup(f->reg, "dead.19", NULL), -ENOENT);
+	assert_int_equal(procreg_lookup(f->reg, "live.0", NULL), 0);
+	assert_int_equal(procreg_lookup(f->reg, "live.19", NULL), 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 20);
+	assert_int_equal(st.processes, 1);
+	/* And the space the dead names held is reused, not leaked. */
+	close(hold_live);
+	th_wait(live);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 0);
+}
+
+static void test_sigterm_clean(void **state)
+{
+	struct fx *f = *state;
+	char sock[512];
+	struct procreg_stats st;
+
+	assert_int_equal(procreg_register(f->reg, "stays", NULL, 0), 0);
+	snprintf(sock, sizeof(sock), "%s/procreg.default.sock", f->dir);
+	assert_int_equal(access(sock, F_OK), 0);
+	assert_int_equal(th_daemon_stop(&f->d), 0);
+	assert_int_not_equal(access(sock, F_OK), 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.daemon_pid, 0);
+	/* The table stays readable, names and all. */
+	assert_int_equal(procreg_lookup(f->reg, "stays", NULL), 0);
+	assert_int_equal(procreg_register(f->reg, "x", NULL, 0), -ECONNREFUSED);
+	/* A second daemon for the same scope is refused while one runs. */
+	assert_int_equal(th_daemon_start(&f->d, f->dir, NULL, NULL), 0);
+	{
+		struct th_daemon d2;
+
+		assert_int_not_equal(th_daemon_start(&d2, f->dir, NULL, NULL), 0);
+	}
+	assert_int_equal(procreg_lookup(f->reg, "stays", NULL), 0);
+}
+
+/* ---- the 6.1 paths ---------------------------------------------------- */
+
+static int setup_fallback(void **state)
+{
+	static const char *const env[] = { "PROCREG_NO_PEERPIDFD=1", "PROCREG_NO_PIDFS=1", NULL };
+	return start_with(state, NULL, env);
+}
+
+static void test_fallback_identity(void **state)
+{
+	/* Without SO_PEERPIDFD and pidfs, the daemon identifies clients by
+	 * the pidfd they pass, checked against SO_PEERCRED. */
+	test_register_lookup_unregister(state);
+	test_death_removes_names(state);
+	test_dead_while_down(state);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_register_lookup_unregister, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_duplicate_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_death_removes_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_names_survive_exec, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_register_pidfd, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_other_uid_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_name_and_meta_limits, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_names_per_process, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_table_full, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_max_clients, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_reader_slots_exhausted, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_malformed_messages, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_daemon_crash_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dead_while_down, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sigterm_clean, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fallback_identity, setup_fallback, teardown),
+	};
+
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

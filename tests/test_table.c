@@ -1,0 +1,2050 @@
+/*
+ * test_table.c - the shared table without a daemon: the writer API
+ * (lib/writer.c) driven directly, the way procregd's do_register and
+ * do_unregister drive it, and the reader side (lib/table.c) through the
+ * public API, in this process and in forked children reading while the
+ * writer grows and churns the table.
+ *
+ * Every name's owner fields and metadata are a function of the name (and
+ * a version for the metadata), so any reader, in any process, can check
+ * that what it copied out is whole and belongs to the name it asked for:
+ * a record freed too early and reused would show up as a mismatch.
+ *
+ * Forked children never call cmocka asserts (a failed assert would unwind
+ * into the child's copy of the test runner); they report through their
+ * exit status and a shared page, and the parent asserts.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "internal.h"
+
+#define SCOPE "t"
+#define MB (1ull << 20)
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static uint64_t xorshift(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return *s = x;
+}
+
+static uint64_t fnv(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	while (*s) {
+		h ^= (uint8_t)*s++;
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+struct owner {
+	uint32_t pid, uid, node;
+	uint64_t start;
+};
+
+static void owner_of(const char *name, struct owner *o)
+{
+	uint64_t h = fnv(name);
+
+	o->pid = 100 + (uint32_t)(h % 4000000);
+	o->uid = (uint32_t)((h >> 24) % 65000);
+	o->node = (uint32_t)((h >> 48) % 3);
+	o->start = h >> 8;
+}
+
+/* "<name>|v<ver>|" then a pad whose length and bytes depend on both, so
+ * record sizes vary and a stale or foreign record cannot pass. */
+static size_t meta_for(const char *name, unsigned ver, uint8_t *out)
+{
+	int n = snprintf((char *)out, PROCREG_META_MAX, "%s|v%u|", name, ver);
+	size_t pad = (size_t)((fnv(name) + ver * 13u) % 48);
+
+	for (size_t j = 0; j < pad; j++)
+		out[(size_t)n + j] = (uint8_t)(j * 37 + ver);
+	return (size_t)n + pad;
+}
+
+/* Whether E is a whole, consistent entry for WANT (any name if NULL) at
+ * version WANT_VER (any if < 0). */
+static bool entry_ok(const struct procreg_entry *e, const char *want, long want_ver)
+{
+	uint8_t m[PROCREG_META_MAX];
+	struct owner o;
+	size_t nl = strnlen(e->name, sizeof(e->name)), p, ml;
+	unsigned ver = 0;
+
+	if (nl == 0 || nl > PROCREG_NAME_MAX || (want && strcmp(e->name, want)))
+		return false;
+	owner_of(e->name, &o);
+	if ((uint32_t)e->pid != o.pid || e->uid != o.uid || e->node != o.node ||
+	    e->start_time != o.start)
+		return false;
+	if (e->meta_len < nl + 4 || e->meta_len > PROCREG_META_MAX ||
+	    memcmp(e->meta, e->name, nl) || memcmp(e->meta + nl, "|v", 2))
+		return false;
+	for (p = nl + 2; p < e->meta_len && e->meta[p] >= '0' && e->meta[p] <= '9'; p++)
+		ver = ver * 10 + (unsigned)(e->meta[p] - '0');
+	if (want_ver >= 0 && ver != (unsigned long)want_ver)
+		return false;
+	ml = meta_for(e->name, ver, m);
+	return ml == e->meta_len && !memcmp(m, e->meta, ml);
+}
+
+static void w_open_at(struct pr_writer *w, const char *dir, uint64_t max_size)
+{
+	struct pr_paths p;
+	struct pr_writer_opts o = { .max_size = max_size, .readers = 64, .mode = 0600 };
+	const char *why = NULL;
+	int err;
+
+	assert_int_equal(procreg__paths(&p, SCOPE, dir, NULL), 0);
+	err = procreg__writer_open(w, &p, &o, &why);
+	if (err)
+		print_error("writer_open(%s): %s (%s)\n", dir, strerror(-err), why ? why : "");
+	assert_int_equal(err, 0);
+}
+
+static procreg_t *r_open(const char *dir)
+{
+	PROCREG_OPTS(procreg_opts, o, .dir = dir, .scope = SCOPE);
+
+	return procreg_open(&o);
+}
+
+/* Register NAME as procregd's do_register does: reserve room (which may
+ * rebuild the index), find the name's slot, fill a new record in private,
+ * publish it with one store (retiring the old record on a replace).
+ * Returns 0 for a new name, 1 for a replace, or a negative errno. */
+static int put_raw(struct pr_writer *w, const char *name, uint32_t pid, uint64_t start,
+		   uint32_t uid, uint32_t node, const void *meta, size_t meta_len)
+{
+	struct pr_record t = { 0 };
+	size_t len = strlen(name);
+	uint64_t h = pr_hash(name, len, w->map.hdr->hash_seed), pos, old, off;
+	int err = procreg__w_reserve(w);
+
+	if (err)
+		return err;
+	old = procreg__w_find(w, name, len, h, &pos);
+	if (pos == UINT64_MAX)
+		return -EOVERFLOW; /* the index is full: reserve failed its job */
+	t.hash = h;
+	t.start_time = start;
+	t.registered_ns = procreg__now_ns();
+	t.pid = pid;
+	t.uid = uid;
+	t.node = node;
+	t.name_len = (uint16_t)len;
+	t.meta_len = (uint16_t)meta_len;
+	err = procreg__w_new_record(w, &t, name, meta, &off);
+	if (err)
+		return err;
+	procreg__w_publish(w, pos, off);
+	CMM_STORE_SHARED(w->map.hdr->registrations, w->map.hdr->registrations + 1);
+	return old ? 1 : 0;
+}
+
+static int put(struct pr_writer *w, const char *name, unsigned ver)
+{
+	uint8_t meta[PROCREG_META_MAX];
+	size_t ml = meta_for(name, ver, meta);
+	struct owner o;
+
+	owner_of(name, &o);
+	return put_raw(w, name, o.pid, o.start, o.uid, o.node, meta, ml);
+}
+
+/* Remove NAME as do_unregister does. */
+static int del(struct pr_writer *w, const char *name)
+{
+	size_t len = strlen(name);
+	uint64_t h = pr_hash(name, len, w->map.hdr->hash_seed), pos, off;
+
+	off = procreg__w_find(w, name, len, h, &pos);
+	if (!off)
+		return -ENOENT;
+	procreg__w_remove(w, pos);
+	CMM_STORE_SHARED(w->map.hdr->unregistrations, w->map.hdr->unregistrations + 1);
+	return 0;
+}
+
+/* Whether NAME's slot is followed by a non-empty one: removing it then
+ * leaves a tombstone (removing a name followed by an empty slot empties
+ * its slot instead, and the tombstones before it). */
+static bool leaves_tomb(struct pr_writer *w, const char *name)
+{
+	size_t len = strlen(name);
+	uint64_t h = pr_hash(name, len, w->map.hdr->hash_seed), pos;
+	const struct pr_index *ix = (const struct pr_index *)(w->map.base + w->map.hdr->index_off);
+
+	if (!procreg__w_find(w, name, len, h, &pos))
+		return false;
+	return ix->slot[(pos + 1) & (ix->capacity - 1)] != PR_SLOT_EMPTY;
+}
+
+/* Run reclamation to the end. Only for when no reader can be inside a
+ * critical section (no other process reads): then it finishes at once. */
+static void drain(struct pr_writer *w)
+{
+	for (int i = 0; i < 16 && procreg__w_reclaim(w); i++)
+		;
+	assert_int_equal(procreg__w_reclaim(w), 0);
+	assert_int_equal(w->retired.n, 0);
+	assert_int_equal(w->waiting.n, 0);
+}
+
+static uint64_t index_bytes(uint64_t cap)
+{
+	return sizeof(struct pr_index) + cap * 8;
+}
+
+static const struct pr_index *w_index(const struct pr_writer *w)
+{
+	return (const struct pr_index *)(w->map.base + w->map.hdr->index_off);
+}
+
+struct walk_sum {
+	uint64_t n, bytes, displaced;
+	uint64_t shift;
+};
+
+static int walk_sum_cb(uint64_t pos, const struct pr_record *r, void *arg)
+{
+	struct walk_sum *s = arg;
+
+	s->n++;
+	s->bytes += procreg__record_size(r);
+	if ((r->hash >> s->shift) != pos)
+		s->displaced++;
+	return 0;
+}
+
+/* Bytes the table's reachable blocks take: what arena_used must say once
+ * nothing is waiting for a grace period. */
+static struct walk_sum w_sum(struct pr_writer *w)
+{
+	struct walk_sum s = { .shift = w_index(w)->shift };
+
+	assert_int_equal(procreg__w_walk(w, walk_sum_cb, &s), 0);
+	s.bytes += index_bytes(w_index(w)->capacity);
+	return s;
+}
+
+static void name_of(char *buf, size_t len, const char *prefix, unsigned i)
+{
+	snprintf(buf, len, "%s-%06u", prefix, i);
+}
+
+/* Copy a file byte for byte. */
+static void copy_file(const char *from, const char *to)
+{
+	int in = open(from, O_RDONLY | O_CLOEXEC), out;
+	char buf[65536];
+	ssize_t n;
+
+	assert_true(in >= 0);
+	out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	assert_true(out >= 0);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		assert_int_equal(write(out, buf, (size_t)n), n);
+	assert_int_equal(n, 0);
+	close(in);
+	close(out);
+}
+
+static void *read_whole(const char *path, size_t *len)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	uint8_t *b;
+	size_t got = 0;
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	b = malloc((size_t)st.st_size);
+	assert_non_null(b);
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, b + got, (size_t)st.st_size - got);
+
+		assert_true(n > 0);
+		got += (size_t)n;
+	}
+	close(fd);
+	*len = got;
+	return b;
+}
+
+static uint64_t mono_ms(void)
+{
+	return procreg__mono_ns() / 1000000;
+}
+
+/* ---- shared state between the parent and forked readers --------------- */
+
+#define MAXKIDS 4
+
+struct shared {
+	int done;
+	int started;
+	uint64_t passes[MAXKIDS];
+	uint64_t lookups[MAXKIDS];
+	char why[MAXKIDS][200];
+};
+
+static struct shared *shared_new(void)
+{
+	struct shared *s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE,
+				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	assert_true(s != MAP_FAILED);
+	memset(s, 0, sizeof(*s));
+	return s;
+}
+
+struct kid {
+	pid_t pid;
+	int status;     /* -1 while running */
+};
+
+/* Wait until child I has completed TARGET passes. Returns false if it
+ * exited first (its status is kept). The deadline only turns a hung
+ * child into a failure instead of a hung test; progress never depends on
+ * how fast anything runs. */
+static bool wait_passes(struct shared *sh, struct kid *k, int i, uint64_t target)
+{
+	uint64_t t0 = mono_ms();
+
+	while (__atomic_load_n(&sh->passes[i], __ATOMIC_ACQUIRE) < target) {
+		int st;
+
+		if (k[i].status >= 0)
+			return false;
+		if (waitpid(k[i].pid, &st, WNOHANG) == k[i].pid) {
+			k[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+			return false;
+		}
+		if (mono_ms() - t0 > 120000)
+			return false;
+		sched_yield();
+	}
+	return true;
+}
+
+static void finish_kids(struct shared *sh, struct kid *k, int n)
+{
+	__atomic_store_n(&sh->done, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < n; i++) {
+		if (k[i].status < 0)
+			k[i].status = th_wait(k[i].pid);
+		if (k[i].status != 0)
+			print_error("reader %d: status %d: %s\n", i, k[i].status, sh->why[i]);
+	}
+	for (int i = 0; i < n; i++)
+		assert_int_equal(k[i].status, 0);
+}
+
+/* In a forked child: a crash must kill it. cmocka's handlers, inherited
+ * through fork(), would catch the signal and carry on running the rest of
+ * the test suite in the child. */
+static void child_signals(void)
+{
+	static const int sigs[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS, SIGABRT };
+
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		signal(sigs[i], SIG_DFL);
+}
+
+static void kid_fail(struct shared *sh, int i, const char *fmt, const char *name, int rc)
+{
+	if (!sh->why[i][0])
+		snprintf(sh->why[i], sizeof(sh->why[i]), fmt, name, rc);
+}
+
+/* ---- basic operations ------------------------------------------------- */
+
+static void test_insert_lookup(void **state)
+{
+	char *dir = th_mkdtemp();
+	struct pr_writer w;
+	struct procreg_entry e;
+	struct procreg_stats st;
+	char longname[PROCREG_NAME_MAX + 2];
+	uint8_t bigmeta[PROCREG_META_MAX];
+	uint64_t t0, t1;
+	procreg_t *r;
+
+	(void)state;
+	w_open_at(&w, dir, 4 * MB);
+	assert_false(w.attached);
+	r = r_open(dir);
+	assert_non_null(r);
+	assert_int_equal(procreg_stats(r, &st), 0);
+	assert_int_equal(st.names, 0);
+	assert_int_equal(st.index_capacity, 256);
+	assert_int_equal(st.daemon_pid, 0);
+	assert_int_equal(procreg_lookup(r, "payments", &e), -ENOENT);
+
+	t0 = procreg__now_ns();
+	assert_int_equal(put_raw(&w, "payments", 4242, 123456789, 1000, 0,
+				 "unix:/run/payments.sock", 23), 0);
+	t1 = procreg__now_ns();
+	memset(&e, 0xa5, sizeof(e));
+	assert_int_equal(procreg_lookup(r, "payments", &e), 0);
+	assert_int_equal(e.pid, 4242);
+	assert_int_equal(e.start_time, 123456789);
+	assert_int_equal(e.uid, 1000);
+	assert_int_equal(e.node, 0);
+	assert_true(e.registered_ns >= t0 && e.registered_ns <= t1);
+	assert_string_equal(e.name, "payments");
+	assert_int_equal(e.meta_len, 23);
+	assert_memory_equal(e.meta, "unix:/run/payments.sock", 23);
+	assert_int_equal(procreg_lookup(r, "payments", NULL), 0);
+
+	/* The longest name, the largest binary metadata, a remote node. */
+	memset(longname, 'L', PROCREG_NAME_MAX);
+	longname[PROCREG_NAME_MAX] = 0;
+	for (size_t i = 0; i < sizeof(bigmeta); i++)
+		bigmeta[i] = (uint8_t)(i * 131 + 7); /* has NUL bytes */
+	assert_int_equal(put_raw(&w, longname, 7, 8, 9, 3, bigmeta, sizeof(bigmeta)), 0);
+	/* No metadata at all. */
+	assert_int_equal(put_raw(&w, "bare", 11, 12, 13, 0, NULL, 0), 0);
+
+	memset(&e, 0x5a, sizeof(e));
+	assert_int_equal(procreg_lookup(r, longname, &e), 0);
+	assert_int_equal(e.pid, 7);
+	assert_int_equal(e.start_time, 8);
+	assert_int_equal(e.uid, 9);
+	assert_int_equal(e.node, 3);
+	assert_string_equal(e.name, longname);
+	assert_int_equal(e.meta_len, PROCREG_META_MAX);
+	assert_memory_equal(e.meta, bigmeta, sizeof(bigmeta));
+	memset(&e, 0x5a, sizeof(e));
+	assert_int_equal(procreg_lookup(r, "bare", &e), 0);
+	assert_int_equal(e.pid, 11);
+	assert_int_equal(e.meta_len, 0);
+	assert_string_equal(e.name, "bare");
+
+	/* Names that could never be registered, and near misses. */
+	assert_int_equal(procreg_lookup(r, "", &e), -EINVAL);
+	assert_int_equal(procreg_lookup(r, NULL, &e), -EINVAL);
+	longname[PROCREG_NAME_MAX] = 'L';
+	longname[PROCREG_NAME_MAX + 1] = 0;
+	assert_int_equal(procreg_lookup(r, longname, &e), -ENAMETOOLONG);
+	longname[PROCREG_NAME_MAX - 1] = 0;
+	assert_int_equal(procreg_lookup(r, longname, &e), -ENOENT);
+	assert_int_equal(procreg_lookup(r, "payment", &e), -ENOENT);
+	assert_int_equal(procreg_lookup(r, "paymentsX", &e), -ENOENT);
+	assert_int_equal(procreg_lookup(r, "Payments", &e), -ENOENT);
+
+	assert_int_equal(procreg_stats(r, &st), 0);
+	assert_int_equal(st.names, 3);
+	assert_int_equal(st.registrations, 3);
+	assert_true(st.arena_used >= index_bytes(256) + 3 * sizeof(struct pr_record));
+	assert_true(st.arena_top >= st.arena_used);
+	assert_int_equal(st.arena_size, 4 * MB - PR_HDR_SIZE);
+	/* One reader slot: ours. */
+	assert_int_equal(st.reader_slots, 64);
+	assert_int_equal(st.reader_slots_used, 1);
+	assert_int_equal(st.arena_used, w_sum(&w).bytes);
+
+	procreg_close(r);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+static void test_replace(void **state)
+{
+	char *dir = th_mkdtemp(), name[64];
+	struct pr_writer w;
+	struct procreg_entry e;
+	struct procreg_stats st;
+	uint64_t used0, top = 0;
+	procreg_t *r;
+
+	(void)state;
+	w_open_at(&w, dir, 4 * MB);
+	r = r_open(dir);
+	assert_non_null(r);
+	for (unsigned i = 0; i < 10; i++) {
+		name_of(name, sizeof(name), "other", i);
+		assert_int_equal(put(&w, name, 1), 0);
+	}
+	assert_int_equal(put(&w, "svc", 1), 0);
+	drain(&w);
+	assert_int_equal(procreg_stats(r, &st), 0);
+	assert_int_equal(st.names, 11);
+	used0 = st.arena_used;
+
+	/* Same name, new metadata: a new record, the old one retired. */
+	assert_int_equal(put(&w, "svc", 2), 1);
+	assert_int_equal(procreg_lookup(r, "svc", &e), 0);
+	assert_true(entry_ok(&e, "svc", 2));
+	assert_int_equal(procreg_stats(r, &st), 0);
+	assert_int_equal(st.names, 11);
+	assert_int_equal(w.index_live, 11);
+	/* Until a grace period passes the old record is still allocated. */
+	assert_int_equal(w.retired.n, 2);
+	drain(&w);
+	assert_int_equal(w.map.hdr->arena_used, w_sum(&w).bytes);
+	{
+		uint8_t m[PROCREG_META_MAX];
+		size_t m1 = meta_for("svc", 1, m), m2 = meta_for("svc", 2, m);
+
+		assert_int_equal(w.map.hdr->arena_used,
+				 used0 - PR_RECORD_SIZE(3, m1) + PR_RECORD_SIZE(3, m2));
+	}
+
+	/* Replace over and over: the old records come back to the
+	 * allocator, so the arena stops growing. */
+	for (unsigned v = 3; v < 40; v++) {
+		char meta[32];
+
+		snprintf(meta, sizeof(meta), "fixed-size-meta-%03u", v);
+		assert_int_equal(put_raw(&w, "svc", 1, 2, 3, 0, meta, 20), 1);
+		drain(&w);
+		if (v == 4)
+			top = w.map.hdr->arena_top;
+		assert_int_equal(procreg_lookup(r, "svc", &e), 0);
+		assert_int_equal(e.meta_len, 20);
+		assert_memory_equal(e.meta, meta, 20);
+	}
+	assert_int_equal(w.map.hdr->arena_top, top);
+	assert_int_equal(put(&w, "svc", 39), 1);
+	assert_int_equal(procreg_lookup(r, "svc", &e), 0);
+	assert_true(entry_ok(&e, "svc", 39));
+	for (unsigned i = 0; i < 10; i++) {
+		name_of(name, sizeof(name), "other", i);
+		assert_int_equal(procreg_lookup(r, name, &e), 0);
+		assert_true(entry_ok(&e, name, 1));
+	}
+	assert_int_equal(procreg_stats(r, &st), 0);
+	assert_int_equal(st.names, 11);
+	assert_int_equal(st.registrations, 11 + 39);
+
+	procreg_close(r);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+static int count_cb(const struct procreg_entry *e, void *arg)
+{
+	(void)e;
+	(*(uint64_t *)arg)++;
+	return 0;
+}
+
+static void test_delete(void **state)
+{
+	char *dir = th_mkdtemp();
+	struct pr_writer w;
+	struct procreg_entry e;
+	struct procreg_stats st;
+	uint64_t n = 0;
+	procreg_t *r;
+
+	(void)state;
+	w_open_at(&w, dir, 4 * MB);
+	r = r_open(dir);
+	assert_non_null(r);
+	assert_int_equal(put(&w, "a", 1), 0);
+	assert_int_equal(put(&w, "b", 1), 0);
+	assert_int_equal(put(&w, "c", 1), 0);
+	assert_int_equal(del(&w, "b"), 0);
+	assert_int_equal(procreg_lookup(r, "b", &e), -ENOENT);
+	assert_int_equal(procreg_lookup(r, "a", &e), 0);
+	assert_true(entry_ok(&e, "a", 1));
+	assert_int_equal(procreg_lookup(r, "c", &e), 0);
+	assert_true(entry_ok(&e, "c", 1));
+	assert_int_equal(procreg_stats(r, &st), 0);
+	assert_int_equal(st.names, 2);
+	assert_int_equal(st.unregistrations, 1);
+	assert_int_equal(del(&w, "b"), -ENOENT);
+	assert_int_equal(del(&w, "never"), -ENOENT);
+	assert_int_equal(procreg_stats(r, &st), 0);
+	assert_int_equal(st.names, 2);
+
+	/* Back again, with new content. */
+	assert_int_equal(put(&w, "b", 5), 0);
+	assert_int_equal(procreg_lookup(r, "b", &e), 0);
+	assert_true(entry_ok(&e, "b", 5));
+	assert_int_equal(procreg_stats(r, &st), 0);
+	assert_int_equal(st.names, 3);
+
+	/* All gone: nothing is found, the walk is empty, and once the grace
+	 * period passed only the index is allocated. */
+	assert_int_equal(del(&w, "a"), 0);
+	assert_int_equal(del(&w, "b"), 0);
+	assert_int_equal(del(&w, "c"), 0);
+	assert_int_equal(procreg_foreach(r, count_cb, &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(procreg_lookup(r, "a", &e), -ENOENT);
+	assert_int_equal(procreg_lookup(r, "c", &e), -ENOENT);
+	assert_int_equal(procreg_stats(r, &st), 0);
+	assert_int_equal(st.names, 0);
+	assert_int_equal(w.index_live, 0);
+	drain(&w);
+	assert_int_equal(w.map.hdr->arena_used, index_bytes(w_index(&w)->capacity));
+
+	procreg_close(r);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+/* ---- growth and churn ------------------------------------------------- */
+
+#define MANY 20000
+
+static void test_many_names(void **state)
+{
+	char *dir = th_mkdtemp(), name[64];
+	struct pr_writer w;
+	struct procreg_entry e;
+	struct procreg_stats st;
+	uint64_t cap0, rehash0, last_cap;
+	unsigned cap_changes = 0;
+	struct walk_sum s;
+	procreg_t *r;
+
+	(void)state;
+	w_open_at(&w, dir, 64 * MB);
+	r = r_open(dir);
+	assert_non_null(r);
+	assert_int_equal(procreg_stats(r, &st), 0);
+	cap0 = last_cap = st.index_capacity;
+	rehash0 = w.map.hdr->rehashes;
+	for (unsigned i = 0; i < MANY; i++) {
+		name_of(name, sizeof(name), "n", i);
+		assert_int_equal(put(&w, name, 1), 0);
+		if (w_index(&w)->capacity != last_cap) {
+			assert_true(w_index(&w)->capacity > last_cap);
+			last_cap = w_index(&w)->capacity;
+			cap_changes++;
+			/* Names from before the rebuild are in the new index. */
+			for (unsigned j = 0; j <= i; j += 1 + i / 64) {
+				name_of(name, sizeof(name), "n", j);
+				assert_int_equal(procreg_lookup(r, name, NULL), 0);
+			}
+		}
+		if (i % 64 == 0)
+			procreg__w_reclaim(&w);
+	}
+	drain(&w);
+	assert_int_equal(procreg_stats(r, &st), 0);
+	assert_int_equal(st.names, MANY);
+	assert_true(st.index_capacity > cap0);
+	assert_true(st.index_capacity * 3 >= (uint64_t)MANY * 4);
+	assert_true(cap_changes >= 5);
+	assert_true(w.map.hdr->rehashes - rehash0 >= cap_changes);
+
+	for (unsigned i = 0; i < MANY; i++) {
+		name_of(name, sizeof(name), "n", i);
+		memset(&e, 0, sizeof(e));
+		assert_int_equal(procreg_lookup(r, name, &e), 0);
+		assert_true(entry_ok(&e, name, 1));
+	}
+	for (unsigned i = MANY; i < 2 * MANY; i++) {
+		name_of(name, sizeof(name), "n", i);
+		assert_int_equal(procreg_lookup(r, name, &e), -ENOENT);
+		name_of(name, sizeof(name), "m", i - MANY);
+		assert_int_equal(procreg_lookup(r, name, &e), -ENOENT);
+	}
+	assert_int_equal(procreg_lookup(r, "n-00000", &e), -ENOENT);
+	assert_int_equal(procreg_lookup(r, "n-0000000", &e), -ENOENT);
+
+	/* The probes did collide: many names sit past their home slot. */
+	s = w_sum(&w);
+	assert_int_equal(s.n, MANY);
+	assert_true(s.displaced > 100);
+	assert_int_equal(w.map.hdr->arena_used, s.bytes);
+
+	procreg_close(r);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+#define UNIVERSE 40000
+#define CHURN_LIVE 3800
+
+struct model_walk {
+	const unsigned *ver;
+	unsigned *seen;
+	uint64_t total, bad;
+};
+
+static int model_cb(const struct procreg_entry *e, void *arg)
+{
+	struct model_walk *m = arg;
+	unsigned i;
+
+	m->total++;
+	if (sscanf(e->name, "c-%u", &i) != 1 || i >= UNIVERSE || !m->ver[i] ||
+	    !entry_ok(e, NULL, (long)m->ver[i])) {
+		m->bad++;
+		return 0;
+	}
+	m->seen[i]++;
+	return 0;
+}
+
+static void check_model(procreg_t *r, const unsigned *ver, uint64_t live)
+{
+	struct procreg_entry e;
+	struct procreg_stats st;
+	char name[64];
+
+	for (unsigned k = 0; k < UNIVERSE; k++) {
+		name_of(name, sizeof(name), "c", k);
+		if (ver[k]) {
+			assert_int_equal(procreg_lookup(r, name, &e), 0);
+			assert_true(entry_ok(&e, name, (long)ver[k]));
+		} else {
+			assert_int_equal(procreg_lookup(r, name, NULL), -ENOENT);
+		}
+	}
+	assert_int_equal(procreg_stats(r, &st), 0);
+	assert_int_equal(st.names, live);
+}
+
+/* Delete-heavy churn over a large universe of names: about CHURN_LIVE
+ * names live at any time, new names keep coming, and removals favour
+ * names that leave a tombstone (a name followed by an empty slot empties
+ * its slot instead), so tombstones pile up, the index is rebuilt at the
+ * same capacity to shed them, and every answer stays right throughout. */
+static void test_churn(void **state)
+{
+	char *dir = th_mkdtemp(), name[64];
+	struct pr_writer w;
+	unsigned *ver = calloc(UNIVERSE, sizeof(*ver));
+	unsigned *ids = calloc(UNIVERSE, sizeof(*ids)), *at = calloc(UNIVERSE, sizeof(*at));
+	uint64_t seed = 0x51ed2701, live = 0, max_tombs = 0, max_cap = 0;
+	uint64_t last_rehashes, last_cap, same_cap = 0, deletes = 0;
+	struct model_walk mw = { 0 };
+	procreg_t *r;
+
+	(void)state;
+	assert_non_null(ver);
+	assert_non_null(ids);
+	assert_non_null(at);
+	w_open_at(&w, dir, 64 * MB);
+	r = r_open(dir);
+	assert_non_null(r);
+	last_rehashes = w.map.hdr->rehashes;
+	last_cap = w_index(&w)->capacity;
+	for (unsigned round = 1; round <= 120000; round++) {
+		uint64_t x = xorshift(&seed);
+		unsigned coin = (unsigned)(x % 100), i;
+
+		if (live == 0 || (live < CHURN_LIVE && coin < 60)) {
+			do
+				i = (unsigned)(xorshift(&seed) % UNIVERSE);
+			while (ver[i]);
+			name_of(name, sizeof(name), "c", i);
+			assert_int_equal(put(&w, name, round), 0);
+			ver[i] = round;
+			at[i] = (unsigned)live;
+			ids[live++] = i;
+		} else if (coin < 85) {
+			/* A removal: look a little for one that leaves a
+			 * tombstone, else take what we have. */
+			for (int tries = 0; tries < 8; tries++) {
+				i = ids[xorshift(&seed) % live];
+				name_of(name, sizeof(name), "c", i);
+				if (leaves_tomb(&w, name))
+					break;
+			}
+			assert_int_equal(del(&w, name), 0);
+			ver[i] = 0;
+			ids[at[i]] = ids[--live];
+			at[ids[at[i]]] = at[i];
+			deletes++;
+		} else {
+			i = ids[xorshift(&seed) % live];
+			name_of(name, sizeof(name), "c", i);
+			assert_int_equal(put(&w, name, round), 1);
+			ver[i] = round;
+		}
+		if (w.map.hdr->rehashes != last_rehashes) {
+			if (w_index(&w)->capacity == last_cap)
+				same_cap++;
+			last_rehashes = w.map.hdr->rehashes;
+			last_cap = w_index(&w)->capacity;
+		}
+		if (w.index_tombs > max_tombs)
+			max_tombs = w.index_tombs;
+		if (w_index(&w)->capacity > max_cap)
+			max_cap = w_index(&w)->capacity;
+		assert_int_equal(w.index_live, live);
+		if (round % 97 == 0)
+			procreg__w_reclaim(&w);
+		if (round % 30000 == 0)
+			check_model(r, ver, live);
+	}
+	print_message("churn: %llu deletes, max tombstones %llu, %llu rebuilds at the same capacity, "
+		      "capacity %llu, live %llu\n",
+		      (unsigned long long)deletes, (unsigned long long)max_tombs,
+		      (unsigned long long)same_cap, (unsigned long long)max_cap,
+		      (unsigned long long)live);
+	/* Tombstones accumulated and were shed by rebuilds that did not
+	 * have to grow the index to do it. */
+	assert_true(max_tombs > 1000);
+	assert_true(same_cap >= 3);
+	assert_true(max_cap <= 8192);
+
+	/* The walk sees exactly the model. */
+	check_model(r, ver, live);
+	mw.ver = ver;
+	mw.seen = calloc(UNIVERSE, sizeof(*mw.seen));
+	assert_non_null(mw.seen);
+	assert_int_equal(procreg_foreach(r, model_cb, &mw), 0);
+	assert_int_equal(mw.bad, 0);
+	assert_int_equal(mw.total, live);
+	for (unsigned k = 0; k < UNIVERSE; k++)
+		assert_int_equal(mw.seen[k], ver[k] ? 1 : 0);
+
+	drain(&w);
+	assert_int_equal(w.map.hdr->arena_used, w_sum(&w).bytes);
+	assert_int_equal(w.map.hdr->names, live);
+
+	free(mw.seen);
+	free(ver);
+	free(ids);
+	free(at);
+	procreg_close(r);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+/* ---- readers in other processes while the writer grows the table ------ */
+
+#define STABLE 2000
+#define GROW 100000
+#define HOT 16      /* stable names the writer republishes on every step */
+
+struct reader_arg {
+	const char *dir;
+	struct shared *sh;
+	int idx;
+	long stable_ver;
+};
+
+static int lookup_reader(void *p)
+{
+	struct reader_arg *a = p;
+	struct shared *sh = a->sh;
+	struct procreg_entry e;
+	char name[64];
+	uint64_t seed = 0x1234 + (uint64_t)a->idx, lookups = 0;
+	procreg_t *r;
+	int ret = 0;
+
+	child_signals();
+	r = r_open(a->dir);
+	if (!r) {
+		kid_fail(sh, a->idx, "open: %s %d", "", errno);
+		return 2;
+	}
+	__atomic_add_fetch(&sh->started, 1, __ATOMIC_ACQ_REL);
+	for (;;) {
+		/* Decide before the pass: every pass that starts while the
+		 * writer runs is a whole pass that overlapped it. */
+		int last = __atomic_load_n(&sh->done, __ATOMIC_ACQUIRE);
+
+		for (unsigned i = 0; i < 2 * STABLE; i++) {
+			int rc;
+
+			/* Every other lookup is of one of the hot few. */
+			name_of(name, sizeof(name), "stable", i & 1 ? (i / 2) % HOT : i / 2);
+			rc = procreg_lookup(r, name, &e);
+			lookups++;
+			if (rc != 0) {
+				kid_fail(sh, a->idx, "stable %s missing: %d", name, rc);
+				ret = 1;
+			} else if (!entry_ok(&e, name, a->stable_ver)) {
+				kid_fail(sh, a->idx, "stable %s: wrong entry %d", name, 0);
+				ret = 1;
+			}
+			if (i & 1)
+				continue;
+			/* A name that comes and goes: either answer, but a
+			 * found entry is whole and its own. */
+			name_of(name, sizeof(name), "grow", (unsigned)(xorshift(&seed) % GROW));
+			rc = procreg_lookup(r, name, &e);
+			lookups++;
+			if (rc == 0 && !entry_ok(&e, name, 1)) {
+				kid_fail(sh, a->idx, "churn %s: wrong entry %d", name, 0);
+				ret = 1;
+			} else if (rc != 0 && rc != -ENOENT) {
+				kid_fail(sh, a->idx, "churn %s: %d", name, rc);
+				ret = 1;
+			}
+		}
+		__atomic_add_fetch(&sh->passes[a->idx], 1, __ATOMIC_ACQ_REL);
+		if (last || ret)
+			break;
+	}
+	sh->lookups[a->idx] = lookups;
+	procreg_close(r);
+	return ret;
+}
+
+/* The writer's side of the concurrent tests: insert N "grow" names,
+ * remove most of them some time later (tombstones, rebuilds), publish
+ * every stable name again with the same content now and then (so records
+ * readers are reading get retired and their memory reused), and reclaim
+ * regularly. Every PHASE operations, wait until every reader has done
+ * another whole pass, so the readers really overlap every stage. */
+static void churn_writer(struct pr_writer *w, unsigned n, unsigned phase, unsigned stable,
+			 unsigned stable_ver, struct shared *sh, struct kid *k, int nkids)
+{
+	char name[64];
+	unsigned restable = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		name_of(name, sizeof(name), "grow", i);
+		assert_int_equal(put(w, name, 1), 0);
+		if (i >= 1000 && i % 4 != 0) {
+			name_of(name, sizeof(name), "grow", i - 1000);
+			assert_int_equal(del(w, name), 0);
+		}
+		if (i % 50 == 0) {
+			name_of(name, sizeof(name), "stable", restable++ % stable);
+			assert_int_equal(put(w, name, stable_ver), 1);
+		}
+		/* The hot few, on every step. */
+		name_of(name, sizeof(name), "stable", i % HOT);
+		assert_int_equal(put(w, name, stable_ver), 1);
+		/* Reclaim as eagerly as a daemon under load would: freed
+		 * records are reused by the very next inserts, so a grace
+		 * period that ended too early would hand a reader bytes that
+		 * are being rewritten. */
+		procreg__w_reclaim(w);
+		if (i % phase == phase - 1) {
+			for (int j = 0; j < nkids; j++) {
+				uint64_t now = __atomic_load_n(&sh->passes[j], __ATOMIC_ACQUIRE);
+
+				if (!wait_passes(sh, k, j, now + 1)) {
+					finish_kids(sh, k, nkids);
+					fail_msg("reader %d stopped", j);
+				}
+			}
+		}
+	}
+}
+
+static void start_kids(struct shared *sh, struct kid *k, int n, int (*fn)(void *),
+		       struct reader_arg *args)
+{
+	uint64_t t0 = mono_ms();
+
+	for (int i = 0; i < n; i++) {
+		k[i].status = -1;
+		k[i].pid = th_fork(fn, &args[i]);
+		assert_true(k[i].pid > 0);
+	}
+	while (__atomic_load_n(&sh->started, __ATOMIC_ACQUIRE) < n) {
+		for (int i = 0; i < n; i++) {
+			int st;
+
+			if (k[i].status < 0 && waitpid(k[i].pid, &st, WNOHANG) == k[i].pid)
+				k[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+			if (k[i].status >= 0) {
+				finish_kids(sh, k, n);
+				fail_msg("reader %d exited early", i);
+			}
+		}
+		assert_true(mono_ms() - t0 < 120000);
+		sched_yield();
+	}
+}
+
+static void test_grow_while_reading(void **state)
+{
+	char *dir = th_mkdtemp(), name[64];
+	struct pr_writer w;
+	struct shared *sh = shared_new();
+	struct reader_arg args[MAXKIDS];
+	struct kid k[MAXKIDS];
+	struct procreg_entry e;
+	uint64_t cap0, rehash0;
+	procreg_t *r;
+
+	(void)state;
+	w_open_at(&w, dir, 128 * MB);
+	for (unsigned i = 0; i < STABLE; i++) {
+		name_of(name, sizeof(name), "stable", i);
+		assert_int_equal(put(&w, name, 7), 0);
+	}
+	drain(&w);
+	cap0 = w_index(&w)->capacity;
+	rehash0 = w.map.hdr->rehashes;
+
+	for (int i = 0; i < MAXKIDS; i++)
+		args[i] = (struct reader_arg){ .dir = dir, .sh = sh, .idx = i, .stable_ver = 7 };
+	start_kids(sh, k, MAXKIDS, lookup_reader, args);
+	churn_writer(&w, GROW, GROW / 10, STABLE, 7, sh, k, MAXKIDS);
+	finish_kids(sh, k, MAXKIDS);
+	for (int i = 0; i < MAXKIDS; i++)
+		assert_true(sh->passes[i] >= 10);
+
+	/* The table grew through several rebuilds while they read. */
+	assert_true(w_index(&w)->capacity >= 8 * cap0);
+	assert_true(w.map.hdr->rehashes - rehash0 >= 4);
+	drain(&w);
+	assert_int_equal(w.map.hdr->arena_used, w_sum(&w).bytes);
+	r = r_open(dir);
+	assert_non_null(r);
+	for (unsigned i = 0; i < GROW; i++) {
+		int want = i >= GROW - 1000 || i % 4 == 0 ? 0 : -ENOENT;
+
+		name_of(name, sizeof(name), "grow", i);
+		assert_int_equal(procreg_lookup(r, name, &e), want);
+	}
+	procreg_close(r);
+	munmap(sh, sizeof(*sh));
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+/* ---- iteration -------------------------------------------------------- */
+
+struct seen {
+	const char *prefix;
+	unsigned n;
+	unsigned *count;
+	uint64_t total, bad, stop_after;
+	int stop_ret;
+};
+
+static int seen_cb(const struct procreg_entry *e, void *arg)
+{
+	struct seen *s = arg;
+	size_t pl = strlen(s->prefix);
+	unsigned i;
+
+	s->total++;
+	if (!entry_ok(e, NULL, -1))
+		s->bad++;
+	else if (!strncmp(e->name, s->prefix, pl) && e->name[pl] == '-' &&
+		 sscanf(e->name + pl + 1, "%u", &i) == 1 && i < s->n)
+		s->count[i]++;
+	if (s->stop_after && s->total == s->stop_after)
+		return s->stop_ret;
+	return 0;
+}
+
+static void expect_each_once(procreg_t *r, const char *prefix, unsigned n, uint64_t total)
+{
+	struct seen s = { .prefix = prefix, .n = n };
+
+	s.count = calloc(n ? n : 1, sizeof(*s.count));
+	assert_non_null(s.count);
+	assert_int_equal(procreg_foreach(r, seen_cb, &s), 0);
+	assert_int_equal(s.bad, 0);
+	for (unsigned i = 0; i < n; i++) {
+		if (s.count[i] != 1)
+			print_error("%s-%06u seen %u times\n", prefix, i, s.count[i]);
+		assert_int_equal(s.count[i], 1);
+	}
+	assert_int_equal(s.total, total);
+	free(s.count);
+}
+
+/* Names whose home slot in an index of CAP slots is HOME, for this
+ * table's hash seed: to build clusters on purpose. */
+static unsigned names_with_home(struct pr_writer *w, uint64_t cap, uint64_t home,
+				const char *prefix, unsigned want, unsigned *found)
+{
+	uint32_t shift = 64 - (uint32_t)__builtin_ctzll(cap);
+	unsigned n = 0;
+	char name[64];
+
+	for (unsigned c = 0; n < want && c < 10000000; c++) {
+		name_of(name, sizeof(name), prefix, c);
+		if (pr_hash(name, strlen(name), w->map.hdr->hash_seed) >> shift == home)
+			found[n++] = c;
+	}
+	return n;
+}
+
+static void test_foreach_quiet(void **state)
+{
+	char *dir = th_mkdtemp(), name[64];
+	struct pr_writer w;
+	struct seen s = { .prefix = "x" };
+	unsigned wrap[100], cl[100];
+	struct walk_sum ws;
+	procreg_t *r;
+
+	(void)state;
+	w_open_at(&w, dir, 64 * MB);
+	r = r_open(dir);
+	assert_non_null(r);
+	/* Empty. */
+	expect_each_once(r, "none", 0, 0);
+
+	/* A run that wraps from the last slot to the first: 100 names whose
+	 * home is slot 200 of the 256-slot index fill 200..255 and 0..43,
+	 * a cluster longer than one iteration chunk. */
+	assert_int_equal(w_index(&w)->capacity, 256);
+	assert_int_equal(names_with_home(&w, 256, 200, "wrap", 100, wrap), 100);
+	for (unsigned i = 0; i < 100; i++) {
+		name_of(name, sizeof(name), "wrap", wrap[i]);
+		assert_int_equal(put(&w, name, 1), 0);
+	}
+	assert_int_equal(w_index(&w)->capacity, 256); /* 100 < 192: no rebuild */
+	ws = w_sum(&w);
+	assert_int_equal(ws.n, 100);
+	assert_int_equal(ws.displaced, 99);
+	assert_true(pr_slot_live(w_index(&w)->slot[0]));   /* it did wrap */
+	assert_true(pr_slot_live(w_index(&w)->slot[43]));
+	assert_false(pr_slot_live(w_index(&w)->slot[44]));
+	/* Each exactly once. */
+	{
+		struct seen s2 = { .prefix = "wrap", .n = wrap[99] + 1 };
+
+		s2.count = calloc(s2.n, sizeof(*s2.count));
+		assert_non_null(s2.count);
+		assert_int_equal(procreg_foreach(r, seen_cb, &s2), 0);
+		assert_int_equal(s2.bad, 0);
+		assert_int_equal(s2.total, 100);
+		for (unsigned i = 0; i < 100; i++)
+			assert_int_equal(s2.count[wrap[i]], 1);
+		free(s2.count);
+	}
+	for (unsigned i = 0; i < 100; i++) {
+		name_of(name, sizeof(name), "wrap", wrap[i]);
+		assert_int_equal(procreg_lookup(r, name, NULL), 0);
+	}
+	/* Remove them one by one: the walk follows. */
+	for (unsigned i = 0; i < 100; i++) {
+		uint64_t n = 0;
+
+		assert_int_equal(procreg_foreach(r, count_cb, &n), 0);
+		assert_int_equal(n, 100 - i);
+		name_of(name, sizeof(name), "wrap", wrap[i]);
+		assert_int_equal(del(&w, name), 0);
+	}
+	drain(&w);
+
+	/* A small cluster at the very end, wrapping by one slot. */
+	assert_int_equal(names_with_home(&w, 256, 255, "end", 3, cl), 3);
+	for (unsigned i = 0; i < 3; i++) {
+		uint64_t n = 0;
+
+		name_of(name, sizeof(name), "end", cl[i]);
+		assert_int_equal(put(&w, name, 1), 0);
+		assert_int_equal(procreg_foreach(r, count_cb, &n), 0);
+		assert_int_equal(n, i + 1);
+	}
+	for (unsigned i = 0; i < 3; i++) {
+		name_of(name, sizeof(name), "end", cl[i]);
+		assert_int_equal(del(&w, name), 0);
+	}
+
+	/* Many names: every one exactly once, and nothing else. */
+	for (unsigned i = 0; i < 5000; i++) {
+		name_of(name, sizeof(name), "x", i);
+		assert_int_equal(put(&w, name, 1), 0);
+		if (i == 0 || i == 40 || i == 190 || i == 1000) {
+			drain(&w);
+			expect_each_once(r, "x", i + 1, i + 1);
+		}
+	}
+	drain(&w);
+	expect_each_once(r, "x", 5000, 5000);
+
+	/* A callback's non-zero return stops the walk and is returned. */
+	s.n = 5000;
+	s.count = calloc(5000, sizeof(*s.count));
+	assert_non_null(s.count);
+	s.stop_after = 10;
+	s.stop_ret = 7;
+	assert_int_equal(procreg_foreach(r, seen_cb, &s), 7);
+	assert_int_equal(s.total, 10);
+	s.total = 0;
+	s.stop_after = 150; /* past the first chunk */
+	s.stop_ret = -42;
+	assert_int_equal(procreg_foreach(r, seen_cb, &s), -42);
+	assert_int_equal(s.total, 150);
+	free(s.count);
+
+	procreg_close(r);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+#define ISTABLE 1000
+
+static int walk_reader(void *p)
+{
+	struct reader_arg *a = p;
+	struct shared *sh = a->sh;
+	struct seen s = { .prefix = "stable", .n = ISTABLE };
+	procreg_t *r;
+	int ret = 0;
+
+	child_signals();
+	r = r_open(a->dir);
+	if (!r) {
+		kid_fail(sh, a->idx, "open: %s %d", "", errno);
+		return 2;
+	}
+	s.count = calloc(ISTABLE, sizeof(*s.count));
+	if (!s.count)
+		return 3;
+	__atomic_add_fetch(&sh->started, 1, __ATOMIC_ACQ_REL);
+	for (;;) {
+		int last = __atomic_load_n(&sh->done, __ATOMIC_ACQUIRE), rc;
+
+		memset(s.count, 0, ISTABLE * sizeof(*s.count));
+		s.total = s.bad = 0;
+		rc = procreg_foreach(r, seen_cb, &s);
+		if (rc) {
+			kid_fail(sh, a->idx, "foreach%s: %d", "", rc);
+			ret = 1;
+		}
+		if (s.bad) {
+			kid_fail(sh, a->idx, "foreach%s: %d inconsistent entries", "", (int)s.bad);
+			ret = 1;
+		}
+		for (unsigned i = 0; i < ISTABLE; i++) {
+			if (s.count[i] != 1) {
+				char nm[64];
+
+				name_of(nm, sizeof(nm), "stable", i);
+				kid_fail(sh, a->idx, "%s seen %d times", nm, (int)s.count[i]);
+				ret = 1;
+			}
+		}
+		__atomic_add_fetch(&sh->passes[a->idx], 1, __ATOMIC_ACQ_REL);
+		if (last || ret)
+			break;
+	}
+	free(s.count);
+	procreg_close(r);
+	return ret;
+}
+
+static void test_foreach_while_writing(void **state)
+{
+	char *dir = th_mkdtemp(), name[64];
+	struct pr_writer w;
+	struct shared *sh = shared_new();
+	struct reader_arg args[2];
+	struct kid k[2];
+	uint64_t cap0, rehash0;
+
+	(void)state;
+	w_open_at(&w, dir, 128 * MB);
+	for (unsigned i = 0; i < ISTABLE; i++) {
+		name_of(name, sizeof(name), "stable", i);
+		assert_int_equal(put(&w, name, 3), 0);
+	}
+	drain(&w);
+	cap0 = w_index(&w)->capacity;
+	rehash0 = w.map.hdr->rehashes;
+	for (int i = 0; i < 2; i++)
+		args[i] = (struct reader_arg){ .dir = dir, .sh = sh, .idx = i, .stable_ver = 3 };
+	start_kids(sh, k, 2, walk_reader, args);
+	/* Phases short enough that walks overlap every rebuild. */
+	churn_writer(&w, 60000, 1500, ISTABLE, 3, sh, k, 2);
+	finish_kids(sh, k, 2);
+	for (int i = 0; i < 2; i++)
+		assert_true(sh->passes[i] >= 40);
+	assert_true(w_index(&w)->capacity >= 8 * cap0);
+	assert_true(w.map.hdr->rehashes - rehash0 >= 4);
+
+	munmap(sh, sizeof(*sh));
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+/* ---- recovery --------------------------------------------------------- */
+
+static void test_recovery(void **state)
+{
+	char *dir = th_mkdtemp(), name[64];
+	struct pr_writer w;
+	struct pr_record t = { 0 };
+	struct procreg_entry e;
+	struct procreg_stats st;
+	uint64_t off, top_before, tops[40], rehash_at_warm = 0;
+	procreg_t *r;
+
+	(void)state;
+	w_open_at(&w, dir, 32 * MB);
+	for (unsigned i = 0; i < 3000; i++) {
+		name_of(name, sizeof(name), "rec", i);
+		assert_int_equal(put(&w, name, 1), 0);
+	}
+	drain(&w);
+	for (unsigned i = 0; i < 500; i++) {
+		name_of(name, sizeof(name), "rec", i);
+		assert_int_equal(put(&w, name, 2), 1);
+	}
+	for (unsigned i = 500; i < 1000; i++) {
+		name_of(name, sizeof(name), "rec", i);
+		assert_int_equal(del(&w, name), 0);
+	}
+	/* A request the crash cut short: a record filled, never published. */
+	t.hash = pr_hash("ghost", 5, w.map.hdr->hash_seed);
+	t.name_len = 5;
+	t.meta_len = 3;
+	assert_int_equal(procreg__w_new_record(&w, &t, "ghost", "boo", &off), 0);
+	/* And retired blocks never reclaimed: the crash came first. */
+	assert_true(w.retired.n > 0);
+	top_before = w.map.hdr->arena_top;
+
+	/* A reader mapped before the crash keeps reading after it. */
+	r = r_open(dir);
+	assert_non_null(r);
+	procreg__writer_close(&w);
+	name_of(name, sizeof(name), "rec", 2999);
+	assert_int_equal(procreg_lookup(r, name, &e), 0);
+	assert_true(entry_ok(&e, name, 1));
+
+	w_open_at(&w, dir, 32 * MB);
+	assert_true(w.attached);
+	assert_int_equal(procreg__w_recover(&w), 0);
+	assert_int_equal(w.index_live, 2500);
+	assert_int_equal(w.map.hdr->names, 2500);
+	assert_int_equal(w.map.hdr->registrations, 3500);
+	assert_int_equal(w.map.hdr->unregistrations, 500);
+	assert_int_equal(w.map.hdr->arena_top, top_before);
+	for (unsigned i = 0; i < 3000; i++) {
+		name_of(name, sizeof(name), "rec", i);
+		if (i >= 500 && i < 1000) {
+			assert_int_equal(procreg_lookup(r, name, &e), -ENOENT);
+		} else {
+			assert_int_equal(procreg_lookup(r, name, &e), 0);
+			assert_true(entry_ok(&e, name, i < 500 ? 2 : 1));
+		}
+	}
+	assert_int_equal(procreg_lookup(r, "ghost", &e), -ENOENT);
+	/* Once the grace period passed, everything unreachable (old
+	 * records, old indexes, the ghost) is free again. */
+	drain(&w);
+	assert_int_equal(w.map.hdr->arena_used, w_sum(&w).bytes);
+	assert_int_equal(procreg_stats(r, &st), 0);
+	assert_int_equal(st.names, 2500);
+
+	/* The writer carries on. */
+	for (unsigned i = 0; i < 100; i++) {
+		name_of(name, sizeof(name), "new", i);
+		assert_int_equal(put(&w, name, 1), 0);
+		assert_int_equal(procreg_lookup(r, name, &e), 0);
+		assert_true(entry_ok(&e, name, 1));
+	}
+	name_of(name, sizeof(name), "rec", 0);
+	assert_int_equal(put(&w, name, 3), 1);
+	name_of(name, sizeof(name), "rec", 1000);
+	assert_int_equal(del(&w, name), 0);
+	name_of(name, sizeof(name), "rec", 500);
+	assert_int_equal(put(&w, name, 4), 0);
+	assert_int_equal(w.map.hdr->names, 2600);
+
+	/* Steady churn after the recovery, as a daemon sees it: 1400 extra
+	 * names come and go, a new one registered for each one removed, all
+	 * their records of one size; removals favour names that leave a
+	 * tombstone, so the index keeps being rebuilt at one capacity. Freed
+	 * space is reused, records and index blocks alike, so after a
+	 * warm-up the arena's high-water mark stays put. */
+	{
+		enum { W = 1400, U = 8000, CYCLES = 40, WARM = 9 };
+		unsigned *ids = calloc(W, sizeof(*ids)), next = 0, n = 0;
+		bool *present = calloc(U, sizeof(*present));
+		uint64_t seed = 77, cap_at_warm = 0;
+		char meta[32];
+
+		assert_non_null(ids);
+		assert_non_null(present);
+		for (unsigned c = 0; c < CYCLES; c++) {
+			for (unsigned step = 0; step < 1000; step++) {
+				unsigned start, pick, id;
+
+				while (n < W) {
+					while (present[next % U])
+						next++;
+					id = next++ % U;
+					name_of(name, sizeof(name), "cyc", id);
+					snprintf(meta, sizeof(meta), "cyc-meta-%06u", id);
+					assert_int_equal(put_raw(&w, name, 1, 2, 3, 0, meta, 16), 0);
+					present[id] = true;
+					ids[n++] = id;
+				}
+				start = pick = (unsigned)(xorshift(&seed) % n);
+				for (unsigned t = 0; t < n; t++) {
+					unsigned k = (start + t) % n;
+
+					name_of(name, sizeof(name), "cyc", ids[k]);
+					if (leaves_tomb(&w, name)) {
+						pick = k;
+						break;
+					}
+				}
+				name_of(name, sizeof(name), "cyc", ids[pick]);
+				assert_int_equal(del(&w, name), 0);
+				present[ids[pick]] = false;
+				ids[pick] = ids[--n];
+				if (step % 64 == 0)
+					procreg__w_reclaim(&w);
+			}
+			drain(&w);
+			tops[c] = w.map.hdr->arena_top;
+			if (c == WARM) {
+				rehash_at_warm = w.map.hdr->rehashes;
+				cap_at_warm = w_index(&w)->capacity;
+			}
+		}
+		print_message("after recovery: %llu rebuilds at capacity %llu; arena_top %llu, %llu after warm-up, %llu at the end\n",
+			      (unsigned long long)(w.map.hdr->rehashes - rehash_at_warm),
+			      (unsigned long long)w_index(&w)->capacity, (unsigned long long)tops[0],
+			      (unsigned long long)tops[WARM], (unsigned long long)tops[CYCLES - 1]);
+		/* The churn did rebuild the index, at one capacity, several
+		 * times... */
+		assert_int_equal(w_index(&w)->capacity, cap_at_warm);
+		assert_true(w.map.hdr->rehashes - rehash_at_warm >= 3);
+		/* ...and each rebuild reused a freed index block: no growth
+		 * beyond what one rebuild in flight may take. */
+		assert_true(tops[CYCLES - 1] - tops[WARM] <= index_bytes(w_index(&w)->capacity));
+		for (unsigned k = 0; k < n; k++) {
+			name_of(name, sizeof(name), "cyc", ids[k]);
+			assert_int_equal(del(&w, name), 0);
+		}
+		drain(&w);
+		free(ids);
+		free(present);
+	}
+	assert_int_equal(w.map.hdr->arena_used, w_sum(&w).bytes);
+	assert_int_equal(w.map.hdr->names, 2600);
+	for (unsigned i = 1; i < 3000; i++) {
+		name_of(name, sizeof(name), "rec", i);
+		if (i > 500 && i <= 1000) {
+			assert_int_equal(procreg_lookup(r, name, &e), -ENOENT);
+		} else {
+			assert_int_equal(procreg_lookup(r, name, &e), 0);
+			assert_true(entry_ok(&e, name, i < 500 ? 2 : i == 500 ? 4 : 1));
+		}
+	}
+
+	/* A second crash and recovery, straight after the first. */
+	procreg__writer_close(&w);
+	w_open_at(&w, dir, 32 * MB);
+	assert_true(w.attached);
+	assert_int_equal(procreg__w_recover(&w), 0);
+	assert_int_equal(w.map.hdr->names, 2600);
+	drain(&w);
+	assert_int_equal(w.map.hdr->arena_used, w_sum(&w).bytes);
+
+	procreg_close(r);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+/* ---- damaged and foreign files ---------------------------------------- */
+
+#define DNAMES 3000
+
+struct damage_arg {
+	const char *src_table, *src_readers;
+	const char *dir2;
+	struct shared *sh;
+};
+
+static void put_file(const char *path, const void *b, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	size_t done = 0;
+
+	if (fd < 0)
+		_exit(20);
+	while (done < len) {
+		ssize_t n = write(fd, (const uint8_t *)b + done, len - done);
+
+		if (n <= 0)
+			_exit(21);
+		done += (size_t)n;
+	}
+	close(fd);
+}
+
+struct dwalk {
+	uint64_t n;
+};
+
+static int dwalk_cb(const struct procreg_entry *e, void *arg)
+{
+	struct dwalk *d = arg;
+
+	/* A copied-out entry is always a C string of legal length. */
+	if (strnlen(e->name, sizeof(e->name)) > PROCREG_NAME_MAX || e->meta_len > PROCREG_META_MAX)
+		return -1000;
+	d->n++;
+	return 0;
+}
+
+/* In a child: damage copies of a valid table in many ways and read them.
+ * Misses and errors are allowed; crashes and hangs are not. Where only
+ * some records are damaged, every other name must still be found. */
+static int damage_child(void *p)
+{
+	struct damage_arg *a = p;
+	struct shared *sh = a->sh;
+	size_t tlen, rlen;
+	uint8_t *orig, *rorig;
+	char tpath[PR_PATH_MAX], rpath[PR_PATH_MAX], name[64];
+	uint64_t seed = 0xbadc0ffee0ddf00dull;
+	struct pr_paths pp;
+
+	child_signals();
+	alarm(240); /* a hang becomes a failure, not a stuck test */
+	{
+		int fd = open(a->src_table, O_RDONLY);
+		struct stat st;
+
+		if (fd < 0 || fstat(fd, &st))
+			return 10;
+		tlen = (size_t)st.st_size;
+		orig = malloc(tlen);
+		if (!orig || pread(fd, orig, tlen, 0) != (ssize_t)tlen)
+			return 11;
+		close(fd);
+		fd = open(a->src_readers, O_RDONLY);
+		if (fd < 0 || fstat(fd, &st))
+			return 12;
+		rlen = (size_t)st.st_size;
+		rorig = malloc(rlen);
+		if (!rorig || pread(fd, rorig, rlen, 0) != (ssize_t)rlen)
+			return 13;
+		close(fd);
+	}
+	if (procreg__paths(&pp, SCOPE, a->dir2, NULL))
+		return 14;
+	snprintf(tpath, sizeof(tpath), "%s", pp.table);
+	snprintf(rpath, sizeof(rpath), "%s", pp.readers);
+
+	for (int it = 0; it < 360; it++) {
+		int mode = it % 6;
+		uint8_t *base;
+		struct pr_table_hdr *h;
+		struct pr_index *ix;
+		uint64_t cap, ioff;
+		bool damaged_rec[DNAMES] = { false };
+		procreg_t *r;
+		struct procreg_entry e;
+		struct procreg_stats st;
+		struct dwalk dw = { 0 };
+		int fd, rc;
+
+		put_file(tpath, orig, tlen);
+		put_file(rpath, rorig, rlen);
+		fd = open(tpath, O_RDWR);
+		if (fd < 0)
+			return 15;
+		base = mmap(NULL, tlen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		close(fd);
+		if (base == MAP_FAILED)
+			return 16;
+		h = (struct pr_table_hdr *)base;
+		ioff = h->index_off;
+		ix = (struct pr_index *)(base + ioff);
+		cap = ix->capacity;
+
+		if (mode == 0 || mode == 5) {
+			/* Slot words: random, pointing anywhere in (or past) the
+			 * file, pointing at the wrong place with a right tag,
+			 * empty, tombstone. */
+			int n = 1 + (int)(xorshift(&seed) % 200);
+
+			for (int k = 0; k < n; k++) {
+				uint64_t s = xorshift(&seed) % cap, x = xorshift(&seed);
+				uint64_t wd = ix->slot[s];
+
+				switch (x % 6) {
+				case 0: wd = xorshift(&seed); break;
+				case 1: wd = (wd & ~0xffffffffull) | ((xorshift(&seed) % (tlen / 16 + 64))); break;
+				case 2: wd = (wd & ~0xffffffffull) | ((tlen / 16) - 1 - (x >> 8) % 4); break;
+				case 3: wd = wd + 1 + (x >> 8) % 5; break;
+				case 4: wd = (x >> 8) & 1; break;
+				default: wd = (wd & ~0xffffffffull) | ((x >> 8) % (PR_HDR_SIZE / 16)); break;
+				}
+				ix->slot[s] = wd;
+			}
+		}
+		if (mode == 1 || mode == 5) {
+			/* Record lengths. */
+			int n = 1 + (int)(xorshift(&seed) % 300);
+
+			for (int k = 0; k < n; k++) {
+				unsigned i = (unsigned)(xorshift(&seed) % DNAMES);
+				uint64_t hh, x = xorshift(&seed);
+				struct pr_record *rec = NULL;
+
+				name_of(name, sizeof(name), "d", i);
+				hh = pr_hash(name, strlen(name), h->hash_seed);
+				{
+					uint64_t pos;
+					struct pr_map m = { .base = base, .size = tlen, .hdr = h };
+
+					rec = (struct pr_record *)procreg__find_pos(&m, name, strlen(name), hh, &pos);
+				}
+				if (!rec)
+					continue;
+				damaged_rec[i] = true;
+				switch (x % 5) {
+				case 0: rec->name_len = (uint16_t)(x >> 8); break;
+				case 1: rec->meta_len = (uint16_t)(x >> 8); break;
+				case 2: rec->name_len = 0; break;
+				case 3: rec->meta_len = PROCREG_META_MAX; rec->name_len = PROCREG_NAME_MAX; break;
+				default: rec->name_len = (uint16_t)(x >> 8); rec->meta_len = (uint16_t)(x >> 24); break;
+				}
+			}
+		}
+		if (mode == 1) {
+			/* A record whose lengths run past the end of the file,
+			 * reachable from a real name's slot: copying it out
+			 * unchecked would read beyond the mapping. */
+			unsigned i = 1 + (unsigned)(xorshift(&seed) % (DNAMES / 10 - 1)) * 10;
+			uint64_t hh, pos, fo = tlen - 64;
+			struct pr_map m = { .base = base, .size = tlen, .hdr = h };
+			struct pr_record *fake = (struct pr_record *)(base + fo);
+			size_t nl;
+
+			name_of(name, sizeof(name), "d", i);
+			nl = strlen(name);
+			hh = pr_hash(name, nl, h->hash_seed);
+			if (procreg__find_pos(&m, name, nl, hh, &pos)) {
+				memset(fake, 0, 64);
+				fake->hash = hh;
+				fake->name_len = (uint16_t)nl;
+				fake->meta_len = PROCREG_META_MAX;
+				memcpy(fake->data, name, nl);
+				ix->slot[pos] = pr_slot_word(hh, fo);
+				damaged_rec[i] = true;
+			}
+		}
+		if (mode == 2 || mode == 5) {
+			/* The root of every lookup. */
+			uint64_t x = xorshift(&seed);
+
+			switch (x % 8) {
+			case 0: h->index_off = xorshift(&seed); break;
+			case 1: h->index_off = (x >> 8) % tlen; break;             /* misaligned too */
+			case 2: h->index_off = tlen - 8; break;
+			case 3: h->index_off = tlen; break;
+			case 4: h->index_off = 0; break;
+			case 5: h->index_off = ioff + 1 + (x >> 8) % 15; break;
+			case 6: h->index_off = PR_HDR_SIZE + 16 * ((x >> 8) % ((tlen - PR_HDR_SIZE) / 16)); break;
+			default: h->index_off = ioff + 8; break;
+			}
+		}
+		if (mode == 3 || mode == 5) {
+			/* The index block's own header. */
+			uint64_t x = xorshift(&seed);
+
+			switch (x % 6) {
+			case 0: ix->capacity = xorshift(&seed); break;
+			case 1: ix->capacity = cap * 2; ix->shift--; break;       /* consistent, too big */
+			case 2: ix->capacity = 1ull << 40; ix->shift = 24; break;
+			case 3: ix->shift = (uint32_t)(x >> 8); break;
+			case 4: ix->capacity = cap / 2; ix->shift++; break;       /* consistent, smaller */
+			default: ix->capacity = 0; break;
+			}
+		}
+		if (mode == 4 || mode == 5) {
+			/* Bytes anywhere in the arena. */
+			int n = 1 + (int)(xorshift(&seed) % 2000);
+
+			for (int k = 0; k < n; k++) {
+				uint64_t o = PR_HDR_SIZE + xorshift(&seed) % (tlen - PR_HDR_SIZE);
+
+				base[o] = (uint8_t)xorshift(&seed);
+			}
+		}
+		munmap(base, tlen);
+
+		r = r_open(a->dir2);
+		if (!r) {
+			kid_fail(sh, 0, "open damaged copy%s: errno %d", "", errno);
+			return 1;
+		}
+		for (unsigned i = 0; i < DNAMES + 200; i++) {
+			name_of(name, sizeof(name), "d", i);
+			memset(&e, 0, sizeof(e));
+			rc = procreg_lookup(r, name, &e);
+			if (rc != 0 && rc != -ENOENT) {
+				kid_fail(sh, 0, "lookup %s: %d", name, rc);
+				return 1;
+			}
+			/* A hit is the name asked for, whatever else happened. */
+			if (rc == 0 && (strcmp(e.name, name) || e.meta_len > PROCREG_META_MAX)) {
+				kid_fail(sh, 0, "lookup %s: foreign entry %d", name, mode);
+				return 1;
+			}
+			if (mode == 1 && i < DNAMES && (i % 10) && !damaged_rec[i] &&
+			    (rc != 0 || !entry_ok(&e, name, 1))) {
+				kid_fail(sh, 0, "undamaged %s lost: %d", name, rc);
+				return 1;
+			}
+			sh->lookups[rc == 0 ? 0 : 1]++;
+			if (i >= DNAMES && rc == 0) {
+				kid_fail(sh, 0, "absent %s found %d", name, rc);
+				return 1;
+			}
+		}
+		rc = procreg_foreach(r, dwalk_cb, &dw);
+		if (rc != 0 || dw.n > 4 * (tlen / 8)) {
+			kid_fail(sh, 0, "foreach: %s%d", "", rc);
+			return 1;
+		}
+		if (procreg_stats(r, &st) != 0) {
+			kid_fail(sh, 0, "stats%s %d", "", 0);
+			return 1;
+		}
+		procreg_close(r);
+
+		/* The writer attaching to the damaged copy must not crash
+		 * either: recovery refuses it or makes it usable. */
+		if ((it / 6) % 2 == 0) { /* every mode, every other round */
+			struct pr_writer w;
+			struct pr_writer_opts o = { .max_size = tlen, .readers = 64, .mode = 0600 };
+			const char *why = NULL;
+
+			rc = procreg__writer_open(&w, &pp, &o, &why);
+			if (rc) {
+				kid_fail(sh, 0, "writer_open on damaged copy: %s %d", why ? why : "", rc);
+				return 1;
+			}
+			rc = procreg__w_recover(&w);
+			sh->lookups[rc == 0 ? 2 : 3]++;
+			if (rc != 0 && rc != -EUCLEAN) {
+				kid_fail(sh, 0, "recover: %s%d", "", rc);
+				return 1;
+			}
+			if (rc == 0) {
+				uint8_t meta[PROCREG_META_MAX];
+				size_t ml = meta_for("after-damage", 1, meta);
+				struct owner ow;
+
+				owner_of("after-damage", &ow);
+				rc = put_raw(&w, "after-damage", ow.pid, ow.start, ow.uid, ow.node, meta, ml);
+				if (rc < 0 && rc != -ENOSPC) {
+					kid_fail(sh, 0, "insert after recovery: %s%d", "", rc);
+					return 1;
+				}
+				if (rc >= 0) {
+					r = r_open(a->dir2);
+					if (!r || procreg_lookup(r, "after-damage", &e) != 0 ||
+					    !entry_ok(&e, "after-damage", 1)) {
+						kid_fail(sh, 0, "insert after recovery%s not found %d", "", mode);
+						return 1;
+					}
+					procreg_close(r);
+				}
+			}
+			procreg__writer_close(&w);
+		}
+		sh->passes[0]++;
+	}
+	free(orig);
+	free(rorig);
+	return 0;
+}
+
+static void test_damaged_table(void **state)
+{
+	char *dir = th_mkdtemp(), *dir2 = th_mkdtemp(), name[64];
+	struct pr_writer w;
+	struct shared *sh = shared_new();
+	struct damage_arg a;
+	pid_t pid;
+	int st;
+
+	(void)state;
+	w_open_at(&w, dir, 2 * MB);
+	for (unsigned i = 0; i < DNAMES; i++) {
+		name_of(name, sizeof(name), "d", i);
+		assert_int_equal(put(&w, name, 1), 0);
+	}
+	/* Tombstones and retired blocks in the file, too. */
+	for (unsigned i = 0; i < DNAMES; i += 10) {
+		name_of(name, sizeof(name), "d", i);
+		assert_int_equal(del(&w, name), 0);
+	}
+	drain(&w);
+	procreg__writer_close(&w);
+
+	a.src_table = NULL;
+	{
+		struct pr_paths p;
+
+		assert_int_equal(procreg__paths(&p, SCOPE, dir, NULL), 0);
+		a.src_table = strdup(p.table);
+		a.src_readers = strdup(p.readers);
+	}
+	a.dir2 = dir2;
+	a.sh = sh;
+	pid = th_fork(damage_child, &a);
+	assert_true(pid > 0);
+	st = th_wait(pid);
+	if (st)
+		print_error("damage child: status %d after %llu rounds: %s\n", st,
+			    (unsigned long long)sh->passes[0], sh->why[0]);
+	assert_int_equal(st, 0);
+	assert_int_equal(sh->passes[0], 360);
+	print_message("damaged copies: %llu hits, %llu misses; recovery %llu done, %llu refused\n",
+		      (unsigned long long)sh->lookups[0], (unsigned long long)sh->lookups[1],
+		      (unsigned long long)sh->lookups[2], (unsigned long long)sh->lookups[3]);
+	/* Damage was done (misses) and much survived it (hits); recovery
+	 * both refused some copies and repaired others. */
+	assert_true(sh->lookups[0] > 0 && sh->lookups[1] > 0);
+	assert_true(sh->lookups[2] > 0 && sh->lookups[3] > 0);
+
+	free((void *)a.src_table);
+	free((void *)a.src_readers);
+	munmap(sh, sizeof(*sh));
+	th_rmrf(dir);
+	th_rmrf(dir2);
+	free(dir);
+	free(dir2);
+}
+
+/* Open DIR2's copy, expecting failure with ERR (errno). */
+static void expect_open_fails(const char *dir, int err)
+{
+	procreg_t *r;
+
+	errno = 0;
+	r = r_open(dir);
+	if (r)
+		procreg_close(r);
+	assert_null(r);
+	assert_int_equal(errno, err);
+}
+
+static void patch(const char *path, size_t off, const void *b, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, b, len, (off_t)off), (ssize_t)len);
+	close(fd);
+}
+
+static void test_bad_header(void **state)
+{
+	char *dir = th_mkdtemp(), *dir2 = th_mkdtemp();
+	struct pr_writer w;
+	struct pr_paths p, p2;
+	struct pr_table_hdr h;
+	struct pr_readers_hdr rh;
+	struct pr_writer_opts o = { .max_size = 2 * MB, .readers = 64, .mode = 0600 };
+	const char *why;
+	size_t len;
+	void *orig;
+	procreg_t *r;
+	uint64_t v;
+	uint32_t v32;
+
+	(void)state;
+	w_open_at(&w, dir, 2 * MB);
+	assert_int_equal(put(&w, "one", 1), 0);
+	procreg__writer_close(&w);
+	assert_int_equal(procreg__paths(&p, SCOPE, dir, NULL), 0);
+	assert_int_equal(procreg__paths(&p2, SCOPE, dir2, NULL), 0);
+	orig = read_whole(p.table, &len);
+	memcpy(&h, orig, sizeof(h));
+	free(orig);
+
+	/* No table at all. */
+	expect_open_fails(dir2, ENOENT);
+
+	/* The unmodified copy opens and reads (the copying is sound). */
+	copy_file(p.table, p2.table);
+	copy_file(p.readers, p2.readers);
+	r = r_open(dir2);
+	assert_non_null(r);
+	assert_int_equal(procreg_lookup(r, "one", NULL), 0);
+	procreg_close(r);
+
+	/* Bad magic: readers and the writer both refuse it. */
+	v = h.magic ^ 0x100;
+	patch(p2.table, offsetof(struct pr_table_hdr, magic), &v, 8);
+	expect_open_fails(dir2, EPROTO);
+	why = NULL;
+	assert_int_equal(procreg__writer_open(&w, &p2, &o, &why), -EPROTO);
+	assert_non_null(why);
+	procreg__writer_close(&w);
+
+	/* Another layout version. */
+	copy_file(p.table, p2.table);
+	v32 = h.layout_version + 1;
+	patch(p2.table, offsetof(struct pr_table_hdr, layout_version), &v32, 4);
+	expect_open_fails(dir2, EPROTO);
+
+	/* Other structure sizes. */
+	copy_file(p.table, p2.table);
+	v = h.size_desc ^ 1;
+	patch(p2.table, offsetof(struct pr_table_hdr, size_desc), &v, 8);
+	expect_open_fails(dir2, EPROTO);
+
+	/* A header that disagrees with the file's size. */
+	copy_file(p.table, p2.table);
+	v = h.file_size + 4096;
+	patch(p2.table, offsetof(struct pr_table_hdr, file_size), &v, 8);
+	expect_open_fails(dir2, EPROTO);
+	copy_file(p.table, p2.table);
+	v = h.file_size;
+	patch(p2.table, offsetof(struct pr_table_hdr, arena_off), &v, 8);
+	expect_open_fails(dir2, EPROTO);
+
+	/* A file cut short, grown, tiny, empty. */
+	copy_file(p.table, p2.table);
+	assert_int_equal(truncate(p2.table, (off_t)(len - 4096)), 0);
+	expect_open_fails(dir2, EPROTO);
+	copy_file(p.table, p2.table);
+	assert_int_equal(truncate(p2.table, (off_t)(len + 4096)), 0);
+	expect_open_fails(dir2, EPROTO);
+	assert_int_equal(truncate(p2.table, 100), 0);
+	expect_open_fails(dir2, EPROTO);
+	assert_int_equal(truncate(p2.table, 0), 0);
+	expect_open_fails(dir2, EPROTO);
+
+	/* A sound table with a foreign reader file. */
+	copy_file(p.table, p2.table);
+	orig = read_whole(p.readers, &len);
+	memcpy(&rh, orig, sizeof(rh));
+	free(orig);
+	v = rh.magic + 1;
+	patch(p2.readers, offsetof(struct pr_readers_hdr, magic), &v, 8);
+	expect_open_fails(dir2, EPROTO);
+	copy_file(p.readers, p2.readers);
+	v32 = rh.nslots * 2;
+	patch(p2.readers, offsetof(struct pr_readers_hdr, nslots), &v32, 4);
+	expect_open_fails(dir2, EPROTO);
+	copy_file(p.readers, p2.readers);
+	v32 = 0;
+	patch(p2.readers, offsetof(struct pr_readers_hdr, nslots), &v32, 4);
+	expect_open_fails(dir2, EPROTO);
+
+	/* And back to sound. */
+	copy_file(p.readers, p2.readers);
+	r = r_open(dir2);
+	assert_non_null(r);
+	procreg_close(r);
+
+	th_rmrf(dir);
+	th_rmrf(dir2);
+	free(dir);
+	free(dir2);
+}
+
+/* ---- a client cannot write the table ---------------------------------- */
+
+struct ro_arg {
+	const char *dir;
+	size_t off;
+};
+
+static int ro_child(void *p)
+{
+	struct ro_arg *a = p;
+	procreg_t *r;
+	volatile uint8_t *b;
+
+	child_signals();
+	r = r_open(a->dir);
+	if (!r)
+		return 2;
+	if (procreg_lookup(r, "mine", NULL) != 0)
+		return 3;
+	/* Nor can it make its mapping writable. */
+	if (mprotect(r->map.base, r->map.size, PROT_READ | PROT_WRITE) == 0)
+		return 4;
+	b = (volatile uint8_t *)r->map.base;
+	b[a->off] = (uint8_t)(b[a->off] ^ 0xff);
+	return 5; /* the store went through */
+}
+
+static void test_readonly_mapping(void **state)
+{
+	char *dir = th_mkdtemp();
+	struct pr_writer w;
+	struct procreg_entry e;
+	struct ro_arg a = { .dir = dir };
+	size_t offs[3];
+	procreg_t *r;
+
+	(void)state;
+	w_open_at(&w, dir, 2 * MB);
+	assert_int_equal(put(&w, "mine", 1), 0);
+	offs[0] = 0;                                   /* the magic */
+	offs[1] = w.map.hdr->index_off + 16;           /* a slot word */
+	offs[2] = w.map.hdr->arena_top - 16;           /* a record */
+	for (int i = 0; i < 3; i++) {
+		pid_t pid;
+
+		a.off = offs[i];
+		pid = th_fork(ro_child, &a);
+		assert_true(pid > 0);
+		assert_int_equal(th_wait(pid), 128 + SIGSEGV);
+	}
+	/* Nothing changed. */
+	r = r_open(dir);
+	assert_non_null(r);
+	assert_int_equal(procreg_lookup(r, "mine", &e), 0);
+	assert_true(entry_ok(&e, "mine", 1));
+	procreg_close(r);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_insert_lookup),
+		cmocka_unit_test(test_replace),
+		cmocka_unit_test(test_delete),
+		cmocka_unit_test(test_many_names),
+		cmocka_unit_test(test_churn),
+		cmocka_unit_test(test_grow_while_reading),
+		cmocka_unit_test(test_foreach_quiet),
+		cmocka_unit_test(test_foreach_while_writing),
+		cmocka_unit_test(test_recovery),
+		cmocka_unit_test(test_damaged_table),
+		cmocka_unit_test(test_bad_header),
+		cmocka_unit_test(test_readonly_mapping),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
