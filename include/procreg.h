@@ -183,7 +183,7 @@ struct procreg_stats {
 	uint64_t deaths;            /* owner processes whose exit removed names */
 	uint64_t reader_slots;      /* slots in the reader file */
 	uint64_t reader_slots_used;
-	pid_t daemon_pid;           /* 0: no daemon running */
+	pid_t daemon_pid;           /* 0: no daemon running (stopped or killed) */
 	uint64_t daemon_started_ns; /* CLOCK_REALTIME */
 };
 

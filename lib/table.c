@@ -423,7 +423,16 @@ PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *st)
 	st->registrations = CMM_LOAD_SHARED(h->registrations);
 	st->unregistrations = CMM_LOAD_SHARED(h->unregistrations);
 	st->deaths = CMM_LOAD_SHARED(h->deaths);
-	st->daemon_pid = (pid_t)CMM_LOAD_SHARED(h->daemon_pid);
+	st->daemon_pid = (pid_t)PR_LOAD_ACQ(&h->daemon_pid);
+	if (st->daemon_pid) {
+		/* A daemon killed with SIGKILL cannot clear its pid: trust the
+		 * header only while that pid is still the process it wrote. */
+		uint64_t t;
+
+		if (procreg__proc_start_time(st->daemon_pid, &t) < 0 ||
+		    t != CMM_LOAD_SHARED(h->daemon_start_ticks))
+			st->daemon_pid = 0;
+	}
 	st->daemon_started_ns = CMM_LOAD_SHARED(h->daemon_started_ns);
 	st->reader_slots = reg->map.nslots;
 	for (uint32_t i = 0; i < reg->map.nslots; i++)

@@ -61,6 +61,23 @@ static void die_usage(const char *msg, const char *arg)
 	exit(EXIT_ERR);
 }
 
+/* The value of option LNG or -SHRT at argv[*i], given as "--lng VALUE",
+ * "--lng=VALUE" or "-SHRT VALUE" (*i then moves past it); NULL if argv[*i]
+ * is not that option. */
+static const char *opt_value(int argc, char **argv, int *i, const char *lng, char shrt)
+{
+	const char *a = argv[*i];
+	size_t n = strlen(lng);
+
+	if (!strncmp(a, lng, n) && a[n] == '=')
+		return a + n + 1;
+	if (strcmp(a, lng) && (a[0] != '-' || a[1] != shrt || a[2]))
+		return NULL;
+	if (*i + 1 >= argc)
+		die_usage("option requires an argument:", a);
+	return argv[++*i];
+}
+
 static procreg_t *open_or_die(const struct cli *c)
 {
 	PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir);
@@ -83,9 +100,41 @@ static procreg_t *open_or_die(const struct cli *c)
 
 /* ---- output ----------------------------------------------------------- */
 
+/* Length of the well-formed UTF-8 sequence at P (N bytes left), or 0. */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+	unsigned char lo = 0x80, hi = 0xbf;
+	size_t len;
+
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		len = 2;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		len = 3;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	if (p[0] == 0xe0)
+		lo = 0xa0; /* overlong */
+	else if (p[0] == 0xed)
+		hi = 0x9f; /* surrogates */
+	else if (p[0] == 0xf0)
+		lo = 0x90; /* overlong */
+	else if (p[0] == 0xf4)
+		hi = 0x8f; /* above U+10FFFF */
+	if (n < len || p[1] < lo || p[1] > hi)
+		return 0;
+	for (size_t i = 2; i < len; i++)
+		if (p[i] < 0x80 || p[i] > 0xbf)
+			return 0;
+	return len;
+}
+
+/* A JSON string: UTF-8 passes through; any other byte becomes \u00XX. */
 static void json_str(const void *s, size_t n)
 {
 	const unsigned char *p = s;
+	size_t len;
 
 	putchar('"');
 	for (size_t i = 0; i < n; i++) {
@@ -97,7 +146,10 @@ static void json_str(const void *s, size_t n)
 			fputs("\\n", stdout);
 		else if (ch == '\t')
 			fputs("\\t", stdout);
-		else if (ch < 0x20 || ch >= 0x7f)
+		else if (ch >= 0x80 && (len = utf8_len(p + i, n - i))) {
+			fwrite(p + i, 1, len, stdout);
+			i += len - 1;
+		} else if (ch < 0x20 || ch >= 0x7f)
 			printf("\\u%04x", ch);
 		else
 			putchar(ch);
@@ -233,7 +285,8 @@ static int cmd_ls(struct cli *c, int argc, char **argv)
 		free(all.v);
 		return EXIT_ERR;
 	}
-	qsort(all.v, all.n, sizeof(*all.v), by_name);
+	if (all.n)
+		qsort(all.v, all.n, sizeof(*all.v), by_name);
 	if (c->json) {
 		putchar('[');
 		for (size_t i = 0; i < all.n; i++) {
@@ -358,10 +411,25 @@ static int cmd_run(struct cli *c, int argc, char **argv)
 			return err == -EEXIST ? EXIT_NO : EXIT_ERR;
 		}
 	}
+	/* Close first: the handle's reader slot must not outlive it in a
+	 * process that goes on as CMD. */
 	procreg_close(reg);
 	execvp(argv[n + 1], &argv[n + 1]);
-	fprintf(stderr, "%s: run: %s: %s\n", prog, argv[n + 1], strerror(errno));
-	return 127;
+	err = errno;
+	fprintf(stderr, "%s: run: %s: %s\n", prog, argv[n + 1], strerror(err));
+	{
+		/* Take the names back now: left to our exit, they could still
+		 * be held when the caller retries, before procregd saw it. */
+		PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir);
+
+		if ((reg = procreg_open(&o))) {
+			for (int i = 0; i < n; i++)
+				procreg_unregister(reg, argv[i]);
+			procreg_close(reg);
+		}
+	}
+	/* As env(1) and nohup(1): 127 not found, 126 found but not runnable. */
+	return err == ENOENT ? 127 : 126;
 }
 
 int main(int argc, char **argv)
@@ -405,7 +473,7 @@ int main(int argc, char **argv)
 		if (!args)
 			return EXIT_ERR;
 		for (int i = optind; i < argc; i++) {
-			const char *a = argv[i];
+			const char *a = argv[i], *v;
 
 			if (!strcmp(a, "--")) {
 				for (; i < argc; i++)
@@ -414,13 +482,14 @@ int main(int argc, char **argv)
 			}
 			if (!strcmp(a, "--json") || !strcmp(a, "-j"))
 				c.json = 1;
-			else if ((!strcmp(a, "--meta") || !strcmp(a, "-m")) && i + 1 < argc)
-				c.meta = argv[++i];
-			else if ((!strcmp(a, "--scope") || !strcmp(a, "-s")) && i + 1 < argc)
-				c.scope = argv[++i];
-			else if ((!strcmp(a, "--dir") || !strcmp(a, "-d")) && i + 1 < argc)
-				c.dir = argv[++i];
+			else if ((v = opt_value(argc, argv, &i, "--meta", 'm')))
+				c.meta = v;
+			else if ((v = opt_value(argc, argv, &i, "--scope", 's')))
+				c.scope = v;
+			else if ((v = opt_value(argc, argv, &i, "--dir", 'd')))
+				c.dir = v;
 			else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+				free(args);
 				usage(stdout);
 				return 0;
 			} else if (a[0] == '-' && a[1])
@@ -429,24 +498,25 @@ int main(int argc, char **argv)
 				args[k++] = argv[i];
 		}
 		if (!strcmp(cmd, "get"))
-			return cmd_get(&c, k, args);
-		if (!strcmp(cmd, "ls"))
-			return cmd_ls(&c, k, args);
-		if (!strcmp(cmd, "unregister"))
-			return cmd_unregister(&c, k, args);
-		if (!strcmp(cmd, "stats"))
-			return cmd_stats(&c, k, args);
-		if (!strcmp(cmd, "run"))
-			return cmd_run(&c, k, args);
-		if (!strcmp(cmd, "help")) {
+			o = cmd_get(&c, k, args);
+		else if (!strcmp(cmd, "ls"))
+			o = cmd_ls(&c, k, args);
+		else if (!strcmp(cmd, "unregister"))
+			o = cmd_unregister(&c, k, args);
+		else if (!strcmp(cmd, "stats"))
+			o = cmd_stats(&c, k, args);
+		else if (!strcmp(cmd, "run"))
+			o = cmd_run(&c, k, args);
+		else if (!strcmp(cmd, "help")) {
 			usage(stdout);
-			return 0;
-		}
-		if (!strcmp(cmd, "version")) {
+			o = 0;
+		} else if (!strcmp(cmd, "version")) {
 			printf("procreg %s\n", PROCREG_VERSION_STRING);
-			return 0;
-		}
-		die_usage("unknown command", cmd);
+			o = 0;
+		} else
+			die_usage("unknown command", cmd);
+		free(args);
+		return o;
 	}
 	return EXIT_ERR;
 }
