@@ -923,6 +923,76 @@ static void test_fallback_identity(void **state)
 	test_dead_while_down(state);
 }
 
+/* ---- a reader killed inside its critical section ---------------------- */
+
+static int hold_read_lock(void *arg)
+{
+	int *fds = arg;
+	procreg_t *r = th_open(getenv("TH_DIR"));
+	struct pr_reader_slot *s;
+	char c = 1;
+
+	if (!r)
+		return 60;
+	s = procreg__rcu_slot(&r->rcu);
+	if (!s)
+		return 61;
+	pr_read_lock(&r->map, s);
+	if (write(fds[1], &c, 1) != 1)
+		return 62;
+	pause(); /* killed here, inside the critical section */
+	return 63;
+}
+
+struct reclaimed {
+	procreg_t *reg;
+	uint64_t gp0, used0;
+};
+
+static int memory_came_back(void *arg)
+{
+	struct reclaimed *r = arg;
+	struct procreg_stats st;
+
+	procreg_stats(r->reg, &st);
+	return st.grace_periods > r->gp0 && st.arena_used < r->used0;
+}
+
+static void test_killed_reader_does_not_stop_reclamation(void **state)
+{
+	struct fx *f = *state;
+	struct procreg_stats st;
+	struct reclaimed rc = { f->reg, 0, 0 };
+	int fds[2];
+	char name[32], c;
+	pid_t kid;
+
+	for (int i = 0; i < 100; i++) {
+		snprintf(name, sizeof(name), "r%d", i);
+		assert_int_equal(procreg_register(f->reg, name, name, strlen(name)), 0);
+	}
+	assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+	setenv("TH_DIR", f->dir, 1);
+	kid = th_fork(hold_read_lock, fds);
+	assert_int_equal(read(fds[0], &c, 1), 1);
+	/* Killed inside, and left a zombie: nobody waits for it yet. */
+	kill(kid, SIGKILL);
+	procreg_stats(f->reg, &st);
+	rc.gp0 = st.grace_periods;
+	rc.used0 = st.arena_used;
+	for (int i = 0; i < 100; i++) {
+		snprintf(name, sizeof(name), "r%d", i);
+		assert_int_equal(procreg_unregister(f->reg, name), 0);
+	}
+	/* The daemon finds the dead reader, clears its slot, and the grace
+	 * period that frees the hundred records completes. */
+	assert_true(th_until(memory_came_back, &rc, 30000));
+	assert_int_equal(th_wait(kid), 128 + SIGKILL);
+	close(fds[0]);
+	close(fds[1]);
+	unsetenv("TH_DIR");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -943,6 +1013,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dead_while_down, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sigterm_clean, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fallback_identity, setup_fallback, teardown),
+		cmocka_unit_test_setup_teardown(test_killed_reader_does_not_stop_reclamation, setup,
+						teardown),
 	};
 
 	if (getenv("TEST_FILTER"))
