@@ -37,7 +37,8 @@
  * Limits (each enforced, with the error named):
  *   name            1..PROCREG_NAME_MAX bytes, no NUL       -ENAMETOOLONG / -EINVAL
  *   metadata        0..PROCREG_META_MAX bytes, any bytes    -EMSGSIZE
- *   names/process   procregd --max-names-per-proc (65536)   -EDQUOT
+ *   names and memberships per process
+ *                   procregd --max-names-per-proc (65536)   -EDQUOT
  *   table size      procregd --max-size (1 GiB, sparse)     -ENOSPC
  *   clients         procregd --max-clients (1024)           connection closed
  *   reader threads  procregd --readers (4096 slots)         -EUSERS
@@ -153,6 +154,8 @@ PROCREG_API int procreg_foreach(procreg_t *reg, procreg_entry_cb cb, void *arg);
 enum procreg_op_kind {
 	PROCREG_OP_REGISTER = 1,
 	PROCREG_OP_UNREGISTER = 2,
+	PROCREG_OP_JOIN = 3,        /* .name is the group */
+	PROCREG_OP_LEAVE = 4,
 };
 
 struct procreg_op {
@@ -165,6 +168,48 @@ struct procreg_op {
 
 PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n);
 
+/*
+ * Groups. A process joins any number of groups, each membership with its
+ * own metadata; a group exists while it has members and may hold very many
+ * (join and leave cost O(1), amortised). A process leaves every group when
+ * it exits, in the same step that removes its names. Group names follow
+ * the rules of names; a group and a name may share a name.
+ */
+
+/* Join GROUP (joining again replaces the membership's metadata). */
+PROCREG_API int procreg_join(procreg_t *reg, const char *group, const void *meta,
+			     size_t meta_len);
+/* Join for the process PIDFD refers to, under the rules of
+ * procreg_register_pidfd(). */
+PROCREG_API int procreg_join_pidfd(procreg_t *reg, int pidfd, const char *group,
+				   const void *meta, size_t meta_len);
+/* Leave GROUP: -ENOENT if not a member. */
+PROCREG_API int procreg_leave(procreg_t *reg, const char *group);
+
+/*
+ * Call CB for every member of GROUP, with a copy of its membership (.name
+ * is the group, .meta the membership's metadata), until CB returns
+ * non-zero, which is returned. Lock-free, no system call; a member that
+ * stays for the whole walk is seen exactly once. A group with no members
+ * calls CB never and returns 0.
+ */
+PROCREG_API int procreg_members(procreg_t *reg, const char *group, procreg_entry_cb cb,
+				void *arg);
+
+/* Members of GROUP, and those of them on this host: O(1), from counters. */
+PROCREG_API int procreg_group_count(procreg_t *reg, const char *group, uint64_t *members,
+				    uint64_t *local_members);
+
+struct procreg_group {
+	char name[PROCREG_NAME_MAX + 1];
+	uint64_t members;
+	uint64_t local_members;
+};
+
+typedef int (*procreg_group_cb)(const struct procreg_group *g, void *arg);
+/* Call CB for every group, as procreg_foreach() does for names. */
+PROCREG_API int procreg_groups(procreg_t *reg, procreg_group_cb cb, void *arg);
+
 /* Return once the daemon has processed every request and every process
  * death that happened before the call. */
 PROCREG_API int procreg_sync(procreg_t *reg);
@@ -172,6 +217,10 @@ PROCREG_API int procreg_sync(procreg_t *reg);
 /* Counters, read from the table header without asking the daemon. */
 struct procreg_stats {
 	uint64_t names;
+	uint64_t groups;
+	uint64_t memberships;       /* over all groups */
+	uint64_t joins;             /* since the table was created */
+	uint64_t leaves;
 	uint64_t processes;         /* processes holding at least one name */
 	uint64_t arena_size;        /* bytes the table may grow to */
 	uint64_t arena_used;        /* bytes in live records and the index */

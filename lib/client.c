@@ -294,6 +294,25 @@ PROCREG_API int procreg_unregister(procreg_t *reg, const char *name)
 	return name_request(reg, PR_OP_UNREGISTER, -1, name, NULL, 0);
 }
 
+PROCREG_API int procreg_join(procreg_t *reg, const char *group, const void *meta,
+			     size_t meta_len)
+{
+	return name_request(reg, PR_OP_JOIN, -1, group, meta, meta_len);
+}
+
+PROCREG_API int procreg_join_pidfd(procreg_t *reg, int pidfd, const char *group,
+				   const void *meta, size_t meta_len)
+{
+	if (pidfd < 0)
+		return -EBADF;
+	return name_request(reg, PR_OP_JOIN, pidfd, group, meta, meta_len);
+}
+
+PROCREG_API int procreg_leave(procreg_t *reg, const char *group)
+{
+	return name_request(reg, PR_OP_LEAVE, -1, group, NULL, 0);
+}
+
 PROCREG_API int procreg_sync(procreg_t *reg)
 {
 	size_t pos = 0;
@@ -316,17 +335,29 @@ PROCREG_API int procreg_sync(procreg_t *reg)
  */
 #define BATCH_WINDOW 4
 
+static const uint16_t batch_ops[] = {
+	[PROCREG_OP_REGISTER] = PR_OP_REGISTER,
+	[PROCREG_OP_UNREGISTER] = PR_OP_UNREGISTER,
+	[PROCREG_OP_JOIN] = PR_OP_JOIN,
+	[PROCREG_OP_LEAVE] = PR_OP_LEAVE,
+};
+
+static int carries_meta(int kind)
+{
+	return kind == PROCREG_OP_REGISTER || kind == PROCREG_OP_JOIN;
+}
+
 /* Validate an op before it is sent; 0 if it should go out. */
 static int batch_check(const struct procreg_op *op, size_t *len)
 {
 	int err;
 
-	if (op->kind != PROCREG_OP_REGISTER && op->kind != PROCREG_OP_UNREGISTER)
+	if (op->kind < PROCREG_OP_REGISTER || op->kind > PROCREG_OP_LEAVE)
 		return -EINVAL;
 	err = procreg__check_name(op->name, len);
-	if (!err && op->kind == PROCREG_OP_REGISTER)
+	if (!err && carries_meta(op->kind))
 		err = check_meta(op->meta_len);
-	if (!err && op->meta_len && !op->meta)
+	if (!err && carries_meta(op->kind) && op->meta_len && !op->meta)
 		err = -EINVAL;
 	return err;
 }
@@ -338,16 +369,15 @@ static size_t batch_pack(procreg_t *reg, struct procreg_op *ops, size_t n, size_
 
 	for (; *next < n; (*next)++) {
 		struct procreg_op *op = &ops[*next];
-		int reg_op = op->kind == PROCREG_OP_REGISTER;
+		int meta = carries_meta(op->kind);
 
 		op->result = batch_check(op, &len);
 		if (op->result)
 			continue;
 		op->result = -ECANCELED; /* until answered */
-		if (procreg__proto_put_name(reg->out, &pos,
-					    reg_op ? PR_OP_REGISTER : PR_OP_UNREGISTER, 0,
+		if (procreg__proto_put_name(reg->out, &pos, batch_ops[op->kind], 0,
 					    (uint32_t)*next, op->name, len,
-					    reg_op ? op->meta : NULL, reg_op ? op->meta_len : 0) < 0)
+					    meta ? op->meta : NULL, meta ? op->meta_len : 0) < 0)
 			break; /* full: this op starts the next packet */
 	}
 	return pos;

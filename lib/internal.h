@@ -169,10 +169,59 @@ int procreg__reader_alive(uint64_t owner, uint64_t start);
 /* ---- reading the table (table.c) ------------------------------------- */
 
 int procreg__check_name(const char *name, size_t *len);
-/* Find NAME. Inside a read-side critical section (or in the writer).
- * Returns the record, or NULL. */
-const struct pr_record *procreg__find(const struct pr_map *m, const char *name,
-				      size_t len, uint64_t hash);
+
+/* What a probe looks for: a name or group by name, a member by identity. */
+struct pr_key {
+	uint8_t kind;               /* enum pr_kind */
+	const char *name;           /* NAME, GROUP */
+	size_t len;
+	uint32_t pid;               /* MEMBER */
+	uint64_t start;
+	uint32_t node;
+	uint64_t hash;
+};
+
+static inline void pr_key_name(struct pr_key *k, uint8_t kind, const char *name, size_t len,
+			       uint64_t seed)
+{
+	k->kind = kind;
+	k->name = name;
+	k->len = len;
+	k->pid = 0;
+	k->start = 0;
+	k->node = 0;
+	k->hash = pr_hash(name, len, seed);
+}
+
+static inline void pr_key_member(struct pr_key *k, uint32_t pid, uint64_t start, uint32_t node,
+				 uint64_t seed)
+{
+	k->kind = PR_KIND_MEMBER;
+	k->name = NULL;
+	k->len = 0;
+	k->pid = pid;
+	k->start = start;
+	k->node = node;
+	k->hash = pr_member_hash(pid, start, node, seed);
+}
+
+/* Inside a read-side critical section (or in the writer). The current
+ * index of ROOT, checked; NULL if it is damaged. */
+const struct pr_index *procreg__index(const struct pr_map *m, const struct pr_root *root);
+const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_index *ix,
+				       const struct pr_key *k, uint64_t *pos);
+const struct pr_record *procreg__find(const struct pr_map *m, const struct pr_root *root,
+				      const struct pr_key *k);
+static inline const struct pr_record *procreg__find_name(const struct pr_map *m,
+							const char *name, size_t len)
+{
+	struct pr_key k;
+
+	pr_key_name(&k, PR_KIND_NAME, name, len, m->hdr->hash_seed);
+	return procreg__find(m, &m->hdr->names, &k);
+}
+/* A group record's root block (its member index), checked. */
+const struct pr_root *procreg__group_root(const struct pr_map *m, const struct pr_record *g);
 /* Validate a record found through a slot word: NULL if it is not whole. */
 const struct pr_record *procreg__record_at(const struct pr_map *m, uint64_t w);
 void procreg__record_to_entry(const struct pr_record *r, struct procreg_entry *e);
@@ -210,8 +259,6 @@ struct pr_writer {
 	bool attached;                /* true: the table existed; recover it */
 	bool membarrier;              /* the kernel has global expedited membarrier */
 
-	uint64_t index_tombs;         /* tombstones in the current index */
-	uint64_t index_live;
 
 	/* Allocator: private, rebuilt from the table on attach. */
 	struct pr_vec *classes;       /* free offsets, one vector per 16-byte class */
@@ -232,31 +279,53 @@ int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 			 const struct pr_writer_opts *o, const char **why);
 void procreg__writer_close(struct pr_writer *w);
 
-/* Find NAME: its record offset (0 if absent) and slot position. */
-uint64_t procreg__w_find(struct pr_writer *w, const char *name, size_t len,
-			 uint64_t hash, uint64_t *pos);
-/* Make room for one more name; call before procreg__w_find when inserting
- * (it may rebuild the index, which moves slot positions). */
-int procreg__w_reserve(struct pr_writer *w);
+/* Find K in ROOT: its record offset (0 if absent) and slot position (or
+ * where to insert it). */
+uint64_t procreg__w_find(struct pr_writer *w, const struct pr_root *root,
+			 const struct pr_key *k, uint64_t *pos);
+/* Make room for one more entry in ROOT; call before procreg__w_find when
+ * inserting (it may rebuild the index, which moves slot positions). */
+int procreg__w_reserve(struct pr_writer *w, struct pr_root *root);
 /* Allocate and fill an unpublished record. */
 int procreg__w_new_record(struct pr_writer *w, const struct pr_record *tmpl,
 			  const char *name, const void *meta, uint64_t *off);
-/* Publish OFF at POS (empty, tombstone or live slot; a live one's record
- * is retired). */
-void procreg__w_publish(struct pr_writer *w, uint64_t pos, uint64_t off);
-/* Remove the name at POS and retire its record. */
-void procreg__w_remove(struct pr_writer *w, uint64_t pos);
+/* Publish OFF at POS of ROOT (empty, tombstone or live slot; a live one's
+ * record is retired). */
+void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off);
+/* Remove the entry at POS of ROOT and retire its record. */
+void procreg__w_remove(struct pr_writer *w, struct pr_root *root, uint64_t pos);
 /* Give back an unpublished record (a request that failed after allocation). */
 void procreg__w_discard(struct pr_writer *w, uint64_t off);
+/* The root of a group's member index; with CREATE, the group is created
+ * (published, empty) if it does not exist. -ENOENT without CREATE. */
+int procreg__w_group(struct pr_writer *w, const char *name, size_t len, bool create,
+		     struct pr_root **root);
+/* Remove group NAME if it has no members left. */
+void procreg__w_drop_group_if_empty(struct pr_writer *w, const char *name, size_t len);
+/* Remove the published record at OFF from its index: a name, or a
+ * membership (and its group, once empty). -ENOENT if it is not there. */
+int procreg__w_unpublish(struct pr_writer *w, uint64_t off);
 /* Run reclamation: start a grace period if memory is retired, free what a
  * finished one covered. Returns 1 while work remains (call again soon). */
 int procreg__w_reclaim(struct pr_writer *w);
-/* Rebuild the allocator from the table after attach; run once. */
+/* Rebuild the allocator and the counts from the table after attach; run
+ * once. */
 int procreg__w_recover(struct pr_writer *w);
 uint64_t procreg__record_size(const struct pr_record *r);
 
-/* Walk every live slot: CB gets the slot position and the record. */
-typedef int (*pr_walk_cb)(uint64_t pos, const struct pr_record *r, void *arg);
+/* Conveniences for the name index. */
+static inline uint64_t procreg__w_find_name(struct pr_writer *w, const char *name, size_t len,
+					    uint64_t *pos)
+{
+	struct pr_key k;
+
+	pr_key_name(&k, PR_KIND_NAME, name, len, w->map.hdr->hash_seed);
+	return procreg__w_find(w, &w->map.hdr->names, &k, pos);
+}
+
+/* Walk every name and every membership: CB gets the record's offset. It
+ * may unpublish that record. */
+typedef int (*pr_walk_cb)(uint64_t off, const struct pr_record *r, void *arg);
 int procreg__w_walk(struct pr_writer *w, pr_walk_cb cb, void *arg);
 
 int procreg__vec_push(struct pr_vec *v, uint64_t x);
@@ -277,7 +346,5 @@ struct procreg {
 };
 
 pid_t procreg__self_pid(void);
-const struct pr_record *procreg__find_pos(const struct pr_map *m, const char *name,
-					  size_t len, uint64_t hash, uint64_t *pos);
 
 #endif /* PROCREG_INTERNAL_H */

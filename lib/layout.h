@@ -11,9 +11,12 @@
  *                            daemon writes the counter and clears the slots
  *                            of dead readers.
  *
- * THE TABLE. A header page, then an arena. The arena holds two kinds of
- * blocks: records (one registered name each) and index blocks (an
- * open-addressing hash index of 64-bit slot words). Nothing holds a
+ * THE TABLE. A header page, then an arena. The arena holds records (a
+ * name, a group, or one process's membership of a group), index blocks (an
+ * open-addressing hash index of 64-bit slot words) and groups' root blocks.
+ * There are three kinds of index: one for names and one for groups, rooted
+ * in the header, and one per group for its members, rooted in the group's
+ * root block; they all work as described here. Nothing holds a
  * pointer: a link is a byte offset from the start of the file, so every
  * process may map the file wherever it likes.
  *
@@ -66,6 +69,19 @@
 
 #define PR_SOCKET_PATH_MAX 108
 
+/* An index and what it holds: the name index and the group index (in the
+ * header), and each group's member index (in a block of its own, which the
+ * group's record points to). Written by the daemon alone. index_off is
+ * stored with release and loaded with acquire: the index block's contents
+ * were written before. The counts are plain loads for readers: a count
+ * read while the daemon writes is the value before or after one change. */
+struct pr_root {
+	uint64_t index_off;         /* the current index block */
+	uint64_t live;              /* live entries: the O(1) count */
+	uint64_t tombs;             /* tombstones (writer bookkeeping) */
+	uint64_t local;             /* live entries of this node (node 0) */
+};
+
 /* The table header. The immutable part is written once, before the magic
  * is published; the rest is written by the daemon alone and read by anyone
  * with plain (possibly torn-across-fields) loads: counters are advisory,
@@ -87,14 +103,17 @@ struct pr_table_hdr {
 	uint8_t pad0[48];
 
 	/* Daemon-written, one field per concern. */
-	uint64_t index_off;         /* the current index block (release/acquire) */
+	struct pr_root names;       /* the name index */
+	struct pr_root groups;      /* the group index */
 	uint64_t arena_top;         /* bump pointer: arena bytes ever handed out end here */
 	uint64_t arena_used;        /* bytes in live blocks */
-	uint64_t names;
+	uint64_t memberships;       /* group memberships, all groups */
 	uint64_t processes;
 	uint64_t grace_periods;
 	uint64_t registrations;
 	uint64_t unregistrations;
+	uint64_t joins;
+	uint64_t leaves;
 	uint64_t deaths;
 	uint64_t rehashes;
 	uint64_t generation;        /* bumped by every publish */
@@ -119,17 +138,34 @@ struct pr_index {
 	uint64_t slot[];
 };
 
-/* A record: one registered name. Immutable once published. */
+/*
+ * A record. Immutable once published. Three kinds share the layout:
+ *
+ *  NAME    a registered name: data = name, NUL, metadata; in the name index,
+ *          hashed by name.
+ *  GROUP   a group: data = group name, NUL; aux = offset of the group's
+ *          struct pr_root (its member index and counts); in the group
+ *          index, hashed by name. Exists while the group has members.
+ *  MEMBER  a membership: data = group name, NUL, membership metadata; in
+ *          its group's member index, hashed by (pid, start time, node).
+ */
+enum pr_kind { PR_KIND_NAME = 1, PR_KIND_GROUP = 2, PR_KIND_MEMBER = 3 };
+
 struct pr_record {
 	uint64_t hash;
 	uint64_t start_time;        /* owner's start time, clock ticks since boot */
 	uint64_t pidfs_ino;         /* owner's pidfs inode, 0 where the kernel has none */
 	uint64_t registered_ns;     /* CLOCK_REALTIME */
+	uint64_t aux;               /* GROUP: its root block; otherwise 0 */
 	uint32_t pid;
 	uint32_t uid;
 	uint32_t node;              /* 0: this host */
+	uint16_t flags;             /* PR_REC_* */
+	uint8_t kind;               /* enum pr_kind */
+	uint8_t pad;
 	uint16_t name_len;          /* without the NUL */
 	uint16_t meta_len;
+	uint32_t pad2;
 	char data[];                /* name, NUL, meta */
 };
 
@@ -182,10 +218,11 @@ struct pr_reader_slot {
 	 ((uint64_t)sizeof(struct pr_reader_slot) << 8) | sizeof(void *))
 
 _Static_assert(sizeof(struct pr_table_hdr) <= PR_HDR_SIZE, "header fits its page");
-_Static_assert(offsetof(struct pr_table_hdr, index_off) % PR_CACHELINE == 0,
+_Static_assert(offsetof(struct pr_table_hdr, names) % PR_CACHELINE == 0,
 	       "daemon-written fields start a cache line");
-_Static_assert(sizeof(struct pr_record) == 48, "record header size is part of the layout");
-_Static_assert(offsetof(struct pr_record, data) == 48, "record data offset");
+_Static_assert(sizeof(struct pr_record) == 64, "record header size is part of the layout");
+_Static_assert(offsetof(struct pr_record, data) == 64, "record data offset");
+_Static_assert(sizeof(struct pr_root) == 32, "root");
 _Static_assert(sizeof(struct pr_index) == 16, "index header");
 _Static_assert(sizeof(struct pr_readers_hdr) == 2 * PR_CACHELINE, "readers header");
 _Static_assert(offsetof(struct pr_readers_hdr, gp) == PR_CACHELINE, "gp on its own line");
@@ -246,6 +283,12 @@ static inline uint64_t pr_hash(const char *s, size_t n, uint64_t seed)
 		h = (h ^ v) * 0x9fb21c651e98df25ull;
 	}
 	return pr_mix(h);
+}
+
+/* A membership's key in its group's member index: the member's identity. */
+static inline uint64_t pr_member_hash(uint32_t pid, uint64_t start, uint32_t node, uint64_t seed)
+{
+	return pr_mix(pr_mix(seed ^ ((uint64_t)pid << 32 | node)) ^ start);
 }
 
 #endif /* PROCREG_LAYOUT_H */

@@ -33,10 +33,12 @@ static int decode_body(struct pr_frame *f)
 		return 0;
 	case PR_OP_REGISTER:
 	case PR_OP_UNREGISTER:
+	case PR_OP_JOIN:
+	case PR_OP_LEAVE:
 		if (f->body_len < sizeof(nb))
 			return -EPROTO;
 		memcpy(&nb, f->body, sizeof(nb));
-		if (op == PR_OP_UNREGISTER && nb.meta_len)
+		if ((op == PR_OP_UNREGISTER || op == PR_OP_LEAVE) && nb.meta_len)
 			return -EPROTO;
 		if (sizeof(nb) + (size_t)nb.name_len + nb.meta_len > f->body_len)
 			return -EPROTO;

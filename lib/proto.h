@@ -26,6 +26,9 @@
  *               passed as SCM_RIGHTS with this packet (one frame per packet).
  *   UNREGISTER  u16 name_len, u16 reserved, u32 reserved; name.
  *   SYNC        empty. Answered after every death already signalled.
+ *   JOIN        as REGISTER; the name is a group, the metadata the
+ *               membership's (PR_F_PIDFD as for REGISTER).
+ *   LEAVE       as UNREGISTER; the name is a group.
  *
  * A malformed frame is answered with -EBADMSG (the rest of its packet with
  * -ECANCELED) where its header could be read, else the connection closes.
@@ -47,6 +50,8 @@ enum pr_op {
 	PR_OP_REGISTER = 2,
 	PR_OP_UNREGISTER = 3,
 	PR_OP_SYNC = 4,
+	PR_OP_JOIN = 5,
+	PR_OP_LEAVE = 6,
 	PR_OP_REPLY = 0x8000,
 };
 

@@ -190,11 +190,11 @@ void procreg__record_to_entry(const struct pr_record *r, struct procreg_entry *e
 	memcpy(e->meta, r->data + r->name_len + 1, r->meta_len);
 }
 
-/* The current index, checked whole. Acquire: the index's capacity and slot
- * words were written before its offset was published. */
-static const struct pr_index *index_of(const struct pr_map *m)
+/* The current index of ROOT, checked whole. Acquire: the index's capacity
+ * and slot words were written before its offset was published. */
+const struct pr_index *procreg__index(const struct pr_map *m, const struct pr_root *root)
 {
-	uint64_t off = PR_LOAD_ACQ(&m->hdr->index_off);
+	uint64_t off = PR_LOAD_ACQ(&root->index_off);
 	/* Every arena block is PR_ALIGN-aligned: an offset that is not
 	 * cannot be an index, and reading it as one would be a misaligned
 	 * access. */
@@ -208,18 +208,34 @@ static const struct pr_index *index_of(const struct pr_map *m)
 	return ix;
 }
 
+/* A group's root block, checked: it holds the member index. */
+const struct pr_root *procreg__group_root(const struct pr_map *m, const struct pr_record *g)
+{
+	if (g->kind != PR_KIND_GROUP || g->aux % PR_ALIGN)
+		return NULL;
+	return pr_at(m, g->aux, sizeof(struct pr_root));
+}
+
+static int key_matches(const struct pr_record *r, const struct pr_key *k)
+{
+	if (r->hash != k->hash || r->kind != k->kind)
+		return 0;
+	if (k->kind == PR_KIND_MEMBER)
+		return r->pid == k->pid && r->start_time == k->start && r->node == k->node;
+	return r->name_len == k->len && !memcmp(r->data, k->name, k->len);
+}
+
 /*
- * Probe for NAME. Returns its record, or NULL. *pos gets the record's slot
+ * Probe for K. Returns its record, or NULL. *pos gets the record's slot
  * or, when absent, the slot an insertion should take (the first tombstone
  * on the way, else the empty slot that ended the probe; UINT64_MAX if the
  * index is full, which the writer never lets happen).
  */
-static const struct pr_record *probe(const struct pr_map *m, const struct pr_index *ix,
-				     const char *name, size_t len, uint64_t h,
-				     uint64_t *pos)
+const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_index *ix,
+				       const struct pr_key *k, uint64_t *pos)
 {
-	uint64_t mask = ix->capacity - 1, p = h >> ix->shift, first_tomb = UINT64_MAX;
-	uint32_t tag = (uint32_t)(h >> 32);
+	uint64_t mask = ix->capacity - 1, p = k->hash >> ix->shift, first_tomb = UINT64_MAX;
+	uint32_t tag = (uint32_t)(k->hash >> 32);
 
 	for (uint64_t n = 0; n <= mask; n++, p = (p + 1) & mask) {
 		uint64_t w = PR_LOAD_ACQ(&ix->slot[p]);
@@ -238,7 +254,7 @@ static const struct pr_record *probe(const struct pr_map *m, const struct pr_ind
 		if (pr_slot_tag(w) != tag)
 			continue;
 		r = procreg__record_at(m, w);
-		if (r && r->hash == h && r->name_len == len && !memcmp(r->data, name, len)) {
+		if (r && key_matches(r, k)) {
 			if (pos)
 				*pos = p;
 			return r;
@@ -249,21 +265,12 @@ static const struct pr_record *probe(const struct pr_map *m, const struct pr_ind
 	return NULL;
 }
 
-const struct pr_record *procreg__find(const struct pr_map *m, const char *name,
-				      size_t len, uint64_t hash)
+const struct pr_record *procreg__find(const struct pr_map *m, const struct pr_root *root,
+				      const struct pr_key *k)
 {
-	const struct pr_index *ix = index_of(m);
+	const struct pr_index *ix = procreg__index(m, root);
 
-	return ix ? probe(m, ix, name, len, hash, NULL) : NULL;
-}
-
-const struct pr_record *procreg__find_pos(const struct pr_map *m, const char *name,
-					  size_t len, uint64_t hash, uint64_t *pos)
-{
-	const struct pr_index *ix = index_of(m);
-
-	*pos = UINT64_MAX;
-	return ix ? probe(m, ix, name, len, hash, pos) : NULL;
+	return ix ? procreg__probe(m, ix, k, NULL) : NULL;
 }
 
 /* ---- public reader API ------------------------------------------------ */
@@ -272,8 +279,8 @@ PROCREG_API int procreg_lookup(procreg_t *reg, const char *name, struct procreg_
 {
 	struct pr_reader_slot *s;
 	const struct pr_record *r;
+	struct pr_key k;
 	size_t len;
-	uint64_t h;
 	int err = procreg__check_name(name, &len);
 
 	if (err < 0)
@@ -281,10 +288,10 @@ PROCREG_API int procreg_lookup(procreg_t *reg, const char *name, struct procreg_
 	s = procreg__rcu_slot(&reg->rcu);
 	if (caa_unlikely(!s))
 		return -EUSERS;
-	h = pr_hash(name, len, reg->map.hdr->hash_seed);
+	pr_key_name(&k, PR_KIND_NAME, name, len, reg->map.hdr->hash_seed);
 
 	pr_read_lock(&reg->map, s);
-	r = procreg__find(&reg->map, name, len, h);
+	r = procreg__find(&reg->map, &reg->map.hdr->names, &k);
 	if (r && out)
 		procreg__record_to_entry(r, out);
 	/* Our own cache line: no other process writes it. */
@@ -309,11 +316,21 @@ PROCREG_API int procreg_lookup(procreg_t *reg, const char *name, struct procreg_
  */
 #define FOREACH_CHUNK 64
 
+/* What a walk reports, and where each chunk finds its index. */
+struct walk {
+	/* Inside the critical section: the root to scan, or NULL if there is
+	 * none (any more), which ends the walk. */
+	const struct pr_root *(*root)(const struct pr_map *m, const void *arg);
+	const void *arg;
+	size_t elem;               /* bytes of one reported element */
+	void (*copy)(const struct pr_map *m, const struct pr_record *r, void *dst);
+};
+
 struct chunk {
 	uint64_t lo;       /* next hash value to report */
 	bool done;
 	size_t n, cap;
-	struct procreg_entry *e;
+	uint8_t *buf;      /* cap elements */
 };
 
 /* Keep the entry at position P if its hash is ours and it sits where the
@@ -321,7 +338,7 @@ struct chunk {
  * (wrapped around the end) in the wrap scan. Returns -1 when the buffer is
  * full. */
 static int take(const struct pr_map *m, const struct pr_index *ix, uint64_t p,
-		bool wrapped, struct chunk *c)
+		bool wrapped, const struct walk *wk, struct chunk *c)
 {
 	uint64_t w = PR_LOAD_ACQ(&ix->slot[p]);
 	const struct pr_record *r;
@@ -333,15 +350,16 @@ static int take(const struct pr_map *m, const struct pr_index *ix, uint64_t p,
 		return 0;
 	if (c->n == c->cap)
 		return -1;
-	procreg__record_to_entry(r, &c->e[c->n++]);
+	wk->copy(m, r, c->buf + c->n++ * wk->elem);
 	return 0;
 }
 
 /* Inside a read-side critical section. Returns -1 if the buffer must grow
  * (a cluster longer than it), 0 otherwise. */
-static int fill_chunk(const struct pr_map *m, struct chunk *c)
+static int fill_chunk(const struct pr_map *m, const struct walk *wk, struct chunk *c)
 {
-	const struct pr_index *ix = index_of(m);
+	const struct pr_root *root = wk->root(m, wk->arg);
+	const struct pr_index *ix = root ? procreg__index(m, root) : NULL;
 	uint64_t p, p0;
 
 	c->n = 0;
@@ -358,20 +376,22 @@ static int fill_chunk(const struct pr_map *m, struct chunk *c)
 			}
 			continue;
 		}
-		if (take(m, ix, p, false, c) < 0)
+		if (take(m, ix, p, false, wk, c) < 0)
 			return -1;
 	}
 	/* Reached the end: the run that wraps to the start is ours too. It
 	 * may reach p0 and beyond (always, when p0 is 0): the forward scan
 	 * skipped its wrapped entries there, so follow it to its end. */
 	for (p = 0; p < ix->capacity && PR_LOAD_ACQ(&ix->slot[p]) != PR_SLOT_EMPTY; p++)
-		if (take(m, ix, p, true, c) < 0)
+		if (take(m, ix, p, true, wk, c) < 0)
 			return -1;
 	c->done = true;
 	return 0;
 }
 
-PROCREG_API int procreg_foreach(procreg_t *reg, procreg_entry_cb cb, void *arg)
+typedef int (*walk_cb)(const void *elem, void *arg);
+
+static int walk(procreg_t *reg, const struct walk *wk, walk_cb cb, void *arg)
 {
 	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
 	struct chunk c = { .cap = FOREACH_CHUNK };
@@ -379,31 +399,141 @@ PROCREG_API int procreg_foreach(procreg_t *reg, procreg_entry_cb cb, void *arg)
 
 	if (!s)
 		return -EUSERS;
-	c.e = malloc(c.cap * sizeof(*c.e));
-	if (!c.e)
+	c.buf = malloc(c.cap * wk->elem);
+	if (!c.buf)
 		return -ENOMEM;
 	while (!c.done && !ret) {
 		pr_read_lock(&reg->map, s);
-		full = fill_chunk(&reg->map, &c);
+		full = fill_chunk(&reg->map, wk, &c);
 		pr_read_unlock(s);
 		if (full) {
 			/* Grow outside the critical section and redo the chunk:
 			 * nothing of it was reported and lo has not moved. */
-			struct procreg_entry *e = realloc(c.e, 2 * c.cap * sizeof(*e));
+			uint8_t *b = realloc(c.buf, 2 * c.cap * wk->elem);
 
-			if (!e) {
+			if (!b) {
 				ret = -ENOMEM;
 				break;
 			}
-			c.e = e;
+			c.buf = b;
 			c.cap *= 2;
 			continue;
 		}
+		/* Callbacks run outside the critical section: they may take
+		 * as long as they like, and call us back. */
 		for (size_t i = 0; i < c.n && !ret; i++)
-			ret = cb(&c.e[i], arg);
+			ret = cb(c.buf + i * wk->elem, arg);
 	}
-	free(c.e);
+	free(c.buf);
 	return ret;
+}
+
+static const struct pr_root *names_root(const struct pr_map *m, const void *arg)
+{
+	(void)arg;
+	return &m->hdr->names;
+}
+
+static const struct pr_root *groups_root(const struct pr_map *m, const void *arg)
+{
+	(void)arg;
+	return &m->hdr->groups;
+}
+
+static void copy_entry(const struct pr_map *m, const struct pr_record *r, void *dst)
+{
+	(void)m;
+	procreg__record_to_entry(r, dst);
+}
+
+PROCREG_API int procreg_foreach(procreg_t *reg, procreg_entry_cb cb, void *arg)
+{
+	const struct walk wk = { names_root, NULL, sizeof(struct procreg_entry), copy_entry };
+
+	return walk(reg, &wk, (walk_cb)cb, arg);
+}
+
+/* ---- groups ----------------------------------------------------------- */
+
+/* Inside a read-side critical section: a group's root, or NULL. */
+static const struct pr_root *find_group(const struct pr_map *m, const struct pr_key *k)
+{
+	const struct pr_record *g = procreg__find(m, &m->hdr->groups, k);
+
+	return g ? procreg__group_root(m, g) : NULL;
+}
+
+static const struct pr_root *member_root(const struct pr_map *m, const void *arg)
+{
+	return find_group(m, arg);
+}
+
+static int group_key(procreg_t *reg, const char *group, struct pr_key *k)
+{
+	size_t len;
+	int err = procreg__check_name(group, &len);
+
+	if (!err)
+		pr_key_name(k, PR_KIND_GROUP, group, len, reg->map.hdr->hash_seed);
+	return err;
+}
+
+/* Members are walked like names, chunk by chunk, finding the group afresh
+ * for each chunk: its member index may have been rebuilt meanwhile. */
+PROCREG_API int procreg_members(procreg_t *reg, const char *group, procreg_entry_cb cb,
+				void *arg)
+{
+	struct pr_key k;
+	const struct walk wk = { member_root, &k, sizeof(struct procreg_entry), copy_entry };
+	int err = group_key(reg, group, &k);
+
+	return err ? err : walk(reg, &wk, (walk_cb)cb, arg);
+}
+
+static void copy_group(const struct pr_map *m, const struct pr_record *r, void *dst)
+{
+	struct procreg_group *g = dst;
+	const struct pr_root *root = procreg__group_root(m, r);
+
+	memcpy(g->name, r->data, r->name_len);
+	g->name[r->name_len] = 0;
+	g->members = root ? CMM_LOAD_SHARED(root->live) : 0;
+	g->local_members = root ? CMM_LOAD_SHARED(root->local) : 0;
+}
+
+PROCREG_API int procreg_groups(procreg_t *reg, procreg_group_cb cb, void *arg)
+{
+	const struct walk wk = { groups_root, NULL, sizeof(struct procreg_group), copy_group };
+
+	return walk(reg, &wk, (walk_cb)cb, arg);
+}
+
+PROCREG_API int procreg_group_count(procreg_t *reg, const char *group, uint64_t *members,
+				    uint64_t *local_members)
+{
+	struct pr_reader_slot *s;
+	const struct pr_root *root;
+	struct pr_key k;
+	uint64_t n = 0, l = 0;
+	int err = group_key(reg, group, &k);
+
+	if (err)
+		return err;
+	s = procreg__rcu_slot(&reg->rcu);
+	if (!s)
+		return -EUSERS;
+	pr_read_lock(&reg->map, s);
+	root = find_group(&reg->map, &k);
+	if (root) {
+		n = CMM_LOAD_SHARED(root->live);
+		l = CMM_LOAD_SHARED(root->local);
+	}
+	pr_read_unlock(s);
+	if (members)
+		*members = n;
+	if (local_members)
+		*local_members = l;
+	return 0;
 }
 
 PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *st)
@@ -414,7 +544,11 @@ PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *st)
 	uint64_t used = 0;
 
 	memset(st, 0, sizeof(*st));
-	st->names = CMM_LOAD_SHARED(h->names);
+	st->names = CMM_LOAD_SHARED(h->names.live);
+	st->groups = CMM_LOAD_SHARED(h->groups.live);
+	st->memberships = CMM_LOAD_SHARED(h->memberships);
+	st->joins = CMM_LOAD_SHARED(h->joins);
+	st->leaves = CMM_LOAD_SHARED(h->leaves);
 	st->processes = CMM_LOAD_SHARED(h->processes);
 	st->arena_size = h->file_size - h->arena_off;
 	st->arena_used = CMM_LOAD_SHARED(h->arena_used);
@@ -440,7 +574,7 @@ PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *st)
 	st->reader_slots_used = used;
 	if (s) {
 		pr_read_lock(&reg->map, s);
-		ix = index_of(&reg->map);
+		ix = procreg__index(&reg->map, &h->names);
 		st->index_capacity = ix ? ix->capacity : 0;
 		pr_read_unlock(s);
 	}

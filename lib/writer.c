@@ -183,11 +183,13 @@ int procreg__w_reclaim(struct pr_writer *w)
 	return w->gp_target != 0 || w->retired.n != 0;
 }
 
-/* ---- the index -------------------------------------------------------- */
+/* ---- indexes ---------------------------------------------------------- */
 
-static struct pr_index *cur_index(struct pr_writer *w)
+#define MEMBER_INDEX_MIN 16
+
+static struct pr_index *index_at(struct pr_writer *w, const struct pr_root *root)
 {
-	return (struct pr_index *)(w->map.base + H(w)->index_off);
+	return (struct pr_index *)(w->map.base + root->index_off);
 }
 
 static uint64_t index_bytes(uint64_t cap)
@@ -195,11 +197,14 @@ static uint64_t index_bytes(uint64_t cap)
 	return sizeof(struct pr_index) + cap * 8;
 }
 
-static int build_index(struct pr_writer *w, uint64_t cap, uint64_t *off_out)
+/* Build an unpublished index of CAP slots holding every live slot word of
+ * OLD (NULL for an empty one). */
+static int build_index(struct pr_writer *w, const struct pr_index *old, uint64_t cap,
+		       uint64_t *off_out)
 {
-	struct pr_index *old = H(w)->index_off ? cur_index(w) : NULL, *nx;
-	uint64_t off, live = 0;
 	uint32_t shift = 64 - (uint32_t)__builtin_ctzll(cap);
+	struct pr_index *nx;
+	uint64_t off;
 	int err = alloc_block(w, index_bytes(cap), &off);
 
 	if (err)
@@ -209,68 +214,63 @@ static int build_index(struct pr_writer *w, uint64_t cap, uint64_t *off_out)
 	nx->shift = shift;
 	nx->pad = 0;
 	memset(nx->slot, 0, cap * 8);
-	if (old) {
-		for (uint64_t i = 0; i < old->capacity; i++) {
-			uint64_t wd = old->slot[i], p;
+	for (uint64_t i = 0; old && i < old->capacity; i++) {
+		uint64_t wd = old->slot[i], p;
 
-			if (!pr_slot_live(wd))
-				continue;
-			/* The tag is the hash's top half: home without the record. */
-			p = (wd >> 32) >> (shift - 32);
-			while (nx->slot[p] != PR_SLOT_EMPTY)
-				p = (p + 1) & (cap - 1);
-			nx->slot[p] = wd;
-			live++;
-		}
+		if (!pr_slot_live(wd))
+			continue;
+		/* The tag is the hash's top half: home without the record. */
+		p = (wd >> 32) >> (shift - 32);
+		while (nx->slot[p] != PR_SLOT_EMPTY)
+			p = (p + 1) & (cap - 1);
+		nx->slot[p] = wd;
 	}
 	*off_out = off;
-	w->index_live = live;
-	w->index_tombs = 0;
 	return 0;
 }
 
-/* Publish a new index holding every live slot word of the current one. */
-static int rebuild(struct pr_writer *w, uint64_t cap)
+/* Publish a new index of ROOT holding every live slot word of the current
+ * one, and retire the old. */
+static int rebuild(struct pr_writer *w, struct pr_root *root, uint64_t cap)
 {
-	uint64_t old = H(w)->index_off, off;
-	uint64_t old_cap = old ? cur_index(w)->capacity : 0;
-	int err = build_index(w, cap, &off);
+	struct pr_index *old = index_at(w, root);
+	uint64_t old_off = root->index_off, old_cap = old->capacity, off;
+	int err = build_index(w, old, cap, &off);
 
 	if (err)
 		return err;
 	/* Release: the new block's contents before its offset. */
-	PR_STORE_REL(&H(w)->index_off, off);
+	PR_STORE_REL(&root->index_off, off);
+	CMM_STORE_SHARED(root->tombs, 0);
 	CMM_STORE_SHARED(H(w)->rehashes, H(w)->rehashes + 1);
-	if (old)
-		retire(w, old, index_bytes(old_cap));
+	retire(w, old_off, index_bytes(old_cap));
 	return 0;
 }
 
-int procreg__w_reserve(struct pr_writer *w)
+int procreg__w_reserve(struct pr_writer *w, struct pr_root *root)
 {
-	struct pr_index *ix = cur_index(w);
-	uint64_t cap = ix->capacity, want = cap;
+	uint64_t cap = index_at(w, root)->capacity, want = cap;
 	int err;
 
 	/* Load factor 3/4, counting tombstones, which lengthen probes too. */
-	if ((w->index_live + w->index_tombs + 1) * 4 <= cap * 3)
+	if ((root->live + root->tombs + 1) * 4 <= cap * 3)
 		return 0;
-	while ((w->index_live + 1) * 2 > want)
+	while ((root->live + 1) * 2 > want)
 		want *= 2;
 	if (want > INDEX_MAX)
 		return -ENOSPC;
-	err = rebuild(w, want);
+	err = rebuild(w, root, want);
 	if (err == -ENOSPC) {
 		procreg__w_reclaim(w);
-		err = rebuild(w, want);
+		err = rebuild(w, root, want);
 	}
 	return err;
 }
 
-uint64_t procreg__w_find(struct pr_writer *w, const char *name, size_t len, uint64_t hash,
-			 uint64_t *pos)
+uint64_t procreg__w_find(struct pr_writer *w, const struct pr_root *root,
+			 const struct pr_key *k, uint64_t *pos)
 {
-	const struct pr_record *r = procreg__find_pos(&w->map, name, len, hash, pos);
+	const struct pr_record *r = procreg__probe(&w->map, index_at(w, root), k, pos);
 
 	return r ? (uint64_t)((const uint8_t *)r - w->map.base) : 0;
 }
@@ -314,32 +314,38 @@ static void bump_generation(struct pr_writer *w)
 	CMM_STORE_SHARED(H(w)->generation, H(w)->generation + 1);
 }
 
-void procreg__w_publish(struct pr_writer *w, uint64_t pos, uint64_t off)
+static const struct pr_record *rec_at(struct pr_writer *w, uint64_t off)
 {
-	struct pr_index *ix = cur_index(w);
-	const struct pr_record *r = (const struct pr_record *)(w->map.base + off);
+	return (const struct pr_record *)(w->map.base + off);
+}
+
+void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off)
+{
+	struct pr_index *ix = index_at(w, root);
+	const struct pr_record *r = rec_at(w, off);
 	uint64_t old = ix->slot[pos];
 
 	/* Release: the record's bytes before the word that reaches them. */
 	PR_STORE_REL(&ix->slot[pos], pr_slot_word(r->hash, off));
 	if (pr_slot_live(old)) {
-		const struct pr_record *o =
-			(const struct pr_record *)(w->map.base + pr_slot_off(old));
-		retire(w, pr_slot_off(old), procreg__record_size(o));
+		retire(w, pr_slot_off(old), procreg__record_size(rec_at(w, pr_slot_off(old))));
 	} else {
 		if (old == PR_SLOT_TOMB)
-			w->index_tombs--;
-		w->index_live++;
-		CMM_STORE_SHARED(H(w)->names, H(w)->names + 1);
+			CMM_STORE_SHARED(root->tombs, root->tombs - 1);
+		CMM_STORE_SHARED(root->live, root->live + 1);
+		if (r->node == 0)
+			CMM_STORE_SHARED(root->local, root->local + 1);
+		if (r->kind == PR_KIND_MEMBER)
+			CMM_STORE_SHARED(H(w)->memberships, H(w)->memberships + 1);
 	}
 	bump_generation(w);
 }
 
-void procreg__w_remove(struct pr_writer *w, uint64_t pos)
+void procreg__w_remove(struct pr_writer *w, struct pr_root *root, uint64_t pos)
 {
-	struct pr_index *ix = cur_index(w);
+	struct pr_index *ix = index_at(w, root);
 	uint64_t mask = ix->capacity - 1, old = ix->slot[pos];
-	const struct pr_record *o = (const struct pr_record *)(w->map.base + pr_slot_off(old));
+	const struct pr_record *o = rec_at(w, pr_slot_off(old));
 
 	if (!pr_slot_live(old))
 		return;
@@ -353,30 +359,169 @@ void procreg__w_remove(struct pr_writer *w, uint64_t pos)
 		PR_STORE_REL(&ix->slot[pos], PR_SLOT_EMPTY);
 		for (uint64_t p = (pos - 1) & mask; ix->slot[p] == PR_SLOT_TOMB; p = (p - 1) & mask) {
 			CMM_STORE_SHARED(ix->slot[p], PR_SLOT_EMPTY);
-			w->index_tombs--;
+			CMM_STORE_SHARED(root->tombs, root->tombs - 1);
 		}
 	} else {
 		PR_STORE_REL(&ix->slot[pos], PR_SLOT_TOMB);
-		w->index_tombs++;
+		CMM_STORE_SHARED(root->tombs, root->tombs + 1);
 	}
-	w->index_live--;
-	CMM_STORE_SHARED(H(w)->names, H(w)->names - 1);
+	CMM_STORE_SHARED(root->live, root->live - 1);
+	if (o->node == 0)
+		CMM_STORE_SHARED(root->local, root->local - 1);
+	if (o->kind == PR_KIND_MEMBER)
+		CMM_STORE_SHARED(H(w)->memberships, H(w)->memberships - 1);
 	retire(w, pr_slot_off(old), procreg__record_size(o));
 	bump_generation(w);
 }
 
-int procreg__w_walk(struct pr_writer *w, pr_walk_cb cb, void *arg)
+/* ---- groups ----------------------------------------------------------- */
+
+static struct pr_root *group_root_at(struct pr_writer *w, uint64_t group_off)
 {
-	struct pr_index *ix = cur_index(w);
+	return (struct pr_root *)(w->map.base + rec_at(w, group_off)->aux);
+}
+
+int procreg__w_group(struct pr_writer *w, const char *name, size_t len, bool create,
+		     struct pr_root **root)
+{
+	struct pr_record t = { 0 };
+	struct pr_key k;
+	struct pr_root *gr;
+	uint64_t pos, off, root_off, ioff;
+	int err;
+
+	pr_key_name(&k, PR_KIND_GROUP, name, len, H(w)->hash_seed);
+	off = procreg__w_find(w, &H(w)->groups, &k, &pos);
+	if (off) {
+		*root = group_root_at(w, off);
+		return 0;
+	}
+	if (!create)
+		return -ENOENT;
+	err = procreg__w_reserve(w, &H(w)->groups);
+	if (err)
+		return err;
+	procreg__w_find(w, &H(w)->groups, &k, &pos); /* the reserve may move it */
+	/* Root block and member index first, then the record that reaches
+	 * them, then the slot word that reaches the record. */
+	err = alloc_block(w, sizeof(*gr), &root_off);
+	if (err)
+		return err;
+	err = build_index(w, NULL, MEMBER_INDEX_MIN, &ioff);
+	if (err) {
+		release_block(w, root_off, sizeof(*gr));
+		return err;
+	}
+	gr = (struct pr_root *)(w->map.base + root_off);
+	memset(gr, 0, sizeof(*gr));
+	gr->index_off = ioff;
+	t.hash = k.hash;
+	t.registered_ns = procreg__now_ns();
+	t.aux = root_off;
+	t.kind = PR_KIND_GROUP;
+	t.name_len = (uint16_t)len;
+	err = procreg__w_new_record(w, &t, name, NULL, &off);
+	if (err) {
+		release_block(w, ioff, index_bytes(MEMBER_INDEX_MIN));
+		release_block(w, root_off, sizeof(*gr));
+		return err;
+	}
+	procreg__w_publish(w, &H(w)->groups, pos, off);
+	*root = gr;
+	return 0;
+}
+
+/* Remove a group left empty: its record from the group index, then its
+ * root and member index, all freed after a grace period. */
+void procreg__w_drop_group_if_empty(struct pr_writer *w, const char *name, size_t len)
+{
+	struct pr_key k;
+	struct pr_root *gr;
+	uint64_t pos, off;
+
+	pr_key_name(&k, PR_KIND_GROUP, name, len, H(w)->hash_seed);
+	off = procreg__w_find(w, &H(w)->groups, &k, &pos);
+	if (!off)
+		return;
+	gr = group_root_at(w, off);
+	if (gr->live)
+		return;
+	retire(w, gr->index_off, index_bytes(index_at(w, gr)->capacity));
+	retire(w, rec_at(w, off)->aux, sizeof(*gr));
+	procreg__w_remove(w, &H(w)->groups, pos);
+}
+
+int procreg__w_unpublish(struct pr_writer *w, uint64_t off)
+{
+	const struct pr_record *r = rec_at(w, off);
+	struct pr_root *root = &H(w)->names;
+	struct pr_key k;
+	uint64_t pos;
+	size_t len;
+	char group[PROCREG_NAME_MAX + 1];
+
+	if (r->kind == PR_KIND_MEMBER) {
+		if (procreg__w_group(w, r->data, r->name_len, false, &root) < 0)
+			return -ENOENT;
+		pr_key_member(&k, r->pid, r->start_time, r->node, H(w)->hash_seed);
+	} else {
+		pr_key_name(&k, r->kind, r->data, r->name_len, H(w)->hash_seed);
+		if (r->kind == PR_KIND_GROUP)
+			root = &H(w)->groups;
+	}
+	if (procreg__w_find(w, root, &k, &pos) != off)
+		return -ENOENT;
+	if (r->kind != PR_KIND_MEMBER) {
+		procreg__w_remove(w, root, pos);
+		return 0;
+	}
+	/* The record may be freed once retired: keep the group's name. */
+	memcpy(group, r->data, r->name_len);
+	len = r->name_len;
+	procreg__w_remove(w, root, pos);
+	procreg__w_drop_group_if_empty(w, group, len);
+	return 0;
+}
+
+/* ---- walking ---------------------------------------------------------- */
+
+static int walk_index(struct pr_writer *w, const struct pr_root *root, pr_walk_cb cb,
+		      void *arg)
+{
+	struct pr_index *ix = index_at(w, root);
 	int ret = 0;
 
 	for (uint64_t p = 0; p < ix->capacity && !ret; p++) {
 		uint64_t wd = ix->slot[p];
 
 		if (pr_slot_live(wd))
-			ret = cb(p, (const struct pr_record *)(w->map.base + pr_slot_off(wd)), arg);
+			ret = cb(pr_slot_off(wd), rec_at(w, pr_slot_off(wd)), arg);
 	}
 	return ret;
+}
+
+struct walk_groups {
+	struct pr_writer *w;
+	pr_walk_cb cb;
+	void *arg;
+};
+
+static int walk_group(uint64_t off, const struct pr_record *g, void *arg)
+{
+	struct walk_groups *wg = arg;
+
+	(void)g;
+	return walk_index(wg->w, group_root_at(wg->w, off), wg->cb, wg->arg);
+}
+
+int procreg__w_walk(struct pr_writer *w, pr_walk_cb cb, void *arg)
+{
+	struct walk_groups wg = { w, cb, arg };
+
+	/* A callback may unpublish what it is given, and so drop a group:
+	 * its index and root stay whole (retired, not freed) until the next
+	 * grace period, which cannot end before we return. */
+	return walk_index(w, &H(w)->names, cb, arg) ?: walk_index(w, &H(w)->groups, walk_group, &wg);
 }
 
 /* ---- files ------------------------------------------------------------ */
@@ -426,10 +571,14 @@ static int init_table(struct pr_writer *w, int fd, uint64_t size)
 	if (getrandom(&h->hash_seed, sizeof(h->hash_seed), 0) != sizeof(h->hash_seed))
 		h->hash_seed = procreg__now_ns() ^ ((uint64_t)getpid() << 32);
 	procreg__boot_id(h->boot_id);
-	err = build_index(w, INDEX_MIN, &off);
+	err = build_index(w, NULL, INDEX_MIN, &off);
 	if (err)
 		return err;
-	h->index_off = off;
+	h->names.index_off = off;
+	err = build_index(w, NULL, INDEX_MIN, &off);
+	if (err)
+		return err;
+	h->groups.index_off = off;
 	/* Release: a reader that sees the magic sees a whole header. */
 	PR_STORE_REL(&h->magic, PR_TABLE_MAGIC);
 	return 0;
@@ -581,10 +730,6 @@ int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 		procreg__writer_close(w);
 		return err;
 	}
-	if (!w->attached) {
-		w->index_live = 0;
-		w->index_tombs = 0;
-	}
 	return 0;
 }
 
@@ -618,73 +763,129 @@ static int cmp_u64pair(const void *a, const void *b)
 	return x[0] < y[0] ? -1 : x[0] > y[0];
 }
 
+/* The index block at IOFF, if it is whole and inside the arena: its
+ * capacity, else 0. Aligned like every arena block, or it is no index
+ * (and reading it as one would be a misaligned access); bounded without
+ * overflow, and only then turned into a pointer. */
+static uint64_t sound_index(struct pr_writer *w, uint64_t ioff)
+{
+	struct pr_table_hdr *h = H(w);
+	const struct pr_index *ix;
+	uint64_t cap;
+
+	if (ioff % PR_ALIGN || ioff < h->arena_off || ioff > h->arena_top - sizeof(*ix))
+		return 0;
+	ix = (const struct pr_index *)(w->map.base + ioff);
+	cap = ix->capacity;
+	if (cap < 2 || (cap & (cap - 1)) || cap > INDEX_MAX ||
+	    cap > (h->arena_top - ioff - sizeof(*ix)) / 8 ||
+	    ix->shift != 64 - (uint32_t)__builtin_ctzll(cap))
+		return 0;
+	return cap;
+}
+
 /* A record a crashed writer left reachable is whole (it was published
  * only once written); check it anyway, since the file may have been
  * damaged by something else. */
-static int record_sound(struct pr_writer *w, uint64_t wd)
+static int record_sound(struct pr_writer *w, uint64_t wd, uint8_t kind)
 {
 	const struct pr_record *r = procreg__record_at(&w->map, wd);
+	uint64_t h;
 
-	return r && pr_slot_off(wd) >= H(w)->arena_off &&
-	       pr_slot_off(wd) + procreg__record_size(r) <= H(w)->arena_top &&
-	       !memchr(r->data, 0, r->name_len) && r->data[r->name_len] == 0 &&
-	       pr_hash(r->data, r->name_len, H(w)->hash_seed) == r->hash &&
-	       (r->hash & 0xffffffff00000000ull) == (wd & 0xffffffff00000000ull);
+	if (!r || r->kind != kind || pr_slot_off(wd) < H(w)->arena_off ||
+	    pr_slot_off(wd) + procreg__record_size(r) > H(w)->arena_top ||
+	    memchr(r->data, 0, r->name_len) || r->data[r->name_len] != 0)
+		return 0;
+	h = kind == PR_KIND_MEMBER ? pr_member_hash(r->pid, r->start_time, r->node, H(w)->hash_seed)
+				   : pr_hash(r->data, r->name_len, H(w)->hash_seed);
+	if (h != r->hash || (h & 0xffffffff00000000ull) != (wd & 0xffffffff00000000ull))
+		return 0;
+	if (kind == PR_KIND_GROUP)
+		return r->aux % PR_ALIGN == 0 && r->aux >= H(w)->arena_off &&
+		       r->aux <= H(w)->arena_top - sizeof(struct pr_root);
+	return 1;
+}
+
+static int push_block(struct pr_vec *b, uint64_t off, uint64_t size)
+{
+	return procreg__vec_push(b, off) ?: procreg__vec_push(b, size);
+}
+
+/* Recount ROOT's index and collect every block it reaches into BLOCKS; a
+ * slot whose record is unsound (or a group whose members' index is)
+ * becomes a tombstone. -EUCLEAN if the index itself is unusable. */
+static int recover_root(struct pr_writer *w, struct pr_root *root, uint8_t kind,
+			struct pr_vec *blocks, uint64_t *members)
+{
+	uint64_t cap = sound_index(w, root->index_off), live = 0, tombs = 0, local = 0;
+	struct pr_index *ix;
+	int err;
+
+	if (!cap)
+		return -EUCLEAN;
+	ix = index_at(w, root);
+	err = push_block(blocks, root->index_off, index_bytes(cap));
+	for (uint64_t p = 0; p < cap && !err; p++) {
+		uint64_t wd = ix->slot[p];
+		const struct pr_record *r = rec_at(w, pr_slot_off(wd));
+		size_t mark = blocks->n;
+
+		if (wd == PR_SLOT_TOMB)
+			tombs++;
+		if (!pr_slot_live(wd))
+			continue;
+		if (!record_sound(w, wd, kind)) {
+			PR_STORE_REL(&ix->slot[p], PR_SLOT_TOMB);
+			tombs++;
+			continue;
+		}
+		if (kind == PR_KIND_GROUP) {
+			struct pr_root *gr = group_root_at(w, pr_slot_off(wd));
+			uint64_t n = 0;
+
+			err = recover_root(w, gr, PR_KIND_MEMBER, blocks, &n);
+			if (err == -EUCLEAN || (!err && n == 0)) {
+				/* Unusable or empty: the group goes. */
+				blocks->n = mark;
+				PR_STORE_REL(&ix->slot[p], PR_SLOT_TOMB);
+				tombs++;
+				err = 0;
+				continue;
+			}
+			*members += n;
+			err = err ?: push_block(blocks, r->aux, sizeof(struct pr_root));
+		}
+		live++;
+		local += r->node == 0;
+		err = err ?: push_block(blocks, pr_slot_off(wd), procreg__record_size(r));
+	}
+	CMM_STORE_SHARED(root->live, live);
+	CMM_STORE_SHARED(root->tombs, tombs);
+	CMM_STORE_SHARED(root->local, local);
+	if (kind == PR_KIND_MEMBER && members)
+		*members = live;
+	return err;
 }
 
 int procreg__w_recover(struct pr_writer *w)
 {
 	struct pr_table_hdr *h = H(w);
-	uint64_t ioff = PR_LOAD_ACQ(&h->index_off), cap = 0, end, names = 0;
-	struct pr_index *ix = NULL;
 	struct pr_vec blocks = { 0 };
-	int err = 0;
+	uint64_t end, memberships = 0;
+	int err;
 
 	if (h->arena_top < h->arena_off || h->arena_top > w->map.size)
 		return -EUCLEAN;
-	/* Aligned like every arena block, or it is no index (and reading it
-	 * as one would be a misaligned access); bounded without overflow,
-	 * and only then turned into a pointer. */
-	if (ioff % PR_ALIGN == 0 && ioff >= h->arena_off && ioff <= h->arena_top - sizeof(*ix)) {
-		ix = (struct pr_index *)(w->map.base + ioff);
-		cap = ix->capacity;
-		if (cap < 2 || (cap & (cap - 1)) || cap > INDEX_MAX ||
-		    ioff + index_bytes(cap) > h->arena_top ||
-		    ix->shift != 64 - (uint32_t)__builtin_ctzll(cap))
-			cap = 0;
-	}
-	if (!cap)
-		return -EUCLEAN;
-
-	/* Everything reachable: the index and the records it names. A slot
-	 * whose record is unsound becomes a tombstone. */
-	w->index_live = w->index_tombs = 0;
-	err = procreg__vec_push(&blocks, ioff) ?: procreg__vec_push(&blocks, index_bytes(cap));
-	for (uint64_t p = 0; p < cap && !err; p++) {
-		uint64_t wd = ix->slot[p];
-
-		if (wd == PR_SLOT_TOMB)
-			w->index_tombs++;
-		if (!pr_slot_live(wd))
-			continue;
-		if (!record_sound(w, wd)) {
-			PR_STORE_REL(&ix->slot[p], PR_SLOT_TOMB);
-			w->index_tombs++;
-			continue;
-		}
-		w->index_live++;
-		names++;
-		err = procreg__vec_push(&blocks, pr_slot_off(wd)) ?:
-		      procreg__vec_push(&blocks, procreg__record_size(
-				(const struct pr_record *)(w->map.base + pr_slot_off(wd))));
-	}
+	err = recover_root(w, &h->names, PR_KIND_NAME, &blocks, NULL);
+	if (!err)
+		err = recover_root(w, &h->groups, PR_KIND_GROUP, &blocks, &memberships);
 	if (err)
 		goto out;
 	qsort(blocks.v, blocks.n / 2, 2 * sizeof(uint64_t), cmp_u64pair);
 
 	/* The gaps are free, but a reader of the old daemon may still be
 	 * inside a block that daemon retired: they wait for a grace period
-	 * like anything retired. Overlapping records would mean damage the
+	 * like anything retired. Overlapping blocks would mean damage the
 	 * checks above missed; such a block is left alone. */
 	w->retired.n = 0;
 	end = h->arena_off;
@@ -704,7 +905,7 @@ int procreg__w_recover(struct pr_writer *w)
 		retire(w, end, h->arena_top - end);
 		h->arena_used += h->arena_top - end;
 	}
-	CMM_STORE_SHARED(h->names, names);
+	CMM_STORE_SHARED(h->memberships, memberships);
 	procreg__w_reclaim(w);
 out:
 	procreg__vec_free(&blocks);

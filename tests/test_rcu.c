@@ -452,7 +452,7 @@ static void test_killed_reader_reclaim(void **state)
 	struct pr_map *m = &f->w.map;
 	uint32_t s;
 	struct kid *k = reader_start(f, &s, NULL);
-	struct pr_record t = { 0 };
+	struct pr_record t = { .kind = PR_KIND_NAME };
 	uint64_t h, pos, off, gps;
 	const char *name = "doomed";
 
@@ -461,16 +461,16 @@ static void test_killed_reader_reclaim(void **state)
 	t.hash = h;
 	t.pid = (uint32_t)getpid();
 	t.name_len = (uint16_t)strlen(name);
-	assert_int_equal(procreg__w_reserve(&f->w), 0);
-	assert_int_equal(procreg__w_find(&f->w, name, t.name_len, h, &pos), 0);
+	assert_int_equal(procreg__w_reserve(&f->w, &f->w.map.hdr->names), 0);
+	assert_int_equal(procreg__w_find_name(&f->w, name, t.name_len, &pos), 0);
 	assert_int_equal(procreg__w_new_record(&f->w, &t, name, NULL, &off), 0);
-	procreg__w_publish(&f->w, pos, off);
+	procreg__w_publish(&f->w, &f->w.map.hdr->names, pos, off);
 	while (procreg__w_reclaim(&f->w))
 		; /* nothing is retired yet; nobody is inside */
 
 	reader_lock(k);
-	assert_int_equal(procreg__w_find(&f->w, name, t.name_len, h, &pos), off);
-	procreg__w_remove(&f->w, pos);
+	assert_int_equal(procreg__w_find_name(&f->w, name, t.name_len, &pos), off);
+	procreg__w_remove(&f->w, &f->w.map.hdr->names, pos);
 	gps = m->hdr->grace_periods;
 	assert_int_equal(procreg__w_reclaim(&f->w), 1);
 	assert_int_equal(procreg__w_reclaim(&f->w), 1);
@@ -796,7 +796,7 @@ static void make_meta(const char *name, char *meta)
 
 static uint64_t w_insert(struct pr_writer *w, const char *name)
 {
-	struct pr_record t = { 0 };
+	struct pr_record t = { .kind = PR_KIND_NAME };
 	char meta[META_LEN];
 	uint64_t pos, off;
 
@@ -807,10 +807,10 @@ static uint64_t w_insert(struct pr_writer *w, const char *name)
 	t.pid = (uint32_t)getpid();
 	t.start_time = 12345;
 	t.registered_ns = procreg__now_ns();
-	assert_int_equal(procreg__w_reserve(w), 0);
-	assert_int_equal(procreg__w_find(w, name, t.name_len, t.hash, &pos), 0);
+	assert_int_equal(procreg__w_reserve(w, &w->map.hdr->names), 0);
+	assert_int_equal(procreg__w_find_name(w, name, t.name_len, &pos), 0);
 	assert_int_equal(procreg__w_new_record(w, &t, name, meta, &off), 0);
-	procreg__w_publish(w, pos, off);
+	procreg__w_publish(w, &w->map.hdr->names, pos, off);
 	return off;
 }
 
@@ -844,8 +844,7 @@ static int hold_child(struct fx *f, void *arg, int in, int out)
 			size_t len = strlen(name);
 
 			pr_read_lock(&r->map, s);
-			rec = procreg__find(&r->map, name, len,
-					    pr_hash(name, len, r->map.hdr->hash_seed));
+			rec = procreg__find_name(&r->map, name, len);
 			if (!rec)
 				return 12;
 			size = procreg__record_size(rec);
@@ -886,7 +885,7 @@ static void test_retired_not_reused(void **state)
 	char name[32];
 	struct kid *k;
 	struct msg m;
-	uint64_t voff, vsize, pos, gps, hv;
+	uint64_t voff, vsize, pos, gps;
 	bool reused = false;
 
 	voff = w_insert(w, victim);
@@ -901,9 +900,8 @@ static void test_retired_not_reused(void **state)
 	/* Unpublish and retire it, then insert many names of the same record
 	 * size: the allocator hands out a freed block of that size first, so
 	 * any of them would land on the victim had it been freed. */
-	hv = pr_hash(victim, strlen(victim), w->map.hdr->hash_seed);
-	assert_int_equal(procreg__w_find(w, victim, strlen(victim), hv, &pos), voff);
-	procreg__w_remove(w, pos);
+	assert_int_equal(procreg__w_find_name(w, victim, strlen(victim), &pos), voff);
+	procreg__w_remove(w, &w->map.hdr->names, pos);
 	gps = w->map.hdr->grace_periods;
 	assert_int_equal(procreg__w_reclaim(w), 1);
 	for (int i = 0; i < FILLERS; i++) {

@@ -138,14 +138,14 @@ static procreg_t *r_open(const char *dir)
 static int put_raw(struct pr_writer *w, const char *name, uint32_t pid, uint64_t start,
 		   uint32_t uid, uint32_t node, const void *meta, size_t meta_len)
 {
-	struct pr_record t = { 0 };
+	struct pr_record t = { .kind = PR_KIND_NAME };
 	size_t len = strlen(name);
 	uint64_t h = pr_hash(name, len, w->map.hdr->hash_seed), pos, old, off;
-	int err = procreg__w_reserve(w);
+	int err = procreg__w_reserve(w, &w->map.hdr->names);
 
 	if (err)
 		return err;
-	old = procreg__w_find(w, name, len, h, &pos);
+	old = procreg__w_find_name(w, name, len, &pos);
 	if (pos == UINT64_MAX)
 		return -EOVERFLOW; /* the index is full: reserve failed its job */
 	t.hash = h;
@@ -159,7 +159,7 @@ static int put_raw(struct pr_writer *w, const char *name, uint32_t pid, uint64_t
 	err = procreg__w_new_record(w, &t, name, meta, &off);
 	if (err)
 		return err;
-	procreg__w_publish(w, pos, off);
+	procreg__w_publish(w, &w->map.hdr->names, pos, off);
 	CMM_STORE_SHARED(w->map.hdr->registrations, w->map.hdr->registrations + 1);
 	return old ? 1 : 0;
 }
@@ -178,12 +178,12 @@ static int put(struct pr_writer *w, const char *name, unsigned ver)
 static int del(struct pr_writer *w, const char *name)
 {
 	size_t len = strlen(name);
-	uint64_t h = pr_hash(name, len, w->map.hdr->hash_seed), pos, off;
+	uint64_t pos, off;
 
-	off = procreg__w_find(w, name, len, h, &pos);
+	off = procreg__w_find_name(w, name, len, &pos);
 	if (!off)
 		return -ENOENT;
-	procreg__w_remove(w, pos);
+	procreg__w_remove(w, &w->map.hdr->names, pos);
 	CMM_STORE_SHARED(w->map.hdr->unregistrations, w->map.hdr->unregistrations + 1);
 	return 0;
 }
@@ -194,10 +194,10 @@ static int del(struct pr_writer *w, const char *name)
 static bool leaves_tomb(struct pr_writer *w, const char *name)
 {
 	size_t len = strlen(name);
-	uint64_t h = pr_hash(name, len, w->map.hdr->hash_seed), pos;
-	const struct pr_index *ix = (const struct pr_index *)(w->map.base + w->map.hdr->index_off);
+	uint64_t pos;
+	const struct pr_index *ix = (const struct pr_index *)(w->map.base + w->map.hdr->names.index_off);
 
-	if (!procreg__w_find(w, name, len, h, &pos))
+	if (!procreg__w_find_name(w, name, len, &pos))
 		return false;
 	return ix->slot[(pos + 1) & (ix->capacity - 1)] != PR_SLOT_EMPTY;
 }
@@ -220,7 +220,7 @@ static uint64_t index_bytes(uint64_t cap)
 
 static const struct pr_index *w_index(const struct pr_writer *w)
 {
-	return (const struct pr_index *)(w->map.base + w->map.hdr->index_off);
+	return (const struct pr_index *)(w->map.base + w->map.hdr->names.index_off);
 }
 
 struct walk_sum {
@@ -228,14 +228,13 @@ struct walk_sum {
 	uint64_t shift;
 };
 
-static int walk_sum_cb(uint64_t pos, const struct pr_record *r, void *arg)
+static int walk_sum_cb(uint64_t off, const struct pr_record *r, void *arg)
 {
 	struct walk_sum *s = arg;
 
+	(void)off;
 	s->n++;
 	s->bytes += procreg__record_size(r);
-	if ((r->hash >> s->shift) != pos)
-		s->displaced++;
 	return 0;
 }
 
@@ -245,8 +244,15 @@ static struct walk_sum w_sum(struct pr_writer *w)
 {
 	struct walk_sum s = { .shift = w_index(w)->shift };
 
+	const struct pr_index *ix = w_index(w);
+
 	assert_int_equal(procreg__w_walk(w, walk_sum_cb, &s), 0);
-	s.bytes += index_bytes(w_index(w)->capacity);
+	/* The group index is reachable too, even when empty. */
+	s.bytes += index_bytes(ix->capacity) + index_bytes(
+		((const struct pr_index *)(w->map.base + w->map.hdr->groups.index_off))->capacity);
+	for (uint64_t p = 0; p < ix->capacity; p++)
+		if (pr_slot_live(ix->slot[p]) && ((ix->slot[p] >> 32) >> (s.shift - 32)) != p)
+			s.displaced++;
 	return s;
 }
 
@@ -502,7 +508,7 @@ static void test_replace(void **state)
 	assert_true(entry_ok(&e, "svc", 2));
 	assert_int_equal(procreg_stats(r, &st), 0);
 	assert_int_equal(st.names, 11);
-	assert_int_equal(w.index_live, 11);
+	assert_int_equal(w.map.hdr->names.live, 11);
 	/* Until a grace period passes the old record is still allocated. */
 	assert_int_equal(w.retired.n, 2);
 	drain(&w);
@@ -603,9 +609,9 @@ static void test_delete(void **state)
 	assert_int_equal(procreg_lookup(r, "c", &e), -ENOENT);
 	assert_int_equal(procreg_stats(r, &st), 0);
 	assert_int_equal(st.names, 0);
-	assert_int_equal(w.index_live, 0);
+	assert_int_equal(w.map.hdr->names.live, 0);
 	drain(&w);
-	assert_int_equal(w.map.hdr->arena_used, index_bytes(w_index(&w)->capacity));
+	assert_int_equal(w.map.hdr->arena_used, w_sum(&w).bytes);
 
 	procreg_close(r);
 	procreg__writer_close(&w);
@@ -793,11 +799,11 @@ static void test_churn(void **state)
 			last_rehashes = w.map.hdr->rehashes;
 			last_cap = w_index(&w)->capacity;
 		}
-		if (w.index_tombs > max_tombs)
-			max_tombs = w.index_tombs;
+		if (w.map.hdr->names.tombs > max_tombs)
+			max_tombs = w.map.hdr->names.tombs;
 		if (w_index(&w)->capacity > max_cap)
 			max_cap = w_index(&w)->capacity;
-		assert_int_equal(w.index_live, live);
+		assert_int_equal(w.map.hdr->names.live, live);
 		if (round % 97 == 0)
 			procreg__w_reclaim(&w);
 		if (round % 30000 == 0)
@@ -827,7 +833,7 @@ static void test_churn(void **state)
 
 	drain(&w);
 	assert_int_equal(w.map.hdr->arena_used, w_sum(&w).bytes);
-	assert_int_equal(w.map.hdr->names, live);
+	assert_int_equal(w.map.hdr->names.live, live);
 
 	free(mw.seen);
 	free(ver);
@@ -1293,7 +1299,7 @@ static void test_recovery(void **state)
 {
 	char *dir = th_mkdtemp(), name[64];
 	struct pr_writer w;
-	struct pr_record t = { 0 };
+	struct pr_record t = { .kind = PR_KIND_NAME };
 	struct procreg_entry e;
 	struct procreg_stats st;
 	uint64_t off, top_before, tops[40], rehash_at_warm = 0;
@@ -1334,8 +1340,8 @@ static void test_recovery(void **state)
 	w_open_at(&w, dir, 32 * MB);
 	assert_true(w.attached);
 	assert_int_equal(procreg__w_recover(&w), 0);
-	assert_int_equal(w.index_live, 2500);
-	assert_int_equal(w.map.hdr->names, 2500);
+	assert_int_equal(w.map.hdr->names.live, 2500);
+	assert_int_equal(w.map.hdr->names.live, 2500);
 	assert_int_equal(w.map.hdr->registrations, 3500);
 	assert_int_equal(w.map.hdr->unregistrations, 500);
 	assert_int_equal(w.map.hdr->arena_top, top_before);
@@ -1369,7 +1375,7 @@ static void test_recovery(void **state)
 	assert_int_equal(del(&w, name), 0);
 	name_of(name, sizeof(name), "rec", 500);
 	assert_int_equal(put(&w, name, 4), 0);
-	assert_int_equal(w.map.hdr->names, 2600);
+	assert_int_equal(w.map.hdr->names.live, 2600);
 
 	/* Steady churn after the recovery, as a daemon sees it: 1400 extra
 	 * names come and go, a new one registered for each one removed, all
@@ -1444,7 +1450,7 @@ static void test_recovery(void **state)
 		free(present);
 	}
 	assert_int_equal(w.map.hdr->arena_used, w_sum(&w).bytes);
-	assert_int_equal(w.map.hdr->names, 2600);
+	assert_int_equal(w.map.hdr->names.live, 2600);
 	for (unsigned i = 1; i < 3000; i++) {
 		name_of(name, sizeof(name), "rec", i);
 		if (i > 500 && i <= 1000) {
@@ -1460,7 +1466,7 @@ static void test_recovery(void **state)
 	w_open_at(&w, dir, 32 * MB);
 	assert_true(w.attached);
 	assert_int_equal(procreg__w_recover(&w), 0);
-	assert_int_equal(w.map.hdr->names, 2600);
+	assert_int_equal(w.map.hdr->names.live, 2600);
 	drain(&w);
 	assert_int_equal(w.map.hdr->arena_used, w_sum(&w).bytes);
 
@@ -1575,7 +1581,7 @@ static int damage_child(void *p)
 		if (base == MAP_FAILED)
 			return 16;
 		h = (struct pr_table_hdr *)base;
-		ioff = h->index_off;
+		ioff = h->names.index_off;
 		ix = (struct pr_index *)(base + ioff);
 		cap = ix->capacity;
 
@@ -1612,10 +1618,10 @@ static int damage_child(void *p)
 				name_of(name, sizeof(name), "d", i);
 				hh = pr_hash(name, strlen(name), h->hash_seed);
 				{
-					uint64_t pos;
 					struct pr_map m = { .base = base, .size = tlen, .hdr = h };
 
-					rec = (struct pr_record *)procreg__find_pos(&m, name, strlen(name), hh, &pos);
+					(void)hh;
+					rec = (struct pr_record *)procreg__find_name(&m, name, strlen(name));
 				}
 				if (!rec)
 					continue;
@@ -1634,7 +1640,7 @@ static int damage_child(void *p)
 			 * reachable from a real name's slot: copying it out
 			 * unchecked would read beyond the mapping. */
 			unsigned i = 1 + (unsigned)(xorshift(&seed) % (DNAMES / 10 - 1)) * 10;
-			uint64_t hh, pos, fo = tlen - 64;
+			uint64_t hh, pos, fo = tlen - 96;
 			struct pr_map m = { .base = base, .size = tlen, .hdr = h };
 			struct pr_record *fake = (struct pr_record *)(base + fo);
 			size_t nl;
@@ -1642,9 +1648,13 @@ static int damage_child(void *p)
 			name_of(name, sizeof(name), "d", i);
 			nl = strlen(name);
 			hh = pr_hash(name, nl, h->hash_seed);
-			if (procreg__find_pos(&m, name, nl, hh, &pos)) {
-				memset(fake, 0, 64);
+			struct pr_key key;
+
+			pr_key_name(&key, PR_KIND_NAME, name, nl, h->hash_seed);
+			if (procreg__probe(&m, procreg__index(&m, &h->names), &key, &pos)) {
+				memset(fake, 0, 96);
 				fake->hash = hh;
+				fake->kind = PR_KIND_NAME;
 				fake->name_len = (uint16_t)nl;
 				fake->meta_len = PROCREG_META_MAX;
 				memcpy(fake->data, name, nl);
@@ -1657,14 +1667,14 @@ static int damage_child(void *p)
 			uint64_t x = xorshift(&seed);
 
 			switch (x % 8) {
-			case 0: h->index_off = xorshift(&seed); break;
-			case 1: h->index_off = (x >> 8) % tlen; break;             /* misaligned too */
-			case 2: h->index_off = tlen - 8; break;
-			case 3: h->index_off = tlen; break;
-			case 4: h->index_off = 0; break;
-			case 5: h->index_off = ioff + 1 + (x >> 8) % 15; break;
-			case 6: h->index_off = PR_HDR_SIZE + 16 * ((x >> 8) % ((tlen - PR_HDR_SIZE) / 16)); break;
-			default: h->index_off = ioff + 8; break;
+			case 0: h->names.index_off = xorshift(&seed); break;
+			case 1: h->names.index_off = (x >> 8) % tlen; break;             /* misaligned too */
+			case 2: h->names.index_off = tlen - 8; break;
+			case 3: h->names.index_off = tlen; break;
+			case 4: h->names.index_off = 0; break;
+			case 5: h->names.index_off = ioff + 1 + (x >> 8) % 15; break;
+			case 6: h->names.index_off = PR_HDR_SIZE + 16 * ((x >> 8) % ((tlen - PR_HDR_SIZE) / 16)); break;
+			default: h->names.index_off = ioff + 8; break;
 			}
 		}
 		if (mode == 3 || mode == 5) {
@@ -2008,7 +2018,7 @@ static void test_readonly_mapping(void **state)
 	w_open_at(&w, dir, 2 * MB);
 	assert_int_equal(put(&w, "mine", 1), 0);
 	offs[0] = 0;                                   /* the magic */
-	offs[1] = w.map.hdr->index_off + 16;           /* a slot word */
+	offs[1] = w.map.hdr->names.index_off + 16;           /* a slot word */
 	offs[2] = w.map.hdr->arena_top - 16;           /* a record */
 	for (int i = 0; i < 3; i++) {
 		pid_t pid;

@@ -32,7 +32,7 @@ struct proc {
 	uint64_t ino;             /* pidfs inode, 0 without pidfs */
 	uid_t uid;
 	int pidfd;                /* in the epoll set: readable when it exits */
-	struct pr_vec names;      /* record offsets of its names */
+	struct pr_vec names;      /* record offsets of its names and memberships */
 };
 
 /* Identity of a peer, from SO_PEERCRED plus a pidfd. */
@@ -111,8 +111,8 @@ struct proc *proc_get(struct daemon *d, pid_t pid);
 int proc_attach(struct daemon *d, const struct ident *id, struct proc **out);
 int proc_add_name(struct daemon *d, struct proc *p, uint64_t off);
 void proc_replace_name(struct daemon *d, uint64_t old_off, uint64_t new_off);
-/* Remove the name at POS (record OFF) from the table and its owner. */
-void proc_remove_name(struct daemon *d, uint64_t pos, uint64_t off);
+/* Remove the name or membership OFF from the table and from its owner. */
+void proc_remove_name(struct daemon *d, uint64_t off);
 /* Drop an entry that holds no names. */
 void proc_release_if_empty(struct daemon *d, struct proc *p);
 /* Its pidfd fired: remove every name it held. */

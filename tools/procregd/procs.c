@@ -148,11 +148,11 @@ static struct proc *unlink_name(struct daemon *d, uint64_t off)
 	return p;
 }
 
-void proc_remove_name(struct daemon *d, uint64_t pos, uint64_t off)
+void proc_remove_name(struct daemon *d, uint64_t off)
 {
 	struct proc *p = unlink_name(d, off);
 
-	procreg__w_remove(&d->w, pos);
+	procreg__w_unpublish(&d->w, off);
 	if (p)
 		proc_release_if_empty(d, p);
 }
@@ -167,18 +167,17 @@ void proc_died(struct daemon *d, struct proc *p)
 {
 	size_t n = p->names.n;
 
+	/* Names and memberships alike, in one pass of the event loop: no
+	 * request is served between the first removal and the last. */
 	for (size_t i = 0; i < p->names.n; i++) {
-		uint64_t off = p->names.v[i], pos;
-		const struct pr_record *r = (const struct pr_record *)(d->w.map.base + off);
-
-		if (procreg__w_find(&d->w, r->data, r->name_len, r->hash, &pos) == off)
-			procreg__w_remove(&d->w, pos);
-		procreg__u64map_del(&d->owned, off);
+		procreg__w_unpublish(&d->w, p->names.v[i]);
+		procreg__u64map_del(&d->owned, p->names.v[i]);
 	}
 	p->names.n = 0;
 	if (n)
 		CMM_STORE_SHARED(d->w.map.hdr->deaths, d->w.map.hdr->deaths + 1);
-	LOGV(d, "pid %d: exited, %zu name%s removed", (int)p->pid, n, n == 1 ? "" : "s");
+	LOGV(d, "pid %d: exited, %zu name%s and membership%s removed", (int)p->pid, n,
+	     n == 1 ? "" : "s", n == 1 ? "" : "s");
 	proc_free(d, p);
 }
 
@@ -240,15 +239,15 @@ static struct proc *verify(struct recover_ctx *c, const struct pr_record *r)
 	return p;
 }
 
-static int recover_one(uint64_t pos, const struct pr_record *r, void *arg)
+static int recover_one(uint64_t off, const struct pr_record *r, void *arg)
 {
 	struct recover_ctx *c = arg;
-	uint64_t off = (uint64_t)((const uint8_t *)r - c->d->w.map.base), v;
+	uint64_t v;
 	struct proc *p;
 
 	if (r->node != 0) {
 		/* Remote entries belong to the bridge, which resyncs them. */
-		procreg__w_remove(&c->d->w, pos);
+		procreg__w_unpublish(&c->d->w, off);
 		c->dropped++;
 		return 0;
 	}
@@ -261,7 +260,7 @@ static int recover_one(uint64_t pos, const struct pr_record *r, void *arg)
 		procreg__u64map_put(&c->seen, (uint64_t)r->pid + 2, (uint64_t)(uintptr_t)p);
 	}
 	if (p == DEAD || proc_add_name(c->d, p, off) < 0) {
-		procreg__w_remove(&c->d->w, pos);
+		procreg__w_unpublish(&c->d->w, off);
 		c->dropped++;
 	} else {
 		c->kept++;
@@ -284,7 +283,7 @@ int procs_recover(struct daemon *d)
 	CMM_STORE_SHARED(d->w.map.hdr->processes, 0);
 	err = procreg__w_walk(&d->w, recover_one, &c);
 	procreg__u64map_free(&c.seen);
-	log_msg("table %s: re-attached: %llu names kept, %llu of dead owners removed",
+	log_msg("table %s: re-attached: %llu names and memberships kept, %llu of dead owners removed",
 		d->paths.table, (unsigned long long)c.kept, (unsigned long long)c.dropped);
 	return err;
 }

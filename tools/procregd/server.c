@@ -267,44 +267,42 @@ static int valid_name(const struct pr_frame *f)
 	return 0;
 }
 
-static int do_register(struct daemon *d, struct client *c, const struct pr_frame *f,
-		       int passed_fd)
+/*
+ * Publish a name or a membership for ID in ROOT: insert it, or replace the
+ * one ID already holds there (new metadata). -EEXIST if another process
+ * holds it, which only a name can be: a membership's key is its owner.
+ */
+static int put_entry(struct daemon *d, const struct ident *id, struct pr_root *root,
+		     const struct pr_key *k, const struct pr_frame *f)
 {
 	struct pr_record t = { 0 };
-	struct ident id;
 	struct proc *p;
-	uint64_t h, pos, old, off;
-	int err = valid_name(f);
+	uint64_t pos, old, off;
+	int err = procreg__w_reserve(&d->w, root);
 
-	if (!err)
-		err = target_of(c, f, passed_fd, &id);
 	if (err)
 		return err;
-	h = pr_hash(f->name, f->name_len, d->w.map.hdr->hash_seed);
-	err = procreg__w_reserve(&d->w);
-	if (err)
-		return err;
-	old = procreg__w_find(&d->w, f->name, f->name_len, h, &pos);
+	old = procreg__w_find(&d->w, root, k, &pos);
 	if (old) {
 		const struct pr_record *r = (const struct pr_record *)(d->w.map.base + old);
 
-		if (r->node != 0 || r->pid != (uint32_t)id.pid || r->start_time != id.start)
+		if (r->node != 0 || r->pid != (uint32_t)id->pid || r->start_time != id->start)
 			return -EEXIST;
 	}
-	err = proc_attach(d, &id, &p);
+	err = proc_attach(d, id, &p);
 	if (err)
 		return err;
 	if (!old && p->names.n >= d->o.max_names_per_proc) {
 		proc_release_if_empty(d, p);
 		return -EDQUOT;
 	}
-	t.hash = h;
-	t.start_time = id.start;
-	t.pidfs_ino = id.ino;
+	t.hash = k->hash;
+	t.kind = k->kind;
+	t.start_time = id->start;
+	t.pidfs_ino = id->ino;
 	t.registered_ns = procreg__now_ns();
-	t.pid = (uint32_t)id.pid;
-	t.uid = id.uid;
-	t.node = 0;
+	t.pid = (uint32_t)id->pid;
+	t.uid = id->uid;
 	t.name_len = (uint16_t)f->name_len;
 	t.meta_len = (uint16_t)f->meta_len;
 	err = procreg__w_new_record(&d->w, &t, f->name, f->meta, &off);
@@ -315,33 +313,114 @@ static int do_register(struct daemon *d, struct client *c, const struct pr_frame
 		return err;
 	}
 	/* Reply comes after this store: an acknowledged write is published. */
-	procreg__w_publish(&d->w, pos, off);
+	procreg__w_publish(&d->w, root, pos, off);
 	if (old)
 		proc_replace_name(d, old, off);
-	CMM_STORE_SHARED(d->w.map.hdr->registrations, d->w.map.hdr->registrations + 1);
 	return 0;
+}
+
+static void count(uint64_t *counter)
+{
+	CMM_STORE_SHARED(*counter, *counter + 1);
+}
+
+static int do_register(struct daemon *d, struct client *c, const struct pr_frame *f,
+		       int passed_fd)
+{
+	struct ident id;
+	struct pr_key k;
+	int err = valid_name(f);
+
+	if (!err)
+		err = target_of(c, f, passed_fd, &id);
+	if (err)
+		return err;
+	pr_key_name(&k, PR_KIND_NAME, f->name, f->name_len, d->w.map.hdr->hash_seed);
+	err = put_entry(d, &id, &d->w.map.hdr->names, &k, f);
+	if (!err)
+		count(&d->w.map.hdr->registrations);
+	return err;
+}
+
+static int do_join(struct daemon *d, struct client *c, const struct pr_frame *f,
+		   int passed_fd)
+{
+	struct pr_root *root;
+	struct ident id;
+	struct pr_key k;
+	int err = valid_name(f);
+
+	if (!err)
+		err = target_of(c, f, passed_fd, &id);
+	if (err)
+		return err;
+	err = procreg__w_group(&d->w, f->name, f->name_len, false, &root);
+	if (err == -ENOENT) {
+		/* A new group for a process at its quota would only be made
+		 * to be dropped again. */
+		struct proc *p = proc_get(d, id.pid);
+
+		if (p && p->start == id.start && p->names.n >= d->o.max_names_per_proc)
+			return -EDQUOT;
+		err = procreg__w_group(&d->w, f->name, f->name_len, true, &root);
+	}
+	if (err)
+		return err;
+	pr_key_member(&k, (uint32_t)id.pid, id.start, 0, d->w.map.hdr->hash_seed);
+	err = put_entry(d, &id, root, &k, f);
+	if (err)
+		procreg__w_drop_group_if_empty(&d->w, f->name, f->name_len);
+	else
+		count(&d->w.map.hdr->joins);
+	return err;
+}
+
+/* Whether C may remove the entry R: its owner process, a process of the
+ * owner's uid, or root. A remote node's entry only its own daemon removes. */
+static int may_remove(const struct client *c, const struct pr_record *r)
+{
+	if (r->node != 0)
+		return 0;
+	return c->id.uid == 0 || c->id.uid == r->uid ||
+	       (r->pid == (uint32_t)c->id.pid && r->start_time == c->id.start);
 }
 
 static int do_unregister(struct daemon *d, struct client *c, const struct pr_frame *f)
 {
-	const struct pr_record *r;
-	uint64_t h, pos, off;
+	struct pr_key k;
+	uint64_t pos, off;
 	int err = valid_name(f);
 
 	if (err)
 		return err;
-	h = pr_hash(f->name, f->name_len, d->w.map.hdr->hash_seed);
-	off = procreg__w_find(&d->w, f->name, f->name_len, h, &pos);
+	pr_key_name(&k, PR_KIND_NAME, f->name, f->name_len, d->w.map.hdr->hash_seed);
+	off = procreg__w_find(&d->w, &d->w.map.hdr->names, &k, &pos);
 	if (!off)
 		return -ENOENT;
-	r = (const struct pr_record *)(d->w.map.base + off);
-	if (c->id.uid != 0 && c->id.uid != r->uid &&
-	    !(r->node == 0 && r->pid == (uint32_t)c->id.pid && r->start_time == c->id.start))
+	if (!may_remove(c, (const struct pr_record *)(d->w.map.base + off)))
 		return -EPERM;
-	if (r->node != 0)
-		return -EPERM; /* a remote node's name: its own daemon decides */
-	proc_remove_name(d, pos, off);
-	CMM_STORE_SHARED(d->w.map.hdr->unregistrations, d->w.map.hdr->unregistrations + 1);
+	proc_remove_name(d, off);
+	count(&d->w.map.hdr->unregistrations);
+	return 0;
+}
+
+static int do_leave(struct daemon *d, struct client *c, const struct pr_frame *f)
+{
+	struct pr_root *root;
+	struct pr_key k;
+	uint64_t pos, off;
+	int err = valid_name(f);
+
+	if (err)
+		return err;
+	if (procreg__w_group(&d->w, f->name, f->name_len, false, &root) < 0)
+		return -ENOENT;
+	pr_key_member(&k, (uint32_t)c->id.pid, c->id.start, 0, d->w.map.hdr->hash_seed);
+	off = procreg__w_find(&d->w, root, &k, &pos);
+	if (!off)
+		return -ENOENT;
+	proc_remove_name(d, off);
+	count(&d->w.map.hdr->leaves);
 	return 0;
 }
 
@@ -355,6 +434,10 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 		return do_register(d, c, f, passed_fd);
 	case PR_OP_UNREGISTER:
 		return do_unregister(d, c, f);
+	case PR_OP_JOIN:
+		return do_join(d, c, f, passed_fd);
+	case PR_OP_LEAVE:
+		return do_leave(d, c, f);
 	case PR_OP_SYNC:
 		procs_drain_deaths(d);
 		return 0;
