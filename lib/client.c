@@ -158,13 +158,16 @@ static int connect_daemon(procreg_t *reg)
 	/* A connection inherited through fork() identifies the parent: leave
 	 * it to the parent and make our own. */
 	reg->fd = -1;
+	/* Acquire: the daemon writes its socket path before its pid. */
+	if (!PR_LOAD_ACQ(&reg->map.hdr->daemon_pid))
+		return -ECONNREFUSED;
 	if (reg->paths.socket[0]) {
 		memcpy(reg->socket, reg->paths.socket, sizeof(reg->socket));
 	} else {
 		memcpy(reg->socket, reg->map.hdr->socket_path, sizeof(reg->socket));
 		reg->socket[sizeof(reg->socket) - 1] = 0;
 	}
-	if (!reg->socket[0] || !CMM_LOAD_SHARED(reg->map.hdr->daemon_pid))
+	if (!reg->socket[0])
 		return -ECONNREFUSED;
 	memcpy(sa.sun_path, reg->socket, sizeof(sa.sun_path));
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);

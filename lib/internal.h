@@ -89,7 +89,7 @@ struct pr_map {
 int procreg__check_table_hdr(const struct pr_table_hdr *h, size_t file_size,
 			     const char **why);
 int procreg__check_readers_hdr(const struct pr_readers_hdr *h, size_t file_size,
-			       const char **why);
+			       uint32_t *nslots, const char **why);
 
 /* Map a scope's table (read-only) and reader file (read-write). */
 int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, const char **why);
@@ -126,33 +126,38 @@ struct pr_reader_slot *procreg__rcu_slot(struct pr_rcu *r);
 extern int procreg__rcu_use_membarrier;
 
 /* Enter a read-side critical section: publish the grace-period counter in
- * our slot. With membarrier, the writer supplies the full barrier that
- * orders this store before our reads of the table; without it, we do. */
+ * our slot. The store must be visible before our reads of the table. When
+ * both we are registered for membarrier and the daemon says it issues one
+ * before every scan (writer_flags, on the same cache line as gp, so this
+ * costs no extra miss), the daemon's membarrier supplies that full barrier
+ * and ours is a compiler barrier; otherwise we pay for it ourselves. */
 static inline void pr_read_lock(const struct pr_map *m, struct pr_reader_slot *s)
 {
 	uint64_t gp = PR_LOAD_ACQ(&m->rhdr->gp);
+	uint64_t wf = CMM_LOAD_SHARED(m->rhdr->writer_flags);
 
 	CMM_STORE_SHARED(s->ctr, gp);
-	if (caa_likely(procreg__rcu_use_membarrier))
+	if (caa_likely(procreg__rcu_use_membarrier && (wf & PR_WRITER_MEMBARRIER)))
 		cmm_barrier();
 	else
 		cmm_smp_mb();
 }
 
-/* Leave it: every read of the table is ordered before the store of 0. */
+/* Leave it: a release store, so that every read of the table is ordered
+ * before the 0 the daemon may see (a plain store on x86-64, stlr on
+ * arm64; a compiler barrier alone would let arm64 show the 0 first). */
 static inline void pr_read_unlock(struct pr_reader_slot *s)
 {
-	if (caa_likely(procreg__rcu_use_membarrier))
-		cmm_barrier();
-	else
-		cmm_smp_mb();
-	CMM_STORE_SHARED(s->ctr, 0);
+	PR_STORE_REL(&s->ctr, 0);
 }
 
 /* Writer side. Start a grace period: returns the target every reader must
  * reach (or leave its critical section) before memory retired earlier may
- * be reused. Issues the membarrier that makes readers' slot stores visible. */
-uint64_t procreg__gp_start(struct pr_map *m, bool use_membarrier);
+ * be reused, or 0 if it could not be started (membarrier failed: try
+ * again later). Issues the membarrier that makes readers' slot stores
+ * visible. GP is the writer's own copy of the counter: the shared one is
+ * in a file every reader may write, and is only ever written from it. */
+uint64_t procreg__gp_start(struct pr_map *m, uint64_t *gp, bool use_membarrier);
 /* Whether the kernel has MEMBARRIER_CMD_GLOBAL_EXPEDITED (the writer asks;
  * readers register in procreg__rcu_init). */
 int procreg__membarrier_expedited(void);
@@ -205,10 +210,17 @@ static inline void pr_key_member(struct pr_key *k, uint32_t pid, uint64_t start,
 	k->hash = pr_member_hash(pid, start, node, seed);
 }
 
+/* A checked view of an index: its capacity and shift as read once. */
+struct pr_ixv {
+	const uint64_t *slot;
+	uint64_t cap;
+	uint32_t shift;
+};
+
 /* Inside a read-side critical section (or in the writer). The current
- * index of ROOT, checked; NULL if it is damaged. */
-const struct pr_index *procreg__index(const struct pr_map *m, const struct pr_root *root);
-const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_index *ix,
+ * index of ROOT, checked; -1 if it is damaged. */
+int procreg__index(const struct pr_map *m, const struct pr_root *root, struct pr_ixv *v);
+const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_ixv *ix,
 				       const struct pr_key *k, uint64_t *pos);
 const struct pr_record *procreg__find(const struct pr_map *m, const struct pr_root *root,
 				      const struct pr_key *k);
@@ -224,7 +236,9 @@ static inline const struct pr_record *procreg__find_name(const struct pr_map *m,
 const struct pr_root *procreg__group_root(const struct pr_map *m, const struct pr_record *g);
 /* Validate a record found through a slot word: NULL if it is not whole. */
 const struct pr_record *procreg__record_at(const struct pr_map *m, uint64_t w);
-void procreg__record_to_entry(const struct pr_record *r, struct procreg_entry *e);
+/* 0, or -1 if the record is not whole (a damaged or hostile file). */
+int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
+			     struct procreg_entry *e);
 
 /* ---- small private hash map: u64 -> u64 (hashmap.c) ------------------ */
 
@@ -257,7 +271,8 @@ struct pr_writer {
 	struct pr_paths paths;
 	int table_fd, readers_fd;
 	bool attached;                /* true: the table existed; recover it */
-	bool membarrier;              /* the kernel has global expedited membarrier */
+	bool membarrier;              /* we issue global expedited membarriers */
+	uint64_t gp;                  /* the grace-period counter: ours, copied out */
 
 
 	/* Allocator: private, rebuilt from the table on attach. */

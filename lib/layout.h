@@ -182,8 +182,14 @@ struct pr_readers_hdr {
 	uint64_t size_desc;
 	uint8_t pad0[PR_CACHELINE - 24];
 	uint64_t gp;                /* alone on its cache line: readers load it on every lock */
-	uint8_t pad1[PR_CACHELINE - 8];
+	uint64_t writer_flags;      /* PR_WRITER_*: daemon-written, read with gp */
+	uint8_t pad1[PR_CACHELINE - 16];
 };
+
+/* The daemon issues membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) before
+ * every grace-period scan: registered readers may order their slot store
+ * with a compiler barrier. */
+#define PR_WRITER_MEMBARRIER 1ull
 
 /*
  * One reader slot, one cache line, so that readers never share a line.

@@ -208,20 +208,25 @@ int procreg__membarrier_expedited(void)
 {
 	int q = membarrier(MEMBARRIER_CMD_QUERY, 0);
 
-	return q >= 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED);
+	/* Asked, and tried: a sandbox may answer the query yet refuse the
+	 * call. */
+	return q >= 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
+	       !getenv("PROCREG_NO_MEMBARRIER") &&
+	       membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0) == 0;
 }
 
-uint64_t procreg__gp_start(struct pr_map *m, bool use_membarrier)
+uint64_t procreg__gp_start(struct pr_map *m, uint64_t *gp, bool use_membarrier)
 {
-	uint64_t target = CMM_LOAD_SHARED(m->rhdr->gp) + 1;
+	uint64_t target = *gp + 1;
 
 	/* Order the unpublishing stores that retired memory before the new
 	 * counter value, then make every reader's slot store visible. */
 	cmm_smp_mb();
 	CMM_STORE_SHARED(m->rhdr->gp, target);
-	if (use_membarrier)
-		membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0);
+	if (use_membarrier && membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0) < 0)
+		return 0; /* readers rely on it: no grace period without it */
 	cmm_smp_mb();
+	*gp = target;
 	return target;
 }
 
@@ -284,6 +289,10 @@ int procreg__reader_alive(uint64_t owner, uint64_t start)
 	return 1;
 }
 
+/* An owner word no claim can match (claims swap from 0) and no live
+ * thread has: a slot being cleared. */
+#define REAPING (1ull << 63)
+
 int procreg__readers_reap(struct pr_map *m, pr_log_fn log)
 {
 	int n = 0;
@@ -296,19 +305,20 @@ int procreg__readers_reap(struct pr_map *m, pr_log_fn log)
 		uint64_t owner = PR_LOAD_ACQ(&s->owner);
 		uint64_t start = CMM_LOAD_SHARED(s->start);
 
-		if (!owner || procreg__reader_alive(owner, start))
+		if (!owner || (owner & REAPING) || procreg__reader_alive(owner, start))
 			continue;
-		/* Only the owner and we write a slot, and the owner is gone. A
-		 * new owner may claim it the moment owner is 0, so clear ctr
-		 * and start first. */
+		/* Take the slot from the dead owner before touching it: had
+		 * the owner released it meanwhile and a new thread claimed
+		 * it, clearing ctr now would hide a live reader. */
+		if (uatomic_cmpxchg(&s->owner, owner, owner | REAPING) != owner)
+			continue;
 		CMM_STORE_SHARED(s->ctr, 0);
 		CMM_STORE_SHARED(s->start, 0);
-		if (uatomic_cmpxchg(&s->owner, owner, 0) == owner) {
-			n++;
-			if (log)
-				log("slot %u: pid %d tid %d: owner dead, cleared", i,
-				    (int)(owner >> 32), (int)(owner & 0xffffffff));
-		}
+		PR_STORE_REL(&s->owner, 0);
+		n++;
+		if (log)
+			log("slot %u: pid %d tid %d: owner dead, cleared", i,
+			    (int)(owner >> 32), (int)(owner & 0xffffffff));
 	}
 	return n;
 }

@@ -49,9 +49,10 @@ int procreg__check_table_hdr(const struct pr_table_hdr *h, size_t file_size,
 }
 
 int procreg__check_readers_hdr(const struct pr_readers_hdr *h, size_t file_size,
-			       const char **why)
+			       uint32_t *nslots, const char **why)
 {
 	const char *w = NULL;
+	uint32_t n = 0;
 
 	if (file_size < sizeof(*h))
 		w = "reader file too small";
@@ -59,10 +60,12 @@ int procreg__check_readers_hdr(const struct pr_readers_hdr *h, size_t file_size,
 		w = "not a procreg reader file";
 	else if (h->layout_version != PR_LAYOUT_VERSION || h->size_desc != PR_SIZE_DESC)
 		w = "reader file layout differs from this build's";
-	else if (h->nslots == 0 || PR_READERS_FILE_SIZE(h->nslots) > file_size)
+	else if ((n = CMM_LOAD_SHARED(h->nslots)) == 0 || PR_READERS_FILE_SIZE(n) > file_size)
 		w = "reader file shorter than its slot count";
 	if (w && why)
 		*why = w;
+	if (!w)
+		*nslots = n;
 	return w ? -EPROTO : 0;
 }
 
@@ -96,6 +99,7 @@ int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, const char *
 {
 	void *t, *r;
 	size_t ts, rs;
+	uint32_t nslots;
 	int err;
 
 	memset(m, 0, sizeof(*m));
@@ -118,7 +122,7 @@ int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, const char *
 			*why = "cannot map the reader file";
 		return err;
 	}
-	err = procreg__check_readers_hdr(r, rs, why);
+	err = procreg__check_readers_hdr(r, rs, &nslots, why);
 	if (err < 0) {
 		munmap(t, ts);
 		munmap(r, rs);
@@ -129,7 +133,9 @@ int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, const char *
 	m->hdr = t;
 	m->rhdr = r;
 	m->rsize = rs;
-	m->nslots = m->rhdr->nslots;
+	/* The count checked above, not a second read of a file any reader
+	 * may write. */
+	m->nslots = nslots;
 	m->slots = (struct pr_reader_slot *)((uint8_t *)r + sizeof(struct pr_readers_hdr));
 	return 0;
 }
@@ -177,35 +183,54 @@ uint64_t procreg__record_size(const struct pr_record *r)
 	return PR_RECORD_SIZE(r->name_len, r->meta_len);
 }
 
-void procreg__record_to_entry(const struct pr_record *r, struct procreg_entry *e)
+/* Copy a record out. Its lengths are read once and checked again here:
+ * a record is immutable, but a reader does not trust the file (another
+ * process with write access to the reader file could have made it be
+ * freed under us), and copying by lengths read twice could overflow E. */
+int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
+			     struct procreg_entry *e)
 {
+	uint16_t nl = CMM_LOAD_SHARED(r->name_len), ml = CMM_LOAD_SHARED(r->meta_len);
+
+	if (nl > PROCREG_NAME_MAX || ml > PROCREG_META_MAX ||
+	    !pr_at(m, (uint64_t)((const uint8_t *)r - m->base), PR_RECORD_SIZE(nl, ml)))
+		return -1;
 	e->pid = (pid_t)r->pid;
 	e->node = r->node;
 	e->start_time = r->start_time;
 	e->registered_ns = r->registered_ns;
 	e->uid = r->uid;
-	e->meta_len = r->meta_len;
-	memcpy(e->name, r->data, r->name_len);
-	e->name[r->name_len] = 0;
-	memcpy(e->meta, r->data + r->name_len + 1, r->meta_len);
+	e->meta_len = ml;
+	memcpy(e->name, r->data, nl);
+	e->name[nl] = 0;
+	memcpy(e->meta, r->data + nl + 1, ml);
+	return 0;
 }
 
-/* The current index of ROOT, checked whole. Acquire: the index's capacity
- * and slot words were written before its offset was published. */
-const struct pr_index *procreg__index(const struct pr_map *m, const struct pr_root *root)
+/* The current index of ROOT, checked whole, into V: its capacity and
+ * shift are read once, so every later use is of checked values. Acquire:
+ * the index's contents were written before its offset was published. */
+int procreg__index(const struct pr_map *m, const struct pr_root *root, struct pr_ixv *v)
 {
-	uint64_t off = PR_LOAD_ACQ(&root->index_off);
+	uint64_t off = PR_LOAD_ACQ(&root->index_off), cap;
 	/* Every arena block is PR_ALIGN-aligned: an offset that is not
 	 * cannot be an index, and reading it as one would be a misaligned
 	 * access. */
 	const struct pr_index *ix = off % PR_ALIGN ? NULL : pr_at(m, off, sizeof(*ix));
+	uint32_t shift;
 
-	if (!ix || ix->capacity < 2 || (ix->capacity & (ix->capacity - 1)) ||
-	    ix->capacity > (m->size / 8) ||
-	    ix->shift != 64 - (uint32_t)__builtin_ctzll(ix->capacity) ||
-	    !pr_at(m, off, sizeof(*ix) + ix->capacity * 8))
-		return NULL;
-	return ix;
+	v->slot = NULL;
+	if (!ix)
+		return -1;
+	cap = CMM_LOAD_SHARED(ix->capacity);
+	shift = CMM_LOAD_SHARED(ix->shift);
+	if (cap < 2 || (cap & (cap - 1)) || cap > (m->size / 8) ||
+	    shift != 64 - (uint32_t)__builtin_ctzll(cap) || !pr_at(m, off, sizeof(*ix) + cap * 8))
+		return -1;
+	v->slot = ix->slot;
+	v->cap = cap;
+	v->shift = shift;
+	return 0;
 }
 
 /* A group's root block, checked: it holds the member index. */
@@ -231,10 +256,10 @@ static int key_matches(const struct pr_record *r, const struct pr_key *k)
  * on the way, else the empty slot that ended the probe; UINT64_MAX if the
  * index is full, which the writer never lets happen).
  */
-const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_index *ix,
+const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_ixv *ix,
 				       const struct pr_key *k, uint64_t *pos)
 {
-	uint64_t mask = ix->capacity - 1, p = k->hash >> ix->shift, first_tomb = UINT64_MAX;
+	uint64_t mask = ix->cap - 1, p = k->hash >> ix->shift, first_tomb = UINT64_MAX;
 	uint32_t tag = (uint32_t)(k->hash >> 32);
 
 	for (uint64_t n = 0; n <= mask; n++, p = (p + 1) & mask) {
@@ -268,9 +293,9 @@ const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_i
 const struct pr_record *procreg__find(const struct pr_map *m, const struct pr_root *root,
 				      const struct pr_key *k)
 {
-	const struct pr_index *ix = procreg__index(m, root);
+	struct pr_ixv ix;
 
-	return ix ? procreg__probe(m, ix, k, NULL) : NULL;
+	return procreg__index(m, root, &ix) ? NULL : procreg__probe(m, &ix, k, NULL);
 }
 
 /* ---- public reader API ------------------------------------------------ */
@@ -292,8 +317,8 @@ PROCREG_API int procreg_lookup(procreg_t *reg, const char *name, struct procreg_
 
 	pr_read_lock(&reg->map, s);
 	r = procreg__find(&reg->map, &reg->map.hdr->names, &k);
-	if (r && out)
-		procreg__record_to_entry(r, out);
+	if (r && out && procreg__record_to_entry(&reg->map, r, out))
+		r = NULL;
 	/* Our own cache line: no other process writes it. */
 	CMM_STORE_SHARED(s->lookups, s->lookups + 1);
 	pr_read_unlock(s);
@@ -323,7 +348,8 @@ struct walk {
 	const struct pr_root *(*root)(const struct pr_map *m, const void *arg);
 	const void *arg;
 	size_t elem;               /* bytes of one reported element */
-	void (*copy)(const struct pr_map *m, const struct pr_record *r, void *dst);
+	/* 0, or -1 for a record that is not whole (not reported). */
+	int (*copy)(const struct pr_map *m, const struct pr_record *r, void *dst);
 };
 
 struct chunk {
@@ -337,7 +363,7 @@ struct chunk {
  * scan expects it: at or after its home in the forward scan, before it
  * (wrapped around the end) in the wrap scan. Returns -1 when the buffer is
  * full. */
-static int take(const struct pr_map *m, const struct pr_index *ix, uint64_t p,
+static int take(const struct pr_map *m, const struct pr_ixv *ix, uint64_t p,
 		bool wrapped, const struct walk *wk, struct chunk *c)
 {
 	uint64_t w = PR_LOAD_ACQ(&ix->slot[p]);
@@ -350,7 +376,8 @@ static int take(const struct pr_map *m, const struct pr_index *ix, uint64_t p,
 		return 0;
 	if (c->n == c->cap)
 		return -1;
-	wk->copy(m, r, c->buf + c->n++ * wk->elem);
+	if (wk->copy(m, r, c->buf + c->n * wk->elem) == 0)
+		c->n++;
 	return 0;
 }
 
@@ -359,31 +386,31 @@ static int take(const struct pr_map *m, const struct pr_index *ix, uint64_t p,
 static int fill_chunk(const struct pr_map *m, const struct walk *wk, struct chunk *c)
 {
 	const struct pr_root *root = wk->root(m, wk->arg);
-	const struct pr_index *ix = root ? procreg__index(m, root) : NULL;
+	struct pr_ixv ix;
 	uint64_t p, p0;
 
 	c->n = 0;
-	if (!ix) {
+	if (!root || procreg__index(m, root, &ix)) {
 		c->done = true;
 		return 0;
 	}
-	p0 = c->lo >> ix->shift;
-	for (p = p0; p < ix->capacity; p++) {
-		if (PR_LOAD_ACQ(&ix->slot[p]) == PR_SLOT_EMPTY) {
+	p0 = c->lo >> ix.shift;
+	for (p = p0; p < ix.cap; p++) {
+		if (PR_LOAD_ACQ(&ix.slot[p]) == PR_SLOT_EMPTY) {
 			if (c->n >= c->cap / 2) {
-				c->lo = p << ix->shift;
+				c->lo = p << ix.shift;
 				return 0;
 			}
 			continue;
 		}
-		if (take(m, ix, p, false, wk, c) < 0)
+		if (take(m, &ix, p, false, wk, c) < 0)
 			return -1;
 	}
 	/* Reached the end: the run that wraps to the start is ours too. It
 	 * may reach p0 and beyond (always, when p0 is 0): the forward scan
 	 * skipped its wrapped entries there, so follow it to its end. */
-	for (p = 0; p < ix->capacity && PR_LOAD_ACQ(&ix->slot[p]) != PR_SLOT_EMPTY; p++)
-		if (take(m, ix, p, true, wk, c) < 0)
+	for (p = 0; p < ix.cap && PR_LOAD_ACQ(&ix.slot[p]) != PR_SLOT_EMPTY; p++)
+		if (take(m, &ix, p, true, wk, c) < 0)
 			return -1;
 	c->done = true;
 	return 0;
@@ -440,10 +467,9 @@ static const struct pr_root *groups_root(const struct pr_map *m, const void *arg
 	return &m->hdr->groups;
 }
 
-static void copy_entry(const struct pr_map *m, const struct pr_record *r, void *dst)
+static int copy_entry(const struct pr_map *m, const struct pr_record *r, void *dst)
 {
-	(void)m;
-	procreg__record_to_entry(r, dst);
+	return procreg__record_to_entry(m, r, dst);
 }
 
 PROCREG_API int procreg_foreach(procreg_t *reg, procreg_entry_cb cb, void *arg)
@@ -490,15 +516,20 @@ PROCREG_API int procreg_members(procreg_t *reg, const char *group, procreg_entry
 	return err ? err : walk(reg, &wk, (walk_cb)cb, arg);
 }
 
-static void copy_group(const struct pr_map *m, const struct pr_record *r, void *dst)
+static int copy_group(const struct pr_map *m, const struct pr_record *r, void *dst)
 {
 	struct procreg_group *g = dst;
 	const struct pr_root *root = procreg__group_root(m, r);
+	uint16_t nl = CMM_LOAD_SHARED(r->name_len);
 
-	memcpy(g->name, r->data, r->name_len);
-	g->name[r->name_len] = 0;
+	if (nl > PROCREG_NAME_MAX ||
+	    !pr_at(m, (uint64_t)((const uint8_t *)r - m->base), PR_RECORD_SIZE(nl, 0)))
+		return -1;
+	memcpy(g->name, r->data, nl);
+	g->name[nl] = 0;
 	g->members = root ? CMM_LOAD_SHARED(root->live) : 0;
 	g->local_members = root ? CMM_LOAD_SHARED(root->local) : 0;
+	return 0;
 }
 
 PROCREG_API int procreg_groups(procreg_t *reg, procreg_group_cb cb, void *arg)
@@ -539,7 +570,7 @@ PROCREG_API int procreg_group_count(procreg_t *reg, const char *group, uint64_t 
 PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *st)
 {
 	const struct pr_table_hdr *h = reg->map.hdr;
-	const struct pr_index *ix;
+	struct pr_ixv ix;
 	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
 	uint64_t used = 0;
 
@@ -574,8 +605,7 @@ PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *st)
 	st->reader_slots_used = used;
 	if (s) {
 		pr_read_lock(&reg->map, s);
-		ix = procreg__index(&reg->map, &h->names);
-		st->index_capacity = ix ? ix->capacity : 0;
+		st->index_capacity = procreg__index(&reg->map, &h->names, &ix) ? 0 : ix.cap;
 		pr_read_unlock(s);
 	}
 	return 0;

@@ -171,7 +171,14 @@ int procreg__w_reclaim(struct pr_writer *w)
 		w->waiting = w->retired;
 		w->retired = t;
 		w->retired_bytes = 0;
-		w->gp_target = procreg__gp_start(&w->map, w->membarrier);
+		w->gp_target = procreg__gp_start(&w->map, &w->gp, w->membarrier);
+		if (!w->gp_target) {
+			/* Put the batch back; the caller's timer retries. */
+			t = w->waiting;
+			w->waiting = w->retired;
+			w->retired = t;
+			return 1;
+		}
 		w->gp_started_ns = procreg__mono_ns();
 		/* Most of the time no reader is inside: finish at once. */
 		if (procreg__gp_poll(&w->map, w->gp_target, NULL)) {
@@ -270,7 +277,9 @@ int procreg__w_reserve(struct pr_writer *w, struct pr_root *root)
 uint64_t procreg__w_find(struct pr_writer *w, const struct pr_root *root,
 			 const struct pr_key *k, uint64_t *pos)
 {
-	const struct pr_record *r = procreg__probe(&w->map, index_at(w, root), k, pos);
+	const struct pr_index *ix = index_at(w, root);
+	struct pr_ixv v = { ix->slot, ix->capacity, ix->shift };
+	const struct pr_record *r = procreg__probe(&w->map, &v, k, pos);
 
 	return r ? (uint64_t)((const uint8_t *)r - w->map.base) : 0;
 }
@@ -640,6 +649,7 @@ static int map_rw(int fd, void **base, size_t *size)
 
 static int open_readers(struct pr_writer *w, const struct pr_writer_opts *o, const char **why)
 {
+	uint32_t nslots = 0;
 	void *base;
 	size_t size;
 	int fd, err;
@@ -660,7 +670,7 @@ static int open_readers(struct pr_writer *w, const struct pr_writer_opts *o, con
 	 * have it mapped, and a new file would hide them from us. */
 	err = map_rw(fd, &base, &size);
 	if (!err)
-		err = procreg__check_readers_hdr(base, size, why);
+		err = procreg__check_readers_hdr(base, size, &nslots, why);
 	if (err) {
 		close(fd);
 		return err;
@@ -668,7 +678,7 @@ static int open_readers(struct pr_writer *w, const struct pr_writer_opts *o, con
 	w->readers_fd = fd;
 	w->map.rhdr = base;
 	w->map.rsize = size;
-	w->map.nslots = w->map.rhdr->nslots;
+	w->map.nslots = nslots;
 	w->map.slots = (struct pr_reader_slot *)((uint8_t *)base + sizeof(struct pr_readers_hdr));
 	return 0;
 }
@@ -683,7 +693,6 @@ int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 	memset(w, 0, sizeof(*w));
 	w->paths = *p;
 	w->table_fd = w->readers_fd = -1;
-	w->membarrier = procreg__membarrier_expedited();
 	w->classes = calloc(NCLASS, sizeof(*w->classes));
 	if (!w->classes)
 		return -ENOMEM;
@@ -730,6 +739,16 @@ int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 		procreg__writer_close(w);
 		return err;
 	}
+	/* From here on the counter is ours; the shared copy is only written.
+	 * (A daemon without membarrier taking over from one with it leaves
+	 * readers already inside a critical section ordered by compiler
+	 * barriers only, for the length of that section: both daemons run
+	 * on one kernel, so only a sandbox differing between them gets
+	 * here.) */
+	w->gp = CMM_LOAD_SHARED(w->map.rhdr->gp);
+	w->membarrier = procreg__membarrier_expedited();
+	CMM_STORE_SHARED(w->map.rhdr->writer_flags, w->membarrier ? PR_WRITER_MEMBARRIER : 0);
+	cmm_smp_mb();
 	return 0;
 }
 

@@ -310,7 +310,7 @@ static void check_gp_waits_for_reader(struct fx *f, bool writer_mb, struct kid *
 	uint32_t blocker = UINT32_MAX;
 
 	/* Nobody inside: a grace period ends at once. */
-	target = procreg__gp_start(m, writer_mb);
+	target = procreg__gp_start(m, &f->w.gp, writer_mb);
 	assert_int_equal(target, before + 1);
 	assert_int_equal(procreg__gp_poll(m, target, &blocker), 1);
 
@@ -319,7 +319,7 @@ static void check_gp_waits_for_reader(struct fx *f, bool writer_mb, struct kid *
 	assert_int_equal(ctr, target);
 	assert_int_equal(CMM_LOAD_SHARED(m->slots[sa].ctr), target);
 
-	target = procreg__gp_start(m, writer_mb);
+	target = procreg__gp_start(m, &f->w.gp, writer_mb);
 	assert_int_equal(target, ctr + 1);
 	assert_int_equal(procreg__gp_poll(m, target, &blocker), 0);
 	assert_int_equal(blocker, sa);
@@ -340,7 +340,7 @@ static void check_gp_waits_for_reader(struct fx *f, bool writer_mb, struct kid *
 	assert_int_equal(procreg__gp_poll(m, target, &blocker), 1);
 
 	/* The next grace period waits for B, which entered before it. */
-	target = procreg__gp_start(m, writer_mb);
+	target = procreg__gp_start(m, &f->w.gp, writer_mb);
 	blocker = UINT32_MAX;
 	assert_int_equal(procreg__gp_poll(m, target, &blocker), 0);
 	assert_int_equal(blocker, sb);
@@ -399,7 +399,7 @@ static void check_killed_reader(struct fx *f, bool zombie)
 	pid_t pid = k->pid;
 
 	reader_lock(k);
-	target = procreg__gp_start(m, f->w.membarrier);
+	target = procreg__gp_start(m, &f->w.gp, f->w.membarrier);
 	assert_int_equal(procreg__gp_poll(m, target, &blocker), 0);
 	assert_int_equal(blocker, s);
 
@@ -562,7 +562,7 @@ static void test_live_reader_not_reaped(void **state)
 	assert_int_equal(CMM_LOAD_SHARED(mine->owner), self_owner());
 	assert_int_equal(CMM_LOAD_SHARED(m->slots[it.slot].owner), it.owner);
 	/* The reader inside still holds the grace period. */
-	target = procreg__gp_start(m, f->w.membarrier);
+	target = procreg__gp_start(m, &f->w.gp, f->w.membarrier);
 	assert_int_equal(procreg__gp_poll(m, target, NULL), 0);
 	assert_int_equal(procreg__readers_reap(m, NULL), 0);
 	assert_int_equal(procreg__gp_poll(m, target, NULL), 0);

@@ -1651,7 +1651,9 @@ static int damage_child(void *p)
 			struct pr_key key;
 
 			pr_key_name(&key, PR_KIND_NAME, name, nl, h->hash_seed);
-			if (procreg__probe(&m, procreg__index(&m, &h->names), &key, &pos)) {
+			struct pr_ixv iv = { ix->slot, ix->capacity, ix->shift };
+
+			if (procreg__probe(&m, &iv, &key, &pos)) {
 				memset(fake, 0, 96);
 				fake->hash = hh;
 				fake->kind = PR_KIND_NAME;

@@ -87,6 +87,7 @@ struct daemon {
 	uint32_t nclients;
 
 	uint64_t last_reap_ns;
+	uint64_t timer_due_ns;    /* CLOCK_MONOTONIC when the timer fires next */
 	uint8_t *in, *out;        /* one packet each */
 };
 

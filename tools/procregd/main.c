@@ -215,6 +215,7 @@ static void arm_timer(struct daemon *d, uint64_t ns)
 	struct itimerspec its = { .it_value = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) } };
 
 	timerfd_settime(d->timerfd, 0, &its, NULL);
+	d->timer_due_ns = procreg__mono_ns() + ns;
 }
 
 static void tick(struct daemon *d)
@@ -383,8 +384,12 @@ static void run(struct daemon *d)
 			if (kind == EV_CLIENT)
 				break;
 		}
-		if (d->w.retired.n && !d->w.gp_target)
-			arm_timer(d, 1);
+		/* Memory was retired: start its grace period within a tick, not
+		 * at once. One membarrier then covers every write of the tick,
+		 * instead of one per event batch under a write storm. */
+		if (d->w.retired.n && !d->w.gp_target &&
+		    d->timer_due_ns > procreg__mono_ns() + RECLAIM_TICK_NS)
+			arm_timer(d, RECLAIM_TICK_NS);
 	}
 }
 

@@ -268,15 +268,20 @@ static int valid_name(const struct pr_frame *f)
 }
 
 /*
- * Publish a name or a membership for ID in ROOT: insert it, or replace the
- * one ID already holds there (new metadata). -EEXIST if another process
- * holds it, which only a name can be: a membership's key is its owner.
+ * Publish a name or a membership for P (identity ID) in ROOT: insert it,
+ * or replace the one P already holds there (new metadata). -EEXIST if
+ * another process holds it, which only a name can be: a membership's key
+ * is its owner.
+ *
+ * P is attached before anything is looked up: attaching may process the
+ * death of a previous process with P's pid, whose removals change slots,
+ * and a slot position found before them could end up past an empty slot,
+ * where no probe would find the new entry.
  */
-static int put_entry(struct daemon *d, const struct ident *id, struct pr_root *root,
-		     const struct pr_key *k, const struct pr_frame *f)
+static int put_entry(struct daemon *d, struct proc *p, const struct ident *id,
+		     struct pr_root *root, const struct pr_key *k, const struct pr_frame *f)
 {
 	struct pr_record t = { 0 };
-	struct proc *p;
 	uint64_t pos, old, off;
 	int err = procreg__w_reserve(&d->w, root);
 
@@ -289,13 +294,8 @@ static int put_entry(struct daemon *d, const struct ident *id, struct pr_root *r
 		if (r->node != 0 || r->pid != (uint32_t)id->pid || r->start_time != id->start)
 			return -EEXIST;
 	}
-	err = proc_attach(d, id, &p);
-	if (err)
-		return err;
-	if (!old && p->names.n >= d->o.max_names_per_proc) {
-		proc_release_if_empty(d, p);
+	if (!old && p->names.n >= d->o.max_names_per_proc)
 		return -EDQUOT;
-	}
 	t.hash = k->hash;
 	t.kind = k->kind;
 	t.start_time = id->start;
@@ -306,10 +306,10 @@ static int put_entry(struct daemon *d, const struct ident *id, struct pr_root *r
 	t.name_len = (uint16_t)f->name_len;
 	t.meta_len = (uint16_t)f->meta_len;
 	err = procreg__w_new_record(&d->w, &t, f->name, f->meta, &off);
-	if (!err && !old && (err = proc_add_name(d, p, off)) < 0)
+	if (err)
+		return err;
+	if (!old && (err = proc_add_name(d, p, off)) < 0) {
 		procreg__w_discard(&d->w, off);
-	if (err) {
-		proc_release_if_empty(d, p);
 		return err;
 	}
 	/* Reply comes after this store: an acknowledged write is published. */
@@ -328,15 +328,19 @@ static int do_register(struct daemon *d, struct client *c, const struct pr_frame
 		       int passed_fd)
 {
 	struct ident id;
+	struct proc *p;
 	struct pr_key k;
 	int err = valid_name(f);
 
 	if (!err)
 		err = target_of(c, f, passed_fd, &id);
+	if (!err)
+		err = proc_attach(d, &id, &p);
 	if (err)
 		return err;
 	pr_key_name(&k, PR_KIND_NAME, f->name, f->name_len, d->w.map.hdr->hash_seed);
-	err = put_entry(d, &id, &d->w.map.hdr->names, &k, f);
+	err = put_entry(d, p, &id, &d->w.map.hdr->names, &k, f);
+	proc_release_if_empty(d, p);
 	if (!err)
 		count(&d->w.map.hdr->registrations);
 	return err;
@@ -347,30 +351,31 @@ static int do_join(struct daemon *d, struct client *c, const struct pr_frame *f,
 {
 	struct pr_root *root;
 	struct ident id;
+	struct proc *p;
 	struct pr_key k;
 	int err = valid_name(f);
 
 	if (!err)
 		err = target_of(c, f, passed_fd, &id);
+	if (!err)
+		err = proc_attach(d, &id, &p);
 	if (err)
 		return err;
 	err = procreg__w_group(&d->w, f->name, f->name_len, false, &root);
-	if (err == -ENOENT) {
-		/* A new group for a process at its quota would only be made
-		 * to be dropped again. */
-		struct proc *p = proc_get(d, id.pid);
-
-		if (p && p->start == id.start && p->names.n >= d->o.max_names_per_proc)
-			return -EDQUOT;
-		err = procreg__w_group(&d->w, f->name, f->name_len, true, &root);
+	/* A new group for a process at its quota would only be made to be
+	 * dropped again. */
+	if (err == -ENOENT)
+		err = p->names.n >= d->o.max_names_per_proc
+			      ? -EDQUOT
+			      : procreg__w_group(&d->w, f->name, f->name_len, true, &root);
+	if (!err) {
+		pr_key_member(&k, (uint32_t)id.pid, id.start, 0, d->w.map.hdr->hash_seed);
+		err = put_entry(d, p, &id, root, &k, f);
+		if (err)
+			procreg__w_drop_group_if_empty(&d->w, f->name, f->name_len);
 	}
-	if (err)
-		return err;
-	pr_key_member(&k, (uint32_t)id.pid, id.start, 0, d->w.map.hdr->hash_seed);
-	err = put_entry(d, &id, root, &k, f);
-	if (err)
-		procreg__w_drop_group_if_empty(&d->w, f->name, f->name_len);
-	else
+	proc_release_if_empty(d, p);
+	if (!err)
 		count(&d->w.map.hdr->joins);
 	return err;
 }
