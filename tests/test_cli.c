@@ -939,10 +939,12 @@ static void expect_stats(struct fx *f, int json, pid_t daemon)
 	assert_string_equal(r->err, "");
 	/* The CLI reads with a reader slot of its own. */
 #define STAT_LIST(X)                                                                      \
-	X(names, s.names) X(processes, s.processes) X(arena_size, s.arena_size)            \
+	X(names, s.names) X(groups, s.groups) X(memberships, s.memberships)                \
+	X(processes, s.processes) X(arena_size, s.arena_size)                              \
 	X(arena_used, s.arena_used) X(arena_top, s.arena_top)                              \
 	X(index_capacity, s.index_capacity) X(grace_periods, s.grace_periods)              \
 	X(registrations, s.registrations) X(unregistrations, s.unregistrations)            \
+	X(joins, s.joins) X(leaves, s.leaves)                                              \
 	X(deaths, s.deaths) X(reader_slots, s.reader_slots)                                \
 	X(reader_slots_used, s.reader_slots_used + 1)
 	p = r->out;

@@ -1,14 +1,15 @@
 /*
  * procreg - the command-line interface.
  *
- * Reading commands (get, ls, stats) read the shared table directly and work
- * while the daemon is down; writing commands (run, unregister) go through
- * procregd. Exit status: 0 success, 1 "no" (name not found, name taken),
+ * Reading commands (get, ls, members, groups, stats) read the shared table
+ * directly and work while the daemon is down; writing commands (run, join,
+ * unregister) go through procregd. Exit status: 0 success, 1 "no" (name not found, name taken),
  * 2 error (bad usage, no table, daemon unreachable, permission).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +22,14 @@
 #define EXIT_NO 1
 #define EXIT_ERR 2
 
+#define MAX_GROUPS 64
+
 struct cli {
 	const char *scope, *dir;
 	const char *meta;
 	int json;
+	const char *groups[MAX_GROUPS];   /* run --group G */
+	int ngroups;
 };
 
 static const char *prog = "procreg";
@@ -35,9 +40,15 @@ static void usage(FILE *f)
 		"Usage: procreg [--scope NAME] [--dir DIR] COMMAND [ARGS]\n"
 		"\n"
 		"Commands:\n"
-		"  run NAME [NAME...] [--meta STR] -- CMD [ARGS]\n"
-		"                      register this process under the names, then exec CMD\n"
-		"                      (same pid: the names live exactly as long as CMD)\n"
+		"  run NAME [NAME...] [--meta STR] [--group G]... -- CMD [ARGS]\n"
+		"                      register this process under the names (and join the\n"
+		"                      groups), then exec CMD (same pid: they live exactly\n"
+		"                      as long as CMD)\n"
+		"  join GROUP [GROUP...] [--meta STR] -- CMD [ARGS]\n"
+		"                      join the groups, then exec CMD\n"
+		"  members GROUP [--json]\n"
+		"                      list a group's members; exit 1 if it has none\n"
+		"  groups [--json]     list every group with its member counts\n"
 		"  get NAME [--json]   show a name's owner; exit 1 if not registered\n"
 		"  ls [--json]         list every name\n"
 		"  unregister NAME     remove a name (its owner, its owner's uid, or root)\n"
@@ -202,6 +213,27 @@ static void entry_json(const struct procreg_entry *e)
 	putchar('}');
 }
 
+static void member_json(const struct procreg_entry *e)
+{
+	printf("{\"group\":");
+	json_str(e->name, strlen(e->name));
+	printf(",\"pid\":%d,\"node\":%u,\"uid\":%u,\"start_time\":%llu,\"joined_ns\":%llu,"
+	       "\"age_s\":%.3f,\"meta\":",
+	       (int)e->pid, e->node, e->uid, (unsigned long long)e->start_time,
+	       (unsigned long long)e->registered_ns, age_s(e));
+	json_str(e->meta, e->meta_len);
+	putchar('}');
+}
+
+static int by_pid(const void *a, const void *b)
+{
+	const struct procreg_entry *x = a, *y = b;
+
+	if (x->node != y->node)
+		return x->node < y->node ? -1 : 1;
+	return x->pid < y->pid ? -1 : x->pid > y->pid;
+}
+
 /* ---- commands --------------------------------------------------------- */
 
 static int cmd_get(struct cli *c, int argc, char **argv)
@@ -355,9 +387,11 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 		up = (double)ts.tv_sec + ts.tv_nsec / 1e9 - (double)s.daemon_started_ns / 1e9;
 	}
 #define STAT_FIELDS(X)                                  \
-	X(names) X(processes) X(arena_size) X(arena_used) \
+	X(names) X(groups) X(memberships) X(processes)    \
+	X(arena_size) X(arena_used)                       \
 	X(arena_top) X(index_capacity) X(grace_periods)    \
-	X(registrations) X(unregistrations) X(deaths)     \
+	X(registrations) X(unregistrations) X(joins)      \
+	X(leaves) X(deaths)                               \
 	X(reader_slots) X(reader_slots_used)
 	if (c->json) {
 		printf("{");
@@ -379,57 +413,224 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 	return 0;
 }
 
-static int cmd_run(struct cli *c, int argc, char **argv)
+/* Undo what claim() did, up to name N and group G. */
+static void unclaim(procreg_t *reg, char **names, int n, const struct cli *c, int g)
+{
+	for (int k = 0; k < n; k++)
+		procreg_unregister(reg, names[k]);
+	for (int k = 0; k < g; k++)
+		procreg_leave(reg, c->groups[k]);
+}
+
+/* Register the names and join the groups, all or nothing. */
+static int claim(procreg_t *reg, const char *what, char **names, int n, const struct cli *c)
+{
+	const char *m = c->meta ? c->meta : "";
+	int err;
+
+	for (int i = 0; i < n; i++) {
+		err = procreg_register(reg, names[i], m, strlen(m));
+		if (!err)
+			continue;
+		{
+			struct procreg_entry e;
+
+			if (err == -EEXIST && procreg_lookup(reg, names[i], &e) == 0)
+				fprintf(stderr, "%s: %s: name '%s' is held by pid %d\n", prog, what,
+					names[i], (int)e.pid);
+			else
+				fprintf(stderr, "%s: %s: register '%s': %s\n", prog, what, names[i],
+					procreg_strerror(err));
+		}
+		unclaim(reg, names, i, c, 0);
+		return err == -EEXIST ? EXIT_NO : EXIT_ERR;
+	}
+	for (int g = 0; g < c->ngroups; g++) {
+		err = procreg_join(reg, c->groups[g], m, strlen(m));
+		if (!err)
+			continue;
+		fprintf(stderr, "%s: %s: join '%s': %s\n", prog, what, c->groups[g],
+			procreg_strerror(err));
+		unclaim(reg, names, n, c, g);
+		return EXIT_ERR;
+	}
+	return 0;
+}
+
+/* run and join: claim, then exec the command after "--". */
+static int claim_and_exec(struct cli *c, const char *what, int argc, char **argv, bool groups)
 {
 	procreg_t *reg;
 	int n = 0, err;
 
 	while (n < argc && strcmp(argv[n], "--"))
 		n++;
-	if (n == 0)
-		die_usage("run: expected NAME [NAME...] -- CMD", NULL);
-	if (n >= argc - 1)
-		die_usage("run: expected -- CMD after the names", NULL);
-	reg = open_or_die(c);
-	for (int i = 0; i < n; i++) {
-		const char *m = c->meta ? c->meta : "";
-
-		err = procreg_register(reg, argv[i], m, strlen(m));
-		if (err) {
-			struct procreg_entry e;
-
-			if (err == -EEXIST && procreg_lookup(reg, argv[i], &e) == 0)
-				fprintf(stderr, "%s: run: name '%s' is held by pid %d\n", prog,
-					argv[i], (int)e.pid);
-			else
-				fprintf(stderr, "%s: run: register '%s': %s\n", prog, argv[i],
-					procreg_strerror(err));
-			/* Leave nothing half-done. */
-			for (int k = 0; k < i; k++)
-				procreg_unregister(reg, argv[k]);
-			procreg_close(reg);
-			return err == -EEXIST ? EXIT_NO : EXIT_ERR;
-		}
+	if (n == 0) {
+		fprintf(stderr, "%s: %s: expected %s -- CMD\nTry 'procreg --help'.\n", prog, what,
+			groups ? "GROUP [GROUP...]" : "NAME [NAME...]");
+		return EXIT_ERR;
 	}
+	if (n >= argc - 1) {
+		fprintf(stderr, "%s: %s: expected -- CMD after the %s\nTry 'procreg --help'.\n",
+			prog, what, groups ? "groups" : "names");
+		return EXIT_ERR;
+	}
+	if (groups) {
+		/* join's words are groups: claim them as groups, no names. */
+		if (n > MAX_GROUPS - c->ngroups) {
+			fprintf(stderr, "%s: %s: at most %d groups\n", prog, what, MAX_GROUPS);
+			return EXIT_ERR;
+		}
+		for (int i = 0; i < n; i++)
+			c->groups[c->ngroups++] = argv[i];
+	}
+	reg = open_or_die(c);
+	err = claim(reg, what, argv, groups ? 0 : n, c);
 	/* Close first: the handle's reader slot must not outlive it in a
 	 * process that goes on as CMD. */
 	procreg_close(reg);
+	if (err)
+		return err;
 	execvp(argv[n + 1], &argv[n + 1]);
 	err = errno;
-	fprintf(stderr, "%s: run: %s: %s\n", prog, argv[n + 1], strerror(err));
+	fprintf(stderr, "%s: %s: %s: %s\n", prog, what, argv[n + 1], strerror(err));
 	{
 		/* Take the names back now: left to our exit, they could still
 		 * be held when the caller retries, before procregd saw it. */
 		PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir);
 
 		if ((reg = procreg_open(&o))) {
-			for (int i = 0; i < n; i++)
-				procreg_unregister(reg, argv[i]);
+			unclaim(reg, argv, groups ? 0 : n, c, c->ngroups);
 			procreg_close(reg);
 		}
 	}
 	/* As env(1) and nohup(1): 127 not found, 126 found but not runnable. */
 	return err == ENOENT ? 127 : 126;
+}
+
+static int cmd_run(struct cli *c, int argc, char **argv)
+{
+	return claim_and_exec(c, "run", argc, argv, false);
+}
+
+static int cmd_join(struct cli *c, int argc, char **argv)
+{
+	return claim_and_exec(c, "join", argc, argv, true);
+}
+
+static int cmd_members(struct cli *c, int argc, char **argv)
+{
+	struct collected all = { 0 };
+	procreg_t *reg;
+	int err;
+
+	if (argc != 1)
+		die_usage("members: expected one GROUP", NULL);
+	reg = open_or_die(c);
+	err = procreg_members(reg, argv[0], collect, &all);
+	procreg_close(reg);
+	if (err) {
+		fprintf(stderr, "%s: members %s: %s\n", prog, argv[0], procreg_strerror(err));
+		free(all.v);
+		return EXIT_ERR;
+	}
+	if (all.n)
+		qsort(all.v, all.n, sizeof(*all.v), by_pid);
+	if (c->json) {
+		putchar('[');
+		for (size_t i = 0; i < all.n; i++) {
+			if (i)
+				putchar(',');
+			member_json(&all.v[i]);
+		}
+		printf("]\n");
+	} else {
+		if (isatty(1))
+			printf("%8s %5s %8s  %s\n", "PID", "NODE", "AGE", "META");
+		for (size_t i = 0; i < all.n; i++) {
+			char age[32];
+
+			fmt_age(age, sizeof(age), age_s(&all.v[i]));
+			printf("%8d %5u %8s  ", (int)all.v[i].pid, all.v[i].node, age);
+			text_meta(all.v[i].meta, all.v[i].meta_len);
+			putchar('\n');
+		}
+	}
+	free(all.v);
+	return all.n || c->json ? 0 : EXIT_NO;
+}
+
+struct group_list {
+	struct procreg_group *v;
+	size_t n, cap;
+};
+
+static int collect_group(const struct procreg_group *g, void *arg)
+{
+	struct group_list *l = arg;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct procreg_group *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = *g;
+	return 0;
+}
+
+static int group_by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct procreg_group *)a)->name,
+		      ((const struct procreg_group *)b)->name);
+}
+
+static int cmd_groups(struct cli *c, int argc, char **argv)
+{
+	struct group_list all = { 0 };
+	procreg_t *reg;
+	int err, w = 5;
+
+	if (argc != 0)
+		die_usage("groups: unexpected argument", argv[0]);
+	reg = open_or_die(c);
+	err = procreg_groups(reg, collect_group, &all);
+	procreg_close(reg);
+	if (err) {
+		fprintf(stderr, "%s: groups: %s\n", prog, procreg_strerror(err));
+		free(all.v);
+		return EXIT_ERR;
+	}
+	if (all.n)
+		qsort(all.v, all.n, sizeof(*all.v), group_by_name);
+	if (c->json) {
+		putchar('[');
+		for (size_t i = 0; i < all.n; i++) {
+			printf("%s{\"name\":", i ? "," : "");
+			json_str(all.v[i].name, strlen(all.v[i].name));
+			printf(",\"members\":%llu,\"local_members\":%llu}",
+			       (unsigned long long)all.v[i].members,
+			       (unsigned long long)all.v[i].local_members);
+		}
+		printf("]\n");
+	} else {
+		for (size_t i = 0; i < all.n; i++)
+			if ((int)strlen(all.v[i].name) > w)
+				w = (int)strlen(all.v[i].name);
+		if (w > 40)
+			w = 40;
+		if (isatty(1))
+			printf("%-*s %8s %8s\n", w, "GROUP", "MEMBERS", "LOCAL");
+		for (size_t i = 0; i < all.n; i++)
+			printf("%-*s %8llu %8llu\n", w, all.v[i].name,
+			       (unsigned long long)all.v[i].members,
+			       (unsigned long long)all.v[i].local_members);
+	}
+	free(all.v);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -484,7 +685,11 @@ int main(int argc, char **argv)
 				c.json = 1;
 			else if ((v = opt_value(argc, argv, &i, "--meta", 'm')))
 				c.meta = v;
-			else if ((v = opt_value(argc, argv, &i, "--scope", 's')))
+			else if ((v = opt_value(argc, argv, &i, "--group", 'g'))) {
+				if (c.ngroups == MAX_GROUPS)
+					die_usage("too many --group options; at most", "64");
+				c.groups[c.ngroups++] = v;
+			} else if ((v = opt_value(argc, argv, &i, "--scope", 's')))
 				c.scope = v;
 			else if ((v = opt_value(argc, argv, &i, "--dir", 'd')))
 				c.dir = v;
@@ -507,6 +712,12 @@ int main(int argc, char **argv)
 			o = cmd_stats(&c, k, args);
 		else if (!strcmp(cmd, "run"))
 			o = cmd_run(&c, k, args);
+		else if (!strcmp(cmd, "join"))
+			o = cmd_join(&c, k, args);
+		else if (!strcmp(cmd, "members"))
+			o = cmd_members(&c, k, args);
+		else if (!strcmp(cmd, "groups"))
+			o = cmd_groups(&c, k, args);
 		else if (!strcmp(cmd, "help")) {
 			usage(stdout);
 			o = 0;
