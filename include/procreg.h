@@ -210,6 +210,57 @@ typedef int (*procreg_group_cb)(const struct procreg_group *g, void *arg);
 /* Call CB for every group, as procreg_foreach() does for names. */
 PROCREG_API int procreg_groups(procreg_t *reg, procreg_group_cb cb, void *arg);
 
+/*
+ * The change feed. Every change gets a sequence number and goes into a ring
+ * in the shared table: any process may follow it without talking to the
+ * daemon, and the daemon never waits for a follower. A follower that falls
+ * more than the ring's size behind is told so (-EOVERFLOW) and should
+ * re-read the table (procreg_foreach) before going on.
+ */
+enum procreg_event_type {
+	PROCREG_EV_REGISTERED = 1,  /* .name registered by .pid */
+	PROCREG_EV_UNREGISTERED,    /* .name removed by request */
+	PROCREG_EV_UPDATED,         /* .name's metadata replaced by its owner */
+	PROCREG_EV_JOINED,          /* .pid joined group .name (or replaced its metadata) */
+	PROCREG_EV_LEFT,            /* .pid left group .name */
+	PROCREG_EV_DIED,            /* .pid exited: it held .name (a name, or a group if .is_group) */
+};
+
+struct procreg_event {
+	uint64_t seq;               /* 1, 2, 3... in the order of the writes */
+	uint64_t time_ns;           /* CLOCK_REALTIME */
+	int type;                   /* enum procreg_event_type */
+	int is_group;               /* .name is a group */
+	pid_t pid;
+	uint32_t node;
+	uint32_t uid;
+	uint64_t start_time;
+	char name[PROCREG_NAME_MAX + 1];
+};
+
+/* The sequence number of the newest event (0 before any): start following
+ * from here to see only what happens next. */
+PROCREG_API uint64_t procreg_feed_head(procreg_t *reg);
+
+/*
+ * The event after *CURSOR: 0, *EV filled and *CURSOR advanced to its
+ * sequence number. Blocks up to TIMEOUT_MS milliseconds for one (0: do not
+ * block; -1: no limit) on a futex in the table, without polling:
+ * -ETIMEDOUT when none came. -EOVERFLOW when the events after *CURSOR were
+ * overwritten before being read: *CURSOR then moves to just before the
+ * oldest event still in the ring. -EINTR if a signal interrupted the wait.
+ */
+PROCREG_API int procreg_next_event(procreg_t *reg, uint64_t *cursor, struct procreg_event *ev,
+				   int timeout_ms);
+
+/* Return 0 as soon as NAME is registered (at once if it is), or
+ * -ETIMEDOUT after TIMEOUT_MS (-1: no limit). Follows the change feed: no
+ * polling, no busy loop. */
+PROCREG_API int procreg_wait(procreg_t *reg, const char *name, int timeout_ms);
+/* The same for "GROUP has at least COUNT members". */
+PROCREG_API int procreg_wait_group(procreg_t *reg, const char *group, uint64_t count,
+				   int timeout_ms);
+
 /* Return once the daemon has processed every request and every process
  * death that happened before the call. */
 PROCREG_API int procreg_sync(procreg_t *reg);

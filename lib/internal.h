@@ -273,6 +273,7 @@ struct pr_writer {
 	bool attached;                /* true: the table existed; recover it */
 	bool membarrier;              /* we issue global expedited membarriers */
 	uint64_t gp;                  /* the grace-period counter: ours, copied out */
+	bool feed_pending;            /* events published since the last wake */
 
 
 	/* Allocator: private, rebuilt from the table on attach. */
@@ -327,6 +328,12 @@ int procreg__w_reclaim(struct pr_writer *w);
  * once. */
 int procreg__w_recover(struct pr_writer *w);
 uint64_t procreg__record_size(const struct pr_record *r);
+
+/* Append an event about R to the change feed (feed.c). */
+void procreg__w_emit(struct pr_writer *w, uint32_t type, const struct pr_record *r);
+/* Wake followers if events were emitted since the last call: once per
+ * batch of work. */
+void procreg__w_feed_wake(struct pr_writer *w);
 
 /* Conveniences for the name index. */
 static inline uint64_t procreg__w_find_name(struct pr_writer *w, const char *name, size_t len,

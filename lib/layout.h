@@ -53,6 +53,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "procreg.h"
+
 #define PR_TABLE_MAGIC   0x31474552434f5250ull /* "PROCREG1", little-endian */
 #define PR_READERS_MAGIC 0x31444552434f5250ull /* "PROCRED1" */
 #define PR_LAYOUT_VERSION 1u
@@ -100,7 +102,9 @@ struct pr_table_hdr {
 	uint8_t boot_id[16];        /* the boot the local entries belong to */
 	uint32_t name_max;
 	uint32_t meta_max;
-	uint8_t pad0[48];
+	uint64_t feed_off;          /* the change feed's ring of events */
+	uint64_t feed_cap;          /* events in the ring, a power of two */
+	uint8_t pad0[32];
 
 	/* Daemon-written, one field per concern. */
 	struct pr_root names;       /* the name index */
@@ -123,6 +127,35 @@ struct pr_table_hdr {
 	uint64_t daemon_started_ns;
 	char socket_path[PR_SOCKET_PATH_MAX]; /* written before daemon_pid */
 	uint32_t pad2;
+	/* The change feed: the number of the newest whole event (release/
+	 * acquire), and a futex word the daemon bumps after publishing a
+	 * batch of events, which followers sleep on. */
+	uint64_t feed_head __attribute__((aligned(PR_CACHELINE)));
+	uint32_t feed_futex;
+	uint32_t pad3;
+};
+
+/*
+ * One event of the change feed: a fixed-size slot of a ring. The daemon
+ * writes event s into slot s % feed_cap: seq = 0, then the payload, then
+ * seq = s (release), then feed_head = s (release). A follower reading
+ * event s checks seq == s (acquire) before copying and again after: if
+ * either differs, the daemon has lapped it and reused the slot. No lock;
+ * the daemon never waits for a follower.
+ */
+struct pr_event {
+	uint64_t seq;
+	uint64_t time_ns;           /* CLOCK_REALTIME */
+	uint64_t start_time;        /* the process's */
+	uint32_t type;              /* enum procreg_event_type */
+	uint32_t pid;
+	uint32_t node;
+	uint32_t uid;
+	uint16_t name_len;
+	uint8_t kind;               /* enum pr_kind of what it names */
+	uint8_t pad[5];
+	char name[PROCREG_NAME_MAX + 1];
+	uint8_t pad2[16];
 };
 
 /* An index block: capacity is a power of two, and a name's home slot is
@@ -180,7 +213,8 @@ struct pr_readers_hdr {
 	uint32_t layout_version;
 	uint32_t nslots;
 	uint64_t size_desc;
-	uint8_t pad0[PR_CACHELINE - 24];
+	uint32_t feed_waiters;      /* followers asleep on feed_futex: they count themselves */
+	uint8_t pad0[PR_CACHELINE - 28];
 	uint64_t gp;                /* alone on its cache line: readers load it on every lock */
 	uint64_t writer_flags;      /* PR_WRITER_*: daemon-written, read with gp */
 	uint8_t pad1[PR_CACHELINE - 16];
@@ -229,6 +263,7 @@ _Static_assert(offsetof(struct pr_table_hdr, names) % PR_CACHELINE == 0,
 _Static_assert(sizeof(struct pr_record) == 64, "record header size is part of the layout");
 _Static_assert(offsetof(struct pr_record, data) == 64, "record data offset");
 _Static_assert(sizeof(struct pr_root) == 32, "root");
+_Static_assert(sizeof(struct pr_event) == 320, "an event is five cache lines");
 _Static_assert(sizeof(struct pr_index) == 16, "index header");
 _Static_assert(sizeof(struct pr_readers_hdr) == 2 * PR_CACHELINE, "readers header");
 _Static_assert(offsetof(struct pr_readers_hdr, gp) == PR_CACHELINE, "gp on its own line");

@@ -580,6 +580,13 @@ static int init_table(struct pr_writer *w, int fd, uint64_t size)
 	if (getrandom(&h->hash_seed, sizeof(h->hash_seed), 0) != sizeof(h->hash_seed))
 		h->hash_seed = procreg__now_ns() ^ ((uint64_t)getpid() << 32);
 	procreg__boot_id(h->boot_id);
+	/* The feed's ring: up to 8192 events, fewer in a small table. */
+	h->feed_cap = 8192;
+	while (h->feed_cap > 16 && h->feed_cap * sizeof(struct pr_event) * 64 > size)
+		h->feed_cap /= 2;
+	err = alloc_block(w, h->feed_cap * sizeof(struct pr_event), &h->feed_off);
+	if (err)
+		return err;
 	err = build_index(w, NULL, INDEX_MIN, &off);
 	if (err)
 		return err;
@@ -895,7 +902,13 @@ int procreg__w_recover(struct pr_writer *w)
 
 	if (h->arena_top < h->arena_off || h->arena_top > w->map.size)
 		return -EUCLEAN;
-	err = recover_root(w, &h->names, PR_KIND_NAME, &blocks, NULL);
+	if (!h->feed_cap || (h->feed_cap & (h->feed_cap - 1)) || h->feed_off % PR_ALIGN ||
+	    h->feed_off < h->arena_off || h->feed_off > h->arena_top ||
+	    h->feed_cap > (h->arena_top - h->feed_off) / sizeof(struct pr_event))
+		return -EUCLEAN;
+	err = push_block(&blocks, h->feed_off, h->feed_cap * sizeof(struct pr_event));
+	if (!err)
+		err = recover_root(w, &h->names, PR_KIND_NAME, &blocks, NULL);
 	if (!err)
 		err = recover_root(w, &h->groups, PR_KIND_GROUP, &blocks, &memberships);
 	if (err)

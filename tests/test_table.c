@@ -250,6 +250,8 @@ static struct walk_sum w_sum(struct pr_writer *w)
 	/* The group index is reachable too, even when empty. */
 	s.bytes += index_bytes(ix->capacity) + index_bytes(
 		((const struct pr_index *)(w->map.base + w->map.hdr->groups.index_off))->capacity);
+	/* And the change feed's ring. */
+	s.bytes += w->map.hdr->feed_cap * sizeof(struct pr_event);
 	for (uint64_t p = 0; p < ix->capacity; p++)
 		if (pr_slot_live(ix->slot[p]) && ((ix->slot[p] >> 32) >> (s.shift - 32)) != p)
 			s.displaced++;

@@ -8,7 +8,9 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fnmatch.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,8 @@ struct cli {
 	int json;
 	const char *groups[MAX_GROUPS];   /* run --group G */
 	int ngroups;
+	const char *timeout;              /* wait --timeout SECONDS */
+	const char *count;                /* wait --count N */
 };
 
 static const char *prog = "procreg";
@@ -49,6 +53,14 @@ static void usage(FILE *f)
 		"  members GROUP [--json]\n"
 		"                      list a group's members; exit 1 if it has none\n"
 		"  groups [--json]     list every group with its member counts\n"
+		"  watch [--json] [PATTERN]\n"
+		"                      follow the change feed (names matching the shell\n"
+		"                      PATTERN), one line or JSON object per event, until\n"
+		"                      interrupted\n"
+		"  wait NAME [--timeout SECONDS]\n"
+		"  wait --group GROUP [--count N] [--timeout SECONDS]\n"
+		"                      return once NAME is registered (GROUP has N members,\n"
+		"                      default 1); exit 1 on timeout\n"
 		"  get NAME [--json]   show a name's owner; exit 1 if not registered\n"
 		"  ls [--json]         list every name\n"
 		"  unregister NAME     remove a name (its owner, its owner's uid, or root)\n"
@@ -62,7 +74,8 @@ static void usage(FILE *f)
 		"  -j, --json          JSON output\n"
 		"  -h, --help          help\n"
 		"\n"
-		"Exit status: 0 success, 1 not found or name taken, 2 error.\n");
+		"Exit status: 0 success, 1 not found, name taken or timed out, 2 error;\n"
+		"run and join: 126 or 127 when CMD cannot be run.\n");
 }
 
 static void die_usage(const char *msg, const char *arg)
@@ -633,6 +646,130 @@ static int cmd_groups(struct cli *c, int argc, char **argv)
 	return 0;
 }
 
+static const char *event_name(int type)
+{
+	switch (type) {
+	case PROCREG_EV_REGISTERED: return "registered";
+	case PROCREG_EV_UNREGISTERED: return "unregistered";
+	case PROCREG_EV_UPDATED: return "updated";
+	case PROCREG_EV_JOINED: return "joined";
+	case PROCREG_EV_LEFT: return "left";
+	case PROCREG_EV_DIED: return "died";
+	default: return "unknown";
+	}
+}
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static int cmd_watch(struct cli *c, int argc, char **argv)
+{
+	struct sigaction sa = { .sa_handler = on_signal }; /* no SA_RESTART: the wait returns */
+	struct procreg_event ev;
+	const char *pattern = argc ? argv[0] : NULL;
+	procreg_t *reg;
+	uint64_t cursor;
+	int err = 0;
+
+	if (argc > 1)
+		die_usage("watch: expected at most one PATTERN", NULL);
+	reg = open_or_die(c);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	cursor = procreg_feed_head(reg);
+	while (!interrupted) {
+		err = procreg_next_event(reg, &cursor, &ev, -1);
+		if (err == -EINTR)
+			break;
+		if (err == -EOVERFLOW) {
+			/* Said on both streams: a script reading JSON sees it. */
+			fprintf(stderr, "%s: watch: lapped: events up to %llu were overwritten before "
+				"they were read; re-read the table\n", prog, (unsigned long long)cursor);
+			if (c->json)
+				printf("{\"lapped\":true,\"resume_seq\":%llu}\n",
+				       (unsigned long long)cursor + 1);
+			fflush(stdout);
+			continue;
+		}
+		if (err) {
+			fprintf(stderr, "%s: watch: %s\n", prog, procreg_strerror(err));
+			break;
+		}
+		if (pattern && fnmatch(pattern, ev.name, 0))
+			continue;
+		if (c->json) {
+			printf("{\"seq\":%llu,\"time_ns\":%llu,\"event\":\"%s\",\"%s\":",
+			       (unsigned long long)ev.seq, (unsigned long long)ev.time_ns,
+			       event_name(ev.type), ev.is_group ? "group" : "name");
+			json_str(ev.name, strlen(ev.name));
+			printf(",\"pid\":%d,\"node\":%u,\"uid\":%u}\n", (int)ev.pid, ev.node, ev.uid);
+		} else {
+			time_t t = (time_t)(ev.time_ns / 1000000000ull);
+			struct tm tm;
+
+			localtime_r(&t, &tm);
+			printf("%llu %02d:%02d:%02d.%03d %-12s %s%s pid %d node %u\n",
+			       (unsigned long long)ev.seq, tm.tm_hour, tm.tm_min, tm.tm_sec,
+			       (int)(ev.time_ns / 1000000 % 1000), event_name(ev.type),
+			       ev.is_group ? "group " : "", ev.name, (int)ev.pid, ev.node);
+		}
+		fflush(stdout);
+	}
+	procreg_close(reg);
+	return err && err != -EINTR ? EXIT_ERR : 0;
+}
+
+static int parse_number(const char *s, const char *what, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(s, &end);
+	if (errno || end == s || *end || *out < 0 || *out > 1e9) {
+		fprintf(stderr, "%s: wait: %s %s: want a non-negative number\n", prog, what, s);
+		return -1;
+	}
+	return 0;
+}
+
+static int cmd_wait(struct cli *c, int argc, char **argv)
+{
+	double timeout_s = 0, n = 1;
+	uint64_t timeout_ms, count;
+	procreg_t *reg;
+	int err;
+
+	if ((c->timeout && parse_number(c->timeout, "--timeout", &timeout_s) < 0) ||
+	    (c->count && parse_number(c->count, "--count", &n) < 0))
+		return EXIT_ERR;
+	timeout_ms = (uint64_t)(timeout_s * 1000);
+	count = (uint64_t)n;
+	if (c->ngroups > 1 || (c->ngroups == 1) == (argc == 1) || argc > 1)
+		die_usage("wait: expected NAME, or --group GROUP [--count N]", NULL);
+	if (c->count && !c->ngroups)
+		die_usage("wait: --count goes with --group", NULL);
+	if (timeout_ms > INT32_MAX)
+		timeout_ms = INT32_MAX;
+	reg = open_or_die(c);
+	if (c->ngroups)
+		err = procreg_wait_group(reg, c->groups[0], count, c->timeout ? (int)timeout_ms : -1);
+	else
+		err = procreg_wait(reg, argv[0], c->timeout ? (int)timeout_ms : -1);
+	procreg_close(reg);
+	if (err == -ETIMEDOUT)
+		return EXIT_NO;
+	if (err) {
+		fprintf(stderr, "%s: wait: %s\n", prog, procreg_strerror(err));
+		return EXIT_ERR;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -689,7 +826,11 @@ int main(int argc, char **argv)
 				if (c.ngroups == MAX_GROUPS)
 					die_usage("too many --group options; at most", "64");
 				c.groups[c.ngroups++] = v;
-			} else if ((v = opt_value(argc, argv, &i, "--scope", 's')))
+			} else if ((v = opt_value(argc, argv, &i, "--timeout", 't')))
+				c.timeout = v;
+			else if ((v = opt_value(argc, argv, &i, "--count", 'n')))
+				c.count = v;
+			else if ((v = opt_value(argc, argv, &i, "--scope", 's')))
 				c.scope = v;
 			else if ((v = opt_value(argc, argv, &i, "--dir", 'd')))
 				c.dir = v;
@@ -718,6 +859,10 @@ int main(int argc, char **argv)
 			o = cmd_members(&c, k, args);
 		else if (!strcmp(cmd, "groups"))
 			o = cmd_groups(&c, k, args);
+		else if (!strcmp(cmd, "watch"))
+			o = cmd_watch(&c, k, args);
+		else if (!strcmp(cmd, "wait"))
+			o = cmd_wait(&c, k, args);
 		else if (!strcmp(cmd, "help")) {
 			usage(stdout);
 			o = 0;

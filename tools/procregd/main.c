@@ -384,6 +384,8 @@ static void run(struct daemon *d)
 			if (kind == EV_CLIENT)
 				break;
 		}
+		/* One wake-up for the followers of the feed per batch. */
+		procreg__w_feed_wake(&d->w);
 		/* Memory was retired: start its grace period within a tick, not
 		 * at once. One membarrier then covers every write of the tick,
 		 * instead of one per event batch under a write storm. */

@@ -171,6 +171,8 @@ void proc_died(struct daemon *d, struct proc *p)
 	 * request is served between the first removal and the last. */
 	for (size_t i = 0; i < p->names.n; i++) {
 		procreg__w_unpublish(&d->w, p->names.v[i]);
+		procreg__w_emit(&d->w, PROCREG_EV_DIED,
+				(const struct pr_record *)(d->w.map.base + p->names.v[i]));
 		procreg__u64map_del(&d->owned, p->names.v[i]);
 	}
 	p->names.n = 0;
@@ -261,6 +263,7 @@ static int recover_one(uint64_t off, const struct pr_record *r, void *arg)
 	}
 	if (p == DEAD || proc_add_name(c->d, p, off) < 0) {
 		procreg__w_unpublish(&c->d->w, off);
+		procreg__w_emit(&c->d->w, PROCREG_EV_DIED, r);
 		c->dropped++;
 	} else {
 		c->kept++;

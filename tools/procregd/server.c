@@ -316,6 +316,9 @@ static int put_entry(struct daemon *d, struct proc *p, const struct ident *id,
 	procreg__w_publish(&d->w, root, pos, off);
 	if (old)
 		proc_replace_name(d, old, off);
+	procreg__w_emit(&d->w, k->kind == PR_KIND_MEMBER ? PROCREG_EV_JOINED
+			: old ? PROCREG_EV_UPDATED : PROCREG_EV_REGISTERED,
+			(const struct pr_record *)(d->w.map.base + off));
 	return 0;
 }
 
@@ -404,7 +407,9 @@ static int do_unregister(struct daemon *d, struct client *c, const struct pr_fra
 		return -ENOENT;
 	if (!may_remove(c, (const struct pr_record *)(d->w.map.base + off)))
 		return -EPERM;
+	/* Retired, not freed: the record stays readable for the event. */
 	proc_remove_name(d, off);
+	procreg__w_emit(&d->w, PROCREG_EV_UNREGISTERED, (const struct pr_record *)(d->w.map.base + off));
 	count(&d->w.map.hdr->unregistrations);
 	return 0;
 }
@@ -425,6 +430,7 @@ static int do_leave(struct daemon *d, struct client *c, const struct pr_frame *f
 	if (!off)
 		return -ENOENT;
 	proc_remove_name(d, off);
+	procreg__w_emit(&d->w, PROCREG_EV_LEFT, (const struct pr_record *)(d->w.map.base + off));
 	count(&d->w.map.hdr->leaves);
 	return 0;
 }

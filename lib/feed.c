@@ -1,0 +1,273 @@
+/*
+ * feed.c - the change feed: a ring of events in the table, written by the
+ * daemon, followed by anyone.
+ *
+ * Writer (procregd): procreg__w_emit() fills slot s % cap under a
+ * seqlock-like protocol (seq = 0, payload, seq = s, feed_head = s), and
+ * procreg__w_feed_wake() bumps the futex word once per batch of events
+ * and wakes sleepers only when a follower says it sleeps. Followers never
+ * write the table and never make the daemon wait: a follower that falls a
+ * whole ring behind finds its events overwritten and is told so.
+ *
+ * Followers sleep on the futex word with FUTEX_WAIT on their read-only
+ * shared mapping; the key is the file and offset, so the daemon's wake on
+ * its own mapping reaches them.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static const struct pr_event *ring(const struct pr_map *m)
+{
+	uint64_t cap = m->hdr->feed_cap;
+
+	if (!cap || (cap & (cap - 1)) || m->hdr->feed_off % PR_ALIGN ||
+	    !pr_at(m, m->hdr->feed_off, cap * sizeof(struct pr_event)))
+		return NULL;
+	return (const struct pr_event *)(m->base + m->hdr->feed_off);
+}
+
+/* ---- writer ----------------------------------------------------------- */
+
+void procreg__w_emit(struct pr_writer *w, uint32_t type, const struct pr_record *r)
+{
+	struct pr_table_hdr *h = w->map.hdr;
+	struct pr_event *e = (struct pr_event *)ring(&w->map);
+	uint64_t s = h->feed_head + 1;
+
+	if (!e)
+		return;
+	e += s & (h->feed_cap - 1);
+	CMM_STORE_SHARED(e->seq, 0);
+	cmm_smp_wmb(); /* the slot reads as reused before any byte changes */
+	e->time_ns = procreg__now_ns();
+	e->type = type;
+	e->kind = r->kind;
+	e->pid = r->pid;
+	e->node = r->node;
+	e->uid = r->uid;
+	e->start_time = r->start_time;
+	e->name_len = r->name_len;
+	memcpy(e->name, r->data, r->name_len);
+	e->name[r->name_len] = 0;
+	PR_STORE_REL(&e->seq, s);
+	PR_STORE_REL(&h->feed_head, s);
+	w->feed_pending = true;
+}
+
+static long futex(uint32_t *uaddr, int op, uint32_t val, const struct timespec *ts)
+{
+	return syscall(SYS_futex, uaddr, op, val, ts, NULL, 0);
+}
+
+void procreg__w_feed_wake(struct pr_writer *w)
+{
+	struct pr_table_hdr *h = w->map.hdr;
+
+	if (!w->feed_pending)
+		return;
+	w->feed_pending = false;
+	/* Bump before reading the waiter count, and a follower counts
+	 * itself before re-reading feed_head: one of us sees the other. */
+	uatomic_add(&h->feed_futex, 1);
+	cmm_smp_mb();
+	if (CMM_LOAD_SHARED(w->map.rhdr->feed_waiters))
+		futex(&h->feed_futex, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* ---- followers -------------------------------------------------------- */
+
+PROCREG_API uint64_t procreg_feed_head(procreg_t *reg)
+{
+	return PR_LOAD_ACQ(&reg->map.hdr->feed_head);
+}
+
+static void to_event(const struct pr_event *e, struct procreg_event *ev, size_t nl)
+{
+	ev->seq = e->seq;
+	ev->time_ns = e->time_ns;
+	ev->type = (int)e->type;
+	ev->is_group = e->kind == PR_KIND_MEMBER || e->kind == PR_KIND_GROUP;
+	ev->pid = (pid_t)e->pid;
+	ev->node = e->node;
+	ev->uid = e->uid;
+	ev->start_time = e->start_time;
+	memcpy(ev->name, e->name, nl);
+	ev->name[nl] = 0;
+}
+
+/* Copy event S if it is still in the ring: 0, or -EOVERFLOW. */
+static int read_event(const struct pr_map *m, const struct pr_event *rg, uint64_t s,
+		      struct procreg_event *ev)
+{
+	const struct pr_event *e = &rg[s & (m->hdr->feed_cap - 1)];
+	size_t nl;
+
+	if (PR_LOAD_ACQ(&e->seq) != s)
+		return -EOVERFLOW;
+	nl = CMM_LOAD_SHARED(e->name_len);
+	to_event(e, ev, nl > PROCREG_NAME_MAX ? PROCREG_NAME_MAX : nl);
+	cmm_smp_rmb(); /* the copy before the second look at seq */
+	return CMM_LOAD_SHARED(e->seq) == s ? 0 : -EOVERFLOW;
+}
+
+static int sleep_on_feed(procreg_t *reg, uint64_t cursor, const struct timespec *deadline)
+{
+	struct pr_table_hdr *h = reg->map.hdr;
+	struct timespec now, rel, *tp = NULL;
+	uint32_t v = CMM_LOAD_SHARED(h->feed_futex);
+	long r;
+
+	if (deadline) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		rel.tv_sec = deadline->tv_sec - now.tv_sec;
+		rel.tv_nsec = deadline->tv_nsec - now.tv_nsec;
+		if (rel.tv_nsec < 0) {
+			rel.tv_sec--;
+			rel.tv_nsec += 1000000000L;
+		}
+		if (rel.tv_sec < 0)
+			return -ETIMEDOUT;
+		tp = &rel;
+	}
+	uatomic_inc(&reg->map.rhdr->feed_waiters);
+	cmm_smp_mb();
+	/* Re-check after counting ourselves: an event published before the
+	 * daemon read the count is seen here; one after gets us a wake-up
+	 * (or a changed futex word, and FUTEX_WAIT returns at once). */
+	if (PR_LOAD_ACQ(&h->feed_head) > cursor)
+		r = 0;
+	else
+		r = futex(&h->feed_futex, FUTEX_WAIT, v, tp);
+	uatomic_dec(&reg->map.rhdr->feed_waiters);
+	if (r < 0 && errno == ETIMEDOUT)
+		return -ETIMEDOUT;
+	if (r < 0 && errno == EINTR)
+		return -EINTR;
+	return 0;
+}
+
+static struct timespec *deadline_of(int timeout_ms, struct timespec *ts)
+{
+	if (timeout_ms < 0)
+		return NULL;
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += timeout_ms / 1000;
+	ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+static int next_event(procreg_t *reg, uint64_t *cursor, struct procreg_event *ev,
+		      const struct timespec *deadline, bool block)
+{
+	const struct pr_map *m = &reg->map;
+	const struct pr_event *rg = ring(m);
+	int err;
+
+	if (!rg)
+		return -EPROTO;
+	for (;;) {
+		uint64_t head = PR_LOAD_ACQ(&m->hdr->feed_head), cap = m->hdr->feed_cap;
+
+		if (head > *cursor) {
+			/* Lapped already: the oldest event left is head-cap+1. */
+			if (head - *cursor > cap) {
+				*cursor = head - cap;
+				return -EOVERFLOW;
+			}
+			err = read_event(m, rg, *cursor + 1, ev);
+			if (err) {
+				*cursor = head > cap ? head - cap : *cursor;
+				return err;
+			}
+			*cursor += 1;
+			return 0;
+		}
+		if (!block)
+			return -ETIMEDOUT;
+		err = sleep_on_feed(reg, *cursor, deadline);
+		if (err)
+			return err;
+	}
+}
+
+PROCREG_API int procreg_next_event(procreg_t *reg, uint64_t *cursor, struct procreg_event *ev,
+				   int timeout_ms)
+{
+	struct timespec ts;
+
+	return next_event(reg, cursor, ev, deadline_of(timeout_ms, &ts), timeout_ms != 0);
+}
+
+/* Wait until DONE(reg, arg) holds, re-checking after every event. The
+ * cursor is taken before the first check, so a change between the check
+ * and the sleep is an event after the cursor: no wake-up is lost. */
+static int wait_until(procreg_t *reg, int (*done)(procreg_t *, const void *), const void *arg,
+		      int timeout_ms)
+{
+	struct timespec ts, *deadline = deadline_of(timeout_ms, &ts);
+	struct procreg_event ev;
+	uint64_t cursor = procreg_feed_head(reg);
+	int err;
+
+	for (;;) {
+		err = done(reg, arg);
+		if (err <= 0)
+			return err; /* 0: satisfied; < 0: an error */
+		err = next_event(reg, &cursor, &ev, deadline, timeout_ms != 0);
+		if (err == -EOVERFLOW)
+			continue; /* something changed: look again */
+		if (err)
+			return err;
+	}
+}
+
+static int name_present(procreg_t *reg, const void *name)
+{
+	int err = procreg_lookup(reg, name, NULL);
+
+	return err == -ENOENT ? 1 : err;
+}
+
+PROCREG_API int procreg_wait(procreg_t *reg, const char *name, int timeout_ms)
+{
+	size_t len;
+	int err = procreg__check_name(name, &len);
+
+	return err ? err : wait_until(reg, name_present, name, timeout_ms);
+}
+
+struct group_want {
+	const char *group;
+	uint64_t count;
+};
+
+static int group_full(procreg_t *reg, const void *arg)
+{
+	const struct group_want *g = arg;
+	uint64_t n;
+	int err = procreg_group_count(reg, g->group, &n, NULL);
+
+	return err ? err : n < g->count;
+}
+
+PROCREG_API int procreg_wait_group(procreg_t *reg, const char *group, uint64_t count,
+				   int timeout_ms)
+{
+	const struct group_want g = { group, count };
+	size_t len;
+	int err = procreg__check_name(group, &len);
+
+	return err ? err : wait_until(reg, group_full, &g, timeout_ms);
+}
