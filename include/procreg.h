@@ -100,6 +100,47 @@ PROCREG_API void procreg_close(procreg_t *reg);
 PROCREG_API int procreg_register(procreg_t *reg, const char *name,
 				 const void *meta, size_t meta_len);
 
+/*
+ * Register NAME with options: standby ownership and leases.
+ *
+ *  PROCREG_QUEUE        if NAME is taken, wait in line: the call returns
+ *                       -EINPROGRESS, and when the owner dies or lets go,
+ *                       the next live process in line owns the name at once
+ *                       (event PROCREG_EV_TRANSFERRED). procreg_wait_owner()
+ *                       waits for that moment.
+ *  PROCREG_REPLACEABLE  a later PROCREG_REPLACE registration may take NAME
+ *                       over (event PROCREG_EV_REPLACED).
+ *  PROCREG_REPLACE      if NAME is held as replaceable, take it over.
+ *  .lease_ms            a lease: unless procreg_refresh() renews it within
+ *                       that time, NAME is released even though the owner
+ *                       lives (event PROCREG_EV_EXPIRED), or, with
+ *                       PROCREG_LEASE_MARK, kept and marked unhealthy until
+ *                       the next refresh.
+ */
+#define PROCREG_QUEUE 0x2
+#define PROCREG_REPLACE 0x4
+#define PROCREG_REPLACEABLE 0x8
+#define PROCREG_LEASE_MARK 0x10
+
+struct procreg_register_opts {
+	size_t sz;                 /* sizeof(struct procreg_register_opts) */
+	unsigned int flags;        /* PROCREG_QUEUE | PROCREG_REPLACE | ... */
+	uint32_t lease_ms;         /* 0: no lease */
+};
+
+PROCREG_API int procreg_register_opts(procreg_t *reg, const char *name, const void *meta,
+				      size_t meta_len,
+				      const struct procreg_register_opts *opts);
+
+/* Renew NAME's lease (its owner's uid, or root): -ENOENT if not
+ * registered, -EINVAL if it has no lease. A name marked unhealthy is
+ * healthy again. */
+PROCREG_API int procreg_refresh(procreg_t *reg, const char *name);
+
+/* Return 0 once the calling process owns NAME (after PROCREG_QUEUE), or
+ * -ETIMEDOUT after TIMEOUT_MS (-1: no limit). Follows the change feed. */
+PROCREG_API int procreg_wait_owner(procreg_t *reg, const char *name, int timeout_ms);
+
 /* Register NAME for the process PIDFD refers to (from pidfd_open(2)). The
  * caller must have that process's uid, or be root: -EPERM otherwise. */
 PROCREG_API int procreg_register_pidfd(procreg_t *reg, int pidfd,
@@ -111,9 +152,14 @@ PROCREG_API int procreg_register_pidfd(procreg_t *reg, int pidfd,
 PROCREG_API int procreg_unregister(procreg_t *reg, const char *name);
 
 /* One registered name, copied out of the table. */
+#define PROCREG_ENTRY_REPLACEABLE 0x1  /* a PROCREG_REPLACE registration may take it */
+#define PROCREG_ENTRY_LEASED 0x2       /* registered with a lease (ttl) */
+#define PROCREG_ENTRY_UNHEALTHY 0x4    /* its lease expired and was not refreshed */
+
 struct procreg_entry {
 	pid_t pid;                 /* owner's pid (on its node) */
 	uint32_t node;             /* 0: this host */
+	uint32_t flags;            /* PROCREG_ENTRY_* */
 	uint64_t start_time;       /* owner's start time, clock ticks since boot */
 	uint64_t registered_ns;    /* CLOCK_REALTIME of the registration */
 	uint32_t uid;              /* owner's uid */
@@ -224,6 +270,10 @@ enum procreg_event_type {
 	PROCREG_EV_JOINED,          /* .pid joined group .name (or replaced its metadata) */
 	PROCREG_EV_LEFT,            /* .pid left group .name */
 	PROCREG_EV_DIED,            /* .pid exited: it held .name (a name, or a group if .is_group) */
+	PROCREG_EV_TRANSFERRED,     /* .name passed to .pid, next in line */
+	PROCREG_EV_REPLACED,        /* .name taken over by .pid (PROCREG_REPLACE) */
+	PROCREG_EV_EXPIRED,         /* .name's lease expired: released, or marked unhealthy */
+	PROCREG_EV_REFRESHED,       /* .name's lease renewed after it had expired */
 };
 
 struct procreg_event {

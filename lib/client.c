@@ -256,8 +256,8 @@ static int check_meta(size_t meta_len)
 	return meta_len > PROCREG_META_MAX ? -EMSGSIZE : 0;
 }
 
-static int name_request(procreg_t *reg, uint16_t op, int pidfd, const char *name,
-			const void *meta, size_t meta_len)
+static int name_request_arg(procreg_t *reg, uint16_t op, uint16_t flags, int pidfd,
+			    const char *name, const void *meta, size_t meta_len, uint32_t arg)
 {
 	size_t len, pos = 0;
 	uint32_t id;
@@ -271,11 +271,48 @@ static int name_request(procreg_t *reg, uint16_t op, int pidfd, const char *name
 		return -EINVAL;
 	pthread_mutex_lock(&reg->io);
 	id = ++reg->next_id;
-	procreg__proto_put_name(reg->out, &pos, op, pidfd >= 0 ? PR_F_PIDFD : 0, id, name, len,
-				meta, meta_len);
+	procreg__proto_put_name_arg(reg->out, &pos, op, flags | (pidfd >= 0 ? PR_F_PIDFD : 0), id,
+				    name, len, meta, meta_len, arg);
 	err = roundtrip(reg, pos, id, pidfd);
 	pthread_mutex_unlock(&reg->io);
 	return err;
+}
+
+static int name_request(procreg_t *reg, uint16_t op, int pidfd, const char *name,
+			const void *meta, size_t meta_len)
+{
+	return name_request_arg(reg, op, 0, pidfd, name, meta, meta_len, 0);
+}
+
+PROCREG_API int procreg_register_opts(procreg_t *reg, const char *name, const void *meta,
+				      size_t meta_len, const struct procreg_register_opts *o)
+{
+	const unsigned int known = PROCREG_QUEUE | PROCREG_REPLACE | PROCREG_REPLACEABLE |
+				   PROCREG_LEASE_MARK;
+	unsigned int flags = 0;
+	uint32_t lease = 0;
+
+	if (o) {
+		if (o->sz < sizeof(size_t))
+			return -EINVAL;
+		/* Fields past an older caller's sz are taken as unset. */
+		if (o->sz >= offsetof(struct procreg_register_opts, flags) + sizeof(o->flags))
+			flags = o->flags;
+		if (o->sz >= offsetof(struct procreg_register_opts, lease_ms) + sizeof(o->lease_ms))
+			lease = o->lease_ms;
+	}
+	if (flags & ~known)
+		return -EINVAL;
+	if ((flags & PROCREG_LEASE_MARK) && !lease)
+		return -EINVAL;
+	/* The public flags are the wire's. */
+	return name_request_arg(reg, PR_OP_REGISTER, (uint16_t)flags, -1, name, meta, meta_len,
+				lease);
+}
+
+PROCREG_API int procreg_refresh(procreg_t *reg, const char *name)
+{
+	return name_request(reg, PR_OP_REFRESH, -1, name, NULL, 0);
 }
 
 PROCREG_API int procreg_register(procreg_t *reg, const char *name, const void *meta,
@@ -475,6 +512,8 @@ PROCREG_API const char *procreg_strerror(int err)
 		return "not a valid pidfd";
 	case ECANCELED:
 		return "not processed: the batch was cut short";
+	case EINPROGRESS:
+		return "the name is taken: waiting in line for it";
 	default:
 		return strerror(-err);
 	}

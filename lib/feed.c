@@ -262,6 +262,26 @@ static int group_full(procreg_t *reg, const void *arg)
 	return err ? err : n < g->count;
 }
 
+static int owned_by_me(procreg_t *reg, const void *name)
+{
+	struct procreg_entry e;
+	int err = procreg_lookup(reg, name, &e);
+
+	if (err == -ENOENT)
+		return 1;
+	if (err)
+		return err;
+	return !(e.node == 0 && e.pid == procreg__self_pid());
+}
+
+PROCREG_API int procreg_wait_owner(procreg_t *reg, const char *name, int timeout_ms)
+{
+	size_t len;
+	int err = procreg__check_name(name, &len);
+
+	return err ? err : wait_until(reg, owned_by_me, name, timeout_ms);
+}
+
 PROCREG_API int procreg_wait_group(procreg_t *reg, const char *group, uint64_t count,
 				   int timeout_ms)
 {

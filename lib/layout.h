@@ -184,6 +184,9 @@ struct pr_index {
  */
 enum pr_kind { PR_KIND_NAME = 1, PR_KIND_GROUP = 2, PR_KIND_MEMBER = 3 };
 
+/* Record flags: the PROCREG_ENTRY_* values of procreg.h. */
+#define PR_REC_FLAGS (PROCREG_ENTRY_REPLACEABLE | PROCREG_ENTRY_LEASED | PROCREG_ENTRY_UNHEALTHY)
+
 struct pr_record {
 	uint64_t hash;
 	uint64_t start_time;        /* owner's start time, clock ticks since boot */

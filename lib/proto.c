@@ -13,7 +13,7 @@
 struct name_body {
 	uint16_t name_len;
 	uint16_t meta_len;
-	uint32_t reserved;
+	uint32_t arg;       /* REGISTER: lease in milliseconds, 0 for none */
 };
 
 static int decode_body(struct pr_frame *f)
@@ -35,10 +35,12 @@ static int decode_body(struct pr_frame *f)
 	case PR_OP_UNREGISTER:
 	case PR_OP_JOIN:
 	case PR_OP_LEAVE:
+	case PR_OP_REFRESH:
 		if (f->body_len < sizeof(nb))
 			return -EPROTO;
 		memcpy(&nb, f->body, sizeof(nb));
-		if ((op == PR_OP_UNREGISTER || op == PR_OP_LEAVE) && nb.meta_len)
+		if ((op == PR_OP_UNREGISTER || op == PR_OP_LEAVE || op == PR_OP_REFRESH) &&
+		    nb.meta_len)
 			return -EPROTO;
 		if (sizeof(nb) + (size_t)nb.name_len + nb.meta_len > f->body_len)
 			return -EPROTO;
@@ -46,6 +48,7 @@ static int decode_body(struct pr_frame *f)
 		f->name_len = nb.name_len;
 		f->meta = f->body + sizeof(nb) + nb.name_len;
 		f->meta_len = nb.meta_len;
+		f->arg = nb.arg;
 		return 0;
 	case PR_OP_SYNC:
 		return 0;
@@ -108,12 +111,12 @@ size_t procreg__proto_name_size(size_t name_len, size_t meta_len)
 	return ALIGN8(PR_FRAME_HDR + sizeof(struct name_body) + name_len + meta_len);
 }
 
-int procreg__proto_put_name(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
-			    uint32_t id, const char *name, size_t name_len,
-			    const void *meta, size_t meta_len)
+int procreg__proto_put_name_arg(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
+				uint32_t id, const char *name, size_t name_len,
+				const void *meta, size_t meta_len, uint32_t arg)
 {
 	uint8_t body[sizeof(struct name_body) + PROCREG_NAME_MAX];
-	struct name_body nb = { (uint16_t)name_len, (uint16_t)meta_len, 0 };
+	struct name_body nb = { (uint16_t)name_len, (uint16_t)meta_len, arg };
 
 	if (name_len > PROCREG_NAME_MAX || meta_len > PROCREG_META_MAX)
 		return -EINVAL;
@@ -121,4 +124,12 @@ int procreg__proto_put_name(uint8_t *buf, size_t *pos, uint16_t op, uint16_t fla
 	memcpy(body + sizeof(nb), name, name_len);
 	return procreg__proto_put(buf, pos, op, flags, id, 0, body, sizeof(nb) + name_len,
 				  meta, meta_len);
+}
+
+int procreg__proto_put_name(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
+			    uint32_t id, const char *name, size_t name_len,
+			    const void *meta, size_t meta_len)
+{
+	return procreg__proto_put_name_arg(buf, pos, op, flags, id, name, name_len, meta,
+					   meta_len, 0);
 }

@@ -21,14 +21,19 @@
  *               connection, alone in its packet; may carry the client's own
  *               pidfd (pidfd_open(getpid())) as SCM_RIGHTS, which the daemon
  *               uses where the kernel lacks SO_PEERPIDFD. Reply: u32 version.
- *   REGISTER    u16 name_len, u16 meta_len, u32 reserved; name; meta.
+ *   REGISTER    u16 name_len, u16 meta_len, u32 lease_ms; name; meta.
  *               flags PR_F_PIDFD: the owner is the process of the pidfd
- *               passed as SCM_RIGHTS with this packet (one frame per packet).
+ *               passed as SCM_RIGHTS with this packet (one frame per packet);
+ *               PR_F_QUEUE, PR_F_REPLACE, PR_F_REPLACEABLE, PR_F_LEASE_MARK
+ *               below. A queued request is answered -EINPROGRESS; the name
+ *               is published for it (event TRANSFERRED) when its turn comes.
+ *               lease_ms > 0: the owner must REFRESH within that time.
  *   UNREGISTER  u16 name_len, u16 reserved, u32 reserved; name.
  *   SYNC        empty. Answered after every death already signalled.
  *   JOIN        as REGISTER; the name is a group, the metadata the
  *               membership's (PR_F_PIDFD as for REGISTER).
  *   LEAVE       as UNREGISTER; the name is a group.
+ *   REFRESH     as UNREGISTER: renews the name's lease (owner's uid or root).
  *
  * A malformed frame is answered with -EBADMSG (the rest of its packet with
  * -ECANCELED) where its header could be read, else the connection closes.
@@ -41,6 +46,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "procreg.h"
+
 #define PR_PROTO_VERSION 1u
 #define PR_PACKET_MAX 65536u
 #define PR_FRAME_HDR 16u
@@ -52,10 +59,16 @@ enum pr_op {
 	PR_OP_SYNC = 4,
 	PR_OP_JOIN = 5,
 	PR_OP_LEAVE = 6,
+	PR_OP_REFRESH = 7,
 	PR_OP_REPLY = 0x8000,
 };
 
-#define PR_F_PIDFD 0x1
+#define PR_F_PIDFD 0x1        /* the owner is the pidfd passed with the packet */
+#define PR_F_QUEUE 0x2        /* REGISTER: if taken, wait in line */
+#define PR_F_REPLACE 0x4      /* REGISTER: if taken by a replaceable owner, take over */
+#define PR_F_REPLACEABLE 0x8  /* REGISTER: a later PR_F_REPLACE may take it over */
+#define PR_F_LEASE_MARK 0x10  /* REGISTER: an expired lease marks the name unhealthy
+			       * instead of releasing it */
 
 struct pr_frame_hdr {
 	uint16_t op;
@@ -77,6 +90,7 @@ struct pr_frame {
 	size_t name_len;
 	const void *meta;
 	size_t meta_len;
+	uint32_t arg;       /* REGISTER: lease_ms */
 	uint32_t version;   /* HELLO */
 };
 
@@ -97,7 +111,15 @@ int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id
 int procreg__proto_put_name(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
 			    uint32_t id, const char *name, size_t name_len,
 			    const void *meta, size_t meta_len);
+int procreg__proto_put_name_arg(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
+				uint32_t id, const char *name, size_t name_len,
+				const void *meta, size_t meta_len, uint32_t arg);
 /* Bytes a REGISTER/UNREGISTER frame takes. */
 size_t procreg__proto_name_size(size_t name_len, size_t meta_len);
+
+_Static_assert(PR_F_QUEUE == PROCREG_QUEUE && PR_F_REPLACE == PROCREG_REPLACE &&
+		       PR_F_REPLACEABLE == PROCREG_REPLACEABLE &&
+		       PR_F_LEASE_MARK == PROCREG_LEASE_MARK,
+	       "procreg_register_opts flags go on the wire as they are");
 
 #endif /* PROCREG_PROTO_H */

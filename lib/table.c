@@ -197,6 +197,7 @@ int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
 		return -1;
 	e->pid = (pid_t)r->pid;
 	e->node = r->node;
+	e->flags = r->flags & PR_REC_FLAGS;
 	e->start_time = r->start_time;
 	e->registered_ns = r->registered_ns;
 	e->uid = r->uid;

@@ -412,7 +412,8 @@ static const char *expect_entry_json(const char *s, const struct procreg_entry *
 		 (unsigned long long)e->registered_ns);
 	s = expect_prefix(s, buf);
 	s = expect_decimal(s, 3);
-	snprintf(buf, sizeof(buf), ",\"meta\":\"%s\"}", meta_json);
+	/* Entries made here carry no flags (no lease, not replaceable). */
+	snprintf(buf, sizeof(buf), ",\"meta\":\"%s\",\"flags\":[]}", meta_json);
 	return expect_prefix(s, buf);
 }
 

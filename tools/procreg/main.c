@@ -34,6 +34,8 @@ struct cli {
 	int ngroups;
 	const char *timeout;              /* wait --timeout SECONDS */
 	const char *count;                /* wait --count N */
+	const char *ttl;                  /* run --ttl SECONDS */
+	unsigned int reg_flags;           /* run --queue, --replace, --replaceable, --lease-mark */
 };
 
 static const char *prog = "procreg";
@@ -44,10 +46,14 @@ static void usage(FILE *f)
 		"Usage: procreg [--scope NAME] [--dir DIR] COMMAND [ARGS]\n"
 		"\n"
 		"Commands:\n"
-		"  run NAME [NAME...] [--meta STR] [--group G]... -- CMD [ARGS]\n"
+		"  run NAME [NAME...] [--meta STR] [--group G]... [--queue] [--replace]\n"
+		"      [--replaceable] [--ttl SECONDS [--lease-mark]] -- CMD [ARGS]\n"
 		"                      register this process under the names (and join the\n"
 		"                      groups), then exec CMD (same pid: they live exactly\n"
-		"                      as long as CMD)\n"
+		"                      as long as CMD). --queue: if a name is taken, wait\n"
+		"                      in line for it; --replace: take over a replaceable\n"
+		"                      owner; --ttl: a lease CMD keeps with 'refresh'\n"
+		"  refresh NAME        renew NAME's lease (its owner's uid, or root)\n"
 		"  join GROUP [GROUP...] [--meta STR] -- CMD [ARGS]\n"
 		"                      join the groups, then exec CMD\n"
 		"  members GROUP [--json]\n"
@@ -95,7 +101,7 @@ static const char *opt_value(int argc, char **argv, int *i, const char *lng, cha
 
 	if (!strncmp(a, lng, n) && a[n] == '=')
 		return a + n + 1;
-	if (strcmp(a, lng) && (a[0] != '-' || a[1] != shrt || a[2]))
+	if (strcmp(a, lng) && (!shrt || a[0] != '-' || a[1] != shrt || a[2]))
 		return NULL;
 	if (*i + 1 >= argc)
 		die_usage("option requires an argument:", a);
@@ -214,6 +220,14 @@ static void fmt_age(char *buf, size_t len, double s)
 		snprintf(buf, len, "%dd%02dh", (int)(s / 86400), ((int)s % 86400) / 3600);
 }
 
+static void flags_json(uint32_t f)
+{
+	printf(",\"flags\":[%s%s%s]", f & PROCREG_ENTRY_REPLACEABLE ? "\"replaceable\"" : "",
+	       f & PROCREG_ENTRY_LEASED ? (f & PROCREG_ENTRY_REPLACEABLE ? ",\"leased\"" : "\"leased\"") : "",
+	       f & PROCREG_ENTRY_UNHEALTHY ? (f & (PROCREG_ENTRY_REPLACEABLE | PROCREG_ENTRY_LEASED)
+						      ? ",\"unhealthy\"" : "\"unhealthy\"") : "");
+}
+
 static void entry_json(const struct procreg_entry *e)
 {
 	printf("{\"name\":");
@@ -223,6 +237,7 @@ static void entry_json(const struct procreg_entry *e)
 	       (int)e->pid, e->node, e->uid, (unsigned long long)e->start_time,
 	       (unsigned long long)e->registered_ns, age_s(e));
 	json_str(e->meta, e->meta_len);
+	flags_json(e->flags);
 	putchar('}');
 }
 
@@ -282,6 +297,10 @@ static int cmd_get(struct cli *c, int argc, char **argv)
 	       e.node, e.node ? "" : " (local)", e.uid, age);
 	text_meta(e.meta, e.meta_len);
 	putchar('\n');
+	if (e.flags)
+		printf("flags%s%s%s\n", e.flags & PROCREG_ENTRY_REPLACEABLE ? " replaceable" : "",
+		       e.flags & PROCREG_ENTRY_LEASED ? " leased" : "",
+		       e.flags & PROCREG_ENTRY_UNHEALTHY ? " unhealthy" : "");
 	return 0;
 }
 
@@ -435,14 +454,31 @@ static void unclaim(procreg_t *reg, char **names, int n, const struct cli *c, in
 		procreg_leave(reg, c->groups[k]);
 }
 
-/* Register the names and join the groups, all or nothing. */
+/* Register the names and join the groups, all or nothing; with --queue,
+ * wait in line for names that are taken. */
 static int claim(procreg_t *reg, const char *what, char **names, int n, const struct cli *c)
 {
+	PROCREG_OPTS(procreg_register_opts, ro, .flags = c->reg_flags);
 	const char *m = c->meta ? c->meta : "";
 	int err;
 
+	if (c->ttl) {
+		char *end;
+		double s = strtod(c->ttl, &end);
+
+		if (end == c->ttl || *end || s <= 0 || s > 4e6) {
+			fprintf(stderr, "%s: %s: --ttl %s: want seconds > 0\n", prog, what, c->ttl);
+			return EXIT_ERR;
+		}
+		ro.lease_ms = (uint32_t)(s * 1000 + 0.5) ?: 1;
+	}
 	for (int i = 0; i < n; i++) {
-		err = procreg_register(reg, names[i], m, strlen(m));
+		err = procreg_register_opts(reg, names[i], m, strlen(m), &ro);
+		if (err == -EINPROGRESS) {
+			fprintf(stderr, "%s: %s: '%s' is taken: waiting in line for it\n", prog, what,
+				names[i]);
+			err = procreg_wait_owner(reg, names[i], -1);
+		}
 		if (!err)
 			continue;
 		{
@@ -519,6 +555,31 @@ static int claim_and_exec(struct cli *c, const char *what, int argc, char **argv
 	}
 	/* As env(1) and nohup(1): 127 not found, 126 found but not runnable. */
 	return err == ENOENT ? 127 : 126;
+}
+
+static int cmd_refresh(struct cli *c, int argc, char **argv)
+{
+	procreg_t *reg;
+	int err;
+
+	if (argc != 1)
+		die_usage("refresh: expected one NAME", NULL);
+	reg = open_or_die(c);
+	err = procreg_refresh(reg, argv[0]);
+	procreg_close(reg);
+	if (err == -ENOENT) {
+		fprintf(stderr, "%s: %s: not registered\n", prog, argv[0]);
+		return EXIT_NO;
+	}
+	if (err == -EINVAL) {
+		fprintf(stderr, "%s: refresh %s: it has no lease\n", prog, argv[0]);
+		return EXIT_ERR;
+	}
+	if (err) {
+		fprintf(stderr, "%s: refresh %s: %s\n", prog, argv[0], procreg_strerror(err));
+		return EXIT_ERR;
+	}
+	return 0;
 }
 
 static int cmd_run(struct cli *c, int argc, char **argv)
@@ -655,6 +716,10 @@ static const char *event_name(int type)
 	case PROCREG_EV_JOINED: return "joined";
 	case PROCREG_EV_LEFT: return "left";
 	case PROCREG_EV_DIED: return "died";
+	case PROCREG_EV_TRANSFERRED: return "transferred";
+	case PROCREG_EV_REPLACED: return "replaced";
+	case PROCREG_EV_EXPIRED: return "expired";
+	case PROCREG_EV_REFRESHED: return "refreshed";
 	default: return "unknown";
 	}
 }
@@ -826,7 +891,17 @@ int main(int argc, char **argv)
 				if (c.ngroups == MAX_GROUPS)
 					die_usage("too many --group options; at most", "64");
 				c.groups[c.ngroups++] = v;
-			} else if ((v = opt_value(argc, argv, &i, "--timeout", 't')))
+			} else if (!strcmp(a, "--queue"))
+				c.reg_flags |= PROCREG_QUEUE;
+			else if (!strcmp(a, "--replace"))
+				c.reg_flags |= PROCREG_REPLACE;
+			else if (!strcmp(a, "--replaceable"))
+				c.reg_flags |= PROCREG_REPLACEABLE;
+			else if (!strcmp(a, "--lease-mark"))
+				c.reg_flags |= PROCREG_LEASE_MARK;
+			else if ((v = opt_value(argc, argv, &i, "--ttl", 0)))
+				c.ttl = v;
+			else if ((v = opt_value(argc, argv, &i, "--timeout", 't')))
 				c.timeout = v;
 			else if ((v = opt_value(argc, argv, &i, "--count", 'n')))
 				c.count = v;
@@ -859,6 +934,8 @@ int main(int argc, char **argv)
 			o = cmd_members(&c, k, args);
 		else if (!strcmp(cmd, "groups"))
 			o = cmd_groups(&c, k, args);
+		else if (!strcmp(cmd, "refresh"))
+			o = cmd_refresh(&c, k, args);
 		else if (!strcmp(cmd, "watch"))
 			o = cmd_watch(&c, k, args);
 		else if (!strcmp(cmd, "wait"))

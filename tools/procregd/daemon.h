@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "internal.h"
+#include "proto.h"
 
 /* What an epoll event refers to: the first member of each watched object. */
 enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC };
@@ -33,6 +34,7 @@ struct proc {
 	uid_t uid;
 	int pidfd;                /* in the epoll set: readable when it exits */
 	struct pr_vec names;      /* record offsets of its names and memberships */
+	uint32_t waiting;         /* places it holds in owner queues (owners.c) */
 };
 
 /* Identity of a peer, from SO_PEERCRED plus a pidfd. */
@@ -85,6 +87,8 @@ struct daemon {
 	struct pr_u64map owned;   /* record offset -> index in its proc's names */
 	struct client *clients;
 	uint32_t nclients;
+	struct queue *queues;     /* owners.c */
+	struct lease *leases;
 
 	uint64_t last_reap_ns;
 	uint64_t timer_due_ns;    /* CLOCK_MONOTONIC when the timer fires next */
@@ -104,6 +108,30 @@ void server_accept(struct daemon *d);
 void server_client_event(struct daemon *d, struct client *c, uint32_t events);
 void server_close_all(struct daemon *d);
 
+/* Publish a name or membership for P (server.c); *OFF gets the record.
+ * -EINPROGRESS: the name was taken and P is now in line for it. HANDOVER:
+ * P was next in line (the event says TRANSFERRED). */
+int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct pr_root *root,
+	      const struct pr_key *k, const struct pr_frame *f, bool handover, uint64_t *off);
+
+/* owners.c */
+struct pr_frame;
+int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
+		   const struct pr_frame *f);
+/* P died or left: it leaves every line. */
+void owners_proc_gone(struct daemon *d, struct proc *p);
+/* Set (LEASE_MS > 0) or drop the lease of a name. */
+int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
+		     bool mark);
+/* A name was removed: drop its lease, pass it to the next in line. */
+void owners_name_gone(struct daemon *d, const char *name, size_t len);
+int owners_refresh(struct daemon *d, const struct client *c, const struct pr_frame *f);
+/* Expire due leases; nanoseconds until the next deadline (UINT64_MAX: none). */
+uint64_t owners_tick(struct daemon *d);
+/* CLOCK_MONOTONIC of the nearest lease deadline; UINT64_MAX: none. */
+uint64_t owners_next_deadline(const struct daemon *d);
+void owners_free_all(struct daemon *d);
+
 /* procs.c */
 struct proc *proc_get(struct daemon *d, pid_t pid);
 /* Find or create the entry for the process IDENT names; takes a dup of its
@@ -114,6 +142,9 @@ int proc_add_name(struct daemon *d, struct proc *p, uint64_t off);
 void proc_replace_name(struct daemon *d, uint64_t old_off, uint64_t new_off);
 /* Remove the name or membership OFF from the table and from its owner. */
 void proc_remove_name(struct daemon *d, uint64_t off);
+/* Forget OFF in its owner's list without touching the table (it is being
+ * replaced by another owner's record); returns the old owner. */
+struct proc *proc_forget_name(struct daemon *d, uint64_t off);
 /* Drop an entry that holds no names. */
 void proc_release_if_empty(struct daemon *d, struct proc *p);
 /* Its pidfd fired: remove every name it held. */

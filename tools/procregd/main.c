@@ -220,7 +220,7 @@ static void arm_timer(struct daemon *d, uint64_t ns)
 
 static void tick(struct daemon *d)
 {
-	uint64_t now = procreg__mono_ns();
+	uint64_t now = procreg__mono_ns(), lease_ns = owners_tick(d), next;
 	int pending = procreg__w_reclaim(&d->w);
 
 	/* A grace period held up for long, or the periodic check: clear the
@@ -231,7 +231,9 @@ static void tick(struct daemon *d)
 		d->last_reap_ns = now;
 		pending = procreg__w_reclaim(&d->w);
 	}
-	arm_timer(d, pending ? RECLAIM_TICK_NS : IDLE_TICK_NS);
+	next = pending ? RECLAIM_TICK_NS : IDLE_TICK_NS;
+	arm_timer(d, lease_ns < next ? (lease_ns ? lease_ns : 1) : next);
+	procreg__w_feed_wake(&d->w);
 }
 
 static int setup(struct daemon *d)
@@ -384,6 +386,13 @@ static void run(struct daemon *d)
 			if (kind == EV_CLIENT)
 				break;
 		}
+		/* A lease set by this batch may be due before the timer. */
+		if (d->leases) {
+			uint64_t due = owners_next_deadline(d), now = procreg__mono_ns();
+
+			if (due < d->timer_due_ns)
+				arm_timer(d, due > now ? due - now : 1);
+		}
 		/* One wake-up for the followers of the feed per batch. */
 		procreg__w_feed_wake(&d->w);
 		/* Memory was retired: start its grace period within a tick, not
@@ -398,6 +407,7 @@ static void run(struct daemon *d)
 static void teardown(struct daemon *d)
 {
 	server_close_all(d);
+	owners_free_all(d);
 	if (d->w.map.hdr)
 		PR_STORE_REL(&d->w.map.hdr->daemon_pid, 0);
 	procs_free_all(d);

@@ -148,6 +148,11 @@ static struct proc *unlink_name(struct daemon *d, uint64_t off)
 	return p;
 }
 
+struct proc *proc_forget_name(struct daemon *d, uint64_t off)
+{
+	return unlink_name(d, off);
+}
+
 void proc_remove_name(struct daemon *d, uint64_t off)
 {
 	struct proc *p = unlink_name(d, off);
@@ -159,7 +164,7 @@ void proc_remove_name(struct daemon *d, uint64_t off)
 
 void proc_release_if_empty(struct daemon *d, struct proc *p)
 {
-	if (p && p->names.n == 0)
+	if (p && p->names.n == 0 && p->waiting == 0)
 		proc_free(d, p);
 }
 
@@ -169,11 +174,22 @@ void proc_died(struct daemon *d, struct proc *p)
 
 	/* Names and memberships alike, in one pass of the event loop: no
 	 * request is served between the first removal and the last. */
+	owners_proc_gone(d, p);
 	for (size_t i = 0; i < p->names.n; i++) {
 		procreg__w_unpublish(&d->w, p->names.v[i]);
 		procreg__w_emit(&d->w, PROCREG_EV_DIED,
 				(const struct pr_record *)(d->w.map.base + p->names.v[i]));
 		procreg__u64map_del(&d->owned, p->names.v[i]);
+	}
+	/* Then pass its names on to whoever waits for them: a standby owns
+	 * the name in the same turn of the loop that saw the death. Records
+	 * are retired, not freed, so their names are still there to read. */
+	for (size_t i = 0; i < p->names.n; i++) {
+		const struct pr_record *r =
+			(const struct pr_record *)(d->w.map.base + p->names.v[i]);
+
+		if (r->kind == PR_KIND_NAME)
+			owners_name_gone(d, r->data, r->name_len);
 	}
 	p->names.n = 0;
 	if (n)

@@ -269,20 +269,24 @@ static int valid_name(const struct pr_frame *f)
 
 /*
  * Publish a name or a membership for P (identity ID) in ROOT: insert it,
- * or replace the one P already holds there (new metadata). -EEXIST if
- * another process holds it, which only a name can be: a membership's key
- * is its owner.
+ * or replace the one P already holds there (new metadata). A name another
+ * process holds is taken over if it is replaceable and F asks to replace,
+ * queued for if F asks to wait in line (-EINPROGRESS), refused otherwise
+ * (-EEXIST). A membership's key is its owner: never someone else's.
  *
  * P is attached before anything is looked up: attaching may process the
  * death of a previous process with P's pid, whose removals change slots,
  * and a slot position found before them could end up past an empty slot,
  * where no probe would find the new entry.
  */
-static int put_entry(struct daemon *d, struct proc *p, const struct ident *id,
-		     struct pr_root *root, const struct pr_key *k, const struct pr_frame *f)
+int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct pr_root *root,
+	      const struct pr_key *k, const struct pr_frame *f, bool handover, uint64_t *off_out)
 {
 	struct pr_record t = { 0 };
+	struct proc *loser = NULL;
 	uint64_t pos, old, off;
+	uint32_t ev = handover ? PROCREG_EV_TRANSFERRED : PROCREG_EV_REGISTERED;
+	bool mine = false, name = k->kind == PR_KIND_NAME;
 	int err = procreg__w_reserve(&d->w, root);
 
 	if (err)
@@ -291,10 +295,18 @@ static int put_entry(struct daemon *d, struct proc *p, const struct ident *id,
 	if (old) {
 		const struct pr_record *r = (const struct pr_record *)(d->w.map.base + old);
 
-		if (r->node != 0 || r->pid != (uint32_t)id->pid || r->start_time != id->start)
+		mine = r->node == 0 && r->pid == (uint32_t)id->pid && r->start_time == id->start;
+		if (!mine && name && (f->h.flags & PR_F_REPLACE) && r->node == 0 &&
+		    (r->flags & PROCREG_ENTRY_REPLACEABLE))
+			ev = PROCREG_EV_REPLACED;
+		else if (!mine && name && (f->h.flags & PR_F_QUEUE))
+			return (err = owners_enqueue(d, p, id, f)) ? err : -EINPROGRESS;
+		else if (!mine)
 			return -EEXIST;
+		else
+			ev = PROCREG_EV_UPDATED;
 	}
-	if (!old && p->names.n >= d->o.max_names_per_proc)
+	if (!mine && p->names.n >= d->o.max_names_per_proc)
 		return -EDQUOT;
 	t.hash = k->hash;
 	t.kind = k->kind;
@@ -305,20 +317,29 @@ static int put_entry(struct daemon *d, struct proc *p, const struct ident *id,
 	t.uid = id->uid;
 	t.name_len = (uint16_t)f->name_len;
 	t.meta_len = (uint16_t)f->meta_len;
+	if (name)
+		t.flags = (f->h.flags & PR_F_REPLACEABLE ? PROCREG_ENTRY_REPLACEABLE : 0) |
+			  (f->arg ? PROCREG_ENTRY_LEASED : 0);
 	err = procreg__w_new_record(&d->w, &t, f->name, f->meta, &off);
 	if (err)
 		return err;
-	if (!old && (err = proc_add_name(d, p, off)) < 0) {
+	if (!mine && (err = proc_add_name(d, p, off)) < 0) {
 		procreg__w_discard(&d->w, off);
 		return err;
 	}
+	if (old && !mine)
+		loser = proc_forget_name(d, old);
 	/* Reply comes after this store: an acknowledged write is published. */
 	procreg__w_publish(&d->w, root, pos, off);
-	if (old)
+	if (mine)
 		proc_replace_name(d, old, off);
-	procreg__w_emit(&d->w, k->kind == PR_KIND_MEMBER ? PROCREG_EV_JOINED
-			: old ? PROCREG_EV_UPDATED : PROCREG_EV_REGISTERED,
+	proc_release_if_empty(d, loser);
+	if (name)
+		owners_lease_set(d, f->name, f->name_len, f->arg, f->h.flags & PR_F_LEASE_MARK);
+	procreg__w_emit(&d->w, name ? ev : PROCREG_EV_JOINED,
 			(const struct pr_record *)(d->w.map.base + off));
+	if (off_out)
+		*off_out = off;
 	return 0;
 }
 
@@ -342,7 +363,7 @@ static int do_register(struct daemon *d, struct client *c, const struct pr_frame
 	if (err)
 		return err;
 	pr_key_name(&k, PR_KIND_NAME, f->name, f->name_len, d->w.map.hdr->hash_seed);
-	err = put_entry(d, p, &id, &d->w.map.hdr->names, &k, f);
+	err = entry_put(d, p, &id, &d->w.map.hdr->names, &k, f, false, NULL);
 	proc_release_if_empty(d, p);
 	if (!err)
 		count(&d->w.map.hdr->registrations);
@@ -373,7 +394,7 @@ static int do_join(struct daemon *d, struct client *c, const struct pr_frame *f,
 			      : procreg__w_group(&d->w, f->name, f->name_len, true, &root);
 	if (!err) {
 		pr_key_member(&k, (uint32_t)id.pid, id.start, 0, d->w.map.hdr->hash_seed);
-		err = put_entry(d, p, &id, root, &k, f);
+		err = entry_put(d, p, &id, root, &k, f, false, NULL);
 		if (err)
 			procreg__w_drop_group_if_empty(&d->w, f->name, f->name_len);
 	}
@@ -410,6 +431,7 @@ static int do_unregister(struct daemon *d, struct client *c, const struct pr_fra
 	/* Retired, not freed: the record stays readable for the event. */
 	proc_remove_name(d, off);
 	procreg__w_emit(&d->w, PROCREG_EV_UNREGISTERED, (const struct pr_record *)(d->w.map.base + off));
+	owners_name_gone(d, f->name, f->name_len);
 	count(&d->w.map.hdr->unregistrations);
 	return 0;
 }
@@ -449,6 +471,8 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 		return do_join(d, c, f, passed_fd);
 	case PR_OP_LEAVE:
 		return do_leave(d, c, f);
+	case PR_OP_REFRESH:
+		return valid_name(f) ?: owners_refresh(d, c, f);
 	case PR_OP_SYNC:
 		procs_drain_deaths(d);
 		return 0;
