@@ -223,7 +223,7 @@ static void test_death_removes_names(void **state)
 	enum { P = 10, NAMES = 5 };
 	pid_t kids[P];
 	int holds[P];
-	char prefix[P][16], name[64];
+	char prefix[P][16], name[P * 16 + 16];
 	struct procreg_stats st;
 
 	for (int i = 0; i < P; i++) {

@@ -1,0 +1,473 @@
+/*
+ * test_bench.c - procreg-bench in quick mode: every subcommand runs once,
+ * prints one well-formed JSON object, did the work it measures (counts,
+ * not speed), and leaves nothing behind: no file in the directory it was
+ * given (--tmpdir), no process. Also stopped by SIGINT mid-run.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* ---- a JSON checker: well-formedness, by recursive descent ------------- */
+
+static const char *ws(const char *p)
+{
+	while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+		p++;
+	return p;
+}
+
+static const char *value(const char *p, int depth);
+static const char *container(const char *p, int depth, char close, bool keys);
+
+static const char *string(const char *p)
+{
+	if (*p++ != '"')
+		return NULL;
+	while (*p && *p != '"') {
+		if ((unsigned char)*p < 0x20)
+			return NULL;
+		if (*p == '\\') {
+			p++;
+			if (*p == 'u') {
+				for (int i = 1; i <= 4; i++)
+					if (!isxdigit((unsigned char)p[i]))
+						return NULL;
+				p += 4;
+			} else if (!strchr("\"\\/bfnrt", *p) || !*p) {
+				return NULL;
+			}
+		}
+		p++;
+	}
+	return *p == '"' ? p + 1 : NULL;
+}
+
+static const char *number(const char *p)
+{
+	const char *s = p;
+
+	if (*p == '-')
+		p++;
+	if (!isdigit((unsigned char)*p))
+		return NULL;
+	if (*p == '0')
+		p++;
+	else
+		while (isdigit((unsigned char)*p))
+			p++;
+	if (*p == '.') {
+		p++;
+		if (!isdigit((unsigned char)*p))
+			return NULL;
+		while (isdigit((unsigned char)*p))
+			p++;
+	}
+	if (*p == 'e' || *p == 'E') {
+		p++;
+		if (*p == '+' || *p == '-')
+			p++;
+		if (!isdigit((unsigned char)*p))
+			return NULL;
+		while (isdigit((unsigned char)*p))
+			p++;
+	}
+	return p > s ? p : NULL;
+}
+
+static const char *container(const char *p, int depth, char close, bool keys)
+{
+	p = ws(p + 1);
+	if (*p == close)
+		return p + 1;
+	for (;;) {
+		if (keys) {
+			p = string(ws(p));
+			if (!p)
+				return NULL;
+			p = ws(p);
+			if (*p++ != ':')
+				return NULL;
+		}
+		p = value(p, depth + 1);
+		if (!p)
+			return NULL;
+		p = ws(p);
+		if (*p == close)
+			return p + 1;
+		if (*p++ != ',')
+			return NULL;
+	}
+}
+
+static const char *value(const char *p, int depth)
+{
+	if (depth > 32)
+		return NULL;
+	p = ws(p);
+	switch (*p) {
+	case '{': return container(p, depth, '}', true);
+	case '[': return container(p, depth, ']', false);
+	case '"': return string(p);
+	case 't': return strncmp(p, "true", 4) ? NULL : p + 4;
+	case 'f': return strncmp(p, "false", 5) ? NULL : p + 5;
+	case 'n': return strncmp(p, "null", 4) ? NULL : p + 4;
+	default: return number(p);
+	}
+}
+
+/* One JSON object and nothing else. */
+static bool well_formed(const char *s)
+{
+	const char *e;
+
+	if (*ws(s) != '{')
+		return false;
+	e = value(s, 0);
+	return e && !*ws(e);
+}
+
+/* The number after the first "KEY": at or after FROM; -1 if absent. */
+static double num_after(const char *from, const char *key)
+{
+	char pat[128];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(from, pat);
+	return p ? strtod(p + strlen(pat), NULL) : -1;
+}
+
+static double num(const char *json, const char *key)
+{
+	return num_after(json, key);
+}
+
+static bool has(const char *json, const char *key)
+{
+	char pat[128];
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	return strstr(json, pat) != NULL;
+}
+
+/* ---- running the bench -------------------------------------------------- */
+
+struct run {
+	char *dir;                 /* --tmpdir */
+	char *out;                 /* its stdout */
+	int status;                /* exit status, or 128 + signal */
+};
+
+/* Run procreg-bench ARGS... --tmpdir DIR --quick --json; if SIGINT_MS > 0,
+ * send SIGINT after that long. */
+static void bench(struct run *r, int sigint_ms, const char *const *args)
+{
+	const char *argv[32];
+	size_t len = 0, cap = 1 << 16;
+	int n = 0, p[2];
+	pid_t pid;
+
+	r->dir = th_mkdtemp();
+	r->out = malloc(cap);
+	assert_non_null(r->out);
+	argv[n++] = PROCREG_BENCH_PATH;
+	for (int i = 0; args[i]; i++)
+		argv[n++] = args[i];
+	argv[n++] = "--quick";
+	argv[n++] = "--json";
+	argv[n++] = "--tmpdir";
+	argv[n++] = r->dir;
+	argv[n] = NULL;
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(p[1], 1);
+		execv(argv[0], (char **)argv);
+		_exit(127);
+	}
+	close(p[1]);
+	if (sigint_ms > 0) {
+		th_msleep(sigint_ms);
+		kill(pid, SIGINT);
+	}
+	for (;;) {
+		ssize_t k;
+
+		if (len + 4096 > cap) {
+			cap *= 2;
+			r->out = realloc(r->out, cap);
+			assert_non_null(r->out);
+		}
+		k = read(p[0], r->out + len, cap - len - 1);
+		if (k <= 0)
+			break;
+		len += (size_t)k;
+	}
+	r->out[len] = 0;
+	close(p[0]);
+	r->status = th_wait(pid);
+}
+
+static int count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* Processes whose command line names DIR: the bench's children and its
+ * procregd (--dir DIR/procreg-bench.XXXXXX). */
+static int processes_using(const char *dir)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d))) {
+		char path[300], buf[8192];
+		ssize_t k;
+		int fd;
+
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		k = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (k <= 0)
+			continue;
+		for (ssize_t i = 0; i < k; i++)
+			if (!buf[i])
+				buf[i] = ' ';
+		buf[k] = 0;
+		if (strstr(buf, dir))
+			n++;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* Nothing left: no file in the directory, no process (children die with
+ * the bench through PR_SET_PDEATHSIG: give them a moment). */
+static void check_clean(struct run *r)
+{
+	int procs = 0;
+
+	assert_int_equal(count_entries(r->dir), 0);
+	for (int i = 0; i < 200 && (procs = processes_using(r->dir)) > 0; i++)
+		th_msleep(10);
+	assert_int_equal(procs, 0);
+	th_rmrf(r->dir);
+	free(r->dir);
+	free(r->out);
+}
+
+static void check_ok(struct run *r)
+{
+	if (r->status != 0 || !well_formed(r->out))
+		fprintf(stderr, "status %d, output:\n%s\n", r->status, r->out);
+	assert_int_equal(r->status, 0);
+	assert_true(well_formed(r->out));
+	assert_non_null(strstr(r->out, "\"ok\":true"));
+}
+
+/* ---- the subcommands ------------------------------------------------------ */
+
+static void test_lookup(void **state)
+{
+	struct run r;
+	const char *p;
+
+	(void)state;
+	bench(&r, 0, (const char *const[]){ "lookup", NULL });
+	check_ok(&r);
+	assert_true(has(r.out, "procreg_ns"));
+	assert_true(has(r.out, "inprocess_ns"));
+	assert_true(has(r.out, "lfht_ns"));
+	assert_true(has(r.out, "ratio_vs_inprocess"));
+	if (num(r.out, "ncpus") > 1) {
+		assert_true(has(r.out, "scaling"));
+		assert_true(has(r.out, "inprocess_scaling"));
+		assert_true(has(r.out, "scaling_vs_inprocess"));
+	}
+	/* Both table sizes, and in each run every implementation did lookups
+	 * and found every name (no misses were asked for). */
+	assert_true(num(r.out, "names") == 1000);
+	assert_non_null(strstr(r.out, "\"names\":10000"));
+	for (p = strstr(r.out, "\"lookups\":{"); p; p = strstr(p + 1, "\"lookups\":{")) {
+		const char *f = strstr(p, "\"found\":{");
+		const char *impls[] = { "procreg", "inprocess", "lfht" };
+
+		assert_non_null(f);
+		for (int i = 0; i < 3; i++) {
+			double l = num_after(p, impls[i]), fo = num_after(f, impls[i]);
+
+			assert_true(l > 1000);
+			assert_true(fo == l);
+		}
+	}
+	check_clean(&r);
+}
+
+static void test_lookup_misses(void **state)
+{
+	struct run r;
+	double l, f;
+
+	(void)state;
+	bench(&r, 0, (const char *const[]){ "lookup", "--names", "5000", "--readers", "1",
+					     "--miss-rate", "50%", NULL });
+	check_ok(&r);
+	l = num_after(strstr(r.out, "\"lookups\":{"), "procreg");
+	f = num_after(strstr(r.out, "\"found\":{"), "procreg");
+	assert_true(l > 1000);
+	assert_true(f > 0.4 * l && f < 0.6 * l);
+	check_clean(&r);
+}
+
+static void test_lookup_under_write_load(void **state)
+{
+	struct run r;
+
+	(void)state;
+	bench(&r, 0, (const char *const[]){ "lookup", "--under-write-load", NULL });
+	check_ok(&r);
+	assert_non_null(strstr(r.out, "\"under_write_load\":true"));
+	assert_true(has(r.out, "ratio_vs_idle"));
+	assert_true(has(r.out, "idle_procreg_ns"));
+	assert_true(num(r.out, "writer_ops_per_s") > 0);
+	assert_true(num_after(strstr(r.out, "\"lookups\":{"), "procreg") > 1000);
+	check_clean(&r);
+}
+
+static void test_register(void **state)
+{
+	struct run r;
+	const char *p;
+	int runs = 0;
+
+	(void)state;
+	bench(&r, 0, (const char *const[]){ "register", NULL });
+	check_ok(&r);
+	for (p = strstr(r.out, "\"arrangement\":"); p; p = strstr(p + 1, "\"arrangement\":")) {
+		double es = num_after(p, "expected_sync"), ep = num_after(p, "expected_pipelined");
+
+		assert_true(es > 0 && ep > 0);
+		assert_true(num_after(p, "round_trips") == es);
+		assert_true(num_after(p, "sync_registered") == es);
+		assert_true(num_after(p, "sync_unregistered") == es);
+		assert_true(num_after(p, "pipelined_registered") == ep);
+		assert_true(num_after(p, "pipelined_unregistered") == ep);
+		assert_true(num_after(p, "ratio_vs_socket_rtt") > 0);
+		runs++;
+	}
+	assert_true(runs >= 1);
+	check_clean(&r);
+}
+
+static void test_stress(void **state)
+{
+	struct run r;
+	double names;
+
+	(void)state;
+	bench(&r, 0, (const char *const[]){ "stress", NULL });
+	check_ok(&r);
+	names = num(r.out, "names");
+	assert_true(names > 0);
+	assert_true(num(r.out, "procs") > 1);
+	assert_true(num(r.out, "visible_after_register") == names);
+	assert_true(num(r.out, "visible_after_reregister") == names);
+	assert_non_null(strstr(r.out, "\"all_gone\":true"));
+	assert_true(num(r.out, "reg_per_s") > 0);
+	assert_true(num(r.out, "unreg_per_s") > 0);
+	assert_true(num(r.out, "rereg_per_s") > 0);
+	assert_true(num(r.out, "kill_to_all_gone_ms") >= 0);
+	check_clean(&r);
+}
+
+static void test_memory(void **state)
+{
+	struct run r;
+	const char *p;
+	int sizes = 0;
+
+	(void)state;
+	bench(&r, 0, (const char *const[]){ "memory", NULL });
+	check_ok(&r);
+	for (p = strstr(r.out, "{\"names\":"); p; p = strstr(p + 1, "{\"names\":")) {
+		double n = num_after(p, "names");
+
+		assert_true(num_after(p, "table_names") == n);
+		assert_true(num_after(p, "file_bytes") > 0);
+		assert_true(num_after(p, "arena_used_per_name") > 0);
+		sizes++;
+	}
+	assert_int_equal(sizes, 2);
+	check_clean(&r);
+}
+
+/* SIGINT in the middle of a measurement: the bench stops, by the signal,
+ * and leaves nothing behind. */
+static void test_sigint(void **state)
+{
+	struct run r;
+
+	(void)state;
+	bench(&r, 400, (const char *const[]){ "lookup", "--duration", "3000", NULL });
+	assert_int_equal(r.status, 128 + SIGINT);
+	check_clean(&r);
+}
+
+static void test_usage(void **state)
+{
+	struct run r;
+
+	(void)state;
+	bench(&r, 0, (const char *const[]){ "no-such-command", NULL });
+	assert_int_equal(r.status, 2);
+	check_clean(&r);
+	bench(&r, 0, (const char *const[]){ "stress", "--nodes", "3", NULL });
+	assert_int_equal(r.status, 2);
+	check_clean(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_lookup),
+		cmocka_unit_test(test_lookup_misses),
+		cmocka_unit_test(test_lookup_under_write_load),
+		cmocka_unit_test(test_register),
+		cmocka_unit_test(test_stress),
+		cmocka_unit_test(test_memory),
+		cmocka_unit_test(test_sigint),
+		cmocka_unit_test(test_usage),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,686 @@
+/*
+ * lookup.c - procreg-bench lookup [--under-write-load]
+ *
+ * Lookups of registered names (and, with --miss-rate, of absent ones) from
+ * 1..N reader processes, over tables of each --names size, beside two
+ * in-process tables holding the same names (baseline.c).
+ *
+ * HOW A FIGURE IS MEASURED. For one implementation and one reader count,
+ * the parent forks the readers, each pinned to its CPU. A reader opens
+ * what it reads (procreg: its own handle; lfht: its RCU registration),
+ * looks every name up once (warming caches and page tables; every name
+ * must be found), says it is ready, and goes on looking up until the
+ * parent opens the timed window; it then counts lookups until the window
+ * closes, checking the shared phase word every 256 lookups, and times
+ * itself. Queries come from one shuffled buffer of fixed-width names, the
+ * same for every implementation, each reader starting at its own offset;
+ * every result is consumed (found count and a checksum of the entry
+ * copied out). A figure is the median of --rounds measurements; the order
+ * of the implementations rotates from round to round.
+ *
+ * Reported per reader count: ns per lookup (per reader), lookups/s (all
+ * readers), procreg's speed as a ratio of each baseline's, and the scaling
+ * from 1 to N readers of each implementation: on a machine whose cores
+ * are not equal, procreg's scaling means something only beside the
+ * in-process table's (scaling_vs_inprocess).
+ *
+ * --under-write-load: each figure is measured idle and again while a
+ * writer process churns registrations through procreg_batch as fast as
+ * the daemon takes them. The writer and the daemon share the last CPU; the
+ * readers get the others (1..ncpus-1 readers), so the figure shows what
+ * the writes cost the readers through memory, not through CPU time. The
+ * in-process tables are measured under the same load as a control: they
+ * share nothing with procreg but the machine.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+enum impl { IMPL_PROCREG, IMPL_INPROC, IMPL_LFHT, NIMPL };
+
+static const char *const impl_key[NIMPL] = { "procreg", "inprocess", "lfht" };
+
+#define MAX_READERS 256
+#define BLOCK 256
+
+enum { PH_WARM, PH_RUN, PH_STOP };
+
+struct reader_res {
+	int ready;                 /* 1 ready, -1 failed */
+	int err;
+	uint64_t count, found, ns, sink;
+	uint8_t pad[64 - 40];
+};
+
+struct ctl {
+	int phase;
+	uint8_t pad0[60];
+	struct reader_res r[MAX_READERS];
+	int writer_ready;          /* 1 ready, -1 failed */
+	int writer_err;
+	uint64_t writer_ops, writer_ns;
+};
+
+/* What the readers inherit through fork. */
+static struct {
+	struct ctl *ctl;
+	const struct qname *names;
+	uint64_t n;
+	const struct qname *queries;
+	uint64_t qmask;
+	struct oa_table *oa;
+	struct lfht_table *lfht;
+	enum impl impl;
+	int nreaders;
+} L;
+
+/* One reader's loop for one implementation: the same code for each. */
+#define READER_LOOP(CALL)                                                       \
+	do {                                                                    \
+		for (uint64_t i = 0; i < L.n; i++)                              \
+			if (CALL(L.names[i].s, e) != 0)                          \
+				missing++;                                      \
+		if (missing) {                                                  \
+			res->err = ENOENT;                                      \
+			__atomic_store_n(&res->ready, -1, __ATOMIC_RELEASE);     \
+			return 1;                                               \
+		}                                                               \
+		__atomic_store_n(&res->ready, 1, __ATOMIC_RELEASE);              \
+		while (__atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE) == PH_WARM) \
+			for (int k = 0; k < BLOCK; k++)                         \
+				sink += CALL(L.queries[pos++ & L.qmask].s, e) == 0 ? \
+						(uint64_t)e->pid + e->meta[0] : 0; \
+		t0 = now_ns();                                                  \
+		while (__atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE) == PH_RUN) { \
+			for (int k = 0; k < BLOCK; k++) {                       \
+				if (CALL(L.queries[pos++ & L.qmask].s, e) == 0) { \
+					found++;                                \
+					sink += (uint64_t)e->pid + e->meta[0] +   \
+						e->name[e->meta_len & 7];       \
+				}                                               \
+			}                                                       \
+			count += BLOCK;                                         \
+		}                                                               \
+		t1 = now_ns();                                                  \
+	} while (0)
+
+static procreg_t *reader_reg;
+#define CALL_PROCREG(q, e) procreg_lookup(reader_reg, (q), (e))
+#define CALL_INPROC(q, e) oa_lookup(L.oa, (q), (e))
+#define CALL_LFHT(q, e) lfht_lookup(L.lfht, (q), (e))
+
+static int reader_main(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	struct reader_res *res = &L.ctl->r[id];
+	struct procreg_entry *e = calloc(1, sizeof(*e));
+	uint64_t pos = (L.qmask + 1) / (uint64_t)L.nreaders * (uint64_t)id;
+	uint64_t count = 0, found = 0, sink = 0, missing = 0, t0 = 0, t1 = 0;
+
+	if (!e)
+		goto fail;
+	switch (L.impl) {
+	case IMPL_PROCREG:
+		reader_reg = bench_open(BENCH_SCOPE);
+		if (!reader_reg)
+			goto fail;
+		READER_LOOP(CALL_PROCREG);
+		break;
+	case IMPL_INPROC:
+		READER_LOOP(CALL_INPROC);
+		break;
+	case IMPL_LFHT:
+		lfht_reader_init();
+		READER_LOOP(CALL_LFHT);
+		break;
+	default:
+		break;
+	}
+	res->count = count;
+	res->found = found;
+	res->ns = t1 - t0;
+	res->sink = sink;
+	return 0;
+fail:
+	res->err = errno;
+	__atomic_store_n(&res->ready, -1, __ATOMIC_RELEASE);
+	return 1;
+}
+
+/* ---- the write load ----------------------------------------------------- */
+
+#define CHURN_WAVE 1000
+#define CHURN_WAVES 64
+
+static int writer_main(void *arg)
+{
+	procreg_t *reg = bench_open(BENCH_SCOPE);
+	struct procreg_op *ops = calloc(CHURN_WAVE, sizeof(*ops));
+	struct qname *nm = calloc(CHURN_WAVE, sizeof(*nm));
+	char meta[64];
+	size_t ml = meta_of(meta, sizeof(meta), 0);
+	uint64_t ops_run = 0, t0 = 0, wave = 0;
+	int ph;
+
+	(void)arg;
+	if (!reg || !ops || !nm) {
+		L.ctl->writer_err = errno;
+		__atomic_store_n(&L.ctl->writer_ready, -1, __ATOMIC_RELEASE);
+		return 1;
+	}
+	/* Register a wave of new names, then remove it: every op is a
+	 * publish or a tombstone, records are retired and reused, and the
+	 * index is rebuilt as tombstones pile up. */
+	while ((ph = __atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE)) != PH_STOP) {
+		int err;
+
+		for (int pass = 0; pass < 2; pass++) {
+			for (int j = 0; j < CHURN_WAVE; j++) {
+				name_of(&nm[j], "churn", (wave % CHURN_WAVES) * CHURN_WAVE + (uint64_t)j);
+				ops[j].kind = pass ? PROCREG_OP_UNREGISTER : PROCREG_OP_REGISTER;
+				ops[j].name = nm[j].s;
+				ops[j].meta = meta;
+				ops[j].meta_len = pass ? 0 : ml;
+			}
+			err = procreg_batch(reg, ops, CHURN_WAVE);
+			if (err || ops[0].result) {
+				L.ctl->writer_err = err ? -err : -ops[0].result;
+				__atomic_store_n(&L.ctl->writer_ready, -1, __ATOMIC_RELEASE);
+				return 1;
+			}
+		}
+		wave++;
+		__atomic_store_n(&L.ctl->writer_ready, 1, __ATOMIC_RELEASE);
+		if (ph == PH_RUN) {
+			if (!t0)
+				t0 = now_ns();
+			ops_run += 2 * CHURN_WAVE;
+			L.ctl->writer_ops = ops_run;
+			L.ctl->writer_ns = now_ns() - t0;
+		}
+	}
+	procreg_close(reg);
+	return 0;
+}
+
+/* ---- one measurement ------------------------------------------------------ */
+
+struct figure {
+	double rate;               /* lookups/s, all readers */
+	double ns;                 /* ns per lookup, per reader (mean) */
+	uint64_t lookups, found;
+	double writer_rate;        /* under load: writer ops/s */
+	double gp_rate;            /* grace periods/s the daemon ran in the window */
+	double ipi_rate;           /* function-call IPIs/s on the first reader's CPU */
+};
+
+static procreg_t *parent_reg;      /* the parent's handle, for the counters */
+
+/* Function-call interrupts (the IPIs membarrier sends) taken by CPU so far,
+ * from /proc/interrupts; 0 where it cannot be read. */
+static uint64_t ipis_on(int cpu)
+{
+	FILE *f = fopen("/proc/interrupts", "r");
+	char line[8192];
+	uint64_t v = 0;
+	int col = -1;
+
+	if (!f)
+		return 0;
+	if (fgets(line, sizeof(line), f)) {
+		char *tok, *save = NULL;
+		int i = 0;
+
+		for (tok = strtok_r(line, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save), i++)
+			if (!strncmp(tok, "CPU", 3) && atoi(tok + 3) == cpu)
+				col = i;
+	}
+	while (col >= 0 && fgets(line, sizeof(line), f)) {
+		char *tok, *save = NULL;
+		int i = 0;
+
+		tok = strtok_r(line, " \t\n", &save);
+		if (!tok || strcmp(tok, "CAL:"))
+			continue;
+		for (tok = strtok_r(NULL, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save), i++)
+			if (i == col)
+				v = strtoull(tok, NULL, 10);
+		break;
+	}
+	fclose(f);
+	return v;
+}
+
+static int wait_ready(int *flag, pid_t pid)
+{
+	for (int i = 0; i < 600000; i++) {
+		int v = __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+
+		if (v)
+			return v > 0 ? 0 : -1;
+		if (i > 1000)
+			usleep(100);
+	}
+	(void)pid;
+	return -1;
+}
+
+static int measure(enum impl impl, int nreaders, const int *rcpu, bool load, int wcpu,
+		   struct figure *f)
+{
+	pid_t pids[MAX_READERS], wpid = 0;
+	uint64_t sink = 0;
+	int err = 0;
+
+	memset(L.ctl, 0, sizeof(*L.ctl));
+	memset(f, 0, sizeof(*f));
+	L.impl = impl;
+	L.nreaders = nreaders;
+	if (load) {
+		wpid = spawn(writer_main, NULL, wcpu);
+		if (wpid < 0 || wait_ready(&L.ctl->writer_ready, wpid) < 0) {
+			fprintf(stderr, "procreg-bench: the writer failed: %s\n",
+				strerror(L.ctl->writer_err));
+			if (wpid > 0)
+				reap(wpid);
+			return -1;
+		}
+	}
+	for (int r = 0; r < nreaders; r++)
+		pids[r] = spawn(reader_main, (void *)(intptr_t)r, rcpu[r]);
+	for (int r = 0; r < nreaders; r++) {
+		if (pids[r] < 0 || wait_ready(&L.ctl->r[r].ready, pids[r]) < 0) {
+			fprintf(stderr, "procreg-bench: %s reader %d failed: %s\n", impl_key[impl], r,
+				strerror(L.ctl->r[r].err));
+			err = -1;
+		}
+	}
+	if (!err) {
+		struct procreg_stats s0, s1;
+		uint64_t i0, t0;
+
+		sleep_ms(10);
+		procreg_stats(parent_reg, &s0);
+		i0 = ipis_on(rcpu[0]);
+		t0 = now_ns();
+		__atomic_store_n(&L.ctl->phase, PH_RUN, __ATOMIC_RELEASE);
+		sleep_ms(bo.duration_ms);
+		procreg_stats(parent_reg, &s1);
+		f->ipi_rate = (double)(ipis_on(rcpu[0]) - i0) * 1e9 / (double)(now_ns() - t0);
+		f->gp_rate = (double)(s1.grace_periods - s0.grace_periods) * 1e9 / (double)(now_ns() - t0);
+	}
+	__atomic_store_n(&L.ctl->phase, PH_STOP, __ATOMIC_RELEASE);
+	for (int r = 0; r < nreaders; r++) {
+		if (pids[r] > 0 && reap(pids[r]) != 0)
+			err = -1;
+	}
+	if (wpid > 0 && reap(wpid) != 0)
+		err = -1;
+	if (err)
+		return -1;
+	for (int r = 0; r < nreaders; r++) {
+		struct reader_res *res = &L.ctl->r[r];
+
+		if (!res->count || !res->ns)
+			return -1;
+		f->rate += (double)res->count * 1e9 / (double)res->ns;
+		f->ns += (double)res->ns / (double)res->count / nreaders;
+		f->lookups += res->count;
+		f->found += res->found;
+		sink += res->sink;
+	}
+	if (load && L.ctl->writer_ns)
+		f->writer_rate = (double)L.ctl->writer_ops * 1e9 / (double)L.ctl->writer_ns;
+	/* Consumed: the checksum goes nowhere, but the compiler cannot know. */
+	__asm__ volatile("" : : "r"(sink));
+	return 0;
+}
+
+/* ---- one table size -------------------------------------------------------- */
+
+struct cell {                      /* one implementation, one reader count, idle or loaded */
+	double rate[64], ns[64], wrate[64], gp[64], ipi[64];
+	uint64_t lookups, found;
+	double med_rate, med_ns, med_wrate, med_gp, med_ipi;
+};
+
+static void finish(struct cell *c, int rounds)
+{
+	c->med_rate = median(c->rate, rounds);
+	c->med_ns = median(c->ns, rounds);
+	c->med_wrate = median(c->wrate, rounds);
+	c->med_gp = median(c->gp, rounds);
+	c->med_ipi = median(c->ipi, rounds);
+}
+
+static const char *cpus_of(const int *cpu, int n)
+{
+	static char buf[4][256];
+	static int k;
+	char *b = buf[k++ % 4];
+	size_t o = 0;
+
+	b[0] = 0;
+	for (int i = 0; i < n && o < 240; i++)
+		o += (size_t)snprintf(b + o, 256 - o, "%s%d", i ? "," : "", cpu[i]);
+	return b;
+}
+
+static int run_size(uint64_t n, const int *rcounts, int nrc)
+{
+	struct daemon_proc d;
+	char maxn[32];
+	const char *args[] = { "--max-names-per-proc", maxn, NULL };
+	struct qname *names = NULL, *queries = NULL;
+	uint64_t qn = bo.quick ? (1u << 16) : (1u << 20), seed = 42 + n;
+	size_t names_sz = n * sizeof(*names), q_sz;
+	struct procreg_stats st;
+	procreg_t *reg = NULL;
+	int64_t got;
+	int wcpu = cpus[ncpus - 1], rc = -1;
+	struct cell (*cells)[2][NIMPL] = calloc((size_t)nrc, sizeof(*cells));
+	double scaling[NIMPL] = { 0 };
+
+	if (!cells)
+		return -1;
+	q_sz = qn * sizeof(*queries);
+	names = mmap(NULL, names_sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	queries = mmap(NULL, q_sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (names == MAP_FAILED || queries == MAP_FAILED)
+		goto out_nomap;
+	for (uint64_t i = 0; i < n; i++)
+		name_of(&names[i], "svc", i);
+	for (uint64_t i = 0; i < qn; i++) {
+		uint64_t r = rng_next(&seed);
+
+		if ((double)(r >> 11) / 9007199254740992.0 < bo.miss_rate)
+			name_of(&queries[i], "miss", rng_next(&seed) % n);
+		else
+			queries[i] = names[rng_next(&seed) % n];
+	}
+
+	/* procreg: our own daemon, the names held by this process. */
+	snprintf(maxn, sizeof(maxn), "%llu", (unsigned long long)(n + 1024));
+	if (daemon_start(&d, BENCH_SCOPE, args) < 0)
+		goto out;
+	pin(d.pid, wcpu);
+	reg = bench_open(BENCH_SCOPE);
+	if (!reg) {
+		fprintf(stderr, "procreg-bench: open: %s\n", strerror(errno));
+		goto out_daemon;
+	}
+	parent_reg = reg;
+	{
+		uint64_t t0 = now_ns();
+
+		got = register_range(reg, "svc", 0, n, false);
+		if (got != (int64_t)n) {
+			fprintf(stderr, "procreg-bench: registered %lld of %llu names: %s\n",
+				(long long)got, (unsigned long long)n,
+				got < 0 ? procreg_strerror((int)got) : "refused");
+			goto out_daemon;
+		}
+		procreg_stats(reg, &st);
+		hprintf("\n%s names: table built in %.0f ms (index %s slots, %.0f%% full)\n",
+			fmt_count(n), (double)(now_ns() - t0) / 1e6, fmt_count(st.index_capacity),
+			100.0 * (double)n / (double)st.index_capacity);
+	}
+
+	L.ctl = shared_alloc(sizeof(struct ctl));
+	L.names = names;
+	L.n = n;
+	L.queries = queries;
+	L.qmask = qn - 1;
+	L.oa = oa_build(names, n, st.index_capacity, getpid());
+	L.lfht = lfht_build(names, n, getpid());
+	if (!L.oa || !L.lfht) {
+		fprintf(stderr, "procreg-bench: cannot build the in-process tables\n");
+		goto out_daemon;
+	}
+
+	for (int c = 0; c < nrc; c++) {
+		int nr = rcounts[c], rcpu[MAX_READERS];
+		/* Under load the last CPU is the writer's and the daemon's. */
+		int avail = bo.under_write_load && ncpus > 1 ? ncpus - 1 : ncpus;
+
+		for (int r = 0; r < nr; r++)
+			rcpu[r] = cpus[r % avail];
+		for (int round = 0; round < bo.rounds; round++) {
+			for (int k = 0; k < NIMPL; k++) {
+				enum impl im = (enum impl)((k + round) % NIMPL);
+
+				for (int ld = 0; ld < (bo.under_write_load ? 2 : 1); ld++) {
+					struct figure f;
+					struct cell *cl = &cells[c][ld][im];
+
+					if (measure(im, nr, rcpu, ld, wcpu, &f) < 0)
+						goto out_daemon;
+					cl->rate[round] = f.rate;
+					cl->ns[round] = f.ns;
+					cl->wrate[round] = f.writer_rate;
+					cl->gp[round] = f.gp_rate;
+					cl->ipi[round] = f.ipi_rate;
+					cl->lookups += f.lookups;
+					cl->found += f.found;
+				}
+			}
+		}
+		for (int ld = 0; ld < 2; ld++)
+			for (int k = 0; k < NIMPL; k++)
+				finish(&cells[c][ld][k], bo.rounds);
+	}
+
+	/* ---- report ---- */
+	j_obj(NULL);
+	j_int("names", n);
+	j_int("index_capacity", st.index_capacity);
+	j_str("daemon_cpu", cpu_label(wcpu));
+	if (!bo.under_write_load) {
+		hprintf("%-8s %-6s %10s %10s %10s %11s %11s %11s %9s %9s\n", "readers", "cpus",
+			"procreg", "inprocess", "lfht", "procreg", "inprocess", "lfht",
+			"vs inproc", "vs lfht");
+		hprintf("%-8s %-6s %10s %10s %10s %11s %11s %11s %9s %9s\n", "", "",
+			"ns/lookup", "ns/lookup", "ns/lookup", "lookups/s", "lookups/s",
+			"lookups/s", "", "");
+	} else {
+		hprintf("%-8s %-6s %-6s %10s %10s %9s %10s %10s %9s %10s %11s\n", "readers",
+			"cpus", "writer", "procreg", "procreg", "procreg", "inprocess", "inprocess",
+			"inprocess", "procreg", "writes/s");
+		hprintf("%-8s %-6s %-6s %10s %10s %9s %10s %10s %9s %10s %11s\n", "", "", "cpu",
+			"idle ns", "loaded ns", "vs idle", "idle ns", "loaded ns", "vs idle",
+			"vs inproc", "(loaded)");
+	}
+	j_arr("runs");
+	for (int c = 0; c < nrc; c++) {
+		int nr = rcounts[c], rcpu[MAX_READERS];
+		int avail = bo.under_write_load && ncpus > 1 ? ncpus - 1 : ncpus;
+		struct cell *idle = cells[c][0], *ld = cells[c][1];
+		struct cell *use = bo.under_write_load ? ld : idle;
+		double rv_in = use[IMPL_PROCREG].med_rate / use[IMPL_INPROC].med_rate;
+		double rv_lf = use[IMPL_PROCREG].med_rate / use[IMPL_LFHT].med_rate;
+
+		for (int r = 0; r < nr; r++)
+			rcpu[r] = cpus[r % avail];
+		j_obj(NULL);
+		j_int("readers", (uint64_t)nr);
+		j_str("cpus", cpus_of(rcpu, nr));
+		for (int k = 0; k < NIMPL; k++) {
+			char key[64];
+
+			snprintf(key, sizeof(key), "%s_ns", impl_key[k]);
+			j_num(key, use[k].med_ns);
+			snprintf(key, sizeof(key), "%s_lookups_per_s", impl_key[k]);
+			j_num(key, use[k].med_rate);
+		}
+		j_num("ratio_vs_inprocess", rv_in);
+		j_num("ratio_vs_lfht", rv_lf);
+		j_obj("lookups");
+		for (int k = 0; k < NIMPL; k++)
+			j_int(impl_key[k], use[k].lookups + (bo.under_write_load ? idle[k].lookups : 0));
+		j_end();
+		j_obj("found");
+		for (int k = 0; k < NIMPL; k++)
+			j_int(impl_key[k], use[k].found + (bo.under_write_load ? idle[k].found : 0));
+		j_end();
+		if (!bo.under_write_load) {
+			hprintf("%-8d %-6s %10.1f %10.1f %10.1f %11s %11s %11s %8.2fx %8.2fx\n", nr,
+				cpus_of(rcpu, nr), idle[IMPL_PROCREG].med_ns, idle[IMPL_INPROC].med_ns,
+				idle[IMPL_LFHT].med_ns, fmt_rate(idle[IMPL_PROCREG].med_rate),
+				fmt_rate(idle[IMPL_INPROC].med_rate), fmt_rate(idle[IMPL_LFHT].med_rate),
+				rv_in, rv_lf);
+		} else {
+			double pr = ld[IMPL_PROCREG].med_rate / idle[IMPL_PROCREG].med_rate;
+			double ir = ld[IMPL_INPROC].med_rate / idle[IMPL_INPROC].med_rate;
+			double lr = ld[IMPL_LFHT].med_rate / idle[IMPL_LFHT].med_rate;
+
+			j_str("writer_cpu", cpu_label(wcpu));
+			j_num("idle_procreg_ns", idle[IMPL_PROCREG].med_ns);
+			j_num("idle_inprocess_ns", idle[IMPL_INPROC].med_ns);
+			j_num("idle_lfht_ns", idle[IMPL_LFHT].med_ns);
+			j_num("ratio_vs_idle", pr);
+			j_num("inprocess_ratio_vs_idle", ir);
+			j_num("lfht_ratio_vs_idle", lr);
+			j_num("writer_ops_per_s", ld[IMPL_PROCREG].med_wrate);
+			j_num("grace_periods_per_s", ld[IMPL_PROCREG].med_gp);
+			j_num("idle_grace_periods_per_s", idle[IMPL_PROCREG].med_gp);
+			j_num("reader_cpu_ipis_per_s", ld[IMPL_PROCREG].med_ipi);
+			j_num("idle_reader_cpu_ipis_per_s", idle[IMPL_PROCREG].med_ipi);
+			j_num("inprocess_reader_cpu_ipis_per_s", ld[IMPL_INPROC].med_ipi);
+			hprintf("%-8d %-6s %-6s %10.1f %10.1f %8.2fx %10.1f %10.1f %8.2fx %9.2fx %11s\n",
+				nr, cpus_of(rcpu, nr), cpu_label(wcpu), idle[IMPL_PROCREG].med_ns,
+				ld[IMPL_PROCREG].med_ns, pr, idle[IMPL_INPROC].med_ns,
+				ld[IMPL_INPROC].med_ns, ir, rv_in, fmt_rate(ld[IMPL_PROCREG].med_wrate));
+			hprintf("%-8s during procreg's loaded window: %.0f grace periods/s, %.0f IPIs/s "
+				"on reader CPU %d (idle: %.0f, %.0f; in-process loaded: %.0f IPIs/s)\n", "",
+				ld[IMPL_PROCREG].med_gp, ld[IMPL_PROCREG].med_ipi, rcpu[0],
+				idle[IMPL_PROCREG].med_gp, idle[IMPL_PROCREG].med_ipi,
+				ld[IMPL_INPROC].med_ipi);
+			{
+				char what[160];
+
+				snprintf(what, sizeof(what),
+					 "lookup under write load, %s names, %d reader%s: vs idle",
+					 fmt_count(n), nr, nr == 1 ? "" : "s");
+				target(what, pr, ">=", 0.9, "x");
+			}
+		}
+		{
+			char what[160];
+
+			snprintf(what, sizeof(what), "lookup%s, %s names, %d reader%s: vs in-process",
+				 bo.under_write_load ? " (loaded)" : "", fmt_count(n), nr,
+				 nr == 1 ? "" : "s");
+			target(what, rv_in, ">=", 0.5, "x");
+		}
+		j_end();
+	}
+	j_end();
+	if (nrc > 1) {
+		int last = nrc - 1;
+		struct cell *a = cells[0][bo.under_write_load], *b = cells[last][bo.under_write_load];
+		double svi;
+
+		for (int k = 0; k < NIMPL; k++)
+			scaling[k] = b[k].med_rate / a[k].med_rate;
+		svi = scaling[IMPL_PROCREG] / scaling[IMPL_INPROC];
+		j_num("scaling", scaling[IMPL_PROCREG]);
+		j_num("inprocess_scaling", scaling[IMPL_INPROC]);
+		j_num("lfht_scaling", scaling[IMPL_LFHT]);
+		j_num("scaling_vs_inprocess", svi);
+		hprintf("scaling 1 -> %d readers: procreg %.2fx, inprocess %.2fx, lfht %.2fx; "
+			"procreg's / inprocess's: %.2f\n", rcounts[last], scaling[IMPL_PROCREG],
+			scaling[IMPL_INPROC], scaling[IMPL_LFHT], svi);
+		{
+			char what[160];
+
+			snprintf(what, sizeof(what), "lookup scaling 1->%d, %s names: vs in-process's",
+				 rcounts[last], fmt_count(n));
+			target(what, svi, ">=", 0.9, "x");
+		}
+	}
+	j_end();
+	rc = 0;
+
+out_daemon:
+	if (reg)
+		procreg_close(reg);
+	daemon_stop(&d);
+out:
+	oa_free(L.oa);
+	lfht_free(L.lfht);
+	L.oa = NULL;
+	L.lfht = NULL;
+	if (L.ctl)
+		shared_free(L.ctl, sizeof(struct ctl));
+	L.ctl = NULL;
+out_nomap:
+	if (names != MAP_FAILED && names)
+		munmap(names, names_sz);
+	if (queries != MAP_FAILED && queries)
+		munmap(queries, q_sz);
+	free(cells);
+	return rc;
+}
+
+int cmd_lookup(void)
+{
+	int rcounts[4], nrc = 0, maxr;
+	uint64_t t0 = now_ns();
+
+	if (bo.under_write_load) {
+		/* The last CPU carries the writer and the daemon. */
+		maxr = bo.readers ? bo.readers : (ncpus > 1 ? ncpus - 1 : 1);
+	} else {
+		maxr = bo.readers ? bo.readers : ncpus;
+	}
+	if (maxr > MAX_READERS)
+		maxr = MAX_READERS;
+	rcounts[nrc++] = 1;
+	if (maxr > 1)
+		rcounts[nrc++] = maxr;
+	if (!bo.nnames) {
+		if (bo.quick) {
+			bo.names_list[0] = 1000;
+			bo.names_list[1] = 10000;
+		} else {
+			bo.names_list[0] = 10000;
+			bo.names_list[1] = 1000000;
+		}
+		bo.nnames = 2;
+	}
+	hprintf("procreg-bench lookup%s: %d CPUs (%s), miss rate %.0f%%, %d round%s of %d ms per "
+		"figure (median)\n", bo.under_write_load ? " --under-write-load" : "", ncpus,
+		cpus_of(cpus, ncpus), bo.miss_rate * 100, bo.rounds, bo.rounds == 1 ? "" : "s",
+		bo.duration_ms);
+	hprintf("baselines: inprocess = open-addressing table in private memory (same hash, "
+		"same capacity, same copy-out); lfht = liburcu cds_lfht (memb)\n");
+	if (bo.under_write_load)
+		hprintf("load: a writer process registers and unregisters waves of %d names "
+			"through procreg_batch, on the daemon's CPU\n", CHURN_WAVE);
+	j_str("subcommand", bo.under_write_load ? "lookup --under-write-load" : "lookup");
+	j_bool("under_write_load", bo.under_write_load);
+	j_int("ncpus", (uint64_t)ncpus);
+	j_num("miss_rate", bo.miss_rate);
+	j_int("rounds", (uint64_t)bo.rounds);
+	j_int("duration_ms", (uint64_t)bo.duration_ms);
+	j_arr("tables");
+	for (int i = 0; i < bo.nnames; i++) {
+		if (run_size(bo.names_list[i], rcounts, nrc) < 0) {
+			j_end();
+			return 2;
+		}
+	}
+	j_end();
+	targets_report();
+	hprintf("\ntotal %.1f s\n", (double)(now_ns() - t0) / 1e9);
+	j_num("seconds", (double)(now_ns() - t0) / 1e9);
+	return 0;
+}

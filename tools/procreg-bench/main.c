@@ -1,0 +1,262 @@
+/*
+ * procreg-bench - measures procreg beside baselines run on the same
+ * machine in the same run, and checks the targets of DESIGN.md.
+ *
+ *   procreg-bench lookup [--under-write-load]   lookups vs in-process tables
+ *   procreg-bench register                      registrations vs a socket round trip
+ *   procreg-bench stress                        the registry stress test
+ *   procreg-bench memory                        table bytes per name
+ *
+ * Each prints a human table and, with --json, one JSON object on stdout
+ * (the table then goes to stderr). Each starts its own procregd in a
+ * private temporary directory and removes it at the end.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+struct bench_opts bo;
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: procreg-bench COMMAND [OPTIONS]\n"
+		"Measures procreg beside baselines run in the same run; prints a table, or\n"
+		"with --json one JSON object (the table then goes to stderr).\n"
+		"\n"
+		"Commands:\n"
+		"  lookup      lookups from 1..N reader processes vs an in-process\n"
+		"              open-addressing table and liburcu's cds_lfht\n"
+		"  register    registrations/s through procregd, synchronous and pipelined,\n"
+		"              vs a bare unix-socket round trip\n"
+		"  stress      N names over P processes: register, unregister, re-register,\n"
+		"              kill every process, time until every name is gone\n"
+		"  memory      table bytes per name at 10^4..10^6 names\n"
+		"\n"
+		"Options:\n"
+		"  --json                one JSON object on stdout\n"
+		"  --quick               small sizes and short runs (for the test suite)\n"
+		"  --procregd PATH       the daemon (default: next to procreg-bench, or ../sbin)\n"
+		"  --tmpdir DIR          where to make the private directory (default /dev/shm)\n"
+		"  --rounds N            measurements per figure, median kept (default 3)\n"
+		"  --duration MS         timed window of one lookup measurement (default 300)\n"
+		"lookup:\n"
+		"  --names N[,N...]      table sizes (default 10000,1000000)\n"
+		"  --readers N           reader processes, besides 1 (default: the CPUs)\n"
+		"  --miss-rate R         share of lookups of absent names, 0..1 or N%% (default 0)\n"
+		"  --under-write-load    also measure while a writer churns registrations\n"
+		"register:\n"
+		"  --clients N           client processes, besides 1 (default: the CPUs)\n"
+		"  --sync-ops N          synchronous registrations per client (default 10000)\n"
+		"  --batch-ops N         pipelined registrations per client (default 200000)\n"
+		"stress:\n"
+		"  --names N             names (default 100000)\n"
+		"  --procs P             processes the names are spread over (default 1000)\n"
+		"  --pipelined           each process registers with one procreg_batch\n"
+		"  --nodes K             hosts (needs cross-host replication: not yet)\n"
+		"memory:\n"
+		"  --names N[,N...]      sizes, growing (default 10000,100000,1000000)\n"
+		"\n"
+		"Nothing outside the private directory is touched: not the default scope,\n"
+		"not /dev/shm/procreg.*. SIGINT stops the bench and removes what it made.\n");
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -1;
+	if (*end == 'k' || *end == 'K') {
+		v *= 1000;
+		end++;
+	} else if (*end == 'm' || *end == 'M') {
+		v *= 1000000;
+		end++;
+	}
+	if (*end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_int(const char *s, int *out, int min, int max)
+{
+	uint64_t v;
+
+	if (parse_u64(s, &v) < 0 || v < (uint64_t)min || v > (uint64_t)max)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
+
+static void bad(const char *opt, const char *arg)
+{
+	fprintf(stderr, "procreg-bench: %s %s: invalid value\nTry 'procreg-bench --help'.\n", opt,
+		arg);
+	exit(2);
+}
+
+static void parse(int argc, char **argv)
+{
+	enum {
+		O_JSON = 256, O_QUICK, O_PROCREGD, O_TMPDIR, O_ROUNDS, O_DURATION, O_NAMES,
+		O_READERS, O_MISS, O_LOAD, O_CLIENTS, O_SYNC, O_BATCH, O_PROCS, O_PIPE, O_NODES,
+	};
+	static const struct option lo[] = {
+		{ "json", no_argument, NULL, O_JSON },
+		{ "quick", no_argument, NULL, O_QUICK },
+		{ "procregd", required_argument, NULL, O_PROCREGD },
+		{ "tmpdir", required_argument, NULL, O_TMPDIR },
+		{ "rounds", required_argument, NULL, O_ROUNDS },
+		{ "duration", required_argument, NULL, O_DURATION },
+		{ "names", required_argument, NULL, O_NAMES },
+		{ "readers", required_argument, NULL, O_READERS },
+		{ "miss-rate", required_argument, NULL, O_MISS },
+		{ "under-write-load", no_argument, NULL, O_LOAD },
+		{ "clients", required_argument, NULL, O_CLIENTS },
+		{ "sync-ops", required_argument, NULL, O_SYNC },
+		{ "batch-ops", required_argument, NULL, O_BATCH },
+		{ "procs", required_argument, NULL, O_PROCS },
+		{ "pipelined", no_argument, NULL, O_PIPE },
+		{ "nodes", required_argument, NULL, O_NODES },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	int c, rounds = 0, duration = 0;
+
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (c) {
+		case O_JSON: bo.json = true; break;
+		case O_QUICK: bo.quick = true; break;
+		case O_PROCREGD: bo.procregd = optarg; break;
+		case O_TMPDIR: bo.tmpdir = optarg; break;
+		case O_ROUNDS:
+			if (parse_int(optarg, &rounds, 1, 64) < 0)
+				bad("--rounds", optarg);
+			break;
+		case O_DURATION:
+			if (parse_int(optarg, &duration, 1, 600000) < 0)
+				bad("--duration", optarg);
+			break;
+		case O_NAMES: {
+			char *s = strdup(optarg), *tok, *save = NULL;
+
+			bo.nnames = 0;
+			for (tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+				if (bo.nnames == 8 || parse_u64(tok, &bo.names_list[bo.nnames]) < 0 ||
+				    bo.names_list[bo.nnames] == 0 || bo.names_list[bo.nnames] > 100000000)
+					bad("--names", optarg);
+				bo.nnames++;
+			}
+			free(s);
+			if (!bo.nnames)
+				bad("--names", optarg);
+			break;
+		}
+		case O_READERS:
+			if (parse_int(optarg, &bo.readers, 1, 256) < 0)
+				bad("--readers", optarg);
+			break;
+		case O_MISS: {
+			char *end;
+			double v = strtod(optarg, &end);
+
+			if (*end == '%') {
+				v /= 100;
+				end++;
+			}
+			if (end == optarg || *end || v < 0 || v > 1)
+				bad("--miss-rate", optarg);
+			bo.miss_rate = v;
+			break;
+		}
+		case O_LOAD: bo.under_write_load = true; break;
+		case O_CLIENTS:
+			if (parse_int(optarg, &bo.clients, 1, 256) < 0)
+				bad("--clients", optarg);
+			break;
+		case O_SYNC:
+			if (parse_u64(optarg, &bo.sync_ops) < 0 || !bo.sync_ops)
+				bad("--sync-ops", optarg);
+			break;
+		case O_BATCH:
+			if (parse_u64(optarg, &bo.batch_ops) < 0 || !bo.batch_ops ||
+			    bo.batch_ops > 10000000)
+				bad("--batch-ops", optarg);
+			break;
+		case O_PROCS:
+			if (parse_int(optarg, &bo.procs, 1, 60000) < 0)
+				bad("--procs", optarg);
+			break;
+		case O_PIPE: bo.pipelined = true; break;
+		case O_NODES:
+			if (parse_int(optarg, &bo.nodes, 1, 1024) < 0)
+				bad("--nodes", optarg);
+			break;
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); exit(2);
+		}
+	}
+	if (optind != argc - 1) {
+		usage(stderr);
+		exit(2);
+	}
+	bo.cmd = argv[optind];
+	bo.rounds = rounds ? rounds : (bo.quick ? 1 : 3);
+	bo.duration_ms = duration ? duration : (bo.quick ? 30 : 300);
+	if (bo.under_write_load && strcmp(bo.cmd, "lookup")) {
+		fprintf(stderr, "procreg-bench: --under-write-load goes with lookup\n");
+		exit(2);
+	}
+	if (!strcmp(bo.cmd, "stress") && bo.nnames) {
+		if (bo.nnames != 1)
+			bad("--names", "(stress takes one number)");
+		bo.stress_names = bo.names_list[0];
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		int (*fn)(void);
+	} cmds[] = {
+		{ "lookup", cmd_lookup },
+		{ "register", cmd_register },
+		{ "stress", cmd_stress },
+		{ "memory", cmd_memory },
+	};
+	int (*fn)(void) = NULL;
+	int rc;
+
+	parse(argc, argv);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (!strcmp(bo.cmd, cmds[i].name))
+			fn = cmds[i].fn;
+	if (!fn) {
+		fprintf(stderr, "procreg-bench: unknown command '%s'\nTry 'procreg-bench --help'.\n",
+			bo.cmd);
+		return 2;
+	}
+	if (env_init() < 0)
+		return 2;
+	j_obj(NULL);
+	j_str("version", procreg_version());
+	j_bool("quick", bo.quick);
+	rc = fn();
+	j_bool("ok", rc == 0);
+	j_end();
+	if (rc == 0)
+		j_print();
+	env_cleanup();
+	return rc;
+}

@@ -1,0 +1,495 @@
+/*
+ * register.c - procreg-bench register
+ *
+ * Registrations through procregd, synchronous (procreg_register, one
+ * round trip each, then procreg_unregister) and pipelined (procreg_batch),
+ * from 1 and N client processes, beside a bare unix-socket round trip
+ * measured in the same run and the same arrangement.
+ *
+ * THE BASELINE. An echo server shaped like procregd's loop minus the
+ * table: one process, one epoll set, level-triggered; per readable client
+ * it reads packets with recv(MSG_DONTWAIT) until EAGAIN (at most 16) and
+ * answers each with a 16-byte reply frame. The client sends a packet of
+ * the size of a REGISTER frame for our names (header, name, metadata) and
+ * blocks in recv for the reply, as procreg_register does. So
+ * ratio_vs_socket_rtt is what the daemon's work (and the library's
+ * encoding) costs on top of the transport they must use anyway.
+ *
+ * ARRANGEMENTS. Waking a process on another CPU costs far more than on
+ * the same one, so server (procregd or the echo server) and client are
+ * pinned, and each arrangement is measured for both: "same-cpu" (client
+ * and server on the first CPU), "cross-cpu" (client on the first, server
+ * on the second), and N clients on CPUs round-robin with the server on
+ * the last CPU. A figure is the median of --rounds measurements.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+#define MAX_CLIENTS 256
+#define WARM_OPS 200
+
+enum mode { M_ECHO, M_SYNC, M_BATCH, NMODES };
+
+struct client_res {
+	int ready;                 /* 1 ready, -1 failed */
+	int err;
+	uint64_t t0, t1, t2;       /* start, registrations done, removals done */
+	uint64_t ok1, ok2;         /* ops that succeeded in each part */
+	uint8_t pad[64 - 48];
+};
+
+struct rctl {
+	int go;
+	uint8_t pad[60];
+	struct client_res c[MAX_CLIENTS];
+};
+
+static struct rctl *C;
+static char echo_path[100];
+static enum mode cur_mode;
+static uint64_t cur_ops;
+static size_t req_size;
+
+/* ---- the echo server --------------------------------------------------- */
+
+static int echo_main(void *arg)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct epoll_event ev, evs[64];
+	uint8_t *buf = malloc(65536);
+	int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	int *ready = arg;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", echo_path);
+	if (!buf || lfd < 0 || ep < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    listen(lfd, 512) < 0) {
+		__atomic_store_n(ready, -1, __ATOMIC_RELEASE);
+		return 1;
+	}
+	ev.events = EPOLLIN;
+	ev.data.fd = lfd;
+	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+	__atomic_store_n(ready, 1, __ATOMIC_RELEASE);
+	for (;;) {
+		int n = epoll_wait(ep, evs, 64, -1);
+
+		for (int i = 0; i < n; i++) {
+			int fd = evs[i].data.fd;
+
+			if (fd == lfd) {
+				int c;
+
+				while ((c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+					ev.events = EPOLLIN;
+					ev.data.fd = c;
+					epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+				}
+				continue;
+			}
+			for (int k = 0; k < 16; k++) {
+				ssize_t got = recv(fd, buf, 65536, MSG_DONTWAIT);
+				uint8_t reply[16];
+
+				if (got < 0)
+					break;
+				if (got == 0 || got < 16) {
+					epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+					close(fd);
+					break;
+				}
+				/* A reply frame: the request's header, op | REPLY,
+				 * length 16, status 0. */
+				memcpy(reply, buf, 16);
+				reply[1] |= 0x80;
+				memset(reply + 4, 0, 4);
+				reply[4] = 16;
+				memset(reply + 12, 0, 4);
+				send(fd, reply, 16, MSG_DONTWAIT | MSG_NOSIGNAL);
+			}
+		}
+	}
+	return 0;
+}
+
+static int echo_connect(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", echo_path);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int echo_rtt(int fd, uint8_t *req, uint32_t id)
+{
+	uint8_t reply[64];
+
+	memcpy(req + 8, &id, 4);
+	if (send(fd, req, req_size, MSG_NOSIGNAL) != (ssize_t)req_size)
+		return -1;
+	return recv(fd, reply, sizeof(reply), 0) == 16 ? 0 : -1;
+}
+
+/* ---- a client ------------------------------------------------------------ */
+
+static void wait_go(void)
+{
+	while (!__atomic_load_n(&C->go, __ATOMIC_ACQUIRE))
+		futex_wait(&C->go, 0);
+}
+
+static int client_main(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	struct client_res *r = &C->c[id];
+	char prefix[8], meta[64];
+	size_t ml = meta_of(meta, sizeof(meta), 0);
+	procreg_t *reg = NULL;
+	uint64_t n = cur_ops;
+
+	snprintf(prefix, sizeof(prefix), "r%d", id);
+	if (cur_mode == M_ECHO) {
+		uint8_t req[128] = { 2, 0 };
+		int fd = echo_connect();
+
+		if (fd < 0)
+			goto fail;
+		req[4] = (uint8_t)req_size;
+		for (int i = 0; i < WARM_OPS; i++)
+			if (echo_rtt(fd, req, (uint32_t)i) < 0)
+				goto fail;
+		__atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
+		wait_go();
+		r->t0 = now_ns();
+		for (uint64_t i = 0; i < n; i++)
+			r->ok1 += echo_rtt(fd, req, (uint32_t)i) == 0;
+		r->t1 = r->t2 = now_ns();
+		r->ok2 = r->ok1;
+		close(fd);
+		return 0;
+	}
+
+	reg = bench_open(BENCH_SCOPE);
+	if (!reg || procreg_sync(reg) < 0)
+		goto fail;
+	/* Warm the connection and the daemon's paths. */
+	for (int i = 0; i < WARM_OPS; i++) {
+		struct qname q;
+
+		name_of(&q, "warm", (uint64_t)id * WARM_OPS + (uint64_t)i);
+		if (procreg_register(reg, q.s, meta, ml) || procreg_unregister(reg, q.s))
+			goto fail;
+	}
+	if (cur_mode == M_SYNC) {
+		struct qname *names = calloc(n, sizeof(*names));
+
+		if (!names)
+			goto fail;
+		for (uint64_t i = 0; i < n; i++)
+			name_of(&names[i], prefix, i);
+		__atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
+		wait_go();
+		r->t0 = now_ns();
+		for (uint64_t i = 0; i < n; i++) {
+			meta_of(meta, sizeof(meta), i);
+			r->ok1 += procreg_register(reg, names[i].s, meta, ml) == 0;
+		}
+		r->t1 = now_ns();
+		for (uint64_t i = 0; i < n; i++)
+			r->ok2 += procreg_unregister(reg, names[i].s) == 0;
+		r->t2 = now_ns();
+		free(names);
+	} else {
+		struct procreg_op *ops = calloc(n, sizeof(*ops));
+		struct qname *names = calloc(n, sizeof(*names));
+		char (*metas)[40] = calloc(n, 40);
+
+		if (!ops || !names || !metas)
+			goto fail;
+		for (uint64_t i = 0; i < n; i++) {
+			name_of(&names[i], prefix, i);
+			ops[i].kind = PROCREG_OP_REGISTER;
+			ops[i].name = names[i].s;
+			ops[i].meta = metas[i];
+			ops[i].meta_len = meta_of(metas[i], 40, i);
+		}
+		__atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
+		wait_go();
+		r->t0 = now_ns();
+		if (procreg_batch(reg, ops, n) < 0)
+			goto fail;
+		r->t1 = now_ns();
+		for (uint64_t i = 0; i < n; i++) {
+			r->ok1 += ops[i].result == 0;
+			ops[i].kind = PROCREG_OP_UNREGISTER;
+			ops[i].meta_len = 0;
+		}
+		{
+			/* The loop above is not timed. */
+			uint64_t t = now_ns();
+
+			if (procreg_batch(reg, ops, n) < 0)
+				goto fail;
+			r->t2 = r->t1 + (now_ns() - t);
+		}
+		for (uint64_t i = 0; i < n; i++)
+			r->ok2 += ops[i].result == 0;
+	}
+	procreg_close(reg);
+	return 0;
+fail:
+	r->err = errno ? errno : EIO;
+	__atomic_store_n(&r->ready, -1, __ATOMIC_RELEASE);
+	return 1;
+}
+
+/* ---- one measurement ------------------------------------------------------ */
+
+struct rfig {
+	double rate1, rate2;       /* registrations/s (or round trips/s), removals/s */
+	uint64_t ok1, ok2;
+};
+
+static int measure(enum mode m, int nclients, const int *ccpu, uint64_t ops, struct rfig *f)
+{
+	pid_t pids[MAX_CLIENTS];
+	uint64_t t0 = UINT64_MAX, t1 = 0, t1min = UINT64_MAX, t2 = 0;
+	int err = 0;
+
+	memset(C, 0, sizeof(*C));
+	memset(f, 0, sizeof(*f));
+	cur_mode = m;
+	cur_ops = ops;
+	for (int i = 0; i < nclients; i++)
+		pids[i] = spawn(client_main, (void *)(intptr_t)i, ccpu[i]);
+	for (int i = 0; i < nclients; i++) {
+		int v = 0;
+
+		if (pids[i] < 0) {
+			err = -1;
+			continue;
+		}
+		for (int k = 0; k < 300000 && !(v = __atomic_load_n(&C->c[i].ready, __ATOMIC_ACQUIRE)); k++)
+			usleep(100);
+		if (v <= 0) {
+			fprintf(stderr, "procreg-bench: client %d failed: %s\n", i, strerror(C->c[i].err));
+			err = -1;
+		}
+	}
+	if (!err)
+		sleep_ms(5);
+	__atomic_store_n(&C->go, 1, __ATOMIC_RELEASE);
+	futex_wake_all(&C->go);
+	for (int i = 0; i < nclients; i++)
+		if (pids[i] > 0 && reap(pids[i]) != 0)
+			err = -1;
+	if (err)
+		return -1;
+	for (int i = 0; i < nclients; i++) {
+		struct client_res *r = &C->c[i];
+
+		if (r->t0 < t0)
+			t0 = r->t0;
+		if (r->t1 > t1)
+			t1 = r->t1;
+		if (r->t1 < t1min)
+			t1min = r->t1;
+		if (r->t2 > t2)
+			t2 = r->t2;
+		f->ok1 += r->ok1;
+		f->ok2 += r->ok2;
+	}
+	/* All clients together: ops over the span from the first start to the
+	 * last finish; removals from the first client's start of them. */
+	f->rate1 = (double)(ops * (uint64_t)nclients) * 1e9 / (double)(t1 - t0);
+	f->rate2 = t2 > t1min ? (double)(ops * (uint64_t)nclients) * 1e9 / (double)(t2 - t1min) : 0;
+	return 0;
+}
+
+/* ---- the subcommand ---------------------------------------------------------- */
+
+struct arrangement {
+	const char *name;
+	int nclients;
+	int ccpu[MAX_CLIENTS];
+	int scpu;
+	double r[NMODES][2][64];
+	uint64_t ok[NMODES][2];
+	double med[NMODES][2];
+};
+
+int cmd_register(void)
+{
+	struct arrangement ar[3];
+	struct daemon_proc d;
+	char maxn[32], maxc[32];
+	const char *args[] = { "--max-names-per-proc", maxn, "--max-clients", maxc, NULL };
+	uint64_t sync_ops = bo.sync_ops ? bo.sync_ops : (bo.quick ? 300 : 10000);
+	uint64_t batch_ops = bo.batch_ops ? bo.batch_ops : (bo.quick ? 5000 : 200000);
+	int nclients = bo.clients ? bo.clients : ncpus, nar = 0, echo_ready = 0, rc = 2;
+	uint64_t t_start = now_ns();
+	pid_t echo = -1;
+
+	if (nclients > MAX_CLIENTS)
+		nclients = MAX_CLIENTS;
+	memset(ar, 0, sizeof(ar));
+	ar[nar].name = "same-cpu";
+	ar[nar].nclients = 1;
+	ar[nar].ccpu[0] = cpus[0];
+	ar[nar++].scpu = cpus[0];
+	if (ncpus > 1) {
+		ar[nar].name = "cross-cpu";
+		ar[nar].nclients = 1;
+		ar[nar].ccpu[0] = cpus[0];
+		ar[nar++].scpu = cpus[1];
+	}
+	if (nclients > 1) {
+		ar[nar].name = "N clients";
+		ar[nar].nclients = nclients;
+		for (int i = 0; i < nclients; i++)
+			ar[nar].ccpu[i] = cpus[i % ncpus];
+		ar[nar++].scpu = cpus[ncpus - 1];
+	}
+
+	{
+		char name_s[16], meta[64];
+		struct qname q;
+
+		name_of(&q, "r0", 0);
+		snprintf(name_s, sizeof(name_s), "%s", q.s);
+		/* ALIGN8(frame header + name body header + name + meta), as
+		 * the protocol frames a REGISTER (lib/proto.c). */
+		req_size = (16 + 8 + strlen(name_s) + meta_of(meta, sizeof(meta), 0) + 7) & ~(size_t)7;
+	}
+	snprintf(maxn, sizeof(maxn), "%llu", (unsigned long long)(batch_ops + sync_ops + 1024));
+	snprintf(maxc, sizeof(maxc), "%d", nclients + 64);
+	snprintf(echo_path, sizeof(echo_path), "%s/echo.sock", env_dir());
+	C = shared_alloc(sizeof(*C));
+	if (daemon_start(&d, BENCH_SCOPE, args) < 0)
+		return 2;
+	{
+		int *ready = shared_alloc(64);
+
+		echo = spawn(echo_main, ready, -1);
+		for (int k = 0; k < 100000 && !(echo_ready = __atomic_load_n(ready, __ATOMIC_ACQUIRE)); k++)
+			usleep(100);
+		shared_free(ready, 64);
+		if (echo < 0 || echo_ready <= 0) {
+			fprintf(stderr, "procreg-bench: the echo server did not start\n");
+			goto out;
+		}
+	}
+
+	hprintf("procreg-bench register: %d CPUs (%s); %s synchronous and %s pipelined "
+		"registrations per client; %d round%s (median)\n", ncpus,
+		ncpus > 1 ? "client/server pinned per arrangement" : "one CPU",
+		fmt_count(sync_ops), fmt_count(batch_ops), bo.rounds, bo.rounds == 1 ? "" : "s");
+	hprintf("baseline: unix SOCK_SEQPACKET round trip of a %zu-byte request and a 16-byte "
+		"reply through an epoll echo server shaped like procregd's loop\n", req_size);
+
+	for (int a = 0; a < nar; a++) {
+		struct arrangement *A = &ar[a];
+
+		pin(d.pid, A->scpu);
+		pin(echo, A->scpu);
+		for (int round = 0; round < bo.rounds; round++) {
+			for (int k = 0; k < NMODES; k++) {
+				enum mode m = (enum mode)((k + round) % NMODES);
+				struct rfig f;
+
+				if (measure(m, A->nclients, A->ccpu, m == M_BATCH ? batch_ops : sync_ops,
+					    &f) < 0)
+					goto out;
+				A->r[m][0][round] = f.rate1;
+				A->r[m][1][round] = f.rate2;
+				A->ok[m][0] += f.ok1;
+				A->ok[m][1] += f.ok2;
+			}
+		}
+		for (int m = 0; m < NMODES; m++)
+			for (int p = 0; p < 2; p++)
+				A->med[m][p] = median(A->r[m][p], bo.rounds);
+	}
+
+	hprintf("\n%-10s %-8s %-7s %-7s %12s %12s %11s %12s %12s %12s %12s\n", "", "clients",
+		"client", "server", "socket RTT", "sync reg", "sync reg", "sync unreg",
+		"pipelined", "pipelined", "");
+	hprintf("%-10s %-8s %-7s %-7s %12s %12s %11s %12s %12s %12s\n", "arrangement", "",
+		"cpus", "cpu", "round trips", "/s", "vs RTT", "/s", "reg/s", "unreg/s");
+	j_str("subcommand", "register");
+	j_int("ncpus", (uint64_t)ncpus);
+	j_int("sync_ops_per_client", sync_ops);
+	j_int("batch_ops_per_client", batch_ops);
+	j_int("rounds", (uint64_t)bo.rounds);
+	j_int("request_bytes", req_size);
+	j_arr("runs");
+	for (int a = 0; a < nar; a++) {
+		struct arrangement *A = &ar[a];
+		char cc[64] = "";
+		size_t o = 0;
+		double ratio = A->med[M_SYNC][0] / A->med[M_ECHO][0];
+		char what[160];
+
+		for (int i = 0; i < A->nclients && o < 56; i++)
+			o += (size_t)snprintf(cc + o, sizeof(cc) - o, "%s%d", i ? "," : "", A->ccpu[i]);
+		hprintf("%-10s %-8d %-7s %-7d %12s %12s %10.2fx %12s %12s %12s\n", A->name,
+			A->nclients, cc, A->scpu, fmt_rate(A->med[M_ECHO][0]),
+			fmt_rate(A->med[M_SYNC][0]), ratio, fmt_rate(A->med[M_SYNC][1]),
+			fmt_rate(A->med[M_BATCH][0]), fmt_rate(A->med[M_BATCH][1]));
+		j_obj(NULL);
+		j_str("arrangement", A->name);
+		j_int("clients", (uint64_t)A->nclients);
+		j_str("client_cpus", cc);
+		j_str("server_cpu", cpu_label(A->scpu));
+		j_num("socket_rtt_per_s", A->med[M_ECHO][0]);
+		j_num("socket_rtt_us", 1e6 / A->med[M_ECHO][0] * A->nclients);
+		j_num("sync_reg_per_s", A->med[M_SYNC][0]);
+		j_num("sync_reg_us", 1e6 / A->med[M_SYNC][0] * A->nclients);
+		j_num("sync_unreg_per_s", A->med[M_SYNC][1]);
+		j_num("ratio_vs_socket_rtt", ratio);
+		j_num("pipelined_reg_per_s", A->med[M_BATCH][0]);
+		j_num("pipelined_unreg_per_s", A->med[M_BATCH][1]);
+		j_int("round_trips", A->ok[M_ECHO][0]);
+		j_int("sync_registered", A->ok[M_SYNC][0]);
+		j_int("sync_unregistered", A->ok[M_SYNC][1]);
+		j_int("pipelined_registered", A->ok[M_BATCH][0]);
+		j_int("pipelined_unregistered", A->ok[M_BATCH][1]);
+		j_int("expected_sync", sync_ops * (uint64_t)A->nclients * (uint64_t)bo.rounds);
+		j_int("expected_pipelined", batch_ops * (uint64_t)A->nclients * (uint64_t)bo.rounds);
+		j_end();
+		snprintf(what, sizeof(what), "sync registration, %s (%d client%s): vs socket RTT",
+			 A->name, A->nclients, A->nclients == 1 ? "" : "s");
+		target(what, ratio, ">=", 0.8, "x");
+		snprintf(what, sizeof(what), "pipelined registration, %s (%d client%s)", A->name,
+			 A->nclients, A->nclients == 1 ? "" : "s");
+		target(what, A->med[M_BATCH][0] / 1e6, ">=", 1.0, " M/s");
+	}
+	j_end();
+	targets_report();
+	hprintf("\ntotal %.1f s\n", (double)(now_ns() - t_start) / 1e9);
+	j_num("seconds", (double)(now_ns() - t_start) / 1e9);
+	rc = 0;
+out:
+	if (echo > 0) {
+		kill_child(echo);
+		reap(echo);
+	}
+	daemon_stop(&d);
+	shared_free(C, sizeof(*C));
+	return rc;
+}

@@ -1,0 +1,353 @@
+/*
+ * stress.c - procreg-bench stress: the reference stress test of process
+ * registries, for Linux processes.
+ *
+ * --names N names spread over --procs P processes (N/P each, the
+ * remainder to the first ones), in nine steps:
+ *
+ *   1 launch the P processes (fork; each opens the registry and connects
+ *     to procregd)
+ *   2 every process registers its names, all at once (procreg_register,
+ *     one call per name; --pipelined: one procreg_batch per process)
+ *   3 wait until the table shows every name
+ *   4 every process unregisters its names
+ *   5 wait until every name is gone
+ *   6 every process registers its names again
+ *   7 wait until every name is visible
+ *   8 SIGKILL all P processes
+ *   9 time from the last kill until every name is gone
+ *
+ * A step that processes do ends when the last of them has its last reply;
+ * a waiting step polls the table's names counter (procreg_stats, every
+ * 50 us), never procreg_sync: it measures when readers see the change,
+ * not when the daemon says it is done. Steps 3 and 7 also check every name
+ * with a lookup (not timed). Processes wait for each step on a futex in
+ * shared memory, so a step starts for all of them at once.
+ *
+ * --nodes K (names spread over K hosts' daemons) waits for cross-host
+ * replication: the nine steps stay the same, with K daemons.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+enum { ST_LAUNCH, ST_REG, ST_UNREG, ST_REREG, ST_PARK, NPHASE };
+
+struct sctl {
+	int phase;                 /* futex: the step the processes are to do */
+	int ready;                 /* processes launched and connected */
+	int done[NPHASE];          /* processes through each step (futex words) */
+	int failed[NPHASE];        /* of which some op failed */
+	int first_err;
+};
+
+static struct sctl *S;
+static uint64_t S_names;
+static int S_procs;
+
+static void range_of(int i, uint64_t *first, uint64_t *n)
+{
+	uint64_t per = S_names / (uint64_t)S_procs, extra = S_names % (uint64_t)S_procs;
+
+	*first = per * (uint64_t)i + ((uint64_t)i < extra ? (uint64_t)i : extra);
+	*n = per + ((uint64_t)i < extra);
+}
+
+static void step_done(int ph, int failed, int err)
+{
+	if (failed) {
+		__atomic_fetch_add(&S->failed[ph], 1, __ATOMIC_RELAXED);
+		__atomic_compare_exchange_n(&S->first_err, &(int){ 0 }, err, false,
+					    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	}
+	if (__atomic_add_fetch(&S->done[ph], 1, __ATOMIC_ACQ_REL) == S_procs)
+		futex_wake_all(&S->done[ph]);
+}
+
+static int do_names(procreg_t *reg, uint64_t first, uint64_t n, bool unreg, int *err)
+{
+	char meta[64];
+	int bad = 0;
+
+	if (bo.pipelined) {
+		int64_t k = register_range(reg, "s", first, n, unreg);
+
+		if (k != (int64_t)n) {
+			*err = k < 0 ? (int)-k : EEXIST;
+			bad = 1;
+		}
+		return bad;
+	}
+	for (uint64_t i = first; i < first + n; i++) {
+		struct qname q;
+		int r;
+
+		name_of(&q, "s", i);
+		r = unreg ? procreg_unregister(reg, q.s)
+			  : procreg_register(reg, q.s, meta, meta_of(meta, sizeof(meta), i));
+		if (r) {
+			*err = -r;
+			bad = 1;
+		}
+	}
+	return bad;
+}
+
+static int proc_main(void *arg)
+{
+	int id = (int)(intptr_t)arg, err = 0;
+	uint64_t first, n;
+	procreg_t *reg = bench_open(BENCH_SCOPE);
+
+	range_of(id, &first, &n);
+	if (!reg || procreg_sync(reg) < 0) {
+		step_done(ST_LAUNCH, 1, errno ? errno : EIO);
+		return 1;
+	}
+	step_done(ST_LAUNCH, 0, 0);
+	for (int ph = ST_REG; ph <= ST_REREG; ph++) {
+		int cur;
+
+		while ((cur = __atomic_load_n(&S->phase, __ATOMIC_ACQUIRE)) < ph)
+			futex_wait(&S->phase, cur);
+		step_done(ph, do_names(reg, first, n, ph == ST_UNREG, &err), err);
+	}
+	/* Hold the names until we are killed. */
+	for (;;)
+		pause();
+	return 0;
+}
+
+/* Wait until every process is through step PH: 0, or -1 if one of them
+ * died first. */
+static int wait_step(int ph, const pid_t *pids)
+{
+	int v;
+
+	while ((v = __atomic_load_n(&S->done[ph], __ATOMIC_ACQUIRE)) < S_procs) {
+		futex_wait_ms(&S->done[ph], v, 200);
+		if (__atomic_load_n(&S->done[ph], __ATOMIC_ACQUIRE) == v) {
+			/* Nothing moved for a while: anyone dead? */
+			for (int i = 0; i < S_procs; i++) {
+				siginfo_t si = { 0 };
+
+				if (waitid(P_PID, (id_t)pids[i], &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+				    si.si_pid == pids[i])
+					return -1;
+			}
+		}
+	}
+	return 0;
+}
+
+static uint64_t names_now(procreg_t *reg)
+{
+	struct procreg_stats st;
+
+	procreg_stats(reg, &st);
+	return st.names;
+}
+
+/* Poll the names counter until it reads WANT: the time that took, in ns. */
+static uint64_t wait_names(procreg_t *reg, uint64_t want, uint64_t timeout_ns)
+{
+	uint64_t t0 = now_ns(), t;
+
+	while (names_now(reg) != want) {
+		t = now_ns();
+		if (t - t0 > timeout_ns)
+			return UINT64_MAX;
+		usleep(50);
+	}
+	return now_ns() - t0;
+}
+
+static uint64_t count_visible(procreg_t *reg)
+{
+	uint64_t found = 0;
+
+	for (uint64_t i = 0; i < S_names; i++) {
+		struct qname q;
+
+		name_of(&q, "s", i);
+		found += procreg_lookup(reg, q.s, NULL) == 0;
+	}
+	return found;
+}
+
+struct row {
+	const char *what;
+	double ms;
+	double rate;               /* per second, 0: no rate */
+	const char *unit;
+	const char *key_rate, *key_ms;
+};
+
+int cmd_stress(void)
+{
+	struct daemon_proc d;
+	char maxc[32];
+	const char *args[] = { "--max-clients", maxc, NULL };
+	uint64_t t_start = now_ns(), t0, t1, w, visible[2] = { 0, 0 };
+	pid_t *pids;
+	procreg_t *reg = NULL;
+	struct row rows[9];
+	char label[9][96];
+	int rc = 2, nrows = 0;
+	bool all_gone = false;
+
+	S_names = bo.stress_names ? bo.stress_names : (bo.quick ? 2000 : 100000);
+	S_procs = bo.procs ? bo.procs : (bo.quick ? 20 : 1000);
+	if ((uint64_t)S_procs > S_names)
+		S_procs = (int)S_names;
+	if (bo.nodes > 1) {
+		fprintf(stderr, "procreg-bench: --nodes %d needs cross-host replication, which "
+			"procreg does not have yet\n", bo.nodes);
+		return 2;
+	}
+	pids = calloc((size_t)S_procs, sizeof(*pids));
+	S = shared_alloc(sizeof(*S));
+	snprintf(maxc, sizeof(maxc), "%d", S_procs + 64);
+	if (!pids || daemon_start(&d, BENCH_SCOPE, args) < 0)
+		return 2;
+	reg = bench_open(BENCH_SCOPE);
+	if (!reg)
+		goto out;
+	hprintf("procreg-bench stress: %s names over %s processes (%s each), %s, 1 node, "
+		"%d CPUs, processes and daemon unpinned\n", fmt_count(S_names),
+		fmt_count((uint64_t)S_procs), fmt_count(S_names / (uint64_t)S_procs),
+		bo.pipelined ? "procreg_batch per process" : "one procreg_register per name",
+		ncpus);
+
+	/* 1 launch */
+	t0 = now_ns();
+	for (int i = 0; i < S_procs; i++) {
+		pids[i] = spawn(proc_main, (void *)(intptr_t)i, -1);
+		if (pids[i] < 0) {
+			fprintf(stderr, "procreg-bench: fork: %s\n", strerror((int)-pids[i]));
+			goto out;
+		}
+	}
+	if (wait_step(ST_LAUNCH, pids) < 0 || S->failed[ST_LAUNCH])
+		goto failed;
+	t1 = now_ns();
+	snprintf(label[0], 96, "launch %s processes", fmt_count((uint64_t)S_procs));
+	rows[nrows++] = (struct row){ label[0], (double)(t1 - t0) / 1e6,
+				      S_procs * 1e9 / (double)(t1 - t0), "procs/s", NULL, "launch_ms" };
+
+	for (int ph = ST_REG; ph <= ST_REREG; ph++) {
+		static const char *const verb[] = { NULL, "register", "unregister", "re-register" };
+		static const char *const key[] = { NULL, "reg_per_s", "unreg_per_s", "rereg_per_s" };
+		static const char *const key_ms[] = { NULL, "reg_ms", "unreg_ms", "rereg_ms" };
+		static const char *const wkey[] = { NULL, "wait_visible_ms", "wait_gone_ms",
+						    "wait_revisible_ms" };
+		uint64_t want = ph == ST_UNREG ? 0 : S_names;
+		int li = nrows;
+
+		t0 = now_ns();
+		__atomic_store_n(&S->phase, ph, __ATOMIC_RELEASE);
+		futex_wake_all(&S->phase);
+		if (wait_step(ph, pids) < 0)
+			goto failed;
+		t1 = now_ns();
+		if (S->failed[ph]) {
+			fprintf(stderr, "procreg-bench: %d processes failed to %s: %s\n",
+				S->failed[ph], verb[ph], strerror(S->first_err));
+			goto failed;
+		}
+		snprintf(label[li], 96, "%s %s names", verb[ph], fmt_count(S_names));
+		rows[nrows++] = (struct row){ label[li], (double)(t1 - t0) / 1e6,
+					      (double)S_names * 1e9 / (double)(t1 - t0), "names/s",
+					      key[ph], key_ms[ph] };
+		w = wait_names(reg, want, 10000000000ull);
+		if (w == UINT64_MAX) {
+			fprintf(stderr, "procreg-bench: the table shows %llu names, not %llu\n",
+				(unsigned long long)names_now(reg), (unsigned long long)want);
+			goto failed;
+		}
+		snprintf(label[li + 1], 96, "wait until all %s", ph == ST_UNREG ? "gone" : "visible");
+		rows[nrows++] = (struct row){ label[li + 1], (double)w / 1e6, 0, "", NULL, wkey[ph] };
+		if (ph != ST_UNREG)
+			visible[ph == ST_REREG] = count_visible(reg);
+	}
+
+	/* 8 kill, 9 gone */
+	t0 = now_ns();
+	for (int i = 0; i < S_procs; i++)
+		kill_child(pids[i]);
+	t1 = now_ns();
+	w = wait_names(reg, 0, 60000000000ull);
+	all_gone = w != UINT64_MAX;
+	snprintf(label[7], 96, "kill %s processes (SIGKILL)", fmt_count((uint64_t)S_procs));
+	rows[nrows++] = (struct row){ label[7], (double)(t1 - t0) / 1e6, 0, "", NULL, "kill_ms" };
+	snprintf(label[8], 96, "every name gone, after the last kill");
+	rows[nrows++] = (struct row){ label[8], all_gone ? (double)w / 1e6 : -1, 0, "", NULL,
+				      "kill_to_all_gone_ms" };
+	for (int i = 0; i < S_procs; i++)
+		reap(pids[i]);
+	pids[0] = 0;
+
+	hprintf("\n%-4s %-44s %12s %14s\n", "step", "", "time", "rate");
+	for (int i = 0; i < nrows; i++) {
+		char rate[48] = "";
+
+		if (rows[i].rate > 0)
+			snprintf(rate, sizeof(rate), "%s", fmt_count((uint64_t)(rows[i].rate + 0.5)));
+		if (rows[i].ms < 0)
+			hprintf("%-4d %-44s %12s %14s\n", i + 1, rows[i].what, "never", "");
+		else
+			hprintf("%-4d %-44s %9.1f ms %14s %s\n", i + 1, rows[i].what, rows[i].ms, rate,
+				rows[i].rate > 0 ? rows[i].unit : "");
+	}
+	hprintf("lookups after steps 3 and 7 found %s and %s of %s names\n", fmt_count(visible[0]),
+		fmt_count(visible[1]), fmt_count(S_names));
+
+	j_str("subcommand", "stress");
+	j_int("names", S_names);
+	j_int("procs", (uint64_t)S_procs);
+	j_int("nodes", 1);
+	j_int("ncpus", (uint64_t)ncpus);
+	j_bool("pipelined", bo.pipelined);
+	for (int i = 0; i < nrows; i++) {
+		if (rows[i].key_rate)
+			j_num(rows[i].key_rate, rows[i].rate);
+		j_num(rows[i].key_ms, rows[i].ms);
+	}
+	j_int("visible_after_register", visible[0]);
+	j_int("visible_after_reregister", visible[1]);
+	j_bool("all_gone", all_gone);
+	{
+		char what[160];
+
+		snprintf(what, sizeof(what), "every name of %s killed processes gone after",
+			 fmt_count((uint64_t)S_procs));
+		target(what, all_gone ? (double)w / 1e6 : 1e12, "<=", 50, " ms");
+	}
+	targets_report();
+	hprintf("\ntotal %.1f s\n", (double)(now_ns() - t_start) / 1e9);
+	j_num("seconds", (double)(now_ns() - t_start) / 1e9);
+	rc = 0;
+	goto out;
+failed:
+	fprintf(stderr, "procreg-bench: stress failed\n");
+	daemon_dump_log(&d);
+out:
+	if (pids[0]) {
+		for (int i = 0; i < S_procs && pids[i] > 0; i++)
+			kill_child(pids[i]);
+		for (int i = 0; i < S_procs && pids[i] > 0; i++)
+			reap(pids[i]);
+	}
+	if (reg)
+		procreg_close(reg);
+	daemon_stop(&d);
+	shared_free(S, sizeof(*S));
+	free(pids);
+	return rc;
+}
