@@ -47,11 +47,16 @@ struct fields {
 	uint64_t start_time;
 	uint64_t pidfs_ino;
 	uint64_t registered_ns;
+	uint64_t aux;
 	uint32_t pid;
 	uint32_t uid;
 	uint32_t node;
+	uint16_t flags;
+	uint8_t kind;
+	uint8_t pad;
 	uint16_t name_len;
 	uint16_t meta_len;
+	uint32_t pad2;
 };
 
 struct oa_rec {
@@ -79,6 +84,7 @@ static inline void to_entry(const struct fields *f, const char *data, struct pro
 {
 	e->pid = (pid_t)f->pid;
 	e->node = f->node;
+	e->flags = f->flags;
 	e->start_time = f->start_time;
 	e->registered_ns = f->registered_ns;
 	e->uid = f->uid;

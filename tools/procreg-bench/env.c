@@ -321,7 +321,7 @@ int env_init(void)
 {
 	const char *base = bo.tmpdir;
 	struct sigaction sa = { .sa_handler = on_signal };
-	char path[PATH_MAX];
+	char path[sizeof(dir)];
 
 	parent_pid = getpid();
 	cpus_init();
