@@ -182,7 +182,7 @@ struct pr_key {
 	size_t len;
 	uint32_t pid;               /* MEMBER */
 	uint64_t start;
-	uint32_t node;
+	uint16_t node;
 	uint64_t hash;
 };
 
@@ -198,7 +198,7 @@ static inline void pr_key_name(struct pr_key *k, uint8_t kind, const char *name,
 	k->hash = pr_hash(name, len, seed);
 }
 
-static inline void pr_key_member(struct pr_key *k, uint32_t pid, uint64_t start, uint32_t node,
+static inline void pr_key_member(struct pr_key *k, uint32_t pid, uint64_t start, uint16_t node,
 				 uint64_t seed)
 {
 	k->kind = PR_KIND_MEMBER;

@@ -195,22 +195,22 @@ enum pr_kind { PR_KIND_NAME = 1, PR_KIND_GROUP = 2, PR_KIND_MEMBER = 3 };
 
 struct pr_record {
 	uint64_t hash;
-	uint64_t start_time;        /* owner's start time, clock ticks since boot */
-	uint64_t pidfs_ino;         /* owner's pidfs inode, 0 where the kernel has none */
-	uint64_t registered_ns;     /* CLOCK_REALTIME */
-	uint64_t aux;               /* GROUP: its root block; otherwise 0 */
-	uint32_t pid;
-	uint32_t uid;
-	uint32_t node;              /* 0: this host */
-	uint16_t flags;             /* PR_REC_* */
-	uint8_t kind;               /* enum pr_kind */
-	uint8_t pad;
 	uint16_t name_len;          /* without the NUL */
 	uint16_t meta_len;
-	uint32_t pad2;
+	uint8_t kind;               /* enum pr_kind */
+	uint8_t flags;              /* PROCREG_ENTRY_* */
+	uint16_t node;              /* 0: this host */
+	uint32_t pid;
+	uint32_t uid;
+	uint64_t start_time;        /* owner's start time, clock ticks since boot */
+	uint64_t registered_ns;     /* CLOCK_REALTIME */
+	uint64_t aux;               /* NAME, MEMBER: the owner's pidfs inode (0 where
+				     * the kernel has none); GROUP: its root block */
 	char data[];                /* name, NUL, meta */
 };
 
+/* 48 bytes: a short name shares the header's cache line, and a lookup of
+ * one with short metadata touches two lines of record at most. */
 #define PR_RECORD_SIZE(nlen, mlen) \
 	(((sizeof(struct pr_record) + (nlen) + 1 + (mlen)) + PR_ALIGN - 1) & ~(size_t)(PR_ALIGN - 1))
 
@@ -269,8 +269,8 @@ struct pr_reader_slot {
 _Static_assert(sizeof(struct pr_table_hdr) <= PR_HDR_SIZE, "header fits its page");
 _Static_assert(offsetof(struct pr_table_hdr, names) % PR_CACHELINE == 0,
 	       "daemon-written fields start a cache line");
-_Static_assert(sizeof(struct pr_record) == 64, "record header size is part of the layout");
-_Static_assert(offsetof(struct pr_record, data) == 64, "record data offset");
+_Static_assert(sizeof(struct pr_record) == 48, "record header size is part of the layout");
+_Static_assert(offsetof(struct pr_record, data) == 48, "record data offset");
 _Static_assert(sizeof(struct pr_root) == 2 * PR_CACHELINE, "root: index_off, then counts, a line each");
 _Static_assert(sizeof(struct pr_event) == 320, "an event is five cache lines");
 _Static_assert(sizeof(struct pr_index) == 16, "index header");

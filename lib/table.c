@@ -183,6 +183,20 @@ uint64_t procreg__record_size(const struct pr_record *r)
 	return PR_RECORD_SIZE(r->name_len, r->meta_len);
 }
 
+/* libc's memcpy, out of line: inside procreg__record_to_entry GCC knows
+ * the lengths' bounds and would expand the copies as rep movsq, which
+ * costs more than the whole probe for the short names and metadata
+ * copied there (measured: 38 ns a lookup instead of 24). */
+#ifdef __clang__
+#define PR_OUT_OF_LINE __attribute__((noinline))
+#else
+#define PR_OUT_OF_LINE __attribute__((noipa)) /* noinline alone still propagates the bounds */
+#endif
+static PR_OUT_OF_LINE void copy_bytes(void *d, const void *s, size_t n)
+{
+	memcpy(d, s, n);
+}
+
 /* Copy a record out. Its lengths are read once and checked again here:
  * a record is immutable, but a reader does not trust the file (another
  * process with write access to the reader file could have made it be
@@ -202,9 +216,9 @@ int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
 	e->registered_ns = r->registered_ns;
 	e->uid = r->uid;
 	e->meta_len = ml;
-	memcpy(e->name, r->data, nl);
+	copy_bytes(e->name, r->data, nl);
 	e->name[nl] = 0;
-	memcpy(e->meta, r->data + nl + 1, ml);
+	copy_bytes(e->meta, r->data + nl + 1, ml);
 	return 0;
 }
 

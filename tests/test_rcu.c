@@ -454,7 +454,7 @@ static void test_killed_reader_reclaim(void **state)
 	struct kid *k = reader_start(f, &s, NULL);
 	struct pr_record t = { .kind = PR_KIND_NAME };
 	uint64_t h, pos, off, gps;
-	const char *name = "doomed";
+	char name[32] = "doomed";
 
 	/* Insert and remove one name, so that memory is retired. */
 	h = pr_hash(name, strlen(name), m->hdr->hash_seed);

@@ -44,19 +44,16 @@ uint64_t bench_hash(const char *s, size_t n)
 /* The record fields procreg stores and copies out. */
 struct fields {
 	uint64_t hash;
-	uint64_t start_time;
-	uint64_t pidfs_ino;
-	uint64_t registered_ns;
-	uint64_t aux;
-	uint32_t pid;
-	uint32_t uid;
-	uint32_t node;
-	uint16_t flags;
-	uint8_t kind;
-	uint8_t pad;
 	uint16_t name_len;
 	uint16_t meta_len;
-	uint32_t pad2;
+	uint8_t kind;
+	uint8_t flags;
+	uint16_t node;
+	uint32_t pid;
+	uint32_t uid;
+	uint64_t start_time;
+	uint64_t registered_ns;
+	uint64_t aux;
 };
 
 struct oa_rec {
@@ -70,7 +67,7 @@ static void fill(struct fields *f, const char *name, size_t meta_len, pid_t pid)
 {
 	f->hash = bench_hash(name, strlen(name));
 	f->start_time = 12345;
-	f->pidfs_ino = 0;
+	f->aux = 0;
 	f->registered_ns = (uint64_t)time(NULL) * 1000000000ull;
 	f->pid = (uint32_t)pid;
 	f->uid = (uint32_t)getuid();

@@ -247,7 +247,7 @@ static struct proc *verify(struct recover_ctx *c, const struct pr_record *r)
 	if (id.pidfd < 0)
 		return DEAD;
 	if (procreg__pidfd_identity(id.pidfd, &pid, &id.start, &id.ino) == 0 &&
-	    id.start == r->start_time && (!r->pidfs_ino || !id.ino || id.ino == r->pidfs_ino) &&
+	    id.start == r->start_time && (!r->aux || !id.ino || id.ino == r->aux) &&
 	    procreg__proc_uid(pid, &uid) == 0) {
 		id.uid = uid;
 		if (proc_attach(c->d, &id, &p) < 0)

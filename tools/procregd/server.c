@@ -311,7 +311,7 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 	t.hash = k->hash;
 	t.kind = k->kind;
 	t.start_time = id->start;
-	t.pidfs_ino = id->ino;
+	t.aux = id->ino;
 	t.registered_ns = procreg__now_ns();
 	t.pid = (uint32_t)id->pid;
 	t.uid = id->uid;
