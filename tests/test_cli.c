@@ -1249,6 +1249,595 @@ static void test_daemon_stopped(void **state)
 	assert_int_equal(procreg_lookup(f->reg, "kept", NULL), 0);
 }
 
+/* ---- groups: join, run --group, members, groups ----------------------- */
+
+struct member_find {
+	pid_t pid;
+	struct procreg_entry *out;
+	int found;
+};
+
+static int member_find_cb(const struct procreg_entry *e, void *arg)
+{
+	struct member_find *m = arg;
+
+	if (e->pid == m->pid) {
+		m->found++;
+		if (m->out)
+			*m->out = *e;
+	}
+	return 0;
+}
+
+static int count_entries(const struct procreg_entry *e, void *arg)
+{
+	(void)e;
+	++*(uint64_t *)arg;
+	return 0;
+}
+
+/* Whether PID is a member of GROUP (E, if not NULL, gets its entry). */
+static int is_member(procreg_t *reg, const char *group, pid_t pid, struct procreg_entry *e)
+{
+	struct member_find m = { pid, e, 0 };
+
+	assert_int_equal(procreg_members(reg, group, member_find_cb, &m), 0);
+	assert_true(m.found <= 1);
+	return m.found;
+}
+
+/* Wait until PID is a member of GROUP; fail if PID exits first. */
+static void wait_member(struct fx *f, const char *group, pid_t pid)
+{
+	int st;
+
+	for (int i = 0; i < WAIT_MS; i++) {
+		if (is_member(f->reg, group, pid, NULL))
+			return;
+		if (waitpid(pid, &st, WNOHANG) == pid) {
+			forget_kid(f, pid);
+			fail_msg("procreg exited (status 0x%x) before joining %s", st, group);
+		}
+		th_msleep(1);
+	}
+	fail_msg("pid %d never joined %s", (int)pid, group);
+}
+
+struct member_list {
+	struct procreg_entry v[8];
+	size_t n;
+};
+
+static int member_list_cb(const struct procreg_entry *e, void *arg)
+{
+	struct member_list *l = arg;
+
+	if (l->n == 8)
+		return -E2BIG;
+	l->v[l->n++] = *e;
+	return 0;
+}
+
+static int by_pid_asc(const void *a, const void *b)
+{
+	const struct procreg_entry *x = a, *y = b;
+
+	return x->pid < y->pid ? -1 : x->pid > y->pid;
+}
+
+/* GROUP's members as the library sees them, in the CLI's order (pid). */
+static void members_sorted(procreg_t *reg, const char *group, struct member_list *l)
+{
+	l->n = 0;
+	assert_int_equal(procreg_members(reg, group, member_list_cb, l), 0);
+	qsort(l->v, l->n, sizeof(l->v[0]), by_pid_asc);
+}
+
+/* The JSON object "members --json" prints for E; return what follows. */
+static const char *expect_member_json(const char *s, const struct procreg_entry *e,
+				      const char *meta_json)
+{
+	char buf[2048];
+
+	snprintf(buf, sizeof(buf),
+		 "{\"group\":\"%s\",\"pid\":%d,\"node\":0,\"uid\":%u,\"start_time\":%llu,"
+		 "\"joined_ns\":%llu,\"age_s\":",
+		 e->name, (int)e->pid, e->uid, (unsigned long long)e->start_time,
+		 (unsigned long long)e->registered_ns);
+	s = expect_prefix(s, buf);
+	s = expect_decimal(s, 3);
+	snprintf(buf, sizeof(buf), ",\"meta\":\"%s\"}", meta_json);
+	return expect_prefix(s, buf);
+}
+
+/* One line of "members" for E; return the next line. */
+static const char *expect_member_line(const char *s, const struct procreg_entry *e,
+				      const char *meta_text)
+{
+	char buf[2048];
+	const char *age;
+
+	snprintf(buf, sizeof(buf), "%8d %5u ", (int)e->pid, 0u);
+	s = expect_prefix(s, buf);
+	age = s;
+	while (*s == ' ')
+		s++;
+	s = expect_age(s);
+	assert_true(s - age >= 8); /* %8s */
+	assert_true(s - age == 8 || age[0] != ' ');
+	snprintf(buf, sizeof(buf), "  %s\n", meta_text);
+	return expect_prefix(s, buf);
+}
+
+/* One line of "groups" in a name column W wide; return the next line. */
+static const char *expect_group_line(const char *s, const char *name, int w, unsigned members,
+				     unsigned local)
+{
+	char buf[512];
+
+	snprintf(buf, sizeof(buf), "%-*s %8u %8u\n", w, name, members, local);
+	return expect_prefix(s, buf);
+}
+
+static const char *expect_group_json(const char *s, const char *name, unsigned members,
+				     unsigned local)
+{
+	char buf[512];
+
+	snprintf(buf, sizeof(buf), "{\"name\":\"%s\",\"members\":%u,\"local_members\":%u}", name,
+		 members, local);
+	return expect_prefix(s, buf);
+}
+
+static void join_ok(procreg_t *reg, const char *group, const char *meta)
+{
+	int err = procreg_join(reg, group, meta, strlen(meta));
+
+	if (err)
+		fail_msg("join %s: %s", group, procreg_strerror(err));
+}
+
+static void test_join_execs(void **state)
+{
+	struct fx *f = *state;
+	struct res *r = f->r;
+	struct procreg_entry e1, e2;
+	struct procreg_stats st;
+	uint64_t names = 0;
+	pid_t pid;
+
+	pid = spawn_cli(f, A("join", "G1", "G2", "--meta", "m", "--", "sleep", "30"));
+	wait_member(f, "G1", pid);
+	wait_member(f, "G2", pid);
+	/* The command runs as the very process that joined. */
+	wait_comm(pid, "sleep");
+	assert_int_equal(is_member(f->reg, "G1", pid, &e1), 1);
+	assert_int_equal(is_member(f->reg, "G2", pid, &e2), 1);
+	assert_string_equal(e1.name, "G1");
+	assert_string_equal(e2.name, "G2");
+	assert_int_equal(e1.meta_len, 1);
+	assert_memory_equal(e1.meta, "m", 1);
+	assert_int_equal(e2.meta_len, 1);
+	assert_int_equal(e1.uid, getuid());
+	assert_int_equal(e1.node, 0);
+	assert_int_equal(e1.start_time, e2.start_time);
+	/* Groups only: join registers no name. */
+	assert_int_equal(procreg_foreach(f->reg, count_entries, &names), 0);
+	assert_int_equal(names, 0);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.groups, 2);
+	assert_int_equal(st.memberships, 2);
+	assert_int_equal(st.joins, 2);
+	assert_int_equal(st.names, 0);
+	assert_int_equal(st.processes, 1);
+
+	expect_st(cli(r, f->dir, A("members", "G1")), 0);
+	assert_string_equal(expect_member_line(r->out, &e1, "m"), "");
+	assert_string_equal(r->err, "");
+
+	/* The memberships go with the process, and the groups with them. */
+	kill_kid(f, pid);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(is_member(f->reg, "G1", pid, NULL), 0);
+	assert_int_equal(is_member(f->reg, "G2", pid, NULL), 0);
+	expect_st(cli(r, f->dir, A("members", "G1")), 1);
+	assert_string_equal(r->out, "");
+	expect_st(cli(r, f->dir, A("groups")), 0);
+	assert_string_equal(r->out, "");
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.groups, 0);
+	assert_int_equal(st.memberships, 0);
+	assert_int_equal(st.processes, 0);
+	assert_int_equal(st.leaves, 0);
+	assert_int_equal(st.deaths, 1);
+}
+
+static void test_join_usage_and_failures(void **state)
+{
+	struct fx *f = *state;
+	struct res *r = f->r;
+	struct procreg_stats st;
+	char longname[300], ran[512], script[600], msg[800];
+
+	expect_st(cli(r, f->dir, A("join")), 2);
+	assert_string_equal(r->err, "procreg: join: expected GROUP [GROUP...] -- CMD\n"
+				    "Try 'procreg --help'.\n");
+	expect_st(cli(r, f->dir, A("join", "--", "true")), 2);
+	assert_string_equal(r->err, "procreg: join: expected GROUP [GROUP...] -- CMD\n"
+				    "Try 'procreg --help'.\n");
+	expect_st(cli(r, f->dir, A("join", "g")), 2);
+	assert_string_equal(r->err, "procreg: join: expected -- CMD after the groups\n"
+				    "Try 'procreg --help'.\n");
+	expect_st(cli(r, f->dir, A("join", "g", "--")), 2);
+	assert_string_equal(r->out, "");
+
+	/* A bad group after a good one: exit 2, nothing run, the good one
+	 * left again. */
+	snprintf(ran, sizeof(ran), "%s/ran", f->dir);
+	snprintf(script, sizeof(script), "touch %s", ran);
+	memset(longname, 'g', 256);
+	longname[256] = 0;
+	expect_st(cli(r, f->dir, A("join", "good", longname, "--", "sh", "-c", script)), 2);
+	snprintf(msg, sizeof(msg), "procreg: join: join '%s': %s\n", longname,
+		 procreg_strerror(-ENAMETOOLONG));
+	assert_string_equal(r->err, msg);
+	assert_int_equal(access(ran, F_OK), -1);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.joins, 1);
+	assert_int_equal(st.leaves, 1);
+	assert_int_equal(st.groups, 0);
+	assert_int_equal(st.deaths, 0);
+
+	/* A command that cannot be run: 127, and the groups left before
+	 * exiting, not at the exit. */
+	expect_st(cli(r, f->dir, A("join", "j1", "j2", "--", "/nonexistent/cmd")), 127);
+	assert_string_equal(r->err, "procreg: join: /nonexistent/cmd: No such file or directory\n");
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.groups, 0);
+	assert_int_equal(st.memberships, 0);
+	assert_int_equal(st.joins, 3);
+	assert_int_equal(st.leaves, 3);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.deaths, 0);
+
+	/* Metadata over the limit. */
+	{
+		static char big[PROCREG_META_MAX + 2];
+
+		memset(big, 'm', PROCREG_META_MAX + 1);
+		expect_st(cli(r, f->dir, A("join", "g", "--meta", big, "--", "sh", "-c", script)), 2);
+		snprintf(msg, sizeof(msg), "procreg: join: join 'g': %s\n",
+			 procreg_strerror(-EMSGSIZE));
+		assert_string_equal(r->err, msg);
+		assert_int_equal(access(ran, F_OK), -1);
+	}
+}
+
+static void test_run_group(void **state)
+{
+	struct fx *f = *state;
+	struct res *r = f->r;
+	struct procreg_entry e, m1, m2;
+	struct procreg_stats st;
+	char longname[300], ran[512], script[600], msg[800];
+	pid_t pid;
+
+	pid = spawn_cli(f, A("run", "svc", "--group", "G", "--meta", "x", "--group=H", "--", "sleep",
+			     "30"));
+	wait_owned(f, f->reg, "svc", pid);
+	wait_member(f, "G", pid);
+	wait_member(f, "H", pid);
+	wait_comm(pid, "sleep");
+	lookup_ok(f->reg, "svc", &e);
+	assert_int_equal(is_member(f->reg, "G", pid, &m1), 1);
+	assert_int_equal(is_member(f->reg, "H", pid, &m2), 1);
+	/* One --meta for the name and every membership. */
+	assert_int_equal(e.meta_len, 1);
+	assert_memory_equal(e.meta, "x", 1);
+	assert_int_equal(m1.meta_len, 1);
+	assert_memory_equal(m1.meta, "x", 1);
+	assert_int_equal(m2.meta_len, 1);
+	assert_int_equal(m1.start_time, e.start_time);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 1);
+	assert_int_equal(st.groups, 2);
+	assert_int_equal(st.memberships, 2);
+	assert_int_equal(st.registrations, 1);
+	assert_int_equal(st.joins, 2);
+	assert_int_equal(st.processes, 1);
+
+	expect_st(cli(r, f->dir, A("members", "H", "--json")), 0);
+	assert_string_equal(expect_member_json(expect_prefix(r->out, "["), &m2, "x"), "]\n");
+
+	/* Name and memberships go together. */
+	kill_kid(f, pid);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "svc", NULL), -ENOENT);
+	assert_int_equal(is_member(f->reg, "G", pid, NULL), 0);
+	assert_int_equal(is_member(f->reg, "H", pid, NULL), 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 0);
+	assert_int_equal(st.groups, 0);
+	assert_int_equal(st.memberships, 0);
+	assert_int_equal(st.deaths, 1);
+
+	/* A group that cannot be joined: the name and the groups joined
+	 * before it are taken back, and nothing runs. */
+	snprintf(ran, sizeof(ran), "%s/ran", f->dir);
+	snprintf(script, sizeof(script), "touch %s", ran);
+	memset(longname, 'h', 256);
+	longname[256] = 0;
+	expect_st(cli(r, f->dir, A("run", "good", "--group", "okg", "--group", longname, "--", "sh",
+				   "-c", script)),
+		  2);
+	snprintf(msg, sizeof(msg), "procreg: run: join '%s': %s\n", longname,
+		 procreg_strerror(-ENAMETOOLONG));
+	assert_string_equal(r->err, msg);
+	assert_int_equal(access(ran, F_OK), -1);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "good", NULL), -ENOENT);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 0);
+	assert_int_equal(st.groups, 0);
+	assert_int_equal(st.registrations, 2);
+	assert_int_equal(st.unregistrations, 1);
+	assert_int_equal(st.joins, 3);
+	assert_int_equal(st.leaves, 1);
+	assert_int_equal(st.deaths, 1);
+
+	/* A taken name: no group is joined at all. */
+	reg_name(f->reg, "taken", "");
+	expect_st(cli(r, f->dir, A("run", "taken", "--group", "never", "--", "sh", "-c", script)),
+		  1);
+	assert_int_equal(access(ran, F_OK), -1);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.joins, 3);
+	assert_int_equal(st.groups, 0);
+}
+
+static void test_members(void **state)
+{
+	struct fx *f = *state;
+	struct res *r = f->r;
+	struct member_list l;
+	char n256[257], msg[700];
+	const char *s;
+	pid_t p1, p2;
+
+	/* Empty: nothing printed, exit 1; JSON prints an empty list. */
+	expect_st(cli(r, f->dir, A("members", "team")), 1);
+	assert_string_equal(r->out, "");
+	assert_string_equal(r->err, "");
+	expect_st(cli(r, f->dir, A("members", "team", "--json")), 1);
+	assert_string_equal(r->out, "[]\n");
+	assert_string_equal(r->err, "");
+
+	join_ok(f->reg, "team", "tab\there \"q\"");
+	p1 = spawn_cli(f, A("join", "team", "other", "--meta", "c1", "--", "sleep", "30"));
+	p2 = spawn_cli(f, A("join", "team", "--", "sleep", "30"));
+	wait_member(f, "team", p1);
+	wait_member(f, "team", p2);
+	members_sorted(f->reg, "team", &l);
+	assert_int_equal(l.n, 3);
+
+	expect_st(cli(r, f->dir, A("members", "team")), 0);
+	assert_string_equal(r->err, "");
+	s = r->out;
+	for (size_t i = 0; i < l.n; i++)
+		s = expect_member_line(s, &l.v[i],
+				       l.v[i].pid == getpid() ? "tab\\x09here \"q\""
+				       : l.v[i].pid == p1     ? "c1"
+							      : "");
+	assert_string_equal(s, "");
+
+	expect_st(cli(r, f->dir, A("members", "--json", "team")), 0);
+	s = expect_prefix(r->out, "[");
+	for (size_t i = 0; i < l.n; i++) {
+		if (i)
+			s = expect_prefix(s, ",");
+		s = expect_member_json(s, &l.v[i],
+				       l.v[i].pid == getpid() ? "tab\\there \\\"q\\\""
+				       : l.v[i].pid == p1     ? "c1"
+							      : "");
+	}
+	assert_string_equal(s, "]\n");
+
+	/* Only that group's members. */
+	members_sorted(f->reg, "other", &l);
+	assert_int_equal(l.n, 1);
+	expect_st(cli(r, f->dir, A("members", "other", "-j")), 0);
+	assert_string_equal(expect_member_json(expect_prefix(r->out, "["), &l.v[0], "c1"), "]\n");
+
+	/* Members leave: the list follows. */
+	assert_int_equal(procreg_leave(f->reg, "team"), 0);
+	kill_kid(f, p1);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	members_sorted(f->reg, "team", &l);
+	assert_int_equal(l.n, 1);
+	assert_int_equal(l.v[0].pid, p2);
+	expect_st(cli(r, f->dir, A("members", "team")), 0);
+	assert_string_equal(expect_member_line(r->out, &l.v[0], ""), "");
+	expect_st(cli(r, f->dir, A("members", "other")), 1);
+	assert_string_equal(r->out, "");
+	kill_kid(f, p2);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	expect_st(cli(r, f->dir, A("members", "team", "--json")), 1);
+	assert_string_equal(r->out, "[]\n");
+
+	/* Usage and bad names. */
+	expect_st(cli(r, f->dir, A("members")), 2);
+	assert_string_equal(r->err, "procreg: members: expected one GROUP\nTry 'procreg --help'.\n");
+	expect_st(cli(r, f->dir, A("members", "a", "b")), 2);
+	assert_string_equal(r->out, "");
+	memset(n256, 'x', 256);
+	n256[256] = 0;
+	expect_st(cli(r, f->dir, A("members", n256)), 2);
+	assert_string_equal(r->out, "");
+	snprintf(msg, sizeof(msg), "procreg: members %s: %s\n", n256,
+		 procreg_strerror(-ENAMETOOLONG));
+	assert_string_equal(r->err, msg);
+}
+
+static void test_groups_list(void **state)
+{
+	struct fx *f = *state;
+	struct res *r = f->r;
+	char n50[51];
+	const char *s;
+	pid_t pid;
+
+	expect_st(cli(r, f->dir, A("groups")), 0);
+	assert_string_equal(r->out, "");
+	assert_string_equal(r->err, "");
+	expect_st(cli(r, f->dir, A("groups", "--json")), 0);
+	assert_string_equal(r->out, "[]\n");
+
+	/* Joined out of order; listed by strcmp order. A name is no group. */
+	join_ok(f->reg, "zeta", "");
+	join_ok(f->reg, "alpha", "");
+	join_ok(f->reg, "Beta.group", "");
+	reg_name(f->reg, "notagroup", "");
+	pid = spawn_cli(f, A("join", "alpha", "Beta.group", "--", "sleep", "30"));
+	wait_member(f, "alpha", pid);
+	wait_member(f, "Beta.group", pid);
+
+	expect_st(cli(r, f->dir, A("groups")), 0);
+	assert_string_equal(r->err, "");
+	s = expect_group_line(r->out, "Beta.group", 10, 2, 2);
+	s = expect_group_line(s, "alpha", 10, 2, 2);
+	s = expect_group_line(s, "zeta", 10, 1, 1);
+	assert_string_equal(s, "");
+	expect_st(cli(r, f->dir, A("groups", "--json")), 0);
+	s = expect_prefix(r->out, "[");
+	s = expect_group_json(s, "Beta.group", 2, 2);
+	s = expect_prefix(s, ",");
+	s = expect_group_json(s, "alpha", 2, 2);
+	s = expect_prefix(s, ",");
+	s = expect_group_json(s, "zeta", 1, 1);
+	assert_string_equal(s, "]\n");
+
+	/* The name column is at least 5 wide ("GROUP"), at most 40; a longer
+	 * name is printed whole. */
+	assert_int_equal(procreg_leave(f->reg, "Beta.group"), 0);
+	kill_kid(f, pid);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	expect_st(cli(r, f->dir, A("groups")), 0);
+	s = expect_group_line(r->out, "alpha", 5, 1, 1);
+	s = expect_group_line(s, "zeta", 5, 1, 1);
+	assert_string_equal(s, "");
+	memset(n50, 'w', 50);
+	n50[50] = 0;
+	join_ok(f->reg, n50, "");
+	expect_st(cli(r, f->dir, A("groups")), 0);
+	s = expect_group_line(r->out, "alpha", 40, 1, 1);
+	s = expect_group_line(s, n50, 40, 1, 1);
+	s = expect_group_line(s, "zeta", 40, 1, 1);
+	assert_string_equal(s, "");
+
+	expect_st(cli(r, f->dir, A("groups", "x")), 2);
+	assert_string_equal(r->out, "");
+	assert_string_equal(r->err, "procreg: groups: unexpected argument x\nTry 'procreg --help'.\n");
+}
+
+static void test_stats_groups(void **state)
+{
+	struct fx *f = *state;
+	struct res *r = f->r;
+	struct procreg_stats s;
+	pid_t pid;
+
+	join_ok(f->reg, "sg.1", "a");
+	join_ok(f->reg, "sg.2", "b");
+	join_ok(f->reg, "sg.1", "a2"); /* a re-join counts as a join */
+	pid = spawn_cli(f, A("join", "sg.2", "sg.3", "--", "sleep", "30"));
+	wait_member(f, "sg.2", pid);
+	wait_member(f, "sg.3", pid);
+	assert_int_equal(procreg_leave(f->reg, "sg.1"), 0);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	procreg_stats(f->reg, &s);
+	assert_int_equal(s.groups, 2);
+	assert_int_equal(s.memberships, 3);
+	assert_int_equal(s.joins, 5);
+	assert_int_equal(s.leaves, 1);
+	assert_int_equal(s.processes, 2);
+	expect_stats(f, 0, f->d.pid);
+	assert_non_null(strstr(f->r2->out, "\ngroups             2\nmemberships        3\n"));
+	assert_non_null(strstr(f->r2->out, "\njoins              5\nleaves             1\n"));
+	expect_stats(f, 1, f->d.pid);
+	assert_non_null(strstr(f->r2->out, "\"groups\":2,\"memberships\":3,"));
+	assert_non_null(strstr(f->r2->out, "\"joins\":5,\"leaves\":1,"));
+
+	kill_kid(f, pid);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	procreg_stats(f->reg, &s);
+	assert_int_equal(s.groups, 1);
+	assert_int_equal(s.memberships, 1);
+	assert_int_equal(s.leaves, 1); /* a death is not a leave */
+	assert_int_equal(s.deaths, 1);
+	expect_stats(f, 0, f->d.pid);
+	expect_stats(f, 1, f->d.pid);
+	expect_st(cli(r, f->dir, A("stats")), 0);
+}
+
+static void test_groups_without_daemon(void **state)
+{
+	struct fx *f = *state;
+	struct res *r = f->r;
+	struct member_list l;
+	char ran[512], script[600], msg[700];
+
+	join_ok(f->reg, "kept", "still");
+	members_sorted(f->reg, "kept", &l);
+	assert_int_equal(th_daemon_stop(&f->d), 0);
+
+	/* Reading needs no daemon. */
+	expect_st(cli(r, f->dir, A("members", "kept", "--json")), 0);
+	assert_string_equal(expect_member_json(expect_prefix(r->out, "["), &l.v[0], "still"), "]\n");
+	expect_st(cli(r, f->dir, A("groups")), 0);
+	assert_string_equal(expect_group_line(r->out, "kept", 5, 1, 1), "");
+
+	/* Joining does. */
+	snprintf(ran, sizeof(ran), "%s/ran", f->dir);
+	snprintf(script, sizeof(script), "touch %s", ran);
+	expect_st(cli(r, f->dir, A("join", "g", "--", "sh", "-c", script)), 2);
+	assert_string_equal(r->out, "");
+	assert_string_equal(r->err, "procreg: join: join 'g': procregd is not running for this scope\n");
+	assert_int_equal(access(ran, F_OK), -1);
+
+	/* No table at all. */
+	{
+		char *empty = th_mkdtemp();
+
+		no_table_msg(msg, sizeof(msg), empty, "default");
+		expect_st(cli(r, empty, A("members", "g")), 2);
+		assert_string_equal(r->err, msg);
+		expect_st(cli(r, empty, A("groups", "--json")), 2);
+		assert_string_equal(r->out, "");
+		assert_string_equal(r->err, msg);
+		expect_st(cli(r, empty, A("join", "g", "--", "sh", "-c", script)), 2);
+		assert_string_equal(r->err, msg);
+		assert_int_equal(access(ran, F_OK), -1);
+		th_rmrf(empty);
+		free(empty);
+	}
+}
+
+static void test_help_lists_groups(void **state)
+{
+	struct fx *f = *state;
+	struct res *r = f->r;
+	static const char *const cmds[] = { "\n  join GROUP", "\n  members GROUP", "\n  groups ",
+					    "--group G" };
+
+	expect_st(cli(r, f->dir, A("--help")), 0);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (!strstr(r->out, cmds[i]))
+			fail_msg("--help does not list '%s':\n%s", cmds[i], r->out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1267,6 +1856,14 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_help_and_usage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_table, setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_daemon_stopped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join_execs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join_usage_and_failures, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_run_group, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_members, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_groups_list, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stats_groups, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_groups_without_daemon, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_help_lists_groups, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

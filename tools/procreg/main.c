@@ -631,7 +631,8 @@ static int cmd_members(struct cli *c, int argc, char **argv)
 		}
 	}
 	free(all.v);
-	return all.n || c->json ? 0 : EXIT_NO;
+	/* "[]" for a script, and exit 1 as documented, like get's "null". */
+	return all.n ? 0 : EXIT_NO;
 }
 
 struct group_list {

@@ -69,6 +69,11 @@ int proc_attach(struct daemon *d, const struct ident *id, struct proc **out)
 		*out = p;
 		return 0;
 	}
+	/* A client's requests may still be queued when it dies: a process
+	 * that is already gone gets no names to lose a moment later. Once
+	 * per process, not per request. */
+	if (procreg__pidfd_exited(id->pidfd))
+		return -ESRCH;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;

@@ -1,0 +1,451 @@
+/*
+ * test_owners.c - standby owners (queues), replacement and leases,
+ * against a real daemon.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+struct fx {
+	char *dir;
+	struct th_daemon d;
+	procreg_t *reg;
+};
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	f->dir = th_mkdtemp();
+	if (th_daemon_start(&f->d, f->dir, NULL, NULL) != 0) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("procregd did not start");
+	}
+	f->reg = th_open(f->dir);
+	assert_non_null(f->reg);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+
+	procreg_close(f->reg);
+	if (f->d.pid)
+		assert_int_equal(th_daemon_stop(&f->d), 0);
+	th_rmrf(f->dir);
+	free(f->dir);
+	free(f);
+	return 0;
+}
+
+/*
+ * A child that registers NAME with FLAGS and reports the result over a
+ * pipe ('0' owned, 'q' queued, 'x' failed), then, if queued, waits until
+ * it owns the name and reports 'o'. It lives until killed.
+ */
+struct contender {
+	pid_t pid;
+	int report;       /* read end */
+};
+
+static struct contender contend(const char *dir, const char *name, unsigned flags,
+				uint32_t lease_ms)
+{
+	struct contender c;
+	int p[2];
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	c.pid = fork();
+	assert_true(c.pid >= 0);
+	if (c.pid == 0) {
+		PROCREG_OPTS(procreg_register_opts, o, .flags = flags, .lease_ms = lease_ms);
+		procreg_t *r = th_open(dir);
+		char meta[32];
+		int err;
+
+		close(p[0]);
+		snprintf(meta, sizeof(meta), "pid %d", (int)getpid());
+		err = r ? procreg_register_opts(r, name, meta, strlen(meta), &o) : -EIO;
+		(void)!write(p[1], err == 0 ? "0" : err == -EINPROGRESS ? "q" : "x", 1);
+		if (err == -EINPROGRESS && procreg_wait_owner(r, name, -1) == 0)
+			(void)!write(p[1], "o", 1);
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	c.report = p[0];
+	return c;
+}
+
+static char report(const struct contender *c)
+{
+	char x = 0;
+
+	assert_int_equal(read(c->report, &x, 1), 1);
+	return x;
+}
+
+static void bury(struct contender *c)
+{
+	kill(c->pid, SIGKILL);
+	assert_int_equal(th_wait(c->pid), 128 + SIGKILL);
+	close(c->report);
+}
+
+static pid_t owner_of(procreg_t *reg, const char *name)
+{
+	struct procreg_entry e;
+
+	return procreg_lookup(reg, name, &e) == 0 ? e.pid : 0;
+}
+
+static void test_queue_order_on_death(void **state)
+{
+	struct fx *f = *state;
+	struct contender owner = contend(f->dir, "leader", 0, 0), s[3];
+	struct procreg_stats st;
+
+	assert_int_equal(report(&owner), '0');
+	/* Three standbys, in a known order: each is queued before the next
+	 * asks. */
+	for (int i = 0; i < 3; i++) {
+		s[i] = contend(f->dir, "leader", PROCREG_QUEUE, 0);
+		assert_int_equal(report(&s[i]), 'q');
+	}
+	assert_int_equal(owner_of(f->reg, "leader"), owner.pid);
+
+	/* The owner dies: once the daemon has seen the death (sync), the
+	 * first in line already owns the name; nothing else had to happen. */
+	bury(&owner);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(owner_of(f->reg, "leader"), s[0].pid);
+	assert_int_equal(report(&s[0]), 'o');
+
+	/* The second in line dies while waiting: it is skipped. */
+	bury(&s[1]);
+	bury(&s[0]);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(owner_of(f->reg, "leader"), s[2].pid);
+	assert_int_equal(report(&s[2]), 'o');
+	{
+		struct procreg_entry e;
+
+		assert_int_equal(procreg_lookup(f->reg, "leader", &e), 0);
+		assert_int_equal(e.meta_len, (uint32_t)snprintf(NULL, 0, "pid %d", (int)s[2].pid));
+	}
+	bury(&s[2]);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "leader", NULL), -ENOENT);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 0);
+	assert_int_equal(st.processes, 0);
+}
+
+static void test_queue_on_unregister_and_events(void **state)
+{
+	struct fx *f = *state;
+	uint64_t cur = procreg_feed_head(f->reg);
+	struct procreg_event ev;
+	struct contender s;
+
+	assert_int_equal(procreg_register(f->reg, "svc", NULL, 0), 0);
+	s = contend(f->dir, "svc", PROCREG_QUEUE, 0);
+	assert_int_equal(report(&s), 'q');
+	/* Letting go hands the name over, as dying does. */
+	assert_int_equal(procreg_unregister(f->reg, "svc"), 0);
+	assert_int_equal(owner_of(f->reg, "svc"), s.pid);
+	assert_int_equal(report(&s), 'o');
+	assert_int_equal(procreg_next_event(f->reg, &cur, &ev, 0), 0);
+	assert_int_equal(ev.type, PROCREG_EV_REGISTERED);
+	assert_int_equal(procreg_next_event(f->reg, &cur, &ev, 0), 0);
+	assert_int_equal(ev.type, PROCREG_EV_UNREGISTERED);
+	assert_int_equal(procreg_next_event(f->reg, &cur, &ev, 0), 0);
+	assert_int_equal(ev.type, PROCREG_EV_TRANSFERRED);
+	assert_int_equal(ev.pid, s.pid);
+	assert_string_equal(ev.name, "svc");
+	/* Queueing for a free name simply registers it. */
+	{
+		PROCREG_OPTS(procreg_register_opts, o, .flags = PROCREG_QUEUE);
+
+		assert_int_equal(procreg_register_opts(f->reg, "free", NULL, 0, &o), 0);
+		assert_int_equal(owner_of(f->reg, "free"), getpid());
+	}
+	bury(&s);
+}
+
+static void test_replace(void **state)
+{
+	struct fx *f = *state;
+	PROCREG_OPTS(procreg_register_opts, rep, .flags = PROCREG_REPLACE);
+	struct contender soft = contend(f->dir, "soft", PROCREG_REPLACEABLE, 0);
+	struct contender hard = contend(f->dir, "hard", 0, 0);
+	struct procreg_entry e;
+	struct procreg_stats st;
+
+	assert_int_equal(report(&soft), '0');
+	assert_int_equal(report(&hard), '0');
+	assert_int_equal(procreg_lookup(f->reg, "soft", &e), 0);
+	assert_true(e.flags & PROCREG_ENTRY_REPLACEABLE);
+	/* Not replaceable: refused even when asked to replace. */
+	assert_int_equal(procreg_register_opts(f->reg, "hard", NULL, 0, &rep), -EEXIST);
+	/* Replaceable, and asked: ours now. */
+	assert_int_equal(procreg_register_opts(f->reg, "soft", "new", 3, &rep), 0);
+	assert_int_equal(procreg_lookup(f->reg, "soft", &e), 0);
+	assert_int_equal(e.pid, getpid());
+	assert_int_equal(e.flags & PROCREG_ENTRY_REPLACEABLE, 0);
+	/* Without asking, a replaceable name is just taken. */
+	assert_int_equal(procreg_register(f->reg, "hard", NULL, 0), -EEXIST);
+	/* The old owner's death no longer touches the name it lost; its
+	 * process entry went with its last name. */
+	bury(&soft);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(owner_of(f->reg, "soft"), getpid());
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.processes, 2); /* us and "hard" */
+	bury(&hard);
+}
+
+static void test_options_checked(void **state)
+{
+	struct fx *f = *state;
+	PROCREG_OPTS(procreg_register_opts, bad, .flags = 0x100);
+	PROCREG_OPTS(procreg_register_opts, mark, .flags = PROCREG_LEASE_MARK);
+	struct procreg_register_opts tiny = { .sz = 1 };
+
+	assert_int_equal(procreg_register_opts(f->reg, "x", NULL, 0, &bad), -EINVAL);
+	assert_int_equal(procreg_register_opts(f->reg, "x", NULL, 0, &mark), -EINVAL);
+	assert_int_equal(procreg_register_opts(f->reg, "x", NULL, 0, &tiny), -EINVAL);
+	/* NULL options: a plain registration. */
+	assert_int_equal(procreg_register_opts(f->reg, "x", NULL, 0, NULL), 0);
+	assert_int_equal(procreg_refresh(f->reg, "x"), -EINVAL); /* no lease */
+	assert_int_equal(procreg_refresh(f->reg, "nope"), -ENOENT);
+	assert_int_equal(procreg_wait_owner(f->reg, "x", 0), 0);
+}
+
+/* ---- leases ----------------------------------------------------------- */
+
+/* The next event of TYPE about NAME, waiting up to 30 s. */
+static struct procreg_event await(procreg_t *reg, uint64_t *cur, int type, const char *name)
+{
+	struct procreg_event ev;
+
+	for (;;) {
+		int err = procreg_next_event(reg, cur, &ev, 30000);
+
+		assert_int_equal(err, 0);
+		if (ev.type == type && !strcmp(ev.name, name))
+			return ev;
+	}
+}
+
+static void test_lease_expires(void **state)
+{
+	struct fx *f = *state;
+	PROCREG_OPTS(procreg_register_opts, o, .lease_ms = 50);
+	uint64_t cur = procreg_feed_head(f->reg);
+	struct procreg_event ev;
+	struct procreg_entry e;
+
+	/* We live, but do not refresh: the name goes. */
+	assert_int_equal(procreg_register_opts(f->reg, "hung", NULL, 0, &o), 0);
+	assert_int_equal(procreg_lookup(f->reg, "hung", &e), 0);
+	assert_true(e.flags & PROCREG_ENTRY_LEASED);
+	ev = await(f->reg, &cur, PROCREG_EV_EXPIRED, "hung");
+	assert_int_equal(ev.pid, getpid());
+	assert_int_equal(procreg_lookup(f->reg, "hung", NULL), -ENOENT);
+	assert_int_equal(kill(getpid(), 0), 0);
+	/* Re-registering without a lease keeps it for good. */
+	assert_int_equal(procreg_register(f->reg, "hung", NULL, 0), 0);
+	assert_int_equal(procreg_lookup(f->reg, "hung", &e), 0);
+	assert_int_equal(e.flags & PROCREG_ENTRY_LEASED, 0);
+}
+
+static void test_lease_refreshed(void **state)
+{
+	struct fx *f = *state;
+	PROCREG_OPTS(procreg_register_opts, o, .lease_ms = 3000);
+	uint64_t cur;
+	struct procreg_event ev;
+
+	assert_int_equal(procreg_register_opts(f->reg, "alive", NULL, 0, &o), 0);
+	cur = procreg_feed_head(f->reg);
+	/* Refreshing every 100 ms of a 3 s lease, ten times (a margin for a
+	 * loaded machine): still there, and no EXPIRED event meanwhile. */
+	for (int i = 0; i < 10; i++) {
+		th_msleep(100);
+		assert_int_equal(procreg_refresh(f->reg, "alive"), 0);
+		assert_int_equal(procreg_lookup(f->reg, "alive", NULL), 0);
+	}
+	while (procreg_next_event(f->reg, &cur, &ev, 0) == 0)
+		assert_int_not_equal(ev.type, PROCREG_EV_EXPIRED);
+}
+
+static void test_lease_mark_unhealthy(void **state)
+{
+	struct fx *f = *state;
+	PROCREG_OPTS(procreg_register_opts, o, .flags = PROCREG_LEASE_MARK, .lease_ms = 50);
+	uint64_t cur = procreg_feed_head(f->reg);
+	struct procreg_entry e;
+
+	assert_int_equal(procreg_register_opts(f->reg, "sick", "m", 1, &o), 0);
+	await(f->reg, &cur, PROCREG_EV_EXPIRED, "sick");
+	/* Kept, marked. */
+	assert_int_equal(procreg_lookup(f->reg, "sick", &e), 0);
+	assert_true(e.flags & PROCREG_ENTRY_UNHEALTHY);
+	assert_int_equal(e.meta_len, 1);
+	assert_int_equal(procreg_refresh(f->reg, "sick"), 0);
+	await(f->reg, &cur, PROCREG_EV_REFRESHED, "sick");
+	assert_int_equal(procreg_lookup(f->reg, "sick", &e), 0);
+	assert_int_equal(e.flags & PROCREG_ENTRY_UNHEALTHY, 0);
+	assert_true(e.flags & PROCREG_ENTRY_LEASED);
+}
+
+static void test_lease_hands_over(void **state)
+{
+	struct fx *f = *state;
+	struct contender hung = contend(f->dir, "job", 0, 100), s;
+
+	assert_int_equal(report(&hung), '0');
+	s = contend(f->dir, "job", PROCREG_QUEUE, 0);
+	assert_int_equal(report(&s), 'q');
+	/* The owner never refreshes: the standby gets the name, though the
+	 * owner still runs. */
+	assert_int_equal(report(&s), 'o');
+	assert_int_equal(owner_of(f->reg, "job"), s.pid);
+	assert_int_equal(kill(hung.pid, 0), 0);
+	bury(&hung);
+	bury(&s);
+}
+
+static void test_refresh_permissions(void **state)
+{
+	struct fx *f = *state;
+	PROCREG_OPTS(procreg_register_opts, o, .lease_ms = 600000);
+	pid_t kid;
+
+	if (geteuid() != 0)
+		fail_msg("this test needs root (CI runs as root)");
+	chmod(f->dir, 0755);
+	assert_int_equal(procreg_register_opts(f->reg, "mine", NULL, 0, &o), 0);
+	kid = fork();
+	if (kid == 0) {
+		procreg_t *r;
+
+		if (setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(1);
+		r = th_open(f->dir);
+		_exit(r && procreg_refresh(r, "mine") == -EPERM ? 0 : 2);
+	}
+	assert_int_equal(th_wait(kid), 0);
+	/* Another process of the owner's uid may. */
+	kid = fork();
+	if (kid == 0) {
+		procreg_t *r = th_open(f->dir);
+
+		_exit(r && procreg_refresh(r, "mine") == 0 ? 0 : 3);
+	}
+	assert_int_equal(th_wait(kid), 0);
+}
+
+/* ---- the CLI ---------------------------------------------------------- */
+
+static void test_cli_queue_and_ttl(void **state)
+{
+	struct fx *f = *state;
+	const char *const refresh_none[] = { "refresh", "absent", NULL };
+	char path[512], buf[64] = "";
+	struct contender owner = contend(f->dir, "cli.lead", 0, 0);
+	pid_t standby, leased;
+	int fd;
+
+	assert_int_equal(report(&owner), '0');
+	/* procreg run NAME --queue -- CMD: waits in line, then execs CMD. */
+	snprintf(path, sizeof(path), "%s/ran", f->dir);
+	standby = fork();
+	if (standby == 0) {
+		char cmd[600];
+
+		snprintf(cmd, sizeof(cmd), "echo $$ > %s; exec sleep 30", path);
+		execl(PROCREG_CLI_PATH, "procreg", "--dir", f->dir, "run", "cli.lead", "--queue", "--",
+		      "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	/* In line (it has not run CMD), until the owner goes. */
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_not_equal(access(path, F_OK), 0);
+	bury(&owner);
+	for (int i = 0; i < 30000 && owner_of(f->reg, "cli.lead") != standby; i++)
+		th_msleep(1);
+	assert_int_equal(owner_of(f->reg, "cli.lead"), standby);
+	for (int i = 0; i < 30000 && access(path, F_OK) != 0; i++)
+		th_msleep(1);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	for (int i = 0; i < 30000 && read(fd, buf, sizeof(buf) - 1) <= 0; i++) {
+		th_msleep(1);
+		lseek(fd, 0, SEEK_SET);
+	}
+	close(fd);
+	assert_int_equal(atoi(buf), standby); /* the same process: exec */
+	kill(standby, SIGKILL);
+	th_wait(standby);
+
+	/* procreg run NAME --ttl: the name goes unless refreshed; procreg
+	 * refresh keeps it. */
+	leased = fork();
+	if (leased == 0) {
+		execl(PROCREG_CLI_PATH, "procreg", "--dir", f->dir, "run", "cli.lease", "--ttl", "3",
+		      "--", "sleep", "30", (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 30000 && owner_of(f->reg, "cli.lease") != leased; i++)
+		th_msleep(1);
+	{
+		const char *const refresh[] = { "refresh", "cli.lease", NULL };
+
+		for (int i = 0; i < 5; i++) {
+			assert_int_equal(th_cli(f->dir, NULL, 0, refresh), 0);
+			th_msleep(100);
+		}
+		assert_int_equal(owner_of(f->reg, "cli.lease"), leased);
+	}
+	for (int i = 0; i < 30000 && owner_of(f->reg, "cli.lease"); i++)
+		th_msleep(1);
+	assert_int_equal(owner_of(f->reg, "cli.lease"), 0);
+	assert_int_equal(kill(leased, 0), 0); /* it lives; its name expired */
+	kill(leased, SIGKILL);
+	th_wait(leased);
+	assert_int_equal(th_cli(f->dir, NULL, 0, refresh_none), 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_queue_order_on_death, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_queue_on_unregister_and_events, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_replace, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_options_checked, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lease_expires, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lease_refreshed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lease_mark_unhealthy, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lease_hands_over, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refresh_permissions, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cli_queue_and_ttl, setup, teardown),
+	};
+
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
