@@ -378,7 +378,13 @@ static __attribute__((noinline, cold)) int lookup_traced(procreg_t *reg, const c
 	return err;
 }
 
-PROCREG_API int procreg_lookup(procreg_t *reg, const char *name, struct procreg_entry *out)
+/* Flattened: the probe, index and copy helpers are inlined here whether
+ * or not the traced copy above also uses them, so a build with probes
+ * and one without compile this path the same (GCC otherwise declines to
+ * inline them twice, and the probes would seem to cost a few calls). The
+ * noinline functions (the traced copy, copy_bytes) stay out of line. */
+PROCREG_API __attribute__((flatten)) int procreg_lookup(procreg_t *reg, const char *name,
+							 struct procreg_entry *out)
 {
 	size_t len;
 	int err = procreg__check_name(name, &len);
