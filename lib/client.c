@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "probes.h"
 #include "proto.h"
 #include "procreg_version.h"
 
@@ -251,6 +252,24 @@ broken:
 	return err;
 }
 
+PR_PROBE_DEFINE(procreg, request);
+PR_PROBE_DEFINE(procreg, request_done);
+PR_PROBE_DEFINE(procreg, batch);
+
+/* roundtrip(), between procreg:request and procreg:request_done (NAME may
+ * be NULL). Under reg->io. */
+static int traced_roundtrip(procreg_t *reg, uint16_t op, const char *name, size_t name_len,
+			    size_t len, uint32_t id, int pass_fd)
+{
+	uint64_t t0 = PR_TRACE_CLOCK(procreg, request_done);
+	int err;
+
+	PR_TRACE(procreg, request, op, name, name_len, id);
+	err = roundtrip(reg, len, id, pass_fd);
+	PR_TRACE(procreg, request_done, op, name, name_len, err, t0 ? procreg__mono_ns() - t0 : 0);
+	return err;
+}
+
 static int check_meta(size_t meta_len)
 {
 	return meta_len > PROCREG_META_MAX ? -EMSGSIZE : 0;
@@ -273,7 +292,7 @@ static int name_request_arg(procreg_t *reg, uint16_t op, uint16_t flags, int pid
 	id = ++reg->next_id;
 	procreg__proto_put_name_arg(reg->out, &pos, op, flags | (pidfd >= 0 ? PR_F_PIDFD : 0), id,
 				    name, len, meta, meta_len, arg);
-	err = roundtrip(reg, pos, id, pidfd);
+	err = traced_roundtrip(reg, op, name, len, pos, id, pidfd);
 	pthread_mutex_unlock(&reg->io);
 	return err;
 }
@@ -362,7 +381,7 @@ PROCREG_API int procreg_sync(procreg_t *reg)
 	pthread_mutex_lock(&reg->io);
 	id = ++reg->next_id;
 	procreg__proto_put(reg->out, &pos, PR_OP_SYNC, 0, id, 0, NULL, 0, NULL, 0);
-	err = roundtrip(reg, pos, id, -1);
+	err = traced_roundtrip(reg, PR_OP_SYNC, NULL, 0, pos, id, -1);
 	pthread_mutex_unlock(&reg->io);
 	return err;
 }
@@ -443,6 +462,7 @@ static int batch_collect(procreg_t *reg, struct procreg_op *ops, size_t n)
 PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n)
 {
 	size_t next = 0, inflight = 0, len;
+	uint64_t t0 = PR_TRACE_CLOCK(procreg, batch);
 	int err;
 
 	if (n > UINT32_MAX)
@@ -470,6 +490,7 @@ PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n)
 			ops[next].result = -ECANCELED;
 	}
 	pthread_mutex_unlock(&reg->io);
+	PR_TRACE(procreg, batch, n, err, t0 ? procreg__mono_ns() - t0 : 0);
 	return err;
 }
 

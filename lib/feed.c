@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "probes.h"
 
 static const struct pr_event *ring(const struct pr_map *m)
 {
@@ -35,6 +36,8 @@ static const struct pr_event *ring(const struct pr_map *m)
 }
 
 /* ---- writer ----------------------------------------------------------- */
+
+PR_PROBE_DEFINE(procregd, change);
 
 void procreg__w_emit(struct pr_writer *w, uint32_t type, const struct pr_record *r)
 {
@@ -60,6 +63,7 @@ void procreg__w_emit(struct pr_writer *w, uint32_t type, const struct pr_record 
 	PR_STORE_REL(&e->seq, s);
 	PR_STORE_REL(&h->feed_head, s);
 	w->feed_pending = true;
+	PR_TRACE(procregd, change, type, r->pid, r->kind, e->name, r->name_len, s);
 }
 
 static long futex(uint32_t *uaddr, int op, uint32_t val, const struct timespec *ts)

@@ -286,6 +286,7 @@ struct pr_writer {
 	struct pr_vec waiting;        /* waiting for gp_target */
 	uint64_t gp_target;           /* 0: no grace period in flight */
 	uint64_t gp_started_ns;
+	uint32_t gp_waited;           /* slots it waits for, while procregd:grace_period is traced */
 };
 
 /* Create the scope's files, or attach to existing ones (then

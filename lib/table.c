@@ -24,6 +24,15 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "probes.h"
+
+PR_PROBE_DEFINE(procreg, lookup);
+PR_PROBE_DEFINE(procreg, lookup_latency);
+PR_PROBE_DEFINE(procreg, read_held);
+PR_PROBE_DEFINE(procreg, walk);
+
+/* What a read-side section held for: procreg:read_held's first argument. */
+enum { HELD_LOOKUP, HELD_NAMES, HELD_MEMBERS, HELD_GROUPS };
 
 /* ---- headers and mappings -------------------------------------------- */
 
@@ -315,29 +324,77 @@ const struct pr_record *procreg__find(const struct pr_map *m, const struct pr_ro
 
 /* ---- public reader API ------------------------------------------------ */
 
-PROCREG_API int procreg_lookup(procreg_t *reg, const char *name, struct procreg_entry *out)
+/* What a traced lookup measures; the untraced one passes NULL and the
+ * compiler drops every use. */
+struct lookup_trace {
+	uint64_t hash;
+	bool held;                /* procreg:read_held is traced */
+	uint64_t locked_ns, unlocked_ns;
+};
+
+static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const char *name,
+							 size_t len, struct procreg_entry *out,
+							 struct lookup_trace *t)
 {
-	struct pr_reader_slot *s;
+	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
 	const struct pr_record *r;
 	struct pr_key k;
-	size_t len;
-	int err = procreg__check_name(name, &len);
 
-	if (err < 0)
-		return err;
-	s = procreg__rcu_slot(&reg->rcu);
 	if (caa_unlikely(!s))
 		return -EUSERS;
 	pr_key_name(&k, PR_KIND_NAME, name, len, reg->map.hdr->hash_seed);
 
 	pr_read_lock(&reg->map, s);
+	if (t && t->held)
+		t->locked_ns = procreg__mono_ns();
 	r = procreg__find(&reg->map, &reg->map.hdr->names, &k);
 	if (r && out && procreg__record_to_entry(&reg->map, r, out))
 		r = NULL;
 	/* Our own cache line: no other process writes it. */
 	CMM_STORE_SHARED(s->lookups, s->lookups + 1);
+	if (t && t->held)
+		t->unlocked_ns = procreg__mono_ns();
 	pr_read_unlock(s);
+	if (t)
+		t->hash = k.hash;
 	return r ? 0 : -ENOENT;
+}
+
+/* The lookup while a tracer is attached to one of its probes: out of the
+ * way of the untraced one, which pays only for the test that sends it
+ * here. */
+static __attribute__((noinline, cold)) int lookup_traced(procreg_t *reg, const char *name,
+							 size_t len, struct procreg_entry *out)
+{
+	struct lookup_trace t = { .held = PR_PROBE_ENABLED(procreg, read_held) };
+	uint64_t t0 = PR_TRACE_CLOCK(procreg, lookup_latency);
+	int err = lookup(reg, name, len, out, &t);
+	uint64_t ns = t0 ? procreg__mono_ns() - t0 : 0;
+
+	PR_TRACE(procreg, lookup, t.hash, name, len, err);
+	PR_TRACE(procreg, lookup_latency, t.hash, ns, err);
+	if (t.held && err != -EUSERS)
+		PR_PROBE(procreg, read_held, HELD_LOOKUP, t.unlocked_ns - t.locked_ns);
+	return err;
+}
+
+/* Flattened: the probe, index and copy helpers are inlined here whether
+ * or not the traced copy above also uses them, so a build with probes
+ * and one without compile this path the same (GCC otherwise declines to
+ * inline them twice, and the probes would seem to cost a few calls). The
+ * noinline functions (the traced copy, copy_bytes) stay out of line. */
+PROCREG_API __attribute__((flatten)) int procreg_lookup(procreg_t *reg, const char *name,
+							 struct procreg_entry *out)
+{
+	size_t len;
+	int err = procreg__check_name(name, &len);
+
+	if (err < 0)
+		return err;
+	if (PR_PROBE_ENABLED(procreg, lookup) | PR_PROBE_ENABLED(procreg, lookup_latency) |
+	    PR_PROBE_ENABLED(procreg, read_held))
+		return lookup_traced(reg, name, len, out);
+	return lookup(reg, name, len, out, NULL);
 }
 
 /*
@@ -362,6 +419,7 @@ struct walk {
 	 * none (any more), which ends the walk. */
 	const struct pr_root *(*root)(const struct pr_map *m, const void *arg);
 	const void *arg;
+	int kind;                  /* HELD_NAMES, HELD_MEMBERS or HELD_GROUPS */
 	size_t elem;               /* bytes of one reported element */
 	/* 0, or -1 for a record that is not whole (not reported). */
 	int (*copy)(const struct pr_map *m, const struct pr_record *r, void *dst);
@@ -437,6 +495,7 @@ static int walk(procreg_t *reg, const struct walk *wk, walk_cb cb, void *arg)
 {
 	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
 	struct chunk c = { .cap = FOREACH_CHUNK };
+	uint64_t t0 = PR_TRACE_CLOCK(procreg, walk), entries = 0, chunks = 0, held = 0;
 	int ret = 0, full;
 
 	if (!s)
@@ -445,9 +504,18 @@ static int walk(procreg_t *reg, const struct walk *wk, walk_cb cb, void *arg)
 	if (!c.buf)
 		return -ENOMEM;
 	while (!c.done && !ret) {
+		bool timed = PR_PROBE_ENABLED(procreg, read_held);
+
 		pr_read_lock(&reg->map, s);
+		if (timed)
+			held = procreg__mono_ns();
 		full = fill_chunk(&reg->map, wk, &c);
+		if (timed)
+			held = procreg__mono_ns() - held;
 		pr_read_unlock(s);
+		if (timed)
+			PR_PROBE(procreg, read_held, wk->kind, held);
+		chunks++;
 		if (full) {
 			/* Grow outside the critical section and redo the chunk:
 			 * nothing of it was reported and lo has not moved. */
@@ -465,8 +533,10 @@ static int walk(procreg_t *reg, const struct walk *wk, walk_cb cb, void *arg)
 		 * as long as they like, and call us back. */
 		for (size_t i = 0; i < c.n && !ret; i++)
 			ret = cb(c.buf + i * wk->elem, arg);
+		entries += c.n;
 	}
 	free(c.buf);
+	PR_TRACE(procreg, walk, wk->kind, entries, chunks, t0 ? procreg__mono_ns() - t0 : 0, ret);
 	return ret;
 }
 
@@ -489,7 +559,7 @@ static int copy_entry(const struct pr_map *m, const struct pr_record *r, void *d
 
 PROCREG_API int procreg_foreach(procreg_t *reg, procreg_entry_cb cb, void *arg)
 {
-	const struct walk wk = { names_root, NULL, sizeof(struct procreg_entry), copy_entry };
+	const struct walk wk = { names_root, NULL, HELD_NAMES, sizeof(struct procreg_entry), copy_entry };
 
 	return walk(reg, &wk, (walk_cb)cb, arg);
 }
@@ -525,7 +595,7 @@ PROCREG_API int procreg_members(procreg_t *reg, const char *group, procreg_entry
 				void *arg)
 {
 	struct pr_key k;
-	const struct walk wk = { member_root, &k, sizeof(struct procreg_entry), copy_entry };
+	const struct walk wk = { member_root, &k, HELD_MEMBERS, sizeof(struct procreg_entry), copy_entry };
 	int err = group_key(reg, group, &k);
 
 	return err ? err : walk(reg, &wk, (walk_cb)cb, arg);
@@ -549,7 +619,7 @@ static int copy_group(const struct pr_map *m, const struct pr_record *r, void *d
 
 PROCREG_API int procreg_groups(procreg_t *reg, procreg_group_cb cb, void *arg)
 {
-	const struct walk wk = { groups_root, NULL, sizeof(struct procreg_group), copy_group };
+	const struct walk wk = { groups_root, NULL, HELD_GROUPS, sizeof(struct procreg_group), copy_group };
 
 	return walk(reg, &wk, (walk_cb)cb, arg);
 }

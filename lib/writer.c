@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "probes.h"
 
 #define NCLASS 256                     /* 16 .. 4096 bytes */
 #define CLASS_MAX (NCLASS * PR_ALIGN)
@@ -66,6 +67,12 @@ void procreg__vec_free(struct pr_vec *v)
 }
 
 /* ---- allocator -------------------------------------------------------- */
+
+PR_PROBE_DEFINE(procregd, publish);
+PR_PROBE_DEFINE(procregd, retire);
+PR_PROBE_DEFINE(procregd, grace_period);
+PR_PROBE_DEFINE(procregd, reclaim);
+PR_PROBE_DEFINE(procregd, grow);
 
 static struct pr_table_hdr *H(struct pr_writer *w)
 {
@@ -149,22 +156,49 @@ static void retire(struct pr_writer *w, uint64_t off, uint64_t size)
 	if (procreg__vec_push(&w->retired, off) || procreg__vec_push(&w->retired, size))
 		return; /* leaks until recovery; never frees early */
 	w->retired_bytes += size;
+	PR_TRACE(procregd, retire, off, size);
 }
 
 static void free_batch(struct pr_writer *w, struct pr_vec *b)
 {
-	for (size_t i = 0; i + 1 < b->n; i += 2)
+	uint64_t bytes = 0;
+
+	for (size_t i = 0; i + 1 < b->n; i += 2) {
 		release_block(w, b->v[i], b->v[i + 1]);
+		bytes += b->v[i + 1];
+	}
+	PR_TRACE(procregd, reclaim, bytes, b->n / 2);
 	b->n = 0;
+}
+
+/* The grace period in flight has passed: free what it covered. */
+static void gp_done(struct pr_writer *w)
+{
+	free_batch(w, &w->waiting);
+	PR_TRACE(procregd, grace_period, w->gp_target, procreg__mono_ns() - w->gp_started_ns,
+		 w->gp_waited);
+	w->gp_target = 0;
+	CMM_STORE_SHARED(H(w)->grace_periods, H(w)->grace_periods + 1);
+}
+
+/* For procregd:grace_period: the reader slots a grace period to TARGET
+ * must wait for (inside a critical section begun before it). */
+static uint32_t gp_waited(const struct pr_map *m, uint64_t target)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < m->nslots; i++) {
+		uint64_t c = CMM_LOAD_SHARED(m->slots[i].ctr);
+
+		n += c != 0 && c < target;
+	}
+	return n;
 }
 
 int procreg__w_reclaim(struct pr_writer *w)
 {
-	if (w->gp_target && procreg__gp_poll(&w->map, w->gp_target, NULL)) {
-		free_batch(w, &w->waiting);
-		w->gp_target = 0;
-		CMM_STORE_SHARED(H(w)->grace_periods, H(w)->grace_periods + 1);
-	}
+	if (w->gp_target && procreg__gp_poll(&w->map, w->gp_target, NULL))
+		gp_done(w);
 	if (!w->gp_target && w->retired.n) {
 		struct pr_vec t = w->waiting;
 
@@ -180,12 +214,11 @@ int procreg__w_reclaim(struct pr_writer *w)
 			return 1;
 		}
 		w->gp_started_ns = procreg__mono_ns();
+		w->gp_waited = PR_PROBE_ENABLED(procregd, grace_period)
+				       ? gp_waited(&w->map, w->gp_target) : 0;
 		/* Most of the time no reader is inside: finish at once. */
-		if (procreg__gp_poll(&w->map, w->gp_target, NULL)) {
-			free_batch(w, &w->waiting);
-			w->gp_target = 0;
-			CMM_STORE_SHARED(H(w)->grace_periods, H(w)->grace_periods + 1);
-		}
+		if (procreg__gp_poll(&w->map, w->gp_target, NULL))
+			gp_done(w);
 	}
 	return w->gp_target != 0 || w->retired.n != 0;
 }
@@ -250,6 +283,8 @@ static int rebuild(struct pr_writer *w, struct pr_root *root, uint64_t cap)
 	PR_STORE_REL(&root->index_off, off);
 	CMM_STORE_SHARED(root->tombs, 0);
 	CMM_STORE_SHARED(H(w)->rehashes, H(w)->rehashes + 1);
+	PR_TRACE(procregd, grow, root == &H(w)->names ? 0 : root == &H(w)->groups ? 1 : 2,
+		 old_cap, cap, root->live);
 	retire(w, old_off, index_bytes(old_cap));
 	return 0;
 }
@@ -336,6 +371,7 @@ void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos,
 
 	/* Release: the record's bytes before the word that reaches them. */
 	PR_STORE_REL(&ix->slot[pos], pr_slot_word(r->hash, off));
+	PR_TRACE(procregd, publish, r->kind, (const char *)r->data, r->name_len, r->pid, off);
 	if (pr_slot_live(old)) {
 		retire(w, pr_slot_off(old), procreg__record_size(rec_at(w, pr_slot_off(old))));
 	} else {

@@ -431,6 +431,21 @@ static void test_memory(void **state)
 	check_clean(&r);
 }
 
+/* probes: both builds looked up every name; the ratio is printed, not
+ * judged here (timing belongs to the bench, not the suite). */
+static void test_probes(void **state)
+{
+	struct run r;
+
+	(void)state;
+	bench(&r, 0, (const char *const[]){ "probes", NULL });
+	check_ok(&r);
+	assert_true(num(r.out, "ns_probes") > 0);
+	assert_true(num(r.out, "ns_noprobes") > 0);
+	assert_true(num(r.out, "ratio") > 0);
+	check_clean(&r);
+}
+
 /* SIGINT in the middle of a measurement: the bench stops, by the signal,
  * and leaves nothing behind. */
 static void test_sigint(void **state)
@@ -465,6 +480,7 @@ int main(void)
 		cmocka_unit_test(test_register),
 		cmocka_unit_test(test_stress),
 		cmocka_unit_test(test_memory),
+		cmocka_unit_test(test_probes),
 		cmocka_unit_test(test_sigint),
 		cmocka_unit_test(test_usage),
 	};

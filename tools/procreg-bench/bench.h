@@ -11,6 +11,7 @@
  *   register.c  procreg-bench register, and the unix-socket echo baseline
  *   stress.c    procreg-bench stress
  *   memory.c    procreg-bench memory
+ *   probes.c    procreg-bench probes: USDT probes' cost, not attached
  *
  * Every figure is measured beside a baseline in the same run and reported
  * as a ratio to it: absolute times drift on a shared machine, ratios much
@@ -57,6 +58,9 @@ struct bench_opts {
 	int procs;
 	bool pipelined;              /* stress: procreg_batch per process, not one call per name */
 	int nodes;                   /* --nodes K: reserved for cross-host replication */
+	/* probes */
+	uint64_t fixed;              /* --fixed N: N untimed lookups per build (callgrind) */
+	const char *noprobes_lib;    /* --noprobes-lib PATH */
 };
 
 extern struct bench_opts bo;
@@ -186,5 +190,6 @@ int cmd_lookup(void);
 int cmd_register(void);
 int cmd_stress(void);
 int cmd_memory(void);
+int cmd_probes(void);
 
 #endif

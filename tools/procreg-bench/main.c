@@ -6,6 +6,7 @@
  *   procreg-bench register                      registrations vs a socket round trip
  *   procreg-bench stress                        the registry stress test
  *   procreg-bench memory                        table bytes per name
+ *   procreg-bench probes                        lookups with USDT probes vs without
  *
  * Each prints a human table and, with --json, one JSON object on stdout
  * (the table then goes to stderr). Each starts its own procregd in a
@@ -37,6 +38,8 @@ static void usage(FILE *f)
 		"  stress      N names over P processes: register, unregister, re-register,\n"
 		"              kill every process, time until every name is gone\n"
 		"  memory      table bytes per name at 10^4..10^6 names\n"
+		"  probes      lookups with the USDT probes compiled in (not attached) vs a\n"
+		"              build without them, side by side in one process\n"
 		"\n"
 		"Options:\n"
 		"  --json                one JSON object on stdout\n"
@@ -59,6 +62,11 @@ static void usage(FILE *f)
 		"  --procs P             processes the names are spread over (default 1000)\n"
 		"  --pipelined           each process registers with one procreg_batch\n"
 		"  --nodes K             hosts (needs cross-host replication: not yet)\n"
+		"probes:\n"
+		"  --names N             table size (default 10000)\n"
+		"  --rounds N            alternating rounds per build (default 7)\n"
+		"  --fixed N             N untimed lookups per build, for valgrind --tool=callgrind\n"
+		"  --noprobes-lib PATH   the build without probes (default: the one built here)\n"
 		"memory:\n"
 		"  --names N[,N...]      sizes, growing (default 10000,100000,1000000)\n"
 		"\n"
@@ -110,6 +118,7 @@ static void parse(int argc, char **argv)
 	enum {
 		O_JSON = 256, O_QUICK, O_PROCREGD, O_TMPDIR, O_ROUNDS, O_DURATION, O_NAMES,
 		O_READERS, O_MISS, O_LOAD, O_CLIENTS, O_SYNC, O_BATCH, O_PROCS, O_PIPE, O_NODES,
+		O_FIXED, O_NOPROBES,
 	};
 	static const struct option lo[] = {
 		{ "json", no_argument, NULL, O_JSON },
@@ -128,6 +137,8 @@ static void parse(int argc, char **argv)
 		{ "procs", required_argument, NULL, O_PROCS },
 		{ "pipelined", no_argument, NULL, O_PIPE },
 		{ "nodes", required_argument, NULL, O_NODES },
+		{ "fixed", required_argument, NULL, O_FIXED },
+		{ "noprobes-lib", required_argument, NULL, O_NOPROBES },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -202,6 +213,11 @@ static void parse(int argc, char **argv)
 			if (parse_int(optarg, &bo.nodes, 1, 1024) < 0)
 				bad("--nodes", optarg);
 			break;
+		case O_FIXED:
+			if (parse_u64(optarg, &bo.fixed) < 0 || !bo.fixed)
+				bad("--fixed", optarg);
+			break;
+		case O_NOPROBES: bo.noprobes_lib = optarg; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
 		}
@@ -234,6 +250,7 @@ int main(int argc, char **argv)
 		{ "register", cmd_register },
 		{ "stress", cmd_stress },
 		{ "memory", cmd_memory },
+		{ "probes", cmd_probes },
 	};
 	int (*fn)(void) = NULL;
 	int rc;

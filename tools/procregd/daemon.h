@@ -90,6 +90,7 @@ struct daemon {
 	struct queue *queues;     /* owners.c */
 	struct lease *leases;
 
+	uint64_t wake_ns;         /* last epoll wake-up, while procregd:death is traced */
 	uint64_t last_reap_ns;
 	uint64_t timer_due_ns;    /* CLOCK_MONOTONIC when the timer fires next */
 	uint8_t *in, *out;        /* one packet each */
@@ -149,6 +150,8 @@ struct proc *proc_forget_name(struct daemon *d, uint64_t off);
 void proc_release_if_empty(struct daemon *d, struct proc *p);
 /* Its pidfd fired: remove every name it held. */
 void proc_died(struct daemon *d, struct proc *p);
+/* The time of a wake-up, for procregd:death: 0 unless it is traced. */
+uint64_t procs_wake_clock(void);
 /* Handle every pidfd that is already readable (for SYNC). */
 void procs_drain_deaths(struct daemon *d);
 /* After attaching to an existing table: keep the names of live owners,

@@ -337,6 +337,8 @@ static void run(struct daemon *d)
 	while (!d->stop) {
 		int n = epoll_wait(d->epfd, evs, 64, -1);
 
+		d->wake_ns = procs_wake_clock();
+
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;

@@ -17,6 +17,14 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "probes.h"
+
+PR_PROBE_DEFINE(procregd, death);
+
+uint64_t procs_wake_clock(void)
+{
+	return PR_TRACE_CLOCK(procregd, death);
+}
 
 static void count_procs(struct daemon *d, int delta)
 {
@@ -199,6 +207,7 @@ void proc_died(struct daemon *d, struct proc *p)
 	p->names.n = 0;
 	if (n)
 		CMM_STORE_SHARED(d->w.map.hdr->deaths, d->w.map.hdr->deaths + 1);
+	PR_TRACE(procregd, death, p->pid, n, d->wake_ns ? procreg__mono_ns() - d->wake_ns : 0);
 	LOGV(d, "pid %d: exited, %zu name%s and membership%s removed", (int)p->pid, n,
 	     n == 1 ? "" : "s", n == 1 ? "" : "s");
 	proc_free(d, p);
@@ -215,6 +224,7 @@ void procs_drain_deaths(struct daemon *d)
 		int deaths = 0;
 
 		n = epoll_wait(d->epfd, evs, 64, 0);
+		d->wake_ns = procs_wake_clock();
 		for (int i = 0; i < n; i++) {
 			struct ev *e = evs[i].data.ptr;
 

@@ -25,7 +25,12 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "probes.h"
 #include "proto.h"
+
+PR_PROBE_DEFINE(procregd, request);
+PR_PROBE_DEFINE(procregd, reply);
+PR_PROBE_DEFINE(procregd, conflict);
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
@@ -301,8 +306,10 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 			ev = PROCREG_EV_REPLACED;
 		else if (!mine && name && (f->h.flags & PR_F_QUEUE))
 			return (err = owners_enqueue(d, p, id, f)) ? err : -EINPROGRESS;
-		else if (!mine)
+		else if (!mine) {
+			PR_TRACE(procregd, conflict, id->pid, f->name, f->name_len, r->pid, k->kind);
 			return -EEXIST;
+		}
 		else
 			ev = PROCREG_EV_UPDATED;
 	}
@@ -493,7 +500,10 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 			log_msg("client pid %d: unframeable packet, closing", (int)c->id.pid);
 			return -EBADMSG;
 		}
+		uint64_t t0 = PR_TRACE_CLOCK(procregd, reply);
+
 		frames++;
+		PR_TRACE(procregd, request, f.h.op, c->id.pid, f.name, f.name_len, f.h.id);
 		if (r == -EPROTO || (f.h.op & PR_OP_REPLY))
 			status = -EBADMSG;
 		else if ((f.h.op == PR_OP_HELLO && (c->hello_done || frames > 1)) ||
@@ -502,6 +512,8 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 			status = -EBADMSG; /* one HELLO, one pidfd per packet */
 		else
 			status = handle_frame(d, c, &f, passed_fd);
+		PR_TRACE(procregd, reply, f.h.op, c->id.pid, status, t0 ? procreg__mono_ns() - t0 : 0,
+			 f.h.id);
 		if (f.h.op == PR_OP_HELLO && !(f.h.op & PR_OP_REPLY))
 			procreg__proto_put_hello(d->out, &out, PR_OP_HELLO | PR_OP_REPLY, f.h.id,
 						 status);

@@ -1,0 +1,420 @@
+/*
+ * test_trace.c - procreg-trace against a live procregd and clients doing
+ * known work: what it counts and reports must match what was done.
+ *
+ * Needs root (or CAP_BPF and CAP_PERFMON) and a kernel that loads BPF and
+ * uprobes, as CI has. Where the tracer cannot start, the tests fail with
+ * its error: they never skip.
+ *
+ * The workers are forked from this program, which links the static
+ * library, so "-p PID" finds the probes in this executable's own mapping.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define HITS 1234
+#define MISSES 321
+
+struct fixture {
+	char *dir;
+	struct th_daemon d;
+	procreg_t *reg;
+	pid_t tracer;
+	char out[512], err[512];     /* the tracer's stdout and stderr files */
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	f->dir = th_mkdtemp();
+	assert_int_equal(th_daemon_start(&f->d, f->dir, NULL, NULL), 0);
+	f->reg = th_open(f->dir);
+	assert_non_null(f->reg);
+	snprintf(f->out, sizeof(f->out), "%s/trace.out", f->dir);
+	snprintf(f->err, sizeof(f->err), "%s/trace.err", f->dir);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	if (f->tracer > 0) {
+		kill(f->tracer, SIGKILL);
+		th_wait(f->tracer);
+	}
+	procreg_close(f->reg);
+	th_daemon_stop(&f->d);
+	th_rmrf(f->dir);
+	free(f->dir);
+	free(f);
+	return 0;
+}
+
+/* The whole of a file, NUL-terminated (the caller frees it). */
+static char *slurp(const char *path)
+{
+	FILE *fp = fopen(path, "re");
+	char *buf = NULL;
+	size_t len = 0;
+
+	if (fp) {
+		FILE *m = open_memstream(&buf, &len);
+		int c;
+
+		while ((c = fgetc(fp)) != EOF)
+			fputc(c, m);
+		fclose(m);
+		fclose(fp);
+	}
+	return buf ? buf : strdup("");
+}
+
+/* Start procreg-trace ARGS... with --dir, its output in the fixture's
+ * files, and wait until it says it is tracing. Fails the test with its
+ * error if it exits first or takes more than 20 s. */
+static void tracer_start(struct fixture *f, const char *const *args)
+{
+	const char *argv[32];
+	int n = 0;
+
+	argv[n++] = PROCREG_TRACE_PATH;
+	for (int i = 0; args[i]; i++)
+		argv[n++] = args[i];
+	argv[n++] = "--dir";
+	argv[n++] = f->dir;
+	argv[n] = NULL;
+	f->tracer = fork();
+	assert_true(f->tracer >= 0);
+	if (f->tracer == 0) {
+		int o = open(f->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int e = open(f->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+			_exit(127);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 2000; i++) {
+		char *err = slurp(f->err);
+		int ready = strstr(err, "tracing") != NULL, status;
+
+		if (ready) {
+			free(err);
+			return;
+		}
+		if (waitpid(f->tracer, &status, WNOHANG) == f->tracer) {
+			f->tracer = 0;
+			fail_msg("procreg-trace could not start (BPF must load here, as root):\n%s", err);
+		}
+		free(err);
+		th_msleep(10);
+	}
+	fail_msg("procreg-trace did not start tracing within 20 s");
+}
+
+/* SIGINT, then its exit status must be 0; returns its stdout. */
+static char *tracer_stop(struct fixture *f)
+{
+	int st;
+
+	assert_int_equal(kill(f->tracer, SIGINT), 0);
+	st = th_wait(f->tracer);
+	f->tracer = 0;
+	if (st != 0) {
+		char *err = slurp(f->err);
+
+		fail_msg("procreg-trace exited with %d after SIGINT:\n%s", st, err);
+	}
+	return slurp(f->out);
+}
+
+/* ---- a worker that does known work when told to ---------------------- */
+
+struct worker {
+	const char *dir;
+	int go[2], done[2];
+	bool work_register;          /* also register, join, and unregister */
+};
+
+static void wait_byte(int fd)
+{
+	char c;
+
+	while (read(fd, &c, 1) < 0 && errno == EINTR)
+		;
+}
+
+static int worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct procreg_entry e;
+	procreg_t *reg = th_open(w->dir);
+	int bad = 0;
+
+	if (!reg)
+		return 1;
+	wait_byte(w->go[0]);
+	if (w->work_register) {
+		bad |= procreg_register(reg, "trace.worker", "m", 1) != 0;
+		bad |= procreg_join(reg, "trace.crew", NULL, 0) != 0;
+		bad |= procreg_unregister(reg, "trace.worker") != 0;
+	}
+	for (int i = 0; i < HITS; i++)
+		bad |= procreg_lookup(reg, i % 2 ? "trace.a" : "trace.b", &e) != 0;
+	for (int i = 0; i < MISSES; i++)
+		bad |= procreg_lookup(reg, "trace.absent", &e) != -ENOENT;
+	procreg_close(reg);
+	if (write(w->done[1], "x", 1) != 1)
+		bad = 1;
+	pause(); /* until the test kills it */
+	return bad;
+}
+
+static pid_t worker_start(struct fixture *f, struct worker *w)
+{
+	w->dir = f->dir;
+	assert_int_equal(pipe(w->go), 0);
+	assert_int_equal(pipe(w->done), 0);
+	return th_fork(worker_main, w);
+}
+
+static void worker_run(struct worker *w)
+{
+	assert_int_equal(write(w->go[1], "x", 1), 1);
+	wait_byte(w->done[0]);
+}
+
+static void worker_end(struct worker *w, pid_t pid)
+{
+	kill(pid, SIGKILL);
+	th_wait(pid);
+	close(w->go[0]);
+	close(w->go[1]);
+	close(w->done[0]);
+	close(w->done[1]);
+}
+
+static void register_names(struct fixture *f)
+{
+	assert_int_equal(procreg_register(f->reg, "trace.a", "a", 1), 0);
+	assert_int_equal(procreg_register(f->reg, "trace.b", "b", 1), 0);
+}
+
+/* ---- tests ------------------------------------------------------------ */
+
+/* top counts exactly the worker's lookups and misses, and names the names. */
+static void test_top_counts_lookups_and_misses(void **state)
+{
+	struct fixture *f = *state;
+	struct worker w = { 0 };
+	unsigned long long lookups = 0, misses = 0;
+	char pid[16], *out, *t;
+	pid_t child;
+
+	register_names(f);
+	child = worker_start(f, &w);
+	snprintf(pid, sizeof(pid), "%d", (int)child);
+	tracer_start(f, (const char *const[]){ "top", "-p", pid, "--interval", "600", NULL });
+	worker_run(&w);
+	out = tracer_stop(f);
+	worker_end(&w, child);
+
+	t = strstr(out, "total: ");
+	if (!t || sscanf(t, "total: lookups %llu, misses %llu", &lookups, &misses) != 2)
+		fail_msg("no totals in procreg-trace top's output:\n%s", out);
+	assert_int_equal(lookups, HITS + MISSES);
+	assert_int_equal(misses, MISSES);
+	/* Resolved from the table, and the miss by the name it was asked as. */
+	if (!strstr(out, " trace.a\n") || !strstr(out, " trace.b\n") ||
+	    !strstr(out, " trace.absent (not in the table)\n"))
+		fail_msg("names missing from procreg-trace top's output:\n%s", out);
+	assert_non_null(strstr(out, pid));
+	free(out);
+}
+
+/* A line of OUT that holds every one of the NULL-terminated WORDS (its
+ * newline included, so that a word may end with one). */
+static bool has_line(const char *out, const char *const *words)
+{
+	for (const char *l = out; *l;) {
+		const char *e = strchr(l, '\n');
+		size_t n = e ? (size_t)(e - l) + 1 : strlen(l);
+		char *line = strndup(l, n);
+		bool all = true;
+
+		for (int i = 0; words[i] && all; i++)
+			all = strstr(line, words[i]) != NULL;
+		free(line);
+		if (all)
+			return true;
+		l += n;
+	}
+	return false;
+}
+
+struct victim {
+	const char *dir;
+	int ready[2];
+};
+
+static int victim_main(void *arg)
+{
+	struct victim *v = arg;
+	procreg_t *reg = th_open(v->dir);
+
+	if (!reg || procreg_register(reg, "trace.victim", NULL, 0) ||
+	    procreg_register(reg, "trace.victim.2", NULL, 0) ||
+	    procreg_join(reg, "trace.crew", NULL, 0))
+		return 1;
+	if (write(v->ready[1], "x", 1) != 1)
+		return 1;
+	pause();
+	return 0;
+}
+
+/* A killed process shows up with each of its names, then its removal. */
+static void run_events_kill(struct fixture *f, bool json)
+{
+	struct victim v = { .dir = f->dir };
+	struct procreg_entry e;
+	char pid[32], *out;
+	pid_t child;
+
+	tracer_start(f, json ? (const char *const[]){ "events", "--json", NULL }
+			     : (const char *const[]){ "events", NULL });
+	assert_int_equal(pipe(v.ready), 0);
+	child = th_fork(victim_main, &v);
+	wait_byte(v.ready[0]);
+	kill(child, SIGKILL);
+	assert_int_equal(th_wait(child), 128 + SIGKILL);
+	/* SYNC returns after the daemon has handled every death before it. */
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "trace.victim", &e), -ENOENT);
+	out = tracer_stop(f);
+	close(v.ready[0]);
+	close(v.ready[1]);
+
+	if (json) {
+		snprintf(pid, sizeof(pid), "\"pid\":%d,", (int)child);
+		if (!has_line(out, (const char *const[]){ "\"event\":\"registered\"", pid, "\"name\":\"trace.victim\"", NULL }) ||
+		    !has_line(out, (const char *const[]){ "\"event\":\"died\"", pid, "\"kind\":\"name\"", "\"name\":\"trace.victim\"", NULL }) ||
+		    !has_line(out, (const char *const[]){ "\"event\":\"died\"", pid, "\"name\":\"trace.victim.2\"", NULL }) ||
+		    !has_line(out, (const char *const[]){ "\"event\":\"died\"", pid, "\"kind\":\"group\"", "\"name\":\"trace.crew\"", NULL }) ||
+		    !has_line(out, (const char *const[]){ "\"event\":\"removed\"", pid, "\"entries\":3,", NULL }))
+			fail_msg("the killed process (%s) is not in procreg-trace events --json:\n%s", pid,
+				 out);
+	} else {
+		snprintf(pid, sizeof(pid), "pid %-7d ", (int)child);
+		if (!has_line(out, (const char *const[]){ "registered", pid, "name trace.victim", NULL }) ||
+		    !has_line(out, (const char *const[]){ "died", pid, "name trace.victim\n", NULL }) ||
+		    !has_line(out, (const char *const[]){ "died", pid, "name trace.victim.2", NULL }) ||
+		    !has_line(out, (const char *const[]){ "died", pid, "member of trace.crew", NULL }) ||
+		    !has_line(out, (const char *const[]){ "removed", pid, "3 entries removed", "us after", NULL }))
+			fail_msg("the killed process (%s) is not in procreg-trace events:\n%s", pid, out);
+	}
+	free(out);
+}
+
+static void test_events_show_a_killed_process(void **state)
+{
+	run_events_kill(*state, false);
+}
+
+static void test_events_json(void **state)
+{
+	run_events_kill(*state, true);
+}
+
+/* The "N samples" figure of histogram TITLE in lat's output; -1 if it
+ * has none. */
+static long long samples(const char *out, const char *title)
+{
+	char key[128];
+	const char *p;
+	long long n;
+
+	snprintf(key, sizeof(key), "\n%s: ", title);
+	p = strstr(out, key);
+	if (!p || sscanf(p + strlen(key), "%lld samples", &n) != 1)
+		return -1;
+	return n;
+}
+
+/* lat prints non-empty histograms: one sample per lookup, per request. */
+static void test_lat_histograms(void **state)
+{
+	struct fixture *f = *state;
+	struct worker w = { .work_register = true };
+	char pid[16], *out;
+	pid_t child;
+
+	register_names(f);
+	child = worker_start(f, &w);
+	snprintf(pid, sizeof(pid), "%d", (int)child);
+	tracer_start(f, (const char *const[]){ "lat", "-p", pid, "--interval", "600", NULL });
+	worker_run(&w);
+	out = tracer_stop(f);
+	worker_end(&w, child);
+
+	if (samples(out, "lookup") != HITS + MISSES ||
+	    samples(out, "request (client round trip)") != 3 ||
+	    samples(out, "serve (procregd, request to reply)") < 3)
+		fail_msg("procreg-trace lat: unexpected histograms:\n%s", out);
+	/* A histogram's rows: "lo -> hi : count |***|". */
+	assert_non_null(strstr(out, " -> "));
+	assert_non_null(strstr(out, "|****"));
+	free(out);
+}
+
+/* --duration ends a run with status 0; a pid that does not exist is a
+ * clear error, status 2. */
+static void test_duration_and_errors(void **state)
+{
+	struct fixture *f = *state;
+	int st;
+	pid_t p;
+
+	tracer_start(f, (const char *const[]){ "events", "--duration", "0.2", NULL });
+	st = th_wait(f->tracer);
+	f->tracer = 0;
+	assert_int_equal(st, 0);
+	p = fork();
+	assert_true(p >= 0);
+	if (p == 0) {
+		int devnull = open("/dev/null", O_WRONLY);
+
+		dup2(devnull, 1);
+		dup2(devnull, 2);
+		execl(PROCREG_TRACE_PATH, PROCREG_TRACE_PATH, "top", "-p", "999999999", "--dir",
+		      f->dir, (char *)NULL);
+		_exit(127);
+	}
+	assert_int_equal(th_wait(p), 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_top_counts_lookups_and_misses, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_events_show_a_killed_process, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_events_json, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lat_histograms, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_duration_and_errors, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

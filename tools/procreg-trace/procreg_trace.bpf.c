@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * procreg_trace.bpf.c - the kernel side of procreg-trace: handlers for the
+ * USDT probes of libprocreg and procregd (lib/probes.h; their arguments
+ * are documented in README.md, "Tracing").
+ *
+ * Counters and histograms live in per-CPU maps, so a handler never
+ * contends with another CPU; the loader sums the CPUs when it prints.
+ * Events go to userspace through one BPF ring buffer. Which handlers run
+ * is decided by what the loader attaches; the rodata below only trims
+ * what an attached handler records.
+ */
+#include <stdbool.h>
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <linux/ptrace.h>   /* struct pt_regs, for the USDT argument specs */
+#include <bpf/bpf_helpers.h>
+#include <bpf/usdt.bpf.h>
+
+#include "procreg_trace.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Set by the loader through skel->rodata before load. */
+const volatile bool top_names = false;   /* count lookups per name hash */
+const volatile bool top_procs = false;   /* count lookups per process */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PT_C_N);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PT_H_N * PT_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} hists SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);                 /* the name's hash in the table */
+	__type(value, struct pt_count);
+} names SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);                 /* tgid */
+	__type(value, struct pt_count);
+} procs SEC(".maps");
+
+/* The name each hash was first seen with: top's fallback for names no
+ * longer (or never) in the table. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct pt_name);
+} seen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pt_name);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} events SEC(".maps");
+
+static __always_inline void count(__u32 c)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &c);
+
+	if (v)
+		*v += 1;
+}
+
+static __always_inline void hist(__u32 h, __u64 ns)
+{
+	__u32 slot = 0, key;
+	__u64 *v;
+
+	/* floor(log2(ns)), unrolled: the verifier needs a bounded loop. */
+	if (ns >> 32) { slot += 32; ns >>= 32; }
+	if (ns >> 16) { slot += 16; ns >>= 16; }
+	if (ns >> 8) { slot += 8; ns >>= 8; }
+	if (ns >> 4) { slot += 4; ns >>= 4; }
+	if (ns >> 2) { slot += 2; ns >>= 2; }
+	if (ns >> 1) slot += 1;
+	key = h * PT_SLOTS + slot;
+	v = bpf_map_lookup_elem(&hists, &key);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline void bump(void *map, const void *key, bool miss)
+{
+	struct pt_count *c = bpf_map_lookup_elem(map, key), zero = {};
+
+	if (!c) {
+		bpf_map_update_elem(map, key, &zero, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(map, key);
+		if (!c)
+			return; /* full: the totals in "counters" still count it */
+	}
+	c->lookups++;
+	if (miss)
+		c->misses++;
+}
+
+/* A new ring-buffer record, its name copied from the traced process
+ * (LEN bytes, not necessarily NUL-terminated there). NULL if the ring is
+ * full: the loader reports the drops it sees in the feed sequence. */
+static __always_inline struct pt_event *event(__u32 type, __u32 pid, const char *name,
+					      __u64 len)
+{
+	struct pt_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	__u32 n = len > PT_NAME_MAX - 1 ? PT_NAME_MAX - 1 : (__u32)len;
+
+	if (!e)
+		return NULL;
+	e->ts_ns = bpf_ktime_get_ns();
+	e->type = type;
+	e->pid = pid;
+	e->kind = 0;
+	e->a = e->b = e->c = 0;
+	e->name[0] = 0;
+	if (name && n && bpf_probe_read_user(e->name, n & (PT_NAME_MAX - 1), name) == 0)
+		e->name[n & (PT_NAME_MAX - 1)] = 0;
+	else
+		n = 0;
+	e->name_len = n;
+	return e;
+}
+
+/* ---- library ---------------------------------------------------------- */
+
+SEC("usdt")
+int BPF_USDT(on_lookup, __u64 hash, const char *name, __u64 len, int result)
+{
+	bool miss = result == -2; /* -ENOENT */
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	count(PT_C_LOOKUPS);
+	if (miss)
+		count(PT_C_MISSES);
+	if (top_names) {
+		bump(&names, &hash, miss);
+		if (!bpf_map_lookup_elem(&seen, &hash)) {
+			__u32 zero = 0;
+			struct pt_name *n = bpf_map_lookup_elem(&scratch, &zero);
+
+			if (n && bpf_probe_read_user_str(n->s, sizeof(n->s), name) > 0)
+				bpf_map_update_elem(&seen, &hash, n, BPF_NOEXIST);
+		}
+	}
+	if (top_procs)
+		bump(&procs, &tgid, miss);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_lookup_latency, __u64 hash, __u64 ns, int result)
+{
+	hist(PT_H_LOOKUP, ns);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_request_done, int op, const char *name, __u64 len, int status, __u64 ns)
+{
+	hist(PT_H_REQUEST, ns);
+	return 0;
+}
+
+/* ---- daemon ----------------------------------------------------------- */
+
+SEC("usdt")
+int BPF_USDT(on_reply, int op, int pid, int status, __u64 ns, __u32 id)
+{
+	hist(PT_H_SERVE, ns);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_grace_period, __u64 gp, __u64 ns, __u32 waited)
+{
+	struct pt_event *e;
+
+	hist(PT_H_GRACE, ns);
+	e = event(PT_EV_GRACE, 0, NULL, 0);
+	if (!e)
+		return 0;
+	e->a = ns;
+	e->b = waited;
+	e->c = gp;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_grace_period_hist, __u64 gp, __u64 ns, __u32 waited)
+{
+	hist(PT_H_GRACE, ns);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_death, int pid, __u64 removed, __u64 ns)
+{
+	struct pt_event *e;
+
+	hist(PT_H_DEATH, ns);
+	e = event(PT_EV_DEATH, pid, NULL, 0);
+	if (!e)
+		return 0;
+	e->a = removed;
+	e->b = ns;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_death_hist, int pid, __u64 removed, __u64 ns)
+{
+	hist(PT_H_DEATH, ns);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_change, __u32 type, __u32 pid, __u32 kind, const char *name, __u64 len,
+	     __u64 seq)
+{
+	struct pt_event *e = event(PT_EV_CHANGE, pid, name, len);
+
+	if (!e)
+		return 0;
+	e->kind = kind;
+	e->a = type;
+	e->b = seq;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_conflict, int pid, const char *name, __u64 len, __u32 holder, __u32 kind)
+{
+	struct pt_event *e = event(PT_EV_CONFLICT, pid, name, len);
+
+	if (!e)
+		return 0;
+	e->kind = kind;
+	e->a = holder;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_grow, int kind, __u64 old_cap, __u64 new_cap, __u64 live)
+{
+	struct pt_event *e = event(PT_EV_GROW, 0, NULL, 0);
+
+	if (!e)
+		return 0;
+	e->kind = kind;
+	e->a = old_cap;
+	e->b = new_cap;
+	e->c = live;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}

@@ -1,0 +1,906 @@
+/*
+ * procreg-trace - eBPF tracing of procreg's hot paths through its USDT
+ * probes (lib/probes.h): latency histograms, the hottest names, and a live
+ * stream of registry events.
+ *
+ *   procreg-trace lat     [-p PID] [--interval S] [--duration S]
+ *   procreg-trace top     [-p PID] [--interval S] [--duration S] [--rows N]
+ *   procreg-trace events  [-p PID] [--duration S] [--json]
+ *
+ * The shape is libbpf-bootstrap's: procreg_trace.bpf.c is the kernel
+ * side, procreg_trace.h the records both sides share, and this file opens
+ * the skeleton, sets its rodata, loads it, attaches the handlers a
+ * subcommand needs, and polls until SIGINT, SIGTERM or --duration.
+ *
+ * Library probes are attached in the objects of one process (-p PID:
+ * every object it maps that carries procreg probes, libprocreg.so or a
+ * program linked with the static library), or for every process that maps
+ * libprocreg.so (the one this program resolves, or --lib PATH). procregd's
+ * probes are attached in the daemon that serves the scope.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "layout.h"
+#include "procreg.h"
+#include "procreg_trace.h"
+#include "procreg_trace.skel.h"
+
+#define MAX_LINKS 512
+#define MAX_OBJECTS 64
+
+enum cmd { CMD_LAT, CMD_TOP, CMD_EVENTS };
+
+static struct {
+	enum cmd cmd;
+	pid_t pid;                 /* 0: every process that maps the library */
+	double interval;           /* seconds */
+	double duration;           /* seconds, 0: until a signal */
+	bool json;
+	bool verbose;
+	int rows;
+	const char *scope, *dir;
+	const char *libs[MAX_OBJECTS];
+	int nlibs;
+} opt = { .interval = 1.0, .rows = 10 };
+
+static volatile sig_atomic_t exiting;
+static bool quiet_libbpf;          /* while trying objects that may lack our probes */
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	exiting = 1;
+}
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	if (level == LIBBPF_DEBUG && !opt.verbose)
+		return 0;
+	if (quiet_libbpf && !opt.verbose)
+		return 0;
+	return vfprintf(stderr, fmt, ap);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: procreg-trace COMMAND [OPTIONS]\n"
+		"Traces procreg's USDT probes with eBPF (needs root, or CAP_BPF and CAP_PERFMON).\n"
+		"\n"
+		"Commands:\n"
+		"  lat       log2 latency histograms: lookup, request (client round trip),\n"
+		"            serve (procregd's time on a request), grace period, death to removal\n"
+		"  top       the names looked up most (by hash, resolved from the table), misses,\n"
+		"            lookups per process\n"
+		"  events    registrations, deaths with their names and time to removal,\n"
+		"            conflicts, grace periods, index growth\n"
+		"\n"
+		"Options:\n"
+		"  -p, --pid PID       trace one process (default: every process that maps\n"
+		"                      libprocreg.so); procregd is traced either way\n"
+		"  -i, --interval S    seconds between reports of lat and top (default 1)\n"
+		"  -d, --duration S    stop after S seconds (default: at SIGINT or SIGTERM)\n"
+		"  -n, --rows N        top: names and processes shown (default 10)\n"
+		"      --json          events: one JSON object per line\n"
+		"      --lib PATH      without -p: trace processes that map PATH (repeatable)\n"
+		"      --scope NAME    the registry's scope (default $PROCREG_SCOPE or 'default')\n"
+		"      --dir DIR       its directory (default $PROCREG_DIR)\n"
+		"  -v, --verbose       libbpf's messages\n"
+		"\n"
+		"See procreg-trace(8) and README.md (\"Tracing\") for the probes.\n");
+}
+
+static double parse_secs(const char *name, const char *s)
+{
+	char *end;
+	double v = strtod(s, &end);
+
+	if (end == s || *end || v < 0 || v > 86400 * 365) {
+		fprintf(stderr, "procreg-trace: %s %s: expected seconds\n", name, s);
+		exit(2);
+	}
+	return v;
+}
+
+static void parse(int argc, char **argv)
+{
+	enum { O_JSON = 256, O_LIB, O_SCOPE, O_DIR };
+	static const struct option lo[] = {
+		{ "pid", required_argument, NULL, 'p' },
+		{ "interval", required_argument, NULL, 'i' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "rows", required_argument, NULL, 'n' },
+		{ "json", no_argument, NULL, O_JSON },
+		{ "lib", required_argument, NULL, O_LIB },
+		{ "scope", required_argument, NULL, O_SCOPE },
+		{ "dir", required_argument, NULL, O_DIR },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	const char *cmd;
+	char *end;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "p:i:d:n:vh", lo, NULL)) != -1) {
+		switch (c) {
+		case 'p':
+			opt.pid = (pid_t)strtol(optarg, &end, 10);
+			if (*end || opt.pid <= 0) {
+				fprintf(stderr, "procreg-trace: -p %s: expected a pid\n", optarg);
+				exit(2);
+			}
+			break;
+		case 'i':
+			opt.interval = parse_secs("--interval", optarg);
+			if (opt.interval < 0.01)
+				opt.interval = 0.01;
+			break;
+		case 'd': opt.duration = parse_secs("--duration", optarg); break;
+		case 'n':
+			opt.rows = atoi(optarg);
+			if (opt.rows <= 0)
+				opt.rows = 10;
+			break;
+		case O_JSON: opt.json = true; break;
+		case O_LIB:
+			if (opt.nlibs == MAX_OBJECTS) {
+				fprintf(stderr, "procreg-trace: too many --lib\n");
+				exit(2);
+			}
+			opt.libs[opt.nlibs++] = optarg;
+			break;
+		case O_SCOPE: opt.scope = optarg; break;
+		case O_DIR: opt.dir = optarg; break;
+		case 'v': opt.verbose = true; break;
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); exit(2);
+		}
+	}
+	if (optind != argc - 1) {
+		usage(stderr);
+		exit(2);
+	}
+	cmd = argv[optind];
+	if (!strcmp(cmd, "lat"))
+		opt.cmd = CMD_LAT;
+	else if (!strcmp(cmd, "top"))
+		opt.cmd = CMD_TOP;
+	else if (!strcmp(cmd, "events"))
+		opt.cmd = CMD_EVENTS;
+	else {
+		fprintf(stderr, "procreg-trace: unknown command '%s'\nTry 'procreg-trace --help'.\n", cmd);
+		exit(2);
+	}
+	if (opt.json && opt.cmd != CMD_EVENTS) {
+		fprintf(stderr, "procreg-trace: --json goes with events\n");
+		exit(2);
+	}
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* "HH:MM:SS.mmm", wall clock. */
+static const char *stamp(bool ms)
+{
+	static char buf[32];
+	struct timespec ts;
+	struct tm tm;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	localtime_r(&ts.tv_sec, &tm);
+	strftime(buf, sizeof(buf), "%H:%M:%S", &tm);
+	if (ms)
+		snprintf(buf + 8, sizeof(buf) - 8, ".%03ld", ts.tv_nsec / 1000000);
+	return buf;
+}
+
+/* ---- attaching -------------------------------------------------------- */
+
+/* Which handler goes on which probe, for which command. */
+struct probe {
+	unsigned int cmds;             /* 1 << enum cmd */
+	bool daemon;                   /* in procregd, else in the library */
+	const char *provider, *name;
+	size_t prog;                   /* offset of the program in skel->progs */
+};
+
+#define P(c, d, prov, nm, fn) { c, d, prov, nm, offsetof(struct procreg_trace, progs.fn) }
+#define LAT (1u << CMD_LAT)
+#define TOP (1u << CMD_TOP)
+#define EVS (1u << CMD_EVENTS)
+static const struct probe probes[] = {
+	P(TOP, false, "procreg", "lookup", on_lookup),
+	P(LAT, false, "procreg", "lookup_latency", on_lookup_latency),
+	P(LAT, false, "procreg", "request_done", on_request_done),
+	P(LAT, true, "procregd", "reply", on_reply),
+	P(LAT, true, "procregd", "grace_period", on_grace_period_hist),
+	P(LAT, true, "procregd", "death", on_death_hist),
+	P(EVS, true, "procregd", "grace_period", on_grace_period),
+	P(EVS, true, "procregd", "death", on_death),
+	P(EVS, true, "procregd", "change", on_change),
+	P(EVS, true, "procregd", "conflict", on_conflict),
+	P(EVS, true, "procregd", "grow", on_grow),
+};
+#undef P
+
+static struct bpf_link *links[MAX_LINKS];
+static int nlinks;
+
+static struct bpf_program *prog_of(struct procreg_trace *skel, const struct probe *p)
+{
+	return *(struct bpf_program **)((char *)skel + p->prog);
+}
+
+/* Attach every handler of this command for DAEMON's side in PATH, for
+ * PID (-1: all). Returns how many attached; *last_err gets the last
+ * failure. */
+static int attach_object(struct procreg_trace *skel, bool daemon, pid_t pid, const char *path,
+			 int *last_err)
+{
+	int n = 0;
+
+	for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
+		const struct probe *p = &probes[i];
+		struct bpf_link *l;
+
+		if (!(p->cmds & (1u << opt.cmd)) || p->daemon != daemon || nlinks == MAX_LINKS)
+			continue;
+		l = bpf_program__attach_usdt(prog_of(skel, p), pid, path, p->provider, p->name, NULL);
+		if (!l) {
+			*last_err = -errno;
+			if (opt.verbose)
+				fprintf(stderr, "procreg-trace: %s: %s:%s: %s\n", path, p->provider,
+					p->name, strerror(errno));
+			continue;
+		}
+		links[nlinks++] = l;
+		n++;
+	}
+	return n;
+}
+
+static bool wants(bool daemon)
+{
+	for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++)
+		if ((probes[i].cmds & (1u << opt.cmd)) && probes[i].daemon == daemon)
+			return true;
+	return false;
+}
+
+/* The distinct executable file mappings of PID (self for 0), or only
+ * those whose name contains MATCH. */
+static int mapped_objects(pid_t pid, const char *match, char objs[][PATH_MAX], int max)
+{
+	char path[64], line[PATH_MAX + 256];
+	FILE *f;
+	int n = 0;
+
+	if (pid)
+		snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	else
+		snprintf(path, sizeof(path), "/proc/self/maps");
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (n < max && fgets(line, sizeof(line), f)) {
+		char perms[8], *file = strchr(line, '/');
+		bool seen = false;
+
+		if (sscanf(line, "%*s %7s", perms) != 1 || !strchr(perms, 'x') || !file)
+			continue;
+		file[strcspn(file, "\n")] = 0;
+		if (strstr(file, " (deleted)") || (match && !strstr(file, match)))
+			continue;
+		for (int i = 0; i < n && !seen; i++)
+			seen = !strcmp(objs[i], file);
+		if (!seen)
+			snprintf(objs[n++], PATH_MAX, "%s", file);
+	}
+	fclose(f);
+	return n;
+}
+
+static char objs[MAX_OBJECTS][PATH_MAX];
+
+/* Library probes: in -p PID's objects, or in the library for everyone. */
+static int attach_library(struct procreg_trace *skel)
+{
+	int n = 0, nobj, err = -ENOENT;
+
+	if (opt.pid) {
+		nobj = mapped_objects(opt.pid, NULL, objs, MAX_OBJECTS);
+		if (nobj < 0) {
+			fprintf(stderr, "procreg-trace: pid %d: %s\n", (int)opt.pid, strerror(-nobj));
+			return nobj;
+		}
+		quiet_libbpf = true;
+		for (int i = 0; i < nobj; i++)
+			n += attach_object(skel, false, opt.pid, objs[i], &err);
+		quiet_libbpf = false;
+		if (!n) {
+			fprintf(stderr,
+				"procreg-trace: pid %d: no object it maps carries procreg probes "
+				"(a libprocreg built with PROCREG_USDT=ON): %s\n",
+				(int)opt.pid, strerror(-err));
+			return err;
+		}
+		return n;
+	}
+	if (opt.nlibs) {
+		nobj = opt.nlibs;
+		for (int i = 0; i < nobj; i++)
+			snprintf(objs[i], PATH_MAX, "%s", opt.libs[i]);
+	} else {
+		/* The library this program itself resolved: the one the
+		 * dynamic linker gives every other program too. */
+		nobj = mapped_objects(0, "libprocreg.so", objs, MAX_OBJECTS);
+	}
+	for (int i = 0; i < nobj; i++) {
+		int k = attach_object(skel, false, -1, objs[i], &err);
+
+		if (!k) {
+			fprintf(stderr, "procreg-trace: %s: cannot attach to its probes: %s\n",
+				objs[i], strerror(-err));
+			return err;
+		}
+		n += k;
+	}
+	if (!n) {
+		fprintf(stderr, "procreg-trace: no libprocreg.so to trace: give --lib PATH or -p PID\n");
+		return -ENOENT;
+	}
+	return n;
+}
+
+static int attach_daemon(struct procreg_trace *skel, pid_t dpid)
+{
+	char link[64], exe[PATH_MAX];
+	ssize_t len;
+	int err = 0, n;
+
+	if (!dpid) {
+		fprintf(stderr, "procreg-trace: procregd is not running for this scope: "
+				"its probes are not traced\n");
+		return 0;
+	}
+	snprintf(link, sizeof(link), "/proc/%d/exe", (int)dpid);
+	len = readlink(link, exe, sizeof(exe) - 1);
+	if (len < 0) {
+		fprintf(stderr, "procreg-trace: procregd pid %d: %s: %s\n", (int)dpid, link,
+			strerror(errno));
+		return -errno;
+	}
+	exe[len] = 0;
+	n = attach_object(skel, true, dpid, exe, &err);
+	if (!n) {
+		fprintf(stderr, "procreg-trace: procregd pid %d (%s): cannot attach to its probes: %s\n",
+			(int)dpid, exe, strerror(-err));
+		return err ? err : -ENOENT;
+	}
+	return n;
+}
+
+/* ---- lat -------------------------------------------------------------- */
+
+static int ncpus;
+
+/* Sum and clear row KEY of a per-CPU map of u64. */
+static uint64_t take_u64(int fd, uint32_t key, uint64_t *vals, bool clear)
+{
+	uint64_t sum = 0;
+
+	if (bpf_map_lookup_elem(fd, &key, vals))
+		return 0;
+	for (int c = 0; c < ncpus; c++)
+		sum += vals[c];
+	if (clear && sum) {
+		memset(vals, 0, sizeof(uint64_t) * (size_t)ncpus);
+		bpf_map_update_elem(fd, &key, vals, BPF_ANY);
+	}
+	return sum;
+}
+
+static void print_bar(uint64_t v, uint64_t max)
+{
+	int w = max ? (int)(v * 40 / max) : 0;
+
+	printf("|");
+	for (int i = 0; i < 40; i++)
+		putchar(i < w ? '*' : ' ');
+	printf("|\n");
+}
+
+static void print_lat(struct procreg_trace *skel)
+{
+	static const char *titles[PT_H_N] = {
+		[PT_H_LOOKUP] = "lookup",
+		[PT_H_REQUEST] = "request (client round trip)",
+		[PT_H_SERVE] = "serve (procregd, request to reply)",
+		[PT_H_GRACE] = "grace period",
+		[PT_H_DEATH] = "death to removal",
+	};
+	int fd = bpf_map__fd(skel->maps.hists);
+	uint64_t *vals = calloc((size_t)ncpus, sizeof(uint64_t));
+
+	if (!vals)
+		return;
+	printf("%s\n", stamp(false));
+	for (int h = 0; h < PT_H_N; h++) {
+		uint64_t slot[PT_SLOTS], max = 0, total = 0;
+		int lo = PT_SLOTS, hi = -1;
+
+		for (int s = 0; s < PT_SLOTS; s++) {
+			slot[s] = take_u64(fd, (uint32_t)(h * PT_SLOTS + s), vals, true);
+			total += slot[s];
+			if (slot[s]) {
+				max = slot[s] > max ? slot[s] : max;
+				lo = s < lo ? s : lo;
+				hi = s;
+			}
+		}
+		if (!total) {
+			printf("%s: no samples\n\n", titles[h]);
+			continue;
+		}
+		printf("%s: %llu samples\n", titles[h], (unsigned long long)total);
+		printf("%24s : %-10s distribution\n", "ns", "count");
+		for (int s = lo; s <= hi; s++) {
+			unsigned long long a = s ? 1ull << s : 0, b = (1ull << (s + 1)) - 1;
+
+			printf("%10llu -> %-10llu : %-10llu ", a, b, (unsigned long long)slot[s]);
+			print_bar(slot[s], max);
+		}
+		printf("\n");
+	}
+	fflush(stdout);
+	free(vals);
+}
+
+/* ---- top -------------------------------------------------------------- */
+
+struct row {
+	uint64_t key;
+	struct pt_count c;
+	char name[PT_NAME_MAX];
+};
+
+/* Sum every entry of a per-CPU map of struct pt_count into ROWS, and
+ * delete it (each report covers its interval). */
+static int take_counts(int fd, size_t keysz, struct row **rows)
+{
+	struct pt_count *vals = calloc((size_t)ncpus, sizeof(*vals));
+	uint64_t key = 0, next = 0;
+	void *prev = NULL;
+	int n = 0, cap = 0;
+
+	*rows = NULL;
+	if (!vals)
+		return 0;
+	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+		struct row *r;
+
+		key = next;
+		prev = &key;
+		if (bpf_map_lookup_elem(fd, &key, vals))
+			continue;
+		if (n == cap) {
+			struct row *t = realloc(*rows, sizeof(*t) * (size_t)(cap = cap ? cap * 2 : 64));
+
+			if (!t)
+				break;
+			*rows = t;
+		}
+		r = &(*rows)[n++];
+		memset(r, 0, sizeof(*r));
+		r->key = keysz == 4 ? (uint32_t)key : key;
+		for (int c = 0; c < ncpus; c++) {
+			r->c.lookups += vals[c].lookups;
+			r->c.misses += vals[c].misses;
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		uint64_t k = (*rows)[i].key;
+		uint32_t k32 = (uint32_t)k;
+
+		bpf_map_delete_elem(fd, keysz == 4 ? (void *)&k32 : (void *)&k);
+	}
+	free(vals);
+	return n;
+}
+
+static int by_lookups(const void *a, const void *b)
+{
+	const struct row *x = a, *y = b;
+
+	return x->c.lookups < y->c.lookups ? 1 : x->c.lookups > y->c.lookups ? -1 : 0;
+}
+
+/* Name hashes to names: the table's seed, and every name in it. */
+static procreg_t *reg;
+static uint64_t hash_seed;
+
+struct resolve {
+	struct row *rows;
+	int n;
+};
+
+static int resolve_one(const struct procreg_entry *e, void *arg)
+{
+	struct resolve *r = arg;
+	uint64_t h = pr_hash(e->name, strlen(e->name), hash_seed);
+
+	for (int i = 0; i < r->n; i++)
+		if (r->rows[i].key == h && !r->rows[i].name[0])
+			snprintf(r->rows[i].name, sizeof(r->rows[i].name), "%s", e->name);
+	return 0;
+}
+
+static uint64_t last_lookups, last_misses;
+
+static void totals(struct procreg_trace *skel, uint64_t *lookups, uint64_t *misses)
+{
+	int fd = bpf_map__fd(skel->maps.counters);
+	uint64_t *vals = calloc((size_t)ncpus, sizeof(uint64_t));
+
+	*lookups = *misses = 0;
+	if (!vals)
+		return;
+	*lookups = take_u64(fd, PT_C_LOOKUPS, vals, false);
+	*misses = take_u64(fd, PT_C_MISSES, vals, false);
+	free(vals);
+}
+
+static void print_top(struct procreg_trace *skel, double secs)
+{
+	struct row *rows;
+	uint64_t lookups, misses;
+	int n;
+
+	totals(skel, &lookups, &misses);
+	printf("%s  lookups %llu (%.0f/s), misses %llu\n", stamp(false),
+	       (unsigned long long)(lookups - last_lookups),
+	       secs > 0 ? (double)(lookups - last_lookups) / secs : 0.0,
+	       (unsigned long long)(misses - last_misses));
+	last_lookups = lookups;
+	last_misses = misses;
+
+	n = take_counts(bpf_map__fd(skel->maps.names), 8, &rows);
+	qsort(rows, (size_t)n, sizeof(*rows), by_lookups);
+	if (n > opt.rows)
+		n = opt.rows;
+	if (n) {
+		struct resolve r = { rows, n };
+
+		procreg_foreach(reg, resolve_one, &r);
+		for (int i = 0; i < n; i++) {
+			struct pt_name seen;
+
+			if (!rows[i].name[0] &&
+			    !bpf_map_lookup_elem(bpf_map__fd(skel->maps.seen), &rows[i].key, &seen))
+				snprintf(rows[i].name, sizeof(rows[i].name), "%.*s (not in the table)",
+					 (int)sizeof(rows[i].name) - 20, seen.s);
+		}
+		printf("%12s %12s  %s\n", "LOOKUPS", "MISSES", "NAME");
+		for (int i = 0; i < n; i++) {
+			if (rows[i].name[0])
+				printf("%12llu %12llu  %s\n", (unsigned long long)rows[i].c.lookups,
+				       (unsigned long long)rows[i].c.misses, rows[i].name);
+			else
+				printf("%12llu %12llu  (not in the table: hash %016llx)\n",
+				       (unsigned long long)rows[i].c.lookups,
+				       (unsigned long long)rows[i].c.misses,
+				       (unsigned long long)rows[i].key);
+		}
+	}
+	free(rows);
+
+	n = take_counts(bpf_map__fd(skel->maps.procs), 4, &rows);
+	qsort(rows, (size_t)n, sizeof(*rows), by_lookups);
+	if (n > opt.rows)
+		n = opt.rows;
+	if (n) {
+		printf("%12s %12s %12s %14s\n", "PID", "LOOKUPS", "MISSES", "LOOKUPS/S");
+		for (int i = 0; i < n; i++)
+			printf("%12llu %12llu %12llu %14.0f\n", (unsigned long long)rows[i].key,
+			       (unsigned long long)rows[i].c.lookups,
+			       (unsigned long long)rows[i].c.misses,
+			       secs > 0 ? (double)rows[i].c.lookups / secs : 0.0);
+	}
+	free(rows);
+	printf("\n");
+	fflush(stdout);
+}
+
+/* ---- events ----------------------------------------------------------- */
+
+static const char *change_name(uint64_t type)
+{
+	static const char *names[] = {
+		[PROCREG_EV_REGISTERED] = "registered",   [PROCREG_EV_UNREGISTERED] = "unregistered",
+		[PROCREG_EV_UPDATED] = "updated",         [PROCREG_EV_JOINED] = "joined",
+		[PROCREG_EV_LEFT] = "left",               [PROCREG_EV_DIED] = "died",
+		[PROCREG_EV_TRANSFERRED] = "transferred", [PROCREG_EV_REPLACED] = "replaced",
+		[PROCREG_EV_EXPIRED] = "expired",         [PROCREG_EV_REFRESHED] = "refreshed",
+	};
+
+	return type < sizeof(names) / sizeof(names[0]) && names[type] ? names[type] : "change";
+}
+
+static const char *kind_name(uint32_t kind)
+{
+	return kind == PR_KIND_NAME ? "name" : kind == PR_KIND_GROUP ? "group" : "member of";
+}
+
+static const char *index_name(uint32_t kind)
+{
+	return kind == 0 ? "names" : kind == 1 ? "groups" : "members";
+}
+
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
+}
+
+static int on_event(void *ctx, void *data, size_t size)
+{
+	const struct pt_event *e = data;
+	const char *t = stamp(true);
+
+	(void)ctx;
+	if (size < sizeof(*e))
+		return 0;
+	if (opt.json) {
+		printf("{\"time\":\"%s\",\"ts_ns\":%llu,", t, (unsigned long long)e->ts_ns);
+		switch (e->type) {
+		case PT_EV_CHANGE:
+			printf("\"event\":\"%s\",\"pid\":%u,\"kind\":\"%s\",\"name\":", change_name(e->a),
+			       e->pid, e->kind == PR_KIND_NAME ? "name" : "group");
+			json_str(e->name);
+			printf(",\"seq\":%llu", (unsigned long long)e->b);
+			break;
+		case PT_EV_DEATH:
+			printf("\"event\":\"removed\",\"pid\":%u,\"entries\":%llu,\"removal_ns\":%llu",
+			       e->pid, (unsigned long long)e->a, (unsigned long long)e->b);
+			break;
+		case PT_EV_CONFLICT:
+			printf("\"event\":\"conflict\",\"pid\":%u,\"name\":", e->pid);
+			json_str(e->name);
+			printf(",\"holder\":%llu", (unsigned long long)e->a);
+			break;
+		case PT_EV_GRACE:
+			printf("\"event\":\"grace_period\",\"gp\":%llu,\"ns\":%llu,\"slots_waited\":%llu",
+			       (unsigned long long)e->c, (unsigned long long)e->a,
+			       (unsigned long long)e->b);
+			break;
+		case PT_EV_GROW:
+			printf("\"event\":\"grow\",\"index\":\"%s\",\"from\":%llu,\"to\":%llu,\"live\":%llu",
+			       index_name(e->kind), (unsigned long long)e->a, (unsigned long long)e->b,
+			       (unsigned long long)e->c);
+			break;
+		default:
+			printf("\"event\":\"unknown\"");
+		}
+		printf("}\n");
+	} else {
+		switch (e->type) {
+		case PT_EV_CHANGE:
+			printf("%s %-13s pid %-7u %s %s\n", t, change_name(e->a), e->pid,
+			       kind_name(e->kind), e->name);
+			break;
+		case PT_EV_DEATH:
+			printf("%s %-13s pid %-7u %llu entr%s removed %.1f us after its pidfd woke\n", t,
+			       "removed", e->pid, (unsigned long long)e->a, e->a == 1 ? "y" : "ies",
+			       (double)e->b / 1e3);
+			break;
+		case PT_EV_CONFLICT:
+			printf("%s %-13s pid %-7u name %s is held by pid %llu\n", t, "conflict", e->pid,
+			       e->name, (unsigned long long)e->a);
+			break;
+		case PT_EV_GRACE:
+			printf("%s %-13s gp %llu: %.1f us, %llu reader slot%s waited on\n", t,
+			       "grace-period", (unsigned long long)e->c, (double)e->a / 1e3,
+			       (unsigned long long)e->b, e->b == 1 ? "" : "s");
+			break;
+		case PT_EV_GROW:
+			printf("%s %-13s %s index %llu -> %llu slots (%llu live)\n", t, "grow",
+			       index_name(e->kind), (unsigned long long)e->a, (unsigned long long)e->b,
+			       (unsigned long long)e->c);
+			break;
+		}
+	}
+	fflush(stdout);
+	return 0;
+}
+
+/* ---- main ------------------------------------------------------------- */
+
+/* The table's hash seed, read from its header (top resolves hashes). */
+static int read_seed(void)
+{
+	const char *path = procreg_table_path(reg);
+	FILE *f = fopen(path, "re");
+	struct pr_table_hdr h;
+	size_t n;
+
+	if (!f)
+		return -errno;
+	n = fread(&h, 1, sizeof(h), f);
+	fclose(f);
+	if (n != sizeof(h) || h.magic != PR_TABLE_MAGIC)
+		return -EPROTO;
+	hash_seed = h.hash_seed;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	PROCREG_OPTS(procreg_opts, ro);
+	struct procreg_trace *skel = NULL;
+	struct ring_buffer *rb = NULL;
+	struct procreg_stats st;
+	struct sigaction sa = { .sa_handler = on_signal };
+	double start, next, last;
+	int err = 0, nlib = 0, nd = 0;
+
+	parse(argc, argv);
+	libbpf_set_print(libbpf_print);
+
+	ro.scope = opt.scope;
+	ro.dir = opt.dir;
+	reg = procreg_open(&ro);
+	if (!reg) {
+		err = -errno;
+		fprintf(stderr, "procreg-trace: cannot open the registry: %s\n", procreg_strerror(err));
+		return 2;
+	}
+	if (opt.cmd == CMD_TOP && (err = read_seed()) < 0) {
+		fprintf(stderr, "procreg-trace: %s: cannot read its header: %s\n",
+			procreg_table_path(reg), strerror(-err));
+		goto cleanup;
+	}
+	ncpus = libbpf_num_possible_cpus();
+	if (ncpus <= 0) {
+		err = ncpus ? ncpus : -EINVAL;
+		fprintf(stderr, "procreg-trace: cannot count the CPUs: %s\n", strerror(-err));
+		goto cleanup;
+	}
+
+	skel = procreg_trace__open();
+	if (!skel) {
+		err = -errno;
+		fprintf(stderr, "procreg-trace: cannot open the BPF object: %s\n", strerror(-err));
+		goto cleanup;
+	}
+	skel->rodata->top_names = opt.cmd == CMD_TOP;
+	skel->rodata->top_procs = opt.cmd == CMD_TOP;
+	err = procreg_trace__load(skel);
+	if (err) {
+		fprintf(stderr,
+			"procreg-trace: cannot load the BPF programs: %s\n"
+			"procreg-trace needs root (or CAP_BPF and CAP_PERFMON), and a kernel with BPF,\n"
+			"the BPF ring buffer (5.8+) and uprobes.\n",
+			strerror(-err));
+		goto cleanup;
+	}
+
+	if (wants(false) && (nlib = attach_library(skel)) < 0) {
+		err = nlib;
+		goto cleanup;
+	}
+	procreg_stats(reg, &st);
+	if (wants(true) && (nd = attach_daemon(skel, st.daemon_pid)) < 0) {
+		err = nd;
+		goto cleanup;
+	}
+	if (opt.cmd == CMD_EVENTS) {
+		rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, NULL, NULL);
+		if (!rb) {
+			err = -errno;
+			fprintf(stderr, "procreg-trace: cannot open the ring buffer: %s\n", strerror(-err));
+			goto cleanup;
+		}
+	}
+
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	fprintf(stderr, "procreg-trace: tracing %d probe%s (library: %s; procregd: %s, pid %d); "
+			"Ctrl-C to stop\n",
+		nlib + nd, nlib + nd == 1 ? "" : "s",
+		!nlib ? "none" : opt.pid ? "one process" : "every process", nd ? "yes" : "no",
+		(int)st.daemon_pid);
+
+	start = last = now_s();
+	next = start + opt.interval;
+	while (!exiting) {
+		double now = now_s(), until = next;
+		int ms;
+
+		if (opt.duration && start + opt.duration < until)
+			until = start + opt.duration;
+		ms = until > now ? (int)((until - now) * 1000) + 1 : 0;
+		if (ms > 100)
+			ms = 100;
+		if (rb) {
+			err = ring_buffer__poll(rb, ms);
+			if (err == -EINTR) {
+				err = 0;
+				break;
+			}
+			if (err < 0) {
+				fprintf(stderr, "procreg-trace: ring buffer: %s\n", strerror(-err));
+				goto cleanup;
+			}
+			err = 0;
+		} else {
+			poll(NULL, 0, ms);
+		}
+		now = now_s();
+		if (opt.duration && now >= start + opt.duration)
+			break;
+		if (now >= next && opt.cmd != CMD_EVENTS) {
+			if (opt.cmd == CMD_LAT)
+				print_lat(skel);
+			else
+				print_top(skel, now - last);
+			last = now;
+			next += opt.interval;
+		}
+	}
+
+	/* What happened since the last report. */
+	if (rb)
+		ring_buffer__consume(rb);
+	if (opt.cmd == CMD_LAT) {
+		print_lat(skel);
+	} else if (opt.cmd == CMD_TOP) {
+		uint64_t lookups, misses;
+
+		print_top(skel, now_s() - last);
+		totals(skel, &lookups, &misses);
+		printf("total: lookups %llu, misses %llu\n", (unsigned long long)lookups,
+		       (unsigned long long)misses);
+		fflush(stdout);
+	}
+
+cleanup:
+	ring_buffer__free(rb);
+	for (int i = 0; i < nlinks; i++)
+		bpf_link__destroy(links[i]);
+	procreg_trace__destroy(skel);
+	procreg_close(reg);
+	return err ? 2 : 0;
+}
