@@ -232,6 +232,32 @@ static void th_drain(int fd, char *buf, size_t cap, size_t *got, int *open_)
 	}
 }
 
+void th_apply_env(const char *const *env)
+{
+	for (int i = 0; env && env[i]; i++) {
+		if (strchr(env[i], '='))
+			putenv((char *)env[i]);
+		else
+			unsetenv(env[i]);
+	}
+}
+
+void th_copy_file(const char *from, const char *to)
+{
+	int in = open(from, O_RDONLY | O_CLOEXEC), out;
+	char buf[65536];
+	ssize_t n;
+
+	assert_true(in >= 0);
+	out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_true(out >= 0);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		assert_int_equal(write(out, buf, (size_t)n), n);
+	assert_int_equal(n, 0);
+	close(in);
+	close(out);
+}
+
 int th_run(struct th_out *o, const char *const *env, const char *const *argv)
 {
 	int po[2], pe[2], oo = 1, eo = 1;
@@ -248,12 +274,7 @@ int th_run(struct th_out *o, const char *const *env, const char *const *argv)
 		unsetenv("PROCREG_DIR");
 		unsetenv("PROCREG_SCOPE");
 		unsetenv("PROCREG_SOCKET");
-		for (int i = 0; env && env[i]; i++) {
-			if (strchr(env[i], '='))
-				putenv((char *)env[i]);
-			else
-				unsetenv(env[i]);
-		}
+		th_apply_env(env);
 		execv(argv[0], (char **)argv);
 		_exit(127);
 	}

@@ -62,6 +62,11 @@ struct th_out {
 	char err[16384];
 };
 int th_run(struct th_out *o, const char *const *env, const char *const *argv);
+/* In a child about to exec: apply ENV as th_run does ("K=V" sets, "K"
+ * unsets). */
+void th_apply_env(const char *const *env);
+/* Copy a file byte for byte (mode 0644). */
+void th_copy_file(const char *from, const char *to);
 
 /* Sleep for MS milliseconds. */
 void th_msleep(int ms);

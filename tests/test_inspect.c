@@ -333,22 +333,6 @@ static void test_readers(void **state)
 
 /* ---- check ------------------------------------------------------------ */
 
-static void copy_file(const char *from, const char *to)
-{
-	char buf[65536];
-	int in = open(from, O_RDONLY | O_CLOEXEC), out;
-	ssize_t n;
-
-	assert_true(in >= 0);
-	out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	assert_true(out >= 0);
-	while ((n = read(in, buf, sizeof(buf))) > 0)
-		assert_int_equal(write(out, buf, (size_t)n), n);
-	assert_int_equal(n, 0);
-	close(in);
-	close(out);
-}
-
 /* A copy of the scope's two files in a fresh directory under DIR. */
 static void copy_table(struct fx *f, const char *sub, char *table, size_t len)
 {
@@ -358,11 +342,11 @@ static void copy_table(struct fx *f, const char *sub, char *table, size_t len)
 	assert_int_equal(mkdir(d, 0700), 0);
 	snprintf(from, sizeof(from), "%s/procreg.default", f->dir);
 	snprintf(to, sizeof(to), "%s/procreg.default", d);
-	copy_file(from, to);
+	th_copy_file(from, to);
 	snprintf(table, len, "%s", to);
 	snprintf(from, sizeof(from), "%s/procreg.default.readers", f->dir);
 	snprintf(to, sizeof(to), "%s/procreg.default.readers", d);
-	copy_file(from, to);
+	th_copy_file(from, to);
 }
 
 static void poke(const char *path, uint64_t off, uint64_t v)
@@ -504,11 +488,7 @@ static pid_t spawn_cli(struct fx *f, const char *const *env, const char *const *
 
 		dup2(null, 1);
 		dup2(null, 2);
-		for (int i = 0; env && env[i]; i++)
-			if (strchr(env[i], '='))
-				putenv((char *)env[i]);
-			else
-				unsetenv(env[i]);
+		th_apply_env(env);
 		execv(argv[0], (char **)argv);
 		_exit(127);
 	}

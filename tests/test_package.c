@@ -425,54 +425,58 @@ static int serving(void *p)
 	return s.daemon_pid == f->activated;
 }
 
+/* Start procregd with FD passed (see start_activated), wait until it
+ * serves, register NAME through it and check the socket clients were
+ * told is WANT_SOCK. */
+static void activate_and_use(struct fx *f, int fd, bool other_pid, const char *name,
+			     const char *want_sock)
+{
+	struct procreg_entry e;
+	procreg_t *reg;
+
+	f->activated = start_activated(f, fd, other_pid);
+	close(fd);
+	assert_true(th_until(serving, f, 20000));
+	reg = th_open(f->dir);
+	assert_non_null(reg);
+	assert_int_equal(procreg_register(reg, name, "x", 1), 0);
+	assert_string_equal(procreg_socket_path(reg), want_sock);
+	assert_int_equal(procreg_lookup(reg, name, &e), 0);
+	assert_int_equal(e.pid, getpid());
+	procreg_close(reg);
+}
+
+static void stop_activated(struct fx *f)
+{
+	assert_int_equal(kill(f->activated, SIGTERM), 0);
+	assert_int_equal(th_wait(f->activated), 0);
+	f->activated = 0;
+}
+
 static void test_socket_activation(void **state)
 {
 	struct fx *f = *state;
 	char sock[600], own[600];
-	struct procreg_entry e;
 	struct stat st;
-	procreg_t *reg;
 	int fd;
 
 	snprintf(sock, sizeof(sock), "%s/activated.sock", f->dir);
 	snprintf(own, sizeof(own), "%s/procreg.default.sock", f->dir);
-	fd = listening_socket(sock);
-	f->activated = start_activated(f, fd, false);
-	close(fd);
-	assert_true(th_until(serving, f, 20000));
-
-	/* Clients are told the passed socket, and are served on it. */
-	reg = th_open(f->dir);
-	assert_non_null(reg);
-	assert_int_equal(procreg_register(reg, "act.one", "x", 1), 0);
-	assert_string_equal(procreg_socket_path(reg), sock);
-	assert_int_equal(stat(own, &st), -1); /* it bound none of its own */
-	assert_int_equal(procreg_lookup(reg, "act.one", &e), 0);
-	assert_int_equal(e.pid, getpid());
-	procreg_close(reg);
+	/* Clients are told the passed socket, and are served on it; the
+	 * daemon binds none of its own. */
+	activate_and_use(f, listening_socket(sock), false, "act.one", sock);
+	assert_int_equal(stat(own, &st), -1);
 
 	/* A clean stop leaves the manager's socket where it is. */
-	assert_int_equal(kill(f->activated, SIGTERM), 0);
-	assert_int_equal(th_wait(f->activated), 0);
-	f->activated = 0;
+	stop_activated(f);
 	assert_int_equal(stat(sock, &st), 0);
 	assert_true(S_ISSOCK(st.st_mode));
 
 	/* LISTEN_PID of another process: not ours, so bind our own. */
-	fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-	f->activated = start_activated(f, fd, true);
-	close(fd);
-	assert_true(th_until(serving, f, 20000));
-	reg = th_open(f->dir);
-	assert_non_null(reg);
-	assert_int_equal(procreg_register(reg, "act.two", "y", 1), 0);
-	assert_string_equal(procreg_socket_path(reg), own);
-	procreg_close(reg);
+	activate_and_use(f, socket(AF_UNIX, SOCK_SEQPACKET, 0), true, "act.two", own);
 
 	/* A passed fd that is not a listening seqpacket socket: refused. */
-	assert_int_equal(kill(f->activated, SIGTERM), 0);
-	assert_int_equal(th_wait(f->activated), 0);
-	f->activated = 0;
+	stop_activated(f);
 	fd = socket(AF_UNIX, SOCK_STREAM, 0);
 	{
 		pid_t pid = start_activated(f, fd, false);
