@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
@@ -209,5 +210,97 @@ int th_cli(const char *dir, char *out, size_t outlen, const char *const *args)
 	close(p[0]);
 	if (out && outlen)
 		out[got] = 0;
+	return th_wait(pid);
+}
+
+static void th_drain(int fd, char *buf, size_t cap, size_t *got, int *open_)
+{
+	char tmp[4096];
+	ssize_t k = read(fd, tmp, sizeof(tmp));
+
+	if (k < 0 && errno == EINTR)
+		return;
+	if (k <= 0) {
+		*open_ = 0;
+		return;
+	}
+	if (*got + 1 < cap) {
+		size_t take = (size_t)k < cap - 1 - *got ? (size_t)k : cap - 1 - *got;
+
+		memcpy(buf + *got, tmp, take);
+		*got += take;
+	}
+}
+
+void th_apply_env(const char *const *env)
+{
+	for (int i = 0; env && env[i]; i++) {
+		if (strchr(env[i], '='))
+			putenv((char *)env[i]);
+		else
+			unsetenv(env[i]);
+	}
+}
+
+void th_copy_file(const char *from, const char *to)
+{
+	int in = open(from, O_RDONLY | O_CLOEXEC), out;
+	char buf[65536];
+	ssize_t n;
+
+	assert_true(in >= 0);
+	out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_true(out >= 0);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		assert_int_equal(write(out, buf, (size_t)n), n);
+	assert_int_equal(n, 0);
+	close(in);
+	close(out);
+}
+
+int th_run(struct th_out *o, const char *const *env, const char *const *argv)
+{
+	int po[2], pe[2], oo = 1, eo = 1;
+	size_t go = 0, ge = 0;
+	pid_t pid;
+
+	assert_int_equal(pipe2(po, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(pe, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(po[1], 1);
+		dup2(pe[1], 2);
+		unsetenv("PROCREG_DIR");
+		unsetenv("PROCREG_SCOPE");
+		unsetenv("PROCREG_SOCKET");
+		th_apply_env(env);
+		execv(argv[0], (char **)argv);
+		_exit(127);
+	}
+	close(po[1]);
+	close(pe[1]);
+	for (int waited = 0; oo || eo;) {
+		struct pollfd p[2] = { { oo ? po[0] : -1, POLLIN, 0 }, { eo ? pe[0] : -1, POLLIN, 0 } };
+		int k = poll(p, 2, 100);
+
+		if (k < 0) {
+			assert_int_equal(errno, EINTR);
+			continue;
+		}
+		if (k == 0 && (waited += 100) >= 60000) {
+			kill(pid, SIGKILL);
+			th_wait(pid);
+			fail_msg("%s did not finish", argv[0]);
+		}
+		if (p[0].revents)
+			th_drain(po[0], o->out, sizeof(o->out), &go, &oo);
+		if (p[1].revents)
+			th_drain(pe[0], o->err, sizeof(o->err), &ge, &eo);
+	}
+	close(po[0]);
+	close(pe[0]);
+	o->out[go] = 0;
+	o->err[ge] = 0;
 	return th_wait(pid);
 }

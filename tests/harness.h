@@ -52,6 +52,22 @@ int th_wait(pid_t pid);
  * OUTLEN-1 bytes of stdout into OUT (may be NULL). Returns the exit status. */
 int th_cli(const char *dir, char *out, size_t outlen, const char *const *args);
 
+/* Run ARGV[0] (a path) with ARGV, with extra environment ENV ("K=V", or
+ * "K" alone to unset K; NULL-terminated, may be NULL) and with
+ * PROCREG_DIR, PROCREG_SCOPE and PROCREG_SOCKET unset. Captures stdout and
+ * stderr (each up to its cap, NUL-terminated). Fails the test if it runs
+ * longer than 60 s. Returns the exit status (128 + signal). */
+struct th_out {
+	char out[65536];
+	char err[16384];
+};
+int th_run(struct th_out *o, const char *const *env, const char *const *argv);
+/* In a child about to exec: apply ENV as th_run does ("K=V" sets, "K"
+ * unsets). */
+void th_apply_env(const char *const *env);
+/* Copy a file byte for byte (mode 0644). */
+void th_copy_file(const char *from, const char *to);
+
 /* Sleep for MS milliseconds. */
 void th_msleep(int ms);
 /* Poll COND-like function until it returns non-zero, up to MS ms. */

@@ -1,10 +1,12 @@
 /*
  * procreg - the command-line interface.
  *
- * Reading commands (get, ls, members, groups, stats) read the shared table
- * directly and work while the daemon is down; writing commands (run, join,
- * unregister) go through procregd. Exit status: 0 success, 1 "no" (name not found, name taken),
- * 2 error (bad usage, no table, daemon unreachable, permission).
+ * Reading commands (get, ls, members, groups, stats, top, readers, check)
+ * read the shared table directly and work while the daemon is down;
+ * writing commands (run, join, unregister) go through procregd, and run
+ * and join start one if none serves the scope. Exit status: 0 success, 1
+ * "no" (name not found, name taken, check found damage), 2 error (bad
+ * usage, no table, daemon unreachable, permission).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -20,25 +22,9 @@
 
 #include "procreg.h"
 #include "procreg_version.h"
+#include "cli.h"
 
-#define EXIT_NO 1
-#define EXIT_ERR 2
-
-#define MAX_GROUPS 64
-
-struct cli {
-	const char *scope, *dir;
-	const char *meta;
-	int json;
-	const char *groups[MAX_GROUPS];   /* run --group G */
-	int ngroups;
-	const char *timeout;              /* wait --timeout SECONDS */
-	const char *count;                /* wait --count N */
-	const char *ttl;                  /* run --ttl SECONDS */
-	unsigned int reg_flags;           /* run --queue, --replace, --replaceable, --lease-mark */
-};
-
-static const char *prog = "procreg";
+const char *prog = "procreg";
 
 static void usage(FILE *f)
 {
@@ -47,15 +33,18 @@ static void usage(FILE *f)
 		"\n"
 		"Commands:\n"
 		"  run NAME [NAME...] [--meta STR] [--group G]... [--queue] [--replace]\n"
-		"      [--replaceable] [--ttl SECONDS [--lease-mark]] -- CMD [ARGS]\n"
+		"      [--replaceable] [--ttl SECONDS [--lease-mark]] [--no-autostart]\n"
+		"      -- CMD [ARGS]\n"
 		"                      register this process under the names (and join the\n"
 		"                      groups), then exec CMD (same pid: they live exactly\n"
 		"                      as long as CMD). --queue: if a name is taken, wait\n"
 		"                      in line for it; --replace: take over a replaceable\n"
 		"                      owner; --ttl: a lease CMD keeps with 'refresh'\n"
 		"  refresh NAME        renew NAME's lease (its owner's uid, or root)\n"
-		"  join GROUP [GROUP...] [--meta STR] -- CMD [ARGS]\n"
-		"                      join the groups, then exec CMD\n"
+		"  join GROUP [GROUP...] [--meta STR] [--no-autostart] -- CMD [ARGS]\n"
+		"                      join the groups, then exec CMD. run and join start\n"
+		"                      procregd for the scope if none serves it, unless\n"
+		"                      --no-autostart or PROCREG_NO_AUTOSTART=1\n"
 		"  members GROUP [--json]\n"
 		"                      list a group's members; exit 1 if it has none\n"
 		"  groups [--json]     list every group with its member counts\n"
@@ -70,7 +59,20 @@ static void usage(FILE *f)
 		"  get NAME [--json]   show a name's owner; exit 1 if not registered\n"
 		"  ls [--json]         list every name\n"
 		"  unregister NAME     remove a name (its owner, its owner's uid, or root)\n"
-		"  stats [--json]      table and daemon counters\n"
+		"  stats [--json] [--format text|json|prometheus]\n"
+		"                      table and daemon counters; prometheus: the text\n"
+		"                      exposition format (node_exporter textfile collector)\n"
+		"  top [--once] [--json] [--interval SECONDS]\n"
+		"                      live counters and rates: names, groups, processes,\n"
+		"                      registrations/s, deaths/s, grace periods/s, arena\n"
+		"                      use, lookups/s of each reader process; --once: one\n"
+		"                      frame; --json: one object per tick\n"
+		"  readers [--json]    every reader slot: pid, tid, command, threads, inside a\n"
+		"                      critical section (and grace periods held up), lookups;\n"
+		"                      flags slots whose owner is dead\n"
+		"  check [--json]      verify the table read-only: indexes walkable, offsets\n"
+		"                      inside the arena, counters equal to a full walk,\n"
+		"                      owners alive; exit 1 with a report on damage\n"
 		"  help                this help\n"
 		"  version             print the version\n"
 		"\n"
@@ -80,11 +82,11 @@ static void usage(FILE *f)
 		"  -j, --json          JSON output\n"
 		"  -h, --help          help\n"
 		"\n"
-		"Exit status: 0 success, 1 not found, name taken or timed out, 2 error;\n"
-		"run and join: 126 or 127 when CMD cannot be run.\n");
+		"Exit status: 0 success, 1 not found, name taken, timed out or damage found\n"
+		"(check), 2 error; run and join: 126 or 127 when CMD cannot be run.\n");
 }
 
-static void die_usage(const char *msg, const char *arg)
+void die_usage(const char *msg, const char *arg)
 {
 	fprintf(stderr, "%s: %s%s%s\nTry 'procreg --help'.\n", prog, msg, arg ? " " : "",
 		arg ? arg : "");
@@ -108,7 +110,12 @@ static const char *opt_value(int argc, char **argv, int *i, const char *lng, cha
 	return argv[++*i];
 }
 
-static procreg_t *open_or_die(const struct cli *c)
+const char *scope_name(const struct cli *c)
+{
+	return c->scope ? c->scope : (getenv("PROCREG_SCOPE") ?: "default");
+}
+
+procreg_t *open_or_die(const struct cli *c)
 {
 	PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir);
 	procreg_t *reg = procreg_open(&o);
@@ -118,7 +125,7 @@ static procreg_t *open_or_die(const struct cli *c)
 
 		if (e == ENOENT)
 			fprintf(stderr, "%s: no registry for scope '%s' in %s: is procregd running?\n",
-				prog, c->scope ? c->scope : (getenv("PROCREG_SCOPE") ?: "default"),
+				prog, scope_name(c),
 				c->dir ? c->dir : (getenv("PROCREG_DIR") ?: "/dev/shm"));
 		else
 			fprintf(stderr, "%s: cannot open the registry: %s\n", prog,
@@ -160,8 +167,7 @@ static size_t utf8_len(const unsigned char *p, size_t n)
 	return len;
 }
 
-/* A JSON string: UTF-8 passes through; any other byte becomes \u00XX. */
-static void json_str(const void *s, size_t n)
+void json_str(const void *s, size_t n)
 {
 	const unsigned char *p = s;
 	size_t len;
@@ -410,7 +416,16 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 
 	if (argc != 0)
 		die_usage("stats: unexpected argument", argv[0]);
+	if (c->format && !strcmp(c->format, "json"))
+		c->json = 1;
+	else if (c->format && strcmp(c->format, "text") && strcmp(c->format, "prometheus"))
+		die_usage("stats: --format: want text, json or prometheus, not", c->format);
 	reg = open_or_die(c);
+	if (c->format && !strcmp(c->format, "prometheus")) {
+		stats_prometheus(reg, c);
+		procreg_close(reg);
+		return 0;
+	}
 	procreg_stats(reg, &s);
 	if (s.daemon_pid) {
 		struct timespec ts;
@@ -533,6 +548,8 @@ static int claim_and_exec(struct cli *c, const char *what, int argc, char **argv
 		for (int i = 0; i < n; i++)
 			c->groups[c->ngroups++] = argv[i];
 	}
+	if ((err = autostart(c, what)))
+		return err;
 	reg = open_or_die(c);
 	err = claim(reg, what, argv, groups ? 0 : n, c);
 	/* Close first: the handle's reader slot must not outlive it in a
@@ -910,6 +927,14 @@ int main(int argc, char **argv)
 				c.scope = v;
 			else if ((v = opt_value(argc, argv, &i, "--dir", 'd')))
 				c.dir = v;
+			else if (!strcmp(a, "--once"))
+				c.once = true;
+			else if ((v = opt_value(argc, argv, &i, "--interval", 'i')))
+				c.interval = v;
+			else if ((v = opt_value(argc, argv, &i, "--format", 'f')))
+				c.format = v;
+			else if (!strcmp(a, "--no-autostart"))
+				c.no_autostart = true;
 			else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 				free(args);
 				usage(stdout);
@@ -941,6 +966,12 @@ int main(int argc, char **argv)
 			o = cmd_watch(&c, k, args);
 		else if (!strcmp(cmd, "wait"))
 			o = cmd_wait(&c, k, args);
+		else if (!strcmp(cmd, "top"))
+			o = cmd_top(&c, k, args);
+		else if (!strcmp(cmd, "readers"))
+			o = cmd_readers(&c, k, args);
+		else if (!strcmp(cmd, "check"))
+			o = cmd_check(&c, k, args);
 		else if (!strcmp(cmd, "help")) {
 			usage(stdout);
 			o = 0;

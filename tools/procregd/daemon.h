@@ -70,6 +70,7 @@ struct daemon_opts {
 	uint32_t max_clients;
 	bool foreground;
 	int verbose;
+	int listen_fd;            /* passed by systemd (LISTEN_FDS), else -1 */
 };
 
 struct daemon {
@@ -82,6 +83,7 @@ struct daemon {
 	int lfd, sigfd, timerfd;
 	bool stop;
 	bool no_peerpidfd;        /* PROCREG_NO_PEERPIDFD: test the 6.1 path */
+	bool socket_inherited;    /* lfd came from LISTEN_FDS: not ours to unlink */
 
 	struct pr_u64map procs;   /* pid -> struct proc * */
 	struct pr_u64map owned;   /* record offset -> index in its proc's names */
@@ -104,6 +106,11 @@ int ev_add(struct daemon *d, int fd, uint32_t events, struct ev *ev);
 int ev_mod(struct daemon *d, int fd, uint32_t events, struct ev *ev);
 
 /* server.c */
+/* The listening socket the service manager passed (sd_listen_fds(3)
+ * protocol: LISTEN_PID names us, LISTEN_FDS counts fds from 3): the fd,
+ * -1 if none was passed, or a negative errno with the reason logged. Call
+ * before detaching (the pid must still be ours). */
+int server_inherited_fd(void);
 int server_listen(struct daemon *d);
 void server_accept(struct daemon *d);
 void server_client_event(struct daemon *d, struct client *c, uint32_t events);

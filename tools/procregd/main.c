@@ -84,6 +84,9 @@ static void usage(FILE *f)
 		"  -h, --help                this help\n"
 		"  -V, --version             print the version\n"
 		"\n"
+		"Socket activation: a listening socket passed by systemd (LISTEN_FDS,\n"
+		"LISTEN_PID) is used instead of binding one; see procregd@.socket.\n"
+		"\n"
 		"Files: DIR/procreg.SCOPE (the table, mode 0644) and DIR/procreg.SCOPE.readers\n"
 		"(reader slots, mode 0666). SIGTERM or SIGINT stops the daemon cleanly; the\n"
 		"table stays, and the next daemon re-attaches to it.\n");
@@ -456,6 +459,10 @@ int main(int argc, char **argv)
 
 	if (parse_opts(&d.o, argc, argv) < 0)
 		return 2;
+	/* Before detaching: LISTEN_PID names this pid, not our child's. */
+	d.o.listen_fd = server_inherited_fd();
+	if (d.o.listen_fd < -1)
+		return 1;
 	if (!d.o.foreground && daemonize(&notify) < 0) {
 		perror("procregd: fork");
 		return 1;

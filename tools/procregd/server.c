@@ -16,6 +16,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -38,10 +40,75 @@ PR_PROBE_DEFINE(procregd, conflict);
 
 #define MAX_PENDING_BYTES (4u << 20)
 
+#define SD_LISTEN_FDS_START 3
+
+int server_inherited_fd(void)
+{
+	const char *pid_s = getenv("LISTEN_PID"), *n_s = getenv("LISTEN_FDS");
+	int type = 0, acc = 0, fam = 0;
+	socklen_t len = sizeof(int);
+	char *end;
+	long pid, n;
+
+	if (!pid_s || !n_s)
+		return -1;
+	pid = strtol(pid_s, &end, 10);
+	if (*end || pid != (long)getpid())
+		return -1; /* meant for another process (one that exec'd us) */
+	n = strtol(n_s, &end, 10);
+	/* Not for our children, whatever happens next. */
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	if (*end || n < 1)
+		return -1;
+	if (n > 1)
+		log_msg("LISTEN_FDS=%ld: using the first socket, closing the others", n);
+	for (int fd = SD_LISTEN_FDS_START + 1; fd < SD_LISTEN_FDS_START + n; fd++)
+		close(fd);
+	if (getsockopt(SD_LISTEN_FDS_START, SOL_SOCKET, SO_DOMAIN, &fam, &len) < 0 ||
+	    getsockopt(SD_LISTEN_FDS_START, SOL_SOCKET, SO_TYPE, &type, &len) < 0 ||
+	    getsockopt(SD_LISTEN_FDS_START, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len) < 0 ||
+	    fam != AF_UNIX || type != SOCK_SEQPACKET || !acc) {
+		log_msg("LISTEN_FDS: fd %d is not a listening unix SOCK_SEQPACKET socket "
+			"(ListenSequentialPacket= in the .socket unit)", SD_LISTEN_FDS_START);
+		return -EBADF;
+	}
+	return SD_LISTEN_FDS_START;
+}
+
+/* Take the socket the service manager bound: its path is what clients
+ * are told, and it is the manager's to remove. */
+static int listen_inherited(struct daemon *d, int fd)
+{
+	struct sockaddr_un sa;
+	socklen_t len = sizeof(sa);
+
+	memset(&sa, 0, sizeof(sa));
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+		return -errno;
+	if (len <= offsetof(struct sockaddr_un, sun_path) || !sa.sun_path[0]) {
+		log_msg("LISTEN_FDS: the socket has no path: clients could not find it");
+		return -EINVAL;
+	}
+	snprintf(d->socket_path, sizeof(d->socket_path), "%.*s",
+		 (int)(len - offsetof(struct sockaddr_un, sun_path)), sa.sun_path);
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0 ||
+	    fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+		return -errno;
+	d->lfd = fd;
+	d->socket_inherited = true;
+	d->listen_ev.kind = EV_LISTEN;
+	return ev_add(d, fd, EPOLLIN, &d->listen_ev);
+}
+
 int server_listen(struct daemon *d)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd;
+
+	if (d->o.listen_fd >= 0)
+		return listen_inherited(d, d->o.listen_fd);
 
 	if (strlen(d->socket_path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
@@ -91,7 +158,8 @@ void server_close_all(struct daemon *d)
 		client_close(d, d->clients);
 	if (d->lfd >= 0) {
 		close(d->lfd);
-		unlink(d->socket_path);
+		if (!d->socket_inherited)
+			unlink(d->socket_path);
 		d->lfd = -1;
 	}
 }

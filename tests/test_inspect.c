@@ -1,0 +1,567 @@
+/*
+ * test_inspect.c - process-level tests of the inspection commands (top,
+ * readers, check, stats --format prometheus) and of run/join starting a
+ * daemon when none serves the scope.
+ *
+ * Every check is of what the commands print and their exit status: rates
+ * are checked for their presence and format, never their value.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "internal.h"
+
+#define A(...) ((const char *const[]){ __VA_ARGS__, NULL })
+#define WAIT_MS 20000
+
+struct fx {
+	char *dir;
+	struct th_daemon d;
+	procreg_t *reg;
+	pid_t kids[4];
+	int nkids;
+	pid_t adopted;          /* an autostarted daemon, reparented to us */
+	struct th_out *o;
+};
+
+static int setup_bare(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	f->o = calloc(1, sizeof(*f->o));
+	assert_non_null(f->o);
+	f->dir = th_mkdtemp();
+	*state = f;
+	return 0;
+}
+
+static int setup(void **state)
+{
+	struct fx *f;
+
+	setup_bare(state);
+	f = *state;
+	/* A small table: check copies it. */
+	if (th_daemon_start(&f->d, f->dir, A("--max-size", "4M"), NULL) != 0) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("procregd did not start");
+	}
+	f->reg = th_open(f->dir);
+	assert_non_null(f->reg);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	int st = 0;
+
+	for (int i = 0; i < f->nkids; i++) {
+		kill(f->kids[i], SIGKILL);
+		th_wait(f->kids[i]);
+	}
+	if (f->reg)
+		procreg_close(f->reg);
+	if (f->d.pid)
+		st = th_daemon_stop(&f->d);
+	if (f->adopted) {
+		kill(f->adopted, SIGTERM);
+		st = st ?: th_wait(f->adopted);
+	}
+	th_rmrf(f->dir);
+	free(f->dir);
+	free(f->o);
+	free(f);
+	assert_int_equal(st, 0);
+	return 0;
+}
+
+/* procreg --dir DIR ARGS..., with extra environment ENV. */
+static int cli_env(struct fx *f, const char *dir, const char *const *env, const char *const *args)
+{
+	const char *argv[64];
+	int n = 0, st;
+
+	argv[n++] = PROCREG_CLI_PATH;
+	argv[n++] = "--dir";
+	argv[n++] = dir;
+	for (int i = 0; args[i] && n < 63; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	st = th_run(f->o, env, argv);
+	return st;
+}
+
+static int cli(struct fx *f, const char *const *args)
+{
+	return cli_env(f, f->dir, NULL, args);
+}
+
+#define expect_st(f, st, want)                                                         \
+	do {                                                                           \
+		int st_ = (st);                                                        \
+		if (st_ != (want))                                                     \
+			fail_msg("procreg exited %d, expected %d; stdout:\n%s\nstderr:\n%s", \
+				 st_, (int)(want), (f)->o->out, (f)->o->err);             \
+	} while (0)
+
+/* The JSON object in S that contains KEY (e.g. "\"pid\":42,"): a copy of
+ * it, from its '{' to its '}' (objects here hold no nested objects). */
+static char *object_with(const char *s, const char *key)
+{
+	const char *k = strstr(s, key), *b, *e;
+
+	if (!k)
+		return NULL;
+	for (b = k; b > s && *b != '{'; b--)
+		;
+	e = strchr(k, '}');
+	assert_non_null(e);
+	return strndup(b, (size_t)(e - b + 1));
+}
+
+static void expect_in(const char *hay, const char *needle)
+{
+	if (!strstr(hay, needle))
+		fail_msg("expected '%s' in:\n%s", needle, hay);
+}
+
+/* ---- a reader child --------------------------------------------------- */
+
+struct reader_arg {
+	const char *dir;
+	int lookups;
+	bool hold;          /* stay inside a critical section */
+	int ready;          /* write end: one byte once done */
+};
+
+static int reader_main(void *p)
+{
+	struct reader_arg *a = p;
+	procreg_t *reg = th_open(a->dir);
+	char c = 1;
+
+	if (!reg)
+		return 3;
+	for (int i = 0; i < a->lookups; i++)
+		procreg_lookup(reg, "i.name", NULL);
+	if (a->hold) {
+		/* A lookup stopped half-way: what a debugger or SIGSTOP does. */
+		struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
+
+		if (!s)
+			return 4;
+		pr_read_lock(&reg->map, s);
+	}
+	if (write(a->ready, &c, 1) != 1)
+		return 5;
+	pause();
+	return 0;
+}
+
+static pid_t start_reader(struct fx *f, int lookups, bool hold)
+{
+	struct reader_arg a = { .dir = f->dir, .lookups = lookups, .hold = hold };
+	int p[2];
+	char c;
+	pid_t pid;
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	a.ready = p[1];
+	pid = th_fork(reader_main, &a);
+	assert_true(pid > 0);
+	close(p[1]);
+	f->kids[f->nkids++] = pid;
+	assert_int_equal(read(p[0], &c, 1), 1);
+	close(p[0]);
+	return pid;
+}
+
+static void kill_kid(struct fx *f, pid_t pid)
+{
+	for (int i = 0; i < f->nkids; i++)
+		if (f->kids[i] == pid)
+			f->kids[i] = f->kids[--f->nkids];
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	assert_int_equal(th_wait(pid), 128 + SIGKILL);
+}
+
+static void reg_name(procreg_t *reg, const char *name)
+{
+	int err = procreg_register(reg, name, "m", 1);
+
+	if (err)
+		fail_msg("register %s: %s", name, procreg_strerror(err));
+}
+
+/* ---- top -------------------------------------------------------------- */
+
+static void test_top_once_json(void **state)
+{
+	struct fx *f = *state;
+	char key[256], *obj;
+	pid_t r1;
+
+	reg_name(f->reg, "i.name");
+	reg_name(f->reg, "i.other");
+	assert_int_equal(procreg_join(f->reg, "i.group", "", 0), 0);
+	r1 = start_reader(f, 1000, false);
+
+	expect_st(f, cli(f, A("top", "--once", "--json", "--interval", "0.05")), 0);
+	/* One object, one line. */
+	assert_int_equal(f->o->out[0], '{');
+	assert_non_null(strchr(f->o->out, '\n'));
+	assert_string_equal(strchr(f->o->out, '\n'), "\n");
+	expect_in(f->o->out, "\"interval_s\":");
+	expect_in(f->o->out, "\"scope\":\"default\",");
+	snprintf(key, sizeof(key), "\"daemon_pid\":%d,", (int)f->d.pid);
+	expect_in(f->o->out, key);
+	expect_in(f->o->out, ",\"names\":2,");
+	expect_in(f->o->out, ",\"groups\":1,");
+	expect_in(f->o->out, ",\"memberships\":1,");
+	expect_in(f->o->out, ",\"processes\":1,");
+	expect_in(f->o->out, ",\"registrations\":2,\"registrations_per_s\":");
+	expect_in(f->o->out, ",\"deaths\":0,\"deaths_per_s\":");
+	expect_in(f->o->out, ",\"grace_periods_per_s\":");
+	expect_in(f->o->out, ",\"arena_used\":");
+	expect_in(f->o->out, ",\"lookups_per_s\":");
+	/* The reader process, with its own lookups counted in its slot. */
+	snprintf(key, sizeof(key), "{\"pid\":%d,", (int)r1);
+	obj = object_with(f->o->out, key);
+	if (!obj)
+		fail_msg("reader %d not in top's readers:\n%s", (int)r1, f->o->out);
+	expect_in(obj, "\"comm\":\"test_inspect\",\"threads\":1,\"lookups\":1000,\"lookups_per_s\":");
+	free(obj);
+
+	/* Text: one frame, the same numbers. */
+	expect_st(f, cli(f, A("top", "--once", "--interval", "0.05")), 0);
+	expect_in(f->o->out, "names 2  groups 1  memberships 1  processes 1\n");
+	expect_in(f->o->out, "registrations/s ");
+	expect_in(f->o->out, "deaths/s ");
+	expect_in(f->o->out, "grace periods/s ");
+	snprintf(key, sizeof(key), "%8d %7u %14llu ", (int)r1, 1u, 1000ull);
+	expect_in(f->o->out, key);
+	assert_null(strstr(f->o->out, "\033[")); /* piped: no screen control */
+
+	expect_st(f, cli(f, A("top", "--interval", "0")), 2);
+	expect_st(f, cli(f, A("top", "x")), 2);
+	kill_kid(f, r1);
+}
+
+/* ---- readers ---------------------------------------------------------- */
+
+static int gp_past(void *p)
+{
+	struct fx *f = p;
+
+	return CMM_LOAD_SHARED(f->reg->map.rhdr->gp) > 1;
+}
+
+static void test_readers(void **state)
+{
+	struct fx *f = *state;
+	char key[256], *obj;
+	pid_t idle, held;
+
+	reg_name(f->reg, "i.name");
+	expect_st(f, cli(f, A("readers", "--json")), 0);
+	assert_string_equal(f->o->out, "{\"gp\":1,\"slots\":4096,\"readers\":[]}\n");
+
+	idle = start_reader(f, 500, false);
+	held = start_reader(f, 7, true);
+	/* Retire memory so that the daemon starts a grace period: the held
+	 * reader holds it up. */
+	reg_name(f->reg, "i.gone");
+	assert_int_equal(procreg_unregister(f->reg, "i.gone"), 0);
+	assert_true(th_until(gp_past, f, WAIT_MS));
+
+	expect_st(f, cli(f, A("readers", "--json")), 0);
+	snprintf(key, sizeof(key), "\"pid\":%d,\"tid\":%d,", (int)idle, (int)idle);
+	obj = object_with(f->o->out, key);
+	assert_non_null(obj);
+	expect_in(obj, "\"comm\":\"test_inspect\",\"threads\":1,\"in_critical_section\":false,"
+		       "\"gp_behind\":0,\"lookups\":500,\"dead\":false}");
+	free(obj);
+	snprintf(key, sizeof(key), "\"pid\":%d,\"tid\":%d,", (int)held, (int)held);
+	obj = object_with(f->o->out, key);
+	assert_non_null(obj);
+	expect_in(obj, "\"comm\":\"test_inspect\",\"threads\":1,\"in_critical_section\":true,");
+	assert_null(strstr(obj, "\"gp_behind\":0,"));
+	expect_in(obj, ",\"lookups\":7,\"dead\":false}");
+	free(obj);
+
+	/* Text, piped: no header, one line per slot. */
+	expect_st(f, cli(f, A("readers")), 0);
+	snprintf(key, sizeof(key), " %8d %8d %7u %4s %9llu %12llu %-4s  test_inspect\n", (int)idle,
+		 (int)idle, 1u, "no", 0ull, 500ull, "-");
+	expect_in(f->o->out, key);
+
+	/* A reader killed inside its critical section, with no daemon to
+	 * clear its slot: flagged dead. */
+	assert_int_equal(th_daemon_stop(&f->d), 0);
+	kill_kid(f, held);
+	expect_st(f, cli(f, A("readers", "--json")), 0);
+	snprintf(key, sizeof(key), "\"pid\":%d,\"tid\":%d,", (int)held, (int)held);
+	obj = object_with(f->o->out, key);
+	assert_non_null(obj);
+	expect_in(obj, "\"comm\":\"\",\"threads\":0,\"in_critical_section\":true,");
+	expect_in(obj, ",\"lookups\":7,\"dead\":true}");
+	free(obj);
+	snprintf(key, sizeof(key), "\"pid\":%d,\"tid\":%d,", (int)idle, (int)idle);
+	obj = object_with(f->o->out, key);
+	assert_non_null(obj);
+	expect_in(obj, "\"dead\":false}");
+	free(obj);
+	expect_st(f, cli(f, A("readers")), 0);
+	snprintf(key, sizeof(key), " %8d %8d ", (int)held, (int)held);
+	assert_non_null(strstr(f->o->out, key));
+	expect_in(strstr(f->o->out, key), " dead  ?\n");
+	expect_st(f, cli(f, A("readers", "x")), 2);
+	kill_kid(f, idle);
+}
+
+/* ---- check ------------------------------------------------------------ */
+
+/* A copy of the scope's two files in a fresh directory under DIR. */
+static void copy_table(struct fx *f, const char *sub, char *table, size_t len)
+{
+	char d[512], from[512], to[600];
+
+	snprintf(d, sizeof(d), "%s/%s", f->dir, sub);
+	assert_int_equal(mkdir(d, 0700), 0);
+	snprintf(from, sizeof(from), "%s/procreg.default", f->dir);
+	snprintf(to, sizeof(to), "%s/procreg.default", d);
+	th_copy_file(from, to);
+	snprintf(table, len, "%s", to);
+	snprintf(from, sizeof(from), "%s/procreg.default.readers", f->dir);
+	snprintf(to, sizeof(to), "%s/procreg.default.readers", d);
+	th_copy_file(from, to);
+}
+
+static void poke(const char *path, uint64_t off, uint64_t v)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, &v, sizeof(v), (off_t)off), (ssize_t)sizeof(v));
+	close(fd);
+}
+
+static uint64_t peek(const char *path, uint64_t off)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	uint64_t v = 0;
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &v, sizeof(v), (off_t)off), (ssize_t)sizeof(v));
+	close(fd);
+	return v;
+}
+
+static void test_check(void **state)
+{
+	struct fx *f = *state;
+	char table[600], d1[600], d2[600], msg[800];
+	uint64_t ix, cap, p, w = 0;
+	char names[8][16];
+
+	for (int i = 0; i < 8; i++) {
+		snprintf(names[i], sizeof(names[i]), "c.n%d", i);
+		reg_name(f->reg, names[i]);
+	}
+	assert_int_equal(procreg_unregister(f->reg, "c.n3"), 0);
+	assert_int_equal(procreg_join(f->reg, "c.g1", "a", 1), 0);
+	assert_int_equal(procreg_join(f->reg, "c.g2", "b", 1), 0);
+
+	/* The live table: healthy. */
+	expect_st(f, cli(f, A("check")), 0);
+	snprintf(msg, sizeof(msg), "%s/procreg.default: ok: 7 names, 2 groups, 2 memberships, ",
+		 f->dir);
+	expect_in(f->o->out, msg);
+	expect_in(f->o->out, "; counters agree, owners alive\n");
+	expect_st(f, cli(f, A("check", "--json")), 0);
+	expect_in(f->o->out, "{\"ok\":true,\"table\":");
+	expect_in(f->o->out, ",\"names\":7,\"groups\":2,\"memberships\":2,");
+	expect_in(f->o->out, ",\"processes\":1,");
+	expect_in(f->o->out, "\"problems\":[],\"problems_not_shown\":0}\n");
+
+	/* A copy (no daemon there): healthy too. */
+	copy_table(f, "copy1", table, sizeof(table));
+	snprintf(d1, sizeof(d1), "%s/copy1", f->dir);
+	expect_st(f, cli_env(f, d1, NULL, A("check")), 0);
+
+	/* Damage 1: a counter that disagrees with the index. */
+	poke(table, offsetof(struct pr_table_hdr, names.live), 9);
+	expect_st(f, cli_env(f, d1, NULL, A("check")), 1);
+	expect_in(f->o->out, "name index: counter says 9 live entries, the walk found 7\n");
+	expect_in(f->o->out, ": DAMAGED: 7 names");
+	expect_st(f, cli_env(f, d1, NULL, A("check", "--json")), 1);
+	expect_in(f->o->out, "{\"ok\":false,");
+	expect_in(f->o->out, "\"problems\":[\"name index: counter says 9 live entries, the walk found 7\"]");
+
+	/* Damage 2: a slot word that points past the arena. */
+	copy_table(f, "copy2", table, sizeof(table));
+	snprintf(d2, sizeof(d2), "%s/copy2", f->dir);
+	ix = peek(table, offsetof(struct pr_table_hdr, names.index_off));
+	cap = peek(table, ix + offsetof(struct pr_index, capacity));
+	for (p = 0; p < cap; p++)
+		if (pr_slot_live(w = peek(table, ix + sizeof(struct pr_index) + p * 8)))
+			break;
+	assert_true(p < cap);
+	poke(table, ix + sizeof(struct pr_index) + p * 8,
+	     pr_slot_word(w, peek(table, offsetof(struct pr_table_hdr, file_size)) + 4096));
+	expect_st(f, cli_env(f, d2, NULL, A("check")), 1);
+	snprintf(msg, sizeof(msg), "name index slot %llu: record offset ", (unsigned long long)p);
+	expect_in(f->o->out, msg);
+	expect_in(f->o->out, "outside the arena");
+	expect_in(f->o->out, "name index: counter says 7 live entries, the walk found 6\n");
+
+	expect_st(f, cli(f, A("check", "x")), 2);
+}
+
+/* ---- stats --format prometheus ---------------------------------------- */
+
+static void test_prometheus(void **state)
+{
+	struct fx *f = *state;
+
+	reg_name(f->reg, "p.one");
+	expect_st(f, cli(f, A("stats", "--format", "prometheus")), 0);
+	expect_in(f->o->out, "# HELP procreg_names Names registered.\n# TYPE procreg_names gauge\n"
+			     "procreg_names{scope=\"default\"} 1\n");
+	expect_in(f->o->out, "# TYPE procreg_registrations_total counter\n"
+			     "procreg_registrations_total{scope=\"default\"} 1\n");
+	expect_in(f->o->out, "procreg_daemon_up{scope=\"default\"} 1\n");
+	/* Every sample line is NAME{scope="default"} VALUE. */
+	for (char *l = f->o->out; *l; l = strchr(l, '\n') + 1) {
+		unsigned long long v;
+		char name[128];
+
+		if (*l == '#')
+			continue;
+		if (sscanf(l, "procreg_%127[a-z_]{scope=\"default\"} %llu\n", name, &v) != 2)
+			fail_msg("not a sample line: %.*s", (int)strcspn(l, "\n"), l);
+	}
+	expect_st(f, cli(f, A("stats", "--format=json")), 0);
+	expect_in(f->o->out, "\"names\":1,");
+	expect_st(f, cli(f, A("stats", "--format", "xml")), 2);
+}
+
+/* ---- autostart -------------------------------------------------------- */
+
+static int named(void *p)
+{
+	struct fx *f = p;
+
+	if (!f->reg && !(f->reg = th_open(f->dir)))
+		return 0;
+	return procreg_lookup(f->reg, "auto.x", NULL) == 0;
+}
+
+static pid_t spawn_cli(struct fx *f, const char *const *env, const char *const *args)
+{
+	const char *argv[32];
+	int n = 0;
+	pid_t pid;
+
+	argv[n++] = PROCREG_CLI_PATH;
+	argv[n++] = "--dir";
+	argv[n++] = f->dir;
+	for (int i = 0; args[i]; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+
+		dup2(null, 1);
+		dup2(null, 2);
+		th_apply_env(env);
+		execv(argv[0], (char **)argv);
+		_exit(127);
+	}
+	f->kids[f->nkids++] = pid;
+	return pid;
+}
+
+static void test_autostart(void **state)
+{
+	struct fx *f = *state;
+	struct procreg_stats s;
+	char table[600];
+	pid_t run, daemon;
+
+	/* The daemon detaches from the command that starts it; as a
+	 * subreaper, this test inherits it and can reap it. */
+	assert_int_equal(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	snprintf(table, sizeof(table), "%s/procreg.default", f->dir);
+
+	/* Turned off: no daemon, no table, the old error. */
+	expect_st(f, cli_env(f, f->dir, A("PROCREG_NO_AUTOSTART=1"), A("run", "x", "--", "true")), 2);
+	expect_in(f->o->err, "no registry for scope 'default'");
+	expect_st(f, cli_env(f, f->dir, A("PROCREG_NO_AUTOSTART"),
+			     A("run", "--no-autostart", "x", "--", "true")), 2);
+	assert_int_equal(access(table, F_OK), -1);
+
+	/* run starts one, which outlives it. */
+	run = spawn_cli(f, A("PROCREG_NO_AUTOSTART"), A("run", "auto.x", "--", "sleep", "60"));
+	assert_true(th_until(named, f, WAIT_MS));
+	procreg_stats(f->reg, &s);
+	daemon = s.daemon_pid;
+	assert_true(daemon > 0);
+	assert_int_not_equal(daemon, run);
+	f->adopted = daemon;
+	kill_kid(f, run);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "auto.x", NULL), -ENOENT);
+	assert_int_equal(kill(daemon, 0), 0);
+	procreg_stats(f->reg, &s);
+	assert_int_equal(s.daemon_pid, daemon);
+	assert_int_equal(s.deaths, 1);
+
+	/* A daemon that serves is used, not doubled. */
+	expect_st(f, cli_env(f, f->dir, A("PROCREG_NO_AUTOSTART=0"),
+			     A("join", "auto.g", "--", "true")), 0);
+	procreg_stats(f->reg, &s);
+	assert_int_equal(s.daemon_pid, daemon);
+	assert_int_equal(s.joins, 1);
+
+	/* Stopped: join starts another. */
+	assert_int_equal(kill(daemon, SIGTERM), 0);
+	assert_int_equal(th_wait(daemon), 0);
+	f->adopted = 0;
+	expect_st(f, cli_env(f, f->dir, A("PROCREG_NO_AUTOSTART"),
+			     A("join", "auto.g", "--", "true")), 0);
+	procreg_stats(f->reg, &s);
+	assert_true(s.daemon_pid > 0);
+	assert_int_not_equal(s.daemon_pid, daemon);
+	f->adopted = s.daemon_pid;
+	assert_int_equal(s.joins, 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_top_once_json, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_readers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_check, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_prometheus, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_autostart, setup_bare, teardown),
+	};
+
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

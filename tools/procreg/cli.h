@@ -1,0 +1,63 @@
+/*
+ * cli.h - what the procreg CLI's files share: options, exit statuses,
+ * output helpers.
+ *
+ *   main.c       options, the command table, name and group commands
+ *   inspect.c    top, readers, stats --format prometheus: counters and
+ *                reader slots read straight from the shared files
+ *   check.c      check: a read-only walk that verifies the table
+ *   autostart.c  starting procregd for run and join when none serves
+ */
+#ifndef PROCREG_CLI_H
+#define PROCREG_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "procreg.h"
+
+/* Exit statuses, documented in --help and procreg(1). */
+#define EXIT_NO 1       /* not found, name taken, timed out, check found damage */
+#define EXIT_ERR 2      /* usage, no table, daemon unreachable, permission */
+
+#define MAX_GROUPS 64
+
+struct cli {
+	const char *scope, *dir;
+	const char *meta;
+	int json;
+	const char *groups[MAX_GROUPS];   /* run --group G */
+	int ngroups;
+	const char *timeout;              /* wait --timeout SECONDS */
+	const char *count;                /* wait --count N */
+	const char *ttl;                  /* run --ttl SECONDS */
+	unsigned int reg_flags;           /* run --queue, --replace, --replaceable, --lease-mark */
+	bool once;                        /* top --once */
+	const char *interval;             /* top --interval SECONDS */
+	const char *format;               /* stats --format text|json|prometheus */
+	bool no_autostart;                /* run, join --no-autostart */
+};
+
+extern const char *prog;
+
+void die_usage(const char *msg, const char *arg) __attribute__((noreturn));
+procreg_t *open_or_die(const struct cli *c);
+/* A JSON string: UTF-8 passes through; any other byte becomes \u00XX. */
+void json_str(const void *s, size_t n);
+/* The scope's name as the user chose it (option, environment, default). */
+const char *scope_name(const struct cli *c);
+
+/* inspect.c */
+int cmd_top(struct cli *c, int argc, char **argv);
+int cmd_readers(struct cli *c, int argc, char **argv);
+void stats_prometheus(procreg_t *reg, const struct cli *c);
+
+/* check.c */
+int cmd_check(struct cli *c, int argc, char **argv);
+
+/* autostart.c: make sure a daemon serves the scope before a write; 0, or
+ * EXIT_ERR with the reason printed. Does nothing with --no-autostart or
+ * PROCREG_NO_AUTOSTART set (to anything but "" or "0"). */
+int autostart(const struct cli *c, const char *what);
+
+#endif

@@ -1,0 +1,452 @@
+/*
+ * inspect.c - procreg top, procreg readers, procreg stats --format
+ * prometheus.
+ *
+ * Everything here is read straight from the scope's two shared files: the
+ * table header's counters (plain loads of daemon-written words: each is
+ * the value before or after one change) and the reader slots. Nothing goes
+ * to the daemon, so these commands work while it is down and never slow
+ * it; and nothing here writes shared memory except procreg_stats(), which
+ * takes a reader slot of its own like any reader.
+ *
+ * Lookups are counted by each reader thread in its own slot
+ * (pr_reader_slot.lookups): the lookup path makes no shared write to be
+ * counted. top sums the slots of each process and differentiates between
+ * two samples. A slot released between samples takes its count with it,
+ * so a process's rate is clamped at 0 rather than going negative.
+ *
+ * "How long inside a critical section": the lookup path reads no clock,
+ * so a slot cannot say when it entered. What it does say is the
+ * grace-period counter it loaded on entry (ctr), and the daemon's counter
+ * (gp) says how many grace periods have started since: gp - ctr is the
+ * number of grace periods the reader holds up. That is what readers
+ * reports (gp_behind); a healthy reader shows 0 or, rarely, 1.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "cli.h"
+
+/* ---- reader slots ----------------------------------------------------- */
+
+struct slot_view {
+	uint32_t idx;
+	pid_t pid, tid;
+	uint64_t ctr, start, lookups;
+	bool dead;
+};
+
+/* A consistent copy of every claimed slot: the owner word is read before
+ * and after the other fields, and a slot whose owner changed meanwhile (a
+ * thread exiting, another claiming) is read again. */
+static size_t read_slots(const struct pr_map *m, struct slot_view *v)
+{
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < m->nslots; i++) {
+		const struct pr_reader_slot *s = &m->slots[i];
+
+		for (int tries = 0; tries < 8; tries++) {
+			uint64_t owner = PR_LOAD_ACQ(&s->owner), again;
+			struct slot_view sv = { .idx = i };
+
+			if (!owner || (owner >> 63))
+				break; /* free, or being cleared by the daemon */
+			sv.ctr = CMM_LOAD_SHARED(s->ctr);
+			sv.start = CMM_LOAD_SHARED(s->start);
+			sv.lookups = CMM_LOAD_SHARED(s->lookups);
+			cmm_smp_rmb();
+			again = CMM_LOAD_SHARED(s->owner);
+			if (again != owner)
+				continue;
+			sv.pid = (pid_t)(owner >> 32);
+			sv.tid = (pid_t)(owner & 0xffffffff);
+			sv.dead = !procreg__reader_alive(owner, sv.start);
+			v[n++] = sv;
+			break;
+		}
+	}
+	return n;
+}
+
+static void read_small(const char *path, char *buf, size_t cap)
+{
+	FILE *f = fopen(path, "re");
+	size_t n = 0;
+
+	buf[0] = 0;
+	if (!f)
+		return;
+	n = fread(buf, 1, cap - 1, f);
+	fclose(f);
+	buf[n] = 0;
+}
+
+/* The process's command name (comm), "" once it is gone. */
+static void proc_comm(pid_t pid, char *out, size_t cap)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	read_small(path, out, cap);
+	out[strcspn(out, "\n")] = 0;
+}
+
+/* The process's thread count, 0 once it is gone. */
+static unsigned proc_threads(pid_t pid)
+{
+	char path[64], buf[4096], *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	read_small(path, buf, sizeof(buf));
+	p = strstr(buf, "\nThreads:");
+	return p ? (unsigned)strtoul(p + 9, NULL, 10) : 0;
+}
+
+static int slot_by_pid(const void *a, const void *b)
+{
+	const struct slot_view *x = a, *y = b;
+
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+int cmd_readers(struct cli *c, int argc, char **argv)
+{
+	procreg_t *reg;
+	struct pr_map *m;
+	struct slot_view *v;
+	uint64_t gp;
+	size_t n;
+
+	if (argc != 0)
+		die_usage("readers: unexpected argument", argv[0]);
+	reg = open_or_die(c);
+	m = &reg->map;
+	v = calloc(m->nslots ? m->nslots : 1, sizeof(*v));
+	if (!v) {
+		fprintf(stderr, "%s: readers: out of memory\n", prog);
+		procreg_close(reg);
+		return EXIT_ERR;
+	}
+	gp = CMM_LOAD_SHARED(m->rhdr->gp);
+	n = read_slots(m, v);
+	qsort(v, n, sizeof(*v), slot_by_pid);
+	if (!c->json && isatty(1))
+		printf("%6s %8s %8s %7s %4s %9s %12s %-4s  %s\n", "SLOT", "PID", "TID", "THREADS",
+		       "IN", "GP_BEHIND", "LOOKUPS", "DEAD", "COMMAND");
+	if (c->json)
+		printf("{\"gp\":%llu,\"slots\":%u,\"readers\":[", (unsigned long long)gp, m->nslots);
+	for (size_t i = 0; i < n; i++) {
+		char comm[64] = "";
+		unsigned threads = 0;
+		uint64_t behind = v[i].ctr && gp > v[i].ctr ? gp - v[i].ctr : 0;
+
+		if (!v[i].dead) {
+			proc_comm(v[i].pid, comm, sizeof(comm));
+			threads = proc_threads(v[i].pid);
+		}
+		if (c->json) {
+			printf("%s{\"slot\":%u,\"pid\":%d,\"tid\":%d,\"comm\":", i ? "," : "", v[i].idx,
+			       (int)v[i].pid, (int)v[i].tid);
+			json_str(comm, strlen(comm));
+			printf(",\"threads\":%u,\"in_critical_section\":%s,\"gp_behind\":%llu,"
+			       "\"lookups\":%llu,\"dead\":%s}",
+			       threads, v[i].ctr ? "true" : "false", (unsigned long long)behind,
+			       (unsigned long long)v[i].lookups, v[i].dead ? "true" : "false");
+		} else {
+			printf("%6u %8d %8d %7u %4s %9llu %12llu %-4s  %s\n", v[i].idx, (int)v[i].pid,
+			       (int)v[i].tid, threads, v[i].ctr ? "yes" : "no",
+			       (unsigned long long)behind, (unsigned long long)v[i].lookups,
+			       v[i].dead ? "dead" : "-", v[i].dead ? "?" : comm);
+		}
+	}
+	if (c->json)
+		printf("]}\n");
+	free(v);
+	procreg_close(reg);
+	return 0;
+}
+
+/* ---- stats --format prometheus ---------------------------------------- */
+
+void stats_prometheus(procreg_t *reg, const struct cli *c)
+{
+	static const struct {
+		const char *name, *type, *help;
+		size_t off;
+	} f[] = {
+#define G(n, h) { #n, "gauge", h, offsetof(struct procreg_stats, n) }
+#define C(n, h) { #n "_total", "counter", h, offsetof(struct procreg_stats, n) }
+		G(names, "Names registered."),
+		G(groups, "Groups with at least one member."),
+		G(memberships, "Group memberships, over all groups."),
+		G(processes, "Processes holding at least one name or membership."),
+		G(arena_size, "Bytes the table's arena may grow to."),
+		G(arena_used, "Bytes of the arena in live blocks."),
+		G(arena_top, "High-water mark of the arena, in bytes."),
+		G(index_capacity, "Slots in the name index."),
+		G(reader_slots, "Reader slots in the reader file."),
+		G(reader_slots_used, "Reader slots claimed by a reader thread."),
+		C(registrations, "Names registered since the table was created."),
+		C(unregistrations, "Names removed by request since the table was created."),
+		C(joins, "Group joins since the table was created."),
+		C(leaves, "Group leaves since the table was created."),
+		C(deaths, "Owner processes whose exit removed names."),
+		C(grace_periods, "RCU grace periods completed by the daemon."),
+#undef G
+#undef C
+	};
+	struct procreg_stats s;
+	const char *scope = scope_name(c);
+
+	procreg_stats(reg, &s);
+	/* Scopes are [A-Za-z0-9_.-]: a label value that needs no escaping. */
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+		printf("# HELP procreg_%s %s\n# TYPE procreg_%s %s\nprocreg_%s{scope=\"%s\"} %llu\n",
+		       f[i].name, f[i].help, f[i].name, f[i].type, f[i].name, scope,
+		       (unsigned long long)*(const uint64_t *)((const char *)&s + f[i].off));
+	printf("# HELP procreg_daemon_up Whether procregd serves the scope.\n"
+	       "# TYPE procreg_daemon_up gauge\nprocreg_daemon_up{scope=\"%s\"} %d\n",
+	       scope, s.daemon_pid ? 1 : 0);
+}
+
+/* ---- top -------------------------------------------------------------- */
+
+/* One reader process in a sample: its slots summed. */
+struct reader_proc {
+	pid_t pid;
+	uint64_t start;
+	unsigned threads;           /* slots it holds: its reading threads */
+	uint64_t lookups;
+	double rate;
+	char comm[64];
+};
+
+struct sample {
+	uint64_t t_ns;              /* CLOCK_MONOTONIC */
+	struct procreg_stats st;
+	struct reader_proc *procs;
+	size_t n;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int take_sample(procreg_t *reg, struct slot_view *v, struct sample *s)
+{
+	const struct pr_map *m = &reg->map;
+	size_t n;
+
+	procreg_stats(reg, &s->st);
+	s->t_ns = mono_ns();
+	n = read_slots(m, v);
+	qsort(v, n, sizeof(*v), slot_by_pid);
+	s->n = 0;
+	s->procs = calloc(n ? n : 1, sizeof(*s->procs));
+	if (!s->procs)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		struct reader_proc *p;
+
+		/* Ourselves: procreg_stats() took a slot to read the index. */
+		if (v[i].dead || v[i].pid == getpid())
+			continue;
+		p = s->n && s->procs[s->n - 1].pid == v[i].pid ? &s->procs[s->n - 1] : NULL;
+		if (!p) {
+			p = &s->procs[s->n++];
+			p->pid = v[i].pid;
+			p->start = v[i].start;
+			proc_comm(p->pid, p->comm, sizeof(p->comm));
+		}
+		p->threads++;
+		p->lookups += v[i].lookups;
+	}
+	return 0;
+}
+
+static double per_s(uint64_t now, uint64_t before, double dt)
+{
+	return now > before && dt > 0 ? (double)(now - before) / dt : 0.0;
+}
+
+static int by_rate(const void *a, const void *b)
+{
+	const struct reader_proc *x = a, *y = b;
+
+	if (x->rate != y->rate)
+		return x->rate > y->rate ? -1 : 1;
+	return x->pid < y->pid ? -1 : x->pid > y->pid;
+}
+
+/* The rates of CUR against PREV: per-process lookups/s, sorted. */
+static double reader_rates(struct sample *cur, const struct sample *prev, double dt)
+{
+	double total = 0;
+
+	for (size_t i = 0; i < cur->n; i++) {
+		struct reader_proc *p = &cur->procs[i];
+		uint64_t before = 0;
+
+		for (size_t k = 0; k < prev->n; k++)
+			if (prev->procs[k].pid == p->pid && prev->procs[k].start == p->start)
+				before = prev->procs[k].lookups;
+		p->rate = per_s(p->lookups, before, dt);
+		total += p->rate;
+	}
+	qsort(cur->procs, cur->n, sizeof(*cur->procs), by_rate);
+	return total;
+}
+
+#define TOP_RATES(X) X(registrations) X(unregistrations) X(joins) X(leaves) X(deaths) X(grace_periods)
+#define TOP_GAUGES(X)                                                                   \
+	X(names) X(groups) X(memberships) X(processes) X(arena_size) X(arena_used)       \
+	X(arena_top) X(reader_slots) X(reader_slots_used)
+
+static void frame_json(const struct cli *c, const struct sample *cur, const struct sample *prev,
+		       double dt, double lookups)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	printf("{\"time_ns\":%llu,\"interval_s\":%.3f,\"scope\":",
+	       (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, dt);
+	json_str(scope_name(c), strlen(scope_name(c)));
+	printf(",\"daemon_pid\":%d", (int)cur->st.daemon_pid);
+#define J(f) printf(",\"" #f "\":%llu", (unsigned long long)cur->st.f);
+	TOP_GAUGES(J)
+#undef J
+#define J(f) printf(",\"" #f "\":%llu,\"" #f "_per_s\":%.3f", (unsigned long long)cur->st.f, \
+		    per_s(cur->st.f, prev->st.f, dt));
+	TOP_RATES(J)
+#undef J
+	printf(",\"lookups_per_s\":%.3f,\"readers\":[", lookups);
+	for (size_t i = 0; i < cur->n; i++) {
+		const struct reader_proc *p = &cur->procs[i];
+
+		printf("%s{\"pid\":%d,\"comm\":", i ? "," : "", (int)p->pid);
+		json_str(p->comm, strlen(p->comm));
+		printf(",\"threads\":%u,\"lookups\":%llu,\"lookups_per_s\":%.3f}", p->threads,
+		       (unsigned long long)p->lookups, p->rate);
+	}
+	printf("]}\n");
+}
+
+static void frame_text(const struct cli *c, const struct sample *cur, const struct sample *prev,
+		       double dt, double lookups, bool tty)
+{
+	const struct procreg_stats *s = &cur->st, *p = &prev->st;
+	double mib = 1024.0 * 1024.0;
+
+	if (tty)
+		fputs("\033[H\033[2J", stdout); /* home, clear: a refreshing screen */
+	printf("scope %s  daemon %s%.0d  interval %.1fs\n", scope_name(c),
+	       s->daemon_pid ? "pid " : "not running", (int)s->daemon_pid, dt);
+	printf("names %llu  groups %llu  memberships %llu  processes %llu\n",
+	       (unsigned long long)s->names, (unsigned long long)s->groups,
+	       (unsigned long long)s->memberships, (unsigned long long)s->processes);
+	printf("registrations/s %.1f  unregistrations/s %.1f  joins/s %.1f  leaves/s %.1f\n",
+	       per_s(s->registrations, p->registrations, dt),
+	       per_s(s->unregistrations, p->unregistrations, dt), per_s(s->joins, p->joins, dt),
+	       per_s(s->leaves, p->leaves, dt));
+	printf("deaths/s %.1f  grace periods/s %.1f  lookups/s %.0f\n",
+	       per_s(s->deaths, p->deaths, dt), per_s(s->grace_periods, p->grace_periods, dt),
+	       lookups);
+	printf("arena %.1f MiB used of %.1f MiB (%.1f%%), high-water %.1f MiB; reader slots %llu of %llu\n",
+	       (double)s->arena_used / mib, (double)s->arena_size / mib,
+	       s->arena_size ? 100.0 * (double)s->arena_used / (double)s->arena_size : 0.0,
+	       (double)s->arena_top / mib, (unsigned long long)s->reader_slots_used,
+	       (unsigned long long)s->reader_slots);
+	if (tty)
+		printf("\n%8s %7s %14s %12s  %s\n", "PID", "THREADS", "LOOKUPS", "LOOKUPS/S",
+		       "COMMAND");
+	for (size_t i = 0; i < cur->n; i++)
+		printf("%8d %7u %14llu %12.0f  %s\n", (int)cur->procs[i].pid, cur->procs[i].threads,
+		       (unsigned long long)cur->procs[i].lookups, cur->procs[i].rate,
+		       cur->procs[i].comm);
+}
+
+static volatile sig_atomic_t top_stop;
+
+static void top_signal(int sig)
+{
+	(void)sig;
+	top_stop = 1;
+}
+
+int cmd_top(struct cli *c, int argc, char **argv)
+{
+	struct sigaction sa = { .sa_handler = top_signal };
+	struct sample prev = { 0 }, cur = { 0 };
+	double interval = 1.0;
+	struct slot_view *v;
+	procreg_t *reg;
+	bool tty = isatty(1);
+	int err = 0;
+
+	if (argc != 0)
+		die_usage("top: unexpected argument", argv[0]);
+	if (c->interval) {
+		char *end;
+
+		interval = strtod(c->interval, &end);
+		if (end == c->interval || *end || !(interval >= 0.01 && interval <= 3600))
+			die_usage("top: --interval: want seconds from 0.01 to 3600, not", c->interval);
+	}
+	reg = open_or_die(c);
+	v = calloc(reg->map.nslots ? reg->map.nslots : 1, sizeof(*v));
+	if (!v || take_sample(reg, v, &prev) < 0) {
+		fprintf(stderr, "%s: top: out of memory\n", prog);
+		free(v);
+		procreg_close(reg);
+		return EXIT_ERR;
+	}
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	while (!top_stop) {
+		struct timespec ts = { (time_t)interval,
+				       (long)((interval - (double)(time_t)interval) * 1e9) };
+		double dt, lookups;
+
+		/* Rates need two samples: even --once waits one interval. */
+		if (nanosleep(&ts, NULL) < 0 && top_stop)
+			break;
+		if (take_sample(reg, v, &cur) < 0) {
+			fprintf(stderr, "%s: top: out of memory\n", prog);
+			err = EXIT_ERR;
+			break;
+		}
+		dt = (double)(cur.t_ns - prev.t_ns) / 1e9;
+		lookups = reader_rates(&cur, &prev, dt);
+		if (c->json)
+			frame_json(c, &cur, &prev, dt, lookups);
+		else
+			frame_text(c, &cur, &prev, dt, lookups, tty);
+		fflush(stdout);
+		free(prev.procs);
+		prev = cur;
+		cur.procs = NULL;
+		if (c->once)
+			break;
+		if (!c->json && !tty)
+			putchar('\n'); /* frames apart in a pipe */
+	}
+	free(prev.procs);
+	free(cur.procs);
+	free(v);
+	procreg_close(reg);
+	return err;
+}
