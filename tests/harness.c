@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -303,4 +304,35 @@ int th_run(struct th_out *o, const char *const *env, const char *const *argv)
 	o->out[go] = 0;
 	o->err[ge] = 0;
 	return th_wait(pid);
+}
+
+int th_fx_start(void **state, const char *const *args, const char *const *env)
+{
+	struct th_fx *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	f->dir = th_mkdtemp();
+	chmod(f->dir, 0755);
+	if (th_daemon_start(&f->d, f->dir, args, env) != 0) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("procregd did not start");
+	}
+	f->reg = th_open(f->dir);
+	assert_non_null(f->reg);
+	*state = f;
+	return 0;
+}
+
+int th_fx_stop(void **state)
+{
+	struct th_fx *f = *state;
+
+	if (f->reg)
+		procreg_close(f->reg);
+	if (f->d.pid)
+		assert_int_equal(th_daemon_stop(&f->d), 0);
+	th_rmrf(f->dir);
+	free(f->dir);
+	free(f);
+	return 0;
 }

@@ -43,6 +43,19 @@ void th_daemon_dump_log(const struct th_daemon *d);
 
 procreg_t *th_open(const char *dir);
 
+/* The usual fixture: a fresh directory (mode 0755, so that a test may act
+ * as another uid), a daemon serving it with ARGS and ENV, and a handle. */
+struct th_fx {
+	char *dir;
+	struct th_daemon d;
+	procreg_t *reg;
+};
+
+/* cmocka setup and teardown: *STATE is the struct th_fx. The teardown
+ * stops the daemon (it must exit 0) and removes the directory. */
+int th_fx_start(void **state, const char *const *args, const char *const *env);
+int th_fx_stop(void **state);
+
 /* Fork a child that runs FN(ARG) and exits with its return value. */
 pid_t th_fork(int (*fn)(void *), void *arg);
 /* Wait for PID: its exit status, or 128 + signal. */

@@ -21,46 +21,16 @@
 #include "internal.h"
 #include "proto.h"
 
-struct fx {
-	char *dir;
-	struct th_daemon d;
-	procreg_t *reg;
-};
-
-static int start_with(void **state, const char *const *args, const char *const *env)
-{
-	struct fx *f = calloc(1, sizeof(*f));
-
-	assert_non_null(f);
-	f->dir = th_mkdtemp();
-	chmod(f->dir, 0755); /* the unprivileged-user tests reach it too */
-	if (th_daemon_start(&f->d, f->dir, args, env) != 0) {
-		th_daemon_dump_log(&f->d);
-		fail_msg("procregd did not start");
-	}
-	f->reg = th_open(f->dir);
-	assert_non_null(f->reg);
-	*state = f;
-	return 0;
-}
+#define fx th_fx
 
 static int setup(void **state)
 {
-	return start_with(state, NULL, NULL);
+	return th_fx_start(state, NULL, NULL);
 }
 
 static int teardown(void **state)
 {
-	struct fx *f = *state;
-
-	if (f->reg)
-		procreg_close(f->reg);
-	if (f->d.pid)
-		assert_int_equal(th_daemon_stop(&f->d), 0);
-	th_rmrf(f->dir);
-	free(f->dir);
-	free(f);
-	return 0;
+	return th_fx_stop(state);
 }
 
 /* A child that registers names, reports over a pipe, and waits to die. */
@@ -424,7 +394,7 @@ static int setup_small(void **state)
 {
 	static const char *const args[] = { "--max-names-per-proc", "10", "--max-clients", "3",
 					    "--max-size", "2M", "--readers", "3", NULL };
-	return start_with(state, args, NULL);
+	return th_fx_start(state, args, NULL);
 }
 
 static void test_names_per_process(void **state)
@@ -911,7 +881,7 @@ static void test_sigterm_clean(void **state)
 static int setup_fallback(void **state)
 {
 	static const char *const env[] = { "PROCREG_NO_PEERPIDFD=1", "PROCREG_NO_PIDFS=1", NULL };
-	return start_with(state, NULL, env);
+	return th_fx_start(state, NULL, env);
 }
 
 static void test_fallback_identity(void **state)

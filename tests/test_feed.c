@@ -15,51 +15,23 @@
 
 #include "harness.h"
 
-struct fx {
-	char *dir;
-	struct th_daemon d;
-	procreg_t *reg;
-};
-
-static int start_with(void **state, const char *const *args)
-{
-	struct fx *f = calloc(1, sizeof(*f));
-
-	assert_non_null(f);
-	f->dir = th_mkdtemp();
-	if (th_daemon_start(&f->d, f->dir, args, NULL) != 0) {
-		th_daemon_dump_log(&f->d);
-		fail_msg("procregd did not start");
-	}
-	f->reg = th_open(f->dir);
-	assert_non_null(f->reg);
-	*state = f;
-	return 0;
-}
+#define fx th_fx
 
 static int setup(void **state)
 {
-	return start_with(state, NULL);
+	return th_fx_start(state, NULL, NULL);
 }
 
 static int setup_small(void **state)
 {
 	/* A 2 MiB table has a small ring: easy to lap. */
 	static const char *const args[] = { "--max-size", "2M", NULL };
-	return start_with(state, args);
+	return th_fx_start(state, args, NULL);
 }
 
 static int teardown(void **state)
 {
-	struct fx *f = *state;
-
-	procreg_close(f->reg);
-	if (f->d.pid)
-		assert_int_equal(th_daemon_stop(&f->d), 0);
-	th_rmrf(f->dir);
-	free(f->dir);
-	free(f);
-	return 0;
+	return th_fx_stop(state);
 }
 
 static void expect(procreg_t *reg, uint64_t *cur, int type, const char *name, int is_group)

@@ -15,39 +15,16 @@
 
 #include "harness.h"
 
-struct fx {
-	char *dir;
-	struct th_daemon d;
-	procreg_t *reg;
-};
+#define fx th_fx
 
 static int setup(void **state)
 {
-	struct fx *f = calloc(1, sizeof(*f));
-
-	assert_non_null(f);
-	f->dir = th_mkdtemp();
-	if (th_daemon_start(&f->d, f->dir, NULL, NULL) != 0) {
-		th_daemon_dump_log(&f->d);
-		fail_msg("procregd did not start");
-	}
-	f->reg = th_open(f->dir);
-	assert_non_null(f->reg);
-	*state = f;
-	return 0;
+	return th_fx_start(state, NULL, NULL);
 }
 
 static int teardown(void **state)
 {
-	struct fx *f = *state;
-
-	procreg_close(f->reg);
-	if (f->d.pid)
-		assert_int_equal(th_daemon_stop(&f->d), 0);
-	th_rmrf(f->dir);
-	free(f->dir);
-	free(f);
-	return 0;
+	return th_fx_stop(state);
 }
 
 /*
@@ -337,7 +314,6 @@ static void test_refresh_permissions(void **state)
 
 	if (geteuid() != 0)
 		fail_msg("this test needs root (CI runs as root)");
-	chmod(f->dir, 0755);
 	assert_int_equal(procreg_register_opts(f->reg, "mine", NULL, 0, &o), 0);
 	kid = fork();
 	if (kid == 0) {

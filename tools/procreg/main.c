@@ -310,26 +310,35 @@ static int cmd_get(struct cli *c, int argc, char **argv)
 	return 0;
 }
 
+/* A growing array of whatever a walk reports, for sorting before output. */
 struct collected {
-	struct procreg_entry *v;
-	size_t n, cap;
+	void *v;
+	size_t n, cap, elem;
 };
 
-static int collect(const struct procreg_entry *e, void *arg)
+static int push(struct collected *c, const void *x)
 {
-	struct collected *c = arg;
-
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? c->cap * 2 : 64;
-		struct procreg_entry *v = realloc(c->v, cap * sizeof(*v));
+		void *v = realloc(c->v, cap * c->elem);
 
 		if (!v)
 			return -ENOMEM;
 		c->v = v;
 		c->cap = cap;
 	}
-	c->v[c->n++] = *e;
+	memcpy((char *)c->v + c->n++ * c->elem, x, c->elem);
 	return 0;
+}
+
+static int collect(const struct procreg_entry *e, void *arg)
+{
+	return push(arg, e);
+}
+
+static int collect_group(const struct procreg_group *g, void *arg)
+{
+	return push(arg, g);
 }
 
 static int by_name(const void *a, const void *b)
@@ -340,8 +349,9 @@ static int by_name(const void *a, const void *b)
 
 static int cmd_ls(struct cli *c, int argc, char **argv)
 {
-	struct collected all = { 0 };
+	struct collected all = { .elem = sizeof(struct procreg_entry) };
 	procreg_t *reg;
+	struct procreg_entry *v;
 	int err, w = 4;
 
 	(void)argv;
@@ -349,6 +359,7 @@ static int cmd_ls(struct cli *c, int argc, char **argv)
 		die_usage("ls: unexpected argument", argv[0]);
 	reg = open_or_die(c);
 	err = procreg_foreach(reg, collect, &all);
+	v = all.v;
 	procreg_close(reg);
 	if (err) {
 		fprintf(stderr, "%s: ls: %s\n", prog, procreg_strerror(err));
@@ -356,19 +367,19 @@ static int cmd_ls(struct cli *c, int argc, char **argv)
 		return EXIT_ERR;
 	}
 	if (all.n)
-		qsort(all.v, all.n, sizeof(*all.v), by_name);
+		qsort(all.v, all.n, all.elem, by_name);
 	if (c->json) {
 		putchar('[');
 		for (size_t i = 0; i < all.n; i++) {
 			if (i)
 				putchar(',');
-			entry_json(&all.v[i]);
+			entry_json(&v[i]);
 		}
 		printf("]\n");
 	} else {
 		for (size_t i = 0; i < all.n; i++)
-			if ((int)strlen(all.v[i].name) > w)
-				w = (int)strlen(all.v[i].name);
+			if ((int)strlen(v[i].name) > w)
+				w = (int)strlen(v[i].name);
 		if (w > 40)
 			w = 40;
 		if (isatty(1))
@@ -376,10 +387,10 @@ static int cmd_ls(struct cli *c, int argc, char **argv)
 		for (size_t i = 0; i < all.n; i++) {
 			char age[32];
 
-			fmt_age(age, sizeof(age), age_s(&all.v[i]));
-			printf("%-*s %8d %5u %8s  ", w, all.v[i].name, (int)all.v[i].pid,
-			       all.v[i].node, age);
-			text_meta(all.v[i].meta, all.v[i].meta_len);
+			fmt_age(age, sizeof(age), age_s(&v[i]));
+			printf("%-*s %8d %5u %8s  ", w, v[i].name, (int)v[i].pid,
+			       v[i].node, age);
+			text_meta(v[i].meta, v[i].meta_len);
 			putchar('\n');
 		}
 	}
@@ -611,14 +622,16 @@ static int cmd_join(struct cli *c, int argc, char **argv)
 
 static int cmd_members(struct cli *c, int argc, char **argv)
 {
-	struct collected all = { 0 };
+	struct collected all = { .elem = sizeof(struct procreg_entry) };
 	procreg_t *reg;
+	struct procreg_entry *v;
 	int err;
 
 	if (argc != 1)
 		die_usage("members: expected one GROUP", NULL);
 	reg = open_or_die(c);
 	err = procreg_members(reg, argv[0], collect, &all);
+	v = all.v;
 	procreg_close(reg);
 	if (err) {
 		fprintf(stderr, "%s: members %s: %s\n", prog, argv[0], procreg_strerror(err));
@@ -626,13 +639,13 @@ static int cmd_members(struct cli *c, int argc, char **argv)
 		return EXIT_ERR;
 	}
 	if (all.n)
-		qsort(all.v, all.n, sizeof(*all.v), by_pid);
+		qsort(all.v, all.n, all.elem, by_pid);
 	if (c->json) {
 		putchar('[');
 		for (size_t i = 0; i < all.n; i++) {
 			if (i)
 				putchar(',');
-			member_json(&all.v[i]);
+			member_json(&v[i]);
 		}
 		printf("]\n");
 	} else {
@@ -641,37 +654,15 @@ static int cmd_members(struct cli *c, int argc, char **argv)
 		for (size_t i = 0; i < all.n; i++) {
 			char age[32];
 
-			fmt_age(age, sizeof(age), age_s(&all.v[i]));
-			printf("%8d %5u %8s  ", (int)all.v[i].pid, all.v[i].node, age);
-			text_meta(all.v[i].meta, all.v[i].meta_len);
+			fmt_age(age, sizeof(age), age_s(&v[i]));
+			printf("%8d %5u %8s  ", (int)v[i].pid, v[i].node, age);
+			text_meta(v[i].meta, v[i].meta_len);
 			putchar('\n');
 		}
 	}
 	free(all.v);
 	/* "[]" for a script, and exit 1 as documented, like get's "null". */
 	return all.n ? 0 : EXIT_NO;
-}
-
-struct group_list {
-	struct procreg_group *v;
-	size_t n, cap;
-};
-
-static int collect_group(const struct procreg_group *g, void *arg)
-{
-	struct group_list *l = arg;
-
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct procreg_group *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n++] = *g;
-	return 0;
 }
 
 static int group_by_name(const void *a, const void *b)
@@ -682,14 +673,16 @@ static int group_by_name(const void *a, const void *b)
 
 static int cmd_groups(struct cli *c, int argc, char **argv)
 {
-	struct group_list all = { 0 };
+	struct collected all = { .elem = sizeof(struct procreg_group) };
 	procreg_t *reg;
+	struct procreg_group *v;
 	int err, w = 5;
 
 	if (argc != 0)
 		die_usage("groups: unexpected argument", argv[0]);
 	reg = open_or_die(c);
 	err = procreg_groups(reg, collect_group, &all);
+	v = all.v;
 	procreg_close(reg);
 	if (err) {
 		fprintf(stderr, "%s: groups: %s\n", prog, procreg_strerror(err));
@@ -697,29 +690,29 @@ static int cmd_groups(struct cli *c, int argc, char **argv)
 		return EXIT_ERR;
 	}
 	if (all.n)
-		qsort(all.v, all.n, sizeof(*all.v), group_by_name);
+		qsort(all.v, all.n, all.elem, group_by_name);
 	if (c->json) {
 		putchar('[');
 		for (size_t i = 0; i < all.n; i++) {
 			printf("%s{\"name\":", i ? "," : "");
-			json_str(all.v[i].name, strlen(all.v[i].name));
+			json_str(v[i].name, strlen(v[i].name));
 			printf(",\"members\":%llu,\"local_members\":%llu}",
-			       (unsigned long long)all.v[i].members,
-			       (unsigned long long)all.v[i].local_members);
+			       (unsigned long long)v[i].members,
+			       (unsigned long long)v[i].local_members);
 		}
 		printf("]\n");
 	} else {
 		for (size_t i = 0; i < all.n; i++)
-			if ((int)strlen(all.v[i].name) > w)
-				w = (int)strlen(all.v[i].name);
+			if ((int)strlen(v[i].name) > w)
+				w = (int)strlen(v[i].name);
 		if (w > 40)
 			w = 40;
 		if (isatty(1))
 			printf("%-*s %8s %8s\n", w, "GROUP", "MEMBERS", "LOCAL");
 		for (size_t i = 0; i < all.n; i++)
-			printf("%-*s %8llu %8llu\n", w, all.v[i].name,
-			       (unsigned long long)all.v[i].members,
-			       (unsigned long long)all.v[i].local_members);
+			printf("%-*s %8llu %8llu\n", w, v[i].name,
+			       (unsigned long long)v[i].members,
+			       (unsigned long long)v[i].local_members);
 	}
 	free(all.v);
 	return 0;
