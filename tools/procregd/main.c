@@ -348,13 +348,25 @@ static void run(struct daemon *d)
 			log_msg("epoll_wait: %s", strerror(errno));
 			break;
 		}
+		/* Deaths first, all of them: then no request handled below
+		 * can free a proc that is still to come in this batch (SYNC
+		 * handles pending deaths, a reused pid retires a stale entry),
+		 * and a storm of deaths costs one wait per batch, not one per
+		 * hung-up client between them. */
 		for (int i = 0; i < n; i++) {
 			struct ev *e = evs[i].data.ptr;
-			/* Read now: handling the event may free it (a client
-			 * that hung up, a proc that died). */
-			enum ev_kind kind = e->kind;
 
-			switch (kind) {
+			if (e->kind == EV_PROC) {
+				proc_died(d, (struct proc *)e);
+				evs[i].data.ptr = NULL;
+			}
+		}
+		for (int i = 0; i < n; i++) {
+			struct ev *e = evs[i].data.ptr;
+
+			if (!e)
+				continue;
+			switch (e->kind) {
 			case EV_LISTEN:
 				server_accept(d);
 				break;
@@ -376,20 +388,14 @@ static void run(struct daemon *d)
 				break;
 			}
 			case EV_CLIENT:
+				/* May free this client; no other object. */
 				server_client_event(d, (struct client *)e, evs[i].events);
 				break;
 			case EV_PROC:
-				proc_died(d, (struct proc *)e);
 				break;
 			}
 			if (d->w.retired_bytes > RECLAIM_BYTES)
 				procreg__w_reclaim(&d->w);
-			/* A request may free a proc that is later in this batch
-			 * (SYNC handles pending deaths; a reused pid retires a
-			 * stale entry): wait again instead of touching it.
-			 * Level-triggered, so nothing unhandled is lost. */
-			if (kind == EV_CLIENT)
-				break;
 		}
 		/* A lease set by this batch may be due before the timer. */
 		if (d->leases) {
