@@ -303,6 +303,20 @@ PROCREG_API uint64_t procreg_feed_head(procreg_t *reg);
 PROCREG_API int procreg_next_event(procreg_t *reg, uint64_t *cursor, struct procreg_event *ev,
 				   int timeout_ms);
 
+/*
+ * A file descriptor for poll(2) and epoll loops: it turns readable after
+ * the daemon publishes events. Then call procreg_feed_fd_clear() and read
+ * events with procreg_next_event(..., 0) until -ETIMEDOUT: clearing first
+ * means an event published meanwhile leaves it readable, so none is
+ * missed. The fd is a connection to procregd (the futex wait of
+ * procreg_next_event needs none); close(2) it when done. Returns the fd or
+ * a negative errno (-ECONNREFUSED without a daemon).
+ */
+PROCREG_API int procreg_feed_fd(procreg_t *reg);
+/* Drain a procreg_feed_fd(): 0, or -ECONNRESET if the daemon went away
+ * (make a new one once it is back). */
+PROCREG_API int procreg_feed_fd_clear(int fd);
+
 /* Return 0 as soon as NAME is registered (at once if it is), or
  * -ETIMEDOUT after TIMEOUT_MS (-1: no limit). Follows the change feed: no
  * polling, no busy loop. */

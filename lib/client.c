@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -145,20 +146,36 @@ static void disconnect(procreg_t *reg)
 }
 
 /* Under reg->io. */
-static int connect_daemon(procreg_t *reg)
+/* Send one frame and read its reply's status, on a connection of our own
+ * (BUF: a scratch packet buffer, not reg->out, which may hold the request
+ * we connect for). */
+static int exchange(int fd, const uint8_t *frame, size_t len, int pass_fd, uint8_t *buf,
+		    uint16_t want_op)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	uint8_t hello[64];
 	struct pr_frame f;
 	size_t pos = 0;
 	ssize_t n;
+	int err = send_packet(fd, frame, len, pass_fd);
+
+	if (err)
+		return err;
+	n = recv_packet(fd, buf);
+	if (n < 0)
+		return (int)n;
+	if (procreg__proto_next(buf, (size_t)n, &pos, &f) != 1 || f.h.op != (want_op | PR_OP_REPLY))
+		return -EPROTO;
+	return f.h.status;
+}
+
+/* A new connection to the daemon, past HELLO: the fd, or a negative
+ * errno. Under reg->io (it uses reg->in). */
+static int dial(procreg_t *reg)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	uint8_t hello[64];
+	size_t pos = 0;
 	int fd, pidfd, err;
 
-	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
-		return 0;
-	/* A connection inherited through fork() identifies the parent: leave
-	 * it to the parent and make our own. */
-	reg->fd = -1;
 	/* Acquire: the daemon writes its socket path before its pid. */
 	if (!PR_LOAD_ACQ(&reg->map.hdr->daemon_pid))
 		return -ECONNREFUSED;
@@ -182,29 +199,68 @@ static int connect_daemon(procreg_t *reg)
 	/* Our own pidfd proves who we are where the daemon's kernel cannot
 	 * give it one (SO_PEERPIDFD arrived in 6.5). */
 	pidfd = procreg__pidfd_open(procreg__self_pid());
-	/* Not reg->out: it may hold the request we connect for. */
 	procreg__proto_put_hello(hello, &pos, PR_OP_HELLO, 0, 0);
-	err = send_packet(fd, hello, pos, pidfd);
+	err = exchange(fd, hello, pos, pidfd, reg->in, PR_OP_HELLO);
 	if (pidfd >= 0)
 		close(pidfd);
-	if (!err) {
-		n = recv_packet(fd, reg->in);
-		pos = 0;
-		if (n < 0)
-			err = (int)n;
-		else if (procreg__proto_next(reg->in, (size_t)n, &pos, &f) != 1 ||
-			 f.h.op != (PR_OP_HELLO | PR_OP_REPLY))
-			err = -EPROTO;
-		else
-			err = f.h.status;
-	}
 	if (err) {
 		close(fd);
 		return err;
 	}
+	return fd;
+}
+
+/* Under reg->io. */
+static int connect_daemon(procreg_t *reg)
+{
+	int fd;
+
+	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
+		return 0;
+	/* A connection inherited through fork() identifies the parent: leave
+	 * it to the parent and make our own. */
+	reg->fd = -1;
+	fd = dial(reg);
+	if (fd < 0)
+		return fd;
 	reg->fd = fd;
 	reg->fd_pid = procreg__self_pid();
 	return 0;
+}
+
+PROCREG_API int procreg_feed_fd(procreg_t *reg)
+{
+	uint8_t frame[64];
+	size_t pos = 0;
+	int fd, err;
+
+	pthread_mutex_lock(&reg->io);
+	fd = dial(reg);
+	if (fd >= 0) {
+		procreg__proto_put(frame, &pos, PR_OP_SUBSCRIBE, 0, 1, 0, NULL, 0, NULL, 0);
+		err = exchange(fd, frame, pos, -1, reg->in, PR_OP_SUBSCRIBE);
+		if (!err && fcntl(fd, F_SETFL, O_NONBLOCK) < 0)
+			err = -errno;
+		if (err) {
+			close(fd);
+			fd = err;
+		}
+	}
+	pthread_mutex_unlock(&reg->io);
+	return fd;
+}
+
+PROCREG_API int procreg_feed_fd_clear(int fd)
+{
+	uint8_t b[64];
+	ssize_t n;
+
+	/* Notifications carry nothing: the events are in the table. */
+	while ((n = recv(fd, b, sizeof(b), MSG_DONTWAIT)) > 0)
+		;
+	if (n == 0)
+		return -ECONNRESET;
+	return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
 }
 
 /* Send a packet from reg->out, connecting first if needed. A connection

@@ -51,6 +51,8 @@ static int decode_body(struct pr_frame *f)
 		f->arg = nb.arg;
 		return 0;
 	case PR_OP_SYNC:
+	case PR_OP_SUBSCRIBE:
+	case PR_OP_NOTIFY:
 		return 0;
 	default:
 		return -EPROTO;

@@ -34,6 +34,10 @@
  *               membership's (PR_F_PIDFD as for REGISTER).
  *   LEAVE       as UNREGISTER; the name is a group.
  *   REFRESH     as UNREGISTER: renews the name's lease (owner's uid or root).
+ *   SUBSCRIBE   empty. From then on the daemon sends a NOTIFY | REPLY frame
+ *               (id 0, empty) on this connection after each batch of work
+ *               that published events, dropping it when the socket is full:
+ *               a readable socket says "look at the feed".
  *
  * A malformed frame is answered with -EBADMSG (the rest of its packet with
  * -ECANCELED) where its header could be read, else the connection closes.
@@ -60,6 +64,8 @@ enum pr_op {
 	PR_OP_JOIN = 5,
 	PR_OP_LEAVE = 6,
 	PR_OP_REFRESH = 7,
+	PR_OP_SUBSCRIBE = 8,
+	PR_OP_NOTIFY = 9,
 	PR_OP_REPLY = 0x8000,
 };
 

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,6 +272,61 @@ static void test_wait_timeout(void **state)
 	assert_int_equal(procreg_wait(f->reg, "", 0), -EINVAL);
 }
 
+/* ---- the pollable fd -------------------------------------------------- */
+
+static int readable(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
+}
+
+static int register_in_child(void *arg)
+{
+	procreg_t *r = th_open(arg);
+
+	return r && procreg_register(r, "polled", NULL, 0) == 0 ? 0 : 1;
+}
+
+static void test_pollable_fd(void **state)
+{
+	struct fx *f = *state;
+	struct procreg_event ev;
+	uint64_t cur = procreg_feed_head(f->reg);
+	int fd = procreg_feed_fd(f->reg), err;
+
+	assert_true(fd >= 0);
+	assert_int_equal(procreg_feed_fd_clear(fd), 0);
+	assert_false(readable(fd, 0));
+	/* Another process registers and exits: the fd turns readable, and
+	 * the poll / clear / read-all pattern sees both events, whichever
+	 * batches the daemon put them in. */
+	assert_int_equal(th_wait(th_fork(register_in_child, f->dir)), 0);
+	{
+		int seen_reg = 0, seen_died = 0;
+
+		while (!(seen_reg && seen_died)) {
+			assert_true(readable(fd, 30000));
+			assert_int_equal(procreg_feed_fd_clear(fd), 0);
+			while ((err = procreg_next_event(f->reg, &cur, &ev, 0)) == 0) {
+				assert_string_equal(ev.name, "polled");
+				seen_reg += ev.type == PROCREG_EV_REGISTERED;
+				seen_died += ev.type == PROCREG_EV_DIED;
+			}
+			assert_int_equal(err, -ETIMEDOUT);
+		}
+		assert_int_equal(seen_reg, 1);
+		assert_int_equal(seen_died, 1);
+	}
+	assert_false(readable(fd, 0));
+	/* The daemon goes: the fd says so. */
+	assert_int_equal(th_daemon_stop(&f->d), 0);
+	assert_true(readable(fd, 30000));
+	assert_int_equal(procreg_feed_fd_clear(fd), -ECONNRESET);
+	close(fd);
+	assert_int_equal(procreg_feed_fd(f->reg), -ECONNREFUSED);
+}
+
 /* ---- the CLI ---------------------------------------------------------- */
 
 static int cli_wait(void *arg)
@@ -354,6 +410,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_wait_group_count, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wait_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_wait_and_watch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pollable_fd, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

@@ -473,10 +473,10 @@ static void test_bad_body(void **state)
 static void test_unknown_op(void **state)
 {
 	/* Request ops this version does not know. */
-	uint16_t ops[] = { 0, 9, 10, 0x7fff };
+	uint16_t ops[] = { 0, 0x20, 0x21, 0x7fff };
 	/* Replies echo the request's op, whatever it was: framed, not judged
 	 * (only a HELLO reply has a body to check). */
-	uint16_t replies[] = { PR_OP_REPLY, PR_OP_REPLY | 9, 0xffff,
+	uint16_t replies[] = { PR_OP_REPLY, PR_OP_REPLY | 0x20, 0xffff,
 			       PR_OP_REPLY | PR_OP_REGISTER, PR_OP_REPLY | PR_OP_SYNC };
 	uint8_t raw[64] = { 0 }, *c;
 	struct pr_frame f;

@@ -56,6 +56,7 @@ struct client {
 	struct ev ev;
 	int fd;
 	bool hello_done;
+	bool subscribed;          /* feed notifications on this connection */
 	struct ident id;
 	struct out_packet *pending, **pending_tail; /* replies the socket would not take */
 	size_t pending_bytes;
@@ -89,6 +90,7 @@ struct daemon {
 	struct pr_u64map owned;   /* record offset -> index in its proc's names */
 	struct client *clients;
 	uint32_t nclients;
+	uint32_t nsubscribers;
 	struct queue *queues;     /* owners.c */
 	struct lease *leases;
 
@@ -115,6 +117,8 @@ int server_listen(struct daemon *d);
 void server_accept(struct daemon *d);
 void server_client_event(struct daemon *d, struct client *c, uint32_t events);
 void server_close_all(struct daemon *d);
+/* After a batch that published events: tell the subscribed connections. */
+void server_notify_feed(struct daemon *d);
 
 /* Publish a name or membership for P (server.c); *OFF gets the record.
  * -EINPROGRESS: the name was taken and P is now in line for it. HANDOVER:

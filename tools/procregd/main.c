@@ -236,6 +236,8 @@ static void tick(struct daemon *d)
 	}
 	next = pending ? RECLAIM_TICK_NS : IDLE_TICK_NS;
 	arm_timer(d, lease_ns < next ? (lease_ns ? lease_ns : 1) : next);
+	if (d->w.feed_pending)
+		server_notify_feed(d);
 	procreg__w_feed_wake(&d->w);
 }
 
@@ -405,6 +407,8 @@ static void run(struct daemon *d)
 				arm_timer(d, due > now ? due - now : 1);
 		}
 		/* One wake-up for the followers of the feed per batch. */
+		if (d->w.feed_pending)
+			server_notify_feed(d);
 		procreg__w_feed_wake(&d->w);
 		/* Memory was retired: start its grace period within a tick, not
 		 * at once. One membarrier then covers every write of the tick,

@@ -142,6 +142,8 @@ static void client_close(struct daemon *d, struct client *c)
 		n = o->next;
 		free(o);
 	}
+	if (c->subscribed)
+		d->nsubscribers--;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -162,6 +164,21 @@ void server_close_all(struct daemon *d)
 			unlink(d->socket_path);
 		d->lfd = -1;
 	}
+}
+
+void server_notify_feed(struct daemon *d)
+{
+	uint8_t frame[PR_FRAME_HDR];
+	size_t pos = 0;
+
+	if (!d->nsubscribers)
+		return;
+	procreg__proto_put(frame, &pos, PR_OP_NOTIFY | PR_OP_REPLY, 0, 0, 0, NULL, 0, NULL, 0);
+	/* Best effort and never queued: a notification that finds the
+	 * socket full is redundant with the ones already in it. */
+	for (struct client *c = d->clients; c; c = c->next)
+		if (c->subscribed && !c->pending)
+			send(c->fd, frame, pos, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 void server_accept(struct daemon *d)
@@ -550,6 +567,12 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 		return valid_name(f) ?: owners_refresh(d, c, f);
 	case PR_OP_SYNC:
 		procs_drain_deaths(d);
+		return 0;
+	case PR_OP_SUBSCRIBE:
+		if (!c->subscribed) {
+			c->subscribed = true;
+			d->nsubscribers++;
+		}
 		return 0;
 	default:
 		return -EBADMSG;
