@@ -80,6 +80,7 @@ void procreg__w_feed_wake(struct pr_writer *w)
 	w->feed_pending = false;
 	/* Bump before reading the waiter count, and a follower counts
 	 * itself before re-reading feed_head: one of us sees the other. */
+	cmm_smp_mb(); /* feed_head before the bump, on any CPU */
 	uatomic_add(&h->feed_futex, 1);
 	cmm_smp_mb();
 	if (CMM_LOAD_SHARED(w->map.rhdr->feed_waiters))
@@ -125,21 +126,30 @@ static int read_event(const struct pr_map *m, const struct pr_event *rg, uint64_
 static int sleep_on_feed(procreg_t *reg, uint64_t cursor, const struct timespec *deadline)
 {
 	struct pr_table_hdr *h = reg->map.hdr;
-	struct timespec now, rel, *tp = NULL;
+	struct timespec now, rel, *tp;
 	uint32_t v = CMM_LOAD_SHARED(h->feed_futex);
 	long r;
 
+	/* Sleep a second at most, then look again: the waiter count lives in
+	 * a file any reader may write, and a wake-up skipped because of it
+	 * costs a follower at most that second, never a hang. */
+	rel.tv_sec = 1;
+	rel.tv_nsec = 0;
+	tp = &rel;
 	if (deadline) {
+		struct timespec left;
+
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		rel.tv_sec = deadline->tv_sec - now.tv_sec;
-		rel.tv_nsec = deadline->tv_nsec - now.tv_nsec;
-		if (rel.tv_nsec < 0) {
-			rel.tv_sec--;
-			rel.tv_nsec += 1000000000L;
+		left.tv_sec = deadline->tv_sec - now.tv_sec;
+		left.tv_nsec = deadline->tv_nsec - now.tv_nsec;
+		if (left.tv_nsec < 0) {
+			left.tv_sec--;
+			left.tv_nsec += 1000000000L;
 		}
-		if (rel.tv_sec < 0)
+		if (left.tv_sec < 0)
 			return -ETIMEDOUT;
-		tp = &rel;
+		if (left.tv_sec < 1)
+			rel = left;
 	}
 	uatomic_inc(&reg->map.rhdr->feed_waiters);
 	cmm_smp_mb();
@@ -151,8 +161,8 @@ static int sleep_on_feed(procreg_t *reg, uint64_t cursor, const struct timespec 
 	else
 		r = futex(&h->feed_futex, FUTEX_WAIT, v, tp);
 	uatomic_dec(&reg->map.rhdr->feed_waiters);
-	if (r < 0 && errno == ETIMEDOUT)
-		return -ETIMEDOUT;
+	/* A slice ran out: the caller looks again, and the deadline, if
+	 * any, is checked on the way back in. */
 	if (r < 0 && errno == EINTR)
 		return -EINTR;
 	return 0;

@@ -211,6 +211,86 @@ static void test_options_checked(void **state)
 	assert_int_equal(procreg_wait_owner(f->reg, "x", 0), 0);
 }
 
+/* A child that queues for NAME with a kilobyte of metadata, reports 'q',
+ * and lives until killed. */
+static pid_t big_waiter(const char *dir, const char *name, int *report_fd)
+{
+	int p[2];
+	pid_t pid;
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	pid = fork();
+	if (pid == 0) {
+		PROCREG_OPTS(procreg_register_opts, o, .flags = PROCREG_QUEUE);
+		static char meta[PROCREG_META_MAX];
+		procreg_t *r = th_open(dir);
+
+		memset(meta, 'm', sizeof(meta));
+		(void)!write(p[1], r && procreg_register_opts(r, name, meta, sizeof(meta), &o) ==
+						-EINPROGRESS ? "q" : "x", 1);
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	*report_fd = p[0];
+	return pid;
+}
+
+static int setup_small(void **state)
+{
+	static const char *const args[] = { "--max-size", "2M", NULL };
+
+	return th_fx_start(state, args, NULL);
+}
+
+/*
+ * The owner and the one waiting for its names die together, in a table
+ * too full for the hand-over: the hand-over fails and releases the
+ * waiter while its own death is still to be handled in the same batch,
+ * and the dying owner's retired records may be reclaimed to make room.
+ * The daemon must survive it (under ASan, any use of freed memory aborts
+ * it), and leave nothing of either behind.
+ */
+static void test_handover_in_full_table(void **state)
+{
+	struct fx *f = *state;
+	struct contender owner = contend(f->dir, "full.a", 0, 0);
+	static char meta[PROCREG_META_MAX];
+	struct procreg_stats st;
+	int rep[2], i, err = 0;
+	pid_t w[2];
+	char c, name[32];
+
+	assert_int_equal(report(&owner), '0');
+	for (i = 0; i < 2; i++) {
+		w[i] = big_waiter(f->dir, "full.a", &rep[i]);
+		assert_int_equal(read(rep[i], &c, 1), 1);
+		assert_int_equal(c, 'q');
+	}
+	/* Fill what is left with our own names. */
+	memset(meta, 'f', sizeof(meta));
+	for (i = 0; i < 100000 && !err; i++) {
+		snprintf(name, sizeof(name), "fill.%d", i);
+		err = procreg_register(f->reg, name, meta, sizeof(meta));
+	}
+	assert_int_equal(err, -ENOSPC);
+	kill(owner.pid, SIGKILL);
+	kill(w[0], SIGKILL);
+	kill(w[1], SIGKILL);
+	assert_int_equal(th_wait(owner.pid), 128 + SIGKILL);
+	assert_int_equal(th_wait(w[0]), 128 + SIGKILL);
+	assert_int_equal(th_wait(w[1]), 128 + SIGKILL);
+	close(owner.report);
+	close(rep[0]);
+	close(rep[1]);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(kill(f->d.pid, 0), 0);
+	assert_int_equal(procreg_lookup(f->reg, "full.a", NULL), -ENOENT);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.processes, 1); /* only us */
+	assert_int_equal(st.names, (uint64_t)i - 1);
+}
+
 /* ---- leases ----------------------------------------------------------- */
 
 /* The next event of TYPE about NAME, waiting up to 30 s. */
@@ -413,6 +493,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_queue_on_unregister_and_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replace, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_options_checked, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_handover_in_full_table, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_lease_expires, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lease_refreshed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lease_mark_unhealthy, setup, teardown),

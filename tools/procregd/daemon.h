@@ -35,6 +35,8 @@ struct proc {
 	int pidfd;                /* in the epoll set: readable when it exits */
 	struct pr_vec names;      /* record offsets of its names and memberships */
 	uint32_t waiting;         /* places it holds in owner queues (owners.c) */
+	bool gone;                /* freed in all but memory: see procs_reap() */
+	struct proc *next_gone;
 };
 
 /* Identity of a peer, from SO_PEERCRED plus a pidfd. */
@@ -57,6 +59,8 @@ struct client {
 	int fd;
 	bool hello_done;
 	bool subscribed;          /* feed notifications on this connection */
+	bool peer_pidfd;          /* identity from SO_PEERPIDFD, not from HELLO */
+	uint64_t accept_ticks;    /* when accepted, in /proc start-time ticks */
 	struct ident id;
 	struct out_packet *pending, **pending_tail; /* replies the socket would not take */
 	size_t pending_bytes;
@@ -91,6 +95,7 @@ struct daemon {
 	struct client *clients;
 	uint32_t nclients;
 	uint32_t nsubscribers;
+	struct proc *gone;        /* procs to free once the current batch is done */
 	struct queue *queues;     /* owners.c */
 	struct lease *leases;
 
@@ -135,6 +140,9 @@ void owners_proc_gone(struct daemon *d, struct proc *p);
 /* Set (LEASE_MS > 0) or drop the lease of a name. */
 int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
 		     bool mark);
+/* Whether a name has a lease or a queue: removing it needs
+ * owners_name_gone(). */
+bool owners_interested(const struct daemon *d, const char *name, size_t len);
 /* A name was removed: drop its lease, pass it to the next in line. */
 void owners_name_gone(struct daemon *d, const char *name, size_t len);
 int owners_refresh(struct daemon *d, const struct client *c, const struct pr_frame *f);
@@ -169,5 +177,7 @@ void procs_drain_deaths(struct daemon *d);
  * remove the rest. */
 int procs_recover(struct daemon *d);
 void procs_free_all(struct daemon *d);
+/* Free the procs released during the batch just handled. */
+void procs_reap(struct daemon *d);
 
 #endif /* PROCREGD_H */

@@ -406,6 +406,7 @@ static void run(struct daemon *d)
 			if (due < d->timer_due_ns)
 				arm_timer(d, due > now ? due - now : 1);
 		}
+		procs_reap(d);
 		/* One wake-up for the followers of the feed per batch. */
 		if (d->w.feed_pending)
 			server_notify_feed(d);

@@ -15,7 +15,8 @@
  * checked from the daemon's timer, which is armed for the nearest one.
  *
  * Both are few in practice (contested names, leased names), so they are
- * plain lists; nothing here is on the path of an uncontested registration.
+ * plain lists; while both are empty, a registration or a death costs
+ * nothing here.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -76,11 +77,23 @@ static struct lease **find_lease(struct daemon *d, const char *name, size_t len)
 	return l;
 }
 
+bool owners_interested(const struct daemon *d, const char *name, size_t len)
+{
+	if (!d->queues && !d->leases)
+		return false;
+	return *find_queue((struct daemon *)d, name, len) || *find_lease((struct daemon *)d, name, len);
+}
+
 int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		   const struct pr_frame *f)
 {
 	struct queue **qp = find_queue(d, f->name, f->name_len), *q = *qp;
 	struct waiter *w, **wp;
+
+	/* A place in line costs the daemon memory like a name does: it
+	 * counts against the same per-process limit. */
+	if (p->names.n + p->waiting >= d->o.max_names_per_proc)
+		return -EDQUOT;
 
 	if (!q) {
 		q = calloc(1, sizeof(*q));
@@ -118,6 +131,8 @@ void owners_proc_gone(struct daemon *d, struct proc *p)
 {
 	struct queue **qp = &d->queues;
 
+	if (!p->waiting)
+		return;
 	while (*qp) {
 		struct queue *q = *qp;
 
@@ -144,8 +159,12 @@ void owners_proc_gone(struct daemon *d, struct proc *p)
 int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
 		     bool mark)
 {
-	struct lease **lp = find_lease(d, name, len), *l = *lp;
+	struct lease **lp, *l;
 
+	if (!lease_ms && !d->leases)
+		return 0; /* the common case: no lease here, none anywhere */
+	lp = find_lease(d, name, len);
+	l = *lp;
 	if (!lease_ms) {
 		if (l) {
 			*lp = l->next;

@@ -49,10 +49,27 @@ static void proc_free(struct daemon *d, struct proc *p)
 	if (p->pidfd >= 0) {
 		epoll_ctl(d->epfd, EPOLL_CTL_DEL, p->pidfd, NULL);
 		close(p->pidfd);
+		p->pidfd = -1;
 	}
 	procreg__vec_free(&p->names);
-	free(p);
 	count_procs(d, -1);
+	/* Not freed yet: its pidfd's event may still be in the batch the
+	 * loop is working through (a death, a failed hand-over, a stale pid
+	 * can each free another proc). procs_reap() frees it after the
+	 * batch; until then it is marked gone. */
+	p->gone = true;
+	p->next_gone = d->gone;
+	d->gone = p;
+}
+
+void procs_reap(struct daemon *d)
+{
+	while (d->gone) {
+		struct proc *p = d->gone;
+
+		d->gone = p->next_gone;
+		free(p);
+	}
 }
 
 static int same_process(const struct proc *p, const struct ident *id)
@@ -183,28 +200,39 @@ void proc_release_if_empty(struct daemon *d, struct proc *p)
 
 void proc_died(struct daemon *d, struct proc *p)
 {
-	size_t n = p->names.n;
+	size_t n = p->names.n, nheirs = 0;
+	char (*heirs)[PROCREG_NAME_MAX + 1] = NULL;
 
-	/* Names and memberships alike, in one pass of the event loop: no
-	 * request is served between the first removal and the last. */
+	if (p->gone)
+		return;
 	owners_proc_gone(d, p);
-	for (size_t i = 0; i < p->names.n; i++) {
-		procreg__w_unpublish(&d->w, p->names.v[i]);
-		procreg__w_emit(&d->w, PROCREG_EV_DIED,
-				(const struct pr_record *)(d->w.map.base + p->names.v[i]));
-		procreg__u64map_del(&d->owned, p->names.v[i]);
-	}
-	/* Then pass its names on to whoever waits for them: a standby owns
-	 * the name in the same turn of the loop that saw the death. Records
-	 * are retired, not freed, so their names are still there to read. */
+	/* Names and memberships alike, in one pass of the event loop: no
+	 * request is served between the first removal and the last. Names
+	 * someone waits for, or that carry a lease, are noted on the way:
+	 * their records are retired here, and the hand-over below allocates,
+	 * which may reclaim, which may free them. */
 	for (size_t i = 0; i < p->names.n; i++) {
 		const struct pr_record *r =
 			(const struct pr_record *)(d->w.map.base + p->names.v[i]);
 
-		if (r->kind == PR_KIND_NAME)
-			owners_name_gone(d, r->data, r->name_len);
+		procreg__w_unpublish(&d->w, p->names.v[i]);
+		procreg__w_emit(&d->w, PROCREG_EV_DIED, r);
+		procreg__u64map_del(&d->owned, p->names.v[i]);
+		if (r->kind == PR_KIND_NAME && owners_interested(d, r->data, r->name_len)) {
+			if (!heirs)
+				heirs = calloc(p->names.n, sizeof(*heirs));
+			if (heirs) {
+				memcpy(heirs[nheirs], r->data, r->name_len);
+				heirs[nheirs++][r->name_len] = 0;
+			}
+		}
 	}
 	p->names.n = 0;
+	/* Then pass the names on: a standby owns one in the same turn of the
+	 * loop that saw the death. */
+	for (size_t i = 0; i < nheirs; i++)
+		owners_name_gone(d, heirs[i], strlen(heirs[i]));
+	free(heirs);
 	if (n)
 		CMM_STORE_SHARED(d->w.map.hdr->deaths, d->w.map.hdr->deaths + 1);
 	PR_TRACE(procregd, death, p->pid, n, d->wake_ns ? procreg__mono_ns() - d->wake_ns : 0);
@@ -216,26 +244,23 @@ void proc_died(struct daemon *d, struct proc *p)
 void procs_drain_deaths(struct daemon *d)
 {
 	struct epoll_event evs[64];
+	/* Level-triggered: events we skip here (clients, timers) come back
+	 * at the main loop's next wait, and successive waits rotate through
+	 * every ready descriptor, so a pass over all of them sees every
+	 * pidfd that is readable now. */
+	uint32_t rounds = (d->nclients + (uint32_t)d->procs.used) / 64 + 2;
 	int n;
 
-	/* Level-triggered: events we skip here (clients, timers) are
-	 * returned again by the main loop's next wait. */
 	do {
-		int deaths = 0;
-
 		n = epoll_wait(d->epfd, evs, 64, 0);
 		d->wake_ns = procs_wake_clock();
 		for (int i = 0; i < n; i++) {
 			struct ev *e = evs[i].data.ptr;
 
-			if (e->kind == EV_PROC) {
+			if (e->kind == EV_PROC)
 				proc_died(d, (struct proc *)e);
-				deaths++;
-			}
 		}
-		if (!deaths)
-			break;
-	} while (n == 64);
+	} while (n == 64 && --rounds);
 }
 
 /* ---- recovery --------------------------------------------------------- */
@@ -336,4 +361,5 @@ void procs_free_all(struct daemon *d)
 	}
 	procreg__u64map_free(&d->procs);
 	procreg__u64map_free(&d->owned);
+	procs_reap(d);
 }

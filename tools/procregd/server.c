@@ -181,6 +181,18 @@ void server_notify_feed(struct daemon *d)
 			send(c->fd, frame, pos, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+/* Now, in the clock of /proc/PID/stat's start times: ticks since boot. */
+static uint64_t boot_ticks(void)
+{
+	static long hz;
+	struct timespec ts;
+
+	if (!hz)
+		hz = sysconf(_SC_CLK_TCK);
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (uint64_t)ts.tv_sec * (uint64_t)hz + (uint64_t)ts.tv_nsec / (1000000000ull / (uint64_t)hz);
+}
+
 void server_accept(struct daemon *d)
 {
 	for (;;) {
@@ -216,6 +228,8 @@ void server_accept(struct daemon *d)
 		}
 		c->ev.kind = EV_CLIENT;
 		c->fd = fd;
+		c->peer_pidfd = pidfd >= 0;
+		c->accept_ticks = boot_ticks();
 		c->id.pid = cred.pid;
 		c->id.uid = cred.uid;
 		c->id.pidfd = pidfd;
@@ -312,6 +326,17 @@ static int hello(struct daemon *d, struct client *c, const struct pr_frame *f, i
 		return err;
 	if (pid != c->id.pid)
 		return -EPERM;
+	if (!c->peer_pidfd) {
+		uid_t uid;
+
+		/* SO_PEERCRED's pid is the connecting process's, but it may
+		 * have exited and its pid gone to another process by now: the
+		 * process behind the pidfd must have existed when we accepted
+		 * the connection, and have the uid that connected. */
+		if (c->id.start > c->accept_ticks || procreg__proc_uid(pid, &uid) < 0 ||
+		    uid != c->id.uid)
+			return -EPERM;
+	}
 	c->hello_done = true;
 	LOGV(d, "client pid %d uid %u: connected%s", (int)c->id.pid, (unsigned)c->id.uid,
 	     d->no_peerpidfd ? " (pidfd passed)" : "");
