@@ -731,6 +731,8 @@ static const char *event_name(int type)
 	case PROCREG_EV_REPLACED: return "replaced";
 	case PROCREG_EV_EXPIRED: return "expired";
 	case PROCREG_EV_REFRESHED: return "refreshed";
+	case PROCREG_EV_NODE_DOWN: return "node-down";
+	case PROCREG_EV_CONFLICT: return "conflict";
 	default: return "unknown";
 	}
 }

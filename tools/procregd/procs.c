@@ -171,6 +171,7 @@ void proc_remove_name(struct daemon *d, uint64_t off)
 	struct proc *p = unlink_name(d, off);
 
 	procreg__w_unpublish(&d->w, off);
+	bridge_note(d, 1, off);
 	if (p)
 		proc_release_if_empty(d, p);
 }
@@ -192,6 +193,7 @@ void proc_died(struct daemon *d, struct proc *p)
 		procreg__w_unpublish(&d->w, p->names.v[i]);
 		procreg__w_emit(&d->w, PROCREG_EV_DIED,
 				(const struct pr_record *)(d->w.map.base + p->names.v[i]));
+		bridge_note(d, 1, p->names.v[i]);
 		procreg__u64map_del(&d->owned, p->names.v[i]);
 	}
 	/* Then pass its names on to whoever waits for them: a standby owns

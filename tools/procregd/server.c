@@ -413,6 +413,7 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 		owners_lease_set(d, f->name, f->name_len, f->arg, f->h.flags & PR_F_LEASE_MARK);
 	procreg__w_emit(&d->w, name ? ev : PROCREG_EV_JOINED,
 			(const struct pr_record *)(d->w.map.base + off));
+	bridge_note(d, 0, off);
 	if (off_out)
 		*off_out = off;
 	return 0;
