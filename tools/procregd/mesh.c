@@ -405,6 +405,20 @@ static void established(struct mesh *m, struct conn *c)
 	}
 	send_peers(m, c);
 	conn_flush(m, c);
+	/* And tell the others about it, so the mesh closes whoever dialed
+	 * whom. */
+	if (c->peer_addr[0]) {
+		uint8_t buf[256];
+		size_t pos = 0, start;
+
+		procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_PEERS, 0, 0, &start);
+		if (procreg__bp_add_peer(buf, sizeof(buf), &pos, start, c->peer, c->peer_addr) == 0) {
+			procreg__bp_end(buf, pos, start, 0);
+			for (struct conn *o = m->conns; o; o = o->next)
+				if (o != c && !o->dead && o->state == C_UP)
+					conn_queue(o, buf, pos);
+		}
+	}
 }
 
 static int on_frame(struct mesh *m, struct conn *c, const struct pr_bp_frame *f)

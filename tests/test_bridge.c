@@ -1,0 +1,449 @@
+/*
+ * test_bridge.c - replication between real procregd daemons on one
+ * machine: each node has its own directory (table, socket), its own
+ * loopback port and the same cookie. Checks behaviour, not timing: every
+ * wait is a bounded poll.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "internal.h"
+
+#define NODES_MAX 5
+#define WAIT_MS 10000
+
+struct node {
+	char name[16];
+	char dir[512];
+	char listen[32];
+	struct th_daemon d;
+	procreg_t *reg;
+};
+
+struct cluster {
+	char *base;
+	char cookie[512];
+	struct node n[NODES_MAX];
+};
+
+/* A loopback port nobody listens on now: bind port 0, read it back. */
+static int free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	assert_int_equal(fchmod(fd, mode), 0);
+	close(fd);
+}
+
+static int setup(void **state)
+{
+	struct cluster *c = calloc(1, sizeof(*c));
+
+	assert_non_null(c);
+	c->base = th_mkdtemp();
+	snprintf(c->cookie, sizeof(c->cookie), "%s/cookie", c->base);
+	write_file(c->cookie, "a-test-cookie-0123456789\n", 0600);
+	for (int i = 0; i < NODES_MAX; i++) {
+		snprintf(c->n[i].name, sizeof(c->n[i].name), "node%c", 'a' + i);
+		snprintf(c->n[i].dir, sizeof(c->n[i].dir), "%s/node%c", c->base, 'a' + i);
+		assert_int_equal(mkdir(c->n[i].dir, 0755), 0);
+	}
+	*state = c;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct cluster *c = *state;
+
+	for (int i = 0; i < NODES_MAX; i++) {
+		if (c->n[i].reg)
+			procreg_close(c->n[i].reg);
+		if (c->n[i].d.pid)
+			th_daemon_kill(&c->n[i].d);
+	}
+	th_rmrf(c->base);
+	free(c->base);
+	free(c);
+	return 0;
+}
+
+static int log_has(const char *path, const char *needle)
+{
+	char buf[65536];
+	int fd = open(path, O_RDONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	return strstr(buf, needle) != NULL;
+}
+
+/* Start node I with COOKIE, peering with the nodes in PEERS (-1 ends). A
+ * port taken between free_port() and the daemon's bind: try another. */
+static int start_node_cookie(struct cluster *c, int i, const char *cookie, const int *peers)
+{
+	struct node *n = &c->n[i];
+	char peer_args[NODES_MAX][32];
+	const char *args[32];
+	int err = -1;
+
+	for (int attempt = 0; attempt < 5 && err; attempt++) {
+		int k = 0;
+
+		snprintf(n->listen, sizeof(n->listen), "127.0.0.1:%d", free_port());
+		args[k++] = "--node";
+		args[k++] = n->name;
+		args[k++] = "--listen";
+		args[k++] = n->listen;
+		args[k++] = "--cookie-file";
+		args[k++] = cookie;
+		for (int p = 0; peers && peers[p] >= 0; p++) {
+			snprintf(peer_args[p], sizeof(peer_args[p]), "%s", c->n[peers[p]].listen);
+			args[k++] = "--peer";
+			args[k++] = peer_args[p];
+		}
+		args[k] = NULL;
+		err = th_daemon_start(&n->d, n->dir, args, NULL);
+		if (err && !log_has(n->d.log, "cannot listen"))
+			return err;
+	}
+	if (err)
+		return err;
+	n->reg = th_open(n->dir);
+	return n->reg ? 0 : -1;
+}
+
+static void start_node(struct cluster *c, int i, const int *peers)
+{
+	assert_int_equal(start_node_cookie(c, i, c->cookie, peers), 0);
+}
+
+/* The usual three: b and c know a; a learns of them; they learn of each
+ * other from a. */
+static void start_three(struct cluster *c)
+{
+	start_node(c, 0, NULL);
+	start_node(c, 1, (const int[]){ 0, -1 });
+	start_node(c, 2, (const int[]){ 0, -1 });
+}
+
+struct probe {
+	procreg_t *reg;
+	const char *name;
+	pid_t pid;              /* expected owner; 0: expect absent */
+	uint32_t node_nonzero;  /* expect a remote entry */
+};
+
+static int probe_name(void *arg)
+{
+	struct probe *p = arg;
+	struct procreg_entry e;
+	int r = procreg_lookup(p->reg, p->name, &e);
+
+	if (!p->pid)
+		return r == -ENOENT;
+	return r == 0 && e.pid == p->pid && (!p->node_nonzero || e.node != 0);
+}
+
+static void expect_name(procreg_t *reg, const char *name, pid_t pid, bool remote)
+{
+	struct probe p = { reg, name, pid, remote };
+
+	if (!th_until(probe_name, &p, WAIT_MS))
+		fail_msg("'%s': expected %s", name, pid ? "visible" : "gone");
+}
+
+struct gprobe {
+	procreg_t *reg;
+	const char *group;
+	int want;
+};
+
+static int count_cb(const struct procreg_entry *e, void *arg)
+{
+	(void)e;
+	(*(int *)arg)++;
+	return 0;
+}
+
+static int probe_group(void *arg)
+{
+	struct gprobe *g = arg;
+	int n = 0;
+
+	procreg_members(g->reg, g->group, count_cb, &n);
+	return n == g->want;
+}
+
+static void expect_members(procreg_t *reg, const char *group, int want)
+{
+	struct gprobe g = { reg, group, want };
+
+	if (!th_until(probe_group, &g, WAIT_MS))
+		fail_msg("group '%s': expected %d members", group, want);
+}
+
+/* A child that registers NAME on a node and holds it until killed. */
+static pid_t spawn_holder(const char *dir, const char *name)
+{
+	int ready[2];
+	pid_t pid;
+	char ch;
+
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		procreg_t *r = th_open(dir);
+
+		close(ready[0]);
+		if (!r || procreg_register(r, name, "held", 4) != 0)
+			_exit(10);
+		if (write(ready[1], "x", 1) != 1)
+			_exit(11);
+		for (;;)
+			pause();
+	}
+	close(ready[1]);
+	assert_int_equal(read(ready[0], &ch, 1), 1);
+	close(ready[0]);
+	return pid;
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+static void test_visible_everywhere(void **state)
+{
+	struct cluster *c = *state;
+	struct procreg_entry e;
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "payments", "unix:/p.sock", 12), 0);
+	expect_name(c->n[1].reg, "payments", getpid(), true);
+	expect_name(c->n[2].reg, "payments", getpid(), true);
+	assert_int_equal(procreg_lookup(c->n[1].reg, "payments", &e), 0);
+	assert_int_equal(e.meta_len, 12);
+	assert_memory_equal(e.meta, "unix:/p.sock", 12);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "payments", &e), 0);
+	assert_int_equal(e.node, 0);
+
+	/* A remote name is taken here too: registering it fails. */
+	assert_int_equal(procreg_register(c->n[2].reg, "payments", NULL, 0), -EEXIST);
+	/* Nor can a client here remove it. */
+	assert_int_equal(procreg_unregister(c->n[1].reg, "payments"), -EPERM);
+
+	/* Metadata updates travel. */
+	assert_int_equal(procreg_register(c->n[0].reg, "payments", "v2", 2), 0);
+	for (int i = 0; i < 2000; i++) {
+		if (procreg_lookup(c->n[2].reg, "payments", &e) == 0 && e.meta_len == 2)
+			break;
+		th_msleep(5);
+	}
+	assert_int_equal(e.meta_len, 2);
+	assert_memory_equal(e.meta, "v2", 2);
+
+	/* Groups: one member from each of two nodes, seen on all three. */
+	assert_int_equal(procreg_join(c->n[1].reg, "workers", "b", 1), 0);
+	assert_int_equal(procreg_join(c->n[2].reg, "workers", "c", 1), 0);
+	for (int i = 0; i < 3; i++)
+		expect_members(c->n[i].reg, "workers", 2);
+
+	/* Unregister and leave propagate. */
+	assert_int_equal(procreg_unregister(c->n[0].reg, "payments"), 0);
+	expect_name(c->n[1].reg, "payments", 0, false);
+	expect_name(c->n[2].reg, "payments", 0, false);
+	assert_int_equal(procreg_leave(c->n[1].reg, "workers"), 0);
+	for (int i = 0; i < 3; i++)
+		expect_members(c->n[i].reg, "workers", 1);
+}
+
+static void test_death_propagates(void **state)
+{
+	struct cluster *c = *state;
+	pid_t holder;
+
+	start_three(c);
+	holder = spawn_holder(c->n[2].dir, "short-lived");
+	expect_name(c->n[0].reg, "short-lived", holder, true);
+	expect_name(c->n[1].reg, "short-lived", holder, true);
+	kill(holder, SIGKILL);
+	th_wait(holder);
+	expect_name(c->n[2].reg, "short-lived", 0, false);
+	expect_name(c->n[0].reg, "short-lived", 0, false);
+	expect_name(c->n[1].reg, "short-lived", 0, false);
+}
+
+static void test_killed_node_entries_vanish(void **state)
+{
+	struct cluster *c = *state;
+	pid_t holder;
+	uint64_t cursor;
+	struct procreg_event ev;
+	bool seen = false;
+
+	start_three(c);
+	holder = spawn_holder(c->n[0].dir, "on-a");
+	assert_int_equal(procreg_join(c->n[0].reg, "pool", NULL, 0), 0);
+	expect_name(c->n[1].reg, "on-a", holder, true);
+	expect_name(c->n[2].reg, "on-a", holder, true);
+	expect_members(c->n[1].reg, "pool", 1);
+	cursor = procreg_feed_head(c->n[1].reg);
+
+	th_daemon_kill(&c->n[0].d);
+	expect_name(c->n[1].reg, "on-a", 0, false);
+	expect_name(c->n[2].reg, "on-a", 0, false);
+	expect_members(c->n[1].reg, "pool", 0);
+	expect_members(c->n[2].reg, "pool", 0);
+	/* The change feed says why. */
+	while (procreg_next_event(c->n[1].reg, &cursor, &ev, 0) == 0)
+		if (ev.type == PROCREG_EV_NODE_DOWN && !strcmp(ev.name, "on-a"))
+			seen = true;
+	assert_true(seen);
+	kill(holder, SIGKILL);
+	th_wait(holder);
+}
+
+static void test_late_joiner(void **state)
+{
+	struct cluster *c = *state;
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "from-a", NULL, 0), 0);
+	assert_int_equal(procreg_register(c->n[1].reg, "from-b", NULL, 0), 0);
+	assert_int_equal(procreg_register(c->n[2].reg, "from-c", NULL, 0), 0);
+	assert_int_equal(procreg_join(c->n[2].reg, "g", NULL, 0), 0);
+	expect_name(c->n[0].reg, "from-c", getpid(), true);
+
+	/* d knows only c; it hears of a and b from c. */
+	start_node(c, 3, (const int[]){ 2, -1 });
+	expect_name(c->n[3].reg, "from-a", getpid(), true);
+	expect_name(c->n[3].reg, "from-b", getpid(), true);
+	expect_name(c->n[3].reg, "from-c", getpid(), true);
+	expect_members(c->n[3].reg, "g", 1);
+	/* And the others hear of d's names. */
+	assert_int_equal(procreg_register(c->n[3].reg, "from-d", NULL, 0), 0);
+	for (int i = 0; i < 3; i++)
+		expect_name(c->n[i].reg, "from-d", getpid(), true);
+}
+
+struct logprobe {
+	const char *path, *needle;
+};
+
+static int probe_log(void *arg)
+{
+	struct logprobe *l = arg;
+
+	return log_has(l->path, l->needle);
+}
+
+static void test_wrong_cookie_refused(void **state)
+{
+	struct cluster *c = *state;
+	char bad[600];
+	struct logprobe lp;
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "secret-name", NULL, 0), 0);
+	snprintf(bad, sizeof(bad), "%s/bad-cookie", c->base);
+	write_file(bad, "another-cookie-9876543210\n", 0600);
+	assert_int_equal(start_node_cookie(c, 3, bad, (const int[]){ 0, -1 }), 0);
+	assert_int_equal(procreg_register(c->n[3].reg, "intruder", NULL, 0), 0);
+
+	lp = (struct logprobe){ c->n[0].d.log, "authentication failed" };
+	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	/* Nothing crossed, either way. */
+	th_msleep(300);
+	assert_int_equal(procreg_lookup(c->n[3].reg, "secret-name", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(procreg_lookup(c->n[i].reg, "intruder",
+						&(struct procreg_entry){ 0 }), -ENOENT);
+}
+
+static void test_cookie_file_mode(void **state)
+{
+	struct cluster *c = *state;
+	char loose[600];
+
+	snprintf(loose, sizeof(loose), "%s/loose-cookie", c->base);
+	write_file(loose, "a-test-cookie-0123456789\n", 0644);
+	assert_int_not_equal(start_node_cookie(c, 0, loose, NULL), 0);
+	assert_true(log_has(c->n[0].d.log, "must be 0600"));
+}
+
+/* Two nodes register the same name while apart (b starts alone); when they
+ * meet, the earlier registration wins on both, and the loser's daemon
+ * removes its own. */
+static void test_conflict_earlier_wins(void **state)
+{
+	struct cluster *c = *state;
+	pid_t first, second;
+	uint64_t cursor;
+	struct procreg_event ev;
+	bool conflict = false;
+
+	start_node(c, 0, NULL);
+	start_node(c, 1, NULL);  /* not yet connected to a */
+	first = spawn_holder(c->n[0].dir, "contested");
+	th_msleep(5);
+	second = spawn_holder(c->n[1].dir, "contested");
+	cursor = procreg_feed_head(c->n[1].reg);
+
+	/* c knows both: a and b learn of each other through it. */
+	start_node(c, 2, (const int[]){ 0, 1, -1 });
+	for (int i = 0; i < 3; i++)
+		expect_name(c->n[i].reg, "contested", first, i != 0);
+	while (procreg_next_event(c->n[1].reg, &cursor, &ev, 0) == 0)
+		if (ev.type == PROCREG_EV_CONFLICT && ev.pid == second)
+			conflict = true;
+	assert_true(conflict);
+	kill(first, SIGKILL);
+	kill(second, SIGKILL);
+	th_wait(first);
+	th_wait(second);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_visible_everywhere, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_death_propagates, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_killed_node_entries_vanish, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_late_joiner, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wrong_cookie_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cookie_file_mode, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_conflict_earlier_wins, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
