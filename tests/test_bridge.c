@@ -357,14 +357,14 @@ static void test_late_joiner(void **state)
 }
 
 struct logprobe {
-	const char *path, *needle;
+	const char *path, *needle, *path2;
 };
 
 static int probe_log(void *arg)
 {
 	struct logprobe *l = arg;
 
-	return log_has(l->path, l->needle);
+	return log_has(l->path, l->needle) || (l->path2 && log_has(l->path2, l->needle));
 }
 
 static void test_wrong_cookie_refused(void **state)
@@ -380,7 +380,9 @@ static void test_wrong_cookie_refused(void **state)
 	assert_int_equal(start_node_cookie(c, 3, bad, (const int[]){ 0, -1 }), 0);
 	assert_int_equal(procreg_register(c->n[3].reg, "intruder", NULL, 0), 0);
 
-	lp = (struct logprobe){ c->n[0].d.log, "authentication failed" };
+	/* Refused and logged (by whichever side checked the other's MAC
+	 * first; usually both). */
+	lp = (struct logprobe){ c->n[0].d.log, "authentication failed", c->n[3].d.log };
 	assert_true(th_until(probe_log, &lp, WAIT_MS));
 	/* Nothing crossed, either way. */
 	th_msleep(300);
@@ -434,6 +436,69 @@ static void test_conflict_earlier_wins(void **state)
 	th_wait(second);
 }
 
+struct cliprobe {
+	const char *dir;
+	const char *const *args;
+	const char *needles[4];
+	char out[8192];
+};
+
+static int probe_cli(void *arg)
+{
+	struct cliprobe *p = arg;
+
+	if (th_cli(p->dir, p->out, sizeof(p->out), p->args) != 0)
+		return 0;
+	for (int i = 0; i < 4 && p->needles[i]; i++)
+		if (!strstr(p->out, p->needles[i]))
+			return 0;
+	return 1;
+}
+
+/* procreg nodes, and the node's name in procreg get and stats. */
+static void test_cli_nodes(void **state)
+{
+	struct cluster *c = *state;
+	struct cliprobe p = { 0 };
+	char out[4096];
+
+	start_three(c);
+	p.dir = c->n[0].dir;
+	p.args = (const char *const[]){ "nodes", "--json", NULL };
+	p.needles[0] = "\"node\":\"nodea\"";
+	p.needles[1] = "\"name\":\"nodeb\"";
+	p.needles[2] = "\"name\":\"nodec\"";
+	if (!th_until(probe_cli, &p, WAIT_MS))
+		fail_msg("procreg nodes --json: %s", p.out);
+	p.args = (const char *const[]){ "nodes", NULL };
+	p.needles[0] = "nodea";
+	p.needles[1] = "nodeb";
+	p.needles[2] = "nodec";
+	assert_true(probe_cli(&p));
+
+	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
+	expect_name(c->n[0].reg, "on-b", getpid(), true);
+	assert_int_equal(th_cli(c->n[0].dir, out, sizeof(out), (const char *const[]){ "get", "on-b", NULL }), 0);
+	assert_non_null(strstr(out, "(nodeb)"));
+	assert_int_equal(th_cli(c->n[1].dir, out, sizeof(out), (const char *const[]){ "get", "on-b", NULL }), 0);
+	assert_non_null(strstr(out, "node  0 (nodeb, local)"));
+	p.dir = c->n[1].dir;
+	p.args = (const char *const[]){ "stats", NULL };
+	p.needles[0] = "bridge_node        nodeb";
+	p.needles[1] = "bridge_nodes_up    2";
+	p.needles[2] = "bridge_changes_out 1";
+	if (!th_until(probe_cli, &p, WAIT_MS))
+		fail_msg("procreg stats: %s", p.out);
+
+	/* A daemon without --node does not replicate: exit 1. */
+	th_daemon_kill(&c->n[0].d);
+	procreg_close(c->n[0].reg);
+	c->n[0].reg = NULL;
+	unlink(strcat(strcpy(out, c->n[0].dir), "/procreg.default.nodes"));
+	assert_int_equal(th_daemon_start(&c->n[0].d, c->n[0].dir, NULL, NULL), 0);
+	assert_int_equal(th_cli(c->n[0].dir, out, sizeof(out), (const char *const[]){ "nodes", NULL }), 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -444,6 +509,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_wrong_cookie_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cookie_file_mode, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conflict_earlier_wins, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

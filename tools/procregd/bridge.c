@@ -472,7 +472,10 @@ static void write_nodes_file(struct bridge *br)
 	int fd;
 
 	snprintf(tmp, sizeof(tmp), "%s.tmp", br->nodes_path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	/* The directory may be shared and sticky (/dev/shm): never follow or
+	 * reuse a file someone else put there. */
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0 || !(c.f = fdopen(fd, "w"))) {
 		if (fd >= 0)
 			close(fd);

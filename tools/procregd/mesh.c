@@ -49,6 +49,7 @@
 #define OUT_MAX (64u << 20)         /* a peer this far behind is dropped */
 #define IN_CAP (2 * PR_BP_FRAME_MAX)
 #define TARGETS_MAX 1024
+#define CONNS_MAX 1024              /* connections, handshakes included */
 
 enum conn_state { C_CONNECTING, C_HELLO, C_AUTH, C_UP };
 enum obj_kind { O_LISTEN, O_TIMER, O_CONN };
@@ -98,6 +99,7 @@ struct mesh {
 	int epfd, lfd, tfd;
 	struct obj listen_o, timer_o;
 	struct conn *conns;
+	size_t nconns;
 	struct target *targets;
 	size_t ntargets;
 };
@@ -253,6 +255,7 @@ static void reap(struct mesh *m)
 
 		if (c->dead) {
 			*cp = c->next;
+			m->nconns--;
 			free(c->in);
 			free(c->out);
 			free(c);
@@ -280,6 +283,7 @@ static struct conn *conn_new(struct mesh *m, int fd, bool outbound)
 	c->started_ns = c->last_rx_ns = c->last_tx_ns = now_ns();
 	c->next = m->conns;
 	m->conns = c;
+	m->nconns++;
 	return c;
 }
 
@@ -448,6 +452,9 @@ static int on_frame(struct mesh *m, struct conn *c, const struct pr_bp_frame *f)
 		procreg__bp_put_auth(buf, sizeof(buf), &pos, mac);
 		conn_queue(c, buf, pos);
 		c->state = C_AUTH;
+		/* Out now: if the peer's AUTH, read next, fails, the peer
+		 * still gets ours and can log why. */
+		conn_flush(m, c);
 		return 0;
 	case C_AUTH:
 		if (f->type != PR_BP_AUTH)
@@ -565,6 +572,11 @@ static void do_accept(struct mesh *m)
 
 		if (fd < 0)
 			return;
+		if (m->nconns >= CONNS_MAX) {
+			m->up.log("bridge: connection refused: %zu connections open", m->nconns);
+			close(fd);
+			continue;
+		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c = conn_new(m, fd, false);
 		if (!c) {
