@@ -436,6 +436,81 @@ static void test_conflict_earlier_wins(void **state)
 	th_wait(second);
 }
 
+/* A node that stops answering (SIGSTOP: its sockets stay open) is found
+ * silent by heartbeats and its entries go; when it answers again it
+ * reconnects, resyncs, and they come back. */
+static void test_silent_node(void **state)
+{
+	struct cluster *c = *state;
+	struct logprobe lp;
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "quiet", NULL, 0), 0);
+	expect_name(c->n[1].reg, "quiet", getpid(), true);
+	expect_name(c->n[2].reg, "quiet", getpid(), true);
+	assert_int_equal(kill(c->n[0].d.pid, SIGSTOP), 0);
+	expect_name(c->n[1].reg, "quiet", 0, false);
+	expect_name(c->n[2].reg, "quiet", 0, false);
+	lp = (struct logprobe){ c->n[1].d.log, "down (silent)", NULL };
+	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	assert_int_equal(kill(c->n[0].d.pid, SIGCONT), 0);
+	expect_name(c->n[1].reg, "quiet", getpid(), true);
+	expect_name(c->n[2].reg, "quiet", getpid(), true);
+	/* And changes flow again. */
+	assert_int_equal(procreg_unregister(c->n[0].reg, "quiet"), 0);
+	expect_name(c->n[1].reg, "quiet", 0, false);
+	expect_name(c->n[2].reg, "quiet", 0, false);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Propagation figures, printed, not asserted: one name registered on a
+ * until a lookup on b finds it (median and max of 200), and 2,000 names
+ * registered back to back on a until the last is on b and c. */
+static void test_propagation_figures(void **state)
+{
+	struct cluster *c = *state;
+	uint64_t lat[200], t0, t_reg, t_b = 0, t_c = 0;
+	struct procreg_entry e;
+	char name[64];
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "warmup", NULL, 0), 0);
+	expect_name(c->n[1].reg, "warmup", getpid(), true);
+	for (int i = 0; i < 200; i++) {
+		snprintf(name, sizeof(name), "lat%d", i);
+		t0 = procreg__mono_ns();
+		assert_int_equal(procreg_register(c->n[0].reg, name, NULL, 0), 0);
+		while (procreg_lookup(c->n[1].reg, name, &e) != 0)
+			assert_true(procreg__mono_ns() - t0 < 10000000000ull);
+		lat[i] = procreg__mono_ns() - t0;
+	}
+	qsort(lat, 200, sizeof(lat[0]), cmp_u64);
+	t0 = procreg__mono_ns();
+	for (int i = 0; i < 2000; i++) {
+		snprintf(name, sizeof(name), "bulk%d", i);
+		assert_int_equal(procreg_register(c->n[0].reg, name, "m", 1), 0);
+	}
+	t_reg = procreg__mono_ns() - t0;
+	while (!t_b || !t_c) {
+		if (!t_b && procreg_lookup(c->n[1].reg, "bulk1999", &e) == 0)
+			t_b = procreg__mono_ns() - t0;
+		if (!t_c && procreg_lookup(c->n[2].reg, "bulk1999", &e) == 0)
+			t_c = procreg__mono_ns() - t0;
+		assert_true(procreg__mono_ns() - t0 < 30000000000ull);
+	}
+	printf("propagation a->b, one name (register on a returns .. lookup on b finds it): "
+	       "median %.0f us, p90 %.0f us, max %.0f us (200 names)\n",
+	       lat[100] / 1e3, lat[180] / 1e3, lat[199] / 1e3);
+	printf("2000 names registered on a in %.1f ms; all on b after %.1f ms, on c after %.1f ms\n",
+	       t_reg / 1e6, t_b / 1e6, t_c / 1e6);
+}
+
 struct cliprobe {
 	const char *dir;
 	const char *const *args;
@@ -510,6 +585,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cookie_file_mode, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conflict_earlier_wins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_silent_node, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_propagation_figures, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
