@@ -76,6 +76,7 @@ struct conn {
 	uint8_t *out;
 	size_t out_len, out_off, out_cap;
 	bool want_out;
+	bool overflow;                /* broadcast() could not queue: drop at flush */
 	uint64_t started_ns, last_rx_ns, last_tx_ns;
 	uint64_t bytes_in, bytes_out;
 	struct conn *next;
@@ -662,9 +663,11 @@ static int mesh_broadcast(void *b, const uint8_t *frame, size_t len)
 {
 	struct mesh *m = b;
 
+	/* Called from the middle of table writes: a peer too far behind is
+	 * dropped at the next flush, not here (its node_down writes too). */
 	for (struct conn *c = m->conns; c; c = c->next)
-		if (!c->dead && c->state == C_UP && conn_queue(c, frame, len) < 0)
-			conn_kill(m, c, "too far behind");
+		if (!c->dead && c->state == C_UP && !c->overflow && conn_queue(c, frame, len) < 0)
+			c->overflow = true;
 	return 0;
 }
 
@@ -672,9 +675,12 @@ static void mesh_flush(void *b)
 {
 	struct mesh *m = b;
 
-	for (struct conn *c = m->conns; c; c = c->next)
-		if (!c->dead && c->out_off < c->out_len && c->state != C_CONNECTING)
+	for (struct conn *c = m->conns; c; c = c->next) {
+		if (!c->dead && c->overflow)
+			conn_kill(m, c, "too far behind");
+		else if (!c->dead && c->out_off < c->out_len && c->state != C_CONNECTING)
 			conn_flush(m, c);
+	}
 	reap(m);
 }
 
