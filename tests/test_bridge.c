@@ -18,6 +18,7 @@
 
 #include "harness.h"
 #include "internal.h"
+#include "bridge_proto.h"
 
 #define NODES_MAX 5
 #define WAIT_MS 10000
@@ -517,6 +518,76 @@ static void test_propagation_figures(void **state)
 	       t_reg / 1e6, t_b / 1e6, t_c / 1e6);
 }
 
+static int dial_node(const struct node *n)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_port = htons((uint16_t)atoi(strchr(n->listen, ':') + 1));
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* Whatever arrives on the bridge port before authentication, the daemon
+ * drops the connection and goes on serving; nothing reaches the table. */
+static void test_hostile_peer(void **state)
+{
+	struct cluster *c = *state;
+	uint64_t s = 42;
+	uint8_t buf[4096];
+	struct logprobe lp;
+	int fd;
+
+	start_node(c, 0, NULL);
+	start_node(c, 1, (const int[]){ 0, -1 });
+	assert_int_equal(procreg_register(c->n[1].reg, "still-here", NULL, 0), 0);
+	expect_name(c->n[0].reg, "still-here", getpid(), true);
+
+	/* Garbage. */
+	fd = dial_node(&c->n[0]);
+	for (size_t i = 0; i < sizeof(buf); i++) {
+		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+		buf[i] = (uint8_t)s;
+	}
+	(void)!write(fd, buf, sizeof(buf));
+	lp = (struct logprobe){ c->n[0].d.log, "malformed frame", NULL };
+	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	close(fd);
+
+	/* A frame header announcing 60 KiB before authentication. */
+	fd = dial_node(&c->n[0]);
+	memset(buf, 'x', sizeof(buf));
+	buf[0] = 0x00, buf[1] = 0xf0, buf[2] = 0, buf[3] = 0; /* len 61440, little-endian */
+	buf[4] = 1;                                             /* HELLO */
+	buf[5] = 1;                                             /* version */
+	buf[6] = buf[7] = 0;
+	(void)!write(fd, buf, sizeof(buf));
+	lp = (struct logprobe){ c->n[0].d.log, "oversized handshake", NULL };
+	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	close(fd);
+
+	/* Changes before authentication: refused. */
+	fd = dial_node(&c->n[0]);
+	{
+		size_t pos = 0;
+		struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 1,
+					 .name = "forged", .name_len = 6 };
+
+		assert_int_equal(procreg__bp_put_change(buf, sizeof(buf), &pos, 1, 1, "evil", &e), 0);
+		(void)!write(fd, buf, pos);
+	}
+	th_msleep(200);
+	close(fd);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "forged", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+
+	/* Still replicating. */
+	assert_int_equal(procreg_unregister(c->n[1].reg, "still-here"), 0);
+	expect_name(c->n[0].reg, "still-here", 0, false);
+	assert_true(kill(c->n[0].d.pid, 0) == 0);
+}
+
 struct cliprobe {
 	const char *dir;
 	const char *const *args;
@@ -592,6 +663,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_conflict_earlier_wins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_silent_node, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_peer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_propagation_figures, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

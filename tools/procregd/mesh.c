@@ -48,6 +48,7 @@
 #define RETRY_MAX_MS 2000
 #define OUT_MAX (64u << 20)         /* a peer this far behind is dropped */
 #define IN_CAP (2 * PR_BP_FRAME_MAX)
+#define IN_CAP_HANDSHAKE 1024u      /* HELLO and AUTH are a few hundred bytes */
 #define TARGETS_MAX 1024
 #define CONNS_MAX 1024              /* connections, handshakes included */
 
@@ -72,7 +73,7 @@ struct conn {
 	uint64_t peer_inc;
 	uint8_t nonce[PR_BP_NONCE], peer_nonce[PR_BP_NONCE];
 	uint8_t *in;
-	size_t in_len;
+	size_t in_len, in_cap;        /* small until the peer is authenticated */
 	uint8_t *out;
 	size_t out_len, out_off, out_cap;
 	bool want_out;
@@ -272,7 +273,8 @@ static struct conn *conn_new(struct mesh *m, int fd, bool outbound)
 
 	if (!c)
 		return NULL;
-	c->in = malloc(IN_CAP);
+	c->in_cap = IN_CAP_HANDSHAKE;
+	c->in = malloc(c->in_cap);
 	if (!c->in || RAND_bytes(c->nonce, PR_BP_NONCE) != 1) {
 		free(c->in);
 		free(c);
@@ -499,11 +501,28 @@ static void conn_read(struct mesh *m, struct conn *c)
 	/* A bounded amount per wake-up: one busy peer does not starve the
 	 * rest of the daemon. */
 	for (int round = 0; round < 16 && !c->dead; round++) {
-		ssize_t n = recv(c->fd, c->in + c->in_len, IN_CAP - c->in_len, MSG_DONTWAIT);
-		size_t pos = 0;
 		struct pr_bp_frame f;
+		size_t pos = 0;
+		ssize_t n;
 		int r;
 
+		if (c->state == C_UP && c->in_cap < IN_CAP) {
+			uint8_t *bigger = realloc(c->in, IN_CAP);
+
+			if (!bigger) {
+				conn_kill(m, c, "out of memory");
+				return;
+			}
+			c->in = bigger;
+			c->in_cap = IN_CAP;
+		}
+		if (c->in_len == c->in_cap) {
+			/* Only before authentication: a frame bigger than any
+			 * handshake frame. */
+			conn_kill(m, c, "oversized handshake");
+			return;
+		}
+		n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
 		if (n < 0) {
 			if (errno != EAGAIN && errno != EINTR)
 				conn_kill(m, c, strerror(errno));
