@@ -634,6 +634,12 @@ static void test_cli_nodes(void **state)
 	assert_non_null(strstr(out, "(nodeb)"));
 	assert_int_equal(th_cli(c->n[1].dir, out, sizeof(out), (const char *const[]){ "get", "on-b", NULL }), 0);
 	assert_non_null(strstr(out, "node  0 (nodeb, local)"));
+	/* A table holding remote entries is sound to procreg check. */
+	assert_int_equal(procreg_join(c->n[2].reg, "mixed", NULL, 0), 0);
+	assert_int_equal(procreg_join(c->n[0].reg, "mixed", NULL, 0), 0);
+	expect_members(c->n[0].reg, "mixed", 2);
+	if (th_cli(c->n[0].dir, out, sizeof(out), (const char *const[]){ "check", NULL }) != 0)
+		fail_msg("procreg check: %s", out);
 	p.dir = c->n[1].dir;
 	p.args = (const char *const[]){ "stats", NULL };
 	p.needles[0] = "bridge_node        nodeb";
