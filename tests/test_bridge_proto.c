@@ -15,25 +15,6 @@
 #include "internal.h"
 #include "bridge_proto.h"
 
-static uint64_t xorshift(uint64_t *s)
-{
-	uint64_t x = *s;
-
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
-
-static uint8_t *exact(const uint8_t *buf, size_t len)
-{
-	uint8_t *c = malloc(len ? len : 1);
-
-	assert_non_null(c);
-	memcpy(c, buf, len);
-	return c;
-}
-
 static struct pr_bp_entry entry(uint8_t op, uint8_t kind, const char *name, const char *meta)
 {
 	struct pr_bp_entry e = {
@@ -85,7 +66,7 @@ static void test_roundtrip(void **state)
 	assert_int_equal(procreg__bp_add_peer(buf, 4 * PR_BP_FRAME_MAX, &pos, start, "node-b", "10.0.0.2:7000"), 0);
 	procreg__bp_end(buf, pos, start, 0);
 
-	c = exact(buf, pos);
+	c = th_exact(buf, pos);
 	assert_int_equal(procreg__bp_next(c, pos, &rpos, &f), 1);
 	assert_int_equal(f.type, PR_BP_HELLO);
 	assert_int_equal(f.incarnation, 77);
@@ -149,7 +130,7 @@ static void test_truncated(void **state)
 	assert_int_equal(procreg__bp_put_hello(buf, sizeof(buf), &pos, 1, nonce, "a", ""), 0);
 	assert_int_equal(procreg__bp_put_change(buf, sizeof(buf), &pos, 1, 1, "a", &e), 0);
 	for (size_t cut = 0; cut < pos; cut++) {
-		uint8_t *c = exact(buf, cut);
+		uint8_t *c = th_exact(buf, cut);
 		size_t rp = 0;
 		int frames = 0, r;
 
@@ -175,7 +156,7 @@ static void set16(uint8_t *p, uint16_t v)
 
 static int decode_once(const uint8_t *buf, size_t len)
 {
-	uint8_t *c = exact(buf, len);
+	uint8_t *c = th_exact(buf, len);
 	struct pr_bp_frame f;
 	size_t rp = 0;
 	int r = procreg__bp_next(c, len, &rp, &f);
@@ -300,21 +281,21 @@ static void test_garbage(void **state)
 		int r;
 
 		if (round & 1) {
-			len = xorshift(&s) % sizeof(buf);
+			len = th_xorshift(&s) % sizeof(buf);
 			for (size_t i = 0; i < len; i++)
-				buf[i] = (uint8_t)xorshift(&s);
+				buf[i] = (uint8_t)th_xorshift(&s);
 			if (len >= 8 && (round & 2)) {
-				set32(buf, (uint32_t)(xorshift(&s) % (len + 1)));
+				set32(buf, (uint32_t)(th_xorshift(&s) % (len + 1)));
 				buf[5] = PR_BP_VERSION;
-				buf[4] = (uint8_t)(1 + xorshift(&s) % 6);
+				buf[4] = (uint8_t)(1 + th_xorshift(&s) % 6);
 			}
 		} else {
 			len = vlen;
 			memcpy(buf, valid, vlen);
 			for (int k = 0; k < 4; k++)
-				buf[xorshift(&s) % vlen] = (uint8_t)xorshift(&s);
+				buf[th_xorshift(&s) % vlen] = (uint8_t)th_xorshift(&s);
 		}
-		c = exact(buf, len);
+		c = th_exact(buf, len);
 		while ((r = procreg__bp_next(c, len, &rp, &f)) == 1) {
 			size_t ip = 0;
 			struct pr_bp_entry ge;
