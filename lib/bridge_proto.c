@@ -122,6 +122,17 @@ static const char *rd_str(struct rd *r, size_t *n, int node)
 	return s;
 }
 
+/* What both sides hold an entry to (the decoder after taking its bytes). */
+static int check_entry(const struct pr_bp_entry *e)
+{
+	if ((e->op != PR_BP_PUT && e->op != PR_BP_DEL) ||
+	    (e->kind != PR_KIND_NAME && e->kind != PR_KIND_MEMBER) || (e->flags & ~PR_REC_FLAGS) ||
+	    e->name_len == 0 || e->name_len > PROCREG_NAME_MAX || e->meta_len > PROCREG_META_MAX ||
+	    e->pid == 0 || (e->op == PR_BP_DEL && e->meta_len) || memchr(e->name, 0, e->name_len))
+		return -EINVAL;
+	return 0;
+}
+
 static int rd_entry(struct rd *r, struct pr_bp_entry *e)
 {
 	const uint8_t *h = take(r, PR_BP_ENTRY_HDR);
@@ -138,14 +149,9 @@ static int rd_entry(struct rd *r, struct pr_bp_entry *e)
 	e->registered_ns = get64(h + 20);
 	e->name_len = get16(h + 28);
 	e->meta_len = get16(h + 30);
-	if ((e->op != PR_BP_PUT && e->op != PR_BP_DEL) ||
-	    (e->kind != PR_KIND_NAME && e->kind != PR_KIND_MEMBER) || (e->flags & ~PR_REC_FLAGS) ||
-	    h[3] || e->name_len == 0 || e->name_len > PROCREG_NAME_MAX ||
-	    e->meta_len > PROCREG_META_MAX || e->pid == 0 || (e->op == PR_BP_DEL && e->meta_len))
-		return r->bad = 1, -1;
 	e->name = (const char *)take(r, e->name_len);
 	e->meta = take(r, e->meta_len);
-	if (!e->name || !e->meta || memchr(e->name, 0, e->name_len))
+	if (h[3] || !e->name || !e->meta || check_entry(e) < 0)
 		return r->bad = 1, -1;
 	return 0;
 }
@@ -342,16 +348,6 @@ int procreg__bp_put_heartbeat(uint8_t *buf, size_t cap, size_t *pos, uint64_t in
 size_t procreg__bp_entry_size(const struct pr_bp_entry *e)
 {
 	return PR_BP_ENTRY_HDR + e->name_len + e->meta_len;
-}
-
-static int check_entry(const struct pr_bp_entry *e)
-{
-	if ((e->op != PR_BP_PUT && e->op != PR_BP_DEL) ||
-	    (e->kind != PR_KIND_NAME && e->kind != PR_KIND_MEMBER) || (e->flags & ~PR_REC_FLAGS) ||
-	    e->name_len == 0 || e->name_len > PROCREG_NAME_MAX || e->meta_len > PROCREG_META_MAX ||
-	    e->pid == 0 || (e->op == PR_BP_DEL && e->meta_len) || memchr(e->name, 0, e->name_len))
-		return -EINVAL;
-	return 0;
 }
 
 static void put_entry(uint8_t *p, const struct pr_bp_entry *e)
