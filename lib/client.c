@@ -93,6 +93,10 @@ PROCREG_API const char *procreg_table_path(const procreg_t *reg)
 
 PROCREG_API const char *procreg_socket_path(const procreg_t *reg)
 {
+	/* Before the first connection, what the next one would use. The
+	 * daemon writes its path before its pid, and is read in that order. */
+	if (!reg->socket[0] && !reg->paths.socket[0] && PR_LOAD_ACQ(&reg->map.hdr->daemon_pid))
+		return reg->map.hdr->socket_path;
 	return reg->socket[0] ? reg->socket : reg->paths.socket;
 }
 
