@@ -13,10 +13,11 @@
  * number, broadcast by the backend. A node that comes up gets a snapshot
  * first (SNAP frames, as of a sequence number), then the changes after it.
  *
- * In: a node's snapshot, then its changes in order. A change whose
- * incarnation or sequence number is not the one expected (a gap, a
- * duplicate, a restarted node on a stale connection) is refused, which
- * drops the connection: the next one starts with a fresh snapshot. A node
+ * In: a node's snapshot, then its changes in order. A change already
+ * applied (its sequence number is behind) is ignored; one after a gap, or
+ * from another incarnation (a restarted node on a stale connection), is
+ * refused, which drops the connection: the next one starts with a fresh
+ * snapshot. A node
  * that goes down takes every entry it owned with it, in one pass, with a
  * NODE_DOWN event for each in the change feed.
  *
@@ -341,9 +342,12 @@ static int up_deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
 		return 0;
 	}
 	case PR_BP_CHANGE:
-		if (!n->synced || f->seq != n->next_seq || f->name_len != strlen(name) ||
-		    memcmp(f->name, name, f->name_len))
+		if (!n->synced || f->name_len != strlen(name) || memcmp(f->name, name, f->name_len))
 			goto refuse;
+		if (f->seq < n->next_seq)
+			return 0; /* applied already (the snapshot covered it): idempotent */
+		if (f->seq != n->next_seq)
+			goto refuse; /* a gap */
 		if (apply(br, id, &f->entry) < 0)
 			goto refuse;
 		n->next_seq++;
