@@ -588,6 +588,36 @@ static void test_hostile_peer(void **state)
 	assert_true(kill(c->n[0].d.pid, 0) == 0);
 }
 
+/* A transport from a shared object: loaded and used instead of the mesh;
+ * one claiming too small an interface, or none at all, is refused. */
+static void test_backend_from_shared_object(void **state)
+{
+	struct cluster *c = *state;
+	struct node *n = &c->n[0];
+	const char *args[] = { "--node", "solo", "--cookie-file", c->cookie, "--bridge-backend",
+			       BRIDGE_BACKEND_NULL, NULL };
+	char out[4096];
+
+	assert_int_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
+	n->reg = th_open(n->dir);
+	assert_non_null(n->reg);
+	assert_int_equal(procreg_register(n->reg, "local-only", NULL, 0), 0);
+	assert_int_equal(th_cli(n->dir, out, sizeof(out), (const char *const[]){ "nodes", NULL }), 0);
+	assert_non_null(strstr(out, "solo"));
+	procreg_close(n->reg);
+	n->reg = NULL;
+	assert_int_equal(th_daemon_stop(&n->d), 0);
+	assert_true(log_has(n->d.log, "backend null"));
+	assert_true(log_has(n->d.log, "null backend: close after 1 frames"));
+
+	args[5] = BRIDGE_BACKEND_NULL_SMALL;
+	assert_int_not_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
+	assert_true(log_has(n->d.log, "interface size"));
+	args[5] = "/nonexistent/backend.so";
+	assert_int_not_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
+	assert_true(log_has(n->d.log, "--bridge-backend /nonexistent/backend.so"));
+}
+
 struct cliprobe {
 	const char *dir;
 	const char *const *args;
@@ -670,6 +700,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_silent_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_peer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_backend_from_shared_object, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_propagation_figures, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -75,7 +75,9 @@ struct pr_bridge_node_info {
 struct pr_bridge_backend {
 	size_t sz;
 	const char *name;
-	/* Start: bind, start dialing. NULL with *err set on failure. */
+	/* Start: bind, start dialing. NULL with *err set on failure. C and
+	 * UP (and the cookie) are valid during the call only: copy what is
+	 * kept. */
 	void *(*open)(const struct pr_bridge_config *c, const struct pr_bridge_up *up, int *err);
 	/* The fd the daemon polls (EPOLLIN). */
 	int (*fd)(void *b);
@@ -89,6 +91,10 @@ struct pr_bridge_backend {
 	void (*nodes)(void *b, void (*cb)(void *arg, const struct pr_bridge_node_info *n), void *arg);
 	void (*close)(void *b);
 };
+
+/* The members a backend must fill: everything up to close. */
+#define PR_BRIDGE_BACKEND_MIN_SZ \
+	(offsetof(struct pr_bridge_backend, close) + sizeof(void (*)(void *)))
 
 extern const struct pr_bridge_backend pr_mesh_backend;
 

@@ -29,6 +29,7 @@
  * the owners' wall clocks, not yet a hybrid logical clock.)
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
@@ -60,6 +61,7 @@ struct node {
 struct bridge {
 	struct daemon *d;
 	const struct pr_bridge_backend *be;
+	void *dl;                   /* a backend's shared object, or NULL */
 	void *b;
 	struct ev ev;
 	char node[PR_BP_NODE_MAX + 1];
@@ -533,6 +535,33 @@ static int read_cookie(const char *path, uint8_t *buf, size_t cap, size_t *len)
 	return 0;
 }
 
+/* A backend from a shared object: its PR_BRIDGE_BACKEND_SYMBOL, checked. */
+static const struct pr_bridge_backend *load_backend(const char *path, void **dl)
+{
+	const struct pr_bridge_backend *be;
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+
+	if (!h) {
+		log_msg("--bridge-backend %s: %s", path, dlerror());
+		return NULL;
+	}
+	be = dlsym(h, PR_BRIDGE_BACKEND_SYMBOL);
+	if (!be) {
+		log_msg("--bridge-backend %s: no symbol %s", path, PR_BRIDGE_BACKEND_SYMBOL);
+	} else if (be->sz < PR_BRIDGE_BACKEND_MIN_SZ) {
+		log_msg("--bridge-backend %s: interface size %zu, want at least %zu", path, be->sz,
+			(size_t)PR_BRIDGE_BACKEND_MIN_SZ);
+	} else if (!be->open || !be->fd || !be->dispatch || !be->broadcast || !be->flush ||
+		   !be->nodes || !be->close) {
+		log_msg("--bridge-backend %s: a required function is missing", path);
+	} else {
+		*dl = h;
+		return be;
+	}
+	dlclose(h);
+	return NULL;
+}
+
 int bridge_start(struct daemon *d)
 {
 	struct bridge *br;
@@ -566,6 +595,13 @@ int bridge_start(struct daemon *d)
 	}
 	br->d = d;
 	br->be = &pr_mesh_backend;
+	if (d->o.bridge_backend &&
+	    !(br->be = load_backend(d->o.bridge_backend, &br->dl))) {
+		free(br->nodes);
+		free(br->buf);
+		free(br);
+		return -EINVAL;
+	}
 	snprintf(br->node, sizeof(br->node), "%s", d->o.node);
 	if (RAND_bytes((uint8_t *)&br->incarnation, sizeof(br->incarnation)) != 1)
 		br->incarnation = procreg__now_ns();
@@ -593,9 +629,10 @@ int bridge_start(struct daemon *d)
 		return err;
 	}
 	write_nodes_file(br);
-	log_msg("bridge: node %s (incarnation %016llx), %s%s%s, %zu peer%s", br->node,
-		(unsigned long long)br->incarnation, d->o.listen ? "listening on " : "not listening",
-		d->o.listen ? d->o.listen : "", "", d->o.npeers, d->o.npeers == 1 ? "" : "s");
+	log_msg("bridge: node %s (incarnation %016llx), backend %s, %s%s, %zu peer%s", br->node,
+		(unsigned long long)br->incarnation, br->be->name ? br->be->name : "?",
+		d->o.listen ? "listening on " : "not listening", d->o.listen ? d->o.listen : "",
+		d->o.npeers, d->o.npeers == 1 ? "" : "s");
 	return 0;
 }
 
@@ -627,6 +664,8 @@ void bridge_stop(struct daemon *d)
 	d->bridge = NULL;
 	if (br->b)
 		br->be->close(br->b);
+	if (br->dl)
+		dlclose(br->dl);
 	if (br->nodes_path[0])
 		unlink(br->nodes_path);
 	free(br->nodes);

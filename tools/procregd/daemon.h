@@ -73,6 +73,7 @@ struct daemon_opts {
 	int listen_fd;            /* passed by systemd (LISTEN_FDS), else -1 */
 	/* The bridge (bridge.c): all NULL/0 without --node. */
 	const char *node, *listen, *cookie_file;
+	const char *bridge_backend;   /* a shared object; NULL: the TCP mesh */
 	const char **peers;
 	size_t npeers;
 };

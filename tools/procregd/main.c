@@ -89,6 +89,8 @@ static void usage(FILE *f)
 		"      --peer HOST:PORT      a node to connect to (repeat; peers tell each\n"
 		"                            other about the rest)\n"
 		"      --cookie-file PATH    the shared secret, mode 0600 (required with --node)\n"
+		"      --bridge-backend PATH a transport from a shared object instead of the\n"
+		"                            built-in TCP mesh (see backend.h)\n"
 		"  -h, --help                this help\n"
 		"  -V, --version             print the version\n"
 		"\n"
@@ -137,7 +139,7 @@ static int parse_u32(const char *s, uint32_t *out)
 static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 {
 	enum { O_MAX_SIZE = 256, O_READERS, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
-	       O_COOKIE };
+	       O_COOKIE, O_BACKEND };
 	static const struct option lo[] = {
 		{ "scope", required_argument, NULL, 's' },
 		{ "dir", required_argument, NULL, 'd' },
@@ -151,6 +153,7 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "listen", required_argument, NULL, O_LISTEN },
 		{ "peer", required_argument, NULL, O_PEER },
 		{ "cookie-file", required_argument, NULL, O_COOKIE },
+		{ "bridge-backend", required_argument, NULL, O_BACKEND },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -193,6 +196,7 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		case O_NODE: o->node = optarg; break;
 		case O_LISTEN: o->listen = optarg; break;
 		case O_COOKIE: o->cookie_file = optarg; break;
+		case O_BACKEND: o->bridge_backend = optarg; break;
 		case O_PEER: {
 			const char **np = realloc(o->peers, (o->npeers + 1) * sizeof(*np));
 
@@ -219,8 +223,8 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		fprintf(stderr, "procregd: unexpected argument '%s'\n", argv[optind]);
 		return -1;
 	}
-	if (!o->node && (o->listen || o->npeers || o->cookie_file)) {
-		fprintf(stderr, "procregd: --listen, --peer and --cookie-file need --node\n");
+	if (!o->node && (o->listen || o->npeers || o->cookie_file || o->bridge_backend)) {
+		fprintf(stderr, "procregd: --listen, --peer, --cookie-file and --bridge-backend need --node\n");
 		return -1;
 	}
 	if (o->listen && (strlen(o->listen) > PR_BP_ADDR_MAX || !strchr(o->listen, ':'))) {
