@@ -351,8 +351,36 @@ static void test_late_joiner(void **state)
 	assert_int_equal(procreg_join(c->n[2].reg, "g", NULL, 0), 0);
 	expect_name(c->n[0].reg, "from-c", getpid(), true);
 
+	/* Enough on a for its snapshot to take several frames. */
+	{
+		static struct procreg_op ops[3000];
+		static char names[3000][24];
+		static const char meta[] = "0123456789abcdef0123456789abcdef";
+
+		for (int i = 0; i < 3000; i++) {
+			snprintf(names[i], sizeof(names[i]), "bulk-%d", i);
+			ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
+						      .meta = meta, .meta_len = 32 };
+		}
+		assert_int_equal(procreg_batch(c->n[0].reg, ops, 3000), 0);
+		for (int i = 0; i < 3000; i++)
+			assert_int_equal(ops[i].result, 0);
+	}
+
 	/* d knows only c; it hears of a and b from c. */
 	start_node(c, 3, (const int[]){ 2, -1 });
+	expect_name(c->n[3].reg, "bulk-0", getpid(), true);
+	expect_name(c->n[3].reg, "bulk-2999", getpid(), true);
+	{
+		struct procreg_stats st = { 0 };
+
+		for (int i = 0; i < WAIT_MS / 5 && st.names != 3003; i++) {
+			procreg_stats(c->n[3].reg, &st);
+			if (st.names != 3003)
+				th_msleep(5);
+		}
+		assert_int_equal(st.names, 3003);
+	}
 	expect_name(c->n[3].reg, "from-a", getpid(), true);
 	expect_name(c->n[3].reg, "from-b", getpid(), true);
 	expect_name(c->n[3].reg, "from-c", getpid(), true);

@@ -76,6 +76,7 @@ struct conn {
 	size_t in_len, in_cap;        /* small until the peer is authenticated */
 	uint8_t *out;
 	size_t out_len, out_off, out_cap;
+	size_t snap_bytes;            /* the snapshot's size: allowed on top of OUT_MAX */
 	bool want_out;
 	bool overflow;                /* broadcast() could not queue: drop at flush */
 	uint64_t started_ns, last_rx_ns, last_tx_ns;
@@ -149,12 +150,16 @@ static int hmac(const struct mesh *m, const uint8_t *data, size_t len, uint8_t o
 
 /* ---- output ----------------------------------------------------------- */
 
-static int conn_queue(struct conn *c, const uint8_t *data, size_t len)
+/* Queue LEN bytes for C. A snapshot is queued whole, however big the
+ * table (BOUNDED false); what comes after it is bounded by OUT_MAX. */
+static int conn_queue_b(struct conn *c, const uint8_t *data, size_t len, bool bounded)
 {
 	if (c->dead)
 		return -EPIPE;
-	if (c->out_len - c->out_off + len > OUT_MAX)
+	if (bounded && c->out_len - c->out_off + len > OUT_MAX + c->snap_bytes)
 		return -ENOBUFS;
+	if (!bounded)
+		c->snap_bytes += len;
 	if (c->out_off && c->out_off == c->out_len)
 		c->out_off = c->out_len = 0;
 	if (c->out_len + len > c->out_cap) {
@@ -181,6 +186,11 @@ static int conn_queue(struct conn *c, const uint8_t *data, size_t len)
 	return 0;
 }
 
+static int conn_queue(struct conn *c, const uint8_t *data, size_t len)
+{
+	return conn_queue_b(c, data, len, true);
+}
+
 static void conn_kill(struct mesh *m, struct conn *c, const char *why);
 
 static void conn_flush(struct mesh *m, struct conn *c)
@@ -203,6 +213,12 @@ static void conn_flush(struct mesh *m, struct conn *c)
 	}
 	if (c->dead)
 		return;
+	if (c->out_off == c->out_len && c->out_cap > (1u << 20)) {
+		/* A snapshot went out: give its buffer back. */
+		free(c->out);
+		c->out = NULL;
+		c->out_cap = c->out_len = c->out_off = 0;
+	}
 	want = c->out_off < c->out_len;
 	if (want != c->want_out && c->state != C_CONNECTING) {
 		struct epoll_event e = { .events = EPOLLIN | (want ? EPOLLOUT : 0), .data.ptr = &c->o };
@@ -354,7 +370,7 @@ static struct target *target_add(struct mesh *m, const char *addr, size_t len)
 
 static int snap_send(void *sctx, const uint8_t *frame, size_t len)
 {
-	return conn_queue(sctx, frame, len);
+	return conn_queue_b(sctx, frame, len, false);
 }
 
 static void send_peers(struct mesh *m, struct conn *to)
