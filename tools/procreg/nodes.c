@@ -112,7 +112,8 @@ int cmd_nodes(struct cli *c, int argc, char **argv)
 		procreg_close(reg);
 		return EXIT_NO;
 	}
-	qsort(ni.v, ni.n, sizeof(*ni.v), by_name);
+	if (ni.n)
+		qsort(ni.v, ni.n, sizeof(*ni.v), by_name);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
 	if (c->json) {
