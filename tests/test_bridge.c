@@ -117,7 +117,8 @@ static int log_has(const char *path, const char *needle)
 
 /* Start node I with COOKIE, peering with the nodes in PEERS (-1 ends). A
  * port taken between free_port() and the daemon's bind: try another. */
-static int start_node_cookie(struct cluster *c, int i, const char *cookie, const int *peers)
+static int start_node_env(struct cluster *c, int i, const char *cookie, const int *peers,
+			  const char *const *env)
 {
 	struct node *n = &c->n[i];
 	char peer_args[NODES_MAX][32];
@@ -140,7 +141,7 @@ static int start_node_cookie(struct cluster *c, int i, const char *cookie, const
 			args[k++] = peer_args[p];
 		}
 		args[k] = NULL;
-		err = th_daemon_start(&n->d, n->dir, args, NULL);
+		err = th_daemon_start(&n->d, n->dir, args, env);
 		if (err && !log_has(n->d.log, "cannot listen"))
 			return err;
 	}
@@ -148,6 +149,11 @@ static int start_node_cookie(struct cluster *c, int i, const char *cookie, const
 		return err;
 	n->reg = th_open(n->dir);
 	return n->reg ? 0 : -1;
+}
+
+static int start_node_cookie(struct cluster *c, int i, const char *cookie, const int *peers)
+{
+	return start_node_env(c, i, cookie, peers, NULL);
 }
 
 static void start_node(struct cluster *c, int i, const int *peers)
@@ -646,6 +652,31 @@ static void test_backend_from_shared_object(void **state)
 	assert_true(log_has(n->d.log, "--bridge-backend /nonexistent/backend.so"));
 }
 
+/* Registration stamps follow causality, not clocks: b's clock is 30 s
+ * behind, yet a name b registers after it saw a's registration of it go is
+ * stamped after a's. */
+static void test_stamps_follow_causality(void **state)
+{
+	struct cluster *c = *state;
+	struct procreg_entry ea, eb;
+	pid_t holder;
+
+	start_node(c, 0, NULL);
+	assert_int_equal(start_node_env(c, 1, c->cookie, (const int[]){ 0, -1 },
+					(const char *const[]){ "PROCREG_TEST_CLOCK_SKEW_NS=-30000000000",
+							       NULL }), 0);
+	holder = spawn_holder(c->n[0].dir, "baton");
+	expect_name(c->n[1].reg, "baton", holder, true);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "baton", &ea), 0);
+	kill(holder, SIGKILL);
+	th_wait(holder);
+	expect_name(c->n[1].reg, "baton", 0, false);
+	assert_int_equal(procreg_register(c->n[1].reg, "baton", NULL, 0), 0);
+	assert_int_equal(procreg_lookup(c->n[1].reg, "baton", &eb), 0);
+	assert_true(eb.registered_ns > ea.registered_ns);
+	expect_name(c->n[0].reg, "baton", getpid(), true);
+}
+
 struct cliprobe {
 	const char *dir;
 	const char *const *args;
@@ -728,6 +759,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_silent_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_peer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stamps_follow_causality, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_backend_from_shared_object, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_propagation_figures, setup, teardown),
 	};

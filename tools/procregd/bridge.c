@@ -21,12 +21,13 @@
  * that goes down takes every entry it owned with it, in one pass, with a
  * NODE_DOWN event for each in the change feed.
  *
- * Conflicts: a name owned on two nodes is kept by the earlier registration
- * (registered_ns), ties broken by the smaller node name; every node
- * applies the same rule to the same two entries, so they agree. A node
- * whose local registration loses removes it, tells the others (DEL) and
- * emits a CONFLICT event. (A first version of the issue's rule: it uses
- * the owners' wall clocks, not yet a hybrid logical clock.)
+ * Conflicts: a name owned on two nodes is kept by the earlier registration,
+ * ties broken by the smaller node name; every node applies the same rule
+ * to the same two entries, so they agree. A node whose local registration
+ * loses removes it, tells the others (DEL) and emits a CONFLICT event.
+ * With --node, registered_ns is a hybrid logical clock stamp (hlc.h): a
+ * registration made after its node learned of another is stamped after
+ * it, whatever the clocks say.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -43,9 +44,11 @@
 #include <openssl/rand.h>
 
 #include "backend.h"
+#include "hlc.h"
 #include "daemon.h"
 
 #define NODES_MAX 4096
+#define HLC_MAX_AHEAD_NS (60 * 1000000000ull) /* a peer's stamp further ahead is not taken */
 
 struct node {
 	char name[PR_BP_NODE_MAX + 1];
@@ -67,12 +70,15 @@ struct bridge {
 	char node[PR_BP_NODE_MAX + 1];
 	uint64_t incarnation;
 	uint64_t seq;               /* this node's newest change */
+	struct pr_hlc hlc;          /* registration stamps (hlc.h) */
+	int64_t skew_ns;            /* PROCREG_TEST_CLOCK_SKEW_NS: a node whose clock is off */
 	struct node *nodes;         /* id = index + 1 */
 	size_t nnodes;
 	uint8_t *buf;               /* one frame */
 	char nodes_path[PR_PATH_MAX + 16];
 	bool nodes_dirty;
 	/* counters */
+	uint64_t hlc_ahead;         /* stamps too far ahead, not observed */
 	uint64_t changes_out, changes_in, conflicts, nodes_down, refused;
 };
 
@@ -99,6 +105,16 @@ static const struct pr_record *rec(const struct daemon *d, uint64_t off)
 }
 
 /* ---- out: this node's changes ----------------------------------------- */
+
+static uint64_t wall_ns(const struct bridge *br)
+{
+	return procreg__now_ns() + (uint64_t)br->skew_ns;
+}
+
+uint64_t bridge_stamp(struct daemon *d)
+{
+	return pr_hlc_now(&d->bridge->hlc, wall_ns(d->bridge));
+}
 
 static void to_entry(const struct pr_record *r, uint8_t op, struct pr_bp_entry *e)
 {
@@ -304,8 +320,14 @@ static int apply_member(struct bridge *br, uint16_t id, const struct pr_bp_entry
 
 static int apply(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 {
-	int err = e->kind == PR_KIND_NAME ? apply_name(br, id, e) : apply_member(br, id, e);
+	int err;
 
+	if (e->op == PR_BP_PUT &&
+	    pr_hlc_observe(&br->hlc, e->registered_ns, wall_ns(br), HLC_MAX_AHEAD_NS) < 0 &&
+	    br->hlc_ahead++ == 0)
+		log_msg("bridge: node %s: a registration stamped more than 60 s ahead of our clock "
+			"(clocks out of step?)", node_name(br, id));
+	err = e->kind == PR_KIND_NAME ? apply_name(br, id, e) : apply_member(br, id, e);
 	if (err && err != -ENOSPC)
 		return err;
 	if (err)
@@ -603,6 +625,8 @@ int bridge_start(struct daemon *d)
 		return -EINVAL;
 	}
 	snprintf(br->node, sizeof(br->node), "%s", d->o.node);
+	if (getenv("PROCREG_TEST_CLOCK_SKEW_NS"))
+		br->skew_ns = strtoll(getenv("PROCREG_TEST_CLOCK_SKEW_NS"), NULL, 10);
 	if (RAND_bytes((uint8_t *)&br->incarnation, sizeof(br->incarnation)) != 1)
 		br->incarnation = procreg__now_ns();
 	snprintf(br->nodes_path, sizeof(br->nodes_path), "%s.nodes", d->paths.table);

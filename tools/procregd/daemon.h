@@ -158,6 +158,8 @@ void bridge_stop(struct daemon *d);
  * removed (DEL true): tell the other nodes. Records stay readable until
  * reclaimed, so OFF may already be unpublished. */
 void bridge_local_change(struct daemon *d, int del, uint64_t off);
+/* A registration stamp: the hybrid logical clock's next (hlc.h). */
+uint64_t bridge_stamp(struct daemon *d);
 static inline void bridge_note(struct daemon *d, int del, uint64_t off)
 {
 	if (d->bridge)

@@ -387,7 +387,7 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 	t.kind = k->kind;
 	t.start_time = id->start;
 	t.aux = id->ino;
-	t.registered_ns = procreg__now_ns();
+	t.registered_ns = d->bridge ? bridge_stamp(d) : procreg__now_ns();
 	t.pid = (uint32_t)id->pid;
 	t.uid = id->uid;
 	t.name_len = (uint16_t)f->name_len;
