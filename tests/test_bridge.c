@@ -32,6 +32,7 @@ struct node {
 };
 
 struct cluster {
+	const char *resolver;       /* --resolver for every node started, or NULL */
 	char *base;
 	char cookie[512];
 	struct node n[NODES_MAX];
@@ -135,6 +136,10 @@ static int start_node_env(struct cluster *c, int i, const char *cookie, const in
 		args[k++] = n->listen;
 		args[k++] = "--cookie-file";
 		args[k++] = cookie;
+		if (c->resolver) {
+			args[k++] = "--resolver";
+			args[k++] = c->resolver;
+		}
 		for (int p = 0; peers && peers[p] >= 0; p++) {
 			snprintf(peer_args[p], sizeof(peer_args[p]), "%s", c->n[peers[p]].listen);
 			args[k++] = "--peer";
@@ -226,8 +231,9 @@ static void expect_members(procreg_t *reg, const char *group, int want)
 		fail_msg("group '%s': expected %d members", group, want);
 }
 
-/* A child that registers NAME on a node and holds it until killed. */
-static pid_t spawn_holder(const char *dir, const char *name)
+/* A child that registers NAME (with META) on a node and holds it until
+ * killed. */
+static pid_t spawn_holder_meta(const char *dir, const char *name, const char *meta)
 {
 	int ready[2];
 	pid_t pid;
@@ -240,7 +246,7 @@ static pid_t spawn_holder(const char *dir, const char *name)
 		procreg_t *r = th_open(dir);
 
 		close(ready[0]);
-		if (!r || procreg_register(r, name, "held", 4) != 0)
+		if (!r || procreg_register(r, name, meta, strlen(meta)) != 0)
 			_exit(10);
 		if (write(ready[1], "x", 1) != 1)
 			_exit(11);
@@ -251,6 +257,11 @@ static pid_t spawn_holder(const char *dir, const char *name)
 	assert_int_equal(read(ready[0], &ch, 1), 1);
 	close(ready[0]);
 	return pid;
+}
+
+static pid_t spawn_holder(const char *dir, const char *name)
+{
+	return spawn_holder_meta(dir, name, "held");
 }
 
 /* ---- tests -------------------------------------------------------------- */
@@ -677,6 +688,41 @@ static void test_stamps_follow_causality(void **state)
 	expect_name(c->n[0].reg, "baton", getpid(), true);
 }
 
+/* With a resolver loaded on every node, its rule decides: the later
+ * registration, marked "primary", keeps the name on all three. */
+static void test_custom_resolver(void **state)
+{
+	struct cluster *c = *state;
+	pid_t first, second;
+	uint64_t cursor;
+	struct procreg_event ev;
+	bool conflict = false;
+
+	c->resolver = RESOLVER_PRIMARY;
+	start_node(c, 0, NULL);
+	start_node(c, 1, NULL);
+	first = spawn_holder_meta(c->n[0].dir, "leader", "standby");
+	th_msleep(5);
+	second = spawn_holder_meta(c->n[1].dir, "leader", "primary");
+	cursor = procreg_feed_head(c->n[0].reg);
+	start_node(c, 2, (const int[]){ 0, 1, -1 });
+	for (int i = 0; i < 3; i++)
+		expect_name(c->n[i].reg, "leader", second, i != 1);
+	while (procreg_next_event(c->n[0].reg, &cursor, &ev, 0) == 0)
+		if (ev.type == PROCREG_EV_CONFLICT && ev.pid == first)
+			conflict = true;
+	assert_true(conflict);
+	kill(first, SIGKILL);
+	kill(second, SIGKILL);
+	th_wait(first);
+	th_wait(second);
+
+	/* A resolver that cannot be loaded: the daemon refuses to start. */
+	c->resolver = "/nonexistent/resolver.so";
+	assert_int_not_equal(start_node_cookie(c, 3, c->cookie, NULL), 0);
+	assert_true(log_has(c->n[3].d.log, "--resolver /nonexistent/resolver.so"));
+}
+
 struct cliprobe {
 	const char *dir;
 	const char *const *args;
@@ -756,6 +802,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_wrong_cookie_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cookie_file_mode, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conflict_earlier_wins, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_custom_resolver, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_silent_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_peer, setup, teardown),

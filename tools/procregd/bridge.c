@@ -45,6 +45,7 @@
 
 #include "backend.h"
 #include "hlc.h"
+#include "resolver.h"
 #include "daemon.h"
 
 #define NODES_MAX 4096
@@ -65,6 +66,8 @@ struct bridge {
 	struct daemon *d;
 	const struct pr_bridge_backend *be;
 	void *dl;                   /* a backend's shared object, or NULL */
+	void *resolver_dl;
+	pr_resolver_fn resolver;    /* --resolver, or NULL */
 	void *b;
 	struct ev ev;
 	char node[PR_BP_NODE_MAX + 1];
@@ -202,12 +205,39 @@ static uint64_t up_seq(void *ctx)
 
 /* ---- in: other nodes' entries ----------------------------------------- */
 
-/* Whether entry A (registered at TA on node NA) wins over B. */
-static bool wins(uint64_t ta, const char *na, uint64_t tb, const char *nb)
+static void conflict_entry(struct pr_conflict_entry *c, const char *name, const char *node,
+			   uint32_t pid, uint32_t uid, uint64_t stamp, const void *meta,
+			   size_t meta_len)
 {
-	if (ta != tb)
-		return ta < tb;
-	return strcmp(na, nb) < 0;
+	*c = (struct pr_conflict_entry){ .sz = sizeof(*c), .name = name, .node = node, .pid = pid,
+					 .uid = uid, .registered_ns = stamp, .meta = meta,
+					 .meta_len = meta_len };
+}
+
+/* Whether the incoming entry E (from node NE) wins over the record R
+ * (owned by node NR): the resolver's answer if it gives one, asked both
+ * ways; else the earlier stamp, then the smaller node name. */
+static bool wins(const struct bridge *br, const struct pr_bp_entry *e, const char *ne,
+		 const struct pr_record *r, const char *nr)
+{
+	if (br->resolver) {
+		char name[PROCREG_NAME_MAX + 1];
+		struct pr_conflict_entry a, b;
+		int ab, ba;
+
+		memcpy(name, e->name, e->name_len);
+		name[e->name_len] = 0;
+		conflict_entry(&a, name, ne, e->pid, e->uid, e->registered_ns, e->meta, e->meta_len);
+		conflict_entry(&b, name, nr, r->pid, r->uid, r->registered_ns,
+			       r->data + r->name_len + 1, r->meta_len);
+		ab = br->resolver(&a, &b);
+		ba = br->resolver(&b, &a);
+		if ((ab < 0 && ba > 0) || (ab > 0 && ba < 0))
+			return ab < 0;
+	}
+	if (e->registered_ns != r->registered_ns)
+		return e->registered_ns < r->registered_ns;
+	return strcmp(ne, nr) < 0;
 }
 
 static int put_record(struct daemon *d, struct pr_root *root, const struct pr_key *k,
@@ -265,7 +295,7 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 		const struct pr_record *r = rec(d, old);
 
 		if (r->node != id) {
-			if (!wins(e->registered_ns, origin, r->registered_ns, node_name(br, r->node))) {
+			if (!wins(br, e, origin, r, node_name(br, r->node))) {
 				br->conflicts++;
 				return 0; /* ours stands; its node will drop its own */
 			}
@@ -273,7 +303,7 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 			if (r->node == 0) {
 				/* Our registration lost: tell its owner (the feed),
 				 * the other nodes (DEL), then make way. */
-				LOGV(d, "name '%.*s': registered earlier on node %s: local owner pid %u loses it",
+				LOGV(d, "name '%.*s': node %s's registration wins: local owner pid %u loses it",
 				     (int)e->name_len, e->name, origin, r->pid);
 				procreg__w_emit(&d->w, PROCREG_EV_CONFLICT, r);
 				owners_lease_set(d, e->name, e->name_len, 0, false);
@@ -584,6 +614,24 @@ static const struct pr_bridge_backend *load_backend(const char *path, void **dl)
 	return NULL;
 }
 
+/* A conflict rule from a shared object (resolver.h). */
+static int load_resolver(struct bridge *br, const char *path)
+{
+	br->resolver_dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!br->resolver_dl) {
+		log_msg("--resolver %s: %s", path, dlerror());
+		return -EINVAL;
+	}
+	br->resolver = (pr_resolver_fn)(uintptr_t)dlsym(br->resolver_dl, PR_RESOLVER_SYMBOL);
+	if (!br->resolver) {
+		log_msg("--resolver %s: no symbol %s", path, PR_RESOLVER_SYMBOL);
+		dlclose(br->resolver_dl);
+		br->resolver_dl = NULL;
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int bridge_start(struct daemon *d)
 {
 	struct bridge *br;
@@ -617,8 +665,10 @@ int bridge_start(struct daemon *d)
 	}
 	br->d = d;
 	br->be = &pr_mesh_backend;
-	if (d->o.bridge_backend &&
-	    !(br->be = load_backend(d->o.bridge_backend, &br->dl))) {
+	if ((d->o.resolver && load_resolver(br, d->o.resolver) < 0) ||
+	    (d->o.bridge_backend && !(br->be = load_backend(d->o.bridge_backend, &br->dl)))) {
+		if (br->resolver_dl)
+			dlclose(br->resolver_dl);
 		free(br->nodes);
 		free(br->buf);
 		free(br);
@@ -690,6 +740,8 @@ void bridge_stop(struct daemon *d)
 		br->be->close(br->b);
 	if (br->dl)
 		dlclose(br->dl);
+	if (br->resolver_dl)
+		dlclose(br->resolver_dl);
 	if (br->nodes_path[0])
 		unlink(br->nodes_path);
 	free(br->nodes);

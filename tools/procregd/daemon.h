@@ -74,6 +74,7 @@ struct daemon_opts {
 	/* The bridge (bridge.c): all NULL/0 without --node. */
 	const char *node, *listen, *cookie_file;
 	const char *bridge_backend;   /* a shared object; NULL: the TCP mesh */
+	const char *resolver;         /* a shared object with a conflict rule (resolver.h) */
 	const char **peers;
 	size_t npeers;
 };

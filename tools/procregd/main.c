@@ -91,6 +91,8 @@ static void usage(FILE *f)
 		"      --cookie-file PATH    the shared secret, mode 0600 (required with --node)\n"
 		"      --bridge-backend PATH a transport from a shared object instead of the\n"
 		"                            built-in TCP mesh (see backend.h)\n"
+		"      --resolver PATH       name conflicts between nodes decided by the\n"
+		"                            shared object's procreg_resolve_v1 (resolver.h)\n"
 		"  -h, --help                this help\n"
 		"  -V, --version             print the version\n"
 		"\n"
@@ -139,7 +141,7 @@ static int parse_u32(const char *s, uint32_t *out)
 static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 {
 	enum { O_MAX_SIZE = 256, O_READERS, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
-	       O_COOKIE, O_BACKEND };
+	       O_COOKIE, O_BACKEND, O_RESOLVER };
 	static const struct option lo[] = {
 		{ "scope", required_argument, NULL, 's' },
 		{ "dir", required_argument, NULL, 'd' },
@@ -154,6 +156,7 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "peer", required_argument, NULL, O_PEER },
 		{ "cookie-file", required_argument, NULL, O_COOKIE },
 		{ "bridge-backend", required_argument, NULL, O_BACKEND },
+		{ "resolver", required_argument, NULL, O_RESOLVER },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -197,6 +200,7 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		case O_LISTEN: o->listen = optarg; break;
 		case O_COOKIE: o->cookie_file = optarg; break;
 		case O_BACKEND: o->bridge_backend = optarg; break;
+		case O_RESOLVER: o->resolver = optarg; break;
 		case O_PEER: {
 			const char **np = realloc(o->peers, (o->npeers + 1) * sizeof(*np));
 
@@ -223,8 +227,8 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		fprintf(stderr, "procregd: unexpected argument '%s'\n", argv[optind]);
 		return -1;
 	}
-	if (!o->node && (o->listen || o->npeers || o->cookie_file || o->bridge_backend)) {
-		fprintf(stderr, "procregd: --listen, --peer, --cookie-file and --bridge-backend need --node\n");
+	if (!o->node && (o->listen || o->npeers || o->cookie_file || o->bridge_backend || o->resolver)) {
+		fprintf(stderr, "procregd: --listen, --peer, --cookie-file, --bridge-backend and --resolver need --node\n");
 		return -1;
 	}
 	if (o->listen && (strlen(o->listen) > PR_BP_ADDR_MAX || !strchr(o->listen, ':'))) {
