@@ -782,6 +782,12 @@ static void test_cli_nodes(void **state)
 	p.needles[2] = "bridge_changes_out 1";
 	if (!th_until(probe_cli, &p, WAIT_MS))
 		fail_msg("procreg stats: %s", p.out);
+	p.args = (const char *const[]){ "stats", "--format", "prometheus", NULL };
+	p.needles[0] = "procreg_bridge_nodes_up{scope=\"default\",node=\"nodeb\"} 2";
+	p.needles[1] = "procreg_bridge_changes_out_total{scope=\"default\",node=\"nodeb\"} 1";
+	p.needles[2] = "# TYPE procreg_bridge_conflicts_total counter";
+	if (!th_until(probe_cli, &p, WAIT_MS))
+		fail_msg("procreg stats --format prometheus: %s", p.out);
 
 	/* A daemon without --node does not replicate: exit 1. */
 	th_daemon_kill(&c->n[0].d);
