@@ -20,6 +20,8 @@
 #include "internal.h"
 #include "bridge_proto.h"
 
+#include <openssl/evp.h>
+
 #define NODES_MAX 5
 #define WAIT_MS 10000
 
@@ -723,6 +725,117 @@ static void test_custom_resolver(void **state)
 	assert_true(log_has(c->n[3].d.log, "--resolver /nonexistent/resolver.so"));
 }
 
+/* A hand-made node speaking the protocol over a socket. */
+struct fake {
+	int fd;
+	uint8_t in[2 * PR_BP_FRAME_MAX];
+	size_t in_len;
+	uint64_t seq;
+};
+
+/* The next frame from the daemon (copied into *F's backing buffer). */
+static void fake_read(struct fake *k, uint8_t type, struct pr_bp_frame *f, uint8_t *copy)
+{
+	for (;;) {
+		size_t pos = 0;
+		int r = procreg__bp_next(k->in, k->in_len, &pos, f);
+		ssize_t n;
+
+		assert_true(r >= 0);
+		if (r == 1) {
+			bool want = f->type == type;
+
+			memcpy(copy, k->in, pos);
+			memmove(k->in, k->in + pos, k->in_len - pos);
+			k->in_len -= pos;
+			if (want) {
+				size_t p2 = 0;
+
+				assert_int_equal(procreg__bp_next(copy, pos, &p2, f), 1);
+				return;
+			}
+			continue;
+		}
+		n = read(k->fd, k->in + k->in_len, sizeof(k->in) - k->in_len);
+		assert_true(n > 0);
+		k->in_len += (size_t)n;
+	}
+}
+
+static void fake_send(struct fake *k, const uint8_t *buf, size_t len)
+{
+	assert_int_equal(write(k->fd, buf, len), (ssize_t)len);
+}
+
+static void fake_change(struct fake *k, uint64_t seq, const char *name)
+{
+	uint8_t buf[512];
+	size_t pos = 0;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = name,
+				 .name_len = strlen(name) };
+
+	assert_int_equal(procreg__bp_put_change(buf, sizeof(buf), &pos, 7, seq, "fake", &e), 0);
+	fake_send(k, buf, pos);
+}
+
+/* Changes carry (origin, incarnation, sequence number): one already
+ * applied is ignored; one after a gap drops the connection, and with it
+ * the node's entries, until a fresh sync. */
+static void test_sequence_numbers(void **state)
+{
+	struct cluster *c = *state;
+	static struct fake k;
+	static uint8_t copy[2 * PR_BP_FRAME_MAX];
+	uint8_t buf[1024], nonce[PR_BP_NONCE], in[PR_BP_AUTH_INPUT_MAX], mac[PR_BP_MAC];
+	const char cookie[] = "a-test-cookie-0123456789";
+	struct pr_bp_frame f;
+	struct logprobe lp;
+	size_t pos = 0, n, maclen = 0, start;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = "fake-x", .name_len = 6 };
+
+	start_node(c, 0, NULL);
+	memset(&k, 0, sizeof(k));
+	k.fd = dial_node(&c->n[0]);
+	memset(nonce, 0x42, sizeof(nonce));
+	fake_read(&k, PR_BP_HELLO, &f, copy);
+	assert_int_equal(procreg__bp_put_hello(buf, sizeof(buf), &pos, 7, nonce, "fake", ""), 0);
+	n = procreg__bp_auth_input(in, f.nonce, nonce, "fake", 7);
+	assert_non_null(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, cookie, strlen(cookie), in, n,
+				  mac, sizeof(mac), &maclen));
+	assert_int_equal(procreg__bp_put_auth(buf, sizeof(buf), &pos, mac), 0);
+	fake_send(&k, buf, pos);
+	fake_read(&k, PR_BP_AUTH, &f, copy);
+	fake_read(&k, PR_BP_SNAP, &f, copy); /* the daemon's (empty) snapshot */
+
+	/* Our snapshot, as of change 0, then changes 1 and 2 with 1 again
+	 * between them. */
+	pos = 0;
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, &start), 0);
+	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
+	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
+	fake_send(&k, buf, pos);
+	expect_name(c->n[0].reg, "fake-x", 99, true);
+	fake_change(&k, 1, "fake-y");
+	fake_change(&k, 1, "fake-dup");
+	fake_change(&k, 2, "fake-z");
+	expect_name(c->n[0].reg, "fake-z", 99, true);
+	expect_name(c->n[0].reg, "fake-y", 99, true);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-dup", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+
+	/* A gap: 4 after 2. */
+	fake_change(&k, 4, "fake-gap");
+	expect_name(c->n[0].reg, "fake-x", 0, false);
+	expect_name(c->n[0].reg, "fake-z", 0, false);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-gap", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+	lp = (struct logprobe){ c->n[0].d.log, "node fake: frame 6 out of order (seq 4)", NULL };
+	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	close(k.fd);
+}
+
 struct cliprobe {
 	const char *dir;
 	const char *const *args;
@@ -812,6 +925,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_silent_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_peer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sequence_numbers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stamps_follow_causality, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_backend_from_shared_object, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_propagation_figures, setup, teardown),
