@@ -168,7 +168,7 @@ static int snap_one(uint64_t off, const struct pr_record *r, void *arg)
 	struct pr_bp_entry e;
 
 	(void)off;
-	if (r->node != 0 || s->err)
+	if (r->node != 0 || s->err || (r->kind != PR_KIND_NAME && r->kind != PR_KIND_MEMBER))
 		return 0;
 	to_entry(r, PR_BP_PUT, &e);
 	if (procreg__bp_add_entry(br->buf, PR_BP_FRAME_MAX, &s->pos, s->start, &e) == -ENOBUFS) {
