@@ -458,36 +458,46 @@ static void test_cookie_file_mode(void **state)
 	assert_true(log_has(c->n[0].d.log, "must be 0600"));
 }
 
-/* Two nodes register the same name while apart (b starts alone); when they
- * meet, the earlier registration wins on both, and the loser's daemon
- * removes its own. */
-static void test_conflict_earlier_wins(void **state)
+/* Two nodes register NAME while apart (a first, with META_A, then b, with
+ * META_B); c, which knows both, brings them together. Every node must end
+ * up with the same owner: b's if B_WINS, else a's; and the loser's node
+ * reports the conflict in its change feed. */
+static void conflict_round(struct cluster *c, const char *name, const char *meta_a,
+			   const char *meta_b, bool b_wins)
 {
-	struct cluster *c = *state;
-	pid_t first, second;
+	pid_t first, second, winner, loser;
+	int loser_node = b_wins ? 0 : 1;
 	uint64_t cursor;
 	struct procreg_event ev;
 	bool conflict = false;
 
 	start_node(c, 0, NULL);
 	start_node(c, 1, NULL);  /* not yet connected to a */
-	first = spawn_holder(c->n[0].dir, "contested");
+	first = spawn_holder_meta(c->n[0].dir, name, meta_a);
 	th_msleep(5);
-	second = spawn_holder(c->n[1].dir, "contested");
-	cursor = procreg_feed_head(c->n[1].reg);
+	second = spawn_holder_meta(c->n[1].dir, name, meta_b);
+	winner = b_wins ? second : first;
+	loser = b_wins ? first : second;
+	cursor = procreg_feed_head(c->n[loser_node].reg);
 
 	/* c knows both: a and b learn of each other through it. */
 	start_node(c, 2, (const int[]){ 0, 1, -1 });
 	for (int i = 0; i < 3; i++)
-		expect_name(c->n[i].reg, "contested", first, i != 0);
-	while (procreg_next_event(c->n[1].reg, &cursor, &ev, 0) == 0)
-		if (ev.type == PROCREG_EV_CONFLICT && ev.pid == second)
+		expect_name(c->n[i].reg, name, winner, i != (b_wins ? 1 : 0));
+	while (procreg_next_event(c->n[loser_node].reg, &cursor, &ev, 0) == 0)
+		if (ev.type == PROCREG_EV_CONFLICT && ev.pid == loser)
 			conflict = true;
 	assert_true(conflict);
 	kill(first, SIGKILL);
 	kill(second, SIGKILL);
 	th_wait(first);
 	th_wait(second);
+}
+
+/* The earlier registration wins, and the loser's daemon removes its own. */
+static void test_conflict_earlier_wins(void **state)
+{
+	conflict_round(*state, "contested", "held", "held", false);
 }
 
 /* A node that stops answering (SIGSTOP: its sockets stay open) is found
@@ -695,29 +705,9 @@ static void test_stamps_follow_causality(void **state)
 static void test_custom_resolver(void **state)
 {
 	struct cluster *c = *state;
-	pid_t first, second;
-	uint64_t cursor;
-	struct procreg_event ev;
-	bool conflict = false;
 
 	c->resolver = RESOLVER_PRIMARY;
-	start_node(c, 0, NULL);
-	start_node(c, 1, NULL);
-	first = spawn_holder_meta(c->n[0].dir, "leader", "standby");
-	th_msleep(5);
-	second = spawn_holder_meta(c->n[1].dir, "leader", "primary");
-	cursor = procreg_feed_head(c->n[0].reg);
-	start_node(c, 2, (const int[]){ 0, 1, -1 });
-	for (int i = 0; i < 3; i++)
-		expect_name(c->n[i].reg, "leader", second, i != 1);
-	while (procreg_next_event(c->n[0].reg, &cursor, &ev, 0) == 0)
-		if (ev.type == PROCREG_EV_CONFLICT && ev.pid == first)
-			conflict = true;
-	assert_true(conflict);
-	kill(first, SIGKILL);
-	kill(second, SIGKILL);
-	th_wait(first);
-	th_wait(second);
+	conflict_round(c, "leader", "standby", "primary", true);
 
 	/* A resolver that cannot be loaded: the daemon refuses to start. */
 	c->resolver = "/nonexistent/resolver.so";
