@@ -274,6 +274,8 @@ enum procreg_event_type {
 	PROCREG_EV_REPLACED,        /* .name taken over by .pid (PROCREG_REPLACE) */
 	PROCREG_EV_EXPIRED,         /* .name's lease expired: released, or marked unhealthy */
 	PROCREG_EV_REFRESHED,       /* .name's lease renewed after it had expired */
+	PROCREG_EV_NODE_DOWN,       /* .node went down: its .name left the table with it */
+	PROCREG_EV_CONFLICT,        /* .name was registered earlier on another node: .pid lost it */
 };
 
 struct procreg_event {

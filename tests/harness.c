@@ -336,3 +336,22 @@ int th_fx_stop(void **state)
 	free(f);
 	return 0;
 }
+
+uint64_t th_xorshift(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return *s = x;
+}
+
+uint8_t *th_exact(const uint8_t *buf, size_t len)
+{
+	uint8_t *c = malloc(len ? len : 1);
+
+	assert_non_null(c);
+	memcpy(c, buf, len);
+	return c;
+}

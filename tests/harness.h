@@ -81,6 +81,12 @@ void th_apply_env(const char *const *env);
 /* Copy a file byte for byte (mode 0644). */
 void th_copy_file(const char *from, const char *to);
 
+/* xorshift64: a deterministic pseudo-random sequence from *S (not 0). */
+uint64_t th_xorshift(uint64_t *s);
+/* An exact-size heap copy of BUF[0..len) (free() it): under
+ * AddressSanitizer, a read one past its end is caught. */
+uint8_t *th_exact(const uint8_t *buf, size_t len);
+
 /* Sleep for MS milliseconds. */
 void th_msleep(int ms);
 /* Poll COND-like function until it returns non-zero, up to MS ms. */

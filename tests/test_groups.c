@@ -40,16 +40,6 @@
 
 /* ---- helpers shared by both halves ------------------------------------ */
 
-static uint64_t xorshift(uint64_t *s)
-{
-	uint64_t x = *s;
-
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
-
 /* In a forked child: a crash must kill it. cmocka's handlers, inherited
  * through fork(), would catch the signal and carry on running the rest of
  * the test suite in the child. */
@@ -2103,9 +2093,9 @@ static int storm_result(struct storm_report *h, int kind, unsigned k, int rc)
  * uid), and spoil the bookkeeping. */
 static int storm_pick(uint32_t can_unreg, uint64_t *seed, unsigned *k)
 {
-	unsigned r = (unsigned)(xorshift(seed) % 10);
+	unsigned r = (unsigned)(th_xorshift(seed) % 10);
 
-	*k = (unsigned)(xorshift(seed) % SNAMES);
+	*k = (unsigned)(th_xorshift(seed) % SNAMES);
 	if (r < 3 || (r < 5 && !can_unreg))
 		return PROCREG_OP_REGISTER;
 	if (r < 5) {
@@ -2136,7 +2126,7 @@ static int storm_main(void *arg)
 				return 11;
 			halfway = true;
 		}
-		if (xorshift(&seed) % 8 == 0) {
+		if (th_xorshift(&seed) % 8 == 0) {
 			/* A batch of four. It unregisters only names held
 			 * before it and not named earlier in it: whether a
 			 * register in it succeeds is known only after. */

@@ -21,16 +21,6 @@ static uint64_t key_of(uint64_t i)
 	return 2 + i * 4096;
 }
 
-static uint64_t xorshift(uint64_t *s)
-{
-	uint64_t x = *s;
-
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
-
 static void test_put_get_del(void **state)
 {
 	struct pr_u64map m = { 0 };
@@ -164,7 +154,7 @@ static void test_growth(void **state)
 	/* Distinct random keys: high bit set on odd i, structured on even,
 	 * all >= 2 and distinct (the low bit encodes the parity of i). */
 	for (uint64_t i = 0; i < BIG; i++)
-		keys[i] = (i & 1) ? ((xorshift(&seed) << 20) | (i << 1) | 1) | (1ull << 63)
+		keys[i] = (i & 1) ? ((th_xorshift(&seed) << 20) | (i << 1) | 1) | (1ull << 63)
 				  : key_of(i);
 	for (uint64_t i = 0; i < BIG; i++) {
 		assert_int_equal(procreg__u64map_put(&m, keys[i], i ^ 0x5555), 0);
@@ -208,7 +198,7 @@ static void test_churn(void **state)
 	assert_non_null(val);
 	assert_non_null(present);
 	for (int round = 0; round < 400000; round++) {
-		uint64_t r = xorshift(&seed);
+		uint64_t r = th_xorshift(&seed);
 		uint64_t i = r % UNIVERSE;
 		/* Keep the map between roughly a third and two thirds full of
 		 * the universe so both inserts and deletes stay frequent. */

@@ -16,26 +16,6 @@
 #include "internal.h"
 #include "proto.h"
 
-static uint64_t xorshift(uint64_t *s)
-{
-	uint64_t x = *s;
-
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
-
-/* An exact-size copy of BUF[0..len): one past its end is a heap overflow. */
-static uint8_t *exact(const uint8_t *buf, size_t len)
-{
-	uint8_t *c = malloc(len ? len : 1);
-
-	assert_non_null(c);
-	memcpy(c, buf, len);
-	return c;
-}
-
 /* Everything a decoded frame points at lies inside [buf, buf + len). */
 static void assert_inside(const uint8_t *buf, size_t len, const struct pr_frame *f)
 {
@@ -70,7 +50,7 @@ static void test_roundtrip(void **state)
 	/* HELLO. */
 	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 77, 0), 0);
 	assert_int_equal(pos % 8, 0);
-	c = exact(buf, pos);
+	c = th_exact(buf, pos);
 	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
 	assert_int_equal(f.h.op, PR_OP_HELLO);
 	assert_int_equal(f.h.id, 77);
@@ -84,7 +64,7 @@ static void test_roundtrip(void **state)
 	/* HELLO reply with an error status. */
 	pos = rpos = 0;
 	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO | PR_OP_REPLY, 9, -EACCES), 0);
-	c = exact(buf, pos);
+	c = th_exact(buf, pos);
 	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
 	assert_int_equal(f.h.op, PR_OP_HELLO | PR_OP_REPLY);
 	assert_int_equal(f.h.id, 9);
@@ -101,7 +81,7 @@ static void test_roundtrip(void **state)
 								 (uint32_t)(nl * 10000 + ml), name, nl, meta, ml), 0);
 			assert_int_equal(pos, procreg__proto_name_size(nl, ml));
 			assert_int_equal(pos % 8, 0);
-			c = exact(buf, pos);
+			c = th_exact(buf, pos);
 			assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
 			assert_inside(c, pos, &f);
 			assert_int_equal(f.h.op, PR_OP_REGISTER);
@@ -122,7 +102,7 @@ static void test_roundtrip(void **state)
 	pos = rpos = 0;
 	assert_int_equal(procreg__proto_put_name(buf, &pos, PR_OP_REGISTER, 0, 1, name,
 						 PROCREG_NAME_MAX, meta, PROCREG_META_MAX), 0);
-	c = exact(buf, pos);
+	c = th_exact(buf, pos);
 	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
 	assert_int_equal(f.name_len, PROCREG_NAME_MAX);
 	assert_int_equal(f.meta_len, PROCREG_META_MAX);
@@ -138,7 +118,7 @@ static void test_roundtrip(void **state)
 	/* UNREGISTER. */
 	pos = rpos = 0;
 	assert_int_equal(procreg__proto_put_name(buf, &pos, PR_OP_UNREGISTER, 0, 3, "svc", 3, NULL, 0), 0);
-	c = exact(buf, pos);
+	c = th_exact(buf, pos);
 	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
 	assert_int_equal(f.h.op, PR_OP_UNREGISTER);
 	assert_int_equal(f.name_len, 3);
@@ -152,7 +132,7 @@ static void test_roundtrip(void **state)
 	assert_int_equal(pos, PR_FRAME_HDR);
 	assert_int_equal(procreg__proto_put(buf, &pos, PR_OP_REGISTER | PR_OP_REPLY, 0, 6, -EEXIST,
 					    NULL, 0, NULL, 0), 0);
-	c = exact(buf, pos);
+	c = th_exact(buf, pos);
 	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
 	assert_int_equal(f.h.op, PR_OP_SYNC);
 	assert_int_equal(f.body_len, 0);
@@ -253,7 +233,7 @@ static void test_many_frames(void **state)
 	(void)state;
 	assert_non_null(buf);
 	len = build_packet(buf, ex, &n, 64);
-	c = exact(buf, len);
+	c = th_exact(buf, len);
 	while ((r = procreg__proto_next(c, len, &pos, &f)) == 1) {
 		assert_true(k < n);
 		assert_inside(c, len, &f);
@@ -288,7 +268,7 @@ static void test_truncation(void **state)
 
 		for (size_t i = 0; i < n; i++)
 			boundary |= ex[i].end == cut;
-		c = exact(buf, cut);
+		c = th_exact(buf, cut);
 		while ((r = procreg__proto_next(c, cut, &pos, &f)) == 1) {
 			assert_true(k < n);
 			assert_inside(c, cut, &f);
@@ -329,7 +309,7 @@ static void test_bad_len(void **state)
 		if (l % 8 == 0)
 			continue;
 		put_hdr(raw, PR_OP_SYNC, l, 1);
-		c = exact(raw, 64);
+		c = th_exact(raw, 64);
 		pos = 0;
 		assert_int_equal(procreg__proto_next(c, 64, &pos, &f), -EBADMSG);
 		assert_int_equal(pos, 0);
@@ -338,7 +318,7 @@ static void test_bad_len(void **state)
 	/* Shorter than the header itself (0 and 8 are multiples of 8). */
 	for (uint32_t l = 0; l < PR_FRAME_HDR; l++) {
 		put_hdr(raw, PR_OP_SYNC, l, 1);
-		c = exact(raw, 64);
+		c = th_exact(raw, 64);
 		pos = 0;
 		assert_int_equal(procreg__proto_next(c, 64, &pos, &f), -EBADMSG);
 		assert_int_equal(pos, 0);
@@ -351,7 +331,7 @@ static void test_bad_len(void **state)
 
 		for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
 			put_hdr(raw, PR_OP_SYNC, lens[i], 1);
-			c = exact(raw, 64);
+			c = th_exact(raw, 64);
 			pos = 0;
 			assert_int_equal(procreg__proto_next(c, 64, &pos, &f), -EBADMSG);
 			assert_int_equal(pos, 0);
@@ -362,7 +342,7 @@ static void test_bad_len(void **state)
 	 * second is -EBADMSG at its own offset. */
 	put_hdr(raw, PR_OP_SYNC, 16, 1);
 	put_hdr(raw + 16, PR_OP_SYNC, 4096, 2);
-	c = exact(raw, 48);
+	c = th_exact(raw, 48);
 	pos = 0;
 	assert_int_equal(procreg__proto_next(c, 48, &pos, &f), 1);
 	assert_int_equal(f.h.id, 1);
@@ -372,7 +352,7 @@ static void test_bad_len(void **state)
 	free(c);
 	/* Fewer bytes left than a header. */
 	for (size_t l = 1; l < PR_FRAME_HDR; l++) {
-		c = exact(raw, l);
+		c = th_exact(raw, l);
 		pos = 0;
 		assert_int_equal(procreg__proto_next(c, l, &pos, &f), -EBADMSG);
 		free(c);
@@ -402,7 +382,7 @@ static void test_bad_body(void **state)
 	nb.reserved = 0;
 	memcpy(raw + 16, &nb, 8);
 	put_hdr(raw + 32, PR_OP_SYNC, 16, 12);
-	c = exact(raw, 48);
+	c = th_exact(raw, 48);
 	pos = 0;
 	assert_int_equal(procreg__proto_next(c, 48, &pos, &f), -EPROTO);
 	assert_int_equal(f.h.id, 11);
@@ -417,7 +397,7 @@ static void test_bad_body(void **state)
 	nb.name_len = 5;
 	nb.meta_len = 3;
 	memcpy(raw + 16, &nb, 8);
-	c = exact(raw, 32);
+	c = th_exact(raw, 32);
 	pos = 0;
 	assert_int_equal(procreg__proto_next(c, 32, &pos, &f), 1);
 	assert_int_equal(f.name_len, 5);
@@ -426,7 +406,7 @@ static void test_bad_body(void **state)
 	free(c);
 	nb.meta_len = 4;
 	memcpy(raw + 16, &nb, 8);
-	c = exact(raw, 32);
+	c = th_exact(raw, 32);
 	pos = 0;
 	assert_int_equal(procreg__proto_next(c, 32, &pos, &f), -EPROTO);
 	free(c);
@@ -434,19 +414,19 @@ static void test_bad_body(void **state)
 	nb.name_len = 0xffff;
 	nb.meta_len = 0xffff;
 	memcpy(raw + 16, &nb, 8);
-	c = exact(raw, 32);
+	c = th_exact(raw, 32);
 	pos = 0;
 	assert_int_equal(procreg__proto_next(c, 32, &pos, &f), -EPROTO);
 	free(c);
 
 	/* REGISTER / UNREGISTER with no room for the lengths at all. */
 	put_hdr(raw, PR_OP_REGISTER, 16, 1);
-	c = exact(raw, 16);
+	c = th_exact(raw, 16);
 	pos = 0;
 	assert_int_equal(procreg__proto_next(c, 16, &pos, &f), -EPROTO);
 	free(c);
 	put_hdr(raw, PR_OP_UNREGISTER, 16, 1);
-	c = exact(raw, 16);
+	c = th_exact(raw, 16);
 	pos = 0;
 	assert_int_equal(procreg__proto_next(c, 16, &pos, &f), -EPROTO);
 	free(c);
@@ -456,14 +436,14 @@ static void test_bad_body(void **state)
 	nb.name_len = 2;
 	nb.meta_len = 1;
 	memcpy(raw + 16, &nb, 8);
-	c = exact(raw, 32);
+	c = th_exact(raw, 32);
 	pos = 0;
 	assert_int_equal(procreg__proto_next(c, 32, &pos, &f), -EPROTO);
 	free(c);
 
 	/* HELLO too short for its version. */
 	put_hdr(raw, PR_OP_HELLO, 16, 1);
-	c = exact(raw, 16);
+	c = th_exact(raw, 16);
 	pos = 0;
 	assert_int_equal(procreg__proto_next(c, 16, &pos, &f), -EPROTO);
 	assert_int_equal(pos, 16);
@@ -487,7 +467,7 @@ static void test_unknown_op(void **state)
 
 		put_hdr(raw, ops[i], 24, (uint32_t)i);
 		put_hdr(raw + 24, PR_OP_SYNC, 16, 100);
-		c = exact(raw, 40);
+		c = th_exact(raw, 40);
 		assert_int_equal(procreg__proto_next(c, 40, &pos, &f), -EPROTO);
 		assert_int_equal(f.h.op, ops[i]);
 		assert_int_equal(f.h.id, i);
@@ -502,7 +482,7 @@ static void test_unknown_op(void **state)
 
 		put_hdr(raw, replies[i], 24, (uint32_t)i);
 		put_hdr(raw + 24, PR_OP_SYNC, 16, 100);
-		c = exact(raw, 40);
+		c = th_exact(raw, 40);
 		assert_int_equal(procreg__proto_next(c, 40, &pos, &f), 1);
 		assert_int_equal(f.h.op, replies[i]);
 		assert_int_equal(f.h.id, i);
@@ -518,7 +498,7 @@ static void test_unknown_op(void **state)
 		size_t pos = 0;
 
 		put_hdr(raw, PR_OP_REPLY | PR_OP_HELLO, 16, 1);
-		c = exact(raw, 16);
+		c = th_exact(raw, 16);
 		assert_int_equal(procreg__proto_next(c, 16, &pos, &f), -EPROTO);
 		assert_int_equal(pos, 16);
 		free(c);
@@ -557,7 +537,7 @@ static void test_packet_full(void **state)
 	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 0, 0), -ENOBUFS);
 	assert_int_equal(pos, PR_PACKET_MAX);
 	/* The full packet still parses, every frame. */
-	c = exact(buf, pos);
+	c = th_exact(buf, pos);
 	{
 		size_t rp = 0, k = 0;
 
@@ -596,13 +576,13 @@ static void test_garbage(void **state)
 
 	(void)state;
 	for (int it = 0; it < 200000; it++) {
-		size_t len = xorshift(&seed) % sizeof(tmp), pos = 0;
+		size_t len = th_xorshift(&seed) % sizeof(tmp), pos = 0;
 		uint8_t *c;
 		struct pr_frame f;
 		int r, steps = 0;
 
 		for (size_t i = 0; i < len; i += 8) {
-			uint64_t v = xorshift(&seed);
+			uint64_t v = th_xorshift(&seed);
 
 			memcpy(tmp + i, &v, len - i < 8 ? len - i : 8);
 		}
@@ -610,7 +590,7 @@ static void test_garbage(void **state)
 		 * decoders get exercised, not just the framing. */
 		if (it & 1) {
 			for (size_t p = 0; p + PR_FRAME_HDR <= len;) {
-				uint64_t r2 = xorshift(&seed);
+				uint64_t r2 = th_xorshift(&seed);
 				uint32_t fl = (uint32_t)(PR_FRAME_HDR + 8 * (r2 % 40));
 				uint16_t op = (uint16_t)(1 + (r2 >> 8) % 5);
 
@@ -628,7 +608,7 @@ static void test_garbage(void **state)
 				p += fl;
 			}
 		}
-		c = exact(tmp, len);
+		c = th_exact(tmp, len);
 		while ((r = procreg__proto_next(c, len, &pos, &f)) != 0) {
 			assert_true(++steps <= (int)(len / 16) + 1);
 			assert_true(pos <= len);

@@ -202,16 +202,6 @@ static int reader_fail(struct reader_stats *st, const char *fmt, ...)
 	return 1;
 }
 
-static uint64_t xorshift(uint64_t *s)
-{
-	uint64_t x = *s;
-
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
-
 static int reader(void *p)
 {
 	struct reader_arg *a = p;
@@ -231,7 +221,7 @@ static int reader(void *p)
 		struct pollfd pf = { .fd = a->stop_fd, .events = POLLIN };
 
 		for (int k = 0; k < READER_ROUND; k++) {
-			unsigned i = (unsigned)(xorshift(&rnd) % NSTABLE), cw, ci;
+			unsigned i = (unsigned)(th_xorshift(&rnd) % NSTABLE), cw, ci;
 			const char *why;
 			int rc;
 
@@ -248,12 +238,12 @@ static int reader(void *p)
 
 			/* Half the time a name of a wave in flight, which is
 			 * likely registered; else any churn name. */
-			cw = (unsigned)(xorshift(&rnd) % NCHURNERS);
-			if (xorshift(&rnd) & 1)
+			cw = (unsigned)(th_xorshift(&rnd) % NCHURNERS);
+			if (th_xorshift(&rnd) & 1)
 				ci = (unsigned)(__atomic_load_n(&sh->c[cw].wave_base, __ATOMIC_RELAXED) +
-						xorshift(&rnd) % WAVE);
+						th_xorshift(&rnd) % WAVE);
 			else
-				ci = (unsigned)(xorshift(&rnd) % PER_CHURNER);
+				ci = (unsigned)(th_xorshift(&rnd) % PER_CHURNER);
 			churn_name(name, sizeof(name), cw, ci % PER_CHURNER);
 			rc = procreg_lookup(r, name, &e);
 			if (rc == 0) {

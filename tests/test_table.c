@@ -36,16 +36,6 @@
 
 /* ---- helpers ---------------------------------------------------------- */
 
-static uint64_t xorshift(uint64_t *s)
-{
-	uint64_t x = *s;
-
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
-
 static uint64_t fnv(const char *s)
 {
 	uint64_t h = 1469598103934665603ull;
@@ -763,12 +753,12 @@ static void test_churn(void **state)
 	last_rehashes = w.map.hdr->rehashes;
 	last_cap = w_index(&w)->capacity;
 	for (unsigned round = 1; round <= 120000; round++) {
-		uint64_t x = xorshift(&seed);
+		uint64_t x = th_xorshift(&seed);
 		unsigned coin = (unsigned)(x % 100), i;
 
 		if (live == 0 || (live < CHURN_LIVE && coin < 60)) {
 			do
-				i = (unsigned)(xorshift(&seed) % UNIVERSE);
+				i = (unsigned)(th_xorshift(&seed) % UNIVERSE);
 			while (ver[i]);
 			name_of(name, sizeof(name), "c", i);
 			assert_int_equal(put(&w, name, round), 0);
@@ -779,7 +769,7 @@ static void test_churn(void **state)
 			/* A removal: look a little for one that leaves a
 			 * tombstone, else take what we have. */
 			for (int tries = 0; tries < 8; tries++) {
-				i = ids[xorshift(&seed) % live];
+				i = ids[th_xorshift(&seed) % live];
 				name_of(name, sizeof(name), "c", i);
 				if (leaves_tomb(&w, name))
 					break;
@@ -790,7 +780,7 @@ static void test_churn(void **state)
 			at[ids[at[i]]] = at[i];
 			deletes++;
 		} else {
-			i = ids[xorshift(&seed) % live];
+			i = ids[th_xorshift(&seed) % live];
 			name_of(name, sizeof(name), "c", i);
 			assert_int_equal(put(&w, name, round), 1);
 			ver[i] = round;
@@ -900,7 +890,7 @@ static int lookup_reader(void *p)
 				continue;
 			/* A name that comes and goes: either answer, but a
 			 * found entry is whole and its own. */
-			name_of(name, sizeof(name), "grow", (unsigned)(xorshift(&seed) % GROW));
+			name_of(name, sizeof(name), "grow", (unsigned)(th_xorshift(&seed) % GROW));
 			rc = procreg_lookup(r, name, &e);
 			lookups++;
 			if (rc == 0 && !entry_ok(&e, name, 1)) {
@@ -1408,7 +1398,7 @@ static void test_recovery(void **state)
 					present[id] = true;
 					ids[n++] = id;
 				}
-				start = pick = (unsigned)(xorshift(&seed) % n);
+				start = pick = (unsigned)(th_xorshift(&seed) % n);
 				for (unsigned t = 0; t < n; t++) {
 					unsigned k = (start + t) % n;
 
@@ -1591,15 +1581,15 @@ static int damage_child(void *p)
 			/* Slot words: random, pointing anywhere in (or past) the
 			 * file, pointing at the wrong place with a right tag,
 			 * empty, tombstone. */
-			int n = 1 + (int)(xorshift(&seed) % 200);
+			int n = 1 + (int)(th_xorshift(&seed) % 200);
 
 			for (int k = 0; k < n; k++) {
-				uint64_t s = xorshift(&seed) % cap, x = xorshift(&seed);
+				uint64_t s = th_xorshift(&seed) % cap, x = th_xorshift(&seed);
 				uint64_t wd = ix->slot[s];
 
 				switch (x % 6) {
-				case 0: wd = xorshift(&seed); break;
-				case 1: wd = (wd & ~0xffffffffull) | ((xorshift(&seed) % (tlen / 16 + 64))); break;
+				case 0: wd = th_xorshift(&seed); break;
+				case 1: wd = (wd & ~0xffffffffull) | ((th_xorshift(&seed) % (tlen / 16 + 64))); break;
 				case 2: wd = (wd & ~0xffffffffull) | ((tlen / 16) - 1 - (x >> 8) % 4); break;
 				case 3: wd = wd + 1 + (x >> 8) % 5; break;
 				case 4: wd = (x >> 8) & 1; break;
@@ -1610,11 +1600,11 @@ static int damage_child(void *p)
 		}
 		if (mode == 1 || mode == 5) {
 			/* Record lengths. */
-			int n = 1 + (int)(xorshift(&seed) % 300);
+			int n = 1 + (int)(th_xorshift(&seed) % 300);
 
 			for (int k = 0; k < n; k++) {
-				unsigned i = (unsigned)(xorshift(&seed) % DNAMES);
-				uint64_t hh, x = xorshift(&seed);
+				unsigned i = (unsigned)(th_xorshift(&seed) % DNAMES);
+				uint64_t hh, x = th_xorshift(&seed);
 				struct pr_record *rec = NULL;
 
 				name_of(name, sizeof(name), "d", i);
@@ -1641,7 +1631,7 @@ static int damage_child(void *p)
 			/* A record whose lengths run past the end of the file,
 			 * reachable from a real name's slot: copying it out
 			 * unchecked would read beyond the mapping. */
-			unsigned i = 1 + (unsigned)(xorshift(&seed) % (DNAMES / 10 - 1)) * 10;
+			unsigned i = 1 + (unsigned)(th_xorshift(&seed) % (DNAMES / 10 - 1)) * 10;
 			uint64_t hh, pos, fo = tlen - 96;
 			struct pr_map m = { .base = base, .size = tlen, .hdr = h };
 			struct pr_record *fake = (struct pr_record *)(base + fo);
@@ -1668,10 +1658,10 @@ static int damage_child(void *p)
 		}
 		if (mode == 2 || mode == 5) {
 			/* The root of every lookup. */
-			uint64_t x = xorshift(&seed);
+			uint64_t x = th_xorshift(&seed);
 
 			switch (x % 8) {
-			case 0: h->names.index_off = xorshift(&seed); break;
+			case 0: h->names.index_off = th_xorshift(&seed); break;
 			case 1: h->names.index_off = (x >> 8) % tlen; break;             /* misaligned too */
 			case 2: h->names.index_off = tlen - 8; break;
 			case 3: h->names.index_off = tlen; break;
@@ -1683,10 +1673,10 @@ static int damage_child(void *p)
 		}
 		if (mode == 3 || mode == 5) {
 			/* The index block's own header. */
-			uint64_t x = xorshift(&seed);
+			uint64_t x = th_xorshift(&seed);
 
 			switch (x % 6) {
-			case 0: ix->capacity = xorshift(&seed); break;
+			case 0: ix->capacity = th_xorshift(&seed); break;
 			case 1: ix->capacity = cap * 2; ix->shift--; break;       /* consistent, too big */
 			case 2: ix->capacity = 1ull << 40; ix->shift = 24; break;
 			case 3: ix->shift = (uint32_t)(x >> 8); break;
@@ -1696,12 +1686,12 @@ static int damage_child(void *p)
 		}
 		if (mode == 4 || mode == 5) {
 			/* Bytes anywhere in the arena. */
-			int n = 1 + (int)(xorshift(&seed) % 2000);
+			int n = 1 + (int)(th_xorshift(&seed) % 2000);
 
 			for (int k = 0; k < n; k++) {
-				uint64_t o = PR_HDR_SIZE + xorshift(&seed) % (tlen - PR_HDR_SIZE);
+				uint64_t o = PR_HDR_SIZE + th_xorshift(&seed) % (tlen - PR_HDR_SIZE);
 
-				base[o] = (uint8_t)xorshift(&seed);
+				base[o] = (uint8_t)th_xorshift(&seed);
 			}
 		}
 		munmap(base, tlen);

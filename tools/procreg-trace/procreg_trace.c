@@ -644,6 +644,7 @@ static const char *change_name(uint64_t type)
 		[PROCREG_EV_LEFT] = "left",               [PROCREG_EV_DIED] = "died",
 		[PROCREG_EV_TRANSFERRED] = "transferred", [PROCREG_EV_REPLACED] = "replaced",
 		[PROCREG_EV_EXPIRED] = "expired",         [PROCREG_EV_REFRESHED] = "refreshed",
+		[PROCREG_EV_NODE_DOWN] = "node-down",     [PROCREG_EV_CONFLICT] = "conflict",
 	};
 
 	return type < sizeof(names) / sizeof(names[0]) && names[type] ? names[type] : "change";

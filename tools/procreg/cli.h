@@ -55,6 +55,29 @@ void stats_prometheus(procreg_t *reg, const struct cli *c);
 /* check.c */
 int cmd_check(struct cli *c, int argc, char **argv);
 
+/* nodes.c: the daemon's nodes file (procregd --node). */
+#include <stdint.h>
+struct node_info {
+	uint32_t id;
+	char name[64];
+	char addr[128];
+	char incarnation[17];
+	unsigned long long up_since_ns, changes_in, bytes_in, bytes_out;
+};
+struct nodes_info {
+	char self[64];
+	char incarnation[17];
+	unsigned long long seq, changes_out, changes_in, conflicts, nodes_down, refused;
+	struct node_info *v;
+	size_t n;
+};
+/* 0, or negative (no file: the daemon does not replicate). */
+int nodes_read(procreg_t *reg, struct nodes_info *ni);
+void nodes_free(struct nodes_info *ni);
+/* Node ID's name; NULL if unknown. */
+const char *nodes_name(const struct nodes_info *ni, uint32_t id);
+int cmd_nodes(struct cli *c, int argc, char **argv);
+
 /* autostart.c: make sure a daemon serves the scope before a write; 0, or
  * EXIT_ERR with the reason printed. Does nothing with --no-autostart or
  * PROCREG_NO_AUTOSTART set (to anything but "" or "0"). */

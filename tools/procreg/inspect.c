@@ -178,6 +178,8 @@ int cmd_readers(struct cli *c, int argc, char **argv)
 
 /* ---- stats --format prometheus ---------------------------------------- */
 
+static void bridge_prometheus(procreg_t *reg, const char *scope);
+
 void stats_prometheus(procreg_t *reg, const struct cli *c)
 {
 	static const struct {
@@ -217,6 +219,37 @@ void stats_prometheus(procreg_t *reg, const struct cli *c)
 	printf("# HELP procreg_daemon_up Whether procregd serves the scope.\n"
 	       "# TYPE procreg_daemon_up gauge\nprocreg_daemon_up{scope=\"%s\"} %d\n",
 	       scope, s.daemon_pid ? 1 : 0);
+	bridge_prometheus(reg, scope);
+}
+
+/* The bridge's counters, when the daemon replicates (procregd --node).
+ * Node names are [A-Za-z0-9_.@-]: label values that need no escaping. */
+static void bridge_prometheus(procreg_t *reg, const char *scope)
+{
+	struct nodes_info ni;
+
+	if (nodes_read(reg, &ni) != 0)
+		return;
+	const struct {
+		const char *name, *type, *help;
+		unsigned long long v;
+	} f[] = {
+		{ "bridge_nodes_up", "gauge", "Other nodes connected.", ni.n },
+		{ "bridge_changes_out_total", "counter", "Local changes sent to the other nodes.",
+		  ni.changes_out },
+		{ "bridge_changes_in_total", "counter", "Changes applied from other nodes.",
+		  ni.changes_in },
+		{ "bridge_conflicts_total", "counter", "Names claimed on two nodes, resolved.",
+		  ni.conflicts },
+		{ "bridge_nodes_down_total", "counter", "Nodes that went down.", ni.nodes_down },
+		{ "bridge_resyncs_total", "counter",
+		  "Connections dropped for a gap or a protocol error (then resynced).", ni.refused },
+	};
+
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+		printf("# HELP procreg_%s %s\n# TYPE procreg_%s %s\nprocreg_%s{scope=\"%s\",node=\"%s\"} %llu\n",
+		       f[i].name, f[i].help, f[i].name, f[i].type, f[i].name, scope, ni.self, f[i].v);
+	nodes_free(&ni);
 }
 
 /* ---- top -------------------------------------------------------------- */

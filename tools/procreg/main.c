@@ -73,6 +73,7 @@ static void usage(FILE *f)
 		"  check [--json]      verify the table read-only: indexes walkable, offsets\n"
 		"                      inside the arena, counters equal to a full walk,\n"
 		"                      owners alive; exit 1 with a report on damage\n"
+		"  nodes [--json]      the nodes the daemon replicates with (procregd --node)\n"
 		"  help                this help\n"
 		"  version             print the version\n"
 		"\n"
@@ -273,6 +274,8 @@ static int by_pid(const void *a, const void *b)
 static int cmd_get(struct cli *c, int argc, char **argv)
 {
 	struct procreg_entry e;
+	struct nodes_info ni;
+	bool have_nodes;
 	procreg_t *reg;
 	char age[32];
 	int err;
@@ -281,7 +284,10 @@ static int cmd_get(struct cli *c, int argc, char **argv)
 		die_usage("get: expected one NAME", NULL);
 	reg = open_or_die(c);
 	err = procreg_lookup(reg, argv[0], &e);
+	have_nodes = nodes_read(reg, &ni) == 0;
 	procreg_close(reg);
+	if (have_nodes && (err || c->json))
+		nodes_free(&ni);
 	if (err == -ENOENT) {
 		if (!c->json)
 			fprintf(stderr, "%s: %s: not registered\n", prog, argv[0]);
@@ -299,10 +305,17 @@ static int cmd_get(struct cli *c, int argc, char **argv)
 		return 0;
 	}
 	fmt_age(age, sizeof(age), age_s(&e));
-	printf("name  %s\npid   %d\nnode  %u%s\nuid   %u\nage   %s\nmeta  ", e.name, (int)e.pid,
-	       e.node, e.node ? "" : " (local)", e.uid, age);
+	{
+		const char *nn = have_nodes ? nodes_name(&ni, e.node) : NULL;
+
+		printf("name  %s\npid   %d\nnode  %u (%s%s%s)\nuid   %u\nage   %s\nmeta  ", e.name,
+		       (int)e.pid, e.node, nn ? nn : e.node ? "remote" : "local",
+		       nn && !e.node ? ", " : "", nn && !e.node ? "local" : "", e.uid, age);
+	}
 	text_meta(e.meta, e.meta_len);
 	putchar('\n');
+	if (have_nodes)
+		nodes_free(&ni);
 	if (e.flags)
 		printf("flags%s%s%s\n", e.flags & PROCREG_ENTRY_REPLACEABLE ? " replaceable" : "",
 		       e.flags & PROCREG_ENTRY_LEASED ? " leased" : "",
@@ -457,6 +470,19 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 		STAT_FIELDS(J)
 		printf("\"daemon_pid\":%d,\"daemon_uptime_s\":%.3f,\"table\":", (int)s.daemon_pid, up);
 		json_str(procreg_table_path(reg), strlen(procreg_table_path(reg)));
+		{
+			struct nodes_info ni;
+
+			if (nodes_read(reg, &ni) == 0) {
+				printf(",\"bridge\":{\"node\":");
+				json_str(ni.self, strlen(ni.self));
+				printf(",\"nodes_up\":%zu,\"changes_out\":%llu,\"changes_in\":%llu,"
+				       "\"conflicts\":%llu,\"nodes_down\":%llu,\"resyncs\":%llu}",
+				       ni.n, ni.changes_out, ni.changes_in, ni.conflicts, ni.nodes_down,
+				       ni.refused);
+				nodes_free(&ni);
+			}
+		}
 		printf("}\n");
 	} else {
 #define T(f) printf("%-18s %llu\n", #f, (unsigned long long)s.f);
@@ -466,6 +492,19 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 		else
 			printf("%-18s not running\n", "daemon_pid");
 		printf("%-18s %s\n", "table", procreg_table_path(reg));
+	}
+	{
+		struct nodes_info ni;
+
+		/* Bridge counters, when the daemon replicates. */
+		if (!c->json && nodes_read(reg, &ni) == 0) {
+			printf("%-18s %s\n%-18s %zu\n%-18s %llu\n%-18s %llu\n%-18s %llu\n"
+			       "%-18s %llu\n%-18s %llu\n", "bridge_node", ni.self, "bridge_nodes_up",
+			       ni.n, "bridge_changes_out", ni.changes_out, "bridge_changes_in",
+			       ni.changes_in, "bridge_conflicts", ni.conflicts, "bridge_nodes_down",
+			       ni.nodes_down, "bridge_resyncs", ni.refused);
+			nodes_free(&ni);
+		}
 	}
 	procreg_close(reg);
 	return 0;
@@ -731,6 +770,8 @@ static const char *event_name(int type)
 	case PROCREG_EV_REPLACED: return "replaced";
 	case PROCREG_EV_EXPIRED: return "expired";
 	case PROCREG_EV_REFRESHED: return "refreshed";
+	case PROCREG_EV_NODE_DOWN: return "node-down";
+	case PROCREG_EV_CONFLICT: return "conflict";
 	default: return "unknown";
 	}
 }
@@ -965,6 +1006,8 @@ int main(int argc, char **argv)
 			o = cmd_readers(&c, k, args);
 		else if (!strcmp(cmd, "check"))
 			o = cmd_check(&c, k, args);
+		else if (!strcmp(cmd, "nodes"))
+			o = cmd_nodes(&c, k, args);
 		else if (!strcmp(cmd, "help")) {
 			usage(stdout);
 			o = 0;

@@ -19,7 +19,7 @@
 #include "proto.h"
 
 /* What an epoll event refers to: the first member of each watched object. */
-enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC };
+enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_BRIDGE };
 
 struct ev {
 	enum ev_kind kind;
@@ -76,6 +76,12 @@ struct daemon_opts {
 	bool foreground;
 	int verbose;
 	int listen_fd;            /* passed by systemd (LISTEN_FDS), else -1 */
+	/* The bridge (bridge.c): all NULL/0 without --node. */
+	const char *node, *listen, *cookie_file;
+	const char *bridge_backend;   /* a shared object; NULL: the TCP mesh */
+	const char *resolver;         /* a shared object with a conflict rule (resolver.h) */
+	const char **peers;
+	size_t npeers;
 };
 
 struct daemon {
@@ -103,6 +109,8 @@ struct daemon {
 	uint64_t last_reap_ns;
 	uint64_t timer_due_ns;    /* CLOCK_MONOTONIC when the timer fires next */
 	uint8_t *in, *out;        /* one packet each */
+	struct bridge *bridge;    /* NULL without --node */
+	uint64_t bridge_tick_ns;
 };
 
 void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -151,6 +159,25 @@ uint64_t owners_tick(struct daemon *d);
 /* CLOCK_MONOTONIC of the nearest lease deadline; UINT64_MAX: none. */
 uint64_t owners_next_deadline(const struct daemon *d);
 void owners_free_all(struct daemon *d);
+
+/* bridge.c: replication to and from other nodes (--node). */
+int bridge_start(struct daemon *d);
+void bridge_event(struct daemon *d);
+/* End of a batch of work: send what it changed. */
+void bridge_flush(struct daemon *d);
+void bridge_tick(struct daemon *d);
+void bridge_stop(struct daemon *d);
+/* A local name or membership (record OFF) was published (DEL false) or
+ * removed (DEL true): tell the other nodes. Records stay readable until
+ * reclaimed, so OFF may already be unpublished. */
+void bridge_local_change(struct daemon *d, int del, uint64_t off);
+/* A registration stamp: the hybrid logical clock's next (hlc.h). */
+uint64_t bridge_stamp(struct daemon *d);
+static inline void bridge_note(struct daemon *d, int del, uint64_t off)
+{
+	if (d->bridge)
+		bridge_local_change(d, del, off);
+}
 
 /* procs.c */
 struct proc *proc_get(struct daemon *d, pid_t pid);

@@ -27,6 +27,7 @@
 
 #include "daemon.h"
 #include "proto.h"
+#include "bridge_proto.h"
 #include "procreg_version.h"
 
 #define RECLAIM_TICK_NS (2 * 1000000ull)    /* while memory waits for a grace period */
@@ -81,6 +82,17 @@ static void usage(FILE *f)
 		"      --max-names-per-proc N  names one process may hold (default 65536)\n"
 		"      --max-clients N       connected clients (default 1024)\n"
 		"  -v, --verbose             log every connection and death\n"
+		"\n"
+		"Replication (the bridge; all off without --node):\n"
+		"      --node NAME           this node's name, 1..63 of [A-Za-z0-9_.@-]\n"
+		"      --listen HOST:PORT    accept other nodes here\n"
+		"      --peer HOST:PORT      a node to connect to (repeat; peers tell each\n"
+		"                            other about the rest)\n"
+		"      --cookie-file PATH    the shared secret, mode 0600 (required with --node)\n"
+		"      --bridge-backend PATH a transport from a shared object instead of the\n"
+		"                            built-in TCP mesh (see backend.h)\n"
+		"      --resolver PATH       name conflicts between nodes decided by the\n"
+		"                            shared object's procreg_resolve_v1 (resolver.h)\n"
 		"  -h, --help                this help\n"
 		"  -V, --version             print the version\n"
 		"\n"
@@ -128,7 +140,8 @@ static int parse_u32(const char *s, uint32_t *out)
 
 static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 {
-	enum { O_MAX_SIZE = 256, O_READERS, O_NAMES, O_CLIENTS };
+	enum { O_MAX_SIZE = 256, O_READERS, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
+	       O_COOKIE, O_BACKEND, O_RESOLVER };
 	static const struct option lo[] = {
 		{ "scope", required_argument, NULL, 's' },
 		{ "dir", required_argument, NULL, 'd' },
@@ -138,6 +151,12 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "readers", required_argument, NULL, O_READERS },
 		{ "max-names-per-proc", required_argument, NULL, O_NAMES },
 		{ "max-clients", required_argument, NULL, O_CLIENTS },
+		{ "node", required_argument, NULL, O_NODE },
+		{ "listen", required_argument, NULL, O_LISTEN },
+		{ "peer", required_argument, NULL, O_PEER },
+		{ "cookie-file", required_argument, NULL, O_COOKIE },
+		{ "bridge-backend", required_argument, NULL, O_BACKEND },
+		{ "resolver", required_argument, NULL, O_RESOLVER },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -177,6 +196,22 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 				return -1;
 			}
 			break;
+		case O_NODE: o->node = optarg; break;
+		case O_LISTEN: o->listen = optarg; break;
+		case O_COOKIE: o->cookie_file = optarg; break;
+		case O_BACKEND: o->bridge_backend = optarg; break;
+		case O_RESOLVER: o->resolver = optarg; break;
+		case O_PEER: {
+			const char **np = realloc(o->peers, (o->npeers + 1) * sizeof(*np));
+
+			if (!np || strlen(optarg) > PR_BP_ADDR_MAX || !strchr(optarg, ':')) {
+				fprintf(stderr, "procregd: --peer %s: want HOST:PORT\n", optarg);
+				return -1;
+			}
+			o->peers = np;
+			o->peers[o->npeers++] = optarg;
+			break;
+		}
 		case O_CLIENTS:
 			if (parse_u32(optarg, &o->max_clients) < 0) {
 				fprintf(stderr, "procregd: --max-clients %s: want a positive number\n", optarg);
@@ -190,6 +225,14 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 	}
 	if (optind < argc) {
 		fprintf(stderr, "procregd: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (!o->node && (o->listen || o->npeers || o->cookie_file || o->bridge_backend || o->resolver)) {
+		fprintf(stderr, "procregd: --listen, --peer, --cookie-file, --bridge-backend and --resolver need --node\n");
+		return -1;
+	}
+	if (o->listen && (strlen(o->listen) > PR_BP_ADDR_MAX || !strchr(o->listen, ':'))) {
+		fprintf(stderr, "procregd: --listen %s: want HOST:PORT\n", o->listen);
 		return -1;
 	}
 	return 0;
@@ -234,7 +277,13 @@ static void tick(struct daemon *d)
 		d->last_reap_ns = now;
 		pending = procreg__w_reclaim(&d->w);
 	}
+	if (d->bridge && now - d->bridge_tick_ns > IDLE_TICK_NS / 4) {
+		bridge_tick(d);
+		d->bridge_tick_ns = now;
+	}
 	next = pending ? RECLAIM_TICK_NS : IDLE_TICK_NS;
+	if (d->bridge && next > IDLE_TICK_NS / 4)
+		next = IDLE_TICK_NS / 4;
 	arm_timer(d, lease_ns < next ? (lease_ns ? lease_ns : 1) : next);
 	if (d->w.feed_pending)
 		server_notify_feed(d);
@@ -321,6 +370,8 @@ static int setup(struct daemon *d)
 		log_msg("%s: cannot listen: %s", d->socket_path, strerror(-err));
 		return err;
 	}
+	if (d->o.node && (err = bridge_start(d)) < 0)
+		return err;
 
 	/* Tell clients where we are, then that we are. */
 	memcpy(d->w.map.hdr->socket_path, d->socket_path, sizeof(d->socket_path));
@@ -393,6 +444,9 @@ static void run(struct daemon *d)
 				/* May free this client; no other object. */
 				server_client_event(d, (struct client *)e, evs[i].events);
 				break;
+			case EV_BRIDGE:
+				bridge_event(d);
+				break;
 			case EV_PROC:
 				break;
 			}
@@ -407,6 +461,9 @@ static void run(struct daemon *d)
 				arm_timer(d, due > now ? due - now : 1);
 		}
 		procs_reap(d);
+		/* This batch's changes to the other nodes, in one write each. */
+		if (d->bridge)
+			bridge_flush(d);
 		/* One wake-up for the followers of the feed per batch. */
 		if (d->w.feed_pending)
 			server_notify_feed(d);
@@ -422,6 +479,7 @@ static void run(struct daemon *d)
 
 static void teardown(struct daemon *d)
 {
+	bridge_stop(d);
 	server_close_all(d);
 	owners_free_all(d);
 	if (d->w.map.hdr)
@@ -436,6 +494,7 @@ static void teardown(struct daemon *d)
 		close(d->epfd);
 	free(d->in);
 	free(d->out);
+	free(d->o.peers);
 }
 
 /* Detach: the parent returns once the child is serving (or failed), so

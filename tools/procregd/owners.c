@@ -244,6 +244,7 @@ static int republish(struct daemon *d, uint64_t off, uint16_t flags)
 	procreg__w_find(&d->w, &d->w.map.hdr->names, &k, &pos);
 	procreg__w_publish(&d->w, &d->w.map.hdr->names, pos, noff);
 	proc_replace_name(d, off, noff);
+	bridge_note(d, 0, noff);
 	return 0;
 }
 

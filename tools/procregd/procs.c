@@ -188,6 +188,7 @@ void proc_remove_name(struct daemon *d, uint64_t off)
 	struct proc *p = unlink_name(d, off);
 
 	procreg__w_unpublish(&d->w, off);
+	bridge_note(d, 1, off);
 	if (p)
 		proc_release_if_empty(d, p);
 }
@@ -217,6 +218,7 @@ void proc_died(struct daemon *d, struct proc *p)
 
 		procreg__w_unpublish(&d->w, p->names.v[i]);
 		procreg__w_emit(&d->w, PROCREG_EV_DIED, r);
+		bridge_note(d, 1, p->names.v[i]);
 		procreg__u64map_del(&d->owned, p->names.v[i]);
 		if (r->kind == PR_KIND_NAME && owners_interested(d, r->data, r->name_len)) {
 			if (!heirs)

@@ -429,7 +429,7 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 	t.kind = k->kind;
 	t.start_time = id->start;
 	t.aux = id->ino;
-	t.registered_ns = procreg__now_ns();
+	t.registered_ns = d->bridge ? bridge_stamp(d) : procreg__now_ns();
 	t.pid = (uint32_t)id->pid;
 	t.uid = id->uid;
 	t.name_len = (uint16_t)f->name_len;
@@ -455,6 +455,7 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 		owners_lease_set(d, f->name, f->name_len, f->arg, f->h.flags & PR_F_LEASE_MARK);
 	procreg__w_emit(&d->w, name ? ev : PROCREG_EV_JOINED,
 			(const struct pr_record *)(d->w.map.base + off));
+	bridge_note(d, 0, off);
 	if (off_out)
 		*off_out = off;
 	return 0;

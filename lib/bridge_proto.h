@@ -1,0 +1,160 @@
+/*
+ * bridge_proto.h - the replication protocol between procregd nodes,
+ * version 1.
+ *
+ * Transport: a byte stream (the built-in TCP mesh) carrying frames back to
+ * back. Unlike the local protocol this crosses hosts, so every integer is
+ * little-endian on the wire whatever the host, and every byte that arrives
+ * is hostile until checked. Every frame starts with an 8-byte header:
+ *
+ *   u32 len      frame length including the header, PR_BP_FRAME_MAX at most
+ *   u8  type     enum pr_bp_type
+ *   u8  version  PR_BP_VERSION
+ *   u16 flags    per type (SNAP: PR_BP_SNAP_LAST)
+ *
+ * Bodies:
+ *   HELLO      u64 incarnation, u8 nonce[32], u8 name_len, name,
+ *              u8 addr_len, addr (where the sender listens, "host:port",
+ *              may be empty). First frame each way.
+ *   AUTH       u8 mac[32]: HMAC-SHA256(cookie, procreg__bp_auth_input(...))
+ *              over the verifier's nonce, the prover's nonce, the prover's
+ *              name and incarnation. Second frame each way; the cookie
+ *              itself never travels.
+ *   HEARTBEAT  u64 incarnation, u64 seq (the sender's newest change).
+ *   PEERS      u16 count, then count x (u8 name_len, name, u8 addr_len,
+ *              addr): the nodes the sender is connected to (full mesh).
+ *   SNAP       u64 incarnation, u64 seq (the snapshot is as of this
+ *              change), u16 count, count entries. A snapshot is one or
+ *              more SNAP frames; the last has PR_BP_SNAP_LAST.
+ *   CHANGE     u64 incarnation, u64 seq, u8 origin_len, origin, one entry.
+ *
+ * An entry: u8 op (PUT, DEL), u8 kind (PR_KIND_NAME or PR_KIND_MEMBER),
+ * u8 flags (PROCREG_ENTRY_*), u8 reserved, u32 pid, u32 uid,
+ * u64 start_time, u64 registered_ns, u16 name_len, u16 meta_len, name,
+ * meta. For a MEMBER, name is the group.
+ *
+ * Decoding works on byte buffers (no I/O, no crypto): tests and fuzzers
+ * feed it anything.
+ */
+#ifndef PROCREG_BRIDGE_PROTO_H
+#define PROCREG_BRIDGE_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "procreg.h"
+
+#define PR_BP_VERSION 1u
+#define PR_BP_HDR 8u
+#define PR_BP_FRAME_MAX 65536u
+#define PR_BP_NONCE 32u
+#define PR_BP_MAC 32u
+#define PR_BP_NODE_MAX 63u     /* node name: 1..63 of [A-Za-z0-9_.@-] */
+#define PR_BP_ADDR_MAX 127u    /* "host:port", printable ASCII */
+#define PR_BP_ENTRY_HDR 32u
+#define PR_BP_PEERS_MAX 1024u
+
+#define PR_BP_SNAP_LAST 0x1
+
+enum pr_bp_type {
+	PR_BP_HELLO = 1,
+	PR_BP_AUTH = 2,
+	PR_BP_HEARTBEAT = 3,
+	PR_BP_PEERS = 4,
+	PR_BP_SNAP = 5,
+	PR_BP_CHANGE = 6,
+};
+
+enum pr_bp_op { PR_BP_PUT = 1, PR_BP_DEL = 2 };
+
+/* One name or membership, as it travels. Strings point into the frame;
+ * they are not NUL-terminated. */
+struct pr_bp_entry {
+	uint8_t op;                 /* enum pr_bp_op */
+	uint8_t kind;               /* PR_KIND_NAME or PR_KIND_MEMBER */
+	uint8_t flags;              /* PROCREG_ENTRY_* */
+	uint32_t pid;
+	uint32_t uid;
+	uint64_t start_time;
+	uint64_t registered_ns;
+	const char *name;
+	size_t name_len;
+	const void *meta;
+	size_t meta_len;
+};
+
+struct pr_bp_peer {
+	const char *name;
+	size_t name_len;
+	const char *addr;
+	size_t addr_len;
+};
+
+/* A decoded frame: points into the buffer it came from. */
+struct pr_bp_frame {
+	uint8_t type;
+	uint16_t flags;
+	uint32_t len;
+	uint64_t incarnation;       /* HELLO, HEARTBEAT, SNAP, CHANGE */
+	uint64_t seq;               /* HEARTBEAT, SNAP, CHANGE */
+	const uint8_t *nonce;       /* HELLO */
+	const uint8_t *mac;         /* AUTH */
+	const char *name;           /* HELLO: the sender; CHANGE: the origin */
+	size_t name_len;
+	const char *addr;           /* HELLO */
+	size_t addr_len;
+	uint32_t count;             /* PEERS, SNAP: checked against the body */
+	const uint8_t *items;       /* PEERS, SNAP: the first item */
+	size_t items_len;
+	struct pr_bp_entry entry;   /* CHANGE */
+};
+
+/* The frame at BUF[*pos..len): 1 with *F filled and *pos past it; 0 if
+ * the buffer does not yet hold a whole frame (read more: at most
+ * PR_BP_FRAME_MAX bytes will be needed); -EBADMSG if it is not a valid
+ * frame (drop the connection). Every length, count and name inside is
+ * checked before 1 is returned. */
+int procreg__bp_next(const uint8_t *buf, size_t len, size_t *pos, struct pr_bp_frame *f);
+
+/* The next entry of a SNAP frame's items, or peer of a PEERS frame:
+ * *ITEM_POS starts at 0. 1 and filled, 0 at the end. (procreg__bp_next
+ * already checked them all.) */
+int procreg__bp_snap_entry(const struct pr_bp_frame *f, size_t *item_pos,
+			   struct pr_bp_entry *e);
+int procreg__bp_peer(const struct pr_bp_frame *f, size_t *item_pos, struct pr_bp_peer *p);
+
+/* 1 if S[0..n) is a valid node name. */
+int procreg__bp_valid_node(const char *s, size_t n);
+
+/* Encoders: append to BUF (capacity CAP) at *pos. -ENOBUFS when the frame
+ * does not fit; -EINVAL for an argument that breaks a limit. */
+int procreg__bp_put_hello(uint8_t *buf, size_t cap, size_t *pos, uint64_t incarnation,
+			  const uint8_t nonce[PR_BP_NONCE], const char *name, const char *addr);
+int procreg__bp_put_auth(uint8_t *buf, size_t cap, size_t *pos, const uint8_t mac[PR_BP_MAC]);
+int procreg__bp_put_heartbeat(uint8_t *buf, size_t cap, size_t *pos, uint64_t incarnation,
+			      uint64_t seq);
+int procreg__bp_put_change(uint8_t *buf, size_t cap, size_t *pos, uint64_t incarnation,
+			   uint64_t seq, const char *origin, const struct pr_bp_entry *e);
+
+/* PEERS and SNAP are built in steps: begin, add items, end. The frame at
+ * *start is incomplete until end. add returns -ENOBUFS when the item does
+ * not fit: end this frame and begin another. */
+int procreg__bp_begin(uint8_t *buf, size_t cap, size_t *pos, uint8_t type,
+		      uint64_t incarnation, uint64_t seq, size_t *start);
+int procreg__bp_add_entry(uint8_t *buf, size_t cap, size_t *pos, size_t start,
+			  const struct pr_bp_entry *e);
+int procreg__bp_add_peer(uint8_t *buf, size_t cap, size_t *pos, size_t start,
+			 const char *name, const char *addr);
+void procreg__bp_end(uint8_t *buf, size_t pos, size_t start, uint16_t flags);
+
+/* Bytes an entry takes on the wire. */
+size_t procreg__bp_entry_size(const struct pr_bp_entry *e);
+
+/* The bytes an AUTH mac covers. OUT holds at least PR_BP_AUTH_INPUT_MAX
+ * bytes; returns the length used. */
+#define PR_BP_AUTH_INPUT_MAX (16 + 2 * PR_BP_NONCE + 1 + PR_BP_NODE_MAX + 8)
+size_t procreg__bp_auth_input(uint8_t *out, const uint8_t verifier_nonce[PR_BP_NONCE],
+			      const uint8_t prover_nonce[PR_BP_NONCE], const char *prover,
+			      uint64_t prover_incarnation);
+
+#endif /* PROCREG_BRIDGE_PROTO_H */

@@ -1,0 +1,924 @@
+/*
+ * test_bridge.c - replication between real procregd daemons on one
+ * machine: each node has its own directory (table, socket), its own
+ * loopback port and the same cookie. Checks behaviour, not timing: every
+ * wait is a bounded poll.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "internal.h"
+#include "bridge_proto.h"
+
+#include <openssl/evp.h>
+
+#define NODES_MAX 5
+#define WAIT_MS 10000
+
+struct node {
+	char name[16];
+	char dir[512];
+	char listen[32];
+	struct th_daemon d;
+	procreg_t *reg;
+};
+
+struct cluster {
+	const char *resolver;       /* --resolver for every node started, or NULL */
+	char *base;
+	char cookie[512];
+	struct node n[NODES_MAX];
+};
+
+/* A loopback port nobody listens on now: bind port 0, read it back. */
+static int free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	assert_int_equal(fchmod(fd, mode), 0);
+	close(fd);
+}
+
+static int setup(void **state)
+{
+	struct cluster *c = calloc(1, sizeof(*c));
+
+	assert_non_null(c);
+	c->base = th_mkdtemp();
+	snprintf(c->cookie, sizeof(c->cookie), "%s/cookie", c->base);
+	write_file(c->cookie, "a-test-cookie-0123456789\n", 0600);
+	for (int i = 0; i < NODES_MAX; i++) {
+		snprintf(c->n[i].name, sizeof(c->n[i].name), "node%c", 'a' + i);
+		snprintf(c->n[i].dir, sizeof(c->n[i].dir), "%s/node%c", c->base, 'a' + i);
+		assert_int_equal(mkdir(c->n[i].dir, 0755), 0);
+	}
+	*state = c;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct cluster *c = *state;
+
+	int bad = 0;
+
+	/* Every daemon still running stops cleanly (under the sanitizers: no
+	 * error, no leak). */
+	for (int i = 0; i < NODES_MAX; i++) {
+		if (c->n[i].reg)
+			procreg_close(c->n[i].reg);
+		if (c->n[i].d.pid && th_daemon_stop(&c->n[i].d) != 0) {
+			th_daemon_dump_log(&c->n[i].d);
+			bad = -1;
+		}
+	}
+	th_rmrf(c->base);
+	free(c->base);
+	free(c);
+	return bad;
+}
+
+static int log_has(const char *path, const char *needle)
+{
+	char buf[65536];
+	int fd = open(path, O_RDONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	return strstr(buf, needle) != NULL;
+}
+
+/* Start node I with COOKIE, peering with the nodes in PEERS (-1 ends). A
+ * port taken between free_port() and the daemon's bind: try another. */
+static int start_node_env(struct cluster *c, int i, const char *cookie, const int *peers,
+			  const char *const *env)
+{
+	struct node *n = &c->n[i];
+	char peer_args[NODES_MAX][32];
+	const char *args[32];
+	int err = -1;
+
+	for (int attempt = 0; attempt < 5 && err; attempt++) {
+		int k = 0;
+
+		snprintf(n->listen, sizeof(n->listen), "127.0.0.1:%d", free_port());
+		args[k++] = "--node";
+		args[k++] = n->name;
+		args[k++] = "--listen";
+		args[k++] = n->listen;
+		args[k++] = "--cookie-file";
+		args[k++] = cookie;
+		if (c->resolver) {
+			args[k++] = "--resolver";
+			args[k++] = c->resolver;
+		}
+		for (int p = 0; peers && peers[p] >= 0; p++) {
+			snprintf(peer_args[p], sizeof(peer_args[p]), "%s", c->n[peers[p]].listen);
+			args[k++] = "--peer";
+			args[k++] = peer_args[p];
+		}
+		args[k] = NULL;
+		err = th_daemon_start(&n->d, n->dir, args, env);
+		if (err && !log_has(n->d.log, "cannot listen"))
+			return err;
+	}
+	if (err)
+		return err;
+	n->reg = th_open(n->dir);
+	return n->reg ? 0 : -1;
+}
+
+static int start_node_cookie(struct cluster *c, int i, const char *cookie, const int *peers)
+{
+	return start_node_env(c, i, cookie, peers, NULL);
+}
+
+static void start_node(struct cluster *c, int i, const int *peers)
+{
+	assert_int_equal(start_node_cookie(c, i, c->cookie, peers), 0);
+}
+
+/* The usual three: b and c know a; a learns of them; they learn of each
+ * other from a. */
+static void start_three(struct cluster *c)
+{
+	start_node(c, 0, NULL);
+	start_node(c, 1, (const int[]){ 0, -1 });
+	start_node(c, 2, (const int[]){ 0, -1 });
+}
+
+struct probe {
+	procreg_t *reg;
+	const char *name;
+	pid_t pid;              /* expected owner; 0: expect absent */
+	uint32_t node_nonzero;  /* expect a remote entry */
+};
+
+static int probe_name(void *arg)
+{
+	struct probe *p = arg;
+	struct procreg_entry e;
+	int r = procreg_lookup(p->reg, p->name, &e);
+
+	if (!p->pid)
+		return r == -ENOENT;
+	return r == 0 && e.pid == p->pid && (!p->node_nonzero || e.node != 0);
+}
+
+static void expect_name(procreg_t *reg, const char *name, pid_t pid, bool remote)
+{
+	struct probe p = { reg, name, pid, remote };
+
+	if (!th_until(probe_name, &p, WAIT_MS))
+		fail_msg("'%s': expected %s", name, pid ? "visible" : "gone");
+}
+
+struct gprobe {
+	procreg_t *reg;
+	const char *group;
+	int want;
+};
+
+static int count_cb(const struct procreg_entry *e, void *arg)
+{
+	(void)e;
+	(*(int *)arg)++;
+	return 0;
+}
+
+static int probe_group(void *arg)
+{
+	struct gprobe *g = arg;
+	int n = 0;
+
+	procreg_members(g->reg, g->group, count_cb, &n);
+	return n == g->want;
+}
+
+static void expect_members(procreg_t *reg, const char *group, int want)
+{
+	struct gprobe g = { reg, group, want };
+
+	if (!th_until(probe_group, &g, WAIT_MS))
+		fail_msg("group '%s': expected %d members", group, want);
+}
+
+/* A child that registers NAME (with META) on a node and holds it until
+ * killed. */
+static pid_t spawn_holder_meta(const char *dir, const char *name, const char *meta)
+{
+	int ready[2];
+	pid_t pid;
+	char ch;
+
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		procreg_t *r = th_open(dir);
+
+		close(ready[0]);
+		if (!r || procreg_register(r, name, meta, strlen(meta)) != 0)
+			_exit(10);
+		if (write(ready[1], "x", 1) != 1)
+			_exit(11);
+		for (;;)
+			pause();
+	}
+	close(ready[1]);
+	assert_int_equal(read(ready[0], &ch, 1), 1);
+	close(ready[0]);
+	return pid;
+}
+
+static pid_t spawn_holder(const char *dir, const char *name)
+{
+	return spawn_holder_meta(dir, name, "held");
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+static void test_visible_everywhere(void **state)
+{
+	struct cluster *c = *state;
+	struct procreg_entry e;
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "payments", "unix:/p.sock", 12), 0);
+	expect_name(c->n[1].reg, "payments", getpid(), true);
+	expect_name(c->n[2].reg, "payments", getpid(), true);
+	assert_int_equal(procreg_lookup(c->n[1].reg, "payments", &e), 0);
+	assert_int_equal(e.meta_len, 12);
+	assert_memory_equal(e.meta, "unix:/p.sock", 12);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "payments", &e), 0);
+	assert_int_equal(e.node, 0);
+
+	/* A remote name is taken here too: registering it fails. */
+	assert_int_equal(procreg_register(c->n[2].reg, "payments", NULL, 0), -EEXIST);
+	/* Nor can a client here remove it. */
+	assert_int_equal(procreg_unregister(c->n[1].reg, "payments"), -EPERM);
+
+	/* Metadata updates travel. */
+	assert_int_equal(procreg_register(c->n[0].reg, "payments", "v2", 2), 0);
+	for (int i = 0; i < 2000; i++) {
+		if (procreg_lookup(c->n[2].reg, "payments", &e) == 0 && e.meta_len == 2)
+			break;
+		th_msleep(5);
+	}
+	assert_int_equal(e.meta_len, 2);
+	assert_memory_equal(e.meta, "v2", 2);
+
+	/* Groups: one member from each of two nodes, seen on all three. */
+	assert_int_equal(procreg_join(c->n[1].reg, "workers", "b", 1), 0);
+	assert_int_equal(procreg_join(c->n[2].reg, "workers", "c", 1), 0);
+	for (int i = 0; i < 3; i++)
+		expect_members(c->n[i].reg, "workers", 2);
+
+	/* Unregister and leave propagate. */
+	assert_int_equal(procreg_unregister(c->n[0].reg, "payments"), 0);
+	expect_name(c->n[1].reg, "payments", 0, false);
+	expect_name(c->n[2].reg, "payments", 0, false);
+	assert_int_equal(procreg_leave(c->n[1].reg, "workers"), 0);
+	for (int i = 0; i < 3; i++)
+		expect_members(c->n[i].reg, "workers", 1);
+}
+
+static void test_death_propagates(void **state)
+{
+	struct cluster *c = *state;
+	pid_t holder;
+
+	start_three(c);
+	holder = spawn_holder(c->n[2].dir, "short-lived");
+	expect_name(c->n[0].reg, "short-lived", holder, true);
+	expect_name(c->n[1].reg, "short-lived", holder, true);
+	kill(holder, SIGKILL);
+	th_wait(holder);
+	expect_name(c->n[2].reg, "short-lived", 0, false);
+	expect_name(c->n[0].reg, "short-lived", 0, false);
+	expect_name(c->n[1].reg, "short-lived", 0, false);
+}
+
+static void test_killed_node_entries_vanish(void **state)
+{
+	struct cluster *c = *state;
+	pid_t holder;
+	uint64_t cursor;
+	struct procreg_event ev;
+	bool seen = false;
+
+	start_three(c);
+	holder = spawn_holder(c->n[0].dir, "on-a");
+	assert_int_equal(procreg_join(c->n[0].reg, "pool", NULL, 0), 0);
+	expect_name(c->n[1].reg, "on-a", holder, true);
+	expect_name(c->n[2].reg, "on-a", holder, true);
+	expect_members(c->n[1].reg, "pool", 1);
+	cursor = procreg_feed_head(c->n[1].reg);
+
+	th_daemon_kill(&c->n[0].d);
+	expect_name(c->n[1].reg, "on-a", 0, false);
+	expect_name(c->n[2].reg, "on-a", 0, false);
+	expect_members(c->n[1].reg, "pool", 0);
+	expect_members(c->n[2].reg, "pool", 0);
+	/* The change feed says why. */
+	while (procreg_next_event(c->n[1].reg, &cursor, &ev, 0) == 0)
+		if (ev.type == PROCREG_EV_NODE_DOWN && !strcmp(ev.name, "on-a"))
+			seen = true;
+	assert_true(seen);
+	kill(holder, SIGKILL);
+	th_wait(holder);
+}
+
+static void test_late_joiner(void **state)
+{
+	struct cluster *c = *state;
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "from-a", NULL, 0), 0);
+	assert_int_equal(procreg_register(c->n[1].reg, "from-b", NULL, 0), 0);
+	assert_int_equal(procreg_register(c->n[2].reg, "from-c", NULL, 0), 0);
+	assert_int_equal(procreg_join(c->n[2].reg, "g", NULL, 0), 0);
+	expect_name(c->n[0].reg, "from-c", getpid(), true);
+
+	/* Enough on a for its snapshot to take several frames. */
+	{
+		static struct procreg_op ops[3000];
+		static char names[3000][24];
+		static const char meta[] = "0123456789abcdef0123456789abcdef";
+
+		for (int i = 0; i < 3000; i++) {
+			snprintf(names[i], sizeof(names[i]), "bulk-%d", i);
+			ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
+						      .meta = meta, .meta_len = 32 };
+		}
+		assert_int_equal(procreg_batch(c->n[0].reg, ops, 3000), 0);
+		for (int i = 0; i < 3000; i++)
+			assert_int_equal(ops[i].result, 0);
+	}
+
+	/* d knows only c; it hears of a and b from c. */
+	start_node(c, 3, (const int[]){ 2, -1 });
+	expect_name(c->n[3].reg, "bulk-0", getpid(), true);
+	expect_name(c->n[3].reg, "bulk-2999", getpid(), true);
+	{
+		struct procreg_stats st = { 0 };
+
+		for (int i = 0; i < WAIT_MS / 5 && st.names != 3003; i++) {
+			procreg_stats(c->n[3].reg, &st);
+			if (st.names != 3003)
+				th_msleep(5);
+		}
+		assert_int_equal(st.names, 3003);
+	}
+	expect_name(c->n[3].reg, "from-a", getpid(), true);
+	expect_name(c->n[3].reg, "from-b", getpid(), true);
+	expect_name(c->n[3].reg, "from-c", getpid(), true);
+	expect_members(c->n[3].reg, "g", 1);
+	/* And the others hear of d's names. */
+	assert_int_equal(procreg_register(c->n[3].reg, "from-d", NULL, 0), 0);
+	for (int i = 0; i < 3; i++)
+		expect_name(c->n[i].reg, "from-d", getpid(), true);
+}
+
+struct logprobe {
+	const char *path, *needle, *path2;
+};
+
+static int probe_log(void *arg)
+{
+	struct logprobe *l = arg;
+
+	return log_has(l->path, l->needle) || (l->path2 && log_has(l->path2, l->needle));
+}
+
+static void test_wrong_cookie_refused(void **state)
+{
+	struct cluster *c = *state;
+	char bad[600];
+	struct logprobe lp;
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "secret-name", NULL, 0), 0);
+	snprintf(bad, sizeof(bad), "%s/bad-cookie", c->base);
+	write_file(bad, "another-cookie-9876543210\n", 0600);
+	assert_int_equal(start_node_cookie(c, 3, bad, (const int[]){ 0, -1 }), 0);
+	assert_int_equal(procreg_register(c->n[3].reg, "intruder", NULL, 0), 0);
+
+	/* Refused and logged (by whichever side checked the other's MAC
+	 * first; usually both). */
+	lp = (struct logprobe){ c->n[0].d.log, "authentication failed", c->n[3].d.log };
+	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	/* Nothing crossed, either way. */
+	th_msleep(300);
+	assert_int_equal(procreg_lookup(c->n[3].reg, "secret-name", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(procreg_lookup(c->n[i].reg, "intruder",
+						&(struct procreg_entry){ 0 }), -ENOENT);
+}
+
+static void test_cookie_file_mode(void **state)
+{
+	struct cluster *c = *state;
+	char loose[600];
+
+	snprintf(loose, sizeof(loose), "%s/loose-cookie", c->base);
+	write_file(loose, "a-test-cookie-0123456789\n", 0644);
+	assert_int_not_equal(start_node_cookie(c, 0, loose, NULL), 0);
+	assert_true(log_has(c->n[0].d.log, "must be 0600"));
+}
+
+/* Two nodes register NAME while apart (a first, with META_A, then b, with
+ * META_B); c, which knows both, brings them together. Every node must end
+ * up with the same owner: b's if B_WINS, else a's; and the loser's node
+ * reports the conflict in its change feed. */
+static void conflict_round(struct cluster *c, const char *name, const char *meta_a,
+			   const char *meta_b, bool b_wins)
+{
+	pid_t first, second, winner, loser;
+	int loser_node = b_wins ? 0 : 1;
+	uint64_t cursor;
+	struct procreg_event ev;
+	bool conflict = false;
+
+	start_node(c, 0, NULL);
+	start_node(c, 1, NULL);  /* not yet connected to a */
+	first = spawn_holder_meta(c->n[0].dir, name, meta_a);
+	th_msleep(5);
+	second = spawn_holder_meta(c->n[1].dir, name, meta_b);
+	winner = b_wins ? second : first;
+	loser = b_wins ? first : second;
+	cursor = procreg_feed_head(c->n[loser_node].reg);
+
+	/* c knows both: a and b learn of each other through it. */
+	start_node(c, 2, (const int[]){ 0, 1, -1 });
+	for (int i = 0; i < 3; i++)
+		expect_name(c->n[i].reg, name, winner, i != (b_wins ? 1 : 0));
+	while (procreg_next_event(c->n[loser_node].reg, &cursor, &ev, 0) == 0)
+		if (ev.type == PROCREG_EV_CONFLICT && ev.pid == loser)
+			conflict = true;
+	assert_true(conflict);
+	kill(first, SIGKILL);
+	kill(second, SIGKILL);
+	th_wait(first);
+	th_wait(second);
+}
+
+/* The earlier registration wins, and the loser's daemon removes its own. */
+static void test_conflict_earlier_wins(void **state)
+{
+	conflict_round(*state, "contested", "held", "held", false);
+}
+
+/* A node that stops answering (SIGSTOP: its sockets stay open) is found
+ * silent by heartbeats and its entries go; when it answers again it
+ * reconnects, resyncs, and they come back. */
+static void test_silent_node(void **state)
+{
+	struct cluster *c = *state;
+	struct logprobe lp;
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "quiet", NULL, 0), 0);
+	expect_name(c->n[1].reg, "quiet", getpid(), true);
+	expect_name(c->n[2].reg, "quiet", getpid(), true);
+	assert_int_equal(kill(c->n[0].d.pid, SIGSTOP), 0);
+	expect_name(c->n[1].reg, "quiet", 0, false);
+	expect_name(c->n[2].reg, "quiet", 0, false);
+	lp = (struct logprobe){ c->n[1].d.log, "down (silent)", NULL };
+	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	assert_int_equal(kill(c->n[0].d.pid, SIGCONT), 0);
+	expect_name(c->n[1].reg, "quiet", getpid(), true);
+	expect_name(c->n[2].reg, "quiet", getpid(), true);
+	/* And changes flow again. */
+	assert_int_equal(procreg_unregister(c->n[0].reg, "quiet"), 0);
+	expect_name(c->n[1].reg, "quiet", 0, false);
+	expect_name(c->n[2].reg, "quiet", 0, false);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Propagation figures, printed, not asserted: one name registered on a
+ * until a lookup on b finds it (median and max of 200), and 2,000 names
+ * registered back to back on a until the last is on b and c. */
+static void test_propagation_figures(void **state)
+{
+	struct cluster *c = *state;
+	uint64_t lat[200], t0, t_reg, t_b = 0, t_c = 0;
+	struct procreg_entry e;
+	char name[64];
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "warmup", NULL, 0), 0);
+	expect_name(c->n[1].reg, "warmup", getpid(), true);
+	for (int i = 0; i < 200; i++) {
+		snprintf(name, sizeof(name), "lat%d", i);
+		t0 = procreg__mono_ns();
+		assert_int_equal(procreg_register(c->n[0].reg, name, NULL, 0), 0);
+		while (procreg_lookup(c->n[1].reg, name, &e) != 0)
+			assert_true(procreg__mono_ns() - t0 < 10000000000ull);
+		lat[i] = procreg__mono_ns() - t0;
+	}
+	qsort(lat, 200, sizeof(lat[0]), cmp_u64);
+	t0 = procreg__mono_ns();
+	for (int i = 0; i < 2000; i++) {
+		snprintf(name, sizeof(name), "bulk%d", i);
+		assert_int_equal(procreg_register(c->n[0].reg, name, "m", 1), 0);
+	}
+	t_reg = procreg__mono_ns() - t0;
+	while (!t_b || !t_c) {
+		if (!t_b && procreg_lookup(c->n[1].reg, "bulk1999", &e) == 0)
+			t_b = procreg__mono_ns() - t0;
+		if (!t_c && procreg_lookup(c->n[2].reg, "bulk1999", &e) == 0)
+			t_c = procreg__mono_ns() - t0;
+		assert_true(procreg__mono_ns() - t0 < 30000000000ull);
+	}
+	printf("propagation a->b, one name (register on a returns .. lookup on b finds it): "
+	       "median %.0f us, p90 %.0f us, max %.0f us (200 names)\n",
+	       lat[100] / 1e3, lat[180] / 1e3, lat[199] / 1e3);
+	printf("2000 names registered on a in %.1f ms; all on b after %.1f ms, on c after %.1f ms\n",
+	       t_reg / 1e6, t_b / 1e6, t_c / 1e6);
+}
+
+static int dial_node(const struct node *n)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_port = htons((uint16_t)atoi(strchr(n->listen, ':') + 1));
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* Whatever arrives on the bridge port before authentication, the daemon
+ * drops the connection and goes on serving; nothing reaches the table. */
+static void test_hostile_peer(void **state)
+{
+	struct cluster *c = *state;
+	uint64_t s = 42;
+	uint8_t buf[4096];
+	struct logprobe lp;
+	int fd;
+
+	start_node(c, 0, NULL);
+	start_node(c, 1, (const int[]){ 0, -1 });
+	assert_int_equal(procreg_register(c->n[1].reg, "still-here", NULL, 0), 0);
+	expect_name(c->n[0].reg, "still-here", getpid(), true);
+
+	/* Garbage. */
+	fd = dial_node(&c->n[0]);
+	for (size_t i = 0; i < sizeof(buf); i++) {
+		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+		buf[i] = (uint8_t)s;
+	}
+	(void)!write(fd, buf, sizeof(buf));
+	lp = (struct logprobe){ c->n[0].d.log, "malformed frame", NULL };
+	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	close(fd);
+
+	/* A frame header announcing 60 KiB before authentication. */
+	fd = dial_node(&c->n[0]);
+	memset(buf, 'x', sizeof(buf));
+	buf[0] = 0x00, buf[1] = 0xf0, buf[2] = 0, buf[3] = 0; /* len 61440, little-endian */
+	buf[4] = 1;                                             /* HELLO */
+	buf[5] = 1;                                             /* version */
+	buf[6] = buf[7] = 0;
+	(void)!write(fd, buf, sizeof(buf));
+	lp = (struct logprobe){ c->n[0].d.log, "oversized handshake", NULL };
+	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	close(fd);
+
+	/* Changes before authentication: refused. */
+	fd = dial_node(&c->n[0]);
+	{
+		size_t pos = 0;
+		struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 1,
+					 .name = "forged", .name_len = 6 };
+
+		assert_int_equal(procreg__bp_put_change(buf, sizeof(buf), &pos, 1, 1, "evil", &e), 0);
+		(void)!write(fd, buf, pos);
+	}
+	th_msleep(200);
+	close(fd);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "forged", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+
+	/* Still replicating. */
+	assert_int_equal(procreg_unregister(c->n[1].reg, "still-here"), 0);
+	expect_name(c->n[0].reg, "still-here", 0, false);
+	assert_true(kill(c->n[0].d.pid, 0) == 0);
+}
+
+/* A transport from a shared object: loaded and used instead of the mesh;
+ * one claiming too small an interface, or none at all, is refused. */
+static void test_backend_from_shared_object(void **state)
+{
+	struct cluster *c = *state;
+	struct node *n = &c->n[0];
+	const char *args[] = { "--node", "solo", "--cookie-file", c->cookie, "--bridge-backend",
+			       BRIDGE_BACKEND_NULL, NULL };
+	char out[4096];
+
+	assert_int_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
+	n->reg = th_open(n->dir);
+	assert_non_null(n->reg);
+	assert_int_equal(procreg_register(n->reg, "local-only", NULL, 0), 0);
+	assert_int_equal(th_cli(n->dir, out, sizeof(out), (const char *const[]){ "nodes", NULL }), 0);
+	assert_non_null(strstr(out, "solo"));
+	procreg_close(n->reg);
+	n->reg = NULL;
+	assert_int_equal(th_daemon_stop(&n->d), 0);
+	assert_true(log_has(n->d.log, "backend null"));
+	assert_true(log_has(n->d.log, "null backend: close after 1 frames"));
+
+	args[5] = BRIDGE_BACKEND_NULL_SMALL;
+	assert_int_not_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
+	assert_true(log_has(n->d.log, "interface size"));
+	args[5] = "/nonexistent/backend.so";
+	assert_int_not_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
+	assert_true(log_has(n->d.log, "--bridge-backend /nonexistent/backend.so"));
+}
+
+/* Registration stamps follow causality, not clocks: b's clock is 30 s
+ * behind, yet a name b registers after it saw a's registration of it go is
+ * stamped after a's. */
+static void test_stamps_follow_causality(void **state)
+{
+	struct cluster *c = *state;
+	struct procreg_entry ea, eb;
+	pid_t holder;
+
+	start_node(c, 0, NULL);
+	assert_int_equal(start_node_env(c, 1, c->cookie, (const int[]){ 0, -1 },
+					(const char *const[]){ "PROCREG_TEST_CLOCK_SKEW_NS=-30000000000",
+							       NULL }), 0);
+	holder = spawn_holder(c->n[0].dir, "baton");
+	expect_name(c->n[1].reg, "baton", holder, true);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "baton", &ea), 0);
+	kill(holder, SIGKILL);
+	th_wait(holder);
+	expect_name(c->n[1].reg, "baton", 0, false);
+	assert_int_equal(procreg_register(c->n[1].reg, "baton", NULL, 0), 0);
+	assert_int_equal(procreg_lookup(c->n[1].reg, "baton", &eb), 0);
+	assert_true(eb.registered_ns > ea.registered_ns);
+	expect_name(c->n[0].reg, "baton", getpid(), true);
+}
+
+/* With a resolver loaded on every node, its rule decides: the later
+ * registration, marked "primary", keeps the name on all three. */
+static void test_custom_resolver(void **state)
+{
+	struct cluster *c = *state;
+
+	c->resolver = RESOLVER_PRIMARY;
+	conflict_round(c, "leader", "standby", "primary", true);
+
+	/* A resolver that cannot be loaded: the daemon refuses to start. */
+	c->resolver = "/nonexistent/resolver.so";
+	assert_int_not_equal(start_node_cookie(c, 3, c->cookie, NULL), 0);
+	assert_true(log_has(c->n[3].d.log, "--resolver /nonexistent/resolver.so"));
+}
+
+/* A hand-made node speaking the protocol over a socket. */
+struct fake {
+	int fd;
+	uint8_t in[2 * PR_BP_FRAME_MAX];
+	size_t in_len;
+	uint64_t seq;
+};
+
+/* The next frame from the daemon (copied into *F's backing buffer). */
+static void fake_read(struct fake *k, uint8_t type, struct pr_bp_frame *f, uint8_t *copy)
+{
+	for (;;) {
+		size_t pos = 0;
+		int r = procreg__bp_next(k->in, k->in_len, &pos, f);
+		ssize_t n;
+
+		assert_true(r >= 0);
+		if (r == 1) {
+			bool want = f->type == type;
+
+			memcpy(copy, k->in, pos);
+			memmove(k->in, k->in + pos, k->in_len - pos);
+			k->in_len -= pos;
+			if (want) {
+				size_t p2 = 0;
+
+				assert_int_equal(procreg__bp_next(copy, pos, &p2, f), 1);
+				return;
+			}
+			continue;
+		}
+		n = read(k->fd, k->in + k->in_len, sizeof(k->in) - k->in_len);
+		assert_true(n > 0);
+		k->in_len += (size_t)n;
+	}
+}
+
+static void fake_send(struct fake *k, const uint8_t *buf, size_t len)
+{
+	assert_int_equal(write(k->fd, buf, len), (ssize_t)len);
+}
+
+static void fake_change(struct fake *k, uint64_t seq, const char *name)
+{
+	uint8_t buf[512];
+	size_t pos = 0;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = name,
+				 .name_len = strlen(name) };
+
+	assert_int_equal(procreg__bp_put_change(buf, sizeof(buf), &pos, 7, seq, "fake", &e), 0);
+	fake_send(k, buf, pos);
+}
+
+/* Changes carry (origin, incarnation, sequence number): one already
+ * applied is ignored; one after a gap drops the connection, and with it
+ * the node's entries, until a fresh sync. */
+static void test_sequence_numbers(void **state)
+{
+	struct cluster *c = *state;
+	static struct fake k;
+	static uint8_t copy[2 * PR_BP_FRAME_MAX];
+	uint8_t buf[1024], nonce[PR_BP_NONCE], in[PR_BP_AUTH_INPUT_MAX], mac[PR_BP_MAC];
+	const char cookie[] = "a-test-cookie-0123456789";
+	struct pr_bp_frame f;
+	struct logprobe lp;
+	size_t pos = 0, n, maclen = 0, start;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = "fake-x", .name_len = 6 };
+
+	start_node(c, 0, NULL);
+	memset(&k, 0, sizeof(k));
+	k.fd = dial_node(&c->n[0]);
+	memset(nonce, 0x42, sizeof(nonce));
+	fake_read(&k, PR_BP_HELLO, &f, copy);
+	assert_int_equal(procreg__bp_put_hello(buf, sizeof(buf), &pos, 7, nonce, "fake", ""), 0);
+	n = procreg__bp_auth_input(in, f.nonce, nonce, "fake", 7);
+	assert_non_null(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, cookie, strlen(cookie), in, n,
+				  mac, sizeof(mac), &maclen));
+	assert_int_equal(procreg__bp_put_auth(buf, sizeof(buf), &pos, mac), 0);
+	fake_send(&k, buf, pos);
+	fake_read(&k, PR_BP_AUTH, &f, copy);
+	fake_read(&k, PR_BP_SNAP, &f, copy); /* the daemon's (empty) snapshot */
+
+	/* Our snapshot, as of change 0, then changes 1 and 2 with 1 again
+	 * between them. */
+	pos = 0;
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, &start), 0);
+	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
+	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
+	fake_send(&k, buf, pos);
+	expect_name(c->n[0].reg, "fake-x", 99, true);
+	fake_change(&k, 1, "fake-y");
+	fake_change(&k, 1, "fake-dup");
+	fake_change(&k, 2, "fake-z");
+	expect_name(c->n[0].reg, "fake-z", 99, true);
+	expect_name(c->n[0].reg, "fake-y", 99, true);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-dup", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+
+	/* A gap: 4 after 2. */
+	fake_change(&k, 4, "fake-gap");
+	expect_name(c->n[0].reg, "fake-x", 0, false);
+	expect_name(c->n[0].reg, "fake-z", 0, false);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-gap", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+	lp = (struct logprobe){ c->n[0].d.log, "node fake: frame 6 out of order (seq 4)", NULL };
+	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	close(k.fd);
+}
+
+struct cliprobe {
+	const char *dir;
+	const char *const *args;
+	const char *needles[4];
+	char out[8192];
+};
+
+static int probe_cli(void *arg)
+{
+	struct cliprobe *p = arg;
+
+	if (th_cli(p->dir, p->out, sizeof(p->out), p->args) != 0)
+		return 0;
+	for (int i = 0; i < 4 && p->needles[i]; i++)
+		if (!strstr(p->out, p->needles[i]))
+			return 0;
+	return 1;
+}
+
+/* procreg nodes, and the node's name in procreg get and stats. */
+static void test_cli_nodes(void **state)
+{
+	struct cluster *c = *state;
+	struct cliprobe p = { 0 };
+	char out[4096];
+
+	start_three(c);
+	p.dir = c->n[0].dir;
+	p.args = (const char *const[]){ "nodes", "--json", NULL };
+	p.needles[0] = "\"node\":\"nodea\"";
+	p.needles[1] = "\"name\":\"nodeb\"";
+	p.needles[2] = "\"name\":\"nodec\"";
+	if (!th_until(probe_cli, &p, WAIT_MS))
+		fail_msg("procreg nodes --json: %s", p.out);
+	p.args = (const char *const[]){ "nodes", NULL };
+	p.needles[0] = "nodea";
+	p.needles[1] = "nodeb";
+	p.needles[2] = "nodec";
+	assert_true(probe_cli(&p));
+
+	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
+	expect_name(c->n[0].reg, "on-b", getpid(), true);
+	assert_int_equal(th_cli(c->n[0].dir, out, sizeof(out), (const char *const[]){ "get", "on-b", NULL }), 0);
+	assert_non_null(strstr(out, "(nodeb)"));
+	assert_int_equal(th_cli(c->n[1].dir, out, sizeof(out), (const char *const[]){ "get", "on-b", NULL }), 0);
+	assert_non_null(strstr(out, "node  0 (nodeb, local)"));
+	/* A table holding remote entries is sound to procreg check. */
+	assert_int_equal(procreg_join(c->n[2].reg, "mixed", NULL, 0), 0);
+	assert_int_equal(procreg_join(c->n[0].reg, "mixed", NULL, 0), 0);
+	expect_members(c->n[0].reg, "mixed", 2);
+	if (th_cli(c->n[0].dir, out, sizeof(out), (const char *const[]){ "check", NULL }) != 0)
+		fail_msg("procreg check: %s", out);
+	p.dir = c->n[1].dir;
+	p.args = (const char *const[]){ "stats", NULL };
+	p.needles[0] = "bridge_node        nodeb";
+	p.needles[1] = "bridge_nodes_up    2";
+	p.needles[2] = "bridge_changes_out 1";
+	if (!th_until(probe_cli, &p, WAIT_MS))
+		fail_msg("procreg stats: %s", p.out);
+	p.args = (const char *const[]){ "stats", "--format", "prometheus", NULL };
+	p.needles[0] = "procreg_bridge_nodes_up{scope=\"default\",node=\"nodeb\"} 2";
+	p.needles[1] = "procreg_bridge_changes_out_total{scope=\"default\",node=\"nodeb\"} 1";
+	p.needles[2] = "# TYPE procreg_bridge_conflicts_total counter";
+	if (!th_until(probe_cli, &p, WAIT_MS))
+		fail_msg("procreg stats --format prometheus: %s", p.out);
+
+	/* A daemon without --node does not replicate: exit 1. */
+	th_daemon_kill(&c->n[0].d);
+	procreg_close(c->n[0].reg);
+	c->n[0].reg = NULL;
+	unlink(strcat(strcpy(out, c->n[0].dir), "/procreg.default.nodes"));
+	assert_int_equal(th_daemon_start(&c->n[0].d, c->n[0].dir, NULL, NULL), 0);
+	assert_int_equal(th_cli(c->n[0].dir, out, sizeof(out), (const char *const[]){ "nodes", NULL }), 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_visible_everywhere, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_death_propagates, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_killed_node_entries_vanish, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_late_joiner, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wrong_cookie_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cookie_file_mode, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_conflict_earlier_wins, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_custom_resolver, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_silent_node, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_peer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sequence_numbers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stamps_follow_causality, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_backend_from_shared_object, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_propagation_figures, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

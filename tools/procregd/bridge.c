@@ -1,0 +1,750 @@
+/*
+ * bridge.c - replication: other nodes' names and memberships in this
+ * node's table, and this node's changes out to them.
+ *
+ * Each node is the authority for the entries of the processes that run on
+ * it. Remote entries sit in the same table as local ones, with the record's
+ * node set to a 16-bit id this file hands out (a private map, node name ->
+ * id, never reused while the daemon runs), so lookups read them as they
+ * read local ones. Only this file writes them; clients cannot remove them.
+ *
+ * Out: every local change (entry_put, removals, deaths, lease marks) is a
+ * CHANGE frame with this node's name, incarnation and the next sequence
+ * number, broadcast by the backend. A node that comes up gets a snapshot
+ * first (SNAP frames, as of a sequence number), then the changes after it.
+ *
+ * In: a node's snapshot, then its changes in order. A change already
+ * applied (its sequence number is behind) is ignored; one after a gap, or
+ * from another incarnation (a restarted node on a stale connection), is
+ * refused, which drops the connection: the next one starts with a fresh
+ * snapshot. A node
+ * that goes down takes every entry it owned with it, in one pass, with a
+ * NODE_DOWN event for each in the change feed.
+ *
+ * Conflicts: a name owned on two nodes is kept by the earlier registration,
+ * ties broken by the smaller node name; every node applies the same rule
+ * to the same two entries, so they agree. A node whose local registration
+ * loses removes it, tells the others (DEL) and emits a CONFLICT event.
+ * With --node, registered_ns is a hybrid logical clock stamp (hlc.h): a
+ * registration made after its node learned of another is stamped after
+ * it, whatever the clocks say.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include "backend.h"
+#include "hlc.h"
+#include "resolver.h"
+#include "daemon.h"
+
+#define NODES_MAX 4096
+#define HLC_MAX_AHEAD_NS (60 * 1000000000ull) /* a peer's stamp further ahead is not taken */
+
+struct node {
+	char name[PR_BP_NODE_MAX + 1];
+	char addr[PR_BP_ADDR_MAX + 1];
+	bool up;
+	bool synced;                /* its snapshot is complete */
+	uint64_t incarnation;
+	uint64_t next_seq;          /* the change expected next */
+	uint64_t up_since_ns;
+	uint64_t changes_in;
+};
+
+struct bridge {
+	struct daemon *d;
+	const struct pr_bridge_backend *be;
+	void *dl;                   /* a backend's shared object, or NULL */
+	void *resolver_dl;
+	pr_resolver_fn resolver;    /* --resolver, or NULL */
+	void *b;
+	struct ev ev;
+	char node[PR_BP_NODE_MAX + 1];
+	uint64_t incarnation;
+	uint64_t seq;               /* this node's newest change */
+	struct pr_hlc hlc;          /* registration stamps (hlc.h) */
+	int64_t skew_ns;            /* PROCREG_TEST_CLOCK_SKEW_NS: a node whose clock is off */
+	struct node *nodes;         /* id = index + 1 */
+	size_t nnodes;
+	uint8_t *buf;               /* one frame */
+	char nodes_path[PR_PATH_MAX + 16];
+	bool nodes_dirty;
+	/* counters */
+	uint64_t hlc_ahead;         /* stamps too far ahead, not observed */
+	uint64_t changes_out, changes_in, conflicts, nodes_down, refused;
+};
+
+static struct node *node_by_name(struct bridge *br, const char *name, uint16_t *id)
+{
+	for (size_t i = 0; i < br->nnodes; i++)
+		if (!strcmp(br->nodes[i].name, name)) {
+			*id = (uint16_t)(i + 1);
+			return &br->nodes[i];
+		}
+	return NULL;
+}
+
+static const char *node_name(const struct bridge *br, uint16_t id)
+{
+	if (id == 0)
+		return br->node;
+	return id <= br->nnodes ? br->nodes[id - 1].name : "";
+}
+
+static const struct pr_record *rec(const struct daemon *d, uint64_t off)
+{
+	return (const struct pr_record *)(d->w.map.base + off);
+}
+
+/* ---- out: this node's changes ----------------------------------------- */
+
+static uint64_t wall_ns(const struct bridge *br)
+{
+	return procreg__now_ns() + (uint64_t)br->skew_ns;
+}
+
+uint64_t bridge_stamp(struct daemon *d)
+{
+	return pr_hlc_now(&d->bridge->hlc, wall_ns(d->bridge));
+}
+
+static void to_entry(const struct pr_record *r, uint8_t op, struct pr_bp_entry *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->op = op;
+	e->kind = r->kind;
+	e->flags = r->flags & PR_REC_FLAGS;
+	e->pid = r->pid;
+	e->uid = r->uid;
+	e->start_time = r->start_time;
+	e->registered_ns = r->registered_ns;
+	e->name = r->data;
+	e->name_len = r->name_len;
+	e->meta = r->data + r->name_len + 1;
+	e->meta_len = op == PR_BP_PUT ? r->meta_len : 0;
+}
+
+void bridge_local_change(struct daemon *d, int del, uint64_t off)
+{
+	struct bridge *br = d->bridge;
+	const struct pr_record *r = rec(d, off);
+	struct pr_bp_entry e;
+	size_t pos = 0;
+
+	if (r->node != 0 || (r->kind != PR_KIND_NAME && r->kind != PR_KIND_MEMBER))
+		return;
+	to_entry(r, del ? PR_BP_DEL : PR_BP_PUT, &e);
+	if (procreg__bp_put_change(br->buf, PR_BP_FRAME_MAX, &pos, br->incarnation, br->seq + 1,
+				   br->node, &e) < 0)
+		return;
+	br->seq++;
+	br->changes_out++;
+	br->be->broadcast(br->b, br->buf, pos);
+}
+
+struct snap_ctx {
+	struct bridge *br;
+	int (*send)(void *sctx, const uint8_t *frame, size_t len);
+	void *sctx;
+	size_t pos, start;
+	int err;
+};
+
+static int snap_one(uint64_t off, const struct pr_record *r, void *arg)
+{
+	struct snap_ctx *s = arg;
+	struct bridge *br = s->br;
+	struct pr_bp_entry e;
+
+	(void)off;
+	if (r->node != 0 || s->err || (r->kind != PR_KIND_NAME && r->kind != PR_KIND_MEMBER))
+		return 0;
+	to_entry(r, PR_BP_PUT, &e);
+	if (procreg__bp_add_entry(br->buf, PR_BP_FRAME_MAX, &s->pos, s->start, &e) == -ENOBUFS) {
+		procreg__bp_end(br->buf, s->pos, s->start, 0);
+		if ((s->err = s->send(s->sctx, br->buf, s->pos)) < 0)
+			return 0;
+		s->pos = 0;
+		procreg__bp_begin(br->buf, PR_BP_FRAME_MAX, &s->pos, PR_BP_SNAP, br->incarnation,
+				  br->seq, &s->start);
+		procreg__bp_add_entry(br->buf, PR_BP_FRAME_MAX, &s->pos, s->start, &e);
+	}
+	return 0;
+}
+
+static int up_snapshot(void *ctx, int (*send)(void *sctx, const uint8_t *frame, size_t len),
+		       void *sctx)
+{
+	struct bridge *br = ctx;
+	struct snap_ctx s = { .br = br, .send = send, .sctx = sctx };
+
+	procreg__bp_begin(br->buf, PR_BP_FRAME_MAX, &s.pos, PR_BP_SNAP, br->incarnation, br->seq,
+			  &s.start);
+	procreg__w_walk(&br->d->w, snap_one, &s);
+	if (s.err)
+		return s.err;
+	procreg__bp_end(br->buf, s.pos, s.start, PR_BP_SNAP_LAST);
+	return send(sctx, br->buf, s.pos);
+}
+
+static uint64_t up_seq(void *ctx)
+{
+	return ((struct bridge *)ctx)->seq;
+}
+
+/* ---- in: other nodes' entries ----------------------------------------- */
+
+static void conflict_entry(struct pr_conflict_entry *c, const char *name, const char *node,
+			   uint32_t pid, uint32_t uid, uint64_t stamp, const void *meta,
+			   size_t meta_len)
+{
+	*c = (struct pr_conflict_entry){ .sz = sizeof(*c), .name = name, .node = node, .pid = pid,
+					 .uid = uid, .registered_ns = stamp, .meta = meta,
+					 .meta_len = meta_len };
+}
+
+/* Whether the incoming entry E (from node NE) wins over the record R
+ * (owned by node NR): the resolver's answer if it gives one, asked both
+ * ways; else the earlier stamp, then the smaller node name. */
+static bool wins(const struct bridge *br, const struct pr_bp_entry *e, const char *ne,
+		 const struct pr_record *r, const char *nr)
+{
+	if (br->resolver) {
+		char name[PROCREG_NAME_MAX + 1];
+		struct pr_conflict_entry a, b;
+		int ab, ba;
+
+		memcpy(name, e->name, e->name_len);
+		name[e->name_len] = 0;
+		conflict_entry(&a, name, ne, e->pid, e->uid, e->registered_ns, e->meta, e->meta_len);
+		conflict_entry(&b, name, nr, r->pid, r->uid, r->registered_ns,
+			       r->data + r->name_len + 1, r->meta_len);
+		ab = br->resolver(&a, &b);
+		ba = br->resolver(&b, &a);
+		if ((ab < 0 && ba > 0) || (ab > 0 && ba < 0))
+			return ab < 0;
+	}
+	if (e->registered_ns != r->registered_ns)
+		return e->registered_ns < r->registered_ns;
+	return strcmp(ne, nr) < 0;
+}
+
+static int put_record(struct daemon *d, struct pr_root *root, const struct pr_key *k,
+		      uint16_t id, const struct pr_bp_entry *e, uint64_t *off_out)
+{
+	struct pr_record t = { 0 };
+	uint64_t pos, off;
+	int err = procreg__w_reserve(&d->w, root);
+
+	if (err)
+		return err;
+	procreg__w_find(&d->w, root, k, &pos);
+	t.hash = k->hash;
+	t.kind = e->kind;
+	t.flags = e->flags;
+	t.node = id;
+	t.pid = e->pid;
+	t.uid = e->uid;
+	t.start_time = e->start_time;
+	t.registered_ns = e->registered_ns;
+	t.name_len = (uint16_t)e->name_len;
+	t.meta_len = (uint16_t)e->meta_len;
+	err = procreg__w_new_record(&d->w, &t, e->name, e->meta, &off);
+	if (err)
+		return err;
+	procreg__w_publish(&d->w, root, pos, off);
+	*off_out = off;
+	return 0;
+}
+
+static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
+{
+	struct daemon *d = br->d;
+	struct pr_root *root = &d->w.map.hdr->names;
+	struct pr_key k;
+	uint64_t pos, old, off;
+	const char *origin = node_name(br, id);
+	int err;
+
+	pr_key_name(&k, PR_KIND_NAME, e->name, e->name_len, d->w.map.hdr->hash_seed);
+	old = procreg__w_find(&d->w, root, &k, &pos);
+	if (e->op == PR_BP_DEL) {
+		const struct pr_record *r = old ? rec(d, old) : NULL;
+
+		/* Only its owner's entry: a DEL from the loser of a conflict
+		 * leaves the winner alone. */
+		if (!r || r->node != id || r->pid != e->pid || r->start_time != e->start_time)
+			return 0;
+		procreg__w_remove(&d->w, root, pos);
+		procreg__w_emit(&d->w, PROCREG_EV_UNREGISTERED, r);
+		owners_name_gone(d, e->name, e->name_len);
+		return 0;
+	}
+	if (old) {
+		const struct pr_record *r = rec(d, old);
+
+		if (r->node != id) {
+			if (!wins(br, e, origin, r, node_name(br, r->node))) {
+				br->conflicts++;
+				return 0; /* ours stands; its node will drop its own */
+			}
+			br->conflicts++;
+			if (r->node == 0) {
+				/* Our registration lost: tell its owner (the feed),
+				 * the other nodes (DEL), then make way. */
+				LOGV(d, "name '%.*s': node %s's registration wins: local owner pid %u loses it",
+				     (int)e->name_len, e->name, origin, r->pid);
+				procreg__w_emit(&d->w, PROCREG_EV_CONFLICT, r);
+				owners_lease_set(d, e->name, e->name_len, 0, false);
+				proc_remove_name(d, old); /* sends the DEL */
+			}
+		}
+	}
+	err = put_record(d, root, &k, id, e, &off);
+	if (!err)
+		procreg__w_emit(&d->w, old ? PROCREG_EV_UPDATED : PROCREG_EV_REGISTERED, rec(d, off));
+	return err;
+}
+
+static int apply_member(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
+{
+	struct daemon *d = br->d;
+	struct pr_root *root;
+	struct pr_key k;
+	uint64_t pos, old, off;
+	int err;
+
+	pr_key_member(&k, e->pid, e->start_time, id, d->w.map.hdr->hash_seed);
+	if (e->op == PR_BP_DEL) {
+		if (procreg__w_group(&d->w, e->name, e->name_len, false, &root) < 0)
+			return 0;
+		old = procreg__w_find(&d->w, root, &k, &pos);
+		if (!old)
+			return 0;
+		procreg__w_emit(&d->w, PROCREG_EV_LEFT, rec(d, old));
+		procreg__w_unpublish(&d->w, old);
+		return 0;
+	}
+	err = procreg__w_group(&d->w, e->name, e->name_len, true, &root);
+	if (err)
+		return err;
+	err = put_record(d, root, &k, id, e, &off);
+	if (err) {
+		procreg__w_drop_group_if_empty(&d->w, e->name, e->name_len);
+		return err;
+	}
+	procreg__w_emit(&d->w, PROCREG_EV_JOINED, rec(d, off));
+	return 0;
+}
+
+static int apply(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
+{
+	int err;
+
+	if (e->op == PR_BP_PUT &&
+	    pr_hlc_observe(&br->hlc, e->registered_ns, wall_ns(br), HLC_MAX_AHEAD_NS) < 0 &&
+	    br->hlc_ahead++ == 0)
+		log_msg("bridge: node %s: a registration stamped more than 60 s ahead of our clock "
+			"(clocks out of step?)", node_name(br, id));
+	err = e->kind == PR_KIND_NAME ? apply_name(br, id, e) : apply_member(br, id, e);
+	if (err && err != -ENOSPC)
+		return err;
+	if (err)
+		log_msg("bridge: node %s: table full, entry '%.*s' not replicated", node_name(br, id),
+			(int)e->name_len, e->name);
+	return 0;
+}
+
+static int up_deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
+{
+	struct bridge *br = ctx;
+	uint16_t id;
+	struct node *n = node_by_name(br, name, &id);
+
+	if (!n || !n->up || f->incarnation != n->incarnation)
+		goto refuse;
+	switch (f->type) {
+	case PR_BP_HEARTBEAT:
+		/* Changes travel before the heartbeat that counts them. */
+		if (n->synced && f->seq >= n->next_seq)
+			goto refuse;
+		return 0;
+	case PR_BP_SNAP: {
+		struct pr_bp_entry e;
+		size_t ip = 0;
+
+		if (n->synced)
+			goto refuse;
+		while (procreg__bp_snap_entry(f, &ip, &e))
+			if (e.op != PR_BP_PUT || apply(br, id, &e) < 0)
+				goto refuse;
+		if (f->flags & PR_BP_SNAP_LAST) {
+			n->synced = true;
+			n->next_seq = f->seq + 1;
+		}
+		return 0;
+	}
+	case PR_BP_CHANGE:
+		if (!n->synced || f->name_len != strlen(name) || memcmp(f->name, name, f->name_len))
+			goto refuse;
+		if (f->seq < n->next_seq)
+			return 0; /* applied already (the snapshot covered it): idempotent */
+		if (f->seq != n->next_seq)
+			goto refuse; /* a gap */
+		if (apply(br, id, &f->entry) < 0)
+			goto refuse;
+		n->next_seq++;
+		n->changes_in++;
+		br->changes_in++;
+		return 0;
+	default:
+		goto refuse;
+	}
+refuse:
+	br->refused++;
+	log_msg("bridge: node %s: frame %u out of order (seq %llu): resyncing", name, f->type,
+		(unsigned long long)f->seq);
+	return -EPROTO;
+}
+
+static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *addr)
+{
+	struct bridge *br = ctx;
+	uint16_t id;
+	struct node *n = node_by_name(br, name, &id);
+
+	if (!n) {
+		if (br->nnodes >= NODES_MAX)
+			return -ENOSPC;
+		n = &br->nodes[br->nnodes++];
+		memset(n, 0, sizeof(*n));
+		snprintf(n->name, sizeof(n->name), "%s", name);
+	}
+	if (n->up)
+		return -EEXIST;
+	n->up = true;
+	n->synced = false;
+	n->incarnation = inc;
+	n->next_seq = 0;
+	n->up_since_ns = procreg__now_ns();
+	snprintf(n->addr, sizeof(n->addr), "%s", addr);
+	br->nodes_dirty = true;
+	return 0;
+}
+
+struct down_ctx {
+	struct daemon *d;
+	uint16_t id;
+	struct pr_vec names;
+	uint64_t removed;
+};
+
+static int down_one(uint64_t off, const struct pr_record *r, void *arg)
+{
+	struct down_ctx *c = arg;
+
+	if (r->node != c->id)
+		return 0;
+	procreg__w_emit(&c->d->w, PROCREG_EV_NODE_DOWN, r);
+	procreg__w_unpublish(&c->d->w, off);
+	if (r->kind == PR_KIND_NAME)
+		procreg__vec_push(&c->names, off);
+	c->removed++;
+	return 0;
+}
+
+static void up_node_down(void *ctx, const char *name)
+{
+	struct bridge *br = ctx;
+	struct down_ctx c = { .d = br->d };
+	struct node *n = node_by_name(br, name, &c.id);
+
+	if (!n || !n->up)
+		return;
+	n->up = false;
+	n->synced = false;
+	br->nodes_down++;
+	br->nodes_dirty = true;
+	/* One pass, no request served in between. Records are retired, not
+	 * freed: their names are still readable below. */
+	procreg__w_walk(&br->d->w, down_one, &c);
+	for (size_t i = 0; i < c.names.n; i++) {
+		const struct pr_record *r = rec(br->d, c.names.v[i]);
+
+		owners_name_gone(br->d, r->data, r->name_len);
+	}
+	procreg__vec_free(&c.names);
+	log_msg("bridge: node %s: %llu entries removed", name, (unsigned long long)c.removed);
+}
+
+static void log_fwd(const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	log_msg("%s", buf);
+}
+
+/* ---- the nodes file ----------------------------------------------------- */
+
+struct nf_ctx {
+	struct bridge *br;
+	FILE *f;
+};
+
+static void nf_node(void *arg, const struct pr_bridge_node_info *ni)
+{
+	struct nf_ctx *c = arg;
+	uint16_t id;
+	struct node *n = node_by_name(c->br, ni->name, &id);
+
+	if (!n)
+		return;
+	fprintf(c->f, "node %u %s %s %016llx %llu %llu %llu %llu\n", id, n->name,
+		n->addr[0] ? n->addr : "-", (unsigned long long)n->incarnation,
+		(unsigned long long)n->up_since_ns, (unsigned long long)n->changes_in,
+		(unsigned long long)ni->bytes_in, (unsigned long long)ni->bytes_out);
+}
+
+/* DIR/procreg.SCOPE.nodes, replaced atomically: what procreg nodes and
+ * procreg stats show. One "self" line, one "stats" line, one "node" line
+ * per node that is up. */
+static void write_nodes_file(struct bridge *br)
+{
+	char tmp[sizeof(br->nodes_path) + 8];
+	struct nf_ctx c = { br, NULL };
+	int fd;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", br->nodes_path);
+	/* The directory may be shared and sticky (/dev/shm): never follow or
+	 * reuse a file someone else put there. */
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0 || !(c.f = fdopen(fd, "w"))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	fprintf(c.f, "procreg-nodes 1\nself %s %016llx %llu\n", br->node,
+		(unsigned long long)br->incarnation, (unsigned long long)br->seq);
+	fprintf(c.f, "stats %llu %llu %llu %llu %llu\n", (unsigned long long)br->changes_out,
+		(unsigned long long)br->changes_in, (unsigned long long)br->conflicts,
+		(unsigned long long)br->nodes_down, (unsigned long long)br->refused);
+	br->be->nodes(br->b, nf_node, &c);
+	if (fclose(c.f) == 0)
+		rename(tmp, br->nodes_path);
+	else
+		unlink(tmp);
+	br->nodes_dirty = false;
+}
+
+/* ---- the daemon's side -------------------------------------------------- */
+
+static int read_cookie(const char *path, uint8_t *buf, size_t cap, size_t *len)
+{
+	struct stat st;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+	if (fd < 0) {
+		log_msg("--cookie-file %s: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		log_msg("--cookie-file %s: not a regular file", path);
+		close(fd);
+		return -EINVAL;
+	}
+	if ((st.st_mode & 077) || st.st_uid != geteuid()) {
+		log_msg("--cookie-file %s: mode %03o, owner %u: must be 0600 and ours", path,
+			(unsigned)(st.st_mode & 0777), (unsigned)st.st_uid);
+		close(fd);
+		return -EACCES;
+	}
+	n = read(fd, buf, cap);
+	close(fd);
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		n--;
+	if (n < 8) {
+		log_msg("--cookie-file %s: want at least 8 bytes of secret", path);
+		return -EINVAL;
+	}
+	*len = (size_t)n;
+	return 0;
+}
+
+/* A backend from a shared object: its PR_BRIDGE_BACKEND_SYMBOL, checked. */
+static const struct pr_bridge_backend *load_backend(const char *path, void **dl)
+{
+	const struct pr_bridge_backend *be;
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+
+	if (!h) {
+		log_msg("--bridge-backend %s: %s", path, dlerror());
+		return NULL;
+	}
+	be = dlsym(h, PR_BRIDGE_BACKEND_SYMBOL);
+	if (!be) {
+		log_msg("--bridge-backend %s: no symbol %s", path, PR_BRIDGE_BACKEND_SYMBOL);
+	} else if (be->sz < PR_BRIDGE_BACKEND_MIN_SZ) {
+		log_msg("--bridge-backend %s: interface size %zu, want at least %zu", path, be->sz,
+			(size_t)PR_BRIDGE_BACKEND_MIN_SZ);
+	} else if (!be->open || !be->fd || !be->dispatch || !be->broadcast || !be->flush ||
+		   !be->nodes || !be->close) {
+		log_msg("--bridge-backend %s: a required function is missing", path);
+	} else {
+		*dl = h;
+		return be;
+	}
+	dlclose(h);
+	return NULL;
+}
+
+/* A conflict rule from a shared object (resolver.h). */
+static int load_resolver(struct bridge *br, const char *path)
+{
+	br->resolver_dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!br->resolver_dl) {
+		log_msg("--resolver %s: %s", path, dlerror());
+		return -EINVAL;
+	}
+	br->resolver = (pr_resolver_fn)(uintptr_t)dlsym(br->resolver_dl, PR_RESOLVER_SYMBOL);
+	if (!br->resolver) {
+		log_msg("--resolver %s: no symbol %s", path, PR_RESOLVER_SYMBOL);
+		dlclose(br->resolver_dl);
+		br->resolver_dl = NULL;
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int bridge_start(struct daemon *d)
+{
+	struct bridge *br;
+	uint8_t cookie[4096];
+	size_t cookie_len = 0;
+	struct pr_bridge_config cfg = { .sz = sizeof(cfg) };
+	struct pr_bridge_up up = {
+		.sz = sizeof(up), .node_up = up_node_up, .node_down = up_node_down,
+		.deliver = up_deliver, .snapshot = up_snapshot, .seq = up_seq, .log = log_fwd,
+	};
+	int err;
+
+	if (!procreg__bp_valid_node(d->o.node, strlen(d->o.node))) {
+		log_msg("--node %s: want 1..63 of [A-Za-z0-9_.@-]", d->o.node);
+		return -EINVAL;
+	}
+	if (!d->o.cookie_file) {
+		log_msg("--node needs --cookie-file");
+		return -EINVAL;
+	}
+	err = read_cookie(d->o.cookie_file, cookie, sizeof(cookie), &cookie_len);
+	if (err)
+		return err;
+	br = calloc(1, sizeof(*br));
+	if (!br || !(br->nodes = calloc(NODES_MAX, sizeof(*br->nodes))) ||
+	    !(br->buf = malloc(PR_BP_FRAME_MAX))) {
+		if (br)
+			free(br->nodes);
+		free(br);
+		return -ENOMEM;
+	}
+	br->d = d;
+	br->be = &pr_mesh_backend;
+	if ((d->o.resolver && load_resolver(br, d->o.resolver) < 0) ||
+	    (d->o.bridge_backend && !(br->be = load_backend(d->o.bridge_backend, &br->dl)))) {
+		if (br->resolver_dl)
+			dlclose(br->resolver_dl);
+		free(br->nodes);
+		free(br->buf);
+		free(br);
+		return -EINVAL;
+	}
+	snprintf(br->node, sizeof(br->node), "%s", d->o.node);
+	if (getenv("PROCREG_TEST_CLOCK_SKEW_NS"))
+		br->skew_ns = strtoll(getenv("PROCREG_TEST_CLOCK_SKEW_NS"), NULL, 10);
+	if (RAND_bytes((uint8_t *)&br->incarnation, sizeof(br->incarnation)) != 1)
+		br->incarnation = procreg__now_ns();
+	snprintf(br->nodes_path, sizeof(br->nodes_path), "%s.nodes", d->paths.table);
+	up.ctx = br;
+	cfg.node = br->node;
+	cfg.incarnation = br->incarnation;
+	cfg.listen = d->o.listen;
+	cfg.peers = d->o.peers;
+	cfg.npeers = d->o.npeers;
+	cfg.cookie = cookie;
+	cfg.cookie_len = cookie_len;
+	d->bridge = br;
+	br->b = br->be->open(&cfg, &up, &err);
+	memset(cookie, 0, sizeof(cookie));
+	if (!br->b) {
+		log_msg("bridge: %s: %s", br->be->name, strerror(-err));
+		bridge_stop(d);
+		return err ? err : -EIO;
+	}
+	br->ev.kind = EV_BRIDGE;
+	err = ev_add(d, br->be->fd(br->b), EPOLLIN, &br->ev);
+	if (err) {
+		bridge_stop(d);
+		return err;
+	}
+	write_nodes_file(br);
+	log_msg("bridge: node %s (incarnation %016llx), backend %s, %s%s, %zu peer%s", br->node,
+		(unsigned long long)br->incarnation, br->be->name ? br->be->name : "?",
+		d->o.listen ? "listening on " : "not listening", d->o.listen ? d->o.listen : "",
+		d->o.npeers, d->o.npeers == 1 ? "" : "s");
+	return 0;
+}
+
+void bridge_event(struct daemon *d)
+{
+	d->bridge->be->dispatch(d->bridge->b);
+}
+
+void bridge_flush(struct daemon *d)
+{
+	struct bridge *br = d->bridge;
+
+	br->be->flush(br->b);
+	if (br->nodes_dirty)
+		write_nodes_file(br);
+}
+
+void bridge_tick(struct daemon *d)
+{
+	write_nodes_file(d->bridge);
+}
+
+void bridge_stop(struct daemon *d)
+{
+	struct bridge *br = d->bridge;
+
+	if (!br)
+		return;
+	d->bridge = NULL;
+	if (br->b)
+		br->be->close(br->b);
+	if (br->dl)
+		dlclose(br->dl);
+	if (br->resolver_dl)
+		dlclose(br->resolver_dl);
+	if (br->nodes_path[0])
+		unlink(br->nodes_path);
+	free(br->nodes);
+	free(br->buf);
+	free(br);
+}

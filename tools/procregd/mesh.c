@@ -1,0 +1,852 @@
+/*
+ * mesh.c - the built-in bridge backend: a TCP full mesh.
+ *
+ * Every node listens (--listen) and dials the peers it is given (--peer)
+ * and the ones its peers tell it about (PEERS), so every pair of nodes
+ * ends up with one connection. All sockets are non-blocking and live in an
+ * epoll set of the backend's own, whose fd the daemon polls: no threads.
+ *
+ * A connection: both sides send HELLO (name, incarnation, a fresh random
+ * nonce, listening address), then AUTH, an HMAC-SHA256 keyed with the
+ * shared cookie over the other side's nonce and its own identity
+ * (bridge_proto.h). The cookie never travels; a wrong MAC drops the
+ * connection and is logged. Then the replication layer gets node_up and
+ * sends its snapshot, then its changes. Frames are length-prefixed; a
+ * frame that does not decode drops the connection.
+ *
+ * Two nodes that dial each other at once end up with two connections: the
+ * one dialed by the node with the smaller name stays, on both sides.
+ *
+ * Heartbeats go out when a connection has been idle for heartbeat_ms; a
+ * peer heard nothing from for timeout_ms is dropped (node down). Dropped
+ * peers are dialed again with backoff.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include "backend.h"
+#include "internal.h"
+
+#define TICK_MS 100
+#define HANDSHAKE_MS 5000
+#define RETRY_MIN_MS 100
+#define RETRY_MAX_MS 2000
+#define OUT_MAX (64u << 20)         /* a peer this far behind is dropped */
+#define IN_CAP (2 * PR_BP_FRAME_MAX)
+#define IN_CAP_HANDSHAKE 1024u      /* HELLO and AUTH are a few hundred bytes */
+#define TARGETS_MAX 1024
+#define CONNS_MAX 1024              /* connections, handshakes included */
+
+enum conn_state { C_CONNECTING, C_HELLO, C_AUTH, C_UP };
+enum obj_kind { O_LISTEN, O_TIMER, O_CONN };
+
+struct obj {
+	enum obj_kind kind;
+};
+
+struct target;
+
+struct conn {
+	struct obj o;
+	int fd;
+	enum conn_state state;
+	bool outbound;
+	bool dead;
+	struct target *target;        /* outbound: what we dialed */
+	char peer[PR_BP_NODE_MAX + 1];
+	char peer_addr[PR_BP_ADDR_MAX + 1];
+	uint64_t peer_inc;
+	uint8_t nonce[PR_BP_NONCE], peer_nonce[PR_BP_NONCE];
+	uint8_t *in;
+	size_t in_len, in_cap;        /* small until the peer is authenticated */
+	uint8_t *out;
+	size_t out_len, out_off, out_cap;
+	size_t snap_bytes;            /* the snapshot's size: allowed on top of OUT_MAX */
+	bool want_out;
+	bool overflow;                /* broadcast() could not queue: drop at flush */
+	uint64_t started_ns, last_rx_ns, last_tx_ns;
+	uint64_t bytes_in, bytes_out;
+	struct conn *next;
+};
+
+struct target {
+	char addr[PR_BP_ADDR_MAX + 1];
+	char node[PR_BP_NODE_MAX + 1];    /* learned on connect */
+	struct conn *conn;
+	uint64_t next_try_ns;
+	uint32_t backoff_ms;
+};
+
+struct mesh {
+	struct pr_bridge_config c;
+	struct pr_bridge_up up;
+	char node[PR_BP_NODE_MAX + 1];
+	char listen_addr[PR_BP_ADDR_MAX + 1];
+	uint8_t *cookie;
+	size_t cookie_len;
+	int epfd, lfd, tfd;
+	struct obj listen_o, timer_o;
+	struct conn *conns;
+	size_t nconns;
+	struct target *targets;
+	size_t ntargets;
+};
+
+static uint64_t now_ns(void)
+{
+	return procreg__mono_ns();
+}
+
+/* "host:port" -> a resolved address (numeric or a name). */
+static int resolve(const char *hp, struct sockaddr_storage *ss, socklen_t *len, bool passive)
+{
+	char host[PR_BP_ADDR_MAX + 1];
+	const char *colon = strrchr(hp, ':');
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai;
+	size_t hl;
+
+	if (!colon || !colon[1] || (hl = (size_t)(colon - hp)) >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, hp, hl);
+	host[hl] = 0;
+	if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+		memmove(host, host + 1, hl - 2);
+		host[hl - 2] = 0;
+	}
+	if (passive)
+		hints.ai_flags = AI_PASSIVE;
+	if (getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai) != 0 || !ai)
+		return -EINVAL;
+	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+	*len = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+static int hmac(const struct mesh *m, const uint8_t *data, size_t len, uint8_t out[PR_BP_MAC])
+{
+	size_t outlen = 0;
+
+	if (!EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, m->cookie, m->cookie_len, data, len,
+		       out, PR_BP_MAC, &outlen) || outlen != PR_BP_MAC)
+		return -EIO;
+	return 0;
+}
+
+/* ---- output ----------------------------------------------------------- */
+
+/* Queue LEN bytes for C. A snapshot is queued whole, however big the
+ * table (BOUNDED false); what comes after it is bounded by OUT_MAX. */
+static int conn_queue_b(struct conn *c, const uint8_t *data, size_t len, bool bounded)
+{
+	if (c->dead)
+		return -EPIPE;
+	if (bounded && c->out_len - c->out_off + len > OUT_MAX + c->snap_bytes)
+		return -ENOBUFS;
+	if (!bounded)
+		c->snap_bytes += len;
+	if (c->out_off && c->out_off == c->out_len)
+		c->out_off = c->out_len = 0;
+	if (c->out_len + len > c->out_cap) {
+		size_t live = c->out_len - c->out_off, cap = c->out_cap ? c->out_cap : 65536;
+		uint8_t *n;
+
+		if (c->out_off) {
+			memmove(c->out, c->out + c->out_off, live);
+			c->out_off = 0;
+			c->out_len = live;
+		}
+		while (cap < live + len)
+			cap *= 2;
+		if (cap != c->out_cap) {
+			n = realloc(c->out, cap);
+			if (!n)
+				return -ENOMEM;
+			c->out = n;
+			c->out_cap = cap;
+		}
+	}
+	memcpy(c->out + c->out_len, data, len);
+	c->out_len += len;
+	return 0;
+}
+
+static int conn_queue(struct conn *c, const uint8_t *data, size_t len)
+{
+	return conn_queue_b(c, data, len, true);
+}
+
+static void conn_kill(struct mesh *m, struct conn *c, const char *why);
+
+static void conn_flush(struct mesh *m, struct conn *c)
+{
+	bool want;
+
+	while (!c->dead && c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				break;
+			conn_kill(m, c, strerror(errno));
+			return;
+		}
+		c->out_off += (size_t)n;
+		c->bytes_out += (uint64_t)n;
+		c->last_tx_ns = now_ns();
+	}
+	if (c->dead)
+		return;
+	if (c->out_off == c->out_len && c->out_cap > (1u << 20)) {
+		/* A snapshot went out: give its buffer back. */
+		free(c->out);
+		c->out = NULL;
+		c->out_cap = c->out_len = c->out_off = 0;
+	}
+	want = c->out_off < c->out_len;
+	if (want != c->want_out && c->state != C_CONNECTING) {
+		struct epoll_event e = { .events = EPOLLIN | (want ? EPOLLOUT : 0), .data.ptr = &c->o };
+
+		epoll_ctl(m->epfd, EPOLL_CTL_MOD, c->fd, &e);
+		c->want_out = want;
+	}
+}
+
+/* ---- connections ------------------------------------------------------ */
+
+static struct conn *up_conn(struct mesh *m, const char *node)
+{
+	for (struct conn *c = m->conns; c; c = c->next)
+		if (!c->dead && c->state == C_UP && !strcmp(c->peer, node))
+			return c;
+	return NULL;
+}
+
+static void conn_kill(struct mesh *m, struct conn *c, const char *why)
+{
+	if (c->dead)
+		return;
+	c->dead = true;
+	epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+	if (c->state == C_UP) {
+		m->up.log("bridge: node %s: down (%s)", c->peer, why);
+		m->up.node_down(m->up.ctx, c->peer);
+	} else if (why) {
+		m->up.log("bridge: connection %s%s%s: dropped (%s)", c->outbound ? "to " : "from ",
+			  c->peer[0] ? c->peer : "", c->target ? c->target->addr : "", why);
+	}
+	if (c->target) {
+		c->target->conn = NULL;
+		c->target->next_try_ns = now_ns() + (uint64_t)c->target->backoff_ms * 1000000ull;
+		c->target->backoff_ms = c->target->backoff_ms * 2 > RETRY_MAX_MS
+						? RETRY_MAX_MS : c->target->backoff_ms * 2;
+		c->target = NULL;
+	}
+}
+
+/* Free the connections killed during a dispatch: nothing refers to them
+ * once it is over. */
+static void reap(struct mesh *m)
+{
+	struct conn **cp = &m->conns;
+
+	while (*cp) {
+		struct conn *c = *cp;
+
+		if (c->dead) {
+			*cp = c->next;
+			m->nconns--;
+			free(c->in);
+			free(c->out);
+			free(c);
+		} else {
+			cp = &c->next;
+		}
+	}
+}
+
+static struct conn *conn_new(struct mesh *m, int fd, bool outbound)
+{
+	struct conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->in_cap = IN_CAP_HANDSHAKE;
+	c->in = malloc(c->in_cap);
+	if (!c->in || RAND_bytes(c->nonce, PR_BP_NONCE) != 1) {
+		free(c->in);
+		free(c);
+		return NULL;
+	}
+	c->o.kind = O_CONN;
+	c->fd = fd;
+	c->outbound = outbound;
+	c->started_ns = c->last_rx_ns = c->last_tx_ns = now_ns();
+	c->next = m->conns;
+	m->conns = c;
+	m->nconns++;
+	return c;
+}
+
+static void send_hello(struct mesh *m, struct conn *c)
+{
+	uint8_t buf[256];
+	size_t pos = 0;
+
+	procreg__bp_put_hello(buf, sizeof(buf), &pos, m->c.incarnation, c->nonce, m->node,
+			      m->listen_addr);
+	conn_queue(c, buf, pos);
+	c->state = C_HELLO;
+	conn_flush(m, c);
+}
+
+static void dial(struct mesh *m, struct target *t)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	struct conn *c;
+	struct epoll_event e = { .events = EPOLLOUT };
+	int fd, one = 1;
+
+	t->next_try_ns = now_ns() + (uint64_t)t->backoff_ms * 1000000ull;
+	if (resolve(t->addr, &ss, &len, false) < 0)
+		return;
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, (struct sockaddr *)&ss, len) < 0 && errno != EINPROGRESS) {
+		close(fd);
+		return;
+	}
+	c = conn_new(m, fd, true);
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->state = C_CONNECTING;
+	c->target = t;
+	t->conn = c;
+	e.data.ptr = &c->o;
+	if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &e) < 0)
+		conn_kill(m, c, "epoll");
+}
+
+static struct target *target_add(struct mesh *m, const char *addr, size_t len)
+{
+	struct target *t;
+
+	if (len == 0 || len > PR_BP_ADDR_MAX)
+		return NULL;
+	for (size_t i = 0; i < m->ntargets; i++)
+		if (strlen(m->targets[i].addr) == len && !memcmp(m->targets[i].addr, addr, len))
+			return &m->targets[i];
+	if (m->ntargets >= TARGETS_MAX)
+		return NULL;
+	t = &m->targets[m->ntargets++];
+	memset(t, 0, sizeof(*t));
+	memcpy(t->addr, addr, len);
+	t->backoff_ms = RETRY_MIN_MS;
+	return t;
+}
+
+static int snap_send(void *sctx, const uint8_t *frame, size_t len)
+{
+	return conn_queue_b(sctx, frame, len, false);
+}
+
+static void send_peers(struct mesh *m, struct conn *to)
+{
+	uint8_t *buf = malloc(PR_BP_FRAME_MAX);
+	size_t pos = 0, start;
+
+	if (!buf)
+		return;
+	procreg__bp_begin(buf, PR_BP_FRAME_MAX, &pos, PR_BP_PEERS, 0, 0, &start);
+	for (struct conn *c = m->conns; c; c = c->next)
+		if (c != to && !c->dead && c->state == C_UP && c->peer_addr[0] &&
+		    procreg__bp_add_peer(buf, PR_BP_FRAME_MAX, &pos, start, c->peer, c->peer_addr) < 0)
+			break;
+	procreg__bp_end(buf, pos, start, 0);
+	conn_queue(to, buf, pos);
+	free(buf);
+}
+
+/* The connection that stays when two join the same pair of nodes: the
+ * one dialed by the node whose name sorts first. */
+static bool keeper(const struct mesh *m, const struct conn *c)
+{
+	const char *dialer = c->outbound ? m->node : c->peer;
+	const char *other = c->outbound ? c->peer : m->node;
+
+	return strcmp(dialer, other) < 0;
+}
+
+static void established(struct mesh *m, struct conn *c)
+{
+	struct conn *old = up_conn(m, c->peer);
+
+	if (old) {
+		if (keeper(m, old) && !keeper(m, c) && old->peer_inc == c->peer_inc) {
+			conn_kill(m, c, NULL);
+			return;
+		}
+		conn_kill(m, old, "replaced by a newer connection");
+	}
+	if (m->up.node_up(m->up.ctx, c->peer, c->peer_inc, c->peer_addr) < 0) {
+		conn_kill(m, c, "refused by the replication layer");
+		return;
+	}
+	c->state = C_UP;
+	if (c->target) {
+		snprintf(c->target->node, sizeof(c->target->node), "%s", c->peer);
+		c->target->backoff_ms = RETRY_MIN_MS;
+	}
+	m->up.log("bridge: node %s: up (incarnation %llx, %s)", c->peer,
+		  (unsigned long long)c->peer_inc, c->outbound ? "dialed" : "accepted");
+	if (m->up.snapshot(m->up.ctx, snap_send, c) < 0) {
+		conn_kill(m, c, "snapshot");
+		return;
+	}
+	send_peers(m, c);
+	conn_flush(m, c);
+	/* And tell the others about it, so the mesh closes whoever dialed
+	 * whom. */
+	if (c->peer_addr[0]) {
+		uint8_t buf[256];
+		size_t pos = 0, start;
+
+		procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_PEERS, 0, 0, &start);
+		if (procreg__bp_add_peer(buf, sizeof(buf), &pos, start, c->peer, c->peer_addr) == 0) {
+			procreg__bp_end(buf, pos, start, 0);
+			for (struct conn *o = m->conns; o; o = o->next)
+				if (o != c && !o->dead && o->state == C_UP)
+					conn_queue(o, buf, pos);
+		}
+	}
+}
+
+static int on_frame(struct mesh *m, struct conn *c, const struct pr_bp_frame *f)
+{
+	uint8_t in[PR_BP_AUTH_INPUT_MAX], mac[PR_BP_MAC], buf[64];
+	size_t n, pos = 0;
+
+	switch (c->state) {
+	case C_HELLO:
+		if (f->type != PR_BP_HELLO)
+			return -EPROTO;
+		memcpy(c->peer, f->name, f->name_len);
+		c->peer[f->name_len] = 0;
+		memcpy(c->peer_addr, f->addr, f->addr_len);
+		c->peer_addr[f->addr_len] = 0;
+		c->peer_inc = f->incarnation;
+		memcpy(c->peer_nonce, f->nonce, PR_BP_NONCE);
+		if (!strcmp(c->peer, m->node)) {
+			if (c->target)
+				snprintf(c->target->node, sizeof(c->target->node), "%s", m->node);
+			return -ELOOP; /* ourselves, or a node with our name */
+		}
+		/* Prove who we are over the nonce the peer chose. */
+		n = procreg__bp_auth_input(in, c->peer_nonce, c->nonce, m->node, m->c.incarnation);
+		if (hmac(m, in, n, mac) < 0)
+			return -EIO;
+		procreg__bp_put_auth(buf, sizeof(buf), &pos, mac);
+		conn_queue(c, buf, pos);
+		c->state = C_AUTH;
+		/* Out now: if the peer's AUTH, read next, fails, the peer
+		 * still gets ours and can log why. */
+		conn_flush(m, c);
+		return 0;
+	case C_AUTH:
+		if (f->type != PR_BP_AUTH)
+			return -EPROTO;
+		n = procreg__bp_auth_input(in, c->nonce, c->peer_nonce, c->peer, c->peer_inc);
+		if (hmac(m, in, n, mac) < 0)
+			return -EIO;
+		if (CRYPTO_memcmp(mac, f->mac, PR_BP_MAC) != 0)
+			return -EACCES;
+		established(m, c);
+		return 0;
+	case C_UP:
+		if (f->type == PR_BP_PEERS) {
+			size_t ip = 0;
+			struct pr_bp_peer p;
+
+			while (procreg__bp_peer(f, &ip, &p)) {
+				char name[PR_BP_NODE_MAX + 1];
+				struct target *t;
+
+				memcpy(name, p.name, p.name_len);
+				name[p.name_len] = 0;
+				if (!strcmp(name, m->node) || up_conn(m, name) || !p.addr_len)
+					continue;
+				t = target_add(m, p.addr, p.addr_len);
+				if (t && !t->conn)
+					t->next_try_ns = 0; /* dial at the next tick */
+			}
+			return 0;
+		}
+		if (f->type == PR_BP_HEARTBEAT || f->type == PR_BP_SNAP || f->type == PR_BP_CHANGE)
+			return m->up.deliver(m->up.ctx, c->peer, f);
+		return -EPROTO;
+	default:
+		return -EPROTO;
+	}
+}
+
+static void conn_read(struct mesh *m, struct conn *c)
+{
+	/* A bounded amount per wake-up: one busy peer does not starve the
+	 * rest of the daemon. */
+	for (int round = 0; round < 16 && !c->dead; round++) {
+		struct pr_bp_frame f;
+		size_t pos = 0;
+		ssize_t n;
+		int r;
+
+		if (c->state == C_UP && c->in_cap < IN_CAP) {
+			uint8_t *bigger = realloc(c->in, IN_CAP);
+
+			if (!bigger) {
+				conn_kill(m, c, "out of memory");
+				return;
+			}
+			c->in = bigger;
+			c->in_cap = IN_CAP;
+		}
+		if (c->in_len == c->in_cap) {
+			/* Only before authentication: a frame bigger than any
+			 * handshake frame. */
+			conn_kill(m, c, "oversized handshake");
+			return;
+		}
+		n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno != EAGAIN && errno != EINTR)
+				conn_kill(m, c, strerror(errno));
+			return;
+		}
+		if (n == 0) {
+			conn_kill(m, c, "closed by peer");
+			return;
+		}
+		c->in_len += (size_t)n;
+		c->bytes_in += (uint64_t)n;
+		c->last_rx_ns = now_ns();
+		while (!c->dead && (r = procreg__bp_next(c->in, c->in_len, &pos, &f)) == 1) {
+			int err = on_frame(m, c, &f);
+
+			if (err == -EACCES) {
+				m->up.log("bridge: connection %s %s (node %s): authentication failed "
+					  "(wrong cookie?)", c->outbound ? "to" : "from",
+					  c->target ? c->target->addr : "peer", c->peer);
+				conn_kill(m, c, NULL);
+			} else if (err < 0) {
+				conn_kill(m, c, err == -ELOOP ? "it is this node" : strerror(-err));
+			}
+		}
+		if (c->dead)
+			return;
+		if (r < 0) {
+			conn_kill(m, c, "malformed frame");
+			return;
+		}
+		memmove(c->in, c->in + pos, c->in_len - pos);
+		c->in_len -= pos;
+		conn_flush(m, c);
+	}
+}
+
+static void conn_event(struct mesh *m, struct conn *c, uint32_t ev)
+{
+	if (c->dead)
+		return;
+	if (c->state == C_CONNECTING) {
+		int err = 0;
+		socklen_t len = sizeof(err);
+		struct epoll_event e = { .events = EPOLLIN, .data.ptr = &c->o };
+
+		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err) {
+			conn_kill(m, c, NULL); /* not listening (yet): retry quietly */
+			return;
+		}
+		epoll_ctl(m->epfd, EPOLL_CTL_MOD, c->fd, &e);
+		c->want_out = false;
+		send_hello(m, c);
+		return;
+	}
+	if (ev & EPOLLOUT)
+		conn_flush(m, c);
+	if (!c->dead && (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+		conn_read(m, c);
+}
+
+static void do_accept(struct mesh *m)
+{
+	for (int i = 0; i < 64; i++) {
+		int one = 1, fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct epoll_event e = { .events = EPOLLIN };
+		struct conn *c;
+
+		if (fd < 0)
+			return;
+		if (m->nconns >= CONNS_MAX) {
+			m->up.log("bridge: connection refused: %zu connections open", m->nconns);
+			close(fd);
+			continue;
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		c = conn_new(m, fd, false);
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		e.data.ptr = &c->o;
+		if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &e) < 0) {
+			conn_kill(m, c, "epoll");
+			continue;
+		}
+		send_hello(m, c);
+	}
+}
+
+static void tick(struct mesh *m)
+{
+	uint64_t now = now_ns(), hb = (uint64_t)m->c.heartbeat_ms * 1000000ull,
+		 to = (uint64_t)m->c.timeout_ms * 1000000ull;
+	uint64_t x;
+
+	if (read(m->tfd, &x, sizeof(x)) < 0 && errno != EAGAIN)
+		return;
+	for (struct conn *c = m->conns; c; c = c->next) {
+		if (c->dead)
+			continue;
+		if (c->state != C_UP) {
+			if (now - c->started_ns > (uint64_t)HANDSHAKE_MS * 1000000ull)
+				conn_kill(m, c, c->state == C_CONNECTING ? NULL : "handshake timed out");
+			continue;
+		}
+		if (now - c->last_rx_ns > to) {
+			conn_kill(m, c, "silent");
+			continue;
+		}
+		if (now - c->last_tx_ns >= hb) {
+			uint8_t buf[32];
+			size_t pos = 0;
+
+			procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, m->c.incarnation,
+						  m->up.seq(m->up.ctx));
+			conn_queue(c, buf, pos);
+			conn_flush(m, c);
+		}
+	}
+	for (size_t i = 0; i < m->ntargets; i++) {
+		struct target *t = &m->targets[i];
+
+		if (t->conn || now < t->next_try_ns || !strcmp(t->node, m->node) ||
+		    (t->node[0] && up_conn(m, t->node)))
+			continue;
+		dial(m, t);
+	}
+}
+
+/* ---- the backend interface -------------------------------------------- */
+
+static void mesh_dispatch(void *b)
+{
+	struct mesh *m = b;
+	struct epoll_event evs[64];
+	int n = epoll_wait(m->epfd, evs, 64, 0);
+
+	for (int i = 0; i < n; i++) {
+		struct obj *o = evs[i].data.ptr;
+
+		switch (o->kind) {
+		case O_LISTEN:
+			do_accept(m);
+			break;
+		case O_TIMER:
+			tick(m);
+			break;
+		case O_CONN:
+			conn_event(m, (struct conn *)o, evs[i].events);
+			break;
+		}
+	}
+	reap(m);
+}
+
+static int mesh_broadcast(void *b, const uint8_t *frame, size_t len)
+{
+	struct mesh *m = b;
+
+	/* Called from the middle of table writes: a peer too far behind is
+	 * dropped at the next flush, not here (its node_down writes too). */
+	for (struct conn *c = m->conns; c; c = c->next)
+		if (!c->dead && c->state == C_UP && !c->overflow && conn_queue(c, frame, len) < 0)
+			c->overflow = true;
+	return 0;
+}
+
+static void mesh_flush(void *b)
+{
+	struct mesh *m = b;
+
+	for (struct conn *c = m->conns; c; c = c->next) {
+		if (!c->dead && c->overflow)
+			conn_kill(m, c, "too far behind");
+		else if (!c->dead && c->out_off < c->out_len && c->state != C_CONNECTING)
+			conn_flush(m, c);
+	}
+	reap(m);
+}
+
+static void mesh_nodes(void *b, void (*cb)(void *arg, const struct pr_bridge_node_info *n),
+		       void *arg)
+{
+	struct mesh *m = b;
+
+	for (struct conn *c = m->conns; c; c = c->next) {
+		struct pr_bridge_node_info ni = { c->peer, c->peer_addr, c->peer_inc, c->bytes_in,
+						  c->bytes_out };
+
+		if (!c->dead && c->state == C_UP)
+			cb(arg, &ni);
+	}
+}
+
+static int mesh_fd(void *b)
+{
+	return ((struct mesh *)b)->epfd;
+}
+
+static void mesh_close(void *b)
+{
+	struct mesh *m = b;
+
+	if (!m)
+		return;
+	for (struct conn *c = m->conns; c; c = c->next) {
+		if (!c->dead) {
+			c->dead = true;
+			close(c->fd);
+		}
+	}
+	reap(m);
+	if (m->lfd >= 0)
+		close(m->lfd);
+	if (m->tfd >= 0)
+		close(m->tfd);
+	if (m->epfd >= 0)
+		close(m->epfd);
+	if (m->cookie) {
+		OPENSSL_cleanse(m->cookie, m->cookie_len);
+		free(m->cookie);
+	}
+	free(m->targets);
+	free(m);
+}
+
+static int mesh_listen(struct mesh *m, const char *addr)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int one = 1, err;
+
+	if (resolve(addr, &ss, &len, true) < 0)
+		return -EINVAL;
+	m->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (m->lfd < 0)
+		return -errno;
+	setsockopt(m->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(m->lfd, (struct sockaddr *)&ss, len) < 0 || listen(m->lfd, 128) < 0) {
+		err = -errno;
+		m->up.log("bridge: cannot listen on %s: %s", addr, strerror(errno));
+		return err;
+	}
+	m->listen_o.kind = O_LISTEN;
+	{
+		struct epoll_event e = { .events = EPOLLIN, .data.ptr = &m->listen_o };
+
+		if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->lfd, &e) < 0)
+			return -errno;
+	}
+	return 0;
+}
+
+static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridge_up *up, int *err)
+{
+	struct mesh *m = calloc(1, sizeof(*m));
+	struct itimerspec its = { { 0, TICK_MS * 1000000L }, { 0, TICK_MS * 1000000L } };
+	struct epoll_event e = { .events = EPOLLIN };
+
+	*err = -ENOMEM;
+	if (!m)
+		return NULL;
+	m->lfd = m->tfd = -1;
+	memcpy(&m->c, cfg, cfg->sz < sizeof(m->c) ? cfg->sz : sizeof(m->c));
+	memcpy(&m->up, up, up->sz < sizeof(m->up) ? up->sz : sizeof(m->up));
+	if (!m->c.heartbeat_ms)
+		m->c.heartbeat_ms = 500;
+	if (!m->c.timeout_ms)
+		m->c.timeout_ms = 3000;
+	snprintf(m->node, sizeof(m->node), "%s", cfg->node);
+	snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", cfg->listen ? cfg->listen : "");
+	m->cookie = malloc(cfg->cookie_len);
+	m->targets = calloc(TARGETS_MAX, sizeof(*m->targets));
+	m->epfd = epoll_create1(EPOLL_CLOEXEC);
+	m->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (!m->cookie || !m->targets || m->epfd < 0 || m->tfd < 0)
+		goto fail;
+	memcpy(m->cookie, cfg->cookie, cfg->cookie_len);
+	m->cookie_len = cfg->cookie_len;
+	m->timer_o.kind = O_TIMER;
+	e.data.ptr = &m->timer_o;
+	if (timerfd_settime(m->tfd, 0, &its, NULL) < 0 ||
+	    epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->tfd, &e) < 0)
+		goto fail;
+	if (cfg->listen && (*err = mesh_listen(m, cfg->listen)) < 0)
+		goto fail_err;
+	for (size_t i = 0; i < cfg->npeers; i++)
+		if (!target_add(m, cfg->peers[i], strlen(cfg->peers[i]))) {
+			*err = -EINVAL;
+			goto fail_err;
+		}
+	*err = 0;
+	return m;
+fail:
+	*err = -errno ? -errno : -ENOMEM;
+fail_err:
+	mesh_close(m);
+	return NULL;
+}
+
+const struct pr_bridge_backend pr_mesh_backend = {
+	.sz = sizeof(struct pr_bridge_backend),
+	.name = "tcp-mesh",
+	.open = mesh_open,
+	.fd = mesh_fd,
+	.dispatch = mesh_dispatch,
+	.broadcast = mesh_broadcast,
+	.flush = mesh_flush,
+	.nodes = mesh_nodes,
+	.close = mesh_close,
+};
