@@ -329,17 +329,6 @@ static int target_of(struct client *c, const struct pr_frame *f, int passed_fd,
 	return 0;
 }
 
-static int valid_name(const struct pr_frame *f)
-{
-	if (f->name_len == 0 || memchr(f->name, 0, f->name_len))
-		return -EINVAL;
-	if (f->name_len > PROCREG_NAME_MAX)
-		return -ENAMETOOLONG;
-	if (f->meta_len > PROCREG_META_MAX)
-		return -EMSGSIZE;
-	return 0;
-}
-
 /*
  * Publish a name or a membership for P (identity ID) in ROOT: insert it,
  * or replace the one P already holds there (new metadata). A name another
@@ -429,7 +418,7 @@ static int do_register(struct daemon *d, struct client *c, const struct pr_frame
 	struct ident id;
 	struct proc *p;
 	struct pr_key k;
-	int err = valid_name(f);
+	int err = procreg__proto_check_name(f);
 
 	if (!err)
 		err = target_of(c, f, passed_fd, &id);
@@ -452,7 +441,7 @@ static int do_join(struct daemon *d, struct client *c, const struct pr_frame *f,
 	struct ident id;
 	struct proc *p;
 	struct pr_key k;
-	int err = valid_name(f);
+	int err = procreg__proto_check_name(f);
 
 	if (!err)
 		err = target_of(c, f, passed_fd, &id);
@@ -493,7 +482,7 @@ static int do_unregister(struct daemon *d, struct client *c, const struct pr_fra
 {
 	struct pr_key k;
 	uint64_t pos, off;
-	int err = valid_name(f);
+	int err = procreg__proto_check_name(f);
 
 	if (err)
 		return err;
@@ -516,7 +505,7 @@ static int do_leave(struct daemon *d, struct client *c, const struct pr_frame *f
 	struct pr_root *root;
 	struct pr_key k;
 	uint64_t pos, off;
-	int err = valid_name(f);
+	int err = procreg__proto_check_name(f);
 
 	if (err)
 		return err;
@@ -547,7 +536,7 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 	case PR_OP_LEAVE:
 		return do_leave(d, c, f);
 	case PR_OP_REFRESH:
-		return valid_name(f) ?: owners_refresh(d, c, f);
+		return procreg__proto_check_name(f) ?: owners_refresh(d, c, f);
 	case PR_OP_SYNC:
 		procs_drain_deaths(d);
 		return 0;
