@@ -149,6 +149,7 @@ static void client_close(struct daemon *d, struct client *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	d->nclients--;
+	uid_adjust(&d->uid_clients, c->id.uid, -1);
 	free(c);
 }
 
@@ -162,6 +163,24 @@ void server_close_all(struct daemon *d)
 			unlink(d->socket_path);
 		d->lfd = -1;
 	}
+}
+
+/* A refused connection, logged at most once a second: a client that
+ * reconnects in a loop cannot flood the log. */
+static void log_refused(struct daemon *d, const char *fmt, unsigned a, unsigned b)
+{
+	uint64_t now = procreg__mono_ns();
+
+	if (d->refused_log_ns && now - d->refused_log_ns < 1000000000ull) {
+		d->refused_quiet++;
+		return;
+	}
+	if (d->refused_quiet)
+		log_msg("(%llu more connections refused in the last second)",
+			(unsigned long long)d->refused_quiet);
+	d->refused_quiet = 0;
+	d->refused_log_ns = now;
+	log_msg(fmt, a, b);
 }
 
 void server_accept(struct daemon *d)
@@ -178,11 +197,20 @@ void server_accept(struct daemon *d)
 			return;
 		}
 		if (d->nclients >= d->o.max_clients) {
-			log_msg("client refused: %u clients connected (--max-clients)", d->nclients);
+			log_refused(d, "client refused: %u clients connected (--max-clients %u)",
+				    d->nclients, d->o.max_clients);
 			close(fd);
 			continue;
 		}
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+			close(fd);
+			continue;
+		}
+		if (cred.uid != 0 &&
+		    uid_count(&d->uid_clients, cred.uid) >= d->o.max_clients_per_uid) {
+			log_refused(d, "client refused: uid %u has %u connections (--max-clients-per-uid)",
+				    (unsigned)cred.uid,
+				    (unsigned)uid_count(&d->uid_clients, cred.uid));
 			close(fd);
 			continue;
 		}
@@ -215,6 +243,7 @@ void server_accept(struct daemon *d)
 			d->clients->prev = c;
 		d->clients = c;
 		d->nclients++;
+		uid_adjust(&d->uid_clients, c->id.uid, 1);
 	}
 }
 
@@ -370,7 +399,7 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 		else
 			ev = PROCREG_EV_UPDATED;
 	}
-	if (!mine && p->names.n >= d->o.max_names_per_proc)
+	if (!mine && (p->names.n >= d->o.max_names_per_proc || !uid_may_add(d, p)))
 		return -EDQUOT;
 	t.hash = k->hash;
 	t.kind = k->kind;
@@ -453,7 +482,7 @@ static int do_join(struct daemon *d, struct client *c, const struct pr_frame *f,
 	/* A new group for a process at its quota would only be made to be
 	 * dropped again. */
 	if (err == -ENOENT)
-		err = p->names.n >= d->o.max_names_per_proc
+		err = p->names.n >= d->o.max_names_per_proc || !uid_may_add(d, p)
 			      ? -EDQUOT
 			      : procreg__w_group(&d->w, f->name, f->name_len, true, &root);
 	if (!err) {
