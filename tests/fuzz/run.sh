@@ -15,7 +15,7 @@ status=0
 for h in fuzz_proto fuzz_table; do
 	mkdir -p "$scratch/$h"
 	echo "== $h: ${secs}s"
-	if ! (cd "$scratch" && "$build/tests/fuzz/$h" -max_total_time="$secs" -timeout=10 \
+	if ! (cd "$scratch" && "$build/tests/fuzz/$h" -max_total_time="$secs" -timeout=25 \
 		-rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
 		"$scratch/$h" "$src/corpus/$h" >"$scratch/$h.log" 2>&1); then
 		status=1
