@@ -61,18 +61,18 @@ static void proto_seeds(const char *dir)
 	put_file(dir, "replies", b, n);
 }
 
-static void name(struct pr_writer *w, const char *s, const char *meta, uint32_t pid)
+/* Publish an entry for PID under K in ROOT: a name, or a membership. */
+static void publish(struct pr_writer *w, struct pr_root *root, const struct pr_key *k,
+		    const char *s, const char *meta, uint32_t pid, uint32_t ev)
 {
 	struct pr_record t = { 0 };
-	struct pr_key k;
 	uint64_t pos, off;
 
-	pr_key_name(&k, PR_KIND_NAME, s, strlen(s), w->map.hdr->hash_seed);
-	if (procreg__w_reserve(w, &w->map.hdr->names) < 0)
+	if (procreg__w_reserve(w, root) < 0)
 		exit(1);
-	procreg__w_find(w, &w->map.hdr->names, &k, &pos);
-	t.hash = k.hash;
-	t.kind = PR_KIND_NAME;
+	procreg__w_find(w, root, k, &pos);
+	t.hash = k->hash;
+	t.kind = k->kind;
 	t.pid = pid;
 	t.start_time = 1000 + pid;
 	t.uid = 1000;
@@ -80,32 +80,27 @@ static void name(struct pr_writer *w, const char *s, const char *meta, uint32_t 
 	t.meta_len = (uint16_t)strlen(meta);
 	if (procreg__w_new_record(w, &t, s, meta, &off) < 0)
 		exit(1);
-	procreg__w_publish(w, &w->map.hdr->names, pos, off);
-	procreg__w_emit(w, PROCREG_EV_REGISTERED, (const struct pr_record *)(w->map.base + off));
+	procreg__w_publish(w, root, pos, off);
+	procreg__w_emit(w, ev, (const struct pr_record *)(w->map.base + off));
+}
+
+static void name(struct pr_writer *w, const char *s, const char *meta, uint32_t pid)
+{
+	struct pr_key k;
+
+	pr_key_name(&k, PR_KIND_NAME, s, strlen(s), w->map.hdr->hash_seed);
+	publish(w, &w->map.hdr->names, &k, s, meta, pid, PROCREG_EV_REGISTERED);
 }
 
 static void member(struct pr_writer *w, const char *g, uint32_t pid)
 {
-	struct pr_record t = { 0 };
 	struct pr_root *root;
 	struct pr_key k;
-	uint64_t pos, off;
 
-	if (procreg__w_group(w, g, strlen(g), true, &root) < 0 || procreg__w_reserve(w, root) < 0)
+	if (procreg__w_group(w, g, strlen(g), true, &root) < 0)
 		exit(1);
 	pr_key_member(&k, pid, 1000 + pid, 0, w->map.hdr->hash_seed);
-	procreg__w_find(w, root, &k, &pos);
-	t.hash = k.hash;
-	t.kind = PR_KIND_MEMBER;
-	t.pid = pid;
-	t.start_time = 1000 + pid;
-	t.uid = 1000;
-	t.name_len = (uint16_t)strlen(g);
-	t.meta_len = 2;
-	if (procreg__w_new_record(w, &t, g, "mm", &off) < 0)
-		exit(1);
-	procreg__w_publish(w, root, pos, off);
-	procreg__w_emit(w, PROCREG_EV_JOINED, (const struct pr_record *)(w->map.base + off));
+	publish(w, root, &k, g, "mm", pid, PROCREG_EV_JOINED);
 }
 
 static void table_seed(const char *tmp, const char *out, const char *fname, int variant)
