@@ -16,6 +16,11 @@
  *
  * PROCREG_CRASH_ROUNDS and PROCREG_CRASH_SEED override the defaults (the
  * seed is printed, so a failure can be replayed).
+ *
+ * test_reader_kills: reader processes SIGKILLed inside read-side critical
+ * sections (some certainly, holding one open; some at random points of a
+ * lookup loop) while the table churns through many times its own size:
+ * reclamation must go on (no -ENOSPC), and dead readers' slots come back.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -29,6 +34,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "internal.h"
 
 #define WORKERS 4
 #define MAX_GEN 1024          /* workers ever started */
@@ -302,6 +308,157 @@ static void test_crash_storm(void **state)
 		      (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
 }
 
+/* ---- readers killed inside critical sections -------------------------- */
+
+#define READERS 6
+#define CHURN_NAMES 50
+
+struct reader_arg {
+	const char *dir;
+	int ready_fd;
+	int hold;             /* 1: lock once and wait to be killed */
+};
+
+static int count_entry(const struct procreg_entry *e, void *arg)
+{
+	(void)e;
+	(*(unsigned *)arg)++;
+	return 0;
+}
+
+static int reader_main(void *p)
+{
+	struct reader_arg *a = p;
+	procreg_t *r = th_open(a->dir);
+	char c = 1, name[32];
+
+	if (!r)
+		return 70;
+	if (a->hold) {
+		struct pr_reader_slot *s = procreg__rcu_slot(&r->rcu);
+
+		if (!s)
+			return 71;
+		pr_read_lock(&r->map, s);
+		if (write(a->ready_fd, &c, 1) != 1)
+			return 72;
+		pause(); /* killed here, inside the critical section */
+		return 73;
+	}
+	if (write(a->ready_fd, &c, 1) != 1)
+		return 72;
+	for (unsigned i = 0;; i++) {
+		unsigned n = 0;
+
+		snprintf(name, sizeof(name), "churn.%u", i % CHURN_NAMES);
+		procreg_lookup(r, name, NULL);
+		if (i % 64 == 0)
+			procreg_foreach(r, count_entry, &n);
+	}
+}
+
+static int setup_small_table(void **state)
+{
+	static const char *const args[] = { "--max-size", "16M", NULL };
+	return th_fx_start(state, args, NULL);
+}
+
+static void test_reader_kills(void **state)
+{
+	struct th_fx *f = *state;
+	const char *env_rounds = getenv("PROCREG_CRASH_ROUNDS");
+	int rounds = env_rounds ? atoi(env_rounds) : 40, ready[2], killed = 0, held = 0;
+	static unsigned char meta[PROCREG_META_MAX];
+	pid_t readers[READERS] = { 0 };
+	struct procreg_stats st;
+	uint64_t max_used = 0, slots0, writes = 0;
+	char name[32], c;
+
+	if (!rng)
+		rng = (uint64_t)time(NULL) | 1;
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	assert_int_equal(procreg_lookup(f->reg, "none", NULL), -ENOENT); /* our slot */
+	procreg_stats(f->reg, &st);
+	slots0 = st.reader_slots_used;
+	for (int round = 0; round < rounds; round++) {
+		for (int i = 0; i < READERS; i++) {
+			struct reader_arg a = { f->dir, ready[1], i < READERS / 2 };
+
+			if (readers[i])
+				continue;
+			readers[i] = th_fork(reader_main, &a);
+			assert_true(readers[i] > 0);
+			assert_int_equal(read(ready[0], &c, 1), 1);
+		}
+		/* Churn: every update retires a record of about 1 KiB. */
+		for (int i = 0; i < 1000; i++) {
+			int err;
+
+			snprintf(name, sizeof(name), "churn.%d", i % CHURN_NAMES);
+			meta[0] = (unsigned char)i;
+			err = procreg_register(f->reg, name, meta, sizeof(meta));
+			if (err) {
+				procreg_stats(f->reg, &st);
+				fail_msg("round %d: churn: %d (arena used %llu of %llu)", round, err,
+					 (unsigned long long)st.arena_used,
+					 (unsigned long long)st.arena_size);
+			}
+			writes++;
+			if (i % 100 == 99) {
+				procreg_stats(f->reg, &st);
+				if (st.arena_used > max_used)
+					max_used = st.arena_used;
+			}
+		}
+		/* Every holding reader dies inside its critical section, and
+		 * one looping reader wherever it stands. A holding reader that
+		 * lived on would hold back reclamation for good, by design. */
+		for (int i = 0; i < READERS / 2; i++) {
+			kill(readers[i], SIGKILL);
+			assert_int_equal(th_wait(readers[i]), 128 + SIGKILL);
+			readers[i] = 0;
+			killed++;
+			held++;
+		}
+		{
+			int i = READERS / 2 + (int)rnd(READERS - READERS / 2);
+
+			kill(readers[i], SIGKILL);
+			assert_int_equal(th_wait(readers[i]), 128 + SIGKILL);
+			readers[i] = 0;
+			killed++;
+		}
+	}
+	for (int i = 0; i < READERS; i++) {
+		if (!readers[i])
+			continue;
+		kill(readers[i], SIGKILL);
+		th_wait(readers[i]);
+		killed++;
+	}
+	/* Every dead reader's slot is cleared (the daemon checks owners at
+	 * least once a second). */
+	for (int t = 0; t < 100; t++) {
+		procreg_stats(f->reg, &st);
+		if (st.reader_slots_used == slots0)
+			break;
+		th_msleep(50);
+	}
+	assert_int_equal(st.reader_slots_used, slots0);
+	print_message("reader kills: %d rounds, %d readers killed (%d inside a held critical "
+		      "section), %llu updates of ~1 KiB through a %llu-byte arena, peak arena "
+		      "in use %llu bytes\n",
+		      rounds, killed, held, (unsigned long long)writes, (unsigned long long)st.arena_size,
+		      (unsigned long long)max_used);
+	/* Many times the arena went through it, and never more than half of
+	 * it was in use at once: memory retired while dead readers held it
+	 * came back. */
+	assert_true(writes * PROCREG_META_MAX > 2 * st.arena_size);
+	assert_true(max_used < st.arena_size / 2);
+	close(ready[0]);
+	close(ready[1]);
+}
+
 static int setup(void **state)
 {
 	return th_fx_start(state, NULL, NULL);
@@ -316,6 +473,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_crash_storm, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reader_kills, setup_small_table, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
