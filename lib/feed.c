@@ -25,13 +25,19 @@
 #include "internal.h"
 #include "probes.h"
 
-static const struct pr_event *ring(const struct pr_map *m)
+/* The ring, checked, and its capacity as checked: callers index with
+ * *CAPP, never with a second read of the header. The capacity is bounded
+ * by the mapping before it is multiplied, so that a hostile one (2^58
+ * events of 320 bytes wrap to 0) cannot pass the bounds check. */
+static const struct pr_event *ring(const struct pr_map *m, uint64_t *capp)
 {
-	uint64_t cap = m->hdr->feed_cap;
+	uint64_t cap = CMM_LOAD_SHARED(m->hdr->feed_cap);
 
-	if (!cap || (cap & (cap - 1)) || m->hdr->feed_off % PR_ALIGN ||
+	if (!cap || (cap & (cap - 1)) || cap > m->size / sizeof(struct pr_event) ||
+	    m->hdr->feed_off % PR_ALIGN ||
 	    !pr_at(m, m->hdr->feed_off, cap * sizeof(struct pr_event)))
 		return NULL;
+	*capp = cap;
 	return (const struct pr_event *)(m->base + m->hdr->feed_off);
 }
 
@@ -42,12 +48,12 @@ PR_PROBE_DEFINE(procregd, change);
 void procreg__w_emit(struct pr_writer *w, uint32_t type, const struct pr_record *r)
 {
 	struct pr_table_hdr *h = w->map.hdr;
-	struct pr_event *e = (struct pr_event *)ring(&w->map);
-	uint64_t s = h->feed_head + 1;
+	uint64_t cap, s = h->feed_head + 1;
+	struct pr_event *e = (struct pr_event *)ring(&w->map, &cap);
 
 	if (!e)
 		return;
-	e += s & (h->feed_cap - 1);
+	e += s & (cap - 1);
 	CMM_STORE_SHARED(e->seq, 0);
 	cmm_smp_wmb(); /* the slot reads as reused before any byte changes */
 	e->time_ns = procreg__now_ns();
@@ -109,10 +115,10 @@ static void to_event(const struct pr_event *e, struct procreg_event *ev, size_t 
 }
 
 /* Copy event S if it is still in the ring: 0, or -EOVERFLOW. */
-static int read_event(const struct pr_map *m, const struct pr_event *rg, uint64_t s,
+static int read_event(const struct pr_event *rg, uint64_t cap, uint64_t s,
 		      struct procreg_event *ev)
 {
-	const struct pr_event *e = &rg[s & (m->hdr->feed_cap - 1)];
+	const struct pr_event *e = &rg[s & (cap - 1)];
 	size_t nl;
 
 	if (PR_LOAD_ACQ(&e->seq) != s)
@@ -186,13 +192,14 @@ static int next_event(procreg_t *reg, uint64_t *cursor, struct procreg_event *ev
 		      const struct timespec *deadline, bool block)
 {
 	const struct pr_map *m = &reg->map;
-	const struct pr_event *rg = ring(m);
+	uint64_t cap;
+	const struct pr_event *rg = ring(m, &cap);
 	int err;
 
 	if (!rg)
 		return -EPROTO;
 	for (;;) {
-		uint64_t head = PR_LOAD_ACQ(&m->hdr->feed_head), cap = m->hdr->feed_cap;
+		uint64_t head = PR_LOAD_ACQ(&m->hdr->feed_head);
 
 		if (head > *cursor) {
 			/* Lapped already: the oldest event left is head-cap+1. */
@@ -200,7 +207,7 @@ static int next_event(procreg_t *reg, uint64_t *cursor, struct procreg_event *ev
 				*cursor = head - cap;
 				return -EOVERFLOW;
 			}
-			err = read_event(m, rg, *cursor + 1, ev);
+			err = read_event(rg, cap, *cursor + 1, ev);
 			if (err) {
 				*cursor = head > cap ? head - cap : *cursor;
 				return err;

@@ -24,6 +24,10 @@
 
 #define PR_LOAD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define PR_STORE_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+/* A word other threads of this process store to atomically (a reader
+ * slot's owner): a relaxed atomic load, not CMM_LOAD_SHARED's volatile
+ * one, which C11 (and ThreadSanitizer) count as a data race. */
+#define PR_LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 
 /* ---- paths ------------------------------------------------------------ */
 

@@ -106,6 +106,11 @@ struct pr_frame {
  * -EPROTO: the caller answers it with -EBADMSG and goes on. */
 int procreg__proto_next(const uint8_t *buf, size_t len, size_t *pos, struct pr_frame *f);
 
+/* The daemon's check of a decoded REGISTER/UNREGISTER/JOIN/LEAVE/REFRESH
+ * frame's name and metadata: 0, -EINVAL (empty, or holds a NUL),
+ * -ENAMETOOLONG, -EMSGSIZE. */
+int procreg__proto_check_name(const struct pr_frame *f);
+
 /* Append a frame to BUF (capacity PR_PACKET_MAX) at *pos. -ENOBUFS when
  * it does not fit (the caller starts a new packet). */
 int procreg__proto_put(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,

@@ -167,7 +167,7 @@ static struct pr_reader_slot *claim(struct pr_map *m)
 	for (uint32_t i = 0; i < m->nslots; i++) {
 		struct pr_reader_slot *s = &m->slots[i];
 
-		if (CMM_LOAD_SHARED(s->owner) != 0)
+		if (PR_LOAD_RELAXED(&s->owner) != 0)
 			continue;
 		if (uatomic_cmpxchg(&s->owner, 0, owner) != 0)
 			continue;

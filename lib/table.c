@@ -686,7 +686,7 @@ PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *st)
 	st->daemon_started_ns = CMM_LOAD_SHARED(h->daemon_started_ns);
 	st->reader_slots = reg->map.nslots;
 	for (uint32_t i = 0; i < reg->map.nslots; i++)
-		used += CMM_LOAD_SHARED(reg->map.slots[i].owner) != 0;
+		used += PR_LOAD_RELAXED(&reg->map.slots[i].owner) != 0;
 	st->reader_slots_used = used;
 	if (s) {
 		pr_read_lock(&reg->map, s);

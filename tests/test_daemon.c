@@ -413,6 +413,163 @@ static void test_names_per_process(void **state)
 	assert_int_equal(procreg_register(f->reg, "q10", NULL, 0), 0);
 }
 
+/* ---- per-uid quotas ---------------------------------------------------- */
+
+static int setup_uid_quota(void **state)
+{
+	static const char *const args[] = { "--max-names-per-uid", "20",
+					    "--max-clients-per-uid", "2", NULL };
+	return th_fx_start(state, args, NULL);
+}
+
+struct quota_kid {
+	const char *dir;
+	int ready_fd;   /* A writes a byte when it holds its quota */
+	int hold_fd;    /* and waits for EOF here */
+};
+
+/* As uid 65534, with a second process of the same uid: 20 names and
+ * memberships between them and two connections, then nothing more. */
+static int quota_hog(void *arg)
+{
+	struct quota_kid *k = arg;
+	int gready[2], ghold[2], err;
+	procreg_t *r, *r3;
+	char name[32], c = 0;
+	pid_t g;
+
+	if (setgid(65534) < 0 || setuid(65534) < 0)
+		return 40;
+	r = th_open(k->dir);
+	if (!r)
+		return 41;
+	for (int i = 0; i < 10; i++) {
+		snprintf(name, sizeof(name), "hog.a%d", i);
+		if (procreg_register(r, name, NULL, 0) != 0)
+			return 42;
+	}
+	if (pipe2(gready, O_CLOEXEC) < 0 || pipe2(ghold, O_CLOEXEC) < 0)
+		return 43;
+	g = fork();
+	if (g == 0) {
+		procreg_t *rg = th_open(k->dir);
+
+		close(ghold[1]);
+		for (int i = 0; i < 10; i++) {
+			snprintf(name, sizeof(name), "hog.b%d", i);
+			if (!rg || procreg_register(rg, name, NULL, 0) != 0)
+				_exit(1);
+		}
+		if (write(gready[1], &c, 1) != 1 || read(ghold[0], &c, 1) < 0)
+			_exit(2);
+		_exit(0);
+	}
+	close(ghold[0]);
+	close(gready[1]);
+	if (read(gready[0], &c, 1) != 1)
+		return 44;
+	/* The uid holds 20 between two processes: a 21st, by either, fails. */
+	if (procreg_register(r, "hog.a10", NULL, 0) != -EDQUOT)
+		return 45;
+	if (procreg_join(r, "hog.group", NULL, 0) != -EDQUOT)
+		return 46;
+	/* Replacing one it holds is not a new name. */
+	if (procreg_register(r, "hog.a3", "x", 1) != 0)
+		return 47;
+	/* A third connection of the uid is refused. */
+	r3 = th_open(k->dir);
+	if (!r3)
+		return 48;
+	err = procreg_register(r3, "hog.c0", NULL, 0);
+	if (err == 0 || err == -EDQUOT)
+		return 49;
+	procreg_close(r3);
+	if (write(k->ready_fd, &c, 1) != 1 || read(k->hold_fd, &c, 1) < 0)
+		return 50;
+	/* The other process exits: its ten go, and room comes back. */
+	close(ghold[1]);
+	if (th_wait(g) != 0)
+		return 51;
+	if (procreg_sync(r) != 0 || procreg_register(r, "hog.a10", NULL, 0) != 0)
+		return 52;
+	procreg_close(r);
+	return 0;
+}
+
+/* Another unprivileged uid, while 65534 holds its whole quota. */
+static int quota_other(void *arg)
+{
+	const char *dir = arg;
+	procreg_t *r, *r2;
+	char name[32];
+
+	if (setgid(65533) < 0 || setuid(65533) < 0)
+		return 60;
+	r = th_open(dir);
+	r2 = th_open(dir);
+	if (!r || !r2)
+		return 61;
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "other.%d", i);
+		if (procreg_register(i % 2 ? r : r2, name, NULL, 0) != 0)
+			return 62;
+	}
+	if (procreg_register(r, "other.20", NULL, 0) != -EDQUOT)
+		return 63;
+	procreg_close(r);
+	procreg_close(r2);
+	return 0;
+}
+
+static void test_uid_quotas(void **state)
+{
+	struct fx *f = *state;
+	int ready[2], hold[2];
+	struct quota_kid k;
+	char log[8192] = "", c;
+	pid_t hog, other;
+	FILE *lf;
+	size_t n;
+
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(hold, O_CLOEXEC), 0);
+	k = (struct quota_kid){ f->dir, ready[1], hold[0] };
+	hog = fork();
+	assert_true(hog >= 0);
+	if (hog == 0) {
+		close(ready[0]);
+		close(hold[1]);
+		_exit(quota_hog(&k));
+	}
+	close(ready[1]);
+	close(hold[0]);
+	if (read(ready[0], &c, 1) != 1) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("quota hog: status %d", th_wait(hog));
+	}
+	/* 65534 is at both quotas: another uid is not held back by it... */
+	other = th_fork(quota_other, f->dir);
+	assert_int_equal(th_wait(other), 0);
+	/* ...nor is root, which has no quota. */
+	for (int i = 0; i < 30; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "root.%d", i);
+		assert_int_equal(procreg_register(f->reg, name, NULL, 0), 0);
+	}
+	close(hold[1]);
+	assert_int_equal(th_wait(hog), 0);
+	close(ready[0]);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "hog.a3", NULL), -ENOENT);
+	lf = fopen(f->d.log, "r");
+	assert_non_null(lf);
+	n = fread(log, 1, sizeof(log) - 1, lf);
+	log[n] = 0;
+	fclose(lf);
+	assert_non_null(strstr(log, "client refused: uid 65534 has 2 connections (--max-clients-per-uid)"));
+}
+
 static pid_t keeper(void)
 {
 	pid_t pid = fork();
@@ -975,6 +1132,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_other_uid_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_name_and_meta_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_per_process, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_uid_quotas, setup_uid_quota, teardown),
 		cmocka_unit_test_setup_teardown(test_table_full, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_max_clients, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_reader_slots_exhausted, setup_small, teardown),

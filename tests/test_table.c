@@ -2033,6 +2033,41 @@ static void test_readonly_mapping(void **state)
 	free(dir);
 }
 
+/* A feed capacity so large that capacity * sizeof(struct pr_event) wraps
+ * to 0 passed the ring's bounds check, and reading an event far ahead of
+ * the ring's start crashed the reader (seen while writing
+ * tests/fuzz/fuzz_table, whose seed feed-cap-wraps reproduces it).
+ * The ring is refused now; lookups still work. */
+static void test_hostile_feed(void **state)
+{
+	char *dir = th_mkdtemp();
+	struct pr_writer w;
+	struct pr_paths p;
+	struct procreg_event ev;
+	uint64_t v, cursor;
+	procreg_t *r;
+
+	(void)state;
+	w_open_at(&w, dir, 2 * MB);
+	assert_int_equal(put(&w, "one", 1), 0);
+	procreg__writer_close(&w);
+	assert_int_equal(procreg__paths(&p, SCOPE, dir, NULL), 0);
+	v = 1ull << 58;
+	patch(p.table, offsetof(struct pr_table_hdr, feed_cap), &v, 8);
+	v = 1ull << 40;
+	patch(p.table, offsetof(struct pr_table_hdr, feed_head), &v, 8);
+	r = r_open(dir);
+	assert_non_null(r);
+	assert_int_equal(procreg_lookup(r, "one", NULL), 0);
+	cursor = procreg_feed_head(r) - 4;
+	assert_int_equal(procreg_next_event(r, &cursor, &ev, 0), -EPROTO);
+	cursor = 0;
+	assert_int_equal(procreg_next_event(r, &cursor, &ev, 0), -EPROTO);
+	procreg_close(r);
+	th_rmrf(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2048,6 +2083,7 @@ int main(void)
 		cmocka_unit_test(test_damaged_table),
 		cmocka_unit_test(test_bad_header),
 		cmocka_unit_test(test_readonly_mapping),
+		cmocka_unit_test(test_hostile_feed),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

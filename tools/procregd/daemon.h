@@ -73,6 +73,8 @@ struct daemon_opts {
 	uint32_t readers;
 	uint32_t max_names_per_proc;
 	uint32_t max_clients;
+	uint32_t max_names_per_uid;    /* names + memberships of one uid's processes */
+	uint32_t max_clients_per_uid;  /* connections of one uid */
 	bool foreground;
 	int verbose;
 	int listen_fd;            /* passed by systemd (LISTEN_FDS), else -1 */
@@ -102,6 +104,11 @@ struct daemon {
 	uint32_t nclients;
 	uint32_t nsubscribers;
 	struct proc *gone;        /* procs to free once the current batch is done */
+	/* Per-uid quotas (uid 0 is not limited): uid + 2 -> count. */
+	struct pr_u64map uid_names;   /* names and memberships held */
+	struct pr_u64map uid_clients; /* connections */
+	uint64_t refused_log_ns;      /* last refusal logged: one a second at most */
+	uint64_t refused_quiet;       /* refusals not logged since */
 	struct queue *queues;     /* owners.c */
 	struct lease *leases;
 
@@ -180,6 +187,11 @@ static inline void bridge_note(struct daemon *d, int del, uint64_t off)
 }
 
 /* procs.c */
+/* Per-uid counters: the count for UID, and a change of it. */
+uint64_t uid_count(const struct pr_u64map *m, uid_t uid);
+void uid_adjust(struct pr_u64map *m, uid_t uid, int64_t delta);
+/* Whether a process of P's uid may hold one more name or membership. */
+bool uid_may_add(const struct daemon *d, const struct proc *p);
 struct proc *proc_get(struct daemon *d, pid_t pid);
 /* Find or create the entry for the process IDENT names; takes a dup of its
  * pidfd. A stale entry for a previous process with the same pid is

@@ -81,6 +81,10 @@ static void usage(FILE *f)
 		"      --readers N           reader slots, fixed at creation (default 4096)\n"
 		"      --max-names-per-proc N  names one process may hold (default 65536)\n"
 		"      --max-clients N       connected clients (default 1024)\n"
+		"      --max-names-per-uid N names and memberships the processes of one uid\n"
+		"                            may hold together (default 262144; root: no limit)\n"
+		"      --max-clients-per-uid N  connections of one uid (default 128; root: no\n"
+		"                            limit)\n"
 		"  -v, --verbose             log every connection and death\n"
 		"\n"
 		"Replication (the bridge; all off without --node):\n"
@@ -141,7 +145,7 @@ static int parse_u32(const char *s, uint32_t *out)
 static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 {
 	enum { O_MAX_SIZE = 256, O_READERS, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
-	       O_COOKIE, O_BACKEND, O_RESOLVER };
+	       O_COOKIE, O_BACKEND, O_RESOLVER, O_UID_NAMES, O_UID_CLIENTS };
 	static const struct option lo[] = {
 		{ "scope", required_argument, NULL, 's' },
 		{ "dir", required_argument, NULL, 'd' },
@@ -157,6 +161,8 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "cookie-file", required_argument, NULL, O_COOKIE },
 		{ "bridge-backend", required_argument, NULL, O_BACKEND },
 		{ "resolver", required_argument, NULL, O_RESOLVER },
+		{ "max-names-per-uid", required_argument, NULL, O_UID_NAMES },
+		{ "max-clients-per-uid", required_argument, NULL, O_UID_CLIENTS },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -168,6 +174,8 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 	o->readers = 4096;
 	o->max_names_per_proc = 65536;
 	o->max_clients = 1024;
+	o->max_names_per_uid = 262144;
+	o->max_clients_per_uid = 128;
 	while ((c = getopt_long(argc, argv, "s:d:S:fvhV", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': o->scope = optarg; break;
@@ -215,6 +223,18 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		case O_CLIENTS:
 			if (parse_u32(optarg, &o->max_clients) < 0) {
 				fprintf(stderr, "procregd: --max-clients %s: want a positive number\n", optarg);
+				return -1;
+			}
+			break;
+		case O_UID_NAMES:
+			if (parse_u32(optarg, &o->max_names_per_uid) < 0) {
+				fprintf(stderr, "procregd: --max-names-per-uid %s: want a positive number\n", optarg);
+				return -1;
+			}
+			break;
+		case O_UID_CLIENTS:
+			if (parse_u32(optarg, &o->max_clients_per_uid) < 0) {
+				fprintf(stderr, "procregd: --max-clients-per-uid %s: want a positive number\n", optarg);
 				return -1;
 			}
 			break;

@@ -127,6 +127,29 @@ int proc_attach(struct daemon *d, const struct ident *id, struct proc **out)
 	return 0;
 }
 
+uint64_t uid_count(const struct pr_u64map *m, uid_t uid)
+{
+	uint64_t v = 0;
+
+	return procreg__u64map_get(m, (uint64_t)uid + 2, &v) < 0 ? 0 : v;
+}
+
+void uid_adjust(struct pr_u64map *m, uid_t uid, int64_t delta)
+{
+	uint64_t v = uid_count(m, uid) + (uint64_t)delta;
+
+	/* A failed put (no memory) loses count: the quota errs generous. */
+	if ((int64_t)v <= 0)
+		procreg__u64map_del(m, (uint64_t)uid + 2);
+	else
+		procreg__u64map_put(m, (uint64_t)uid + 2, v);
+}
+
+bool uid_may_add(const struct daemon *d, const struct proc *p)
+{
+	return p->uid == 0 || uid_count(&d->uid_names, p->uid) < d->o.max_names_per_uid;
+}
+
 int proc_add_name(struct daemon *d, struct proc *p, uint64_t off)
 {
 	int err = procreg__vec_push(&p->names, off);
@@ -135,6 +158,8 @@ int proc_add_name(struct daemon *d, struct proc *p, uint64_t off)
 		err = procreg__u64map_put(&d->owned, off, p->names.n - 1);
 	if (err && p->names.n && p->names.v[p->names.n - 1] == off)
 		p->names.n--;
+	if (!err)
+		uid_adjust(&d->uid_names, p->uid, 1);
 	return err;
 }
 
@@ -175,6 +200,7 @@ static struct proc *unlink_name(struct daemon *d, uint64_t off)
 		procreg__u64map_put(&d->owned, last, idx);
 	}
 	procreg__u64map_del(&d->owned, off);
+	uid_adjust(&d->uid_names, p->uid, -1);
 	return p;
 }
 
@@ -235,6 +261,7 @@ void proc_died(struct daemon *d, struct proc *p)
 	for (size_t i = 0; i < nheirs; i++)
 		owners_name_gone(d, heirs[i], strlen(heirs[i]));
 	free(heirs);
+	uid_adjust(&d->uid_names, p->uid, -(int64_t)n);
 	if (n)
 		CMM_STORE_SHARED(d->w.map.hdr->deaths, d->w.map.hdr->deaths + 1);
 	PR_TRACE(procregd, death, p->pid, n, d->wake_ns ? procreg__mono_ns() - d->wake_ns : 0);
@@ -364,4 +391,6 @@ void procs_free_all(struct daemon *d)
 	procreg__u64map_free(&d->procs);
 	procreg__u64map_free(&d->owned);
 	procs_reap(d);
+	procreg__u64map_free(&d->uid_names);
+	procreg__u64map_free(&d->uid_clients);
 }

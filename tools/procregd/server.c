@@ -151,6 +151,7 @@ static void client_close(struct daemon *d, struct client *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	d->nclients--;
+	uid_adjust(&d->uid_clients, c->id.uid, -1);
 	free(c);
 }
 
@@ -193,6 +194,24 @@ static uint64_t boot_ticks(void)
 	return (uint64_t)ts.tv_sec * (uint64_t)hz + (uint64_t)ts.tv_nsec / (1000000000ull / (uint64_t)hz);
 }
 
+/* A refused connection, logged at most once a second: a client that
+ * reconnects in a loop cannot flood the log. */
+static void log_refused(struct daemon *d, const char *fmt, unsigned a, unsigned b)
+{
+	uint64_t now = procreg__mono_ns();
+
+	if (d->refused_log_ns && now - d->refused_log_ns < 1000000000ull) {
+		d->refused_quiet++;
+		return;
+	}
+	if (d->refused_quiet)
+		log_msg("(%llu more connections refused in the last second)",
+			(unsigned long long)d->refused_quiet);
+	d->refused_quiet = 0;
+	d->refused_log_ns = now;
+	log_msg(fmt, a, b);
+}
+
 void server_accept(struct daemon *d)
 {
 	for (;;) {
@@ -207,11 +226,20 @@ void server_accept(struct daemon *d)
 			return;
 		}
 		if (d->nclients >= d->o.max_clients) {
-			log_msg("client refused: %u clients connected (--max-clients)", d->nclients);
+			log_refused(d, "client refused: %u clients connected (--max-clients %u)",
+				    d->nclients, d->o.max_clients);
 			close(fd);
 			continue;
 		}
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+			close(fd);
+			continue;
+		}
+		if (cred.uid != 0 &&
+		    uid_count(&d->uid_clients, cred.uid) >= d->o.max_clients_per_uid) {
+			log_refused(d, "client refused: uid %u has %u connections (--max-clients-per-uid)",
+				    (unsigned)cred.uid,
+				    (unsigned)uid_count(&d->uid_clients, cred.uid));
 			close(fd);
 			continue;
 		}
@@ -246,6 +274,7 @@ void server_accept(struct daemon *d)
 			d->clients->prev = c;
 		d->clients = c;
 		d->nclients++;
+		uid_adjust(&d->uid_clients, c->id.uid, 1);
 	}
 }
 
@@ -371,17 +400,6 @@ static int target_of(struct client *c, const struct pr_frame *f, int passed_fd,
 	return 0;
 }
 
-static int valid_name(const struct pr_frame *f)
-{
-	if (f->name_len == 0 || memchr(f->name, 0, f->name_len))
-		return -EINVAL;
-	if (f->name_len > PROCREG_NAME_MAX)
-		return -ENAMETOOLONG;
-	if (f->meta_len > PROCREG_META_MAX)
-		return -EMSGSIZE;
-	return 0;
-}
-
 /*
  * Publish a name or a membership for P (identity ID) in ROOT: insert it,
  * or replace the one P already holds there (new metadata). A name another
@@ -423,7 +441,7 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 		else
 			ev = PROCREG_EV_UPDATED;
 	}
-	if (!mine && p->names.n >= d->o.max_names_per_proc)
+	if (!mine && (p->names.n >= d->o.max_names_per_proc || !uid_may_add(d, p)))
 		return -EDQUOT;
 	t.hash = k->hash;
 	t.kind = k->kind;
@@ -472,7 +490,7 @@ static int do_register(struct daemon *d, struct client *c, const struct pr_frame
 	struct ident id;
 	struct proc *p;
 	struct pr_key k;
-	int err = valid_name(f);
+	int err = procreg__proto_check_name(f);
 
 	if (!err)
 		err = target_of(c, f, passed_fd, &id);
@@ -495,7 +513,7 @@ static int do_join(struct daemon *d, struct client *c, const struct pr_frame *f,
 	struct ident id;
 	struct proc *p;
 	struct pr_key k;
-	int err = valid_name(f);
+	int err = procreg__proto_check_name(f);
 
 	if (!err)
 		err = target_of(c, f, passed_fd, &id);
@@ -507,7 +525,7 @@ static int do_join(struct daemon *d, struct client *c, const struct pr_frame *f,
 	/* A new group for a process at its quota would only be made to be
 	 * dropped again. */
 	if (err == -ENOENT)
-		err = p->names.n >= d->o.max_names_per_proc
+		err = p->names.n >= d->o.max_names_per_proc || !uid_may_add(d, p)
 			      ? -EDQUOT
 			      : procreg__w_group(&d->w, f->name, f->name_len, true, &root);
 	if (!err) {
@@ -536,7 +554,7 @@ static int do_unregister(struct daemon *d, struct client *c, const struct pr_fra
 {
 	struct pr_key k;
 	uint64_t pos, off;
-	int err = valid_name(f);
+	int err = procreg__proto_check_name(f);
 
 	if (err)
 		return err;
@@ -559,7 +577,7 @@ static int do_leave(struct daemon *d, struct client *c, const struct pr_frame *f
 	struct pr_root *root;
 	struct pr_key k;
 	uint64_t pos, off;
-	int err = valid_name(f);
+	int err = procreg__proto_check_name(f);
 
 	if (err)
 		return err;
@@ -590,7 +608,7 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 	case PR_OP_LEAVE:
 		return do_leave(d, c, f);
 	case PR_OP_REFRESH:
-		return valid_name(f) ?: owners_refresh(d, c, f);
+		return procreg__proto_check_name(f) ?: owners_refresh(d, c, f);
 	case PR_OP_SYNC:
 		procs_drain_deaths(d);
 		return 0;

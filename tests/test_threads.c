@@ -1,0 +1,156 @@
+/*
+ * test_threads.c - one handle, many threads: lookups, walks, counters,
+ * the feed, registrations, joins and removals all at once, while another
+ * process churns the table so that the daemon rebuilds indexes and
+ * reclaims memory under the readers.
+ *
+ * Run under ThreadSanitizer by CI (-DPROCREG_TSAN=ON): the handle's
+ * shared state (reader slots, the connection, the request buffers) must
+ * be race-free between threads.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define THREADS 8
+#define ITERS 3000
+
+struct targ {
+	procreg_t *reg;
+	int id;
+	int failures;
+	char why[128];
+};
+
+static int count_cb(const struct procreg_entry *e, void *arg)
+{
+	(void)e;
+	(*(unsigned *)arg)++;
+	return 0;
+}
+
+static int group_cb(const struct procreg_group *g, void *arg)
+{
+	(void)g;
+	(*(unsigned *)arg)++;
+	return 0;
+}
+
+static void *thread_main(void *p)
+{
+	struct targ *t = p;
+	char name[64], other[64], group[32];
+	struct procreg_entry e;
+	struct procreg_stats st;
+	struct procreg_event ev;
+	uint64_t cursor = procreg_feed_head(t->reg), members, local;
+
+	snprintf(group, sizeof(group), "tgroup.%d", t->id % 3);
+	for (int i = 0; i < ITERS && !t->failures; i++) {
+		unsigned n = 0;
+
+		snprintf(name, sizeof(name), "thr.%d.%d", t->id, i % 50);
+		snprintf(other, sizeof(other), "thr.%d.%d", (t->id + 1) % THREADS, i % 50);
+		if (procreg_register(t->reg, name, &i, sizeof(i)) != 0) {
+			snprintf(t->why, sizeof(t->why), "register %s", name);
+			t->failures++;
+			break;
+		}
+		if (procreg_lookup(t->reg, name, &e) != 0 || e.pid != getpid() ||
+		    e.meta_len != sizeof(i) || memcmp(e.meta, &i, sizeof(i))) {
+			snprintf(t->why, sizeof(t->why), "lookup own %s", name);
+			t->failures++;
+			break;
+		}
+		procreg_lookup(t->reg, other, NULL);
+		procreg_lookup(t->reg, "churn.7", NULL);
+		if (i % 10 == 0)
+			procreg_foreach(t->reg, count_cb, &n);
+		if (i % 7 == 0) {
+			if (procreg_join(t->reg, group, &i, sizeof(i)) != 0) {
+				snprintf(t->why, sizeof(t->why), "join %s", group);
+				t->failures++;
+				break;
+			}
+			procreg_members(t->reg, group, count_cb, &n);
+			procreg_group_count(t->reg, group, &members, &local);
+			procreg_groups(t->reg, group_cb, &n);
+		}
+		if (i % 3 == 0 && procreg_unregister(t->reg, name) != 0) {
+			snprintf(t->why, sizeof(t->why), "unregister %s", name);
+			t->failures++;
+			break;
+		}
+		procreg_stats(t->reg, &st);
+		while (procreg_next_event(t->reg, &cursor, &ev, 0) == 0)
+			;
+	}
+	return NULL;
+}
+
+/* Another process: churn, so that indexes grow and records are retired
+ * and reclaimed while the threads read. */
+static int churn_main(void *arg)
+{
+	procreg_t *r = th_open(arg);
+	char name[64];
+
+	if (!r)
+		return 70;
+	for (unsigned i = 0;; i++) {
+		snprintf(name, sizeof(name), "churn.%u", i % 2000);
+		procreg_register(r, name, NULL, 0);
+		if (i % 2 == 0) {
+			snprintf(name, sizeof(name), "churn.%u", (i * 7) % 2000);
+			procreg_unregister(r, name);
+		}
+	}
+}
+
+static void test_threads(void **state)
+{
+	struct th_fx *f = *state;
+	pthread_t th[THREADS];
+	struct targ a[THREADS];
+	pid_t churn = th_fork(churn_main, f->dir);
+
+	assert_true(churn > 0);
+	for (int i = 0; i < THREADS; i++) {
+		a[i] = (struct targ){ .reg = f->reg, .id = i };
+		assert_int_equal(pthread_create(&th[i], NULL, thread_main, &a[i]), 0);
+	}
+	for (int i = 0; i < THREADS; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		if (a[i].failures)
+			fail_msg("thread %d: %s", i, a[i].why);
+	}
+	kill(churn, SIGKILL);
+	th_wait(churn);
+	assert_int_equal(procreg_sync(f->reg), 0);
+}
+
+static int setup(void **state)
+{
+	return th_fx_start(state, NULL, NULL);
+}
+
+static int teardown(void **state)
+{
+	return th_fx_stop(state);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
