@@ -354,6 +354,33 @@ static int collect_group(const struct procreg_group *g, void *arg)
 	return push(arg, g);
 }
 
+/* Open the registry, walk what WHAT lists (GROUP's members for
+ * "members") into ALL, close it, sort with CMP. 0, or -1 after saying
+ * why. */
+static int gather(struct cli *c, const char *what, const char *group, struct collected *all,
+		  int (*cmp)(const void *, const void *))
+{
+	procreg_t *reg = open_or_die(c);
+	int err;
+
+	if (!strcmp(what, "groups"))
+		err = procreg_groups(reg, collect_group, all);
+	else if (group)
+		err = procreg_members(reg, group, collect, all);
+	else
+		err = procreg_foreach(reg, collect, all);
+	procreg_close(reg);
+	if (err) {
+		fprintf(stderr, "%s: %s%s%s: %s\n", prog, what, group ? " " : "", group ? group : "",
+			procreg_strerror(err));
+		free(all->v);
+		return -1;
+	}
+	if (all->n)
+		qsort(all->v, all->n, all->elem, cmp);
+	return 0;
+}
+
 static int by_name(const void *a, const void *b)
 {
 	return strcmp(((const struct procreg_entry *)a)->name,
@@ -363,24 +390,15 @@ static int by_name(const void *a, const void *b)
 static int cmd_ls(struct cli *c, int argc, char **argv)
 {
 	struct collected all = { .elem = sizeof(struct procreg_entry) };
-	procreg_t *reg;
 	struct procreg_entry *v;
-	int err, w = 4;
+	int w = 4;
 
 	(void)argv;
 	if (argc != 0)
 		die_usage("ls: unexpected argument", argv[0]);
-	reg = open_or_die(c);
-	err = procreg_foreach(reg, collect, &all);
-	v = all.v;
-	procreg_close(reg);
-	if (err) {
-		fprintf(stderr, "%s: ls: %s\n", prog, procreg_strerror(err));
-		free(all.v);
+	if (gather(c, "ls", NULL, &all, by_name))
 		return EXIT_ERR;
-	}
-	if (all.n)
-		qsort(all.v, all.n, all.elem, by_name);
+	v = all.v;
 	if (c->json) {
 		putchar('[');
 		for (size_t i = 0; i < all.n; i++) {
@@ -662,23 +680,13 @@ static int cmd_join(struct cli *c, int argc, char **argv)
 static int cmd_members(struct cli *c, int argc, char **argv)
 {
 	struct collected all = { .elem = sizeof(struct procreg_entry) };
-	procreg_t *reg;
 	struct procreg_entry *v;
-	int err;
 
 	if (argc != 1)
 		die_usage("members: expected one GROUP", NULL);
-	reg = open_or_die(c);
-	err = procreg_members(reg, argv[0], collect, &all);
-	v = all.v;
-	procreg_close(reg);
-	if (err) {
-		fprintf(stderr, "%s: members %s: %s\n", prog, argv[0], procreg_strerror(err));
-		free(all.v);
+	if (gather(c, "members", argv[0], &all, by_pid))
 		return EXIT_ERR;
-	}
-	if (all.n)
-		qsort(all.v, all.n, all.elem, by_pid);
+	v = all.v;
 	if (c->json) {
 		putchar('[');
 		for (size_t i = 0; i < all.n; i++) {
@@ -713,23 +721,14 @@ static int group_by_name(const void *a, const void *b)
 static int cmd_groups(struct cli *c, int argc, char **argv)
 {
 	struct collected all = { .elem = sizeof(struct procreg_group) };
-	procreg_t *reg;
 	struct procreg_group *v;
-	int err, w = 5;
+	int w = 5;
 
 	if (argc != 0)
 		die_usage("groups: unexpected argument", argv[0]);
-	reg = open_or_die(c);
-	err = procreg_groups(reg, collect_group, &all);
-	v = all.v;
-	procreg_close(reg);
-	if (err) {
-		fprintf(stderr, "%s: groups: %s\n", prog, procreg_strerror(err));
-		free(all.v);
+	if (gather(c, "groups", NULL, &all, group_by_name))
 		return EXIT_ERR;
-	}
-	if (all.n)
-		qsort(all.v, all.n, all.elem, group_by_name);
+	v = all.v;
 	if (c->json) {
 		putchar('[');
 		for (size_t i = 0; i < all.n; i++) {

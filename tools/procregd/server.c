@@ -484,18 +484,29 @@ static void count(uint64_t *counter)
 	CMM_STORE_SHARED(*counter, *counter + 1);
 }
 
+/* The checks every REGISTER and JOIN starts with: a valid name, an owner
+ * the client may act for, and that owner's entry (attached first: see
+ * entry_put). */
+static int attach_target(struct daemon *d, struct client *c, const struct pr_frame *f,
+			 int passed_fd, struct ident *id, struct proc **p)
+{
+	int err = procreg__proto_check_name(f);
+
+	if (!err)
+		err = target_of(c, f, passed_fd, id);
+	if (!err)
+		err = proc_attach(d, id, p);
+	return err;
+}
+
 static int do_register(struct daemon *d, struct client *c, const struct pr_frame *f,
 		       int passed_fd)
 {
 	struct ident id;
 	struct proc *p;
 	struct pr_key k;
-	int err = procreg__proto_check_name(f);
+	int err = attach_target(d, c, f, passed_fd, &id, &p);
 
-	if (!err)
-		err = target_of(c, f, passed_fd, &id);
-	if (!err)
-		err = proc_attach(d, &id, &p);
 	if (err)
 		return err;
 	pr_key_name(&k, PR_KIND_NAME, f->name, f->name_len, d->w.map.hdr->hash_seed);
@@ -513,12 +524,8 @@ static int do_join(struct daemon *d, struct client *c, const struct pr_frame *f,
 	struct ident id;
 	struct proc *p;
 	struct pr_key k;
-	int err = procreg__proto_check_name(f);
+	int err = attach_target(d, c, f, passed_fd, &id, &p);
 
-	if (!err)
-		err = target_of(c, f, passed_fd, &id);
-	if (!err)
-		err = proc_attach(d, &id, &p);
 	if (err)
 		return err;
 	err = procreg__w_group(&d->w, f->name, f->name_len, false, &root);
