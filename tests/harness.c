@@ -214,7 +214,7 @@ int th_cli(const char *dir, char *out, size_t outlen, const char *const *args)
 	return th_wait(pid);
 }
 
-static void th_drain(int fd, char *buf, size_t cap, size_t *got, int *open_)
+void th_drain(int fd, char *buf, size_t cap, size_t *got, int *open_)
 {
 	char tmp[4096];
 	ssize_t k = read(fd, tmp, sizeof(tmp));

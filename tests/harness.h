@@ -75,6 +75,9 @@ struct th_out {
 	char err[16384];
 };
 int th_run(struct th_out *o, const char *const *env, const char *const *argv);
+/* Read what FD has into BUF (capacity CAP, kept NUL-terminable), *GOT
+ * bytes so far; *OPEN_ turns 0 at end of file. */
+void th_drain(int fd, char *buf, size_t cap, size_t *got, int *open_);
 /* In a child about to exec: apply ENV as th_run does ("K=V" sets, "K"
  * unsets). */
 void th_apply_env(const char *const *env);

@@ -102,25 +102,6 @@ static int teardown(void **state)
 
 /* ---- running the CLI -------------------------------------------------- */
 
-static void drain(int fd, char *buf, size_t cap, size_t *got, int *open_)
-{
-	char tmp[4096];
-	ssize_t k = read(fd, tmp, sizeof(tmp));
-
-	if (k < 0 && errno == EINTR)
-		return;
-	if (k <= 0) {
-		*open_ = 0;
-		return;
-	}
-	if (*got + 1 < cap) {
-		size_t take = (size_t)k < cap - 1 - *got ? (size_t)k : cap - 1 - *got;
-
-		memcpy(buf + *got, tmp, take);
-		*got += take;
-	}
-}
-
 static struct res *last_res;
 
 /*
@@ -177,9 +158,9 @@ static int cli_env(struct res *r, const char *dir, const char *const *env,
 			fail_msg("procreg %s did not finish", args[0] ? args[0] : "");
 		}
 		if (p[0].revents)
-			drain(po[0], r->out, sizeof(r->out), &go, &oo);
+			th_drain(po[0], r->out, sizeof(r->out), &go, &oo);
 		if (p[1].revents)
-			drain(pe[0], r->err, sizeof(r->err), &ge, &eo);
+			th_drain(pe[0], r->err, sizeof(r->err), &ge, &eo);
 	}
 	close(po[0]);
 	close(pe[0]);
