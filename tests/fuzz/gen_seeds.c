@@ -21,6 +21,7 @@
 
 #include "internal.h"
 #include "proto.h"
+#include "bridge_proto.h"
 
 static void put_file(const char *dir, const char *name, const void *p, size_t n)
 {
@@ -59,6 +60,43 @@ static void proto_seeds(const char *dir)
 	procreg__proto_put_hello(b, &n, PR_OP_HELLO | PR_OP_REPLY, 1, -EPERM);
 	procreg__proto_put(b, &n, PR_OP_REGISTER | PR_OP_REPLY, 0, 2, -EEXIST, NULL, 0, NULL, 0);
 	put_file(dir, "replies", b, n);
+}
+
+static void bridge_seeds(const char *dir)
+{
+	static uint8_t b[PR_BP_FRAME_MAX];
+	static const uint8_t nonce[PR_BP_NONCE] = { 1, 2, 3 }, mac[PR_BP_MAC] = { 4, 5, 6 };
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 42, .uid = 1000,
+				 .start_time = 7, .registered_ns = 9, .name = "svc.a",
+				 .name_len = 5, .meta = "unix:/run/a.sock", .meta_len = 16 };
+	size_t n = 0, start;
+
+	procreg__bp_put_hello(b, sizeof(b), &n, 1, nonce, "node-a", "127.0.0.1:7000");
+	procreg__bp_put_auth(b, sizeof(b), &n, mac);
+	procreg__bp_put_heartbeat(b, sizeof(b), &n, 1, 3);
+	put_file(dir, "handshake", b, n);
+	n = 0;
+	procreg__bp_put_change(b, sizeof(b), &n, 1, 4, "node-a", &e);
+	e.op = PR_BP_DEL;
+	e.kind = PR_KIND_MEMBER;
+	e.name = "workers";
+	e.name_len = 7;
+	procreg__bp_put_change(b, sizeof(b), &n, 1, 5, "node-a", &e);
+	put_file(dir, "changes", b, n);
+	n = 0;
+	procreg__bp_begin(b, sizeof(b), &n, PR_BP_SNAP, 1, 5, &start);
+	e.op = PR_BP_PUT;
+	procreg__bp_add_entry(b, sizeof(b), &n, start, &e);
+	e.kind = PR_KIND_NAME;
+	e.name = "svc.b";
+	e.name_len = 5;
+	procreg__bp_add_entry(b, sizeof(b), &n, start, &e);
+	procreg__bp_end(b, n, start, 0);
+	procreg__bp_begin(b, sizeof(b), &n, PR_BP_PEERS, 1, 5, &start);
+	procreg__bp_add_peer(b, sizeof(b), &n, start, "node-b", "127.0.0.1:7001");
+	procreg__bp_add_peer(b, sizeof(b), &n, start, "node-c", "[::1]:7002");
+	procreg__bp_end(b, n, start, 0);
+	put_file(dir, "snapshot-peers", b, n);
 }
 
 /* Publish an entry for PID under K in ROOT: a name, or a membership. */
@@ -164,6 +202,9 @@ int main(int argc, char **argv)
 	mkdir(argv[1], 0755);
 	mkdir(dir, 0755);
 	proto_seeds(dir);
+	snprintf(dir, sizeof(dir), "%s/bridge", argv[1]);
+	mkdir(dir, 0755);
+	bridge_seeds(dir);
 	snprintf(dir, sizeof(dir), "%s/table", argv[1]);
 	mkdir(dir, 0755);
 	if (!mkdtemp(tmp))
