@@ -429,25 +429,37 @@ static int cmd_ls(struct cli *c, int argc, char **argv)
 	return 0;
 }
 
-static int cmd_unregister(struct cli *c, int argc, char **argv)
+/* unregister and refresh: one NAME, one request, the same exit statuses
+ * (1: not registered). EINVAL_WHY explains -EINVAL, if it has a meaning
+ * of its own for WHAT. */
+static int name_cmd(struct cli *c, const char *what, int argc, char **argv,
+		    int (*fn)(procreg_t *, const char *), const char *einval_why)
 {
 	procreg_t *reg;
 	int err;
 
-	if (argc != 1)
-		die_usage("unregister: expected one NAME", NULL);
+	if (argc != 1) {
+		fprintf(stderr, "%s: %s: expected one NAME\nTry 'procreg --help'.\n", prog, what);
+		exit(EXIT_ERR);
+	}
 	reg = open_or_die(c);
-	err = procreg_unregister(reg, argv[0]);
+	err = fn(reg, argv[0]);
 	procreg_close(reg);
 	if (err == -ENOENT) {
 		fprintf(stderr, "%s: %s: not registered\n", prog, argv[0]);
 		return EXIT_NO;
 	}
 	if (err) {
-		fprintf(stderr, "%s: unregister %s: %s\n", prog, argv[0], procreg_strerror(err));
+		fprintf(stderr, "%s: %s %s: %s\n", prog, what, argv[0],
+			err == -EINVAL && einval_why ? einval_why : procreg_strerror(err));
 		return EXIT_ERR;
 	}
 	return 0;
+}
+
+static int cmd_unregister(struct cli *c, int argc, char **argv)
+{
+	return name_cmd(c, "unregister", argc, argv, procreg_unregister, NULL);
 }
 
 static int cmd_stats(struct cli *c, int argc, char **argv)
@@ -644,27 +656,7 @@ static int claim_and_exec(struct cli *c, const char *what, int argc, char **argv
 
 static int cmd_refresh(struct cli *c, int argc, char **argv)
 {
-	procreg_t *reg;
-	int err;
-
-	if (argc != 1)
-		die_usage("refresh: expected one NAME", NULL);
-	reg = open_or_die(c);
-	err = procreg_refresh(reg, argv[0]);
-	procreg_close(reg);
-	if (err == -ENOENT) {
-		fprintf(stderr, "%s: %s: not registered\n", prog, argv[0]);
-		return EXIT_NO;
-	}
-	if (err == -EINVAL) {
-		fprintf(stderr, "%s: refresh %s: it has no lease\n", prog, argv[0]);
-		return EXIT_ERR;
-	}
-	if (err) {
-		fprintf(stderr, "%s: refresh %s: %s\n", prog, argv[0], procreg_strerror(err));
-		return EXIT_ERR;
-	}
-	return 0;
+	return name_cmd(c, "refresh", argc, argv, procreg_refresh, "it has no lease");
 }
 
 static int cmd_run(struct cli *c, int argc, char **argv)
