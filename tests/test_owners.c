@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,10 +67,14 @@ static struct contender contend(const char *dir, const char *name, unsigned flag
 	return c;
 }
 
+/* The child's next report; a child that has nothing to say within 30 s
+ * fails the test rather than hanging it. */
 static char report(const struct contender *c)
 {
+	struct pollfd p = { .fd = c->report, .events = POLLIN };
 	char x = 0;
 
+	assert_int_equal(poll(&p, 1, 30000), 1);
 	assert_int_equal(read(c->report, &x, 1), 1);
 	return x;
 }
@@ -329,6 +334,83 @@ static void test_lease_expires(void **state)
 	assert_int_equal(e.flags & PROCREG_ENTRY_LEASED, 0);
 }
 
+/* SIGKILL the daemon and start another on the same table. */
+static void restart(struct fx *f)
+{
+	th_daemon_kill(&f->d);
+	assert_int_equal(th_daemon_start(&f->d, f->dir, NULL, NULL), 0);
+}
+
+static void test_lease_survives_restart(void **state)
+{
+	struct fx *f = *state;
+	PROCREG_OPTS(procreg_register_opts, o, .lease_ms = 1500);
+	PROCREG_OPTS(procreg_register_opts, om, .lease_ms = 1500, .flags = PROCREG_LEASE_MARK);
+	struct procreg_entry e;
+	uint64_t cur;
+
+	/* Acknowledged leases, then the daemon dies before any expires: the
+	 * next one still knows they are leases (the table alone does not say
+	 * for how long), and lets them run out. */
+	assert_int_equal(procreg_register_opts(f->reg, "hung", NULL, 0, &o), 0);
+	assert_int_equal(procreg_register_opts(f->reg, "marked", NULL, 0, &om), 0);
+	assert_int_equal(procreg_register_opts(f->reg, "dropped", NULL, 0, &o), 0);
+	/* A lease given up by re-registering without one stays given up. */
+	assert_int_equal(procreg_register(f->reg, "dropped", NULL, 0), 0);
+	restart(f);
+	cur = procreg_feed_head(f->reg);
+	await(f->reg, &cur, PROCREG_EV_EXPIRED, "hung");
+	assert_int_equal(procreg_lookup(f->reg, "hung", NULL), -ENOENT);
+	await(f->reg, &cur, PROCREG_EV_EXPIRED, "marked");
+	assert_int_equal(procreg_lookup(f->reg, "marked", &e), 0);
+	assert_true(e.flags & PROCREG_ENTRY_UNHEALTHY);
+	assert_int_equal(procreg_lookup(f->reg, "dropped", &e), 0);
+	assert_int_equal(e.flags & PROCREG_ENTRY_LEASED, 0);
+
+	/* An expired mark is still one after another restart, and a refresh
+	 * still clears it. */
+	restart(f);
+	assert_int_equal(procreg_lookup(f->reg, "marked", &e), 0);
+	assert_true(e.flags & PROCREG_ENTRY_UNHEALTHY);
+	assert_int_equal(procreg_refresh(f->reg, "marked"), 0);
+	assert_int_equal(procreg_lookup(f->reg, "marked", &e), 0);
+	assert_int_equal(e.flags & PROCREG_ENTRY_UNHEALTHY, 0);
+}
+
+static void test_queue_survives_restart(void **state)
+{
+	struct fx *f = *state;
+	struct contender owner = contend(f->dir, "leader", 0, 0), s[3];
+
+	assert_int_equal(report(&owner), '0');
+	for (int i = 0; i < 3; i++) {
+		s[i] = contend(f->dir, "leader", PROCREG_QUEUE, 0);
+		assert_int_equal(report(&s[i]), 'q');
+	}
+	/* The second in line leaves before the crash: it must not come back. */
+	bury(&s[1]);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	restart(f);
+
+	/* The owner dies under the new daemon: the line is as it was. */
+	bury(&owner);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(owner_of(f->reg, "leader"), s[0].pid);
+	assert_int_equal(report(&s[0]), 'o');
+
+	/* The owner dies while no daemon runs: the next one hands the name
+	 * on as it starts. */
+	th_daemon_kill(&f->d);
+	bury(&s[0]);
+	assert_int_equal(th_daemon_start(&f->d, f->dir, NULL, NULL), 0);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(owner_of(f->reg, "leader"), s[2].pid);
+	assert_int_equal(report(&s[2]), 'o');
+	bury(&s[2]);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "leader", NULL), -ENOENT);
+}
+
 static void test_lease_refreshed(void **state)
 {
 	struct fx *f = *state;
@@ -500,6 +582,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lease_hands_over, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refresh_permissions, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_queue_and_ttl, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lease_survives_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_queue_survives_restart, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

@@ -111,6 +111,10 @@ struct daemon {
 	uint64_t refused_quiet;       /* refusals not logged since */
 	struct queue *queues;     /* owners.c */
 	struct lease *leases;
+	int owners_fd;            /* the owners journal (owners.c), when owners_open */
+	bool owners_open;
+	uint64_t owners_bytes;    /* its length */
+	uint64_t owners_base;     /* its length when last rewritten from the live state */
 
 	uint64_t wake_ns;         /* last epoll wake-up, while procregd:death is traced */
 	uint64_t last_reap_ns;
@@ -166,6 +170,9 @@ uint64_t owners_tick(struct daemon *d);
 /* CLOCK_MONOTONIC of the nearest lease deadline; UINT64_MAX: none. */
 uint64_t owners_next_deadline(const struct daemon *d);
 void owners_free_all(struct daemon *d);
+/* At start, after procs_recover() (ATTACHED: the table was there before):
+ * queues and leases back from the owners journal, or a fresh journal. */
+int owners_recover(struct daemon *d, bool attached);
 
 /* bridge.c: replication to and from other nodes (--node). */
 int bridge_start(struct daemon *d);
@@ -197,6 +204,9 @@ struct proc *proc_get(struct daemon *d, pid_t pid);
  * pidfd. A stale entry for a previous process with the same pid is
  * processed as a death first. */
 int proc_attach(struct daemon *d, const struct ident *id, struct proc **out);
+/* At start: the live process PID started at START (pidfs inode INO, 0 if
+ * unknown) as a proc, or -ESRCH if that process is gone. */
+int proc_verify(struct daemon *d, pid_t pid, uint64_t start, uint64_t ino, struct proc **out);
 int proc_add_name(struct daemon *d, struct proc *p, uint64_t off);
 void proc_replace_name(struct daemon *d, uint64_t old_off, uint64_t new_off);
 /* Remove the name or membership OFF from the table and from its owner. */

@@ -370,6 +370,9 @@ static int setup(struct daemon *d)
 		if (err)
 			return err;
 	}
+	err = owners_recover(d, d->w.attached);
+	if (err)
+		return err;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);

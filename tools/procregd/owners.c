@@ -17,11 +17,27 @@
  * Both are few in practice (contested names, leased names), so they are
  * plain lists; while both are empty, a registration or a death costs
  * nothing here.
+ *
+ * The journal. The table keeps the names; only this file knows who is in
+ * line and when a lease runs out. So that a daemon restarted after a crash
+ * knows it too, every change to a queue or a lease is appended to
+ * procreg.<scope>.owners (one write(2)) before the request that made it is
+ * answered. At start the file is replayed and checked against the table
+ * and the living processes, then rewritten from the result; it is
+ * rewritten again whenever it grows past four times that (and 64 KiB), so
+ * it stays about as small as the state it holds. A lease survives a
+ * restart with a fresh deadline: the daemon cannot know how long it was
+ * down, and releasing a name its owner renewed meanwhile would be worse
+ * than keeping it one lease longer.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "proto.h"
@@ -51,6 +67,120 @@ struct lease {
 	uint16_t len;
 	char name[PROCREG_NAME_MAX + 1];
 };
+
+/* ---- the journal --------------------------------------------------------
+ *
+ * procreg.<scope>.owners: written and read by procregd only (mode 0600).
+ * A header, then records, each whole or cut short by a crash: a record
+ * whose length or checksum is wrong ends the replay (it was never answered,
+ * since the write comes first).
+ */
+
+#define JOURNAL_MAGIC 0x31534e574f525030ull /* "0PROWNS1" */
+#define JOURNAL_COMPACT_MIN (64 * 1024)
+
+struct jhdr {
+	uint64_t magic;
+	uint8_t boot_id[16];    /* a journal of another boot is dropped */
+};
+
+enum { J_LEASE = 1, J_UNLEASE, J_WAIT, J_UNWAIT, J_UNWAIT_PROC };
+
+struct jrec {
+	uint32_t len;           /* the whole record */
+	uint32_t sum;           /* FNV-1a of everything after this field */
+	uint8_t type;           /* J_* */
+	uint8_t mark;           /* J_LEASE: PR_F_LEASE_MARK */
+	uint16_t name_len;
+	uint16_t flags;         /* J_WAIT: the registration's PR_F_* */
+	uint16_t meta_len;
+	uint32_t lease_ms;      /* J_LEASE, J_WAIT */
+	int32_t pid;            /* J_WAIT, J_UNWAIT, J_UNWAIT_PROC */
+	uint64_t start;
+	uint64_t ino;
+	/* then name_len bytes of name, meta_len of metadata */
+};
+
+#define JREC_MAX (sizeof(struct jrec) + PROCREG_NAME_MAX + PROCREG_META_MAX)
+
+static uint32_t fnv1a(const uint8_t *p, size_t n)
+{
+	uint32_t h = 2166136261u;
+
+	while (n--)
+		h = (h ^ *p++) * 16777619u;
+	return h;
+}
+
+static void journal_path(const struct daemon *d, char *out, size_t len, const char *suffix)
+{
+	snprintf(out, len, "%s.owners%s", d->paths.table, suffix);
+}
+
+static size_t jrec_build(uint8_t *buf, uint8_t type, const char *name, size_t name_len,
+			 const struct jrec *fields, const uint8_t *meta, size_t meta_len)
+{
+	struct jrec r = *fields;
+
+	r.type = type;
+	r.name_len = (uint16_t)name_len;
+	r.meta_len = (uint16_t)meta_len;
+	r.len = (uint32_t)(sizeof(r) + name_len + meta_len);
+	memcpy(buf, &r, sizeof(r));
+	memcpy(buf + sizeof(r), name, name_len);
+	if (meta_len)
+		memcpy(buf + sizeof(r) + name_len, meta, meta_len);
+	r.sum = fnv1a(buf + 8, r.len - 8);
+	memcpy(buf + 4, &r.sum, sizeof(r.sum));
+	return r.len;
+}
+
+static size_t jrec_waiter(uint8_t *buf, const struct queue *q, const struct waiter *w)
+{
+	struct jrec f = { .flags = w->flags, .lease_ms = w->lease_ms, .pid = w->id.pid,
+			  .start = w->id.start, .ino = w->id.ino };
+
+	return jrec_build(buf, J_WAIT, q->name, q->len, &f, w->meta, w->meta_len);
+}
+
+static size_t jrec_lease(uint8_t *buf, const struct lease *l)
+{
+	struct jrec f = { .mark = l->mark, .lease_ms = (uint32_t)(l->ttl_ns / 1000000ull) };
+
+	return jrec_build(buf, J_LEASE, l->name, l->len, &f, NULL, 0);
+}
+
+static void journal_rewrite(struct daemon *d);
+
+/* Append one record; a failure is logged, and the state it would have
+ * kept is lost at the next restart only. */
+static void journal(struct daemon *d, const uint8_t *rec, size_t len)
+{
+	ssize_t n;
+
+	if (!d->owners_open)
+		return;
+	n = write(d->owners_fd, rec, len);
+	if (n != (ssize_t)len) {
+		log_msg("owners journal: %s", n < 0 ? strerror(errno) : "short write");
+		/* Whatever went in part way is cut off at the next replay; a
+		 * rewrite starts a whole file again. */
+		journal_rewrite(d);
+		return;
+	}
+	d->owners_bytes += len;
+	if (d->owners_bytes > JOURNAL_COMPACT_MIN && d->owners_bytes > 4 * d->owners_base)
+		journal_rewrite(d);
+}
+
+static void journal_rec(struct daemon *d, uint8_t type, const char *name, size_t name_len,
+			const struct jrec *fields)
+{
+	uint8_t buf[sizeof(struct jrec) + PROCREG_NAME_MAX];
+
+	if (d->owners_open)
+		journal(d, buf, jrec_build(buf, type, name, name_len, fields, NULL, 0));
+}
 
 static bool same_name(const char *a, size_t alen, const char *b, size_t blen)
 {
@@ -124,12 +254,18 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		p->waiting++;
 	}
 	*wp = w;
+	if (d->owners_open) {
+		uint8_t buf[JREC_MAX];
+
+		journal(d, buf, jrec_waiter(buf, q, w));
+	}
 	return 0;
 }
 
 void owners_proc_gone(struct daemon *d, struct proc *p)
 {
 	struct queue **qp = &d->queues;
+	struct jrec f = { .pid = p->pid, .start = p->start };
 
 	if (!p->waiting)
 		return;
@@ -154,6 +290,39 @@ void owners_proc_gone(struct daemon *d, struct proc *p)
 			qp = &q->next;
 		}
 	}
+	journal_rec(d, J_UNWAIT_PROC, "", 0, &f);
+}
+
+static void lease_drop(struct daemon *d, struct lease **lp)
+{
+	struct lease *l = *lp;
+	struct jrec f = { 0 };
+
+	/* Journal after the change: a rewrite the append may set off writes
+	 * the state as it is now. */
+	*lp = l->next;
+	journal_rec(d, J_UNLEASE, l->name, l->len, &f);
+	free(l);
+}
+
+static struct lease *lease_put(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
+			       bool mark)
+{
+	struct lease **lp = find_lease(d, name, len), *l = *lp;
+
+	if (!l) {
+		l = calloc(1, sizeof(*l));
+		if (!l)
+			return NULL;
+		l->len = (uint16_t)len;
+		memcpy(l->name, name, len);
+		*lp = l;
+	}
+	l->ttl_ns = (uint64_t)lease_ms * 1000000ull;
+	l->deadline_ns = procreg__mono_ns() + l->ttl_ns;
+	l->mark = mark;
+	l->expired = false;
+	return l;
 }
 
 int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
@@ -163,27 +332,20 @@ int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t le
 
 	if (!lease_ms && !d->leases)
 		return 0; /* the common case: no lease here, none anywhere */
-	lp = find_lease(d, name, len);
-	l = *lp;
 	if (!lease_ms) {
-		if (l) {
-			*lp = l->next;
-			free(l);
-		}
+		lp = find_lease(d, name, len);
+		if (*lp)
+			lease_drop(d, lp);
 		return 0;
 	}
-	if (!l) {
-		l = calloc(1, sizeof(*l));
-		if (!l)
-			return -ENOMEM;
-		l->len = (uint16_t)len;
-		memcpy(l->name, name, len);
-		*lp = l;
+	l = lease_put(d, name, len, lease_ms, mark);
+	if (!l)
+		return -ENOMEM;
+	if (d->owners_open) {
+		uint8_t buf[sizeof(struct jrec) + PROCREG_NAME_MAX];
+
+		journal(d, buf, jrec_lease(buf, l));
 	}
-	l->ttl_ns = (uint64_t)lease_ms * 1000000ull;
-	l->deadline_ns = procreg__mono_ns() + l->ttl_ns;
-	l->mark = mark;
-	l->expired = false;
 	return 0;
 }
 
@@ -204,6 +366,8 @@ void owners_name_gone(struct daemon *d, const char *name, size_t len)
 
 		q->head = w->next;
 		w->p->waiting--;
+		journal_rec(d, J_UNWAIT, q->name, q->len,
+			    &(struct jrec){ .pid = w->id.pid, .start = w->id.start });
 		f.h.op = PR_OP_REGISTER;
 		f.h.flags = w->flags;
 		f.name = q->name;
@@ -302,8 +466,7 @@ uint64_t owners_tick(struct daemon *d)
 		off = find_name(d, l->name, l->len);
 		if (!off) {
 			/* Gone some other way already. */
-			*lp = l->next;
-			free(l);
+			lease_drop(d, lp);
 			continue;
 		}
 		if (l->mark) {
@@ -346,6 +509,10 @@ uint64_t owners_next_deadline(const struct daemon *d)
 
 void owners_free_all(struct daemon *d)
 {
+	if (d->owners_open) {
+		close(d->owners_fd);
+		d->owners_open = false;
+	}
 	while (d->queues) {
 		struct queue *q = d->queues;
 
@@ -364,4 +531,290 @@ void owners_free_all(struct daemon *d)
 		d->leases = l->next;
 		free(l);
 	}
+}
+
+/* ---- the journal: rewriting and replaying ------------------------------ */
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* The live state as a new journal, swapped in with rename(2): a crash at
+ * any point leaves the old file or the new one, whole. On failure the
+ * journal is off (logged): the daemon runs on, its queues and leases
+ * would not survive a restart. */
+static void journal_rewrite(struct daemon *d)
+{
+	char path[PR_PATH_MAX + 16], tmp[PR_PATH_MAX + 16];
+	struct jhdr h = { .magic = JOURNAL_MAGIC };
+	uint8_t buf[JREC_MAX];
+	uint64_t bytes = sizeof(h);
+	int fd, err;
+
+	journal_path(d, path, sizeof(path), "");
+	journal_path(d, tmp, sizeof(tmp), ".new");
+	procreg__boot_id(h.boot_id);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		err = -errno;
+		goto fail;
+	}
+	if ((err = write_all(fd, &h, sizeof(h))) < 0)
+		goto fail;
+	for (const struct lease *l = d->leases; l; l = l->next) {
+		size_t n = jrec_lease(buf, l);
+
+		if ((err = write_all(fd, buf, n)) < 0)
+			goto fail;
+		bytes += n;
+	}
+	for (const struct queue *q = d->queues; q; q = q->next) {
+		for (const struct waiter *w = q->head; w; w = w->next) {
+			size_t n = jrec_waiter(buf, q, w);
+
+			if ((err = write_all(fd, buf, n)) < 0)
+				goto fail;
+			bytes += n;
+		}
+	}
+	if (rename(tmp, path) < 0) {
+		err = -errno;
+		goto fail;
+	}
+	if (d->owners_open)
+		close(d->owners_fd);
+	d->owners_fd = fd;
+	d->owners_open = true;
+	d->owners_bytes = d->owners_base = bytes;
+	return;
+fail:
+	log_msg("owners journal %s: %s: queues and leases will not survive a restart", path,
+		strerror(-err));
+	if (fd >= 0) {
+		close(fd);
+		unlink(tmp);
+	}
+	if (d->owners_open) {
+		close(d->owners_fd);
+		d->owners_open = false;
+	}
+}
+
+/* A place in line read back from the journal, its process not yet checked. */
+struct jwait {
+	struct jwait *next;
+	struct jrec r;
+	char name[PROCREG_NAME_MAX + 1];
+	uint8_t meta[];
+};
+
+static bool jwait_is(const struct jwait *w, const struct jrec *r, const char *name)
+{
+	return w->r.pid == r->pid && w->r.start == r->start &&
+	       (r->type == J_UNWAIT_PROC || same_name(w->name, w->r.name_len, name, r->name_len));
+}
+
+static int replay_wait(struct jwait **waits, const struct jrec *r, const char *name,
+		       const uint8_t *meta)
+{
+	struct jwait **wp, *w;
+
+	for (wp = waits; *wp && !jwait_is(*wp, r, name); wp = &(*wp)->next)
+		;
+	if (r->type != J_WAIT) {
+		/* J_UNWAIT drops one place, J_UNWAIT_PROC all of a process's. */
+		while (*wp) {
+			w = *wp;
+			if (jwait_is(w, r, name)) {
+				*wp = w->next;
+				free(w);
+				if (r->type == J_UNWAIT)
+					break;
+			} else {
+				wp = &w->next;
+			}
+		}
+		return 0;
+	}
+	/* Asking again kept the place, with the newer metadata. */
+	w = calloc(1, sizeof(*w) + r->meta_len);
+	if (!w)
+		return -ENOMEM;
+	w->r = *r;
+	memcpy(w->name, name, r->name_len);
+	memcpy(w->meta, meta, r->meta_len);
+	if (*wp) {
+		w->next = (*wp)->next;
+		free(*wp);
+	}
+	*wp = w;
+	return 0;
+}
+
+/* Replay the journal into d->leases and *WAITS. */
+static void replay(struct daemon *d, struct jwait **waits)
+{
+	char path[PR_PATH_MAX + 16];
+	uint8_t boot[16], *buf = NULL;
+	struct jhdr h;
+	struct stat st;
+	size_t off;
+	int fd;
+
+	journal_path(d, path, sizeof(path), "");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno != ENOENT)
+			log_msg("owners journal %s: %s: queues and leases start empty", path,
+				strerror(errno));
+		return;
+	}
+	if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(h) ||
+	    !(buf = malloc((size_t)st.st_size)) ||
+	    pread(fd, buf, (size_t)st.st_size, 0) != st.st_size) {
+		log_msg("owners journal %s: unreadable: queues and leases start empty", path);
+		goto out;
+	}
+	memcpy(&h, buf, sizeof(h));
+	procreg__boot_id(boot);
+	if (h.magic != JOURNAL_MAGIC || memcmp(h.boot_id, boot, sizeof(boot))) {
+		log_msg("owners journal %s: %s: not used", path,
+			h.magic != JOURNAL_MAGIC ? "not a journal" : "of another boot");
+		goto out;
+	}
+	for (off = sizeof(h); off < (size_t)st.st_size;) {
+		size_t left = (size_t)st.st_size - off;
+		const char *name;
+		struct jrec r;
+
+		if (left < sizeof(r))
+			break;
+		memcpy(&r, buf + off, sizeof(r));
+		if (r.len > left || r.name_len > PROCREG_NAME_MAX || r.meta_len > PROCREG_META_MAX ||
+		    r.len != sizeof(r) + r.name_len + r.meta_len ||
+		    fnv1a(buf + off + 8, r.len - 8) != r.sum)
+			break;
+		name = (const char *)buf + off + sizeof(r);
+		switch (r.type) {
+		case J_LEASE:
+			if (r.name_len)
+				lease_put(d, name, r.name_len, r.lease_ms, r.mark);
+			break;
+		case J_UNLEASE: {
+			struct lease **lp = find_lease(d, name, r.name_len);
+
+			if (*lp)
+				lease_drop(d, lp);
+			break;
+		}
+		case J_WAIT:
+		case J_UNWAIT:
+		case J_UNWAIT_PROC:
+			if (replay_wait(waits, &r, name, (const uint8_t *)name + r.name_len) < 0)
+				goto out;
+			break;
+		default:
+			goto cut;
+		}
+		off += r.len;
+	}
+	if (off == (size_t)st.st_size)
+		goto out;
+cut:
+	/* The one write a crash interrupted: it was never answered. */
+	log_msg("owners journal %s: cut short at byte %zu of %lld: the rest ignored", path, off,
+		(long long)st.st_size);
+out:
+	free(buf);
+	close(fd);
+}
+
+int owners_recover(struct daemon *d, bool attached)
+{
+	struct jwait *waits = NULL;
+	uint64_t leases = 0, places = 0, dropped = 0;
+	char (*free_names)[PROCREG_NAME_MAX + 1] = NULL;
+	size_t nfree = 0, nqueues = 0;
+
+	if (attached)
+		replay(d, &waits);
+	/* A lease holds while its name is here, ours, and still leased. */
+	for (struct lease **lp = &d->leases; *lp;) {
+		struct lease *l = *lp;
+		uint64_t off = find_name(d, l->name, l->len);
+		const struct pr_record *r = off ? (const struct pr_record *)(d->w.map.base + off) : NULL;
+
+		if (!r || r->node != 0 || !(r->flags & PROCREG_ENTRY_LEASED)) {
+			lease_drop(d, lp);
+			dropped++;
+			continue;
+		}
+		l->expired = l->mark && (r->flags & PROCREG_ENTRY_UNHEALTHY);
+		leases++;
+		lp = &l->next;
+	}
+	/* Processes still alive get their places back, in the same order. */
+	while (waits) {
+		struct jwait *w = waits;
+		struct proc *p;
+
+		waits = w->next;
+		if (proc_verify(d, w->r.pid, w->r.start, w->r.ino, &p) == 0) {
+			struct ident id = { .pid = p->pid, .uid = p->uid, .start = p->start,
+					    .ino = p->ino, .pidfd = -1 };
+			struct pr_frame f = { 0 };
+
+			f.h.op = PR_OP_REGISTER;
+			f.h.flags = w->r.flags;
+			f.name = w->name;
+			f.name_len = w->r.name_len;
+			f.meta = w->meta;
+			f.meta_len = w->r.meta_len;
+			f.arg = w->r.lease_ms;
+			if (owners_enqueue(d, p, &id, &f) == 0) {
+				places++;
+			} else {
+				proc_release_if_empty(d, p);
+				dropped++;
+			}
+		} else {
+			dropped++;
+		}
+		free(w);
+	}
+	/* A name whose owner died while no daemon watched goes to the next in
+	 * line now (owners_name_gone changes the list: names first). */
+	for (const struct queue *q = d->queues; q; q = q->next)
+		nqueues++;
+	if (nqueues)
+		free_names = calloc(nqueues, sizeof(*free_names));
+	for (const struct queue *q = d->queues; q && free_names; q = q->next) {
+		if (!find_name(d, q->name, q->len)) {
+			memcpy(free_names[nfree], q->name, q->len);
+			free_names[nfree++][q->len] = 0;
+		}
+	}
+	for (size_t i = 0; i < nfree; i++)
+		owners_name_gone(d, free_names[i], strlen(free_names[i]));
+	free(free_names);
+	if (leases || places || dropped)
+		log_msg("owners journal: %llu leases and %llu places in line kept, %llu dropped (owner or name gone)",
+			(unsigned long long)leases, (unsigned long long)places,
+			(unsigned long long)dropped);
+	journal_rewrite(d);
+	return 0;
 }

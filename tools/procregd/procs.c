@@ -303,26 +303,32 @@ struct recover_ctx {
 	uint64_t kept, dropped;
 };
 
-static struct proc *verify(struct recover_ctx *c, const struct pr_record *r)
+int proc_verify(struct daemon *d, pid_t pid, uint64_t start, uint64_t ino, struct proc **out)
 {
-	struct ident id = { .pid = (pid_t)r->pid, .uid = r->uid, .pidfd = -1 };
-	struct proc *p = DEAD;
-	pid_t pid;
+	struct ident id = { .pid = pid, .pidfd = -1 };
+	pid_t got;
 	uid_t uid;
+	int err = -ESRCH;
 
-	if (c->other_boot)
-		return DEAD;
 	id.pidfd = procreg__pidfd_open(id.pid);
 	if (id.pidfd < 0)
-		return DEAD;
-	if (procreg__pidfd_identity(id.pidfd, &pid, &id.start, &id.ino) == 0 &&
-	    id.start == r->start_time && (!r->aux || !id.ino || id.ino == r->aux) &&
-	    procreg__proc_uid(pid, &uid) == 0) {
+		return -ESRCH;
+	if (procreg__pidfd_identity(id.pidfd, &got, &id.start, &id.ino) == 0 &&
+	    id.start == start && (!ino || !id.ino || id.ino == ino) &&
+	    procreg__proc_uid(got, &uid) == 0) {
 		id.uid = uid;
-		if (proc_attach(c->d, &id, &p) < 0)
-			p = DEAD;
+		err = proc_attach(d, &id, out);
 	}
 	close(id.pidfd);
+	return err;
+}
+
+static struct proc *verify(struct recover_ctx *c, const struct pr_record *r)
+{
+	struct proc *p;
+
+	if (c->other_boot || proc_verify(c->d, (pid_t)r->pid, r->start_time, r->aux, &p) < 0)
+		return DEAD;
 	return p;
 }
 
