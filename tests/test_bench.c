@@ -424,7 +424,7 @@ static void test_stress_nodes(void **state)
 	assert_true(num(r.out, "nodes") == 3);
 	names = num(r.out, "names");
 	assert_true(names > 0);
-	assert_true(num(r.out, "visible_everywhere") == names);
+	assert_true(num(r.out, "not_visible") == 0);
 	assert_true(num(r.out, "delay_samples") > 0);
 	assert_true(has(r.out, "delay_us_n2"));
 	assert_true(has(r.out, "delay_us_nK"));
@@ -437,6 +437,9 @@ static void test_stress_nodes(void **state)
 	assert_true(num(r.out, "one_writer_ratio") > 0);
 	assert_true(num(r.out, "all_writers_per_s") > 0);
 	assert_true(num(r.out, "all_writers_ratio") > 0);
+	assert_true(num(r.out, "one_writer_sync_per_s") > 0);
+	assert_true(num(r.out, "all_writers_sync_per_s") > 0);
+	assert_true(num(r.out, "solo_all_writers_sync_per_s") > 0);
 	check_clean(&r);
 }
 

@@ -65,6 +65,7 @@ struct writer_arg {
 	char prefix[8];
 	uint64_t first, n;
 	int idx;
+	bool sync;                    /* one procreg_register per name, not procreg_batch */
 };
 
 static struct writer_arg wargs[CLUSTER_NODES_MAX];
@@ -87,7 +88,18 @@ static int writer_main(void *arg)
 	futex_wake_all(&W->ready);
 	while (!__atomic_load_n(&W->go, __ATOMIC_ACQUIRE))
 		futex_wait(&W->go, 0);
-	k = register_range(reg, a->prefix, a->first, a->n, false);
+	if (a->sync) {
+		k = 0;
+		for (uint64_t i = a->first; i < a->first + a->n; i++) {
+			struct qname q;
+			char meta[64];
+
+			name_of(&q, a->prefix, i);
+			k += procreg_register(reg, q.s, meta, meta_of(meta, sizeof(meta), i)) == 0;
+		}
+	} else {
+		k = register_range(reg, a->prefix, a->first, a->n, false);
+	}
 	W->registered[a->idx] = k;
 	if (k != (int64_t)a->n)
 		__atomic_fetch_add(&W->failed, 1, __ATOMIC_RELAXED);
@@ -430,7 +442,7 @@ static uint64_t names_in(procreg_t *reg)
  * Then every name is looked up in every table (untimed): *VISIBLE is the
  * fewest any table showed. Returns names/s, or a negative number. */
 static double measure_writers(const char *const *scopes, int nw, procreg_t *const *readers,
-			      int nr, const char *prefix, uint64_t total, uint64_t *visible)
+			      int nr, const char *prefix, uint64_t total, bool sync, uint64_t *visible)
 {
 	pid_t pids[CLUSTER_NODES_MAX];
 	uint64_t base[CLUSTER_NODES_MAX], t0, t = 0;
@@ -450,6 +462,7 @@ static double measure_writers(const char *const *scopes, int nw, procreg_t *cons
 		a->first = per * (uint64_t)w;
 		a->n = w == nw - 1 ? total - a->first : per;
 		a->idx = w;
+		a->sync = sync;
 		name_of(&last[w], prefix, a->first + a->n - 1);
 		pids[w] = spawn(writer_main, a, -1);
 		if (pids[w] < 0)
@@ -517,6 +530,20 @@ out:
 
 /* ---- the subcommand -------------------------------------------------------- */
 
+/* The throughput runs: who writes, and how. */
+static const struct shape {
+	const char *key;
+	const char *prefix;
+	bool all;                     /* a writer on each node, else one on n1 */
+	bool sync;                    /* one procreg_register a name */
+} shapes[] = {
+	{ "one_writer", "o", false, false },
+	{ "all_writers", "a", true, false },
+	{ "one_writer_sync", "p", false, true },
+	{ "all_writers_sync", "b", true, true },
+};
+#define NSHAPES ((int)(sizeof(shapes) / sizeof(shapes[0])))
+
 static void dist_row(const char *what, const struct dist *d)
 {
 	hprintf("  %-46s %9.1f %9.1f %9.1f %9.1f\n", what, d->med, d->p90, d->p99, d->max);
@@ -538,8 +565,9 @@ int cmd_cluster(void)
 	uint64_t samples = names < (bo.quick ? 200u : 1000u) ? names : (bo.quick ? 200 : 1000);
 	uint64_t *to2 = calloc(samples, sizeof(uint64_t)), *toK = calloc(samples, sizeof(uint64_t));
 	uint64_t *rtt = calloc(samples, sizeof(uint64_t)), *sync1 = calloc(samples, sizeof(uint64_t));
-	uint64_t t_start = now_ns(), t0, vis_min = UINT64_MAX;
-	double one[64], one_solo[64], all[64], all_solo[64], mesh_ms;
+	uint64_t names_sync = names < (bo.quick ? 2000u : 20000u) ? names : (bo.quick ? 2000 : 20000);
+	uint64_t t_start = now_ns(), t0, vis_short = 0;
+	double rate[NSHAPES][64], solo_rate[NSHAPES][64], med[NSHAPES], solo_med[NSHAPES], mesh_ms;
 	struct dist d2, dK, drtt, dsync;
 	char cookie[512], label[96];
 	const char *node_scopes[CLUSTER_NODES_MAX], *solo_scopes[CLUSTER_NODES_MAX];
@@ -600,32 +628,35 @@ int cmd_cluster(void)
 		readers[i] = N[i].reg;
 	}
 	for (int r = 0; r < bo.rounds; r++) {
-		uint64_t v;
+		for (int k = 0; k < NSHAPES; k++) {
+			const struct shape *sh = &shapes[k];
+			int nw = sh->all ? K : 1;
+			uint64_t n = sh->sync ? names_sync : names, v;
 
-		one_solo[r] = measure_writers(solo_scopes, 1, &solo_reg, 1, "s", names, &v);
-		one[r] = measure_writers(node_scopes, 1, readers, K, "o", names, &v);
-		if (one_solo[r] < 0 || one[r] < 0)
-			goto failed;
-		vis_min = v < vis_min ? v : vis_min;
-		all_solo[r] = measure_writers(solo_scopes, K, &solo_reg, 1, "s", names, &v);
-		all[r] = measure_writers(node_scopes, K, readers, K, "a", names, &v);
-		if (all_solo[r] < 0 || all[r] < 0)
-			goto failed;
-		vis_min = v < vis_min ? v : vis_min;
+			solo_rate[k][r] = measure_writers(solo_scopes, nw, &solo_reg, 1, "s", n, sh->sync, &v);
+			rate[k][r] = measure_writers(node_scopes, nw, readers, K, sh->prefix, n, sh->sync, &v);
+			if (solo_rate[k][r] < 0 || rate[k][r] < 0)
+				goto failed;
+			if (v < n)
+				vis_short += n - v;
+		}
 	}
-	hprintf("\nthroughput: %s names through procreg_batch, until visible on every node "
-		"(median of %d)\n", fmt_count(names), bo.rounds);
-	hprintf("  %-30s %16s %22s %8s\n", "writers", "cluster", "one unbridged daemon", "ratio");
-	hprintf("  %-30s %16s %22s %7.2fx\n", "1, on n1", fmt_rate(median(one, bo.rounds)),
-		fmt_rate(median(one_solo, bo.rounds)),
-		median(one, bo.rounds) / median(one_solo, bo.rounds));
-	snprintf(label, sizeof(label), "%d, one on each node", K);
-	hprintf("  %-30s %16s %22s %7.2fx\n", label, fmt_rate(median(all, bo.rounds)),
-		fmt_rate(median(all_solo, bo.rounds)),
-		median(all, bo.rounds) / median(all_solo, bo.rounds));
-	hprintf("  (unbridged: the same writers on one daemon, the same poll of its table)\n");
-	hprintf("every name found by lookup on every node: %s of %s (fewest on any node)\n",
-		fmt_count(vis_min), fmt_count(names));
+	hprintf("\nthroughput: names registered until visible on every node (median of %d)\n",
+		bo.rounds);
+	hprintf("  %-32s %12s %22s %8s\n", "writers, calls: names", "cluster", "one unbridged daemon", "ratio");
+	for (int k = 0; k < NSHAPES; k++) {
+		const struct shape *sh = &shapes[k];
+
+		snprintf(label, sizeof(label), "%s, %s: %s", sh->all ? "one a node" : "1 on n1",
+			 sh->sync ? "register" : "batch", fmt_count(sh->sync ? names_sync : names));
+		med[k] = median(rate[k], bo.rounds);
+		solo_med[k] = median(solo_rate[k], bo.rounds);
+		hprintf("  %-32s %12s %22s %7.2fx\n", label, fmt_rate(med[k]), fmt_rate(solo_med[k]),
+			med[k] / solo_med[k]);
+	}
+	hprintf("  (batch: procreg_batch; register: one procreg_register a name; unbridged: the\n"
+		"  same writers on one daemon, the same poll of its table)\n");
+	hprintf("names not found by lookup on some node after a run: %s\n", fmt_count(vis_short));
 
 	j_str("subcommand", "stress");
 	j_int("nodes", (uint64_t)K);
@@ -641,13 +672,18 @@ int cmd_cluster(void)
 	j_dist("solo_sync_register_us", &dsync);
 	j_num("delay_to_tcp_rtt", d2.med / drtt.med);
 	j_num("delay_to_solo_sync", d2.med / dsync.med);
-	j_num("one_writer_per_s", median(one, bo.rounds));
-	j_num("solo_one_writer_per_s", median(one_solo, bo.rounds));
-	j_num("one_writer_ratio", median(one, bo.rounds) / median(one_solo, bo.rounds));
-	j_num("all_writers_per_s", median(all, bo.rounds));
-	j_num("solo_all_writers_per_s", median(all_solo, bo.rounds));
-	j_num("all_writers_ratio", median(all, bo.rounds) / median(all_solo, bo.rounds));
-	j_int("visible_everywhere", vis_min);
+	for (int k = 0; k < NSHAPES; k++) {
+		char key[64];
+
+		snprintf(key, sizeof(key), "%s_per_s", shapes[k].key);
+		j_num(key, med[k]);
+		snprintf(key, sizeof(key), "solo_%s_per_s", shapes[k].key);
+		j_num(key, solo_med[k]);
+		snprintf(key, sizeof(key), "%s_ratio", shapes[k].key);
+		j_num(key, med[k] / solo_med[k]);
+	}
+	j_int("names_sync", names_sync);
+	j_int("not_visible", vis_short);
 	hprintf("\ntotal %.1f s\n", (double)(now_ns() - t_start) / 1e9);
 	j_num("seconds", (double)(now_ns() - t_start) / 1e9);
 	rc = 0;
