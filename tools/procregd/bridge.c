@@ -717,6 +717,7 @@ int bridge_start(struct daemon *d)
 	cfg.npeers = d->o.npeers;
 	cfg.cookie = cookie;
 	cfg.cookie_len = cookie_len;
+	cfg.flush_bytes = d->o.bridge_flush_bytes;
 	d->bridge = br;
 	br->b = br->be->open(&cfg, &up, &err);
 	memset(cookie, 0, sizeof(cookie));

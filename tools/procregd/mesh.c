@@ -694,15 +694,39 @@ static void mesh_dispatch(void *b)
 	reap(m);
 }
 
+/* Send what the socket takes now, without blocking; an error is left for
+ * the next conn_flush(), which may drop the node (broadcast() may not). */
+static void conn_send_some(struct conn *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n <= 0)
+			return;
+		c->out_off += (size_t)n;
+		c->bytes_out += (uint64_t)n;
+		c->last_tx_ns = now_ns();
+	}
+}
+
 static int mesh_broadcast(void *b, const uint8_t *frame, size_t len)
 {
 	struct mesh *m = b;
 
 	/* Called from the middle of table writes: a peer too far behind is
-	 * dropped at the next flush, not here (its node_down writes too). */
-	for (struct conn *c = m->conns; c; c = c->next)
-		if (!c->dead && c->state == C_UP && !c->overflow && conn_queue(c, frame, len) < 0)
+	 * dropped at the next flush, not here (its node_down writes too).
+	 * Past flush_bytes queued, a big batch's changes go out while the
+	 * rest is still being applied, so the peers apply them meanwhile
+	 * instead of waiting for the end of the batch. */
+	for (struct conn *c = m->conns; c; c = c->next) {
+		if (c->dead || c->state != C_UP || c->overflow)
+			continue;
+		if (conn_queue(c, frame, len) < 0)
 			c->overflow = true;
+		else if (m->c.flush_bytes && c->out_len - c->out_off >= m->c.flush_bytes)
+			conn_send_some(c);
+	}
 	return 0;
 }
 
