@@ -79,6 +79,7 @@ struct conn {
 	size_t snap_bytes;            /* the snapshot's size: allowed on top of OUT_MAX */
 	bool want_out;
 	bool overflow;                /* broadcast() could not queue: drop at flush */
+	size_t queued_since_send;     /* by broadcast(), since its last send (flush_bytes) */
 	uint64_t started_ns, last_rx_ns, last_tx_ns;
 	uint64_t bytes_in, bytes_out;
 	struct conn *next;
@@ -210,6 +211,7 @@ static void conn_flush(struct mesh *m, struct conn *c)
 		c->out_off += (size_t)n;
 		c->bytes_out += (uint64_t)n;
 		c->last_tx_ns = now_ns();
+		c->queued_since_send = 0;
 	}
 	if (c->dead)
 		return;
@@ -716,16 +718,20 @@ static int mesh_broadcast(void *b, const uint8_t *frame, size_t len)
 
 	/* Called from the middle of table writes: a peer too far behind is
 	 * dropped at the next flush, not here (its node_down writes too).
-	 * Past flush_bytes queued, a big batch's changes go out while the
+	 * Every flush_bytes queued, a big batch's changes go out while the
 	 * rest is still being applied, so the peers apply them meanwhile
-	 * instead of waiting for the end of the batch. */
+	 * instead of waiting for the end of the batch; counted from the last
+	 * try, so that a peer whose socket is full costs one failed send per
+	 * flush_bytes, not one per change. */
 	for (struct conn *c = m->conns; c; c = c->next) {
 		if (c->dead || c->state != C_UP || c->overflow)
 			continue;
-		if (conn_queue(c, frame, len) < 0)
+		if (conn_queue(c, frame, len) < 0) {
 			c->overflow = true;
-		else if (m->c.flush_bytes && c->out_len - c->out_off >= m->c.flush_bytes)
+		} else if (m->c.flush_bytes && (c->queued_since_send += len) >= m->c.flush_bytes) {
+			c->queued_since_send = 0;
 			conn_send_some(c);
+		}
 	}
 	return 0;
 }
