@@ -522,7 +522,7 @@ static void conn_read(struct mesh *m, struct conn *c)
 		struct pr_bp_frame f;
 		size_t pos = 0;
 		ssize_t n;
-		int r;
+		int r = 0;  /* read only if a frame was tried: GCC cannot tell (ASan builds) */
 
 		if (c->state == C_UP && c->in_cap < IN_CAP) {
 			uint8_t *bigger = realloc(c->in, IN_CAP);
