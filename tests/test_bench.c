@@ -410,6 +410,56 @@ static void test_stress(void **state)
 	check_clean(&r);
 }
 
+/* stress --nodes 3: three bridged daemons; every name reached every
+ * node, every figure and baseline is there, and no daemon outlives the
+ * bench. */
+static void test_stress_nodes(void **state)
+{
+	struct run r;
+	double names;
+
+	(void)state;
+	bench(&r, 0, (const char *const[]){ "stress", "--nodes", "3", NULL });
+	check_ok(&r);
+	assert_true(num(r.out, "nodes") == 3);
+	names = num(r.out, "names");
+	assert_true(names > 0);
+	assert_true(num(r.out, "not_visible") == 0);
+	assert_true(num(r.out, "delay_samples") > 0);
+	assert_true(has(r.out, "delay_us_n2"));
+	assert_true(has(r.out, "delay_us_nK"));
+	assert_true(num_after(strstr(r.out, "\"delay_us_n2\""), "median") > 0);
+	assert_true(num_after(strstr(r.out, "\"tcp_rtt_us\""), "median") > 0);
+	assert_true(num_after(strstr(r.out, "\"solo_sync_register_us\""), "median") > 0);
+	assert_true(num(r.out, "delay_to_tcp_rtt") > 0);
+	assert_true(num(r.out, "one_writer_per_s") > 0);
+	assert_true(num(r.out, "solo_one_writer_per_s") > 0);
+	assert_true(num(r.out, "one_writer_ratio") > 0);
+	assert_true(num(r.out, "all_writers_per_s") > 0);
+	assert_true(num(r.out, "all_writers_ratio") > 0);
+	assert_true(num(r.out, "one_writer_sync_per_s") > 0);
+	assert_true(num(r.out, "all_writers_sync_per_s") > 0);
+	assert_true(num(r.out, "solo_all_writers_sync_per_s") > 0);
+	check_clean(&r);
+}
+
+/* A daemon that cannot start (an option it refuses, through --daemon-arg):
+ * the bench fails with status 2 and stops the daemons it did start. Then
+ * SIGINT in the middle of a cluster run: nothing left either. */
+static void test_stress_nodes_failures(void **state)
+{
+	struct run r;
+
+	(void)state;
+	bench(&r, 0, (const char *const[]){ "cluster", "--daemon-arg", "--no-such-option", NULL });
+	assert_int_equal(r.status, 2);
+	check_clean(&r);
+	bench(&r, 300, (const char *const[]){ "stress", "--nodes", "4", "--names", "2000000",
+					       NULL });
+	assert_int_equal(r.status, 128 + SIGINT);
+	check_clean(&r);
+}
+
 static void test_memory(void **state)
 {
 	struct run r;
@@ -466,7 +516,13 @@ static void test_usage(void **state)
 	bench(&r, 0, (const char *const[]){ "no-such-command", NULL });
 	assert_int_equal(r.status, 2);
 	check_clean(&r);
-	bench(&r, 0, (const char *const[]){ "stress", "--nodes", "3", NULL });
+	bench(&r, 0, (const char *const[]){ "cluster", "--nodes", "1", NULL });
+	assert_int_equal(r.status, 2);
+	check_clean(&r);
+	bench(&r, 0, (const char *const[]){ "stress", "--nodes", "13", NULL });
+	assert_int_equal(r.status, 2);
+	check_clean(&r);
+	bench(&r, 0, (const char *const[]){ "lookup", "--no-mesh", NULL });
 	assert_int_equal(r.status, 2);
 	check_clean(&r);
 }
@@ -479,6 +535,8 @@ int main(void)
 		cmocka_unit_test(test_lookup_under_write_load),
 		cmocka_unit_test(test_register),
 		cmocka_unit_test(test_stress),
+		cmocka_unit_test(test_stress_nodes),
+		cmocka_unit_test(test_stress_nodes_failures),
 		cmocka_unit_test(test_memory),
 		cmocka_unit_test(test_probes),
 		cmocka_unit_test(test_sigint),

@@ -35,6 +35,7 @@ struct node {
 
 struct cluster {
 	const char *resolver;       /* --resolver for every node started, or NULL */
+	const char *const *extra;   /* more arguments for every node started, or NULL */
 	char *base;
 	char cookie[512];
 	struct node n[NODES_MAX];
@@ -142,6 +143,8 @@ static int start_node_env(struct cluster *c, int i, const char *cookie, const in
 			args[k++] = "--resolver";
 			args[k++] = c->resolver;
 		}
+		for (int e = 0; c->extra && c->extra[e]; e++)
+			args[k++] = c->extra[e];
 		for (int p = 0; peers && peers[p] >= 0; p++) {
 			snprintf(peer_args[p], sizeof(peer_args[p]), "%s", c->n[peers[p]].listen);
 			args[k++] = "--peer";
@@ -408,6 +411,53 @@ static void test_late_joiner(void **state)
 	assert_int_equal(procreg_register(c->n[3].reg, "from-d", NULL, 0), 0);
 	for (int i = 0; i < 3; i++)
 		expect_name(c->n[i].reg, "from-d", getpid(), true);
+}
+
+/* --bridge-flush-bytes N: a batch of 20,000 registrations reaches the
+ * other node whole and in order, whether its changes go out at the end of
+ * the batch (0) or as soon as each is queued (1). */
+static void flush_bytes_round(struct cluster *c, const char *bytes)
+{
+	static struct procreg_op ops[20000];
+	static char names[20000][24];
+	struct procreg_stats st = { 0 };
+
+	c->extra = (const char *const[]){ "--bridge-flush-bytes", bytes, NULL };
+	start_node(c, 0, NULL);
+	start_node(c, 1, (const int[]){ 0, -1 });
+	assert_int_equal(procreg_register(c->n[1].reg, "ready", NULL, 0), 0);
+	expect_name(c->n[0].reg, "ready", getpid(), true);
+	for (int i = 0; i < 20000; i++) {
+		snprintf(names[i], sizeof(names[i]), "flush-%d", i);
+		ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
+					      .meta = "m", .meta_len = 1 };
+	}
+	assert_int_equal(procreg_batch(c->n[0].reg, ops, 20000), 0);
+	for (int i = 0; i < 20000; i++)
+		assert_int_equal(ops[i].result, 0);
+	expect_name(c->n[1].reg, "flush-19999", getpid(), true);
+	procreg_stats(c->n[1].reg, &st);
+	assert_int_equal(st.names, 20001);
+	for (int i = 0; i < 20000; i += 997)
+		expect_name(c->n[1].reg, names[i], getpid(), true);
+	c->extra = NULL;
+}
+
+static void test_flush_bytes_zero(void **state)
+{
+	struct cluster *c = *state;
+	struct th_daemon d = { 0 };
+
+	flush_bytes_round(c, "0");
+	/* Without --node it means nothing: refused. */
+	assert_int_not_equal(th_daemon_start(&d, c->n[2].dir,
+					     (const char *const[]){ "--bridge-flush-bytes", "0", NULL },
+					     NULL), 0);
+}
+
+static void test_flush_bytes_one(void **state)
+{
+	flush_bytes_round(*state, "1");
 }
 
 struct logprobe {
@@ -919,6 +969,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stamps_follow_causality, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_backend_from_shared_object, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_propagation_figures, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_flush_bytes_zero, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_flush_bytes_one, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

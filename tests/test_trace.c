@@ -17,6 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -406,6 +410,167 @@ static void test_duration_and_errors(void **state)
 	assert_int_equal(th_wait(p), 2);
 }
 
+/* ---- the bridge: three nodes, a traced ----------------------------------- */
+
+/* Nodes b and c; a is the fixture's daemon, in its directory. */
+static struct th_daemon node_b, node_c;
+static char cookie[600], listen_a[32], listen_b[32], listen_c[32];
+
+/* A loopback port nobody listens on now. */
+static int free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+/* procregd --node NODE --listen (a free port, in LISTEN) [--peer PEERS...]
+ * in DIR; another port if that one was taken meanwhile. */
+static void start_node(struct th_daemon *d, const char *dir, const char *node, char *listen,
+		       const char *const *peers)
+{
+	int err = -1;
+
+	for (int attempt = 0; attempt < 5 && err; attempt++) {
+		const char *args[16] = { "--node", node, "--cookie-file", cookie, "--listen", listen };
+		int k = 6;
+		char *log;
+
+		snprintf(listen, 32, "127.0.0.1:%d", free_port());
+		for (int i = 0; peers && peers[i]; i++) {
+			args[k++] = "--peer";
+			args[k++] = peers[i];
+		}
+		args[k] = NULL;
+		err = th_daemon_start(d, dir, args, NULL);
+		log = err ? slurp(d->log) : NULL;
+		if (err && !strstr(log, "cannot listen")) {
+			th_daemon_dump_log(d);
+			free(log);
+			break;
+		}
+		free(log);
+	}
+	assert_int_equal(err, 0);
+}
+
+static int setup_bridge(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	int fd;
+
+	assert_non_null(f);
+	f->dir = th_mkdtemp();
+	snprintf(cookie, sizeof(cookie), "%s/cookie", f->dir);
+	fd = open(cookie, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "trace-test-cookie\n", 18), 18);
+	close(fd);
+	start_node(&f->d, f->dir, "a", listen_a, NULL);
+	f->reg = th_open(f->dir);
+	assert_non_null(f->reg);
+	snprintf(f->out, sizeof(f->out), "%s/trace.out", f->dir);
+	snprintf(f->err, sizeof(f->err), "%s/trace.err", f->dir);
+	*state = f;
+	return 0;
+}
+
+static int teardown_bridge(void **state)
+{
+	if (node_b.pid)
+		th_daemon_stop(&node_b);
+	if (node_c.pid)
+		th_daemon_stop(&node_c);
+	memset(&node_b, 0, sizeof(node_b));
+	memset(&node_c, 0, sizeof(node_c));
+	return teardown(state);
+}
+
+struct seen {
+	procreg_t *reg;
+	const char *name;
+	bool remote;                 /* present, owned by another node; else absent */
+};
+
+static int seen_there(void *arg)
+{
+	struct seen *s = arg;
+	struct procreg_entry e;
+	int r = procreg_lookup(s->reg, s->name, &e);
+
+	return s->remote ? r == 0 && e.node != 0 : r == -ENOENT;
+}
+
+static void wait_name(procreg_t *reg, const char *name, bool remote)
+{
+	struct seen s = { reg, name, remote };
+
+	if (!th_until(seen_there, &s, 10000))
+		fail_msg("'%s' never %s", name, remote ? "arrived from another node" : "went away");
+}
+
+/* procreg-trace bridge on node a: nodes b and c come up (through c, which
+ * knows both), b's earlier registration of "contested" beats a's, a change
+ * goes out from a, one from b is applied on a, c goes down. Every probe
+ * fires and shows in the output. */
+static void test_bridge_probes(void **state)
+{
+	struct fixture *f = *state;
+	char dir_b[600], dir_c[600], *out;
+	procreg_t *reg_b, *reg_c;
+
+	snprintf(dir_b, sizeof(dir_b), "%s/b", f->dir);
+	snprintf(dir_c, sizeof(dir_c), "%s/c", f->dir);
+	assert_int_equal(mkdir(dir_b, 0755), 0);
+	assert_int_equal(mkdir(dir_c, 0755), 0);
+	start_node(&node_b, dir_b, "b", listen_b, NULL);
+	reg_b = th_open(dir_b);
+	assert_non_null(reg_b);
+	/* b first: the earlier registration wins when they meet. */
+	assert_int_equal(procreg_register(reg_b, "contested", NULL, 0), 0);
+	th_msleep(5);
+	assert_int_equal(procreg_register(f->reg, "contested", NULL, 0), 0);
+
+	tracer_start(f, (const char *const[]){ "bridge", "--changes", "--interval", "600", NULL });
+	start_node(&node_c, dir_c, "c", listen_c, (const char *const[]){ listen_a, listen_b, NULL });
+	reg_c = th_open(dir_c);
+	assert_non_null(reg_c);
+	wait_name(f->reg, "contested", true);
+	assert_int_equal(procreg_register(f->reg, "trace.out", NULL, 0), 0);
+	wait_name(reg_b, "trace.out", true);
+	assert_int_equal(procreg_register(reg_b, "trace.in", NULL, 0), 0);
+	wait_name(f->reg, "trace.in", true);
+	assert_int_equal(procreg_register(reg_c, "trace.c", NULL, 0), 0);
+	wait_name(f->reg, "trace.c", true);
+	procreg_close(reg_c);
+	assert_int_equal(th_daemon_stop(&node_c), 0);
+	wait_name(f->reg, "trace.c", false);
+	out = tracer_stop(f);
+	procreg_close(reg_b);
+
+	if (!has_line(out, (const char *const[]){ "node-up", "node b (incarnation ", NULL }) ||
+	    !has_line(out, (const char *const[]){ "node-up", "node c (incarnation ", NULL }) ||
+	    !has_line(out, (const char *const[]){ "node-conflict", "name contested: node b's "
+			"registration wins over node a's (the local owner loses it)", NULL }) ||
+	    !has_line(out, (const char *const[]){ "out", "put name trace.out (", NULL }) ||
+	    !has_line(out, (const char *const[]){ "out", "del name contested (", NULL }) ||
+	    !has_line(out, (const char *const[]){ "apply", "from b put name trace.in", NULL }) ||
+	    !has_line(out, (const char *const[]){ "apply", "from c put name trace.c", NULL }) ||
+	    !has_line(out, (const char *const[]){ "node-down", "node c: ", "entries removed", NULL }) ||
+	    !has_line(out, (const char *const[]){ "changes out ", "frames in ", "entries applied ",
+			NULL }) ||
+	    samples(out, "frame in (received to applied)") <= 0)
+		fail_msg("procreg-trace bridge: a bridge probe is missing from its output:\n%s", out);
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -414,6 +579,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_events_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lat_histograms, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_duration_and_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bridge_probes, setup_bridge, teardown_bridge),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,7 @@
  *   lookup.c    procreg-bench lookup [--under-write-load]
  *   register.c  procreg-bench register, and the unix-socket echo baseline
  *   stress.c    procreg-bench stress
+ *   cluster.c   procreg-bench stress --nodes K: replication between daemons
  *   memory.c    procreg-bench memory
  *   probes.c    procreg-bench probes: USDT probes' cost, not attached
  *
@@ -57,7 +58,10 @@ struct bench_opts {
 	uint64_t stress_names;
 	int procs;
 	bool pipelined;              /* stress: procreg_batch per process, not one call per name */
-	int nodes;                   /* --nodes K: reserved for cross-host replication */
+	int nodes;                   /* --nodes K: K bridged daemons (cluster.c) */
+	const char *daemon_args[32]; /* --daemon-arg: appended to every node's command line */
+	int ndaemon_args;
+	bool no_mesh;                /* --no-mesh: no --listen/--peer (a backend finds peers) */
 	/* probes */
 	uint64_t fixed;              /* --fixed N: N untimed lookups per build (callgrind) */
 	const char *noprobes_lib;    /* --noprobes-lib PATH */
@@ -189,6 +193,7 @@ uint64_t bench_hash(const char *s, size_t n);
 int cmd_lookup(void);
 int cmd_register(void);
 int cmd_stress(void);
+int cmd_cluster(void);
 int cmd_memory(void);
 int cmd_probes(void);
 

@@ -5,6 +5,7 @@
  *   procreg-bench lookup [--under-write-load]   lookups vs in-process tables
  *   procreg-bench register                      registrations vs a socket round trip
  *   procreg-bench stress                        the registry stress test
+ *   procreg-bench stress --nodes K              replication between K daemons
  *   procreg-bench memory                        table bytes per name
  *   procreg-bench probes                        lookups with USDT probes vs without
  *
@@ -37,6 +38,9 @@ static void usage(FILE *f)
 		"              vs a bare unix-socket round trip\n"
 		"  stress      N names over P processes: register, unregister, re-register,\n"
 		"              kill every process, time until every name is gone\n"
+		"  stress --nodes K  (or: cluster, K = 3) K procregd replicating on loopback:\n"
+		"              register-to-visible delay vs a TCP round trip; names/s visible\n"
+		"              on every node vs one unbridged daemon\n"
 		"  memory      table bytes per name at 10^4..10^6 names\n"
 		"  probes      lookups with the USDT probes compiled in (not attached) vs a\n"
 		"              build without them, side by side in one process\n"
@@ -61,7 +65,15 @@ static void usage(FILE *f)
 		"  --names N             names (default 100000)\n"
 		"  --procs P             processes the names are spread over (default 1000)\n"
 		"  --pipelined           each process registers with one procreg_batch\n"
-		"  --nodes K             hosts (needs cross-host replication: not yet)\n"
+		"stress --nodes K, cluster:\n"
+		"  --nodes K             bridged daemons, 2..12 (cluster: default 3)\n"
+		"  --names N             names of a throughput run (default 100000; at most\n"
+		"                        20000 for synchronous writers); delay samples: N, at\n"
+		"                        most 1000\n"
+		"  --rounds N            throughput runs, median kept (default 3)\n"
+		"  --daemon-arg ARG      appended to every node's procregd command line\n"
+		"                        (repeat), e.g. --daemon-arg=--bridge-backend=X.so\n"
+		"  --no-mesh             no --listen/--peer: the backend finds its peers\n"
 		"probes:\n"
 		"  --names N             table size (default 10000)\n"
 		"  --rounds N            alternating rounds per build (default 7)\n"
@@ -118,7 +130,7 @@ static void parse(int argc, char **argv)
 	enum {
 		O_JSON = 256, O_QUICK, O_PROCREGD, O_TMPDIR, O_ROUNDS, O_DURATION, O_NAMES,
 		O_READERS, O_MISS, O_LOAD, O_CLIENTS, O_SYNC, O_BATCH, O_PROCS, O_PIPE, O_NODES,
-		O_FIXED, O_NOPROBES,
+		O_FIXED, O_NOPROBES, O_DAEMON_ARG, O_NO_MESH,
 	};
 	static const struct option lo[] = {
 		{ "json", no_argument, NULL, O_JSON },
@@ -139,6 +151,8 @@ static void parse(int argc, char **argv)
 		{ "nodes", required_argument, NULL, O_NODES },
 		{ "fixed", required_argument, NULL, O_FIXED },
 		{ "noprobes-lib", required_argument, NULL, O_NOPROBES },
+		{ "daemon-arg", required_argument, NULL, O_DAEMON_ARG },
+		{ "no-mesh", no_argument, NULL, O_NO_MESH },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -210,7 +224,7 @@ static void parse(int argc, char **argv)
 			break;
 		case O_PIPE: bo.pipelined = true; break;
 		case O_NODES:
-			if (parse_int(optarg, &bo.nodes, 1, 1024) < 0)
+			if (parse_int(optarg, &bo.nodes, 1, 12) < 0)
 				bad("--nodes", optarg);
 			break;
 		case O_FIXED:
@@ -218,6 +232,12 @@ static void parse(int argc, char **argv)
 				bad("--fixed", optarg);
 			break;
 		case O_NOPROBES: bo.noprobes_lib = optarg; break;
+		case O_DAEMON_ARG:
+			if (bo.ndaemon_args == 32)
+				bad("--daemon-arg", "(32 at most)");
+			bo.daemon_args[bo.ndaemon_args++] = optarg;
+			break;
+		case O_NO_MESH: bo.no_mesh = true; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
 		}
@@ -233,7 +253,17 @@ static void parse(int argc, char **argv)
 		fprintf(stderr, "procreg-bench: --under-write-load goes with lookup\n");
 		exit(2);
 	}
-	if (!strcmp(bo.cmd, "stress") && bo.nnames) {
+	if (!strcmp(bo.cmd, "cluster") && !bo.nodes)
+		bo.nodes = 3;
+	if (!strcmp(bo.cmd, "stress") && bo.nodes > 1)
+		bo.cmd = "cluster";
+	if (!strcmp(bo.cmd, "cluster") && bo.nodes < 2)
+		bad("--nodes", "1 (cluster wants 2..12)");
+	if ((bo.ndaemon_args || bo.no_mesh) && strcmp(bo.cmd, "cluster")) {
+		fprintf(stderr, "procreg-bench: --daemon-arg and --no-mesh go with stress --nodes K\n");
+		exit(2);
+	}
+	if ((!strcmp(bo.cmd, "stress") || !strcmp(bo.cmd, "cluster")) && bo.nnames) {
 		if (bo.nnames != 1)
 			bad("--names", "(stress takes one number)");
 		bo.stress_names = bo.names_list[0];
@@ -249,6 +279,7 @@ int main(int argc, char **argv)
 		{ "lookup", cmd_lookup },
 		{ "register", cmd_register },
 		{ "stress", cmd_stress },
+		{ "cluster", cmd_cluster },
 		{ "memory", cmd_memory },
 		{ "probes", cmd_probes },
 	};

@@ -24,8 +24,8 @@
  * with a lookup (not timed). Processes wait for each step on a futex in
  * shared memory, so a step starts for all of them at once.
  *
- * --nodes K (names spread over K hosts' daemons) waits for cross-host
- * replication: the nine steps stay the same, with K daemons.
+ * --nodes K (K > 1) is another benchmark, of replication between K
+ * daemons: cluster.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -206,11 +206,6 @@ int cmd_stress(void)
 	S_procs = bo.procs ? bo.procs : (bo.quick ? 20 : 1000);
 	if ((uint64_t)S_procs > S_names)
 		S_procs = (int)S_names;
-	if (bo.nodes > 1) {
-		fprintf(stderr, "procreg-bench: --nodes %d needs cross-host replication, which "
-			"procreg does not have yet\n", bo.nodes);
-		return 2;
-	}
 	pids = calloc((size_t)S_procs, sizeof(*pids));
 	S = shared_alloc(sizeof(*S));
 	snprintf(maxc, sizeof(maxc), "%d", S_procs + 64);

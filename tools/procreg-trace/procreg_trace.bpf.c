@@ -24,6 +24,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Set by the loader through skel->rodata before load. */
 const volatile bool top_names = false;   /* count lookups per name hash */
 const volatile bool top_procs = false;   /* count lookups per process */
+const volatile bool bridge_changes = false; /* a record per change out and entry applied */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -132,6 +133,8 @@ static __always_inline struct pt_event *event(__u32 type, __u32 pid, const char 
 	e->kind = 0;
 	e->a = e->b = e->c = 0;
 	e->name[0] = 0;
+	e->node[0] = 0;
+	e->peer[0] = 0;
 	if (name && n && bpf_probe_read_user(e->name, n & (PT_NAME_MAX - 1), name) == 0)
 		e->name[n & (PT_NAME_MAX - 1)] = 0;
 	else
@@ -273,6 +276,95 @@ int BPF_USDT(on_grow, int kind, __u64 old_cap, __u64 new_cap, __u64 live)
 	e->a = old_cap;
 	e->b = new_cap;
 	e->c = live;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* ---- the bridge (replication) ---------------------------------------- */
+
+static __always_inline void node_str(char *dst, const char *src)
+{
+	if (!src || bpf_probe_read_user_str(dst, PT_NODE_MAX, src) <= 0)
+		dst[0] = 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_bridge_out, __u32 op, __u32 kind, const char *name, __u64 len, __u64 seq,
+	     __u64 bytes)
+{
+	struct pt_event *e;
+
+	count(PT_C_BRIDGE_OUT);
+	if (!bridge_changes)
+		return 0;
+	e = event(PT_EV_BRIDGE_OUT, 0, name, len);
+	if (!e)
+		return 0;
+	e->kind = kind;
+	e->a = op;
+	e->b = seq;
+	e->c = bytes;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_bridge_in, const char *node, __u32 type, __u64 seq, __u64 ns, int result)
+{
+	count(PT_C_BRIDGE_IN);
+	if (result < 0)
+		count(PT_C_BRIDGE_REFUSED);
+	hist(PT_H_BRIDGE_IN, ns);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_bridge_apply, const char *node, __u32 op, __u32 kind, const char *name,
+	     __u64 len, int result)
+{
+	struct pt_event *e;
+
+	count(PT_C_BRIDGE_APPLY);
+	if (!bridge_changes)
+		return 0;
+	e = event(PT_EV_BRIDGE_APPLY, 0, name, len);
+	if (!e)
+		return 0;
+	node_str(e->node, node);
+	e->kind = kind;
+	e->a = op;
+	e->b = (__u64)(__s64)result;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_bridge_node, const char *node, int up, __u64 inc, __u64 removed)
+{
+	struct pt_event *e = event(PT_EV_BRIDGE_NODE, 0, NULL, 0);
+
+	if (!e)
+		return 0;
+	node_str(e->node, node);
+	e->a = up;
+	e->b = inc;
+	e->c = removed;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(on_bridge_conflict, const char *name, __u64 len, const char *winner,
+	     const char *loser, __u32 local_pid, int local_lost)
+{
+	struct pt_event *e = event(PT_EV_BRIDGE_CONFLICT, local_pid, name, len);
+
+	if (!e)
+		return 0;
+	node_str(e->node, winner);
+	node_str(e->peer, loser);
+	e->a = local_pid;
+	e->b = local_lost;
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }

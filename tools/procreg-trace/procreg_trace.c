@@ -6,6 +6,7 @@
  *   procreg-trace lat     [-p PID] [--interval S] [--duration S]
  *   procreg-trace top     [-p PID] [--interval S] [--duration S] [--rows N]
  *   procreg-trace events  [-p PID] [--duration S] [--json]
+ *   procreg-trace bridge  [--changes] [--interval S] [--duration S] [--json]
  *
  * The shape is libbpf-bootstrap's: procreg_trace.bpf.c is the kernel
  * side, procreg_trace.h the records both sides share, and this file opens
@@ -44,7 +45,7 @@
 #define MAX_LINKS 512
 #define MAX_OBJECTS 64
 
-enum cmd { CMD_LAT, CMD_TOP, CMD_EVENTS };
+enum cmd { CMD_LAT, CMD_TOP, CMD_EVENTS, CMD_BRIDGE };
 
 static struct {
 	enum cmd cmd;
@@ -53,6 +54,7 @@ static struct {
 	double duration;           /* seconds, 0: until a signal */
 	bool json;
 	bool verbose;
+	bool changes;              /* bridge: a line per change out and entry applied */
 	int rows;
 	const char *scope, *dir;
 	const char *libs[MAX_OBJECTS];
@@ -90,6 +92,9 @@ static void usage(FILE *f)
 		"            lookups per process\n"
 		"  events    registrations, deaths with their names and time to removal,\n"
 		"            conflicts, grace periods, index growth\n"
+		"  bridge    replication (procregd --node): nodes up and down, conflicts between\n"
+		"            nodes as they happen; every interval, changes out, frames in,\n"
+		"            entries applied, and a histogram of the time to apply a frame\n"
 		"\n"
 		"Options:\n"
 		"  -p, --pid PID       trace one process (default: every process that maps\n"
@@ -97,7 +102,8 @@ static void usage(FILE *f)
 		"  -i, --interval S    seconds between reports of lat and top (default 1)\n"
 		"  -d, --duration S    stop after S seconds (default: at SIGINT or SIGTERM)\n"
 		"  -n, --rows N        top: names and processes shown (default 10)\n"
-		"      --json          events: one JSON object per line\n"
+		"      --json          events, bridge: one JSON object per line\n"
+		"      --changes       bridge: also a line per change sent and entry applied\n"
 		"      --lib PATH      without -p: trace processes that map PATH (repeatable)\n"
 		"      --scope NAME    the registry's scope (default $PROCREG_SCOPE or 'default')\n"
 		"      --dir DIR       its directory (default $PROCREG_DIR)\n"
@@ -120,13 +126,14 @@ static double parse_secs(const char *name, const char *s)
 
 static void parse(int argc, char **argv)
 {
-	enum { O_JSON = 256, O_LIB, O_SCOPE, O_DIR };
+	enum { O_JSON = 256, O_LIB, O_SCOPE, O_DIR, O_CHANGES };
 	static const struct option lo[] = {
 		{ "pid", required_argument, NULL, 'p' },
 		{ "interval", required_argument, NULL, 'i' },
 		{ "duration", required_argument, NULL, 'd' },
 		{ "rows", required_argument, NULL, 'n' },
 		{ "json", no_argument, NULL, O_JSON },
+		{ "changes", no_argument, NULL, O_CHANGES },
 		{ "lib", required_argument, NULL, O_LIB },
 		{ "scope", required_argument, NULL, O_SCOPE },
 		{ "dir", required_argument, NULL, O_DIR },
@@ -159,6 +166,7 @@ static void parse(int argc, char **argv)
 				opt.rows = 10;
 			break;
 		case O_JSON: opt.json = true; break;
+		case O_CHANGES: opt.changes = true; break;
 		case O_LIB:
 			if (opt.nlibs == MAX_OBJECTS) {
 				fprintf(stderr, "procreg-trace: too many --lib\n");
@@ -184,12 +192,18 @@ static void parse(int argc, char **argv)
 		opt.cmd = CMD_TOP;
 	else if (!strcmp(cmd, "events"))
 		opt.cmd = CMD_EVENTS;
+	else if (!strcmp(cmd, "bridge"))
+		opt.cmd = CMD_BRIDGE;
 	else {
 		fprintf(stderr, "procreg-trace: unknown command '%s'\nTry 'procreg-trace --help'.\n", cmd);
 		exit(2);
 	}
-	if (opt.json && opt.cmd != CMD_EVENTS) {
-		fprintf(stderr, "procreg-trace: --json goes with events\n");
+	if (opt.json && opt.cmd != CMD_EVENTS && opt.cmd != CMD_BRIDGE) {
+		fprintf(stderr, "procreg-trace: --json goes with events and bridge\n");
+		exit(2);
+	}
+	if (opt.changes && opt.cmd != CMD_BRIDGE) {
+		fprintf(stderr, "procreg-trace: --changes goes with bridge\n");
 		exit(2);
 	}
 }
@@ -231,6 +245,7 @@ struct probe {
 #define LAT (1u << CMD_LAT)
 #define TOP (1u << CMD_TOP)
 #define EVS (1u << CMD_EVENTS)
+#define BRG (1u << CMD_BRIDGE)
 static const struct probe probes[] = {
 	P(TOP, false, "procreg", "lookup", on_lookup),
 	P(LAT, false, "procreg", "lookup_latency", on_lookup_latency),
@@ -243,6 +258,11 @@ static const struct probe probes[] = {
 	P(EVS, true, "procregd", "change", on_change),
 	P(EVS, true, "procregd", "conflict", on_conflict),
 	P(EVS, true, "procregd", "grow", on_grow),
+	P(BRG, true, "procregd", "bridge_out", on_bridge_out),
+	P(BRG, true, "procregd", "bridge_in", on_bridge_in),
+	P(BRG, true, "procregd", "bridge_apply", on_bridge_apply),
+	P(BRG, true, "procregd", "bridge_node", on_bridge_node),
+	P(BRG, true, "procregd", "bridge_conflict", on_bridge_conflict),
 };
 #undef P
 
@@ -433,6 +453,46 @@ static void print_bar(uint64_t v, uint64_t max)
 	printf("|\n");
 }
 
+/* Histogram row H of the "hists" map, read and cleared: its lines, or
+ * "no samples". In JSON (bridge --json): "key":{"samples":N,"log2_ns":
+ * [[lo,count],...]}. */
+static void print_hist(int fd, int h, const char *title, uint64_t *vals, bool json)
+{
+	uint64_t slot[PT_SLOTS], max = 0, total = 0;
+	int lo = PT_SLOTS, hi = -1;
+
+	for (int s = 0; s < PT_SLOTS; s++) {
+		slot[s] = take_u64(fd, (uint32_t)(h * PT_SLOTS + s), vals, true);
+		total += slot[s];
+		if (slot[s]) {
+			max = slot[s] > max ? slot[s] : max;
+			lo = s < lo ? s : lo;
+			hi = s;
+		}
+	}
+	if (json) {
+		printf("\"%s\":{\"samples\":%llu,\"log2_ns\":[", title, (unsigned long long)total);
+		for (int s = lo; s <= hi; s++)
+			printf("%s[%llu,%llu]", s == lo ? "" : ",", s ? 1ull << s : 0,
+			       (unsigned long long)slot[s]);
+		printf("]}");
+		return;
+	}
+	if (!total) {
+		printf("%s: no samples\n\n", title);
+		return;
+	}
+	printf("%s: %llu samples\n", title, (unsigned long long)total);
+	printf("%24s : %-10s distribution\n", "ns", "count");
+	for (int s = lo; s <= hi; s++) {
+		unsigned long long a = s ? 1ull << s : 0, b = (1ull << (s + 1)) - 1;
+
+		printf("%10llu -> %-10llu : %-10llu ", a, b, (unsigned long long)slot[s]);
+		print_bar(slot[s], max);
+	}
+	printf("\n");
+}
+
 static void print_lat(struct procreg_trace *skel)
 {
 	static const char *titles[PT_H_N] = {
@@ -448,32 +508,48 @@ static void print_lat(struct procreg_trace *skel)
 	if (!vals)
 		return;
 	printf("%s\n", stamp(false));
-	for (int h = 0; h < PT_H_N; h++) {
-		uint64_t slot[PT_SLOTS], max = 0, total = 0;
-		int lo = PT_SLOTS, hi = -1;
+	for (int h = 0; h < PT_H_N; h++)
+		if (titles[h])
+			print_hist(fd, h, titles[h], vals, false);
+	fflush(stdout);
+	free(vals);
+}
 
-		for (int s = 0; s < PT_SLOTS; s++) {
-			slot[s] = take_u64(fd, (uint32_t)(h * PT_SLOTS + s), vals, true);
-			total += slot[s];
-			if (slot[s]) {
-				max = slot[s] > max ? slot[s] : max;
-				lo = s < lo ? s : lo;
-				hi = s;
-			}
-		}
-		if (!total) {
-			printf("%s: no samples\n\n", titles[h]);
-			continue;
-		}
-		printf("%s: %llu samples\n", titles[h], (unsigned long long)total);
-		printf("%24s : %-10s distribution\n", "ns", "count");
-		for (int s = lo; s <= hi; s++) {
-			unsigned long long a = s ? 1ull << s : 0, b = (1ull << (s + 1)) - 1;
+/* ---- bridge ----------------------------------------------------------- */
 
-			printf("%10llu -> %-10llu : %-10llu ", a, b, (unsigned long long)slot[s]);
-			print_bar(slot[s], max);
-		}
-		printf("\n");
+static uint64_t last_bridge[PT_C_N];
+
+/* The interval's counts of the bridge probes and its histogram of the
+ * time to apply a frame from another node. */
+static void print_bridge(struct procreg_trace *skel, double secs)
+{
+	int cfd = bpf_map__fd(skel->maps.counters), hfd = bpf_map__fd(skel->maps.hists);
+	uint64_t *vals = calloc((size_t)ncpus, sizeof(uint64_t)), d[PT_C_N] = { 0 };
+
+	if (!vals)
+		return;
+	for (int c = PT_C_BRIDGE_OUT; c <= PT_C_BRIDGE_APPLY; c++) {
+		uint64_t v = take_u64(cfd, (uint32_t)c, vals, false);
+
+		d[c] = v - last_bridge[c];
+		last_bridge[c] = v;
+	}
+	if (opt.json) {
+		printf("{\"time\":\"%s\",\"event\":\"interval\",\"seconds\":%.3f,"
+		       "\"changes_out\":%llu,\"frames_in\":%llu,\"refused\":%llu,\"applied\":%llu,",
+		       stamp(true), secs, (unsigned long long)d[PT_C_BRIDGE_OUT],
+		       (unsigned long long)d[PT_C_BRIDGE_IN], (unsigned long long)d[PT_C_BRIDGE_REFUSED],
+		       (unsigned long long)d[PT_C_BRIDGE_APPLY]);
+		print_hist(hfd, PT_H_BRIDGE_IN, "frame_in", vals, true);
+		printf("}\n");
+	} else {
+		printf("%s  changes out %llu (%.0f/s), frames in %llu (%llu refused), entries applied "
+		       "%llu (%.0f/s)\n", stamp(false), (unsigned long long)d[PT_C_BRIDGE_OUT],
+		       secs > 0 ? (double)d[PT_C_BRIDGE_OUT] / secs : 0.0,
+		       (unsigned long long)d[PT_C_BRIDGE_IN], (unsigned long long)d[PT_C_BRIDGE_REFUSED],
+		       (unsigned long long)d[PT_C_BRIDGE_APPLY],
+		       secs > 0 ? (double)d[PT_C_BRIDGE_APPLY] / secs : 0.0);
+		print_hist(hfd, PT_H_BRIDGE_IN, "frame in (received to applied)", vals, false);
 	}
 	fflush(stdout);
 	free(vals);
@@ -660,6 +736,11 @@ static const char *index_name(uint32_t kind)
 	return kind == 0 ? "names" : kind == 1 ? "groups" : "members";
 }
 
+static const char *op_name(uint64_t op)
+{
+	return op == 1 ? "put" : op == 2 ? "del" : "?";
+}
+
 static void json_str(const char *s)
 {
 	putchar('"');
@@ -712,6 +793,37 @@ static int on_event(void *ctx, void *data, size_t size)
 			       index_name(e->kind), (unsigned long long)e->a, (unsigned long long)e->b,
 			       (unsigned long long)e->c);
 			break;
+		case PT_EV_BRIDGE_OUT:
+			printf("\"event\":\"out\",\"op\":\"%s\",\"kind\":\"%s\",\"name\":",
+			       op_name(e->a), e->kind == PR_KIND_NAME ? "name" : "member");
+			json_str(e->name);
+			printf(",\"seq\":%llu,\"bytes\":%llu", (unsigned long long)e->b,
+			       (unsigned long long)e->c);
+			break;
+		case PT_EV_BRIDGE_APPLY:
+			printf("\"event\":\"apply\",\"node\":");
+			json_str(e->node);
+			printf(",\"op\":\"%s\",\"kind\":\"%s\",\"name\":", op_name(e->a),
+			       e->kind == PR_KIND_NAME ? "name" : "member");
+			json_str(e->name);
+			printf(",\"result\":%lld", (long long)e->b);
+			break;
+		case PT_EV_BRIDGE_NODE:
+			printf("\"event\":\"%s\",\"node\":", e->a ? "node-up" : "node-down");
+			json_str(e->node);
+			printf(",\"incarnation\":\"%016llx\",\"removed\":%llu",
+			       (unsigned long long)e->b, (unsigned long long)e->c);
+			break;
+		case PT_EV_BRIDGE_CONFLICT:
+			printf("\"event\":\"node-conflict\",\"name\":");
+			json_str(e->name);
+			printf(",\"winner\":");
+			json_str(e->node);
+			printf(",\"loser\":");
+			json_str(e->peer);
+			printf(",\"local_pid\":%llu,\"local_lost\":%s", (unsigned long long)e->a,
+			       e->b ? "true" : "false");
+			break;
 		default:
 			printf("\"event\":\"unknown\"");
 		}
@@ -740,6 +852,30 @@ static int on_event(void *ctx, void *data, size_t size)
 			printf("%s %-13s %s index %llu -> %llu slots (%llu live)\n", t, "grow",
 			       index_name(e->kind), (unsigned long long)e->a, (unsigned long long)e->b,
 			       (unsigned long long)e->c);
+			break;
+		case PT_EV_BRIDGE_OUT:
+			printf("%s %-13s seq %llu %s %s %s (%llu bytes)\n", t, "out",
+			       (unsigned long long)e->b, op_name(e->a),
+			       e->kind == PR_KIND_NAME ? "name" : "member of", e->name,
+			       (unsigned long long)e->c);
+			break;
+		case PT_EV_BRIDGE_APPLY:
+			printf("%s %-13s from %s %s %s %s%s\n", t, "apply", e->node, op_name(e->a),
+			       e->kind == PR_KIND_NAME ? "name" : "member of", e->name,
+			       (int64_t)e->b < 0 ? " (failed)" : "");
+			break;
+		case PT_EV_BRIDGE_NODE:
+			if (e->a)
+				printf("%s %-13s node %s (incarnation %016llx)\n", t, "node-up", e->node,
+				       (unsigned long long)e->b);
+			else
+				printf("%s %-13s node %s: %llu entries removed\n", t, "node-down", e->node,
+				       (unsigned long long)e->c);
+			break;
+		case PT_EV_BRIDGE_CONFLICT:
+			printf("%s %-13s name %s: node %s's registration wins over node %s's%s\n", t,
+			       "node-conflict", e->name, e->node, e->peer,
+			       e->b ? " (the local owner loses it)" : "");
 			break;
 		}
 	}
@@ -808,6 +944,7 @@ int main(int argc, char **argv)
 	}
 	skel->rodata->top_names = opt.cmd == CMD_TOP;
 	skel->rodata->top_procs = opt.cmd == CMD_TOP;
+	skel->rodata->bridge_changes = opt.changes;
 	err = procreg_trace__load(skel);
 	if (err) {
 		fprintf(stderr,
@@ -827,7 +964,7 @@ int main(int argc, char **argv)
 		err = nd;
 		goto cleanup;
 	}
-	if (opt.cmd == CMD_EVENTS) {
+	if (opt.cmd == CMD_EVENTS || opt.cmd == CMD_BRIDGE) {
 		rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, NULL, NULL);
 		if (!rb) {
 			err = -errno;
@@ -875,6 +1012,8 @@ int main(int argc, char **argv)
 		if (now >= next && opt.cmd != CMD_EVENTS) {
 			if (opt.cmd == CMD_LAT)
 				print_lat(skel);
+			else if (opt.cmd == CMD_BRIDGE)
+				print_bridge(skel, now - last);
 			else
 				print_top(skel, now - last);
 			last = now;
@@ -887,6 +1026,8 @@ int main(int argc, char **argv)
 		ring_buffer__consume(rb);
 	if (opt.cmd == CMD_LAT) {
 		print_lat(skel);
+	} else if (opt.cmd == CMD_BRIDGE) {
+		print_bridge(skel, now_s() - last);
 	} else if (opt.cmd == CMD_TOP) {
 		uint64_t lookups, misses;
 

@@ -16,6 +16,7 @@ enum pt_hist {
 	PT_H_SERVE,              /* procregd:reply, the daemon's time on a request */
 	PT_H_GRACE,              /* procregd:grace_period */
 	PT_H_DEATH,              /* procregd:death, pidfd wake-up to removal */
+	PT_H_BRIDGE_IN,          /* procregd:bridge_in, a frame from another node applied */
 	PT_H_N,
 };
 
@@ -23,6 +24,10 @@ enum pt_hist {
 enum pt_counter {
 	PT_C_LOOKUPS,
 	PT_C_MISSES,
+	PT_C_BRIDGE_OUT,         /* procregd:bridge_out: changes sent */
+	PT_C_BRIDGE_IN,          /* procregd:bridge_in: frames received */
+	PT_C_BRIDGE_REFUSED,     /* ... of which refused (a gap, a protocol error) */
+	PT_C_BRIDGE_APPLY,       /* procregd:bridge_apply: entries applied */
 	PT_C_N,
 };
 
@@ -44,7 +49,14 @@ enum pt_event_type {
 	PT_EV_CONFLICT,          /* procregd:conflict: a = holder pid */
 	PT_EV_GRACE,             /* procregd:grace_period: a = ns, b = slots waited on, c = gp */
 	PT_EV_GROW,              /* procregd:grow: a = old capacity, b = new, c = live */
+	PT_EV_BRIDGE_OUT,        /* procregd:bridge_out: a = op, b = seq, c = frame bytes */
+	PT_EV_BRIDGE_APPLY,      /* procregd:bridge_apply: node = origin, a = op, b = result */
+	PT_EV_BRIDGE_NODE,       /* procregd:bridge_node: node, a = up, b = incarnation, c = removed */
+	PT_EV_BRIDGE_CONFLICT,   /* procregd:bridge_conflict: node = winner, peer = loser,
+				  * a = local pid that lost (0: none), b = local lost */
 };
+
+#define PT_NODE_MAX 64           /* PR_BP_NODE_MAX and its NUL */
 
 struct pt_event {
 	__u64 ts_ns;             /* bpf_ktime_get_ns() */
@@ -54,6 +66,8 @@ struct pt_event {
 	__u32 name_len;          /* bytes in name, 0 if none */
 	__u64 a, b, c;
 	char name[PT_NAME_MAX];
+	char node[PT_NODE_MAX];  /* bridge events: a node's name, "" if none */
+	char peer[PT_NODE_MAX];  /* bridge_conflict: the losing node */
 };
 
 #endif /* PROCREG_TRACE_H */

@@ -62,6 +62,10 @@ struct pr_bridge_config {
 	size_t cookie_len;
 	uint32_t heartbeat_ms;      /* send one when idle this long */
 	uint32_t timeout_ms;        /* a peer silent this long is down */
+	/* Every this many bytes broadcast() queues for a node, send what
+	 * the node's connection takes at once, mid-batch, rather than wait
+	 * for flush(); 0: at flush() only. */
+	uint32_t flush_bytes;
 };
 
 /* One node as the backend sees it, for procreg nodes. */

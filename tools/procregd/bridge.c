@@ -47,6 +47,7 @@
 #include "hlc.h"
 #include "resolver.h"
 #include "daemon.h"
+#include "probes.h"
 
 #define NODES_MAX 4096
 #define HLC_MAX_AHEAD_NS (60 * 1000000000ull) /* a peer's stamp further ahead is not taken */
@@ -84,6 +85,13 @@ struct bridge {
 	uint64_t hlc_ahead;         /* stamps too far ahead, not observed */
 	uint64_t changes_out, changes_in, conflicts, nodes_down, refused;
 };
+
+/* Probes (README.md, "Tracing"; procreg-trace bridge). */
+PR_PROBE_DEFINE(procregd, bridge_out);
+PR_PROBE_DEFINE(procregd, bridge_in);
+PR_PROBE_DEFINE(procregd, bridge_apply);
+PR_PROBE_DEFINE(procregd, bridge_node);
+PR_PROBE_DEFINE(procregd, bridge_conflict);
 
 static struct node *node_by_name(struct bridge *br, const char *name, uint16_t *id)
 {
@@ -150,6 +158,7 @@ void bridge_local_change(struct daemon *d, int del, uint64_t off)
 		return;
 	br->seq++;
 	br->changes_out++;
+	PR_TRACE(procregd, bridge_out, e.op, e.kind, e.name, e.name_len, br->seq, pos);
 	br->be->broadcast(br->b, br->buf, pos);
 }
 
@@ -295,7 +304,12 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 		const struct pr_record *r = rec(d, old);
 
 		if (r->node != id) {
-			if (!wins(br, e, origin, r, node_name(br, r->node))) {
+			bool won = wins(br, e, origin, r, node_name(br, r->node));
+
+			PR_TRACE(procregd, bridge_conflict, e->name, e->name_len,
+				 won ? origin : node_name(br, r->node), won ? node_name(br, r->node) : origin,
+				 r->node == 0 ? r->pid : 0, won && r->node == 0);
+			if (!won) {
 				br->conflicts++;
 				return 0; /* ours stands; its node will drop its own */
 			}
@@ -358,6 +372,7 @@ static int apply(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 		log_msg("bridge: node %s: a registration stamped more than 60 s ahead of our clock "
 			"(clocks out of step?)", node_name(br, id));
 	err = e->kind == PR_KIND_NAME ? apply_name(br, id, e) : apply_member(br, id, e);
+	PR_TRACE(procregd, bridge_apply, node_name(br, id), e->op, e->kind, e->name, e->name_len, err);
 	if (err && err != -ENOSPC)
 		return err;
 	if (err)
@@ -366,7 +381,19 @@ static int apply(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 	return 0;
 }
 
+static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f);
+
+/* A frame in, timed for the bridge_in probe while it is traced. */
 static int up_deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
+{
+	uint64_t t0 = PR_TRACE_CLOCK(procregd, bridge_in);
+	int r = deliver(ctx, name, f);
+
+	PR_TRACE(procregd, bridge_in, name, f->type, f->seq, t0 ? procreg__mono_ns() - t0 : 0, r);
+	return r;
+}
+
+static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
 {
 	struct bridge *br = ctx;
 	uint16_t id;
@@ -440,6 +467,7 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 	n->up_since_ns = procreg__now_ns();
 	snprintf(n->addr, sizeof(n->addr), "%s", addr);
 	br->nodes_dirty = true;
+	PR_TRACE(procregd, bridge_node, name, 1, inc, (uint64_t)0);
 	return 0;
 }
 
@@ -485,6 +513,7 @@ static void up_node_down(void *ctx, const char *name)
 		owners_name_gone(br->d, r->data, r->name_len);
 	}
 	procreg__vec_free(&c.names);
+	PR_TRACE(procregd, bridge_node, name, 0, n->incarnation, c.removed);
 	log_msg("bridge: node %s: %llu entries removed", name, (unsigned long long)c.removed);
 }
 
@@ -688,6 +717,7 @@ int bridge_start(struct daemon *d)
 	cfg.npeers = d->o.npeers;
 	cfg.cookie = cookie;
 	cfg.cookie_len = cookie_len;
+	cfg.flush_bytes = d->o.bridge_flush_bytes;
 	d->bridge = br;
 	br->b = br->be->open(&cfg, &up, &err);
 	memset(cookie, 0, sizeof(cookie));

@@ -82,6 +82,7 @@ struct daemon_opts {
 	const char *node, *listen, *cookie_file;
 	const char *bridge_backend;   /* a shared object; NULL: the TCP mesh */
 	const char *resolver;         /* a shared object with a conflict rule (resolver.h) */
+	uint32_t bridge_flush_bytes;  /* --bridge-flush-bytes (backend.h: flush_bytes) */
 	const char **peers;
 	size_t npeers;
 };

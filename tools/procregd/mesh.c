@@ -79,6 +79,7 @@ struct conn {
 	size_t snap_bytes;            /* the snapshot's size: allowed on top of OUT_MAX */
 	bool want_out;
 	bool overflow;                /* broadcast() could not queue: drop at flush */
+	size_t queued_since_send;     /* by broadcast(), since its last send (flush_bytes) */
 	uint64_t started_ns, last_rx_ns, last_tx_ns;
 	uint64_t bytes_in, bytes_out;
 	struct conn *next;
@@ -210,6 +211,7 @@ static void conn_flush(struct mesh *m, struct conn *c)
 		c->out_off += (size_t)n;
 		c->bytes_out += (uint64_t)n;
 		c->last_tx_ns = now_ns();
+		c->queued_since_send = 0;
 	}
 	if (c->dead)
 		return;
@@ -520,7 +522,7 @@ static void conn_read(struct mesh *m, struct conn *c)
 		struct pr_bp_frame f;
 		size_t pos = 0;
 		ssize_t n;
-		int r;
+		int r = 0;  /* read only if a frame was tried: GCC cannot tell (ASan builds) */
 
 		if (c->state == C_UP && c->in_cap < IN_CAP) {
 			uint8_t *bigger = realloc(c->in, IN_CAP);
@@ -694,15 +696,43 @@ static void mesh_dispatch(void *b)
 	reap(m);
 }
 
+/* Send what the socket takes now, without blocking; an error is left for
+ * the next conn_flush(), which may drop the node (broadcast() may not). */
+static void conn_send_some(struct conn *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n <= 0)
+			return;
+		c->out_off += (size_t)n;
+		c->bytes_out += (uint64_t)n;
+		c->last_tx_ns = now_ns();
+	}
+}
+
 static int mesh_broadcast(void *b, const uint8_t *frame, size_t len)
 {
 	struct mesh *m = b;
 
 	/* Called from the middle of table writes: a peer too far behind is
-	 * dropped at the next flush, not here (its node_down writes too). */
-	for (struct conn *c = m->conns; c; c = c->next)
-		if (!c->dead && c->state == C_UP && !c->overflow && conn_queue(c, frame, len) < 0)
+	 * dropped at the next flush, not here (its node_down writes too).
+	 * Every flush_bytes queued, a big batch's changes go out while the
+	 * rest is still being applied, so the peers apply them meanwhile
+	 * instead of waiting for the end of the batch; counted from the last
+	 * try, so that a peer whose socket is full costs one failed send per
+	 * flush_bytes, not one per change. */
+	for (struct conn *c = m->conns; c; c = c->next) {
+		if (c->dead || c->state != C_UP || c->overflow)
+			continue;
+		if (conn_queue(c, frame, len) < 0) {
 			c->overflow = true;
+		} else if (m->c.flush_bytes && (c->queued_since_send += len) >= m->c.flush_bytes) {
+			c->queued_since_send = 0;
+			conn_send_some(c);
+		}
+	}
 	return 0;
 }
 
