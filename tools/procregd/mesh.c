@@ -194,27 +194,35 @@ static int conn_queue(struct conn *c, const uint8_t *data, size_t len)
 
 static void conn_kill(struct mesh *m, struct conn *c, const char *why);
 
-static void conn_flush(struct mesh *m, struct conn *c)
+/* Send what the socket takes now, without blocking: 0, or a negative
+ * errno for a connection that is broken (EAGAIN is not). */
+static int conn_send_some(struct conn *c)
 {
-	bool want;
-
-	while (!c->dead && c->out_off < c->out_len) {
+	while (c->out_off < c->out_len) {
 		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
 				 MSG_DONTWAIT | MSG_NOSIGNAL);
 
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EINTR)
-				break;
-			conn_kill(m, c, strerror(errno));
-			return;
-		}
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
 		c->out_off += (size_t)n;
 		c->bytes_out += (uint64_t)n;
 		c->last_tx_ns = now_ns();
 		c->queued_since_send = 0;
 	}
+	return 0;
+}
+
+static void conn_flush(struct mesh *m, struct conn *c)
+{
+	bool want;
+	int err;
+
 	if (c->dead)
 		return;
+	if ((err = conn_send_some(c)) < 0) {
+		conn_kill(m, c, strerror(-err));
+		return;
+	}
 	if (c->out_off == c->out_len && c->out_cap > (1u << 20)) {
 		/* A snapshot went out: give its buffer back. */
 		free(c->out);
@@ -696,22 +704,6 @@ static void mesh_dispatch(void *b)
 	reap(m);
 }
 
-/* Send what the socket takes now, without blocking; an error is left for
- * the next conn_flush(), which may drop the node (broadcast() may not). */
-static void conn_send_some(struct conn *c)
-{
-	while (c->out_off < c->out_len) {
-		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-				 MSG_DONTWAIT | MSG_NOSIGNAL);
-
-		if (n <= 0)
-			return;
-		c->out_off += (size_t)n;
-		c->bytes_out += (uint64_t)n;
-		c->last_tx_ns = now_ns();
-	}
-}
-
 static int mesh_broadcast(void *b, const uint8_t *frame, size_t len)
 {
 	struct mesh *m = b;
@@ -729,8 +721,10 @@ static int mesh_broadcast(void *b, const uint8_t *frame, size_t len)
 		if (conn_queue(c, frame, len) < 0) {
 			c->overflow = true;
 		} else if (m->c.flush_bytes && (c->queued_since_send += len) >= m->c.flush_bytes) {
+			/* An error is left for the next conn_flush(), which
+			 * may drop the node (broadcast() may not). */
 			c->queued_since_send = 0;
-			conn_send_some(c);
+			(void)conn_send_some(c);
 		}
 	}
 	return 0;
