@@ -480,6 +480,62 @@ static void test_split_conflict(void **state)
 	assert_true(p->cl[c1].alive && p->cl[a2].alive);
 }
 
+/* a-b and b-c up, a-c cut: each node keeps what it can see. b sees both
+ * claims to one name and shows the winner; when the winner goes, b shows
+ * the claim that remains, which c never gave up. */
+static void test_partial_split(void **state)
+{
+	struct part *p = *state;
+	bool ok;
+	int ca, cb, cc, both_a, both_c;
+
+	start_all(p);
+	link_pair(p, 0, 2, false);
+	ca = spawn_client(p, 0, "on-a", "everywhere", NULL);
+	cb = spawn_client(p, 1, "on-b", "everywhere", NULL);
+	cc = spawn_client(p, 2, "on-c", "everywhere", NULL);
+	both_a = spawn_client(p, 0, "both", NULL, &ok);
+	assert_true(ok);
+	th_msleep(20);
+	both_c = spawn_client(p, 2, "both", NULL, &ok);
+	assert_true(ok);
+
+	expect_name(p, 0, "on-a", p->cl[ca].pid);
+	expect_name(p, 0, "on-b", p->cl[cb].pid);
+	expect_name(p, 0, "on-c", 0);
+	expect_name(p, 1, "on-a", p->cl[ca].pid);
+	expect_name(p, 1, "on-b", p->cl[cb].pid);
+	expect_name(p, 1, "on-c", p->cl[cc].pid);
+	expect_name(p, 2, "on-a", 0);
+	expect_name(p, 2, "on-b", p->cl[cb].pid);
+	expect_name(p, 2, "on-c", p->cl[cc].pid);
+	expect_name(p, 0, "both", p->cl[both_a].pid);
+	expect_name(p, 1, "both", p->cl[both_a].pid);
+	expect_name(p, 2, "both", p->cl[both_c].pid);
+	for (int i = 0; i < N; i++) {
+		uint64_t members = 0;
+
+		for (int t = 0; t < 2000; t++) {
+			procreg_group_count(p->n[i].reg, "everywhere", &members, NULL);
+			if (members == (i == 1 ? 3u : 2u))
+				break;
+			th_msleep(5);
+		}
+		assert_int_equal(members, i == 1 ? 3 : 2);
+	}
+
+	/* The winner dies: b falls back on c's claim. */
+	kill_client(p, both_a);
+	expect_name(p, 0, "both", 0);
+	expect_name(p, 1, "both", p->cl[both_c].pid);
+	expect_name(p, 2, "both", p->cl[both_c].pid);
+
+	heal(p);
+	expect_consistent(p, "after the heal");
+	for (int i = 0; i < N; i++)
+		expect_name(p, i, "both", p->cl[both_c].pid);
+}
+
 /* A daemon killed: the others drop everything its node held, in one
  * step each, with NODE_DOWN events; and take it back when it returns
  * (its clients, still alive, are recovered by the new daemon). */
@@ -553,12 +609,88 @@ static void test_faults_churn(void **state)
 	assert_true(st.resets > 0);
 }
 
+/* 100 rounds: a random split (one node apart, one link cut, everyone
+ * apart, or none), registrations and joins on every side, clients
+ * killed, now and then a daemon killed; then heal and check. */
+static void test_random_rounds(void **state)
+{
+	struct part *p = *state;
+	struct tn_faults f = { .jitter_ms = 2, .reorder_pm = 10, .loss_pm = 5 };
+	char name[32], group[32];
+	struct tn_stats st;
+	int alive = 0;
+
+	tn_faults(p->tn, NULL, NULL, &f);
+	start_all(p);
+	for (int round = 0; round < 100; round++) {
+		int scheme = (int)(rnd(p) % 8), x = (int)(rnd(p) % N), down = -1;
+		int actions = 2 + (int)(rnd(p) % 4);
+
+		for (int i = 0; i < N; i++)
+			for (int j = i + 1; j < N; j++) {
+				bool up = true;
+
+				if (scheme < 3) /* x apart */
+					up = i != x && j != x;
+				else if (scheme < 6) /* one link cut: the one not touching x */
+					up = i == x || j == x;
+				else if (scheme == 6) /* everyone apart */
+					up = false;
+				link_pair(p, i, j, up);
+			}
+		if (round % 10 == 9) {
+			/* A node departs: the others drop all it held. */
+			down = (int)(rnd(p) % N);
+			kill_node(p, down);
+			expect_sound(p, "after a node departed");
+		}
+		for (int a = 0; a < actions; a++) {
+			int home = (int)(rnd(p) % N);
+
+			if (!p->n[home].d.pid)
+				continue;
+			snprintf(name, sizeof(name), "r%d", (int)(rnd(p) % 10));
+			snprintf(group, sizeof(group), "rg%d", (int)(rnd(p) % 3));
+			spawn_client(p, home, rnd(p) % 4 ? name : NULL, rnd(p) % 3 ? NULL : group,
+				     NULL);
+			alive++;
+			if (alive > 20 || rnd(p) % 3 == 0) {
+				int k = (int)(rnd(p) % (uint64_t)p->ncl);
+
+				for (int t = 0; t < p->ncl && !p->cl[k].alive; t++)
+					k = (k + 1) % p->ncl;
+				if (p->cl[k].alive) {
+					kill_client(p, k);
+					alive--;
+				}
+			}
+		}
+		if (down >= 0) {
+			start_node(p, down);
+		}
+		heal(p);
+		assert_true(th_until(all_up, p, WAIT_MS));
+		expect_consistent(p, "after a heal");
+	}
+	/* And it stays so. */
+	th_msleep(300);
+	expect_consistent(p, "at the end");
+	tn_get_stats(p->tn, &st);
+	fprintf(stderr, "test_random_rounds: 100 rounds, %d clients (%d alive at the end), "
+		"%llu pair ups, %llu frames, %llu dropped, %llu reordered, %llu resyncs\n", p->ncl,
+		alive, (unsigned long long)st.ups, (unsigned long long)st.frames,
+		(unsigned long long)st.dropped, (unsigned long long)st.reordered,
+		(unsigned long long)st.resets);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_split_conflict, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_partial_split, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_node_departs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_faults_churn, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_random_rounds, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

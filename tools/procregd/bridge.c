@@ -25,6 +25,10 @@
  * ties broken by the smaller node name; every node applies the same rule
  * to the same two entries, so they agree. A node whose local registration
  * loses removes it, tells the others (DEL) and emits a CONFLICT event.
+ * Another node's claim that loses here is kept aside (a shadow) until its
+ * node withdraws it or goes down: in a partial split its node may never
+ * see the winner and keeps its claim, so when the winner goes first, the
+ * shadow takes the name, as it does on that node.
  * With --node, registered_ns is a hybrid logical clock stamp (hlc.h): a
  * registration made after its node learned of another is stamped after
  * it, whatever the clocks say.
@@ -62,6 +66,15 @@ struct node {
 	uint64_t changes_in;
 };
 
+/* Another node's claim to a name, beaten here by the table's entry. */
+struct shadow {
+	struct shadow *next;
+	uint16_t id;                /* its node */
+	bool recheck;               /* the name's entry went: try it again */
+	struct pr_bp_entry e;       /* name and meta point into data */
+	char data[];
+};
+
 struct bridge {
 	struct daemon *d;
 	const struct pr_bridge_backend *be;
@@ -77,6 +90,8 @@ struct bridge {
 	int64_t skew_ns;            /* PROCREG_TEST_CLOCK_SKEW_NS: a node whose clock is off */
 	struct node *nodes;         /* id = index + 1 */
 	size_t nnodes;
+	struct shadow *shadows;     /* few: only claims that lost a conflict */
+	bool recheck;               /* some shadow is marked */
 	uint8_t *buf;               /* one frame */
 	char nodes_path[PR_PATH_MAX + 16];
 	bool nodes_dirty;
@@ -105,6 +120,103 @@ static const char *node_name(const struct bridge *br, uint16_t id)
 static const struct pr_record *rec(const struct daemon *d, uint64_t off)
 {
 	return (const struct pr_record *)(d->w.map.base + off);
+}
+
+/* ---- shadows: claims that lost, kept while their node holds them ---- */
+
+static bool same_name(const struct pr_bp_entry *e, const char *name, size_t len)
+{
+	return e->name_len == len && !memcmp(e->name, name, len);
+}
+
+/* Forget node ID's claim to NAME (any, if PID is 0; else only that
+ * owner's). */
+static void shadow_drop(struct bridge *br, uint16_t id, const char *name, size_t len,
+			uint32_t pid, uint64_t start_time)
+{
+	for (struct shadow **sp = &br->shadows; *sp;) {
+		struct shadow *s = *sp;
+
+		if (s->id == id && same_name(&s->e, name, len) &&
+		    (!pid || (s->e.pid == pid && s->e.start_time == start_time))) {
+			*sp = s->next;
+			free(s);
+		} else {
+			sp = &s->next;
+		}
+	}
+}
+
+static void shadow_put(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
+{
+	struct shadow *s = malloc(sizeof(*s) + e->name_len + e->meta_len);
+
+	shadow_drop(br, id, e->name, e->name_len, 0, 0);
+	if (!s)
+		return; /* the claim is lost here until its node resyncs */
+	s->id = id;
+	s->recheck = false;
+	s->e = *e;
+	memcpy(s->data, e->name, e->name_len);
+	memcpy(s->data + e->name_len, e->meta, e->meta_len);
+	s->e.name = s->data;
+	s->e.meta = s->data + e->name_len;
+	s->next = br->shadows;
+	br->shadows = s;
+}
+
+/* NAME's entry left the table: its shadows get another chance at the
+ * end of the batch (bridge_flush), once the removal is complete. */
+static void shadow_mark(struct bridge *br, const char *name, size_t len)
+{
+	for (struct shadow *s = br->shadows; s; s = s->next)
+		if (same_name(&s->e, name, len)) {
+			s->recheck = true;
+			br->recheck = true;
+		}
+}
+
+static void shadow_drop_node(struct bridge *br, uint16_t id)
+{
+	for (struct shadow **sp = &br->shadows; *sp;) {
+		struct shadow *s = *sp;
+
+		if (s->id == id) {
+			*sp = s->next;
+			free(s);
+		} else {
+			sp = &s->next;
+		}
+	}
+}
+
+static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *e);
+
+/* Each marked shadow goes through the conflict rule again, as if its
+ * node had just sent it: the best claim takes the name, the others stay
+ * aside. */
+static void shadows_promote(struct bridge *br)
+{
+	while (br->recheck) {
+		struct shadow **sp = &br->shadows, *s = NULL;
+
+		br->recheck = false;
+		while (*sp) {
+			if ((*sp)->recheck) {
+				s = *sp;
+				*sp = s->next;
+				break;
+			}
+			sp = &(*sp)->next;
+		}
+		if (!s)
+			return;
+		br->recheck = true; /* others may be marked still */
+		if (apply_name(br, s->id, &s->e) < 0)
+			log_msg("bridge: node %s: claim to '%.*s' not restored", node_name(br, s->id),
+				(int)s->e.name_len, s->e.name);
+		free(s);
+	}
 }
 
 /* ---- out: this node's changes ----------------------------------------- */
@@ -144,6 +256,8 @@ void bridge_local_change(struct daemon *d, int del, uint64_t off)
 
 	if (r->node != 0 || (r->kind != PR_KIND_NAME && r->kind != PR_KIND_MEMBER))
 		return;
+	if (del && r->kind == PR_KIND_NAME && br->shadows)
+		shadow_mark(br, r->data, r->name_len);
 	to_entry(r, del ? PR_BP_DEL : PR_BP_PUT, &e);
 	if (procreg__bp_put_change(br->buf, PR_BP_FRAME_MAX, &pos, br->incarnation, br->seq + 1,
 				   br->node, &e) < 0)
@@ -283,12 +397,14 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 		const struct pr_record *r = old ? rec(d, old) : NULL;
 
 		/* Only its owner's entry: a DEL from the loser of a conflict
-		 * leaves the winner alone. */
+		 * leaves the winner alone (and withdraws the loser's shadow). */
+		shadow_drop(br, id, e->name, e->name_len, e->pid, e->start_time);
 		if (!r || r->node != id || r->pid != e->pid || r->start_time != e->start_time)
 			return 0;
 		procreg__w_remove(&d->w, root, pos);
 		procreg__w_emit(&d->w, PROCREG_EV_UNREGISTERED, r);
 		owners_name_gone(d, e->name, e->name_len);
+		shadow_mark(br, e->name, e->name_len);
 		return 0;
 	}
 	if (old) {
@@ -297,10 +413,18 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 		if (r->node != id) {
 			if (!wins(br, e, origin, r, node_name(br, r->node))) {
 				br->conflicts++;
-				return 0; /* ours stands; its node will drop its own */
+				/* Ours stands; its node drops its own when it
+				 * sees ours, if it ever does. */
+				shadow_put(br, id, e);
+				return 0;
 			}
 			br->conflicts++;
-			if (r->node == 0) {
+			if (r->node != 0) {
+				struct pr_bp_entry loser;
+
+				to_entry(r, PR_BP_PUT, &loser);
+				shadow_put(br, r->node, &loser);
+			} else {
 				/* Our registration lost: tell its owner (the feed),
 				 * the other nodes (DEL), then make way. */
 				LOGV(d, "name '%.*s': node %s's registration wins: local owner pid %u loses it",
@@ -312,8 +436,10 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 		}
 	}
 	err = put_record(d, root, &k, id, e, &off);
-	if (!err)
+	if (!err) {
 		procreg__w_emit(&d->w, old ? PROCREG_EV_UPDATED : PROCREG_EV_REGISTERED, rec(d, off));
+		shadow_drop(br, id, e->name, e->name_len, 0, 0);
+	}
 	return err;
 }
 
@@ -479,10 +605,12 @@ static void up_node_down(void *ctx, const char *name)
 	/* One pass, no request served in between. Records are retired, not
 	 * freed: their names are still readable below. */
 	procreg__w_walk(&br->d->w, down_one, &c);
+	shadow_drop_node(br, c.id);
 	for (size_t i = 0; i < c.names.n; i++) {
 		const struct pr_record *r = rec(br->d, c.names.v[i]);
 
 		owners_name_gone(br->d, r->data, r->name_len);
+		shadow_mark(br, r->data, r->name_len);
 	}
 	procreg__vec_free(&c.names);
 	log_msg("bridge: node %s: %llu entries removed", name, (unsigned long long)c.removed);
@@ -719,6 +847,7 @@ void bridge_flush(struct daemon *d)
 {
 	struct bridge *br = d->bridge;
 
+	shadows_promote(br);
 	br->be->flush(br->b);
 	if (br->nodes_dirty)
 		write_nodes_file(br);
@@ -744,6 +873,12 @@ void bridge_stop(struct daemon *d)
 		dlclose(br->resolver_dl);
 	if (br->nodes_path[0])
 		unlink(br->nodes_path);
+	while (br->shadows) {
+		struct shadow *s = br->shadows;
+
+		br->shadows = s->next;
+		free(s);
+	}
 	free(br->nodes);
 	free(br->buf);
 	free(br);
