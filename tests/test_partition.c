@@ -1,7 +1,8 @@
 /*
  * test_partition.c - replication through partitions: three real daemons
  * whose frames go through the test switch (testnet.h), which cuts and
- * heals links, delays, reorders and drops frames.
+ * heals links, delays, reorders and drops frames; and, as root, three
+ * daemons in network namespaces over the real TCP mesh.
  *
  * Names and memberships are held by real client processes forked here,
  * so every owner's pid is known with its home node. What is checked is
@@ -18,6 +19,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +60,7 @@ struct part {
 	struct client cl[CLIENTS_MAX];
 	int ncl;
 	char why[512];             /* the last failed check */
+	int netns_tag;             /* the netns test's namespaces and links to remove, or 0 */
 };
 
 static uint64_t rnd(struct part *p)
@@ -74,6 +77,8 @@ static void write_file(const char *path, const char *text, mode_t mode)
 	assert_int_equal(fchmod(fd, mode), 0);
 	close(fd);
 }
+
+static void netns_cleanup(int tag);
 
 static int setup(void **state)
 {
@@ -123,6 +128,8 @@ static int teardown(void **state)
 			bad = -1;
 		}
 	}
+	if (p->netns_tag)
+		netns_cleanup(p->netns_tag);
 	if (p->tn)
 		tn_stop(p->tn);
 	th_rmrf(p->base);
@@ -683,6 +690,149 @@ static void test_random_rounds(void **state)
 		(unsigned long long)st.resets);
 }
 
+/* ---- real TCP, across network namespaces ------------------------------- */
+
+/* Run a shell command; its exit status. */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void must(int status, const char *what)
+{
+	if (status != 0)
+		fail_msg("%s: exit status %d (as root, with iproute2: ip netns, veth, bridge)", what,
+			 status);
+}
+
+/* Interface and namespace names carry TAG: runs side by side do not meet. */
+static void netns_cleanup(int tag)
+{
+	for (int i = 0; i < N; i++)
+		sh("ip netns del prt%d%c 2>/dev/null", tag, 'a' + i);
+	sh("ip link del prt%db 2>/dev/null", tag);
+}
+
+/* A bridge in this namespace, and per node a namespace joined to it by a
+ * veth pair: node I is 10.231.(TAG % 250).(I + 1). */
+static void netns_build(struct part *p, int tag)
+{
+	p->netns_tag = tag;
+	netns_cleanup(tag);
+	must(sh("ip link add prt%db type bridge && ip link set prt%db up", tag, tag), "bridge");
+	for (int i = 0; i < N; i++) {
+		char x = (char)('a' + i);
+
+		must(sh("ip netns add prt%d%c", tag, x), "ip netns add");
+		must(sh("ip link add prt%d%cr type veth peer name prt%d%cn", tag, x, tag, x), "veth");
+		must(sh("ip link set prt%d%cn netns prt%d%c", tag, x, tag, x), "veth into netns");
+		must(sh("ip link set prt%d%cr master prt%db up", tag, x, tag), "veth on the bridge");
+		must(sh("ip -n prt%d%c addr add 10.231.%d.%d/24 dev prt%d%cn && "
+			"ip -n prt%d%c link set prt%d%cn up && ip -n prt%d%c link set lo up",
+			tag, x, tag % 250, i + 1, tag, x, tag, x, tag, x, tag, x), "addresses");
+		snprintf(p->n[i].listen, sizeof(p->n[i].listen), "10.231.%d.%d:7400", tag % 250,
+			 i + 1);
+	}
+}
+
+/* Start node I's daemon inside its namespace with the TCP mesh: the
+ * fork in th_daemon_start happens while this thread is in it. */
+static void start_node_netns(struct part *p, int i)
+{
+	struct pnode *n = &p->n[i];
+	const char *args[16];
+	char nspath[64];
+	int k = 0, self, ns, err;
+
+	snprintf(nspath, sizeof(nspath), "/run/netns/prt%d%c", p->netns_tag, 'a' + i);
+	self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	ns = open(nspath, O_RDONLY | O_CLOEXEC);
+	assert_true(self >= 0 && ns >= 0);
+	args[k++] = "--node";
+	args[k++] = n->name;
+	args[k++] = "--listen";
+	args[k++] = n->listen;
+	args[k++] = "--cookie-file";
+	args[k++] = p->cookie;
+	for (int j = 0; j < N; j++)
+		if (j != i) {
+			args[k++] = "--peer";
+			args[k++] = p->n[j].listen;
+		}
+	args[k] = NULL;
+	assert_int_equal(setns(ns, CLONE_NEWNET), 0);
+	err = th_daemon_start(&n->d, n->dir, args, NULL);
+	assert_int_equal(setns(self, CLONE_NEWNET), 0);
+	close(ns);
+	close(self);
+	if (err) {
+		th_daemon_dump_log(&n->d);
+		fail_msg("%s: the daemon did not start in its namespace", n->name);
+	}
+	n->reg = th_open(n->dir);
+	assert_non_null(n->reg);
+}
+
+/* {a} | {b, c} by taking a's port on the bridge down: TCP sees silence,
+ * not a reset, and the mesh's heartbeats find it. The same name on both
+ * sides; on heal, the mesh redials and every node agrees on the earlier
+ * registration. */
+static void test_netns_tcp(void **state)
+{
+	struct part *p = *state;
+	uint64_t feed_c;
+	int probe[N], a1, c1;
+	bool ok;
+
+	if (geteuid() != 0)
+		fail_msg("test_netns_tcp needs root (network namespaces, veth pairs)");
+	netns_build(p, getpid() % 100000);
+	for (int i = 0; i < N; i++)
+		start_node_netns(p, i);
+	for (int i = 0; i < N; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "tcp-%s", p->n[i].name);
+		probe[i] = spawn_client(p, i, name, "tcp-group", NULL);
+	}
+	for (int i = 0; i < N; i++)
+		for (int j = 0; j < N; j++) {
+			char name[32];
+
+			snprintf(name, sizeof(name), "tcp-%s", p->n[j].name);
+			expect_name(p, i, name, p->cl[probe[j]].pid);
+		}
+	expect_consistent(p, "tcp: all up");
+
+	must(sh("ip link set prt%dar down", p->netns_tag), "cut a");
+	expect_name(p, 1, "tcp-nodea", 0);
+	expect_name(p, 2, "tcp-nodea", 0);
+	expect_name(p, 0, "tcp-nodeb", 0);
+	expect_name(p, 0, "tcp-nodec", 0);
+	feed_c = procreg_feed_head(p->n[2].reg);
+	a1 = spawn_client(p, 0, "tcp-contested", NULL, &ok);
+	assert_true(ok);
+	th_msleep(20);
+	c1 = spawn_client(p, 2, "tcp-contested", NULL, &ok);
+	assert_true(ok);
+	expect_name(p, 1, "tcp-contested", p->cl[c1].pid);
+
+	must(sh("ip link set prt%dar up", p->netns_tag), "heal a");
+	for (int i = 0; i < N; i++)
+		expect_name(p, i, "tcp-contested", p->cl[a1].pid);
+	expect_consistent(p, "tcp: after the heal");
+	assert_true(saw_conflict(p, 2, feed_c, "tcp-contested", p->cl[c1].pid));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -691,6 +841,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_node_departs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_faults_churn, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_random_rounds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_netns_tcp, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
