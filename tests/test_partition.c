@@ -61,6 +61,7 @@ struct part {
 	int ncl;
 	char why[512];             /* the last failed check */
 	int netns_tag;             /* the netns test's namespaces and links to remove, or 0 */
+	const char *env;           /* one more "K=V" for the daemons, or NULL */
 };
 
 static uint64_t rnd(struct part *p)
@@ -145,7 +146,7 @@ static void start_node(struct part *p, int i)
 	struct pnode *n = &p->n[i];
 	const char *args[] = { "--node", n->name, "--cookie-file", p->cookie, "--bridge-backend",
 			       BRIDGE_BACKEND_TESTNET, NULL };
-	const char *env[] = { p->tnenv, NULL };
+	const char *env[] = { p->tnenv, p->env, NULL };
 
 	if (th_daemon_start(&n->d, n->dir, args, env) != 0) {
 		th_daemon_dump_log(&n->d);
@@ -575,6 +576,50 @@ static void test_node_departs(void **state)
 	expect_name(p, 0, "goes-b", p->cl[on_b].pid);
 }
 
+/* A pair dropped and reconnected, same incarnations: within the grace
+ * (made long here, so that no delay of this machine can matter) nothing
+ * blinks. b keeps a's entries while cut; on reconnect a's snapshot
+ * replaces them by difference: an owner that died meanwhile goes, one
+ * registered meanwhile comes, and the one that stayed gets no event. */
+static void test_reconnect_no_blink(void **state)
+{
+	struct part *p = *state;
+	struct procreg_event ev;
+	struct procreg_entry e;
+	uint64_t feed_b;
+	int steady, doomed, fresh, unregistered = 0, other = 0;
+
+	p->env = "PROCREG_TEST_LINGER_MS=600000";
+	start_all(p);
+	steady = spawn_client(p, 0, "steady", "steady-group", NULL);
+	doomed = spawn_client(p, 0, "doomed", NULL, NULL);
+	expect_consistent(p, "all up");
+	feed_b = procreg_feed_head(p->n[1].reg);
+
+	link_pair(p, 0, 1, false);
+	kill_client(p, doomed);
+	fresh = spawn_client(p, 0, "fresh", NULL, NULL);
+	expect_name(p, 2, "doomed", 0);
+	expect_name(p, 2, "fresh", p->cl[fresh].pid);
+	/* Cut, and b still answers for a's names. */
+	assert_int_equal(procreg_lookup(p->n[1].reg, "steady", &e), 0);
+	assert_int_equal(e.pid, p->cl[steady].pid);
+
+	link_pair(p, 0, 1, true);
+	assert_true(th_until(all_up, p, WAIT_MS));
+	expect_consistent(p, "after the reconnect");
+	while (procreg_next_event(p->n[1].reg, &feed_b, &ev, 0) == 0) {
+		if (ev.type == PROCREG_EV_UNREGISTERED && !strcmp(ev.name, "doomed"))
+			unregistered++;
+		else if (ev.type == PROCREG_EV_REGISTERED && !strcmp(ev.name, "fresh"))
+			continue;
+		else
+			other++;
+	}
+	assert_int_equal(unregistered, 1);
+	assert_int_equal(other, 0); /* no node-down, nothing for steady */
+}
+
 /* Delay, jitter, reordering and loss on every link while names and
  * memberships come and go: the sequence numbers catch every lost or
  * overtaken change (the pair resyncs), and the replicas end identical. */
@@ -839,6 +884,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_split_conflict, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_partial_split, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_node_departs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reconnect_no_blink, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_faults_churn, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_random_rounds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_netns_tcp, setup, teardown),
