@@ -59,7 +59,7 @@ struct part {
 	struct pnode n[N];
 	struct client cl[CLIENTS_MAX];
 	int ncl;
-	char why[512];             /* the last failed check */
+	char why[1024];            /* the last failed check */
 	int netns_tag;             /* the netns test's namespaces and links to remove, or 0 */
 	const char *env;           /* one more "K=V" for the daemons, or NULL */
 };
@@ -352,7 +352,7 @@ static int consistent(void *arg)
 		}
 		for (int k = 0; k < dumps[i].n; k++)
 			if (strcmp(dumps[i].lines[k], dumps[first].lines[k])) {
-				snprintf(p->why, sizeof(p->why), "%s has '%s' where %s has '%s'",
+				snprintf(p->why, sizeof(p->why), "%s has '%.300s' where %s has '%.300s'",
 					 p->n[i].name, dumps[i].lines[k], p->n[first].name,
 					 dumps[first].lines[k]);
 				return 0;
