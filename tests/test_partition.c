@@ -661,12 +661,12 @@ static void test_faults_churn(void **state)
 	assert_true(st.resets > 0);
 }
 
-/* 100 rounds: a random split (one node apart, one link cut, everyone
- * apart, or none), registrations and joins on every side, clients
- * killed, now and then a daemon killed; then heal and check. */
-static void test_random_rounds(void **state)
+/* 100 rounds: a random split (one node apart, one pair cut, one
+ * direction cut, everyone apart), registrations and joins on every side,
+ * clients killed, a daemon killed every tenth round; then heal, with
+ * more registrations racing the resyncs, and check. */
+static void random_rounds(struct part *p, const char *what)
 {
-	struct part *p = *state;
 	struct tn_faults f = { .jitter_ms = 2, .reorder_pm = 10, .loss_pm = 5 };
 	char name[32], group[32];
 	struct tn_stats st;
@@ -690,6 +690,8 @@ static void test_random_rounds(void **state)
 					up = false;
 				link_pair(p, i, j, up);
 			}
+		if (scheme == 7) /* one direction only: the pair is lost both ways */
+			tn_link(p->tn, p->n[x].name, p->n[(x + 1) % N].name, false);
 		if (round % 10 == 9) {
 			/* A node departs: the others drop all it held. */
 			down = (int)(rnd(p) % N);
@@ -706,7 +708,8 @@ static void test_random_rounds(void **state)
 			spawn_client(p, home, rnd(p) % 4 ? name : NULL, rnd(p) % 3 ? NULL : group,
 				     NULL);
 			alive++;
-			if (alive > 20 || rnd(p) % 3 == 0) {
+			for (int kills = alive > 20 ? alive - 20 : (int)(rnd(p) % 3 == 0);
+			     kills > 0; kills--) {
 				int k = (int)(rnd(p) % (uint64_t)p->ncl);
 
 				for (int t = 0; t < p->ncl && !p->cl[k].alive; t++)
@@ -717,10 +720,15 @@ static void test_random_rounds(void **state)
 				}
 			}
 		}
-		if (down >= 0) {
+		if (down >= 0)
 			start_node(p, down);
-		}
 		heal(p);
+		/* Registrations racing the snapshots of the heal. */
+		for (int a = (int)(rnd(p) % 3); a > 0; a--) {
+			snprintf(name, sizeof(name), "r%d", (int)(rnd(p) % 10));
+			spawn_client(p, (int)(rnd(p) % N), name, NULL, NULL);
+			alive++;
+		}
 		assert_true(th_until(all_up, p, WAIT_MS));
 		expect_consistent(p, "after a heal");
 	}
@@ -728,11 +736,27 @@ static void test_random_rounds(void **state)
 	th_msleep(300);
 	expect_consistent(p, "at the end");
 	tn_get_stats(p->tn, &st);
-	fprintf(stderr, "test_random_rounds: 100 rounds, %d clients (%d alive at the end), "
-		"%llu pair ups, %llu frames, %llu dropped, %llu reordered, %llu resyncs\n", p->ncl,
-		alive, (unsigned long long)st.ups, (unsigned long long)st.frames,
+	fprintf(stderr, "%s: 100 rounds, %d clients (%d alive at the end), "
+		"%llu pair ups, %llu frames, %llu dropped, %llu reordered, %llu resyncs\n", what,
+		p->ncl, alive, (unsigned long long)st.ups, (unsigned long long)st.frames,
 		(unsigned long long)st.dropped, (unsigned long long)st.reordered,
 		(unsigned long long)st.resets);
+}
+
+/* With the default grace, a cut shorter than it resyncs by difference. */
+static void test_random_rounds(void **state)
+{
+	random_rounds(*state, "test_random_rounds");
+}
+
+/* With none, every cut removes the other side's entries at once and the
+ * heal brings them back whole. */
+static void test_random_rounds_no_grace(void **state)
+{
+	struct part *p = *state;
+
+	p->env = "PROCREG_TEST_LINGER_MS=0";
+	random_rounds(p, "test_random_rounds_no_grace");
 }
 
 /* ---- real TCP, across network namespaces ------------------------------- */
@@ -887,6 +911,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reconnect_no_blink, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_faults_churn, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_random_rounds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_random_rounds_no_grace, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_netns_tcp, setup, teardown),
 	};
 
