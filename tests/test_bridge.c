@@ -819,43 +819,66 @@ static void fake_change(struct fake *k, uint64_t seq, const char *name)
 	fake_send(k, buf, pos);
 }
 
+/* Connect to node N as "fake", incarnation INC: handshake, and the
+ * daemon's snapshot read. */
+static void fake_connect(struct fake *k, const struct node *n, uint64_t inc, uint8_t *copy)
+{
+	uint8_t buf[1024], nonce[PR_BP_NONCE], in[PR_BP_AUTH_INPUT_MAX], mac[PR_BP_MAC];
+	const char cookie[] = "a-test-cookie-0123456789";
+	struct pr_bp_frame f;
+	size_t pos = 0, len, maclen = 0;
+
+	memset(k, 0, sizeof(*k));
+	k->fd = dial_node(n);
+	memset(nonce, 0x42, sizeof(nonce));
+	fake_read(k, PR_BP_HELLO, &f, copy);
+	assert_int_equal(procreg__bp_put_hello(buf, sizeof(buf), &pos, inc, nonce, "fake", ""), 0);
+	len = procreg__bp_auth_input(in, f.nonce, nonce, "fake", inc);
+	assert_non_null(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, cookie, strlen(cookie), in,
+				  len, mac, sizeof(mac), &maclen));
+	assert_int_equal(procreg__bp_put_auth(buf, sizeof(buf), &pos, mac), 0);
+	fake_send(k, buf, pos);
+	fake_read(k, PR_BP_AUTH, &f, copy);
+	do
+		fake_read(k, PR_BP_SNAP, &f, copy);
+	while (!(f.flags & PR_BP_SNAP_LAST));
+}
+
+/* The fake node's snapshot, as of change 0: NAMES (NULL-terminated),
+ * each stamped STAMP. */
+static void fake_snapshot(struct fake *k, uint64_t inc, uint64_t stamp, const char *const *names)
+{
+	uint8_t buf[4096];
+	size_t pos = 0, start;
+
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, inc, 0, &start), 0);
+	for (int i = 0; names[i]; i++) {
+		struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+					 .registered_ns = stamp, .name = names[i],
+					 .name_len = strlen(names[i]) };
+
+		assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
+	}
+	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
+	fake_send(k, buf, pos);
+}
+
 /* Changes carry (origin, incarnation, sequence number): one already
  * applied is ignored; one after a gap drops the connection, and with it
- * the node's entries, until a fresh sync. */
+ * (once the grace for a reconnect is over) the node's entries, until a
+ * fresh sync. */
 static void test_sequence_numbers(void **state)
 {
 	struct cluster *c = *state;
 	static struct fake k;
 	static uint8_t copy[2 * PR_BP_FRAME_MAX];
-	uint8_t buf[1024], nonce[PR_BP_NONCE], in[PR_BP_AUTH_INPUT_MAX], mac[PR_BP_MAC];
-	const char cookie[] = "a-test-cookie-0123456789";
-	struct pr_bp_frame f;
 	struct logprobe lp;
-	size_t pos = 0, n, maclen = 0, start;
-	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-				 .registered_ns = procreg__now_ns(), .name = "fake-x", .name_len = 6 };
 
 	start_node(c, 0, NULL);
-	memset(&k, 0, sizeof(k));
-	k.fd = dial_node(&c->n[0]);
-	memset(nonce, 0x42, sizeof(nonce));
-	fake_read(&k, PR_BP_HELLO, &f, copy);
-	assert_int_equal(procreg__bp_put_hello(buf, sizeof(buf), &pos, 7, nonce, "fake", ""), 0);
-	n = procreg__bp_auth_input(in, f.nonce, nonce, "fake", 7);
-	assert_non_null(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, cookie, strlen(cookie), in, n,
-				  mac, sizeof(mac), &maclen));
-	assert_int_equal(procreg__bp_put_auth(buf, sizeof(buf), &pos, mac), 0);
-	fake_send(&k, buf, pos);
-	fake_read(&k, PR_BP_AUTH, &f, copy);
-	fake_read(&k, PR_BP_SNAP, &f, copy); /* the daemon's (empty) snapshot */
-
+	fake_connect(&k, &c->n[0], 7, copy);
 	/* Our snapshot, as of change 0, then changes 1 and 2 with 1 again
 	 * between them. */
-	pos = 0;
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, &start), 0);
-	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
-	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
-	fake_send(&k, buf, pos);
+	fake_snapshot(&k, 7, procreg__now_ns(), (const char *const[]){ "fake-x", NULL });
 	expect_name(c->n[0].reg, "fake-x", 99, true);
 	fake_change(&k, 1, "fake-y");
 	fake_change(&k, 1, "fake-dup");
@@ -873,6 +896,59 @@ static void test_sequence_numbers(void **state)
 			 -ENOENT);
 	lp = (struct logprobe){ c->n[0].d.log, "node fake: frame 6 out of order (seq 4)", NULL };
 	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	close(k.fd);
+}
+
+/* A node whose TCP connection drops and comes back, same incarnation,
+ * within the grace (made long here: no delay can matter): its names stay
+ * in the table throughout, and its new snapshot replaces them by
+ * difference. Back as another incarnation, the old names go at once. */
+static void test_reconnect_same_incarnation(void **state)
+{
+	struct cluster *c = *state;
+	static struct fake k;
+	static uint8_t copy[2 * PR_BP_FRAME_MAX];
+	const char *const env[] = { "PROCREG_TEST_LINGER_MS=600000", NULL };
+	uint64_t stamp = procreg__now_ns(), cursor;
+	struct procreg_event ev;
+	struct logprobe lp;
+	int gone = 0, other = 0;
+
+	assert_int_equal(start_node_env(c, 0, c->cookie, NULL, env), 0);
+	fake_connect(&k, &c->n[0], 7, copy);
+	fake_snapshot(&k, 7, stamp, (const char *const[]){ "fake-x", "fake-y", NULL });
+	expect_name(c->n[0].reg, "fake-x", 99, true);
+	expect_name(c->n[0].reg, "fake-y", 99, true);
+	cursor = procreg_feed_head(c->n[0].reg);
+
+	close(k.fd);
+	lp = (struct logprobe){ c->n[0].d.log, "bridge: node fake: down", NULL };
+	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-x", NULL), 0);
+
+	/* Back, and fake-y went meanwhile. */
+	fake_connect(&k, &c->n[0], 7, copy);
+	fake_snapshot(&k, 7, stamp, (const char *const[]){ "fake-x", NULL });
+	expect_name(c->n[0].reg, "fake-y", 0, false);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-x", NULL), 0);
+	while (procreg_next_event(c->n[0].reg, &cursor, &ev, 0) == 0) {
+		if (ev.type == PROCREG_EV_UNREGISTERED && !strcmp(ev.name, "fake-y"))
+			gone++;
+		else
+			other++;
+	}
+	assert_int_equal(gone, 1);
+	assert_int_equal(other, 0); /* no node-down, nothing for fake-x */
+	close(k.fd);
+	assert_true(th_until(probe_log, &lp, WAIT_MS));
+
+	/* A restart: another incarnation. What the old one held goes. */
+	fake_connect(&k, &c->n[0], 8, copy);
+	expect_name(c->n[0].reg, "fake-x", 0, false);
+	while (procreg_next_event(c->n[0].reg, &cursor, &ev, 0) == 0)
+		if (ev.type == PROCREG_EV_NODE_DOWN && !strcmp(ev.name, "fake-x"))
+			gone++;
+	assert_int_equal(gone, 2);
 	close(k.fd);
 }
 
@@ -966,6 +1042,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_silent_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_peer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sequence_numbers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reconnect_same_incarnation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stamps_follow_causality, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_backend_from_shared_object, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_propagation_figures, setup, teardown),

@@ -809,7 +809,8 @@ static int on_event(void *ctx, void *data, size_t size)
 			printf(",\"result\":%lld", (long long)e->b);
 			break;
 		case PT_EV_BRIDGE_NODE:
-			printf("\"event\":\"%s\",\"node\":", e->a ? "node-up" : "node-down");
+			printf("\"event\":\"%s\",\"node\":",
+			       e->a == 1 ? "node-up" : e->a == 2 ? "node-lost" : "node-down");
 			json_str(e->node);
 			printf(",\"incarnation\":\"%016llx\",\"removed\":%llu",
 			       (unsigned long long)e->b, (unsigned long long)e->c);
@@ -865,9 +866,12 @@ static int on_event(void *ctx, void *data, size_t size)
 			       (int64_t)e->b < 0 ? " (failed)" : "");
 			break;
 		case PT_EV_BRIDGE_NODE:
-			if (e->a)
+			if (e->a == 1)
 				printf("%s %-13s node %s (incarnation %016llx)\n", t, "node-up", e->node,
 				       (unsigned long long)e->b);
+			else if (e->a == 2)
+				printf("%s %-13s node %s: entries kept while it may come back\n", t,
+				       "node-lost", e->node);
 			else
 				printf("%s %-13s node %s: %llu entries removed\n", t, "node-down", e->node,
 				       (unsigned long long)e->c);

@@ -51,7 +51,7 @@ enum pt_event_type {
 	PT_EV_GROW,              /* procregd:grow: a = old capacity, b = new, c = live */
 	PT_EV_BRIDGE_OUT,        /* procregd:bridge_out: a = op, b = seq, c = frame bytes */
 	PT_EV_BRIDGE_APPLY,      /* procregd:bridge_apply: node = origin, a = op, b = result */
-	PT_EV_BRIDGE_NODE,       /* procregd:bridge_node: node, a = up, b = incarnation, c = removed */
+	PT_EV_BRIDGE_NODE,       /* procregd:bridge_node: node, a = 1 up, 0 down, 2 lost (grace), b = incarnation, c = removed */
 	PT_EV_BRIDGE_CONFLICT,   /* procregd:bridge_conflict: node = winner, peer = loser,
 				  * a = local pid that lost (0: none), b = local lost */
 };

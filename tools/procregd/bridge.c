@@ -17,14 +17,22 @@
  * applied (its sequence number is behind) is ignored; one after a gap, or
  * from another incarnation (a restarted node on a stale connection), is
  * refused, which drops the connection: the next one starts with a fresh
- * snapshot. A node
- * that goes down takes every entry it owned with it, in one pass, with a
- * NODE_DOWN event for each in the change feed.
+ * snapshot. A node that goes down takes every entry it owned with it, in
+ * one pass, with a NODE_DOWN event for each in the change feed: not at
+ * once, but after a grace (LINGER_NS) in which the same incarnation may
+ * come back. If it does, its snapshot replaces its entries by difference:
+ * what it still has stays in place (no event when unchanged), what it
+ * lost in between goes when the snapshot is complete. Its lookups never
+ * blink for a dropped connection.
  *
  * Conflicts: a name owned on two nodes is kept by the earlier registration,
  * ties broken by the smaller node name; every node applies the same rule
  * to the same two entries, so they agree. A node whose local registration
  * loses removes it, tells the others (DEL) and emits a CONFLICT event.
+ * Another node's claim that loses here is kept aside (a shadow) until its
+ * node withdraws it or goes down: in a partial split its node may never
+ * see the winner and keeps its claim, so when the winner goes first, the
+ * shadow takes the name, as it does on that node.
  * With --node, registered_ns is a hybrid logical clock stamp (hlc.h): a
  * registration made after its node learned of another is stamped after
  * it, whatever the clocks say.
@@ -51,6 +59,11 @@
 
 #define NODES_MAX 4096
 #define HLC_MAX_AHEAD_NS (60 * 1000000000ull) /* a peer's stamp further ahead is not taken */
+/* A node whose connection went keeps its entries this long: a reconnect
+ * (a reset connection, a refused frame, a brief cut) costs no blink,
+ * while a node that is gone is gone within about a second more than it
+ * takes to notice. PROCREG_TEST_LINGER_MS overrides it for tests. */
+#define LINGER_NS (1000 * 1000000ull)
 
 struct node {
 	char name[PR_BP_NODE_MAX + 1];
@@ -61,6 +74,22 @@ struct node {
 	uint64_t next_seq;          /* the change expected next */
 	uint64_t up_since_ns;
 	uint64_t changes_in;
+	/* Down, entries kept until linger_until_ns (CLOCK_MONOTONIC; 0: not
+	 * lingering). A reconnect that does not finish its snapshot does not
+	 * move the deadline: a flapping link cannot keep entries forever. */
+	uint64_t linger_until_ns;
+	/* Up again, same incarnation: the records its snapshot confirmed. */
+	bool resync;
+	struct pr_u64map confirmed;
+};
+
+/* Another node's claim to a name, beaten here by the table's entry. */
+struct shadow {
+	struct shadow *next;
+	uint16_t id;                /* its node */
+	bool recheck;               /* the name's entry went: try it again */
+	struct pr_bp_entry e;       /* name and meta point into data */
+	char data[];
 };
 
 struct bridge {
@@ -78,6 +107,9 @@ struct bridge {
 	int64_t skew_ns;            /* PROCREG_TEST_CLOCK_SKEW_NS: a node whose clock is off */
 	struct node *nodes;         /* id = index + 1 */
 	size_t nnodes;
+	uint64_t linger_ns;
+	struct shadow *shadows;     /* few: only claims that lost a conflict */
+	bool recheck;               /* some shadow is marked */
 	uint8_t *buf;               /* one frame */
 	char nodes_path[PR_PATH_MAX + 16];
 	bool nodes_dirty;
@@ -113,6 +145,121 @@ static const char *node_name(const struct bridge *br, uint16_t id)
 static const struct pr_record *rec(const struct daemon *d, uint64_t off)
 {
 	return (const struct pr_record *)(d->w.map.base + off);
+}
+
+/* During a resync, node ID's snapshot confirmed the record at OFF. */
+static void confirm(struct bridge *br, uint16_t id, uint64_t off)
+{
+	struct node *n = id && id <= br->nnodes ? &br->nodes[id - 1] : NULL;
+
+	if (n && n->resync && procreg__u64map_put(&n->confirmed, off, 1) < 0)
+		n->resync = false; /* out of memory: keep everything until it goes */
+}
+
+/* Whether record R already says what E says (its owner and content). */
+static bool same_entry(const struct pr_record *r, const struct pr_bp_entry *e)
+{
+	return r->pid == e->pid && r->start_time == e->start_time &&
+	       r->registered_ns == e->registered_ns && r->uid == e->uid &&
+	       (r->flags & PR_REC_FLAGS) == e->flags && r->meta_len == e->meta_len &&
+	       !memcmp(r->data + r->name_len + 1, e->meta, e->meta_len);
+}
+
+/* ---- shadows: claims that lost, kept while their node holds them ---- */
+
+static bool same_name(const struct pr_bp_entry *e, const char *name, size_t len)
+{
+	return e->name_len == len && !memcmp(e->name, name, len);
+}
+
+/* Forget node ID's claim to NAME (any, if PID is 0; else only that
+ * owner's). */
+static void shadow_drop(struct bridge *br, uint16_t id, const char *name, size_t len,
+			uint32_t pid, uint64_t start_time)
+{
+	for (struct shadow **sp = &br->shadows; *sp;) {
+		struct shadow *s = *sp;
+
+		if (s->id == id && same_name(&s->e, name, len) &&
+		    (!pid || (s->e.pid == pid && s->e.start_time == start_time))) {
+			*sp = s->next;
+			free(s);
+		} else {
+			sp = &s->next;
+		}
+	}
+}
+
+static void shadow_put(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
+{
+	struct shadow *s = malloc(sizeof(*s) + e->name_len + e->meta_len);
+
+	shadow_drop(br, id, e->name, e->name_len, 0, 0);
+	if (!s)
+		return; /* the claim is lost here until its node resyncs */
+	s->id = id;
+	s->recheck = false;
+	s->e = *e;
+	memcpy(s->data, e->name, e->name_len);
+	memcpy(s->data + e->name_len, e->meta, e->meta_len);
+	s->e.name = s->data;
+	s->e.meta = s->data + e->name_len;
+	s->next = br->shadows;
+	br->shadows = s;
+}
+
+/* NAME's entry left the table: its shadows get another chance at the
+ * end of the batch (bridge_flush), once the removal is complete. */
+static void shadow_mark(struct bridge *br, const char *name, size_t len)
+{
+	for (struct shadow *s = br->shadows; s; s = s->next)
+		if (same_name(&s->e, name, len)) {
+			s->recheck = true;
+			br->recheck = true;
+		}
+}
+
+static void shadow_drop_node(struct bridge *br, uint16_t id)
+{
+	for (struct shadow **sp = &br->shadows; *sp;) {
+		struct shadow *s = *sp;
+
+		if (s->id == id) {
+			*sp = s->next;
+			free(s);
+		} else {
+			sp = &s->next;
+		}
+	}
+}
+
+static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *e);
+
+/* Each marked shadow goes through the conflict rule again, as if its
+ * node had just sent it: the best claim takes the name, the others stay
+ * aside. */
+static void shadows_promote(struct bridge *br)
+{
+	while (br->recheck) {
+		struct shadow **sp = &br->shadows, *s = NULL;
+
+		br->recheck = false;
+		while (*sp) {
+			if ((*sp)->recheck) {
+				s = *sp;
+				*sp = s->next;
+				break;
+			}
+			sp = &(*sp)->next;
+		}
+		if (!s)
+			return;
+		br->recheck = true; /* others may be marked still */
+		if (apply_name(br, s->id, &s->e) < 0)
+			log_msg("bridge: node %s: claim to '%.*s' not restored", node_name(br, s->id),
+				(int)s->e.name_len, s->e.name);
+		free(s);
+	}
 }
 
 /* ---- out: this node's changes ----------------------------------------- */
@@ -152,6 +299,8 @@ void bridge_local_change(struct daemon *d, int del, uint64_t off)
 
 	if (r->node != 0 || (r->kind != PR_KIND_NAME && r->kind != PR_KIND_MEMBER))
 		return;
+	if (del && r->kind == PR_KIND_NAME && br->shadows)
+		shadow_mark(br, r->data, r->name_len);
 	to_entry(r, del ? PR_BP_DEL : PR_BP_PUT, &e);
 	if (procreg__bp_put_change(br->buf, PR_BP_FRAME_MAX, &pos, br->incarnation, br->seq + 1,
 				   br->node, &e) < 0)
@@ -292,17 +441,23 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 		const struct pr_record *r = old ? rec(d, old) : NULL;
 
 		/* Only its owner's entry: a DEL from the loser of a conflict
-		 * leaves the winner alone. */
+		 * leaves the winner alone (and withdraws the loser's shadow). */
+		shadow_drop(br, id, e->name, e->name_len, e->pid, e->start_time);
 		if (!r || r->node != id || r->pid != e->pid || r->start_time != e->start_time)
 			return 0;
 		procreg__w_remove(&d->w, root, pos);
 		procreg__w_emit(&d->w, PROCREG_EV_UNREGISTERED, r);
 		owners_name_gone(d, e->name, e->name_len);
+		shadow_mark(br, e->name, e->name_len);
 		return 0;
 	}
 	if (old) {
 		const struct pr_record *r = rec(d, old);
 
+		if (r->node == id && same_entry(r, e)) {
+			confirm(br, id, old); /* a resync's snapshot: unchanged */
+			return 0;
+		}
 		if (r->node != id) {
 			bool won = wins(br, e, origin, r, node_name(br, r->node));
 
@@ -311,10 +466,18 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 				 r->node == 0 ? r->pid : 0, won && r->node == 0);
 			if (!won) {
 				br->conflicts++;
-				return 0; /* ours stands; its node will drop its own */
+				/* Ours stands; its node drops its own when it
+				 * sees ours, if it ever does. */
+				shadow_put(br, id, e);
+				return 0;
 			}
 			br->conflicts++;
-			if (r->node == 0) {
+			if (r->node != 0) {
+				struct pr_bp_entry loser;
+
+				to_entry(r, PR_BP_PUT, &loser);
+				shadow_put(br, r->node, &loser);
+			} else {
 				/* Our registration lost: tell its owner (the feed),
 				 * the other nodes (DEL), then make way. */
 				LOGV(d, "name '%.*s': node %s's registration wins: local owner pid %u loses it",
@@ -326,8 +489,11 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 		}
 	}
 	err = put_record(d, root, &k, id, e, &off);
-	if (!err)
+	if (!err) {
 		procreg__w_emit(&d->w, old ? PROCREG_EV_UPDATED : PROCREG_EV_REGISTERED, rec(d, off));
+		shadow_drop(br, id, e->name, e->name_len, 0, 0);
+		confirm(br, id, off);
+	}
 	return err;
 }
 
@@ -353,12 +519,18 @@ static int apply_member(struct bridge *br, uint16_t id, const struct pr_bp_entry
 	err = procreg__w_group(&d->w, e->name, e->name_len, true, &root);
 	if (err)
 		return err;
+	old = procreg__w_find(&d->w, root, &k, &pos);
+	if (old && same_entry(rec(d, old), e)) {
+		confirm(br, id, old);
+		return 0;
+	}
 	err = put_record(d, root, &k, id, e, &off);
 	if (err) {
 		procreg__w_drop_group_if_empty(&d->w, e->name, e->name_len);
 		return err;
 	}
 	procreg__w_emit(&d->w, PROCREG_EV_JOINED, rec(d, off));
+	confirm(br, id, off);
 	return 0;
 }
 
@@ -382,6 +554,8 @@ static int apply(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 }
 
 static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f);
+static void node_gone(struct bridge *br, struct node *n, uint16_t id);
+static void finish_resync(struct bridge *br, struct node *n, uint16_t id);
 
 /* A frame in, timed for the bridge_in probe while it is traced. */
 static int up_deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
@@ -419,6 +593,8 @@ static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
 		if (f->flags & PR_BP_SNAP_LAST) {
 			n->synced = true;
 			n->next_seq = f->seq + 1;
+			if (n->linger_until_ns)
+				finish_resync(br, n, id);
 		}
 		return 0;
 	}
@@ -455,11 +631,20 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 		if (br->nnodes >= NODES_MAX)
 			return -ENOSPC;
 		n = &br->nodes[br->nnodes++];
+		id = (uint16_t)br->nnodes;
 		memset(n, 0, sizeof(*n));
 		snprintf(n->name, sizeof(n->name), "%s", name);
 	}
 	if (n->up)
 		return -EEXIST;
+	if (n->linger_until_ns && n->incarnation != inc)
+		node_gone(br, n, id); /* restarted: what the old one held is gone */
+	if (n->linger_until_ns) {
+		/* Its snapshot says what it holds now, claims lost here
+		 * included: the old shadows go. */
+		shadow_drop_node(br, id);
+		n->resync = true;
+	}
 	n->up = true;
 	n->synced = false;
 	n->incarnation = inc;
@@ -474,6 +659,7 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 struct down_ctx {
 	struct daemon *d;
 	uint16_t id;
+	const struct pr_u64map *keep;   /* NULL: remove all of the node's */
 	struct pr_vec names;
 	uint64_t removed;
 };
@@ -481,10 +667,13 @@ struct down_ctx {
 static int down_one(uint64_t off, const struct pr_record *r, void *arg)
 {
 	struct down_ctx *c = arg;
+	uint64_t v;
 
-	if (r->node != c->id)
+	if (r->node != c->id || (c->keep && procreg__u64map_get(c->keep, off, &v) == 0))
 		return 0;
-	procreg__w_emit(&c->d->w, PROCREG_EV_NODE_DOWN, r);
+	procreg__w_emit(&c->d->w, !c->keep ? PROCREG_EV_NODE_DOWN
+				  : r->kind == PR_KIND_NAME ? PROCREG_EV_UNREGISTERED
+				  : PROCREG_EV_LEFT, r);
 	procreg__w_unpublish(&c->d->w, off);
 	if (r->kind == PR_KIND_NAME)
 		procreg__vec_push(&c->names, off);
@@ -492,29 +681,76 @@ static int down_one(uint64_t off, const struct pr_record *r, void *arg)
 	return 0;
 }
 
-static void up_node_down(void *ctx, const char *name)
+/* Remove node ID's entries (all, or those not in KEEP) in one pass, no
+ * request served in between. Records are retired, not freed: their
+ * names are still readable after the walk. */
+static uint64_t remove_entries(struct bridge *br, uint16_t id, const struct pr_u64map *keep)
 {
-	struct bridge *br = ctx;
-	struct down_ctx c = { .d = br->d };
-	struct node *n = node_by_name(br, name, &c.id);
+	struct down_ctx c = { .d = br->d, .id = id, .keep = keep };
 
-	if (!n || !n->up)
-		return;
-	n->up = false;
-	n->synced = false;
-	br->nodes_down++;
-	br->nodes_dirty = true;
-	/* One pass, no request served in between. Records are retired, not
-	 * freed: their names are still readable below. */
 	procreg__w_walk(&br->d->w, down_one, &c);
 	for (size_t i = 0; i < c.names.n; i++) {
 		const struct pr_record *r = rec(br->d, c.names.v[i]);
 
 		owners_name_gone(br->d, r->data, r->name_len);
+		shadow_mark(br, r->data, r->name_len);
 	}
 	procreg__vec_free(&c.names);
-	PR_TRACE(procregd, bridge_node, name, 0, n->incarnation, c.removed);
-	log_msg("bridge: node %s: %llu entries removed", name, (unsigned long long)c.removed);
+	return c.removed;
+}
+
+static void end_resync(struct node *n)
+{
+	n->resync = false;
+	procreg__u64map_free(&n->confirmed);
+	memset(&n->confirmed, 0, sizeof(n->confirmed));
+}
+
+/* The node is gone for good (its grace ran out, or it came back as
+ * another incarnation): its entries go, with NODE_DOWN events. */
+static void node_gone(struct bridge *br, struct node *n, uint16_t id)
+{
+	uint64_t removed;
+
+	n->linger_until_ns = 0;
+	end_resync(n);
+	br->nodes_down++;
+	removed = remove_entries(br, id, NULL);
+	shadow_drop_node(br, id);
+	PR_TRACE(procregd, bridge_node, n->name, 0, n->incarnation, removed);
+	log_msg("bridge: node %s: %llu entries removed", n->name, (unsigned long long)removed);
+}
+
+/* Its snapshot is complete: what it did not confirm, it lost while the
+ * connection was down. */
+static void finish_resync(struct bridge *br, struct node *n, uint16_t id)
+{
+	uint64_t removed = n->resync ? remove_entries(br, id, &n->confirmed) : 0;
+
+	end_resync(n);
+	n->linger_until_ns = 0;
+	log_msg("bridge: node %s: resynced, %llu entries gone meanwhile", n->name,
+		(unsigned long long)removed);
+}
+
+static void up_node_down(void *ctx, const char *name)
+{
+	struct bridge *br = ctx;
+	uint16_t id;
+	struct node *n = node_by_name(br, name, &id);
+
+	if (!n || !n->up)
+		return;
+	n->up = false;
+	n->synced = false;
+	end_resync(n);
+	br->nodes_dirty = true;
+	if (!n->linger_until_ns)
+		n->linger_until_ns = procreg__mono_ns() + br->linger_ns;
+	if (!br->linger_ns)
+		node_gone(br, n, id);
+	else
+		PR_TRACE(procregd, bridge_node, n->name, 2, n->incarnation, (uint64_t)0);
 }
 
 static void log_fwd(const char *fmt, ...)
@@ -704,6 +940,9 @@ int bridge_start(struct daemon *d)
 		return -EINVAL;
 	}
 	snprintf(br->node, sizeof(br->node), "%s", d->o.node);
+	br->linger_ns = LINGER_NS;
+	if (getenv("PROCREG_TEST_LINGER_MS"))
+		br->linger_ns = strtoull(getenv("PROCREG_TEST_LINGER_MS"), NULL, 10) * 1000000ull;
 	if (getenv("PROCREG_TEST_CLOCK_SKEW_NS"))
 		br->skew_ns = strtoll(getenv("PROCREG_TEST_CLOCK_SKEW_NS"), NULL, 10);
 	if (RAND_bytes((uint8_t *)&br->incarnation, sizeof(br->incarnation)) != 1)
@@ -749,6 +988,7 @@ void bridge_flush(struct daemon *d)
 {
 	struct bridge *br = d->bridge;
 
+	shadows_promote(br);
 	br->be->flush(br->b);
 	if (br->nodes_dirty)
 		write_nodes_file(br);
@@ -756,7 +996,14 @@ void bridge_flush(struct daemon *d)
 
 void bridge_tick(struct daemon *d)
 {
-	write_nodes_file(d->bridge);
+	struct bridge *br = d->bridge;
+	uint64_t now = procreg__mono_ns();
+
+	for (size_t i = 0; i < br->nnodes; i++)
+		if (!br->nodes[i].up && br->nodes[i].linger_until_ns &&
+		    now >= br->nodes[i].linger_until_ns)
+			node_gone(br, &br->nodes[i], (uint16_t)(i + 1));
+	write_nodes_file(br);
 }
 
 void bridge_stop(struct daemon *d)
@@ -774,6 +1021,14 @@ void bridge_stop(struct daemon *d)
 		dlclose(br->resolver_dl);
 	if (br->nodes_path[0])
 		unlink(br->nodes_path);
+	for (size_t i = 0; i < br->nnodes; i++)
+		end_resync(&br->nodes[i]);
+	while (br->shadows) {
+		struct shadow *s = br->shadows;
+
+		br->shadows = s->next;
+		free(s);
+	}
 	free(br->nodes);
 	free(br->buf);
 	free(br);
