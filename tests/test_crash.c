@@ -428,6 +428,19 @@ static void test_reader_kills(void **state)
 			readers[i] = 0;
 			killed++;
 		}
+		/* The daemon finds dead readers on its own schedule (at least
+		 * once a second); the bound below is about what it reclaims
+		 * once it has, not about how soon it looks: wait for it. */
+		for (int t = 0; t < 200; t++) {
+			int alive = 0;
+
+			for (int i = 0; i < READERS; i++)
+				alive += readers[i] != 0;
+			procreg_stats(f->reg, &st);
+			if (st.reader_slots_used <= slots0 + (uint64_t)alive)
+				break;
+			th_msleep(50);
+		}
 	}
 	for (int i = 0; i < READERS; i++) {
 		if (!readers[i])
