@@ -614,6 +614,42 @@ static const struct pr_bridge_backend *load_backend(const char *path, void **dl)
 	return NULL;
 }
 
+/* --bridge NAME: "tcp" is the built-in mesh; anything else is
+ * procreg-bridge-NAME.so beside procregd (a build tree), then in the
+ * library directory relative to procregd (an installed tree, wherever its
+ * prefix), then in the library directory it was configured with. */
+static const struct pr_bridge_backend *find_backend(const char *name, void **dl)
+{
+	char exe[PR_PATH_MAX], path[PR_PATH_MAX + 128];
+	const char *dirs[3] = { NULL, NULL, PROCREG_BACKEND_DIR };
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char rel[PR_PATH_MAX + 64];
+
+	if (!strcmp(name, "tcp"))
+		return &pr_mesh_backend;
+	if (!procreg__bp_valid_node(name, strlen(name)) || strchr(name, '/') || name[0] == '.') {
+		log_msg("--bridge %s: want a backend's name (or --bridge-backend PATH)", name);
+		return NULL;
+	}
+	if (n > 0) {
+		exe[n] = 0;
+		*strrchr(exe, '/') = 0;
+		dirs[0] = exe;
+		snprintf(rel, sizeof(rel), "%s/%s", exe, PROCREG_BACKEND_RELDIR);
+		dirs[1] = rel;
+	}
+	for (int i = 0; i < 3; i++) {
+		if (!dirs[i])
+			continue;
+		snprintf(path, sizeof(path), "%s/procreg-bridge-%s.so", dirs[i], name);
+		if (access(path, R_OK) == 0)
+			return load_backend(path, dl);
+	}
+	log_msg("--bridge %s: no procreg-bridge-%s.so beside procregd or in %s", name, name,
+		PROCREG_BACKEND_DIR);
+	return NULL;
+}
+
 /* A conflict rule from a shared object (resolver.h). */
 static int load_resolver(struct bridge *br, const char *path)
 {
@@ -666,7 +702,8 @@ int bridge_start(struct daemon *d)
 	br->d = d;
 	br->be = &pr_mesh_backend;
 	if ((d->o.resolver && load_resolver(br, d->o.resolver) < 0) ||
-	    (d->o.bridge_backend && !(br->be = load_backend(d->o.bridge_backend, &br->dl)))) {
+	    (d->o.bridge_backend && !(br->be = load_backend(d->o.bridge_backend, &br->dl))) ||
+	    (d->o.bridge && !(br->be = find_backend(d->o.bridge, &br->dl)))) {
 		if (br->resolver_dl)
 			dlclose(br->resolver_dl);
 		free(br->nodes);
@@ -688,6 +725,11 @@ int bridge_start(struct daemon *d)
 	cfg.npeers = d->o.npeers;
 	cfg.cookie = cookie;
 	cfg.cookie_len = cookie_len;
+	cfg.heartbeat_ms = d->o.bridge_heartbeat_ms;
+	cfg.timeout_ms = d->o.bridge_timeout_ms;
+	cfg.scope = d->paths.scope;
+	cfg.opts = (const char *const *)d->o.bridge_opts;
+	cfg.nopts = d->o.nbridge_opts;
 	d->bridge = br;
 	br->b = br->be->open(&cfg, &up, &err);
 	memset(cookie, 0, sizeof(cookie));
