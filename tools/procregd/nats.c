@@ -167,6 +167,7 @@ struct nb {
 	uint64_t counter, next_req;
 	uint64_t last_hb_ns;
 	uint64_t last_forged_log_ns, forged;
+	const char *last_forged_why;
 	struct peer *peers;
 	size_t npeers;
 	uint8_t *out;               /* one envelope */
@@ -419,10 +420,12 @@ static void forged(struct nb *m, const char *subj, const char *why)
 
 	m->forged++;
 	/* Someone on the server without the cookie may send a lot: a line a
-	 * second at most, with a count. */
-	if (m->last_forged_log_ns && now - m->last_forged_log_ns < 1000000000ull)
+	 * second at most for one reason, with a count. */
+	if (m->last_forged_log_ns && now - m->last_forged_log_ns < 1000000000ull &&
+	    why == m->last_forged_why)
 		return;
 	m->last_forged_log_ns = now;
+	m->last_forged_why = why;
 	m->up.log("bridge: nats: message on %s dropped: %s (%llu so far)", subj, why,
 		  (unsigned long long)m->forged);
 }
