@@ -106,6 +106,22 @@ static int log_has(const char *path, const char *needle)
 	return strstr(buf, needle) != NULL;
 }
 
+static int log_count(const char *path, const char *needle)
+{
+	static char buf[1 << 20];
+	int fd = open(path, O_RDONLY), n = 0;
+	ssize_t len;
+
+	if (fd < 0)
+		return 0;
+	len = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[len > 0 ? len : 0] = 0;
+	for (const char *p = buf; (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
 struct logprobe {
 	const char *path, *needle;
 };
@@ -750,6 +766,7 @@ static void test_forged_and_replayed_ignored(void **state)
 	natsSubscription *sub = NULL;
 	natsMsg *msg = NULL;
 	char bad[600];
+	int ups;
 
 	start_node(c, 0);
 	start_node(c, 1);
@@ -823,6 +840,23 @@ static void test_forged_and_replayed_ignored(void **state)
 				 -ENOENT);
 	assert_int_equal(procreg_register(c->n[0].reg, "still-flowing", NULL, 0), 0);
 	expect_name(c->n[1].reg, "still-flowing", getpid(), true);
+
+	/* a restarts; its old incarnation's message, replayed, does not
+	 * pass for a restart: a stays up, its names stay. */
+	procreg_close(c->n[0].reg);
+	c->n[0].reg = NULL;
+	assert_int_equal(th_daemon_stop(&c->n[0].d), 0);
+	start_node(c, 0);
+	assert_int_equal(procreg_register(c->n[0].reg, "a-new", NULL, 0), 0);
+	expect_name(c->n[1].reg, "a-new", getpid(), true);
+	ups = log_count(c->n[1].d.log, "node nodea: up");
+	assert_int_equal(natsConnection_Publish(nc, "procreg.default.node.nodea", captured[1],
+						(int)caplen[1]), NATS_OK);
+	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+	expect_log(c->n[1].d.log, "dropped: replayed (an older incarnation)");
+	th_msleep(300);
+	expect_name(c->n[1].reg, "a-new", getpid(), true);
+	assert_int_equal(log_count(c->n[1].d.log, "node nodea: up"), ups);
 	natsSubscription_Destroy(sub);
 	natsConnection_Destroy(nc);
 }

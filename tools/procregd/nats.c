@@ -88,7 +88,9 @@
  *   u8  flags       ENV_ANNOUNCE
  *   u8  sender_len, sender
  *   u64 incarnation the sender's
- *   u64 counter     the sender's, one up per message it sends (any subject)
+ *   u64 counter     the sender's, one up per message it sends (any subject),
+ *                   from its wall clock in ns when it started: higher in a
+ *                   later incarnation than in any earlier one
  *   u64 req         SNAPREQ: the request's id; SNAP: the id it answers
  *   ... one frame (STREAM, SNAP), nothing (SNAPREQ)
  *   u8  mac[32]     HMAC-SHA256(cookie, u16 subject_len, subject, all the above)
@@ -135,6 +137,7 @@ struct peer {
 	uint64_t req_ns;
 	uint64_t last_rx_ns;
 	uint64_t ctr[E_TYPES];      /* newest counter seen per type: no replays */
+	uint64_t ctr_max;           /* newest counter seen, any incarnation */
 	struct held *held, **held_tail;
 	size_t held_bytes;
 	uint64_t bytes_in;
@@ -485,6 +488,16 @@ static void on_message(struct nb *m, const char *subj, const uint8_t *d, size_t 
 	if (!(p = peer_get(m, sender)))
 		return;
 	if (inc != p->inc) {
+		/* Another incarnation: a restart, or a replay of an older
+		 * one's message. A restarted node's counter starts above
+		 * anything its earlier incarnations sent. While the node is
+		 * up, that tells them apart; once it is down, a replay can
+		 * at most bring up a node that sends nothing and times out
+		 * (a snapshot answers only a request of ours, by its id). */
+		if (p->up && ctr <= p->ctr_max) {
+			forged(m, subj, "replayed (an older incarnation)");
+			return;
+		}
 		if (p->up)
 			peer_down(m, p, "restarted");
 		held_free(p);
@@ -498,6 +511,8 @@ static void on_message(struct nb *m, const char *subj, const uint8_t *d, size_t 
 		return;
 	}
 	p->ctr[type] = ctr;
+	if (ctr > p->ctr_max)
+		p->ctr_max = ctr;
 	p->last_rx_ns = now_ns();
 	p->bytes_in += len;
 	if (flags & ENV_ANNOUNCE)
@@ -975,11 +990,17 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	    epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->tfd, &e) < 0 ||
 	    epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->efd, &e) < 0)
 		goto fail;
-	/* A random start: a request id is never reused across restarts of
-	 * the same incarnation's counters. */
+	/* Request ids from a random start: an answer to another daemon's
+	 * request (an earlier run's, replayed) matches none of ours. */
 	if (RAND_bytes((uint8_t *)&m->next_req, sizeof(m->next_req)) != 1)
 		m->next_req = now_ns();
 	m->next_req >>= 1;
+	{
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		m->counter = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	}
 	if ((*err = nats_setup(m, &m->c)) < 0)
 		goto fail;
 	m->up.log("bridge: nats: %s, subjects %s.*", m->url, m->prefix);
