@@ -243,16 +243,6 @@ static void proxy_run(int lfd, int ctl, int target)
 			(void)!write(ctl, &cmd, 1);
 			continue;
 		}
-		if (pf[1].revents) {
-			int a = accept4(lfd, NULL, NULL, SOCK_CLOEXEC), b;
-
-			if (a >= 0) {
-				if (cut || np == 32 || (b = dial(target)) < 0)
-					close(a);
-				else
-					p[np++] = (struct pair){ a, b };
-			}
-		}
 		for (int i = 0; i < np; i++) {
 			for (int side = 0; side < 2; side++) {
 				short rev = pf[2 + 2 * i + side].revents;
@@ -266,8 +256,19 @@ static void proxy_run(int lfd, int ctl, int target)
 					close(p[i].a);
 					close(p[i].b);
 					p[i] = p[--np];
-					goto next_poll;
+					goto next_poll; /* pf no longer matches p */
 				}
+			}
+		}
+		/* Last: a pair added here has no entry in this round's pf. */
+		if (pf[1].revents) {
+			int a = accept4(lfd, NULL, NULL, SOCK_CLOEXEC), b;
+
+			if (a >= 0) {
+				if (cut || np == 32 || (b = dial(target)) < 0)
+					close(a);
+				else
+					p[np++] = (struct pair){ a, b };
 			}
 		}
 next_poll:;
