@@ -882,6 +882,11 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 		s = natsOptions_SetName(m->opts, m->node);
 	if (s == NATS_OK)
 		s = natsOptions_SetNoEcho(m->opts, true);
+	/* A change out now, not at nats.c's flusher's next round (about a
+	 * millisecond): registrations are rare next to their lookups, and
+	 * their latency is what other nodes see. */
+	if (s == NATS_OK)
+		s = natsOptions_SetSendAsap(m->opts, true);
 	/* Reconnect for ever: the registry outlives any server restart. */
 	if (s == NATS_OK)
 		s = natsOptions_SetMaxReconnect(m->opts, -1);
