@@ -475,6 +475,25 @@ static pid_t spawn_holder(const char *dir, const char *name)
 	return pid;
 }
 
+struct cliprobe {
+	const char *dir;
+	const char *const *args;
+	const char *needles[4];
+	char out[8192];
+};
+
+static int probe_cli(void *arg)
+{
+	struct cliprobe *p = arg;
+
+	if (th_cli(p->dir, p->out, sizeof(p->out), p->args) != 0)
+		return 0;
+	for (int i = 0; i < 4 && p->needles[i]; i++)
+		if (!strstr(p->out, p->needles[i]))
+			return 0;
+	return 1;
+}
+
 /* ---- tests -------------------------------------------------------------- */
 
 static void test_visible_everywhere(void **state)
@@ -507,6 +526,16 @@ static void test_visible_everywhere(void **state)
 	assert_int_equal(procreg_join(c->n[2].reg, "workers", "c", 1), 0);
 	for (int i = 0; i < 3; i++)
 		expect_members(c->n[i].reg, "workers", 2);
+
+	/* procreg nodes on a: the two others, over NATS. */
+	{
+		struct cliprobe p = { .dir = c->n[0].dir,
+				      .args = (const char *const[]){ "nodes", NULL },
+				      .needles = { "nodeb", "node.c", "nats" } };
+
+		if (!th_until(probe_cli, &p, WAIT_MS))
+			fail_msg("procreg nodes: %s", p.out);
+	}
 
 	/* Unregister and leave propagate. */
 	assert_int_equal(procreg_unregister(c->n[0].reg, "payments"), 0);

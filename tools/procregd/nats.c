@@ -752,7 +752,8 @@ static void nb_nodes(void *b, void (*cb)(void *arg, const struct pr_bridge_node_
 
 	for (size_t i = 0; i < m->npeers; i++) {
 		const struct peer *p = &m->peers[i];
-		struct pr_bridge_node_info ni = { p->name, "nats", p->inc, p->bytes_in, 0 };
+		/* Out: everything we published; every node gets our stream. */
+		struct pr_bridge_node_info ni = { p->name, "nats", p->inc, p->bytes_in, m->bytes_out };
 
 		if (p->up)
 			cb(arg, &ni);
