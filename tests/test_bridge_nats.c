@@ -51,6 +51,7 @@ struct cluster {
 	int proxy_port;             /* 0: no proxy */
 	pid_t proxy_pid;
 	int proxy_ctl;
+	const char *node_timeout_ms;  /* --node-timeout-ms; NULL: 1000 */
 	struct node n[NODES_MAX];
 };
 
@@ -369,8 +370,8 @@ static int start_node_cookie(struct cluster *c, int i, const char *cookie, bool 
 	char url[64];
 	const char *args[] = { "--node", n->name, "--cookie-file", cookie, "--bridge", "nats",
 			       "--nats-url", url, "--nats-user", NATS_USER, "--nats-password",
-			       NATS_PASS, "--heartbeat-ms", "100", "--node-timeout-ms", "1000",
-			       NULL };
+			       NATS_PASS, "--heartbeat-ms", "100", "--node-timeout-ms",
+			       c->node_timeout_ms ? c->node_timeout_ms : "1000", NULL };
 
 	snprintf(url, sizeof(url), "nats://127.0.0.1:%d", via_proxy ? c->proxy_port : c->nats_port);
 	if (th_daemon_start(&n->d, n->dir, args, NULL) != 0) {
@@ -738,15 +739,16 @@ static void test_server_restart(void **state)
 }
 
 /* An envelope as procreg-bridge-nats.so builds it, MAC keyed with KEY. */
-static size_t envelope(uint8_t *out, const char *subj, const char *sender, uint64_t inc,
-		       uint64_t ctr, const uint8_t *frame, size_t flen, const char *key)
+static size_t envelope_t(uint8_t *out, const char *subj, uint8_t type, uint64_t req,
+			 const char *sender, uint64_t inc, uint64_t ctr, const uint8_t *frame,
+			 size_t flen, const char *key)
 {
 	size_t pos = 0, sl = strlen(subj), nl = strlen(sender), maclen = 0;
 	uint8_t in[4096];
 
 	memcpy(out, "PRN1", 4);
 	pos = 4;
-	out[pos++] = 1; /* stream */
+	out[pos++] = type; /* 1 stream, 2 snapshot request, 3 snapshot */
 	out[pos++] = 0;
 	out[pos++] = (uint8_t)nl;
 	memcpy(out + pos, sender, nl);
@@ -754,7 +756,7 @@ static size_t envelope(uint8_t *out, const char *subj, const char *sender, uint6
 	for (int i = 0; i < 8; i++) {
 		out[pos + i] = (uint8_t)(inc >> (8 * i));
 		out[pos + 8 + i] = (uint8_t)(ctr >> (8 * i));
-		out[pos + 16 + i] = 0;
+		out[pos + 16 + i] = (uint8_t)(req >> (8 * i));
 	}
 	pos += 24;
 	memcpy(out + pos, frame, flen);
@@ -766,6 +768,12 @@ static size_t envelope(uint8_t *out, const char *subj, const char *sender, uint6
 	assert_non_null(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, key, strlen(key), in,
 				  2 + sl + pos, out + pos, 32, &maclen));
 	return pos + 32;
+}
+
+static size_t envelope(uint8_t *out, const char *subj, const char *sender, uint64_t inc,
+		       uint64_t ctr, const uint8_t *frame, size_t flen, const char *key)
+{
+	return envelope_t(out, subj, 1, 0, sender, inc, ctr, frame, flen, key);
 }
 
 static natsConnection *test_client(struct cluster *c, bool with_password)
@@ -891,6 +899,119 @@ static void test_forged_and_replayed_ignored(void **state)
 	natsConnection_Destroy(nc);
 }
 
+/* A hand-made node on the server, with the cookie. */
+struct fake {
+	natsConnection *nc;
+	natsSubscription *req;      /* requests for its snapshot */
+	uint64_t ctr;
+	uint8_t env[4096];
+};
+
+static void fake_publish(struct fake *k, const char *subj, uint8_t type, uint64_t req,
+			 const uint8_t *frame, size_t flen)
+{
+	size_t n = envelope_t(k->env, subj, type, req, "fake", 7, ++k->ctr, frame, flen, COOKIE);
+
+	assert_int_equal(natsConnection_Publish(k->nc, subj, k->env, (int)n), NATS_OK);
+	assert_int_equal(natsConnection_Flush(k->nc), NATS_OK);
+}
+
+static void fake_change(struct fake *k, uint64_t seq, const char *name)
+{
+	uint8_t buf[512];
+	size_t pos = 0;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = name,
+				 .name_len = strlen(name) };
+
+	assert_int_equal(procreg__bp_put_change(buf, sizeof(buf), &pos, 7, seq, "fake", &e), 0);
+	fake_publish(k, "procreg.default.node.fake", 1, 0, buf, pos);
+}
+
+/* The next request for the fake's snapshot, from node a: its id. */
+static uint64_t fake_request(struct fake *k)
+{
+	natsMsg *msg = NULL;
+	const uint8_t *d;
+	uint64_t req = 0;
+
+	assert_int_equal(natsSubscription_NextMsg(&msg, k->req, WAIT_MS), NATS_OK);
+	d = (const uint8_t *)natsMsg_GetData(msg);
+	assert_true(natsMsg_GetDataLength(msg) > 7 + 5 + 24);
+	assert_int_equal(d[4], 2);
+	assert_memory_equal(d + 7, "nodea", 5);
+	for (int i = 7; i >= 0; i--)
+		req = req << 8 | d[7 + 5 + 16 + i];
+	natsMsg_Destroy(msg);
+	return req;
+}
+
+/* Over NATS as over the mesh: a change that arrives before the snapshot
+ * it follows waits for it; one already applied is ignored; one after a
+ * gap makes the node down, its entries gone, and a fresh snapshot is
+ * asked for. */
+static void test_snapshot_order_and_gaps(void **state)
+{
+	struct cluster *c = *state;
+	static struct fake k;
+	uint8_t buf[1024];
+	size_t pos = 0, start;
+	uint64_t req;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = "fake-x", .name_len = 6 };
+
+	/* The fake sends one heartbeat: it must not go silent meanwhile. */
+	c->node_timeout_ms = "60000";
+	start_node(c, 0);
+	memset(&k, 0, sizeof(k));
+	k.nc = test_client(c, true);
+	assert_non_null(k.nc);
+	assert_int_equal(natsConnection_SubscribeSync(&k.req, k.nc, "procreg.default.snap.fake"),
+			 NATS_OK);
+	assert_int_equal(natsConnection_Flush(k.nc), NATS_OK);
+
+	/* A heartbeat (as of change 0) brings it up on a, which asks for
+	 * its snapshot. */
+	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, 7, 0), 0);
+	fake_publish(&k, "procreg.default.node.fake", 1, 0, buf, pos);
+	req = fake_request(&k);
+	expect_log(c->n[0].d.log, "node fake: up");
+
+	/* Change 1 overtakes the snapshot (as of 0): held, then applied
+	 * after it. */
+	fake_change(&k, 1, "fake-early");
+	th_msleep(100);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-early", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+	pos = 0;
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, &start), 0);
+	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
+	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
+	fake_publish(&k, "procreg.default.inbox.nodea", 3, req, buf, pos);
+	expect_name(c->n[0].reg, "fake-x", 99, true);
+	expect_name(c->n[0].reg, "fake-early", 99, true);
+
+	/* 1 again: applied already, ignored; 2 follows. */
+	fake_change(&k, 1, "fake-dup");
+	fake_change(&k, 2, "fake-z");
+	expect_name(c->n[0].reg, "fake-z", 99, true);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-dup", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+
+	/* A gap: 4 after 2. */
+	fake_change(&k, 4, "fake-gap");
+	expect_name(c->n[0].reg, "fake-x", 0, false);
+	expect_name(c->n[0].reg, "fake-z", 0, false);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-gap", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+	expect_log(c->n[0].d.log, "node fake: frame 6 out of order (seq 4)");
+	/* And a fresh snapshot is asked for, under a new id. */
+	assert_true(fake_request(&k) != req);
+	assert_false(log_has(c->n[0].d.log, "node fake: down (silent)"));
+	natsSubscription_Destroy(k.req);
+	natsConnection_Destroy(k.nc);
+}
+
 /* A backend option it does not know, or a backend that is not there:
  * procregd refuses to start, and says why. */
 static void test_bad_options(void **state)
@@ -969,6 +1090,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_split_heal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_server_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_forged_and_replayed_ignored, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_snapshot_order_and_gaps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_propagation_figures, setup, teardown),
 	};
