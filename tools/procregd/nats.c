@@ -171,6 +171,7 @@ struct nb {
 	uint64_t last_hb_ns;
 	uint64_t last_forged_log_ns, forged;
 	const char *last_forged_why;
+	uint64_t publish_errors, last_pub_err_ns;
 	struct peer *peers;
 	size_t npeers;
 	uint8_t *out;               /* one envelope */
@@ -268,8 +269,16 @@ static int publish(struct nb *m, const char *subj, uint8_t type, uint8_t flags, 
 	s = natsConnection_Publish(m->nc, subj, m->out, (int)pos);
 	if (s != NATS_OK) {
 		/* Buffered while reconnecting, up to a bound: past it the
-		 * change is lost, and the others see the gap and resync. */
-		m->up.log("bridge: nats: publish on %s: %s", subj, natsStatus_GetText(s));
+		 * change is lost, and the others see the gap and resync. A
+		 * long outage fails every publish: a line a second at most. */
+		uint64_t now = now_ns();
+
+		m->publish_errors++;
+		if (!m->last_pub_err_ns || now - m->last_pub_err_ns >= 1000000000ull) {
+			m->up.log("bridge: nats: publish on %s: %s (%llu failed so far)", subj,
+				  natsStatus_GetText(s), (unsigned long long)m->publish_errors);
+			m->last_pub_err_ns = now;
+		}
 		return -EIO;
 	}
 	m->bytes_out += pos;
