@@ -220,6 +220,21 @@ static void test_installed_package(void **state)
 	sh(f, NULL, cmd);
 	snprintf(path, sizeof(path), "%s/build/prog", src);
 	run_prog(f, path, "pkg.cmake");
+
+#ifdef PROCREG_NATS_BUILT
+	/* The NATS backend, installed in LIBDIR/procreg, is what the
+	 * installed procregd's --bridge nats loads: it answers for an option
+	 * it does not know. */
+	expect_file(prefix, "lib/procreg/procreg-bridge-nats.so");
+	snprintf(path, sizeof(path), "%s/cookie", f->dir);
+	write_file(path, "a-test-cookie-0123456789\n");
+	assert_int_equal(chmod(path, 0600), 0);
+	snprintf(cmd, sizeof(cmd), "%s/sbin/procregd", prefix);
+	assert_int_not_equal(th_run(f->o, NULL, A(cmd, "--foreground", "--dir", src, "--node", "x",
+						  "--cookie-file", path, "--bridge", "nats",
+						  "--bridge-opt", "bogus=1")), 0);
+	expect_in(f->o->err, "unknown option 'bogus=1'");
+#endif
 }
 
 /* ---- help and man pages ----------------------------------------------- */

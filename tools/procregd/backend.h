@@ -8,7 +8,10 @@
  * daemon's event loop: one pollable fd, non-blocking calls, no threads of
  * its own required. The built-in backend is the TCP full mesh (mesh.c);
  * another may come from a shared object exporting
- * procreg_bridge_backend_v1 (a struct pr_bridge_backend).
+ * procreg_bridge_backend_v1 (a struct pr_bridge_backend): given by path
+ * (--bridge-backend), or by name (--bridge NAME loads
+ * procreg-bridge-NAME.so from beside procregd or the library directory;
+ * nats.c is one).
  *
  * Both structs start with their size: a caller fills sz with the size it
  * was built with, and a callee reads only the members that size covers, so
@@ -62,10 +65,14 @@ struct pr_bridge_config {
 	size_t cookie_len;
 	uint32_t heartbeat_ms;      /* send one when idle this long */
 	uint32_t timeout_ms;        /* a peer silent this long is down */
+	/* Added later: a backend checks sz before reading them. */
 	/* Every this many bytes broadcast() queues for a node, send what
 	 * the node's connection takes at once, mid-batch, rather than wait
 	 * for flush(); 0: at flush() only. */
 	uint32_t flush_bytes;
+	const char *scope;          /* the registry's scope */
+	const char *const *opts;    /* backend-specific "KEY=VALUE", nopts of them */
+	size_t nopts;
 };
 
 /* One node as the backend sees it, for procreg nodes. */

@@ -660,6 +660,7 @@ struct down_ctx {
 	struct daemon *d;
 	uint16_t id;
 	const struct pr_u64map *keep;   /* NULL: remove all of the node's */
+	bool down;                      /* NODE_DOWN events, else UNREGISTERED/LEFT */
 	struct pr_vec names;
 	uint64_t removed;
 };
@@ -671,7 +672,7 @@ static int down_one(uint64_t off, const struct pr_record *r, void *arg)
 
 	if (r->node != c->id || (c->keep && procreg__u64map_get(c->keep, off, &v) == 0))
 		return 0;
-	procreg__w_emit(&c->d->w, !c->keep ? PROCREG_EV_NODE_DOWN
+	procreg__w_emit(&c->d->w, c->down ? PROCREG_EV_NODE_DOWN
 				  : r->kind == PR_KIND_NAME ? PROCREG_EV_UNREGISTERED
 				  : PROCREG_EV_LEFT, r);
 	procreg__w_unpublish(&c->d->w, off);
@@ -682,11 +683,12 @@ static int down_one(uint64_t off, const struct pr_record *r, void *arg)
 }
 
 /* Remove node ID's entries (all, or those not in KEEP) in one pass, no
- * request served in between. Records are retired, not freed: their
- * names are still readable after the walk. */
-static uint64_t remove_entries(struct bridge *br, uint16_t id, const struct pr_u64map *keep)
+ * request served in between, with NODE_DOWN events if DOWN. Records are
+ * retired, not freed: their names are still readable after the walk. */
+static uint64_t remove_entries(struct bridge *br, uint16_t id, const struct pr_u64map *keep,
+			       bool down)
 {
-	struct down_ctx c = { .d = br->d, .id = id, .keep = keep };
+	struct down_ctx c = { .d = br->d, .id = id, .keep = keep, .down = down };
 
 	procreg__w_walk(&br->d->w, down_one, &c);
 	for (size_t i = 0; i < c.names.n; i++) {
@@ -707,16 +709,22 @@ static void end_resync(struct node *n)
 }
 
 /* The node is gone for good (its grace ran out, or it came back as
- * another incarnation): its entries go, with NODE_DOWN events. */
+ * another incarnation): its entries go, with NODE_DOWN events. Or it is
+ * back, but the grace ran out before its snapshot was whole: what the
+ * snapshot confirmed so far stays, the rest goes now and comes back as
+ * the snapshot brings it (a snapshot that never ends must not keep stale
+ * entries for ever; one that ends late may not lose what it sent early). */
 static void node_gone(struct bridge *br, struct node *n, uint16_t id)
 {
+	bool back = n->up && n->resync;
 	uint64_t removed;
 
 	n->linger_until_ns = 0;
-	end_resync(n);
 	br->nodes_down++;
-	removed = remove_entries(br, id, NULL);
-	shadow_drop_node(br, id);
+	removed = remove_entries(br, id, back ? &n->confirmed : NULL, true);
+	end_resync(n);
+	if (!back)
+		shadow_drop_node(br, id);
 	PR_TRACE(procregd, bridge_node, n->name, 0, n->incarnation, removed);
 	log_msg("bridge: node %s: %llu entries removed", n->name, (unsigned long long)removed);
 }
@@ -725,7 +733,7 @@ static void node_gone(struct bridge *br, struct node *n, uint16_t id)
  * connection was down. */
 static void finish_resync(struct bridge *br, struct node *n, uint16_t id)
 {
-	uint64_t removed = n->resync ? remove_entries(br, id, &n->confirmed) : 0;
+	uint64_t removed = n->resync ? remove_entries(br, id, &n->confirmed, false) : 0;
 
 	end_resync(n);
 	n->linger_until_ns = 0;
@@ -879,6 +887,42 @@ static const struct pr_bridge_backend *load_backend(const char *path, void **dl)
 	return NULL;
 }
 
+/* --bridge NAME: "tcp" is the built-in mesh; anything else is
+ * procreg-bridge-NAME.so beside procregd (a build tree), then in the
+ * library directory relative to procregd (an installed tree, wherever its
+ * prefix), then in the library directory it was configured with. */
+static const struct pr_bridge_backend *find_backend(const char *name, void **dl)
+{
+	char exe[PR_PATH_MAX], path[PR_PATH_MAX + 128];
+	const char *dirs[3] = { NULL, NULL, PROCREG_BACKEND_DIR };
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char rel[PR_PATH_MAX + 64];
+
+	if (!strcmp(name, "tcp"))
+		return &pr_mesh_backend;
+	if (!procreg__bp_valid_node(name, strlen(name)) || strchr(name, '/') || name[0] == '.') {
+		log_msg("--bridge %s: want a backend's name (or --bridge-backend PATH)", name);
+		return NULL;
+	}
+	if (n > 0) {
+		exe[n] = 0;
+		*strrchr(exe, '/') = 0;
+		dirs[0] = exe;
+		snprintf(rel, sizeof(rel), "%s/%s", exe, PROCREG_BACKEND_RELDIR);
+		dirs[1] = rel;
+	}
+	for (int i = 0; i < 3; i++) {
+		if (!dirs[i])
+			continue;
+		snprintf(path, sizeof(path), "%s/procreg-bridge-%s.so", dirs[i], name);
+		if (access(path, R_OK) == 0)
+			return load_backend(path, dl);
+	}
+	log_msg("--bridge %s: no procreg-bridge-%s.so beside procregd or in %s", name, name,
+		PROCREG_BACKEND_DIR);
+	return NULL;
+}
+
 /* A conflict rule from a shared object (resolver.h). */
 static int load_resolver(struct bridge *br, const char *path)
 {
@@ -931,7 +975,8 @@ int bridge_start(struct daemon *d)
 	br->d = d;
 	br->be = &pr_mesh_backend;
 	if ((d->o.resolver && load_resolver(br, d->o.resolver) < 0) ||
-	    (d->o.bridge_backend && !(br->be = load_backend(d->o.bridge_backend, &br->dl)))) {
+	    (d->o.bridge_backend && !(br->be = load_backend(d->o.bridge_backend, &br->dl))) ||
+	    (d->o.bridge && !(br->be = find_backend(d->o.bridge, &br->dl)))) {
 		if (br->resolver_dl)
 			dlclose(br->resolver_dl);
 		free(br->nodes);
@@ -957,6 +1002,11 @@ int bridge_start(struct daemon *d)
 	cfg.cookie = cookie;
 	cfg.cookie_len = cookie_len;
 	cfg.flush_bytes = d->o.bridge_flush_bytes;
+	cfg.heartbeat_ms = d->o.bridge_heartbeat_ms;
+	cfg.timeout_ms = d->o.bridge_timeout_ms;
+	cfg.scope = d->paths.scope;
+	cfg.opts = (const char *const *)d->o.bridge_opts;
+	cfg.nopts = d->o.nbridge_opts;
 	d->bridge = br;
 	br->b = br->be->open(&cfg, &up, &err);
 	memset(cookie, 0, sizeof(cookie));
@@ -1000,7 +1050,7 @@ void bridge_tick(struct daemon *d)
 	uint64_t now = procreg__mono_ns();
 
 	for (size_t i = 0; i < br->nnodes; i++)
-		if (!br->nodes[i].up && br->nodes[i].linger_until_ns &&
+		if ((!br->nodes[i].up || !br->nodes[i].synced) && br->nodes[i].linger_until_ns &&
 		    now >= br->nodes[i].linger_until_ns)
 			node_gone(br, &br->nodes[i], (uint16_t)(i + 1));
 	write_nodes_file(br);

@@ -81,6 +81,10 @@ struct daemon_opts {
 	/* The bridge (bridge.c): all NULL/0 without --node. */
 	const char *node, *listen, *cookie_file;
 	const char *bridge_backend;   /* a shared object; NULL: the TCP mesh */
+	const char *bridge;           /* --bridge NAME: procreg-bridge-NAME.so, or "tcp" */
+	char **bridge_opts;           /* "KEY=VALUE" for the backend (allocated) */
+	size_t nbridge_opts;
+	uint32_t bridge_heartbeat_ms, bridge_timeout_ms;  /* 0: the backend's defaults */
 	const char *resolver;         /* a shared object with a conflict rule (resolver.h) */
 	uint32_t bridge_flush_bytes;  /* --bridge-flush-bytes (backend.h: flush_bytes) */
 	const char **peers;

@@ -98,8 +98,20 @@ static void usage(FILE *f)
 		"      --peer HOST:PORT      a node to connect to (repeat; peers tell each\n"
 		"                            other about the rest)\n"
 		"      --cookie-file PATH    the shared secret, mode 0600 (required with --node)\n"
+		"      --bridge NAME         the transport: tcp (the built-in mesh, default) or\n"
+		"                            a backend procreg-bridge-NAME.so found beside\n"
+		"                            procregd or in LIBDIR/procreg (nats)\n"
 		"      --bridge-backend PATH a transport from a shared object instead of the\n"
 		"                            built-in TCP mesh (see backend.h)\n"
+		"      --bridge-opt KEY=VALUE  an option for the backend (repeat)\n"
+		"      --heartbeat-ms N      a heartbeat when idle this long (default 500)\n"
+		"      --node-timeout-ms N   a node silent this long is down (default 3000)\n"
+		"      --nats-url URL        --bridge nats: the server(s), comma-separated\n"
+		"                            (default nats://127.0.0.1:4222)\n"
+		"      --nats-user USER, --nats-password PASS, --nats-token TOKEN,\n"
+		"      --nats-creds FILE, --nats-nkey PUBKEY --nats-nkey-seed FILE\n"
+		"                            --bridge nats: authentication to the server\n"
+		"      --nats-subject PREFIX --bridge nats: subjects (default procreg.SCOPE)\n"
 		"      --resolver PATH       name conflicts between nodes decided by the\n"
 		"                            shared object's procreg_resolve_v1 (resolver.h)\n"
 		"      --bridge-flush-bytes N  send a node's changes mid-batch every N bytes\n"
@@ -153,7 +165,12 @@ static int parse_u32(const char *s, uint32_t *out)
 static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 {
 	enum { O_MAX_SIZE = 256, O_READERS, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
-	       O_COOKIE, O_BACKEND, O_RESOLVER, O_UID_NAMES, O_UID_CLIENTS, O_FLUSH_BYTES };
+	       O_COOKIE, O_BACKEND, O_RESOLVER, O_UID_NAMES, O_UID_CLIENTS, O_BRIDGE, O_BRIDGE_OPT,
+	       O_HEARTBEAT, O_NODE_TIMEOUT, O_NATS_URL, O_NATS_USER, O_NATS_PASSWORD, O_NATS_TOKEN,
+	       O_NATS_CREDS, O_NATS_NKEY, O_NATS_NKEY_SEED, O_NATS_SUBJECT, O_FLUSH_BYTES };
+	/* --nats-X VALUE is --bridge-opt X=VALUE (and implies --bridge nats). */
+	static const char *const nats_keys[] = { "url", "user", "password", "token", "creds",
+						 "nkey", "nkey-seed", "subject" };
 	static const struct option lo[] = {
 		{ "scope", required_argument, NULL, 's' },
 		{ "dir", required_argument, NULL, 'd' },
@@ -168,6 +185,18 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "peer", required_argument, NULL, O_PEER },
 		{ "cookie-file", required_argument, NULL, O_COOKIE },
 		{ "bridge-backend", required_argument, NULL, O_BACKEND },
+		{ "bridge", required_argument, NULL, O_BRIDGE },
+		{ "bridge-opt", required_argument, NULL, O_BRIDGE_OPT },
+		{ "heartbeat-ms", required_argument, NULL, O_HEARTBEAT },
+		{ "node-timeout-ms", required_argument, NULL, O_NODE_TIMEOUT },
+		{ "nats-url", required_argument, NULL, O_NATS_URL },
+		{ "nats-user", required_argument, NULL, O_NATS_USER },
+		{ "nats-password", required_argument, NULL, O_NATS_PASSWORD },
+		{ "nats-token", required_argument, NULL, O_NATS_TOKEN },
+		{ "nats-creds", required_argument, NULL, O_NATS_CREDS },
+		{ "nats-nkey", required_argument, NULL, O_NATS_NKEY },
+		{ "nats-nkey-seed", required_argument, NULL, O_NATS_NKEY_SEED },
+		{ "nats-subject", required_argument, NULL, O_NATS_SUBJECT },
 		{ "resolver", required_argument, NULL, O_RESOLVER },
 		{ "max-names-per-uid", required_argument, NULL, O_UID_NAMES },
 		{ "max-clients-per-uid", required_argument, NULL, O_UID_CLIENTS },
@@ -219,6 +248,44 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		case O_LISTEN: o->listen = optarg; break;
 		case O_COOKIE: o->cookie_file = optarg; break;
 		case O_BACKEND: o->bridge_backend = optarg; break;
+		case O_BRIDGE: o->bridge = optarg; break;
+		case O_HEARTBEAT:
+		case O_NODE_TIMEOUT:
+			if (parse_u32(optarg, c == O_HEARTBEAT ? &o->bridge_heartbeat_ms
+							       : &o->bridge_timeout_ms) < 0) {
+				fprintf(stderr, "procregd: --%s %s: want a positive number\n",
+					c == O_HEARTBEAT ? "heartbeat-ms" : "node-timeout-ms", optarg);
+				return -1;
+			}
+			break;
+		case O_BRIDGE_OPT:
+		case O_NATS_URL: case O_NATS_USER: case O_NATS_PASSWORD: case O_NATS_TOKEN:
+		case O_NATS_CREDS: case O_NATS_NKEY: case O_NATS_NKEY_SEED: case O_NATS_SUBJECT: {
+			char **np = realloc(o->bridge_opts, (o->nbridge_opts + 1) * sizeof(*np));
+			char *kv = NULL;
+
+			if (np)
+				o->bridge_opts = np;
+			if (c == O_BRIDGE_OPT) {
+				if (!strchr(optarg, '=') || optarg[0] == '=') {
+					fprintf(stderr, "procregd: --bridge-opt %s: want KEY=VALUE\n", optarg);
+					return -1;
+				}
+				kv = strdup(optarg);
+			} else {
+				if (!o->bridge && !o->bridge_backend)
+					o->bridge = "nats";
+				if (asprintf(&kv, "%s=%s", nats_keys[c - O_NATS_URL], optarg) < 0)
+					kv = NULL;
+			}
+			if (!np || !kv) {
+				free(kv);
+				fprintf(stderr, "procregd: out of memory\n");
+				return -1;
+			}
+			o->bridge_opts[o->nbridge_opts++] = kv;
+			break;
+		}
 		case O_RESOLVER: o->resolver = optarg; break;
 		case O_PEER: {
 			const char **np = realloc(o->peers, (o->npeers + 1) * sizeof(*np));
@@ -270,8 +337,12 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		return -1;
 	}
 	if (!o->node && (o->listen || o->npeers || o->cookie_file || o->bridge_backend || o->resolver ||
-			 flush_set)) {
-		fprintf(stderr, "procregd: --listen, --peer, --cookie-file, --bridge-backend, --resolver and --bridge-flush-bytes need --node\n");
+			 o->bridge || o->nbridge_opts || flush_set)) {
+		fprintf(stderr, "procregd: --listen, --peer, --cookie-file, --bridge, --bridge-backend, the backend's options, --resolver and --bridge-flush-bytes need --node\n");
+		return -1;
+	}
+	if (o->bridge && o->bridge_backend) {
+		fprintf(stderr, "procregd: --bridge and --bridge-backend: one or the other\n");
 		return -1;
 	}
 	if (o->listen && (strlen(o->listen) > PR_BP_ADDR_MAX || !strchr(o->listen, ':'))) {
@@ -541,6 +612,9 @@ static void teardown(struct daemon *d)
 	free(d->in);
 	free(d->out);
 	free(d->o.peers);
+	for (size_t i = 0; i < d->o.nbridge_opts; i++)
+		free(d->o.bridge_opts[i]);
+	free(d->o.bridge_opts);
 }
 
 /* Detach: the parent returns once the child is serving (or failed), so

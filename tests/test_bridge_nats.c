@@ -1,0 +1,1106 @@
+/*
+ * test_bridge_nats.c - replication over NATS (procregd --bridge nats)
+ * between real daemons and a real nats-server on loopback, with user and
+ * password. The bridge's scenarios (propagation, death, a killed node,
+ * a late joiner, conflicts) plus what is NATS's own: a publisher on the
+ * server without the cookie, a replayed message, a server restart, and a
+ * daemon cut off from the server (a proxy in between, closed and reopened).
+ * Checks behaviour, not timing: every wait is a bounded poll.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "internal.h"
+#include "bridge_proto.h"
+
+#include <nats/nats.h>
+#include <openssl/evp.h>
+
+#define NODES_MAX 4
+#define WAIT_MS 15000
+#define NATS_USER "procreg"
+#define NATS_PASS "s3cret-nats-pass"
+#define COOKIE "a-test-cookie-0123456789"
+
+struct node {
+	char name[16];
+	char dir[512];
+	struct th_daemon d;
+	procreg_t *reg;
+};
+
+struct cluster {
+	char *base;
+	char cookie[512];
+	char nats_log[600];
+	int nats_port;
+	pid_t nats_pid;
+	int proxy_port;             /* 0: no proxy */
+	pid_t proxy_pid;
+	int proxy_ctl;
+	const char *node_timeout_ms;  /* --node-timeout-ms; NULL: 1000 */
+	struct node n[NODES_MAX];
+};
+
+/* A loopback port nobody listens on now: bind port 0, read it back. */
+static int free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+static int dial(int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				  .sin_port = htons((uint16_t)port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	assert_int_equal(fchmod(fd, mode), 0);
+	close(fd);
+}
+
+static int log_has(const char *path, const char *needle)
+{
+	static char buf[1 << 20];
+	int fd = open(path, O_RDONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	return strstr(buf, needle) != NULL;
+}
+
+static int log_count(const char *path, const char *needle)
+{
+	static char buf[1 << 20];
+	int fd = open(path, O_RDONLY), n = 0;
+	ssize_t len;
+
+	if (fd < 0)
+		return 0;
+	len = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[len > 0 ? len : 0] = 0;
+	for (const char *p = buf; (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
+struct logprobe {
+	const char *path, *needle;
+};
+
+static int probe_log(void *arg)
+{
+	struct logprobe *l = arg;
+
+	return log_has(l->path, l->needle);
+}
+
+static void expect_log(const char *path, const char *needle)
+{
+	struct logprobe lp = { path, needle };
+
+	if (!th_until(probe_log, &lp, WAIT_MS))
+		fail_msg("%s: no '%s'", path, needle);
+}
+
+/* ---- nats-server -------------------------------------------------------- */
+
+static int port_open(void *arg)
+{
+	int fd = dial(*(int *)arg);
+
+	if (fd < 0)
+		return 0;
+	close(fd);
+	return 1;
+}
+
+/* nats-server on loopback at PORT, with a user and password; 0 once it
+ * accepts connections. */
+static int nats_start(struct cluster *c)
+{
+	char port[16];
+	int st;
+
+	if (access(NATS_SERVER_PATH, X_OK) != 0)
+		fail_msg("nats-server not found at '%s': apt-get install nats-server", NATS_SERVER_PATH);
+	snprintf(port, sizeof(port), "%d", c->nats_port);
+	c->nats_pid = fork();
+	assert_true(c->nats_pid >= 0);
+	if (c->nats_pid == 0) {
+		int fd = open(c->nats_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		/* A test that dies does not leave a server behind. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execl(NATS_SERVER_PATH, "nats-server", "-a", "127.0.0.1", "-p", port, "--user",
+		      NATS_USER, "--pass", NATS_PASS, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < WAIT_MS; i += 10) {
+		if (port_open(&c->nats_port))
+			return 0;
+		if (waitpid(c->nats_pid, &st, WNOHANG) == c->nats_pid) {
+			c->nats_pid = 0;
+			return -1;
+		}
+		th_msleep(10);
+	}
+	return -1;
+}
+
+static void nats_kill(struct cluster *c)
+{
+	if (!c->nats_pid)
+		return;
+	kill(c->nats_pid, SIGKILL);
+	waitpid(c->nats_pid, NULL, 0);
+	c->nats_pid = 0;
+}
+
+/* ---- a proxy between one daemon and the server, to cut it off ---------- */
+
+/* The child: forward every connection accepted on LFD to the server; on
+ * 'c' from CTL close them all and refuse new ones, on 'h' accept again;
+ * answer each command once it is done. Exits when CTL closes. */
+static void proxy_run(int lfd, int ctl, int target)
+{
+	struct pair {
+		int a, b;
+	} p[32];
+	int np = 0;
+	bool cut = false;
+	char buf[65536];
+
+	for (;;) {
+		struct pollfd pf[2 + 64];
+		int n = 0;
+
+		pf[n++] = (struct pollfd){ .fd = ctl, .events = POLLIN };
+		pf[n++] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+		for (int i = 0; i < np; i++) {
+			pf[n++] = (struct pollfd){ .fd = p[i].a, .events = POLLIN };
+			pf[n++] = (struct pollfd){ .fd = p[i].b, .events = POLLIN };
+		}
+		if (poll(pf, (nfds_t)n, -1) < 0)
+			continue;
+		if (pf[0].revents) {
+			char cmd;
+
+			if (read(ctl, &cmd, 1) != 1)
+				_exit(0);
+			if (cmd == 'c') {
+				for (int i = 0; i < np; i++) {
+					close(p[i].a);
+					close(p[i].b);
+				}
+				np = 0;
+				cut = true;
+			} else {
+				cut = false;
+			}
+			(void)!write(ctl, &cmd, 1);
+			continue;
+		}
+		for (int i = 0; i < np; i++) {
+			for (int side = 0; side < 2; side++) {
+				short rev = pf[2 + 2 * i + side].revents;
+				int from = side ? p[i].b : p[i].a, to = side ? p[i].a : p[i].b;
+				ssize_t r;
+
+				if (!rev)
+					continue;
+				r = read(from, buf, sizeof(buf));
+				if (r <= 0 || write(to, buf, (size_t)r) != r) {
+					close(p[i].a);
+					close(p[i].b);
+					p[i] = p[--np];
+					goto next_poll; /* pf no longer matches p */
+				}
+			}
+		}
+		/* Last: a pair added here has no entry in this round's pf. */
+		if (pf[1].revents) {
+			int a = accept4(lfd, NULL, NULL, SOCK_CLOEXEC), b;
+
+			if (a >= 0) {
+				if (cut || np == 32 || (b = dial(target)) < 0)
+					close(a);
+				else
+					p[np++] = (struct pair){ a, b };
+			}
+		}
+next_poll:;
+	}
+}
+
+static void proxy_start(struct cluster *c)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), sv[2];
+
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 16), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+	c->proxy_port = ntohs(sa.sin_port);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	c->proxy_pid = fork();
+	assert_true(c->proxy_pid >= 0);
+	if (c->proxy_pid == 0) {
+		close(sv[0]);
+		proxy_run(lfd, sv[1], c->nats_port);
+	}
+	close(lfd);
+	close(sv[1]);
+	c->proxy_ctl = sv[0];
+}
+
+static void proxy_cmd(struct cluster *c, char cmd)
+{
+	char ack;
+
+	assert_int_equal(write(c->proxy_ctl, &cmd, 1), 1);
+	assert_int_equal(read(c->proxy_ctl, &ack, 1), 1);
+	assert_int_equal(ack, cmd);
+}
+
+/* ---- the cluster -------------------------------------------------------- */
+
+static int setup(void **state)
+{
+	struct cluster *c = calloc(1, sizeof(*c));
+
+	assert_non_null(c);
+	c->base = th_mkdtemp();
+	snprintf(c->cookie, sizeof(c->cookie), "%s/cookie", c->base);
+	write_file(c->cookie, COOKIE "\n", 0600);
+	snprintf(c->nats_log, sizeof(c->nats_log), "%s/nats-server.log", c->base);
+	/* The third node's name has a '.', a separator in NATS subjects. */
+	for (int i = 0; i < NODES_MAX; i++) {
+		snprintf(c->n[i].name, sizeof(c->n[i].name), i == 2 ? "node.%c" : "node%c", 'a' + i);
+		snprintf(c->n[i].dir, sizeof(c->n[i].dir), "%s/node%c", c->base, 'a' + i);
+		assert_int_equal(mkdir(c->n[i].dir, 0755), 0);
+	}
+	for (int attempt = 0; attempt < 5; attempt++) {
+		c->nats_port = free_port();
+		if (nats_start(c) == 0)
+			break;
+	}
+	if (!c->nats_pid)
+		fail_msg("nats-server did not start; its log: %s", c->nats_log);
+	*state = c;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct cluster *c = *state;
+	int bad = 0;
+
+	/* Every daemon still running stops cleanly (under the sanitizers: no
+	 * error, no leak). */
+	for (int i = 0; i < NODES_MAX; i++) {
+		if (c->n[i].reg)
+			procreg_close(c->n[i].reg);
+		if (c->n[i].d.pid && th_daemon_stop(&c->n[i].d) != 0) {
+			th_daemon_dump_log(&c->n[i].d);
+			bad = -1;
+		}
+	}
+	if (c->proxy_pid) {
+		close(c->proxy_ctl);
+		waitpid(c->proxy_pid, NULL, 0);
+	}
+	nats_kill(c);
+	th_rmrf(c->base);
+	free(c->base);
+	free(c);
+	return bad;
+}
+
+/* Start node I on the server (through the proxy if VIA_PROXY), with
+ * COOKIE and short heartbeats. */
+static int start_node_cookie(struct cluster *c, int i, const char *cookie, bool via_proxy)
+{
+	struct node *n = &c->n[i];
+	char url[64];
+	const char *args[] = { "--node", n->name, "--cookie-file", cookie, "--bridge", "nats",
+			       "--nats-url", url, "--nats-user", NATS_USER, "--nats-password",
+			       NATS_PASS, "--heartbeat-ms", "100", "--node-timeout-ms",
+			       c->node_timeout_ms ? c->node_timeout_ms : "1000", NULL };
+
+	snprintf(url, sizeof(url), "nats://127.0.0.1:%d", via_proxy ? c->proxy_port : c->nats_port);
+	if (th_daemon_start(&n->d, n->dir, args, NULL) != 0) {
+		th_daemon_dump_log(&n->d);
+		return -1;
+	}
+	n->reg = th_open(n->dir);
+	return n->reg ? 0 : -1;
+}
+
+static void start_node(struct cluster *c, int i)
+{
+	assert_int_equal(start_node_cookie(c, i, c->cookie, false), 0);
+}
+
+static void start_three(struct cluster *c)
+{
+	for (int i = 0; i < 3; i++)
+		start_node(c, i);
+}
+
+struct probe {
+	procreg_t *reg;
+	const char *name;
+	pid_t pid;              /* expected owner; 0: expect absent */
+	bool remote;            /* expect a remote entry */
+};
+
+static int probe_name(void *arg)
+{
+	struct probe *p = arg;
+	struct procreg_entry e;
+	int r = procreg_lookup(p->reg, p->name, &e);
+
+	if (!p->pid)
+		return r == -ENOENT;
+	return r == 0 && e.pid == p->pid && (!p->remote || e.node != 0);
+}
+
+static void expect_name(procreg_t *reg, const char *name, pid_t pid, bool remote)
+{
+	struct probe p = { reg, name, pid, remote };
+
+	if (!th_until(probe_name, &p, WAIT_MS))
+		fail_msg("'%s': expected %s", name, pid ? "visible" : "gone");
+}
+
+static int count_cb(const struct procreg_entry *e, void *arg)
+{
+	(void)e;
+	(*(int *)arg)++;
+	return 0;
+}
+
+struct gprobe {
+	procreg_t *reg;
+	const char *group;
+	int want;
+};
+
+static int probe_group(void *arg)
+{
+	struct gprobe *g = arg;
+	int n = 0;
+
+	procreg_members(g->reg, g->group, count_cb, &n);
+	return n == g->want;
+}
+
+static void expect_members(procreg_t *reg, const char *group, int want)
+{
+	struct gprobe g = { reg, group, want };
+
+	if (!th_until(probe_group, &g, WAIT_MS))
+		fail_msg("group '%s': expected %d members", group, want);
+}
+
+/* A child that registers NAME on a node and holds it until killed. */
+static pid_t spawn_holder(const char *dir, const char *name)
+{
+	int ready[2];
+	pid_t pid;
+	char ch;
+
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		procreg_t *r = th_open(dir);
+
+		close(ready[0]);
+		if (!r || procreg_register(r, name, "held", 4) != 0)
+			_exit(10);
+		if (write(ready[1], "x", 1) != 1)
+			_exit(11);
+		for (;;)
+			pause();
+	}
+	close(ready[1]);
+	assert_int_equal(read(ready[0], &ch, 1), 1);
+	close(ready[0]);
+	return pid;
+}
+
+struct cliprobe {
+	const char *dir;
+	const char *const *args;
+	const char *needles[4];
+	char out[8192];
+};
+
+static int probe_cli(void *arg)
+{
+	struct cliprobe *p = arg;
+
+	if (th_cli(p->dir, p->out, sizeof(p->out), p->args) != 0)
+		return 0;
+	for (int i = 0; i < 4 && p->needles[i]; i++)
+		if (!strstr(p->out, p->needles[i]))
+			return 0;
+	return 1;
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+static void test_visible_everywhere(void **state)
+{
+	struct cluster *c = *state;
+	struct procreg_entry e;
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "payments", "unix:/p.sock", 12), 0);
+	expect_name(c->n[1].reg, "payments", getpid(), true);
+	expect_name(c->n[2].reg, "payments", getpid(), true);
+	assert_int_equal(procreg_lookup(c->n[1].reg, "payments", &e), 0);
+	assert_int_equal(e.meta_len, 12);
+	assert_memory_equal(e.meta, "unix:/p.sock", 12);
+	assert_int_equal(procreg_register(c->n[2].reg, "payments", NULL, 0), -EEXIST);
+	assert_int_equal(procreg_unregister(c->n[1].reg, "payments"), -EPERM);
+
+	/* Metadata updates travel. */
+	assert_int_equal(procreg_register(c->n[0].reg, "payments", "v2", 2), 0);
+	for (int i = 0; i < WAIT_MS / 5; i++) {
+		if (procreg_lookup(c->n[2].reg, "payments", &e) == 0 && e.meta_len == 2)
+			break;
+		th_msleep(5);
+	}
+	assert_int_equal(e.meta_len, 2);
+	assert_memory_equal(e.meta, "v2", 2);
+
+	/* Groups, from two nodes, seen on all three. */
+	assert_int_equal(procreg_join(c->n[1].reg, "workers", "b", 1), 0);
+	assert_int_equal(procreg_join(c->n[2].reg, "workers", "c", 1), 0);
+	for (int i = 0; i < 3; i++)
+		expect_members(c->n[i].reg, "workers", 2);
+
+	/* procreg nodes on a: the two others, over NATS. */
+	{
+		struct cliprobe p = { .dir = c->n[0].dir,
+				      .args = (const char *const[]){ "nodes", NULL },
+				      .needles = { "nodeb", "node.c", "nats" } };
+
+		if (!th_until(probe_cli, &p, WAIT_MS))
+			fail_msg("procreg nodes: %s", p.out);
+	}
+
+	/* Unregister and leave propagate. */
+	assert_int_equal(procreg_unregister(c->n[0].reg, "payments"), 0);
+	expect_name(c->n[1].reg, "payments", 0, false);
+	expect_name(c->n[2].reg, "payments", 0, false);
+	assert_int_equal(procreg_leave(c->n[1].reg, "workers"), 0);
+	for (int i = 0; i < 3; i++)
+		expect_members(c->n[i].reg, "workers", 1);
+}
+
+static void test_death_propagates(void **state)
+{
+	struct cluster *c = *state;
+	pid_t holder;
+
+	start_three(c);
+	holder = spawn_holder(c->n[2].dir, "short-lived");
+	expect_name(c->n[0].reg, "short-lived", holder, true);
+	expect_name(c->n[1].reg, "short-lived", holder, true);
+	kill(holder, SIGKILL);
+	th_wait(holder);
+	expect_name(c->n[0].reg, "short-lived", 0, false);
+	expect_name(c->n[1].reg, "short-lived", 0, false);
+}
+
+/* No connection between the nodes to see drop: the heartbeats stop, and
+ * after the timeout the node's entries go, with NODE_DOWN events. */
+static void test_killed_node_entries_vanish(void **state)
+{
+	struct cluster *c = *state;
+	pid_t holder;
+	uint64_t cursor;
+	struct procreg_event ev;
+	bool seen = false;
+
+	start_three(c);
+	holder = spawn_holder(c->n[0].dir, "on-a");
+	assert_int_equal(procreg_join(c->n[0].reg, "pool", NULL, 0), 0);
+	expect_name(c->n[1].reg, "on-a", holder, true);
+	expect_name(c->n[2].reg, "on-a", holder, true);
+	expect_members(c->n[1].reg, "pool", 1);
+	cursor = procreg_feed_head(c->n[1].reg);
+
+	th_daemon_kill(&c->n[0].d);
+	expect_name(c->n[1].reg, "on-a", 0, false);
+	expect_name(c->n[2].reg, "on-a", 0, false);
+	expect_members(c->n[1].reg, "pool", 0);
+	expect_members(c->n[2].reg, "pool", 0);
+	while (procreg_next_event(c->n[1].reg, &cursor, &ev, 0) == 0)
+		if (ev.type == PROCREG_EV_NODE_DOWN && !strcmp(ev.name, "on-a"))
+			seen = true;
+	assert_true(seen);
+	expect_log(c->n[1].d.log, "bridge: node nodea: down (silent)");
+	kill(holder, SIGKILL);
+	th_wait(holder);
+
+	/* Back with a new incarnation: its new names arrive, nothing old. */
+	procreg_close(c->n[0].reg);
+	c->n[0].reg = NULL;
+	start_node(c, 0);
+	assert_int_equal(procreg_register(c->n[0].reg, "a-again", NULL, 0), 0);
+	expect_name(c->n[1].reg, "a-again", getpid(), true);
+	expect_name(c->n[2].reg, "a-again", getpid(), true);
+	expect_name(c->n[1].reg, "on-a", 0, false);
+}
+
+static void test_late_joiner(void **state)
+{
+	struct cluster *c = *state;
+	static struct procreg_op ops[3000];
+	static char names[3000][24];
+	static const char meta[] = "0123456789abcdef0123456789abcdef";
+	struct procreg_stats st = { 0 };
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "from-a", NULL, 0), 0);
+	assert_int_equal(procreg_register(c->n[1].reg, "from-b", NULL, 0), 0);
+	assert_int_equal(procreg_register(c->n[2].reg, "from-c", NULL, 0), 0);
+	assert_int_equal(procreg_join(c->n[2].reg, "g", NULL, 0), 0);
+	expect_name(c->n[0].reg, "from-c", getpid(), true);
+	/* Enough on a for its snapshot to take several frames. */
+	for (int i = 0; i < 3000; i++) {
+		snprintf(names[i], sizeof(names[i]), "bulk-%d", i);
+		ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
+					      .meta = meta, .meta_len = 32 };
+	}
+	assert_int_equal(procreg_batch(c->n[0].reg, ops, 3000), 0);
+	for (int i = 0; i < 3000; i++)
+		assert_int_equal(ops[i].result, 0);
+
+	start_node(c, 3);
+	for (int i = 0; i < WAIT_MS / 5 && st.names != 3003; i++) {
+		procreg_stats(c->n[3].reg, &st);
+		if (st.names != 3003)
+			th_msleep(5);
+	}
+	assert_int_equal(st.names, 3003);
+	expect_name(c->n[3].reg, "bulk-2999", getpid(), true);
+	expect_name(c->n[3].reg, "from-b", getpid(), true);
+	expect_members(c->n[3].reg, "g", 1);
+	assert_int_equal(procreg_register(c->n[3].reg, "from-d", NULL, 0), 0);
+	for (int i = 0; i < 3; i++)
+		expect_name(c->n[i].reg, "from-d", getpid(), true);
+}
+
+/* Two registrations of one name while a node is cut off from the server
+ * (a before c); healed, every node keeps a's, by the rule, and c's
+ * change feed says its own lost. */
+static void test_split_heal(void **state)
+{
+	struct cluster *c = *state;
+	pid_t first, second;
+	uint64_t cursor;
+	struct procreg_event ev;
+	bool conflict = false;
+
+	proxy_start(c);
+	start_node(c, 0);
+	start_node(c, 1);
+	assert_int_equal(start_node_cookie(c, 2, c->cookie, true), 0);
+	assert_int_equal(procreg_register(c->n[2].reg, "on-c", NULL, 0), 0);
+	assert_int_equal(procreg_register(c->n[0].reg, "on-a", NULL, 0), 0);
+	expect_name(c->n[0].reg, "on-c", getpid(), true);
+	expect_name(c->n[2].reg, "on-a", getpid(), true);
+
+	proxy_cmd(c, 'c');
+	/* Each side sees the other go. */
+	expect_name(c->n[0].reg, "on-c", 0, false);
+	expect_name(c->n[1].reg, "on-c", 0, false);
+	expect_name(c->n[2].reg, "on-a", 0, false);
+	first = spawn_holder(c->n[0].dir, "contested");
+	th_msleep(5);
+	second = spawn_holder(c->n[2].dir, "contested");
+	assert_int_equal(procreg_register(c->n[2].reg, "during-split", NULL, 0), 0);
+	cursor = procreg_feed_head(c->n[2].reg);
+
+	proxy_cmd(c, 'h');
+	for (int i = 0; i < 3; i++)
+		expect_name(c->n[i].reg, "contested", first, i != 0);
+	expect_name(c->n[0].reg, "during-split", getpid(), true);
+	expect_name(c->n[1].reg, "on-c", getpid(), true);
+	expect_name(c->n[2].reg, "on-a", getpid(), true);
+	while (procreg_next_event(c->n[2].reg, &cursor, &ev, 0) == 0)
+		if (ev.type == PROCREG_EV_CONFLICT && ev.pid == second)
+			conflict = true;
+	assert_true(conflict);
+	kill(first, SIGKILL);
+	kill(second, SIGKILL);
+	th_wait(first);
+	th_wait(second);
+	for (int i = 0; i < 3; i++)
+		expect_name(c->n[i].reg, "contested", 0, false);
+}
+
+/* The server goes (SIGKILL) and comes back on the same port: every node
+ * reconnects and resyncs, and what changed meanwhile is what remains. */
+static void test_server_restart(void **state)
+{
+	struct cluster *c = *state;
+	int err = -1;
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "keep-a", NULL, 0), 0);
+	assert_int_equal(procreg_register(c->n[1].reg, "stale-b", NULL, 0), 0);
+	expect_name(c->n[2].reg, "keep-a", getpid(), true);
+	expect_name(c->n[2].reg, "stale-b", getpid(), true);
+	expect_name(c->n[0].reg, "stale-b", getpid(), true);
+
+	nats_kill(c);
+	/* Without the server, no other node is known. */
+	expect_name(c->n[0].reg, "stale-b", 0, false);
+	expect_name(c->n[2].reg, "keep-a", 0, false);
+	expect_log(c->n[0].d.log, "lost the server");
+	assert_int_equal(procreg_unregister(c->n[1].reg, "stale-b"), 0);
+	assert_int_equal(procreg_register(c->n[1].reg, "marker-b", NULL, 0), 0);
+	assert_int_equal(procreg_register(c->n[2].reg, "new-c", NULL, 0), 0);
+
+	for (int attempt = 0; attempt < 20 && err; attempt++) {
+		err = nats_start(c);
+		if (err)
+			th_msleep(250); /* the port not yet free */
+	}
+	assert_int_equal(err, 0);
+	for (int i = 0; i < 3; i++) {
+		if (i != 0)
+			expect_name(c->n[i].reg, "keep-a", getpid(), true);
+		if (i != 1)
+			expect_name(c->n[i].reg, "marker-b", getpid(), true);
+		if (i != 2)
+			expect_name(c->n[i].reg, "new-c", getpid(), true);
+	}
+	/* b's snapshot (which brought marker-b) has no stale-b. */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(procreg_lookup(c->n[i].reg, "stale-b", &(struct procreg_entry){ 0 }),
+				 -ENOENT);
+	/* And changes flow again. */
+	assert_int_equal(procreg_unregister(c->n[0].reg, "keep-a"), 0);
+	expect_name(c->n[1].reg, "keep-a", 0, false);
+	expect_name(c->n[2].reg, "keep-a", 0, false);
+}
+
+/* An envelope as procreg-bridge-nats.so builds it, MAC keyed with KEY. */
+static size_t envelope_t(uint8_t *out, const char *subj, uint8_t type, uint64_t req,
+			 const char *sender, uint64_t inc, uint64_t ctr, const uint8_t *frame,
+			 size_t flen, const char *key)
+{
+	size_t pos = 0, sl = strlen(subj), nl = strlen(sender), maclen = 0;
+	uint8_t in[4096];
+
+	memcpy(out, "PRN1", 4);
+	pos = 4;
+	out[pos++] = type; /* 1 stream, 2 snapshot request, 3 snapshot */
+	out[pos++] = 0;
+	out[pos++] = (uint8_t)nl;
+	memcpy(out + pos, sender, nl);
+	pos += nl;
+	for (int i = 0; i < 8; i++) {
+		out[pos + i] = (uint8_t)(inc >> (8 * i));
+		out[pos + 8 + i] = (uint8_t)(ctr >> (8 * i));
+		out[pos + 16 + i] = (uint8_t)(req >> (8 * i));
+	}
+	pos += 24;
+	memcpy(out + pos, frame, flen);
+	pos += flen;
+	in[0] = (uint8_t)sl;
+	in[1] = (uint8_t)(sl >> 8);
+	memcpy(in + 2, subj, sl);
+	memcpy(in + 2 + sl, out, pos);
+	assert_non_null(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, key, strlen(key), in,
+				  2 + sl + pos, out + pos, 32, &maclen));
+	return pos + 32;
+}
+
+static size_t envelope(uint8_t *out, const char *subj, const char *sender, uint64_t inc,
+		       uint64_t ctr, const uint8_t *frame, size_t flen, const char *key)
+{
+	return envelope_t(out, subj, 1, 0, sender, inc, ctr, frame, flen, key);
+}
+
+static natsConnection *test_client(struct cluster *c, bool with_password)
+{
+	natsConnection *nc = NULL;
+	char url[128];
+
+	snprintf(url, sizeof(url), "nats://%s127.0.0.1:%d",
+		 with_password ? NATS_USER ":" NATS_PASS "@" : "", c->nats_port);
+	if (natsConnection_ConnectTo(&nc, url) != NATS_OK)
+		return NULL;
+	return nc;
+}
+
+/* The cookie's role: a client on the server without it (a forged
+ * message, a daemon with another cookie) is dropped and logged, nothing
+ * applied; a message of a real node published again is a replay, also
+ * dropped. And without the server's password there is no client at all. */
+static void test_forged_and_replayed_ignored(void **state)
+{
+	struct cluster *c = *state;
+	static uint8_t env[PR_BP_FRAME_MAX + 256], captured[2][4096];
+	size_t caplen[2], ncap = 0, pos = 0, n;
+	uint8_t frame[512];
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 1,
+				 .registered_ns = 1, .name = "forged", .name_len = 6 };
+	natsConnection *nc;
+	natsSubscription *sub = NULL;
+	natsMsg *msg = NULL;
+	char bad[600];
+	int ups;
+
+	start_node(c, 0);
+	start_node(c, 1);
+	assert_int_equal(procreg_register(c->n[0].reg, "real", NULL, 0), 0);
+	expect_name(c->n[1].reg, "real", getpid(), true);
+
+	/* No password: the server itself says no. */
+	assert_null(test_client(c, false));
+	nc = test_client(c, true);
+	assert_non_null(nc);
+
+	/* A change claiming to be node a's, with a MAC under another key. */
+	assert_int_equal(procreg__bp_put_change(frame, sizeof(frame), &pos, 7, 1, "nodea", &e), 0);
+	n = envelope(env, "procreg.default.node.nodea", "nodea", 7, 1u << 30, frame, pos,
+		     "not-the-cookie");
+	assert_int_equal(natsConnection_Publish(nc, "procreg.default.node.nodea", env, (int)n),
+			 NATS_OK);
+	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+	expect_log(c->n[1].d.log, "authentication failed");
+	/* Garbage, too. */
+	assert_int_equal(natsConnection_PublishString(nc, "procreg.default.node.nodea", "junk"),
+			 NATS_OK);
+	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+
+	/* A daemon with another cookie: nothing crosses either way. */
+	snprintf(bad, sizeof(bad), "%s/bad-cookie", c->base);
+	write_file(bad, "another-cookie-9876543210\n", 0600);
+	assert_int_equal(start_node_cookie(c, 3, bad, false), 0);
+	assert_int_equal(procreg_register(c->n[3].reg, "intruder", NULL, 0), 0);
+	expect_log(c->n[3].d.log, "authentication failed");
+
+	/* Replay: capture node a's messages while it registers and drops a
+	 * name, then publish them again. */
+	assert_int_equal(natsConnection_SubscribeSync(&sub, nc, "procreg.default.node.nodea"),
+			 NATS_OK);
+	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+	assert_int_equal(procreg_register(c->n[0].reg, "replayed", NULL, 0), 0);
+	expect_name(c->n[1].reg, "replayed", getpid(), true);
+	assert_int_equal(procreg_unregister(c->n[0].reg, "replayed"), 0);
+	expect_name(c->n[1].reg, "replayed", 0, false);
+	/* Heartbeats keep coming: until the two changes are in. */
+	for (int seen = 0; ncap < 2 && seen < 1000 &&
+			   natsSubscription_NextMsg(&msg, sub, WAIT_MS) == NATS_OK; seen++) {
+		if (natsMsg_GetDataLength(msg) <= (int)sizeof(captured[0]) &&
+		    memmem(natsMsg_GetData(msg), (size_t)natsMsg_GetDataLength(msg), "replayed", 8)) {
+			caplen[ncap] = (size_t)natsMsg_GetDataLength(msg);
+			memcpy(captured[ncap], natsMsg_GetData(msg), caplen[ncap]);
+			ncap++;
+		}
+		natsMsg_Destroy(msg);
+	}
+	assert_true(ncap >= 2); /* the PUT and the DEL */
+	assert_int_equal(natsConnection_Publish(nc, "procreg.default.node.nodea", captured[0],
+						(int)caplen[0]), NATS_OK);
+	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+	expect_log(c->n[1].d.log, "dropped: replayed");
+
+	/* Nothing applied, anywhere, and node a is still up on b. */
+	th_msleep(300);
+	for (int i = 0; i < 4; i++) {
+		if (i == 2)
+			continue; /* not started */
+		assert_int_equal(procreg_lookup(c->n[i].reg, "forged", &(struct procreg_entry){ 0 }),
+				 -ENOENT);
+		assert_int_equal(procreg_lookup(c->n[i].reg, "replayed", &(struct procreg_entry){ 0 }),
+				 -ENOENT);
+	}
+	assert_int_equal(procreg_lookup(c->n[3].reg, "real", &(struct procreg_entry){ 0 }), -ENOENT);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(procreg_lookup(c->n[i].reg, "intruder", &(struct procreg_entry){ 0 }),
+				 -ENOENT);
+	assert_int_equal(procreg_register(c->n[0].reg, "still-flowing", NULL, 0), 0);
+	expect_name(c->n[1].reg, "still-flowing", getpid(), true);
+
+	/* a restarts; its old incarnation's message, replayed, does not
+	 * pass for a restart: a stays up, its names stay. */
+	procreg_close(c->n[0].reg);
+	c->n[0].reg = NULL;
+	assert_int_equal(th_daemon_stop(&c->n[0].d), 0);
+	start_node(c, 0);
+	assert_int_equal(procreg_register(c->n[0].reg, "a-new", NULL, 0), 0);
+	expect_name(c->n[1].reg, "a-new", getpid(), true);
+	ups = log_count(c->n[1].d.log, "node nodea: up");
+	assert_int_equal(natsConnection_Publish(nc, "procreg.default.node.nodea", captured[1],
+						(int)caplen[1]), NATS_OK);
+	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+	expect_log(c->n[1].d.log, "dropped: replayed (an older incarnation)");
+	th_msleep(300);
+	expect_name(c->n[1].reg, "a-new", getpid(), true);
+	assert_int_equal(log_count(c->n[1].d.log, "node nodea: up"), ups);
+	natsSubscription_Destroy(sub);
+	natsConnection_Destroy(nc);
+}
+
+/* A hand-made node on the server, with the cookie. */
+struct fake {
+	natsConnection *nc;
+	natsSubscription *req;      /* requests for its snapshot */
+	uint64_t ctr;
+	uint8_t env[4096];
+};
+
+static void fake_publish(struct fake *k, const char *subj, uint8_t type, uint64_t req,
+			 const uint8_t *frame, size_t flen)
+{
+	size_t n = envelope_t(k->env, subj, type, req, "fake", 7, ++k->ctr, frame, flen, COOKIE);
+
+	assert_int_equal(natsConnection_Publish(k->nc, subj, k->env, (int)n), NATS_OK);
+	assert_int_equal(natsConnection_Flush(k->nc), NATS_OK);
+}
+
+static void fake_change(struct fake *k, uint64_t seq, const char *name)
+{
+	uint8_t buf[512];
+	size_t pos = 0;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = name,
+				 .name_len = strlen(name) };
+
+	assert_int_equal(procreg__bp_put_change(buf, sizeof(buf), &pos, 7, seq, "fake", &e), 0);
+	fake_publish(k, "procreg.default.node.fake", 1, 0, buf, pos);
+}
+
+/* The next request for the fake's snapshot, from node a: its id. */
+static uint64_t fake_request(struct fake *k)
+{
+	natsMsg *msg = NULL;
+	const uint8_t *d;
+	uint64_t req = 0;
+
+	assert_int_equal(natsSubscription_NextMsg(&msg, k->req, WAIT_MS), NATS_OK);
+	d = (const uint8_t *)natsMsg_GetData(msg);
+	assert_true(natsMsg_GetDataLength(msg) > 7 + 5 + 24);
+	assert_int_equal(d[4], 2);
+	assert_memory_equal(d + 7, "nodea", 5);
+	for (int i = 7; i >= 0; i--)
+		req = req << 8 | d[7 + 5 + 16 + i];
+	natsMsg_Destroy(msg);
+	return req;
+}
+
+/* Over NATS as over the mesh: a change that arrives before the snapshot
+ * it follows waits for it; one already applied is ignored; one after a
+ * gap makes the node down, its entries gone, and a fresh snapshot is
+ * asked for. */
+static void test_snapshot_order_and_gaps(void **state)
+{
+	struct cluster *c = *state;
+	static struct fake k;
+	uint8_t buf[1024];
+	size_t pos = 0, start;
+	uint64_t req;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = "fake-x", .name_len = 6 };
+
+	/* The fake sends one heartbeat: it must not go silent meanwhile. */
+	c->node_timeout_ms = "60000";
+	start_node(c, 0);
+	memset(&k, 0, sizeof(k));
+	k.nc = test_client(c, true);
+	assert_non_null(k.nc);
+	assert_int_equal(natsConnection_SubscribeSync(&k.req, k.nc, "procreg.default.snap.fake"),
+			 NATS_OK);
+	assert_int_equal(natsConnection_Flush(k.nc), NATS_OK);
+
+	/* A heartbeat (as of change 0) brings it up on a, which asks for
+	 * its snapshot. */
+	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, 7, 0), 0);
+	fake_publish(&k, "procreg.default.node.fake", 1, 0, buf, pos);
+	req = fake_request(&k);
+	expect_log(c->n[0].d.log, "node fake: up");
+
+	/* Change 1 overtakes the snapshot (as of 0): held, then applied
+	 * after it. */
+	fake_change(&k, 1, "fake-early");
+	th_msleep(100);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-early", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+	pos = 0;
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, &start), 0);
+	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
+	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
+	fake_publish(&k, "procreg.default.inbox.nodea", 3, req, buf, pos);
+	expect_name(c->n[0].reg, "fake-x", 99, true);
+	expect_name(c->n[0].reg, "fake-early", 99, true);
+
+	/* 1 again: applied already, ignored; 2 follows. */
+	fake_change(&k, 1, "fake-dup");
+	fake_change(&k, 2, "fake-z");
+	expect_name(c->n[0].reg, "fake-z", 99, true);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-dup", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+
+	/* A gap: 4 after 2. */
+	fake_change(&k, 4, "fake-gap");
+	expect_name(c->n[0].reg, "fake-x", 0, false);
+	expect_name(c->n[0].reg, "fake-z", 0, false);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-gap", &(struct procreg_entry){ 0 }),
+			 -ENOENT);
+	expect_log(c->n[0].d.log, "node fake: frame 6 out of order (seq 4)");
+	/* And a fresh snapshot is asked for, under a new id. */
+	assert_true(fake_request(&k) != req);
+	assert_false(log_has(c->n[0].d.log, "node fake: down (silent)"));
+	natsSubscription_Destroy(k.req);
+	natsConnection_Destroy(k.nc);
+}
+
+/* A backend option it does not know, or a backend that is not there:
+ * procregd refuses to start, and says why. */
+static void test_bad_options(void **state)
+{
+	struct cluster *c = *state;
+	struct node *n = &c->n[0];
+	const char *args[] = { "--node", "x", "--cookie-file", c->cookie, "--bridge", "nats",
+			       "--bridge-opt", "colour=blue", NULL };
+
+	assert_int_not_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
+	assert_true(log_has(n->d.log, "unknown option 'colour=blue'"));
+	args[5] = "nosuch";
+	args[6] = NULL;
+	assert_int_not_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
+	assert_true(log_has(n->d.log, "no procreg-bridge-nosuch.so"));
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Propagation figures, printed, not asserted, the same shape as
+ * test_bridge's: one name registered on a until a lookup on b finds it
+ * (200 of them), and 2,000 names registered back to back on a until the
+ * last is on b and c. */
+static void test_propagation_figures(void **state)
+{
+	struct cluster *c = *state;
+	uint64_t lat[200], t0, t_reg, t_b = 0, t_c = 0;
+	struct procreg_entry e;
+	char name[64];
+
+	start_three(c);
+	assert_int_equal(procreg_register(c->n[0].reg, "warmup", NULL, 0), 0);
+	expect_name(c->n[1].reg, "warmup", getpid(), true);
+	expect_name(c->n[2].reg, "warmup", getpid(), true);
+	for (int i = 0; i < 200; i++) {
+		snprintf(name, sizeof(name), "lat%d", i);
+		t0 = procreg__mono_ns();
+		assert_int_equal(procreg_register(c->n[0].reg, name, NULL, 0), 0);
+		while (procreg_lookup(c->n[1].reg, name, &e) != 0)
+			assert_true(procreg__mono_ns() - t0 < 10000000000ull);
+		lat[i] = procreg__mono_ns() - t0;
+	}
+	qsort(lat, 200, sizeof(lat[0]), cmp_u64);
+	t0 = procreg__mono_ns();
+	for (int i = 0; i < 2000; i++) {
+		snprintf(name, sizeof(name), "bulk%d", i);
+		assert_int_equal(procreg_register(c->n[0].reg, name, "m", 1), 0);
+	}
+	t_reg = procreg__mono_ns() - t0;
+	while (!t_b || !t_c) {
+		if (!t_b && procreg_lookup(c->n[1].reg, "bulk1999", &e) == 0)
+			t_b = procreg__mono_ns() - t0;
+		if (!t_c && procreg_lookup(c->n[2].reg, "bulk1999", &e) == 0)
+			t_c = procreg__mono_ns() - t0;
+		assert_true(procreg__mono_ns() - t0 < 30000000000ull);
+	}
+	printf("nats: propagation a->b, one name (register on a returns .. lookup on b finds it): "
+	       "median %.0f us, p90 %.0f us, max %.0f us (200 names)\n",
+	       lat[100] / 1e3, lat[180] / 1e3, lat[199] / 1e3);
+	printf("nats: 2000 names registered on a in %.1f ms; all on b after %.1f ms, on c after %.1f ms\n",
+	       t_reg / 1e6, t_b / 1e6, t_c / 1e6);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_visible_everywhere, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_death_propagates, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_killed_node_entries_vanish, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_late_joiner, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_split_heal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_server_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_forged_and_replayed_ignored, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_snapshot_order_and_gaps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_propagation_figures, setup, teardown),
+	};
+	int r;
+
+	/* TEST_FILTER=test_split_heal (a glob) runs one test. */
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
+	r = cmocka_run_group_tests(tests, NULL, NULL);
+
+	nats_Close();
+	return r;
+}

@@ -1,0 +1,1040 @@
+/*
+ * nats.c - a bridge backend over NATS (procreg-bridge-nats.so, loaded by
+ * procregd --bridge nats). The nodes do not connect to each other: each
+ * one connects to a NATS server (or cluster), which handles discovery,
+ * fan-out, reconnection and authentication (user/password, token, NKey,
+ * credentials files: whatever nats.c supports, passed through).
+ *
+ * Subjects, under a prefix (default procreg.SCOPE; '.' in a scope or node
+ * name becomes '~', which neither may contain, so the mapping is one to
+ * one):
+ *   PREFIX.node.NODE    NODE's stream: its CHANGE and HEARTBEAT frames, in
+ *                       the order it sends them; everyone subscribes to
+ *                       PREFIX.node.*
+ *   PREFIX.snap.NODE    requests for NODE's snapshot
+ *   PREFIX.inbox.NODE   snapshots for NODE, in answer to its requests
+ *
+ * Every message is an envelope (below) around at most one frame of the
+ * replication protocol (bridge_proto.h), with an HMAC-SHA256 keyed with the
+ * cluster cookie over the subject, the sender's name and incarnation, a
+ * per-sender counter and the frame. NATS authentication keeps strangers
+ * off the server; the MAC keeps anyone on it who lacks the cookie from
+ * injecting or replaying anything: a message that fails it is dropped and
+ * logged, and nothing in it is read further.
+ *
+ * Liveness: every node sends a HEARTBEAT (its incarnation, its newest
+ * change) on its stream every heartbeat_ms. The first heartbeat of a
+ * (node, incarnation) brings the node up: node_up, then a snapshot
+ * request. A node heard nothing from for timeout_ms is down, as is one
+ * that shows up with another incarnation (it restarted: down, then up
+ * again). When this node loses the server, every other node is down for
+ * it (it can no longer tell); once reconnected, their heartbeats bring
+ * them up again with fresh snapshots, so nothing stale stays.
+ *
+ * Ordering, a snapshot against concurrent changes. The replication layer
+ * (bridge.c) wants a node's snapshot, then its changes in sequence order,
+ * and refuses a gap. NATS keeps the order of one publisher's messages on
+ * one subject to one subscriber, but not across subjects: a snapshot (on
+ * our inbox) and the sender's changes (on its stream) may overtake each
+ * other. So when node X comes up here:
+ *  1. Frames of X seen before node_up are ignored. They were published
+ *     before X received our request (we sent it after seeing them), so
+ *     their sequence numbers are at most S, the one X's snapshot is as of:
+ *     X builds it on its only thread, between two changes, and everything
+ *     it sent earlier has a sequence number <= S.
+ *  2. From node_up until the snapshot's last frame, X's stream frames are
+ *     held, in arrival (= X's publish) order, not applied.
+ *  3. The snapshot (tagged with the request's id: an answer to an older
+ *     request is ignored) is delivered, then the held frames in order.
+ *     Those with sequence numbers <= S are already in the snapshot: the
+ *     replication layer ignores them (idempotent). Those after S follow
+ *     on in order; a missing one is a gap, refused.
+ *  4. Frames arriving after the snapshot go straight through; any that
+ *     overtook it were <= S (ignored again) or held in step 2.
+ * A refusal, a snapshot that never comes, or too much held makes X down
+ * and up again here: a fresh snapshot. A change lost by NATS (a server
+ * restart, a slow consumer) shows as a gap at the next change or
+ * heartbeat, whose sequence number runs ahead: the same resync.
+ *
+ * Threads: nats.c calls its handlers on threads of its own. They only
+ * append to a queue under a mutex and poke an eventfd; everything else,
+ * every upcall included, runs on the daemon's thread in dispatch().
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nats/nats.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include "backend.h"
+
+/*
+ * The envelope, every integer little-endian:
+ *   u8  magic[4]    "PRN1"
+ *   u8  type        enum env_type
+ *   u8  flags       ENV_ANNOUNCE
+ *   u8  sender_len, sender
+ *   u64 incarnation the sender's
+ *   u64 counter     the sender's, one up per message it sends (any subject),
+ *                   from its wall clock in ns when it started: higher in a
+ *                   later incarnation than in any earlier one
+ *   u64 req         SNAPREQ: the request's id; SNAP: the id it answers
+ *   ... one frame (STREAM, SNAP), nothing (SNAPREQ)
+ *   u8  mac[32]     HMAC-SHA256(cookie, u16 subject_len, subject, all the above)
+ */
+#define ENV_MAGIC "PRN1"
+#define ENV_FIXED (4 + 1 + 1 + 1 + 8 + 8 + 8)
+#define ENV_MAX (ENV_FIXED + PR_BP_NODE_MAX + PR_BP_FRAME_MAX + PR_BP_MAC)
+#define ENV_ANNOUNCE 0x1   /* the sender just (re)connected: tell it we are here */
+
+enum env_type { E_STREAM = 1, E_SNAPREQ = 2, E_SNAP = 3, E_TYPES };
+
+#define SUBJECT_MAX 384
+#define PEERS_MAX 4096
+#define QUEUE_MAX_BYTES (256u << 20) /* the daemon this far behind: drop, resync all */
+#define HELD_MAX_BYTES (64u << 20)   /* a node's stream held while its snapshot comes */
+#define SNAP_WAIT_MIN_MS 2000        /* no snapshot after max(this, timeout): ask again */
+#define ITEMS_PER_DISPATCH 4096      /* the daemon's clients get a turn in between */
+#define DEFAULT_URL "nats://127.0.0.1:4222"
+
+enum item_kind { I_MSG, I_CONNECTED, I_DISCONNECTED, I_CLOSED, I_LOST };
+
+/* One thing nats.c told us. Written by nats.c's threads, read by the
+ * daemon's, handed over under the queue's mutex. */
+struct item {
+	struct item *next;
+	enum item_kind kind;
+	natsMsg *msg;
+	size_t bytes;
+};
+
+struct held {
+	struct held *next;
+	size_t len;
+	uint8_t frame[];
+};
+
+/* Another node, as the daemon's thread sees it. */
+struct peer {
+	char name[PR_BP_NODE_MAX + 1];
+	uint64_t inc;
+	bool up;                    /* node_up taken */
+	bool synced;                /* its snapshot is through */
+	uint64_t req;               /* the snapshot request we wait on, 0: none */
+	uint64_t req_ns;
+	uint64_t last_rx_ns;
+	uint64_t ctr[E_TYPES];      /* newest counter seen per type: no replays */
+	uint64_t ctr_max;           /* newest counter seen, any incarnation */
+	struct held *held, **held_tail;
+	size_t held_bytes;
+	uint64_t bytes_in;
+};
+
+struct nb {
+	struct pr_bridge_config c;
+	struct pr_bridge_up up;
+	char node[PR_BP_NODE_MAX + 1];
+	char prefix[SUBJECT_MAX / 2];
+	char url[1024];
+	char my_stream[SUBJECT_MAX];
+	uint8_t *cookie;
+	size_t cookie_len;
+	EVP_MAC *mac;
+	EVP_MAC_CTX *mac_key;       /* keyed; duplicated per message */
+	int epfd, efd, tfd;
+	natsOptions *opts;
+	natsConnection *nc;
+	natsSubscription *subs[3];
+	/* Shared with nats.c's threads, under mu. */
+	pthread_mutex_t mu;
+	struct item *qhead, **qtail;
+	size_t qbytes;
+	bool qlost;
+	/* The daemon's thread only. */
+	bool connected;
+	bool announce;              /* the next heartbeat asks others for theirs */
+	bool hb_soon;
+	uint64_t counter, next_req;
+	uint64_t last_hb_ns;
+	uint64_t last_forged_log_ns, forged;
+	const char *last_forged_why;
+	uint64_t publish_errors, last_pub_err_ns;
+	struct peer *peers;
+	size_t npeers;
+	uint8_t *out;               /* one envelope */
+	uint64_t bytes_out;
+	uint64_t serving_req;       /* while a snapshot goes out */
+	char serving_to[SUBJECT_MAX];
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* NAME as one subject token: '.' (allowed in node and scope names,
+ * a separator in subjects) becomes '~' (allowed in neither). */
+static void token(char *out, size_t cap, const char *name)
+{
+	size_t i;
+
+	for (i = 0; name[i] && i + 1 < cap; i++)
+		out[i] = name[i] == '.' ? '~' : name[i];
+	out[i] = 0;
+}
+
+static void subject(const struct nb *m, char *out, const char *kind, const char *node)
+{
+	char t[PR_BP_NODE_MAX + 1];
+
+	token(t, sizeof(t), node);
+	snprintf(out, SUBJECT_MAX, "%s.%s.%s", m->prefix, kind, t);
+}
+
+static int hmac(const struct nb *m, const char *subj, const uint8_t *data, size_t len,
+		uint8_t out[PR_BP_MAC])
+{
+	EVP_MAC_CTX *c = EVP_MAC_CTX_dup(m->mac_key);
+	size_t sl = strlen(subj), outlen = 0;
+	uint8_t l[2] = { (uint8_t)sl, (uint8_t)(sl >> 8) };
+	int ok;
+
+	if (!c)
+		return -ENOMEM;
+	ok = EVP_MAC_update(c, l, 2) && EVP_MAC_update(c, (const uint8_t *)subj, sl) &&
+	     EVP_MAC_update(c, data, len) && EVP_MAC_final(c, out, &outlen, PR_BP_MAC) &&
+	     outlen == PR_BP_MAC;
+	EVP_MAC_CTX_free(c);
+	return ok ? 0 : -EIO;
+}
+
+/* ---- out ---------------------------------------------------------------- */
+
+static int publish(struct nb *m, const char *subj, uint8_t type, uint8_t flags, uint64_t req,
+		   const uint8_t *frame, size_t len)
+{
+	size_t nl = strlen(m->node), pos = 0;
+	natsStatus s;
+
+	if (!m->nc || len > PR_BP_FRAME_MAX)
+		return -EINVAL;
+	memcpy(m->out, ENV_MAGIC, 4);
+	pos = 4;
+	m->out[pos++] = type;
+	m->out[pos++] = flags;
+	m->out[pos++] = (uint8_t)nl;
+	memcpy(m->out + pos, m->node, nl);
+	pos += nl;
+	put64(m->out + pos, m->c.incarnation);
+	put64(m->out + pos + 8, ++m->counter);
+	put64(m->out + pos + 16, req);
+	pos += 24;
+	if (len)
+		memcpy(m->out + pos, frame, len);
+	pos += len;
+	if (hmac(m, subj, m->out, pos, m->out + pos) < 0)
+		return -EIO;
+	pos += PR_BP_MAC;
+	s = natsConnection_Publish(m->nc, subj, m->out, (int)pos);
+	if (s != NATS_OK) {
+		/* Buffered while reconnecting, up to a bound: past it the
+		 * change is lost, and the others see the gap and resync. A
+		 * long outage fails every publish: a line a second at most. */
+		uint64_t now = now_ns();
+
+		m->publish_errors++;
+		if (!m->last_pub_err_ns || now - m->last_pub_err_ns >= 1000000000ull) {
+			m->up.log("bridge: nats: publish on %s: %s (%llu failed so far)", subj,
+				  natsStatus_GetText(s), (unsigned long long)m->publish_errors);
+			m->last_pub_err_ns = now;
+		}
+		return -EIO;
+	}
+	m->bytes_out += pos;
+	return 0;
+}
+
+static void heartbeat(struct nb *m)
+{
+	uint8_t buf[32];
+	size_t pos = 0;
+
+	procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, m->c.incarnation, m->up.seq(m->up.ctx));
+	if (publish(m, m->my_stream, E_STREAM, m->announce ? ENV_ANNOUNCE : 0, 0, buf, pos) == 0)
+		m->announce = false;
+	m->last_hb_ns = now_ns();
+	m->hb_soon = false;
+}
+
+static int snap_send(void *sctx, const uint8_t *frame, size_t len)
+{
+	struct nb *m = sctx;
+
+	return publish(m, m->serving_to, E_SNAP, 0, m->serving_req, frame, len);
+}
+
+/* ---- peers -------------------------------------------------------------- */
+
+static struct peer *peer_get(struct nb *m, const char *name)
+{
+	struct peer *p;
+
+	for (size_t i = 0; i < m->npeers; i++)
+		if (!strcmp(m->peers[i].name, name))
+			return &m->peers[i];
+	if (m->npeers >= PEERS_MAX)
+		return NULL;
+	p = &m->peers[m->npeers++];
+	memset(p, 0, sizeof(*p));
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	p->held_tail = &p->held;
+	return p;
+}
+
+static void held_free(struct peer *p)
+{
+	while (p->held) {
+		struct held *h = p->held;
+
+		p->held = h->next;
+		free(h);
+	}
+	p->held_tail = &p->held;
+	p->held_bytes = 0;
+}
+
+static void peer_down(struct nb *m, struct peer *p, const char *why)
+{
+	held_free(p);
+	p->req = 0;
+	p->synced = false;
+	if (!p->up)
+		return;
+	p->up = false;
+	m->up.log("bridge: node %s: down (%s)", p->name, why);
+	m->up.node_down(m->up.ctx, p->name);
+}
+
+static void request_snapshot(struct nb *m, struct peer *p)
+{
+	char subj[SUBJECT_MAX];
+
+	p->req = ++m->next_req;
+	p->req_ns = now_ns();
+	subject(m, subj, "snap", p->name);
+	publish(m, subj, E_SNAPREQ, 0, p->req, NULL, 0);
+}
+
+static void peer_up(struct nb *m, struct peer *p)
+{
+	if (m->up.node_up(m->up.ctx, p->name, p->inc, "nats") < 0) {
+		m->up.log("bridge: node %s: refused by the replication layer", p->name);
+		return;
+	}
+	p->up = true;
+	p->synced = false;
+	m->up.log("bridge: node %s: up (incarnation %llx, over NATS)", p->name,
+		  (unsigned long long)p->inc);
+	request_snapshot(m, p);
+	/* It learns of us from our heartbeat: no need to wait a period. */
+	m->hb_soon = true;
+}
+
+static void resync(struct nb *m, struct peer *p, const char *why)
+{
+	peer_down(m, p, why);
+	if (m->connected)
+		peer_up(m, p);
+}
+
+static int deliver(struct nb *m, struct peer *p, const uint8_t *frame, size_t len)
+{
+	struct pr_bp_frame f;
+	size_t pos = 0;
+
+	if (procreg__bp_next(frame, len, &pos, &f) != 1 || pos != len)
+		return -EBADMSG;
+	return m->up.deliver(m->up.ctx, p->name, &f);
+}
+
+static void hold(struct nb *m, struct peer *p, const uint8_t *frame, size_t len)
+{
+	struct held *h;
+
+	if (p->held_bytes + len > HELD_MAX_BYTES || !(h = malloc(sizeof(*h) + len))) {
+		resync(m, p, "too much to hold until its snapshot");
+		return;
+	}
+	h->next = NULL;
+	h->len = len;
+	memcpy(h->frame, frame, len);
+	*p->held_tail = h;
+	p->held_tail = &h->next;
+	p->held_bytes += len;
+}
+
+/* The snapshot is through: what was held, in order (see the top). */
+static void release_held(struct nb *m, struct peer *p)
+{
+	while (p->up && p->held) {
+		struct held *h = p->held;
+		int err;
+
+		p->held = h->next;
+		if (!p->held)
+			p->held_tail = &p->held;
+		p->held_bytes -= h->len;
+		err = deliver(m, p, h->frame, h->len);
+		free(h);
+		if (err < 0) {
+			resync(m, p, "refused a change after its snapshot");
+			return;
+		}
+	}
+}
+
+/* ---- in ----------------------------------------------------------------- */
+
+static void forged(struct nb *m, const char *subj, const char *why)
+{
+	uint64_t now = now_ns();
+
+	m->forged++;
+	/* Someone on the server without the cookie may send a lot: a line a
+	 * second at most for one reason, with a count. */
+	if (m->last_forged_log_ns && now - m->last_forged_log_ns < 1000000000ull &&
+	    why == m->last_forged_why)
+		return;
+	m->last_forged_log_ns = now;
+	m->last_forged_why = why;
+	m->up.log("bridge: nats: message on %s dropped: %s (%llu so far)", subj, why,
+		  (unsigned long long)m->forged);
+}
+
+static void on_message(struct nb *m, const char *subj, const uint8_t *d, size_t len)
+{
+	char sender[PR_BP_NODE_MAX + 1], want[SUBJECT_MAX];
+	uint8_t mac[PR_BP_MAC], type, flags;
+	uint64_t inc, ctr, req;
+	const uint8_t *frame;
+	size_t sl, flen;
+	struct peer *p;
+
+	if (len < ENV_FIXED + 1 + PR_BP_MAC || memcmp(d, ENV_MAGIC, 4)) {
+		forged(m, subj, "not an envelope");
+		return;
+	}
+	sl = d[6];
+	if (len < ENV_FIXED + sl + PR_BP_MAC || !procreg__bp_valid_node((const char *)d + 7, sl)) {
+		forged(m, subj, "malformed envelope");
+		return;
+	}
+	if (hmac(m, subj, d, len - PR_BP_MAC, mac) < 0 ||
+	    CRYPTO_memcmp(mac, d + len - PR_BP_MAC, PR_BP_MAC) != 0) {
+		forged(m, subj, "authentication failed (wrong cookie, or forged)");
+		return;
+	}
+	/* Authenticated: from a node with the cookie. */
+	type = d[4];
+	flags = d[5];
+	memcpy(sender, d + 7, sl);
+	sender[sl] = 0;
+	inc = get64(d + 7 + sl);
+	ctr = get64(d + 15 + sl);
+	req = get64(d + 23 + sl);
+	frame = d + ENV_FIXED + sl;
+	flen = len - ENV_FIXED - sl - PR_BP_MAC;
+	if (type == 0 || type >= E_TYPES) {
+		forged(m, subj, "unknown type");
+		return;
+	}
+	if (!strcmp(sender, m->node)) {
+		/* NoEcho keeps our own away: this is another node with our name. */
+		forged(m, subj, "from another node with this node's name");
+		return;
+	}
+	/* The subject is under the MAC too; it must be where the sender
+	 * may speak. */
+	if (type == E_STREAM)
+		subject(m, want, "node", sender);
+	else
+		subject(m, want, type == E_SNAPREQ ? "snap" : "inbox", m->node);
+	if (strcmp(subj, want)) {
+		forged(m, subj, "on the wrong subject");
+		return;
+	}
+	if (!(p = peer_get(m, sender)))
+		return;
+	if (inc != p->inc) {
+		/* Another incarnation: a restart, or a replay of an older
+		 * one's message. A restarted node's counter starts above
+		 * anything its earlier incarnations sent. While the node is
+		 * up, that tells them apart; once it is down, a replay can
+		 * at most bring up a node that sends nothing and times out
+		 * (a snapshot answers only a request of ours, by its id). */
+		if (p->up && ctr <= p->ctr_max) {
+			forged(m, subj, "replayed (an older incarnation)");
+			return;
+		}
+		if (p->up)
+			peer_down(m, p, "restarted");
+		held_free(p);
+		memset(p->ctr, 0, sizeof(p->ctr));
+		p->inc = inc;
+		p->req = 0;
+		p->synced = false;
+	}
+	if (ctr <= p->ctr[type]) {
+		forged(m, subj, "replayed");
+		return;
+	}
+	p->ctr[type] = ctr;
+	if (ctr > p->ctr_max)
+		p->ctr_max = ctr;
+	p->last_rx_ns = now_ns();
+	p->bytes_in += len;
+	if (flags & ENV_ANNOUNCE)
+		m->hb_soon = true;
+
+	switch (type) {
+	case E_STREAM: {
+		struct pr_bp_frame f;
+		size_t pos = 0;
+
+		if (procreg__bp_next(frame, flen, &pos, &f) != 1 || pos != flen ||
+		    (f.type != PR_BP_HEARTBEAT && f.type != PR_BP_CHANGE) || f.incarnation != inc) {
+			resync(m, p, "malformed frame");
+			return;
+		}
+		if (!p->up) {
+			if (f.type == PR_BP_HEARTBEAT && m->connected)
+				peer_up(m, p);
+			return; /* a change before: the snapshot has it */
+		}
+		if (!p->synced) {
+			hold(m, p, frame, flen);
+			return;
+		}
+		if (m->up.deliver(m->up.ctx, p->name, &f) < 0)
+			resync(m, p, "refused a frame");
+		return;
+	}
+	case E_SNAPREQ:
+		subject(m, m->serving_to, "inbox", sender);
+		m->serving_req = req;
+		if (m->up.snapshot(m->up.ctx, snap_send, m) < 0)
+			m->up.log("bridge: node %s: snapshot not sent", sender);
+		return;
+	case E_SNAP: {
+		struct pr_bp_frame f;
+		size_t pos = 0;
+
+		if (!p->up || p->synced || !p->req || req != p->req)
+			return; /* an answer to an older request */
+		if (procreg__bp_next(frame, flen, &pos, &f) != 1 || pos != flen ||
+		    f.type != PR_BP_SNAP || f.incarnation != inc) {
+			resync(m, p, "malformed snapshot");
+			return;
+		}
+		if (m->up.deliver(m->up.ctx, p->name, &f) < 0) {
+			resync(m, p, "refused its snapshot");
+			return;
+		}
+		if (f.flags & PR_BP_SNAP_LAST) {
+			p->synced = true;
+			p->req = 0;
+			release_held(m, p);
+		}
+		return;
+	}
+	}
+}
+
+static void all_down(struct nb *m, const char *why)
+{
+	for (size_t i = 0; i < m->npeers; i++)
+		peer_down(m, &m->peers[i], why);
+}
+
+static void tick(struct nb *m)
+{
+	uint64_t now = now_ns(), hb = (uint64_t)m->c.heartbeat_ms * 1000000ull,
+		 to = (uint64_t)m->c.timeout_ms * 1000000ull,
+		 snap_wait = (uint64_t)(m->c.timeout_ms > SNAP_WAIT_MIN_MS ? m->c.timeout_ms
+									  : SNAP_WAIT_MIN_MS) * 1000000ull;
+
+	if (!m->connected)
+		return;
+	if (now - m->last_hb_ns >= hb || (m->hb_soon && now - m->last_hb_ns >= hb / 4))
+		heartbeat(m);
+	for (size_t i = 0; i < m->npeers; i++) {
+		struct peer *p = &m->peers[i];
+
+		if (!p->up)
+			continue;
+		if (now - p->last_rx_ns > to)
+			peer_down(m, p, "silent");
+		else if (!p->synced && now - p->req_ns > snap_wait)
+			resync(m, p, "no snapshot came");
+	}
+}
+
+/* ---- nats.c's threads: hand over, nothing more ------------------------ */
+
+static void enqueue(struct nb *m, enum item_kind kind, natsMsg *msg)
+{
+	struct item *it = malloc(sizeof(*it));
+	uint64_t one = 1;
+	size_t bytes = msg ? (size_t)natsMsg_GetDataLength(msg) + sizeof(*it) : sizeof(*it);
+
+	pthread_mutex_lock(&m->mu);
+	if (!it || (msg && m->qbytes + bytes > QUEUE_MAX_BYTES)) {
+		/* The daemon is far behind: drop, and have every node
+		 * resync once it catches up. */
+		m->qlost = true;
+		free(it);
+		if (msg)
+			natsMsg_Destroy(msg);
+	} else {
+		*it = (struct item){ .kind = kind, .msg = msg, .bytes = bytes };
+		*m->qtail = it;
+		m->qtail = &it->next;
+		m->qbytes += bytes;
+	}
+	pthread_mutex_unlock(&m->mu);
+	(void)!write(m->efd, &one, sizeof(one));
+}
+
+static void cb_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure)
+{
+	(void)nc;
+	(void)sub;
+	enqueue(closure, I_MSG, msg);
+}
+
+static void cb_connected(natsConnection *nc, void *closure)
+{
+	(void)nc;
+	enqueue(closure, I_CONNECTED, NULL);
+}
+
+static void cb_disconnected(natsConnection *nc, void *closure)
+{
+	(void)nc;
+	enqueue(closure, I_DISCONNECTED, NULL);
+}
+
+static void cb_closed(natsConnection *nc, void *closure)
+{
+	(void)nc;
+	enqueue(closure, I_CLOSED, NULL);
+}
+
+static void cb_error(natsConnection *nc, natsSubscription *sub, natsStatus err, void *closure)
+{
+	(void)nc;
+	(void)sub;
+	if (err == NATS_SLOW_CONSUMER)
+		enqueue(closure, I_LOST, NULL);
+}
+
+/* ---- the backend interface ---------------------------------------------- */
+
+static void nb_dispatch(void *b)
+{
+	struct nb *m = b;
+	uint64_t x;
+	bool lost;
+
+	(void)!read(m->efd, &x, sizeof(x));
+	if (read(m->tfd, &x, sizeof(x)) == sizeof(x))
+		tick(m);
+	for (int n = 0; n < ITEMS_PER_DISPATCH; n++) {
+		struct item *it;
+
+		pthread_mutex_lock(&m->mu);
+		it = m->qhead;
+		if (it) {
+			m->qhead = it->next;
+			if (!m->qhead)
+				m->qtail = &m->qhead;
+			m->qbytes -= it->bytes;
+		}
+		lost = m->qlost;
+		m->qlost = false;
+		pthread_mutex_unlock(&m->mu);
+		if (lost) {
+			m->up.log("bridge: nats: messages dropped (this node fell behind): resyncing");
+			for (size_t i = 0; i < m->npeers; i++)
+				if (m->peers[i].up)
+					resync(m, &m->peers[i], "messages lost");
+		}
+		if (!it)
+			return;
+		switch (it->kind) {
+		case I_MSG:
+			on_message(m, natsMsg_GetSubject(it->msg),
+				   (const uint8_t *)natsMsg_GetData(it->msg),
+				   (size_t)natsMsg_GetDataLength(it->msg));
+			natsMsg_Destroy(it->msg);
+			break;
+		case I_CONNECTED:
+			if (!m->connected)
+				m->up.log("bridge: nats: connected to %s", m->url);
+			m->connected = true;
+			m->announce = true;
+			heartbeat(m);
+			break;
+		case I_DISCONNECTED:
+		case I_CLOSED:
+			if (m->connected)
+				m->up.log("bridge: nats: %s the server: every other node is down "
+					  "until it is back", it->kind == I_CLOSED ? "closed" : "lost");
+			m->connected = false;
+			all_down(m, "no NATS server");
+			break;
+		case I_LOST:
+			m->up.log("bridge: nats: slow consumer: messages lost, resyncing");
+			for (size_t i = 0; i < m->npeers; i++)
+				if (m->peers[i].up)
+					resync(m, &m->peers[i], "messages lost");
+			break;
+		}
+		free(it);
+	}
+	/* More left: come back after the daemon's other work. */
+	x = 1;
+	(void)!write(m->efd, &x, sizeof(x));
+}
+
+static int nb_broadcast(void *b, const uint8_t *frame, size_t len)
+{
+	struct nb *m = b;
+
+	/* Published even while disconnected: nats.c keeps it for the
+	 * reconnection, and the nodes that did not see us go get it in
+	 * order; past its buffer, the gap makes them resync. */
+	publish(m, m->my_stream, E_STREAM, 0, 0, frame, len);
+	return 0;
+}
+
+static void nb_flush(void *b)
+{
+	/* nats.c's own thread writes what publish() buffered. */
+	(void)b;
+}
+
+static void nb_nodes(void *b, void (*cb)(void *arg, const struct pr_bridge_node_info *n), void *arg)
+{
+	struct nb *m = b;
+
+	for (size_t i = 0; i < m->npeers; i++) {
+		const struct peer *p = &m->peers[i];
+		/* Out: everything we published; every node gets our stream. */
+		struct pr_bridge_node_info ni = { p->name, "nats", p->inc, p->bytes_in, m->bytes_out };
+
+		if (p->up)
+			cb(arg, &ni);
+	}
+}
+
+static int nb_fd(void *b)
+{
+	return ((struct nb *)b)->epfd;
+}
+
+static void drain_queue(struct nb *m)
+{
+	pthread_mutex_lock(&m->mu);
+	while (m->qhead) {
+		struct item *it = m->qhead;
+
+		m->qhead = it->next;
+		if (it->msg)
+			natsMsg_Destroy(it->msg);
+		free(it);
+	}
+	m->qtail = &m->qhead;
+	m->qbytes = 0;
+	pthread_mutex_unlock(&m->mu);
+}
+
+static void nb_close(void *b)
+{
+	struct nb *m = b;
+
+	if (!m)
+		return;
+	for (int i = 0; i < 3; i++)
+		if (m->subs[i]) {
+			natsSubscription_Unsubscribe(m->subs[i]);
+			natsSubscription_Destroy(m->subs[i]);
+		}
+	if (m->nc) {
+		natsConnection_Close(m->nc);
+		natsConnection_Destroy(m->nc);
+	}
+	if (m->opts)
+		natsOptions_Destroy(m->opts);
+	/* Every nats.c thread gone before procregd unloads us. */
+	nats_CloseAndWait(5000);
+	drain_queue(m);
+	for (size_t i = 0; m->peers && i < m->npeers; i++)
+		held_free(&m->peers[i]);
+	if (m->efd >= 0)
+		close(m->efd);
+	if (m->tfd >= 0)
+		close(m->tfd);
+	if (m->epfd >= 0)
+		close(m->epfd);
+	if (m->cookie) {
+		OPENSSL_cleanse(m->cookie, m->cookie_len);
+		free(m->cookie);
+	}
+	EVP_MAC_CTX_free(m->mac_key);
+	EVP_MAC_free(m->mac);
+	pthread_mutex_destroy(&m->mu);
+	free(m->peers);
+	free(m->out);
+	free(m);
+}
+
+static const char *opt(const struct pr_bridge_config *c, const char *key)
+{
+	size_t kl = strlen(key);
+	const char *v = NULL;
+
+	for (size_t i = 0; i < c->nopts; i++)
+		if (!strncmp(c->opts[i], key, kl) && c->opts[i][kl] == '=')
+			v = c->opts[i] + kl + 1;
+	return v;
+}
+
+static int check_opts(const struct nb *m, const struct pr_bridge_config *c)
+{
+	static const char *const known[] = { "url", "user", "password", "token", "creds",
+					     "nkey", "nkey-seed", "subject" };
+
+	for (size_t i = 0; i < c->nopts; i++) {
+		bool ok = false;
+
+		for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) {
+			size_t kl = strlen(known[k]);
+
+			ok |= !strncmp(c->opts[i], known[k], kl) && c->opts[i][kl] == '=';
+		}
+		if (!ok) {
+			m->up.log("bridge: nats: unknown option '%s' (want url, user, password, token, "
+				  "creds, nkey, nkey-seed, subject)", c->opts[i]);
+			return -EINVAL;
+		}
+	}
+	if (!!opt(c, "nkey") != !!opt(c, "nkey-seed")) {
+		m->up.log("bridge: nats: nkey and nkey-seed go together");
+		return -EINVAL;
+	}
+	if (!!opt(c, "user") != !!opt(c, "password")) {
+		m->up.log("bridge: nats: user and password go together");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
+{
+	int64_t ping = c->timeout_ms > 1000 ? c->timeout_ms : 1000;
+	natsStatus s;
+	const char *kind[3] = { "node", "snap", "inbox" };
+
+	s = natsOptions_Create(&m->opts);
+	if (s == NATS_OK)
+		s = natsOptions_SetURL(m->opts, m->url);
+	if (s == NATS_OK && opt(c, "user"))
+		s = natsOptions_SetUserInfo(m->opts, opt(c, "user"), opt(c, "password"));
+	if (s == NATS_OK && opt(c, "token"))
+		s = natsOptions_SetToken(m->opts, opt(c, "token"));
+	if (s == NATS_OK && opt(c, "creds"))
+		s = natsOptions_SetUserCredentialsFromFiles(m->opts, opt(c, "creds"), NULL);
+	if (s == NATS_OK && opt(c, "nkey"))
+		s = natsOptions_SetNKeyFromSeed(m->opts, opt(c, "nkey"), opt(c, "nkey-seed"));
+	if (s == NATS_OK)
+		s = natsOptions_SetName(m->opts, m->node);
+	if (s == NATS_OK)
+		s = natsOptions_SetNoEcho(m->opts, true);
+	/* A change out now, not at nats.c's flusher's next round (about a
+	 * millisecond): registrations are rare next to their lookups, and
+	 * their latency is what other nodes see. */
+	if (s == NATS_OK)
+		s = natsOptions_SetSendAsap(m->opts, true);
+	/* Reconnect for ever: the registry outlives any server restart. */
+	if (s == NATS_OK)
+		s = natsOptions_SetMaxReconnect(m->opts, -1);
+	if (s == NATS_OK)
+		s = natsOptions_SetReconnectWait(m->opts, 250);
+	if (s == NATS_OK)
+		s = natsOptions_SetPingInterval(m->opts, ping);
+	if (s == NATS_OK)
+		s = natsOptions_SetRetryOnFailedConnect(m->opts, true, cb_connected, m);
+	if (s == NATS_OK)
+		s = natsOptions_SetDisconnectedCB(m->opts, cb_disconnected, m);
+	if (s == NATS_OK)
+		s = natsOptions_SetReconnectedCB(m->opts, cb_connected, m);
+	if (s == NATS_OK)
+		s = natsOptions_SetClosedCB(m->opts, cb_closed, m);
+	if (s == NATS_OK)
+		s = natsOptions_SetErrorHandler(m->opts, cb_error, m);
+	if (s != NATS_OK) {
+		m->up.log("bridge: nats: options: %s", nats_GetLastError(NULL));
+		return -EINVAL;
+	}
+	s = natsConnection_Connect(&m->nc, m->opts);
+	if (s == NATS_OK) {
+		enqueue(m, I_CONNECTED, NULL);
+	} else if (s == NATS_NOT_YET_CONNECTED) {
+		m->up.log("bridge: nats: no server at %s yet: retrying", m->url);
+	} else {
+		m->up.log("bridge: nats: %s: %s", m->url, nats_GetLastError(NULL));
+		return -EIO;
+	}
+	for (int i = 0; i < 3; i++) {
+		char subj[SUBJECT_MAX];
+
+		if (i == 0)
+			snprintf(subj, sizeof(subj), "%s.node.*", m->prefix);
+		else
+			subject(m, subj, kind[i], m->node);
+		s = natsConnection_Subscribe(&m->subs[i], m->nc, subj, cb_msg, m);
+		if (s != NATS_OK) {
+			m->up.log("bridge: nats: subscribe %s: %s", subj, nats_GetLastError(NULL));
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_up *up, int *err)
+{
+	struct nb *m = calloc(1, sizeof(*m));
+	struct epoll_event e = { .events = EPOLLIN };
+	struct itimerspec its;
+	OSSL_PARAM params[2];
+	uint32_t tick_ms;
+
+	*err = -ENOMEM;
+	if (!m)
+		return NULL;
+	m->epfd = m->efd = m->tfd = -1;
+	pthread_mutex_init(&m->mu, NULL);
+	m->qtail = &m->qhead;
+	memcpy(&m->c, cfg, cfg->sz < sizeof(m->c) ? cfg->sz : sizeof(m->c));
+	memcpy(&m->up, up, up->sz < sizeof(m->up) ? up->sz : sizeof(m->up));
+	if (cfg->sz < sizeof(m->c))
+		m->c.nopts = 0, m->c.scope = NULL;
+	if (!m->c.heartbeat_ms)
+		m->c.heartbeat_ms = 500;
+	if (!m->c.timeout_ms)
+		m->c.timeout_ms = 3000;
+	snprintf(m->node, sizeof(m->node), "%s", cfg->node);
+	if ((*err = check_opts(m, &m->c)) < 0)
+		goto fail;
+	*err = -ENOMEM;
+	snprintf(m->url, sizeof(m->url), "%s", opt(&m->c, "url") ? opt(&m->c, "url") : DEFAULT_URL);
+	if (opt(&m->c, "subject")) {
+		snprintf(m->prefix, sizeof(m->prefix), "%s", opt(&m->c, "subject"));
+	} else {
+		char t[PR_BP_NODE_MAX + 8];
+
+		token(t, sizeof(t), m->c.scope ? m->c.scope : "default");
+		snprintf(m->prefix, sizeof(m->prefix), "procreg.%s", t);
+	}
+	subject(m, m->my_stream, "node", m->node);
+	m->cookie = malloc(cfg->cookie_len);
+	m->peers = calloc(PEERS_MAX, sizeof(*m->peers));
+	m->out = malloc(ENV_MAX);
+	m->mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+	m->mac_key = m->mac ? EVP_MAC_CTX_new(m->mac) : NULL;
+	m->epfd = epoll_create1(EPOLL_CLOEXEC);
+	m->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	m->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (!m->cookie || !m->peers || !m->out || !m->mac_key || m->epfd < 0 || m->efd < 0 ||
+	    m->tfd < 0)
+		goto fail;
+	memcpy(m->cookie, cfg->cookie, cfg->cookie_len);
+	m->cookie_len = cfg->cookie_len;
+	params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0);
+	params[1] = OSSL_PARAM_construct_end();
+	if (!EVP_MAC_init(m->mac_key, m->cookie, m->cookie_len, params))
+		goto fail;
+	/* Heartbeats and timeouts at a quarter of a heartbeat's grain. */
+	tick_ms = m->c.heartbeat_ms / 4;
+	tick_ms = tick_ms < 10 ? 10 : tick_ms > 250 ? 250 : tick_ms;
+	its = (struct itimerspec){ { tick_ms / 1000, (long)(tick_ms % 1000) * 1000000L },
+				   { tick_ms / 1000, (long)(tick_ms % 1000) * 1000000L } };
+	if (timerfd_settime(m->tfd, 0, &its, NULL) < 0 ||
+	    epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->tfd, &e) < 0 ||
+	    epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->efd, &e) < 0)
+		goto fail;
+	/* Request ids from a random start: an answer to another daemon's
+	 * request (an earlier run's, replayed) matches none of ours. */
+	if (RAND_bytes((uint8_t *)&m->next_req, sizeof(m->next_req)) != 1)
+		m->next_req = now_ns();
+	m->next_req >>= 1;
+	{
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		m->counter = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	}
+	if ((*err = nats_setup(m, &m->c)) < 0)
+		goto fail;
+	m->up.log("bridge: nats: %s, subjects %s.*", m->url, m->prefix);
+	*err = 0;
+	return m;
+fail:
+	nb_close(m);
+	return NULL;
+}
+
+__attribute__((visibility("default")))
+const struct pr_bridge_backend procreg_bridge_backend_v1 = {
+	.sz = sizeof(struct pr_bridge_backend),
+	.name = "nats",
+	.open = nb_open,
+	.fd = nb_fd,
+	.dispatch = nb_dispatch,
+	.broadcast = nb_broadcast,
+	.flush = nb_flush,
+	.nodes = nb_nodes,
+	.close = nb_close,
+};
