@@ -447,7 +447,14 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 	t.kind = k->kind;
 	t.start_time = id->start;
 	t.aux = id->ino;
-	t.registered_ns = d->bridge ? bridge_stamp(d) : procreg__now_ns();
+	/* A metadata update keeps the registration's stamp: it is when the
+	 * name was registered, and what decides a conflict between nodes. A
+	 * fresh stamp would reorder a conflict under way, and two nodes could
+	 * each see their own registration as the earlier, both keeping it. */
+	if (mine)
+		t.registered_ns = ((const struct pr_record *)(d->w.map.base + old))->registered_ns;
+	else
+		t.registered_ns = d->bridge ? bridge_stamp(d) : procreg__now_ns();
 	t.pid = (uint32_t)id->pid;
 	t.uid = id->uid;
 	t.name_len = (uint16_t)f->name_len;
