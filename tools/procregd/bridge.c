@@ -28,6 +28,13 @@
  * With --node, registered_ns is a hybrid logical clock stamp (hlc.h): a
  * registration made after its node learned of another is stamped after
  * it, whatever the clocks say.
+ *
+ * A node that only watches a conflict between two others keeps the losing
+ * registration aside (a shadow) rather than drop it: the winner may go
+ * (unregistered, dead, its node down) before the loser's node ever hears
+ * of it, and then the loser's registration stands after all; its node
+ * will not send it again. When the winner goes, the best shadow takes its
+ * place. A shadow goes when its node removes it or goes down.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -62,6 +69,14 @@ struct node {
 	uint64_t changes_in;
 };
 
+/* A remote registration that lost, here, to another remote one. */
+struct shadow {
+	struct shadow *next;
+	uint16_t id;                /* its node */
+	struct pr_bp_entry e;       /* name and meta point into data */
+	char data[];
+};
+
 struct bridge {
 	struct daemon *d;
 	const struct pr_bridge_backend *be;
@@ -80,6 +95,7 @@ struct bridge {
 	uint8_t *buf;               /* one frame */
 	char nodes_path[PR_PATH_MAX + 16];
 	bool nodes_dirty;
+	struct shadow *shadows;     /* few: one per conflict under way */
 	/* counters */
 	uint64_t hlc_ahead;         /* stamps too far ahead, not observed */
 	uint64_t changes_out, changes_in, conflicts, nodes_down, refused;
@@ -214,11 +230,11 @@ static void conflict_entry(struct pr_conflict_entry *c, const char *name, const 
 					 .meta_len = meta_len };
 }
 
-/* Whether the incoming entry E (from node NE) wins over the record R
- * (owned by node NR): the resolver's answer if it gives one, asked both
+/* Whether the entry E (from node NE) wins over the entry F (of node NF)
+ * for the same name: the resolver's answer if it gives one, asked both
  * ways; else the earlier stamp, then the smaller node name. */
-static bool wins(const struct bridge *br, const struct pr_bp_entry *e, const char *ne,
-		 const struct pr_record *r, const char *nr)
+static bool entry_wins(const struct bridge *br, const struct pr_bp_entry *e, const char *ne,
+		       const struct pr_bp_entry *f, const char *nf)
 {
 	if (br->resolver) {
 		char name[PROCREG_NAME_MAX + 1];
@@ -228,16 +244,120 @@ static bool wins(const struct bridge *br, const struct pr_bp_entry *e, const cha
 		memcpy(name, e->name, e->name_len);
 		name[e->name_len] = 0;
 		conflict_entry(&a, name, ne, e->pid, e->uid, e->registered_ns, e->meta, e->meta_len);
-		conflict_entry(&b, name, nr, r->pid, r->uid, r->registered_ns,
-			       r->data + r->name_len + 1, r->meta_len);
+		conflict_entry(&b, name, nf, f->pid, f->uid, f->registered_ns, f->meta, f->meta_len);
 		ab = br->resolver(&a, &b);
 		ba = br->resolver(&b, &a);
 		if ((ab < 0 && ba > 0) || (ab > 0 && ba < 0))
 			return ab < 0;
 	}
-	if (e->registered_ns != r->registered_ns)
-		return e->registered_ns < r->registered_ns;
-	return strcmp(ne, nr) < 0;
+	if (e->registered_ns != f->registered_ns)
+		return e->registered_ns < f->registered_ns;
+	return strcmp(ne, nf) < 0;
+}
+
+/* The same, against the record R (owned by node NR). */
+static bool wins(const struct bridge *br, const struct pr_bp_entry *e, const char *ne,
+		 const struct pr_record *r, const char *nr)
+{
+	struct pr_bp_entry f;
+
+	to_entry(r, PR_BP_PUT, &f);
+	return entry_wins(br, e, ne, &f, nr);
+}
+
+/* ---- shadows: registrations that lost to a third node's ---------------- */
+
+static bool same_name(const struct pr_bp_entry *a, const char *name, size_t len)
+{
+	return a->name_len == len && !memcmp(a->name, name, len);
+}
+
+/* Forget node ID's shadow for NAME (NAME_LEN bytes), if it has one. */
+static void shadow_del(struct bridge *br, uint16_t id, const char *name, size_t len)
+{
+	for (struct shadow **sp = &br->shadows; *sp; sp = &(*sp)->next) {
+		struct shadow *sh = *sp;
+
+		if (sh->id == id && same_name(&sh->e, name, len)) {
+			*sp = sh->next;
+			free(sh);
+			return;
+		}
+	}
+}
+
+/* Keep E, from node ID, aside: it lost here to another node's entry. */
+static void shadow_put(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
+{
+	struct shadow *sh;
+
+	shadow_del(br, id, e->name, e->name_len);
+	sh = malloc(sizeof(*sh) + e->name_len + 1 + e->meta_len);
+	if (!sh) {
+		log_msg("bridge: out of memory: the losing registration of '%.*s' is forgotten",
+			(int)e->name_len, e->name);
+		return;
+	}
+	sh->id = id;
+	sh->e = *e;
+	memcpy(sh->data, e->name, e->name_len);
+	sh->data[e->name_len] = 0;
+	memcpy(sh->data + e->name_len + 1, e->meta, e->meta_len);
+	sh->e.name = sh->data;
+	sh->e.meta = sh->data + e->name_len + 1;
+	sh->next = br->shadows;
+	br->shadows = sh;
+}
+
+static void shadow_drop_node(struct bridge *br, uint16_t id)
+{
+	for (struct shadow **sp = &br->shadows; *sp;) {
+		struct shadow *sh = *sp;
+
+		if (sh->id == id) {
+			*sp = sh->next;
+			free(sh);
+		} else {
+			sp = &sh->next;
+		}
+	}
+}
+
+static int put_record(struct daemon *d, struct pr_root *root, const struct pr_key *k,
+		      uint16_t id, const struct pr_bp_entry *e, uint64_t *off_out);
+
+/* NAME's remote record is gone: the best of its shadows, if any, takes its
+ * place. Returns whether one did. */
+static bool shadow_promote(struct bridge *br, const char *name, size_t len)
+{
+	struct shadow **best = NULL;
+	struct pr_key k;
+	uint64_t off;
+
+	for (struct shadow **sp = &br->shadows; *sp; sp = &(*sp)->next)
+		if (same_name(&(*sp)->e, name, len) &&
+		    (!best || entry_wins(br, &(*sp)->e, node_name(br, (*sp)->id), &(*best)->e,
+					 node_name(br, (*best)->id))))
+			best = sp;
+	if (!best)
+		return false;
+	{
+		struct shadow *sh = *best;
+		struct pr_root *root = &br->d->w.map.hdr->names;
+		int err;
+
+		*best = sh->next;
+		pr_key_name(&k, PR_KIND_NAME, sh->e.name, sh->e.name_len,
+			    br->d->w.map.hdr->hash_seed);
+		err = put_record(br->d, root, &k, sh->id, &sh->e, &off);
+		if (!err)
+			procreg__w_emit(&br->d->w, PROCREG_EV_REGISTERED, rec(br->d, off));
+		else
+			log_msg("bridge: name '%.*s' of node %s: %s", (int)len, name,
+				node_name(br, sh->id), strerror(-err));
+		free(sh);
+		return !err;
+	}
 }
 
 static int put_record(struct daemon *d, struct pr_root *root, const struct pr_key *k,
@@ -283,12 +403,15 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 		const struct pr_record *r = old ? rec(d, old) : NULL;
 
 		/* Only its owner's entry: a DEL from the loser of a conflict
-		 * leaves the winner alone. */
-		if (!r || r->node != id || r->pid != e->pid || r->start_time != e->start_time)
+		 * leaves the winner alone (and drops the loser's shadow). */
+		if (!r || r->node != id || r->pid != e->pid || r->start_time != e->start_time) {
+			shadow_del(br, id, e->name, e->name_len);
 			return 0;
+		}
 		procreg__w_remove(&d->w, root, pos);
 		procreg__w_emit(&d->w, PROCREG_EV_UNREGISTERED, r);
-		owners_name_gone(d, e->name, e->name_len);
+		if (!shadow_promote(br, e->name, e->name_len))
+			owners_name_gone(d, e->name, e->name_len);
 		return 0;
 	}
 	if (old) {
@@ -297,9 +420,20 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 		if (r->node != id) {
 			if (!wins(br, e, origin, r, node_name(br, r->node))) {
 				br->conflicts++;
-				return 0; /* ours stands; its node will drop its own */
+				/* Ours stands; its node will drop its own. Another
+				 * node's stands: kept aside, in case that one goes
+				 * first. */
+				if (r->node != 0)
+					shadow_put(br, id, e);
+				return 0;
 			}
 			br->conflicts++;
+			if (r->node != 0) {
+				struct pr_bp_entry loser;
+
+				to_entry(r, PR_BP_PUT, &loser);
+				shadow_put(br, r->node, &loser);
+			}
 			if (r->node == 0) {
 				/* Our registration lost: tell its owner (the feed),
 				 * the other nodes (DEL), then make way. */
@@ -311,6 +445,8 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 			}
 		}
 	}
+	if (old && rec(d, old)->node != id)
+		shadow_del(br, id, e->name, e->name_len); /* it is in the table now */
 	err = put_record(d, root, &k, id, e, &off);
 	if (!err)
 		procreg__w_emit(&d->w, old ? PROCREG_EV_UPDATED : PROCREG_EV_REGISTERED, rec(d, off));
@@ -478,11 +614,13 @@ static void up_node_down(void *ctx, const char *name)
 	br->nodes_dirty = true;
 	/* One pass, no request served in between. Records are retired, not
 	 * freed: their names are still readable below. */
+	shadow_drop_node(br, c.id);
 	procreg__w_walk(&br->d->w, down_one, &c);
 	for (size_t i = 0; i < c.names.n; i++) {
 		const struct pr_record *r = rec(br->d, c.names.v[i]);
 
-		owners_name_gone(br->d, r->data, r->name_len);
+		if (!shadow_promote(br, r->data, r->name_len))
+			owners_name_gone(br->d, r->data, r->name_len);
 	}
 	procreg__vec_free(&c.names);
 	log_msg("bridge: node %s: %llu entries removed", name, (unsigned long long)c.removed);
@@ -744,6 +882,12 @@ void bridge_stop(struct daemon *d)
 		dlclose(br->resolver_dl);
 	if (br->nodes_path[0])
 		unlink(br->nodes_path);
+	while (br->shadows) {
+		struct shadow *sh = br->shadows;
+
+		br->shadows = sh->next;
+		free(sh);
+	}
 	free(br->nodes);
 	free(br->buf);
 	free(br);
