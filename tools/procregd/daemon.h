@@ -94,6 +94,10 @@ struct daemon {
 	int epfd;
 	struct ev listen_ev, signal_ev, timer_ev;
 	int lfd, sigfd, timerfd;
+	/* Held open to be given up when accept() finds no fd left: the
+	 * connection is then taken and closed, not left to wake us forever
+	 * (see server_accept). -1 if it could not be had back. */
+	int spare_fd;
 	bool stop;
 	bool no_peerpidfd;        /* PROCREG_NO_PEERPIDFD: test the 6.1 path */
 	bool socket_inherited;    /* lfd came from LISTEN_FDS: not ours to unlink */
