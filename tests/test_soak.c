@@ -1235,7 +1235,7 @@ static int setup(void **state)
 	th_write_file(s->cookie, "a-soak-cookie-0123456789\n", 0600);
 	for (int i = 0; i < NODES; i++) {
 		snprintf(s->n[i].name, sizeof(s->n[i].name), "soak%c", 'a' + i);
-		snprintf(s->n[i].dir, sizeof(s->n[i].dir), "%s/%s", s->base, s->n[i].name);
+		snprintf(s->n[i].dir, sizeof(s->n[i].dir), "%s/soak%c", s->base, 'a' + i);
 		assert_int_equal(mkdir(s->n[i].dir, 0755), 0);
 	}
 	*state = s;
