@@ -1007,9 +1007,13 @@ static void run_round(struct soak *s, int seconds, const char *label)
 	}
 
 	sh->phase = PH_HOLD;
-	for (int i = 0; i < READERS; i++)
+	/* Reaped pids are forgotten: teardown must not kill their reuse. */
+	for (int i = 0; i < READERS; i++) {
 		expect_exit(s->reader[i], "reader");
+		s->reader[i] = 0;
+	}
 	expect_exit(s->spawner, "spawner");
+	s->spawner = 0;
 	for (int i = 0; i < 60000 && get(&sh->idle) < WRITERS; i++)
 		th_msleep(1);
 	assert_int_equal(get(&sh->idle), WRITERS);
@@ -1028,9 +1032,10 @@ static void run_round(struct soak *s, int seconds, const char *label)
 	       label, entries);
 
 	sh->phase = PH_EXIT;
-	for (int i = 0; i < WRITERS; i++)
+	for (int i = 0; i < WRITERS; i++) {
 		expect_exit(s->writer[i], "writer");
-	memset(s->writer, 0, sizeof(s->writer));
+		s->writer[i] = 0;
+	}
 	for (uint64_t t = now_ms(); !tables_empty(s);) {
 		if (now_ms() - t > SETTLE_MS) {
 			dump_logs(s);
