@@ -12,9 +12,10 @@
  * address to its own in the HELLOs it carries: every connection between
  * nodes stays on a proxy, as it would behind address translation.
  *
- * Workers are processes: writers (on every node) register, unregister,
- * join and leave names of a shared pool (so nodes conflict) and of their
- * own, with metadata that names the entry and its owner; readers look up,
+ * Workers are processes: writers (on every node) register (some waiting
+ * in line, PROCREG_QUEUE), unregister, join and leave names of a shared
+ * pool (so nodes conflict) and of their own, with metadata that names the
+ * entry and its owner; readers look up,
  * iterate and list members on every node and check that every record they
  * see is well-formed; a spawner starts short-lived processes that register
  * and are SIGKILLed, some of them in mid-request.
@@ -612,7 +613,19 @@ static int writer_main(void *arg)
 		} else {
 			switch (ops[0].kind) {
 			case PROCREG_OP_REGISTER:
-				ops[0].result = procreg_register(r, names[0], metas[0], ops[0].meta_len);
+				if (rnd(&rng, 8) == 0 && !strncmp(names[0], "soak-n", 6)) {
+					/* In line for it if taken, here or on
+					 * another node. */
+					PROCREG_OPTS(procreg_register_opts, o, .flags = PROCREG_QUEUE);
+
+					ops[0].result = procreg_register_opts(r, names[0], metas[0],
+									      ops[0].meta_len, &o);
+					if (ops[0].result == -EINPROGRESS)
+						ops[0].result = 0;
+				} else {
+					ops[0].result = procreg_register(r, names[0], metas[0],
+									 ops[0].meta_len);
+				}
 				break;
 			case PROCREG_OP_UNREGISTER:
 				ops[0].result = procreg_unregister(r, names[0]);
