@@ -604,6 +604,7 @@ static void up_node_down(void *ctx, const char *name)
 {
 	struct bridge *br = ctx;
 	struct down_ctx c = { .d = br->d };
+	char (*gone)[PROCREG_NAME_MAX + 1];
 	struct node *n = node_by_name(br, name, &c.id);
 
 	if (!n || !n->up)
@@ -616,12 +617,25 @@ static void up_node_down(void *ctx, const char *name)
 	 * freed: their names are still readable below. */
 	shadow_drop_node(br, c.id);
 	procreg__w_walk(&br->d->w, down_one, &c);
-	for (size_t i = 0; i < c.names.n; i++) {
+	/* The names are copied out first: a shadow put in place or a name
+	 * handed on allocates, and in a full table allocating reclaims, which
+	 * may free the records retired above. */
+	gone = c.names.n ? calloc(c.names.n, sizeof(*gone)) : NULL;
+	for (size_t i = 0; gone && i < c.names.n; i++) {
 		const struct pr_record *r = rec(br->d, c.names.v[i]);
 
-		if (!shadow_promote(br, r->data, r->name_len))
-			owners_name_gone(br->d, r->data, r->name_len);
+		memcpy(gone[i], r->data, r->name_len);
+		gone[i][r->name_len] = 0;
 	}
+	for (size_t i = 0; i < c.names.n; i++) {
+		const struct pr_record *r = rec(br->d, c.names.v[i]);
+		const char *nm = gone ? gone[i] : r->data;
+		size_t len = gone ? strlen(gone[i]) : r->name_len;
+
+		if (!shadow_promote(br, nm, len))
+			owners_name_gone(br->d, nm, len);
+	}
+	free(gone);
 	procreg__vec_free(&c.names);
 	log_msg("bridge: node %s: %llu entries removed", name, (unsigned long long)c.removed);
 }
