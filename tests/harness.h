@@ -90,6 +90,14 @@ uint64_t th_xorshift(uint64_t *s);
  * AddressSanitizer, a read one past its end is caught. */
 uint8_t *th_exact(const uint8_t *buf, size_t len);
 
+/* A loopback TCP port nobody listens on now (bind port 0, read it back):
+ * another process may take it before the caller binds it. */
+int th_free_port(void);
+/* Write TEXT to PATH (created or truncated) with MODE. */
+void th_write_file(const char *path, const char *text, mode_t mode);
+/* Whether the file PATH (its first 64 KiB) contains NEEDLE. */
+int th_log_has(const char *path, const char *needle);
+
 /* Sleep for MS milliseconds. */
 void th_msleep(int ms);
 /* Poll COND-like function until it returns non-zero, up to MS ms. */

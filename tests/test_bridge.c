@@ -41,31 +41,6 @@ struct cluster {
 	struct node n[NODES_MAX];
 };
 
-/* A loopback port nobody listens on now: bind port 0, read it back. */
-static int free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-	port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
-}
-
-static void write_file(const char *path, const char *text, mode_t mode)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
-
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-	assert_int_equal(fchmod(fd, mode), 0);
-	close(fd);
-}
-
 static int setup(void **state)
 {
 	struct cluster *c = calloc(1, sizeof(*c));
@@ -73,7 +48,7 @@ static int setup(void **state)
 	assert_non_null(c);
 	c->base = th_mkdtemp();
 	snprintf(c->cookie, sizeof(c->cookie), "%s/cookie", c->base);
-	write_file(c->cookie, "a-test-cookie-0123456789\n", 0600);
+	th_write_file(c->cookie, "a-test-cookie-0123456789\n", 0600);
 	for (int i = 0; i < NODES_MAX; i++) {
 		snprintf(c->n[i].name, sizeof(c->n[i].name), "node%c", 'a' + i);
 		snprintf(c->n[i].dir, sizeof(c->n[i].dir), "%s/node%c", c->base, 'a' + i);
@@ -105,22 +80,8 @@ static int teardown(void **state)
 	return bad;
 }
 
-static int log_has(const char *path, const char *needle)
-{
-	char buf[65536];
-	int fd = open(path, O_RDONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = 0;
-	return strstr(buf, needle) != NULL;
-}
-
 /* Start node I with COOKIE, peering with the nodes in PEERS (-1 ends). A
- * port taken between free_port() and the daemon's bind: try another. */
+ * port taken between th_free_port() and the daemon's bind: try another. */
 static int start_node_env(struct cluster *c, int i, const char *cookie, const int *peers,
 			  const char *const *env)
 {
@@ -132,7 +93,7 @@ static int start_node_env(struct cluster *c, int i, const char *cookie, const in
 	for (int attempt = 0; attempt < 5 && err; attempt++) {
 		int k = 0;
 
-		snprintf(n->listen, sizeof(n->listen), "127.0.0.1:%d", free_port());
+		snprintf(n->listen, sizeof(n->listen), "127.0.0.1:%d", th_free_port());
 		args[k++] = "--node";
 		args[k++] = n->name;
 		args[k++] = "--listen";
@@ -152,7 +113,7 @@ static int start_node_env(struct cluster *c, int i, const char *cookie, const in
 		}
 		args[k] = NULL;
 		err = th_daemon_start(&n->d, n->dir, args, env);
-		if (err && !log_has(n->d.log, "cannot listen"))
+		if (err && !th_log_has(n->d.log, "cannot listen"))
 			return err;
 	}
 	if (err)
@@ -468,7 +429,7 @@ static int probe_log(void *arg)
 {
 	struct logprobe *l = arg;
 
-	return log_has(l->path, l->needle) || (l->path2 && log_has(l->path2, l->needle));
+	return th_log_has(l->path, l->needle) || (l->path2 && th_log_has(l->path2, l->needle));
 }
 
 static void test_wrong_cookie_refused(void **state)
@@ -480,7 +441,7 @@ static void test_wrong_cookie_refused(void **state)
 	start_three(c);
 	assert_int_equal(procreg_register(c->n[0].reg, "secret-name", NULL, 0), 0);
 	snprintf(bad, sizeof(bad), "%s/bad-cookie", c->base);
-	write_file(bad, "another-cookie-9876543210\n", 0600);
+	th_write_file(bad, "another-cookie-9876543210\n", 0600);
 	assert_int_equal(start_node_cookie(c, 3, bad, (const int[]){ 0, -1 }), 0);
 	assert_int_equal(procreg_register(c->n[3].reg, "intruder", NULL, 0), 0);
 
@@ -503,9 +464,9 @@ static void test_cookie_file_mode(void **state)
 	char loose[600];
 
 	snprintf(loose, sizeof(loose), "%s/loose-cookie", c->base);
-	write_file(loose, "a-test-cookie-0123456789\n", 0644);
+	th_write_file(loose, "a-test-cookie-0123456789\n", 0644);
 	assert_int_not_equal(start_node_cookie(c, 0, loose, NULL), 0);
-	assert_true(log_has(c->n[0].d.log, "must be 0600"));
+	assert_true(th_log_has(c->n[0].d.log, "must be 0600"));
 }
 
 /* Two nodes register NAME while apart (a first, with META_A, then b, with
@@ -714,15 +675,15 @@ static void test_backend_from_shared_object(void **state)
 	procreg_close(n->reg);
 	n->reg = NULL;
 	assert_int_equal(th_daemon_stop(&n->d), 0);
-	assert_true(log_has(n->d.log, "backend null"));
-	assert_true(log_has(n->d.log, "null backend: close after 1 frames"));
+	assert_true(th_log_has(n->d.log, "backend null"));
+	assert_true(th_log_has(n->d.log, "null backend: close after 1 frames"));
 
 	args[5] = BRIDGE_BACKEND_NULL_SMALL;
 	assert_int_not_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
-	assert_true(log_has(n->d.log, "interface size"));
+	assert_true(th_log_has(n->d.log, "interface size"));
 	args[5] = "/nonexistent/backend.so";
 	assert_int_not_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
-	assert_true(log_has(n->d.log, "--bridge-backend /nonexistent/backend.so"));
+	assert_true(th_log_has(n->d.log, "--bridge-backend /nonexistent/backend.so"));
 }
 
 /* Registration stamps follow causality, not clocks: b's clock is 30 s
@@ -762,7 +723,7 @@ static void test_custom_resolver(void **state)
 	/* A resolver that cannot be loaded: the daemon refuses to start. */
 	c->resolver = "/nonexistent/resolver.so";
 	assert_int_not_equal(start_node_cookie(c, 3, c->cookie, NULL), 0);
-	assert_true(log_has(c->n[3].d.log, "--resolver /nonexistent/resolver.so"));
+	assert_true(th_log_has(c->n[3].d.log, "--resolver /nonexistent/resolver.so"));
 }
 
 /* A hand-made node speaking the protocol over a socket. */

@@ -689,14 +689,29 @@ static uint64_t remove_entries(struct bridge *br, uint16_t id, const struct pr_u
 			       bool down)
 {
 	struct down_ctx c = { .d = br->d, .id = id, .keep = keep, .down = down };
+	char (*gone)[PROCREG_NAME_MAX + 1];
 
 	procreg__w_walk(&br->d->w, down_one, &c);
-	for (size_t i = 0; i < c.names.n; i++) {
+	/* Names copied out first: handing one to the next in line allocates,
+	 * and in a full table allocating reclaims, which may free the
+	 * records retired above. */
+	gone = c.names.n ? calloc(c.names.n, sizeof(*gone)) : NULL;
+	for (size_t i = 0; gone && i < c.names.n; i++) {
 		const struct pr_record *r = rec(br->d, c.names.v[i]);
 
-		owners_name_gone(br->d, r->data, r->name_len);
-		shadow_mark(br, r->data, r->name_len);
+		memcpy(gone[i], r->data, r->name_len);
+		gone[i][r->name_len] = 0;
 	}
+	if (!gone && c.names.n)
+		log_msg("bridge: out of memory: names of node %u not offered to the next in line",
+			(unsigned)id);
+	for (size_t i = 0; gone && i < c.names.n; i++) {
+		size_t len = strlen(gone[i]);
+
+		shadow_mark(br, gone[i], len);
+		owners_name_gone(br->d, gone[i], len);
+	}
+	free(gone);
 	procreg__vec_free(&c.names);
 	return c.removed;
 }

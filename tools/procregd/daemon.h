@@ -99,6 +99,10 @@ struct daemon {
 	int epfd;
 	struct ev listen_ev, signal_ev, timer_ev;
 	int lfd, sigfd, timerfd;
+	/* Held open to be given up when accept() finds no fd left: the
+	 * connection is then taken and closed, not left to wake us forever
+	 * (see server_accept). -1 if it could not be had back. */
+	int spare_fd;
 	bool stop;
 	bool no_peerpidfd;        /* PROCREG_NO_PEERPIDFD: test the 6.1 path */
 	bool socket_inherited;    /* lfd came from LISTEN_FDS: not ours to unlink */
@@ -110,7 +114,7 @@ struct daemon {
 	uint32_t nsubscribers;
 	struct proc *gone;        /* procs to free once the current batch is done */
 	/* Per-uid quotas (uid 0 is not limited): uid + 2 -> count. */
-	struct pr_u64map uid_names;   /* names and memberships held */
+	struct pr_u64map uid_names;   /* names, memberships and places in line held */
 	struct pr_u64map uid_clients; /* connections */
 	uint64_t refused_log_ns;      /* last refusal logged: one a second at most */
 	uint64_t refused_quiet;       /* refusals not logged since */
@@ -202,7 +206,8 @@ static inline void bridge_note(struct daemon *d, int del, uint64_t off)
 /* Per-uid counters: the count for UID, and a change of it. */
 uint64_t uid_count(const struct pr_u64map *m, uid_t uid);
 void uid_adjust(struct pr_u64map *m, uid_t uid, int64_t delta);
-/* Whether a process of P's uid may hold one more name or membership. */
+/* Whether a process of P's uid may hold one more name, membership or
+ * place in an owner queue. */
 bool uid_may_add(const struct daemon *d, const struct proc *p);
 struct proc *proc_get(struct daemon *d, pid_t pid);
 /* Find or create the entry for the process IDENT names; takes a dup of its

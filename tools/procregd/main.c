@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -86,8 +87,9 @@ static void usage(FILE *f)
 		"      --readers N           reader slots, fixed at creation (default 4096)\n"
 		"      --max-names-per-proc N  names one process may hold (default 65536)\n"
 		"      --max-clients N       connected clients (default 1024)\n"
-		"      --max-names-per-uid N names and memberships the processes of one uid\n"
-		"                            may hold together (default 262144; root: no limit)\n"
+		"      --max-names-per-uid N names, memberships and places in owner queues\n"
+		"                            the processes of one uid may hold together\n"
+		"                            (default 262144; root: no limit)\n"
 		"      --max-clients-per-uid N  connections of one uid (default 128; root: no\n"
 		"                            limit)\n"
 		"  -v, --verbose             log every connection and death\n"
@@ -404,6 +406,20 @@ static void tick(struct daemon *d)
 	procreg__w_feed_wake(&d->w);
 }
 
+/* Every client, bridge connection and process holding names costs an fd:
+ * take what the hard limit allows. The soft limit is often 1024, for
+ * select(), which procregd does not use. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			log_msg("cannot raise the open files limit: %s", strerror(errno));
+	}
+}
+
 static int setup(struct daemon *d)
 {
 	struct pr_writer_opts wo = { .max_size = d->o.max_size, .readers = d->o.readers, .mode = 0644 };
@@ -412,7 +428,7 @@ static int setup(struct daemon *d)
 	char sockdir[PR_PATH_MAX];
 	int err;
 
-	d->lfd = d->sigfd = d->timerfd = d->epfd = -1;
+	d->lfd = d->sigfd = d->timerfd = d->epfd = d->spare_fd = -1;
 	d->no_peerpidfd = getenv("PROCREG_NO_PEERPIDFD") != NULL;
 	err = procreg__paths(&d->paths, d->o.scope, d->o.dir, d->o.socket);
 	if (err) {
@@ -482,6 +498,7 @@ static int setup(struct daemon *d)
 	if ((err = ev_add(d, d->sigfd, EPOLLIN, &d->signal_ev)) < 0 ||
 	    (err = ev_add(d, d->timerfd, EPOLLIN, &d->timer_ev)) < 0)
 		return err;
+	raise_fd_limit();
 	err = server_listen(d);
 	if (err) {
 		log_msg("%s: cannot listen: %s", d->socket_path, strerror(-err));

@@ -51,6 +51,10 @@
 #define IN_CAP_HANDSHAKE 1024u      /* HELLO and AUTH are a few hundred bytes */
 #define TARGETS_MAX 1024
 #define CONNS_MAX 1024              /* connections, handshakes included */
+/* Accepted connections not yet authenticated: anyone who can reach the
+ * port can open them, and each costs an fd until HANDSHAKE_MS is up, so
+ * they are capped well below what the daemon's clients need. */
+#define HANDSHAKES_MAX 64
 
 enum conn_state { C_CONNECTING, C_HELLO, C_AUTH, C_UP };
 enum obj_kind { O_LISTEN, O_TIMER, O_CONN };
@@ -101,6 +105,8 @@ struct mesh {
 	uint8_t *cookie;
 	size_t cookie_len;
 	int epfd, lfd, tfd;
+	int spare;                    /* given up to take a connection when out of fds */
+	uint64_t refused_log_ns, refused_quiet;
 	struct obj listen_o, timer_o;
 	struct conn *conns;
 	size_t nconns;
@@ -609,6 +615,34 @@ static void conn_event(struct mesh *m, struct conn *c, uint32_t ev)
 		conn_read(m, c);
 }
 
+/* A refused connection, logged once a second at most: whoever floods
+ * the port does not flood the log. */
+static void log_refused(struct mesh *m, const char *why)
+{
+	uint64_t now = now_ns();
+
+	if (m->refused_log_ns && now - m->refused_log_ns < 1000000000ull) {
+		m->refused_quiet++;
+		return;
+	}
+	if (m->refused_quiet)
+		m->up.log("bridge: (%llu more connections refused in the last second)",
+			  (unsigned long long)m->refused_quiet);
+	m->refused_quiet = 0;
+	m->refused_log_ns = now;
+	m->up.log("bridge: connection refused: %s", why);
+}
+
+static size_t handshakes(const struct mesh *m)
+{
+	size_t n = 0;
+
+	for (const struct conn *c = m->conns; c; c = c->next)
+		if (!c->dead && !c->outbound && c->state != C_UP)
+			n++;
+	return n;
+}
+
 static void do_accept(struct mesh *m)
 {
 	for (int i = 0; i < 64; i++) {
@@ -616,10 +650,27 @@ static void do_accept(struct mesh *m)
 		struct epoll_event e = { .events = EPOLLIN };
 		struct conn *c;
 
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE) && m->spare >= 0) {
+			/* Left in the queue, it would keep the port readable
+			 * and the daemon spinning: take it and close it. */
+			close(m->spare);
+			fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC);
+			if (fd >= 0)
+				close(fd);
+			m->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			log_refused(m, "out of file descriptors");
+			if (fd >= 0)
+				continue;
+		}
 		if (fd < 0)
 			return;
 		if (m->nconns >= CONNS_MAX) {
-			m->up.log("bridge: connection refused: %zu connections open", m->nconns);
+			log_refused(m, "too many connections open");
+			close(fd);
+			continue;
+		}
+		if (handshakes(m) >= HANDSHAKES_MAX) {
+			log_refused(m, "too many handshakes under way");
 			close(fd);
 			continue;
 		}
@@ -777,6 +828,8 @@ static void mesh_close(void *b)
 	reap(m);
 	if (m->lfd >= 0)
 		close(m->lfd);
+	if (m->spare >= 0)
+		close(m->spare);
 	if (m->tfd >= 0)
 		close(m->tfd);
 	if (m->epfd >= 0)
@@ -825,7 +878,7 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	*err = -ENOMEM;
 	if (!m)
 		return NULL;
-	m->lfd = m->tfd = -1;
+	m->lfd = m->tfd = m->spare = -1;
 	memcpy(&m->c, cfg, cfg->sz < sizeof(m->c) ? cfg->sz : sizeof(m->c));
 	memcpy(&m->up, up, up->sz < sizeof(m->up) ? up->sz : sizeof(m->up));
 	if (!m->c.heartbeat_ms)
@@ -849,6 +902,8 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 		goto fail;
 	if (cfg->listen && (*err = mesh_listen(m, cfg->listen)) < 0)
 		goto fail_err;
+	if (cfg->listen)
+		m->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	for (size_t i = 0; i < cfg->npeers; i++)
 		if (!target_add(m, cfg->peers[i], strlen(cfg->peers[i]))) {
 			*err = -EINVAL;

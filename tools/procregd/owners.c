@@ -214,17 +214,30 @@ bool owners_interested(const struct daemon *d, const char *name, size_t len)
 	return *find_queue((struct daemon *)d, name, len) || *find_lease((struct daemon *)d, name, len);
 }
 
+/* P takes (DELTA 1) or gives up (-1) a place in a line: it counts as a
+ * name of P's uid, as the uid quota says (procs.c: uid_may_add). */
+static void place_taken(struct daemon *d, struct proc *p, int delta)
+{
+	p->waiting += (uint32_t)delta;
+	uid_adjust(&d->uid_names, p->uid, delta);
+}
+
 int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		   const struct pr_frame *f)
 {
 	struct queue **qp = find_queue(d, f->name, f->name_len), *q = *qp;
-	struct waiter *w, **wp;
+	struct waiter *w, **wp = NULL;
 
-	/* A place in line costs the daemon memory like a name does: it
-	 * counts against the same per-process limit. */
-	if (p->names.n + p->waiting >= d->o.max_names_per_proc)
+	/* Asking again keeps one's place, with the newer metadata. */
+	if (q)
+		for (wp = &q->head; *wp && (*wp)->p != p; wp = &(*wp)->next)
+			;
+	/* A new place in line costs the daemon memory like a name does: it
+	 * counts against the same limits, per process and per uid (else one
+	 * uid could queue for names without bound). */
+	if ((!wp || !*wp) &&
+	    (p->names.n + p->waiting >= d->o.max_names_per_proc || !uid_may_add(d, p)))
 		return -EDQUOT;
-
 	if (!q) {
 		q = calloc(1, sizeof(*q));
 		if (!q)
@@ -232,13 +245,16 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		q->len = (uint16_t)f->name_len;
 		memcpy(q->name, f->name, f->name_len);
 		*qp = q;
+		wp = &q->head;
 	}
-	/* Asking again keeps one's place, with the newer metadata. */
-	for (wp = &q->head; *wp && (*wp)->p != p; wp = &(*wp)->next)
-		;
 	w = malloc(sizeof(*w) + f->meta_len);
-	if (!w)
+	if (!w) {
+		if (!q->head) {
+			*qp = q->next;
+			free(q);
+		}
 		return -ENOMEM;
+	}
 	w->p = p;
 	w->id = *id;
 	w->id.pidfd = -1; /* the proc holds the pidfd */
@@ -251,7 +267,7 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		free(*wp);
 	} else {
 		w->next = NULL;
-		p->waiting++;
+		place_taken(d, p, 1);
 	}
 	*wp = w;
 	if (d->owners_open) {
@@ -277,7 +293,7 @@ void owners_proc_gone(struct daemon *d, struct proc *p)
 
 			if (w->p == p) {
 				*wp = w->next;
-				p->waiting--;
+				place_taken(d, p, -1);
 				free(w);
 			} else {
 				wp = &w->next;
@@ -365,7 +381,9 @@ void owners_name_gone(struct daemon *d, const char *name, size_t len)
 		int err;
 
 		q->head = w->next;
-		w->p->waiting--;
+		/* Given back before entry_put() checks the quotas: the place
+		 * becomes the name. */
+		place_taken(d, w->p, -1);
 		journal_rec(d, J_UNWAIT, q->name, q->len,
 			    &(struct jrec){ .pid = w->id.pid, .start = w->id.start });
 		f.h.op = PR_OP_REGISTER;

@@ -107,6 +107,7 @@ int server_listen(struct daemon *d)
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd;
 
+	d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (d->o.listen_fd >= 0)
 		return listen_inherited(d, d->o.listen_fd);
 
@@ -159,6 +160,10 @@ void server_close_all(struct daemon *d)
 {
 	while (d->clients)
 		client_close(d, d->clients);
+	if (d->spare_fd >= 0) {
+		close(d->spare_fd);
+		d->spare_fd = -1;
+	}
 	if (d->lfd >= 0) {
 		close(d->lfd);
 		if (!d->socket_inherited)
@@ -220,6 +225,20 @@ void server_accept(struct daemon *d)
 		struct client *c;
 		int fd = accept4(d->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), pidfd = -1;
 
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE) && d->spare_fd >= 0) {
+			/* No fd for it: the listening socket would stay
+			 * readable and the loop spin. Take it with the spare
+			 * and close it: the client sees the connection end. */
+			close(d->spare_fd);
+			fd = accept4(d->lfd, NULL, NULL, SOCK_CLOEXEC);
+			if (fd >= 0)
+				close(fd);
+			d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			log_refused(d, "client refused: out of file descriptors (%u clients connected, --max-clients %u)",
+				    d->nclients, d->o.max_clients);
+			if (fd >= 0)
+				continue;
+		}
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
 				log_msg("accept: %s", strerror(errno));
@@ -447,7 +466,14 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 	t.kind = k->kind;
 	t.start_time = id->start;
 	t.aux = id->ino;
-	t.registered_ns = d->bridge ? bridge_stamp(d) : procreg__now_ns();
+	/* A metadata update keeps the registration's stamp: it is when the
+	 * name was registered, and what decides a conflict between nodes. A
+	 * fresh stamp would reorder a conflict under way, and two nodes could
+	 * each see their own registration as the earlier, both keeping it. */
+	if (mine)
+		t.registered_ns = ((const struct pr_record *)(d->w.map.base + old))->registered_ns;
+	else
+		t.registered_ns = d->bridge ? bridge_stamp(d) : procreg__now_ns();
 	t.pid = (uint32_t)id->pid;
 	t.uid = id->uid;
 	t.name_len = (uint16_t)f->name_len;

@@ -1,0 +1,252 @@
+/*
+ * test_bridge_shadow.c - a conflict seen from a third node: one real
+ * daemon (node a) and two hand-made nodes (b, c) speaking the replication
+ * protocol to it. Found by the soak (test_soak): a name registered on b
+ * and on c while they could not see each other, c's the earlier. Node a
+ * keeps c's and sets b's aside; if c's goes before b ever hears of it, b's
+ * registration stands after all, and a must show it (b will not send it
+ * again). Also: a metadata update keeps the registration's stamp, which is
+ * what orders a conflict.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "harness.h"
+#include "internal.h"
+#include "bridge_proto.h"
+
+#define COOKIE "a-shadow-cookie-0123456789"
+#define WAIT_MS 10000
+
+struct fx {
+	char *dir;
+	char listen[32];
+	struct th_daemon d;
+	procreg_t *reg;
+};
+
+static int setup(void **state)
+{
+	static struct fx *f;
+	static char cookie[600];
+	const char *args[] = { "--node", "a", "--listen", NULL, "--cookie-file", cookie, NULL };
+	int err = -1;
+
+	f = calloc(1, sizeof(*f));
+	assert_non_null(f);
+	args[3] = f->listen;
+	f->dir = th_mkdtemp();
+	assert_int_equal(chmod(f->dir, 0755), 0);
+	snprintf(cookie, sizeof(cookie), "%s/cookie", f->dir);
+	th_write_file(cookie, COOKIE "\n", 0600);
+	for (int attempt = 0; attempt < 5 && err; attempt++) {
+		snprintf(f->listen, sizeof(f->listen), "127.0.0.1:%d", th_free_port());
+		err = th_daemon_start(&f->d, f->dir, args, NULL);
+		if (err && !th_log_has(f->d.log, "cannot listen"))
+			break;
+	}
+	assert_int_equal(err, 0);
+	f->reg = th_open(f->dir);
+	assert_non_null(f->reg);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	int st;
+
+	procreg_close(f->reg);
+	st = th_daemon_stop(&f->d);
+	if (st)
+		th_daemon_dump_log(&f->d);
+	th_rmrf(f->dir);
+	free(f->dir);
+	free(f);
+	return st ? -1 : 0;
+}
+
+/* A hand-made node: authenticated, its (empty) snapshot sent. */
+struct fake {
+	const char *name;
+	int fd;
+	uint64_t seq;
+	uint8_t in[4096];
+	size_t in_len;
+};
+
+/* The next frame of TYPE from the daemon (others are skipped); *F points
+ * into K->in until the next call. */
+static void fake_expect(struct fake *k, uint8_t type, struct pr_bp_frame *f)
+{
+	for (;;) {
+		size_t pos = 0;
+		int r = procreg__bp_next(k->in, k->in_len, &pos, f);
+		ssize_t n;
+
+		assert_true(r >= 0);
+		if (r == 1 && f->type == type)
+			return;
+		if (r == 1) {
+			memmove(k->in, k->in + pos, k->in_len - pos);
+			k->in_len -= pos;
+			continue;
+		}
+		assert_true(k->in_len < sizeof(k->in));
+		n = read(k->fd, k->in + k->in_len, sizeof(k->in) - k->in_len);
+		assert_true(n > 0);
+		k->in_len += (size_t)n;
+	}
+}
+
+static void fake_send(struct fake *k, const uint8_t *buf, size_t len)
+{
+	assert_int_equal(write(k->fd, buf, len), (ssize_t)len);
+}
+
+static void fake_connect(struct fake *k, const char *listen, const char *name)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	uint8_t buf[1024], nonce[PR_BP_NONCE], in[PR_BP_AUTH_INPUT_MAX], mac[PR_BP_MAC];
+	struct pr_bp_frame f;
+	size_t pos = 0, n, maclen = 0, start;
+
+	memset(k, 0, sizeof(*k));
+	k->name = name;
+	k->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(k->fd >= 0);
+	sa.sin_port = htons((uint16_t)atoi(strchr(listen, ':') + 1));
+	assert_int_equal(connect(k->fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	memset(nonce, name[0], sizeof(nonce));
+	fake_expect(k, PR_BP_HELLO, &f);
+	n = procreg__bp_auth_input(in, f.nonce, nonce, name, 7);
+	assert_non_null(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, COOKIE, strlen(COOKIE), in, n,
+				  mac, sizeof(mac), &maclen));
+	assert_int_equal(procreg__bp_put_hello(buf, sizeof(buf), &pos, 7, nonce, name, ""), 0);
+	assert_int_equal(procreg__bp_put_auth(buf, sizeof(buf), &pos, mac), 0);
+	fake_send(k, buf, pos);
+	fake_expect(k, PR_BP_AUTH, &f);
+	pos = 0;
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, &start), 0);
+	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
+	fake_send(k, buf, pos);
+}
+
+/* A change from K: NAME registered (PUT) or removed (DEL) by PID, stamped
+ * STAMP. */
+static void fake_change(struct fake *k, uint8_t op, const char *name, uint32_t pid, uint64_t stamp)
+{
+	uint8_t buf[512];
+	size_t pos = 0;
+	struct pr_bp_entry e = { .op = op, .kind = PR_KIND_NAME, .pid = pid, .uid = 0,
+				 .start_time = 1000 + pid, .registered_ns = stamp, .name = name,
+				 .name_len = strlen(name) };
+
+	assert_int_equal(procreg__bp_put_change(buf, sizeof(buf), &pos, 7, ++k->seq, k->name, &e), 0);
+	fake_send(k, buf, pos);
+}
+
+struct probe {
+	procreg_t *reg;
+	const char *name;
+	pid_t pid;              /* 0: absent */
+};
+
+static int probe_owner(void *arg)
+{
+	struct probe *p = arg;
+	struct procreg_entry e;
+	int r = procreg_lookup(p->reg, p->name, &e);
+
+	return p->pid ? r == 0 && e.pid == p->pid : r == -ENOENT;
+}
+
+static void expect_owner(procreg_t *reg, const char *name, pid_t pid)
+{
+	struct probe p = { reg, name, pid };
+
+	if (!th_until(probe_owner, &p, WAIT_MS))
+		fail_msg("'%s': expected %s%d", name, pid ? "owner pid " : "absent ", (int)pid);
+}
+
+static void test_loser_stands_when_winner_goes(void **state)
+{
+	struct fx *f = *state;
+	uint64_t t = procreg__now_ns();
+	struct fake b, c;
+
+	fake_connect(&c, f->listen, "c");
+	fake_connect(&b, f->listen, "b");
+
+	/* c's registration is the earlier: it stays here; b's is set aside. */
+	fake_change(&c, PR_BP_PUT, "job", 300, t);
+	expect_owner(f->reg, "job", 300);
+	fake_change(&b, PR_BP_PUT, "job", 200, t + 1000);
+	fake_change(&b, PR_BP_PUT, "marker-b", 200, t);
+	expect_owner(f->reg, "marker-b", 200);
+	expect_owner(f->reg, "job", 300);
+	/* c's goes before b heard of it: b's stands, here too. */
+	fake_change(&c, PR_BP_DEL, "job", 300, t);
+	expect_owner(f->reg, "job", 200);
+
+	/* The same when the winner's node goes down. */
+	fake_change(&c, PR_BP_PUT, "task", 301, t);
+	expect_owner(f->reg, "task", 301);
+	fake_change(&b, PR_BP_PUT, "task", 201, t + 1000);
+	fake_change(&b, PR_BP_PUT, "marker-b2", 200, t);
+	expect_owner(f->reg, "marker-b2", 200);
+	close(c.fd);
+	expect_owner(f->reg, "task", 201);
+
+	/* A loser that gave up (its node heard of the winner) is not set
+	 * aside any more: when the winner goes, nobody holds the name. */
+	fake_connect(&c, f->listen, "c");
+	fake_change(&c, PR_BP_PUT, "lead", 302, t - 1000);
+	expect_owner(f->reg, "lead", 302);
+	fake_change(&b, PR_BP_PUT, "lead", 202, t);
+	fake_change(&b, PR_BP_DEL, "lead", 202, t);
+	fake_change(&b, PR_BP_PUT, "marker-b3", 200, t);
+	expect_owner(f->reg, "marker-b3", 200);
+	fake_change(&c, PR_BP_DEL, "lead", 302, t - 1000);
+	expect_owner(f->reg, "lead", 0);
+	assert_int_equal(procreg_lookup(f->reg, "job", NULL), 0);
+	close(b.fd);
+	close(c.fd);
+	expect_owner(f->reg, "job", 0);
+}
+
+/* Replacing one's own metadata is not a new registration: the stamp that
+ * orders conflicts stays. */
+static void test_update_keeps_stamp(void **state)
+{
+	struct fx *f = *state;
+	struct procreg_entry e1, e2;
+
+	assert_int_equal(procreg_register(f->reg, "mine", "v1", 2), 0);
+	assert_int_equal(procreg_lookup(f->reg, "mine", &e1), 0);
+	th_msleep(2);
+	assert_int_equal(procreg_register(f->reg, "mine", "v2", 2), 0);
+	assert_int_equal(procreg_lookup(f->reg, "mine", &e2), 0);
+	assert_memory_equal(e2.meta, "v2", 2);
+	assert_true(e2.registered_ns == e1.registered_ns);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_loser_stands_when_winner_goes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_update_keeps_stamp, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,376 @@
+/*
+ * test_flood.c - peers that push and do not pull: a local client that
+ * floods requests and never reads a reply, and connections to the bridge
+ * port that stop in the middle of a frame. The daemon must go on serving
+ * everyone else, hold a bounded amount of memory for them, and give their
+ * fds back once they are gone.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "internal.h"
+#include "proto.h"
+#include "bridge_proto.h"
+
+#define WAIT_MS 60000
+
+static long count_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *e;
+	long n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	assert_non_null(d);
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static long rss_anon_kb(pid_t pid)
+{
+	char path[64], line[256];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "RssAnon:", 8))
+			v = strtol(line + 8, NULL, 10);
+	fclose(f);
+	return v;
+}
+
+struct fdcount {
+	pid_t pid;
+	long want;
+};
+
+static int fds_back(void *arg)
+{
+	struct fdcount *c = arg;
+
+	return count_fds(c->pid) == c->want;
+}
+
+/* Whether the daemon serves: a registration, a lookup and a sync. */
+static void serves(procreg_t *reg, const char *name)
+{
+	assert_int_equal(procreg_register(reg, name, "m", 1), 0);
+	assert_int_equal(procreg_lookup(reg, name, NULL), 0);
+	assert_int_equal(procreg_sync(reg), 0);
+	assert_int_equal(procreg_unregister(reg, name), 0);
+}
+
+/* ---- a local client that never reads ---------------------------------- */
+
+static int setup(void **state)
+{
+	return th_fx_start(state, NULL, NULL);
+}
+
+static int teardown(void **state)
+{
+	return th_fx_stop(state);
+}
+
+static int raw_client(const char *dir)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	static uint8_t buf[PR_PACKET_MAX];
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), pidfd;
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u = { 0 };
+	size_t pos = 0;
+	struct iovec iov;
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+			      .msg_controllen = sizeof(u.b) };
+	struct pr_frame f;
+	ssize_t n;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", dir);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	/* HELLO, with our pidfd for kernels without SO_PEERPIDFD. */
+	procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 1, 0);
+	iov = (struct iovec){ buf, pos };
+	pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	assert_true(pidfd >= 0);
+	u.h.cmsg_level = SOL_SOCKET;
+	u.h.cmsg_type = SCM_RIGHTS;
+	u.h.cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(&u.h), &pidfd, sizeof(int));
+	assert_true(sendmsg(fd, &msg, 0) == (ssize_t)pos);
+	close(pidfd);
+	n = recv(fd, buf, sizeof(buf), 0);
+	assert_true(n > 0);
+	pos = 0;
+	assert_int_equal(procreg__proto_next(buf, (size_t)n, &pos, &f), 1);
+	assert_int_equal(f.h.status, 0);
+	return fd;
+}
+
+/* Packets of requests as fast as the socket takes them, never a reply
+ * read. The daemon stops reading from it while its replies wait (so what
+ * it holds for it is one packet's replies, and the connection's socket
+ * buffers), and serves the others meanwhile. */
+static void test_client_never_reads(void **state)
+{
+	struct th_fx *f = *state;
+	static uint8_t pkt[PR_PACKET_MAX];
+	struct fdcount c = { f->d.pid, 0 };
+	long rss0, rss1, sent = 0;
+	size_t pos = 0;
+	int fd;
+
+	serves(f->reg, "warm");
+	c.want = count_fds(f->d.pid);
+	rss0 = rss_anon_kb(f->d.pid);
+	fd = raw_client(f->dir);
+	/* A full packet of SYNCs: one 16-byte reply each. */
+	while (pos + PR_FRAME_HDR <= sizeof(pkt))
+		procreg__proto_put(pkt, &pos, PR_OP_SYNC, 0, (uint32_t)pos, 0, NULL, 0, NULL, 0);
+	for (;;) {
+		ssize_t n = send(fd, pkt, pos, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0) {
+			assert_int_equal(errno, EAGAIN);
+			break;
+		}
+		sent++;
+		assert_true(sent < 1000000);
+	}
+	/* Stuck: the daemon does not read it, and serves another client. */
+	for (int i = 0; i < 20; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "bystander.%d", i);
+		serves(f->reg, name);
+	}
+	rss1 = rss_anon_kb(f->d.pid);
+	printf("flood: %ld packets of %zu requests sent unread; daemon RssAnon %ld -> %ld kB\n", sent,
+	       pos / PR_FRAME_HDR, rss0, rss1);
+	/* What waits for it is bounded by the packets it got in, not by what
+	 * it sent: a few packets' worth (64 KiB each), nowhere near 8 MiB. */
+	assert_true(rss1 - rss0 < 8 * 1024);
+	close(fd);
+	serves(f->reg, "after");
+	assert_true(th_until(fds_back, &c, WAIT_MS));
+}
+
+/* ---- the bridge port: frames begun and never finished ------------------ */
+
+struct node_fx {
+	char *dir;
+	char listen[32];
+	struct th_daemon d;
+	procreg_t *reg;
+};
+
+static int setup_node(void **state)
+{
+	static char cookie[600];
+	static struct node_fx *f;
+	const char *args[] = { "--node", "a", "--listen", NULL, "--cookie-file", cookie, NULL };
+	int err = -1;
+
+	f = calloc(1, sizeof(*f));
+	assert_non_null(f);
+	args[3] = f->listen;
+	f->dir = th_mkdtemp();
+	snprintf(cookie, sizeof(cookie), "%s/cookie", f->dir);
+	th_write_file(cookie, "a-flood-cookie-0123456789\n", 0600);
+	for (int attempt = 0; attempt < 5 && err; attempt++) {
+		snprintf(f->listen, sizeof(f->listen), "127.0.0.1:%d", th_free_port());
+		err = th_daemon_start(&f->d, f->dir, args, NULL);
+		if (err && !th_log_has(f->d.log, "cannot listen"))
+			break;
+	}
+	assert_int_equal(err, 0);
+	f->reg = th_open(f->dir);
+	assert_non_null(f->reg);
+	*state = f;
+	return 0;
+}
+
+static int teardown_node(void **state)
+{
+	struct node_fx *f = *state;
+	int st;
+
+	procreg_close(f->reg);
+	st = th_daemon_stop(&f->d);
+	if (st)
+		th_daemon_dump_log(&f->d);
+	th_rmrf(f->dir);
+	free(f->dir);
+	free(f);
+	return st ? -1 : 0;
+}
+
+#define STALLED 200
+
+/* Many connections to the bridge port that send the start of a HELLO and
+ * stop: the daemon keeps serving its clients while they hang, drops each
+ * at the handshake deadline (HANDSHAKE_MS in mesh.c), and has its fds
+ * back after. */
+static void test_bridge_half_frames(void **state)
+{
+	struct node_fx *f = *state;
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	static const uint8_t partial[] = { 0x40, 0, 0, 0, PR_BP_HELLO };
+	struct fdcount c = { f->d.pid, 0 };
+	int fds[STALLED], closed = 0, refused = 0;
+	bool hello[STALLED] = { false };
+
+	serves(f->reg, "warm");
+	c.want = count_fds(f->d.pid);
+	sa.sin_port = htons((uint16_t)atoi(strchr(f->listen, ':') + 1));
+	for (int i = 0; i < STALLED; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(fds[i] >= 0);
+		assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+		assert_int_equal(write(fds[i], partial, sizeof(partial)), (ssize_t)sizeof(partial));
+	}
+	for (int i = 0; i < 20; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "bystander.%d", i);
+		serves(f->reg, name);
+	}
+	/* Each is dropped: its read sees the daemon's HELLO, then the end. */
+	for (uint64_t t0 = procreg__mono_ns(); closed < STALLED;) {
+		struct pollfd p[STALLED];
+		int np = 0;
+
+		for (int i = 0; i < STALLED; i++)
+			if (fds[i] >= 0)
+				p[np++] = (struct pollfd){ fds[i], POLLIN, 0 };
+		assert_true(poll(p, (nfds_t)np, 1000) >= 0);
+		for (int k = 0; k < np; k++) {
+			uint8_t buf[4096];
+			int i = 0;
+
+			if (!p[k].revents)
+				continue;
+			while (fds[i] != p[k].fd)
+				i++;
+			if (read(p[k].fd, buf, sizeof(buf)) > 0) {
+				hello[i] = true;
+				continue;
+			}
+			refused += !hello[i];
+			fds[i] = -1;
+			close(p[k].fd);
+			closed++;
+		}
+		if (procreg__mono_ns() - t0 > WAIT_MS * 1000000ull)
+			fail_msg("%d of %d half-written connections still open", STALLED - closed, STALLED);
+	}
+	assert_true(th_until(fds_back, &c, WAIT_MS));
+	serves(f->reg, "after");
+	/* Some were taken into a handshake and timed out; the rest, past
+	 * the cap on handshakes, were closed at once, without a HELLO. */
+	printf("flood: %d half-written bridge connections: %d refused at once, %d timed out\n",
+	       STALLED, refused, STALLED - refused);
+	assert_true(refused > 0 && refused < STALLED);
+	assert_true(th_log_has(f->d.log, "handshake timed out"));
+	assert_true(th_log_has(f->d.log, "connection refused: too many handshakes under way"));
+}
+
+static int unix_connect(const char *dir)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", dir);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* Whether FD's connection was closed by the daemon. */
+static int hung_up(int fd, int ms)
+{
+	struct pollfd p = { fd, POLLIN, 0 };
+	char b[64];
+
+	return poll(&p, 1, ms) == 1 && recv(fd, b, sizeof(b), MSG_DONTWAIT) == 0;
+}
+
+#define HOLDERS 64
+
+/* The daemon out of file descriptors (its limit lowered under it): a
+ * connection it cannot take, local or to the bridge, is closed at once
+ * (logged once a second at most), not left queued to wake the loop
+ * forever; and once fds are free again, it serves. */
+static void test_out_of_fds(void **state)
+{
+	struct node_fx *f = *state;
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct fdcount c = { f->d.pid, 0 };
+	struct rlimit old, low;
+	int holders[HOLDERS], n = 0, tcp, refused = 0;
+
+	serves(f->reg, "warm");
+	c.want = count_fds(f->d.pid);
+	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, NULL, &old), 0);
+	low = (struct rlimit){ (rlim_t)c.want + 8, old.rlim_max };
+	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &low, NULL), 0);
+
+	/* Local connections, until one is refused: each accepted one holds
+	 * an fd, with no deadline. */
+	while (n < HOLDERS && !refused) {
+		holders[n] = unix_connect(f->dir);
+		refused = hung_up(holders[n++], 100);
+	}
+	for (int i = 0; i < n && !refused; i++)
+		refused = hung_up(holders[i], WAIT_MS / HOLDERS);
+	assert_true(refused);
+	/* The bridge port too. */
+	sa.sin_port = htons((uint16_t)atoi(strchr(f->listen, ':') + 1));
+	tcp = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(tcp, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_true(hung_up(tcp, WAIT_MS));
+	close(tcp);
+	assert_true(th_log_has(f->d.log, "client refused: out of file descriptors"));
+	assert_true(th_log_has(f->d.log, "bridge: connection refused: out of file descriptors"));
+
+	for (int i = 0; i < n; i++)
+		close(holders[i]);
+	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &old, NULL), 0);
+	assert_true(th_until(fds_back, &c, WAIT_MS));
+	serves(f->reg, "after");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_client_never_reads, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bridge_half_frames, setup_node, teardown_node),
+		cmocka_unit_test_setup_teardown(test_out_of_fds, setup_node, teardown_node),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
