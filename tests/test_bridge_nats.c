@@ -984,7 +984,7 @@ static void test_snapshot_order_and_gaps(void **state)
 	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-early", &(struct procreg_entry){ 0 }),
 			 -ENOENT);
 	pos = 0;
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, &start), 0);
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, 0, &start), 0);
 	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
 	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
 	fake_publish(&k, "procreg.default.inbox.nodea", 3, req, buf, pos);
