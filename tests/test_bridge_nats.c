@@ -3,7 +3,7 @@
  * between real daemons and a real nats-server on loopback, with user and
  * password (a token and an NKey in tests of their own, with a wrong
  * credential refused). The bridge's scenarios (propagation, death, a
- * killed node, a late joiner, conflicts) plus what
+ * killed node, a late joiner, conflicts, a lost snapshot part) plus what
  * is NATS's own: a publisher on the server without the cookie, a replayed
  * message, a server restart, and a daemon cut off from the server (a
  * proxy in between, closed and reopened). Checks behaviour, not timing:
@@ -1043,6 +1043,72 @@ static void test_snapshot_order_and_gaps(void **state)
 	natsConnection_Destroy(k.nc);
 }
 
+/* Part PART of the fake's snapshot (as of change 0, in answer to request
+ * REQ): NAME, and the last part if LAST. */
+static void fake_snap_part(struct fake *k, uint64_t req, uint32_t part, const char *name, bool last)
+{
+	uint8_t buf[1024];
+	size_t pos = 0, start;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = name,
+				 .name_len = strlen(name) };
+
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, part, &start),
+			 0);
+	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
+	procreg__bp_end(buf, pos, start, last ? PR_BP_SNAP_LAST : 0);
+	fake_publish(k, "procreg.default.inbox.nodea", 3, req, buf, pos);
+}
+
+/* A snapshot part lost on the way (NATS core delivers at most once): the
+ * next part is refused, the node resyncs (a fresh request), and the
+ * answer, whole this time, is applied. (A lost last part is a snapshot
+ * that never comes: asked for again after max(2 s, --node-timeout-ms).) */
+static void test_snapshot_part_lost(void **state)
+{
+	struct cluster *c = *state;
+	static struct fake k;
+	uint8_t buf[64];
+	size_t pos = 0;
+	uint64_t req, req2;
+
+	c->node_timeout_ms = "60000";
+	start_node(c, 0);
+	memset(&k, 0, sizeof(k));
+	k.nc = test_client(c, true);
+	assert_non_null(k.nc);
+	assert_int_equal(natsConnection_SubscribeSync(&k.req, k.nc, "procreg.default.snap.fake"),
+			 NATS_OK);
+	assert_int_equal(natsConnection_Flush(k.nc), NATS_OK);
+	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, 7, 0), 0);
+	fake_publish(&k, "procreg.default.node.fake", 1, 0, buf, pos);
+	req = fake_request(&k);
+
+	/* Part 1 lost: part 2 is refused, and never applied. */
+	fake_snap_part(&k, req, 0, "lost-0", false);
+	expect_name(c->n[0].reg, "lost-0", 99, true);
+	fake_snap_part(&k, req, 2, "lost-2", true);
+	expect_log(c->n[0].d.log, "node fake: snapshot part 2 out of order (expected 1)");
+	expect_log(c->n[0].d.log, "node fake: down (refused its snapshot)");
+	req2 = fake_request(&k);
+	assert_true(req2 != req);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "lost-2", NULL), -ENOENT);
+
+	/* Whole: three parts in order. What the earlier parts alone brought
+	 * and the whole one does not have goes (a resync by difference). */
+	fake_snap_part(&k, req2, 0, "whole-0", false);
+	fake_snap_part(&k, req2, 1, "whole-1", false);
+	fake_snap_part(&k, req2, 2, "whole-2", true);
+	expect_name(c->n[0].reg, "whole-0", 99, true);
+	expect_name(c->n[0].reg, "whole-1", 99, true);
+	expect_name(c->n[0].reg, "whole-2", 99, true);
+	expect_name(c->n[0].reg, "lost-0", 0, false);
+	fake_change(&k, 1, "after-whole");
+	expect_name(c->n[0].reg, "after-whole", 99, true);
+	natsSubscription_Destroy(k.req);
+	natsConnection_Destroy(k.nc);
+}
+
 /* A backend option it does not know, or a backend that is not there:
  * procregd refuses to start, and says why. */
 static void test_bad_options(void **state)
@@ -1322,6 +1388,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_server_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_forged_and_replayed_ignored, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_order_and_gaps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_snapshot_part_lost, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_auth, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nkey_auth, setup, teardown),

@@ -55,7 +55,9 @@
  * A refusal, a snapshot that never comes, or too much held makes X down
  * and up again here: a fresh snapshot. A change lost by NATS (a server
  * restart, a slow consumer) shows as a gap at the next change or
- * heartbeat, whose sequence number runs ahead: the same resync.
+ * heartbeat, whose sequence number runs ahead: the same resync. So does a
+ * lost snapshot part: the next part is out of order (bridge.c refuses it),
+ * or, the last part lost, the snapshot never comes.
  *
  * Threads: nats.c calls its handlers on threads of its own. They only
  * append to a queue under a mutex and poke an eventfd; everything else,
