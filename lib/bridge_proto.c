@@ -76,6 +76,12 @@ static uint16_t rd16(struct rd *r)
 	return p ? get16(p) : 0;
 }
 
+static uint32_t rd32(struct rd *r)
+{
+	const uint8_t *p = take(r, 4);
+	return p ? get32(p) : 0;
+}
+
 static uint64_t rd64(struct rd *r)
 {
 	const uint8_t *p = take(r, 8);
@@ -195,6 +201,7 @@ static int decode_body(struct pr_bp_frame *f, struct rd *r)
 
 		f->incarnation = rd64(r);
 		f->seq = rd64(r);
+		f->part = rd32(r);
 		f->count = rd16(r);
 		f->items = r->p;
 		f->items_len = r->left;
@@ -389,10 +396,14 @@ int procreg__bp_put_change(uint8_t *buf, size_t cap, size_t *pos, uint64_t incar
 	return 0;
 }
 
+/* Where a SNAP or PEERS frame's u16 count sits, from the frame's start. */
+#define SNAP_COUNT_AT (PR_BP_HDR + 8 + 8 + 4)
+#define PEERS_COUNT_AT PR_BP_HDR
+
 int procreg__bp_begin(uint8_t *buf, size_t cap, size_t *pos, uint8_t type,
-		      uint64_t incarnation, uint64_t seq, size_t *start)
+		      uint64_t incarnation, uint64_t seq, uint32_t part, size_t *start)
 {
-	size_t len = PR_BP_HDR + (type == PR_BP_SNAP ? 18 : 2);
+	size_t len = (type == PR_BP_SNAP ? SNAP_COUNT_AT : PEERS_COUNT_AT) + 2;
 	uint8_t *p;
 
 	if (type != PR_BP_SNAP && type != PR_BP_PEERS)
@@ -404,9 +415,10 @@ int procreg__bp_begin(uint8_t *buf, size_t cap, size_t *pos, uint8_t type,
 	if (type == PR_BP_SNAP) {
 		put64(p + 8, incarnation);
 		put64(p + 16, seq);
-		put16(p + 24, 0);
+		put32(p + 24, part);
+		put16(p + SNAP_COUNT_AT, 0);
 	} else {
-		put16(p + 8, 0);
+		put16(p + PEERS_COUNT_AT, 0);
 	}
 	*start = *pos;
 	*pos += len;
@@ -415,7 +427,7 @@ int procreg__bp_begin(uint8_t *buf, size_t cap, size_t *pos, uint8_t type,
 
 static uint8_t *count_at(uint8_t *buf, size_t start)
 {
-	return buf + start + (buf[start + 4] == PR_BP_SNAP ? 24 : 8);
+	return buf + start + (buf[start + 4] == PR_BP_SNAP ? SNAP_COUNT_AT : PEERS_COUNT_AT);
 }
 
 /* Room for N more bytes in the frame at START, and one more item. */

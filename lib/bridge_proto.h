@@ -1,6 +1,6 @@
 /*
  * bridge_proto.h - the replication protocol between procregd nodes,
- * version 1.
+ * version 2.
  *
  * Transport: a byte stream (the built-in TCP mesh) carrying frames back to
  * back. Unlike the local protocol this crosses hosts, so every integer is
@@ -24,14 +24,23 @@
  *   PEERS      u16 count, then count x (u8 name_len, name, u8 addr_len,
  *              addr): the nodes the sender is connected to (full mesh).
  *   SNAP       u64 incarnation, u64 seq (the snapshot is as of this
- *              change), u16 count, count entries. A snapshot is one or
- *              more SNAP frames; the last has PR_BP_SNAP_LAST.
+ *              change), u32 part, u16 count, count entries. A snapshot
+ *              is one or more SNAP frames, numbered by part from 0 up,
+ *              all with the same seq; the last has PR_BP_SNAP_LAST. A
+ *              receiver takes parts only in order: a missing, repeated
+ *              or stray part is refused, like a gap in CHANGE frames
+ *              (a transport that may lose a frame, as NATS may, would
+ *              otherwise lose the entries in it for good).
  *   CHANGE     u64 incarnation, u64 seq, u8 origin_len, origin, one entry.
  *
  * An entry: u8 op (PUT, DEL), u8 kind (PR_KIND_NAME or PR_KIND_MEMBER),
  * u8 flags (PROCREG_ENTRY_*), u8 reserved, u32 pid, u32 uid,
  * u64 start_time, u64 registered_ns, u16 name_len, u16 meta_len, name,
  * meta. For a MEMBER, name is the group.
+ *
+ * Versions: 1 had no part in SNAP. 2 added it; nodes of different
+ * versions refuse each other's frames (the version byte), so a mixed
+ * cluster does not replicate rather than replicate wrong.
  *
  * Decoding works on byte buffers (no I/O, no crypto): tests and fuzzers
  * feed it anything.
@@ -44,7 +53,7 @@
 
 #include "procreg.h"
 
-#define PR_BP_VERSION 1u
+#define PR_BP_VERSION 2u
 #define PR_BP_HDR 8u
 #define PR_BP_FRAME_MAX 65536u
 #define PR_BP_NONCE 32u
@@ -103,6 +112,7 @@ struct pr_bp_frame {
 	size_t name_len;
 	const char *addr;           /* HELLO */
 	size_t addr_len;
+	uint32_t part;              /* SNAP: its place in the snapshot, from 0 */
 	uint32_t count;             /* PEERS, SNAP: checked against the body */
 	const uint8_t *items;       /* PEERS, SNAP: the first item */
 	size_t items_len;
@@ -138,9 +148,10 @@ int procreg__bp_put_change(uint8_t *buf, size_t cap, size_t *pos, uint64_t incar
 
 /* PEERS and SNAP are built in steps: begin, add items, end. The frame at
  * *start is incomplete until end. add returns -ENOBUFS when the item does
- * not fit: end this frame and begin another. */
+ * not fit: end this frame and begin another (a SNAP: with PART one up).
+ * INCARNATION, SEQ and PART are for SNAP; PEERS ignores them. */
 int procreg__bp_begin(uint8_t *buf, size_t cap, size_t *pos, uint8_t type,
-		      uint64_t incarnation, uint64_t seq, size_t *start);
+		      uint64_t incarnation, uint64_t seq, uint32_t part, size_t *start);
 int procreg__bp_add_entry(uint8_t *buf, size_t cap, size_t *pos, size_t start,
 			  const struct pr_bp_entry *e);
 int procreg__bp_add_peer(uint8_t *buf, size_t cap, size_t *pos, size_t start,

@@ -1,11 +1,13 @@
 /*
  * test_bridge_nats.c - replication over NATS (procregd --bridge nats)
  * between real daemons and a real nats-server on loopback, with user and
- * password. The bridge's scenarios (propagation, death, a killed node,
- * a late joiner, conflicts) plus what is NATS's own: a publisher on the
- * server without the cookie, a replayed message, a server restart, and a
- * daemon cut off from the server (a proxy in between, closed and reopened).
- * Checks behaviour, not timing: every wait is a bounded poll.
+ * password (a token and an NKey in tests of their own, with a wrong
+ * credential refused). The bridge's scenarios (propagation, death, a
+ * killed node, a late joiner, conflicts, a lost snapshot part) plus what
+ * is NATS's own: a publisher on the server without the cookie, a replayed
+ * message, a server restart, and a daemon cut off from the server (a
+ * proxy in between, closed and reopened). Checks behaviour, not timing:
+ * every wait is a bounded poll.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,6 +35,7 @@
 #define WAIT_MS 15000
 #define NATS_USER "procreg"
 #define NATS_PASS "s3cret-nats-pass"
+#define NATS_TOKEN "a-nats-token-0123456789"
 #define COOKIE "a-test-cookie-0123456789"
 
 struct node {
@@ -52,6 +55,11 @@ struct cluster {
 	pid_t proxy_pid;
 	int proxy_ctl;
 	const char *node_timeout_ms;  /* --node-timeout-ms; NULL: 1000 */
+	/* How the server authenticates clients (nats-server arguments) and
+	 * how the daemons prove who they are (procregd arguments); NULL: user
+	 * and password, both. */
+	const char *const *server_auth;
+	const char *const *daemon_auth;
 	struct node n[NODES_MAX];
 };
 
@@ -175,8 +183,18 @@ static int nats_start(struct cluster *c)
 		}
 		/* A test that dies does not leave a server behind. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execl(NATS_SERVER_PATH, "nats-server", "-a", "127.0.0.1", "-p", port, "--user",
-		      NATS_USER, "--pass", NATS_PASS, (char *)NULL);
+		{
+			static const char *const user_pass[] = { "--user", NATS_USER, "--pass",
+								  NATS_PASS, NULL };
+			const char *const *auth = c->server_auth ? c->server_auth : user_pass;
+			const char *argv[16] = { "nats-server", "-a", "127.0.0.1", "-p", port };
+			int n = 5;
+
+			for (int i = 0; auth[i] && n < 15; i++)
+				argv[n++] = auth[i];
+			argv[n] = NULL;
+			execv(NATS_SERVER_PATH, (char **)argv);
+		}
 		_exit(127);
 	}
 	for (int i = 0; i < WAIT_MS; i += 10) {
@@ -363,23 +381,36 @@ static int teardown(void **state)
 }
 
 /* Start node I on the server (through the proxy if VIA_PROXY), with
- * COOKIE and short heartbeats. */
-static int start_node_cookie(struct cluster *c, int i, const char *cookie, bool via_proxy)
+ * COOKIE and short heartbeats; its log shown if it does not start and
+ * DUMP. */
+static int start_node_dump(struct cluster *c, int i, const char *cookie, bool via_proxy, bool dump)
 {
+	static const char *const user_pass[] = { "--nats-user", NATS_USER, "--nats-password",
+						  NATS_PASS, NULL };
+	const char *const *auth = c->daemon_auth ? c->daemon_auth : user_pass;
 	struct node *n = &c->n[i];
 	char url[64];
-	const char *args[] = { "--node", n->name, "--cookie-file", cookie, "--bridge", "nats",
-			       "--nats-url", url, "--nats-user", NATS_USER, "--nats-password",
-			       NATS_PASS, "--heartbeat-ms", "100", "--node-timeout-ms",
-			       c->node_timeout_ms ? c->node_timeout_ms : "1000", NULL };
+	const char *args[24] = { "--node", n->name, "--cookie-file", cookie, "--bridge", "nats",
+				 "--nats-url", url, "--heartbeat-ms", "100", "--node-timeout-ms",
+				 c->node_timeout_ms ? c->node_timeout_ms : "1000" };
+	int k = 12;
 
+	for (int a = 0; auth[a] && k < 23; a++)
+		args[k++] = auth[a];
+	args[k] = NULL;
 	snprintf(url, sizeof(url), "nats://127.0.0.1:%d", via_proxy ? c->proxy_port : c->nats_port);
 	if (th_daemon_start(&n->d, n->dir, args, NULL) != 0) {
-		th_daemon_dump_log(&n->d);
+		if (dump)
+			th_daemon_dump_log(&n->d);
 		return -1;
 	}
 	n->reg = th_open(n->dir);
 	return n->reg ? 0 : -1;
+}
+
+static int start_node_cookie(struct cluster *c, int i, const char *cookie, bool via_proxy)
+{
+	return start_node_dump(c, i, cookie, via_proxy, true);
 }
 
 static void start_node(struct cluster *c, int i)
@@ -984,7 +1015,7 @@ static void test_snapshot_order_and_gaps(void **state)
 	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-early", &(struct procreg_entry){ 0 }),
 			 -ENOENT);
 	pos = 0;
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, &start), 0);
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, 0, &start), 0);
 	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
 	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
 	fake_publish(&k, "procreg.default.inbox.nodea", 3, req, buf, pos);
@@ -1008,6 +1039,72 @@ static void test_snapshot_order_and_gaps(void **state)
 	/* And a fresh snapshot is asked for, under a new id. */
 	assert_true(fake_request(&k) != req);
 	assert_false(log_has(c->n[0].d.log, "node fake: down (silent)"));
+	natsSubscription_Destroy(k.req);
+	natsConnection_Destroy(k.nc);
+}
+
+/* Part PART of the fake's snapshot (as of change 0, in answer to request
+ * REQ): NAME, and the last part if LAST. */
+static void fake_snap_part(struct fake *k, uint64_t req, uint32_t part, const char *name, bool last)
+{
+	uint8_t buf[1024];
+	size_t pos = 0, start;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = name,
+				 .name_len = strlen(name) };
+
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, part, &start),
+			 0);
+	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
+	procreg__bp_end(buf, pos, start, last ? PR_BP_SNAP_LAST : 0);
+	fake_publish(k, "procreg.default.inbox.nodea", 3, req, buf, pos);
+}
+
+/* A snapshot part lost on the way (NATS core delivers at most once): the
+ * next part is refused, the node resyncs (a fresh request), and the
+ * answer, whole this time, is applied. (A lost last part is a snapshot
+ * that never comes: asked for again after max(2 s, --node-timeout-ms).) */
+static void test_snapshot_part_lost(void **state)
+{
+	struct cluster *c = *state;
+	static struct fake k;
+	uint8_t buf[64];
+	size_t pos = 0;
+	uint64_t req, req2;
+
+	c->node_timeout_ms = "60000";
+	start_node(c, 0);
+	memset(&k, 0, sizeof(k));
+	k.nc = test_client(c, true);
+	assert_non_null(k.nc);
+	assert_int_equal(natsConnection_SubscribeSync(&k.req, k.nc, "procreg.default.snap.fake"),
+			 NATS_OK);
+	assert_int_equal(natsConnection_Flush(k.nc), NATS_OK);
+	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, 7, 0), 0);
+	fake_publish(&k, "procreg.default.node.fake", 1, 0, buf, pos);
+	req = fake_request(&k);
+
+	/* Part 1 lost: part 2 is refused, and never applied. */
+	fake_snap_part(&k, req, 0, "lost-0", false);
+	expect_name(c->n[0].reg, "lost-0", 99, true);
+	fake_snap_part(&k, req, 2, "lost-2", true);
+	expect_log(c->n[0].d.log, "node fake: snapshot part 2 out of order (expected 1)");
+	expect_log(c->n[0].d.log, "node fake: down (refused its snapshot)");
+	req2 = fake_request(&k);
+	assert_true(req2 != req);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "lost-2", NULL), -ENOENT);
+
+	/* Whole: three parts in order. What the earlier parts alone brought
+	 * and the whole one does not have goes (a resync by difference). */
+	fake_snap_part(&k, req2, 0, "whole-0", false);
+	fake_snap_part(&k, req2, 1, "whole-1", false);
+	fake_snap_part(&k, req2, 2, "whole-2", true);
+	expect_name(c->n[0].reg, "whole-0", 99, true);
+	expect_name(c->n[0].reg, "whole-1", 99, true);
+	expect_name(c->n[0].reg, "whole-2", 99, true);
+	expect_name(c->n[0].reg, "lost-0", 0, false);
+	fake_change(&k, 1, "after-whole");
+	expect_name(c->n[0].reg, "after-whole", 99, true);
 	natsSubscription_Destroy(k.req);
 	natsConnection_Destroy(k.nc);
 }
@@ -1080,6 +1177,206 @@ static void test_propagation_figures(void **state)
 	       t_reg / 1e6, t_b / 1e6, t_c / 1e6);
 }
 
+/* ---- ways into the server ----------------------------------------------- */
+
+/* The server again, on a new port, authenticating with SERVER_AUTH (its
+ * arguments); daemons started from now on prove themselves with
+ * DAEMON_AUTH (procregd's). */
+static void nats_restart_auth(struct cluster *c, const char *const *server_auth,
+			      const char *const *daemon_auth)
+{
+	nats_kill(c);
+	c->server_auth = server_auth;
+	c->daemon_auth = daemon_auth;
+	for (int attempt = 0; attempt < 5 && !c->nats_pid; attempt++) {
+		c->nats_port = free_port();
+		if (nats_start(c) != 0)
+			nats_kill(c);
+	}
+	if (!c->nats_pid)
+		fail_msg("nats-server did not start; its log: %s", c->nats_log);
+}
+
+/* Nodes a and b, with the credentials the server wants, replicate. */
+static void expect_joined(struct cluster *c)
+{
+	start_node(c, 0);
+	start_node(c, 1);
+	assert_int_equal(procreg_register(c->n[0].reg, "admitted", NULL, 0), 0);
+	expect_name(c->n[1].reg, "admitted", getpid(), true);
+}
+
+/* Node I, with the credentials AUTH the server refuses: procregd does not
+ * start, and its log gives the server's reason. */
+static void expect_refused(struct cluster *c, int i, const char *const *auth)
+{
+	const char *const *keep = c->daemon_auth;
+
+	c->daemon_auth = auth;
+	assert_int_not_equal(start_node_dump(c, i, c->cookie, false, false), 0);
+	c->daemon_auth = keep;
+	if (!log_has(c->n[i].d.log, "Authorization Violation")) {
+		th_daemon_dump_log(&c->n[i].d);
+		fail_msg("%s: refused without the server's reason", c->n[i].name);
+	}
+}
+
+/* Nodes a and b still replicate, both ways. */
+static void expect_still_replicating(struct cluster *c)
+{
+	assert_int_equal(procreg_register(c->n[1].reg, "after-refusals", NULL, 0), 0);
+	expect_name(c->n[0].reg, "after-refusals", getpid(), true);
+	assert_true(log_count(c->nats_log, "uthorization") + log_count(c->nats_log, "uthentication") >= 1);
+}
+
+/* nats-server --auth TOKEN: daemons with --nats-token TOKEN join; one
+ * with another token, or with a user and password, is refused. */
+static void test_token_auth(void **state)
+{
+	struct cluster *c = *state;
+	static const char *const server[] = { "--auth", NATS_TOKEN, NULL };
+	static const char *const good[] = { "--nats-token", NATS_TOKEN, NULL };
+	static const char *const wrong[] = { "--nats-token", "not-the-token", NULL };
+	static const char *const user_pass[] = { "--nats-user", NATS_USER, "--nats-password",
+						  NATS_PASS, NULL };
+
+	nats_restart_auth(c, server, good);
+	expect_joined(c);
+	expect_refused(c, 2, wrong);
+	expect_refused(c, 3, user_pass);
+	expect_still_replicating(c);
+}
+
+/* An NKey: the encoding of a 32-byte ed25519 key (the seed, or the public
+ * key) with its type prefix and a CRC-16/XMODEM, little-endian, in base32
+ * without padding. nats-server and nats.c decode it; the nk tool that
+ * makes them is not packaged, so the test makes its own. */
+static uint16_t crc16_xmodem(const uint8_t *p, size_t n)
+{
+	uint16_t crc = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		crc ^= (uint16_t)(p[i] << 8);
+		for (int b = 0; b < 8; b++)
+			crc = crc & 0x8000 ? (uint16_t)(crc << 1 ^ 0x1021) : (uint16_t)(crc << 1);
+	}
+	return crc;
+}
+
+static void base32(const uint8_t *p, size_t n, char *out)
+{
+	static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+	uint32_t acc = 0;
+	int bits = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		acc = acc << 8 | p[i];
+		for (bits += 8; bits >= 5; bits -= 5)
+			*out++ = abc[(acc >> (bits - 5)) & 31];
+	}
+	if (bits)
+		*out++ = abc[(acc << (5 - bits)) & 31];
+	*out = 0;
+}
+
+#define NKEY_PREFIX_SEED (18 << 3)   /* 'S' */
+#define NKEY_PREFIX_USER (20 << 3)   /* 'U' */
+
+struct nkey {
+	char seed[64];              /* "SU..." */
+	char pub[64];               /* "U..." */
+	EVP_PKEY *k;
+};
+
+static void nkey_make(struct nkey *nk)
+{
+	uint8_t raw[40], priv[32], pub[32];
+	size_t len = 32;
+	uint16_t crc;
+
+	nk->k = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
+	assert_non_null(nk->k);
+	assert_int_equal(EVP_PKEY_get_raw_private_key(nk->k, priv, &len), 1);
+	assert_int_equal(len, 32);
+	assert_int_equal(EVP_PKEY_get_raw_public_key(nk->k, pub, &len), 1);
+	assert_int_equal(len, 32);
+	/* The seed's two prefixes share its first two bytes, 5 bits each. */
+	raw[0] = NKEY_PREFIX_SEED | NKEY_PREFIX_USER >> 5;
+	raw[1] = (NKEY_PREFIX_USER & 31) << 3;
+	memcpy(raw + 2, priv, 32);
+	crc = crc16_xmodem(raw, 34);
+	raw[34] = (uint8_t)crc;
+	raw[35] = (uint8_t)(crc >> 8);
+	base32(raw, 36, nk->seed);
+	raw[0] = NKEY_PREFIX_USER;
+	memcpy(raw + 1, pub, 32);
+	crc = crc16_xmodem(raw, 33);
+	raw[33] = (uint8_t)crc;
+	raw[34] = (uint8_t)(crc >> 8);
+	base32(raw, 35, nk->pub);
+}
+
+/* The seed is what libnats takes it for: nats_Sign() with it signs what
+ * the public key verifies. */
+static void nkey_check(const struct nkey *nk)
+{
+	static const char nonce[] = "a-server-nonce";
+	unsigned char *sig = NULL;
+	int siglen = 0;
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+
+	assert_int_equal(nats_Open(-1), NATS_OK); /* nats_Sign needs the library up */
+	assert_int_equal(nats_Sign(nk->seed, nonce, &sig, &siglen), NATS_OK);
+	assert_int_equal(siglen, 64);
+	assert_non_null(md);
+	assert_int_equal(EVP_DigestVerifyInit(md, NULL, NULL, NULL, nk->k), 1);
+	assert_int_equal(EVP_DigestVerify(md, sig, (size_t)siglen, (const unsigned char *)nonce,
+					  strlen(nonce)), 1);
+	EVP_MD_CTX_free(md);
+	free(sig);
+}
+
+/* A server whose one user is an NKey: a daemon with --nats-nkey and its
+ * seed file joins; one with another key pair, or with the right public
+ * key and another key's seed, is refused. */
+static void test_nkey_auth(void **state)
+{
+	struct cluster *c = *state;
+	static struct nkey good, other;
+	static char conf[600], seed[600], other_seed[600], conf_text[256];
+	static const char *server[3], *daemon[5], *wrong_pair[5], *wrong_seed[5];
+
+	nkey_make(&good);
+	nkey_make(&other);
+	nkey_check(&good);
+	nkey_check(&other);
+	assert_string_not_equal(good.pub, other.pub);
+	snprintf(conf, sizeof(conf), "%s/nats-nkey.conf", c->base);
+	snprintf(conf_text, sizeof(conf_text), "authorization {\n  users = [ { nkey: \"%s\" } ]\n}\n",
+		 good.pub);
+	write_file(conf, conf_text, 0600);
+	snprintf(seed, sizeof(seed), "%s/good.nk", c->base);
+	write_file(seed, good.seed, 0600);
+	snprintf(other_seed, sizeof(other_seed), "%s/other.nk", c->base);
+	write_file(other_seed, other.seed, 0600);
+	server[0] = "-c";
+	server[1] = conf;
+	daemon[0] = wrong_pair[0] = wrong_seed[0] = "--nats-nkey";
+	daemon[1] = wrong_seed[1] = good.pub;
+	wrong_pair[1] = other.pub;
+	daemon[2] = wrong_pair[2] = wrong_seed[2] = "--nats-nkey-seed";
+	daemon[3] = seed;
+	wrong_pair[3] = wrong_seed[3] = other_seed;
+
+	nats_restart_auth(c, server, daemon);
+	expect_joined(c);
+	expect_refused(c, 2, wrong_pair);
+	expect_refused(c, 3, wrong_seed);
+	expect_still_replicating(c);
+	EVP_PKEY_free(good.k);
+	EVP_PKEY_free(other.k);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1091,7 +1388,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_server_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_forged_and_replayed_ignored, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_order_and_gaps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_snapshot_part_lost, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_token_auth, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_nkey_auth, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_propagation_figures, setup, teardown),
 	};
 	int r;

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,11 +59,11 @@ static void test_roundtrip(void **state)
 	assert_int_equal(procreg__bp_put_auth(buf, 4 * PR_BP_FRAME_MAX, &pos, mac), 0);
 	assert_int_equal(procreg__bp_put_heartbeat(buf, 4 * PR_BP_FRAME_MAX, &pos, 77, 9), 0);
 	assert_int_equal(procreg__bp_put_change(buf, 4 * PR_BP_FRAME_MAX, &pos, 77, 10, "node-a", &e1), 0);
-	assert_int_equal(procreg__bp_begin(buf, 4 * PR_BP_FRAME_MAX, &pos, PR_BP_SNAP, 77, 10, &start), 0);
+	assert_int_equal(procreg__bp_begin(buf, 4 * PR_BP_FRAME_MAX, &pos, PR_BP_SNAP, 77, 10, 3, &start), 0);
 	assert_int_equal(procreg__bp_add_entry(buf, 4 * PR_BP_FRAME_MAX, &pos, start, &e1), 0);
 	assert_int_equal(procreg__bp_add_entry(buf, 4 * PR_BP_FRAME_MAX, &pos, start, &e2), 0);
 	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
-	assert_int_equal(procreg__bp_begin(buf, 4 * PR_BP_FRAME_MAX, &pos, PR_BP_PEERS, 0, 0, &start), 0);
+	assert_int_equal(procreg__bp_begin(buf, 4 * PR_BP_FRAME_MAX, &pos, PR_BP_PEERS, 0, 0, 0, &start), 0);
 	assert_int_equal(procreg__bp_add_peer(buf, 4 * PR_BP_FRAME_MAX, &pos, start, "node-b", "10.0.0.2:7000"), 0);
 	procreg__bp_end(buf, pos, start, 0);
 
@@ -94,6 +95,9 @@ static void test_roundtrip(void **state)
 	assert_int_equal(procreg__bp_next(c, pos, &rpos, &f), 1);
 	assert_int_equal(f.type, PR_BP_SNAP);
 	assert_int_equal(f.flags, PR_BP_SNAP_LAST);
+	assert_int_equal(f.incarnation, 77);
+	assert_int_equal(f.seq, 10);
+	assert_int_equal(f.part, 3);
 	assert_int_equal(f.count, 2);
 	ip = 0;
 	assert_int_equal(procreg__bp_snap_entry(&f, &ip, &got), 1);
@@ -228,13 +232,24 @@ static void test_hostile(void **state)
 
 	/* A snapshot claiming more entries than it holds, or fewer. */
 	pos = 0;
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 1, 1, &start), 0);
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 1, 1, 0, &start), 0);
 	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
 	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
 	assert_int_equal(decode_once(buf, pos), 1);
-	set16(buf + 24, 60000);
+	set16(buf + 28, 60000); /* after header, inc, seq, part */
 	assert_int_equal(decode_once(buf, pos), -EBADMSG);
-	set16(buf + 24, 0);
+	set16(buf + 28, 0);
+	assert_int_equal(decode_once(buf, pos), -EBADMSG);
+	/* A snapshot frame cut before its part (a version 1 body). */
+	set16(buf + 28, 1);
+	assert_int_equal(decode_once(buf, pos), 1);
+	memmove(buf + 24, buf + 28, pos - 28);
+	set32(buf, (uint32_t)pos - 4);
+	assert_int_equal(decode_once(buf, pos - 4), -EBADMSG);
+	/* A version 1 frame: refused whatever its body. */
+	pos = 0;
+	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, 1, 1), 0);
+	buf[5] = 1;
 	assert_int_equal(decode_once(buf, pos), -EBADMSG);
 
 	/* Hello with an empty or oversized node name. */
@@ -271,7 +286,7 @@ static void test_garbage(void **state)
 	(void)state;
 	procreg__bp_put_hello(valid, sizeof(valid), &vlen, 5, nonce, "n1", "127.0.0.1:1");
 	procreg__bp_put_change(valid, sizeof(valid), &vlen, 5, 1, "n1", &e);
-	procreg__bp_begin(valid, sizeof(valid), &vlen, PR_BP_SNAP, 5, 1, &start);
+	procreg__bp_begin(valid, sizeof(valid), &vlen, PR_BP_SNAP, 5, 1, 0, &start);
 	procreg__bp_add_entry(valid, sizeof(valid), &vlen, start, &e);
 	procreg__bp_end(valid, vlen, start, PR_BP_SNAP_LAST);
 	for (int round = 0; round < 20000; round++) {
@@ -313,6 +328,69 @@ static void test_garbage(void **state)
 	}
 }
 
+/* A snapshot too big for one frame, split as the daemon splits it (a
+ * frame is ended when the next entry does not fit): its parts decode
+ * numbered 0 up, all as of the same change, the part at byte 24 of the
+ * frame (u32, little-endian), every entry once. */
+static void test_snap_parts(void **state)
+{
+	static uint8_t buf[PR_BP_FRAME_MAX];
+	static char meta[PROCREG_META_MAX];
+	uint32_t part = 0, seen = 0, frames = 0;
+	size_t pos = 0, start;
+	const int n = 300;
+
+	(void)state;
+	memset(meta, 'm', sizeof(meta));
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 9, 41, part, &start), 0);
+	for (int i = 0; i <= n; i++) {
+		char name[32];
+		struct pr_bp_entry e;
+		int r = 0;
+
+		snprintf(name, sizeof(name), "svc-%d", i);
+		e = entry(PR_BP_PUT, PR_KIND_NAME, name, NULL);
+		e.meta = meta;
+		e.meta_len = sizeof(meta);
+		if (i < n && (r = procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e)) == 0)
+			continue;
+		assert_true(i == n || r == -ENOBUFS);
+		procreg__bp_end(buf, pos, start, i == n ? PR_BP_SNAP_LAST : 0);
+		{
+			struct pr_bp_frame f;
+			struct pr_bp_entry got;
+			size_t rp = 0, ip = 0;
+
+			assert_int_equal(procreg__bp_next(buf, pos, &rp, &f), 1);
+			assert_int_equal(rp, pos);
+			assert_int_equal(f.type, PR_BP_SNAP);
+			assert_int_equal(f.part, part);
+			assert_int_equal(buf[24] | buf[25] << 8 | buf[26] << 16 | (uint32_t)buf[27] << 24,
+					 part);
+			assert_int_equal(f.seq, 41);
+			assert_int_equal(f.incarnation, 9);
+			assert_int_equal(f.flags, i == n ? PR_BP_SNAP_LAST : 0);
+			while (procreg__bp_snap_entry(&f, &ip, &got)) {
+				char want[32];
+
+				snprintf(want, sizeof(want), "svc-%u", seen++);
+				assert_int_equal(got.name_len, strlen(want));
+				assert_memory_equal(got.name, want, got.name_len);
+			}
+		}
+		frames++;
+		if (i == n)
+			break;
+		pos = 0;
+		assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 9, 41, ++part,
+						   &start), 0);
+		i--; /* the entry that did not fit goes first in the next part */
+	}
+	assert_int_equal(seen, n);
+	assert_true(frames >= 3);
+	assert_int_equal(part, frames - 1);
+}
+
 static void test_auth_input(void **state)
 {
 	uint8_t a[PR_BP_NONCE] = { 1 }, b[PR_BP_NONCE] = { 2 };
@@ -348,6 +426,7 @@ int main(void)
 		cmocka_unit_test(test_truncated),
 		cmocka_unit_test(test_hostile),
 		cmocka_unit_test(test_garbage),
+		cmocka_unit_test(test_snap_parts),
 		cmocka_unit_test(test_auth_input),
 		cmocka_unit_test(test_node_names),
 	};

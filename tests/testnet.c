@@ -9,11 +9,9 @@
  *
  * Frames on a link wait in a queue until due (delay, jitter), in order
  * unless a reordering swaps one with the frame queued before it. Loss
- * spares SNAP frames: a snapshot carries no sequence of its own (the
- * protocol relies on the stream delivering it whole, as TCP does), so
- * losing part of one would not be loss the replication layer could be
- * asked to notice; every other frame's loss shows as a gap or a heartbeat
- * ahead of what arrived.
+ * takes any frame: a lost CHANGE shows as a gap or a heartbeat ahead of
+ * what arrived, a lost SNAP part as the next part out of order or a
+ * heartbeat before the snapshot's last part.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -56,6 +54,8 @@ struct link {
 	bool cut;
 	bool own_faults;
 	struct tn_faults f;
+	uint32_t snap_drops;             /* SNAP frames of part snap_drop_part still to drop */
+	uint32_t snap_drop_part;
 	struct msg *head;                /* held frames, due in order */
 };
 
@@ -188,6 +188,17 @@ static const struct tn_faults *faults(const struct testnet *t, int i, int j)
 	return t->l[i][j].own_faults ? &t->l[i][j].f : &t->all;
 }
 
+/* Whether FRAME is a SNAP frame of part PART (TN_SNAP_LAST: the last). */
+static bool snap_part_is(const uint8_t *frame, size_t len, uint32_t part)
+{
+	struct pr_bp_frame f;
+	size_t pos = 0;
+
+	if (procreg__bp_next(frame, len, &pos, &f) != 1 || f.type != PR_BP_SNAP)
+		return false;
+	return part == TN_SNAP_LAST ? (f.flags & PR_BP_SNAP_LAST) != 0 : f.part == part;
+}
+
 /* A frame from node I for node J, sent in EPOCH. */
 static void on_send(struct testnet *t, int i, int j, uint32_t epoch, const uint8_t *frame,
 		    size_t len, uint64_t now)
@@ -202,8 +213,13 @@ static void on_send(struct testnet *t, int i, int j, uint32_t epoch, const uint8
 		t->st.stale++;
 		return;
 	}
-	if (f->loss_pm && len > 4 && frame[4] != PR_BP_SNAP && rnd(t) % 1000 < f->loss_pm) {
+	if (f->loss_pm && rnd(t) % 1000 < f->loss_pm) {
 		t->st.dropped++;
+		return;
+	}
+	if (l->snap_drops && snap_part_is(frame, len, l->snap_drop_part)) {
+		l->snap_drops--;
+		t->st.snap_dropped++;
 		return;
 	}
 	if (f->jitter_ms)
@@ -538,6 +554,20 @@ void tn_faults(struct testnet *t, const char *a, const char *b, const struct tn_
 		}
 	}
 	wake(t);
+	pthread_mutex_unlock(&t->mu);
+}
+
+void tn_drop_snap(struct testnet *t, const char *a, const char *b, uint32_t part, uint32_t count)
+{
+	int i, j;
+
+	pthread_mutex_lock(&t->mu);
+	i = node_idx(t, a, true);
+	j = node_idx(t, b, true);
+	if (i >= 0 && j >= 0) {
+		t->l[i][j].snap_drops = count;
+		t->l[i][j].snap_drop_part = part;
+	}
 	pthread_mutex_unlock(&t->mu);
 }
 

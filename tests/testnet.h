@@ -27,13 +27,14 @@ struct testnet;
 struct tn_faults {
 	uint32_t delay_ms;      /* every frame is held this long */
 	uint32_t jitter_ms;     /* plus up to this much more, drawn per frame */
-	uint32_t loss_pm;       /* per mille of CHANGE and HEARTBEAT frames dropped */
+	uint32_t loss_pm;       /* per mille of frames dropped, of any type */
 	uint32_t reorder_pm;    /* per mille of frames swapped with the one before */
 };
 
 struct tn_stats {
 	uint64_t frames;        /* delivered */
 	uint64_t dropped;       /* by loss */
+	uint64_t snap_dropped;  /* by tn_drop_snap */
 	uint64_t reordered;
 	uint64_t stale;         /* sent in an epoch that ended before delivery */
 	uint64_t resets;        /* pairs dropped because a side refused a frame */
@@ -53,6 +54,11 @@ void tn_link(struct testnet *t, const char *a, const char *b, bool connected);
 void tn_pair(struct testnet *t, const char *a, const char *b, bool connected);
 /* Faults on the link from A to B (NULL: every link, present and future). */
 void tn_faults(struct testnet *t, const char *a, const char *b, const struct tn_faults *f);
+/* On the link from A to B, drop the next COUNT SNAP frames of part PART
+ * (TN_SNAP_LAST: the last part of a snapshot, whatever its number),
+ * whatever tn_faults says. */
+#define TN_SNAP_LAST UINT32_MAX
+void tn_drop_snap(struct testnet *t, const char *a, const char *b, uint32_t part, uint32_t count);
 /* Whether the pair A, B is up now (both attached, both links connected). */
 bool tn_is_up(struct testnet *t, const char *a, const char *b);
 /* Whether node A is attached. */

@@ -4,8 +4,9 @@
  * The input is a byte stream as a peer sends it (before or after
  * authentication: the decoder is the same). Every frame
  * procreg__bp_next() accepts must lie inside the stream, its items must
- * walk to their count, and a CHANGE must survive a round trip through the
- * encoder.
+ * walk to their count, a CHANGE must survive a round trip through the
+ * encoder, and a SNAP (its part number included) must encode back to the
+ * very bytes it came from.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -37,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int r;
 
 	while ((r = procreg__bp_next(data, size, &pos, &f)) == 1) {
-		size_t item = 0, n = 0;
+		size_t item = 0, n = 0, frame_at = pos - f.len;
 
 		if (pos <= last || pos > size)
 			abort(); /* no progress, or past the stream */
@@ -47,12 +48,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		inside(f.items, f.items_len, data, size);
 		if (f.type == PR_BP_SNAP) {
 			struct pr_bp_entry e;
+			size_t o = 0, start;
 
+			if (procreg__bp_begin(out, sizeof(out), &o, PR_BP_SNAP, f.incarnation, f.seq,
+					      f.part, &start) < 0)
+				abort();
 			while (procreg__bp_snap_entry(&f, &item, &e) == 1) {
 				check_entry(&e, data, size);
+				if (procreg__bp_add_entry(out, sizeof(out), &o, start, &e) < 0)
+					abort();
 				n++;
 			}
 			if (n != f.count)
+				abort();
+			procreg__bp_end(out, o, start, f.flags);
+			if (o != f.len || memcmp(out, data + frame_at, o))
 				abort();
 		} else if (f.type == PR_BP_PEERS) {
 			struct pr_bp_peer p;

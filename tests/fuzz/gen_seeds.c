@@ -84,7 +84,7 @@ static void bridge_seeds(const char *dir)
 	procreg__bp_put_change(b, sizeof(b), &n, 1, 5, "node-a", &e);
 	put_file(dir, "changes", b, n);
 	n = 0;
-	procreg__bp_begin(b, sizeof(b), &n, PR_BP_SNAP, 1, 5, &start);
+	procreg__bp_begin(b, sizeof(b), &n, PR_BP_SNAP, 1, 5, 0, &start);
 	e.op = PR_BP_PUT;
 	procreg__bp_add_entry(b, sizeof(b), &n, start, &e);
 	e.kind = PR_KIND_NAME;
@@ -92,7 +92,12 @@ static void bridge_seeds(const char *dir)
 	e.name_len = 5;
 	procreg__bp_add_entry(b, sizeof(b), &n, start, &e);
 	procreg__bp_end(b, n, start, 0);
-	procreg__bp_begin(b, sizeof(b), &n, PR_BP_PEERS, 1, 5, &start);
+	/* A snapshot's second and last part. */
+	procreg__bp_begin(b, sizeof(b), &n, PR_BP_SNAP, 1, 5, 1, &start);
+	e.name = "svc.c";
+	procreg__bp_add_entry(b, sizeof(b), &n, start, &e);
+	procreg__bp_end(b, n, start, PR_BP_SNAP_LAST);
+	procreg__bp_begin(b, sizeof(b), &n, PR_BP_PEERS, 1, 5, 0, &start);
 	procreg__bp_add_peer(b, sizeof(b), &n, start, "node-b", "127.0.0.1:7001");
 	procreg__bp_add_peer(b, sizeof(b), &n, start, "node-c", "[::1]:7002");
 	procreg__bp_end(b, n, start, 0);

@@ -13,10 +13,12 @@
  * number, broadcast by the backend. A node that comes up gets a snapshot
  * first (SNAP frames, as of a sequence number), then the changes after it.
  *
- * In: a node's snapshot, then its changes in order. A change already
- * applied (its sequence number is behind) is ignored; one after a gap, or
- * from another incarnation (a restarted node on a stale connection), is
- * refused, which drops the connection: the next one starts with a fresh
+ * In: a node's snapshot, its parts in order, then its changes in order.
+ * A snapshot part out of order (one lost, or repeated), or a heartbeat
+ * before the last part, is refused. A change already applied (its
+ * sequence number is behind) is ignored; one after a gap, or from another
+ * incarnation (a restarted node on a stale connection), is refused. A
+ * refusal drops the connection: the next one starts with a fresh
  * snapshot. A node that goes down takes every entry it owned with it, in
  * one pass, with a NODE_DOWN event for each in the change feed: not at
  * once, but after a grace (LINGER_NS) in which the same incarnation may
@@ -70,6 +72,8 @@ struct node {
 	char addr[PR_BP_ADDR_MAX + 1];
 	bool up;
 	bool synced;                /* its snapshot is complete */
+	uint32_t snap_part;         /* the snapshot part expected next */
+	uint64_t snap_seq;          /* what the snapshot is as of (from its part 0) */
 	uint64_t incarnation;
 	uint64_t next_seq;          /* the change expected next */
 	uint64_t up_since_ns;
@@ -316,6 +320,7 @@ struct snap_ctx {
 	int (*send)(void *sctx, const uint8_t *frame, size_t len);
 	void *sctx;
 	size_t pos, start;
+	uint32_t part;
 	int err;
 };
 
@@ -335,7 +340,7 @@ static int snap_one(uint64_t off, const struct pr_record *r, void *arg)
 			return 0;
 		s->pos = 0;
 		procreg__bp_begin(br->buf, PR_BP_FRAME_MAX, &s->pos, PR_BP_SNAP, br->incarnation,
-				  br->seq, &s->start);
+				  br->seq, ++s->part, &s->start);
 		procreg__bp_add_entry(br->buf, PR_BP_FRAME_MAX, &s->pos, s->start, &e);
 	}
 	return 0;
@@ -348,7 +353,7 @@ static int up_snapshot(void *ctx, int (*send)(void *sctx, const uint8_t *frame, 
 	struct snap_ctx s = { .br = br, .send = send, .sctx = sctx };
 
 	procreg__bp_begin(br->buf, PR_BP_FRAME_MAX, &s.pos, PR_BP_SNAP, br->incarnation, br->seq,
-			  &s.start);
+			  0, &s.start);
 	procreg__w_walk(&br->d->w, snap_one, &s);
 	if (s.err)
 		return s.err;
@@ -577,19 +582,39 @@ static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
 		goto refuse;
 	switch (f->type) {
 	case PR_BP_HEARTBEAT:
-		/* Changes travel before the heartbeat that counts them. */
-		if (n->synced && f->seq >= n->next_seq)
+		/* Changes travel before the heartbeat that counts them, and
+		 * the whole snapshot before either: a heartbeat ahead of the
+		 * snapshot's last part means that part was lost (a backend
+		 * that may reorder the two holds heartbeats back, as nats.c
+		 * does). Without this, a lost last part would leave the node
+		 * half synced until its next change. */
+		if (!n->synced || f->seq >= n->next_seq)
 			goto refuse;
 		return 0;
 	case PR_BP_SNAP: {
 		struct pr_bp_entry e;
 		size_t ip = 0;
 
-		if (n->synced)
+		/* Parts in order, 0 up, all as of the same change: one lost
+		 * or repeated shows here, at the next part (or, for the last,
+		 * at the heartbeat above), and the refusal brings a fresh
+		 * snapshot. One connection carries one snapshot, sent right
+		 * after node_up, which starts the count again (a backend that
+		 * asks for another, as nats.c does on a resync, goes through
+		 * node_down and node_up first). So a part 0 in the middle of
+		 * one is not a new snapshot to restart with: it is a repeat or
+		 * a stray, refused. Restarting would not be clean anyway: the
+		 * entries of the parts already applied stay, and unless the
+		 * node is resyncing by difference nothing would remove those
+		 * the new snapshot no longer has. */
+		if (n->synced || f->part != n->snap_part ||
+		    (f->part > 0 && f->seq != n->snap_seq))
 			goto refuse;
+		n->snap_part++;
+		n->snap_seq = f->seq;
 		while (procreg__bp_snap_entry(f, &ip, &e))
 			if (e.op != PR_BP_PUT || apply(br, id, &e) < 0)
-				goto refuse;
+				goto refuse_entry;
 		if (f->flags & PR_BP_SNAP_LAST) {
 			n->synced = true;
 			n->next_seq = f->seq + 1;
@@ -614,10 +639,18 @@ static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
 	default:
 		goto refuse;
 	}
+refuse_entry:
+	br->refused++;
+	log_msg("bridge: node %s: snapshot part %u: an entry refused: resyncing", name, f->part);
+	return -EPROTO;
 refuse:
 	br->refused++;
-	log_msg("bridge: node %s: frame %u out of order (seq %llu): resyncing", name, f->type,
-		(unsigned long long)f->seq);
+	if (f->type == PR_BP_SNAP)
+		log_msg("bridge: node %s: snapshot part %u out of order (expected %u): resyncing",
+			name, f->part, n ? n->snap_part : 0);
+	else
+		log_msg("bridge: node %s: frame %u out of order (seq %llu): resyncing", name,
+			f->type, (unsigned long long)f->seq);
 	return -EPROTO;
 }
 
@@ -647,6 +680,8 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 	}
 	n->up = true;
 	n->synced = false;
+	n->snap_part = 0;
+	n->snap_seq = 0;
 	n->incarnation = inc;
 	n->next_seq = 0;
 	n->up_since_ns = procreg__now_ns();

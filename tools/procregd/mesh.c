@@ -396,7 +396,7 @@ static void send_peers(struct mesh *m, struct conn *to)
 
 	if (!buf)
 		return;
-	procreg__bp_begin(buf, PR_BP_FRAME_MAX, &pos, PR_BP_PEERS, 0, 0, &start);
+	procreg__bp_begin(buf, PR_BP_FRAME_MAX, &pos, PR_BP_PEERS, 0, 0, 0, &start);
 	for (struct conn *c = m->conns; c; c = c->next)
 		if (c != to && !c->dead && c->state == C_UP && c->peer_addr[0] &&
 		    procreg__bp_add_peer(buf, PR_BP_FRAME_MAX, &pos, start, c->peer, c->peer_addr) < 0)
@@ -450,7 +450,7 @@ static void established(struct mesh *m, struct conn *c)
 		uint8_t buf[256];
 		size_t pos = 0, start;
 
-		procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_PEERS, 0, 0, &start);
+		procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_PEERS, 0, 0, 0, &start);
 		if (procreg__bp_add_peer(buf, sizeof(buf), &pos, start, c->peer, c->peer_addr) == 0) {
 			procreg__bp_end(buf, pos, start, 0);
 			for (struct conn *o = m->conns; o; o = o->next)

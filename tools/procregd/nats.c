@@ -3,7 +3,8 @@
  * procregd --bridge nats). The nodes do not connect to each other: each
  * one connects to a NATS server (or cluster), which handles discovery,
  * fan-out, reconnection and authentication (user/password, token, NKey,
- * credentials files: whatever nats.c supports, passed through).
+ * credentials files: whatever nats.c supports, passed through). A server
+ * that refuses the credentials at start stops procregd with its reason.
  *
  * Subjects, under a prefix (default procreg.SCOPE; '.' in a scope or node
  * name becomes '~', which neither may contain, so the mapping is one to
@@ -56,7 +57,9 @@
  * A refusal, a snapshot that never comes, or too much held makes X down
  * and up again here: a fresh snapshot. A change lost by NATS (a server
  * restart, a slow consumer) shows as a gap at the next change or
- * heartbeat, whose sequence number runs ahead: the same resync.
+ * heartbeat, whose sequence number runs ahead: the same resync. So does a
+ * lost snapshot part: the next part is out of order (bridge.c refuses it),
+ * or, the last part lost, the snapshot never comes.
  *
  * Threads: nats.c calls its handlers on threads of its own. They only
  * append to a queue under a mutex and poke an eventfd; everything else,
@@ -716,6 +719,17 @@ static void cb_error(natsConnection *nc, natsSubscription *sub, natsStatus err, 
 
 /* ---- the backend interface ---------------------------------------------- */
 
+/* The connection's last error, as the server or nats.c put it
+ * ("Authorization Violation" for refused credentials). */
+static const char *conn_error(struct nb *m)
+{
+	const char *txt = NULL;
+
+	if (!m->nc || natsConnection_GetLastError(m->nc, &txt) == NATS_OK || !txt || !*txt)
+		return "no error reported";
+	return txt;
+}
+
 static void nb_dispatch(void *b)
 {
 	struct nb *m = b;
@@ -761,8 +775,14 @@ static void nb_dispatch(void *b)
 			m->announce = true;
 			heartbeat(m);
 			break;
-		case I_DISCONNECTED:
 		case I_CLOSED:
+			/* For good, whatever the reconnect settings: nats.c
+			 * gives up on some failures (credentials refused
+			 * while it retried a first connect, for one). Say so,
+			 * or the node runs alone without a word. */
+			m->up.log("bridge: nats: connection closed for good: %s", conn_error(m));
+			/* fall through */
+		case I_DISCONNECTED:
 			if (m->connected)
 				m->up.log("bridge: nats: %s the server: every other node is down "
 					  "until it is back", it->kind == I_CLOSED ? "closed" : "lost");
@@ -953,8 +973,6 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 	if (s == NATS_OK)
 		s = natsOptions_SetPingInterval(m->opts, ping);
 	if (s == NATS_OK)
-		s = natsOptions_SetRetryOnFailedConnect(m->opts, true, cb_connected, m);
-	if (s == NATS_OK)
 		s = natsOptions_SetDisconnectedCB(m->opts, cb_disconnected, m);
 	if (s == NATS_OK)
 		s = natsOptions_SetReconnectedCB(m->opts, cb_connected, m);
@@ -966,7 +984,17 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 		m->up.log("bridge: nats: options: %s", nats_GetLastError(NULL));
 		return -EINVAL;
 	}
+	/* Once without retrying first: a server that refuses our
+	 * credentials says so now ("Authorization Violation"), and procregd
+	 * does not start. Retrying, nats.c would close the connection
+	 * without a word why, and the node would run alone. Only a server
+	 * that is not there yet is worth waiting for. */
 	s = natsConnection_Connect(&m->nc, m->opts);
+	if (s == NATS_NO_SERVER) {
+		s = natsOptions_SetRetryOnFailedConnect(m->opts, true, cb_connected, m);
+		if (s == NATS_OK)
+			s = natsConnection_Connect(&m->nc, m->opts);
+	}
 	if (s == NATS_OK) {
 		enqueue(m, I_CONNECTED, NULL);
 	} else if (s == NATS_NOT_YET_CONNECTED) {
@@ -984,7 +1012,8 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 			subject(m, subj, kind[i], m->node);
 		s = natsConnection_Subscribe(&m->subs[i], m->nc, subj, cb_msg, m);
 		if (s != NATS_OK) {
-			m->up.log("bridge: nats: subscribe %s: %s", subj, nats_GetLastError(NULL));
+			m->up.log("bridge: nats: subscribe %s: %s (connection: %s)", subj,
+				  nats_GetLastError(NULL), conn_error(m));
 			return -EIO;
 		}
 	}
