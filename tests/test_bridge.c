@@ -1027,6 +1027,107 @@ static void test_cli_nodes(void **state)
 	assert_int_equal(th_cli(c->n[0].dir, out, sizeof(out), (const char *const[]){ "nodes", NULL }), 1);
 }
 
+/* ---- peers given by host name ------------------------------------------ */
+
+/* "localhost:PORT" for node I's listening port. */
+static void name_addr(const struct cluster *c, int i, char *out, size_t cap)
+{
+	snprintf(out, cap, "localhost%s", strrchr(c->n[i].listen, ':'));
+}
+
+struct fileprobe {
+	const char *path;
+	const char *needle;     /* NULL: the file exists */
+};
+
+static int probe_file(void *arg)
+{
+	struct fileprobe *f = arg;
+
+	return f->needle ? log_has(f->path, f->needle) : access(f->path, F_OK) == 0;
+}
+
+static void expect_file(const char *path, const char *needle, int ms)
+{
+	struct fileprobe f = { path, needle };
+
+	if (!th_until(probe_file, &f, ms))
+		fail_msg("%s: expected %s%s%s", path, needle ? "'" : "", needle ? needle : "to exist",
+			 needle ? "' in it" : "");
+}
+
+/* A peer given as localhost:PORT: resolved off the event loop, dialed
+ * when the answer comes (whichever of ::1 and 127.0.0.1 it lists first:
+ * the node listens on the second only, maybe). */
+static void test_peer_by_name(void **state)
+{
+	struct cluster *c = *state;
+	char peer[64];
+
+	start_node(c, 0, NULL);
+	name_addr(c, 0, peer, sizeof(peer));
+	c->extra = (const char *const[]){ "--peer", peer, NULL };
+	start_node(c, 1, NULL);
+	c->extra = NULL;
+	assert_int_equal(procreg_register(c->n[0].reg, "on-a", NULL, 0), 0);
+	expect_name(c->n[1].reg, "on-a", getpid(), true);
+	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
+	expect_name(c->n[0].reg, "on-b", getpid(), true);
+	assert_true(log_has(c->n[1].d.log, "bridge: node nodea: up"));
+	assert_false(log_has(c->n[1].d.log, "cannot resolve"));
+}
+
+/* A peer whose name does not resolve: logged, retried, and meanwhile the
+ * node serves and replicates with the others. */
+static void test_peer_unresolvable(void **state)
+{
+	struct cluster *c = *state;
+
+	c->extra = (const char *const[]){ "--peer", "nonexistent.invalid:1", NULL };
+	start_node(c, 0, NULL);
+	c->extra = NULL;
+	start_node(c, 1, (const int[]){ 0, -1 });
+	/* Generous: without a DNS server, the answer can take a while. */
+	expect_file(c->n[0].d.log, "bridge: peer nonexistent.invalid:1: cannot resolve", 60000);
+	assert_int_equal(procreg_register(c->n[0].reg, "on-a", NULL, 0), 0);
+	expect_name(c->n[1].reg, "on-a", getpid(), true);
+	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
+	expect_name(c->n[0].reg, "on-b", getpid(), true);
+	assert_int_equal(procreg_sync(c->n[0].reg), 0);
+}
+
+/* A look-up that never returns (getaddrinfo_stall.so, preloaded, plays a
+ * DNS server that does not answer): while it hangs, the node replicates,
+ * takes registrations, and at SIGTERM stops cleanly, exit 0 (teardown). */
+static void test_peer_resolution_hangs(void **state)
+{
+	struct cluster *c = *state;
+	char mark[600], preload[600], mark_env[640], asan[1024];
+	const char *asan_opts = getenv("ASAN_OPTIONS");
+
+	snprintf(mark, sizeof(mark), "%s/stalled", c->base);
+	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", GETADDRINFO_STALL);
+	snprintf(mark_env, sizeof(mark_env), "PROCREG_TEST_STALL_MARK=%s", mark);
+	/* Under AddressSanitizer, its runtime must come first; the shim
+	 * preloaded ahead of it is harmless. */
+	snprintf(asan, sizeof(asan), "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
+		 asan_opts ? asan_opts : "", asan_opts && asan_opts[0] ? ":" : "");
+	c->extra = (const char *const[]){ "--peer", "peer.stall.test:1", NULL };
+	assert_int_equal(start_node_env(c, 0, c->cookie, NULL,
+					(const char *const[]){ preload, mark_env, asan, NULL }), 0);
+	c->extra = NULL;
+	expect_file(mark, NULL, WAIT_MS);
+	/* The look-up is under way, for good. Node b dials a: a accepts,
+	 * takes b's snapshot and changes, sends its own. */
+	start_node(c, 1, (const int[]){ 0, -1 });
+	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
+	expect_name(c->n[0].reg, "on-b", getpid(), true);
+	assert_int_equal(procreg_register(c->n[0].reg, "on-a", NULL, 0), 0);
+	expect_name(c->n[1].reg, "on-a", getpid(), true);
+	assert_int_equal(procreg_sync(c->n[0].reg), 0);
+	assert_false(log_has(c->n[0].d.log, "cannot resolve"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1039,6 +1140,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_conflict_earlier_wins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_custom_resolver, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peer_by_name, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peer_unresolvable, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peer_resolution_hangs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_silent_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_peer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sequence_numbers, setup, teardown),
