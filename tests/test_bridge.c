@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -31,6 +32,7 @@ struct node {
 	char listen[32];
 	struct th_daemon d;
 	procreg_t *reg;
+	bool may_hang;          /* stop it with a deadline: a regression could wedge it */
 };
 
 struct cluster {
@@ -83,6 +85,27 @@ static int setup(void **state)
 	return 0;
 }
 
+/* SIGTERM; SIGKILL if it has not exited within MS: its exit status, or -1
+ * if it had to be killed. */
+static int stop_within(struct th_daemon *d, int ms)
+{
+	int st = -1;
+
+	kill(d->pid, SIGTERM);
+	for (int waited = 0; waited < ms; waited += 10) {
+		pid_t r = waitpid(d->pid, &st, WNOHANG);
+
+		if (r == d->pid) {
+			d->pid = 0;
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		}
+		th_msleep(10);
+	}
+	fprintf(stderr, "%s: did not stop within %d ms: killed\n", d->dir, ms);
+	th_daemon_kill(d);
+	return -1;
+}
+
 static int teardown(void **state)
 {
 	struct cluster *c = *state;
@@ -94,6 +117,10 @@ static int teardown(void **state)
 	for (int i = 0; i < NODES_MAX; i++) {
 		if (c->n[i].reg)
 			procreg_close(c->n[i].reg);
+		if (c->n[i].d.pid && c->n[i].may_hang && stop_within(&c->n[i].d, WAIT_MS) != 0) {
+			th_daemon_dump_log(&c->n[i].d);
+			bad = -1;
+		}
 		if (c->n[i].d.pid && th_daemon_stop(&c->n[i].d) != 0) {
 			th_daemon_dump_log(&c->n[i].d);
 			bad = -1;
@@ -1113,6 +1140,7 @@ static void test_peer_resolution_hangs(void **state)
 	snprintf(asan, sizeof(asan), "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
 		 asan_opts ? asan_opts : "", asan_opts && asan_opts[0] ? ":" : "");
 	c->extra = (const char *const[]){ "--peer", "peer.stall.test:1", NULL };
+	c->n[0].may_hang = true;
 	assert_int_equal(start_node_env(c, 0, c->cookie, NULL,
 					(const char *const[]){ preload, mark_env, asan, NULL }), 0);
 	c->extra = NULL;
