@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -31,6 +32,7 @@ struct node {
 	char listen[32];
 	struct th_daemon d;
 	procreg_t *reg;
+	bool may_hang;          /* stop it with a deadline: a regression could wedge it */
 };
 
 struct cluster {
@@ -58,6 +60,27 @@ static int setup(void **state)
 	return 0;
 }
 
+/* SIGTERM; SIGKILL if it has not exited within MS: its exit status, or -1
+ * if it had to be killed. */
+static int stop_within(struct th_daemon *d, int ms)
+{
+	int st = -1;
+
+	kill(d->pid, SIGTERM);
+	for (int waited = 0; waited < ms; waited += 10) {
+		pid_t r = waitpid(d->pid, &st, WNOHANG);
+
+		if (r == d->pid) {
+			d->pid = 0;
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		}
+		th_msleep(10);
+	}
+	fprintf(stderr, "%s: did not stop within %d ms: killed\n", d->dir, ms);
+	th_daemon_kill(d);
+	return -1;
+}
+
 static int teardown(void **state)
 {
 	struct cluster *c = *state;
@@ -69,6 +92,10 @@ static int teardown(void **state)
 	for (int i = 0; i < NODES_MAX; i++) {
 		if (c->n[i].reg)
 			procreg_close(c->n[i].reg);
+		if (c->n[i].d.pid && c->n[i].may_hang && stop_within(&c->n[i].d, WAIT_MS) != 0) {
+			th_daemon_dump_log(&c->n[i].d);
+			bad = -1;
+		}
 		if (c->n[i].d.pid && th_daemon_stop(&c->n[i].d) != 0) {
 			th_daemon_dump_log(&c->n[i].d);
 			bad = -1;
@@ -1102,6 +1129,108 @@ static void test_cli_nodes(void **state)
 	assert_int_equal(th_cli(c->n[0].dir, out, sizeof(out), (const char *const[]){ "nodes", NULL }), 1);
 }
 
+/* ---- peers given by host name ------------------------------------------ */
+
+/* "localhost:PORT" for node I's listening port. */
+static void name_addr(const struct cluster *c, int i, char *out, size_t cap)
+{
+	snprintf(out, cap, "localhost%s", strrchr(c->n[i].listen, ':'));
+}
+
+struct fileprobe {
+	const char *path;
+	const char *needle;     /* NULL: the file exists */
+};
+
+static int probe_file(void *arg)
+{
+	struct fileprobe *f = arg;
+
+	return f->needle ? th_log_has(f->path, f->needle) : access(f->path, F_OK) == 0;
+}
+
+static void expect_file(const char *path, const char *needle, int ms)
+{
+	struct fileprobe f = { path, needle };
+
+	if (!th_until(probe_file, &f, ms))
+		fail_msg("%s: expected %s%s%s", path, needle ? "'" : "", needle ? needle : "to exist",
+			 needle ? "' in it" : "");
+}
+
+/* A peer given as localhost:PORT: resolved off the event loop, dialed
+ * when the answer comes (whichever of ::1 and 127.0.0.1 it lists first:
+ * the node listens on the second only, maybe). */
+static void test_peer_by_name(void **state)
+{
+	struct cluster *c = *state;
+	char peer[64];
+
+	start_node(c, 0, NULL);
+	name_addr(c, 0, peer, sizeof(peer));
+	c->extra = (const char *const[]){ "--peer", peer, NULL };
+	start_node(c, 1, NULL);
+	c->extra = NULL;
+	assert_int_equal(procreg_register(c->n[0].reg, "on-a", NULL, 0), 0);
+	expect_name(c->n[1].reg, "on-a", getpid(), true);
+	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
+	expect_name(c->n[0].reg, "on-b", getpid(), true);
+	assert_true(th_log_has(c->n[1].d.log, "bridge: node nodea: up"));
+	assert_false(th_log_has(c->n[1].d.log, "cannot resolve"));
+}
+
+/* A peer whose name does not resolve: logged, retried, and meanwhile the
+ * node serves and replicates with the others. */
+static void test_peer_unresolvable(void **state)
+{
+	struct cluster *c = *state;
+
+	c->extra = (const char *const[]){ "--peer", "nonexistent.invalid:1", NULL };
+	start_node(c, 0, NULL);
+	c->extra = NULL;
+	start_node(c, 1, (const int[]){ 0, -1 });
+	/* Generous: without a DNS server, the answer can take a while. */
+	expect_file(c->n[0].d.log, "bridge: peer nonexistent.invalid:1: cannot resolve", 60000);
+	assert_int_equal(procreg_register(c->n[0].reg, "on-a", NULL, 0), 0);
+	expect_name(c->n[1].reg, "on-a", getpid(), true);
+	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
+	expect_name(c->n[0].reg, "on-b", getpid(), true);
+	assert_int_equal(procreg_sync(c->n[0].reg), 0);
+}
+
+/* A look-up that never returns (getaddrinfo_stall.so, preloaded, plays a
+ * DNS server that does not answer): while it hangs, the node replicates,
+ * takes registrations, and at SIGTERM stops cleanly, exit 0 (teardown). */
+static void test_peer_resolution_hangs(void **state)
+{
+	struct cluster *c = *state;
+	char mark[600], preload[600], mark_env[640], asan[1024];
+	const char *asan_opts = getenv("ASAN_OPTIONS");
+
+	snprintf(mark, sizeof(mark), "%s/stalled", c->base);
+	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", GETADDRINFO_STALL);
+	snprintf(mark_env, sizeof(mark_env), "PROCREG_TEST_STALL_MARK=%s", mark);
+	/* Under AddressSanitizer, its runtime must come first; the shim
+	 * preloaded ahead of it is harmless. */
+	snprintf(asan, sizeof(asan), "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
+		 asan_opts ? asan_opts : "", asan_opts && asan_opts[0] ? ":" : "");
+	c->extra = (const char *const[]){ "--peer", "peer.stall.test:1", NULL };
+	c->n[0].may_hang = true;
+	assert_int_equal(start_node_env(c, 0, c->cookie, NULL,
+					(const char *const[]){ preload, mark_env, asan, NULL }), 0);
+	c->extra = NULL;
+	expect_file(mark, NULL, WAIT_MS);
+	/* The look-up is under way, for good. Node b dials a: a accepts,
+	 * takes b's snapshot and changes, sends its own. */
+	start_node(c, 1, (const int[]){ 0, -1 });
+	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
+	expect_name(c->n[0].reg, "on-b", getpid(), true);
+	assert_int_equal(procreg_register(c->n[0].reg, "on-a", NULL, 0), 0);
+	expect_name(c->n[1].reg, "on-a", getpid(), true);
+	assert_int_equal(procreg_sync(c->n[0].reg), 0);
+	assert_false(th_log_has(c->n[0].d.log, "cannot resolve"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1114,6 +1243,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_conflict_earlier_wins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_custom_resolver, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peer_by_name, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peer_unresolvable, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peer_resolution_hangs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_silent_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_peer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sequence_numbers, setup, teardown),

@@ -4,7 +4,8 @@
  * Every node listens (--listen) and dials the peers it is given (--peer)
  * and the ones its peers tell it about (PEERS), so every pair of nodes
  * ends up with one connection. All sockets are non-blocking and live in an
- * epoll set of the backend's own, whose fd the daemon polls: no threads.
+ * epoll set of the backend's own, whose fd the daemon polls; the only
+ * thread is the resolver's (below), for host names.
  *
  * A connection: both sides send HELLO (name, incarnation, a fresh random
  * nonce, listening address), then AUTH, an HMAC-SHA256 keyed with the
@@ -20,6 +21,16 @@
  * Heartbeats go out when a connection has been idle for heartbeat_ms; a
  * peer heard nothing from for timeout_ms is dropped (node down). Dropped
  * peers are dialed again with backoff.
+ *
+ * Names. A peer's address may be a host name, and looking one up may wait
+ * on a DNS server for seconds, or for ever: never on the daemon's thread,
+ * where it would stall every registration on the host. A numeric address
+ * is used as it is; a name goes to one small resolver thread, the mesh's
+ * only one, started at the first name. It answers through an eventfd in
+ * the mesh's epoll set, and the dial proceeds then. The answer's addresses
+ * are tried in turn, one per dial, and the name is looked up again once
+ * they are all tried, or after a connection made with one of them ends. A
+ * name that does not resolve is retried with the dial's backoff.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,10 +38,13 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -55,9 +69,11 @@
  * port can open them, and each costs an fd until HANDSHAKE_MS is up, so
  * they are capped well below what the daemon's clients need. */
 #define HANDSHAKES_MAX 64
+#define ADDRS_MAX 8                 /* of one name's answer, tried in turn */
+#define RESOLVE_LOG_NS (60 * 1000000000ull) /* a name that keeps failing: a line a minute */
 
 enum conn_state { C_CONNECTING, C_HELLO, C_AUTH, C_UP };
-enum obj_kind { O_LISTEN, O_TIMER, O_CONN };
+enum obj_kind { O_LISTEN, O_TIMER, O_CONN, O_RESOLVED };
 
 struct obj {
 	enum obj_kind kind;
@@ -95,6 +111,42 @@ struct target {
 	struct conn *conn;
 	uint64_t next_try_ns;
 	uint32_t backoff_ms;
+	/* A host name's latest answer: the addresses not tried yet are
+	 * addrs[next_addr..naddrs). */
+	bool resolving;                   /* asked the resolver, no answer yet */
+	struct sockaddr_storage addrs[ADDRS_MAX];
+	socklen_t addr_lens[ADDRS_MAX];
+	unsigned naddrs, next_addr;
+	uint64_t resolve_fails, resolve_logged_ns;
+};
+
+/* One look-up: the daemon's thread fills in the question, the resolver
+ * thread the answer; on a list under the resolver's mutex in between, and
+ * owned by the one thread that took it off. */
+struct lookup {
+	struct lookup *next;
+	size_t target;                    /* index in mesh.targets, which never moves */
+	char addr[PR_BP_ADDR_MAX + 1];
+	int gai_err;                      /* getaddrinfo()'s, 0: naddrs addresses */
+	int sys_err;                      /* errno, for EAI_SYSTEM */
+	struct sockaddr_storage addrs[ADDRS_MAX];
+	socklen_t addr_lens[ADDRS_MAX];
+	unsigned naddrs;
+};
+
+/* Shared by the daemon's thread and the resolver thread, under mu. The
+ * thread is detached and never waited for: one stuck in a DNS query must
+ * not hold up the daemon's exit. So the last of the two to let go of the
+ * struct frees it (refs), and the thread writes efd only under mu while
+ * !stop: the mesh closes efd after setting stop. */
+struct resolver {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct lookup *todo, **todo_tail;
+	struct lookup *done;
+	bool stop;
+	int refs;
+	int efd;
 };
 
 struct mesh {
@@ -112,6 +164,8 @@ struct mesh {
 	size_t nconns;
 	struct target *targets;
 	size_t ntargets;
+	struct resolver *res;         /* NULL until the first host name */
+	struct obj res_o;
 };
 
 static uint64_t now_ns(void)
@@ -119,15 +173,13 @@ static uint64_t now_ns(void)
 	return procreg__mono_ns();
 }
 
-/* "host:port" -> a resolved address (numeric or a name). */
-static int resolve(const char *hp, struct sockaddr_storage *ss, socklen_t *len, bool passive)
+/* "host:port" (the host maybe in brackets) -> HOST, *PORT pointing into HP. */
+static int split_addr(const char *hp, char host[PR_BP_ADDR_MAX + 1], const char **port)
 {
-	char host[PR_BP_ADDR_MAX + 1];
 	const char *colon = strrchr(hp, ':');
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai;
 	size_t hl;
 
-	if (!colon || !colon[1] || (hl = (size_t)(colon - hp)) >= sizeof(host))
+	if (!colon || !colon[1] || (hl = (size_t)(colon - hp)) > PR_BP_ADDR_MAX)
 		return -EINVAL;
 	memcpy(host, hp, hl);
 	host[hl] = 0;
@@ -135,14 +187,36 @@ static int resolve(const char *hp, struct sockaddr_storage *ss, socklen_t *len, 
 		memmove(host, host + 1, hl - 2);
 		host[hl - 2] = 0;
 	}
-	if (passive)
-		hints.ai_flags = AI_PASSIVE;
-	if (getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai) != 0 || !ai)
-		return -EINVAL;
-	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
-	*len = ai->ai_addrlen;
-	freeaddrinfo(ai);
+	*port = colon + 1;
 	return 0;
+}
+
+/* "host:port" -> up to MAX addresses, in getaddrinfo()'s order: 0, or
+ * getaddrinfo()'s error (EAI_NONAME for a name when FLAGS has
+ * AI_NUMERICHOST). May block on DNS without AI_NUMERICHOST. */
+static int lookup_addr(const char *hp, int flags, struct sockaddr_storage *ss, socklen_t *lens,
+		       unsigned max, unsigned *n)
+{
+	char host[PR_BP_ADDR_MAX + 1];
+	const char *port;
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = flags }, *ai, *a;
+	int r;
+
+	*n = 0;
+	if (split_addr(hp, host, &port) < 0)
+		return EAI_NONAME;
+	r = getaddrinfo(host[0] ? host : NULL, port, &hints, &ai);
+	if (r != 0)
+		return r;
+	for (a = ai; a && *n < max; a = a->ai_next) {
+		if (a->ai_addrlen > sizeof(*ss))
+			continue;
+		memcpy(&ss[*n], a->ai_addr, a->ai_addrlen);
+		lens[(*n)++] = a->ai_addrlen;
+	}
+	freeaddrinfo(ai);
+	return *n ? 0 : EAI_NONAME;
 }
 
 static int hmac(const struct mesh *m, const uint8_t *data, size_t len, uint8_t out[PR_BP_MAC])
@@ -254,6 +328,13 @@ static struct conn *up_conn(struct mesh *m, const char *node)
 	return NULL;
 }
 
+/* The next dial of T no sooner than its backoff, which doubles. */
+static void backoff(struct target *t)
+{
+	t->next_try_ns = now_ns() + (uint64_t)t->backoff_ms * 1000000ull;
+	t->backoff_ms = t->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : t->backoff_ms * 2;
+}
+
 static void conn_kill(struct mesh *m, struct conn *c, const char *why)
 {
 	if (c->dead)
@@ -271,9 +352,7 @@ static void conn_kill(struct mesh *m, struct conn *c, const char *why)
 	}
 	if (c->target) {
 		c->target->conn = NULL;
-		c->target->next_try_ns = now_ns() + (uint64_t)c->target->backoff_ms * 1000000ull;
-		c->target->backoff_ms = c->target->backoff_ms * 2 > RETRY_MAX_MS
-						? RETRY_MAX_MS : c->target->backoff_ms * 2;
+		backoff(c->target);
 		c->target = NULL;
 	}
 }
@@ -334,22 +413,195 @@ static void send_hello(struct mesh *m, struct conn *c)
 	conn_flush(m, c);
 }
 
-static void dial(struct mesh *m, struct target *t)
+/* ---- names: the resolver thread ---------------------------------------- */
+
+static void resolver_free(struct resolver *r)
 {
-	struct sockaddr_storage ss;
-	socklen_t len;
+	pthread_cond_destroy(&r->cv);
+	pthread_mutex_destroy(&r->mu);
+	free(r);
+}
+
+static void lookups_free(struct lookup *l)
+{
+	while (l) {
+		struct lookup *next = l->next;
+
+		free(l);
+		l = next;
+	}
+}
+
+/* The resolver thread: one look-up at a time, in the order asked. A name
+ * whose DNS server does not answer delays the names asked after it, never
+ * the daemon. */
+static void *resolver_main(void *arg)
+{
+	struct resolver *r = arg;
+	bool last;
+
+	pthread_mutex_lock(&r->mu);
+	for (;;) {
+		struct lookup *l;
+		uint64_t one = 1;
+
+		while (!r->todo && !r->stop)
+			pthread_cond_wait(&r->cv, &r->mu);
+		if (r->stop)
+			break;
+		l = r->todo;
+		r->todo = l->next;
+		if (!r->todo)
+			r->todo_tail = &r->todo;
+		pthread_mutex_unlock(&r->mu);
+		l->gai_err = lookup_addr(l->addr, 0, l->addrs, l->addr_lens, ADDRS_MAX, &l->naddrs);
+		if (l->gai_err == EAI_SYSTEM)
+			l->sys_err = errno;
+		pthread_mutex_lock(&r->mu);
+		if (r->stop) {
+			free(l);
+			break;
+		}
+		l->next = r->done;
+		r->done = l;
+		(void)!write(r->efd, &one, sizeof(one));
+	}
+	last = --r->refs == 0;
+	pthread_mutex_unlock(&r->mu);
+	if (last)
+		resolver_free(r);
+	return NULL;
+}
+
+static int resolver_start(struct mesh *m)
+{
+	struct resolver *r = calloc(1, sizeof(*r));
+	struct epoll_event e = { .events = EPOLLIN, .data.ptr = &m->res_o };
+	pthread_attr_t attr;
+	sigset_t all, old;
+	pthread_t tid;
+	int err;
+
+	if (!r)
+		return -ENOMEM;
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
+	r->todo_tail = &r->todo;
+	r->refs = 2;    /* the mesh's and the thread's */
+	r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	m->res_o.kind = O_RESOLVED;
+	if (r->efd < 0 || epoll_ctl(m->epfd, EPOLL_CTL_ADD, r->efd, &e) < 0) {
+		err = -errno;
+		goto fail;
+	}
+	/* The daemon takes SIGTERM and SIGINT through a signalfd: blocked
+	 * in every thread, or the kernel could deliver one here. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	err = -pthread_create(&tid, &attr, resolver_main, r);
+	pthread_attr_destroy(&attr);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err)
+		goto fail;
+	m->res = r;
+	return 0;
+fail:
+	if (r->efd >= 0)
+		close(r->efd);
+	resolver_free(r);
+	return err;
+}
+
+/* At close: look-ups not started are dropped, and one under way is left
+ * to finish on its own (getaddrinfo() cannot be interrupted); its thread
+ * then frees what is left. */
+static void resolver_stop(struct mesh *m)
+{
+	struct resolver *r = m->res;
+	struct lookup *todo, *done;
+	bool last;
+	int efd;
+
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->mu);
+	r->stop = true;
+	todo = r->todo;
+	done = r->done;
+	r->todo = r->done = NULL;
+	r->todo_tail = &r->todo;
+	efd = r->efd;
+	r->efd = -1;
+	pthread_cond_signal(&r->cv);
+	last = --r->refs == 0;
+	pthread_mutex_unlock(&r->mu);
+	epoll_ctl(m->epfd, EPOLL_CTL_DEL, efd, NULL);
+	close(efd);
+	lookups_free(todo);
+	lookups_free(done);
+	if (last)
+		resolver_free(r);
+	m->res = NULL;
+}
+
+static int resolver_ask(struct mesh *m, struct target *t)
+{
+	struct lookup *l;
+	int err;
+
+	if (!m->res && (err = resolver_start(m)) < 0)
+		return err;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->target = (size_t)(t - m->targets);
+	snprintf(l->addr, sizeof(l->addr), "%s", t->addr);
+	pthread_mutex_lock(&m->res->mu);
+	*m->res->todo_tail = l;
+	m->res->todo_tail = &l->next;
+	pthread_cond_signal(&m->res->cv);
+	pthread_mutex_unlock(&m->res->mu);
+	t->resolving = true;
+	return 0;
+}
+
+/* ---- dialing ------------------------------------------------------------ */
+
+static bool want_dial(struct mesh *m, const struct target *t)
+{
+	return !t->conn && !t->resolving && strcmp(t->node, m->node) &&
+	       !(t->node[0] && up_conn(m, t->node));
+}
+
+static void resolve_failed(struct mesh *m, struct target *t, const char *why)
+{
+	uint64_t now = now_ns();
+
+	t->resolve_fails++;
+	/* Retried every RETRY_MAX_MS at most, for as long as it fails: the
+	 * log says so once a minute, with a count. */
+	if (!t->resolve_logged_ns || now - t->resolve_logged_ns >= RESOLVE_LOG_NS) {
+		m->up.log("bridge: peer %s: cannot resolve: %s (%llu failed so far); retrying",
+			  t->addr, why, (unsigned long long)t->resolve_fails);
+		t->resolve_logged_ns = now;
+	}
+	backoff(t);
+}
+
+static void dial_addr(struct mesh *m, struct target *t, const struct sockaddr_storage *ss,
+		      socklen_t len)
+{
 	struct conn *c;
 	struct epoll_event e = { .events = EPOLLOUT };
 	int fd, one = 1;
 
-	t->next_try_ns = now_ns() + (uint64_t)t->backoff_ms * 1000000ull;
-	if (resolve(t->addr, &ss, &len, false) < 0)
-		return;
-	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (connect(fd, (struct sockaddr *)&ss, len) < 0 && errno != EINPROGRESS) {
+	if (connect(fd, (const struct sockaddr *)ss, len) < 0 && errno != EINPROGRESS) {
 		close(fd);
 		return;
 	}
@@ -364,6 +616,74 @@ static void dial(struct mesh *m, struct target *t)
 	e.data.ptr = &c->o;
 	if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &e) < 0)
 		conn_kill(m, c, "epoll");
+}
+
+/* The next address of T's latest answer; a numeric address at once; a
+ * host name's answer, all tried, asked for again (answered in
+ * on_resolved()). */
+static void dial(struct mesh *m, struct target *t)
+{
+	char host[PR_BP_ADDR_MAX + 1];
+	const char *port;
+	struct sockaddr_storage ss;
+	socklen_t len;
+	unsigned n;
+	int r;
+
+	t->next_try_ns = now_ns() + (uint64_t)t->backoff_ms * 1000000ull;
+	if (split_addr(t->addr, host, &port) < 0) {
+		resolve_failed(m, t, "not HOST:PORT");
+		return;
+	}
+	if (t->next_addr < t->naddrs) {
+		unsigned i = t->next_addr++;
+
+		dial_addr(m, t, &t->addrs[i], t->addr_lens[i]);
+		return;
+	}
+	r = lookup_addr(t->addr, AI_NUMERICHOST, &ss, &len, 1, &n);
+	if (r == 0) {
+		dial_addr(m, t, &ss, len);
+	} else if (r != EAI_NONAME) {
+		resolve_failed(m, t, gai_strerror(r));
+	} else if ((r = resolver_ask(m, t)) < 0) {
+		resolve_failed(m, t, strerror(-r));
+	}
+}
+
+static void on_resolved(struct mesh *m)
+{
+	struct lookup *l;
+	uint64_t x;
+
+	(void)!read(m->res->efd, &x, sizeof(x));
+	pthread_mutex_lock(&m->res->mu);
+	l = m->res->done;
+	m->res->done = NULL;
+	pthread_mutex_unlock(&m->res->mu);
+	while (l) {
+		struct lookup *next = l->next;
+		struct target *t = &m->targets[l->target];
+
+		t->resolving = false;
+		if (l->gai_err) {
+			resolve_failed(m, t, l->gai_err == EAI_SYSTEM ? strerror(l->sys_err)
+								    : gai_strerror(l->gai_err));
+		} else {
+			memcpy(t->addrs, l->addrs, sizeof(t->addrs));
+			memcpy(t->addr_lens, l->addr_lens, sizeof(t->addr_lens));
+			t->naddrs = l->naddrs;
+			t->next_addr = 0;
+			if (t->resolve_fails)
+				m->up.log("bridge: peer %s: resolved", t->addr);
+			t->resolve_fails = 0;
+			t->resolve_logged_ns = 0;
+			if (want_dial(m, t))
+				dial(m, t);
+		}
+		free(l);
+		l = next;
+	}
 }
 
 static struct target *target_add(struct mesh *m, const char *addr, size_t len)
@@ -435,6 +755,8 @@ static void established(struct mesh *m, struct conn *c)
 	if (c->target) {
 		snprintf(c->target->node, sizeof(c->target->node), "%s", c->peer);
 		c->target->backoff_ms = RETRY_MIN_MS;
+		/* Once this connection ends, the name is looked up afresh. */
+		c->target->naddrs = c->target->next_addr = 0;
 	}
 	m->up.log("bridge: node %s: up (incarnation %llx, %s)", c->peer,
 		  (unsigned long long)c->peer_inc, c->outbound ? "dialed" : "accepted");
@@ -722,10 +1044,8 @@ static void tick(struct mesh *m)
 	for (size_t i = 0; i < m->ntargets; i++) {
 		struct target *t = &m->targets[i];
 
-		if (t->conn || now < t->next_try_ns || !strcmp(t->node, m->node) ||
-		    (t->node[0] && up_conn(m, t->node)))
-			continue;
-		dial(m, t);
+		if (now >= t->next_try_ns && want_dial(m, t))
+			dial(m, t);
 	}
 }
 
@@ -749,6 +1069,9 @@ static void mesh_dispatch(void *b)
 			break;
 		case O_CONN:
 			conn_event(m, (struct conn *)o, evs[i].events);
+			break;
+		case O_RESOLVED:
+			on_resolved(m);
 			break;
 		}
 	}
@@ -819,6 +1142,7 @@ static void mesh_close(void *b)
 
 	if (!m)
 		return;
+	resolver_stop(m);
 	for (struct conn *c = m->conns; c; c = c->next) {
 		if (!c->dead) {
 			c->dead = true;
@@ -846,9 +1170,12 @@ static int mesh_listen(struct mesh *m, const char *addr)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
+	unsigned n;
 	int one = 1, err;
 
-	if (resolve(addr, &ss, &len, true) < 0)
+	/* Once, at start, before the daemon serves: a host name may block
+	 * here, harmlessly. */
+	if (lookup_addr(addr, AI_PASSIVE, &ss, &len, 1, &n) != 0)
 		return -EINVAL;
 	m->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (m->lfd < 0)
