@@ -66,6 +66,7 @@
  * every upcall included, runs on the daemon's thread in dispatch().
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -874,8 +875,22 @@ static void nb_close(void *b)
 	}
 	if (m->opts)
 		natsOptions_Destroy(m->opts);
-	/* Every nats.c thread gone before procregd unloads us. */
-	nats_CloseAndWait(5000);
+	/* Every nats.c thread gone before procregd unloads us. One still
+	 * running after the wait could yet call into this object with M:
+	 * then both stay, the object pinned against dlclose() and M not
+	 * freed (the daemon is on its way out), the cookie wiped. */
+	if (nats_CloseAndWait(5000) != NATS_OK) {
+		Dl_info di;
+
+		if (m->up.log)
+			m->up.log("bridge: nats: the client library's threads did not stop within 5 s: "
+				  "left running");
+		if (dladdr((void *)nb_close, &di) && di.dli_fname)
+			dlopen(di.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+		if (m->cookie)
+			OPENSSL_cleanse(m->cookie, m->cookie_len);
+		return;
+	}
 	drain_queue(m);
 	for (size_t i = 0; m->peers && i < m->npeers; i++)
 		held_free(&m->peers[i]);
