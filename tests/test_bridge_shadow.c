@@ -137,7 +137,7 @@ static void fake_connect(struct fake *k, const char *listen, const char *name)
 	fake_send(k, buf, pos);
 	fake_expect(k, PR_BP_AUTH, &f);
 	pos = 0;
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, &start), 0);
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, 0, &start), 0);
 	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
 	fake_send(k, buf, pos);
 }
