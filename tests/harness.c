@@ -382,16 +382,35 @@ void th_write_file(const char *path, const char *text, mode_t mode)
 	close(fd);
 }
 
-int th_log_has(const char *path, const char *needle)
+/* The log at PATH, its first 1 MiB, NUL-terminated, in a static buffer
+ * (the tests read logs from one thread): enough for any test's daemon. */
+static const char *log_read(const char *path)
 {
-	char buf[65536];
+	static char buf[1 << 20];
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ssize_t n;
 
 	if (fd < 0)
-		return 0;
+		return NULL;
 	n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	buf[n > 0 ? n : 0] = 0;
-	return strstr(buf, needle) != NULL;
+	return buf;
+}
+
+int th_log_has(const char *path, const char *needle)
+{
+	const char *buf = log_read(path);
+
+	return buf && strstr(buf, needle) != NULL;
+}
+
+int th_log_count(const char *path, const char *needle)
+{
+	const char *buf = log_read(path);
+	int n = 0;
+
+	for (const char *s = buf; s && (s = strstr(s, needle)); s++)
+		n++;
+	return n;
 }

@@ -95,8 +95,10 @@ uint8_t *th_exact(const uint8_t *buf, size_t len);
 int th_free_port(void);
 /* Write TEXT to PATH (created or truncated) with MODE. */
 void th_write_file(const char *path, const char *text, mode_t mode);
-/* Whether the file PATH (its first 64 KiB) contains NEEDLE. */
+/* Whether the file PATH (its first 1 MiB) contains NEEDLE. */
 int th_log_has(const char *path, const char *needle);
+/* How many times NEEDLE is in the file PATH (its first 1 MiB). */
+int th_log_count(const char *path, const char *needle);
 
 /* Sleep for MS milliseconds. */
 void th_msleep(int ms);

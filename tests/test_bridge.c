@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "cluster.h"
 #include "internal.h"
 #include "bridge_proto.h"
 
@@ -25,20 +25,12 @@
 #define NODES_MAX 5
 #define WAIT_MS 10000
 
-struct node {
-	char name[16];
-	char dir[512];
-	char listen[32];
-	struct th_daemon d;
-	procreg_t *reg;
-};
-
 struct cluster {
 	const char *resolver;       /* --resolver for every node started, or NULL */
 	const char *const *extra;   /* more arguments for every node started, or NULL */
 	char *base;
 	char cookie[512];
-	struct node n[NODES_MAX];
+	struct th_node n[NODES_MAX];
 };
 
 static int setup(void **state)
@@ -46,14 +38,8 @@ static int setup(void **state)
 	struct cluster *c = calloc(1, sizeof(*c));
 
 	assert_non_null(c);
-	c->base = th_mkdtemp();
-	snprintf(c->cookie, sizeof(c->cookie), "%s/cookie", c->base);
-	th_write_file(c->cookie, "a-test-cookie-0123456789\n", 0600);
-	for (int i = 0; i < NODES_MAX; i++) {
-		snprintf(c->n[i].name, sizeof(c->n[i].name), "node%c", 'a' + i);
-		snprintf(c->n[i].dir, sizeof(c->n[i].dir), "%s/node%c", c->base, 'a' + i);
-		assert_int_equal(mkdir(c->n[i].dir, 0755), 0);
-	}
+	c->base = th_nodes_make(c->n, NODES_MAX, "node", c->cookie, sizeof(c->cookie),
+				"a-test-cookie-0123456789");
 	*state = c;
 	return 0;
 }
@@ -61,82 +47,37 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct cluster *c = *state;
-
-	int bad = 0;
-
 	/* Every daemon still running stops cleanly (under the sanitizers: no
 	 * error, no leak). */
-	for (int i = 0; i < NODES_MAX; i++) {
-		if (c->n[i].reg)
-			procreg_close(c->n[i].reg);
-		if (c->n[i].d.pid && th_daemon_stop(&c->n[i].d) != 0) {
-			th_daemon_dump_log(&c->n[i].d);
-			bad = -1;
-		}
-	}
+	int bad = th_nodes_stop(c->n, NODES_MAX);
+
 	th_rmrf(c->base);
 	free(c->base);
 	free(c);
 	return bad;
 }
 
-/* How many times NEEDLE is in the first 64 KiB of the log at PATH. */
-static int count_in_log(const char *path, const char *needle)
-{
-	char buf[65536];
-	int fd = open(path, O_RDONLY), n = 0;
-	ssize_t got;
-
-	if (fd < 0)
-		return 0;
-	got = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	buf[got > 0 ? got : 0] = 0;
-	for (const char *s = buf; (s = strstr(s, needle)); s++)
-		n++;
-	return n;
-}
-
-/* Start node I with COOKIE, peering with the nodes in PEERS (-1 ends). A
- * port taken between th_free_port() and the daemon's bind: try another. */
+/* Start node I with COOKIE, peering with the nodes in PEERS (-1 ends). */
 static int start_node_env(struct cluster *c, int i, const char *cookie, const int *peers,
 			  const char *const *env)
 {
-	struct node *n = &c->n[i];
 	char peer_args[NODES_MAX][32];
 	const char *args[32];
-	int err = -1;
+	int k = 0;
 
-	for (int attempt = 0; attempt < 5 && err; attempt++) {
-		int k = 0;
-
-		snprintf(n->listen, sizeof(n->listen), "127.0.0.1:%d", th_free_port());
-		args[k++] = "--node";
-		args[k++] = n->name;
-		args[k++] = "--listen";
-		args[k++] = n->listen;
-		args[k++] = "--cookie-file";
-		args[k++] = cookie;
-		if (c->resolver) {
-			args[k++] = "--resolver";
-			args[k++] = c->resolver;
-		}
-		for (int e = 0; c->extra && c->extra[e]; e++)
-			args[k++] = c->extra[e];
-		for (int p = 0; peers && peers[p] >= 0; p++) {
-			snprintf(peer_args[p], sizeof(peer_args[p]), "%s", c->n[peers[p]].listen);
-			args[k++] = "--peer";
-			args[k++] = peer_args[p];
-		}
-		args[k] = NULL;
-		err = th_daemon_start(&n->d, n->dir, args, env);
-		if (err && !th_log_has(n->d.log, "cannot listen"))
-			return err;
+	if (c->resolver) {
+		args[k++] = "--resolver";
+		args[k++] = c->resolver;
 	}
-	if (err)
-		return err;
-	n->reg = th_open(n->dir);
-	return n->reg ? 0 : -1;
+	for (int e = 0; c->extra && c->extra[e]; e++)
+		args[k++] = c->extra[e];
+	for (int p = 0; peers && peers[p] >= 0; p++) {
+		snprintf(peer_args[p], sizeof(peer_args[p]), "%s", c->n[peers[p]].listen);
+		args[k++] = "--peer";
+		args[k++] = peer_args[p];
+	}
+	args[k] = NULL;
+	return th_node_start(&c->n[i], cookie, args, env);
 }
 
 static int start_node_cookie(struct cluster *c, int i, const char *cookie, const int *peers)
@@ -158,94 +99,12 @@ static void start_three(struct cluster *c)
 	start_node(c, 2, (const int[]){ 0, -1 });
 }
 
-struct probe {
-	procreg_t *reg;
-	const char *name;
-	pid_t pid;              /* expected owner; 0: expect absent */
-	uint32_t node_nonzero;  /* expect a remote entry */
-};
-
-static int probe_name(void *arg)
-{
-	struct probe *p = arg;
-	struct procreg_entry e;
-	int r = procreg_lookup(p->reg, p->name, &e);
-
-	if (!p->pid)
-		return r == -ENOENT;
-	return r == 0 && e.pid == p->pid && (!p->node_nonzero || e.node != 0);
-}
-
-static void expect_name(procreg_t *reg, const char *name, pid_t pid, bool remote)
-{
-	struct probe p = { reg, name, pid, remote };
-
-	if (!th_until(probe_name, &p, WAIT_MS))
-		fail_msg("'%s': expected %s", name, pid ? "visible" : "gone");
-}
-
-struct gprobe {
-	procreg_t *reg;
-	const char *group;
-	int want;
-};
-
-static int count_cb(const struct procreg_entry *e, void *arg)
-{
-	(void)e;
-	(*(int *)arg)++;
-	return 0;
-}
-
-static int probe_group(void *arg)
-{
-	struct gprobe *g = arg;
-	int n = 0;
-
-	procreg_members(g->reg, g->group, count_cb, &n);
-	return n == g->want;
-}
-
-static void expect_members(procreg_t *reg, const char *group, int want)
-{
-	struct gprobe g = { reg, group, want };
-
-	if (!th_until(probe_group, &g, WAIT_MS))
-		fail_msg("group '%s': expected %d members", group, want);
-}
-
+#define expect_name(reg, name, pid, remote) th_expect_name(reg, name, pid, remote, WAIT_MS)
+#define expect_members(reg, group, want) th_expect_members(reg, group, want, WAIT_MS)
 /* A child that registers NAME (with META) on a node and holds it until
  * killed. */
-static pid_t spawn_holder_meta(const char *dir, const char *name, const char *meta)
-{
-	int ready[2];
-	pid_t pid;
-	char ch;
-
-	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		procreg_t *r = th_open(dir);
-
-		close(ready[0]);
-		if (!r || procreg_register(r, name, meta, strlen(meta)) != 0)
-			_exit(10);
-		if (write(ready[1], "x", 1) != 1)
-			_exit(11);
-		for (;;)
-			pause();
-	}
-	close(ready[1]);
-	assert_int_equal(read(ready[0], &ch, 1), 1);
-	close(ready[0]);
-	return pid;
-}
-
-static pid_t spawn_holder(const char *dir, const char *name)
-{
-	return spawn_holder_meta(dir, name, "held");
-}
+#define spawn_holder_meta(dir, name, meta) th_spawn_holder(dir, name, meta)
+#define spawn_holder(dir, name) th_spawn_holder(dir, name, "held")
 
 /* ---- tests -------------------------------------------------------------- */
 
@@ -554,56 +413,20 @@ static void test_silent_node(void **state)
 	expect_name(c->n[2].reg, "quiet", 0, false);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* Propagation figures, printed, not asserted: one name registered on a
  * until a lookup on b finds it (median and max of 200), and 2,000 names
  * registered back to back on a until the last is on b and c. */
 static void test_propagation_figures(void **state)
 {
 	struct cluster *c = *state;
-	uint64_t lat[200], t0, t_reg, t_b = 0, t_c = 0;
-	struct procreg_entry e;
-	char name[64];
 
 	start_three(c);
 	assert_int_equal(procreg_register(c->n[0].reg, "warmup", NULL, 0), 0);
 	expect_name(c->n[1].reg, "warmup", getpid(), true);
-	for (int i = 0; i < 200; i++) {
-		snprintf(name, sizeof(name), "lat%d", i);
-		t0 = procreg__mono_ns();
-		assert_int_equal(procreg_register(c->n[0].reg, name, NULL, 0), 0);
-		while (procreg_lookup(c->n[1].reg, name, &e) != 0)
-			assert_true(procreg__mono_ns() - t0 < 10000000000ull);
-		lat[i] = procreg__mono_ns() - t0;
-	}
-	qsort(lat, 200, sizeof(lat[0]), cmp_u64);
-	t0 = procreg__mono_ns();
-	for (int i = 0; i < 2000; i++) {
-		snprintf(name, sizeof(name), "bulk%d", i);
-		assert_int_equal(procreg_register(c->n[0].reg, name, "m", 1), 0);
-	}
-	t_reg = procreg__mono_ns() - t0;
-	while (!t_b || !t_c) {
-		if (!t_b && procreg_lookup(c->n[1].reg, "bulk1999", &e) == 0)
-			t_b = procreg__mono_ns() - t0;
-		if (!t_c && procreg_lookup(c->n[2].reg, "bulk1999", &e) == 0)
-			t_c = procreg__mono_ns() - t0;
-		assert_true(procreg__mono_ns() - t0 < 30000000000ull);
-	}
-	printf("propagation a->b, one name (register on a returns .. lookup on b finds it): "
-	       "median %.0f us, p90 %.0f us, max %.0f us (200 names)\n",
-	       lat[100] / 1e3, lat[180] / 1e3, lat[199] / 1e3);
-	printf("2000 names registered on a in %.1f ms; all on b after %.1f ms, on c after %.1f ms\n",
-	       t_reg / 1e6, t_b / 1e6, t_c / 1e6);
+	th_propagation_figures(c->n[0].reg, c->n[1].reg, c->n[2].reg, "");
 }
 
-static int dial_node(const struct node *n)
+static int dial_node(const struct th_node *n)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -678,7 +501,7 @@ static void test_hostile_peer(void **state)
 static void test_backend_from_shared_object(void **state)
 {
 	struct cluster *c = *state;
-	struct node *n = &c->n[0];
+	struct th_node *n = &c->n[0];
 	const char *args[] = { "--node", "solo", "--cookie-file", c->cookie, "--bridge-backend",
 			       BRIDGE_BACKEND_NULL, NULL };
 	char out[4096];
@@ -804,7 +627,7 @@ static void fake_change(struct fake *k, uint64_t seq, const char *name)
 
 /* Connect to node N as "fake", incarnation INC: handshake, and the
  * daemon's snapshot read. */
-static void fake_connect(struct fake *k, const struct node *n, uint64_t inc, uint8_t *copy)
+static void fake_connect(struct fake *k, const struct th_node *n, uint64_t inc, uint8_t *copy)
 {
 	uint8_t buf[1024], nonce[PR_BP_NONCE], in[PR_BP_AUTH_INPUT_MAX], mac[PR_BP_MAC];
 	const char cookie[] = "a-test-cookie-0123456789";
@@ -934,7 +757,7 @@ static void test_snapshot_parts(void **state)
 	expect_name(c->n[0].reg, "whole-2", 99, true);
 	/* The heartbeat and the change went through: no refusal but the
 	 * three above. */
-	assert_int_equal(count_in_log(c->n[0].d.log, "out of order"), 3);
+	assert_int_equal(th_log_count(c->n[0].d.log, "out of order"), 3);
 	close(k.fd);
 }
 
@@ -1027,30 +850,11 @@ static void test_reconnect_same_incarnation(void **state)
 	close(k.fd);
 }
 
-struct cliprobe {
-	const char *dir;
-	const char *const *args;
-	const char *needles[4];
-	char out[8192];
-};
-
-static int probe_cli(void *arg)
-{
-	struct cliprobe *p = arg;
-
-	if (th_cli(p->dir, p->out, sizeof(p->out), p->args) != 0)
-		return 0;
-	for (int i = 0; i < 4 && p->needles[i]; i++)
-		if (!strstr(p->out, p->needles[i]))
-			return 0;
-	return 1;
-}
-
 /* procreg nodes, and the node's name in procreg get and stats. */
 static void test_cli_nodes(void **state)
 {
 	struct cluster *c = *state;
-	struct cliprobe p = { 0 };
+	struct th_cliprobe p = { 0 };
 	char out[4096];
 
 	start_three(c);
@@ -1059,13 +863,13 @@ static void test_cli_nodes(void **state)
 	p.needles[0] = "\"node\":\"nodea\"";
 	p.needles[1] = "\"name\":\"nodeb\"";
 	p.needles[2] = "\"name\":\"nodec\"";
-	if (!th_until(probe_cli, &p, WAIT_MS))
+	if (!th_until(th_probe_cli, &p, WAIT_MS))
 		fail_msg("procreg nodes --json: %s", p.out);
 	p.args = (const char *const[]){ "nodes", NULL };
 	p.needles[0] = "nodea";
 	p.needles[1] = "nodeb";
 	p.needles[2] = "nodec";
-	assert_true(probe_cli(&p));
+	assert_true(th_probe_cli(&p));
 
 	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
 	expect_name(c->n[0].reg, "on-b", getpid(), true);
@@ -1084,13 +888,13 @@ static void test_cli_nodes(void **state)
 	p.needles[0] = "bridge_node        nodeb";
 	p.needles[1] = "bridge_nodes_up    2";
 	p.needles[2] = "bridge_changes_out 1";
-	if (!th_until(probe_cli, &p, WAIT_MS))
+	if (!th_until(th_probe_cli, &p, WAIT_MS))
 		fail_msg("procreg stats: %s", p.out);
 	p.args = (const char *const[]){ "stats", "--format", "prometheus", NULL };
 	p.needles[0] = "procreg_bridge_nodes_up{scope=\"default\",node=\"nodeb\"} 2";
 	p.needles[1] = "procreg_bridge_changes_out_total{scope=\"default\",node=\"nodeb\"} 1";
 	p.needles[2] = "# TYPE procreg_bridge_conflicts_total counter";
-	if (!th_until(probe_cli, &p, WAIT_MS))
+	if (!th_until(th_probe_cli, &p, WAIT_MS))
 		fail_msg("procreg stats --format prometheus: %s", p.out);
 
 	/* A daemon without --node does not replicate: exit 1. */

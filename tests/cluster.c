@@ -1,0 +1,259 @@
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "internal.h"
+
+char *th_nodes_make(struct th_node *n, int count, const char *prefix, char *cookie, size_t cap,
+		    const char *text)
+{
+	char *base = th_mkdtemp();
+	char line[256];
+
+	snprintf(cookie, cap, "%s/cookie", base);
+	snprintf(line, sizeof(line), "%s\n", text);
+	th_write_file(cookie, line, 0600);
+	for (int i = 0; i < count; i++) {
+		snprintf(n[i].name, sizeof(n[i].name), "%s%c", prefix, 'a' + i);
+		snprintf(n[i].dir, sizeof(n[i].dir), "%s/%s%c", base, prefix, 'a' + i);
+		assert_int_equal(mkdir(n[i].dir, 0755), 0);
+	}
+	return base;
+}
+
+int th_nodes_stop(struct th_node *n, int count)
+{
+	int bad = 0;
+
+	for (int i = 0; i < count; i++) {
+		if (n[i].reg)
+			procreg_close(n[i].reg);
+		n[i].reg = NULL;
+		if (n[i].d.pid && th_daemon_stop(&n[i].d) != 0) {
+			th_daemon_dump_log(&n[i].d);
+			bad = -1;
+		}
+	}
+	return bad;
+}
+
+int th_daemon_start_listen(struct th_daemon *d, const char *dir, char *listen,
+			   volatile int *port_out, const char *const *args,
+			   const char *const *env)
+{
+	const char *argv[64];
+	int err = -1, k = 0;
+
+	argv[k++] = "--listen";
+	argv[k++] = listen;
+	for (int i = 0; args && args[i] && k < 63; i++)
+		argv[k++] = args[i];
+	argv[k] = NULL;
+	for (int attempt = 0; attempt < 5 && err; attempt++) {
+		int port = th_free_port();
+
+		if (port_out)
+			*port_out = port;
+		snprintf(listen, 32, "127.0.0.1:%d", port);
+		err = th_daemon_start(d, dir, argv, env);
+		if (err && !th_log_has(d->log, "cannot listen"))
+			return err;
+	}
+	return err;
+}
+
+int th_node_start(struct th_node *n, const char *cookie, const char *const *args,
+		  const char *const *env)
+{
+	const char *argv[64] = { "--node", n->name, "--cookie-file", cookie };
+	int k = 4, err;
+
+	for (int i = 0; args && args[i] && k < 63; i++)
+		argv[k++] = args[i];
+	argv[k] = NULL;
+	err = th_daemon_start_listen(&n->d, n->dir, n->listen, NULL, argv, env);
+	if (err)
+		return err;
+	n->reg = th_open(n->dir);
+	return n->reg ? 0 : -1;
+}
+
+struct name_probe {
+	procreg_t *reg;
+	const char *name;
+	pid_t pid;              /* expected owner; 0: expect absent */
+	bool remote;            /* expect a remote entry */
+};
+
+static int probe_name(void *arg)
+{
+	struct name_probe *p = arg;
+	struct procreg_entry e;
+	int r = procreg_lookup(p->reg, p->name, &e);
+
+	if (!p->pid)
+		return r == -ENOENT;
+	return r == 0 && e.pid == p->pid && (!p->remote || e.node != 0);
+}
+
+void th_expect_name(procreg_t *reg, const char *name, pid_t pid, bool remote, int ms)
+{
+	struct name_probe p = { reg, name, pid, remote };
+
+	if (!th_until(probe_name, &p, ms))
+		fail_msg("'%s': expected %s", name, pid ? "visible" : "gone");
+}
+
+int th_count_cb(const struct procreg_entry *e, void *arg)
+{
+	(void)e;
+	(*(int *)arg)++;
+	return 0;
+}
+
+struct group_probe {
+	procreg_t *reg;
+	const char *group;
+	int want;
+};
+
+static int probe_group(void *arg)
+{
+	struct group_probe *g = arg;
+	int n = 0;
+
+	procreg_members(g->reg, g->group, th_count_cb, &n);
+	return n == g->want;
+}
+
+void th_expect_members(procreg_t *reg, const char *group, int want, int ms)
+{
+	struct group_probe g = { reg, group, want };
+
+	if (!th_until(probe_group, &g, ms))
+		fail_msg("group '%s': expected %d members", group, want);
+}
+
+struct log_probe {
+	const char *path, *needle;
+};
+
+static int probe_log(void *arg)
+{
+	struct log_probe *l = arg;
+
+	return th_log_has(l->path, l->needle);
+}
+
+void th_expect_log(const char *path, const char *needle, int ms)
+{
+	struct log_probe lp = { path, needle };
+
+	if (!th_until(probe_log, &lp, ms))
+		fail_msg("%s: no '%s'", path, needle);
+}
+
+pid_t th_spawn_holder(const char *dir, const char *name, const char *meta)
+{
+	int ready[2];
+	pid_t pid;
+	char ch;
+
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		procreg_t *r = th_open(dir);
+
+		close(ready[0]);
+		if (!r || procreg_register(r, name, meta, strlen(meta)) != 0)
+			_exit(10);
+		if (write(ready[1], "x", 1) != 1)
+			_exit(11);
+		for (;;)
+			pause();
+	}
+	close(ready[1]);
+	assert_int_equal(read(ready[0], &ch, 1), 1);
+	close(ready[0]);
+	return pid;
+}
+
+int th_probe_cli(void *arg)
+{
+	struct th_cliprobe *p = arg;
+
+	if (th_cli(p->dir, p->out, sizeof(p->out), p->args) != 0)
+		return 0;
+	for (int i = 0; i < 4 && p->needles[i]; i++)
+		if (!strstr(p->out, p->needles[i]))
+			return 0;
+	return 1;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+void th_propagation_figures(procreg_t *a, procreg_t *b, procreg_t *c, const char *label)
+{
+	uint64_t lat[200], t0, t_reg, t_b = 0, t_c = 0;
+	struct procreg_entry e;
+	char name[64];
+
+	for (int i = 0; i < 200; i++) {
+		snprintf(name, sizeof(name), "lat%d", i);
+		t0 = procreg__mono_ns();
+		assert_int_equal(procreg_register(a, name, NULL, 0), 0);
+		/* A bound, not a figure: a name that never arrives fails. */
+		while (procreg_lookup(b, name, &e) != 0)
+			assert_true(procreg__mono_ns() - t0 < 10000000000ull);
+		lat[i] = procreg__mono_ns() - t0;
+	}
+	qsort(lat, 200, sizeof(lat[0]), cmp_u64);
+	t0 = procreg__mono_ns();
+	for (int i = 0; i < 2000; i++) {
+		snprintf(name, sizeof(name), "bulk%d", i);
+		assert_int_equal(procreg_register(a, name, "m", 1), 0);
+	}
+	t_reg = procreg__mono_ns() - t0;
+	while (!t_b || !t_c) {
+		if (!t_b && procreg_lookup(b, "bulk1999", &e) == 0)
+			t_b = procreg__mono_ns() - t0;
+		if (!t_c && procreg_lookup(c, "bulk1999", &e) == 0)
+			t_c = procreg__mono_ns() - t0;
+		assert_true(procreg__mono_ns() - t0 < 30000000000ull);
+	}
+	printf("%spropagation a->b, one name (register on a returns .. lookup on b finds it): "
+	       "median %.0f us, p90 %.0f us, max %.0f us (200 names)\n",
+	       label, lat[100] / 1e3, lat[180] / 1e3, lat[199] / 1e3);
+	printf("%s2000 names registered on a in %.1f ms; all on b after %.1f ms, on c after %.1f ms\n",
+	       label, t_reg / 1e6, t_b / 1e6, t_c / 1e6);
+}
+
+long th_count_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *e;
+	long n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	assert_non_null(d);
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
