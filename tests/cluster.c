@@ -85,6 +85,40 @@ int th_node_start(struct th_node *n, const char *cookie, const char *const *args
 	return n->reg ? 0 : -1;
 }
 
+int th_bridged_fx_start(void **state, const char *node, const char *cookie)
+{
+	struct th_bridged_fx *f = calloc(1, sizeof(*f));
+	char path[600], line[256];
+
+	assert_non_null(f);
+	f->dir = th_mkdtemp();
+	assert_int_equal(chmod(f->dir, 0755), 0);
+	snprintf(path, sizeof(path), "%s/cookie", f->dir);
+	snprintf(line, sizeof(line), "%s\n", cookie);
+	th_write_file(path, line, 0600);
+	assert_int_equal(th_daemon_start_listen(&f->d, f->dir, f->listen, NULL,
+						(const char *const[]){ "--node", node,
+								       "--cookie-file", path, NULL },
+						NULL), 0);
+	f->reg = th_open(f->dir);
+	assert_non_null(f->reg);
+	*state = f;
+	return 0;
+}
+
+int th_bridged_fx_stop(void **state)
+{
+	struct th_bridged_fx *f = *state;
+	int st;
+
+	procreg_close(f->reg);
+	st = th_daemon_stop_dump(&f->d);
+	th_rmrf(f->dir);
+	free(f->dir);
+	free(f);
+	return st ? -1 : 0;
+}
+
 struct name_probe {
 	procreg_t *reg;
 	const char *name;

@@ -46,6 +46,22 @@ int th_daemon_start_listen(struct th_daemon *d, const char *dir, char *listen,
 int th_node_start(struct th_node *n, const char *cookie, const char *const *args,
 		  const char *const *env);
 
+/* The fixture of a test against one bridged daemon: a fresh directory
+ * (mode 0755) holding the cookie file DIR/cookie and the table of a
+ * daemon --node NODE on a free port (in LISTEN), and a handle. */
+struct th_bridged_fx {
+	char *dir;
+	char listen[32];
+	struct th_daemon d;
+	procreg_t *reg;
+};
+
+/* cmocka setup and teardown: *STATE is the struct th_bridged_fx, its
+ * cookie COOKIE (a newline added). The teardown stops the daemon, which
+ * must exit 0. */
+int th_bridged_fx_start(void **state, const char *node, const char *cookie);
+int th_bridged_fx_stop(void **state);
+
 /* Fail the test unless, within MS ms, NAME is on REG owned by PID (and
  * from another node if REMOTE), or, PID 0, gone. */
 void th_expect_name(procreg_t *reg, const char *name, pid_t pid, bool remote, int ms);

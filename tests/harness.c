@@ -152,6 +152,18 @@ void th_daemon_dump_log(const struct th_daemon *d)
 	fclose(f);
 }
 
+int th_daemon_stop_dump(struct th_daemon *d)
+{
+	int st;
+
+	if (!d->pid)
+		return 0;
+	st = th_daemon_stop(d);
+	if (st)
+		th_daemon_dump_log(d);
+	return st;
+}
+
 pid_t th_fork(int (*fn)(void *), void *arg)
 {
 	pid_t pid = fork();
@@ -171,6 +183,15 @@ int th_wait(pid_t pid)
 	if (WIFEXITED(st))
 		return WEXITSTATUS(st);
 	return 128 + WTERMSIG(st);
+}
+
+void th_kill_wait(pid_t *pid)
+{
+	if (*pid > 0) {
+		kill(*pid, SIGKILL);
+		th_wait(*pid);
+	}
+	*pid = 0;
 }
 
 int th_cli(const char *dir, char *out, size_t outlen, const char *const *args)

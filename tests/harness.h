@@ -40,6 +40,9 @@ int th_daemon_stop(struct th_daemon *d);
 void th_daemon_kill(struct th_daemon *d);
 /* Print the daemon's log (on failure, to see why). */
 void th_daemon_dump_log(const struct th_daemon *d);
+/* th_daemon_stop() if it runs (0 if not), its log printed unless it
+ * exited 0: the exit status. */
+int th_daemon_stop_dump(struct th_daemon *d);
 
 procreg_t *th_open(const char *dir);
 
@@ -60,6 +63,8 @@ int th_fx_stop(void **state);
 pid_t th_fork(int (*fn)(void *), void *arg);
 /* Wait for PID: its exit status, or 128 + signal. */
 int th_wait(pid_t pid);
+/* SIGKILL *PID (if > 0) and wait for it; *PID is 0 after. */
+void th_kill_wait(pid_t *pid);
 
 /* Run the CLI with DIR as --dir: ARGS is NULL-terminated. Captures up to
  * OUTLEN-1 bytes of stdout into OUT (may be NULL). Returns the exit status. */

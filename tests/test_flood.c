@@ -21,29 +21,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "cluster.h"
 #include "internal.h"
 #include "proto.h"
 #include "bridge_proto.h"
 
 #define WAIT_MS 60000
-
-static long count_fds(pid_t pid)
-{
-	char path[64];
-	struct dirent *e;
-	long n = 0;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	assert_non_null(d);
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
 
 static long rss_anon_kb(pid_t pid)
 {
@@ -70,7 +53,7 @@ static int fds_back(void *arg)
 {
 	struct fdcount *c = arg;
 
-	return count_fds(c->pid) == c->want;
+	return th_count_fds(c->pid) == c->want;
 }
 
 /* Whether the daemon serves: a registration, a lookup and a sync. */
@@ -145,7 +128,7 @@ static void test_client_never_reads(void **state)
 	int fd;
 
 	serves(f->reg, "warm");
-	c.want = count_fds(f->d.pid);
+	c.want = th_count_fds(f->d.pid);
 	rss0 = rss_anon_kb(f->d.pid);
 	fd = raw_client(f->dir);
 	/* A full packet of SYNCs: one 16-byte reply each. */
@@ -181,52 +164,14 @@ static void test_client_never_reads(void **state)
 
 /* ---- the bridge port: frames begun and never finished ------------------ */
 
-struct node_fx {
-	char *dir;
-	char listen[32];
-	struct th_daemon d;
-	procreg_t *reg;
-};
-
 static int setup_node(void **state)
 {
-	static char cookie[600];
-	static struct node_fx *f;
-	const char *args[] = { "--node", "a", "--listen", NULL, "--cookie-file", cookie, NULL };
-	int err = -1;
-
-	f = calloc(1, sizeof(*f));
-	assert_non_null(f);
-	args[3] = f->listen;
-	f->dir = th_mkdtemp();
-	snprintf(cookie, sizeof(cookie), "%s/cookie", f->dir);
-	th_write_file(cookie, "a-flood-cookie-0123456789\n", 0600);
-	for (int attempt = 0; attempt < 5 && err; attempt++) {
-		snprintf(f->listen, sizeof(f->listen), "127.0.0.1:%d", th_free_port());
-		err = th_daemon_start(&f->d, f->dir, args, NULL);
-		if (err && !th_log_has(f->d.log, "cannot listen"))
-			break;
-	}
-	assert_int_equal(err, 0);
-	f->reg = th_open(f->dir);
-	assert_non_null(f->reg);
-	*state = f;
-	return 0;
+	return th_bridged_fx_start(state, "a", "a-flood-cookie-0123456789");
 }
 
 static int teardown_node(void **state)
 {
-	struct node_fx *f = *state;
-	int st;
-
-	procreg_close(f->reg);
-	st = th_daemon_stop(&f->d);
-	if (st)
-		th_daemon_dump_log(&f->d);
-	th_rmrf(f->dir);
-	free(f->dir);
-	free(f);
-	return st ? -1 : 0;
+	return th_bridged_fx_stop(state);
 }
 
 #define STALLED 200
@@ -237,7 +182,7 @@ static int teardown_node(void **state)
  * back after. */
 static void test_bridge_half_frames(void **state)
 {
-	struct node_fx *f = *state;
+	struct th_bridged_fx *f = *state;
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	static const uint8_t partial[] = { 0x40, 0, 0, 0, PR_BP_HELLO };
 	struct fdcount c = { f->d.pid, 0 };
@@ -245,7 +190,7 @@ static void test_bridge_half_frames(void **state)
 	bool hello[STALLED] = { false };
 
 	serves(f->reg, "warm");
-	c.want = count_fds(f->d.pid);
+	c.want = th_count_fds(f->d.pid);
 	sa.sin_port = htons((uint16_t)atoi(strchr(f->listen, ':') + 1));
 	for (int i = 0; i < STALLED; i++) {
 		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -327,14 +272,14 @@ static int hung_up(int fd, int ms)
  * forever; and once fds are free again, it serves. */
 static void test_out_of_fds(void **state)
 {
-	struct node_fx *f = *state;
+	struct th_bridged_fx *f = *state;
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct fdcount c = { f->d.pid, 0 };
 	struct rlimit old, low;
 	int holders[HOLDERS], n = 0, tcp, refused = 0;
 
 	serves(f->reg, "warm");
-	c.want = count_fds(f->d.pid);
+	c.want = th_count_fds(f->d.pid);
 	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, NULL, &old), 0);
 	low = (struct rlimit){ (rlim_t)c.want + 8, old.rlim_max };
 	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &low, NULL), 0);
