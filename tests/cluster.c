@@ -194,29 +194,57 @@ void th_expect_log(const char *path, const char *needle, int ms)
 		fail_msg("%s: no '%s'", path, needle);
 }
 
-pid_t th_spawn_holder(const char *dir, const char *name, const char *meta)
+pid_t th_spawn_holding(const char *dir, int (*hold)(procreg_t *r, void *arg), void *arg,
+		       char *st)
 {
 	int ready[2];
 	pid_t pid;
-	char ch;
 
 	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		procreg_t *r = th_open(dir);
+		int c;
+		char b;
 
 		close(ready[0]);
-		if (!r || procreg_register(r, name, meta, strlen(meta)) != 0)
+		if (!r)
 			_exit(10);
-		if (write(ready[1], "x", 1) != 1)
-			_exit(11);
+		c = hold(r, arg);
+		if (c < 0)
+			_exit(-c);
+		b = (char)c;
+		if (write(ready[1], &b, 1) != 1)
+			_exit(12);
 		for (;;)
 			pause();
 	}
 	close(ready[1]);
-	assert_int_equal(read(ready[0], &ch, 1), 1);
+	if (read(ready[0], st, 1) != 1)
+		*st = 0;
 	close(ready[0]);
+	return pid;
+}
+
+struct holder {
+	const char *name, *meta;
+};
+
+static int hold_name(procreg_t *r, void *arg)
+{
+	struct holder *h = arg;
+
+	return procreg_register(r, h->name, h->meta, strlen(h->meta)) == 0 ? 'x' : -10;
+}
+
+pid_t th_spawn_holder(const char *dir, const char *name, const char *meta)
+{
+	struct holder h = { name, meta };
+	char st;
+	pid_t pid = th_spawn_holding(dir, hold_name, &h, &st);
+
+	assert_int_equal(st, 'x');
 	return pid;
 }
 

@@ -72,6 +72,12 @@ void th_expect_members(procreg_t *reg, const char *group, int want, int ms);
 /* Fail the test unless, within MS ms, the log at PATH has NEEDLE. */
 void th_expect_log(const char *path, const char *needle, int ms);
 
+/* A child that opens the table of DIR and runs HOLD(R, ARG): a byte > 0
+ * to report, or -CODE to exit with CODE; having reported, it holds what
+ * it took until killed. Returns its pid once it reported, the byte in
+ * *ST, or 0 in *ST if it exited first (10: no handle; 12: no report). */
+pid_t th_spawn_holding(const char *dir, int (*hold)(procreg_t *r, void *arg), void *arg,
+		       char *st);
 /* A child that registers NAME with META on the daemon of DIR and holds it
  * until killed; returns once it is registered. */
 pid_t th_spawn_holder(const char *dir, const char *name, const char *meta);
