@@ -787,6 +787,45 @@ static uint64_t fake_request(struct fake *k)
 	return req;
 }
 
+/* Node a started (with a long timeout: the fake sends one heartbeat, it
+ * must not go silent meanwhile), and the fake K on the server, subscribed
+ * to its snapshot requests: its heartbeat (as of change 0) brings it up
+ * on a, which asks for its snapshot. The request's id. */
+static uint64_t fake_up(struct cluster *c, struct fake *k)
+{
+	uint8_t buf[64];
+	size_t pos = 0;
+
+	c->node_timeout_ms = "60000";
+	start_node(c, 0);
+	memset(k, 0, sizeof(*k));
+	k->nc = test_client(c, true);
+	assert_non_null(k->nc);
+	assert_int_equal(natsConnection_SubscribeSync(&k->req, k->nc, "procreg.default.snap.fake"),
+			 NATS_OK);
+	assert_int_equal(natsConnection_Flush(k->nc), NATS_OK);
+	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, 7, 0), 0);
+	fake_publish(k, "procreg.default.node.fake", 1, 0, buf, pos);
+	return fake_request(k);
+}
+
+/* Part PART of the fake's snapshot (as of change 0, in answer to request
+ * REQ): NAME, and the last part if LAST. */
+static void fake_snap_part(struct fake *k, uint64_t req, uint32_t part, const char *name, bool last)
+{
+	uint8_t buf[1024];
+	size_t pos = 0, start;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = name,
+				 .name_len = strlen(name) };
+
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, part, &start),
+			 0);
+	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
+	procreg__bp_end(buf, pos, start, last ? PR_BP_SNAP_LAST : 0);
+	fake_publish(k, "procreg.default.inbox.nodea", 3, req, buf, pos);
+}
+
 /* Over NATS as over the mesh: a change that arrives before the snapshot
  * it follows waits for it; one already applied is ignored; one after a
  * gap makes the node down, its entries gone, and a fresh snapshot is
@@ -795,27 +834,9 @@ static void test_snapshot_order_and_gaps(void **state)
 {
 	struct cluster *c = *state;
 	static struct fake k;
-	uint8_t buf[1024];
-	size_t pos = 0, start;
 	uint64_t req;
-	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-				 .registered_ns = procreg__now_ns(), .name = "fake-x", .name_len = 6 };
 
-	/* The fake sends one heartbeat: it must not go silent meanwhile. */
-	c->node_timeout_ms = "60000";
-	start_node(c, 0);
-	memset(&k, 0, sizeof(k));
-	k.nc = test_client(c, true);
-	assert_non_null(k.nc);
-	assert_int_equal(natsConnection_SubscribeSync(&k.req, k.nc, "procreg.default.snap.fake"),
-			 NATS_OK);
-	assert_int_equal(natsConnection_Flush(k.nc), NATS_OK);
-
-	/* A heartbeat (as of change 0) brings it up on a, which asks for
-	 * its snapshot. */
-	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, 7, 0), 0);
-	fake_publish(&k, "procreg.default.node.fake", 1, 0, buf, pos);
-	req = fake_request(&k);
+	req = fake_up(c, &k);
 	expect_log(c->n[0].d.log, "node fake: up");
 
 	/* Change 1 overtakes the snapshot (as of 0): held, then applied
@@ -824,11 +845,7 @@ static void test_snapshot_order_and_gaps(void **state)
 	th_msleep(100);
 	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-early", &(struct procreg_entry){ 0 }),
 			 -ENOENT);
-	pos = 0;
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, 0, &start), 0);
-	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
-	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
-	fake_publish(&k, "procreg.default.inbox.nodea", 3, req, buf, pos);
+	fake_snap_part(&k, req, 0, "fake-x", true);
 	expect_name(c->n[0].reg, "fake-x", 99, true);
 	expect_name(c->n[0].reg, "fake-early", 99, true);
 
@@ -853,23 +870,6 @@ static void test_snapshot_order_and_gaps(void **state)
 	natsConnection_Destroy(k.nc);
 }
 
-/* Part PART of the fake's snapshot (as of change 0, in answer to request
- * REQ): NAME, and the last part if LAST. */
-static void fake_snap_part(struct fake *k, uint64_t req, uint32_t part, const char *name, bool last)
-{
-	uint8_t buf[1024];
-	size_t pos = 0, start;
-	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-				 .registered_ns = procreg__now_ns(), .name = name,
-				 .name_len = strlen(name) };
-
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, part, &start),
-			 0);
-	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
-	procreg__bp_end(buf, pos, start, last ? PR_BP_SNAP_LAST : 0);
-	fake_publish(k, "procreg.default.inbox.nodea", 3, req, buf, pos);
-}
-
 /* A snapshot part lost on the way (NATS core delivers at most once): the
  * next part is refused, the node resyncs (a fresh request), and the
  * answer, whole this time, is applied. (A lost last part is a snapshot
@@ -878,21 +878,9 @@ static void test_snapshot_part_lost(void **state)
 {
 	struct cluster *c = *state;
 	static struct fake k;
-	uint8_t buf[64];
-	size_t pos = 0;
 	uint64_t req, req2;
 
-	c->node_timeout_ms = "60000";
-	start_node(c, 0);
-	memset(&k, 0, sizeof(k));
-	k.nc = test_client(c, true);
-	assert_non_null(k.nc);
-	assert_int_equal(natsConnection_SubscribeSync(&k.req, k.nc, "procreg.default.snap.fake"),
-			 NATS_OK);
-	assert_int_equal(natsConnection_Flush(k.nc), NATS_OK);
-	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, 7, 0), 0);
-	fake_publish(&k, "procreg.default.node.fake", 1, 0, buf, pos);
-	req = fake_request(&k);
+	req = fake_up(c, &k);
 
 	/* Part 1 lost: part 2 is refused, and never applied. */
 	fake_snap_part(&k, req, 0, "lost-0", false);
