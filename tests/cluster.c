@@ -175,6 +175,61 @@ void th_expect_members(procreg_t *reg, const char *group, int want, int ms)
 		fail_msg("group '%s': expected %d members", group, want);
 }
 
+void th_expect_meta(procreg_t *reg, const char *name, const void *meta, size_t len, int ms)
+{
+	struct procreg_entry e = { 0 };
+
+	for (int i = 0; i < ms / 5; i++) {
+		if (procreg_lookup(reg, name, &e) == 0 && e.meta_len == len)
+			break;
+		th_msleep(5);
+	}
+	assert_int_equal(e.meta_len, len);
+	assert_memory_equal(e.meta, meta, len);
+}
+
+void th_expect_names(procreg_t *reg, uint64_t want, int ms)
+{
+	struct procreg_stats st = { 0 };
+
+	for (int i = 0; i < ms / 5 && st.names != want; i++) {
+		procreg_stats(reg, &st);
+		if (st.names != want)
+			th_msleep(5);
+	}
+	assert_int_equal(st.names, want);
+}
+
+void th_register_bulk(procreg_t *reg, const char *prefix, int count, const char *meta)
+{
+	struct procreg_op *ops = calloc((size_t)count, sizeof(*ops));
+	char (*names)[64] = calloc((size_t)count, sizeof(*names));
+
+	assert_non_null(ops);
+	assert_non_null(names);
+	for (int i = 0; i < count; i++) {
+		snprintf(names[i], sizeof(names[i]), "%s%d", prefix, i);
+		ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
+					      .meta = meta, .meta_len = strlen(meta) };
+	}
+	assert_int_equal(procreg_batch(reg, ops, (size_t)count), 0);
+	for (int i = 0; i < count; i++)
+		assert_int_equal(ops[i].result, 0);
+	free(names);
+	free(ops);
+}
+
+int th_feed_count(procreg_t *reg, uint64_t *cursor, int type, const char *name)
+{
+	struct procreg_event ev;
+	int n = 0;
+
+	while (procreg_next_event(reg, cursor, &ev, 0) == 0)
+		if (ev.type == type && !strcmp(ev.name, name))
+			n++;
+	return n;
+}
+
 struct log_probe {
 	const char *path, *needle;
 };

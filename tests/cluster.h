@@ -69,6 +69,17 @@ void th_expect_name(procreg_t *reg, const char *name, pid_t pid, bool remote, in
 int th_count_cb(const struct procreg_entry *e, void *arg);
 /* Fail the test unless, within MS ms, GROUP on REG has WANT members. */
 void th_expect_members(procreg_t *reg, const char *group, int want, int ms);
+/* Fail the test unless, within MS ms, NAME on REG has the metadata
+ * META[0..LEN). */
+void th_expect_meta(procreg_t *reg, const char *name, const void *meta, size_t len, int ms);
+/* Fail the test unless, within MS ms, REG holds WANT names. */
+void th_expect_names(procreg_t *reg, uint64_t want, int ms);
+/* Register PREFIX0 .. PREFIX<COUNT-1>, each with META, on REG in one
+ * batch: each must succeed. */
+void th_register_bulk(procreg_t *reg, const char *prefix, int count, const char *meta);
+/* How many events of TYPE for NAME REG's change feed has from *CURSOR on
+ * (which moves past them all). */
+int th_feed_count(procreg_t *reg, uint64_t *cursor, int type, const char *name);
 /* Fail the test unless, within MS ms, the log at PATH has NEEDLE. */
 void th_expect_log(const char *path, const char *needle, int ms);
 

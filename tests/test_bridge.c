@@ -101,6 +101,7 @@ static void start_three(struct cluster *c)
 
 #define expect_name(reg, name, pid, remote) th_expect_name(reg, name, pid, remote, WAIT_MS)
 #define expect_members(reg, group, want) th_expect_members(reg, group, want, WAIT_MS)
+#define expect_meta(reg, name, meta, len) th_expect_meta(reg, name, meta, len, WAIT_MS)
 /* A child that registers NAME (with META) on a node and holds it until
  * killed. */
 #define spawn_holder_meta(dir, name, meta) th_spawn_holder(dir, name, meta)
@@ -130,13 +131,7 @@ static void test_visible_everywhere(void **state)
 
 	/* Metadata updates travel. */
 	assert_int_equal(procreg_register(c->n[0].reg, "payments", "v2", 2), 0);
-	for (int i = 0; i < 2000; i++) {
-		if (procreg_lookup(c->n[2].reg, "payments", &e) == 0 && e.meta_len == 2)
-			break;
-		th_msleep(5);
-	}
-	assert_int_equal(e.meta_len, 2);
-	assert_memory_equal(e.meta, "v2", 2);
+	expect_meta(c->n[2].reg, "payments", "v2", 2);
 
 	/* Groups: one member from each of two nodes, seen on all three. */
 	assert_int_equal(procreg_join(c->n[1].reg, "workers", "b", 1), 0);
@@ -174,8 +169,6 @@ static void test_killed_node_entries_vanish(void **state)
 	struct cluster *c = *state;
 	pid_t holder;
 	uint64_t cursor;
-	struct procreg_event ev;
-	bool seen = false;
 
 	start_three(c);
 	holder = spawn_holder(c->n[0].dir, "on-a");
@@ -191,10 +184,7 @@ static void test_killed_node_entries_vanish(void **state)
 	expect_members(c->n[1].reg, "pool", 0);
 	expect_members(c->n[2].reg, "pool", 0);
 	/* The change feed says why. */
-	while (procreg_next_event(c->n[1].reg, &cursor, &ev, 0) == 0)
-		if (ev.type == PROCREG_EV_NODE_DOWN && !strcmp(ev.name, "on-a"))
-			seen = true;
-	assert_true(seen);
+	assert_true(th_feed_count(c->n[1].reg, &cursor, PROCREG_EV_NODE_DOWN, "on-a") > 0);
 	kill(holder, SIGKILL);
 	th_wait(holder);
 }
@@ -211,35 +201,13 @@ static void test_late_joiner(void **state)
 	expect_name(c->n[0].reg, "from-c", getpid(), true);
 
 	/* Enough on a for its snapshot to take several frames. */
-	{
-		static struct procreg_op ops[3000];
-		static char names[3000][24];
-		static const char meta[] = "0123456789abcdef0123456789abcdef";
-
-		for (int i = 0; i < 3000; i++) {
-			snprintf(names[i], sizeof(names[i]), "bulk-%d", i);
-			ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
-						      .meta = meta, .meta_len = 32 };
-		}
-		assert_int_equal(procreg_batch(c->n[0].reg, ops, 3000), 0);
-		for (int i = 0; i < 3000; i++)
-			assert_int_equal(ops[i].result, 0);
-	}
+	th_register_bulk(c->n[0].reg, "bulk-", 3000, "0123456789abcdef0123456789abcdef");
 
 	/* d knows only c; it hears of a and b from c. */
 	start_node(c, 3, (const int[]){ 2, -1 });
 	expect_name(c->n[3].reg, "bulk-0", getpid(), true);
 	expect_name(c->n[3].reg, "bulk-2999", getpid(), true);
-	{
-		struct procreg_stats st = { 0 };
-
-		for (int i = 0; i < WAIT_MS / 5 && st.names != 3003; i++) {
-			procreg_stats(c->n[3].reg, &st);
-			if (st.names != 3003)
-				th_msleep(5);
-		}
-		assert_int_equal(st.names, 3003);
-	}
+	th_expect_names(c->n[3].reg, 3003, WAIT_MS);
 	expect_name(c->n[3].reg, "from-a", getpid(), true);
 	expect_name(c->n[3].reg, "from-b", getpid(), true);
 	expect_name(c->n[3].reg, "from-c", getpid(), true);
@@ -255,28 +223,22 @@ static void test_late_joiner(void **state)
  * the batch (0) or as soon as each is queued (1). */
 static void flush_bytes_round(struct cluster *c, const char *bytes)
 {
-	static struct procreg_op ops[20000];
-	static char names[20000][24];
 	struct procreg_stats st = { 0 };
+	char name[32];
 
 	c->extra = (const char *const[]){ "--bridge-flush-bytes", bytes, NULL };
 	start_node(c, 0, NULL);
 	start_node(c, 1, (const int[]){ 0, -1 });
 	assert_int_equal(procreg_register(c->n[1].reg, "ready", NULL, 0), 0);
 	expect_name(c->n[0].reg, "ready", getpid(), true);
-	for (int i = 0; i < 20000; i++) {
-		snprintf(names[i], sizeof(names[i]), "flush-%d", i);
-		ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
-					      .meta = "m", .meta_len = 1 };
-	}
-	assert_int_equal(procreg_batch(c->n[0].reg, ops, 20000), 0);
-	for (int i = 0; i < 20000; i++)
-		assert_int_equal(ops[i].result, 0);
+	th_register_bulk(c->n[0].reg, "flush-", 20000, "m");
 	expect_name(c->n[1].reg, "flush-19999", getpid(), true);
 	procreg_stats(c->n[1].reg, &st);
 	assert_int_equal(st.names, 20001);
-	for (int i = 0; i < 20000; i += 997)
-		expect_name(c->n[1].reg, names[i], getpid(), true);
+	for (int i = 0; i < 20000; i += 997) {
+		snprintf(name, sizeof(name), "flush-%d", i);
+		expect_name(c->n[1].reg, name, getpid(), true);
+	}
 	c->extra = NULL;
 }
 
@@ -843,9 +805,7 @@ static void test_reconnect_same_incarnation(void **state)
 	/* A restart: another incarnation. What the old one held goes. */
 	fake_connect(&k, &c->n[0], 8, copy);
 	expect_name(c->n[0].reg, "fake-x", 0, false);
-	while (procreg_next_event(c->n[0].reg, &cursor, &ev, 0) == 0)
-		if (ev.type == PROCREG_EV_NODE_DOWN && !strcmp(ev.name, "fake-x"))
-			gone++;
+	gone += th_feed_count(c->n[0].reg, &cursor, PROCREG_EV_NODE_DOWN, "fake-x");
 	assert_int_equal(gone, 2);
 	close(k.fd);
 }

@@ -333,6 +333,7 @@ static void start_three(struct cluster *c)
 
 #define expect_name(reg, name, pid, remote) th_expect_name(reg, name, pid, remote, WAIT_MS)
 #define expect_members(reg, group, want) th_expect_members(reg, group, want, WAIT_MS)
+#define expect_meta(reg, name, meta, len) th_expect_meta(reg, name, meta, len, WAIT_MS)
 /* A child that registers NAME on a node and holds it until killed. */
 #define spawn_holder(dir, name) th_spawn_holder(dir, name, "held")
 
@@ -355,13 +356,7 @@ static void test_visible_everywhere(void **state)
 
 	/* Metadata updates travel. */
 	assert_int_equal(procreg_register(c->n[0].reg, "payments", "v2", 2), 0);
-	for (int i = 0; i < WAIT_MS / 5; i++) {
-		if (procreg_lookup(c->n[2].reg, "payments", &e) == 0 && e.meta_len == 2)
-			break;
-		th_msleep(5);
-	}
-	assert_int_equal(e.meta_len, 2);
-	assert_memory_equal(e.meta, "v2", 2);
+	expect_meta(c->n[2].reg, "payments", "v2", 2);
 
 	/* Groups, from two nodes, seen on all three. */
 	assert_int_equal(procreg_join(c->n[1].reg, "workers", "b", 1), 0);
@@ -410,8 +405,6 @@ static void test_killed_node_entries_vanish(void **state)
 	struct cluster *c = *state;
 	pid_t holder;
 	uint64_t cursor;
-	struct procreg_event ev;
-	bool seen = false;
 
 	start_three(c);
 	holder = spawn_holder(c->n[0].dir, "on-a");
@@ -426,10 +419,7 @@ static void test_killed_node_entries_vanish(void **state)
 	expect_name(c->n[2].reg, "on-a", 0, false);
 	expect_members(c->n[1].reg, "pool", 0);
 	expect_members(c->n[2].reg, "pool", 0);
-	while (procreg_next_event(c->n[1].reg, &cursor, &ev, 0) == 0)
-		if (ev.type == PROCREG_EV_NODE_DOWN && !strcmp(ev.name, "on-a"))
-			seen = true;
-	assert_true(seen);
+	assert_true(th_feed_count(c->n[1].reg, &cursor, PROCREG_EV_NODE_DOWN, "on-a") > 0);
 	expect_log(c->n[1].d.log, "bridge: node nodea: down (silent)");
 	kill(holder, SIGKILL);
 	th_wait(holder);
@@ -447,10 +437,6 @@ static void test_killed_node_entries_vanish(void **state)
 static void test_late_joiner(void **state)
 {
 	struct cluster *c = *state;
-	static struct procreg_op ops[3000];
-	static char names[3000][24];
-	static const char meta[] = "0123456789abcdef0123456789abcdef";
-	struct procreg_stats st = { 0 };
 
 	start_three(c);
 	assert_int_equal(procreg_register(c->n[0].reg, "from-a", NULL, 0), 0);
@@ -459,22 +445,10 @@ static void test_late_joiner(void **state)
 	assert_int_equal(procreg_join(c->n[2].reg, "g", NULL, 0), 0);
 	expect_name(c->n[0].reg, "from-c", getpid(), true);
 	/* Enough on a for its snapshot to take several frames. */
-	for (int i = 0; i < 3000; i++) {
-		snprintf(names[i], sizeof(names[i]), "bulk-%d", i);
-		ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
-					      .meta = meta, .meta_len = 32 };
-	}
-	assert_int_equal(procreg_batch(c->n[0].reg, ops, 3000), 0);
-	for (int i = 0; i < 3000; i++)
-		assert_int_equal(ops[i].result, 0);
+	th_register_bulk(c->n[0].reg, "bulk-", 3000, "0123456789abcdef0123456789abcdef");
 
 	start_node(c, 3);
-	for (int i = 0; i < WAIT_MS / 5 && st.names != 3003; i++) {
-		procreg_stats(c->n[3].reg, &st);
-		if (st.names != 3003)
-			th_msleep(5);
-	}
-	assert_int_equal(st.names, 3003);
+	th_expect_names(c->n[3].reg, 3003, WAIT_MS);
 	expect_name(c->n[3].reg, "bulk-2999", getpid(), true);
 	expect_name(c->n[3].reg, "from-b", getpid(), true);
 	expect_members(c->n[3].reg, "g", 1);
