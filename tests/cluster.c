@@ -374,3 +374,20 @@ long th_count_fds(pid_t pid)
 	closedir(d);
 	return n;
 }
+
+long th_status_kb(pid_t pid, const char *key)
+{
+	char path[64], line[256];
+	size_t kl = strlen(key);
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, kl) && line[kl] == ':')
+			v = strtol(line + kl + 1, NULL, 10);
+	fclose(f);
+	return v;
+}

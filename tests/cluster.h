@@ -109,6 +109,8 @@ int th_probe_cli(void *arg);
  * on B and C. Names lat* and bulk*: A must have none yet. */
 void th_propagation_figures(procreg_t *a, procreg_t *b, procreg_t *c, const char *label);
 
+/* The figure of KEY (in kB) in /proc/PID/status; -1 if it has none. */
+long th_status_kb(pid_t pid, const char *key);
 /* How many fds process PID has open. */
 long th_count_fds(pid_t pid);
 

@@ -11,10 +11,13 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
+#include "proto.h"
 
 char *th_mkdtemp(void)
 {
@@ -434,4 +437,47 @@ int th_log_count(const char *path, const char *needle)
 	for (const char *s = buf; s && (s = strstr(s, needle)); s++)
 		n++;
 	return n;
+}
+
+int th_raw_connect(const char *dir)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", dir);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+void th_raw_hello(int fd)
+{
+	static uint8_t buf[PR_PACKET_MAX];
+	size_t pos = 0;
+	struct pr_frame f;
+	ssize_t n;
+
+	procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 1, 0);
+	/* The kernel here may not have SO_PEERPIDFD: pass our pidfd. */
+	{
+		int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+		union {
+			struct cmsghdr h;
+			char b[CMSG_SPACE(sizeof(int))];
+		} u = { 0 };
+		struct iovec iov = { buf, pos };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+				      .msg_controllen = sizeof(u.b) };
+
+		u.h.cmsg_level = SOL_SOCKET;
+		u.h.cmsg_type = SCM_RIGHTS;
+		u.h.cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(&u.h), &pidfd, sizeof(int));
+		assert_true(sendmsg(fd, &msg, 0) == (ssize_t)pos);
+		close(pidfd);
+	}
+	n = recv(fd, buf, sizeof(buf), 0);
+	assert_true(n > 0);
+	pos = 0;
+	assert_int_equal(procreg__proto_next(buf, (size_t)n, &pos, &f), 1);
+	assert_int_equal(f.h.status, 0);
 }

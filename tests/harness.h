@@ -105,6 +105,11 @@ int th_log_has(const char *path, const char *needle);
 /* How many times NEEDLE is in the file PATH (its first 1 MiB). */
 int th_log_count(const char *path, const char *needle);
 
+/* A raw connection to the socket of the daemon of DIR (scope default),
+ * and its HELLO (with this process's pidfd), which must be accepted. */
+int th_raw_connect(const char *dir);
+void th_raw_hello(int fd);
+
 /* Sleep for MS milliseconds. */
 void th_msleep(int ms);
 /* Poll COND-like function until it returns non-zero, up to MS ms. */

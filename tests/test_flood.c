@@ -28,22 +28,6 @@
 
 #define WAIT_MS 60000
 
-static long rss_anon_kb(pid_t pid)
-{
-	char path[64], line[256];
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	assert_non_null(f);
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, "RssAnon:", 8))
-			v = strtol(line + 8, NULL, 10);
-	fclose(f);
-	return v;
-}
-
 struct fdcount {
 	pid_t pid;
 	long want;
@@ -79,38 +63,9 @@ static int teardown(void **state)
 
 static int raw_client(const char *dir)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	static uint8_t buf[PR_PACKET_MAX];
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), pidfd;
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
-	} u = { 0 };
-	size_t pos = 0;
-	struct iovec iov;
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-			      .msg_controllen = sizeof(u.b) };
-	struct pr_frame f;
-	ssize_t n;
+	int fd = th_raw_connect(dir);
 
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", dir);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	/* HELLO, with our pidfd for kernels without SO_PEERPIDFD. */
-	procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 1, 0);
-	iov = (struct iovec){ buf, pos };
-	pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-	assert_true(pidfd >= 0);
-	u.h.cmsg_level = SOL_SOCKET;
-	u.h.cmsg_type = SCM_RIGHTS;
-	u.h.cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(&u.h), &pidfd, sizeof(int));
-	assert_true(sendmsg(fd, &msg, 0) == (ssize_t)pos);
-	close(pidfd);
-	n = recv(fd, buf, sizeof(buf), 0);
-	assert_true(n > 0);
-	pos = 0;
-	assert_int_equal(procreg__proto_next(buf, (size_t)n, &pos, &f), 1);
-	assert_int_equal(f.h.status, 0);
+	th_raw_hello(fd);
 	return fd;
 }
 
@@ -129,7 +84,7 @@ static void test_client_never_reads(void **state)
 
 	serves(f->reg, "warm");
 	c.want = th_count_fds(f->d.pid);
-	rss0 = rss_anon_kb(f->d.pid);
+	rss0 = th_status_kb(f->d.pid, "RssAnon");
 	fd = raw_client(f->dir);
 	/* A full packet of SYNCs: one 16-byte reply each. */
 	while (pos + PR_FRAME_HDR <= sizeof(pkt))
@@ -151,7 +106,7 @@ static void test_client_never_reads(void **state)
 		snprintf(name, sizeof(name), "bystander.%d", i);
 		serves(f->reg, name);
 	}
-	rss1 = rss_anon_kb(f->d.pid);
+	rss1 = th_status_kb(f->d.pid, "RssAnon");
 	printf("flood: %ld packets of %zu requests sent unread; daemon RssAnon %ld -> %ld kB\n", sent,
 	       pos / PR_FRAME_HDR, rss0, rss1);
 	/* What waits for it is bounded by the packets it got in, not by what

@@ -1070,23 +1070,6 @@ static void list_fds(pid_t pid)
 	closedir(d);
 }
 
-static long status_kb(pid_t pid, const char *key)
-{
-	char path[64], line[256];
-	size_t kl = strlen(key);
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	assert_non_null(f);
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, key, kl) && line[kl] == ':')
-			v = strtol(line + kl + 1, NULL, 10);
-	fclose(f);
-	return v;
-}
-
 static void take_sample(struct soak *s, int i, struct sample *m)
 {
 	struct procreg_stats st;
@@ -1095,8 +1078,8 @@ static void take_sample(struct soak *s, int i, struct sample *m)
 	void *map;
 	int fd;
 
-	m->rss_kb = status_kb(s->n[i].d.pid, "VmRSS");
-	m->anon_kb = status_kb(s->n[i].d.pid, "RssAnon");
+	m->rss_kb = th_status_kb(s->n[i].d.pid, "VmRSS");
+	m->anon_kb = th_status_kb(s->n[i].d.pid, "RssAnon");
 	m->fds = th_count_fds(s->n[i].d.pid);
 	fd = open(procreg_table_path(s->n[i].reg), O_RDONLY | O_CLOEXEC);
 	assert_true(fd >= 0);
