@@ -10,6 +10,7 @@
 
 #include "cluster.h"
 #include "internal.h"
+#include "bridge_proto.h"
 
 char *th_nodes_make(struct th_node *n, int count, const char *prefix, char *cookie, size_t cap,
 		    const char *text)
@@ -373,6 +374,34 @@ long th_count_fds(pid_t pid)
 			n++;
 	closedir(d);
 	return n;
+}
+
+size_t th_fake_change(uint8_t *buf, size_t cap, uint64_t inc, uint64_t seq, const char *name)
+{
+	size_t pos = 0;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = name,
+				 .name_len = strlen(name) };
+
+	assert_int_equal(procreg__bp_put_change(buf, cap, &pos, inc, seq, "fake", &e), 0);
+	return pos;
+}
+
+size_t th_fake_snap(uint8_t *buf, size_t cap, uint64_t inc, uint32_t part, uint64_t stamp,
+		    const char *const *names, bool last)
+{
+	size_t pos = 0, start;
+
+	assert_int_equal(procreg__bp_begin(buf, cap, &pos, PR_BP_SNAP, inc, 0, part, &start), 0);
+	for (int i = 0; names[i]; i++) {
+		struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+					 .registered_ns = stamp, .name = names[i],
+					 .name_len = strlen(names[i]) };
+
+		assert_int_equal(procreg__bp_add_entry(buf, cap, &pos, start, &e), 0);
+	}
+	procreg__bp_end(buf, pos, start, last ? PR_BP_SNAP_LAST : 0);
+	return pos;
 }
 
 long th_status_kb(pid_t pid, const char *key)

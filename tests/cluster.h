@@ -109,6 +109,15 @@ int th_probe_cli(void *arg);
  * on B and C. Names lat* and bulk*: A must have none yet. */
 void th_propagation_figures(procreg_t *a, procreg_t *b, procreg_t *c, const char *label);
 
+/* Frames from a hand-made node "fake" (its entries owned by pid 99), into
+ * BUF (capacity CAP): their length. A change, number SEQ of incarnation
+ * INC: NAME registered now. */
+size_t th_fake_change(uint8_t *buf, size_t cap, uint64_t inc, uint64_t seq, const char *name);
+/* Part PART of its snapshot as of change 0, the last if LAST: NAMES
+ * (NULL-terminated), each registered at STAMP. */
+size_t th_fake_snap(uint8_t *buf, size_t cap, uint64_t inc, uint32_t part, uint64_t stamp,
+		    const char *const *names, bool last);
+
 /* The figure of KEY (in kB) in /proc/PID/status; -1 if it has none. */
 long th_status_kb(pid_t pid, const char *key);
 /* How many fds process PID has open. */

@@ -573,13 +573,8 @@ static void fake_send(struct fake *k, const uint8_t *buf, size_t len)
 static void fake_change_inc(struct fake *k, uint64_t inc, uint64_t seq, const char *name)
 {
 	uint8_t buf[512];
-	size_t pos = 0;
-	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-				 .registered_ns = procreg__now_ns(), .name = name,
-				 .name_len = strlen(name) };
 
-	assert_int_equal(procreg__bp_put_change(buf, sizeof(buf), &pos, inc, seq, "fake", &e), 0);
-	fake_send(k, buf, pos);
+	fake_send(k, buf, th_fake_change(buf, sizeof(buf), inc, seq, name));
 }
 
 static void fake_change(struct fake *k, uint64_t seq, const char *name)
@@ -617,18 +612,8 @@ static void fake_connect(struct fake *k, const struct th_node *n, uint64_t inc, 
 static void fake_snapshot(struct fake *k, uint64_t inc, uint64_t stamp, const char *const *names)
 {
 	uint8_t buf[4096];
-	size_t pos = 0, start;
 
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, inc, 0, 0, &start), 0);
-	for (int i = 0; names[i]; i++) {
-		struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-					 .registered_ns = stamp, .name = names[i],
-					 .name_len = strlen(names[i]) };
-
-		assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
-	}
-	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
-	fake_send(k, buf, pos);
+	fake_send(k, buf, th_fake_snap(buf, sizeof(buf), inc, 0, stamp, names, true));
 }
 
 /* One part of the fake node's snapshot, as of change 0: NAME, and the
@@ -636,16 +621,10 @@ static void fake_snapshot(struct fake *k, uint64_t inc, uint64_t stamp, const ch
 static void fake_snap_part(struct fake *k, uint64_t inc, uint32_t part, const char *name, bool last)
 {
 	uint8_t buf[1024];
-	size_t pos = 0, start;
-	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-				 .registered_ns = procreg__now_ns(), .name = name,
-				 .name_len = strlen(name) };
+	size_t len = th_fake_snap(buf, sizeof(buf), inc, part, procreg__now_ns(),
+				  (const char *const[]){ name, NULL }, last);
 
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, inc, 0, part, &start),
-			 0);
-	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
-	procreg__bp_end(buf, pos, start, last ? PR_BP_SNAP_LAST : 0);
-	fake_send(k, buf, pos);
+	fake_send(k, buf, len);
 }
 
 static void fake_heartbeat(struct fake *k, uint64_t inc, uint64_t seq)

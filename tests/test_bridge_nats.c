@@ -734,13 +734,9 @@ static void fake_publish(struct fake *k, const char *subj, uint8_t type, uint64_
 static void fake_change(struct fake *k, uint64_t seq, const char *name)
 {
 	uint8_t buf[512];
-	size_t pos = 0;
-	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-				 .registered_ns = procreg__now_ns(), .name = name,
-				 .name_len = strlen(name) };
+	size_t len = th_fake_change(buf, sizeof(buf), 7, seq, name);
 
-	assert_int_equal(procreg__bp_put_change(buf, sizeof(buf), &pos, 7, seq, "fake", &e), 0);
-	fake_publish(k, "procreg.default.node.fake", 1, 0, buf, pos);
+	fake_publish(k, "procreg.default.node.fake", 1, 0, buf, len);
 }
 
 /* The next request for the fake's snapshot, from node a: its id. */
@@ -788,16 +784,10 @@ static uint64_t fake_up(struct cluster *c, struct fake *k)
 static void fake_snap_part(struct fake *k, uint64_t req, uint32_t part, const char *name, bool last)
 {
 	uint8_t buf[1024];
-	size_t pos = 0, start;
-	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-				 .registered_ns = procreg__now_ns(), .name = name,
-				 .name_len = strlen(name) };
+	size_t len = th_fake_snap(buf, sizeof(buf), 7, part, procreg__now_ns(),
+				  (const char *const[]){ name, NULL }, last);
 
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, part, &start),
-			 0);
-	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
-	procreg__bp_end(buf, pos, start, last ? PR_BP_SNAP_LAST : 0);
-	fake_publish(k, "procreg.default.inbox.nodea", 3, req, buf, pos);
+	fake_publish(k, "procreg.default.inbox.nodea", 3, req, buf, len);
 }
 
 /* Over NATS as over the mesh: a change that arrives before the snapshot
