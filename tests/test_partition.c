@@ -228,6 +228,16 @@ static int spawn_client(struct part *p, int home, const char *name, const char *
 	return k;
 }
 
+/* A client of node HOME that registers NAME, which must succeed. */
+static int spawn_client_ok(struct part *p, int home, const char *name)
+{
+	bool ok;
+	int k = spawn_client(p, home, name, NULL, &ok);
+
+	assert_true(ok);
+	return k;
+}
+
 /* A client of node HOME holding COUNT names PREFIX-0.., each with the
  * largest metadata: enough of them make a snapshot of several parts. */
 static int spawn_bulk_client(struct part *p, int home, const char *prefix, int count)
@@ -452,7 +462,6 @@ static void test_split_conflict(void **state)
 {
 	struct part *p = *state;
 	uint64_t feed_a, feed_c;
-	bool ok;
 	int a1, c1, c2, a2;
 
 	start_all(p);
@@ -461,16 +470,12 @@ static void test_split_conflict(void **state)
 	feed_a = procreg_feed_head(p->n[0].reg);
 	feed_c = procreg_feed_head(p->n[2].reg);
 
-	a1 = spawn_client(p, 0, "first-a", NULL, &ok);
-	assert_true(ok);
+	a1 = spawn_client_ok(p, 0, "first-a");
 	th_msleep(20);
-	c1 = spawn_client(p, 2, "first-a", NULL, &ok);
-	assert_true(ok); /* c cannot see a's */
-	c2 = spawn_client(p, 2, "first-c", NULL, &ok);
-	assert_true(ok);
+	c1 = spawn_client_ok(p, 2, "first-a"); /* c cannot see a's */
+	c2 = spawn_client_ok(p, 2, "first-c");
 	th_msleep(20);
-	a2 = spawn_client(p, 0, "first-c", NULL, &ok);
-	assert_true(ok);
+	a2 = spawn_client_ok(p, 0, "first-c");
 
 	/* Apart: each side has its own. */
 	expect_name(p, 1, "first-a", p->cl[c1].pid);
@@ -497,7 +502,6 @@ static void test_split_conflict(void **state)
 static void test_partial_split(void **state)
 {
 	struct part *p = *state;
-	bool ok;
 	int ca, cb, cc, both_a, both_c;
 
 	start_all(p);
@@ -505,11 +509,9 @@ static void test_partial_split(void **state)
 	ca = spawn_client(p, 0, "on-a", "everywhere", NULL);
 	cb = spawn_client(p, 1, "on-b", "everywhere", NULL);
 	cc = spawn_client(p, 2, "on-c", "everywhere", NULL);
-	both_a = spawn_client(p, 0, "both", NULL, &ok);
-	assert_true(ok);
+	both_a = spawn_client_ok(p, 0, "both");
 	th_msleep(20);
-	both_c = spawn_client(p, 2, "both", NULL, &ok);
-	assert_true(ok);
+	both_c = spawn_client_ok(p, 2, "both");
 
 	expect_name(p, 0, "on-a", p->cl[ca].pid);
 	expect_name(p, 0, "on-b", p->cl[cb].pid);
@@ -942,7 +944,6 @@ static void test_netns_tcp(void **state)
 	struct part *p = *state;
 	uint64_t feed_c;
 	int probe[N], a1, c1;
-	bool ok;
 
 	if (geteuid() != 0)
 		fail_msg("test_netns_tcp needs root (network namespaces, veth pairs)");
@@ -970,11 +971,9 @@ static void test_netns_tcp(void **state)
 	expect_name(p, 0, "tcp-nodeb", 0);
 	expect_name(p, 0, "tcp-nodec", 0);
 	feed_c = procreg_feed_head(p->n[2].reg);
-	a1 = spawn_client(p, 0, "tcp-contested", NULL, &ok);
-	assert_true(ok);
+	a1 = spawn_client_ok(p, 0, "tcp-contested");
 	th_msleep(20);
-	c1 = spawn_client(p, 2, "tcp-contested", NULL, &ok);
-	assert_true(ok);
+	c1 = spawn_client_ok(p, 2, "tcp-contested");
 	expect_name(p, 1, "tcp-contested", p->cl[c1].pid);
 
 	must(sh("ip link set prt%dar up", p->netns_tag), "heal a");
