@@ -138,15 +138,20 @@ static int probe_name(void *arg)
 	return r == 0 && e.pid == p->pid && (!p->remote || e.node != 0);
 }
 
-void th_expect_name(procreg_t *reg, const char *name, pid_t pid, bool remote, int ms)
+bool th_name_within(procreg_t *reg, const char *name, pid_t pid, bool remote, int ms)
 {
 	struct name_probe p = { reg, name, pid, remote };
 
-	if (!th_until(probe_name, &p, ms))
+	return th_until(probe_name, &p, ms);
+}
+
+void th_expect_name(procreg_t *reg, const char *name, pid_t pid, bool remote, int ms)
+{
+	if (!th_name_within(reg, name, pid, remote, ms))
 		fail_msg("'%s': expected %s", name, pid ? "visible" : "gone");
 }
 
-int th_count_cb(const struct procreg_entry *e, void *arg)
+static int count_cb(const struct procreg_entry *e, void *arg)
 {
 	(void)e;
 	(*(int *)arg)++;
@@ -164,7 +169,7 @@ static int probe_group(void *arg)
 	struct group_probe *g = arg;
 	int n = 0;
 
-	procreg_members(g->reg, g->group, th_count_cb, &n);
+	procreg_members(g->reg, g->group, count_cb, &n);
 	return n == g->want;
 }
 

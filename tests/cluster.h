@@ -62,11 +62,11 @@ struct th_bridged_fx {
 int th_bridged_fx_start(void **state, const char *node, const char *cookie);
 int th_bridged_fx_stop(void **state);
 
-/* Fail the test unless, within MS ms, NAME is on REG owned by PID (and
- * from another node if REMOTE), or, PID 0, gone. */
+/* Whether, within MS ms, NAME is on REG owned by PID (and from another
+ * node if REMOTE), or, PID 0, gone. */
+bool th_name_within(procreg_t *reg, const char *name, pid_t pid, bool remote, int ms);
+/* The same, or the test fails. */
 void th_expect_name(procreg_t *reg, const char *name, pid_t pid, bool remote, int ms);
-/* A procreg_members() callback counting into the int at ARG. */
-int th_count_cb(const struct procreg_entry *e, void *arg);
 /* Fail the test unless, within MS ms, GROUP on REG has WANT members. */
 void th_expect_members(procreg_t *reg, const char *group, int want, int ms);
 /* Fail the test unless, within MS ms, NAME on REG has the metadata

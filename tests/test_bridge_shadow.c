@@ -117,28 +117,8 @@ static void fake_change(struct fake *k, uint8_t op, const char *name, uint32_t p
 	fake_send(k, buf, pos);
 }
 
-struct probe {
-	procreg_t *reg;
-	const char *name;
-	pid_t pid;              /* 0: absent */
-};
-
-static int probe_owner(void *arg)
-{
-	struct probe *p = arg;
-	struct procreg_entry e;
-	int r = procreg_lookup(p->reg, p->name, &e);
-
-	return p->pid ? r == 0 && e.pid == p->pid : r == -ENOENT;
-}
-
-static void expect_owner(procreg_t *reg, const char *name, pid_t pid)
-{
-	struct probe p = { reg, name, pid };
-
-	if (!th_until(probe_owner, &p, WAIT_MS))
-		fail_msg("'%s': expected %s%d", name, pid ? "owner pid " : "absent ", (int)pid);
-}
+/* NAME on REG owned by PID, or, PID 0, absent. */
+#define expect_owner(reg, name, pid) th_expect_name(reg, name, pid, false, WAIT_MS)
 
 static void test_loser_stands_when_winner_goes(void **state)
 {

@@ -418,26 +418,9 @@ static void expect_consistent(struct part *p, const char *when)
 	fail_msg("%s: replicas differ (seed %llu): %s", when, (unsigned long long)p->seed, p->why);
 }
 
-struct probe {
-	procreg_t *reg;
-	const char *name;
-	pid_t pid;                 /* expected owner; 0: expect absent */
-};
-
-static int probe_name(void *arg)
-{
-	struct probe *q = arg;
-	struct procreg_entry e;
-	int r = procreg_lookup(q->reg, q->name, &e);
-
-	return q->pid ? r == 0 && e.pid == q->pid : r == -ENOENT;
-}
-
 static void expect_name(struct part *p, int i, const char *name, pid_t pid)
 {
-	struct probe q = { p->n[i].reg, name, pid };
-
-	if (!th_until(probe_name, &q, WAIT_MS))
+	if (!th_name_within(p->n[i].reg, name, pid, false, WAIT_MS))
 		fail_msg("%s: '%s': expected %s %d (seed %llu)", p->n[i].name, name,
 			 pid ? "owner" : "absent", (int)pid, (unsigned long long)p->seed);
 }
