@@ -11,10 +11,13 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
+#include "proto.h"
 
 char *th_mkdtemp(void)
 {
@@ -152,6 +155,18 @@ void th_daemon_dump_log(const struct th_daemon *d)
 	fclose(f);
 }
 
+int th_daemon_stop_dump(struct th_daemon *d)
+{
+	int st;
+
+	if (!d->pid)
+		return 0;
+	st = th_daemon_stop(d);
+	if (st)
+		th_daemon_dump_log(d);
+	return st;
+}
+
 pid_t th_fork(int (*fn)(void *), void *arg)
 {
 	pid_t pid = fork();
@@ -171,6 +186,15 @@ int th_wait(pid_t pid)
 	if (WIFEXITED(st))
 		return WEXITSTATUS(st);
 	return 128 + WTERMSIG(st);
+}
+
+void th_kill_wait(pid_t *pid)
+{
+	if (*pid > 0) {
+		kill(*pid, SIGKILL);
+		th_wait(*pid);
+	}
+	*pid = 0;
 }
 
 int th_cli(const char *dir, char *out, size_t outlen, const char *const *args)
@@ -382,16 +406,78 @@ void th_write_file(const char *path, const char *text, mode_t mode)
 	close(fd);
 }
 
-int th_log_has(const char *path, const char *needle)
+/* The log at PATH, its first 1 MiB, NUL-terminated, in a static buffer
+ * (the tests read logs from one thread): enough for any test's daemon. */
+static const char *log_read(const char *path)
 {
-	char buf[65536];
+	static char buf[1 << 20];
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ssize_t n;
 
 	if (fd < 0)
-		return 0;
+		return NULL;
 	n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	buf[n > 0 ? n : 0] = 0;
-	return strstr(buf, needle) != NULL;
+	return buf;
+}
+
+int th_log_has(const char *path, const char *needle)
+{
+	const char *buf = log_read(path);
+
+	return buf && strstr(buf, needle) != NULL;
+}
+
+int th_log_count(const char *path, const char *needle)
+{
+	const char *buf = log_read(path);
+	int n = 0;
+
+	for (const char *s = buf; s && (s = strstr(s, needle)); s++)
+		n++;
+	return n;
+}
+
+int th_raw_connect(const char *dir)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", dir);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+void th_raw_hello(int fd)
+{
+	static uint8_t buf[PR_PACKET_MAX];
+	size_t pos = 0;
+	struct pr_frame f;
+	ssize_t n;
+
+	procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 1, 0);
+	/* The kernel here may not have SO_PEERPIDFD: pass our pidfd. */
+	{
+		int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+		union {
+			struct cmsghdr h;
+			char b[CMSG_SPACE(sizeof(int))];
+		} u = { 0 };
+		struct iovec iov = { buf, pos };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+				      .msg_controllen = sizeof(u.b) };
+
+		u.h.cmsg_level = SOL_SOCKET;
+		u.h.cmsg_type = SCM_RIGHTS;
+		u.h.cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(&u.h), &pidfd, sizeof(int));
+		assert_true(sendmsg(fd, &msg, 0) == (ssize_t)pos);
+		close(pidfd);
+	}
+	n = recv(fd, buf, sizeof(buf), 0);
+	assert_true(n > 0);
+	pos = 0;
+	assert_int_equal(procreg__proto_next(buf, (size_t)n, &pos, &f), 1);
+	assert_int_equal(f.h.status, 0);
 }

@@ -40,6 +40,9 @@ int th_daemon_stop(struct th_daemon *d);
 void th_daemon_kill(struct th_daemon *d);
 /* Print the daemon's log (on failure, to see why). */
 void th_daemon_dump_log(const struct th_daemon *d);
+/* th_daemon_stop() if it runs (0 if not), its log printed unless it
+ * exited 0: the exit status. */
+int th_daemon_stop_dump(struct th_daemon *d);
 
 procreg_t *th_open(const char *dir);
 
@@ -60,6 +63,8 @@ int th_fx_stop(void **state);
 pid_t th_fork(int (*fn)(void *), void *arg);
 /* Wait for PID: its exit status, or 128 + signal. */
 int th_wait(pid_t pid);
+/* SIGKILL *PID (if > 0) and wait for it; *PID is 0 after. */
+void th_kill_wait(pid_t *pid);
 
 /* Run the CLI with DIR as --dir: ARGS is NULL-terminated. Captures up to
  * OUTLEN-1 bytes of stdout into OUT (may be NULL). Returns the exit status. */
@@ -95,8 +100,15 @@ uint8_t *th_exact(const uint8_t *buf, size_t len);
 int th_free_port(void);
 /* Write TEXT to PATH (created or truncated) with MODE. */
 void th_write_file(const char *path, const char *text, mode_t mode);
-/* Whether the file PATH (its first 64 KiB) contains NEEDLE. */
+/* Whether the file PATH (its first 1 MiB) contains NEEDLE. */
 int th_log_has(const char *path, const char *needle);
+/* How many times NEEDLE is in the file PATH (its first 1 MiB). */
+int th_log_count(const char *path, const char *needle);
+
+/* A raw connection to the socket of the daemon of DIR (scope default),
+ * and its HELLO (with this process's pidfd), which must be accepted. */
+int th_raw_connect(const char *dir);
+void th_raw_hello(int fd);
 
 /* Sleep for MS milliseconds. */
 void th_msleep(int ms);

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "cluster.h"
 #include "internal.h"
 #include "bridge_proto.h"
 
@@ -26,21 +26,12 @@
 #define NODES_MAX 5
 #define WAIT_MS 10000
 
-struct node {
-	char name[16];
-	char dir[512];
-	char listen[32];
-	struct th_daemon d;
-	procreg_t *reg;
-	bool may_hang;          /* stop it with a deadline: a regression could wedge it */
-};
-
 struct cluster {
 	const char *resolver;       /* --resolver for every node started, or NULL */
 	const char *const *extra;   /* more arguments for every node started, or NULL */
 	char *base;
 	char cookie[512];
-	struct node n[NODES_MAX];
+	struct th_node n[NODES_MAX];
 };
 
 static int setup(void **state)
@@ -48,122 +39,46 @@ static int setup(void **state)
 	struct cluster *c = calloc(1, sizeof(*c));
 
 	assert_non_null(c);
-	c->base = th_mkdtemp();
-	snprintf(c->cookie, sizeof(c->cookie), "%s/cookie", c->base);
-	th_write_file(c->cookie, "a-test-cookie-0123456789\n", 0600);
-	for (int i = 0; i < NODES_MAX; i++) {
-		snprintf(c->n[i].name, sizeof(c->n[i].name), "node%c", 'a' + i);
-		snprintf(c->n[i].dir, sizeof(c->n[i].dir), "%s/node%c", c->base, 'a' + i);
-		assert_int_equal(mkdir(c->n[i].dir, 0755), 0);
-	}
+	c->base = th_nodes_make(c->n, NODES_MAX, "node", c->cookie, sizeof(c->cookie),
+				"a-test-cookie-0123456789");
 	*state = c;
 	return 0;
-}
-
-/* SIGTERM; SIGKILL if it has not exited within MS: its exit status, or -1
- * if it had to be killed. */
-static int stop_within(struct th_daemon *d, int ms)
-{
-	int st = -1;
-
-	kill(d->pid, SIGTERM);
-	for (int waited = 0; waited < ms; waited += 10) {
-		pid_t r = waitpid(d->pid, &st, WNOHANG);
-
-		if (r == d->pid) {
-			d->pid = 0;
-			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-		}
-		th_msleep(10);
-	}
-	fprintf(stderr, "%s: did not stop within %d ms: killed\n", d->dir, ms);
-	th_daemon_kill(d);
-	return -1;
 }
 
 static int teardown(void **state)
 {
 	struct cluster *c = *state;
-
-	int bad = 0;
-
 	/* Every daemon still running stops cleanly (under the sanitizers: no
 	 * error, no leak). */
-	for (int i = 0; i < NODES_MAX; i++) {
-		if (c->n[i].reg)
-			procreg_close(c->n[i].reg);
-		if (c->n[i].d.pid && c->n[i].may_hang && stop_within(&c->n[i].d, WAIT_MS) != 0) {
-			th_daemon_dump_log(&c->n[i].d);
-			bad = -1;
-		}
-		if (c->n[i].d.pid && th_daemon_stop(&c->n[i].d) != 0) {
-			th_daemon_dump_log(&c->n[i].d);
-			bad = -1;
-		}
-	}
+	int bad = th_nodes_stop(c->n, NODES_MAX);
+
 	th_rmrf(c->base);
 	free(c->base);
 	free(c);
 	return bad;
 }
 
-/* How many times NEEDLE is in the first 64 KiB of the log at PATH. */
-static int count_in_log(const char *path, const char *needle)
-{
-	char buf[65536];
-	int fd = open(path, O_RDONLY), n = 0;
-	ssize_t got;
-
-	if (fd < 0)
-		return 0;
-	got = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	buf[got > 0 ? got : 0] = 0;
-	for (const char *s = buf; (s = strstr(s, needle)); s++)
-		n++;
-	return n;
-}
-
-/* Start node I with COOKIE, peering with the nodes in PEERS (-1 ends). A
- * port taken between th_free_port() and the daemon's bind: try another. */
+/* Start node I with COOKIE, peering with the nodes in PEERS (-1 ends). */
 static int start_node_env(struct cluster *c, int i, const char *cookie, const int *peers,
 			  const char *const *env)
 {
-	struct node *n = &c->n[i];
 	char peer_args[NODES_MAX][32];
 	const char *args[32];
-	int err = -1;
+	int k = 0;
 
-	for (int attempt = 0; attempt < 5 && err; attempt++) {
-		int k = 0;
-
-		snprintf(n->listen, sizeof(n->listen), "127.0.0.1:%d", th_free_port());
-		args[k++] = "--node";
-		args[k++] = n->name;
-		args[k++] = "--listen";
-		args[k++] = n->listen;
-		args[k++] = "--cookie-file";
-		args[k++] = cookie;
-		if (c->resolver) {
-			args[k++] = "--resolver";
-			args[k++] = c->resolver;
-		}
-		for (int e = 0; c->extra && c->extra[e]; e++)
-			args[k++] = c->extra[e];
-		for (int p = 0; peers && peers[p] >= 0; p++) {
-			snprintf(peer_args[p], sizeof(peer_args[p]), "%s", c->n[peers[p]].listen);
-			args[k++] = "--peer";
-			args[k++] = peer_args[p];
-		}
-		args[k] = NULL;
-		err = th_daemon_start(&n->d, n->dir, args, env);
-		if (err && !th_log_has(n->d.log, "cannot listen"))
-			return err;
+	if (c->resolver) {
+		args[k++] = "--resolver";
+		args[k++] = c->resolver;
 	}
-	if (err)
-		return err;
-	n->reg = th_open(n->dir);
-	return n->reg ? 0 : -1;
+	for (int e = 0; c->extra && c->extra[e]; e++)
+		args[k++] = c->extra[e];
+	for (int p = 0; peers && peers[p] >= 0; p++) {
+		snprintf(peer_args[p], sizeof(peer_args[p]), "%s", c->n[peers[p]].listen);
+		args[k++] = "--peer";
+		args[k++] = peer_args[p];
+	}
+	args[k] = NULL;
+	return th_node_start(&c->n[i], cookie, args, env);
 }
 
 static int start_node_cookie(struct cluster *c, int i, const char *cookie, const int *peers)
@@ -185,94 +100,13 @@ static void start_three(struct cluster *c)
 	start_node(c, 2, (const int[]){ 0, -1 });
 }
 
-struct probe {
-	procreg_t *reg;
-	const char *name;
-	pid_t pid;              /* expected owner; 0: expect absent */
-	uint32_t node_nonzero;  /* expect a remote entry */
-};
-
-static int probe_name(void *arg)
-{
-	struct probe *p = arg;
-	struct procreg_entry e;
-	int r = procreg_lookup(p->reg, p->name, &e);
-
-	if (!p->pid)
-		return r == -ENOENT;
-	return r == 0 && e.pid == p->pid && (!p->node_nonzero || e.node != 0);
-}
-
-static void expect_name(procreg_t *reg, const char *name, pid_t pid, bool remote)
-{
-	struct probe p = { reg, name, pid, remote };
-
-	if (!th_until(probe_name, &p, WAIT_MS))
-		fail_msg("'%s': expected %s", name, pid ? "visible" : "gone");
-}
-
-struct gprobe {
-	procreg_t *reg;
-	const char *group;
-	int want;
-};
-
-static int count_cb(const struct procreg_entry *e, void *arg)
-{
-	(void)e;
-	(*(int *)arg)++;
-	return 0;
-}
-
-static int probe_group(void *arg)
-{
-	struct gprobe *g = arg;
-	int n = 0;
-
-	procreg_members(g->reg, g->group, count_cb, &n);
-	return n == g->want;
-}
-
-static void expect_members(procreg_t *reg, const char *group, int want)
-{
-	struct gprobe g = { reg, group, want };
-
-	if (!th_until(probe_group, &g, WAIT_MS))
-		fail_msg("group '%s': expected %d members", group, want);
-}
-
+#define expect_name(reg, name, pid, remote) th_expect_name(reg, name, pid, remote, WAIT_MS)
+#define expect_members(reg, group, want) th_expect_members(reg, group, want, WAIT_MS)
+#define expect_meta(reg, name, meta, len) th_expect_meta(reg, name, meta, len, WAIT_MS)
 /* A child that registers NAME (with META) on a node and holds it until
  * killed. */
-static pid_t spawn_holder_meta(const char *dir, const char *name, const char *meta)
-{
-	int ready[2];
-	pid_t pid;
-	char ch;
-
-	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		procreg_t *r = th_open(dir);
-
-		close(ready[0]);
-		if (!r || procreg_register(r, name, meta, strlen(meta)) != 0)
-			_exit(10);
-		if (write(ready[1], "x", 1) != 1)
-			_exit(11);
-		for (;;)
-			pause();
-	}
-	close(ready[1]);
-	assert_int_equal(read(ready[0], &ch, 1), 1);
-	close(ready[0]);
-	return pid;
-}
-
-static pid_t spawn_holder(const char *dir, const char *name)
-{
-	return spawn_holder_meta(dir, name, "held");
-}
+#define spawn_holder_meta(dir, name, meta) th_spawn_holder(dir, name, meta)
+#define spawn_holder(dir, name) th_spawn_holder(dir, name, "held")
 
 /* ---- tests -------------------------------------------------------------- */
 
@@ -298,13 +132,7 @@ static void test_visible_everywhere(void **state)
 
 	/* Metadata updates travel. */
 	assert_int_equal(procreg_register(c->n[0].reg, "payments", "v2", 2), 0);
-	for (int i = 0; i < 2000; i++) {
-		if (procreg_lookup(c->n[2].reg, "payments", &e) == 0 && e.meta_len == 2)
-			break;
-		th_msleep(5);
-	}
-	assert_int_equal(e.meta_len, 2);
-	assert_memory_equal(e.meta, "v2", 2);
+	expect_meta(c->n[2].reg, "payments", "v2", 2);
 
 	/* Groups: one member from each of two nodes, seen on all three. */
 	assert_int_equal(procreg_join(c->n[1].reg, "workers", "b", 1), 0);
@@ -342,8 +170,6 @@ static void test_killed_node_entries_vanish(void **state)
 	struct cluster *c = *state;
 	pid_t holder;
 	uint64_t cursor;
-	struct procreg_event ev;
-	bool seen = false;
 
 	start_three(c);
 	holder = spawn_holder(c->n[0].dir, "on-a");
@@ -359,10 +185,7 @@ static void test_killed_node_entries_vanish(void **state)
 	expect_members(c->n[1].reg, "pool", 0);
 	expect_members(c->n[2].reg, "pool", 0);
 	/* The change feed says why. */
-	while (procreg_next_event(c->n[1].reg, &cursor, &ev, 0) == 0)
-		if (ev.type == PROCREG_EV_NODE_DOWN && !strcmp(ev.name, "on-a"))
-			seen = true;
-	assert_true(seen);
+	assert_true(th_feed_count(c->n[1].reg, &cursor, PROCREG_EV_NODE_DOWN, "on-a") > 0);
 	kill(holder, SIGKILL);
 	th_wait(holder);
 }
@@ -379,35 +202,13 @@ static void test_late_joiner(void **state)
 	expect_name(c->n[0].reg, "from-c", getpid(), true);
 
 	/* Enough on a for its snapshot to take several frames. */
-	{
-		static struct procreg_op ops[3000];
-		static char names[3000][24];
-		static const char meta[] = "0123456789abcdef0123456789abcdef";
-
-		for (int i = 0; i < 3000; i++) {
-			snprintf(names[i], sizeof(names[i]), "bulk-%d", i);
-			ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
-						      .meta = meta, .meta_len = 32 };
-		}
-		assert_int_equal(procreg_batch(c->n[0].reg, ops, 3000), 0);
-		for (int i = 0; i < 3000; i++)
-			assert_int_equal(ops[i].result, 0);
-	}
+	th_register_bulk(c->n[0].reg, "bulk-", 3000, "0123456789abcdef0123456789abcdef");
 
 	/* d knows only c; it hears of a and b from c. */
 	start_node(c, 3, (const int[]){ 2, -1 });
 	expect_name(c->n[3].reg, "bulk-0", getpid(), true);
 	expect_name(c->n[3].reg, "bulk-2999", getpid(), true);
-	{
-		struct procreg_stats st = { 0 };
-
-		for (int i = 0; i < WAIT_MS / 5 && st.names != 3003; i++) {
-			procreg_stats(c->n[3].reg, &st);
-			if (st.names != 3003)
-				th_msleep(5);
-		}
-		assert_int_equal(st.names, 3003);
-	}
+	th_expect_names(c->n[3].reg, 3003, WAIT_MS);
 	expect_name(c->n[3].reg, "from-a", getpid(), true);
 	expect_name(c->n[3].reg, "from-b", getpid(), true);
 	expect_name(c->n[3].reg, "from-c", getpid(), true);
@@ -423,28 +224,22 @@ static void test_late_joiner(void **state)
  * the batch (0) or as soon as each is queued (1). */
 static void flush_bytes_round(struct cluster *c, const char *bytes)
 {
-	static struct procreg_op ops[20000];
-	static char names[20000][24];
 	struct procreg_stats st = { 0 };
+	char name[32];
 
 	c->extra = (const char *const[]){ "--bridge-flush-bytes", bytes, NULL };
 	start_node(c, 0, NULL);
 	start_node(c, 1, (const int[]){ 0, -1 });
 	assert_int_equal(procreg_register(c->n[1].reg, "ready", NULL, 0), 0);
 	expect_name(c->n[0].reg, "ready", getpid(), true);
-	for (int i = 0; i < 20000; i++) {
-		snprintf(names[i], sizeof(names[i]), "flush-%d", i);
-		ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
-					      .meta = "m", .meta_len = 1 };
-	}
-	assert_int_equal(procreg_batch(c->n[0].reg, ops, 20000), 0);
-	for (int i = 0; i < 20000; i++)
-		assert_int_equal(ops[i].result, 0);
+	th_register_bulk(c->n[0].reg, "flush-", 20000, "m");
 	expect_name(c->n[1].reg, "flush-19999", getpid(), true);
 	procreg_stats(c->n[1].reg, &st);
 	assert_int_equal(st.names, 20001);
-	for (int i = 0; i < 20000; i += 997)
-		expect_name(c->n[1].reg, names[i], getpid(), true);
+	for (int i = 0; i < 20000; i += 997) {
+		snprintf(name, sizeof(name), "flush-%d", i);
+		expect_name(c->n[1].reg, name, getpid(), true);
+	}
 	c->extra = NULL;
 }
 
@@ -581,56 +376,20 @@ static void test_silent_node(void **state)
 	expect_name(c->n[2].reg, "quiet", 0, false);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* Propagation figures, printed, not asserted: one name registered on a
  * until a lookup on b finds it (median and max of 200), and 2,000 names
  * registered back to back on a until the last is on b and c. */
 static void test_propagation_figures(void **state)
 {
 	struct cluster *c = *state;
-	uint64_t lat[200], t0, t_reg, t_b = 0, t_c = 0;
-	struct procreg_entry e;
-	char name[64];
 
 	start_three(c);
 	assert_int_equal(procreg_register(c->n[0].reg, "warmup", NULL, 0), 0);
 	expect_name(c->n[1].reg, "warmup", getpid(), true);
-	for (int i = 0; i < 200; i++) {
-		snprintf(name, sizeof(name), "lat%d", i);
-		t0 = procreg__mono_ns();
-		assert_int_equal(procreg_register(c->n[0].reg, name, NULL, 0), 0);
-		while (procreg_lookup(c->n[1].reg, name, &e) != 0)
-			assert_true(procreg__mono_ns() - t0 < 10000000000ull);
-		lat[i] = procreg__mono_ns() - t0;
-	}
-	qsort(lat, 200, sizeof(lat[0]), cmp_u64);
-	t0 = procreg__mono_ns();
-	for (int i = 0; i < 2000; i++) {
-		snprintf(name, sizeof(name), "bulk%d", i);
-		assert_int_equal(procreg_register(c->n[0].reg, name, "m", 1), 0);
-	}
-	t_reg = procreg__mono_ns() - t0;
-	while (!t_b || !t_c) {
-		if (!t_b && procreg_lookup(c->n[1].reg, "bulk1999", &e) == 0)
-			t_b = procreg__mono_ns() - t0;
-		if (!t_c && procreg_lookup(c->n[2].reg, "bulk1999", &e) == 0)
-			t_c = procreg__mono_ns() - t0;
-		assert_true(procreg__mono_ns() - t0 < 30000000000ull);
-	}
-	printf("propagation a->b, one name (register on a returns .. lookup on b finds it): "
-	       "median %.0f us, p90 %.0f us, max %.0f us (200 names)\n",
-	       lat[100] / 1e3, lat[180] / 1e3, lat[199] / 1e3);
-	printf("2000 names registered on a in %.1f ms; all on b after %.1f ms, on c after %.1f ms\n",
-	       t_reg / 1e6, t_b / 1e6, t_c / 1e6);
+	th_propagation_figures(c->n[0].reg, c->n[1].reg, c->n[2].reg, "");
 }
 
-static int dial_node(const struct node *n)
+static int dial_node(const struct th_node *n)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -705,7 +464,7 @@ static void test_hostile_peer(void **state)
 static void test_backend_from_shared_object(void **state)
 {
 	struct cluster *c = *state;
-	struct node *n = &c->n[0];
+	struct th_node *n = &c->n[0];
 	const char *args[] = { "--node", "solo", "--cookie-file", c->cookie, "--bridge-backend",
 			       BRIDGE_BACKEND_NULL, NULL };
 	char out[4096];
@@ -815,13 +574,8 @@ static void fake_send(struct fake *k, const uint8_t *buf, size_t len)
 static void fake_change_inc(struct fake *k, uint64_t inc, uint64_t seq, const char *name)
 {
 	uint8_t buf[512];
-	size_t pos = 0;
-	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-				 .registered_ns = procreg__now_ns(), .name = name,
-				 .name_len = strlen(name) };
 
-	assert_int_equal(procreg__bp_put_change(buf, sizeof(buf), &pos, inc, seq, "fake", &e), 0);
-	fake_send(k, buf, pos);
+	fake_send(k, buf, th_fake_change(buf, sizeof(buf), inc, seq, name));
 }
 
 static void fake_change(struct fake *k, uint64_t seq, const char *name)
@@ -831,7 +585,7 @@ static void fake_change(struct fake *k, uint64_t seq, const char *name)
 
 /* Connect to node N as "fake", incarnation INC: handshake, and the
  * daemon's snapshot read. */
-static void fake_connect(struct fake *k, const struct node *n, uint64_t inc, uint8_t *copy)
+static void fake_connect(struct fake *k, const struct th_node *n, uint64_t inc, uint8_t *copy)
 {
 	uint8_t buf[1024], nonce[PR_BP_NONCE], in[PR_BP_AUTH_INPUT_MAX], mac[PR_BP_MAC];
 	const char cookie[] = "a-test-cookie-0123456789";
@@ -859,18 +613,8 @@ static void fake_connect(struct fake *k, const struct node *n, uint64_t inc, uin
 static void fake_snapshot(struct fake *k, uint64_t inc, uint64_t stamp, const char *const *names)
 {
 	uint8_t buf[4096];
-	size_t pos = 0, start;
 
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, inc, 0, 0, &start), 0);
-	for (int i = 0; names[i]; i++) {
-		struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-					 .registered_ns = stamp, .name = names[i],
-					 .name_len = strlen(names[i]) };
-
-		assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
-	}
-	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
-	fake_send(k, buf, pos);
+	fake_send(k, buf, th_fake_snap(buf, sizeof(buf), inc, 0, stamp, names, true));
 }
 
 /* One part of the fake node's snapshot, as of change 0: NAME, and the
@@ -878,16 +622,10 @@ static void fake_snapshot(struct fake *k, uint64_t inc, uint64_t stamp, const ch
 static void fake_snap_part(struct fake *k, uint64_t inc, uint32_t part, const char *name, bool last)
 {
 	uint8_t buf[1024];
-	size_t pos = 0, start;
-	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-				 .registered_ns = procreg__now_ns(), .name = name,
-				 .name_len = strlen(name) };
+	size_t len = th_fake_snap(buf, sizeof(buf), inc, part, procreg__now_ns(),
+				  (const char *const[]){ name, NULL }, last);
 
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, inc, 0, part, &start),
-			 0);
-	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
-	procreg__bp_end(buf, pos, start, last ? PR_BP_SNAP_LAST : 0);
-	fake_send(k, buf, pos);
+	fake_send(k, buf, len);
 }
 
 static void fake_heartbeat(struct fake *k, uint64_t inc, uint64_t seq)
@@ -961,7 +699,7 @@ static void test_snapshot_parts(void **state)
 	expect_name(c->n[0].reg, "whole-2", 99, true);
 	/* The heartbeat and the change went through: no refusal but the
 	 * three above. */
-	assert_int_equal(count_in_log(c->n[0].d.log, "out of order"), 3);
+	assert_int_equal(th_log_count(c->n[0].d.log, "out of order"), 3);
 	close(k.fd);
 }
 
@@ -1047,37 +785,16 @@ static void test_reconnect_same_incarnation(void **state)
 	/* A restart: another incarnation. What the old one held goes. */
 	fake_connect(&k, &c->n[0], 8, copy);
 	expect_name(c->n[0].reg, "fake-x", 0, false);
-	while (procreg_next_event(c->n[0].reg, &cursor, &ev, 0) == 0)
-		if (ev.type == PROCREG_EV_NODE_DOWN && !strcmp(ev.name, "fake-x"))
-			gone++;
+	gone += th_feed_count(c->n[0].reg, &cursor, PROCREG_EV_NODE_DOWN, "fake-x");
 	assert_int_equal(gone, 2);
 	close(k.fd);
-}
-
-struct cliprobe {
-	const char *dir;
-	const char *const *args;
-	const char *needles[4];
-	char out[8192];
-};
-
-static int probe_cli(void *arg)
-{
-	struct cliprobe *p = arg;
-
-	if (th_cli(p->dir, p->out, sizeof(p->out), p->args) != 0)
-		return 0;
-	for (int i = 0; i < 4 && p->needles[i]; i++)
-		if (!strstr(p->out, p->needles[i]))
-			return 0;
-	return 1;
 }
 
 /* procreg nodes, and the node's name in procreg get and stats. */
 static void test_cli_nodes(void **state)
 {
 	struct cluster *c = *state;
-	struct cliprobe p = { 0 };
+	struct th_cliprobe p = { 0 };
 	char out[4096];
 
 	start_three(c);
@@ -1086,13 +803,13 @@ static void test_cli_nodes(void **state)
 	p.needles[0] = "\"node\":\"nodea\"";
 	p.needles[1] = "\"name\":\"nodeb\"";
 	p.needles[2] = "\"name\":\"nodec\"";
-	if (!th_until(probe_cli, &p, WAIT_MS))
+	if (!th_until(th_probe_cli, &p, WAIT_MS))
 		fail_msg("procreg nodes --json: %s", p.out);
 	p.args = (const char *const[]){ "nodes", NULL };
 	p.needles[0] = "nodea";
 	p.needles[1] = "nodeb";
 	p.needles[2] = "nodec";
-	assert_true(probe_cli(&p));
+	assert_true(th_probe_cli(&p));
 
 	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
 	expect_name(c->n[0].reg, "on-b", getpid(), true);
@@ -1111,13 +828,13 @@ static void test_cli_nodes(void **state)
 	p.needles[0] = "bridge_node        nodeb";
 	p.needles[1] = "bridge_nodes_up    2";
 	p.needles[2] = "bridge_changes_out 1";
-	if (!th_until(probe_cli, &p, WAIT_MS))
+	if (!th_until(th_probe_cli, &p, WAIT_MS))
 		fail_msg("procreg stats: %s", p.out);
 	p.args = (const char *const[]){ "stats", "--format", "prometheus", NULL };
 	p.needles[0] = "procreg_bridge_nodes_up{scope=\"default\",node=\"nodeb\"} 2";
 	p.needles[1] = "procreg_bridge_changes_out_total{scope=\"default\",node=\"nodeb\"} 1";
 	p.needles[2] = "# TYPE procreg_bridge_conflicts_total counter";
-	if (!th_until(probe_cli, &p, WAIT_MS))
+	if (!th_until(th_probe_cli, &p, WAIT_MS))
 		fail_msg("procreg stats --format prometheus: %s", p.out);
 
 	/* A daemon without --node does not replicate: exit 1. */

@@ -24,7 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "cluster.h"
 #include "internal.h"
 #include "bridge_proto.h"
 
@@ -37,13 +37,6 @@
 #define NATS_PASS "s3cret-nats-pass"
 #define NATS_TOKEN "a-nats-token-0123456789"
 #define COOKIE "a-test-cookie-0123456789"
-
-struct node {
-	char name[16];
-	char dir[512];
-	struct th_daemon d;
-	procreg_t *reg;
-};
 
 struct cluster {
 	char *base;
@@ -60,23 +53,8 @@ struct cluster {
 	 * and password, both. */
 	const char *const *server_auth;
 	const char *const *daemon_auth;
-	struct node n[NODES_MAX];
+	struct th_node n[NODES_MAX];
 };
-
-/* A loopback port nobody listens on now: bind port 0, read it back. */
-static int free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-	port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
-}
 
 static int dial(int port)
 {
@@ -91,64 +69,7 @@ static int dial(int port)
 	return fd;
 }
 
-static void write_file(const char *path, const char *text, mode_t mode)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
-
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-	assert_int_equal(fchmod(fd, mode), 0);
-	close(fd);
-}
-
-static int log_has(const char *path, const char *needle)
-{
-	static char buf[1 << 20];
-	int fd = open(path, O_RDONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = 0;
-	return strstr(buf, needle) != NULL;
-}
-
-static int log_count(const char *path, const char *needle)
-{
-	static char buf[1 << 20];
-	int fd = open(path, O_RDONLY), n = 0;
-	ssize_t len;
-
-	if (fd < 0)
-		return 0;
-	len = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	buf[len > 0 ? len : 0] = 0;
-	for (const char *p = buf; (p = strstr(p, needle)); p++)
-		n++;
-	return n;
-}
-
-struct logprobe {
-	const char *path, *needle;
-};
-
-static int probe_log(void *arg)
-{
-	struct logprobe *l = arg;
-
-	return log_has(l->path, l->needle);
-}
-
-static void expect_log(const char *path, const char *needle)
-{
-	struct logprobe lp = { path, needle };
-
-	if (!th_until(probe_log, &lp, WAIT_MS))
-		fail_msg("%s: no '%s'", path, needle);
-}
+#define expect_log(path, needle) th_expect_log(path, needle, WAIT_MS)
 
 /* ---- nats-server -------------------------------------------------------- */
 
@@ -333,18 +254,12 @@ static int setup(void **state)
 	struct cluster *c = calloc(1, sizeof(*c));
 
 	assert_non_null(c);
-	c->base = th_mkdtemp();
-	snprintf(c->cookie, sizeof(c->cookie), "%s/cookie", c->base);
-	write_file(c->cookie, COOKIE "\n", 0600);
+	c->base = th_nodes_make(c->n, NODES_MAX, "node", c->cookie, sizeof(c->cookie), COOKIE);
 	snprintf(c->nats_log, sizeof(c->nats_log), "%s/nats-server.log", c->base);
 	/* The third node's name has a '.', a separator in NATS subjects. */
-	for (int i = 0; i < NODES_MAX; i++) {
-		snprintf(c->n[i].name, sizeof(c->n[i].name), i == 2 ? "node.%c" : "node%c", 'a' + i);
-		snprintf(c->n[i].dir, sizeof(c->n[i].dir), "%s/node%c", c->base, 'a' + i);
-		assert_int_equal(mkdir(c->n[i].dir, 0755), 0);
-	}
+	snprintf(c->n[2].name, sizeof(c->n[2].name), "node.c");
 	for (int attempt = 0; attempt < 5; attempt++) {
-		c->nats_port = free_port();
+		c->nats_port = th_free_port();
 		if (nats_start(c) == 0)
 			break;
 	}
@@ -357,18 +272,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct cluster *c = *state;
-	int bad = 0;
-
 	/* Every daemon still running stops cleanly (under the sanitizers: no
 	 * error, no leak). */
-	for (int i = 0; i < NODES_MAX; i++) {
-		if (c->n[i].reg)
-			procreg_close(c->n[i].reg);
-		if (c->n[i].d.pid && th_daemon_stop(&c->n[i].d) != 0) {
-			th_daemon_dump_log(&c->n[i].d);
-			bad = -1;
-		}
-	}
+	int bad = th_nodes_stop(c->n, NODES_MAX);
+
 	if (c->proxy_pid) {
 		close(c->proxy_ctl);
 		waitpid(c->proxy_pid, NULL, 0);
@@ -388,7 +295,7 @@ static int start_node_dump(struct cluster *c, int i, const char *cookie, bool vi
 	static const char *const user_pass[] = { "--nats-user", NATS_USER, "--nats-password",
 						  NATS_PASS, NULL };
 	const char *const *auth = c->daemon_auth ? c->daemon_auth : user_pass;
-	struct node *n = &c->n[i];
+	struct th_node *n = &c->n[i];
 	char url[64];
 	const char *args[24] = { "--node", n->name, "--cookie-file", cookie, "--bridge", "nats",
 				 "--nats-url", url, "--heartbeat-ms", "100", "--node-timeout-ms",
@@ -424,107 +331,11 @@ static void start_three(struct cluster *c)
 		start_node(c, i);
 }
 
-struct probe {
-	procreg_t *reg;
-	const char *name;
-	pid_t pid;              /* expected owner; 0: expect absent */
-	bool remote;            /* expect a remote entry */
-};
-
-static int probe_name(void *arg)
-{
-	struct probe *p = arg;
-	struct procreg_entry e;
-	int r = procreg_lookup(p->reg, p->name, &e);
-
-	if (!p->pid)
-		return r == -ENOENT;
-	return r == 0 && e.pid == p->pid && (!p->remote || e.node != 0);
-}
-
-static void expect_name(procreg_t *reg, const char *name, pid_t pid, bool remote)
-{
-	struct probe p = { reg, name, pid, remote };
-
-	if (!th_until(probe_name, &p, WAIT_MS))
-		fail_msg("'%s': expected %s", name, pid ? "visible" : "gone");
-}
-
-static int count_cb(const struct procreg_entry *e, void *arg)
-{
-	(void)e;
-	(*(int *)arg)++;
-	return 0;
-}
-
-struct gprobe {
-	procreg_t *reg;
-	const char *group;
-	int want;
-};
-
-static int probe_group(void *arg)
-{
-	struct gprobe *g = arg;
-	int n = 0;
-
-	procreg_members(g->reg, g->group, count_cb, &n);
-	return n == g->want;
-}
-
-static void expect_members(procreg_t *reg, const char *group, int want)
-{
-	struct gprobe g = { reg, group, want };
-
-	if (!th_until(probe_group, &g, WAIT_MS))
-		fail_msg("group '%s': expected %d members", group, want);
-}
-
+#define expect_name(reg, name, pid, remote) th_expect_name(reg, name, pid, remote, WAIT_MS)
+#define expect_members(reg, group, want) th_expect_members(reg, group, want, WAIT_MS)
+#define expect_meta(reg, name, meta, len) th_expect_meta(reg, name, meta, len, WAIT_MS)
 /* A child that registers NAME on a node and holds it until killed. */
-static pid_t spawn_holder(const char *dir, const char *name)
-{
-	int ready[2];
-	pid_t pid;
-	char ch;
-
-	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		procreg_t *r = th_open(dir);
-
-		close(ready[0]);
-		if (!r || procreg_register(r, name, "held", 4) != 0)
-			_exit(10);
-		if (write(ready[1], "x", 1) != 1)
-			_exit(11);
-		for (;;)
-			pause();
-	}
-	close(ready[1]);
-	assert_int_equal(read(ready[0], &ch, 1), 1);
-	close(ready[0]);
-	return pid;
-}
-
-struct cliprobe {
-	const char *dir;
-	const char *const *args;
-	const char *needles[4];
-	char out[8192];
-};
-
-static int probe_cli(void *arg)
-{
-	struct cliprobe *p = arg;
-
-	if (th_cli(p->dir, p->out, sizeof(p->out), p->args) != 0)
-		return 0;
-	for (int i = 0; i < 4 && p->needles[i]; i++)
-		if (!strstr(p->out, p->needles[i]))
-			return 0;
-	return 1;
-}
+#define spawn_holder(dir, name) th_spawn_holder(dir, name, "held")
 
 /* ---- tests -------------------------------------------------------------- */
 
@@ -545,13 +356,7 @@ static void test_visible_everywhere(void **state)
 
 	/* Metadata updates travel. */
 	assert_int_equal(procreg_register(c->n[0].reg, "payments", "v2", 2), 0);
-	for (int i = 0; i < WAIT_MS / 5; i++) {
-		if (procreg_lookup(c->n[2].reg, "payments", &e) == 0 && e.meta_len == 2)
-			break;
-		th_msleep(5);
-	}
-	assert_int_equal(e.meta_len, 2);
-	assert_memory_equal(e.meta, "v2", 2);
+	expect_meta(c->n[2].reg, "payments", "v2", 2);
 
 	/* Groups, from two nodes, seen on all three. */
 	assert_int_equal(procreg_join(c->n[1].reg, "workers", "b", 1), 0);
@@ -561,11 +366,11 @@ static void test_visible_everywhere(void **state)
 
 	/* procreg nodes on a: the two others, over NATS. */
 	{
-		struct cliprobe p = { .dir = c->n[0].dir,
+		struct th_cliprobe p = { .dir = c->n[0].dir,
 				      .args = (const char *const[]){ "nodes", NULL },
 				      .needles = { "nodeb", "node.c", "nats" } };
 
-		if (!th_until(probe_cli, &p, WAIT_MS))
+		if (!th_until(th_probe_cli, &p, WAIT_MS))
 			fail_msg("procreg nodes: %s", p.out);
 	}
 
@@ -600,8 +405,6 @@ static void test_killed_node_entries_vanish(void **state)
 	struct cluster *c = *state;
 	pid_t holder;
 	uint64_t cursor;
-	struct procreg_event ev;
-	bool seen = false;
 
 	start_three(c);
 	holder = spawn_holder(c->n[0].dir, "on-a");
@@ -616,10 +419,7 @@ static void test_killed_node_entries_vanish(void **state)
 	expect_name(c->n[2].reg, "on-a", 0, false);
 	expect_members(c->n[1].reg, "pool", 0);
 	expect_members(c->n[2].reg, "pool", 0);
-	while (procreg_next_event(c->n[1].reg, &cursor, &ev, 0) == 0)
-		if (ev.type == PROCREG_EV_NODE_DOWN && !strcmp(ev.name, "on-a"))
-			seen = true;
-	assert_true(seen);
+	assert_true(th_feed_count(c->n[1].reg, &cursor, PROCREG_EV_NODE_DOWN, "on-a") > 0);
 	expect_log(c->n[1].d.log, "bridge: node nodea: down (silent)");
 	kill(holder, SIGKILL);
 	th_wait(holder);
@@ -637,10 +437,6 @@ static void test_killed_node_entries_vanish(void **state)
 static void test_late_joiner(void **state)
 {
 	struct cluster *c = *state;
-	static struct procreg_op ops[3000];
-	static char names[3000][24];
-	static const char meta[] = "0123456789abcdef0123456789abcdef";
-	struct procreg_stats st = { 0 };
 
 	start_three(c);
 	assert_int_equal(procreg_register(c->n[0].reg, "from-a", NULL, 0), 0);
@@ -649,22 +445,10 @@ static void test_late_joiner(void **state)
 	assert_int_equal(procreg_join(c->n[2].reg, "g", NULL, 0), 0);
 	expect_name(c->n[0].reg, "from-c", getpid(), true);
 	/* Enough on a for its snapshot to take several frames. */
-	for (int i = 0; i < 3000; i++) {
-		snprintf(names[i], sizeof(names[i]), "bulk-%d", i);
-		ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
-					      .meta = meta, .meta_len = 32 };
-	}
-	assert_int_equal(procreg_batch(c->n[0].reg, ops, 3000), 0);
-	for (int i = 0; i < 3000; i++)
-		assert_int_equal(ops[i].result, 0);
+	th_register_bulk(c->n[0].reg, "bulk-", 3000, "0123456789abcdef0123456789abcdef");
 
 	start_node(c, 3);
-	for (int i = 0; i < WAIT_MS / 5 && st.names != 3003; i++) {
-		procreg_stats(c->n[3].reg, &st);
-		if (st.names != 3003)
-			th_msleep(5);
-	}
-	assert_int_equal(st.names, 3003);
+	th_expect_names(c->n[3].reg, 3003, WAIT_MS);
 	expect_name(c->n[3].reg, "bulk-2999", getpid(), true);
 	expect_name(c->n[3].reg, "from-b", getpid(), true);
 	expect_members(c->n[3].reg, "g", 1);
@@ -862,7 +646,7 @@ static void test_forged_and_replayed_ignored(void **state)
 
 	/* A daemon with another cookie: nothing crosses either way. */
 	snprintf(bad, sizeof(bad), "%s/bad-cookie", c->base);
-	write_file(bad, "another-cookie-9876543210\n", 0600);
+	th_write_file(bad, "another-cookie-9876543210\n", 0600);
 	assert_int_equal(start_node_cookie(c, 3, bad, false), 0);
 	assert_int_equal(procreg_register(c->n[3].reg, "intruder", NULL, 0), 0);
 	expect_log(c->n[3].d.log, "authentication failed");
@@ -918,14 +702,14 @@ static void test_forged_and_replayed_ignored(void **state)
 	start_node(c, 0);
 	assert_int_equal(procreg_register(c->n[0].reg, "a-new", NULL, 0), 0);
 	expect_name(c->n[1].reg, "a-new", getpid(), true);
-	ups = log_count(c->n[1].d.log, "node nodea: up");
+	ups = th_log_count(c->n[1].d.log, "node nodea: up");
 	assert_int_equal(natsConnection_Publish(nc, "procreg.default.node.nodea", captured[1],
 						(int)caplen[1]), NATS_OK);
 	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
 	expect_log(c->n[1].d.log, "dropped: replayed (an older incarnation)");
 	th_msleep(300);
 	expect_name(c->n[1].reg, "a-new", getpid(), true);
-	assert_int_equal(log_count(c->n[1].d.log, "node nodea: up"), ups);
+	assert_int_equal(th_log_count(c->n[1].d.log, "node nodea: up"), ups);
 	natsSubscription_Destroy(sub);
 	natsConnection_Destroy(nc);
 }
@@ -950,13 +734,9 @@ static void fake_publish(struct fake *k, const char *subj, uint8_t type, uint64_
 static void fake_change(struct fake *k, uint64_t seq, const char *name)
 {
 	uint8_t buf[512];
-	size_t pos = 0;
-	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-				 .registered_ns = procreg__now_ns(), .name = name,
-				 .name_len = strlen(name) };
+	size_t len = th_fake_change(buf, sizeof(buf), 7, seq, name);
 
-	assert_int_equal(procreg__bp_put_change(buf, sizeof(buf), &pos, 7, seq, "fake", &e), 0);
-	fake_publish(k, "procreg.default.node.fake", 1, 0, buf, pos);
+	fake_publish(k, "procreg.default.node.fake", 1, 0, buf, len);
 }
 
 /* The next request for the fake's snapshot, from node a: its id. */
@@ -977,6 +757,39 @@ static uint64_t fake_request(struct fake *k)
 	return req;
 }
 
+/* Node a started (with a long timeout: the fake sends one heartbeat, it
+ * must not go silent meanwhile), and the fake K on the server, subscribed
+ * to its snapshot requests: its heartbeat (as of change 0) brings it up
+ * on a, which asks for its snapshot. The request's id. */
+static uint64_t fake_up(struct cluster *c, struct fake *k)
+{
+	uint8_t buf[64];
+	size_t pos = 0;
+
+	c->node_timeout_ms = "60000";
+	start_node(c, 0);
+	memset(k, 0, sizeof(*k));
+	k->nc = test_client(c, true);
+	assert_non_null(k->nc);
+	assert_int_equal(natsConnection_SubscribeSync(&k->req, k->nc, "procreg.default.snap.fake"),
+			 NATS_OK);
+	assert_int_equal(natsConnection_Flush(k->nc), NATS_OK);
+	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, 7, 0), 0);
+	fake_publish(k, "procreg.default.node.fake", 1, 0, buf, pos);
+	return fake_request(k);
+}
+
+/* Part PART of the fake's snapshot (as of change 0, in answer to request
+ * REQ): NAME, and the last part if LAST. */
+static void fake_snap_part(struct fake *k, uint64_t req, uint32_t part, const char *name, bool last)
+{
+	uint8_t buf[1024];
+	size_t len = th_fake_snap(buf, sizeof(buf), 7, part, procreg__now_ns(),
+				  (const char *const[]){ name, NULL }, last);
+
+	fake_publish(k, "procreg.default.inbox.nodea", 3, req, buf, len);
+}
+
 /* Over NATS as over the mesh: a change that arrives before the snapshot
  * it follows waits for it; one already applied is ignored; one after a
  * gap makes the node down, its entries gone, and a fresh snapshot is
@@ -985,27 +798,9 @@ static void test_snapshot_order_and_gaps(void **state)
 {
 	struct cluster *c = *state;
 	static struct fake k;
-	uint8_t buf[1024];
-	size_t pos = 0, start;
 	uint64_t req;
-	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-				 .registered_ns = procreg__now_ns(), .name = "fake-x", .name_len = 6 };
 
-	/* The fake sends one heartbeat: it must not go silent meanwhile. */
-	c->node_timeout_ms = "60000";
-	start_node(c, 0);
-	memset(&k, 0, sizeof(k));
-	k.nc = test_client(c, true);
-	assert_non_null(k.nc);
-	assert_int_equal(natsConnection_SubscribeSync(&k.req, k.nc, "procreg.default.snap.fake"),
-			 NATS_OK);
-	assert_int_equal(natsConnection_Flush(k.nc), NATS_OK);
-
-	/* A heartbeat (as of change 0) brings it up on a, which asks for
-	 * its snapshot. */
-	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, 7, 0), 0);
-	fake_publish(&k, "procreg.default.node.fake", 1, 0, buf, pos);
-	req = fake_request(&k);
+	req = fake_up(c, &k);
 	expect_log(c->n[0].d.log, "node fake: up");
 
 	/* Change 1 overtakes the snapshot (as of 0): held, then applied
@@ -1014,11 +809,7 @@ static void test_snapshot_order_and_gaps(void **state)
 	th_msleep(100);
 	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-early", &(struct procreg_entry){ 0 }),
 			 -ENOENT);
-	pos = 0;
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, 0, &start), 0);
-	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
-	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
-	fake_publish(&k, "procreg.default.inbox.nodea", 3, req, buf, pos);
+	fake_snap_part(&k, req, 0, "fake-x", true);
 	expect_name(c->n[0].reg, "fake-x", 99, true);
 	expect_name(c->n[0].reg, "fake-early", 99, true);
 
@@ -1038,26 +829,9 @@ static void test_snapshot_order_and_gaps(void **state)
 	expect_log(c->n[0].d.log, "node fake: frame 6 out of order (seq 4)");
 	/* And a fresh snapshot is asked for, under a new id. */
 	assert_true(fake_request(&k) != req);
-	assert_false(log_has(c->n[0].d.log, "node fake: down (silent)"));
+	assert_false(th_log_has(c->n[0].d.log, "node fake: down (silent)"));
 	natsSubscription_Destroy(k.req);
 	natsConnection_Destroy(k.nc);
-}
-
-/* Part PART of the fake's snapshot (as of change 0, in answer to request
- * REQ): NAME, and the last part if LAST. */
-static void fake_snap_part(struct fake *k, uint64_t req, uint32_t part, const char *name, bool last)
-{
-	uint8_t buf[1024];
-	size_t pos = 0, start;
-	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
-				 .registered_ns = procreg__now_ns(), .name = name,
-				 .name_len = strlen(name) };
-
-	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, part, &start),
-			 0);
-	assert_int_equal(procreg__bp_add_entry(buf, sizeof(buf), &pos, start, &e), 0);
-	procreg__bp_end(buf, pos, start, last ? PR_BP_SNAP_LAST : 0);
-	fake_publish(k, "procreg.default.inbox.nodea", 3, req, buf, pos);
 }
 
 /* A snapshot part lost on the way (NATS core delivers at most once): the
@@ -1068,21 +842,9 @@ static void test_snapshot_part_lost(void **state)
 {
 	struct cluster *c = *state;
 	static struct fake k;
-	uint8_t buf[64];
-	size_t pos = 0;
 	uint64_t req, req2;
 
-	c->node_timeout_ms = "60000";
-	start_node(c, 0);
-	memset(&k, 0, sizeof(k));
-	k.nc = test_client(c, true);
-	assert_non_null(k.nc);
-	assert_int_equal(natsConnection_SubscribeSync(&k.req, k.nc, "procreg.default.snap.fake"),
-			 NATS_OK);
-	assert_int_equal(natsConnection_Flush(k.nc), NATS_OK);
-	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, 7, 0), 0);
-	fake_publish(&k, "procreg.default.node.fake", 1, 0, buf, pos);
-	req = fake_request(&k);
+	req = fake_up(c, &k);
 
 	/* Part 1 lost: part 2 is refused, and never applied. */
 	fake_snap_part(&k, req, 0, "lost-0", false);
@@ -1114,23 +876,16 @@ static void test_snapshot_part_lost(void **state)
 static void test_bad_options(void **state)
 {
 	struct cluster *c = *state;
-	struct node *n = &c->n[0];
+	struct th_node *n = &c->n[0];
 	const char *args[] = { "--node", "x", "--cookie-file", c->cookie, "--bridge", "nats",
 			       "--bridge-opt", "colour=blue", NULL };
 
 	assert_int_not_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
-	assert_true(log_has(n->d.log, "unknown option 'colour=blue'"));
+	assert_true(th_log_has(n->d.log, "unknown option 'colour=blue'"));
 	args[5] = "nosuch";
 	args[6] = NULL;
 	assert_int_not_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
-	assert_true(log_has(n->d.log, "no procreg-bridge-nosuch.so"));
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
+	assert_true(th_log_has(n->d.log, "no procreg-bridge-nosuch.so"));
 }
 
 /* Propagation figures, printed, not asserted, the same shape as
@@ -1140,41 +895,12 @@ static int cmp_u64(const void *a, const void *b)
 static void test_propagation_figures(void **state)
 {
 	struct cluster *c = *state;
-	uint64_t lat[200], t0, t_reg, t_b = 0, t_c = 0;
-	struct procreg_entry e;
-	char name[64];
 
 	start_three(c);
 	assert_int_equal(procreg_register(c->n[0].reg, "warmup", NULL, 0), 0);
 	expect_name(c->n[1].reg, "warmup", getpid(), true);
 	expect_name(c->n[2].reg, "warmup", getpid(), true);
-	for (int i = 0; i < 200; i++) {
-		snprintf(name, sizeof(name), "lat%d", i);
-		t0 = procreg__mono_ns();
-		assert_int_equal(procreg_register(c->n[0].reg, name, NULL, 0), 0);
-		while (procreg_lookup(c->n[1].reg, name, &e) != 0)
-			assert_true(procreg__mono_ns() - t0 < 10000000000ull);
-		lat[i] = procreg__mono_ns() - t0;
-	}
-	qsort(lat, 200, sizeof(lat[0]), cmp_u64);
-	t0 = procreg__mono_ns();
-	for (int i = 0; i < 2000; i++) {
-		snprintf(name, sizeof(name), "bulk%d", i);
-		assert_int_equal(procreg_register(c->n[0].reg, name, "m", 1), 0);
-	}
-	t_reg = procreg__mono_ns() - t0;
-	while (!t_b || !t_c) {
-		if (!t_b && procreg_lookup(c->n[1].reg, "bulk1999", &e) == 0)
-			t_b = procreg__mono_ns() - t0;
-		if (!t_c && procreg_lookup(c->n[2].reg, "bulk1999", &e) == 0)
-			t_c = procreg__mono_ns() - t0;
-		assert_true(procreg__mono_ns() - t0 < 30000000000ull);
-	}
-	printf("nats: propagation a->b, one name (register on a returns .. lookup on b finds it): "
-	       "median %.0f us, p90 %.0f us, max %.0f us (200 names)\n",
-	       lat[100] / 1e3, lat[180] / 1e3, lat[199] / 1e3);
-	printf("nats: 2000 names registered on a in %.1f ms; all on b after %.1f ms, on c after %.1f ms\n",
-	       t_reg / 1e6, t_b / 1e6, t_c / 1e6);
+	th_propagation_figures(c->n[0].reg, c->n[1].reg, c->n[2].reg, "nats: ");
 }
 
 /* ---- ways into the server ----------------------------------------------- */
@@ -1189,7 +915,7 @@ static void nats_restart_auth(struct cluster *c, const char *const *server_auth,
 	c->server_auth = server_auth;
 	c->daemon_auth = daemon_auth;
 	for (int attempt = 0; attempt < 5 && !c->nats_pid; attempt++) {
-		c->nats_port = free_port();
+		c->nats_port = th_free_port();
 		if (nats_start(c) != 0)
 			nats_kill(c);
 	}
@@ -1215,7 +941,7 @@ static void expect_refused(struct cluster *c, int i, const char *const *auth)
 	c->daemon_auth = auth;
 	assert_int_not_equal(start_node_dump(c, i, c->cookie, false, false), 0);
 	c->daemon_auth = keep;
-	if (!log_has(c->n[i].d.log, "Authorization Violation")) {
+	if (!th_log_has(c->n[i].d.log, "Authorization Violation")) {
 		th_daemon_dump_log(&c->n[i].d);
 		fail_msg("%s: refused without the server's reason", c->n[i].name);
 	}
@@ -1226,7 +952,7 @@ static void expect_still_replicating(struct cluster *c)
 {
 	assert_int_equal(procreg_register(c->n[1].reg, "after-refusals", NULL, 0), 0);
 	expect_name(c->n[0].reg, "after-refusals", getpid(), true);
-	assert_true(log_count(c->nats_log, "uthorization") + log_count(c->nats_log, "uthentication") >= 1);
+	assert_true(th_log_count(c->nats_log, "uthorization") + th_log_count(c->nats_log, "uthentication") >= 1);
 }
 
 /* nats-server --auth TOKEN: daemons with --nats-token TOKEN join; one
@@ -1354,11 +1080,11 @@ static void test_nkey_auth(void **state)
 	snprintf(conf, sizeof(conf), "%s/nats-nkey.conf", c->base);
 	snprintf(conf_text, sizeof(conf_text), "authorization {\n  users = [ { nkey: \"%s\" } ]\n}\n",
 		 good.pub);
-	write_file(conf, conf_text, 0600);
+	th_write_file(conf, conf_text, 0600);
 	snprintf(seed, sizeof(seed), "%s/good.nk", c->base);
-	write_file(seed, good.seed, 0600);
+	th_write_file(seed, good.seed, 0600);
 	snprintf(other_seed, sizeof(other_seed), "%s/other.nk", c->base);
-	write_file(other_seed, other.seed, 0600);
+	th_write_file(other_seed, other.seed, 0600);
 	server[0] = "-c";
 	server[1] = conf;
 	daemon[0] = wrong_pair[0] = wrong_seed[0] = "--nats-nkey";

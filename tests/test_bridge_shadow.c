@@ -20,60 +20,21 @@
 
 #include <openssl/evp.h>
 
-#include "harness.h"
+#include "cluster.h"
 #include "internal.h"
 #include "bridge_proto.h"
 
 #define COOKIE "a-shadow-cookie-0123456789"
 #define WAIT_MS 10000
 
-struct fx {
-	char *dir;
-	char listen[32];
-	struct th_daemon d;
-	procreg_t *reg;
-};
-
 static int setup(void **state)
 {
-	static struct fx *f;
-	static char cookie[600];
-	const char *args[] = { "--node", "a", "--listen", NULL, "--cookie-file", cookie, NULL };
-	int err = -1;
-
-	f = calloc(1, sizeof(*f));
-	assert_non_null(f);
-	args[3] = f->listen;
-	f->dir = th_mkdtemp();
-	assert_int_equal(chmod(f->dir, 0755), 0);
-	snprintf(cookie, sizeof(cookie), "%s/cookie", f->dir);
-	th_write_file(cookie, COOKIE "\n", 0600);
-	for (int attempt = 0; attempt < 5 && err; attempt++) {
-		snprintf(f->listen, sizeof(f->listen), "127.0.0.1:%d", th_free_port());
-		err = th_daemon_start(&f->d, f->dir, args, NULL);
-		if (err && !th_log_has(f->d.log, "cannot listen"))
-			break;
-	}
-	assert_int_equal(err, 0);
-	f->reg = th_open(f->dir);
-	assert_non_null(f->reg);
-	*state = f;
-	return 0;
+	return th_bridged_fx_start(state, "a", COOKIE);
 }
 
 static int teardown(void **state)
 {
-	struct fx *f = *state;
-	int st;
-
-	procreg_close(f->reg);
-	st = th_daemon_stop(&f->d);
-	if (st)
-		th_daemon_dump_log(&f->d);
-	th_rmrf(f->dir);
-	free(f->dir);
-	free(f);
-	return st ? -1 : 0;
+	return th_bridged_fx_stop(state);
 }
 
 /* A hand-made node: authenticated, its (empty) snapshot sent. */
@@ -156,32 +117,12 @@ static void fake_change(struct fake *k, uint8_t op, const char *name, uint32_t p
 	fake_send(k, buf, pos);
 }
 
-struct probe {
-	procreg_t *reg;
-	const char *name;
-	pid_t pid;              /* 0: absent */
-};
-
-static int probe_owner(void *arg)
-{
-	struct probe *p = arg;
-	struct procreg_entry e;
-	int r = procreg_lookup(p->reg, p->name, &e);
-
-	return p->pid ? r == 0 && e.pid == p->pid : r == -ENOENT;
-}
-
-static void expect_owner(procreg_t *reg, const char *name, pid_t pid)
-{
-	struct probe p = { reg, name, pid };
-
-	if (!th_until(probe_owner, &p, WAIT_MS))
-		fail_msg("'%s': expected %s%d", name, pid ? "owner pid " : "absent ", (int)pid);
-}
+/* NAME on REG owned by PID, or, PID 0, absent. */
+#define expect_owner(reg, name, pid) th_expect_name(reg, name, pid, false, WAIT_MS)
 
 static void test_loser_stands_when_winner_goes(void **state)
 {
-	struct fx *f = *state;
+	struct th_bridged_fx *f = *state;
 	uint64_t t = procreg__now_ns();
 	struct fake b, c;
 
@@ -229,7 +170,7 @@ static void test_loser_stands_when_winner_goes(void **state)
  * orders conflicts stays. */
 static void test_update_keeps_stamp(void **state)
 {
-	struct fx *f = *state;
+	struct th_bridged_fx *f = *state;
 	struct procreg_entry e1, e2;
 
 	assert_int_equal(procreg_register(f->reg, "mine", "v1", 2), 0);

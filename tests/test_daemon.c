@@ -692,49 +692,6 @@ static void test_reader_slots_exhausted(void **state)
 
 /* ---- hostile input ---------------------------------------------------- */
 
-static int raw_connect(const char *dir)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", dir);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	return fd;
-}
-
-static void raw_hello(int fd)
-{
-	static uint8_t buf[PR_PACKET_MAX];
-	size_t pos = 0;
-	struct pr_frame f;
-	ssize_t n;
-
-	procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 1, 0);
-	/* The kernel here may not have SO_PEERPIDFD: pass our pidfd. */
-	{
-		int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-		union {
-			struct cmsghdr h;
-			char b[CMSG_SPACE(sizeof(int))];
-		} u = { 0 };
-		struct iovec iov = { buf, pos };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-				      .msg_controllen = sizeof(u.b) };
-
-		u.h.cmsg_level = SOL_SOCKET;
-		u.h.cmsg_type = SCM_RIGHTS;
-		u.h.cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(&u.h), &pidfd, sizeof(int));
-		assert_true(sendmsg(fd, &msg, 0) == (ssize_t)pos);
-		close(pidfd);
-	}
-	n = recv(fd, buf, sizeof(buf), 0);
-	assert_true(n > 0);
-	pos = 0;
-	assert_int_equal(procreg__proto_next(buf, (size_t)n, &pos, &f), 1);
-	assert_int_equal(f.h.status, 0);
-}
-
 /* Send a packet; return the status of the first reply frame, or 1 if the
  * daemon closed the connection instead. */
 static int raw_exchange(int fd, const void *pkt, size_t len)
@@ -764,19 +721,19 @@ static void test_malformed_messages(void **state)
 	assert_int_equal(procreg_register(f->reg, "bystander", "b", 1), 0);
 
 	/* Three bytes: cannot be framed, the connection closes. */
-	fd = raw_connect(f->dir);
+	fd = th_raw_connect(f->dir);
 	assert_int_equal(raw_exchange(fd, "abc", 3), 1);
 	close(fd);
 
 	/* A request before HELLO. */
-	fd = raw_connect(f->dir);
+	fd = th_raw_connect(f->dir);
 	pos = 0;
 	procreg__proto_put(pkt, &pos, PR_OP_SYNC, 0, 7, 0, NULL, 0, NULL, 0);
 	assert_int_equal(raw_exchange(fd, pkt, pos), -EPROTO);
 	close(fd);
 
 	/* A HELLO of another protocol version. */
-	fd = raw_connect(f->dir);
+	fd = th_raw_connect(f->dir);
 	{
 		uint32_t body[2] = { 99, 0 };
 
@@ -786,8 +743,8 @@ static void test_malformed_messages(void **state)
 	}
 	close(fd);
 
-	fd = raw_connect(f->dir);
-	raw_hello(fd);
+	fd = th_raw_connect(f->dir);
+	th_raw_hello(fd);
 	/* Unknown op: an error reply, the connection lives. */
 	pos = 0;
 	procreg__proto_put(pkt, &pos, 0x777, 0, 8, 0, NULL, 0, NULL, 0);
@@ -832,8 +789,8 @@ static void test_malformed_messages(void **state)
 	close(fd);
 
 	/* An oversized packet: closed. */
-	fd = raw_connect(f->dir);
-	raw_hello(fd);
+	fd = th_raw_connect(f->dir);
+	th_raw_hello(fd);
 	memset(pkt, 0, sizeof(pkt));
 	assert_int_equal(raw_exchange(fd, pkt, sizeof(pkt)), 1);
 	close(fd);
@@ -843,9 +800,9 @@ static void test_malformed_messages(void **state)
 	for (int round = 0; round < 200; round++) {
 		size_t len = 16 + (size_t)(rand() % 512);
 
-		fd = raw_connect(f->dir);
+		fd = th_raw_connect(f->dir);
 		if (round % 2)
-			raw_hello(fd);
+			th_raw_hello(fd);
 		for (size_t i = 0; i < len; i++)
 			pkt[i] = (uint8_t)rand();
 		if (round % 3 == 0) {

@@ -21,45 +21,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "cluster.h"
 #include "internal.h"
 #include "proto.h"
 #include "bridge_proto.h"
 
 #define WAIT_MS 60000
-
-static long count_fds(pid_t pid)
-{
-	char path[64];
-	struct dirent *e;
-	long n = 0;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	assert_non_null(d);
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
-static long rss_anon_kb(pid_t pid)
-{
-	char path[64], line[256];
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	assert_non_null(f);
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, "RssAnon:", 8))
-			v = strtol(line + 8, NULL, 10);
-	fclose(f);
-	return v;
-}
 
 struct fdcount {
 	pid_t pid;
@@ -70,7 +37,7 @@ static int fds_back(void *arg)
 {
 	struct fdcount *c = arg;
 
-	return count_fds(c->pid) == c->want;
+	return th_count_fds(c->pid) == c->want;
 }
 
 /* Whether the daemon serves: a registration, a lookup and a sync. */
@@ -96,38 +63,9 @@ static int teardown(void **state)
 
 static int raw_client(const char *dir)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	static uint8_t buf[PR_PACKET_MAX];
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), pidfd;
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
-	} u = { 0 };
-	size_t pos = 0;
-	struct iovec iov;
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-			      .msg_controllen = sizeof(u.b) };
-	struct pr_frame f;
-	ssize_t n;
+	int fd = th_raw_connect(dir);
 
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", dir);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	/* HELLO, with our pidfd for kernels without SO_PEERPIDFD. */
-	procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 1, 0);
-	iov = (struct iovec){ buf, pos };
-	pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-	assert_true(pidfd >= 0);
-	u.h.cmsg_level = SOL_SOCKET;
-	u.h.cmsg_type = SCM_RIGHTS;
-	u.h.cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(&u.h), &pidfd, sizeof(int));
-	assert_true(sendmsg(fd, &msg, 0) == (ssize_t)pos);
-	close(pidfd);
-	n = recv(fd, buf, sizeof(buf), 0);
-	assert_true(n > 0);
-	pos = 0;
-	assert_int_equal(procreg__proto_next(buf, (size_t)n, &pos, &f), 1);
-	assert_int_equal(f.h.status, 0);
+	th_raw_hello(fd);
 	return fd;
 }
 
@@ -145,8 +83,8 @@ static void test_client_never_reads(void **state)
 	int fd;
 
 	serves(f->reg, "warm");
-	c.want = count_fds(f->d.pid);
-	rss0 = rss_anon_kb(f->d.pid);
+	c.want = th_count_fds(f->d.pid);
+	rss0 = th_status_kb(f->d.pid, "RssAnon");
 	fd = raw_client(f->dir);
 	/* A full packet of SYNCs: one 16-byte reply each. */
 	while (pos + PR_FRAME_HDR <= sizeof(pkt))
@@ -168,7 +106,7 @@ static void test_client_never_reads(void **state)
 		snprintf(name, sizeof(name), "bystander.%d", i);
 		serves(f->reg, name);
 	}
-	rss1 = rss_anon_kb(f->d.pid);
+	rss1 = th_status_kb(f->d.pid, "RssAnon");
 	printf("flood: %ld packets of %zu requests sent unread; daemon RssAnon %ld -> %ld kB\n", sent,
 	       pos / PR_FRAME_HDR, rss0, rss1);
 	/* What waits for it is bounded by the packets it got in, not by what
@@ -181,52 +119,14 @@ static void test_client_never_reads(void **state)
 
 /* ---- the bridge port: frames begun and never finished ------------------ */
 
-struct node_fx {
-	char *dir;
-	char listen[32];
-	struct th_daemon d;
-	procreg_t *reg;
-};
-
 static int setup_node(void **state)
 {
-	static char cookie[600];
-	static struct node_fx *f;
-	const char *args[] = { "--node", "a", "--listen", NULL, "--cookie-file", cookie, NULL };
-	int err = -1;
-
-	f = calloc(1, sizeof(*f));
-	assert_non_null(f);
-	args[3] = f->listen;
-	f->dir = th_mkdtemp();
-	snprintf(cookie, sizeof(cookie), "%s/cookie", f->dir);
-	th_write_file(cookie, "a-flood-cookie-0123456789\n", 0600);
-	for (int attempt = 0; attempt < 5 && err; attempt++) {
-		snprintf(f->listen, sizeof(f->listen), "127.0.0.1:%d", th_free_port());
-		err = th_daemon_start(&f->d, f->dir, args, NULL);
-		if (err && !th_log_has(f->d.log, "cannot listen"))
-			break;
-	}
-	assert_int_equal(err, 0);
-	f->reg = th_open(f->dir);
-	assert_non_null(f->reg);
-	*state = f;
-	return 0;
+	return th_bridged_fx_start(state, "a", "a-flood-cookie-0123456789");
 }
 
 static int teardown_node(void **state)
 {
-	struct node_fx *f = *state;
-	int st;
-
-	procreg_close(f->reg);
-	st = th_daemon_stop(&f->d);
-	if (st)
-		th_daemon_dump_log(&f->d);
-	th_rmrf(f->dir);
-	free(f->dir);
-	free(f);
-	return st ? -1 : 0;
+	return th_bridged_fx_stop(state);
 }
 
 #define STALLED 200
@@ -237,7 +137,7 @@ static int teardown_node(void **state)
  * back after. */
 static void test_bridge_half_frames(void **state)
 {
-	struct node_fx *f = *state;
+	struct th_bridged_fx *f = *state;
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	static const uint8_t partial[] = { 0x40, 0, 0, 0, PR_BP_HELLO };
 	struct fdcount c = { f->d.pid, 0 };
@@ -245,7 +145,7 @@ static void test_bridge_half_frames(void **state)
 	bool hello[STALLED] = { false };
 
 	serves(f->reg, "warm");
-	c.want = count_fds(f->d.pid);
+	c.want = th_count_fds(f->d.pid);
 	sa.sin_port = htons((uint16_t)atoi(strchr(f->listen, ':') + 1));
 	for (int i = 0; i < STALLED; i++) {
 		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -327,14 +227,14 @@ static int hung_up(int fd, int ms)
  * forever; and once fds are free again, it serves. */
 static void test_out_of_fds(void **state)
 {
-	struct node_fx *f = *state;
+	struct th_bridged_fx *f = *state;
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct fdcount c = { f->d.pid, 0 };
 	struct rlimit old, low;
 	int holders[HOLDERS], n = 0, tcp, refused = 0;
 
 	serves(f->reg, "warm");
-	c.want = count_fds(f->d.pid);
+	c.want = th_count_fds(f->d.pid);
 	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, NULL, &old), 0);
 	low = (struct rlimit){ (rlim_t)c.want + 8, old.rlim_max };
 	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &low, NULL), 0);

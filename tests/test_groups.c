@@ -1284,15 +1284,11 @@ static int setup_quota(void **state)
 static int teardown(void **state)
 {
 	struct fx *f = *state;
-	int st = 0;
+	int st;
 
 	if (f->reg)
 		procreg_close(f->reg);
-	if (f->d.pid) {
-		st = th_daemon_stop(&f->d);
-		if (st)
-			th_daemon_dump_log(&f->d);
-	}
+	st = th_daemon_stop_dump(&f->d);
 	th_rmrf(f->dir);
 	free(f->dir);
 	free(f);

@@ -28,21 +28,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "cluster.h"
 #include "testnet.h"
 
 #define N 3
 #define CLIENTS_MAX 1024
 #define WAIT_MS 30000
 #define DUMP_MAX 65536
-
-struct pnode {
-	char name[16];
-	char dir[512];
-	char listen[64];           /* the netns test: where it listens */
-	struct th_daemon d;
-	procreg_t *reg;
-};
 
 struct client {
 	pid_t pid;
@@ -56,7 +48,7 @@ struct part {
 	char tnenv[600];
 	struct testnet *tn;
 	uint64_t seed, rng;
-	struct pnode n[N];
+	struct th_node n[N];
 	struct client cl[CLIENTS_MAX];
 	int ncl;
 	char why[1024];            /* the last failed check */
@@ -67,16 +59,6 @@ struct part {
 static uint64_t rnd(struct part *p)
 {
 	return th_xorshift(&p->rng);
-}
-
-static void write_file(const char *path, const char *text, mode_t mode)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
-
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-	assert_int_equal(fchmod(fd, mode), 0);
-	close(fd);
 }
 
 static void netns_cleanup(int tag);
@@ -96,14 +78,8 @@ static int setup(void **state)
 	p->rng = p->seed;
 	fprintf(stderr, "test_partition: seed %llu (PROCREG_TESTNET_SEED=%llu repeats it)\n",
 		(unsigned long long)p->seed, (unsigned long long)p->seed);
-	p->base = th_mkdtemp();
-	snprintf(p->cookie, sizeof(p->cookie), "%s/cookie", p->base);
-	write_file(p->cookie, "a-partition-cookie-0123456789\n", 0600);
-	for (int i = 0; i < N; i++) {
-		snprintf(p->n[i].name, sizeof(p->n[i].name), "node%c", 'a' + i);
-		snprintf(p->n[i].dir, sizeof(p->n[i].dir), "%s/node%c", p->base, 'a' + i);
-		assert_int_equal(mkdir(p->n[i].dir, 0755), 0);
-	}
+	p->base = th_nodes_make(p->n, N, "node", p->cookie, sizeof(p->cookie),
+				"a-partition-cookie-0123456789");
 	p->tn = tn_start(p->base, p->seed ^ 0x9e3779b97f4a7c15ull);
 	assert_non_null(p->tn);
 	snprintf(p->tnenv, sizeof(p->tnenv), "PROCREG_TESTNET=%s", tn_path(p->tn));
@@ -114,21 +90,14 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct part *p = *state;
-	int bad = 0;
+	int bad;
 
 	for (int k = 0; k < p->ncl; k++)
 		if (p->cl[k].alive) {
 			kill(p->cl[k].pid, SIGKILL);
 			th_wait(p->cl[k].pid);
 		}
-	for (int i = 0; i < N; i++) {
-		if (p->n[i].reg)
-			procreg_close(p->n[i].reg);
-		if (p->n[i].d.pid && th_daemon_stop(&p->n[i].d) != 0) {
-			th_daemon_dump_log(&p->n[i].d);
-			bad = -1;
-		}
-	}
+	bad = th_nodes_stop(p->n, N);
 	if (p->netns_tag)
 		netns_cleanup(p->netns_tag);
 	if (p->tn)
@@ -143,7 +112,7 @@ static int teardown(void **state)
 
 static void start_node(struct part *p, int i)
 {
-	struct pnode *n = &p->n[i];
+	struct th_node *n = &p->n[i];
 	const char *args[] = { "--node", n->name, "--cookie-file", p->cookie, "--bridge-backend",
 			       BRIDGE_BACKEND_TESTNET, NULL };
 	const char *env[] = { p->tnenv, p->env, NULL };
@@ -196,84 +165,87 @@ static void heal(struct part *p)
 			link_pair(p, i, j, true);
 }
 
+struct hold {
+	const char *name, *group;   /* spawn_client's, either may be NULL */
+	const char *prefix;         /* spawn_bulk_client's */
+	int count;
+};
+
+static int hold_client(procreg_t *r, void *arg)
+{
+	struct hold *h = arg;
+	char st = 'r';
+
+	if (h->name && procreg_register(r, h->name, "held", 4) != 0)
+		st = 'x';
+	if (h->group && procreg_join(r, h->group, "m", 1) != 0)
+		return -11;
+	return st;
+}
+
+static int hold_bulk(procreg_t *r, void *arg)
+{
+	static char meta[PROCREG_META_MAX];
+	struct hold *h = arg;
+
+	memset(meta, 'm', sizeof(meta));
+	for (int i = 0; i < h->count; i++) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "%s-%d", h->prefix, i);
+		if (procreg_register(r, name, meta, sizeof(meta)) != 0)
+			return -11;
+	}
+	return 'r';
+}
+
+/* A client of node HOME running HOLD (WHAT, in a failure's message):
+ * its index in p->cl; its report in *ST. */
+static int spawn_hold(struct part *p, int home, int (*hold)(procreg_t *, void *), struct hold *h,
+		      const char *what, char *st)
+{
+	pid_t pid;
+
+	assert_true(p->ncl < CLIENTS_MAX);
+	pid = th_spawn_holding(p->n[home].dir, hold, h, st);
+	if (!*st)
+		fail_msg("a %s of %s failed (status %d)", what, p->n[home].name, th_wait(pid));
+	p->cl[p->ncl] = (struct client){ pid, home, true };
+	return p->ncl++;
+}
+
 /* A client of node HOME that registers NAME and joins GROUP (either may
  * be NULL), then holds them until killed. *OK (may be NULL): whether the
  * registration succeeded. */
 static int spawn_client(struct part *p, int home, const char *name, const char *group, bool *ok)
 {
-	int ready[2];
-	char st = 0;
-	pid_t pid;
+	struct hold h = { .name = name, .group = group };
+	char st;
+	int k = spawn_hold(p, home, hold_client, &h, "client", &st);
 
-	assert_true(p->ncl < CLIENTS_MAX);
-	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		procreg_t *r = th_open(p->n[home].dir);
-
-		close(ready[0]);
-		if (!r)
-			_exit(10);
-		st = 'r';
-		if (name && procreg_register(r, name, "held", 4) != 0)
-			st = 'x';
-		if (group && procreg_join(r, group, "m", 1) != 0)
-			_exit(11);
-		if (write(ready[1], &st, 1) != 1)
-			_exit(12);
-		for (;;)
-			pause();
-	}
-	close(ready[1]);
-	if (read(ready[0], &st, 1) != 1)
-		fail_msg("a client of %s failed (status %d)", p->n[home].name, th_wait(pid));
-	close(ready[0]);
 	if (ok)
 		*ok = st == 'r';
-	p->cl[p->ncl] = (struct client){ pid, home, true };
-	return p->ncl++;
+	return k;
+}
+
+/* A client of node HOME that registers NAME, which must succeed. */
+static int spawn_client_ok(struct part *p, int home, const char *name)
+{
+	bool ok;
+	int k = spawn_client(p, home, name, NULL, &ok);
+
+	assert_true(ok);
+	return k;
 }
 
 /* A client of node HOME holding COUNT names PREFIX-0.., each with the
  * largest metadata: enough of them make a snapshot of several parts. */
 static int spawn_bulk_client(struct part *p, int home, const char *prefix, int count)
 {
-	int ready[2];
-	char st = 0;
-	pid_t pid;
+	struct hold h = { .prefix = prefix, .count = count };
+	char st;
 
-	assert_true(p->ncl < CLIENTS_MAX);
-	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		static char meta[PROCREG_META_MAX];
-		procreg_t *r = th_open(p->n[home].dir);
-
-		close(ready[0]);
-		if (!r)
-			_exit(10);
-		memset(meta, 'm', sizeof(meta));
-		for (int i = 0; i < count; i++) {
-			char name[64];
-
-			snprintf(name, sizeof(name), "%s-%d", prefix, i);
-			if (procreg_register(r, name, meta, sizeof(meta)) != 0)
-				_exit(11);
-		}
-		st = 'r';
-		if (write(ready[1], &st, 1) != 1)
-			_exit(12);
-		for (;;)
-			pause();
-	}
-	close(ready[1]);
-	if (read(ready[0], &st, 1) != 1)
-		fail_msg("a bulk client of %s failed (status %d)", p->n[home].name, th_wait(pid));
-	close(ready[0]);
-	p->cl[p->ncl] = (struct client){ pid, home, true };
-	return p->ncl++;
+	return spawn_hold(p, home, hold_bulk, &h, "bulk client", &st);
 }
 
 static void kill_client(struct part *p, int k)
@@ -446,26 +418,9 @@ static void expect_consistent(struct part *p, const char *when)
 	fail_msg("%s: replicas differ (seed %llu): %s", when, (unsigned long long)p->seed, p->why);
 }
 
-struct probe {
-	procreg_t *reg;
-	const char *name;
-	pid_t pid;                 /* expected owner; 0: expect absent */
-};
-
-static int probe_name(void *arg)
-{
-	struct probe *q = arg;
-	struct procreg_entry e;
-	int r = procreg_lookup(q->reg, q->name, &e);
-
-	return q->pid ? r == 0 && e.pid == q->pid : r == -ENOENT;
-}
-
 static void expect_name(struct part *p, int i, const char *name, pid_t pid)
 {
-	struct probe q = { p->n[i].reg, name, pid };
-
-	if (!th_until(probe_name, &q, WAIT_MS))
+	if (!th_name_within(p->n[i].reg, name, pid, false, WAIT_MS))
 		fail_msg("%s: '%s': expected %s %d (seed %llu)", p->n[i].name, name,
 			 pid ? "owner" : "absent", (int)pid, (unsigned long long)p->seed);
 }
@@ -490,7 +445,6 @@ static void test_split_conflict(void **state)
 {
 	struct part *p = *state;
 	uint64_t feed_a, feed_c;
-	bool ok;
 	int a1, c1, c2, a2;
 
 	start_all(p);
@@ -499,16 +453,12 @@ static void test_split_conflict(void **state)
 	feed_a = procreg_feed_head(p->n[0].reg);
 	feed_c = procreg_feed_head(p->n[2].reg);
 
-	a1 = spawn_client(p, 0, "first-a", NULL, &ok);
-	assert_true(ok);
+	a1 = spawn_client_ok(p, 0, "first-a");
 	th_msleep(20);
-	c1 = spawn_client(p, 2, "first-a", NULL, &ok);
-	assert_true(ok); /* c cannot see a's */
-	c2 = spawn_client(p, 2, "first-c", NULL, &ok);
-	assert_true(ok);
+	c1 = spawn_client_ok(p, 2, "first-a"); /* c cannot see a's */
+	c2 = spawn_client_ok(p, 2, "first-c");
 	th_msleep(20);
-	a2 = spawn_client(p, 0, "first-c", NULL, &ok);
-	assert_true(ok);
+	a2 = spawn_client_ok(p, 0, "first-c");
 
 	/* Apart: each side has its own. */
 	expect_name(p, 1, "first-a", p->cl[c1].pid);
@@ -535,7 +485,6 @@ static void test_split_conflict(void **state)
 static void test_partial_split(void **state)
 {
 	struct part *p = *state;
-	bool ok;
 	int ca, cb, cc, both_a, both_c;
 
 	start_all(p);
@@ -543,11 +492,9 @@ static void test_partial_split(void **state)
 	ca = spawn_client(p, 0, "on-a", "everywhere", NULL);
 	cb = spawn_client(p, 1, "on-b", "everywhere", NULL);
 	cc = spawn_client(p, 2, "on-c", "everywhere", NULL);
-	both_a = spawn_client(p, 0, "both", NULL, &ok);
-	assert_true(ok);
+	both_a = spawn_client_ok(p, 0, "both");
 	th_msleep(20);
-	both_c = spawn_client(p, 2, "both", NULL, &ok);
-	assert_true(ok);
+	both_c = spawn_client_ok(p, 2, "both");
 
 	expect_name(p, 0, "on-a", p->cl[ca].pid);
 	expect_name(p, 0, "on-b", p->cl[cb].pid);
@@ -937,7 +884,7 @@ static void netns_build(struct part *p, int tag)
  * fork in th_daemon_start happens while this thread is in it. */
 static void start_node_netns(struct part *p, int i)
 {
-	struct pnode *n = &p->n[i];
+	struct th_node *n = &p->n[i];
 	const char *args[16];
 	char nspath[64];
 	int k = 0, self, ns, err;
@@ -980,7 +927,6 @@ static void test_netns_tcp(void **state)
 	struct part *p = *state;
 	uint64_t feed_c;
 	int probe[N], a1, c1;
-	bool ok;
 
 	if (geteuid() != 0)
 		fail_msg("test_netns_tcp needs root (network namespaces, veth pairs)");
@@ -1008,11 +954,9 @@ static void test_netns_tcp(void **state)
 	expect_name(p, 0, "tcp-nodeb", 0);
 	expect_name(p, 0, "tcp-nodec", 0);
 	feed_c = procreg_feed_head(p->n[2].reg);
-	a1 = spawn_client(p, 0, "tcp-contested", NULL, &ok);
-	assert_true(ok);
+	a1 = spawn_client_ok(p, 0, "tcp-contested");
 	th_msleep(20);
-	c1 = spawn_client(p, 2, "tcp-contested", NULL, &ok);
-	assert_true(ok);
+	c1 = spawn_client_ok(p, 2, "tcp-contested");
 	expect_name(p, 1, "tcp-contested", p->cl[c1].pid);
 
 	must(sh("ip link set prt%dar up", p->netns_tag), "heal a");

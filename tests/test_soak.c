@@ -49,7 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "cluster.h"
 #include "internal.h"
 #include "bridge_proto.h"
 
@@ -103,17 +103,10 @@ struct shared {
 	char bad_msg[256];
 };
 
-struct node {
-	char name[16];
-	char dir[512];
-	struct th_daemon d;
-	procreg_t *reg;
-};
-
 struct soak {
 	char *base;
 	char cookie[512];
-	struct node n[NODES];
+	struct th_node n[NODES];
 	struct shared *sh;
 	pid_t proxy;
 	int proxy_lfd[NODES];
@@ -746,34 +739,26 @@ static int spawner_main(void *arg)
 
 static int start_node(struct soak *s, int i)
 {
-	struct node *n = &s->n[i];
-	char listen[32], peers[NODES][32];
+	struct th_node *n = &s->n[i];
+	char peers[NODES][32];
 	const char *args[32];
-	int err = -1;
+	int err, k = 0;
 
-	for (int attempt = 0; attempt < 5 && err; attempt++) {
-		int k = 0;
-
-		s->sh->real_port[i] = th_free_port();
-		snprintf(listen, sizeof(listen), "127.0.0.1:%d", s->sh->real_port[i]);
-		args[k++] = "--node";
-		args[k++] = n->name;
-		args[k++] = "--listen";
-		args[k++] = listen;
-		args[k++] = "--cookie-file";
-		args[k++] = s->cookie;
-		for (int j = 0; j < NODES; j++) {
-			if (j == i)
-				continue;
-			snprintf(peers[j], sizeof(peers[j]), "127.0.0.1:%d", s->sh->proxy_port[j]);
-			args[k++] = "--peer";
-			args[k++] = peers[j];
-		}
-		args[k] = NULL;
-		err = th_daemon_start(&n->d, n->dir, args, NULL);
-		if (err && !th_log_has(n->d.log, "cannot listen"))
-			return err;
+	args[k++] = "--node";
+	args[k++] = n->name;
+	args[k++] = "--cookie-file";
+	args[k++] = s->cookie;
+	for (int j = 0; j < NODES; j++) {
+		if (j == i)
+			continue;
+		snprintf(peers[j], sizeof(peers[j]), "127.0.0.1:%d", s->sh->proxy_port[j]);
+		args[k++] = "--peer";
+		args[k++] = peers[j];
 	}
+	args[k] = NULL;
+	/* The proxy forwards to the port it finds in real_port: there before
+	 * the daemon starts. */
+	err = th_daemon_start_listen(&n->d, n->dir, n->listen, &s->sh->real_port[i], args, NULL);
 	if (err)
 		return err;
 	n->reg = th_open(n->dir);
@@ -788,7 +773,7 @@ struct idmap {
 	char name[8][64];
 };
 
-static int read_nodes(const struct node *nd, struct idmap *m)
+static int read_nodes(const struct th_node *nd, struct idmap *m)
 {
 	char path[600], line[512];
 	FILE *f;
@@ -805,7 +790,7 @@ static int read_nodes(const struct node *nd, struct idmap *m)
 	return m->n;
 }
 
-static const char *id_name(const struct idmap *m, const struct node *self, uint32_t id)
+static const char *id_name(const struct idmap *m, const struct th_node *self, uint32_t id)
 {
 	if (id == 0)
 		return self->name;
@@ -820,7 +805,7 @@ struct view {
 	int n, cap;
 	char (*v)[128];
 	const struct idmap *ids;
-	const struct node *self;
+	const struct th_node *self;
 	const char *group;
 };
 
@@ -853,7 +838,7 @@ static int cmp_line(const void *a, const void *b)
 	return strcmp(a, b);
 }
 
-static void view_take(struct view *w, const struct node *nd, const struct idmap *ids)
+static void view_take(struct view *w, const struct th_node *nd, const struct idmap *ids)
 {
 	memset(w, 0, sizeof(*w));
 	w->ids = ids;
@@ -1062,23 +1047,6 @@ static void run_round(struct soak *s, int seconds, const char *label)
 
 /* ---- measurements ------------------------------------------------------ */
 
-static long count_fds(pid_t pid)
-{
-	char path[64];
-	struct dirent *e;
-	long n = 0;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	assert_non_null(d);
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
 static void list_fds(pid_t pid)
 {
 	char path[64], link[600], target[512];
@@ -1102,23 +1070,6 @@ static void list_fds(pid_t pid)
 	closedir(d);
 }
 
-static long status_kb(pid_t pid, const char *key)
-{
-	char path[64], line[256];
-	size_t kl = strlen(key);
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	assert_non_null(f);
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, key, kl) && line[kl] == ':')
-			v = strtol(line + kl + 1, NULL, 10);
-	fclose(f);
-	return v;
-}
-
 static void take_sample(struct soak *s, int i, struct sample *m)
 {
 	struct procreg_stats st;
@@ -1127,9 +1078,9 @@ static void take_sample(struct soak *s, int i, struct sample *m)
 	void *map;
 	int fd;
 
-	m->rss_kb = status_kb(s->n[i].d.pid, "VmRSS");
-	m->anon_kb = status_kb(s->n[i].d.pid, "RssAnon");
-	m->fds = count_fds(s->n[i].d.pid);
+	m->rss_kb = th_status_kb(s->n[i].d.pid, "VmRSS");
+	m->anon_kb = th_status_kb(s->n[i].d.pid, "RssAnon");
+	m->fds = th_count_fds(s->n[i].d.pid);
 	fd = open(procreg_table_path(s->n[i].reg), O_RDONLY | O_CLOEXEC);
 	assert_true(fd >= 0);
 	assert_int_equal(fstat(fd, &sb), 0);
@@ -1157,7 +1108,7 @@ static int fds_settled(void *arg)
 
 	for (int i = 0; i < NODES; i++)
 		if (read_nodes(&w->s->n[i], &ids) != NODES - 1 ||
-		    count_fds(w->s->n[i].d.pid) != w->want[i])
+		    th_count_fds(w->s->n[i].d.pid) != w->want[i])
 			return 0;
 	return 1;
 }
@@ -1172,7 +1123,7 @@ static void baseline(struct soak *s, struct sample *b)
 
 	for (uint64_t t = now_ms(); stable < 20; th_msleep(100)) {
 		for (int i = 0; i < NODES; i++)
-			want[i] = count_fds(s->n[i].d.pid);
+			want[i] = th_count_fds(s->n[i].d.pid);
 		stable = fds_settled(&w) ? stable + 1 : 0;
 		if (now_ms() - t > SETTLE_MS)
 			fail_msg("soak: the daemons' fds never settled after the warm-up");
@@ -1181,7 +1132,7 @@ static void baseline(struct soak *s, struct sample *b)
 		take_sample(s, i, &b[i]);
 }
 
-static void print_sample(const char *when, const struct node *n, const struct sample *m)
+static void print_sample(const char *when, const struct th_node *n, const struct sample *m)
 {
 	printf("soak %-5s %s: VmRSS %ld kB (RssAnon %ld kB), table file %llu bytes allocated, "
 	       "arena top %llu, fds %ld, feed head %llu\n",
@@ -1248,25 +1199,10 @@ static int setup(void **state)
 	s->sh = mmap(NULL, sizeof(*s->sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	assert_true(s->sh != MAP_FAILED);
 	memset(s->sh, 0, sizeof(*s->sh));
-	s->base = th_mkdtemp();
-	snprintf(s->cookie, sizeof(s->cookie), "%s/cookie", s->base);
-	th_write_file(s->cookie, "a-soak-cookie-0123456789\n", 0600);
-	for (int i = 0; i < NODES; i++) {
-		snprintf(s->n[i].name, sizeof(s->n[i].name), "soak%c", 'a' + i);
-		snprintf(s->n[i].dir, sizeof(s->n[i].dir), "%s/soak%c", s->base, 'a' + i);
-		assert_int_equal(mkdir(s->n[i].dir, 0755), 0);
-	}
+	s->base = th_nodes_make(s->n, NODES, "soak", s->cookie, sizeof(s->cookie),
+				"a-soak-cookie-0123456789");
 	*state = s;
 	return 0;
-}
-
-static void kill_wait(pid_t *pid)
-{
-	if (*pid > 0) {
-		kill(*pid, SIGKILL);
-		th_wait(*pid);
-	}
-	*pid = 0;
 }
 
 static int teardown(void **state)
@@ -1276,19 +1212,12 @@ static int teardown(void **state)
 
 	/* After a failure, workers may still run: they go first. */
 	for (int i = 0; i < WRITERS; i++)
-		kill_wait(&s->writer[i]);
+		th_kill_wait(&s->writer[i]);
 	for (int i = 0; i < READERS; i++)
-		kill_wait(&s->reader[i]);
-	kill_wait(&s->spawner);
-	kill_wait(&s->proxy);
-	for (int i = 0; i < NODES; i++) {
-		if (s->n[i].reg)
-			procreg_close(s->n[i].reg);
-		if (s->n[i].d.pid && th_daemon_stop(&s->n[i].d) != 0) {
-			th_daemon_dump_log(&s->n[i].d);
-			bad_stop = -1;
-		}
-	}
+		th_kill_wait(&s->reader[i]);
+	th_kill_wait(&s->spawner);
+	th_kill_wait(&s->proxy);
+	bad_stop = th_nodes_stop(s->n, NODES);
 	th_rmrf(s->base);
 	free(s->base);
 	munmap(s->sh, sizeof(*s->sh));

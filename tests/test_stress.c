@@ -455,23 +455,14 @@ static int setup(void **state)
 	return 0;
 }
 
-static void kill_wait(pid_t *pid)
-{
-	if (*pid > 0) {
-		kill(*pid, SIGKILL);
-		th_wait(*pid);
-	}
-	*pid = 0;
-}
-
 static int teardown(void **state)
 {
 	struct fx *f = *state;
 
 	for (int i = 0; i < NCHURNERS; i++)
-		kill_wait(&f->churners[i]);
+		th_kill_wait(&f->churners[i]);
 	for (int i = 0; i < NREADERS; i++)
-		kill_wait(&f->readers[i]);
+		th_kill_wait(&f->readers[i]);
 	if (f->stop[0] >= 0)
 		close(f->stop[0]);
 	if (f->stop[1] >= 0)

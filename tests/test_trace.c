@@ -24,7 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "cluster.h"
 
 #define HITS 1234
 #define MISSES 321
@@ -416,63 +416,33 @@ static void test_duration_and_errors(void **state)
 static struct th_daemon node_b, node_c;
 static char cookie[600], listen_a[32], listen_b[32], listen_c[32];
 
-/* A loopback port nobody listens on now. */
-static int free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
-
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-	port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
-}
-
 /* procregd --node NODE --listen (a free port, in LISTEN) [--peer PEERS...]
- * in DIR; another port if that one was taken meanwhile. */
+ * in DIR. */
 static void start_node(struct th_daemon *d, const char *dir, const char *node, char *listen,
 		       const char *const *peers)
 {
-	int err = -1;
+	const char *args[16] = { "--node", node, "--cookie-file", cookie };
+	int k = 4, err;
 
-	for (int attempt = 0; attempt < 5 && err; attempt++) {
-		const char *args[16] = { "--node", node, "--cookie-file", cookie, "--listen", listen };
-		int k = 6;
-		char *log;
-
-		snprintf(listen, 32, "127.0.0.1:%d", free_port());
-		for (int i = 0; peers && peers[i]; i++) {
-			args[k++] = "--peer";
-			args[k++] = peers[i];
-		}
-		args[k] = NULL;
-		err = th_daemon_start(d, dir, args, NULL);
-		log = err ? slurp(d->log) : NULL;
-		if (err && !strstr(log, "cannot listen")) {
-			th_daemon_dump_log(d);
-			free(log);
-			break;
-		}
-		free(log);
+	for (int i = 0; peers && peers[i]; i++) {
+		args[k++] = "--peer";
+		args[k++] = peers[i];
 	}
+	args[k] = NULL;
+	err = th_daemon_start_listen(d, dir, listen, NULL, args, NULL);
+	if (err)
+		th_daemon_dump_log(d);
 	assert_int_equal(err, 0);
 }
 
 static int setup_bridge(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
-	int fd;
 
 	assert_non_null(f);
 	f->dir = th_mkdtemp();
 	snprintf(cookie, sizeof(cookie), "%s/cookie", f->dir);
-	fd = open(cookie, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, "trace-test-cookie\n", 18), 18);
-	close(fd);
+	th_write_file(cookie, "trace-test-cookie\n", 0600);
 	start_node(&f->d, f->dir, "a", listen_a, NULL);
 	f->reg = th_open(f->dir);
 	assert_non_null(f->reg);

@@ -1,0 +1,127 @@
+/*
+ * cluster.h - what the bridge tests share: nodes (a procregd each, in its
+ * own directory under one base, with one cookie), bridged daemons on a
+ * free loopback port, and bounded waits for what replication must show
+ * on a handle (a name, a group's members, a line in a log, CLI output).
+ *
+ * Every wait polls until its deadline: the tests check behaviour, never
+ * timing.
+ */
+#ifndef PROCREG_TEST_CLUSTER_H
+#define PROCREG_TEST_CLUSTER_H
+
+#include <stdbool.h>
+
+#include "harness.h"
+
+struct th_node {
+	char name[16];
+	char dir[512];
+	char listen[32];           /* its --listen address, when bridged over TCP */
+	struct th_daemon d;
+	procreg_t *reg;
+	bool may_hang;             /* stopped with a deadline: a regression could wedge it */
+};
+
+/* A fresh base directory (returned; free it after th_rmrf()), the cookie
+ * file BASE/cookie (its path in COOKIE, capacity CAP) holding TEXT and a
+ * newline, mode 0600, and COUNT nodes named PREFIXa, PREFIXb, ... each
+ * with its directory BASE/PREFIXa, ... (mode 0755). */
+char *th_nodes_make(struct th_node *n, int count, const char *prefix, char *cookie, size_t cap,
+		    const char *text);
+/* Close every handle and stop every daemon still running: 0 if each
+ * exited 0 (under the sanitizers: no error, no leak), else -1, with the
+ * log of each that did not. */
+int th_nodes_stop(struct th_node *n, int count);
+
+/* procregd in DIR with --listen 127.0.0.1:PORT (a free port; the address
+ * in LISTEN, 32 bytes) then ARGS, with ENV, as th_daemon_start(). *PORT_OUT
+ * (may be NULL) has the port before the daemon starts. A port taken
+ * between th_free_port() and the daemon's bind: another, up to 5 times. */
+int th_daemon_start_listen(struct th_daemon *d, const char *dir, char *listen,
+			   volatile int *port_out, const char *const *args,
+			   const char *const *env);
+/* Node N bridged over TCP: --node NAME --cookie-file COOKIE on a free
+ * port (in N->listen), then ARGS (NULL-terminated, may be NULL), with ENV;
+ * 0 once it serves and N->reg is open. */
+int th_node_start(struct th_node *n, const char *cookie, const char *const *args,
+		  const char *const *env);
+
+/* The fixture of a test against one bridged daemon: a fresh directory
+ * (mode 0755) holding the cookie file DIR/cookie and the table of a
+ * daemon --node NODE on a free port (in LISTEN), and a handle. */
+struct th_bridged_fx {
+	char *dir;
+	char listen[32];
+	struct th_daemon d;
+	procreg_t *reg;
+};
+
+/* cmocka setup and teardown: *STATE is the struct th_bridged_fx, its
+ * cookie COOKIE (a newline added). The teardown stops the daemon, which
+ * must exit 0. */
+int th_bridged_fx_start(void **state, const char *node, const char *cookie);
+int th_bridged_fx_stop(void **state);
+
+/* Whether, within MS ms, NAME is on REG owned by PID (and from another
+ * node if REMOTE), or, PID 0, gone. */
+bool th_name_within(procreg_t *reg, const char *name, pid_t pid, bool remote, int ms);
+/* The same, or the test fails. */
+void th_expect_name(procreg_t *reg, const char *name, pid_t pid, bool remote, int ms);
+/* Fail the test unless, within MS ms, GROUP on REG has WANT members. */
+void th_expect_members(procreg_t *reg, const char *group, int want, int ms);
+/* Fail the test unless, within MS ms, NAME on REG has the metadata
+ * META[0..LEN). */
+void th_expect_meta(procreg_t *reg, const char *name, const void *meta, size_t len, int ms);
+/* Fail the test unless, within MS ms, REG holds WANT names. */
+void th_expect_names(procreg_t *reg, uint64_t want, int ms);
+/* Register PREFIX0 .. PREFIX<COUNT-1>, each with META, on REG in one
+ * batch: each must succeed. */
+void th_register_bulk(procreg_t *reg, const char *prefix, int count, const char *meta);
+/* How many events of TYPE for NAME REG's change feed has from *CURSOR on
+ * (which moves past them all). */
+int th_feed_count(procreg_t *reg, uint64_t *cursor, int type, const char *name);
+/* Fail the test unless, within MS ms, the log at PATH has NEEDLE. */
+void th_expect_log(const char *path, const char *needle, int ms);
+
+/* A child that opens the table of DIR and runs HOLD(R, ARG): a byte > 0
+ * to report, or -CODE to exit with CODE; having reported, it holds what
+ * it took until killed. Returns its pid once it reported, the byte in
+ * *ST, or 0 in *ST if it exited first (10: no handle; 12: no report). */
+pid_t th_spawn_holding(const char *dir, int (*hold)(procreg_t *r, void *arg), void *arg,
+		       char *st);
+/* A child that registers NAME with META on the daemon of DIR and holds it
+ * until killed; returns once it is registered. */
+pid_t th_spawn_holder(const char *dir, const char *name, const char *meta);
+
+/* For th_until(): the CLI on DIR with ARGS exits 0 and its output (in
+ * OUT) has every one of NEEDLES (up to 4, NULL-ended). */
+struct th_cliprobe {
+	const char *dir;
+	const char *const *args;
+	const char *needles[4];
+	char out[8192];
+};
+int th_probe_cli(void *arg);
+
+/* Propagation figures, printed (prefixed by LABEL), not asserted: one
+ * name registered on A until a lookup on B finds it (median, p90 and max
+ * of 200), and 2,000 names registered back to back on A until the last is
+ * on B and C. Names lat* and bulk*: A must have none yet. */
+void th_propagation_figures(procreg_t *a, procreg_t *b, procreg_t *c, const char *label);
+
+/* Frames from a hand-made node "fake" (its entries owned by pid 99), into
+ * BUF (capacity CAP): their length. A change, number SEQ of incarnation
+ * INC: NAME registered now. */
+size_t th_fake_change(uint8_t *buf, size_t cap, uint64_t inc, uint64_t seq, const char *name);
+/* Part PART of its snapshot as of change 0, the last if LAST: NAMES
+ * (NULL-terminated), each registered at STAMP. */
+size_t th_fake_snap(uint8_t *buf, size_t cap, uint64_t inc, uint32_t part, uint64_t stamp,
+		    const char *const *names, bool last);
+
+/* The figure of KEY (in kB) in /proc/PID/status; -1 if it has none. */
+long th_status_kb(pid_t pid, const char *key);
+/* How many fds process PID has open. */
+long th_count_fds(pid_t pid);
+
+#endif
