@@ -169,6 +169,7 @@ struct nb {
 	struct item *qhead, **qtail;
 	size_t qbytes;
 	bool qlost;
+	bool closing;               /* nb_close() under way: nothing more is queued */
 	/* The daemon's thread only. */
 	bool connected;
 	bool announce;              /* the next heartbeat asks others for theirs */
@@ -668,6 +669,15 @@ static void enqueue(struct nb *m, enum item_kind kind, natsMsg *msg)
 	size_t bytes = msg ? (size_t)natsMsg_GetDataLength(msg) + sizeof(*it) : sizeof(*it);
 
 	pthread_mutex_lock(&m->mu);
+	if (m->closing) {
+		/* Freed here, on the library's thread, while it still runs:
+		 * nb_close() must not hold messages past nats_CloseAndWait(). */
+		pthread_mutex_unlock(&m->mu);
+		free(it);
+		if (msg)
+			natsMsg_Destroy(msg);
+		return;
+	}
 	if (!it || (msg && m->qbytes + bytes > QUEUE_MAX_BYTES)) {
 		/* The daemon is far behind: drop, and have every node
 		 * resync once it catches up. */
@@ -875,6 +885,13 @@ static void nb_close(void *b)
 	}
 	if (m->opts)
 		natsOptions_Destroy(m->opts);
+	/* Messages are the library's to free, so they go before it shuts
+	 * down: after nats_CloseAndWait() destroying one crashes. A
+	 * callback still running from here on frees its own (closing). */
+	pthread_mutex_lock(&m->mu);
+	m->closing = true;
+	pthread_mutex_unlock(&m->mu);
+	drain_queue(m);
 	/* Every nats.c thread gone before procregd unloads us. One still
 	 * running after the wait could yet call into this object with M:
 	 * then both stay, the object pinned against dlclose() and M not
@@ -891,7 +908,6 @@ static void nb_close(void *b)
 			OPENSSL_cleanse(m->cookie, m->cookie_len);
 		return;
 	}
-	drain_queue(m);
 	for (size_t i = 0; m->peers && i < m->npeers; i++)
 		held_free(&m->peers[i]);
 	if (m->efd >= 0)
@@ -1003,8 +1019,16 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 	 * credentials says so now ("Authorization Violation"), and procregd
 	 * does not start. Retrying, nats.c would close the connection
 	 * without a word why, and the node would run alone. Only a server
-	 * that is not there yet is worth waiting for. */
-	s = natsConnection_Connect(&m->nc, m->opts);
+	 * that is not there yet is worth waiting for. A refusal is asked
+	 * again twice before it counts: with an NKey, nats.c 3.4.1 against
+	 * nats-server 2.9 is turned down now and then with a valid key (2
+	 * connections of 500 with one key, one server, measured), which must
+	 * not stop a daemon whose credentials are right. */
+	for (int attempt = 0; attempt < 3; attempt++) {
+		s = natsConnection_Connect(&m->nc, m->opts);
+		if (s == NATS_OK || s == NATS_NO_SERVER)
+			break;
+	}
 	if (s == NATS_NO_SERVER) {
 		s = natsOptions_SetRetryOnFailedConnect(m->opts, true, cb_connected, m);
 		if (s == NATS_OK)
