@@ -17,7 +17,7 @@
  *               ends TCP_NODELAY) and a synchronous registration on an
  *               unbridged daemon.
  *   throughput  N names through procreg_batch by one writer on n1, then by
- *               K writers at once (one a node, N/K each): from the start
+ *               K writers at once (one on each node, N/K each): from the start
  *               until the last name of every writer is visible on every
  *               node (changes from one node apply in order, so its last
  *               name stands for all of them; every name is then checked
@@ -647,7 +647,7 @@ int cmd_cluster(void)
 	for (int k = 0; k < NSHAPES; k++) {
 		const struct shape *sh = &shapes[k];
 
-		snprintf(label, sizeof(label), "%s, %s: %s", sh->all ? "one a node" : "1 on n1",
+		snprintf(label, sizeof(label), "%s, %s: %s", sh->all ? "1 on each node" : "1 on n1",
 			 sh->sync ? "register" : "batch", fmt_count(sh->sync ? names_sync : names));
 		med[k] = median(rate[k], bo.rounds);
 		solo_med[k] = median(solo_rate[k], bo.rounds);
