@@ -452,3 +452,79 @@ long th_status_kb(pid_t pid, const char *key)
 	fclose(f);
 	return v;
 }
+
+/* ---- scenarios both transports run -------------------------------------- */
+
+void th_scenario_visible(struct th_node *n, int ms)
+{
+	struct procreg_entry e;
+
+	assert_int_equal(procreg_register(n[0].reg, "payments", "unix:/p.sock", 12), 0);
+	th_expect_name(n[1].reg, "payments", getpid(), true, ms);
+	th_expect_name(n[2].reg, "payments", getpid(), true, ms);
+	assert_int_equal(procreg_lookup(n[1].reg, "payments", &e), 0);
+	assert_int_equal(e.meta_len, 12);
+	assert_memory_equal(e.meta, "unix:/p.sock", 12);
+	assert_int_equal(procreg_lookup(n[0].reg, "payments", &e), 0);
+	assert_int_equal(e.node, 0);
+
+	/* A remote name is taken here too: registering it fails. */
+	assert_int_equal(procreg_register(n[2].reg, "payments", NULL, 0), -EEXIST);
+	/* Nor can a client here remove it. */
+	assert_int_equal(procreg_unregister(n[1].reg, "payments"), -EPERM);
+
+	/* Metadata updates travel. */
+	assert_int_equal(procreg_register(n[0].reg, "payments", "v2", 2), 0);
+	th_expect_meta(n[2].reg, "payments", "v2", 2, ms);
+
+	/* Groups: one member from each of two nodes, seen on all three. */
+	assert_int_equal(procreg_join(n[1].reg, "workers", "b", 1), 0);
+	assert_int_equal(procreg_join(n[2].reg, "workers", "c", 1), 0);
+	for (int i = 0; i < 3; i++)
+		th_expect_members(n[i].reg, "workers", 2, ms);
+}
+
+void th_scenario_unregister_leave(struct th_node *n, int ms)
+{
+	assert_int_equal(procreg_unregister(n[0].reg, "payments"), 0);
+	th_expect_name(n[1].reg, "payments", 0, false, ms);
+	th_expect_name(n[2].reg, "payments", 0, false, ms);
+	assert_int_equal(procreg_leave(n[1].reg, "workers"), 0);
+	for (int i = 0; i < 3; i++)
+		th_expect_members(n[i].reg, "workers", 1, ms);
+}
+
+void th_scenario_death(struct th_node *n, int ms)
+{
+	pid_t holder = th_spawn_holder(n[2].dir, "short-lived", "held");
+
+	th_expect_name(n[0].reg, "short-lived", holder, true, ms);
+	th_expect_name(n[1].reg, "short-lived", holder, true, ms);
+	kill(holder, SIGKILL);
+	th_wait(holder);
+	th_expect_name(n[2].reg, "short-lived", 0, false, ms);
+	th_expect_name(n[0].reg, "short-lived", 0, false, ms);
+	th_expect_name(n[1].reg, "short-lived", 0, false, ms);
+}
+
+void th_scenario_node_killed(struct th_node *n, int ms)
+{
+	pid_t holder = th_spawn_holder(n[0].dir, "on-a", "held");
+	uint64_t cursor;
+
+	assert_int_equal(procreg_join(n[0].reg, "pool", NULL, 0), 0);
+	th_expect_name(n[1].reg, "on-a", holder, true, ms);
+	th_expect_name(n[2].reg, "on-a", holder, true, ms);
+	th_expect_members(n[1].reg, "pool", 1, ms);
+	cursor = procreg_feed_head(n[1].reg);
+
+	th_daemon_kill(&n[0].d);
+	th_expect_name(n[1].reg, "on-a", 0, false, ms);
+	th_expect_name(n[2].reg, "on-a", 0, false, ms);
+	th_expect_members(n[1].reg, "pool", 0, ms);
+	th_expect_members(n[2].reg, "pool", 0, ms);
+	/* The change feed says why. */
+	assert_true(th_feed_count(n[1].reg, &cursor, PROCREG_EV_NODE_DOWN, "on-a") > 0);
+	kill(holder, SIGKILL);
+	th_wait(holder);
+}

@@ -124,4 +124,19 @@ long th_status_kb(pid_t pid, const char *key);
 /* How many fds process PID has open. */
 long th_count_fds(pid_t pid);
 
+/* Scenarios the bridge's tests run over every transport, on three started
+ * nodes N[0..2], waiting up to MS for each change to show:
+ *  visible          a name and its metadata, registered on node 0, and a
+ *                   group with members on nodes 1 and 2, seen on all three;
+ *                   a remote name can be neither taken nor removed here
+ *  unregister_leave after visible: unregister on 0, leave on 1, everywhere
+ *  death            a process holding a name on node 2 dies: gone everywhere
+ *  node_killed      node 0 SIGKILLed while its process holds a name and it
+ *                   is in a group: both leave nodes 1 and 2, NODE_DOWN
+ *                   events in the feed */
+void th_scenario_visible(struct th_node *n, int ms);
+void th_scenario_unregister_leave(struct th_node *n, int ms);
+void th_scenario_death(struct th_node *n, int ms);
+void th_scenario_node_killed(struct th_node *n, int ms);
+
 #endif

@@ -342,27 +342,9 @@ static void start_three(struct cluster *c)
 static void test_visible_everywhere(void **state)
 {
 	struct cluster *c = *state;
-	struct procreg_entry e;
 
 	start_three(c);
-	assert_int_equal(procreg_register(c->n[0].reg, "payments", "unix:/p.sock", 12), 0);
-	expect_name(c->n[1].reg, "payments", getpid(), true);
-	expect_name(c->n[2].reg, "payments", getpid(), true);
-	assert_int_equal(procreg_lookup(c->n[1].reg, "payments", &e), 0);
-	assert_int_equal(e.meta_len, 12);
-	assert_memory_equal(e.meta, "unix:/p.sock", 12);
-	assert_int_equal(procreg_register(c->n[2].reg, "payments", NULL, 0), -EEXIST);
-	assert_int_equal(procreg_unregister(c->n[1].reg, "payments"), -EPERM);
-
-	/* Metadata updates travel. */
-	assert_int_equal(procreg_register(c->n[0].reg, "payments", "v2", 2), 0);
-	expect_meta(c->n[2].reg, "payments", "v2", 2);
-
-	/* Groups, from two nodes, seen on all three. */
-	assert_int_equal(procreg_join(c->n[1].reg, "workers", "b", 1), 0);
-	assert_int_equal(procreg_join(c->n[2].reg, "workers", "c", 1), 0);
-	for (int i = 0; i < 3; i++)
-		expect_members(c->n[i].reg, "workers", 2);
+	th_scenario_visible(c->n, WAIT_MS);
 
 	/* procreg nodes on a: the two others, over NATS. */
 	{
@@ -374,28 +356,15 @@ static void test_visible_everywhere(void **state)
 			fail_msg("procreg nodes: %s", p.out);
 	}
 
-	/* Unregister and leave propagate. */
-	assert_int_equal(procreg_unregister(c->n[0].reg, "payments"), 0);
-	expect_name(c->n[1].reg, "payments", 0, false);
-	expect_name(c->n[2].reg, "payments", 0, false);
-	assert_int_equal(procreg_leave(c->n[1].reg, "workers"), 0);
-	for (int i = 0; i < 3; i++)
-		expect_members(c->n[i].reg, "workers", 1);
+	th_scenario_unregister_leave(c->n, WAIT_MS);
 }
 
 static void test_death_propagates(void **state)
 {
 	struct cluster *c = *state;
-	pid_t holder;
 
 	start_three(c);
-	holder = spawn_holder(c->n[2].dir, "short-lived");
-	expect_name(c->n[0].reg, "short-lived", holder, true);
-	expect_name(c->n[1].reg, "short-lived", holder, true);
-	kill(holder, SIGKILL);
-	th_wait(holder);
-	expect_name(c->n[0].reg, "short-lived", 0, false);
-	expect_name(c->n[1].reg, "short-lived", 0, false);
+	th_scenario_death(c->n, WAIT_MS);
 }
 
 /* No connection between the nodes to see drop: the heartbeats stop, and
@@ -403,35 +372,11 @@ static void test_death_propagates(void **state)
 static void test_killed_node_entries_vanish(void **state)
 {
 	struct cluster *c = *state;
-	pid_t holder;
-	uint64_t cursor;
 
 	start_three(c);
-	holder = spawn_holder(c->n[0].dir, "on-a");
-	assert_int_equal(procreg_join(c->n[0].reg, "pool", NULL, 0), 0);
-	expect_name(c->n[1].reg, "on-a", holder, true);
-	expect_name(c->n[2].reg, "on-a", holder, true);
-	expect_members(c->n[1].reg, "pool", 1);
-	cursor = procreg_feed_head(c->n[1].reg);
-
-	th_daemon_kill(&c->n[0].d);
-	expect_name(c->n[1].reg, "on-a", 0, false);
-	expect_name(c->n[2].reg, "on-a", 0, false);
-	expect_members(c->n[1].reg, "pool", 0);
-	expect_members(c->n[2].reg, "pool", 0);
-	assert_true(th_feed_count(c->n[1].reg, &cursor, PROCREG_EV_NODE_DOWN, "on-a") > 0);
+	th_scenario_node_killed(c->n, WAIT_MS);
+	/* No connection to see drop: the heartbeats stopped. */
 	expect_log(c->n[1].d.log, "bridge: node nodea: down (silent)");
-	kill(holder, SIGKILL);
-	th_wait(holder);
-
-	/* Back with a new incarnation: its new names arrive, nothing old. */
-	procreg_close(c->n[0].reg);
-	c->n[0].reg = NULL;
-	start_node(c, 0);
-	assert_int_equal(procreg_register(c->n[0].reg, "a-again", NULL, 0), 0);
-	expect_name(c->n[1].reg, "a-again", getpid(), true);
-	expect_name(c->n[2].reg, "a-again", getpid(), true);
-	expect_name(c->n[1].reg, "on-a", 0, false);
 }
 
 static void test_late_joiner(void **state)
