@@ -375,7 +375,6 @@ static void test_killed_node_entries_vanish(void **state)
 
 	start_three(c);
 	th_scenario_node_killed(c->n, WAIT_MS);
-	/* No connection to see drop: the heartbeats stopped. */
 	expect_log(c->n[1].d.log, "bridge: node nodea: down (silent)");
 }
 
