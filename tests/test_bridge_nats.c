@@ -826,6 +826,8 @@ static void test_bad_options(void **state)
 
 	assert_int_not_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
 	assert_true(th_log_has(n->d.log, "unknown option 'colour=blue'"));
+	/* Refused before the client library started: nothing of it to wait for. */
+	assert_false(th_log_has(n->d.log, "did not stop"));
 	args[5] = "nosuch";
 	args[6] = NULL;
 	assert_int_not_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);

@@ -621,6 +621,9 @@ static void on_message(struct nb *m, const char *subj, const uint8_t *d, size_t 
 			resync(m, p, "refused its snapshot");
 			return;
 		}
+		/* Parts still coming: the snapshot is under way, however long
+		 * a big one takes; only silence means it was lost. */
+		p->req_ns = now_ns();
 		if (f.flags & PR_BP_SNAP_LAST) {
 			p->synced = true;
 			p->req = 0;
@@ -871,6 +874,7 @@ static void drain_queue(struct nb *m)
 static void nb_close(void *b)
 {
 	struct nb *m = b;
+	natsStatus st;
 
 	if (!m)
 		return;
@@ -896,7 +900,9 @@ static void nb_close(void *b)
 	 * running after the wait could yet call into this object with M:
 	 * then both stay, the object pinned against dlclose() and M not
 	 * freed (the daemon is on its way out), the cookie wiped. */
-	if (nats_CloseAndWait(5000) != NATS_OK) {
+	st = nats_CloseAndWait(5000);
+	/* NATS_NOT_INITIALIZED: open() failed before the library started. */
+	if (st != NATS_OK && st != NATS_NOT_INITIALIZED) {
 		Dl_info di;
 
 		if (m->up.log)
