@@ -160,6 +160,17 @@ static void confirm(struct bridge *br, uint16_t id, uint64_t off)
 		n->resync = false; /* out of memory: keep everything until it goes */
 }
 
+/* Whether node ID is resyncing and its snapshot has not confirmed the
+ * record at OFF (yet): a claim it may have dropped while cut off, not one
+ * to keep aside; if it still holds it, its snapshot will say so. */
+static bool unconfirmed(const struct bridge *br, uint16_t id, uint64_t off)
+{
+	const struct node *n = id && id <= br->nnodes ? &br->nodes[id - 1] : NULL;
+	uint64_t v;
+
+	return n && n->resync && procreg__u64map_get(&n->confirmed, off, &v) != 0;
+}
+
 /* Whether record R already says what E says (its owner and content). */
 static bool same_entry(const struct pr_record *r, const struct pr_bp_entry *e)
 {
@@ -477,12 +488,12 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 				return 0;
 			}
 			br->conflicts++;
-			if (r->node != 0) {
+			if (r->node != 0 && !unconfirmed(br, r->node, old)) {
 				struct pr_bp_entry loser;
 
 				to_entry(r, PR_BP_PUT, &loser);
 				shadow_put(br, r->node, &loser);
-			} else {
+			} else if (r->node == 0) {
 				/* Our registration lost: tell its owner (the feed),
 				 * the other nodes (DEL), then make way. */
 				LOGV(d, "name '%.*s': node %s's registration wins: local owner pid %u loses it",
