@@ -384,8 +384,6 @@ void owners_name_gone(struct daemon *d, const char *name, size_t len)
 		/* Given back before entry_put() checks the quotas: the place
 		 * becomes the name. */
 		place_taken(d, w->p, -1);
-		journal_rec(d, J_UNWAIT, q->name, q->len,
-			    &(struct jrec){ .pid = w->id.pid, .start = w->id.start });
 		f.h.op = PR_OP_REGISTER;
 		f.h.flags = w->flags;
 		f.name = q->name;
@@ -395,6 +393,11 @@ void owners_name_gone(struct daemon *d, const char *name, size_t len)
 		f.arg = w->lease_ms;
 		pr_key_name(&k, PR_KIND_NAME, q->name, q->len, d->w.map.hdr->hash_seed);
 		err = entry_put(d, w->p, &w->id, &d->w.map.hdr->names, &k, &f, true, &off);
+		/* Journaled once the name is its: a daemon that dies in
+		 * between finds it in line for a name it holds, and recovery
+		 * drops that place (never one with neither). */
+		journal_rec(d, J_UNWAIT, q->name, q->len,
+			    &(struct jrec){ .pid = w->id.pid, .start = w->id.start });
 		if (err)
 			log_msg("name '%s': next in line, pid %d: %s", q->name, (int)w->p->pid,
 				strerror(-err));
@@ -586,7 +589,10 @@ static void journal_rewrite(struct daemon *d)
 	journal_path(d, path, sizeof(path), "");
 	journal_path(d, tmp, sizeof(tmp), ".new");
 	procreg__boot_id(h.boot_id);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* Our own new file, never one someone else left there (the
+	 * directory may be shared): removed first, then created afresh. */
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		err = -errno;
 		goto fail;
@@ -626,6 +632,9 @@ fail:
 		close(fd);
 		unlink(tmp);
 	}
+	/* No journal rather than a stale one: replayed at the next start,
+	 * it would bring back places and leases long gone. */
+	unlink(path);
 	if (d->owners_open) {
 		close(d->owners_fd);
 		d->owners_open = false;
@@ -761,6 +770,15 @@ out:
 	close(fd);
 }
 
+/* Whether the process W waited as holds the name it waited for. */
+static bool holds(struct daemon *d, const struct jwait *w)
+{
+	uint64_t off = find_name(d, w->name, w->r.name_len);
+	const struct pr_record *r = off ? (const struct pr_record *)(d->w.map.base + off) : NULL;
+
+	return r && r->node == 0 && r->pid == (uint32_t)w->r.pid && r->start_time == w->r.start;
+}
+
 int owners_recover(struct daemon *d, bool attached)
 {
 	struct jwait *waits = NULL;
@@ -791,7 +809,9 @@ int owners_recover(struct daemon *d, bool attached)
 		struct proc *p;
 
 		waits = w->next;
-		if (proc_verify(d, w->r.pid, w->r.start, w->r.ino, &p) == 0) {
+		if (holds(d, w)) {
+			dropped++; /* handed the name as the last daemon died */
+		} else if (proc_verify(d, w->r.pid, w->r.start, w->r.ino, &p) == 0) {
 			struct ident id = { .pid = p->pid, .uid = p->uid, .start = p->start,
 					    .ino = p->ino, .pidfd = -1 };
 			struct pr_frame f = { 0 };

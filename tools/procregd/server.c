@@ -490,13 +490,20 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 	}
 	if (old && !mine)
 		loser = proc_forget_name(d, old);
+	/* The owners journal and the table, in the order that leaves no
+	 * leased record without its lease if the daemon dies in between: a
+	 * lease is journaled before its record is published, its end after
+	 * (a journaled lease of a record not, or no longer, leased is
+	 * dropped at recovery). */
+	if (name && f->arg)
+		owners_lease_set(d, f->name, f->name_len, f->arg, f->h.flags & PR_F_LEASE_MARK);
 	/* Reply comes after this store: an acknowledged write is published. */
 	procreg__w_publish(&d->w, root, pos, off);
 	if (mine)
 		proc_replace_name(d, old, off);
 	proc_release_if_empty(d, loser);
-	if (name)
-		owners_lease_set(d, f->name, f->name_len, f->arg, f->h.flags & PR_F_LEASE_MARK);
+	if (name && !f->arg)
+		owners_lease_set(d, f->name, f->name_len, 0, false);
 	procreg__w_emit(&d->w, name ? ev : PROCREG_EV_JOINED,
 			(const struct pr_record *)(d->w.map.base + off));
 	bridge_note(d, 0, off);
