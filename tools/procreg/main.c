@@ -260,6 +260,19 @@ static void member_json(const struct procreg_entry *e)
 	putchar('}');
 }
 
+/* N entries as one JSON array, each written by ONE, and a newline. */
+static void json_array(const struct procreg_entry *v, size_t n,
+		       void (*one)(const struct procreg_entry *e))
+{
+	putchar('[');
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			putchar(',');
+		one(&v[i]);
+	}
+	printf("]\n");
+}
+
 static int by_pid(const void *a, const void *b)
 {
 	const struct procreg_entry *x = a, *y = b;
@@ -400,13 +413,7 @@ static int cmd_ls(struct cli *c, int argc, char **argv)
 		return EXIT_ERR;
 	v = all.v;
 	if (c->json) {
-		putchar('[');
-		for (size_t i = 0; i < all.n; i++) {
-			if (i)
-				putchar(',');
-			entry_json(&v[i]);
-		}
-		printf("]\n");
+		json_array(v, all.n, entry_json);
 	} else {
 		for (size_t i = 0; i < all.n; i++)
 			if ((int)strlen(v[i].name) > w)
@@ -680,13 +687,7 @@ static int cmd_members(struct cli *c, int argc, char **argv)
 		return EXIT_ERR;
 	v = all.v;
 	if (c->json) {
-		putchar('[');
-		for (size_t i = 0; i < all.n; i++) {
-			if (i)
-				putchar(',');
-			member_json(&v[i]);
-		}
-		printf("]\n");
+		json_array(v, all.n, member_json);
 	} else {
 		if (isatty(1))
 			printf("%8s %5s %8s  %s\n", "PID", "NODE", "AGE", "META");
