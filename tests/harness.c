@@ -3,6 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <ftw.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -480,4 +483,136 @@ void th_raw_hello(int fd)
 	pos = 0;
 	assert_int_equal(procreg__proto_next(buf, (size_t)n, &pos, &f), 1);
 	assert_int_equal(f.h.status, 0);
+}
+
+/* ---- unprivileged users ------------------------------------------------ */
+
+#define TH_USERS_MAX 16
+static struct th_user th_users[TH_USERS_MAX];
+static int th_nusers;
+static pid_t th_users_owner;
+
+static int th_run_quiet(const char *const *argv)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+
+		if (null >= 0) {
+			dup2(null, 1);
+			dup2(null, 2);
+		}
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	return pid < 0 ? -1 : th_wait(pid);
+}
+
+static void th_users_cleanup(void)
+{
+	/* Only the process that made them: not a forked child exiting. */
+	if (getpid() != th_users_owner)
+		return;
+	for (int i = 0; i < th_nusers; i++)
+		if (th_users[i].name[0])
+			th_user_del(&th_users[i]);
+}
+
+/* Accounts of earlier runs whose test process is gone. */
+static void th_users_sweep(void)
+{
+	struct passwd *pw;
+	char stale[64][32];
+	int n = 0;
+
+	setpwent();
+	while ((pw = getpwent()) && n < 64) {
+		int pid;
+
+		if (sscanf(pw->pw_name, "prt-%d-", &pid) == 1 && kill(pid, 0) < 0 && errno == ESRCH)
+			snprintf(stale[n++], sizeof(stale[0]), "%s", pw->pw_name);
+	}
+	endpwent();
+	for (int i = 0; i < n; i++) {
+		const char *argv[] = { "/usr/sbin/userdel", stale[i], NULL };
+
+		th_run_quiet(argv);
+	}
+}
+
+void th_user_new(struct th_user *u)
+{
+	static int seq;
+	struct passwd *pw;
+
+	if (geteuid() != 0)
+		fail_msg("th_user_new: creating a user needs root (CI runs as root)");
+	if (access("/usr/sbin/useradd", X_OK) < 0)
+		fail_msg("th_user_new: /usr/sbin/useradd is missing (Debian's passwd package)");
+	if (!th_users_owner) {
+		th_users_owner = getpid();
+		th_users_sweep();
+		atexit(th_users_cleanup);
+	}
+	memset(u, 0, sizeof(*u));
+	snprintf(u->name, sizeof(u->name), "prt-%d-%d", (int)getpid(), seq++);
+	{
+		const char *argv[] = { "/usr/sbin/useradd", "--system", "--no-create-home",
+				       "--user-group", "--shell", "/usr/sbin/nologin", u->name, NULL };
+		int st = th_run_quiet(argv);
+
+		if (st != 0)
+			fail_msg("useradd %s: exit status %d", u->name, st);
+	}
+	pw = getpwnam(u->name);
+	if (!pw || pw->pw_uid == 0)
+		fail_msg("useradd %s: no such account afterwards", u->name);
+	u->uid = pw->pw_uid;
+	u->gid = pw->pw_gid;
+	if (th_nusers < TH_USERS_MAX)
+		th_users[th_nusers++] = *u;
+}
+
+void th_user_del(struct th_user *u)
+{
+	const char *argv[] = { "/usr/sbin/userdel", u->name, NULL };
+
+	if (!u->name[0])
+		return;
+	th_run_quiet(argv);
+	for (int i = 0; i < th_nusers; i++)
+		if (!strcmp(th_users[i].name, u->name))
+			th_users[i].name[0] = 0;
+	u->name[0] = 0;
+}
+
+/* Our effective capability set (CapEff of /proc/self/status), or ~0 if it
+ * cannot be read. */
+static uint64_t th_cap_eff(void)
+{
+	char line[256];
+	unsigned long long v = ~0ull;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return v;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "CapEff: %llx", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+void th_become(const struct th_user *u)
+{
+	if (setgroups(0, NULL) < 0 || setresgid(u->gid, u->gid, u->gid) < 0 ||
+	    setresuid(u->uid, u->uid, u->uid) < 0)
+		_exit(99);
+	/* A uid change from root drops every capability: check rather than
+	 * trust it, and that there is no way back. */
+	if (geteuid() != u->uid || getuid() != u->uid || setuid(0) == 0 || th_cap_eff() != 0)
+		_exit(99);
+	/* setuid cleared it; tests read our /proc files. */
+	prctl(PR_SET_DUMPABLE, 1);
 }

@@ -110,6 +110,27 @@ int th_log_count(const char *path, const char *needle);
 int th_raw_connect(const char *dir);
 void th_raw_hello(int fd);
 
+/*
+ * Unprivileged users for attack tests. th_user_new() creates a system
+ * account of its own (useradd: no home, no login shell, no supplementary
+ * group) named "prt-PID-N", so that what runs as it has no privilege and
+ * shares its uid with nothing on the host; accounts left by a test run
+ * that was killed are removed by the next run. Needs root: it fails the
+ * test otherwise. th_user_del() removes the account (the test's teardown
+ * should; an exit handler does it for those that were not).
+ */
+struct th_user {
+	uid_t uid;
+	gid_t gid;
+	char name[32];
+};
+void th_user_new(struct th_user *u);
+void th_user_del(struct th_user *u);
+/* In a child: become U for good (groups, gid, uid; no capability left).
+ * Exits with status 99 if any step fails, so a test never runs its attack
+ * as root by mistake. */
+void th_become(const struct th_user *u);
+
 /* Sleep for MS milliseconds. */
 void th_msleep(int ms);
 /* Poll COND-like function until it returns non-zero, up to MS ms. */
