@@ -30,9 +30,17 @@
  * Threads. A procreg_t may be shared by any number of threads. Lookups run
  * in parallel without contention; calls that talk to the daemon serialise
  * on the handle's connection. Each thread that reads claims one reader slot
- * (see procreg_stats.reader_slots) on its first read and gives it back when
- * it exits. A child created by fork() may keep using the handle: it claims
- * its own slot and opens its own connection on first use.
+ * on its first read and gives it back when it exits: slots live in memory
+ * of the reading process's own (a sealed memfd, 63 threads a page), which
+ * it hands to procregd so that reclamation waits for its readers. A child
+ * created by fork() may keep using the handle: it makes its own pages and
+ * opens its own connection on first use.
+ *
+ * Trust. procreg_open() maps a table only if it belongs to root, to the
+ * calling user, or to the user named by .trust_uid or $PROCREG_TRUST_UID,
+ * and is writable by its owner alone; it talks only to a daemon of the
+ * table's owner. Anything else fails with EPERM: in a shared directory such
+ * as /dev/shm, any user could have made the file.
  *
  * Limits (each enforced, with the error named):
  *   name            1..PROCREG_NAME_MAX bytes, no NUL       -ENAMETOOLONG / -EINVAL
@@ -41,7 +49,6 @@
  *                   procregd --max-names-per-proc (65536)   -EDQUOT
  *   table size      procregd --max-size (1 GiB, sparse)     -ENOSPC
  *   clients         procregd --max-clients (1024)           connection closed
- *   reader threads  procregd --readers (4096 slots)         -EUSERS
  */
 #ifndef PROCREG_H
 #define PROCREG_H
@@ -79,6 +86,8 @@ struct procreg_opts {
 	const char *scope;  /* NULL: $PROCREG_SCOPE, else "default" */
 	const char *dir;    /* NULL: $PROCREG_DIR, else "/dev/shm" */
 	const char *socket; /* NULL: the path the daemon published in the table */
+	uint32_t trust_uid; /* also trust a table of this user (0: root's and
+			     * our own only); else $PROCREG_TRUST_UID */
 };
 
 /*
@@ -86,7 +95,9 @@ struct procreg_opts {
  * connection itself is made on the first call that needs it). NULL opts
  * means defaults. Fails with NULL and errno: ENOENT (no table: procregd has
  * never run for this scope), EPROTO (the file is not a procreg table of
- * this layout version), EACCES, ENOMEM.
+ * this layout version), EPERM (the table belongs to a user this process
+ * does not trust, is writable by others, or its path is a symbolic link:
+ * see "Trust" above), EACCES, ENOMEM.
  */
 PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts);
 
@@ -170,8 +181,11 @@ struct procreg_entry {
 
 /*
  * Look NAME up. 0 and *out filled, -ENOENT if absent, -ENAMETOOLONG or
- * -EINVAL for a name that could never be registered, -EUSERS if every
- * reader slot is taken. No system call, no lock; safe from any thread.
+ * -EINVAL for a name that could never be registered, -ENOMEM if this
+ * thread's first read found no memory for its reader state. No system call
+ * (but a thread's first read, and the first after a daemon starts, which
+ * hand the daemon this process's reader pages without waiting for it), no
+ * lock; safe from any thread.
  * OUT may be NULL to test for presence only.
  *
  * A name whose owner has just died may still be found until the daemon has
@@ -347,8 +361,8 @@ struct procreg_stats {
 	uint64_t registrations;     /* since the table was created */
 	uint64_t unregistrations;
 	uint64_t deaths;            /* owner processes whose exit removed names */
-	uint64_t reader_slots;      /* slots in the reader file */
-	uint64_t reader_slots_used;
+	uint64_t reader_slots;      /* reader processes procregd can hold pages of (--max-readers) */
+	uint64_t reader_slots_used; /* reader processes whose pages it holds */
 	pid_t daemon_pid;           /* 0: no daemon running (stopped or killed) */
 	uint64_t daemon_started_ns; /* CLOCK_REALTIME */
 };

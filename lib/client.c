@@ -24,9 +24,27 @@ PROCREG_API const char *procreg_version(void)
 	return PROCREG_VERSION_STRING;
 }
 
+/* The uid a caller trusts besides root and itself: .trust_uid, else
+ * $PROCREG_TRUST_UID, else none (0). */
+static uid_t trust_of(uint32_t opt)
+{
+	const char *s = getenv("PROCREG_TRUST_UID");
+	unsigned long v;
+	char *end;
+
+	if (opt)
+		return opt;
+	if (!s || !*s)
+		return 0;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	return *end || errno || v > UINT32_MAX ? 0 : (uid_t)v;
+}
+
 PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 {
 	const char *scope = NULL, *dir = NULL, *sock = NULL, *why = NULL;
+	uint32_t trust = 0;
 	procreg_t *reg;
 	int err;
 
@@ -43,6 +61,8 @@ PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 			dir = opts->dir;
 		if (opts->sz > offsetof(struct procreg_opts, socket))
 			sock = opts->socket;
+		if (opts->sz > offsetof(struct procreg_opts, trust_uid))
+			trust = opts->trust_uid;
 	}
 	reg = calloc(1, sizeof(*reg));
 	if (!reg) {
@@ -52,7 +72,7 @@ PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 	reg->fd = -1;
 	err = procreg__paths(&reg->paths, scope, dir, sock);
 	if (!err)
-		err = procreg__map_reader(&reg->map, &reg->paths, &why);
+		err = procreg__map_reader(&reg->map, &reg->paths, trust_of(trust), &why);
 	if (!err)
 		err = procreg__rcu_init(&reg->rcu, &reg->map);
 	if (!err) {
@@ -103,7 +123,7 @@ PROCREG_API const char *procreg_socket_path(const procreg_t *reg)
 
 /* ---- packets ---------------------------------------------------------- */
 
-static int send_packet(int fd, const void *buf, size_t len, int pass_fd)
+static int send_packet(int fd, const void *buf, size_t len, int pass_fd, int flags)
 {
 	union {
 		struct cmsghdr h;
@@ -123,7 +143,7 @@ static int send_packet(int fd, const void *buf, size_t len, int pass_fd)
 		memcpy(CMSG_DATA(&u.h), &pass_fd, sizeof(int));
 	}
 	do
-		n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+		n = sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return errno == EPIPE ? -ECONNRESET : -errno;
@@ -159,7 +179,7 @@ static int exchange(int fd, const uint8_t *frame, size_t len, int pass_fd, uint8
 	struct pr_frame f;
 	size_t pos = 0;
 	ssize_t n;
-	int err = send_packet(fd, frame, len, pass_fd);
+	int err = send_packet(fd, frame, len, pass_fd, 0);
 
 	if (err)
 		return err;
@@ -171,28 +191,30 @@ static int exchange(int fd, const uint8_t *frame, size_t len, int pass_fd, uint8
 	return f.h.status;
 }
 
-/* A new connection to the daemon, past HELLO: the fd, or a negative
- * errno. Under reg->io (it uses reg->in). */
-static int dial(procreg_t *reg)
+/* A connected socket to the daemon (FLAGS: SOCK_NONBLOCK or 0), or a
+ * negative errno; the path goes to PATH. Only a daemon of the table's
+ * owner is talked to: a socket anyone else bound at that path (in a
+ * shared directory, say) is refused with -EPERM. */
+static int connect_to(procreg_t *reg, int flags, char path[PR_SOCKET_PATH_MAX])
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	uint8_t hello[64];
-	size_t pos = 0;
-	int fd, pidfd, err;
+	struct ucred cred;
+	socklen_t clen = sizeof(cred);
+	int fd, err;
 
 	/* Acquire: the daemon writes its socket path before its pid. */
 	if (!PR_LOAD_ACQ(&reg->map.hdr->daemon_pid))
 		return -ECONNREFUSED;
 	if (reg->paths.socket[0]) {
-		memcpy(reg->socket, reg->paths.socket, sizeof(reg->socket));
+		memcpy(path, reg->paths.socket, PR_SOCKET_PATH_MAX);
 	} else {
-		memcpy(reg->socket, reg->map.hdr->socket_path, sizeof(reg->socket));
-		reg->socket[sizeof(reg->socket) - 1] = 0;
+		memcpy(path, reg->map.hdr->socket_path, PR_SOCKET_PATH_MAX);
+		path[PR_SOCKET_PATH_MAX - 1] = 0;
 	}
-	if (!reg->socket[0])
+	if (!path[0])
 		return -ECONNREFUSED;
-	memcpy(sa.sun_path, reg->socket, sizeof(sa.sun_path));
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	memcpy(sa.sun_path, path, sizeof(sa.sun_path));
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | flags, 0);
 	if (fd < 0)
 		return -errno;
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
@@ -200,18 +222,99 @@ static int dial(procreg_t *reg)
 		close(fd);
 		return err;
 	}
-	/* Our own pidfd proves who we are where the daemon's kernel cannot
-	 * give it one (SO_PEERPIDFD arrived in 6.5). */
-	pidfd = procreg__pidfd_open(procreg__self_pid());
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
+	    cred.uid != reg->map.owner) {
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
+}
+
+/* READERS frames for this process's pages on FD, without waiting for the
+ * replies: the caller reads them (WAIT) or closes FD. */
+static int send_pages(procreg_t *reg, int fd, bool wait)
+{
+	int fds[PR_RPAGES_MAX], n = procreg__rcu_page_fds(&reg->rcu, fds, PR_RPAGES_MAX);
+	uint8_t frame[PR_FRAME_HDR];
+
+	for (int i = 0; i < n; i++) {
+		size_t pos = 0;
+		int err;
+
+		procreg__proto_put(frame, &pos, PR_OP_READERS, 0, 0, 0, NULL, 0, NULL, 0);
+		err = wait ? exchange(fd, frame, pos, fds[i], reg->in, PR_OP_READERS)
+			   : send_packet(fd, frame, pos, fds[i], MSG_DONTWAIT);
+		/* Refused (a quota, say): this process reads unprotected. */
+		if (err == -ECONNRESET || err == -EAGAIN || err == -EPROTO)
+			return err;
+	}
+	return 0;
+}
+
+/* HELLO, with our own pidfd: it proves who we are where the daemon's
+ * kernel cannot give it one (SO_PEERPIDFD arrived in 6.5). WAIT: for the
+ * reply (its status), else sent and left. */
+static int say_hello(int fd, bool wait, uint8_t *buf)
+{
+	int pidfd = procreg__pidfd_open(procreg__self_pid()), err;
+	uint8_t hello[64];
+	size_t pos = 0;
+
 	procreg__proto_put_hello(hello, &pos, PR_OP_HELLO, 0, 0);
-	err = exchange(fd, hello, pos, pidfd, reg->in, PR_OP_HELLO);
+	err = wait ? exchange(fd, hello, pos, pidfd, buf, PR_OP_HELLO)
+		   : send_packet(fd, hello, pos, pidfd, MSG_DONTWAIT);
 	if (pidfd >= 0)
 		close(pidfd);
+	return err;
+}
+
+/* A new connection to the daemon, past HELLO, with our reader pages
+ * handed over: the fd, or a negative errno. Under reg->io (it uses
+ * reg->in). */
+static int dial(procreg_t *reg)
+{
+	int fd = connect_to(reg, 0, reg->socket), err;
+
+	if (fd < 0)
+		return fd;
+	err = say_hello(fd, true, reg->in);
+	/* Pages an announcement could not hand over (the daemon's backlog
+	 * was full, say) go now; the daemon keeps one copy of each. */
+	if (!err)
+		err = send_pages(reg, fd, true);
 	if (err) {
 		close(fd);
 		return err;
 	}
 	return fd;
+}
+
+/*
+ * Hand this process's reader pages to the daemon that now serves the
+ * table, once per daemon start (and again after a new page): called from
+ * the read paths, so it never waits. A non-blocking connection of its
+ * own, HELLO and one READERS packet a page, and close: the daemon handles
+ * what was sent before the close. If anything fails (no daemon, its
+ * backlog full), reads stay correct, unprotected, and the next call that
+ * talks to the daemon hands the pages over (dial).
+ */
+void procreg__announce(procreg_t *reg)
+{
+	uint64_t gen = PR_LOAD_ACQ(&reg->map.hdr->daemon_gen);
+	uint64_t was = PR_LOAD_RELAXED(&reg->rcu.announced);
+	char path[PR_SOCKET_PATH_MAX];
+	uint8_t buf[64];
+	int fd;
+
+	/* One thread does it for the handle. */
+	if (was == gen || uatomic_cmpxchg(&reg->rcu.announced, was, gen) != was)
+		return;
+	fd = connect_to(reg, SOCK_NONBLOCK, path);
+	if (fd < 0)
+		return;
+	if (!say_hello(fd, false, buf))
+		send_pages(reg, fd, false);
+	close(fd);
 }
 
 /* Under reg->io. */
@@ -276,12 +379,12 @@ static int send_fresh(procreg_t *reg, size_t len, int pass_fd)
 
 	if (err)
 		return err;
-	err = send_packet(reg->fd, reg->out, len, pass_fd);
+	err = send_packet(reg->fd, reg->out, len, pass_fd, 0);
 	if (err == -ECONNRESET || err == -ENOTCONN) {
 		disconnect(reg);
 		err = connect_daemon(reg);
 		if (!err)
-			err = send_packet(reg->fd, reg->out, len, pass_fd);
+			err = send_packet(reg->fd, reg->out, len, pass_fd, 0);
 	}
 	return err;
 }
@@ -536,7 +639,7 @@ PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n)
 			len = batch_pack(reg, ops, n, &next);
 			if (len) {
 				err = first == 0 ? send_fresh(reg, len, -1)
-						 : send_packet(reg->fd, reg->out, len, -1);
+						 : send_packet(reg->fd, reg->out, len, -1, 0);
 				inflight++;
 			}
 			continue;
@@ -584,7 +687,7 @@ PROCREG_API const char *procreg_strerror(int err)
 	case EPROTONOSUPPORT:
 		return "procregd speaks another protocol version";
 	case EUSERS:
-		return "every reader slot is taken (procregd --readers)";
+		return "too many reader processes (procregd --max-readers-per-uid, --max-readers)";
 	case ESRCH:
 		return "no such process (it has exited)";
 	case EBADMSG:

@@ -237,9 +237,6 @@ int procreg__paths(struct pr_paths *p, const char *scope, const char *dir,
 	n = snprintf(p->table, sizeof(p->table), "%s/procreg.%s", d, sc);
 	if (n < 0 || (size_t)n >= sizeof(p->table))
 		return -ENAMETOOLONG;
-	n = snprintf(p->readers, sizeof(p->readers), "%s/procreg.%s.readers", d, sc);
-	if (n < 0 || (size_t)n >= sizeof(p->readers))
-		return -ENAMETOOLONG;
 	n = snprintf(p->socket, sizeof(p->socket), "%s", so);
 	if (n < 0 || (size_t)n >= sizeof(p->socket))
 		return -ENAMETOOLONG;

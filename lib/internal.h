@@ -37,7 +37,6 @@ struct pr_paths {
 	char scope[128];
 	char dir[PR_PATH_MAX];
 	char table[PR_PATH_MAX];
-	char readers[PR_PATH_MAX];
 	char socket[PR_SOCKET_PATH_MAX]; /* empty: take it from the table */
 };
 
@@ -82,21 +81,19 @@ struct pr_map {
 	uint8_t *base;
 	size_t size;
 	struct pr_table_hdr *hdr;
-	struct pr_readers_hdr *rhdr;
-	struct pr_reader_slot *slots;
-	uint32_t nslots;
-	size_t rsize;
+	uid_t owner;              /* the table file's owner: the daemon's uid */
 };
 
 /* Validate a table header against this build: -EPROTO with the reason in
  * *why when it is not a table this build can read. */
 int procreg__check_table_hdr(const struct pr_table_hdr *h, size_t file_size,
 			     const char **why);
-int procreg__check_readers_hdr(const struct pr_readers_hdr *h, size_t file_size,
-			       uint32_t *nslots, const char **why);
 
-/* Map a scope's table (read-only) and reader file (read-write). */
-int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, const char **why);
+/* Map a scope's table read-only, if its owner is one this process trusts
+ * (root, itself, or TRUST_UID: pass 0 for none). -EPERM with the reason
+ * in *why otherwise. */
+int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, uid_t trust_uid,
+			const char **why);
 void procreg__unmap(struct pr_map *m);
 
 /* Bounds-checked access to a block of LEN bytes at OFF: NULL when any of it
@@ -111,40 +108,70 @@ static inline const void *pr_at(const struct pr_map *m, uint64_t off, uint64_t l
 /* ---- cross-process RCU (rcu.c) --------------------------------------- */
 
 struct pr_rcu_thread;
+struct pr_rpage;
+
+/* Reader pages a process makes for one handle: 63 threads each. */
+#define PR_RPAGES_MAX 64
 
 /* The per-handle reader state: which slot each thread of this process
- * claimed in one reader file. */
+ * claimed, in which of this process's pages. */
 struct pr_rcu {
 	struct pr_map *map;
 	pthread_key_t key;
-	pthread_mutex_t lock;         /* guards threads */
+	pthread_mutex_t lock;         /* guards threads and pages */
 	struct pr_rcu_thread *threads;
+	struct pr_rpage *pages;       /* this process's, newest first */
+	pid_t pages_pid;              /* the process that made them */
+	uint32_t npages;
+	/* The daemon_gen the pages were last announced to (0: never, or a
+	 * page was added since). Atomic: any reading thread may announce. */
+	uint64_t announced;
+	/* Reads done again because memory under them was reused (see
+	 * pr_read_valid): rare, counted for tests and for procreg_stats
+	 * callers who wonder. */
+	uint64_t stale;
 };
 
 int procreg__rcu_init(struct pr_rcu *r, struct pr_map *m);
 void procreg__rcu_fini(struct pr_rcu *r);
-/* The calling thread's slot, claiming one on first use; NULL if every slot
- * is taken. */
+/* The calling thread's slot, claiming one on first use. Never NULL but
+ * for want of memory: a thread that cannot have a slot the daemon sees
+ * gets a private one, and reads unprotected (see pr_read_valid). */
 struct pr_reader_slot *procreg__rcu_slot(struct pr_rcu *r);
+/* The fds of this process's pages (up to MAX): what to hand the daemon. */
+int procreg__rcu_page_fds(struct pr_rcu *r, int *fds, int max);
 
 extern int procreg__rcu_use_membarrier;
 
 /* Enter a read-side critical section: publish the grace-period counter in
- * our slot. The store must be visible before our reads of the table. When
- * both we are registered for membarrier and the daemon says it issues one
- * before every scan (writer_flags, on the same cache line as gp, so this
- * costs no extra miss), the daemon's membarrier supplies that full barrier
- * and ours is a compiler barrier; otherwise we pay for it ourselves. */
-static inline void pr_read_lock(const struct pr_map *m, struct pr_reader_slot *s)
+ * our slot, and return it for pr_read_valid(). The store must be visible
+ * before our reads of the table. When both we are registered for
+ * membarrier and the daemon says it issues one before every scan
+ * (writer_flags, on the same cache line as gp, so this costs no extra
+ * miss), the daemon's membarrier supplies that full barrier and ours is a
+ * compiler barrier; otherwise we pay for it ourselves. */
+static inline uint64_t pr_read_lock(const struct pr_map *m, struct pr_reader_slot *s)
 {
-	uint64_t gp = PR_LOAD_ACQ(&m->rhdr->gp);
-	uint64_t wf = CMM_LOAD_SHARED(m->rhdr->writer_flags);
+	uint64_t gp = PR_LOAD_ACQ(&m->hdr->gp);
+	uint64_t wf = CMM_LOAD_SHARED(m->hdr->writer_flags);
 
 	CMM_STORE_SHARED(s->ctr, gp);
 	if (caa_likely(procreg__rcu_use_membarrier && (wf & PR_WRITER_MEMBARRIER)))
 		cmm_barrier();
 	else
 		cmm_smp_mb();
+	return gp;
+}
+
+/* Inside the section, after the reads it protects: 0 if they stand, -1 if
+ * memory retired since GP (what pr_read_lock returned) may have been
+ * reused under them (the daemon did not wait for this reader: its slot
+ * was cleared, pinned past the timeout, or never announced), and the
+ * reads must be done again. */
+static inline int pr_read_valid(const struct pr_map *m, uint64_t gp)
+{
+	cmm_smp_rmb(); /* the reads before the look at freed_gp */
+	return caa_likely(CMM_LOAD_SHARED(m->hdr->freed_gp) <= gp) ? 0 : -1;
 }
 
 /* Leave it: a release store, so that every read of the table is ordered
@@ -155,25 +182,47 @@ static inline void pr_read_unlock(struct pr_reader_slot *s)
 	PR_STORE_REL(&s->ctr, 0);
 }
 
-/* Writer side. Start a grace period: returns the target every reader must
- * reach (or leave its critical section) before memory retired earlier may
- * be reused, or 0 if it could not be started (membarrier failed: try
- * again later). Issues the membarrier that makes readers' slot stores
- * visible. GP is the writer's own copy of the counter: the shared one is
- * in a file every reader may write, and is only ever written from it. */
+/* Writer side. The reader pages the daemon holds: a flat array, scanned
+ * by every grace-period poll. */
+struct pr_rpage_ref {
+	const struct pr_rpage_hdr *hdr;   /* PROT_READ mapping */
+	uint64_t dev, ino;                /* its memfd: a page sent twice is kept once */
+	void *owner;                      /* the daemon's record of its process */
+	bool ignored;                     /* its process stalled: not waited for */
+};
+
+struct pr_rpages {
+	struct pr_rpage_ref *v;
+	size_t n, cap;
+};
+
+/* Check that FD is a reader page no one can take from under a mapping
+ * (sealed, one whole page) and map it PROT_READ into *REF. -EPERM,
+ * -EBADF or -EPROTO with the reason in *why. */
+int procreg__rpage_map(int fd, struct pr_rpage_ref *ref, const char **why);
+void procreg__rpage_unmap(struct pr_rpage_ref *ref);
+/* Claimed slots, those inside a section, and their lookups (added). */
+void procreg__rpage_count(const struct pr_rpage_ref *p, uint32_t *slots, uint32_t *active,
+			  uint64_t *lookups);
+
+/* Start a grace period: returns the target every reader must reach (or
+ * leave its critical section) before memory retired earlier may be
+ * reused, or 0 if it could not be started (membarrier failed: try again
+ * later). Issues the membarrier that makes readers' slot stores visible.
+ * GP is the writer's own copy of the counter. */
 uint64_t procreg__gp_start(struct pr_map *m, uint64_t *gp, bool use_membarrier);
 /* Whether the kernel has MEMBARRIER_CMD_GLOBAL_EXPEDITED (the writer asks;
  * readers register in procreg__rcu_init). */
 int procreg__membarrier_expedited(void);
-/* 1 once every slot is quiescent or past TARGET; else 0 and *blocker is the
- * index of a slot still holding it. Never waits. */
-int procreg__gp_poll(const struct pr_map *m, uint64_t target, uint32_t *blocker);
-/* Clear the slots whose owner thread is gone. Returns how many; calls LOG
- * (if not NULL) once per slot cleared. */
-typedef void (*pr_log_fn)(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-int procreg__readers_reap(struct pr_map *m, pr_log_fn log);
-/* Whether the owner of a slot's OWNER word and start time is alive. */
-int procreg__reader_alive(uint64_t owner, uint64_t start);
+/* 1 once every slot of every page not ignored is quiescent or past
+ * TARGET; else 0 and *blocker is the index of a page holding it. Never
+ * waits. */
+int procreg__gp_poll(const struct pr_rpages *rp, uint64_t target, size_t *blocker);
+/* How many slots hold TARGET up. */
+uint32_t procreg__gp_waiting(const struct pr_rpages *rp, uint64_t target);
+/* The grace period TARGET has passed and its memory is about to be
+ * reused: tell readers (freed_gp), before any reuse. */
+void procreg__gp_freed(struct pr_map *m, uint64_t target);
 
 /* ---- reading the table (table.c) ------------------------------------- */
 
@@ -261,7 +310,7 @@ void procreg__u64map_free(struct pr_u64map *m);
 
 struct pr_writer_opts {
 	uint64_t max_size;     /* file size, fixed at creation */
-	uint32_t readers;      /* reader slots, fixed at creation */
+	uint32_t readers;      /* reader registry entries, fixed at creation */
 	int mode;              /* table file mode */
 };
 
@@ -273,7 +322,7 @@ struct pr_vec {
 struct pr_writer {
 	struct pr_map map;
 	struct pr_paths paths;
-	int table_fd, readers_fd;
+	int table_fd;
 	bool attached;                /* true: the table existed; recover it */
 	bool membarrier;              /* we issue global expedited membarriers */
 	uint64_t gp;                  /* the grace-period counter: ours, copied out */
@@ -291,14 +340,27 @@ struct pr_writer {
 	uint64_t gp_target;           /* 0: no grace period in flight */
 	uint64_t gp_started_ns;
 	uint32_t gp_waited;           /* slots it waits for, while procregd:grace_period is traced */
+
+	struct pr_rpages readers;     /* the reader pages grace periods wait for */
 };
 
-/* Create the scope's files, or attach to existing ones (then
+/* Create the scope's table, or attach to an existing one (then
  * w->attached is true and the caller must recover). Takes the scope's
- * lock: -EBUSY if another daemon holds it. */
+ * lock: -EBUSY if another daemon holds it. A file that is not ours, or a
+ * symbolic link, is refused (-EPERM, -ELOOP) with the reason in *why. */
 int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 			 const struct pr_writer_opts *o, const char **why);
 void procreg__writer_close(struct pr_writer *w);
+/* Whether DIR may hold a daemon's files: ours or root's, and sticky if
+ * others may write it. */
+int procreg__dir_check(const char *dir, const char **why);
+/* Whether the open FD is a file of ours: regular, our uid, one link, not
+ * writable by others. -EPERM with the reason in *why. */
+int procreg__owned_file_check(int fd, const char **why);
+/* Reader pages grace periods wait for: add one (mapped by
+ * procreg__rpage_map), or drop the I-th (unmapped). */
+int procreg__w_reader_add(struct pr_writer *w, const struct pr_rpage_ref *ref);
+void procreg__w_reader_drop(struct pr_writer *w, size_t i);
 
 /* Find K in ROOT: its record offset (0 if absent) and slot position (or
  * where to insert it). */
@@ -373,5 +435,19 @@ struct procreg {
 };
 
 pid_t procreg__self_pid(void);
+
+/* Hand this process's reader pages to the daemon now serving the table
+ * (client.c), without waiting for it. */
+void procreg__announce(procreg_t *reg) __attribute__((cold, noinline));
+
+/* On every read path: a daemon that started since our pages were last
+ * announced, or a page it has not seen, gets them. daemon_gen shares gp's
+ * cache line, which the read lock loads anyway. */
+static inline void procreg__announce_if_new(procreg_t *reg)
+{
+	if (caa_unlikely(CMM_LOAD_SHARED(reg->map.hdr->daemon_gen) !=
+			 PR_LOAD_RELAXED(&reg->rcu.announced)))
+		procreg__announce(reg);
+}
 
 #endif /* PROCREG_INTERNAL_H */

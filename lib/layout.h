@@ -1,15 +1,17 @@
 /*
  * layout.h - every structure procreg keeps in shared memory.
  *
- * Two files per scope, both in the table directory (/dev/shm by default):
+ * One file per scope, in the table directory (/dev/shm by default):
  *
  *   procreg.<scope>          the table. procregd maps it read-write and is
  *                            the only process that ever writes it; every
- *                            other process maps it PROT_READ.
- *   procreg.<scope>.readers  the reader slots and the grace-period counter.
- *                            Each reader thread writes its own slot; the
- *                            daemon writes the counter and clears the slots
- *                            of dead readers.
+ *                            other process maps it PROT_READ. It holds the
+ *                            grace-period counter too.
+ *
+ * and one or more reader pages per reading process, in memory of that
+ * process's own (a sealed memfd, never a file in a shared directory): its
+ * threads' reader slots. The reader writes them; procregd, which the
+ * reader hands each page to, maps them PROT_READ. See rcu.c.
  *
  * THE TABLE. A header page, then an arena. The arena holds records (a
  * name, a group, or one process's membership of a group), index blocks (an
@@ -44,8 +46,8 @@
  * A reader trusts nothing here: every offset it follows is checked against
  * the mapping before use, and every probe is bounded by the index capacity.
  *
- * THE READER FILE. A header holding the grace-period counter, then one
- * cache line per reader slot. See rcu.c for the protocol.
+ * READER PAGES. A header, then one cache line per reader slot. See rcu.c
+ * for the protocol.
  */
 #ifndef PROCREG_LAYOUT_H
 #define PROCREG_LAYOUT_H
@@ -56,8 +58,8 @@
 #include "procreg.h"
 
 #define PR_TABLE_MAGIC   0x31474552434f5250ull /* "PROCREG1", little-endian */
-#define PR_READERS_MAGIC 0x31444552434f5250ull /* "PROCRED1" */
-#define PR_LAYOUT_VERSION 1u
+#define PR_RPAGE_MAGIC 0x32444552434f5250ull /* "PROCRED2" */
+#define PR_LAYOUT_VERSION 2u
 
 #define PR_CACHELINE 64
 #define PR_ALIGN 16u              /* every arena block is 16-byte aligned */
@@ -110,7 +112,9 @@ struct pr_table_hdr {
 	uint32_t meta_max;
 	uint64_t feed_off;          /* the change feed's ring of events */
 	uint64_t feed_cap;          /* events in the ring, a power of two */
-	uint8_t pad0[32];
+	uint64_t readers_off;       /* the reader registry: readers_cap struct pr_reader_info */
+	uint32_t readers_cap;
+	uint8_t pad0[20];
 
 	/* Daemon-written, one field per concern. */
 	struct pr_root names;       /* the name index */
@@ -139,6 +143,37 @@ struct pr_table_hdr {
 	uint64_t feed_head __attribute__((aligned(PR_CACHELINE)));
 	uint32_t feed_futex;
 	uint32_t pad3;
+
+	/*
+	 * Grace periods (rcu.c). Every read lock loads gp, writer_flags and
+	 * daemon_gen, every unlock freed_gp: one line, alone, written once
+	 * per grace period and once per daemon start.
+	 *  gp          the grace-period counter. Starts at 1, only grows (64
+	 *              bits: never wraps). Stored with release.
+	 *  writer_flags PR_WRITER_*.
+	 *  freed_gp    the newest grace period whose retired memory has been
+	 *              handed back to the allocator: a block retired after a
+	 *              reader loaded gp = g may have been reused once
+	 *              freed_gp > g. Stored before any such block is reused.
+	 *  daemon_gen  bumped by each daemon start, after daemon_pid: a
+	 *              reader whose pages the current daemon has not been
+	 *              given sends them (rcu.c).
+	 */
+	uint64_t gp __attribute__((aligned(PR_CACHELINE)));
+	uint64_t writer_flags;
+	uint64_t freed_gp;
+	uint64_t daemon_gen;
+	uint8_t pad4[PR_CACHELINE - 32];
+
+	/* The reader registry's summary (daemon-written, advisory). */
+	uint32_t readers_live;      /* reader processes registered */
+	uint32_t readers_stalled;   /* of them, no longer waited for */
+	uint64_t reader_stalls;     /* readers ever found holding a grace period too long */
+	uint64_t readers_refused;   /* pages refused: quota, or not a sealed page */
+	uint32_t last_stall_pid;    /* the last one found, for procreg stats */
+	uint32_t last_stall_uid;
+	uint64_t last_stall_ns;     /* CLOCK_REALTIME */
+	uint8_t pad5[PR_CACHELINE - 40];
 };
 
 /*
@@ -214,56 +249,85 @@ struct pr_record {
 #define PR_RECORD_SIZE(nlen, mlen) \
 	(((sizeof(struct pr_record) + (nlen) + 1 + (mlen)) + PR_ALIGN - 1) & ~(size_t)(PR_ALIGN - 1))
 
-/* The reader file header. gp is the grace-period counter: written by the
- * daemon only, read by every reader on lock. It starts at 1 and only grows
- * (64 bits: it never wraps). */
-struct pr_readers_hdr {
-	uint64_t magic;
-	uint32_t layout_version;
-	uint32_t nslots;
-	uint64_t size_desc;
-	uint32_t feed_waiters;      /* followers asleep on feed_futex: they count themselves */
-	uint8_t pad0[PR_CACHELINE - 28];
-	uint64_t gp;                /* alone on its cache line: readers load it on every lock */
-	uint64_t writer_flags;      /* PR_WRITER_*: daemon-written, read with gp */
-	uint8_t pad1[PR_CACHELINE - 16];
-};
-
 /* The daemon issues membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) before
  * every grace-period scan: registered readers may order their slot store
  * with a compiler barrier. */
 #define PR_WRITER_MEMBARRIER 1ull
 
 /*
+ * A reader page: one page of a reading process's own memory (a memfd it
+ * seals against shrinking, growing, new writable mappings and hole
+ * punching), written by that process's threads only, mapped PROT_READ by
+ * procregd. Nothing in it is trusted by anyone but its writer: the daemon
+ * reads ctr values and bounds every loop by numbers it checked itself.
+ *
+ *  magic .. size_desc   written once, before the page is sealed.
+ *  hw      slots ever claimed end here: the daemon scans no further. A
+ *          page that lies about it hides its own slots only.
+ *  closed  set when its process closes the handle that made it: the daemon
+ *          drops the page. A page that lies about it loses its own
+ *          protection only.
+ */
+struct pr_rpage_hdr {
+	uint64_t magic;
+	uint32_t layout_version;
+	uint32_t nslots;
+	uint64_t size_desc;
+	uint32_t hw;
+	uint32_t closed;
+	uint8_t pad[PR_CACHELINE - 32];
+};
+
+/*
  * One reader slot, one cache line, so that readers never share a line.
  *
- *  owner   (pid << 32 | tid), 0 when free. A reader thread claims a free
- *          slot with compare-and-swap and stores 0 when it exits; the daemon
- *          stores 0 when it finds the owner dead.
- *  ctr     0 outside a read-side critical section; inside one, the value of
- *          gp the reader loaded on entry. Written by the owner only (and
- *          cleared by the daemon for a dead owner).
- *  start   owner process start time (ticks since boot): with pid, the
- *          owner's identity, since pids are reused.
- *  lookups lookups done by this thread: a counter in the reader's own line,
- *          so counting costs no shared write.
+ *  owner   the claiming thread's tid, 0 when free. Threads of the page's
+ *          process claim a free slot with compare-and-swap and store 0
+ *          when they exit.
+ *  ctr     0 outside a read-side critical section; inside one, the value
+ *          of gp the reader loaded on entry.
+ *  lookups lookups done by this thread: a counter in the reader's own
+ *          line, so counting costs no shared write.
  */
 struct pr_reader_slot {
 	uint64_t owner;
 	uint64_t ctr;
-	uint64_t start;
 	uint64_t lookups;
-	uint8_t pad[PR_CACHELINE - 32];
+	uint8_t pad[PR_CACHELINE - 24];
 };
 
-#define PR_READERS_FILE_SIZE(n) (sizeof(struct pr_readers_hdr) + (size_t)(n) * sizeof(struct pr_reader_slot))
+#define PR_RPAGE_SIZE 4096u
+#define PR_RPAGE_SLOTS ((PR_RPAGE_SIZE - sizeof(struct pr_rpage_hdr)) / sizeof(struct pr_reader_slot))
+
+/*
+ * The reader registry in the table: one entry per reader process whose
+ * pages procregd holds, for procreg readers and procreg top. Written by
+ * the daemon only, under seq (odd while an entry is rewritten); the
+ * counters are refreshed from the pages about once a second.
+ */
+#define PR_READER_STALLED 0x1       /* found holding a grace period: no longer waited for */
+
+struct pr_reader_info {
+	uint32_t seq;
+	uint32_t pid;               /* 0: a free entry */
+	uint32_t uid;
+	uint16_t pages;
+	uint16_t flags;             /* PR_READER_* */
+	uint64_t start;             /* the process's start time, ticks since boot */
+	uint64_t lookups;           /* the sum of its slots' counters */
+	uint32_t slots;             /* claimed slots: its reading threads */
+	uint32_t active;            /* of them, inside a read-side section */
+	uint64_t stalled_ns;        /* CLOCK_REALTIME it was found stalling; 0: never */
+	uint64_t registered_ns;     /* CLOCK_REALTIME its first page came */
+	uint64_t refreshed_ns;      /* CLOCK_REALTIME of the counters */
+};
 
 /* Folds the sizes that must agree between builds sharing a file. */
 #define PR_SIZE_DESC                                                       \
 	(((uint64_t)sizeof(struct pr_table_hdr) << 48) |                   \
 	 ((uint64_t)sizeof(struct pr_record) << 40) |                      \
 	 ((uint64_t)sizeof(struct pr_index) << 32) |                       \
-	 ((uint64_t)sizeof(struct pr_readers_hdr) << 16) |                 \
+	 ((uint64_t)sizeof(struct pr_rpage_hdr) << 16) |                   \
 	 ((uint64_t)sizeof(struct pr_reader_slot) << 8) | sizeof(void *))
 
 _Static_assert(sizeof(struct pr_table_hdr) <= PR_HDR_SIZE, "header fits its page");
@@ -274,9 +338,13 @@ _Static_assert(offsetof(struct pr_record, data) == 48, "record data offset");
 _Static_assert(sizeof(struct pr_root) == 2 * PR_CACHELINE, "root: index_off, then counts, a line each");
 _Static_assert(sizeof(struct pr_event) == 320, "an event is five cache lines");
 _Static_assert(sizeof(struct pr_index) == 16, "index header");
-_Static_assert(sizeof(struct pr_readers_hdr) == 2 * PR_CACHELINE, "readers header");
-_Static_assert(offsetof(struct pr_readers_hdr, gp) == PR_CACHELINE, "gp on its own line");
+_Static_assert(offsetof(struct pr_table_hdr, gp) % PR_CACHELINE == 0, "gp starts a line");
+_Static_assert(offsetof(struct pr_table_hdr, readers_live) ==
+		       offsetof(struct pr_table_hdr, gp) + PR_CACHELINE, "gp's line is its own");
+_Static_assert(sizeof(struct pr_rpage_hdr) == PR_CACHELINE, "reader page header");
 _Static_assert(sizeof(struct pr_reader_slot) == PR_CACHELINE, "one slot, one line");
+_Static_assert(PR_RPAGE_SLOTS == 63, "slots of a reader page");
+_Static_assert(sizeof(struct pr_reader_info) == PR_CACHELINE, "a registry entry, one line");
 
 /* Slot word helpers. */
 static inline uint64_t pr_slot_word(uint64_t hash, uint64_t off)

@@ -53,6 +53,7 @@ static int decode_body(struct pr_frame *f)
 	case PR_OP_SYNC:
 	case PR_OP_SUBSCRIBE:
 	case PR_OP_NOTIFY:
+	case PR_OP_READERS:
 		return 0;
 	default:
 		return -EPROTO;

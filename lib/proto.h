@@ -38,6 +38,16 @@
  *               (id 0, empty) on this connection after each batch of work
  *               that published events, dropping it when the socket is full:
  *               a readable socket says "look at the feed".
+ *   READERS     empty, alone in its packet, with one reader page (a sealed
+ *               memfd: rcu.c) as SCM_RIGHTS. The daemon maps it and waits
+ *               for its slots in every grace period until the sender exits.
+ *               -EPERM for a page not sealed or not whole, -EUSERS past the
+ *               reader quotas (the sender's reads stay correct, unprotected:
+ *               rcu.c), -EEXIST for a page it already has.
+ *
+ * A client may send and close without reading: the daemon handles every
+ * packet sent before the close (replies it cannot send are dropped). That
+ * is how readers hand over their pages without waiting for the daemon.
  *
  * A malformed frame is answered with -EBADMSG (the rest of its packet with
  * -ECANCELED) where its header could be read, else the connection closes.
@@ -66,6 +76,7 @@ enum pr_op {
 	PR_OP_REFRESH = 7,
 	PR_OP_SUBSCRIBE = 8,
 	PR_OP_NOTIFY = 9,
+	PR_OP_READERS = 10,
 	PR_OP_REPLY = 0x8000,
 };
 

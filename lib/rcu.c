@@ -3,17 +3,17 @@
  *
  * liburcu's flavors keep their reader registry in process memory, where the
  * daemon cannot see readers of other processes. This file keeps the same
- * design with the registry in a shared file (procreg.<scope>.readers):
+ * design with the registry spread over memory the daemon is handed:
  *
  *  - Each reader thread claims a slot (one cache line) on its first read
  *    and releases it at thread exit; a forked child claims its own.
- *  - Read lock stores the current grace-period counter gp in the slot;
- *    read unlock stores 0. Like liburcu's memb flavor, the reader orders
- *    those stores with compiler barriers only: the daemon issues
- *    membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) before it scans, which
- *    runs a full barrier on every CPU executing a registered reader. A
- *    process whose membarrier registration fails uses full barriers itself
- *    (liburcu's mb flavor), so mixing the two is safe.
+ *  - Read lock stores the current grace-period counter gp (in the table)
+ *    in the slot; read unlock stores 0. Like liburcu's memb flavor, the
+ *    reader orders those stores with compiler barriers only: the daemon
+ *    issues membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) before it scans,
+ *    which runs a full barrier on every CPU executing a registered reader.
+ *    A process whose membarrier registration fails uses full barriers
+ *    itself (liburcu's mb flavor), so mixing the two is safe.
  *  - A grace period (writer only) is: gp += 1 (the target), membarrier,
  *    then poll until every slot is 0 or holds a value >= target. A reader
  *    that holds an older value entered before the target was published and
@@ -25,10 +25,51 @@
  *    phase bit and no wraparound to reason about.
  *  - Polling never waits: the daemon checks again on its next tick. That
  *    is how "the writer never waits for a reader" holds.
- *  - A slot records its owner's pid, tid and start time, as LMDB's reader
- *    table does; the daemon clears the slots of dead owners, so a reader
- *    SIGKILLed inside its critical section holds up reclamation only until
- *    the next reap.
+ *
+ * WHO MAPS WHAT, AND WHO CAN WRITE IT. The slots are the only memory a
+ * reader writes, so where they live decides what a hostile local user can
+ * do to others. They live in reader pages: each reading process (each
+ * handle of it) creates its own page in a memfd, writes its header, and
+ * seals it against shrinking, growing, new writable mappings and hole
+ * punching (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE), keeping
+ * the one writable mapping it made before sealing. It then hands the page
+ * to the daemon over the socket (SCM_RIGHTS); the daemon checks the seals,
+ * the size and that no byte is a hole, and maps it PROT_READ. So:
+ *
+ *  - Only the page's own process (and whoever may ptrace it, who can hurt
+ *    it anyway) can write its slots: no user can clear, pin or scribble
+ *    another process's slot, whatever its uid.
+ *  - Nobody can truncate or punch a page the daemon maps, so the daemon
+ *    never takes a SIGBUS from one; the table, which readers map, belongs
+ *    to the daemon's user and is written only by the daemon.
+ *  - The grace-period counter lives in the table, written by the daemon
+ *    only: no reader can move it.
+ *  - A process can lie only in its own pages: pin a slot (hold grace
+ *    periods up), or clear one while a thread of its own reads. Pinning is
+ *    bounded: a reader that holds a grace period up longer than the
+ *    daemon's --reader-timeout-ms is no longer waited for, and is named in
+ *    the log, in procreg readers and in procreg stats. Memory retired since
+ *    is reused while that reader may still read it, and clearing one's own
+ *    slot has the same effect; both are made harmless by the next point.
+ *  - Every read is validated (pr_read_valid): the daemon stores freed_gp,
+ *    the newest grace period whose memory it handed back to the allocator,
+ *    before it reuses any of it. A reader that entered at gp = g and sees
+ *    freed_gp > g after its copy may have read reused memory, and redoes
+ *    the read; one that sees freed_gp <= g read only bytes that were
+ *    published and not yet reused. So a lookup returns an entry that was
+ *    published for that name during the call, or a miss: never a mixture,
+ *    whatever any process does to any slot. Honest readers whose pages the
+ *    daemon holds never retry, since it waits for them.
+ *
+ * A reader's pages reach the daemon without the lookup waiting for it:
+ * procreg__announce() (client.c) sends them on a connection of its own,
+ * non-blocking, and closes it; the daemon dedupes by the memfd's inode and
+ * keeps the pages until their process exits. A handle opened while no
+ * daemon runs reads like any other: it has nothing to be protected from
+ * (nothing is freed while no daemon runs), and it announces its pages when
+ * it sees a daemon start (daemon_gen, on the counter's cache line, so the
+ * check costs no extra miss). A lookup never fails for want of a slot:
+ * a thread that cannot have one reads unprotected, validated all the same.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -39,10 +80,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "internal.h"
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+/* What a page must carry before the daemon maps it: no shrink (no SIGBUS
+ * past a new end), no grow (its size is checked once), no new writable
+ * mapping, write(2) or hole punching (no byte the daemon reads can turn
+ * into a hole, which a fault would have to allocate). */
+#define PAGE_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE)
 
 int procreg__rcu_use_membarrier;
 
@@ -57,6 +110,17 @@ struct pr_rcu_thread {
 	struct pr_rcu *rcu;
 	struct pr_reader_slot *slot;
 	pid_t pid;
+	/* Where a thread with no slot of its own publishes its counter: no
+	 * daemon scans it, so such a thread is unprotected, and its reads
+	 * are kept correct by validation alone. */
+	struct pr_reader_slot spare;
+};
+
+/* One of this process's pages. */
+struct pr_rpage {
+	struct pr_rpage *next;
+	int fd;
+	struct pr_rpage_hdr *hdr;     /* our writable mapping */
 };
 
 static int membarrier(int cmd, unsigned int flags)
@@ -93,20 +157,20 @@ static void init_once(void)
 	pthread_atfork(NULL, NULL, atfork_child);
 }
 
-pid_t procreg__self_pid(void);
 pid_t procreg__self_pid(void)
 {
 	pthread_once(&once, init_once);
 	return self_pid;
 }
 
+static struct pr_reader_slot *page_slots(const struct pr_rpage_hdr *h)
+{
+	return (struct pr_reader_slot *)(h + 1);
+}
+
 static void release_slot(struct pr_reader_slot *s)
 {
 	CMM_STORE_SHARED(s->ctr, 0);
-	/* A free slot holds no start time: the next owner stores its own
-	 * only after its claim, and until then the daemon must not judge it
-	 * by ours (another process's start time would make it look dead). */
-	CMM_STORE_SHARED(s->start, 0);
 	PR_STORE_REL(&s->owner, 0);
 }
 
@@ -116,7 +180,7 @@ static void thread_exit(void *p)
 	struct pr_rcu_thread *t = p, **pp;
 	struct pr_rcu *r = t->rcu;
 
-	if (t->pid == self_pid && t->slot)
+	if (t->pid == self_pid && t->slot && t->slot != &t->spare)
 		release_slot(t->slot);
 	pthread_mutex_lock(&r->lock);
 	for (pp = &r->threads; *pp; pp = &(*pp)->next) {
@@ -136,11 +200,31 @@ int procreg__rcu_init(struct pr_rcu *r, struct pr_map *m)
 	pthread_once(&once, init_once);
 	memset(r, 0, sizeof(*r));
 	r->map = m;
+	r->pages_pid = self_pid;
 	err = pthread_key_create(&r->key, thread_exit);
 	if (err)
 		return -err;
 	pthread_mutex_init(&r->lock, NULL);
 	return 0;
+}
+
+/* Unmap and close every page: ours (the daemon keeps its mapping of each
+ * until we exit or it sees the page closed), or, in a child after fork,
+ * our copies of the parent's, which the parent keeps using. */
+static void drop_pages(struct pr_rcu *r, bool ours)
+{
+	struct pr_rpage *p, *n;
+
+	for (p = r->pages; p; p = n) {
+		n = p->next;
+		if (ours)
+			PR_STORE_REL(&p->hdr->closed, 1);
+		munmap(p->hdr, PR_RPAGE_SIZE);
+		close(p->fd);
+		free(p);
+	}
+	r->pages = NULL;
+	r->npages = 0;
 }
 
 void procreg__rcu_fini(struct pr_rcu *r)
@@ -150,33 +234,102 @@ void procreg__rcu_fini(struct pr_rcu *r)
 	pthread_key_delete(r->key);
 	for (t = r->threads; t; t = n) {
 		n = t->next;
-		if (t->pid == self_pid && t->slot)
+		if (t->pid == self_pid && t->slot && t->slot != &t->spare)
 			release_slot(t->slot);
 		free(t);
 	}
 	r->threads = NULL;
+	drop_pages(r, r->pages_pid == self_pid);
 	pthread_mutex_destroy(&r->lock);
 }
 
-static struct pr_reader_slot *claim(struct pr_map *m)
+/* A new page of our own: backed, headed and sealed, so that the daemon
+ * can map it and no one can take its memory from under that mapping. */
+static struct pr_rpage *page_new(void)
 {
-	uint64_t owner = (uint64_t)self_pid << 32 | (uint32_t)syscall(SYS_gettid);
+	struct pr_rpage *p = calloc(1, sizeof(*p));
+	struct pr_rpage_hdr *h;
+	int fd = -1;
 
-	/* Lowest free slot first, so that live slots cluster at the front
-	 * and the daemon's scan stays short. */
-	for (uint32_t i = 0; i < m->nslots; i++) {
-		struct pr_reader_slot *s = &m->slots[i];
+	if (!p)
+		return NULL;
+	fd = memfd_create("procreg-reader", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	/* fallocate: a page that cannot be backed is an error here, not a
+	 * SIGBUS at the first slot store. */
+	if (fd < 0 || ftruncate(fd, PR_RPAGE_SIZE) < 0 || fallocate(fd, 0, 0, PR_RPAGE_SIZE) < 0)
+		goto fail;
+	h = mmap(NULL, PR_RPAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED)
+		goto fail;
+	h->layout_version = PR_LAYOUT_VERSION;
+	h->nslots = PR_RPAGE_SLOTS;
+	h->size_desc = PR_SIZE_DESC;
+	PR_STORE_REL(&h->magic, PR_RPAGE_MAGIC);
+	if (fcntl(fd, F_ADD_SEALS, PAGE_SEALS | F_SEAL_SEAL) < 0) {
+		munmap(h, PR_RPAGE_SIZE);
+		goto fail;
+	}
+	p->fd = fd;
+	p->hdr = h;
+	return p;
+fail:
+	if (fd >= 0)
+		close(fd);
+	free(p);
+	return NULL;
+}
 
-		if (PR_LOAD_RELAXED(&s->owner) != 0)
+/* A free slot of page H for thread TID, or NULL. */
+static struct pr_reader_slot *claim_in(struct pr_rpage_hdr *h, uint64_t tid)
+{
+	struct pr_reader_slot *s = page_slots(h);
+
+	/* Lowest free slot first, so that the daemon's scan, which stops at
+	 * hw, stays short. */
+	for (uint32_t i = 0; i < PR_RPAGE_SLOTS; i++) {
+		uint32_t hw;
+
+		if (PR_LOAD_RELAXED(&s[i].owner) != 0 || uatomic_cmpxchg(&s[i].owner, 0, tid) != 0)
 			continue;
-		if (uatomic_cmpxchg(&s->owner, 0, owner) != 0)
-			continue;
-		CMM_STORE_SHARED(s->ctr, 0);
-		CMM_STORE_SHARED(s->lookups, 0);
-		CMM_STORE_SHARED(s->start, self_start);
-		return s;
+		CMM_STORE_SHARED(s[i].ctr, 0);
+		CMM_STORE_SHARED(s[i].lookups, 0);
+		/* Raise hw before the slot's first counter store: a full
+		 * barrier (the cmpxchg), so the daemon that sees the counter
+		 * scans this far. */
+		while ((hw = PR_LOAD_RELAXED(&h->hw)) < i + 1)
+			if (uatomic_cmpxchg(&h->hw, hw, i + 1) == hw)
+				break;
+		return &s[i];
 	}
 	return NULL;
+}
+
+/* A slot for the calling thread in one of our pages, making a page if
+ * every slot is taken; NULL if none can be had. Under r->lock. */
+static struct pr_reader_slot *claim(struct pr_rcu *r)
+{
+	uint64_t tid = (uint32_t)syscall(SYS_gettid);
+	struct pr_reader_slot *s;
+	struct pr_rpage *p;
+
+	if (r->pages_pid != self_pid) {
+		/* A child of fork(): the pages are the parent's. */
+		drop_pages(r, false);
+		r->pages_pid = self_pid;
+		PR_STORE_REL(&r->announced, 0);
+	}
+	for (p = r->pages; p; p = p->next)
+		if ((s = claim_in(p->hdr, tid)))
+			return s;
+	if (r->npages >= PR_RPAGES_MAX || !(p = page_new()))
+		return NULL;
+	p->next = r->pages;
+	r->pages = p;
+	r->npages++;
+	/* A page the daemon does not have: announce again at the next read
+	 * (the daemon ignores the ones it has). */
+	PR_STORE_REL(&r->announced, 0);
+	return claim_in(p->hdr, tid);
 }
 
 struct pr_reader_slot *procreg__rcu_slot(struct pr_rcu *r)
@@ -198,8 +351,24 @@ struct pr_reader_slot *procreg__rcu_slot(struct pr_rcu *r)
 	}
 	/* New thread, or the child of a fork holding its parent's record. */
 	t->pid = self_pid;
-	t->slot = claim(r->map);
+	pthread_mutex_lock(&r->lock);
+	t->slot = claim(r);
+	pthread_mutex_unlock(&r->lock);
+	if (!t->slot)
+		t->slot = &t->spare;
 	return t->slot;
+}
+
+int procreg__rcu_page_fds(struct pr_rcu *r, int *fds, int max)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&r->lock);
+	if (r->pages_pid == self_pid)
+		for (struct pr_rpage *p = r->pages; p && n < max; p = p->next)
+			fds[n++] = p->fd;
+	pthread_mutex_unlock(&r->lock);
+	return n;
 }
 
 /* ---- writer side ------------------------------------------------------ */
@@ -222,7 +391,7 @@ uint64_t procreg__gp_start(struct pr_map *m, uint64_t *gp, bool use_membarrier)
 	/* Order the unpublishing stores that retired memory before the new
 	 * counter value, then make every reader's slot store visible. */
 	cmm_smp_mb();
-	CMM_STORE_SHARED(m->rhdr->gp, target);
+	CMM_STORE_SHARED(m->hdr->gp, target);
 	if (use_membarrier && membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0) < 0)
 		return 0; /* readers rely on it: no grace period without it */
 	cmm_smp_mb();
@@ -230,15 +399,48 @@ uint64_t procreg__gp_start(struct pr_map *m, uint64_t *gp, bool use_membarrier)
 	return target;
 }
 
-int procreg__gp_poll(const struct pr_map *m, uint64_t target, uint32_t *blocker)
+void procreg__gp_freed(struct pr_map *m, uint64_t target)
 {
-	for (uint32_t i = 0; i < m->nslots; i++) {
-		uint64_t c = CMM_LOAD_SHARED(m->slots[i].ctr);
+	/* Before any block the grace period covered is handed out again: a
+	 * reader that read a reused byte then sees the new value (it loads
+	 * freed_gp after its reads, behind a read barrier). */
+	CMM_STORE_SHARED(m->hdr->freed_gp, target);
+	cmm_smp_mb();
+}
 
-		if (c != 0 && c < target) {
-			if (blocker)
-				*blocker = i;
-			return 0;
+/* Slot I of page P holds TARGET up? */
+static bool holds(const struct pr_reader_slot *s, uint64_t target)
+{
+	uint64_t c = CMM_LOAD_SHARED(s->ctr);
+
+	return c != 0 && c < target;
+}
+
+/* The slots of P worth scanning: up to its claimed high-water mark, which
+ * its writer may lie about, so bounded by what we checked at map time. */
+static uint32_t scan_len(const struct pr_rpage_ref *p)
+{
+	uint32_t hw = CMM_LOAD_SHARED(p->hdr->hw);
+
+	return hw < PR_RPAGE_SLOTS ? hw : PR_RPAGE_SLOTS;
+}
+
+int procreg__gp_poll(const struct pr_rpages *rp, uint64_t target, size_t *blocker)
+{
+	for (size_t i = 0; i < rp->n; i++) {
+		const struct pr_rpage_ref *p = &rp->v[i];
+		const struct pr_reader_slot *s = (const struct pr_reader_slot *)(p->hdr + 1);
+		uint32_t n;
+
+		if (p->ignored)
+			continue;
+		n = scan_len(p);
+		for (uint32_t j = 0; j < n; j++) {
+			if (holds(&s[j], target)) {
+				if (blocker)
+					*blocker = i;
+				return 0;
+			}
 		}
 	}
 	/* Our later frees must not be reordered before the scan. */
@@ -246,79 +448,81 @@ int procreg__gp_poll(const struct pr_map *m, uint64_t target, uint32_t *blocker)
 	return 1;
 }
 
-/* 1 only on proof that the thread has exited and awaits reaping (state Z
- * or X in its stat file); 0 if it runs, or if we cannot tell. */
-static int thread_zombie(pid_t pid, pid_t tid)
+uint32_t procreg__gp_waiting(const struct pr_rpages *rp, uint64_t target)
 {
-	char path[64], buf[512], *p;
-	ssize_t n;
-	int fd;
+	uint32_t n = 0;
 
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	/* The state follows the command name, which may hold ')'. */
-	p = strrchr(buf, ')');
-	return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
-}
+	for (size_t i = 0; i < rp->n; i++) {
+		const struct pr_rpage_ref *p = &rp->v[i];
+		const struct pr_reader_slot *s = (const struct pr_reader_slot *)(p->hdr + 1);
+		uint32_t len = scan_len(p);
 
-int procreg__reader_alive(uint64_t owner, uint64_t start)
-{
-	pid_t pid = (pid_t)(owner >> 32), tid = (pid_t)(owner & 0xffffffff);
-	uint64_t now;
-
-	if (pid <= 0)
-		return 0;
-	if (syscall(SYS_tgkill, pid, tid, 0) < 0 && errno == ESRCH)
-		return 0;
-	/* The pid may have been reused by a process that happens to have a
-	 * thread with the same tid: the start time tells them apart. */
-	if (start && (procreg__proc_start_time(pid, &now) < 0 || now != start))
-		return 0;
-	/* tgkill finds a zombie too: a reader killed inside its critical
-	 * section stays one until its parent waits for it, which may be
-	 * never. A zombie has no memory and runs nothing: it reads no more. */
-	if (thread_zombie(pid, tid))
-		return 0;
-	return 1;
-}
-
-/* An owner word no claim can match (claims swap from 0) and no live
- * thread has: a slot being cleared. */
-#define REAPING (1ull << 63)
-
-int procreg__readers_reap(struct pr_map *m, pr_log_fn log)
-{
-	int n = 0;
-
-	for (uint32_t i = 0; i < m->nslots; i++) {
-		struct pr_reader_slot *s = &m->slots[i];
-		/* Acquire: a start time read after a new owner's claim is 0
-		 * (see release_slot) or the new owner's own, never the
-		 * previous owner's. */
-		uint64_t owner = PR_LOAD_ACQ(&s->owner);
-		uint64_t start = CMM_LOAD_SHARED(s->start);
-
-		if (!owner || (owner & REAPING) || procreg__reader_alive(owner, start))
-			continue;
-		/* Take the slot from the dead owner before touching it: had
-		 * the owner released it meanwhile and a new thread claimed
-		 * it, clearing ctr now would hide a live reader. */
-		if (uatomic_cmpxchg(&s->owner, owner, owner | REAPING) != owner)
-			continue;
-		CMM_STORE_SHARED(s->ctr, 0);
-		CMM_STORE_SHARED(s->start, 0);
-		PR_STORE_REL(&s->owner, 0);
-		n++;
-		if (log)
-			log("slot %u: pid %d tid %d: owner dead, cleared", i,
-			    (int)(owner >> 32), (int)(owner & 0xffffffff));
+		for (uint32_t j = 0; !p->ignored && j < len; j++)
+			n += holds(&s[j], target);
 	}
 	return n;
+}
+
+void procreg__rpage_count(const struct pr_rpage_ref *p, uint32_t *slots, uint32_t *active,
+			  uint64_t *lookups)
+{
+	const struct pr_reader_slot *s = (const struct pr_reader_slot *)(p->hdr + 1);
+	uint32_t n = scan_len(p);
+
+	for (uint32_t j = 0; j < n; j++) {
+		if (!CMM_LOAD_SHARED(s[j].owner))
+			continue;
+		(*slots)++;
+		*active += CMM_LOAD_SHARED(s[j].ctr) != 0;
+		*lookups += CMM_LOAD_SHARED(s[j].lookups);
+	}
+}
+
+int procreg__rpage_map(int fd, struct pr_rpage_ref *ref, const char **why)
+{
+	const struct pr_rpage_hdr *h;
+	struct stat st;
+	int seals;
+	void *p;
+
+	memset(ref, 0, sizeof(*ref));
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || st.st_size != PR_RPAGE_SIZE) {
+		*why = "not a reader page (a file of one page)";
+		return -EBADF;
+	}
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || (seals & PAGE_SEALS) != PAGE_SEALS) {
+		*why = "reader page not sealed against shrinking, growing and writes";
+		return -EPERM;
+	}
+	/* Sealed, a hole stays a hole: reading one would need a page the
+	 * kernel might not find. The header's store made the only page
+	 * real. */
+	if (lseek(fd, 0, SEEK_HOLE) != PR_RPAGE_SIZE) {
+		*why = "reader page not backed";
+		return -EPERM;
+	}
+	p = mmap(NULL, PR_RPAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	h = p;
+	if (PR_LOAD_ACQ(&h->magic) != PR_RPAGE_MAGIC || h->layout_version != PR_LAYOUT_VERSION ||
+	    h->size_desc != PR_SIZE_DESC) {
+		munmap(p, PR_RPAGE_SIZE);
+		*why = "reader page of another layout";
+		return -EPROTO;
+	}
+	ref->hdr = h;
+	ref->dev = st.st_dev;
+	ref->ino = st.st_ino;
+	return 0;
+}
+
+void procreg__rpage_unmap(struct pr_rpage_ref *ref)
+{
+	if (ref->hdr)
+		munmap((void *)ref->hdr, PR_RPAGE_SIZE);
+	ref->hdr = NULL;
 }

@@ -57,95 +57,83 @@ int procreg__check_table_hdr(const struct pr_table_hdr *h, size_t file_size,
 	return w ? -EPROTO : 0;
 }
 
-int procreg__check_readers_hdr(const struct pr_readers_hdr *h, size_t file_size,
-			       uint32_t *nslots, const char **why)
+/* Open PATH for reading if it is a table this process may trust: a
+ * regular file (not through a symbolic link), owned by root, by us or by
+ * TRUST, and writable by its owner only. Anyone else's file in a shared
+ * directory could say anything. */
+static int open_trusted(const char *path, uid_t trust, struct stat *st, const char **why)
 {
-	const char *w = NULL;
-	uint32_t n = 0;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	uid_t me = geteuid();
 
-	if (file_size < sizeof(*h))
-		w = "reader file too small";
-	else if (PR_LOAD_ACQ(&h->magic) != PR_READERS_MAGIC)
-		w = "not a procreg reader file";
-	else if (h->layout_version != PR_LAYOUT_VERSION || h->size_desc != PR_SIZE_DESC)
-		w = "reader file layout differs from this build's";
-	else if ((n = CMM_LOAD_SHARED(h->nslots)) == 0 || PR_READERS_FILE_SIZE(n) > file_size)
-		w = "reader file shorter than its slot count";
-	if (w && why)
-		*why = w;
-	if (!w)
-		*nslots = n;
-	return w ? -EPROTO : 0;
-}
-
-static int map_file(const char *path, int flags, int prot, void **base, size_t *size)
-{
-	struct stat st;
-	int fd = open(path, flags | O_CLOEXEC);
-	void *p;
-
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0) {
+	if (fd < 0) {
+		if (errno != ELOOP)
+			return -errno;
+		*why = "the table's path is a symbolic link: refused";
+		return -EPERM;
+	}
+	if (fstat(fd, st) < 0) {
 		int e = -errno;
+
 		close(fd);
 		return e;
 	}
-	if (st.st_size <= 0 || (uint64_t)st.st_size > PR_MAX_FILE_SIZE) {
+	if (!S_ISREG(st->st_mode)) {
+		*why = "the table's path is not a regular file";
 		close(fd);
 		return -EPROTO;
 	}
-	p = mmap(NULL, (size_t)st.st_size, prot, MAP_SHARED, fd, 0);
-	close(fd);
-	if (p == MAP_FAILED)
-		return -errno;
-	*base = p;
-	*size = (size_t)st.st_size;
-	return 0;
+	if (st->st_uid != 0 && st->st_uid != me && (trust == 0 || st->st_uid != trust)) {
+		*why = "the table belongs to a user this process does not trust "
+		       "(only root's, its own, or PROCREG_TRUST_UID's)";
+		close(fd);
+		return -EPERM;
+	}
+	if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+		*why = "the table is writable by others than its owner";
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
 }
 
-int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, const char **why)
+int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, uid_t trust,
+			const char **why)
 {
-	void *t, *r;
-	size_t ts, rs;
-	uint32_t nslots;
-	int err;
+	const char *w = NULL;
+	struct stat st;
+	void *t;
+	int fd, err;
 
 	memset(m, 0, sizeof(*m));
-	/* PROT_READ: a client cannot write the table, whatever it does. */
-	err = map_file(p->table, O_RDONLY, PROT_READ, &t, &ts);
-	if (err < 0) {
+	fd = open_trusted(p->table, trust, &st, &w);
+	if (fd < 0) {
 		if (why)
-			*why = err == -EPROTO ? "table file has an impossible size" : NULL;
-		return err;
+			*why = w;
+		return fd;
 	}
-	err = procreg__check_table_hdr(t, ts, why);
-	if (err < 0) {
-		munmap(t, ts);
-		return err;
-	}
-	err = map_file(p->readers, O_RDWR, PROT_READ | PROT_WRITE, &r, &rs);
-	if (err < 0) {
-		munmap(t, ts);
+	if (st.st_size <= 0 || (uint64_t)st.st_size > PR_MAX_FILE_SIZE) {
+		close(fd);
 		if (why)
-			*why = "cannot map the reader file";
-		return err;
+			*why = "table file has an impossible size";
+		return -EPROTO;
 	}
-	err = procreg__check_readers_hdr(r, rs, &nslots, why);
+	/* PROT_READ: a client cannot write the table, whatever it does. The
+	 * daemon allocates every page of it that it writes before writing
+	 * it, and no one else may change the file: reading it cannot fault. */
+	t = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (t == MAP_FAILED)
+		return -errno;
+	err = procreg__check_table_hdr(t, (size_t)st.st_size, why);
 	if (err < 0) {
-		munmap(t, ts);
-		munmap(r, rs);
+		munmap(t, (size_t)st.st_size);
 		return err;
 	}
 	m->base = t;
-	m->size = ts;
+	m->size = (size_t)st.st_size;
 	m->hdr = t;
-	m->rhdr = r;
-	m->rsize = rs;
-	/* The count checked above, not a second read of a file any reader
-	 * may write. */
-	m->nslots = nslots;
-	m->slots = (struct pr_reader_slot *)((uint8_t *)r + sizeof(struct pr_readers_hdr));
+	m->owner = st.st_uid;
 	return 0;
 }
 
@@ -153,8 +141,6 @@ void procreg__unmap(struct pr_map *m)
 {
 	if (m->base)
 		munmap(m->base, m->size);
-	if (m->rhdr)
-		munmap(m->rhdr, m->rsize);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -337,24 +323,32 @@ static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const ch
 							 struct lookup_trace *t)
 {
 	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
+	const struct pr_map *m = &reg->map;
 	const struct pr_record *r;
 	struct pr_key k;
+	uint64_t gp;
+	int stale;
 
 	if (caa_unlikely(!s))
-		return -EUSERS;
-	pr_key_name(&k, PR_KIND_NAME, name, len, reg->map.hdr->hash_seed);
-
-	pr_read_lock(&reg->map, s);
-	if (t && t->held)
-		t->locked_ns = procreg__mono_ns();
-	r = procreg__find(&reg->map, &reg->map.hdr->names, &k);
-	if (r && out && procreg__record_to_entry(&reg->map, r, out))
-		r = NULL;
+		return -ENOMEM;
+	procreg__announce_if_new(reg);
+	pr_key_name(&k, PR_KIND_NAME, name, len, m->hdr->hash_seed);
+	do {
+		gp = pr_read_lock(m, s);
+		if (t && t->held)
+			t->locked_ns = procreg__mono_ns();
+		r = procreg__find(m, &m->hdr->names, &k);
+		if (r && out && procreg__record_to_entry(m, r, out))
+			r = NULL;
+		stale = pr_read_valid(m, gp);
+		if (t && t->held)
+			t->unlocked_ns = procreg__mono_ns();
+		pr_read_unlock(s);
+		if (caa_unlikely(stale))
+			uatomic_inc(&reg->rcu.stale);
+	} while (caa_unlikely(stale));
 	/* Our own cache line: no other process writes it. */
 	CMM_STORE_SHARED(s->lookups, s->lookups + 1);
-	if (t && t->held)
-		t->unlocked_ns = procreg__mono_ns();
-	pr_read_unlock(s);
 	if (t)
 		t->hash = k.hash;
 	return r ? 0 : -ENOENT;
@@ -373,7 +367,7 @@ static __attribute__((noinline, cold)) int lookup_traced(procreg_t *reg, const c
 
 	PR_TRACE(procreg, lookup, t.hash, name, len, err);
 	PR_TRACE(procreg, lookup_latency, t.hash, ns, err);
-	if (t.held && err != -EUSERS)
+	if (t.held && err != -ENOMEM)
 		PR_PROBE(procreg, read_held, HELD_LOOKUP, t.unlocked_ns - t.locked_ns);
 	return err;
 }
@@ -496,26 +490,37 @@ static int walk(procreg_t *reg, const struct walk *wk, walk_cb cb, void *arg)
 	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
 	struct chunk c = { .cap = FOREACH_CHUNK };
 	uint64_t t0 = PR_TRACE_CLOCK(procreg, walk), entries = 0, chunks = 0, held = 0;
-	int ret = 0, full;
+	int ret = 0, full, stale;
 
 	if (!s)
-		return -EUSERS;
+		return -ENOMEM;
+	procreg__announce_if_new(reg);
 	c.buf = malloc(c.cap * wk->elem);
 	if (!c.buf)
 		return -ENOMEM;
 	while (!c.done && !ret) {
 		bool timed = PR_PROBE_ENABLED(procreg, read_held);
+		uint64_t lo = c.lo, gp;
 
-		pr_read_lock(&reg->map, s);
+		gp = pr_read_lock(&reg->map, s);
 		if (timed)
 			held = procreg__mono_ns();
 		full = fill_chunk(&reg->map, wk, &c);
+		stale = pr_read_valid(&reg->map, gp);
 		if (timed)
 			held = procreg__mono_ns() - held;
 		pr_read_unlock(s);
 		if (timed)
 			PR_PROBE(procreg, read_held, wk->kind, held);
 		chunks++;
+		if (stale) {
+			/* Memory under the chunk was reused: do it again from
+			 * where it started. Nothing of it was reported. */
+			uatomic_inc(&reg->rcu.stale);
+			c.lo = lo;
+			c.done = false;
+			continue;
+		}
 		if (full) {
 			/* Grow outside the critical section and redo the chunk:
 			 * nothing of it was reported and lo has not moved. */
@@ -630,21 +635,26 @@ PROCREG_API int procreg_group_count(procreg_t *reg, const char *group, uint64_t 
 	struct pr_reader_slot *s;
 	const struct pr_root *root;
 	struct pr_key k;
-	uint64_t n = 0, l = 0;
-	int err = group_key(reg, group, &k);
+	uint64_t n, l, gp;
+	int err = group_key(reg, group, &k), stale;
 
 	if (err)
 		return err;
 	s = procreg__rcu_slot(&reg->rcu);
 	if (!s)
-		return -EUSERS;
-	pr_read_lock(&reg->map, s);
-	root = find_group(&reg->map, &k);
-	if (root) {
-		n = CMM_LOAD_SHARED(root->live);
-		l = CMM_LOAD_SHARED(root->local);
-	}
-	pr_read_unlock(s);
+		return -ENOMEM;
+	procreg__announce_if_new(reg);
+	do {
+		n = l = 0;
+		gp = pr_read_lock(&reg->map, s);
+		root = find_group(&reg->map, &k);
+		if (root) {
+			n = CMM_LOAD_SHARED(root->live);
+			l = CMM_LOAD_SHARED(root->local);
+		}
+		stale = pr_read_valid(&reg->map, gp);
+		pr_read_unlock(s);
+	} while (stale);
 	if (members)
 		*members = n;
 	if (local_members)
@@ -657,7 +667,6 @@ PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *st)
 	const struct pr_table_hdr *h = reg->map.hdr;
 	struct pr_ixv ix;
 	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
-	uint64_t used = 0;
 
 	memset(st, 0, sizeof(*st));
 	st->names = CMM_LOAD_SHARED(h->names.live);
@@ -684,14 +693,18 @@ PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *st)
 			st->daemon_pid = 0;
 	}
 	st->daemon_started_ns = CMM_LOAD_SHARED(h->daemon_started_ns);
-	st->reader_slots = reg->map.nslots;
-	for (uint32_t i = 0; i < reg->map.nslots; i++)
-		used += PR_LOAD_RELAXED(&reg->map.slots[i].owner) != 0;
-	st->reader_slots_used = used;
+	st->reader_slots = h->readers_cap;
+	st->reader_slots_used = CMM_LOAD_SHARED(h->readers_live);
 	if (s) {
-		pr_read_lock(&reg->map, s);
-		st->index_capacity = procreg__index(&reg->map, &h->names, &ix) ? 0 : ix.cap;
-		pr_read_unlock(s);
+		uint64_t gp;
+		int stale;
+
+		do {
+			gp = pr_read_lock(&reg->map, s);
+			st->index_capacity = procreg__index(&reg->map, &h->names, &ix) ? 0 : ix.cap;
+			stale = pr_read_valid(&reg->map, gp);
+			pr_read_unlock(s);
+		} while (stale);
 	}
 	return 0;
 }

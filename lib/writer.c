@@ -174,6 +174,7 @@ static void free_batch(struct pr_writer *w, struct pr_vec *b)
 /* The grace period in flight has passed: free what it covered. */
 static void gp_done(struct pr_writer *w)
 {
+	procreg__gp_freed(&w->map, w->gp_target);
 	free_batch(w, &w->waiting);
 	PR_TRACE(procregd, grace_period, w->gp_target, procreg__mono_ns() - w->gp_started_ns,
 		 w->gp_waited);
@@ -181,23 +182,9 @@ static void gp_done(struct pr_writer *w)
 	CMM_STORE_SHARED(H(w)->grace_periods, H(w)->grace_periods + 1);
 }
 
-/* For procregd:grace_period: the reader slots a grace period to TARGET
- * must wait for (inside a critical section begun before it). */
-static uint32_t gp_waited(const struct pr_map *m, uint64_t target)
-{
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < m->nslots; i++) {
-		uint64_t c = CMM_LOAD_SHARED(m->slots[i].ctr);
-
-		n += c != 0 && c < target;
-	}
-	return n;
-}
-
 int procreg__w_reclaim(struct pr_writer *w)
 {
-	if (w->gp_target && procreg__gp_poll(&w->map, w->gp_target, NULL))
+	if (w->gp_target && procreg__gp_poll(&w->readers, w->gp_target, NULL))
 		gp_done(w);
 	if (!w->gp_target && w->retired.n) {
 		struct pr_vec t = w->waiting;
@@ -215,9 +202,9 @@ int procreg__w_reclaim(struct pr_writer *w)
 		}
 		w->gp_started_ns = procreg__mono_ns();
 		w->gp_waited = PR_PROBE_ENABLED(procregd, grace_period)
-				       ? gp_waited(&w->map, w->gp_target) : 0;
+				       ? procreg__gp_waiting(&w->readers, w->gp_target) : 0;
 		/* Most of the time no reader is inside: finish at once. */
-		if (procreg__gp_poll(&w->map, w->gp_target, NULL))
+		if (procreg__gp_poll(&w->readers, w->gp_target, NULL))
 			gp_done(w);
 	}
 	return w->gp_target != 0 || w->retired.n != 0;
@@ -571,26 +558,7 @@ int procreg__w_walk(struct pr_writer *w, pr_walk_cb cb, void *arg)
 
 /* ---- files ------------------------------------------------------------ */
 
-static int init_readers(int fd, uint32_t nslots)
-{
-	size_t size = PR_READERS_FILE_SIZE(nslots);
-	struct pr_readers_hdr *h;
-
-	if (ftruncate(fd, (off_t)size) < 0)
-		return -errno;
-	h = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (h == MAP_FAILED)
-		return -errno;
-	h->layout_version = PR_LAYOUT_VERSION;
-	h->nslots = nslots;
-	h->size_desc = PR_SIZE_DESC;
-	h->gp = 1;
-	PR_STORE_REL(&h->magic, PR_READERS_MAGIC);
-	munmap(h, size);
-	return 0;
-}
-
-static int init_table(struct pr_writer *w, int fd, uint64_t size)
+static int init_table(struct pr_writer *w, int fd, uint64_t size, uint32_t readers)
 {
 	struct pr_table_hdr *h;
 	uint64_t off;
@@ -623,6 +591,13 @@ static int init_table(struct pr_writer *w, int fd, uint64_t size)
 	err = alloc_block(w, h->feed_cap * sizeof(struct pr_event), &h->feed_off);
 	if (err)
 		return err;
+	/* The reader registry: zeroed entries are free ones. */
+	h->readers_cap = readers;
+	err = alloc_block(w, (uint64_t)readers * sizeof(struct pr_reader_info), &h->readers_off);
+	if (err)
+		return err;
+	memset(w->map.base + h->readers_off, 0, (size_t)readers * sizeof(struct pr_reader_info));
+	h->gp = 1;
 	err = build_index(w, NULL, INDEX_MIN, &off);
 	if (err)
 		return err;
@@ -636,11 +611,12 @@ static int init_table(struct pr_writer *w, int fd, uint64_t size)
 	return 0;
 }
 
-/* Create PATH's content in a temporary file, then give it its name, so no
- * reader ever opens a half-made file. Returns the open fd (locked when
- * LOCK is set), or -EEXIST if another process created PATH meanwhile. */
-static int create_file(struct pr_writer *w, const char *path, int mode, bool lock,
-		       uint64_t size, uint32_t nslots)
+/* Create PATH's content in a temporary file (O_EXCL, a name no one can
+ * guess), then give it its name without replacing anything, so no reader
+ * ever opens a half-made file and nothing planted at PATH is followed.
+ * Returns the open fd, locked, or -EEXIST if PATH exists by then. */
+static int create_table(struct pr_writer *w, const char *path, int mode, uint64_t size,
+			uint32_t readers)
 {
 	char tmp[PR_PATH_MAX + 16];
 	int fd, err;
@@ -649,13 +625,13 @@ static int create_file(struct pr_writer *w, const char *path, int mode, bool loc
 	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	if (lock && flock(fd, LOCK_EX | LOCK_NB) < 0) {
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 		err = -errno;
 		goto fail;
 	}
 	err = fchmod(fd, (mode_t)mode) < 0 ? -errno : 0;
 	if (!err)
-		err = nslots ? init_readers(fd, nslots) : init_table(w, fd, size);
+		err = init_table(w, fd, size, readers);
 	if (err)
 		goto fail;
 	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) < 0) {
@@ -664,7 +640,7 @@ static int create_file(struct pr_writer *w, const char *path, int mode, bool loc
 	}
 	return fd;
 fail:
-	if (!nslots && w->map.base) {
+	if (w->map.base) {
 		munmap(w->map.base, w->map.size);
 		w->map.base = NULL;
 	}
@@ -690,52 +666,69 @@ static int map_rw(int fd, void **base, size_t *size)
 	return 0;
 }
 
-static int open_readers(struct pr_writer *w, const struct pr_writer_opts *o, const char **why)
+int procreg__owned_file_check(int fd, const char **why)
 {
-	uint32_t nslots = 0;
-	void *base;
-	size_t size;
-	int fd, err;
+	struct stat st;
 
-	for (;;) {
-		fd = open(w->paths.readers, O_RDWR | O_CLOEXEC);
-		if (fd >= 0)
-			break;
-		if (errno != ENOENT)
-			return -errno;
-		fd = create_file(w, w->paths.readers, 0666, false, 0, o->readers);
-		if (fd >= 0)
-			break;
-		if (fd != -EEXIST)
-			return fd;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode)) {
+		*why = "not a regular file: refused";
+		return -EPERM;
 	}
-	/* An existing reader file is kept, never recreated: live readers
-	 * have it mapped, and a new file would hide them from us. */
-	err = map_rw(fd, &base, &size);
-	if (!err)
-		err = procreg__check_readers_hdr(base, size, &nslots, why);
-	if (err) {
-		close(fd);
-		return err;
+	if (st.st_uid != geteuid()) {
+		*why = "owned by another user: refused (remove it, as root or as its owner, "
+		       "or use another --dir or --scope)";
+		return -EPERM;
 	}
-	w->readers_fd = fd;
-	w->map.rhdr = base;
-	w->map.rsize = size;
-	w->map.nslots = nslots;
-	w->map.slots = (struct pr_reader_slot *)((uint8_t *)base + sizeof(struct pr_readers_hdr));
+	/* We create it with one name: a file with more is one someone linked
+	 * here (or ours linked elsewhere), not the table of this scope. */
+	if (st.st_nlink != 1) {
+		*why = "has other hard links: refused";
+		return -EPERM;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		*why = "writable by other users: refused";
+		return -EPERM;
+	}
+	return 0;
+}
+
+int procreg__dir_check(const char *dir, const char **why)
+{
+	struct stat st;
+
+	if (stat(dir, &st) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode)) {
+		*why = "not a directory";
+		return -ENOTDIR;
+	}
+	/* Others may create files here only where the sticky bit stops them
+	 * from renaming or removing ours (as in /dev/shm and /tmp). */
+	if (st.st_uid != 0 && st.st_uid != geteuid()) {
+		*why = "the directory belongs to another user, who could replace anything in it: "
+		       "refused";
+		return -EPERM;
+	}
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
+		*why = "the directory is writable by other users and not sticky: anyone could "
+		       "replace the files in it: refused";
+		return -EPERM;
+	}
 	return 0;
 }
 
 int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 			 const struct pr_writer_opts *o, const char **why)
 {
-	void *base;
-	size_t size;
+	void *base = NULL;
+	size_t size = 0;
 	int fd, err;
 
 	memset(w, 0, sizeof(*w));
 	w->paths = *p;
-	w->table_fd = w->readers_fd = -1;
+	w->table_fd = -1;
 	w->classes = calloc(NCLASS, sizeof(*w->classes));
 	if (!w->classes)
 		return -ENOMEM;
@@ -744,16 +737,21 @@ int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 		*why = "limits out of range";
 		return -EINVAL;
 	}
+	err = procreg__dir_check(p->dir, why);
+	if (err)
+		return err;
 	for (;;) {
-		fd = open(p->table, O_RDWR | O_CLOEXEC);
+		/* O_NOFOLLOW: a symbolic link planted here (dangling, or to a
+		 * file of ours elsewhere) is refused, never followed. */
+		fd = open(p->table, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 		if (fd >= 0) {
-			if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			err = procreg__owned_file_check(fd, why);
+			if (!err && flock(fd, LOCK_EX | LOCK_NB) < 0) {
 				err = errno == EWOULDBLOCK ? -EBUSY : -errno;
 				*why = "another procregd serves this scope";
-				close(fd);
-				return err;
 			}
-			err = map_rw(fd, &base, &size);
+			if (!err)
+				err = map_rw(fd, &base, &size);
 			if (!err)
 				err = procreg__check_table_hdr(base, size, why);
 			if (err) {
@@ -766,9 +764,13 @@ int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 			w->attached = true;
 			break;
 		}
+		if (errno == ELOOP) {
+			*why = "is a symbolic link: refused (remove it)";
+			return -ELOOP;
+		}
 		if (errno != ENOENT)
 			return -errno;
-		fd = create_file(w, p->table, o->mode, true, o->max_size, 0);
+		fd = create_table(w, p->table, o->mode, o->max_size, o->readers);
 		if (fd >= 0)
 			break;
 		if (fd != -EEXIST) {
@@ -777,20 +779,16 @@ int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 		}
 	}
 	w->table_fd = fd;
-	err = open_readers(w, o, why);
-	if (err) {
-		procreg__writer_close(w);
-		return err;
-	}
+	w->map.owner = geteuid();
 	/* From here on the counter is ours; the shared copy is only written.
 	 * (A daemon without membarrier taking over from one with it leaves
 	 * readers already inside a critical section ordered by compiler
 	 * barriers only, for the length of that section: both daemons run
 	 * on one kernel, so only a sandbox differing between them gets
 	 * here.) */
-	w->gp = CMM_LOAD_SHARED(w->map.rhdr->gp);
+	w->gp = CMM_LOAD_SHARED(w->map.hdr->gp);
 	w->membarrier = procreg__membarrier_expedited();
-	CMM_STORE_SHARED(w->map.rhdr->writer_flags, w->membarrier ? PR_WRITER_MEMBARRIER : 0);
+	CMM_STORE_SHARED(w->map.hdr->writer_flags, w->membarrier ? PR_WRITER_MEMBARRIER : 0);
 	cmm_smp_mb();
 	return 0;
 }
@@ -799,12 +797,11 @@ void procreg__writer_close(struct pr_writer *w)
 {
 	if (w->map.base)
 		munmap(w->map.base, w->map.size);
-	if (w->map.rhdr)
-		munmap(w->map.rhdr, w->map.rsize);
 	if (w->table_fd >= 0)
 		close(w->table_fd);
-	if (w->readers_fd >= 0)
-		close(w->readers_fd);
+	for (size_t i = 0; i < w->readers.n; i++)
+		procreg__rpage_unmap(&w->readers.v[i]);
+	free(w->readers.v);
 	if (w->classes)
 		for (int i = 0; i < NCLASS; i++)
 			procreg__vec_free(&w->classes[i]);
@@ -813,7 +810,34 @@ void procreg__writer_close(struct pr_writer *w)
 	procreg__vec_free(&w->retired);
 	procreg__vec_free(&w->waiting);
 	memset(w, 0, sizeof(*w));
-	w->table_fd = w->readers_fd = -1;
+	w->table_fd = -1;
+}
+
+int procreg__w_reader_add(struct pr_writer *w, const struct pr_rpage_ref *ref)
+{
+	struct pr_rpages *rp = &w->readers;
+
+	if (rp->n == rp->cap) {
+		size_t cap = rp->cap ? rp->cap * 2 : 64;
+		struct pr_rpage_ref *v = realloc(rp->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		rp->v = v;
+		rp->cap = cap;
+	}
+	rp->v[rp->n++] = *ref;
+	return 0;
+}
+
+void procreg__w_reader_drop(struct pr_writer *w, size_t i)
+{
+	struct pr_rpages *rp = &w->readers;
+
+	/* A grace period in flight may wait for it no longer: the process
+	 * is gone, or said it is done with the page. */
+	procreg__rpage_unmap(&rp->v[i]);
+	rp->v[i] = rp->v[--rp->n];
 }
 
 /* ---- recovery --------------------------------------------------------- */
@@ -942,7 +966,14 @@ int procreg__w_recover(struct pr_writer *w)
 	    h->feed_off < h->arena_off || h->feed_off > h->arena_top ||
 	    h->feed_cap > (h->arena_top - h->feed_off) / sizeof(struct pr_event))
 		return -EUCLEAN;
+	if (h->readers_off % PR_ALIGN || h->readers_off < h->arena_off ||
+	    h->readers_off > h->arena_top ||
+	    h->readers_cap > (h->arena_top - h->readers_off) / sizeof(struct pr_reader_info))
+		return -EUCLEAN;
 	err = push_block(&blocks, h->feed_off, h->feed_cap * sizeof(struct pr_event));
+	if (!err && h->readers_cap)
+		err = push_block(&blocks, h->readers_off,
+				 (uint64_t)h->readers_cap * sizeof(struct pr_reader_info));
 	if (!err)
 		err = recover_root(w, &h->names, PR_KIND_NAME, &blocks, NULL);
 	if (!err)

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "internal.h"
 #include "proto.h"
 
 char *th_mkdtemp(void)
@@ -615,4 +616,19 @@ void th_become(const struct th_user *u)
 		_exit(99);
 	/* setuid cleared it; tests read our /proc files. */
 	prctl(PR_SET_DUMPABLE, 1);
+}
+
+int th_reader_held(procreg_t *reg, pid_t pid)
+{
+	const struct pr_table_hdr *h = reg->map.hdr;
+	const struct pr_reader_info *v =
+		(const struct pr_reader_info *)(reg->map.base + h->readers_off);
+
+	for (int t = 0; t < 20000; t++) {
+		for (uint32_t i = 0; i < h->readers_cap; i++)
+			if (CMM_LOAD_SHARED(v[i].pid) == (uint32_t)pid)
+				return 0;
+		th_msleep(1);
+	}
+	return -ETIMEDOUT;
 }

@@ -131,6 +131,12 @@ void th_user_del(struct th_user *u);
  * as root by mistake. */
 void th_become(const struct th_user *u);
 
+/* Wait (up to 20 s) until the daemon serving REG holds PID's reader pages
+ * (its registry in the table lists PID): reader pages are handed over
+ * without waiting, so a test that counts the daemon's fds or readers
+ * waits for this first. 0, or -ETIMEDOUT. */
+int th_reader_held(procreg_t *reg, pid_t pid);
+
 /* Sleep for MS milliseconds. */
 void th_msleep(int ms);
 /* Poll COND-like function until it returns non-zero, up to MS ms. */

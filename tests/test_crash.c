@@ -20,7 +20,7 @@
  * test_reader_kills: reader processes SIGKILLed inside read-side critical
  * sections (some certainly, holding one open; some at random points of a
  * lookup loop) while the table churns through many times its own size:
- * reclamation must go on (no -ENOSPC), and dead readers' slots come back.
+ * reclamation must go on (no -ENOSPC), and dead readers' pages are dropped.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -335,8 +335,12 @@ static int reader_main(void *p)
 	if (!r)
 		return 70;
 	if (a->hold) {
-		struct pr_reader_slot *s = procreg__rcu_slot(&r->rcu);
+		struct pr_reader_slot *s;
 
+		/* A lookup first: its page goes to the daemon, which then
+		 * waits for it, as for any reader. */
+		procreg_lookup(r, "none", NULL);
+		s = procreg__rcu_slot(&r->rcu);
 		if (!s)
 			return 71;
 		pr_read_lock(&r->map, s);
@@ -377,7 +381,8 @@ static void test_reader_kills(void **state)
 	if (!rng)
 		rng = (uint64_t)time(NULL) | 1;
 	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-	assert_int_equal(procreg_lookup(f->reg, "none", NULL), -ENOENT); /* our slot */
+	assert_int_equal(procreg_lookup(f->reg, "none", NULL), -ENOENT); /* our page */
+	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
 	procreg_stats(f->reg, &st);
 	slots0 = st.reader_slots_used;
 	for (int round = 0; round < rounds; round++) {
@@ -449,8 +454,8 @@ static void test_reader_kills(void **state)
 		th_wait(readers[i]);
 		killed++;
 	}
-	/* Every dead reader's slot is cleared (the daemon checks owners at
-	 * least once a second). */
+	/* Every dead reader's pages are dropped (the daemon watches each
+	 * reader process through a pidfd). */
 	for (int t = 0; t < 100; t++) {
 		procreg_stats(f->reg, &st);
 		if (st.reader_slots_used == slots0)

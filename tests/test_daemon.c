@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -395,7 +396,13 @@ static void test_name_and_meta_limits(void **state)
 static int setup_small(void **state)
 {
 	static const char *const args[] = { "--max-names-per-proc", "10", "--max-clients", "3",
-					    "--max-size", "2M", "--readers", "3", NULL };
+					    "--max-size", "2M", NULL };
+	return th_fx_start(state, args, NULL);
+}
+
+static int setup_few_readers(void **state)
+{
+	static const char *const args[] = { "--max-readers", "3", NULL };
 	return th_fx_start(state, args, NULL);
 }
 
@@ -653,43 +660,107 @@ static void test_max_clients(void **state)
 	procreg_close(r[2]);
 }
 
-static pthread_barrier_t slot_barrier;
+/* A reader process: a lookup (its page goes to the daemon), its own
+ * name registered and found, then it waits for the pipe to close. */
+struct reader_kid {
+	const char *dir;
+	int ready, hold;
+	int not_ours[2];    /* the parent's ends */
+	int n;
+};
 
-static void *lookup_thread(void *arg)
+static int reader_kid(void *p)
 {
-	intptr_t rc = procreg_lookup(arg, "anything", NULL);
+	struct reader_kid *a = p;
+	procreg_t *r = th_open(a->dir);
+	char name[32], c = 1;
 
-	/* Hold the slot until every thread has tried for one. */
-	pthread_barrier_wait(&slot_barrier);
-	return (void *)rc;
+	close(a->not_ours[0]);
+	close(a->not_ours[1]);
+	if (!r)
+		return 10;
+	snprintf(name, sizeof(name), "reader%d", a->n);
+	if (procreg_lookup(r, name, NULL) != -ENOENT)
+		return 11;
+	if (procreg_register(r, name, NULL, 0) != 0)
+		return 12;
+	if (procreg_lookup(r, name, NULL) != 0)
+		return 13;
+	if (write(a->ready, &c, 1) != 1)
+		return 14;
+	if (read(a->hold, &c, 1) != 0)
+		return 15;
+	/* Whether or not the daemon waits for it, it reads right. */
+	for (int i = 0; i < 1000; i++)
+		if (procreg_lookup(r, name, NULL) != 0 || procreg_lookup(r, "nobody", NULL) != -ENOENT)
+			return 16;
+	procreg_close(r);
+	return 0;
 }
 
-static void test_reader_slots_exhausted(void **state)
+struct readers_seen {
+	procreg_t *reg;
+	uint64_t live, refused;
+};
+
+static int readers_at_least(void *p)
+{
+	struct readers_seen *s = p;
+	const struct pr_table_hdr *h = s->reg->map.hdr;
+
+	return CMM_LOAD_SHARED(h->readers_live) >= s->live &&
+	       CMM_LOAD_SHARED(h->readers_refused) >= s->refused;
+}
+
+/* --max-readers 3: five reader processes and this one. The daemon holds
+ * the pages of three and refuses the rest, logged; every process reads
+ * right all the same, and nothing fails for want of a slot. */
+static void test_readers_past_limit(void **state)
 {
 	struct fx *f = *state;
-	pthread_t t[4];
-	int eusers = 0;
-	void *v;
+	struct reader_kid a = { .dir = f->dir };
+	struct readers_seen seen = { f->reg, 3, 3 };
+	int ready[2], hold[2];
+	pid_t kids[5];
+	char c;
 
-	/* Three slots (--readers 3): this thread takes one, so of four more
-	 * threads holding theirs at once, exactly two find none. */
 	assert_int_equal(procreg_lookup(f->reg, "anything", NULL), -ENOENT);
-	pthread_barrier_init(&slot_barrier, NULL, 4);
-	for (int i = 0; i < 4; i++)
-		assert_int_equal(pthread_create(&t[i], NULL, lookup_thread, f->reg), 0);
-	for (int i = 0; i < 4; i++) {
-		pthread_join(t[i], &v);
-		assert_true((intptr_t)v == -ENOENT || (intptr_t)v == -EUSERS);
-		eusers += (intptr_t)v == -EUSERS;
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(hold, O_CLOEXEC), 0);
+	a.ready = ready[1];
+	a.hold = hold[0];
+	a.not_ours[0] = ready[0];
+	a.not_ours[1] = hold[1];
+	for (int i = 0; i < 5; i++) {
+		a.n = i;
+		kids[i] = th_fork(reader_kid, &a);
+		assert_true(kids[i] > 0);
 	}
-	pthread_barrier_destroy(&slot_barrier);
-	assert_int_equal(eusers, 2);
-	/* Threads that exited gave their slots back. */
-	pthread_barrier_init(&slot_barrier, NULL, 1);
-	assert_int_equal(pthread_create(&t[0], NULL, lookup_thread, f->reg), 0);
-	pthread_join(t[0], &v);
-	assert_int_equal((intptr_t)v, -ENOENT);
-	pthread_barrier_destroy(&slot_barrier);
+	close(ready[1]);
+	close(hold[0]);
+	for (int i = 0; i < 5; i++) {
+		struct pollfd pfd = { ready[0], POLLIN, 0 };
+
+		/* A reader that fails exits without a byte: do not wait on
+		 * it for ever. */
+		if (poll(&pfd, 1, 20000) != 1 || read(ready[0], &c, 1) != 1) {
+			for (int k = 0; k < 5; k++)
+				th_kill_wait(&kids[k]);
+			fail_msg("a reader process failed before it was ready");
+		}
+	}
+	if (!th_until(readers_at_least, &seen, 20000)) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("readers_live %u, refused %llu", f->reg->map.hdr->readers_live,
+			 (unsigned long long)f->reg->map.hdr->readers_refused);
+	}
+	assert_int_equal(f->reg->map.hdr->readers_live, 3);
+	assert_true(th_log_has(f->d.log, "refused: --max-readers reader processes; its lookups "
+				     "stay correct, unprotected"));
+	close(hold[1]);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(th_wait(kids[i]), 0);
+	close(ready[0]);
 }
 
 /* ---- hostile input ---------------------------------------------------- */
@@ -1094,7 +1165,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_uid_quotas, setup_uid_quota, teardown),
 		cmocka_unit_test_setup_teardown(test_table_full, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_max_clients, setup_small, teardown),
-		cmocka_unit_test_setup_teardown(test_reader_slots_exhausted, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_readers_past_limit, setup_few_readers, teardown),
 		cmocka_unit_test_setup_teardown(test_malformed_messages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_daemon_crash_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_while_down, setup, teardown),

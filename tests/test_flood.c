@@ -83,6 +83,8 @@ static void test_client_never_reads(void **state)
 	int fd;
 
 	serves(f->reg, "warm");
+	/* Our reader page costs the daemon a pidfd for as long as we live. */
+	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
 	c.want = th_count_fds(f->d.pid);
 	rss0 = th_status_kb(f->d.pid, "RssAnon");
 	fd = raw_client(f->dir);
@@ -145,6 +147,8 @@ static void test_bridge_half_frames(void **state)
 	bool hello[STALLED] = { false };
 
 	serves(f->reg, "warm");
+	/* Our reader page costs the daemon a pidfd for as long as we live. */
+	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
 	c.want = th_count_fds(f->d.pid);
 	sa.sin_port = htons((uint16_t)atoi(strchr(f->listen, ':') + 1));
 	for (int i = 0; i < STALLED; i++) {
@@ -235,6 +239,8 @@ static void test_out_of_fds(void **state)
 	int holders[HOLDERS], n = 0, tcp[TCP_HOLDERS], ntcp, refused = 0;
 
 	serves(f->reg, "warm");
+	/* Our reader page costs the daemon a pidfd for as long as we live. */
+	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
 	c.want = th_count_fds(f->d.pid);
 	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, NULL, &old), 0);
 	low = (struct rlimit){ (rlim_t)c.want + 8, old.rlim_max };

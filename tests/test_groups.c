@@ -440,9 +440,10 @@ static struct reach w_reach(struct pr_writer *w)
 	const struct pr_index *nx = ix_at(w, &h->names), *gx = ix_at(w, &h->groups);
 	struct reach s = { 0 };
 
-	/* The name and group indexes, and the change feed's ring. */
+	/* The name and group indexes, the change feed's ring and the reader
+	 * registry. */
 	s.bytes = ix_bytes(nx->capacity) + ix_bytes(gx->capacity) +
-		  h->feed_cap * sizeof(struct pr_event);
+		  h->feed_cap * sizeof(struct pr_event) + h->readers_cap * sizeof(struct pr_reader_info);
 	for (uint64_t p = 0; p < nx->capacity; p++) {
 		if (!pr_slot_live(nx->slot[p]))
 			continue;

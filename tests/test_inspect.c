@@ -205,6 +205,8 @@ static void reg_name(procreg_t *reg, const char *name)
 		fail_msg("register %s: %s", name, procreg_strerror(err));
 }
 
+static void wait_entry(struct fx *f, pid_t pid, uint64_t lookups, bool stalled, bool gone);
+
 /* ---- top -------------------------------------------------------------- */
 
 static void test_top_once_json(void **state)
@@ -217,6 +219,8 @@ static void test_top_once_json(void **state)
 	reg_name(f->reg, "i.other");
 	assert_int_equal(procreg_join(f->reg, "i.group", "", 0), 0);
 	r1 = start_reader(f, 1000, false);
+	/* The daemon sums each reader's slots about once a second. */
+	wait_entry(f, r1, 1000, false, false);
 
 	expect_st(f, cli(f, A("top", "--once", "--json", "--interval", "0.05")), 0);
 	/* One object, one line. */
@@ -261,11 +265,54 @@ static void test_top_once_json(void **state)
 
 /* ---- readers ---------------------------------------------------------- */
 
-static int gp_past(void *p)
+/* The registry entry the daemon wrote for PID, as procreg readers reads
+ * it (a copy; pid 0 if there is none). */
+static struct pr_reader_info entry_of(struct fx *f, pid_t pid)
 {
-	struct fx *f = p;
+	const struct pr_table_hdr *h = f->reg->map.hdr;
+	const struct pr_reader_info *v =
+		(const struct pr_reader_info *)(f->reg->map.base + h->readers_off);
+	struct pr_reader_info x = { 0 };
 
-	return CMM_LOAD_SHARED(f->reg->map.rhdr->gp) > 1;
+	for (uint32_t i = 0; i < h->readers_cap; i++) {
+		uint32_t seq = PR_LOAD_ACQ(&v[i].seq);
+
+		memcpy(&x, &v[i], sizeof(x));
+		cmm_smp_rmb();
+		if (!(seq & 1) && CMM_LOAD_SHARED(v[i].seq) == seq && x.pid == (uint32_t)pid)
+			return x;
+	}
+	memset(&x, 0, sizeof(x));
+	return x;
+}
+
+struct want_entry {
+	struct fx *f;
+	pid_t pid;
+	uint64_t lookups;
+	bool stalled, gone;
+};
+
+static int entry_is(void *p)
+{
+	struct want_entry *w = p;
+	struct pr_reader_info e = entry_of(w->f, w->pid);
+
+	if (w->gone)
+		return e.pid == 0;
+	return e.pid == (uint32_t)w->pid && e.lookups == w->lookups &&
+	       !!(e.flags & PR_READER_STALLED) == w->stalled;
+}
+
+static void wait_entry(struct fx *f, pid_t pid, uint64_t lookups, bool stalled, bool gone)
+{
+	struct want_entry w = { f, pid, lookups, stalled, gone };
+
+	if (!th_until(entry_is, &w, WAIT_MS)) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("reader %d: registry never showed lookups %llu%s%s", (int)pid,
+			 (unsigned long long)lookups, stalled ? ", stalled" : "", gone ? ", gone" : "");
+	}
 }
 
 static void test_readers(void **state)
@@ -276,64 +323,74 @@ static void test_readers(void **state)
 
 	reg_name(f->reg, "i.name");
 	expect_st(f, cli(f, A("readers", "--json")), 0);
-	assert_string_equal(f->o->out, "{\"gp\":1,\"slots\":4096,\"readers\":[]}\n");
+	assert_string_equal(f->o->out,
+			    "{\"max_readers\":4096,\"stalls\":0,\"refused\":0,\"readers\":[]}\n");
 
 	idle = start_reader(f, 500, false);
 	held = start_reader(f, 7, true);
+	/* The daemon sums each reader's slots about once a second. */
+	wait_entry(f, idle, 500, false, false);
+	wait_entry(f, held, 7, false, false);
 	/* Retire memory so that the daemon starts a grace period: the held
-	 * reader holds it up. */
+	 * reader holds it up until the daemon stops waiting for it
+	 * (--reader-timeout-ms, here the default 1000). */
 	reg_name(f->reg, "i.gone");
 	assert_int_equal(procreg_unregister(f->reg, "i.gone"), 0);
-	assert_true(th_until(gp_past, f, WAIT_MS));
+	wait_entry(f, held, 7, true, false);
 
 	expect_st(f, cli(f, A("readers", "--json")), 0);
-	snprintf(key, sizeof(key), "\"pid\":%d,\"tid\":%d,", (int)idle, (int)idle);
+	expect_in(f->o->out, "{\"max_readers\":4096,\"stalls\":1,\"refused\":0,\"readers\":[");
+	snprintf(key, sizeof(key), "{\"pid\":%d,", (int)idle);
 	obj = object_with(f->o->out, key);
 	assert_non_null(obj);
-	expect_in(obj, "\"comm\":\"test_inspect\",\"threads\":1,\"in_critical_section\":false,"
-		       "\"gp_behind\":0,\"lookups\":500,\"dead\":false}");
+	expect_in(obj, "\"uid\":0,\"comm\":\"test_inspect\",\"threads\":1,"
+		       "\"in_critical_section\":0,\"pages\":1,\"lookups\":500,\"stalled\":false,"
+		       "\"stalled_ns\":0,");
 	free(obj);
-	snprintf(key, sizeof(key), "\"pid\":%d,\"tid\":%d,", (int)held, (int)held);
+	snprintf(key, sizeof(key), "{\"pid\":%d,", (int)held);
 	obj = object_with(f->o->out, key);
 	assert_non_null(obj);
-	expect_in(obj, "\"comm\":\"test_inspect\",\"threads\":1,\"in_critical_section\":true,");
-	assert_null(strstr(obj, "\"gp_behind\":0,"));
-	expect_in(obj, ",\"lookups\":7,\"dead\":false}");
+	expect_in(obj, "\"uid\":0,\"comm\":\"test_inspect\",\"threads\":1,"
+		       "\"in_critical_section\":1,\"pages\":1,\"lookups\":7,\"stalled\":true,");
+	assert_null(strstr(obj, "\"stalled_ns\":0,"));
 	free(obj);
-
-	/* Text, piped: no header, one line per slot. */
-	expect_st(f, cli(f, A("readers")), 0);
-	snprintf(key, sizeof(key), " %8d %8d %7u %4s %9llu %12llu %-4s  test_inspect\n", (int)idle,
-		 (int)idle, 1u, "no", 0ull, 500ull, "-");
+	/* Named where an administrator looks: the log, and stats. */
+	snprintf(key, sizeof(key), "reader pid %d (uid 0) has held a grace period up for ",
+		 (int)held);
+	assert_true(th_log_has(f->d.log, key));
+	expect_st(f, cli(f, A("stats")), 0);
+	snprintf(key, sizeof(key), "reader_stalls      1 (last: pid %d, uid 0, ", (int)held);
+	expect_in(f->o->out, key);
+	expect_in(f->o->out, "readers_stalled    1\n");
+	expect_st(f, cli(f, A("stats", "--json")), 0);
+	snprintf(key, sizeof(key), "\"readers_stalled\":1,\"reader_stalls\":1,"
+		 "\"readers_refused\":0,\"last_stall\":{\"pid\":%d,\"uid\":0,", (int)held);
 	expect_in(f->o->out, key);
 
-	/* A reader killed inside its critical section, with no daemon to
-	 * clear its slot: flagged dead. */
-	assert_int_equal(th_daemon_stop(&f->d), 0);
-	kill_kid(f, held);
-	expect_st(f, cli(f, A("readers", "--json")), 0);
-	snprintf(key, sizeof(key), "\"pid\":%d,\"tid\":%d,", (int)held, (int)held);
-	obj = object_with(f->o->out, key);
-	assert_non_null(obj);
-	expect_in(obj, "\"comm\":\"\",\"threads\":0,\"in_critical_section\":true,");
-	expect_in(obj, ",\"lookups\":7,\"dead\":true}");
-	free(obj);
-	snprintf(key, sizeof(key), "\"pid\":%d,\"tid\":%d,", (int)idle, (int)idle);
-	obj = object_with(f->o->out, key);
-	assert_non_null(obj);
-	expect_in(obj, "\"dead\":false}");
-	free(obj);
+	/* Text, piped: no header, one line per reader process. */
 	expect_st(f, cli(f, A("readers")), 0);
-	snprintf(key, sizeof(key), " %8d %8d ", (int)held, (int)held);
-	assert_non_null(strstr(f->o->out, key));
-	expect_in(strstr(f->o->out, key), " dead  ?\n");
+	snprintf(key, sizeof(key), "%8d %8u %7u %4u %5u %12llu %-7s  test_inspect\n", (int)idle, 0u,
+		 1u, 0u, 1u, 500ull, "-");
+	expect_in(f->o->out, key);
+	snprintf(key, sizeof(key), "%8d %8u %7u %4u %5u %12llu %-7s  test_inspect\n", (int)held, 0u,
+		 1u, 1u, 1u, 7ull, "yes");
+	expect_in(f->o->out, key);
+
+	/* A reader that exits is dropped, inside its section or not. */
+	kill_kid(f, held);
+	wait_entry(f, held, 0, false, true);
+	/* A daemon that stops waits for nobody: the registry says so, while
+	 * the reader reads on. */
+	assert_int_equal(th_daemon_stop(&f->d), 0);
+	expect_st(f, cli(f, A("readers", "--json")), 0);
+	expect_in(f->o->out, "\"readers\":[]}\n");
 	expect_st(f, cli(f, A("readers", "x")), 2);
 	kill_kid(f, idle);
 }
 
 /* ---- check ------------------------------------------------------------ */
 
-/* A copy of the scope's two files in a fresh directory under DIR. */
+/* A copy of the scope's table in a fresh directory under DIR. */
 static void copy_table(struct fx *f, const char *sub, char *table, size_t len)
 {
 	char d[512], from[512], to[600];
@@ -344,9 +401,6 @@ static void copy_table(struct fx *f, const char *sub, char *table, size_t len)
 	snprintf(to, sizeof(to), "%s/procreg.default", d);
 	th_copy_file(from, to);
 	snprintf(table, len, "%s", to);
-	snprintf(from, sizeof(from), "%s/procreg.default.readers", f->dir);
-	snprintf(to, sizeof(to), "%s/procreg.default.readers", d);
-	th_copy_file(from, to);
 }
 
 static void poke(const char *path, uint64_t off, uint64_t v)

@@ -1,11 +1,13 @@
 /*
  * test_rcu.c - the cross-process RCU (lib/rcu.c), with real processes.
  *
- * The test process is the writer: it creates a scope's table and reader
- * file with the writer API, starts grace periods and polls them, as
- * procregd does. Readers are forked children that open the scope with
- * procreg_open() and hold a read-side critical section open on command,
- * through the internal API (pr_read_lock/pr_read_unlock on their slot).
+ * The test process is the writer: it creates a scope's table with the
+ * writer API, takes readers' pages as procregd does (here with
+ * pidfd_getfd() instead of a socket, then the same checks and mapping),
+ * starts grace periods and polls them. Readers are forked children that
+ * open the scope with procreg_open() and hold a read-side critical section
+ * open on command, through the internal API (pr_read_lock/pr_read_unlock
+ * on their slot).
  *
  * Parent and children are sequenced by pipes only: a child answers each
  * command once it has done it, so when the parent reads the answer, the
@@ -23,6 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/falloc.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,7 +36,14 @@
 #include "internal.h"
 
 #define SCOPE "t"
-#define NSLOTS 64
+#define REGISTRY 64
+
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
 
 /* ---- fixture ---------------------------------------------------------- */
 
@@ -53,7 +65,7 @@ struct fx {
 
 static int setup(void **state)
 {
-	struct pr_writer_opts o = { .max_size = 64 << 20, .readers = NSLOTS, .mode = 0644 };
+	struct pr_writer_opts o = { .max_size = 64 << 20, .readers = REGISTRY, .mode = 0644 };
 	struct fx *f = calloc(1, sizeof(*f));
 	const char *why = NULL;
 
@@ -218,16 +230,63 @@ static procreg_t *open_reader(const char *dir)
 	return procreg_open(&o);
 }
 
-static uint64_t self_owner(void)
+static uint64_t self_tid(void)
 {
-	return (uint64_t)getpid() << 32 | (uint32_t)syscall(SYS_gettid);
+	return (uint32_t)syscall(SYS_gettid);
+}
+
+/* Where a slot sits in its page: its index, and the page's header (pages
+ * are page-aligned mappings). */
+static uint32_t slot_index(const struct pr_reader_slot *s)
+{
+	return (uint32_t)(((uintptr_t)s & (PR_RPAGE_SIZE - 1)) / sizeof(*s)) - 1;
+}
+
+static const struct pr_rpage_hdr *page_of(const struct pr_reader_slot *s)
+{
+	return (const struct pr_rpage_hdr *)((uintptr_t)s & ~(uintptr_t)(PR_RPAGE_SIZE - 1));
+}
+
+/* The fd of the page a handle's slots are in (its newest). */
+static int page_fd(procreg_t *r)
+{
+	int fd = -1;
+
+	return procreg__rcu_page_fds(&r->rcu, &fd, 1) == 1 ? fd : -1;
+}
+
+/* Take the page behind fd FDNUM of child K as procregd takes one that is
+ * handed over: the same checks, a PROT_READ mapping, waited for by every
+ * grace period from now on. Returns its index among the writer's pages. */
+static size_t adopt(struct fx *f, pid_t pid, int fdnum)
+{
+	int pidfd = procreg__pidfd_open(pid), fd;
+	struct pr_rpage_ref ref;
+	const char *why = NULL;
+
+	assert_true(pidfd >= 0);
+	fd = (int)syscall(SYS_pidfd_getfd, pidfd, fdnum, 0);
+	close(pidfd);
+	assert_true(fd >= 0);
+	if (procreg__rpage_map(fd, &ref, &why) != 0)
+		fail_msg("page refused: %s", why ? why : "?");
+	close(fd);
+	ref.owner = (void *)(uintptr_t)pid;
+	assert_int_equal(procreg__w_reader_add(&f->w, &ref), 0);
+	return f->w.readers.n - 1;
+}
+
+/* Slot I of the writer's page P, as the writer sees it. */
+static const struct pr_reader_slot *wslot(struct fx *f, size_t p, uint32_t i)
+{
+	return (const struct pr_reader_slot *)(f->w.readers.v[p].hdr + 1) + i;
 }
 
 /* ---- the reader child ------------------------------------------------- */
 
 /*
  * Opens the scope, claims its slot and reports
- *   'S' slot index, owner word, procreg__rcu_use_membarrier
+ *   'S' slot index in its page, the page's fd, procreg__rcu_use_membarrier
  * then obeys:
  *   'L' enter a critical section, reply 'l' with the slot's ctr
  *   'U' leave it, reply 'u' with the slot's ctr
@@ -244,10 +303,9 @@ static int reader_child(struct fx *f, void *arg, int in, int out)
 	if (!r)
 		return 10;
 	s = procreg__rcu_slot(&r->rcu);
-	if (!s)
+	if (!s || page_fd(r) < 0)
 		return 11;
-	if (send_msg(out, 'S', s - r->map.slots, (int64_t)CMM_LOAD_SHARED(s->owner),
-		     procreg__rcu_use_membarrier) < 0)
+	if (send_msg(out, 'S', slot_index(s), page_fd(r), procreg__rcu_use_membarrier) < 0)
 		return 12;
 	while ((c = next_cmd(in)) != 0) {
 		switch (c) {
@@ -269,16 +327,20 @@ static int reader_child(struct fx *f, void *arg, int in, int out)
 	return 0;
 }
 
-/* Start a reader child; *slot gets its slot index. */
-static struct kid *reader_start(struct fx *f, uint32_t *slot, int64_t *membarrier)
+/* A reader child whose page the writer holds: *page gets its index among
+ * the writer's pages, *slot the child's slot in it. */
+static struct kid *reader_start(struct fx *f, size_t *page, uint32_t *slot, int64_t *membarrier)
 {
 	struct kid *k = kid_start(f, reader_child, NULL);
 	struct msg m = reply(k, 'S');
 
-	assert_true(m.a >= 0 && m.a < NSLOTS);
-	/* The owner word names the child process. */
-	assert_int_equal((pid_t)((uint64_t)m.b >> 32), k->pid);
+	assert_true(m.a >= 0 && m.a < (int64_t)PR_RPAGE_SLOTS);
 	*slot = (uint32_t)m.a;
+	*page = adopt(f, k->pid, (int)m.b);
+	/* The owner word names the child's thread (its main thread: the
+	 * pid), as the writer sees it through its own mapping. */
+	assert_int_equal(CMM_LOAD_SHARED(wslot(f, *page, *slot)->owner), (uint64_t)k->pid);
+	assert_true(CMM_LOAD_SHARED(f->w.readers.v[*page].hdr->hw) > *slot);
 	if (membarrier)
 		*membarrier = m.c;
 	return k;
@@ -302,61 +364,70 @@ static void reader_unlock(struct kid *k)
  * The body of (a), shared with the fallback test (f). WRITER_MB chooses
  * whether the writer issues membarrier when it starts the grace period.
  */
-static void check_gp_waits_for_reader(struct fx *f, bool writer_mb, struct kid *a,
-				      uint32_t sa, struct kid *b, uint32_t sb)
+static void check_gp_waits_for_reader(struct fx *f, bool writer_mb, struct kid *a, size_t pa,
+				      uint32_t sa, struct kid *b, size_t pb)
 {
 	struct pr_map *m = &f->w.map;
-	uint64_t before = CMM_LOAD_SHARED(m->rhdr->gp), target, ctr;
-	uint32_t blocker = UINT32_MAX;
+	struct pr_rpages *rp = &f->w.readers;
+	uint64_t before = CMM_LOAD_SHARED(m->hdr->gp), target, ctr;
+	size_t blocker = SIZE_MAX;
 
 	/* Nobody inside: a grace period ends at once. */
 	target = procreg__gp_start(m, &f->w.gp, writer_mb);
 	assert_int_equal(target, before + 1);
-	assert_int_equal(procreg__gp_poll(m, target, &blocker), 1);
+	assert_int_equal(procreg__gp_poll(rp, target, &blocker), 1);
 
 	/* A is inside, holding the counter it loaded. */
 	ctr = reader_lock(a);
 	assert_int_equal(ctr, target);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[sa].ctr), target);
+	assert_int_equal(CMM_LOAD_SHARED(wslot(f, pa, sa)->ctr), target);
 
 	target = procreg__gp_start(m, &f->w.gp, writer_mb);
 	assert_int_equal(target, ctr + 1);
-	assert_int_equal(procreg__gp_poll(m, target, &blocker), 0);
-	assert_int_equal(blocker, sa);
+	assert_int_equal(procreg__gp_poll(rp, target, &blocker), 0);
+	assert_int_equal(blocker, pa);
+	assert_int_equal(procreg__gp_waiting(rp, target), 1);
 	/* Polling again changes nothing: A has not moved. */
-	assert_int_equal(procreg__gp_poll(m, target, &blocker), 0);
-	assert_int_equal(blocker, sa);
+	assert_int_equal(procreg__gp_poll(rp, target, &blocker), 0);
+	assert_int_equal(blocker, pa);
 
 	/* B enters after the grace period started: it loads the new counter
 	 * and does not hold it up. A still does. */
 	ctr = reader_lock(b);
 	assert_int_equal(ctr, target);
-	blocker = UINT32_MAX;
-	assert_int_equal(procreg__gp_poll(m, target, &blocker), 0);
-	assert_int_equal(blocker, sa);
+	blocker = SIZE_MAX;
+	assert_int_equal(procreg__gp_poll(rp, target, &blocker), 0);
+	assert_int_equal(blocker, pa);
 
 	/* A leaves: the grace period is over, although B is still inside. */
 	reader_unlock(a);
-	assert_int_equal(procreg__gp_poll(m, target, &blocker), 1);
+	assert_int_equal(procreg__gp_poll(rp, target, &blocker), 1);
 
 	/* The next grace period waits for B, which entered before it. */
 	target = procreg__gp_start(m, &f->w.gp, writer_mb);
-	blocker = UINT32_MAX;
-	assert_int_equal(procreg__gp_poll(m, target, &blocker), 0);
-	assert_int_equal(blocker, sb);
+	blocker = SIZE_MAX;
+	assert_int_equal(procreg__gp_poll(rp, target, &blocker), 0);
+	assert_int_equal(blocker, pb);
+	/* A page the writer ignores (its process stalled) holds nothing up. */
+	rp->v[pb].ignored = true;
+	assert_int_equal(procreg__gp_poll(rp, target, &blocker), 1);
+	rp->v[pb].ignored = false;
 	reader_unlock(b);
-	assert_int_equal(procreg__gp_poll(m, target, &blocker), 1);
+	assert_int_equal(procreg__gp_poll(rp, target, &blocker), 1);
 }
 
 static void test_gp_waits_for_reader(void **state)
 {
 	struct fx *f = *state;
+	size_t pa, pb;
 	uint32_t sa, sb;
 	int64_t mb_a, mb_b;
-	struct kid *a = reader_start(f, &sa, &mb_a);
-	struct kid *b = reader_start(f, &sb, &mb_b);
+	struct kid *a = reader_start(f, &pa, &sa, &mb_a);
+	struct kid *b = reader_start(f, &pb, &sb, &mb_b);
 
-	assert_int_not_equal(sa, sb);
+	/* One page each: processes never share one. */
+	assert_int_not_equal(pa, pb);
+	assert_true(f->w.readers.v[pa].ino != f->w.readers.v[pb].ino);
 	/* Without PROCREG_NO_MEMBARRIER, readers take the membarrier path
 	 * wherever the kernel has it. */
 	if (!getenv("PROCREG_NO_MEMBARRIER")) {
@@ -364,271 +435,163 @@ static void test_gp_waits_for_reader(void **state)
 		assert_int_equal(mb_b, procreg__membarrier_expedited());
 	}
 
-	check_gp_waits_for_reader(f, f->w.membarrier, a, sa, b, sb);
+	check_gp_waits_for_reader(f, f->w.membarrier, a, pa, sa, b, pb);
 	assert_int_equal(kid_finish(a), 0);
 	assert_int_equal(kid_finish(b), 0);
 }
 
-/* ---- (b) a reader killed inside its critical section ------------------ */
+/* ---- (b) what the writer accepts as a page ---------------------------- */
 
-/* Wait until PID has exited, but leave it a zombie (not reaped). */
-static void wait_zombie(pid_t pid)
+/* A memfd of LEN bytes, WRITE: its first byte written, with SEALS. */
+static int make_memfd(size_t len, bool write, int seals, uint64_t magic)
 {
-	siginfo_t si;
+	int fd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	struct pr_rpage_hdr *h;
 
-	memset(&si, 0, sizeof(si));
-	while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) < 0)
-		assert_int_equal(errno, EINTR);
-	assert_int_equal(si.si_pid, pid);
-	assert_int_equal(si.si_code, CLD_KILLED);
-}
-
-/*
- * Kill a reader inside its critical section. The grace period stays
- * blocked (the slot still holds the old counter) until a reap clears the
- * slot. ZOMBIE: leave the child unreaped while the reap runs, as a child
- * of a parent that does not wait for it would be: it is dead all the same,
- * and must not hold up reclamation forever.
- */
-static void check_killed_reader(struct fx *f, bool zombie)
-{
-	struct pr_map *m = &f->w.map;
-	uint32_t s, blocker = UINT32_MAX;
-	struct kid *k = reader_start(f, &s, NULL);
-	uint64_t owner = CMM_LOAD_SHARED(m->slots[s].owner), target;
-	pid_t pid = k->pid;
-
-	reader_lock(k);
-	target = procreg__gp_start(m, &f->w.gp, f->w.membarrier);
-	assert_int_equal(procreg__gp_poll(m, target, &blocker), 0);
-	assert_int_equal(blocker, s);
-
-	/* Alive: a reap leaves it alone, and the grace period waits. */
-	assert_int_equal(procreg__readers_reap(m, NULL), 0);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[s].owner), owner);
-	assert_int_equal(procreg__gp_poll(m, target, NULL), 0);
-
-	kill(pid, SIGKILL);
-	if (zombie) {
-		wait_zombie(pid);
-	} else {
-		assert_int_equal(th_wait(pid), 128 + SIGKILL);
-		k->pid = 0;
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)len), 0);
+	if (write) {
+		h = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		assert_true(h != MAP_FAILED);
+		h->magic = magic;
+		h->layout_version = PR_LAYOUT_VERSION;
+		h->size_desc = PR_SIZE_DESC;
+		h->nslots = PR_RPAGE_SLOTS;
+		munmap(h, len);
 	}
-	/* Dead, but nobody has looked yet: its slot still blocks. */
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[s].owner), owner);
-	assert_int_equal(procreg__gp_poll(m, target, &blocker), 0);
-	assert_int_equal(blocker, s);
-
-	assert_int_equal(procreg__readers_reap(m, NULL), 1);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[s].owner), 0);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[s].ctr), 0);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[s].start), 0);
-	assert_int_equal(procreg__gp_poll(m, target, NULL), 1);
-	/* Nothing more to clear. */
-	assert_int_equal(procreg__readers_reap(m, NULL), 0);
-
-	if (zombie) {
-		assert_int_equal(th_wait(pid), 128 + SIGKILL);
-		k->pid = 0;
-	}
+	if (seals)
+		assert_int_equal(fcntl(fd, F_ADD_SEALS, seals), 0);
+	return fd;
 }
 
-static void test_killed_reader_reaped(void **state)
+static int try_page(int fd)
 {
-	check_killed_reader(*state, false);
+	struct pr_rpage_ref ref;
+	const char *why = NULL;
+	int err = procreg__rpage_map(fd, &ref, &why);
+
+	if (!err)
+		procreg__rpage_unmap(&ref);
+	else
+		assert_non_null(why);
+	close(fd);
+	return err;
 }
 
-static void test_killed_reader_zombie_reaped(void **state)
-{
-	check_killed_reader(*state, true);
-}
-
-/* The writer's own loop sees the same: reclamation waits for the killed
- * reader and finishes once the reap has cleared its slot. */
-static void test_killed_reader_reclaim(void **state)
+static void test_page_checks(void **state)
 {
 	struct fx *f = *state;
-	struct pr_map *m = &f->w.map;
-	uint32_t s;
-	struct kid *k = reader_start(f, &s, NULL);
-	struct pr_record t = { .kind = PR_KIND_NAME };
-	uint64_t h, pos, off, gps;
-	char name[32] = "doomed";
+	const int all = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
+	char path[512];
+	int p[2], fd;
 
-	/* Insert and remove one name, so that memory is retired. */
-	h = pr_hash(name, strlen(name), m->hdr->hash_seed);
-	t.hash = h;
-	t.pid = (uint32_t)getpid();
-	t.name_len = (uint16_t)strlen(name);
-	assert_int_equal(procreg__w_reserve(&f->w, &f->w.map.hdr->names), 0);
-	assert_int_equal(procreg__w_find_name(&f->w, name, t.name_len, &pos), 0);
-	assert_int_equal(procreg__w_new_record(&f->w, &t, name, NULL, &off), 0);
-	procreg__w_publish(&f->w, &f->w.map.hdr->names, pos, off);
-	while (procreg__w_reclaim(&f->w))
-		; /* nothing is retired yet; nobody is inside */
-
-	reader_lock(k);
-	assert_int_equal(procreg__w_find_name(&f->w, name, t.name_len, &pos), off);
-	procreg__w_remove(&f->w, &f->w.map.hdr->names, pos);
-	gps = m->hdr->grace_periods;
-	assert_int_equal(procreg__w_reclaim(&f->w), 1);
-	assert_int_equal(procreg__w_reclaim(&f->w), 1);
-	assert_int_equal(m->hdr->grace_periods, gps);
-
-	kill(k->pid, SIGKILL);
-	assert_int_equal(th_wait(k->pid), 128 + SIGKILL);
-	k->pid = 0;
-	assert_int_equal(procreg__w_reclaim(&f->w), 1);
-	assert_int_equal(procreg__readers_reap(m, NULL), 1);
-	assert_int_equal(procreg__w_reclaim(&f->w), 0);
-	assert_int_equal(m->hdr->grace_periods, gps + 1);
+	(void)f;
+	/* The real thing. */
+	assert_int_equal(try_page(make_memfd(PR_RPAGE_SIZE, true, all, PR_RPAGE_MAGIC)), 0);
+	/* Not sealed: its owner could shrink it under our mapping (SIGBUS),
+	 * or punch a hole in it. */
+	assert_int_equal(try_page(make_memfd(PR_RPAGE_SIZE, true, 0, PR_RPAGE_MAGIC)), -EPERM);
+	assert_int_equal(try_page(make_memfd(PR_RPAGE_SIZE, true, F_SEAL_SHRINK | F_SEAL_GROW,
+					     PR_RPAGE_MAGIC)), -EPERM);
+	assert_int_equal(try_page(make_memfd(PR_RPAGE_SIZE, true, F_SEAL_GROW | F_SEAL_FUTURE_WRITE,
+					     PR_RPAGE_MAGIC)), -EPERM);
+	/* Sealed, but a hole: no page behind it. */
+	assert_int_equal(try_page(make_memfd(PR_RPAGE_SIZE, false, all, 0)), -EPERM);
+	/* Another size. */
+	assert_int_equal(try_page(make_memfd(2 * PR_RPAGE_SIZE, true, all, PR_RPAGE_MAGIC)), -EBADF);
+	assert_int_equal(try_page(make_memfd(0, false, all, 0)), -EBADF);
+	/* Sealed and whole, but not a page of this layout. */
+	assert_int_equal(try_page(make_memfd(PR_RPAGE_SIZE, true, all, 0x1234)), -EPROTO);
+	/* Not a memfd at all: a file (which cannot be sealed), a pipe. */
+	snprintf(path, sizeof(path), "%s/notapage", f->dir);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, PR_RPAGE_SIZE), 0);
+	assert_int_equal(try_page(fd), -EPERM);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	close(p[1]);
+	assert_int_equal(try_page(p[0]), -EBADF);
 }
 
-/* ---- (c) a live reader is never reaped -------------------------------- */
+/* The library's own pages pass, and cannot be undone by their maker:
+ * nothing it may do shrinks, punches or remaps them writable. */
+static void test_page_sealed(void **state)
+{
+	struct fx *f = *state;
+	procreg_t *r = open_reader(f->dir);
+	struct pr_reader_slot *s;
+	void *w;
+	int fd;
+
+	assert_non_null(r);
+	s = procreg__rcu_slot(&r->rcu);
+	assert_non_null(s);
+	fd = page_fd(r);
+	assert_true(fd >= 0);
+	assert_int_equal(try_page(dup(fd)), 0);
+	assert_int_equal(ftruncate(fd, 0), -1);
+	assert_int_equal(errno, EPERM);
+	assert_int_equal(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, PR_RPAGE_SIZE),
+			 -1);
+	assert_int_equal(errno, EPERM);
+	assert_int_equal(madvise((void *)page_of(s), PR_RPAGE_SIZE, MADV_REMOVE), -1);
+	w = mmap(NULL, PR_RPAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(w == MAP_FAILED);
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, 0), -1); /* F_SEAL_SEAL */
+	procreg_close(r);
+}
+
+/* ---- (c) slot claim and release --------------------------------------- */
+
+#define NTHREADS 4
 
 struct idle_thread {
 	procreg_t *r;
 	pthread_barrier_t *bar;
-	uint32_t slot;
-	uint64_t owner;
+	const struct pr_reader_slot *slot;
 	pid_t tid;
 };
 
 static void *idle_thread_fn(void *arg)
 {
 	struct idle_thread *t = arg;
-	struct pr_reader_slot *s = procreg__rcu_slot(&t->r->rcu);
 
+	t->slot = procreg__rcu_slot(&t->r->rcu);
 	t->tid = (pid_t)syscall(SYS_gettid);
-	if (s) {
-		t->slot = (uint32_t)(s - t->r->map.slots);
-		t->owner = CMM_LOAD_SHARED(s->owner);
-	} else {
-		t->slot = UINT32_MAX;
-	}
 	pthread_barrier_wait(t->bar);   /* slot claimed */
 	pthread_barrier_wait(t->bar);   /* main has looked */
 	return NULL;
 }
 
-/* A free slot of the reader file, claimed directly for a crafted owner. */
-static struct pr_reader_slot *craft_slot(struct pr_map *m, uint64_t owner, uint64_t start)
+/* A read-only view of the page behind FD that outlives the handle's. */
+static const struct pr_rpage_hdr *view(int fd)
 {
-	for (uint32_t i = 0; i < m->nslots; i++) {
-		struct pr_reader_slot *s = &m->slots[i];
+	void *p = mmap(NULL, PR_RPAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
 
-		if (uatomic_cmpxchg(&s->owner, 0, owner) == 0) {
-			CMM_STORE_SHARED(s->start, start);
-			CMM_STORE_SHARED(s->ctr, 0);
-			return s;
-		}
-	}
-	fail_msg("no free slot");
-	return NULL;
+	assert_true(p != MAP_FAILED);
+	return p;
 }
-
-static void test_live_reader_not_reaped(void **state)
-{
-	struct fx *f = *state;
-	struct pr_map *m = &f->w.map;
-	uint32_t s1, s2;
-	struct kid *k1 = reader_start(f, &s1, NULL);
-	struct kid *k2 = reader_start(f, &s2, NULL);
-	uint64_t o1 = CMM_LOAD_SHARED(m->slots[s1].owner);
-	uint64_t o2 = CMM_LOAD_SHARED(m->slots[s2].owner);
-	procreg_t *r = open_reader(f->dir);
-	pthread_barrier_t bar;
-	struct idle_thread it = { .r = r, .bar = &bar };
-	struct pr_reader_slot *mine;
-	pthread_t th;
-	uint64_t start, target;
-
-	assert_non_null(r);
-	/* A child inside a critical section, an idle child, our main thread
-	 * and a second thread of ours: all alive. */
-	reader_lock(k1);
-	mine = procreg__rcu_slot(&r->rcu);
-	assert_non_null(mine);
-	assert_int_equal(pthread_barrier_init(&bar, NULL, 2), 0);
-	assert_int_equal(pthread_create(&th, NULL, idle_thread_fn, &it), 0);
-	pthread_barrier_wait(&bar);
-	assert_true(it.slot < NSLOTS);
-
-	for (int i = 0; i < 3; i++)
-		assert_int_equal(procreg__readers_reap(m, NULL), 0);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[s1].owner), o1);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[s2].owner), o2);
-	assert_int_equal(CMM_LOAD_SHARED(mine->owner), self_owner());
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[it.slot].owner), it.owner);
-	/* The reader inside still holds the grace period. */
-	target = procreg__gp_start(m, &f->w.gp, f->w.membarrier);
-	assert_int_equal(procreg__gp_poll(m, target, NULL), 0);
-	assert_int_equal(procreg__readers_reap(m, NULL), 0);
-	assert_int_equal(procreg__gp_poll(m, target, NULL), 0);
-
-	/* A slot whose start time is not known yet (a claim in progress)
-	 * belongs to a live thread: kept. */
-	{
-		struct pr_reader_slot *c = craft_slot(m, self_owner(), 0);
-
-		assert_int_equal(procreg__readers_reap(m, NULL), 0);
-		assert_int_equal(CMM_LOAD_SHARED(c->owner), self_owner());
-		PR_STORE_REL(&c->owner, 0);
-	}
-
-	/* Identity is (pid, tid, start time): a slot naming a thread of ours
-	 * that has exited, and one naming our pid with another process's
-	 * start time (a reused pid), are dead owners. */
-	assert_int_equal(procreg__proc_start_time(getpid(), &start), 0);
-	{
-		struct pr_reader_slot *gone, *reused;
-
-		pthread_barrier_wait(&bar);
-		assert_int_equal(pthread_join(th, NULL), 0);
-		/* The thread gave its slot back when it exited. */
-		assert_int_equal(CMM_LOAD_SHARED(m->slots[it.slot].owner), 0);
-
-		gone = craft_slot(m, (uint64_t)getpid() << 32 | (uint32_t)it.tid, start);
-		reused = craft_slot(m, self_owner(), start + 1);
-		assert_int_equal(procreg__readers_reap(m, NULL), 2);
-		assert_int_equal(CMM_LOAD_SHARED(gone->owner), 0);
-		assert_int_equal(CMM_LOAD_SHARED(reused->owner), 0);
-	}
-	/* Still nobody alive was touched. */
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[s1].owner), o1);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[s2].owner), o2);
-	assert_int_equal(CMM_LOAD_SHARED(mine->owner), self_owner());
-
-	reader_unlock(k1);
-	assert_int_equal(procreg__gp_poll(m, target, NULL), 1);
-	pthread_barrier_destroy(&bar);
-	procreg_close(r);
-	assert_int_equal(kid_finish(k1), 0);
-	assert_int_equal(kid_finish(k2), 0);
-}
-
-/* ---- (d) slot claim and release --------------------------------------- */
-
-#define NTHREADS 4
 
 static void test_slot_per_thread(void **state)
 {
 	struct fx *f = *state;
-	struct pr_map *m = &f->w.map;
 	procreg_t *r = open_reader(f->dir);
-	struct pr_reader_slot *s0;
+	const struct pr_reader_slot *s0, *vs;
+	const struct pr_rpage_hdr *v;
 	pthread_barrier_t bar;
 	struct idle_thread it[NTHREADS];
 	pthread_t th[NTHREADS];
-	uint32_t i0;
 
 	assert_non_null(r);
 	s0 = procreg__rcu_slot(&r->rcu);
 	assert_non_null(s0);
-	i0 = (uint32_t)(s0 - r->map.slots);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[i0].owner), self_owner());
+	assert_int_equal(CMM_LOAD_SHARED(s0->owner), self_tid());
 	assert_ptr_equal(procreg__rcu_slot(&r->rcu), s0); /* claimed once */
+	v = view(page_fd(r));
+	vs = (const struct pr_reader_slot *)(v + 1);
+	assert_int_equal(v->magic, PR_RPAGE_MAGIC);
+	assert_int_equal(v->nslots, PR_RPAGE_SLOTS);
+	assert_int_equal(v->hw, slot_index(s0) + 1);
 
 	assert_int_equal(pthread_barrier_init(&bar, NULL, NTHREADS + 1), 0);
 	for (int i = 0; i < NTHREADS; i++) {
@@ -636,66 +599,107 @@ static void test_slot_per_thread(void **state)
 		assert_int_equal(pthread_create(&th[i], NULL, idle_thread_fn, &it[i]), 0);
 	}
 	pthread_barrier_wait(&bar);
-	/* Every thread has a slot of its own, named by our pid and its tid. */
+	/* Every thread has a slot of its own in the same page, named by its
+	 * tid, below the high-water mark the writer scans to. */
 	for (int i = 0; i < NTHREADS; i++) {
-		assert_true(it[i].slot < NSLOTS);
-		assert_int_not_equal(it[i].slot, i0);
-		assert_int_equal(it[i].owner, (uint64_t)getpid() << 32 | (uint32_t)it[i].tid);
-		assert_int_equal(CMM_LOAD_SHARED(m->slots[it[i].slot].owner), it[i].owner);
+		assert_ptr_equal(page_of(it[i].slot), page_of(s0));
+		assert_ptr_not_equal(it[i].slot, s0);
+		assert_int_equal(CMM_LOAD_SHARED(vs[slot_index(it[i].slot)].owner), (uint64_t)it[i].tid);
+		assert_true(CMM_LOAD_SHARED(v->hw) > slot_index(it[i].slot));
 		for (int j = 0; j < i; j++)
-			assert_int_not_equal(it[i].slot, it[j].slot);
+			assert_ptr_not_equal(it[i].slot, it[j].slot);
 	}
 	pthread_barrier_wait(&bar);
-	/* A thread gives its slot back when it exits. A free slot keeps no
-	 * start time: the next owner, in the moment between its claim and
-	 * storing its own, must not be judged by this process's (with
-	 * another start time it would look like a reused pid, and a reap
-	 * would clear a live reader's slot). */
+	/* A thread gives its slot back when it exits. */
 	for (int i = 0; i < NTHREADS; i++) {
+		uint32_t k = slot_index(it[i].slot);
+
 		assert_int_equal(pthread_join(th[i], NULL), 0);
-		assert_int_equal(CMM_LOAD_SHARED(m->slots[it[i].slot].owner), 0);
-		assert_int_equal(CMM_LOAD_SHARED(m->slots[it[i].slot].start), 0);
+		assert_int_equal(CMM_LOAD_SHARED(vs[k].owner), 0);
+		assert_int_equal(CMM_LOAD_SHARED(vs[k].ctr), 0);
 	}
 	pthread_barrier_destroy(&bar);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[i0].owner), self_owner());
+	assert_int_equal(CMM_LOAD_SHARED(s0->owner), self_tid());
 
-	/* Two handles on one scope: one slot each, released separately. */
+	/* Two handles on one scope: a page each. */
 	{
 		procreg_t *r2 = open_reader(f->dir);
-		struct pr_reader_slot *s2;
-		uint32_t i2;
+		const struct pr_reader_slot *s2;
 
 		assert_non_null(r2);
 		s2 = procreg__rcu_slot(&r2->rcu);
 		assert_non_null(s2);
-		i2 = (uint32_t)(s2 - r2->map.slots);
-		assert_int_not_equal(i2, i0);
-		assert_int_equal(CMM_LOAD_SHARED(m->slots[i2].owner), self_owner());
+		assert_ptr_not_equal(page_of(s2), page_of(s0));
 		procreg_close(r2);
-		assert_int_equal(CMM_LOAD_SHARED(m->slots[i2].owner), 0);
-		assert_int_equal(CMM_LOAD_SHARED(m->slots[i0].owner), self_owner());
+		assert_int_equal(CMM_LOAD_SHARED(s0->owner), self_tid());
 	}
 
-	/* procreg_close gives back the handle's slots. */
+	/* procreg_close gives back the handle's slots, and marks its page
+	 * closed: the daemon drops it. */
+	assert_int_equal(CMM_LOAD_SHARED(v->closed), 0);
 	procreg_close(r);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[i0].owner), 0);
+	assert_int_equal(CMM_LOAD_SHARED(vs[0].owner), 0);
+	assert_int_equal(CMM_LOAD_SHARED(v->closed), 1);
+	munmap((void *)v, PR_RPAGE_SIZE);
+}
+
+/* More threads than a page holds: a second page, made as needed. */
+#define MANY ((int)PR_RPAGE_SLOTS + 5)
+
+static void test_second_page(void **state)
+{
+	struct fx *f = *state;
+	procreg_t *r = open_reader(f->dir);
+	pthread_barrier_t bar;
+	struct idle_thread it[MANY];
+	pthread_t th[MANY];
+	int fds[4], n;
+	size_t pages = 0;
+
+	assert_non_null(r);
+	assert_int_equal(pthread_barrier_init(&bar, NULL, MANY + 1), 0);
+	for (int i = 0; i < MANY; i++) {
+		it[i] = (struct idle_thread){ .r = r, .bar = &bar };
+		assert_int_equal(pthread_create(&th[i], NULL, idle_thread_fn, &it[i]), 0);
+	}
+	pthread_barrier_wait(&bar);
+	n = procreg__rcu_page_fds(&r->rcu, fds, 4);
+	assert_int_equal(n, 2);
+	for (int i = 0; i < MANY; i++)
+		for (int j = 0; j < i; j++)
+			assert_ptr_not_equal(it[i].slot, it[j].slot);
+	/* Both are pages the writer takes. */
+	for (int i = 0; i < n; i++)
+		pages = adopt(f, getpid(), fds[i]) + 1;
+	assert_int_equal(pages, 2);
+	pthread_barrier_wait(&bar);
+	for (int i = 0; i < MANY; i++)
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+	pthread_barrier_destroy(&bar);
+	procreg_close(r);
 }
 
 /*
  * The child of a fork, with the parent's handle: reports the slot it gets
- * ('S': index, owner word, and the owner of the parent's slot as it sees
- * it), then on 'C' closes the handle and reports 'c'.
+ * ('S': its index, the page's fd and inode), then on 'C' closes the handle
+ * and reports 'c'.
  */
 struct fork_arg {
 	procreg_t *r;
-	uint32_t parent_slot;
 	bool use;     /* read through the handle before closing it */
 };
+
+static uint64_t ino_of(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) < 0 ? 0 : st.st_ino;
+}
 
 static int fork_child(struct fx *f, void *arg, int in, int out)
 {
 	struct fork_arg *a = arg;
-	struct pr_reader_slot *s = NULL;
+	const struct pr_reader_slot *s = NULL;
 	struct procreg_entry e;
 
 	(void)f;
@@ -707,9 +711,8 @@ static int fork_child(struct fx *f, void *arg, int in, int out)
 		if (procreg_lookup(a->r, "no-such-name", &e) != -ENOENT)
 			return 11;
 	}
-	if (send_msg(out, 'S', s ? s - a->r->map.slots : -1,
-		     s ? (int64_t)CMM_LOAD_SHARED(s->owner) : 0,
-		     (int64_t)CMM_LOAD_SHARED(a->r->map.slots[a->parent_slot].owner)) < 0)
+	if (send_msg(out, 'S', s ? (int64_t)slot_index(s) : -1, s ? page_fd(a->r) : -1,
+		     s ? (int64_t)ino_of(page_fd(a->r)) : 0) < 0)
 		return 12;
 	if (next_cmd(in) != 'C')
 		return 13;
@@ -722,39 +725,39 @@ static int fork_child(struct fx *f, void *arg, int in, int out)
 static void test_slot_after_fork(void **state)
 {
 	struct fx *f = *state;
-	struct pr_map *m = &f->w.map;
 	procreg_t *r = open_reader(f->dir);
-	struct pr_reader_slot *s0;
+	const struct pr_reader_slot *s0;
+	const struct pr_rpage_hdr *mine;
 	struct fork_arg fa;
 	struct kid *k;
 	struct msg msg;
-	uint32_t i0, ic;
+	size_t p;
 
 	assert_non_null(r);
 	s0 = procreg__rcu_slot(&r->rcu);
 	assert_non_null(s0);
-	i0 = (uint32_t)(s0 - r->map.slots);
+	mine = view(page_fd(r));
 
-	/* A child that reads claims a slot of its own, in its own name. */
-	fa = (struct fork_arg){ .r = r, .parent_slot = i0, .use = true };
+	/* A child that reads claims a slot in a page of its own. */
+	fa = (struct fork_arg){ .r = r, .use = true };
 	k = kid_start(f, fork_child, &fa);
 	msg = reply(k, 'S');
-	assert_true(msg.a >= 0 && msg.a < NSLOTS);
-	ic = (uint32_t)msg.a;
-	assert_int_not_equal(ic, i0);
-	assert_int_equal((pid_t)((uint64_t)msg.b >> 32), k->pid);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[ic].owner), (uint64_t)msg.b);
-	assert_int_equal((uint64_t)msg.c, self_owner());
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[i0].owner), self_owner());
-	/* Its close gives back its slot, not ours. */
+	assert_true(msg.a >= 0);
+	assert_true(msg.c != 0 && (uint64_t)msg.c != ino_of(page_fd(r)));
+	p = adopt(f, k->pid, (int)msg.b);
+	assert_int_equal(CMM_LOAD_SHARED(wslot(f, p, (uint32_t)msg.a)->owner), (uint64_t)k->pid);
+	assert_int_equal(CMM_LOAD_SHARED(s0->owner), self_tid());
+	/* Its close gives back its slot and closes its page, not ours. */
 	cmd(k, 'C');
 	reply(k, 'c');
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[ic].owner), 0);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[i0].owner), self_owner());
+	assert_int_equal(CMM_LOAD_SHARED(wslot(f, p, (uint32_t)msg.a)->owner), 0);
+	assert_int_equal(CMM_LOAD_SHARED(f->w.readers.v[p].hdr->closed), 1);
+	assert_int_equal(CMM_LOAD_SHARED(s0->owner), self_tid());
+	assert_int_equal(CMM_LOAD_SHARED(mine->closed), 0);
 	assert_int_equal(kid_finish(k), 0);
 
-	/* A child that never read closes the inherited handle: our slot is
-	 * still ours. */
+	/* A child that never read closes the inherited handle: our page is
+	 * still ours, open. */
 	fa.use = false;
 	k = kid_start(f, fork_child, &fa);
 	msg = reply(k, 'S');
@@ -762,28 +765,16 @@ static void test_slot_after_fork(void **state)
 	cmd(k, 'C');
 	reply(k, 'c');
 	assert_int_equal(kid_finish(k), 0);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[i0].owner), self_owner());
+	assert_int_equal(CMM_LOAD_SHARED(s0->owner), self_tid());
+	assert_int_equal(CMM_LOAD_SHARED(mine->closed), 0);
 	assert_ptr_equal(procreg__rcu_slot(&r->rcu), s0);
 
-	/* And after a child that read, exited without closing, was reaped:
-	 * still ours. */
-	fa.use = true;
-	k = kid_start(f, fork_child, &fa);
-	msg = reply(k, 'S');
-	ic = (uint32_t)msg.a;
-	kill(k->pid, SIGKILL);
-	assert_int_equal(th_wait(k->pid), 128 + SIGKILL);
-	k->pid = 0;
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[ic].owner), (uint64_t)msg.b);
-	assert_int_equal(procreg__readers_reap(m, NULL), 1);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[ic].owner), 0);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[i0].owner), self_owner());
-
 	procreg_close(r);
-	assert_int_equal(CMM_LOAD_SHARED(m->slots[i0].owner), 0);
+	assert_int_equal(CMM_LOAD_SHARED(mine->closed), 1);
+	munmap((void *)mine, PR_RPAGE_SIZE);
 }
 
-/* ---- (e) retired memory is not reused under a reader ------------------ */
+/* ---- (d) retired memory is not reused under a reader ------------------ */
 
 #define META_LEN 40
 #define FILLERS 2000
@@ -817,10 +808,11 @@ static uint64_t w_insert(struct pr_writer *w, const char *name)
 /*
  * Looks NAME up inside a critical section it keeps open, and keeps the
  * record pointer and a copy of its bytes:
- *   'F' reply 'f': record offset, record size
+ *   'F' reply 'f': record offset, record size, the page's fd
  *   'V' reply 'v': 1 if the record's bytes are unchanged, plus what a fresh
  *       lookup through a second handle finds for the name (0 / -ENOENT)
  *       and for "f00000"
+ *   'K' reply 'k': pr_read_valid() for the section held since 'F'
  *   'U' leave the critical section, reply 'u'
  */
 static int hold_child(struct fx *f, void *arg, int in, int out)
@@ -830,7 +822,7 @@ static int hold_child(struct fx *f, void *arg, int in, int out)
 	struct pr_reader_slot *s;
 	const struct pr_record *rec = NULL;
 	unsigned char copy[512];
-	uint64_t size = 0;
+	uint64_t size = 0, gp = 0;
 	char c;
 
 	if (!r || !r2)
@@ -843,7 +835,7 @@ static int hold_child(struct fx *f, void *arg, int in, int out)
 		case 'F': {
 			size_t len = strlen(name);
 
-			pr_read_lock(&r->map, s);
+			gp = pr_read_lock(&r->map, s);
 			rec = procreg__find_name(&r->map, name, len);
 			if (!rec)
 				return 12;
@@ -851,7 +843,8 @@ static int hold_child(struct fx *f, void *arg, int in, int out)
 			if (size > sizeof(copy))
 				return 13;
 			memcpy(copy, rec, size);
-			if (send_msg(out, 'f', (const uint8_t *)rec - r->map.base, (int64_t)size, 0) < 0)
+			if (send_msg(out, 'f', (const uint8_t *)rec - r->map.base, (int64_t)size,
+				     page_fd(r)) < 0)
 				return 14;
 			break;
 		}
@@ -862,14 +855,19 @@ static int hold_child(struct fx *f, void *arg, int in, int out)
 					     procreg_lookup(r2, "f00000", NULL)) < 0)
 				return 15;
 			break;
+		case 'K':
+			if (send_msg(out, 'k', pr_read_valid(&r->map, gp),
+				     rec && memcmp(rec, copy, size) == 0, 0) < 0)
+				return 16;
+			break;
 		case 'U':
 			pr_read_unlock(s);
 			rec = NULL;
 			if (send_msg(out, 'u', 0, 0, 0) < 0)
-				return 16;
+				return 17;
 			break;
 		default:
-			return 17;
+			return 18;
 		}
 	}
 	procreg_close(r2);
@@ -896,6 +894,7 @@ static void test_retired_not_reused(void **state)
 	m = reply(k, 'f');
 	assert_int_equal((uint64_t)m.a, voff);
 	vsize = (uint64_t)m.b;
+	adopt(f, k->pid, (int)m.c);
 
 	/* Unpublish and retire it, then insert many names of the same record
 	 * size: the allocator hands out a freed block of that size first, so
@@ -924,6 +923,9 @@ static void test_retired_not_reused(void **state)
 	assert_int_equal(m.a, 1);           /* the bytes it holds are whole */
 	assert_int_equal(m.b, -ENOENT);     /* while the name is gone for new lookups */
 	assert_int_equal(m.c, 0);
+	/* And its read stands: nothing it might have read was reused. */
+	cmd(k, 'K');
+	assert_int_equal(reply(k, 'k').a, 0);
 
 	/* Once the reader leaves, the grace period ends, the memory is freed
 	 * and the next same-size record reuses it: the check above could
@@ -941,11 +943,61 @@ static void test_retired_not_reused(void **state)
 	assert_int_equal(kid_finish(k), 0);
 }
 
-/* ---- (f) readers without membarrier ----------------------------------- */
+/*
+ * A reader the writer does not wait for (its page never handed over, as
+ * when its slot was cleared, its process stalled past the timeout, or the
+ * daemon refused the page): the memory under it is freed and reused, and
+ * its read says so. Before the reuse, the same read stood.
+ */
+static void test_unprotected_read_caught(void **state)
+{
+	struct fx *f = *state;
+	struct pr_writer *w = &f->w;
+	const char *victim = "victim";
+	char name[32];
+	struct kid *k;
+	struct msg m;
+	uint64_t voff, pos, freed;
+	bool reused = false;
+
+	voff = w_insert(w, victim);
+	while (procreg__w_reclaim(w))
+		;
+	k = kid_start(f, hold_child, (void *)victim);
+	cmd(k, 'F');
+	assert_int_equal((uint64_t)reply(k, 'f').a, voff);
+	cmd(k, 'K');
+	m = reply(k, 'k');
+	assert_int_equal(m.a, 0);
+	assert_int_equal(m.b, 1);
+
+	freed = CMM_LOAD_SHARED(w->map.hdr->freed_gp);
+	assert_int_equal(procreg__w_find_name(w, victim, strlen(victim), &pos), voff);
+	procreg__w_remove(w, &w->map.hdr->names, pos);
+	while (procreg__w_reclaim(w))
+		; /* nobody to wait for */
+	assert_true(CMM_LOAD_SHARED(w->map.hdr->freed_gp) > freed);
+	for (int i = 0; i < FILLERS && !reused; i++) {
+		snprintf(name, sizeof(name), "h%05d", i);
+		reused = w_insert(w, name) == voff;
+	}
+	assert_true(reused);
+	/* The bytes it holds changed under it, and it knows. */
+	cmd(k, 'K');
+	m = reply(k, 'k');
+	assert_int_equal(m.a, -1);
+	assert_int_equal(m.b, 0);
+	cmd(k, 'U');
+	reply(k, 'u');
+	assert_int_equal(kid_finish(k), 0);
+}
+
+/* ---- (e) readers without membarrier ----------------------------------- */
 
 static void test_gp_fallback_barriers(void **state)
 {
 	struct fx *f = *state;
+	size_t pa, pb;
 	uint32_t sa, sb;
 	int64_t mb_a, mb_b;
 	struct kid *a, *b;
@@ -957,16 +1009,16 @@ static void test_gp_fallback_barriers(void **state)
 	 * fork; the child's procreg_open then runs on full barriers.
 	 */
 	assert_int_equal(setenv("PROCREG_NO_MEMBARRIER", "1", 1), 0);
-	a = reader_start(f, &sa, &mb_a);
-	b = reader_start(f, &sb, &mb_b);
+	a = reader_start(f, &pa, &sa, &mb_a);
+	b = reader_start(f, &pb, &sb, &mb_b);
 	unsetenv("PROCREG_NO_MEMBARRIER");
 	assert_int_equal(mb_a, 0);
 	assert_int_equal(mb_b, 0);
 
 	/* The writer as procregd runs it (membarrier where the kernel has
 	 * it), and without membarrier at all. */
-	check_gp_waits_for_reader(f, f->w.membarrier, a, sa, b, sb);
-	check_gp_waits_for_reader(f, false, a, sa, b, sb);
+	check_gp_waits_for_reader(f, f->w.membarrier, a, pa, sa, b, pb);
+	check_gp_waits_for_reader(f, false, a, pa, sa, b, pb);
 	assert_int_equal(kid_finish(a), 0);
 	assert_int_equal(kid_finish(b), 0);
 }
@@ -975,13 +1027,13 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_gp_waits_for_reader, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_killed_reader_reaped, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_killed_reader_zombie_reaped, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_killed_reader_reclaim, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_live_reader_not_reaped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_page_checks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_page_sealed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slot_per_thread, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_second_page, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slot_after_fork, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_retired_not_reused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unprotected_read_caught, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gp_fallback_barriers, setup, teardown),
 	};
 

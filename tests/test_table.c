@@ -240,8 +240,9 @@ static struct walk_sum w_sum(struct pr_writer *w)
 	/* The group index is reachable too, even when empty. */
 	s.bytes += index_bytes(ix->capacity) + index_bytes(
 		((const struct pr_index *)(w->map.base + w->map.hdr->groups.index_off))->capacity);
-	/* And the change feed's ring. */
-	s.bytes += w->map.hdr->feed_cap * sizeof(struct pr_event);
+	/* And the change feed's ring and the reader registry. */
+	s.bytes += w->map.hdr->feed_cap * sizeof(struct pr_event) +
+		   w->map.hdr->readers_cap * sizeof(struct pr_reader_info);
 	for (uint64_t p = 0; p < ix->capacity; p++)
 		if (pr_slot_live(ix->slot[p]) && ((ix->slot[p] >> 32) >> (s.shift - 32)) != p)
 			s.displaced++;
@@ -460,9 +461,9 @@ static void test_insert_lookup(void **state)
 	assert_true(st.arena_used >= index_bytes(256) + 3 * sizeof(struct pr_record));
 	assert_true(st.arena_top >= st.arena_used);
 	assert_int_equal(st.arena_size, 4 * MB - PR_HDR_SIZE);
-	/* One reader slot: ours. */
+	/* The registry's size; no daemon holds a page of ours. */
 	assert_int_equal(st.reader_slots, 64);
-	assert_int_equal(st.reader_slots_used, 1);
+	assert_int_equal(st.reader_slots_used, 0);
 	assert_int_equal(st.arena_used, w_sum(&w).bytes);
 
 	procreg_close(r);
@@ -1473,7 +1474,7 @@ static void test_recovery(void **state)
 #define DNAMES 3000
 
 struct damage_arg {
-	const char *src_table, *src_readers;
+	const char *src_table;
 	const char *dir2;
 	struct shared *sh;
 };
@@ -1517,9 +1518,9 @@ static int damage_child(void *p)
 {
 	struct damage_arg *a = p;
 	struct shared *sh = a->sh;
-	size_t tlen, rlen;
-	uint8_t *orig, *rorig;
-	char tpath[PR_PATH_MAX], rpath[PR_PATH_MAX], name[64];
+	size_t tlen;
+	uint8_t *orig;
+	char tpath[PR_PATH_MAX], name[64];
 	uint64_t seed = 0xbadc0ffee0ddf00dull;
 	struct pr_paths pp;
 
@@ -1536,19 +1537,10 @@ static int damage_child(void *p)
 		if (!orig || pread(fd, orig, tlen, 0) != (ssize_t)tlen)
 			return 11;
 		close(fd);
-		fd = open(a->src_readers, O_RDONLY);
-		if (fd < 0 || fstat(fd, &st))
-			return 12;
-		rlen = (size_t)st.st_size;
-		rorig = malloc(rlen);
-		if (!rorig || pread(fd, rorig, rlen, 0) != (ssize_t)rlen)
-			return 13;
-		close(fd);
 	}
 	if (procreg__paths(&pp, SCOPE, a->dir2, NULL))
 		return 14;
 	snprintf(tpath, sizeof(tpath), "%s", pp.table);
-	snprintf(rpath, sizeof(rpath), "%s", pp.readers);
 
 	for (int it = 0; it < 360; it++) {
 		int mode = it % 6;
@@ -1564,7 +1556,6 @@ static int damage_child(void *p)
 		int fd, rc;
 
 		put_file(tpath, orig, tlen);
-		put_file(rpath, rorig, rlen);
 		fd = open(tpath, O_RDWR);
 		if (fd < 0)
 			return 15;
@@ -1780,7 +1771,6 @@ static int damage_child(void *p)
 		sh->passes[0]++;
 	}
 	free(orig);
-	free(rorig);
 	return 0;
 }
 
@@ -1813,7 +1803,6 @@ static void test_damaged_table(void **state)
 
 		assert_int_equal(procreg__paths(&p, SCOPE, dir, NULL), 0);
 		a.src_table = strdup(p.table);
-		a.src_readers = strdup(p.readers);
 	}
 	a.dir2 = dir2;
 	a.sh = sh;
@@ -1834,7 +1823,6 @@ static void test_damaged_table(void **state)
 	assert_true(sh->lookups[2] > 0 && sh->lookups[3] > 0);
 
 	free((void *)a.src_table);
-	free((void *)a.src_readers);
 	munmap(sh, sizeof(*sh));
 	th_rmrf(dir);
 	th_rmrf(dir2);
@@ -1870,7 +1858,6 @@ static void test_bad_header(void **state)
 	struct pr_writer w;
 	struct pr_paths p, p2;
 	struct pr_table_hdr h;
-	struct pr_readers_hdr rh;
 	struct pr_writer_opts o = { .max_size = 2 * MB, .readers = 64, .mode = 0600 };
 	const char *why;
 	size_t len;
@@ -1894,7 +1881,6 @@ static void test_bad_header(void **state)
 
 	/* The unmodified copy opens and reads (the copying is sound). */
 	copy_file(p.table, p2.table);
-	copy_file(p.readers, p2.readers);
 	r = r_open(dir2);
 	assert_non_null(r);
 	assert_int_equal(procreg_lookup(r, "one", NULL), 0);
@@ -1943,25 +1929,53 @@ static void test_bad_header(void **state)
 	assert_int_equal(truncate(p2.table, 0), 0);
 	expect_open_fails(dir2, EPROTO);
 
-	/* A sound table with a foreign reader file. */
+	/* A sound table, but not one to trust: another user's (a user that
+	 * is neither root nor us), writable by others, reached through a
+	 * symbolic link (dangling, or to the real table). Readers and the
+	 * writer refuse each. */
 	copy_file(p.table, p2.table);
-	orig = read_whole(p.readers, &len);
-	memcpy(&rh, orig, sizeof(rh));
-	free(orig);
-	v = rh.magic + 1;
-	patch(p2.readers, offsetof(struct pr_readers_hdr, magic), &v, 8);
-	expect_open_fails(dir2, EPROTO);
-	copy_file(p.readers, p2.readers);
-	v32 = rh.nslots * 2;
-	patch(p2.readers, offsetof(struct pr_readers_hdr, nslots), &v32, 4);
-	expect_open_fails(dir2, EPROTO);
-	copy_file(p.readers, p2.readers);
-	v32 = 0;
-	patch(p2.readers, offsetof(struct pr_readers_hdr, nslots), &v32, 4);
-	expect_open_fails(dir2, EPROTO);
+	assert_int_equal(chown(p2.table, 4242, 4242), 0);
+	expect_open_fails(dir2, EPERM);
+	why = NULL;
+	assert_int_equal(procreg__writer_open(&w, &p2, &o, &why), -EPERM);
+	assert_non_null(strstr(why, "another user"));
+	procreg__writer_close(&w);
+	/* ...unless the caller says it trusts that user. */
+	{
+		PROCREG_OPTS(procreg_opts, to, .dir = dir2, .scope = SCOPE, .trust_uid = 4242);
+
+		r = procreg_open(&to);
+		assert_non_null(r);
+		assert_int_equal(procreg_lookup(r, "one", NULL), 0);
+		procreg_close(r);
+		assert_int_equal(setenv("PROCREG_TRUST_UID", "4242", 1), 0);
+		r = r_open(dir2);
+		unsetenv("PROCREG_TRUST_UID");
+		assert_non_null(r);
+		procreg_close(r);
+	}
+	assert_int_equal(chown(p2.table, 0, 0), 0);
+	assert_int_equal(chmod(p2.table, 0666), 0);
+	expect_open_fails(dir2, EPERM);
+	why = NULL;
+	assert_int_equal(procreg__writer_open(&w, &p2, &o, &why), -EPERM);
+	procreg__writer_close(&w);
+	assert_int_equal(unlink(p2.table), 0);
+	assert_int_equal(symlink(p.table, p2.table), 0);
+	expect_open_fails(dir2, EPERM);
+	why = NULL;
+	assert_int_equal(procreg__writer_open(&w, &p2, &o, &why), -ELOOP);
+	assert_non_null(strstr(why, "symbolic link"));
+	procreg__writer_close(&w);
+	assert_int_equal(unlink(p2.table), 0);
+	assert_int_equal(symlink("/nonexistent/procreg-table", p2.table), 0);
+	why = NULL;
+	assert_int_equal(procreg__writer_open(&w, &p2, &o, &why), -ELOOP);
+	procreg__writer_close(&w);
+	assert_int_equal(unlink(p2.table), 0);
 
 	/* And back to sound. */
-	copy_file(p.readers, p2.readers);
+	copy_file(p.table, p2.table);
 	r = r_open(dir2);
 	assert_non_null(r);
 	procreg_close(r);

@@ -1,8 +1,8 @@
 /*
  * fuzz_table.c - libFuzzer harness for the table reader.
  *
- * The input is written as a scope's table file, beside a valid reader
- * file, and everything a client does without the daemon runs on it:
+ * The input is written as a scope's table file, and everything a client
+ * does without the daemon runs on it:
  * procreg_open, lookup, foreach, members, group_count, groups, stats and
  * the change feed. A reader must neither crash nor loop on any file.
  *
@@ -21,34 +21,16 @@
 
 #include "internal.h"
 
-static char dir[64], table_path[PR_PATH_MAX];
+static char dir[64], table_path[PR_PATH_MAX], sock_path[PR_PATH_MAX];
 static uint8_t buf[1u << 20];
 
 static void setup(void)
 {
-	char readers[PR_PATH_MAX];
-	struct pr_readers_hdr *h;
-	size_t size = PR_READERS_FILE_SIZE(8);
-	int fd;
-
 	snprintf(dir, sizeof(dir), "/tmp/procreg-fuzz.XXXXXX");
 	if (!mkdtemp(dir))
 		abort();
 	snprintf(table_path, sizeof(table_path), "%s/procreg.fuzz", dir);
-	snprintf(readers, sizeof(readers), "%s/procreg.fuzz.readers", dir);
-	fd = open(readers, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
-		abort();
-	h = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (h == MAP_FAILED)
-		abort();
-	h->layout_version = PR_LAYOUT_VERSION;
-	h->nslots = 8;
-	h->size_desc = PR_SIZE_DESC;
-	h->gp = 1;
-	h->magic = PR_READERS_MAGIC;
-	munmap(h, size);
-	close(fd);
+	snprintf(sock_path, sizeof(sock_path), "%s/nobody.sock", dir);
 }
 
 struct walk {
@@ -88,7 +70,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const char *const names[] = { "a", "svc0", "svc1", "svc3", "g0", "g1", "nope" };
-	PROCREG_OPTS(procreg_opts, o, .scope = "fuzz", .dir = dir);
+	/* A socket path where nothing listens: a header that says a daemon
+	 * runs makes readers hand it their pages, and that must fail fast
+	 * and harmlessly, not reach whatever path the input names. */
+	PROCREG_OPTS(procreg_opts, o, .scope = "fuzz", .dir = dir, .socket = sock_path);
 	struct procreg_stats st;
 	struct procreg_event ev;
 	struct procreg_entry e;

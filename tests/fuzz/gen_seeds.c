@@ -192,7 +192,6 @@ static void table_seed(const char *tmp, const char *out, const char *fname, int 
 	free(copy);
 	procreg__writer_close(&w);
 	unlink(p.table);
-	unlink(p.readers);
 }
 
 int main(int argc, char **argv)

@@ -501,7 +501,7 @@ void daemon_stop(struct daemon_proc *d)
 	 * ours are done with it. */
 	snprintf(path, sizeof(path), "%s/procreg.%s", dir, d->scope);
 	unlink(path);
-	snprintf(path, sizeof(path), "%s/procreg.%s.readers", dir, d->scope);
+	snprintf(path, sizeof(path), "%s/procreg.%s.owners", dir, d->scope);
 	unlink(path);
 	snprintf(path, sizeof(path), "%s/procreg.%s.sock", dir, d->scope);
 	unlink(path);

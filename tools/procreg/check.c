@@ -223,10 +223,10 @@ static int walk_once(struct check *k, procreg_t *reg, struct pr_reader_slot *slo
 {
 	const struct pr_map *m = &reg->map;
 	const struct pr_table_hdr *h = m->hdr;
-	uint64_t gen, top;
+	uint64_t gen, top, gp;
 
 	reset(k);
-	pr_read_lock(m, slot);
+	gp = pr_read_lock(m, slot);
 	gen = CMM_LOAD_SHARED(h->generation);
 	cmm_smp_rmb();
 	top = CMM_LOAD_SHARED(h->arena_top);
@@ -257,7 +257,9 @@ static int walk_once(struct check *k, procreg_t *reg, struct pr_reader_slot *slo
 		problem(k, "header: processes counter says %llu, the walk found %llu owners",
 			(unsigned long long)CMM_LOAD_SHARED(h->processes), (unsigned long long)k->procs);
 	cmm_smp_rmb();
-	if (CMM_LOAD_SHARED(h->generation) != gen) {
+	/* A change, or memory reused under the walk (the daemon need not
+	 * have waited for us: rcu.c): walk again. */
+	if (CMM_LOAD_SHARED(h->generation) != gen || pr_read_valid(m, gp)) {
 		pr_read_unlock(slot);
 		return -EAGAIN;
 	}
@@ -301,10 +303,11 @@ int cmd_check(struct cli *c, int argc, char **argv)
 	k.m = &reg->map;
 	slot = procreg__rcu_slot(&reg->rcu);
 	if (!slot) {
-		fprintf(stderr, "%s: check: no free reader slot\n", prog);
+		fprintf(stderr, "%s: check: out of memory\n", prog);
 		procreg_close(reg);
 		return EXIT_ERR;
 	}
+	procreg__announce_if_new(reg);
 	while (err == -EAGAIN && attempts++ < ATTEMPTS)
 		err = walk_once(&k, reg, slot);
 	if (err) {

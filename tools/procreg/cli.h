@@ -78,6 +78,14 @@ void nodes_free(struct nodes_info *ni);
 const char *nodes_name(const struct nodes_info *ni, uint32_t id);
 int cmd_nodes(struct cli *c, int argc, char **argv);
 
+/* inspect.c: what the table's header says of readers the daemon stopped
+ * waiting for (procreg stats). */
+struct reader_stalls {
+	uint32_t stalled, pid, uid;
+	uint64_t stalls, refused, ns;
+};
+void reader_stalls(const procreg_t *reg, struct reader_stalls *rs);
+
 /* autostart.c: make sure a daemon serves the scope before a write; 0, or
  * EXIT_ERR with the reason printed. Does nothing with --no-autostart or
  * PROCREG_NO_AUTOSTART set (to anything but "" or "0"). */

@@ -2,25 +2,18 @@
  * inspect.c - procreg top, procreg readers, procreg stats --format
  * prometheus.
  *
- * Everything here is read straight from the scope's two shared files: the
- * table header's counters (plain loads of daemon-written words: each is
- * the value before or after one change) and the reader slots. Nothing goes
- * to the daemon, so these commands work while it is down and never slow
- * it; and nothing here writes shared memory except procreg_stats(), which
- * takes a reader slot of its own like any reader.
+ * Everything here is read straight from the scope's table: the header's
+ * counters (plain loads of daemon-written words: each is the value before
+ * or after one change) and its reader registry. Nothing goes to the
+ * daemon, so these commands work while it is down (showing what it last
+ * wrote) and never slow it; and nothing here writes shared memory.
  *
- * Lookups are counted by each reader thread in its own slot
- * (pr_reader_slot.lookups): the lookup path makes no shared write to be
- * counted. top sums the slots of each process and differentiates between
+ * Lookups are counted by each reader thread in its own slot, in memory of
+ * its own process (rcu.c): the lookup path makes no shared write to be
+ * counted. The daemon, which maps every reader page, sums each process's
+ * slots into the registry about once a second; top differentiates between
  * two samples. A slot released between samples takes its count with it,
  * so a process's rate is clamped at 0 rather than going negative.
- *
- * "How long inside a critical section": the lookup path reads no clock,
- * so a slot cannot say when it entered. What it does say is the
- * grace-period counter it loaded on entry (ctr), and the daemon's counter
- * (gp) says how many grace periods have started since: gp - ctr is the
- * number of grace periods the reader holds up. That is what readers
- * reports (gp_behind); a healthy reader shows 0 or, rarely, 1.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -34,42 +27,30 @@
 #include "internal.h"
 #include "cli.h"
 
-/* ---- reader slots ----------------------------------------------------- */
+/* ---- the reader registry ---------------------------------------------- */
 
-struct slot_view {
-	uint32_t idx;
-	pid_t pid, tid;
-	uint64_t ctr, start, lookups;
-	bool dead;
-};
-
-/* A consistent copy of every claimed slot: the owner word is read before
- * and after the other fields, and a slot whose owner changed meanwhile (a
- * thread exiting, another claiming) is read again. */
-static size_t read_slots(const struct pr_map *m, struct slot_view *v)
+/* A consistent copy of every entry in use: each is read under its seq (odd
+ * while the daemon rewrites it, and changed if it did meanwhile). */
+static size_t read_registry(const struct pr_map *m, struct pr_reader_info *v)
 {
+	const struct pr_table_hdr *h = m->hdr;
+	const struct pr_reader_info *e = pr_at(m, h->readers_off,
+					       (uint64_t)h->readers_cap * sizeof(*e));
 	size_t n = 0;
 
-	for (uint32_t i = 0; i < m->nslots; i++) {
-		const struct pr_reader_slot *s = &m->slots[i];
+	for (uint32_t i = 0; e && i < h->readers_cap; i++) {
+		for (int tries = 0; tries < 64; tries++) {
+			uint32_t seq = PR_LOAD_ACQ(&e[i].seq);
+			struct pr_reader_info x;
 
-		for (int tries = 0; tries < 8; tries++) {
-			uint64_t owner = PR_LOAD_ACQ(&s->owner), again;
-			struct slot_view sv = { .idx = i };
-
-			if (!owner || (owner >> 63))
-				break; /* free, or being cleared by the daemon */
-			sv.ctr = CMM_LOAD_SHARED(s->ctr);
-			sv.start = CMM_LOAD_SHARED(s->start);
-			sv.lookups = CMM_LOAD_SHARED(s->lookups);
-			cmm_smp_rmb();
-			again = CMM_LOAD_SHARED(s->owner);
-			if (again != owner)
+			if (seq & 1)
 				continue;
-			sv.pid = (pid_t)(owner >> 32);
-			sv.tid = (pid_t)(owner & 0xffffffff);
-			sv.dead = !procreg__reader_alive(owner, sv.start);
-			v[n++] = sv;
+			memcpy(&x, &e[i], sizeof(x));
+			cmm_smp_rmb();
+			if (CMM_LOAD_SHARED(e[i].seq) != seq)
+				continue;
+			if (x.pid)
+				v[n++] = x;
 			break;
 		}
 	}
@@ -89,84 +70,85 @@ static void read_small(const char *path, char *buf, size_t cap)
 	buf[n] = 0;
 }
 
-/* The process's command name (comm), "" once it is gone. */
-static void proc_comm(pid_t pid, char *out, size_t cap)
+/* The process's command name (comm), "" once it is gone or is another
+ * process (START: its start time). */
+static void proc_comm(pid_t pid, uint64_t start, char *out, size_t cap)
 {
 	char path[64];
+	uint64_t now;
 
+	out[0] = 0;
+	if (procreg__proc_start_time(pid, &now) < 0 || now != start)
+		return;
 	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
 	read_small(path, out, cap);
 	out[strcspn(out, "\n")] = 0;
 }
 
-/* The process's thread count, 0 once it is gone. */
-static unsigned proc_threads(pid_t pid)
+static int info_by_pid(const void *a, const void *b)
 {
-	char path[64], buf[4096], *p;
+	const struct pr_reader_info *x = a, *y = b;
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	read_small(path, buf, sizeof(buf));
-	p = strstr(buf, "\nThreads:");
-	return p ? (unsigned)strtoul(p + 9, NULL, 10) : 0;
+	return x->pid < y->pid ? -1 : x->pid > y->pid;
 }
 
-static int slot_by_pid(const void *a, const void *b)
+/* The registry, sorted by pid, in *V (free it): its length, or -1. */
+static ssize_t registry(const struct pr_map *m, struct pr_reader_info **v)
 {
-	const struct slot_view *x = a, *y = b;
+	size_t n;
 
-	if (x->pid != y->pid)
-		return x->pid < y->pid ? -1 : 1;
-	return x->idx < y->idx ? -1 : x->idx > y->idx;
+	*v = calloc(m->hdr->readers_cap ? m->hdr->readers_cap : 1, sizeof(**v));
+	if (!*v)
+		return -1;
+	n = read_registry(m, *v);
+	qsort(*v, n, sizeof(**v), info_by_pid);
+	return (ssize_t)n;
 }
 
 int cmd_readers(struct cli *c, int argc, char **argv)
 {
+	const struct pr_table_hdr *h;
+	struct pr_reader_info *v;
 	procreg_t *reg;
-	struct pr_map *m;
-	struct slot_view *v;
-	uint64_t gp;
-	size_t n;
+	ssize_t n;
 
 	if (argc != 0)
 		die_usage("readers: unexpected argument", argv[0]);
 	reg = open_or_die(c);
-	m = &reg->map;
-	v = calloc(m->nslots ? m->nslots : 1, sizeof(*v));
-	if (!v) {
+	h = reg->map.hdr;
+	n = registry(&reg->map, &v);
+	if (n < 0) {
 		fprintf(stderr, "%s: readers: out of memory\n", prog);
 		procreg_close(reg);
 		return EXIT_ERR;
 	}
-	gp = CMM_LOAD_SHARED(m->rhdr->gp);
-	n = read_slots(m, v);
-	qsort(v, n, sizeof(*v), slot_by_pid);
 	if (!c->json && isatty(1))
-		printf("%6s %8s %8s %7s %4s %9s %12s %-4s  %s\n", "SLOT", "PID", "TID", "THREADS",
-		       "IN", "GP_BEHIND", "LOOKUPS", "DEAD", "COMMAND");
+		printf("%8s %8s %7s %4s %5s %12s %-7s  %s\n", "PID", "UID", "THREADS", "IN",
+		       "PAGES", "LOOKUPS", "STALLED", "COMMAND");
 	if (c->json)
-		printf("{\"gp\":%llu,\"slots\":%u,\"readers\":[", (unsigned long long)gp, m->nslots);
-	for (size_t i = 0; i < n; i++) {
-		char comm[64] = "";
-		unsigned threads = 0;
-		uint64_t behind = v[i].ctr && gp > v[i].ctr ? gp - v[i].ctr : 0;
+		printf("{\"max_readers\":%u,\"stalls\":%llu,\"refused\":%llu,\"readers\":[",
+		       h->readers_cap, (unsigned long long)CMM_LOAD_SHARED(h->reader_stalls),
+		       (unsigned long long)CMM_LOAD_SHARED(h->readers_refused));
+	for (ssize_t i = 0; i < n; i++) {
+		bool stalled = v[i].flags & PR_READER_STALLED;
+		char comm[64];
 
-		if (!v[i].dead) {
-			proc_comm(v[i].pid, comm, sizeof(comm));
-			threads = proc_threads(v[i].pid);
-		}
+		proc_comm((pid_t)v[i].pid, v[i].start, comm, sizeof(comm));
 		if (c->json) {
-			printf("%s{\"slot\":%u,\"pid\":%d,\"tid\":%d,\"comm\":", i ? "," : "", v[i].idx,
-			       (int)v[i].pid, (int)v[i].tid);
+			printf("%s{\"pid\":%u,\"uid\":%u,\"comm\":", i ? "," : "", v[i].pid,
+			       v[i].uid);
 			json_str(comm, strlen(comm));
-			printf(",\"threads\":%u,\"in_critical_section\":%s,\"gp_behind\":%llu,"
-			       "\"lookups\":%llu,\"dead\":%s}",
-			       threads, v[i].ctr ? "true" : "false", (unsigned long long)behind,
-			       (unsigned long long)v[i].lookups, v[i].dead ? "true" : "false");
+			printf(",\"threads\":%u,\"in_critical_section\":%u,\"pages\":%u,"
+			       "\"lookups\":%llu,\"stalled\":%s,\"stalled_ns\":%llu,"
+			       "\"registered_ns\":%llu,\"refreshed_ns\":%llu}",
+			       v[i].slots, v[i].active, v[i].pages, (unsigned long long)v[i].lookups,
+			       stalled ? "true" : "false", (unsigned long long)v[i].stalled_ns,
+			       (unsigned long long)v[i].registered_ns,
+			       (unsigned long long)v[i].refreshed_ns);
 		} else {
-			printf("%6u %8d %8d %7u %4s %9llu %12llu %-4s  %s\n", v[i].idx, (int)v[i].pid,
-			       (int)v[i].tid, threads, v[i].ctr ? "yes" : "no",
-			       (unsigned long long)behind, (unsigned long long)v[i].lookups,
-			       v[i].dead ? "dead" : "-", v[i].dead ? "?" : comm);
+			printf("%8u %8u %7u %4u %5u %12llu %-7s  %s\n", v[i].pid, v[i].uid,
+			       v[i].slots, v[i].active, v[i].pages, (unsigned long long)v[i].lookups,
+			       stalled ? "yes" : "-", comm[0] ? comm : "?");
 		}
 	}
 	if (c->json)
@@ -174,6 +156,20 @@ int cmd_readers(struct cli *c, int argc, char **argv)
 	free(v);
 	procreg_close(reg);
 	return 0;
+}
+
+/* What the table's header says of readers the daemon stopped waiting
+ * for: counters the public stats do not carry. */
+void reader_stalls(const procreg_t *reg, struct reader_stalls *rs)
+{
+	const struct pr_table_hdr *h = reg->map.hdr;
+
+	rs->stalled = CMM_LOAD_SHARED(h->readers_stalled);
+	rs->stalls = CMM_LOAD_SHARED(h->reader_stalls);
+	rs->refused = CMM_LOAD_SHARED(h->readers_refused);
+	rs->pid = CMM_LOAD_SHARED(h->last_stall_pid);
+	rs->uid = CMM_LOAD_SHARED(h->last_stall_uid);
+	rs->ns = CMM_LOAD_SHARED(h->last_stall_ns);
 }
 
 /* ---- stats --format prometheus ---------------------------------------- */
@@ -196,8 +192,8 @@ void stats_prometheus(procreg_t *reg, const struct cli *c)
 		G(arena_used, "Bytes of the arena in live blocks."),
 		G(arena_top, "High-water mark of the arena, in bytes."),
 		G(index_capacity, "Slots in the name index."),
-		G(reader_slots, "Reader slots in the reader file."),
-		G(reader_slots_used, "Reader slots claimed by a reader thread."),
+		G(reader_slots, "Reader processes procregd can wait for (--max-readers)."),
+		G(reader_slots_used, "Reader processes whose pages procregd holds."),
 		C(registrations, "Names registered since the table was created."),
 		C(unregistrations, "Names removed by request since the table was created."),
 		C(joins, "Group joins since the table was created."),
@@ -279,35 +275,30 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int take_sample(procreg_t *reg, struct slot_view *v, struct sample *s)
+static int take_sample(procreg_t *reg, struct sample *s)
 {
-	const struct pr_map *m = &reg->map;
-	size_t n;
+	struct pr_reader_info *v;
+	ssize_t n;
 
 	procreg_stats(reg, &s->st);
 	s->t_ns = mono_ns();
-	n = read_slots(m, v);
-	qsort(v, n, sizeof(*v), slot_by_pid);
 	s->n = 0;
-	s->procs = calloc(n ? n : 1, sizeof(*s->procs));
-	if (!s->procs)
+	n = registry(&reg->map, &v);
+	s->procs = n < 0 ? NULL : calloc(n ? (size_t)n : 1, sizeof(*s->procs));
+	if (!s->procs) {
+		free(v);
 		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		struct reader_proc *p;
-
-		/* Ourselves: procreg_stats() took a slot to read the index. */
-		if (v[i].dead || v[i].pid == getpid())
-			continue;
-		p = s->n && s->procs[s->n - 1].pid == v[i].pid ? &s->procs[s->n - 1] : NULL;
-		if (!p) {
-			p = &s->procs[s->n++];
-			p->pid = v[i].pid;
-			p->start = v[i].start;
-			proc_comm(p->pid, p->comm, sizeof(p->comm));
-		}
-		p->threads++;
-		p->lookups += v[i].lookups;
 	}
+	for (ssize_t i = 0; i < n; i++) {
+		struct reader_proc *p = &s->procs[s->n++];
+
+		p->pid = (pid_t)v[i].pid;
+		p->start = v[i].start;
+		p->threads = v[i].slots;
+		p->lookups = v[i].lookups;
+		proc_comm(p->pid, p->start, p->comm, sizeof(p->comm));
+	}
+	free(v);
 	return 0;
 }
 
@@ -398,7 +389,7 @@ static void frame_text(const struct cli *c, const struct sample *cur, const stru
 	printf("deaths/s %.1f  grace periods/s %.1f  lookups/s %.0f\n",
 	       per_s(s->deaths, p->deaths, dt), per_s(s->grace_periods, p->grace_periods, dt),
 	       lookups);
-	printf("arena %.1f MiB used of %.1f MiB (%.1f%%), high-water %.1f MiB; reader slots %llu of %llu\n",
+	printf("arena %.1f MiB used of %.1f MiB (%.1f%%), high-water %.1f MiB; reader processes %llu of %llu\n",
 	       (double)s->arena_used / mib, (double)s->arena_size / mib,
 	       s->arena_size ? 100.0 * (double)s->arena_used / (double)s->arena_size : 0.0,
 	       (double)s->arena_top / mib, (unsigned long long)s->reader_slots_used,
@@ -425,7 +416,6 @@ int cmd_top(struct cli *c, int argc, char **argv)
 	struct sigaction sa = { .sa_handler = top_signal };
 	struct sample prev = { 0 }, cur = { 0 };
 	double interval = 1.0;
-	struct slot_view *v;
 	procreg_t *reg;
 	bool tty = isatty(1);
 	int err = 0;
@@ -440,10 +430,8 @@ int cmd_top(struct cli *c, int argc, char **argv)
 			die_usage("top: --interval: want seconds from 0.01 to 3600, not", c->interval);
 	}
 	reg = open_or_die(c);
-	v = calloc(reg->map.nslots ? reg->map.nslots : 1, sizeof(*v));
-	if (!v || take_sample(reg, v, &prev) < 0) {
+	if (take_sample(reg, &prev) < 0) {
 		fprintf(stderr, "%s: top: out of memory\n", prog);
-		free(v);
 		procreg_close(reg);
 		return EXIT_ERR;
 	}
@@ -457,7 +445,7 @@ int cmd_top(struct cli *c, int argc, char **argv)
 		/* Rates need two samples: even --once waits one interval. */
 		if (nanosleep(&ts, NULL) < 0 && top_stop)
 			break;
-		if (take_sample(reg, v, &cur) < 0) {
+		if (take_sample(reg, &cur) < 0) {
 			fprintf(stderr, "%s: top: out of memory\n", prog);
 			err = EXIT_ERR;
 			break;
@@ -479,7 +467,6 @@ int cmd_top(struct cli *c, int argc, char **argv)
 	}
 	free(prev.procs);
 	free(cur.procs);
-	free(v);
 	procreg_close(reg);
 	return err;
 }

@@ -67,9 +67,10 @@ static void usage(FILE *f)
 		"                      registrations/s, deaths/s, grace periods/s, arena\n"
 		"                      use, lookups/s of each reader process; --once: one\n"
 		"                      frame; --json: one object per tick\n"
-		"  readers [--json]    every reader slot: pid, tid, command, threads, inside a\n"
-		"                      critical section (and grace periods held up), lookups;\n"
-		"                      flags slots whose owner is dead\n"
+		"  readers [--json]    every reader process procregd waits for: pid, uid,\n"
+		"                      command, reading threads, threads inside a read-side\n"
+		"                      section, lookups; flags those it stopped waiting for\n"
+		"                      (stalled: they held a grace period up too long)\n"
 		"  check [--json]      verify the table read-only: indexes walkable, offsets\n"
 		"                      inside the arena, counters equal to a full walk,\n"
 		"                      owners alive; exit 1 with a report on damage\n"
@@ -126,6 +127,12 @@ procreg_t *open_or_die(const struct cli *c)
 
 		if (e == ENOENT)
 			fprintf(stderr, "%s: no registry for scope '%s' in %s: is procregd running?\n",
+				prog, scope_name(c),
+				c->dir ? c->dir : (getenv("PROCREG_DIR") ?: "/dev/shm"));
+		else if (e == EPERM)
+			fprintf(stderr, "%s: the registry of scope '%s' in %s is not one this user "
+				"trusts: it belongs to a user other than root or you, is writable by "
+				"others, or is a symbolic link (see PROCREG_TRUST_UID in procreg(1))\n",
 				prog, scope_name(c),
 				c->dir ? c->dir : (getenv("PROCREG_DIR") ?: "/dev/shm"));
 		else
@@ -472,6 +479,9 @@ static int cmd_unregister(struct cli *c, int argc, char **argv)
 static int cmd_stats(struct cli *c, int argc, char **argv)
 {
 	struct procreg_stats s;
+	struct reader_stalls rs;
+	struct timespec now;
+	uint64_t now_ns;
 	procreg_t *reg;
 	double up = 0;
 
@@ -488,12 +498,11 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 		return 0;
 	}
 	procreg_stats(reg, &s);
-	if (s.daemon_pid) {
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		up = (double)ts.tv_sec + ts.tv_nsec / 1e9 - (double)s.daemon_started_ns / 1e9;
-	}
+	reader_stalls(reg, &rs);
+	clock_gettime(CLOCK_REALTIME, &now);
+	now_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+	if (s.daemon_pid)
+		up = (double)now.tv_sec + now.tv_nsec / 1e9 - (double)s.daemon_started_ns / 1e9;
 #define STAT_FIELDS(X)                                  \
 	X(names) X(groups) X(memberships) X(processes)    \
 	X(arena_size) X(arena_used)                       \
@@ -505,6 +514,10 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 		printf("{");
 #define J(f) printf("\"" #f "\":%llu,", (unsigned long long)s.f);
 		STAT_FIELDS(J)
+		printf("\"readers_stalled\":%u,\"reader_stalls\":%llu,\"readers_refused\":%llu,"
+		       "\"last_stall\":{\"pid\":%u,\"uid\":%u,\"time_ns\":%llu},",
+		       rs.stalled, (unsigned long long)rs.stalls, (unsigned long long)rs.refused,
+		       rs.pid, rs.uid, (unsigned long long)rs.ns);
 		printf("\"daemon_pid\":%d,\"daemon_uptime_s\":%.3f,\"table\":", (int)s.daemon_pid, up);
 		json_str(procreg_table_path(reg), strlen(procreg_table_path(reg)));
 		{
@@ -524,6 +537,12 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 	} else {
 #define T(f) printf("%-18s %llu\n", #f, (unsigned long long)s.f);
 		STAT_FIELDS(T)
+		printf("%-18s %u\n%-18s %llu", "readers_stalled", rs.stalled, "reader_stalls",
+		       (unsigned long long)rs.stalls);
+		if (rs.stalls)
+			printf(" (last: pid %u, uid %u, %.1fs ago)", rs.pid, rs.uid,
+			       rs.ns && now_ns > rs.ns ? (double)(now_ns - rs.ns) / 1e9 : 0.0);
+		printf("\n%-18s %llu\n", "readers_refused", (unsigned long long)rs.refused);
 		if (s.daemon_pid)
 			printf("%-18s %d (up %.1fs)\n", "daemon_pid", (int)s.daemon_pid, up);
 		else

@@ -3,6 +3,7 @@
  *   main.c    options, start-up, the epoll loop, shutdown
  *   server.c  the listening socket, clients, requests
  *   procs.c   registered processes: pidfds, death, re-verification
+ *   readers.c reader processes' pages, which grace periods wait for
  *
  * One thread. Every table write happens on it, in the order requests and
  * deaths arrive; that order is the serialisation point that makes
@@ -19,7 +20,7 @@
 #include "proto.h"
 
 /* What an epoll event refers to: the first member of each watched object. */
-enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_BRIDGE };
+enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_BRIDGE, EV_READER };
 
 struct ev {
 	enum ev_kind kind;
@@ -60,6 +61,7 @@ struct client {
 	bool hello_done;
 	bool subscribed;          /* feed notifications on this connection */
 	bool peer_pidfd;          /* identity from SO_PEERPIDFD, not from HELLO */
+	bool peer_gone;           /* it closed: handle what it sent, reply to nobody */
 	uint64_t accept_ticks;    /* when accepted, in /proc start-time ticks */
 	struct ident id;
 	struct out_packet *pending, **pending_tail; /* replies the socket would not take */
@@ -70,7 +72,9 @@ struct client {
 struct daemon_opts {
 	const char *scope, *dir, *socket;
 	uint64_t max_size;
-	uint32_t readers;
+	uint32_t max_readers;          /* reader processes; the registry's size at creation */
+	uint32_t max_readers_per_uid;
+	uint32_t reader_timeout_ms;    /* a grace period held up this long stops waiting */
 	uint32_t max_names_per_proc;
 	uint32_t max_clients;
 	uint32_t max_names_per_uid;    /* names + memberships of one uid's processes */
@@ -116,6 +120,8 @@ struct daemon {
 	/* Per-uid quotas (uid 0 is not limited): uid + 2 -> count. */
 	struct pr_u64map uid_names;   /* names, memberships and places in line held */
 	struct pr_u64map uid_clients; /* connections */
+	struct pr_u64map uid_readers; /* reader processes */
+	uid_t self_uid;               /* ours: a uid that, like root, is never held back */
 	uint64_t refused_log_ns;      /* last refusal logged: one a second at most */
 	uint64_t refused_quiet;       /* refusals not logged since */
 	struct queue *queues;     /* owners.c */
@@ -125,8 +131,13 @@ struct daemon {
 	uint64_t owners_bytes;    /* its length */
 	uint64_t owners_base;     /* its length when last rewritten from the live state */
 
+	/* readers.c */
+	struct pr_u64map readers; /* pid -> struct reader * */
+	struct reader *reader_list, *readers_gone;
+	uint32_t nreaders, nreaders_stalled;
+	uint64_t readers_log_ns, readers_quiet, readers_refresh_ns;
+
 	uint64_t wake_ns;         /* last epoll wake-up, while procregd:death is traced */
-	uint64_t last_reap_ns;
 	uint64_t timer_due_ns;    /* CLOCK_MONOTONIC when the timer fires next */
 	uint8_t *in, *out;        /* one packet each */
 	struct bridge *bridge;    /* NULL without --node */
@@ -182,6 +193,23 @@ void owners_free_all(struct daemon *d);
 /* At start, after procs_recover() (ATTACHED: the table was there before):
  * queues and leases back from the owners journal, or a fresh journal. */
 int owners_recover(struct daemon *d, bool attached);
+
+/* readers.c */
+struct reader;
+/* A reader page FD from the process ID (READERS): 0, or -EPERM (not a
+ * sealed page), -EUSERS (a quota), -EEXIST (we have it). */
+int readers_add(struct daemon *d, const struct ident *id, int fd);
+/* Its process exited: its pages are no longer waited for. */
+void readers_gone(struct daemon *d, struct reader *r);
+/* From the timer: stop waiting for readers that hold a grace period up
+ * too long; now and then, refresh the table's reader registry. */
+void readers_tick(struct daemon *d);
+void readers_refresh(struct daemon *d);
+/* Free the readers released during the batch just handled. */
+void readers_reap(struct daemon *d);
+void readers_free_all(struct daemon *d);
+/* At start: the table's registry emptied (we hold no page yet). */
+void readers_start(struct daemon *d);
 
 /* bridge.c: replication to and from other nodes (--node). */
 int bridge_start(struct daemon *d);

@@ -33,7 +33,6 @@
 
 #define RECLAIM_TICK_NS (2 * 1000000ull)    /* while memory waits for a grace period */
 #define IDLE_TICK_NS (1000 * 1000000ull)    /* reader checks when nothing else is due */
-#define REAP_AFTER_NS (100 * 1000000ull)    /* a grace period blocked this long: check owners */
 #define RECLAIM_BYTES (1u << 20)            /* retired bytes that start a grace period at once */
 /* A node's changes sent mid-batch every this many bytes queued, so that a big
  * batch reaches the other nodes while it is still being applied. Measured
@@ -84,7 +83,14 @@ static void usage(FILE *f)
 		"  -f, --foreground          stay in the foreground (default: detach once ready)\n"
 		"      --max-size BYTES      table file size, fixed when it is created; sparse\n"
 		"                            (default 1G; suffixes K M G)\n"
-		"      --readers N           reader slots, fixed at creation (default 4096)\n"
+		"      --max-readers N       reader processes whose pages grace periods wait\n"
+		"                            for; the table's reader registry is made this\n"
+		"                            big (default 4096; an eighth is kept for root\n"
+		"                            and procregd's own user)\n"
+		"      --max-readers-per-uid N  reader processes of one uid (default 256;\n"
+		"                            root: no limit)\n"
+		"      --reader-timeout-ms N a reader that holds a grace period up this long\n"
+		"                            is no longer waited for (default 1000)\n"
 		"      --max-names-per-proc N  names one process may hold (default 65536)\n"
 		"      --max-clients N       connected clients (default 1024)\n"
 		"      --max-names-per-uid N names, memberships and places in owner queues\n"
@@ -125,9 +131,10 @@ static void usage(FILE *f)
 		"Socket activation: a listening socket passed by systemd (LISTEN_FDS,\n"
 		"LISTEN_PID) is used instead of binding one; see procregd@.socket.\n"
 		"\n"
-		"Files: DIR/procreg.SCOPE (the table, mode 0644) and DIR/procreg.SCOPE.readers\n"
-		"(reader slots, mode 0666). SIGTERM or SIGINT stops the daemon cleanly; the\n"
-		"table stays, and the next daemon re-attaches to it.\n");
+		"Files: DIR/procreg.SCOPE (the table, mode 0644) and DIR/procreg.SCOPE.owners\n"
+		"(queues and leases, mode 0600); each must be procregd's user's own, and DIR\n"
+		"must be sticky if others may write it. SIGTERM or SIGINT stops the daemon\n"
+		"cleanly; the table stays, and the next daemon re-attaches to it.\n");
 }
 
 static int parse_size(const char *s, uint64_t *out)
@@ -166,7 +173,7 @@ static int parse_u32(const char *s, uint32_t *out)
 
 static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 {
-	enum { O_MAX_SIZE = 256, O_READERS, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
+	enum { O_MAX_SIZE = 256, O_READERS, O_READERS_UID, O_READER_TIMEOUT, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
 	       O_COOKIE, O_BACKEND, O_RESOLVER, O_UID_NAMES, O_UID_CLIENTS, O_BRIDGE, O_BRIDGE_OPT,
 	       O_HEARTBEAT, O_NODE_TIMEOUT, O_NATS_URL, O_NATS_USER, O_NATS_PASSWORD, O_NATS_TOKEN,
 	       O_NATS_CREDS, O_NATS_NKEY, O_NATS_NKEY_SEED, O_NATS_SUBJECT, O_FLUSH_BYTES };
@@ -179,7 +186,9 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "socket", required_argument, NULL, 'S' },
 		{ "foreground", no_argument, NULL, 'f' },
 		{ "max-size", required_argument, NULL, O_MAX_SIZE },
-		{ "readers", required_argument, NULL, O_READERS },
+		{ "max-readers", required_argument, NULL, O_READERS },
+		{ "max-readers-per-uid", required_argument, NULL, O_READERS_UID },
+		{ "reader-timeout-ms", required_argument, NULL, O_READER_TIMEOUT },
 		{ "max-names-per-proc", required_argument, NULL, O_NAMES },
 		{ "max-clients", required_argument, NULL, O_CLIENTS },
 		{ "node", required_argument, NULL, O_NODE },
@@ -212,7 +221,9 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 	int c;
 
 	o->max_size = 1ull << 30;
-	o->readers = 4096;
+	o->max_readers = 4096;
+	o->max_readers_per_uid = 256;
+	o->reader_timeout_ms = 1000;
 	o->max_names_per_proc = 65536;
 	o->max_clients = 1024;
 	o->max_names_per_uid = 262144;
@@ -235,8 +246,23 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 			}
 			break;
 		case O_READERS:
-			if (parse_u32(optarg, &o->readers) < 0 || o->readers > (1u << 20)) {
-				fprintf(stderr, "procregd: --readers %s: want 1..1048576\n", optarg);
+			if (parse_u32(optarg, &o->max_readers) < 0 || o->max_readers > (1u << 20)) {
+				fprintf(stderr, "procregd: --max-readers %s: want 1..1048576\n", optarg);
+				return -1;
+			}
+			break;
+		case O_READERS_UID:
+			if (parse_u32(optarg, &o->max_readers_per_uid) < 0) {
+				fprintf(stderr, "procregd: --max-readers-per-uid %s: want a positive number\n",
+					optarg);
+				return -1;
+			}
+			break;
+		case O_READER_TIMEOUT:
+			if (parse_u32(optarg, &o->reader_timeout_ms) < 0 ||
+			    o->reader_timeout_ms > 3600000) {
+				fprintf(stderr, "procregd: --reader-timeout-ms %s: want 1..3600000\n",
+					optarg);
 				return -1;
 			}
 			break;
@@ -385,14 +411,9 @@ static void tick(struct daemon *d)
 	uint64_t now = procreg__mono_ns(), lease_ns = owners_tick(d), next;
 	int pending = procreg__w_reclaim(&d->w);
 
-	/* A grace period held up for long, or the periodic check: clear the
-	 * slots of readers that died (possibly inside a critical section). */
-	if ((pending && d->w.gp_target && now - d->w.gp_started_ns > REAP_AFTER_NS) ||
-	    now - d->last_reap_ns > IDLE_TICK_NS) {
-		procreg__readers_reap(&d->w.map, log_msg);
-		d->last_reap_ns = now;
-		pending = procreg__w_reclaim(&d->w);
-	}
+	/* Readers that hold a grace period up too long; the registry. */
+	readers_tick(d);
+	pending = d->w.gp_target != 0 || d->w.retired.n != 0;
 	if (d->bridge && now - d->bridge_tick_ns > IDLE_TICK_NS / 4) {
 		bridge_tick(d);
 		d->bridge_tick_ns = now;
@@ -422,7 +443,8 @@ static void raise_fd_limit(void)
 
 static int setup(struct daemon *d)
 {
-	struct pr_writer_opts wo = { .max_size = d->o.max_size, .readers = d->o.readers, .mode = 0644 };
+	struct pr_writer_opts wo = { .max_size = d->o.max_size, .readers = d->o.max_readers,
+				     .mode = 0644 };
 	const char *why = "";
 	sigset_t mask;
 	char sockdir[PR_PATH_MAX];
@@ -430,6 +452,7 @@ static int setup(struct daemon *d)
 
 	d->lfd = d->sigfd = d->timerfd = d->epfd = d->spare_fd = -1;
 	d->no_peerpidfd = getenv("PROCREG_NO_PEERPIDFD") != NULL;
+	d->self_uid = geteuid();
 	err = procreg__paths(&d->paths, d->o.scope, d->o.dir, d->o.socket);
 	if (err) {
 		log_msg("scope or directory: %s", strerror(-err));
@@ -507,15 +530,25 @@ static int setup(struct daemon *d)
 	if (d->o.node && (err = bridge_start(d)) < 0)
 		return err;
 
-	/* Tell clients where we are, then that we are. */
+	readers_start(d);
+	if (d->o.max_readers > d->w.map.hdr->readers_cap) {
+		log_msg("--max-readers %u: the table's reader registry has %u entries, fixed "
+			"when it was made: %u it is", d->o.max_readers, d->w.map.hdr->readers_cap,
+			d->w.map.hdr->readers_cap);
+		d->o.max_readers = d->w.map.hdr->readers_cap;
+	}
+	/* Tell clients where we are, then that we are, then (after the pid,
+	 * which a reader checks once it sees it) that readers should hand
+	 * their pages over. */
 	memcpy(d->w.map.hdr->socket_path, d->socket_path, sizeof(d->socket_path));
 	CMM_STORE_SHARED(d->w.map.hdr->daemon_start_ticks, 0);
 	procreg__proc_start_time(getpid(), &d->w.map.hdr->daemon_start_ticks);
 	CMM_STORE_SHARED(d->w.map.hdr->daemon_started_ns, procreg__now_ns());
 	PR_STORE_REL(&d->w.map.hdr->daemon_pid, (uint32_t)getpid());
+	PR_STORE_REL(&d->w.map.hdr->daemon_gen, d->w.map.hdr->daemon_gen + 1);
 	arm_timer(d, RECLAIM_TICK_NS);
-	log_msg("serving scope '%s': table %s, socket %s, %u reader slots%s", d->paths.scope,
-		d->paths.table, d->socket_path, d->w.map.nslots,
+	log_msg("serving scope '%s': table %s, socket %s, up to %u reader processes%s",
+		d->paths.scope, d->paths.table, d->socket_path, d->o.max_readers,
 		d->w.membarrier ? "" : " (no membarrier: readers use full barriers)");
 	return 0;
 }
@@ -583,6 +616,9 @@ static void run(struct daemon *d)
 				break;
 			case EV_PROC:
 				break;
+			case EV_READER:
+				readers_gone(d, (struct reader *)e);
+				break;
 			}
 			if (d->w.retired_bytes > RECLAIM_BYTES)
 				procreg__w_reclaim(&d->w);
@@ -595,6 +631,7 @@ static void run(struct daemon *d)
 				arm_timer(d, due > now ? due - now : 1);
 		}
 		procs_reap(d);
+		readers_reap(d);
 		/* This batch's changes to the other nodes, in one write each. */
 		if (d->bridge)
 			bridge_flush(d);
@@ -616,6 +653,7 @@ static void teardown(struct daemon *d)
 	bridge_stop(d);
 	server_close_all(d);
 	owners_free_all(d);
+	readers_free_all(d);
 	if (d->w.map.hdr)
 		PR_STORE_REL(&d->w.map.hdr->daemon_pid, 0);
 	procs_free_all(d);

@@ -703,12 +703,25 @@ static void replay(struct daemon *d, struct jwait **waits)
 	int fd;
 
 	journal_path(d, path, sizeof(path), "");
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* Only a journal of ours: in a shared directory anyone could leave a
+	 * file (or a symbolic link) by that name, to forge leases and places
+	 * in line. Such a file is not read; the next rewrite replaces it. */
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		if (errno != ENOENT)
 			log_msg("owners journal %s: %s: queues and leases start empty", path,
-				strerror(errno));
+				errno == ELOOP ? "a symbolic link, not ours" : strerror(errno));
 		return;
+	}
+	{
+		const char *why = NULL;
+
+		if (procreg__owned_file_check(fd, &why) < 0) {
+			log_msg("owners journal %s: %s: not read, queues and leases start empty",
+				path, why);
+			close(fd);
+			return;
+		}
 	}
 	if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(h) ||
 	    !(buf = malloc((size_t)st.st_size)) ||

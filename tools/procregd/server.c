@@ -118,13 +118,23 @@ int server_listen(struct daemon *d)
 	if (fd < 0)
 		return -errno;
 	/* We hold the scope's lock, so a socket file left here belongs to a
-	 * daemon that is gone. */
+	 * daemon that is gone (or is something planted: unlink removes a
+	 * symbolic link itself, never what it points to). */
 	unlink(d->socket_path);
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    chmod(d->socket_path, 0666) < 0 || listen(fd, 512) < 0) {
-		int err = -errno;
-		close(fd);
-		return err;
+	/* The mode comes from the umask at bind: a chmod by path afterwards
+	 * would follow whatever someone put at that path meanwhile. Every
+	 * user may connect (0666). */
+	{
+		mode_t old = umask(0111);
+		int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+
+		umask(old);
+		if (rc < 0 || listen(fd, 512) < 0) {
+			int err = -errno;
+
+			close(fd);
+			return err;
+		}
 	}
 	d->lfd = fd;
 	d->listen_ev.kind = EV_LISTEN;
@@ -321,6 +331,8 @@ static int queue_reply(struct daemon *d, struct client *c, const uint8_t *buf, s
 
 static int send_reply(struct daemon *d, struct client *c, const uint8_t *buf, size_t len)
 {
+	if (c->peer_gone)
+		return 0;
 	if (!c->pending) {
 		ssize_t n = send(c->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 
@@ -652,6 +664,8 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 	case PR_OP_SYNC:
 		procs_drain_deaths(d);
 		return 0;
+	case PR_OP_READERS:
+		return readers_add(d, &c->id, passed_fd);
 	case PR_OP_SUBSCRIBE:
 		if (!c->subscribed) {
 			c->subscribed = true;
@@ -668,7 +682,7 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 {
 	struct pr_frame f;
 	size_t pos = 0, out = 0;
-	int r, status, frames = 0;
+	int r, status, frames = 0, err;
 
 	while ((r = procreg__proto_next(d->in, len, &pos, &f)) != 0) {
 		if (r == -EBADMSG) {
@@ -698,8 +712,14 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 		if (!c->hello_done)
 			break; /* a failed HELLO ends the conversation */
 	}
-	if (out && send_reply(d, c, d->out, out) < 0)
-		return -EPIPE;
+	if (out && (err = send_reply(d, c, d->out, out)) < 0) {
+		if (err != -EPIPE && err != -ECONNRESET)
+			return err;
+		/* It sent and closed (readers hand their pages over so):
+		 * what it sent before the close is still handled; replies
+		 * go nowhere. recv() says when nothing is left. */
+		c->peer_gone = true;
+	}
 	return c->hello_done ? 0 : -EPERM;
 }
 

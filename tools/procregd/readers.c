@@ -1,0 +1,398 @@
+/*
+ * readers.c - the reader processes whose pages grace periods wait for.
+ *
+ * A reading process hands its reader pages over (READERS, one sealed memfd
+ * a packet: lib/rcu.c says why they are memfds). Each process that did has
+ * one entry here, with its pidfd in the epoll set: when it exits, its pages
+ * are unmapped and grace periods stop waiting for them. A page its process
+ * marks closed (its handle was closed) is dropped at the next refresh.
+ *
+ * A reader can only hurt itself. One that holds a grace period up for
+ * longer than --reader-timeout-ms (stopped in a debugger, or pinning a
+ * slot on purpose) is no longer waited for, for as long as it lives: the
+ * daemon logs it once, marks it in the table's reader registry (procreg
+ * readers) and counts it in the header (procreg stats). Its lookups stay
+ * correct (they check for reuse: rcu.c); they may have to retry.
+ *
+ * Fair shares: at most --max-readers-per-uid reader processes a uid, and
+ * other uids together leave an eighth of --max-readers to root and to the
+ * daemon's own user. A refused page leaves its process reading
+ * unprotected, never wrong.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+struct reader {
+	struct ev ev;             /* EV_READER: its pidfd, readable at exit */
+	pid_t pid;
+	uid_t uid;
+	uint64_t start;
+	int pidfd;
+	uint32_t info;            /* its entry in the table's registry */
+	uint32_t pages;
+	uint64_t registered_ns;
+	/* Summed over its pages by readers_refresh(). */
+	uint32_t slots, active;
+	uint64_t lookups;
+	bool stalled;             /* no longer waited for */
+	bool gone;
+	struct reader *next, *prev;
+	struct reader *next_gone;
+};
+
+/* Log lines about refused pages: one a second at most. */
+#define REFUSED_LOG_NS 1000000000ull
+#define REFRESH_NS 1000000000ull
+
+static struct pr_reader_info *info_at(struct daemon *d, uint32_t i)
+{
+	struct pr_table_hdr *h = d->w.map.hdr;
+
+	return (struct pr_reader_info *)(d->w.map.base + h->readers_off) + i;
+}
+
+/* Rewrite entry I under its seq: odd while the fields change, so that a
+ * reader of the registry (procreg readers) sees one version or retries. */
+static void info_begin(struct pr_reader_info *e)
+{
+	CMM_STORE_SHARED(e->seq, e->seq + 1);
+	cmm_smp_wmb();
+}
+
+static void info_end(struct pr_reader_info *e)
+{
+	cmm_smp_wmb();
+	CMM_STORE_SHARED(e->seq, e->seq + 1);
+}
+
+static void info_write(struct daemon *d, struct reader *r)
+{
+	struct pr_reader_info *e = info_at(d, r->info);
+
+	info_begin(e);
+	e->pid = (uint32_t)r->pid;
+	e->uid = r->uid;
+	e->start = r->start;
+	e->pages = (uint16_t)r->pages;
+	e->flags = r->stalled ? PR_READER_STALLED : 0;
+	e->registered_ns = r->registered_ns;
+	info_end(e);
+}
+
+static void count_live(struct daemon *d)
+{
+	struct pr_table_hdr *h = d->w.map.hdr;
+
+	CMM_STORE_SHARED(h->readers_live, d->nreaders);
+	CMM_STORE_SHARED(h->readers_stalled, d->nreaders_stalled);
+}
+
+static bool privileged(const struct daemon *d, uid_t uid)
+{
+	return uid == 0 || uid == d->self_uid;
+}
+
+static void log_refused(struct daemon *d, const struct ident *id, const char *why)
+{
+	struct pr_table_hdr *h = d->w.map.hdr;
+	uint64_t now = procreg__mono_ns();
+
+	CMM_STORE_SHARED(h->readers_refused, h->readers_refused + 1);
+	if (d->readers_log_ns && now - d->readers_log_ns < REFUSED_LOG_NS) {
+		d->readers_quiet++;
+		return;
+	}
+	if (d->readers_quiet)
+		log_msg("(%llu more reader pages refused in the last second)",
+			(unsigned long long)d->readers_quiet);
+	d->readers_quiet = 0;
+	d->readers_log_ns = now;
+	log_msg("reader page of pid %d (uid %u) refused: %s; its lookups stay correct, "
+		"unprotected", (int)id->pid, (unsigned)id->uid, why);
+}
+
+/* The entry for the process ID names, made if need be: NULL and *why when
+ * a quota or memory says no. */
+static struct reader *reader_for(struct daemon *d, const struct ident *id, const char **why)
+{
+	struct pr_table_hdr *h = d->w.map.hdr;
+	struct reader *r;
+	uint64_t v;
+
+	if (procreg__u64map_get(&d->readers, (uint64_t)id->pid + 2, &v) == 0) {
+		r = (struct reader *)(uintptr_t)v;
+		if (r->start == id->start)
+			return r;
+		/* The pid's previous process exited unseen so far. */
+		readers_gone(d, r);
+	}
+	if (!privileged(d, id->uid)) {
+		if (uid_count(&d->uid_readers, id->uid) >= d->o.max_readers_per_uid) {
+			*why = "its uid has --max-readers-per-uid reader processes";
+			return NULL;
+		}
+		if (d->nreaders >= d->o.max_readers - d->o.max_readers / 8) {
+			*why = "the reader processes of other users fill all but the eighth of "
+			       "--max-readers kept for root and procregd's user";
+			return NULL;
+		}
+	}
+	if (d->nreaders >= d->o.max_readers || d->nreaders >= h->readers_cap) {
+		*why = "--max-readers reader processes";
+		return NULL;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		*why = "out of memory";
+		return NULL;
+	}
+	r->ev.kind = EV_READER;
+	r->pid = id->pid;
+	r->uid = id->uid;
+	r->start = id->start;
+	r->pidfd = fcntl(id->pidfd, F_DUPFD_CLOEXEC, 3);
+	if (r->pidfd < 0 || ev_add(d, r->pidfd, EPOLLIN, &r->ev) < 0 ||
+	    procreg__u64map_put(&d->readers, (uint64_t)id->pid + 2, (uint64_t)(uintptr_t)r) < 0) {
+		if (r->pidfd >= 0)
+			close(r->pidfd);
+		free(r);
+		*why = "out of file descriptors or memory";
+		return NULL;
+	}
+	/* A free registry entry: there are readers_cap, and at most that
+	 * many readers. */
+	for (r->info = 0; r->info < h->readers_cap && info_at(d, r->info)->pid; r->info++)
+		;
+	r->registered_ns = procreg__now_ns();
+	r->next = d->reader_list;
+	if (r->next)
+		r->next->prev = r;
+	d->reader_list = r;
+	d->nreaders++;
+	uid_adjust(&d->uid_readers, r->uid, 1);
+	count_live(d);
+	return r;
+}
+
+int readers_add(struct daemon *d, const struct ident *id, int fd)
+{
+	struct pr_rpage_ref ref;
+	const char *why = NULL;
+	struct reader *r;
+	int err;
+
+	if (fd < 0)
+		return -EBADF;
+	err = procreg__rpage_map(fd, &ref, &why);
+	if (err) {
+		log_refused(d, id, why ? why : strerror(-err));
+		return err;
+	}
+	for (size_t i = 0; i < d->w.readers.n; i++) {
+		if (d->w.readers.v[i].dev == ref.dev && d->w.readers.v[i].ino == ref.ino) {
+			procreg__rpage_unmap(&ref);
+			return -EEXIST; /* announced again: we have it */
+		}
+	}
+	r = reader_for(d, id, &why);
+	if (r && r->pages >= PR_RPAGES_MAX) {
+		readers_refresh(d); /* pages it has closed make room */
+		if (r->pages >= PR_RPAGES_MAX) {
+			why = "the process has 64 pages (4032 reading threads) already";
+			r = NULL;
+		}
+	}
+	if (!r) {
+		procreg__rpage_unmap(&ref);
+		log_refused(d, id, why);
+		return -EUSERS;
+	}
+	ref.owner = r;
+	ref.ignored = r->stalled;
+	err = procreg__w_reader_add(&d->w, &ref);
+	if (err) {
+		procreg__rpage_unmap(&ref);
+		return err;
+	}
+	r->pages++;
+	info_write(d, r);
+	LOGV(d, "reader pid %d uid %u: page %u handed over", (int)r->pid, (unsigned)r->uid,
+	     r->pages);
+	return 0;
+}
+
+/* Drop every page of R. */
+static void drop_pages(struct daemon *d, struct reader *r)
+{
+	for (size_t i = 0; i < d->w.readers.n;) {
+		if (d->w.readers.v[i].owner == r) {
+			procreg__w_reader_drop(&d->w, i);
+			r->pages--;
+			continue; /* the last one moved here */
+		}
+		i++;
+	}
+}
+
+void readers_gone(struct daemon *d, struct reader *r)
+{
+	struct pr_reader_info *e;
+
+	if (r->gone)
+		return;
+	drop_pages(d, r);
+	procreg__u64map_del(&d->readers, (uint64_t)r->pid + 2);
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, r->pidfd, NULL);
+	close(r->pidfd);
+	e = info_at(d, r->info);
+	info_begin(e);
+	memset((uint8_t *)e + sizeof(e->seq), 0, sizeof(*e) - sizeof(e->seq));
+	info_end(e);
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		d->reader_list = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	d->nreaders--;
+	if (r->stalled)
+		d->nreaders_stalled--;
+	uid_adjust(&d->uid_readers, r->uid, -1);
+	count_live(d);
+	/* Freed after the batch: its pidfd's event may be in it still. */
+	r->gone = true;
+	r->next_gone = d->readers_gone;
+	d->readers_gone = r;
+	/* A grace period waiting for it may be over. */
+	procreg__w_reclaim(&d->w);
+}
+
+void readers_reap(struct daemon *d)
+{
+	while (d->readers_gone) {
+		struct reader *r = d->readers_gone;
+
+		d->readers_gone = r->next_gone;
+		free(r);
+	}
+}
+
+/* R held the grace period in flight past the timeout: stop waiting for
+ * it, for good, and say so where an administrator looks. */
+static void stall(struct daemon *d, struct reader *r, uint64_t held_ns)
+{
+	struct pr_table_hdr *h = d->w.map.hdr;
+	struct pr_reader_info *e = info_at(d, r->info);
+	uint64_t now = procreg__now_ns();
+
+	r->stalled = true;
+	d->nreaders_stalled++;
+	for (size_t i = 0; i < d->w.readers.n; i++)
+		if (d->w.readers.v[i].owner == r)
+			d->w.readers.v[i].ignored = true;
+	info_begin(e);
+	e->flags |= PR_READER_STALLED;
+	e->stalled_ns = now;
+	info_end(e);
+	CMM_STORE_SHARED(h->reader_stalls, h->reader_stalls + 1);
+	CMM_STORE_SHARED(h->last_stall_pid, (uint32_t)r->pid);
+	CMM_STORE_SHARED(h->last_stall_uid, r->uid);
+	CMM_STORE_SHARED(h->last_stall_ns, now);
+	count_live(d);
+	log_msg("reader pid %d (uid %u) has held a grace period up for %llu ms "
+		"(--reader-timeout-ms %u): no longer waited for; its lookups check for "
+		"reused memory instead", (int)r->pid, (unsigned)r->uid,
+		(unsigned long long)(held_ns / 1000000), d->o.reader_timeout_ms);
+}
+
+/* How long the grace period in flight has waited, at NOW. */
+static uint64_t gp_age(const struct pr_writer *w, uint64_t now)
+{
+	return w->gp_target && now > w->gp_started_ns ? now - w->gp_started_ns : 0;
+}
+
+void readers_tick(struct daemon *d)
+{
+	struct pr_writer *w = &d->w;
+	uint64_t now = procreg__mono_ns();
+	size_t b;
+
+	/* Stop waiting for every reader still holding the grace period in
+	 * flight once it has waited the timeout. (A grace period started
+	 * by the reclaim below is younger than NOW: not judged yet.) */
+	while (gp_age(w, now) > d->o.reader_timeout_ms * 1000000ull &&
+	       !procreg__gp_poll(&w->readers, w->gp_target, &b)) {
+		stall(d, w->readers.v[b].owner, gp_age(w, now));
+		procreg__w_reclaim(w);
+	}
+	if (now - d->readers_refresh_ns > REFRESH_NS)
+		readers_refresh(d);
+}
+
+void readers_refresh(struct daemon *d)
+{
+	struct pr_rpages *rp = &d->w.readers;
+	uint64_t now = procreg__now_ns();
+	struct reader *r;
+
+	d->readers_refresh_ns = procreg__mono_ns();
+	for (r = d->reader_list; r; r = r->next)
+		r->slots = r->active = 0, r->lookups = 0;
+	/* One pass over the pages: drop the closed ones, count the rest. */
+	for (size_t i = 0; i < rp->n;) {
+		r = rp->v[i].owner;
+		if (CMM_LOAD_SHARED(rp->v[i].hdr->closed)) {
+			procreg__w_reader_drop(&d->w, i);
+			r->pages--;
+			continue;
+		}
+		procreg__rpage_count(&rp->v[i], &r->slots, &r->active, &r->lookups);
+		i++;
+	}
+	for (r = d->reader_list; r; r = r->next) {
+		struct pr_reader_info *e = info_at(d, r->info);
+
+		info_begin(e);
+		e->pages = (uint16_t)r->pages;
+		e->slots = r->slots;
+		e->active = r->active;
+		e->lookups = r->lookups;
+		e->refreshed_ns = now;
+		info_end(e);
+	}
+	procreg__w_reclaim(&d->w);
+}
+
+void readers_start(struct daemon *d)
+{
+	struct pr_table_hdr *h = d->w.map.hdr;
+
+	/* A daemon killed without a word left its registry behind; this one
+	 * holds no page yet. */
+	for (uint32_t i = 0; i < h->readers_cap; i++) {
+		struct pr_reader_info *e = info_at(d, i);
+
+		if (!e->pid)
+			continue;
+		info_begin(e);
+		memset((uint8_t *)e + sizeof(e->seq), 0, sizeof(*e) - sizeof(e->seq));
+		info_end(e);
+	}
+	count_live(d);
+}
+
+void readers_free_all(struct daemon *d)
+{
+	while (d->reader_list)
+		readers_gone(d, d->reader_list);
+	readers_reap(d);
+	procreg__u64map_free(&d->readers);
+	procreg__u64map_free(&d->uid_readers);
+}
