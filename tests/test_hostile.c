@@ -1,0 +1,1011 @@
+/*
+ * test_hostile.c - an unprivileged local user against a root daemon and
+ * root readers and writers: what the files and the reader pages let it
+ * do, and what they do not.
+ *
+ * Each attacker is an account the test makes (th_user_new), acting in a
+ * forked child that became it (th_become). The victims are root: a daemon
+ * serving a directory as open as /dev/shm (mode 1777), a writer churning
+ * metadata so that memory is retired and reused all the time, and readers
+ * that check every answer: a hit must be the name asked for, with the
+ * metadata that name was given (the metadata names its name and a version,
+ * under a checksum), so that a read of reused memory shows.
+ *
+ * Needs root (CI runs as root): it fails otherwise.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "internal.h"
+
+#define NAMES 64
+#define WAIT_MS 30000
+
+/* ---- what every process shares ----------------------------------------- */
+
+struct shared {
+	volatile int stop;
+	uint64_t lookups, hits, wrong, writes, write_errors;
+	char why[256];
+};
+
+static struct shared *shared_new(void)
+{
+	struct shared *s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE,
+				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	assert_true(s != MAP_FAILED);
+	memset(s, 0, sizeof(*s));
+	return s;
+}
+
+struct fx {
+	char *dir;
+	struct th_daemon d;
+	procreg_t *reg;
+	struct shared *sh;
+	struct th_user u[4];
+	int nusers;
+	pid_t kids[64];
+	int nkids;
+	pid_t victims[2];
+};
+
+static procreg_t *open_dir(const char *dir)
+{
+	PROCREG_OPTS(procreg_opts, o, .dir = dir, .scope = "default");
+
+	return procreg_open(&o);
+}
+
+/* A directory as open as /dev/shm: anyone may create files, only their
+ * owner (or root) may remove them. */
+static char *shared_dir(void)
+{
+	char *d = th_mkdtemp();
+
+	assert_int_equal(chmod(d, 01777), 0);
+	return d;
+}
+
+static int start(void **state, const char *const *args)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	if (geteuid() != 0)
+		fail_msg("test_hostile needs root, to make its attackers (CI runs as root)");
+	assert_non_null(f);
+	f->dir = shared_dir();
+	f->sh = shared_new();
+	if (args) {
+		if (th_daemon_start(&f->d, f->dir, args, NULL) != 0) {
+			th_daemon_dump_log(&f->d);
+			fail_msg("procregd did not start");
+		}
+		f->reg = open_dir(f->dir);
+		assert_non_null(f->reg);
+	}
+	*state = f;
+	return 0;
+}
+
+static int setup(void **state)
+{
+	static const char *const args[] = { "--reader-timeout-ms", "500", NULL };
+
+	return start(state, args);
+}
+
+static int setup_quota(void **state)
+{
+	static const char *const args[] = { "--max-readers", "16", "--max-readers-per-uid", "4",
+					    NULL };
+
+	return start(state, args);
+}
+
+static int setup_bare(void **state)
+{
+	return start(state, NULL);
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	int st = 0;
+
+	f->sh->stop = 1;
+	for (int i = 0; i < f->nkids; i++)
+		th_kill_wait(&f->kids[i]);
+	if (f->reg)
+		procreg_close(f->reg);
+	if (f->d.pid)
+		st = th_daemon_stop_dump(&f->d);
+	for (int i = 0; i < f->nusers; i++)
+		th_user_del(&f->u[i]);
+	th_rmrf(f->dir);
+	free(f->dir);
+	munmap(f->sh, sizeof(*f->sh));
+	free(f);
+	assert_int_equal(st, 0);
+	return 0;
+}
+
+static struct th_user *user(struct fx *f)
+{
+	assert_true(f->nusers < 4);
+	th_user_new(&f->u[f->nusers]);
+	return &f->u[f->nusers++];
+}
+
+static pid_t kid(struct fx *f, int (*fn)(void *), void *arg)
+{
+	pid_t pid = th_fork(fn, arg);
+
+	assert_true(pid > 0);
+	assert_true(f->nkids < 64);
+	f->kids[f->nkids++] = pid;
+	return pid;
+}
+
+/* Wait for a kid of ours (it leaves the list): its status. */
+static int kid_wait(struct fx *f, pid_t pid)
+{
+	for (int i = 0; i < f->nkids; i++)
+		if (f->kids[i] == pid)
+			f->kids[i] = f->kids[--f->nkids];
+	return th_wait(pid);
+}
+
+/* ---- names whose metadata says what they are --------------------------- */
+
+static uint32_t sum(const char *s, size_t n)
+{
+	uint32_t h = 2166136261u;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (uint8_t)s[i]) * 16777619u;
+	return h;
+}
+
+static void name_of(char *out, size_t cap, int i)
+{
+	snprintf(out, cap, "victim.%03d", i);
+}
+
+/* "NAME|VERSION|SUM(NAME|VERSION)|padding": a record of another name, or
+ * a mixture of two records, does not pass meta_ok(). Some versions carry
+ * long padding, so that records of several sizes are retired and reused. */
+static size_t meta_of(const char *name, uint64_t version, char *out, size_t cap)
+{
+	int n = snprintf(out, cap, "%s|%llu|", name, (unsigned long long)version);
+	size_t pad = (version % 3) * 100;
+
+	n += snprintf(out + n, cap - (size_t)n, "%08x|", sum(out, (size_t)n));
+	for (size_t i = 0; i < pad && (size_t)n + 1 < cap; i++)
+		out[n++] = (char)('a' + (version + i) % 26);
+	return (size_t)n;
+}
+
+static bool meta_ok(const struct procreg_entry *e, const char *name)
+{
+	char buf[PROCREG_META_MAX + 1], *bar, *bar2;
+	unsigned long long v;
+	unsigned int s;
+
+	if (strcmp(e->name, name) || e->meta_len == 0 || e->meta_len > PROCREG_META_MAX)
+		return false;
+	memcpy(buf, e->meta, e->meta_len);
+	buf[e->meta_len] = 0;
+	bar = strchr(buf, '|');
+	if (!bar || (size_t)(bar - buf) != strlen(name) || memcmp(buf, name, strlen(name)))
+		return false;
+	if (sscanf(bar + 1, "%llu|%8x|", &v, &s) != 2)
+		return false;
+	bar2 = strchr(bar + 1, '|');
+	if (!bar2)
+		return false;
+	if (s != sum(buf, (size_t)(bar2 - buf + 1)))
+		return false;
+	(void)v;
+	return true;
+}
+
+/* ---- the victims -------------------------------------------------------- */
+
+struct victim_arg {
+	const char *dir;
+	struct shared *sh;
+};
+
+/* Root's writer: every name re-registered with new metadata, over and
+ * over, in batches; each update retires the old record. */
+static int churn_main(void *p)
+{
+	struct victim_arg *a = p;
+	procreg_t *r = open_dir(a->dir);
+	static char names[NAMES][32], metas[NAMES][PROCREG_META_MAX];
+	struct procreg_op ops[NAMES];
+	uint64_t version = 1;
+
+	if (!r)
+		return 10;
+	for (int i = 0; i < NAMES; i++)
+		name_of(names[i], sizeof(names[i]), i);
+	while (!a->sh->stop) {
+		for (int i = 0; i < NAMES; i++) {
+			size_t ml = meta_of(names[i], version, metas[i], sizeof(metas[i]));
+
+			ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
+						      .meta = metas[i], .meta_len = ml };
+		}
+		if (procreg_batch(r, ops, NAMES) != 0)
+			__atomic_add_fetch(&a->sh->write_errors, 1, __ATOMIC_RELAXED);
+		for (int i = 0; i < NAMES; i++)
+			if (ops[i].result != 0)
+				__atomic_add_fetch(&a->sh->write_errors, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&a->sh->writes, NAMES, __ATOMIC_RELAXED);
+		version++;
+	}
+	procreg_close(r);
+	return 0;
+}
+
+/* Check one lookup of name I through R. */
+static void check_one(procreg_t *r, struct shared *sh, int i, uint64_t *lookups)
+{
+	struct procreg_entry e;
+	char name[32];
+	int rc;
+
+	name_of(name, sizeof(name), i);
+	rc = procreg_lookup(r, name, &e);
+	(*lookups)++;
+	if (rc == -ENOENT)
+		return;
+	if (rc != 0 || !meta_ok(&e, name)) {
+		if (!sh->wrong)
+			snprintf(sh->why, sizeof(sh->why), "lookup %s: %d, got '%.40s' meta '%.*s'",
+				 name, rc, e.name, (int)(e.meta_len > 60 ? 60 : e.meta_len),
+				 (const char *)e.meta);
+		__atomic_add_fetch(&sh->wrong, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	__atomic_add_fetch(&sh->hits, 1, __ATOMIC_RELAXED);
+}
+
+/* Root's reader: looks every name up and checks every answer. */
+static int reader_main(void *p)
+{
+	struct victim_arg *a = p;
+	procreg_t *r = open_dir(a->dir);
+	uint64_t n = 0;
+
+	if (!r)
+		return 10;
+	for (int i = 0; !a->sh->stop; i = (i + 1) % NAMES) {
+		check_one(r, a->sh, i, &n);
+		if (!(n & 1023))
+			__atomic_add_fetch(&a->sh->lookups, 1024, __ATOMIC_RELAXED);
+	}
+	procreg_close(r);
+	return 0;
+}
+
+/* The victims' writer and reader, running until sh->stop. */
+static void victims_start(struct fx *f, struct victim_arg *a)
+{
+	a->dir = f->dir;
+	a->sh = f->sh;
+	f->victims[0] = kid(f, churn_main, a);
+	f->victims[1] = kid(f, reader_main, a);
+}
+
+/* Stop the victims (the attackers live on) and check what they saw. */
+static void victims_check(struct fx *f, uint64_t min_lookups)
+{
+	f->sh->stop = 1;
+	for (int i = 0; i < 2; i++)
+		if (f->victims[i])
+			assert_int_equal(kid_wait(f, f->victims[i]), 0);
+	print_message("victims: %llu lookups (%llu hits), %llu writes; %llu wrong answers, "
+		      "%llu failed writes\n", (unsigned long long)f->sh->lookups,
+		      (unsigned long long)f->sh->hits, (unsigned long long)f->sh->writes,
+		      (unsigned long long)f->sh->wrong, (unsigned long long)f->sh->write_errors);
+	if (f->sh->wrong)
+		fail_msg("a wrong answer: %s", f->sh->why);
+	/* The honest reader, in and out of short read-side sections all the
+	 * time, was never taken for one that stalls. */
+	if (f->victims[1]) {
+		char key[64];
+
+		snprintf(key, sizeof(key), "reader pid %d ", (int)f->victims[1]);
+		if (th_log_has(f->d.log, key)) {
+			th_daemon_dump_log(&f->d);
+			fail_msg("an honest reader was set aside");
+		}
+	}
+	assert_int_equal(f->sh->write_errors, 0);
+	assert_true(f->sh->lookups >= min_lookups);
+	assert_true(f->sh->hits > 0);
+	assert_true(f->sh->writes > 0);
+}
+
+static int grace_periods_past(void *p)
+{
+	struct fx *f = p;
+
+	return f->reg->map.hdr->grace_periods > 50;
+}
+
+/* ---- attackers ---------------------------------------------------------- */
+
+struct attack_arg {
+	const char *dir;
+	const struct th_user *u;
+	int ready;                  /* write end: a byte once set up */
+	int mode;                   /* what to do with its own page */
+};
+
+enum { PIN, SCRIBBLE };
+
+/* As the attacker: open the scope, read once (the page goes to the
+ * daemon), then abuse the only memory it may write, its own page. */
+static int attacker_main(void *p)
+{
+	struct attack_arg *a = p;
+	struct pr_reader_slot *s;
+	struct pr_rpage_hdr *h;
+	procreg_t *r;
+	uint64_t x = 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+	char c = 1;
+
+	th_become(a->u);
+	r = open_dir(a->dir);
+	if (!r)
+		return 20;
+	if (procreg_lookup(r, "victim.000", NULL) < -ENOENT)
+		return 21;
+	s = procreg__rcu_slot(&r->rcu);
+	h = (struct pr_rpage_hdr *)((uintptr_t)s & ~(uintptr_t)(PR_RPAGE_SIZE - 1));
+	if (a->mode == PIN)
+		/* Inside a critical section for good, at the oldest counter
+		 * there is: every grace period would wait for it. */
+		CMM_STORE_SHARED(s->ctr, 1);
+	if (write(a->ready, &c, 1) != 1)
+		return 22;
+	for (;;) {
+		if (a->mode == SCRIBBLE) {
+			/* Anything, anywhere in its page: slots, counters, the
+			 * high-water mark, the closed flag. */
+			uint64_t *w = (uint64_t *)h;
+
+			for (size_t i = 0; i < PR_RPAGE_SIZE / 8; i++)
+				w[i] = th_xorshift(&x);
+			CMM_STORE_SHARED(h->hw, (uint32_t)th_xorshift(&x));
+		} else {
+			pause();
+		}
+	}
+	return 0;
+}
+
+static pid_t attacker(struct fx *f, const struct th_user *u, int mode)
+{
+	struct attack_arg a = { .dir = f->dir, .u = u, .mode = mode };
+	int p[2];
+	char c;
+	pid_t pid;
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	a.ready = p[1];
+	pid = kid(f, attacker_main, &a);
+	close(p[1]);
+	{
+		ssize_t n;
+
+		while ((n = read(p[0], &c, 1)) < 0 && errno == EINTR)
+			;
+		if (n != 1)
+			fail_msg("the attacker failed to set up: read %zd (%s), status %d", n,
+				 strerror(errno), kid_wait(f, pid));
+	}
+	close(p[0]);
+	return pid;
+}
+
+/* ---- a pinned slot ---------------------------------------------------- */
+
+struct stalled {
+	struct fx *f;
+	pid_t pid;
+};
+
+static int stalled_in_registry(void *p)
+{
+	struct stalled *s = p;
+	const struct pr_table_hdr *h = s->f->reg->map.hdr;
+	const struct pr_reader_info *v =
+		(const struct pr_reader_info *)(s->f->reg->map.base + h->readers_off);
+
+	for (uint32_t i = 0; i < h->readers_cap; i++)
+		if (CMM_LOAD_SHARED(v[i].pid) == (uint32_t)s->pid &&
+		    (CMM_LOAD_SHARED(v[i].flags) & PR_READER_STALLED))
+			return 1;
+	return 0;
+}
+
+/*
+ * An attacker holds a read-side section open for good (a pinned slot),
+ * while root churns. Before: every grace period, every user's writes
+ * held back until the table filled (-ENOSPC for root too). Now the daemon
+ * stops waiting for it after --reader-timeout-ms, names it, and reclaims;
+ * root's writes and reads go on, right.
+ */
+static void test_pinned_slot(void **state)
+{
+	struct fx *f = *state;
+	struct th_user *u = user(f);
+	struct victim_arg va;
+	struct stalled st;
+	pid_t bad;
+	uint64_t gps;
+	char key[160];
+	struct th_out *o = calloc(1, sizeof(*o));
+
+	assert_non_null(o);
+	bad = attacker(f, u, PIN);
+	victims_start(f, &va);
+	st = (struct stalled){ f, bad };
+	if (!th_until(stalled_in_registry, &st, WAIT_MS)) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("the pinning reader was never set aside");
+	}
+	gps = f->reg->map.hdr->grace_periods;
+	/* Grace periods go on (the churn retires memory all the time). */
+	{
+		uint64_t want = gps + 20;
+
+		for (int i = 0; i < WAIT_MS && f->reg->map.hdr->grace_periods < want; i++)
+			th_msleep(1);
+		assert_true(f->reg->map.hdr->grace_periods >= want);
+	}
+	victims_check(f, 1000);
+	/* Named in the log, in procreg readers and in procreg stats. */
+	snprintf(key, sizeof(key), "reader pid %d (uid %u) has held a grace period up for ",
+		 (int)bad, (unsigned)u->uid);
+	assert_true(th_log_has(f->d.log, key));
+	{
+		const char *argv[] = { PROCREG_CLI_PATH, "--dir", f->dir, "readers", NULL };
+
+		assert_int_equal(th_run(o, NULL, argv), 0);
+		snprintf(key, sizeof(key), "%8d %8u ", (int)bad, (unsigned)u->uid);
+		assert_non_null(strstr(o->out, key));
+		assert_non_null(strstr(strstr(o->out, key), " yes "));
+	}
+	{
+		const char *argv[] = { PROCREG_CLI_PATH, "--dir", f->dir, "stats", NULL };
+
+		assert_int_equal(th_run(o, NULL, argv), 0);
+		/* The last one set aside is the attacker, unless a victim
+		 * reader was also kept from running inside a lookup for the
+		 * whole timeout, on a loaded machine. */
+		snprintf(key, sizeof(key), "(last: pid %d, uid %u, ", (int)bad, (unsigned)u->uid);
+		if (!strstr(o->out, key) &&
+		    !(strstr(o->out, "(last: pid ") && th_log_has(f->d.log, "reader pid ")))
+			fail_msg("stats does not name the stalled reader:\n%s", o->out);
+	}
+	/* The table did not fill: memory retired during the pin was reused. */
+	assert_true(f->reg->map.hdr->arena_used < 8u << 20);
+	free(o);
+}
+
+/* Garbage all over the attacker's own page, again and again, while root
+ * churns: the daemon reads only what it bounded itself, so nothing it
+ * does with the page goes wrong for anyone else. */
+static void test_scribbled_own_page(void **state)
+{
+	struct fx *f = *state;
+	struct th_user *u = user(f);
+	struct victim_arg va;
+
+	attacker(f, u, SCRIBBLE);
+	victims_start(f, &va);
+	assert_true(th_until(grace_periods_past, f, WAIT_MS));
+	th_msleep(1000);
+	/* The daemon still serves: a write and a lookup of root's. */
+	assert_int_equal(procreg_register(f->reg, "still.here", "1", 1), 0);
+	assert_int_equal(procreg_lookup(f->reg, "still.here", NULL), 0);
+	victims_check(f, 1000);
+}
+
+/* ---- a reader that clears its own slot -------------------------------- */
+
+struct tamper {
+	procreg_t *r;
+	struct shared *sh;
+	struct pr_reader_slot *volatile slot;
+	uint64_t lookups;
+};
+
+static void *tamper_reader(void *p)
+{
+	struct tamper *t = p;
+
+	t->slot = procreg__rcu_slot(&t->r->rcu);
+	for (int i = 0; !t->sh->stop; i = (i + 1) % NAMES)
+		check_one(t->r, t->sh, i, &t->lookups);
+	return NULL;
+}
+
+/* Its other thread stores 0 in the reader's slot as fast as it can: the
+ * daemon then frees memory under reads it does not know of. */
+static void *tamper_clear(void *p)
+{
+	struct tamper *t = p;
+
+	while (!t->slot)
+		;
+	while (!t->sh->stop)
+		CMM_STORE_SHARED(t->slot->ctr, 0);
+	return NULL;
+}
+
+static int tamper_main(void *p)
+{
+	struct victim_arg *a = p;
+	struct tamper t = { .r = open_dir(a->dir), .sh = a->sh };
+	pthread_t r, c;
+	uint64_t stale = 0;
+
+	if (!t.r)
+		return 10;
+	pthread_create(&r, NULL, tamper_reader, &t);
+	pthread_create(&c, NULL, tamper_clear, &t);
+	/* Until reads were caught on reused memory (and redone), with a
+	 * floor of lookups, or a minute. */
+	for (int i = 0; i < 60000; i++) {
+		stale = __atomic_load_n(&t.r->rcu.stale, __ATOMIC_RELAXED);
+		if (stale >= 20 && t.lookups > 2000000)
+			break;
+		th_msleep(1);
+	}
+	a->sh->stop = 1;
+	pthread_join(r, NULL);
+	pthread_join(c, NULL);
+	a->sh->lookups = t.lookups;
+	a->sh->writes += 0;
+	fprintf(stderr, "self-cleared slot: %llu lookups, %llu of them caught on reused memory "
+		"and redone\n", (unsigned long long)t.lookups, (unsigned long long)stale);
+	procreg_close(t.r);
+	return stale >= 20 ? 0 : 11;
+}
+
+/* Never a wrong answer, even for a reader whose own slot lies: reads
+ * under which memory was reused are caught and done again. Without that
+ * check, such a reader returned entries of other names, or torn
+ * metadata. */
+static void test_own_slot_cleared(void **state)
+{
+	struct fx *f = *state;
+	struct victim_arg va = { f->dir, f->sh };
+	pid_t t;
+
+	f->victims[0] = kid(f, churn_main, &va);
+	t = kid(f, tamper_main, &va);
+	assert_int_equal(kid_wait(f, t), 0);
+	victims_check(f, 2000000);
+}
+
+/* ---- every reader slot ------------------------------------------------ */
+
+struct hog_arg {
+	const char *dir;
+	const struct th_user *u;   /* NULL: root */
+	int ready, hold;
+	int not_ours[2];
+};
+
+/* A reader process that holds its page at the daemon until HOLD closes,
+ * reading right all along. */
+static int hog_main(void *p)
+{
+	struct hog_arg *a = p;
+	procreg_t *r;
+	char c = 1;
+
+	close(a->not_ours[0]);
+	close(a->not_ours[1]);
+	if (a->u)
+		th_become(a->u);
+	r = open_dir(a->dir);
+	if (!r || procreg_lookup(r, "root.name", NULL) != 0)
+		return 10;
+	if (write(a->ready, &c, 1) != 1)
+		return 11;
+	if (read(a->hold, &c, 1) != 0)
+		return 12;
+	for (int i = 0; i < 100; i++)
+		if (procreg_lookup(r, "root.name", NULL) != 0)
+			return 13;
+	procreg_close(r);
+	return 0;
+}
+
+/* Registry entries of UID. */
+static int registered_of(struct fx *f, uid_t uid)
+{
+	const struct pr_table_hdr *h = f->reg->map.hdr;
+	const struct pr_reader_info *v =
+		(const struct pr_reader_info *)(f->reg->map.base + h->readers_off);
+	int n = 0;
+
+	for (uint32_t i = 0; i < h->readers_cap; i++)
+		n += CMM_LOAD_SHARED(v[i].pid) && CMM_LOAD_SHARED(v[i].uid) == uid;
+	return n;
+}
+
+struct entry_want {
+	struct fx *f;
+	uint32_t live;
+};
+
+static int live_at_least(void *p)
+{
+	struct entry_want *w = p;
+
+	return CMM_LOAD_SHARED(w->f->reg->map.hdr->readers_live) >= w->live;
+}
+
+static bool registered(struct fx *f, pid_t pid)
+{
+	const struct pr_table_hdr *h = f->reg->map.hdr;
+	const struct pr_reader_info *v =
+		(const struct pr_reader_info *)(f->reg->map.base + h->readers_off);
+
+	for (uint32_t i = 0; i < h->readers_cap; i++)
+		if (CMM_LOAD_SHARED(v[i].pid) == (uint32_t)pid)
+			return true;
+	return false;
+}
+
+/*
+ * Four users try to take every reader slot: five reader processes each,
+ * against --max-readers 16 and --max-readers-per-uid 4. Each gets four at
+ * most, and together they leave two (an eighth) to root, whose readers
+ * still get in. Every process reads right, refused or not.
+ */
+static void test_take_every_slot(void **state)
+{
+	struct fx *f = *state;
+	struct hog_arg a = { .dir = f->dir };
+	struct entry_want w = { f, 14 };
+	int ready[2], hold[2], n = 0;
+	pid_t rootkid;
+	char c;
+
+	assert_int_equal(procreg_register(f->reg, "root.name", NULL, 0), 0);
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(hold, O_CLOEXEC), 0);
+	a.ready = ready[1];
+	a.hold = hold[0];
+	a.not_ours[0] = ready[0];
+	a.not_ours[1] = hold[1];
+	for (int k = 0; k < 4; k++) {
+		a.u = user(f);
+		for (int i = 0; i < 5; i++, n++)
+			kid(f, hog_main, &a);
+	}
+	for (int i = 0; i < n; i++) {
+		struct pollfd pfd = { ready[0], POLLIN, 0 };
+
+		if (poll(&pfd, 1, WAIT_MS) != 1 || read(ready[0], &c, 1) != 1)
+			fail_msg("a reader process failed before it was ready");
+	}
+	if (!th_until(live_at_least, &w, WAIT_MS))
+		fail_msg("readers_live %u", f->reg->map.hdr->readers_live);
+	/* Theirs: 14 at most, whatever they do. */
+	th_msleep(200);
+	assert_int_equal(f->reg->map.hdr->readers_live, 14);
+	assert_true(f->reg->map.hdr->readers_refused >= 6);
+	/* Four a user at most, by the registry; refusals logged (one line a
+	 * second at most, with a count of those not shown). */
+	for (int k = 0; k < 4; k++)
+		assert_true(registered_of(f, f->u[k].uid) <= 4);
+	assert_true(th_log_has(f->d.log, ") refused: "));
+	/* Root's: this process and one more get in. */
+	assert_int_equal(procreg_lookup(f->reg, "root.name", NULL), 0);
+	a.u = NULL;
+	rootkid = kid(f, hog_main, &a);
+	{
+		struct pollfd pfd = { ready[0], POLLIN, 0 };
+
+		assert_int_equal(poll(&pfd, 1, WAIT_MS), 1);
+		assert_int_equal(read(ready[0], &c, 1), 1);
+	}
+	w.live = 16;
+	if (!th_until(live_at_least, &w, WAIT_MS))
+		fail_msg("root's readers were kept out: readers_live %u",
+			 f->reg->map.hdr->readers_live);
+	assert_true(registered(f, getpid()));
+	assert_true(registered(f, rootkid));
+	close(hold[1]);
+	close(ready[0]);
+	close(ready[1]);
+	close(hold[0]);
+	while (f->nkids)
+		assert_int_equal(kid_wait(f, f->kids[f->nkids - 1]), 0);
+}
+
+/* ---- the files -------------------------------------------------------- */
+
+struct files_arg {
+	const char *dir;
+	const struct th_user *u;
+};
+
+/* As the attacker: every file of the scope's directory, each tried every
+ * way that would hurt another user. Returns the number of ways that
+ * worked (0 expected), with what worked on stdout. */
+static int files_main(void *p)
+{
+	struct files_arg *a = p;
+	struct dirent *de;
+	DIR *d;
+	int worked = 0, files = 0;
+
+	th_become(a->u);
+	d = opendir(a->dir);
+	if (!d)
+		return 100;
+	while ((de = readdir(d))) {
+		char path[512], to[600];
+		struct stat st;
+		int fd;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", a->dir, de->d_name);
+		if (lstat(path, &st) < 0)
+			continue;
+		files++;
+		if (S_ISSOCK(st.st_mode))
+			continue; /* 0666 on purpose: anyone may register itself */
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		if (fd >= 0) {
+			printf("opened %s for writing\n", de->d_name);
+			worked++;
+			close(fd);
+		}
+		if (truncate(path, 0) == 0) {
+			printf("truncated %s\n", de->d_name);
+			worked++;
+		}
+		if (chmod(path, 0600) == 0) {
+			printf("changed the mode of %s\n", de->d_name);
+			worked++;
+		}
+		snprintf(to, sizeof(to), "%s/%s.moved", a->dir, de->d_name);
+		if (rename(path, to) == 0) {
+			printf("renamed %s\n", de->d_name);
+			worked++;
+		}
+		if (unlink(path) == 0) {
+			printf("removed %s\n", de->d_name);
+			worked++;
+		}
+	}
+	closedir(d);
+	return files >= 2 ? worked : 101;
+}
+
+/*
+ * Before: the reader file was mode 0666: truncated, every reader and the
+ * daemon died of SIGBUS; scribbled, another user's lookups returned other
+ * names. Now the scope's directory holds the table (0644) and the owners
+ * journal (0600), both the daemon's, and the socket; nothing another user
+ * may write, truncate, move or remove, and no reader slot of anyone else's.
+ */
+static void test_files_locked_down(void **state)
+{
+	struct fx *f = *state;
+	struct files_arg a = { f->dir, user(f) };
+	struct victim_arg va;
+	char path[512];
+	struct stat st;
+
+	/* Queues and leases make the owners journal exist. */
+	{
+		PROCREG_OPTS(procreg_register_opts, ro, .lease_ms = 60000);
+
+		assert_int_equal(procreg_register_opts(f->reg, "leased", NULL, 0, &ro), 0);
+	}
+	snprintf(path, sizeof(path), "%s/procreg.default.owners", f->dir);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	snprintf(path, sizeof(path), "%s/procreg.default", f->dir);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0644);
+	snprintf(path, sizeof(path), "%s/procreg.default.readers", f->dir);
+	assert_int_equal(stat(path, &st), -1);
+
+	victims_start(f, &va);
+	assert_true(th_until(grace_periods_past, f, WAIT_MS));
+	assert_int_equal(th_wait(th_fork(files_main, &a)), 0);
+	victims_check(f, 1000);
+	assert_int_equal(procreg_lookup(f->reg, "leased", NULL), 0);
+}
+
+/* ---- a squatted scope ------------------------------------------------- */
+
+struct squat_arg {
+	const char *dir;
+	const struct th_user *u;
+};
+
+/* As the attacker: run procregd for the scope once and stop it, leaving
+ * its table behind, with a name of its own that claims to be root's
+ * payments service. */
+static int squat_main(void *p)
+{
+	struct squat_arg *a = p;
+	struct th_daemon d;
+	procreg_t *r;
+
+	th_become(a->u);
+	if (th_daemon_start(&d, a->dir, NULL, NULL) != 0)
+		return 10;
+	r = open_dir(a->dir);
+	if (!r || procreg_register(r, "payments", "unix:/tmp/evil.sock", 19) != 0)
+		return 11;
+	procreg_close(r);
+	return th_daemon_stop(&d) == 0 ? 0 : 12;
+}
+
+static int count_files(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* root's procregd on DIR: its exit status, its log in O. */
+static int root_daemon_fails(struct fx *f, struct th_out *o)
+{
+	const char *argv[] = { PROCREGD_PATH, "--foreground", "--dir", f->dir, NULL };
+
+	return th_run(o, NULL, argv);
+}
+
+/*
+ * Before: a scope whose files another user made first was served by root's
+ * daemon from that user's table, which that user could then rewrite. Now
+ * root's daemon refuses to start on a table, a journal or a symbolic link
+ * that is not its own, with a message and an exit status (not a spin, and
+ * no temporary file left); root's clients refuse to read another user's
+ * table.
+ */
+static void test_squatted_scope(void **state)
+{
+	struct fx *f = *state;
+	struct th_user *u = user(f);
+	struct squat_arg a = { f->dir, u };
+	struct th_out *o = calloc(1, sizeof(*o));
+	char table[512], journal[512], rootfile[512];
+	struct stat st;
+	procreg_t *r;
+	int files;
+
+	assert_non_null(o);
+	snprintf(table, sizeof(table), "%s/procreg.default", f->dir);
+	snprintf(journal, sizeof(journal), "%s/procreg.default.owners", f->dir);
+
+	/* A whole scope made by the attacker's own procregd. */
+	assert_int_equal(th_wait(th_fork(squat_main, &a)), 0);
+	assert_int_equal(stat(table, &st), 0);
+	assert_int_equal(st.st_uid, u->uid);
+	files = count_files(f->dir);
+	assert_int_equal(root_daemon_fails(f, o), 1);
+	assert_non_null(strstr(o->err, "owned by another user: refused"));
+	assert_int_equal(count_files(f->dir), files);
+	/* Root's clients do not read it. */
+	errno = 0;
+	r = open_dir(f->dir);
+	assert_null(r);
+	assert_int_equal(errno, EPERM);
+	{
+		const char *argv[] = { PROCREG_CLI_PATH, "--dir", f->dir, "get", "payments", NULL };
+
+		assert_int_equal(th_run(o, NULL, argv), 2);
+		assert_non_null(strstr(o->err, "is not one this user trusts"));
+		assert_null(strstr(o->out, "evil"));
+	}
+	/* ...unless told to trust that user. */
+	{
+		PROCREG_OPTS(procreg_opts, to, .dir = f->dir, .scope = "default", .trust_uid = u->uid);
+		struct procreg_entry e;
+
+		r = procreg_open(&to);
+		assert_non_null(r);
+		assert_int_equal(procreg_lookup(r, "payments", &e), 0);
+		assert_int_equal(e.uid, u->uid);
+		procreg_close(r);
+	}
+
+	/* A dangling symbolic link where the table goes. */
+	assert_int_equal(unlink(table), 0);
+	unlink(journal);
+	assert_int_equal(symlink("/nonexistent/procreg", table), 0);
+	assert_int_equal(lchown(table, u->uid, u->gid), 0);
+	files = count_files(f->dir);
+	assert_int_equal(root_daemon_fails(f, o), 1);
+	assert_non_null(strstr(o->err, "is a symbolic link: refused"));
+	assert_int_equal(count_files(f->dir), files);
+
+	/* A link to a file of root's: not followed, not touched. */
+	snprintf(rootfile, sizeof(rootfile), "%s.rootfile", f->dir);
+	th_write_file(rootfile, "root's own\n", 0600);
+	assert_int_equal(unlink(table), 0);
+	assert_int_equal(symlink(rootfile, table), 0);
+	assert_int_equal(root_daemon_fails(f, o), 1);
+	assert_non_null(strstr(o->err, "is a symbolic link: refused"));
+	assert_int_equal(stat(rootfile, &st), 0);
+	assert_int_equal(st.st_size, 11);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	unlink(rootfile);
+	assert_int_equal(unlink(table), 0);
+
+	/* Root's own scope; its journal gone (as when a rewrite fails), and
+	 * one of the attacker's in its place, which would replay leases and
+	 * places in line into root's registry: not read, and replaced. */
+	assert_int_equal(th_daemon_start(&f->d, f->dir, NULL, NULL), 0);
+	r = open_dir(f->dir);
+	assert_non_null(r);
+	assert_int_equal(procreg_register(r, "payments", "unix:/run/payments.sock", 23), 0);
+	procreg_close(r);
+	assert_int_equal(th_daemon_stop(&f->d), 0);
+	assert_int_equal(unlink(journal), 0);
+	th_write_file(journal, "forged", 0644);
+	assert_int_equal(chown(journal, u->uid, u->gid), 0);
+	assert_int_equal(th_daemon_start(&f->d, f->dir, NULL, NULL), 0);
+	assert_true(th_log_has(f->d.log, "owned by another user: refused (remove it, as root or as "
+				     "its owner, or use another --dir or --scope): not read"));
+	assert_int_equal(stat(journal, &st), 0);
+	assert_int_equal(st.st_uid, 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	free(o);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_files_locked_down, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pinned_slot, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_scribbled_own_page, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_own_slot_cleared, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_take_every_slot, setup_quota, teardown),
+		cmocka_unit_test_setup_teardown(test_squatted_scope, setup_bare, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
