@@ -39,6 +39,13 @@
  *               that published events, dropping it when the socket is full:
  *               a readable socket says "look at the feed".
  *
+ * File descriptors (SCM_RIGHTS): a packet carries one at most, and only if
+ * one of its frames takes it (HELLO; REGISTER or JOIN with PR_F_PIDFD). A
+ * packet with more fds than that, with fds and no frame taking one, or
+ * whose data or control data was cut (over PR_PACKET_MAX) closes its
+ * connection unanswered; none of its frames is carried out. The daemon
+ * closes every fd it receives, keeping a copy only of a pidfd it accepts.
+ *
  * A malformed frame is answered with -EBADMSG (the rest of its packet with
  * -ECANCELED) where its header could be read, else the connection closes.
  * Parsing and encoding work on byte buffers (no I/O), so tests and fuzzers

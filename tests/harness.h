@@ -109,6 +109,9 @@ int th_log_count(const char *path, const char *needle);
  * and its HELLO (with this process's pidfd), which must be accepted. */
 int th_raw_connect(const char *dir);
 void th_raw_hello(int fd);
+/* The same without cmocka (for a child): -1 when refused. */
+int th_raw_try_connect(const char *dir);
+int th_raw_try_hello(int fd);
 
 /*
  * Unprivileged users for attack tests. th_user_new() creates a system

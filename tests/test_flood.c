@@ -1,9 +1,10 @@
 /*
  * test_flood.c - peers that push and do not pull: a local client that
- * floods requests and never reads a reply, and connections to the bridge
- * port that stop in the middle of a frame. The daemon must go on serving
- * everyone else, hold a bounded amount of memory for them, and give their
- * fds back once they are gone.
+ * floods requests and never reads a reply, connections to the bridge port
+ * that stop in the middle of a frame, and an unprivileged user passing
+ * file descriptors in every shape. The daemon must go on serving everyone
+ * else, hold a bounded amount of memory for them, and give their fds back
+ * once they are gone.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -11,6 +12,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,17 +201,6 @@ static void test_bridge_half_frames(void **state)
 	assert_true(th_log_has(f->d.log, "connection refused: too many handshakes under way"));
 }
 
-static int unix_connect(const char *dir)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	assert_true(fd >= 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", dir);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	return fd;
-}
-
 /* Whether FD's connection was closed by the daemon. */
 static int hung_up(int fd, int ms)
 {
@@ -243,7 +234,7 @@ static void test_out_of_fds(void **state)
 	/* Local connections, until one is refused: each accepted one holds
 	 * an fd, with no deadline. */
 	while (n < HOLDERS && !refused) {
-		holders[n] = unix_connect(f->dir);
+		holders[n] = th_raw_connect(f->dir);
 		refused = hung_up(holders[n++], 100);
 	}
 	for (int i = 0; i < n && !refused; i++)
@@ -276,12 +267,260 @@ static void test_out_of_fds(void **state)
 	serves(f->reg, "after");
 }
 
+/* ---- an unprivileged user passing fds --------------------------------- */
+
+/* The attacks below run in children of their own uid, where cmocka's
+ * asserts cannot reach the test: a child exits with a status saying what
+ * went wrong (0: as expected). */
+
+static int self_pidfd(void)
+{
+	return (int)syscall(SYS_pidfd_open, getpid(), 0);
+}
+
+/* Send PKT with the NFDS fds of FDS split over NMSG SCM_RIGHTS messages,
+ * after an SCM_CREDENTIALS message if CREDS: the result of sendmsg. */
+static ssize_t send_fds(int sock, const void *pkt, size_t len, const int *fds, int nfds, int nmsg,
+			bool creds, int flags)
+{
+	static union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(struct ucred)) + 4 * CMSG_SPACE(253 * sizeof(int))];
+	} u;
+	struct iovec iov = { (void *)pkt, len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+			      .msg_controllen = sizeof(u.b) };
+	struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+	size_t used = 0;
+
+	memset(&u, 0, sizeof(u));
+	if (creds) {
+		struct ucred c = { getpid(), getuid(), getgid() };
+
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_CREDENTIALS;
+		h->cmsg_len = CMSG_LEN(sizeof(c));
+		memcpy(CMSG_DATA(h), &c, sizeof(c));
+		used += CMSG_SPACE(sizeof(c));
+		h = CMSG_NXTHDR(&msg, h);
+	}
+	for (int m = 0, done = 0; m < nmsg && nfds; m++) {
+		int k = (nfds - done) / (nmsg - m);
+
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_RIGHTS;
+		h->cmsg_len = CMSG_LEN((size_t)k * sizeof(int));
+		memcpy(CMSG_DATA(h), fds + done, (size_t)k * sizeof(int));
+		used += CMSG_SPACE((size_t)k * sizeof(int));
+		done += k;
+		h = CMSG_NXTHDR(&msg, h);
+	}
+	msg.msg_controllen = used;
+	if (!used)
+		msg.msg_control = NULL;
+	return sendmsg(sock, &msg, MSG_NOSIGNAL | flags);
+}
+
+/* The reply statuses to what was sent, into ST (up to MAX): how many, or
+ * -1 if the daemon closed the connection without one. */
+static int replies(int fd, int32_t *st, int max)
+{
+	static uint8_t buf[PR_PACKET_MAX];
+	struct pollfd p = { fd, POLLIN, 0 };
+	struct pr_frame f;
+	size_t pos = 0;
+	ssize_t n;
+	int k = 0;
+
+	if (poll(&p, 1, WAIT_MS) != 1)
+		return -2;
+	n = recv(fd, buf, sizeof(buf), 0);
+	if (n <= 0)
+		return -1;
+	while (k < max && procreg__proto_next(buf, (size_t)n, &pos, &f) == 1)
+		st[k++] = f.h.status;
+	return k;
+}
+
+enum { CLOSED = 1 };
+
+/*
+ * One way of passing fds. Each is sent REPEAT times, on a connection of
+ * its own, by a process of an unprivileged uid; the daemon's fd count must
+ * be back where it was once the process is gone. What the daemon does
+ * with the packet is checked too: a packet that brings more fds than its
+ * frames take (one at most: HELLO, or a REGISTER or JOIN naming its owner
+ * by pidfd) closes the connection unanswered (lib/proto.h); one with the
+ * fd a frame takes is answered.
+ */
+struct fd_shape {
+	const char *what;
+	bool hello;          /* HELLO first, as a client does */
+	int nfds;            /* fds passed */
+	int nmsg;            /* in this many SCM_RIGHTS messages */
+	bool creds;          /* after an SCM_CREDENTIALS message */
+	int kind;            /* the packet: see shape_packet() */
+	int expect;          /* CLOSED, or the first reply's status */
+};
+
+enum { P_SYNC, P_REGISTER_PIDFD, P_HELLO, P_BIG, P_EMPTY, P_UNFRAMEABLE, P_TWO_PIDFD,
+       P_REGISTER_OTHER, P_JOIN_PIDFD };
+
+static const struct fd_shape fd_shapes[] = {
+	{ "two fds in one message, on a SYNC", true, 2, 1, false, P_SYNC, CLOSED },
+	{ "two fds on a REGISTER by pidfd", true, 2, 1, false, P_REGISTER_PIDFD, CLOSED },
+	{ "one fd in each of two messages", true, 2, 2, false, P_REGISTER_PIDFD, CLOSED },
+	{ "253 fds in three messages", true, 253, 3, false, P_SYNC, CLOSED },
+	{ "an fd on a packet over 64 KiB", true, 1, 1, false, P_BIG, CLOSED },
+	{ "an fd on a frame that takes none", true, 1, 1, false, P_SYNC, CLOSED },
+	{ "an fd before HELLO", false, 1, 1, false, P_SYNC, CLOSED },
+	{ "two fds on HELLO", false, 2, 1, false, P_HELLO, CLOSED },
+	{ "an fd on an empty packet", true, 1, 1, false, P_EMPTY, CLOSED },
+	{ "an fd on an unframeable packet", true, 1, 1, false, P_UNFRAMEABLE, CLOSED },
+	{ "credentials and two fds", true, 2, 1, true, P_REGISTER_PIDFD, CLOSED },
+	{ "credentials and a pidfd on REGISTER", true, 1, 1, true, P_REGISTER_PIDFD, 0 },
+	{ "a pidfd on JOIN", true, 1, 1, false, P_JOIN_PIDFD, 0 },
+	{ "a pidfd for two REGISTERs in one packet", true, 1, 1, false, P_TWO_PIDFD, 0 },
+	{ "a second HELLO with an fd", true, 1, 1, false, P_HELLO, -EBADMSG },
+	{ "another uid's pidfd on REGISTER", true, 1, 1, false, P_REGISTER_OTHER, -EPERM },
+	{ "a file that is no pidfd on REGISTER", true, 1, 1, false, P_REGISTER_OTHER, -EBADF },
+};
+
+#define REPEAT 20
+
+static size_t shape_packet(const struct fd_shape *sh, int i, uint8_t *pkt)
+{
+	char name[32];
+	size_t pos = 0;
+
+	snprintf(name, sizeof(name), "fd.%d.%d", getpid(), i);
+	switch (sh->kind) {
+	case P_SYNC:
+		procreg__proto_put(pkt, &pos, PR_OP_SYNC, 0, 2, 0, NULL, 0, NULL, 0);
+		break;
+	case P_REGISTER_PIDFD:
+	case P_REGISTER_OTHER:
+		procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, PR_F_PIDFD, 2, name, strlen(name),
+					"m", 1);
+		break;
+	case P_JOIN_PIDFD:
+		procreg__proto_put_name(pkt, &pos, PR_OP_JOIN, PR_F_PIDFD, 2, "fd.group", 8, "m", 1);
+		break;
+	case P_TWO_PIDFD:
+		procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, PR_F_PIDFD, 2, name, strlen(name),
+					"m", 1);
+		procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, PR_F_PIDFD, 3, "fd.second", 9,
+					NULL, 0);
+		break;
+	case P_HELLO:
+		procreg__proto_put_hello(pkt, &pos, PR_OP_HELLO, 2, 0);
+		break;
+	case P_BIG:
+		memset(pkt, 0, PR_PACKET_MAX + 64);
+		pos = PR_PACKET_MAX + 64;
+		break;
+	case P_EMPTY:
+		break;
+	case P_UNFRAMEABLE:
+		memcpy(pkt, "abc", 3);
+		pos = 3;
+		break;
+	}
+	return pos;
+}
+
+static const struct fd_shape *run_shape;
+
+static int pass_fds(void *arg)
+{
+	static uint8_t pkt[PR_PACKET_MAX + 64];
+	const struct fd_shape *sh = run_shape;
+	const struct th_user *u = arg;
+
+	th_become(u);
+	for (int i = 0; i < REPEAT; i++) {
+		int fd = th_raw_try_connect(getenv("FLOOD_DIR")), fds[253], n;
+		int32_t st[2];
+		size_t len;
+
+		if (fd < 0)
+			return 10;
+		if (sh->hello && th_raw_try_hello(fd) < 0)
+			return 11;
+		for (int k = 0; k < sh->nfds; k++)
+			fds[k] = -1;
+		if (sh->kind == P_REGISTER_OTHER && sh->expect == -EPERM)
+			fds[0] = (int)syscall(SYS_pidfd_open, 1, 0); /* init: root's */
+		else if (sh->kind == P_REGISTER_OTHER)
+			fds[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		else
+			fds[0] = self_pidfd();
+		for (int k = 1; k < sh->nfds; k++)
+			fds[k] = k == 1 ? open("/dev/null", O_RDONLY | O_CLOEXEC) : fds[1];
+		if (fds[0] < 0 || (sh->nfds > 1 && fds[1] < 0))
+			return 12;
+		len = shape_packet(sh, i, pkt);
+		if (send_fds(fd, pkt, len, fds, sh->nfds, sh->nmsg, sh->creds, 0) != (ssize_t)len)
+			return 13;
+		close(fds[0]);
+		if (sh->nfds > 1)
+			close(fds[1]);
+		n = replies(fd, st, 2);
+		if (n == -2)
+			return 14; /* neither answered nor closed */
+		if (sh->expect == CLOSED && n != -1)
+			return 15;
+		if (sh->expect != CLOSED && (n < 1 || st[0] != sh->expect))
+			return 16;
+		/* A second REGISTER by the same pidfd in one packet is refused. */
+		if (sh->kind == P_TWO_PIDFD && (n != 2 || st[1] != -EBADMSG))
+			return 17;
+		close(fd);
+	}
+	return 0;
+}
+
+/* Every shape of passing fds that the daemon refuses, or takes, leaves
+ * its fd count where it was, from an unprivileged uid. */
+static void test_passed_fds(void **state)
+{
+	struct th_fx *f = *state;
+	struct fdcount c = { f->d.pid, 0 };
+	struct th_user u;
+
+	th_user_new(&u);
+	setenv("FLOOD_DIR", f->dir, 1);
+	serves(f->reg, "warm");
+	c.want = th_count_fds(f->d.pid);
+	for (size_t i = 0; i < sizeof(fd_shapes) / sizeof(fd_shapes[0]); i++) {
+		int st;
+
+		run_shape = &fd_shapes[i];
+		st = th_wait(th_fork(pass_fds, &u));
+		if (st != 0) {
+			th_daemon_dump_log(&f->d);
+			fail_msg("%s: the attacker exited %d", fd_shapes[i].what, st);
+		}
+		if (!th_until(fds_back, &c, WAIT_MS)) {
+			th_list_fds(f->d.pid);
+			fail_msg("%s, %d times: the daemon holds %ld fds, %ld before", fd_shapes[i].what,
+				 REPEAT, th_count_fds(f->d.pid), c.want);
+		}
+		printf("passed fds: %s, %d times: fds back to %ld\n", fd_shapes[i].what, REPEAT, c.want);
+	}
+	assert_int_equal(kill(f->d.pid, 0), 0);
+	serves(f->reg, "after");
+	assert_true(th_log_has(f->d.log, "file descriptors passed with a packet that takes"));
+	th_user_del(&u);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_client_never_reads, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bridge_half_frames, setup_node, teardown_node),
 		cmocka_unit_test_setup_teardown(test_out_of_fds, setup_node, teardown_node),
+		cmocka_unit_test_setup_teardown(test_passed_fds, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

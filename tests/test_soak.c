@@ -1047,29 +1047,6 @@ static void run_round(struct soak *s, int seconds, const char *label)
 
 /* ---- measurements ------------------------------------------------------ */
 
-static void list_fds(pid_t pid)
-{
-	char path[64], link[600], target[512];
-	struct dirent *e;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	if (!d)
-		return;
-	while ((e = readdir(d))) {
-		ssize_t n;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
-		n = readlink(link, target, sizeof(target) - 1);
-		target[n > 0 ? n : 0] = 0;
-		printf("  fd %s -> %s\n", e->d_name, target);
-	}
-	closedir(d);
-}
-
 static void take_sample(struct soak *s, int i, struct sample *m)
 {
 	struct procreg_stats st;
@@ -1175,7 +1152,7 @@ static void check_growth(struct soak *s, const struct sample *b, const struct sa
 		       (unsigned long long)arena_bound, (long long)(e[i].file_bytes - b[i].file_bytes),
 		       (unsigned long long)file_bound, (long long)drss, (unsigned long long)rss_bound);
 		if (e[i].fds != b[i].fds) {
-			list_fds(s->n[i].d.pid);
+			th_list_fds(s->n[i].d.pid);
 			fail_msg("%s: %ld fds at the end, %ld after the warm-up", s->n[i].name, e[i].fds,
 				 b[i].fds);
 		}

@@ -18,6 +18,15 @@
 #include "internal.h"
 #include "proto.h"
 
+/* A message any client can provoke at will is logged once a second at
+ * most; the next one says how many WHAT went unlogged meanwhile. */
+struct ratelimit {
+	uint64_t last_ns;
+	uint64_t quiet;
+};
+void log_limited(struct ratelimit *rl, const char *what, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* What an epoll event refers to: the first member of each watched object. */
 enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_BRIDGE };
 
@@ -116,8 +125,10 @@ struct daemon {
 	/* Per-uid quotas (uid 0 is not limited): uid + 2 -> count. */
 	struct pr_u64map uid_names;   /* names, memberships and places in line held */
 	struct pr_u64map uid_clients; /* connections */
-	uint64_t refused_log_ns;      /* last refusal logged: one a second at most */
-	uint64_t refused_quiet;       /* refusals not logged since */
+	/* Refusals, each kind logged on its own (log_limited): */
+	struct ratelimit refused_log;        /* connections: --max-clients, no fd */
+	struct ratelimit refused_uid_log;    /* connections: --max-clients-per-uid */
+	struct ratelimit dropped_log;        /* connections closed for what they sent */
 	struct queue *queues;     /* owners.c */
 	struct lease *leases;
 	int owners_fd;            /* the owners journal (owners.c), when owners_open */

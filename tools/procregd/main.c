@@ -57,6 +57,26 @@ void log_msg(const char *fmt, ...)
 		tm.tm_sec, ts.tv_nsec / 1000000, (int)getpid(), buf);
 }
 
+void log_limited(struct ratelimit *rl, const char *what, const char *fmt, ...)
+{
+	uint64_t now = procreg__mono_ns();
+	char buf[1024];
+	va_list ap;
+
+	if (rl->last_ns && now - rl->last_ns < 1000000000ull) {
+		rl->quiet++;
+		return;
+	}
+	if (rl->quiet)
+		log_msg("(%llu more %s in the last second)", (unsigned long long)rl->quiet, what);
+	rl->quiet = 0;
+	rl->last_ns = now;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	log_msg("%s", buf);
+}
+
 int ev_add(struct daemon *d, int fd, uint32_t events, struct ev *ev)
 {
 	struct epoll_event e = { .events = events, .data.ptr = ev };

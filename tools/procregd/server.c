@@ -199,24 +199,6 @@ static uint64_t boot_ticks(void)
 	return (uint64_t)ts.tv_sec * (uint64_t)hz + (uint64_t)ts.tv_nsec / (1000000000ull / (uint64_t)hz);
 }
 
-/* A refused connection, logged at most once a second: a client that
- * reconnects in a loop cannot flood the log. */
-static void log_refused(struct daemon *d, const char *fmt, unsigned a, unsigned b)
-{
-	uint64_t now = procreg__mono_ns();
-
-	if (d->refused_log_ns && now - d->refused_log_ns < 1000000000ull) {
-		d->refused_quiet++;
-		return;
-	}
-	if (d->refused_quiet)
-		log_msg("(%llu more connections refused in the last second)",
-			(unsigned long long)d->refused_quiet);
-	d->refused_quiet = 0;
-	d->refused_log_ns = now;
-	log_msg(fmt, a, b);
-}
-
 void server_accept(struct daemon *d)
 {
 	for (;;) {
@@ -234,7 +216,8 @@ void server_accept(struct daemon *d)
 			if (fd >= 0)
 				close(fd);
 			d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-			log_refused(d, "client refused: out of file descriptors (%u clients connected, --max-clients %u)",
+			log_limited(&d->refused_log, "connections refused",
+				    "client refused: out of file descriptors (%u clients connected, --max-clients %u)",
 				    d->nclients, d->o.max_clients);
 			if (fd >= 0)
 				continue;
@@ -245,7 +228,8 @@ void server_accept(struct daemon *d)
 			return;
 		}
 		if (d->nclients >= d->o.max_clients) {
-			log_refused(d, "client refused: %u clients connected (--max-clients %u)",
+			log_limited(&d->refused_log, "connections refused",
+				    "client refused: %u clients connected (--max-clients %u)",
 				    d->nclients, d->o.max_clients);
 			close(fd);
 			continue;
@@ -256,9 +240,10 @@ void server_accept(struct daemon *d)
 		}
 		if (cred.uid != 0 &&
 		    uid_count(&d->uid_clients, cred.uid) >= d->o.max_clients_per_uid) {
-			log_refused(d, "client refused: uid %u has %u connections (--max-clients-per-uid)",
-				    (unsigned)cred.uid,
-				    (unsigned)uid_count(&d->uid_clients, cred.uid));
+			log_limited(&d->refused_uid_log, "connections refused for a uid's quota",
+				    "client refused: uid %u has %u connections (--max-clients-per-uid), pid %d",
+				    (unsigned)cred.uid, (unsigned)uid_count(&d->uid_clients, cred.uid),
+				    (int)cred.pid);
 			close(fd);
 			continue;
 		}
@@ -672,7 +657,9 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 
 	while ((r = procreg__proto_next(d->in, len, &pos, &f)) != 0) {
 		if (r == -EBADMSG) {
-			log_msg("client pid %d: unframeable packet, closing", (int)c->id.pid);
+			log_limited(&d->dropped_log, "clients closed",
+				    "client pid %d uid %u: unframeable packet, closing", (int)c->id.pid,
+				    (unsigned)c->id.uid);
 			return -EBADMSG;
 		}
 		uint64_t t0 = PR_TRACE_CLOCK(procregd, reply);
@@ -703,12 +690,55 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 	return c->hello_done ? 0 : -EPERM;
 }
 
+/* The most fds one sendmsg can pass (the kernel's SCM_MAX_FD). The control
+ * buffer has room for all of them, so that every fd a packet brings is
+ * seen, and closed unless a request keeps it: a buffer too small for them
+ * would still have the kernel install those that fit. */
+#define PASSED_FDS_MAX 253
+
+/* How many fds the frames of a packet may take: one if a frame is a HELLO,
+ * or a REGISTER or JOIN whose owner is the pidfd passed (PR_F_PIDFD). */
+static int fds_wanted(const uint8_t *buf, size_t len)
+{
+	struct pr_frame f;
+	size_t pos = 0;
+	int r;
+
+	while ((r = procreg__proto_next(buf, len, &pos, &f)) != 0 && r != -EBADMSG)
+		if (f.h.op == PR_OP_HELLO ||
+		    ((f.h.op == PR_OP_REGISTER || f.h.op == PR_OP_JOIN) && (f.h.flags & PR_F_PIDFD)))
+			return 1;
+	return 0;
+}
+
+/* Every fd the kernel installed for MSG, in any number of SCM_RIGHTS
+ * messages, into FDS: how many. */
+static int passed_fds(struct msghdr *msg, int *fds)
+{
+	int n = 0;
+
+	for (struct cmsghdr *h = CMSG_FIRSTHDR(msg); h; h = CMSG_NXTHDR(msg, h)) {
+		size_t k;
+
+		if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS ||
+		    h->cmsg_len < CMSG_LEN(0))
+			continue;
+		k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		if (k > (size_t)(PASSED_FDS_MAX - n))
+			k = (size_t)(PASSED_FDS_MAX - n);
+		memcpy(fds + n, CMSG_DATA(h), k * sizeof(int));
+		n += (int)k;
+	}
+	return n;
+}
+
 void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 {
 	union {
 		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
+		char b[CMSG_SPACE(PASSED_FDS_MAX * sizeof(int))];
 	} u;
+	int fds[PASSED_FDS_MAX];
 	int err = 0;
 
 	if (events & EPOLLOUT) {
@@ -724,8 +754,8 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 		struct iovec iov = { d->in, PR_PACKET_MAX };
 		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
 				      .msg_control = u.b, .msg_controllen = sizeof(u.b) };
-		int passed_fd = -1;
 		ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		int nfds, want;
 
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
@@ -733,23 +763,27 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 			err = -errno;
 			break;
 		}
+		/* Before anything else: an empty packet, which reads as the
+		 * end of the connection, may carry fds too. */
+		nfds = passed_fds(&msg, fds);
 		if (n == 0) {
 			err = -ECONNRESET;
-			break;
-		}
-		for (struct cmsghdr *h = CMSG_FIRSTHDR(&msg); h; h = CMSG_NXTHDR(&msg, h)) {
-			if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
-			    h->cmsg_len >= CMSG_LEN(sizeof(int)))
-				memcpy(&passed_fd, CMSG_DATA(h), sizeof(int));
-		}
-		if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-			log_msg("client pid %d: oversized packet, closing", (int)c->id.pid);
+		} else if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+			log_limited(&d->dropped_log, "clients closed",
+				    "client pid %d uid %u: oversized packet or control data, closing", (int)c->id.pid,
+				    (unsigned)c->id.uid);
 			err = -EMSGSIZE;
+		} else if (nfds > (want = fds_wanted(d->in, (size_t)n))) {
+			log_limited(&d->dropped_log, "clients closed",
+				    "client pid %d uid %u: %d file descriptors passed with a packet that takes %d, closing",
+				    (int)c->id.pid, (unsigned)c->id.uid, nfds, want);
+			err = -EBADMSG;
 		} else {
-			err = handle_packet(d, c, (size_t)n, passed_fd);
+			err = handle_packet(d, c, (size_t)n, nfds ? fds[0] : -1);
 		}
-		if (passed_fd >= 0)
-			close(passed_fd);
+		/* A request that keeps a passed fd keeps a dup of it. */
+		for (int k = 0; k < nfds; k++)
+			close(fds[k]);
 		if (err)
 			break;
 	}
