@@ -2,9 +2,10 @@
  * test_flood.c - peers that push and do not pull: a local client that
  * floods requests and never reads a reply, connections to the bridge port
  * that stop in the middle of a frame, and an unprivileged user passing
- * file descriptors in every shape. The daemon must go on serving everyone
- * else, hold a bounded amount of memory for them, and give their fds back
- * once they are gone.
+ * file descriptors in every shape and feeding the socket random and
+ * mutated frames. The daemon must go on serving everyone else, hold a
+ * bounded amount of memory for them, and give their fds back once they
+ * are gone.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -17,10 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cluster.h"
@@ -514,6 +517,263 @@ static void test_passed_fds(void **state)
 	th_user_del(&u);
 }
 
+/* ---- an unprivileged user feeding the socket garbage -------------------- */
+
+#define ATTACKERS 4
+#define CONNS 8
+
+/* What the attackers did, counted in shared memory. */
+struct fuzz_counts {
+	uint64_t connects, refused, packets, fds;
+};
+
+struct fuzz {
+	const struct th_user *u;
+	const char *dir;
+	uint64_t seed;
+	uint64_t until_ns;
+	struct fuzz_counts *n;
+};
+
+/* Fds an attacker passes at random: its pidfd, files, pipe ends, an
+ * eventfd, a socket. */
+static int fuzz_fds[6];
+
+static int fuzz_pick_fds(uint64_t *rs, int *fds)
+{
+	uint64_t r = th_xorshift(rs);
+	int n = r % 8 < 5 ? 0 : r % 8 < 7 ? 1 : 1 + (int)(r >> 8) % 5;
+
+	for (int k = 0; k < n; k++)
+		fds[k] = fuzz_fds[th_xorshift(rs) % 6];
+	return n;
+}
+
+/* A packet of 1 to 8 frames, each valid or nearly (random op, flags,
+ * names, metadata, lease), then perhaps mutated: bytes flipped, a length
+ * rewritten, cut short. */
+static size_t fuzz_packet(uint64_t *rs, uint8_t *pkt)
+{
+	static const uint16_t ops[] = { PR_OP_HELLO, PR_OP_REGISTER, PR_OP_UNREGISTER, PR_OP_SYNC,
+					PR_OP_JOIN, PR_OP_LEAVE, PR_OP_REFRESH, PR_OP_SUBSCRIBE,
+					PR_OP_NOTIFY, PR_OP_REGISTER | PR_OP_REPLY, 0, 0x7fff };
+	static uint8_t meta[PROCREG_META_MAX + 8];
+	size_t pos = 0, n = 1 + th_xorshift(rs) % 8;
+	uint64_t r = th_xorshift(rs);
+
+	if (r % 16 == 0) {
+		/* Nothing but noise, of any length up to past the limit. */
+		size_t len = r % 4 == 0 ? th_xorshift(rs) % (PR_PACKET_MAX + 512)
+					: th_xorshift(rs) % 512;
+
+		for (size_t i = 0; i < len; i++)
+			pkt[i] = (uint8_t)th_xorshift(rs);
+		return len;
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint64_t a = th_xorshift(rs), b = th_xorshift(rs);
+		uint16_t op = ops[a % (sizeof(ops) / sizeof(ops[0]))];
+		uint16_t flags = (uint16_t)(b % 4 == 0 ? b >> 16 : (b >> 16) & 0x1f);
+		char name[48];
+		size_t nlen = (size_t)snprintf(name, sizeof(name), "fz.%llu", (unsigned long long)(a >> 40) % 64);
+		size_t mlen = b % 8 == 0 ? (b >> 24) % (PROCREG_META_MAX + 1) : (b >> 24) % 16;
+		int err;
+
+		for (size_t k = 0; k < mlen; k++)
+			meta[k] = (uint8_t)(a >> (k % 8));
+		if (op == PR_OP_HELLO)
+			err = procreg__proto_put_hello(pkt, &pos, op, (uint32_t)a, 0);
+		else if (op == PR_OP_SYNC || op == PR_OP_SUBSCRIBE || op == PR_OP_NOTIFY || op == 0)
+			err = procreg__proto_put(pkt, &pos, op, flags, (uint32_t)a, 0, NULL, 0, NULL, 0);
+		else
+			err = procreg__proto_put_name_arg(pkt, &pos, op, flags, (uint32_t)a, name, nlen,
+							  meta, op == PR_OP_REGISTER || op == PR_OP_JOIN ? mlen : 0,
+							  a % 4 == 0 ? (uint32_t)(b % 3000) : 0);
+		if (err)
+			break;
+	}
+	r = th_xorshift(rs);
+	switch (r % 8) {
+	case 0: /* bytes flipped */
+		for (int k = 0; k < 1 + (int)(r >> 8) % 8 && pos; k++)
+			pkt[th_xorshift(rs) % pos] ^= (uint8_t)(1u << (th_xorshift(rs) % 8));
+		break;
+	case 1: { /* the first frame's length rewritten */
+		uint32_t len = (uint32_t)(th_xorshift(rs) % 128) * 8;
+
+		memcpy(pkt + 4, &len, sizeof(len));
+		break;
+	}
+	case 2: /* cut short: the rest never comes */
+		pos = pos ? th_xorshift(rs) % pos : 0;
+		break;
+	default:
+		break;
+	}
+	return pos;
+}
+
+static int fuzz_child(void *arg)
+{
+	static uint8_t pkt[PR_PACKET_MAX + 512], in[PR_PACKET_MAX];
+	const struct fuzz *z = arg;
+	uint64_t rs = z->seed;
+	int conns[CONNS], pfd[2];
+
+	th_become(z->u);
+	fuzz_fds[0] = self_pidfd();
+	fuzz_fds[1] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (pipe2(pfd, O_CLOEXEC) < 0 || fuzz_fds[0] < 0 || fuzz_fds[1] < 0)
+		return 20;
+	fuzz_fds[2] = pfd[0];
+	fuzz_fds[3] = pfd[1];
+	fuzz_fds[4] = (int)syscall(SYS_eventfd2, 0, O_CLOEXEC);
+	fuzz_fds[5] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	for (int i = 0; i < CONNS; i++)
+		conns[i] = -1;
+	while (procreg__mono_ns() < z->until_ns) {
+		int i = (int)(th_xorshift(&rs) % CONNS), fds[8], nfds;
+		uint64_t r = th_xorshift(&rs);
+		size_t len;
+
+		if (conns[i] < 0) {
+			conns[i] = th_raw_try_connect(z->dir);
+			if (conns[i] < 0) {
+				__atomic_fetch_add(&z->n->refused, 1, __ATOMIC_RELAXED);
+				continue;
+			}
+			__atomic_fetch_add(&z->n->connects, 1, __ATOMIC_RELAXED);
+			/* Mostly a HELLO first, as a client does; some skip it,
+			 * some send two. */
+			if (r % 4) {
+				len = 0;
+				procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 1, 0);
+				if (r % 16 == 1)
+					procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 2, 0);
+				nfds = r % 8 == 2 ? fuzz_pick_fds(&rs, fds) : 1;
+				if (r % 8 != 2)
+					fds[0] = fuzz_fds[0];
+				send_fds(conns[i], pkt, len, fds, nfds, 1, false, MSG_DONTWAIT);
+			}
+			continue;
+		}
+		len = fuzz_packet(&rs, pkt);
+		nfds = fuzz_pick_fds(&rs, fds);
+		if (send_fds(conns[i], pkt, len, fds, nfds, 1 + (nfds > 2 && r % 2), r % 32 == 0,
+			     MSG_DONTWAIT) >= 0) {
+			__atomic_fetch_add(&z->n->packets, 1, __ATOMIC_RELAXED);
+			__atomic_fetch_add(&z->n->fds, (uint64_t)nfds, __ATOMIC_RELAXED);
+		}
+		/* Replies read now and then, or never. */
+		if (r % 4 == 0)
+			while (recv(conns[i], in, sizeof(in), MSG_DONTWAIT) > 0)
+				;
+		if ((r >> 8) % 16 == 0) {
+			close(conns[i]);
+			conns[i] = -1;
+		}
+	}
+	return 0;
+}
+
+static int fuzz_seconds(void)
+{
+	const char *s = getenv("PROCREG_FUZZ_SECONDS");
+
+	return s && atoi(s) > 0 ? atoi(s) : 10;
+}
+
+/*
+ * ATTACKERS processes of an unprivileged uid feed the daemon's socket
+ * random and mutated packets, with fds attached at random, for a fixed
+ * time (PROCREG_FUZZ_SECONDS, 10 by default; PROCREG_FUZZ_SEED repeats a
+ * run), while root registers, looks up and removes names: every one of
+ * root's requests succeeds, the daemon lives, and once the attackers are
+ * gone its fd count is back where it was and its memory bounded.
+ */
+static void test_random_frames(void **state)
+{
+	struct th_fx *f = *state;
+	struct fdcount c = { f->d.pid, 0 };
+	struct fuzz z[ATTACKERS];
+	pid_t kids[ATTACKERS];
+	struct th_user u;
+	struct procreg_stats st;
+	uint64_t seed = getenv("PROCREG_FUZZ_SEED") ? strtoull(getenv("PROCREG_FUZZ_SEED"), NULL, 0)
+						     : procreg__now_ns() | 1;
+	struct fuzz_counts *cnt = mmap(NULL, sizeof(*cnt), PROT_READ | PROT_WRITE,
+				       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	long rss0, rss1;
+	int alive = ATTACKERS, ops = 0, n = 0;
+
+	assert_true(cnt != MAP_FAILED);
+	th_user_new(&u);
+	printf("fuzz: seed %llu (PROCREG_FUZZ_SEED), %d s, %d attackers\n", (unsigned long long)seed,
+	       fuzz_seconds(), ATTACKERS);
+	serves(f->reg, "warm");
+	c.want = th_count_fds(f->d.pid);
+	rss0 = th_status_kb(f->d.pid, "RssAnon");
+	for (int i = 0; i < ATTACKERS; i++) {
+		z[i] = (struct fuzz){ &u, f->dir, seed + (uint64_t)i * 0x9e3779b97f4a7c15ull,
+				      procreg__mono_ns() + (uint64_t)fuzz_seconds() * 1000000000ull, cnt };
+		kids[i] = th_fork(fuzz_child, &z[i]);
+	}
+	/* Root, meanwhile: every request must succeed. */
+	while (alive) {
+		char name[32], other[32];
+
+		snprintf(name, sizeof(name), "victim.%d", n);
+		snprintf(other, sizeof(other), "victim.%d", (n / 2) & ~1); /* kept */
+		assert_int_equal(procreg_register(f->reg, name, "payload", 7), 0);
+		assert_int_equal(procreg_lookup(f->reg, name, NULL), 0);
+		assert_int_equal(procreg_lookup(f->reg, other, NULL), 0);
+		if (n % 2)
+			assert_int_equal(procreg_unregister(f->reg, name), 0);
+		assert_int_equal(procreg_sync(f->reg), 0);
+		n++;
+		ops += 4 + n % 2;
+		for (int i = 0; i < ATTACKERS; i++) {
+			int status;
+
+			if (kids[i] > 0 && waitpid(kids[i], &status, WNOHANG) == kids[i]) {
+				if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+					fail_msg("attacker %d: status %#x", i, status);
+				kids[i] = 0;
+				alive--;
+			}
+		}
+	}
+	assert_int_equal(kill(f->d.pid, 0), 0);
+	for (int i = 0; i < n; i += 2) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "victim.%d", i);
+		assert_int_equal(procreg_lookup(f->reg, name, NULL), 0);
+		assert_int_equal(procreg_unregister(f->reg, name), 0);
+	}
+	assert_int_equal(procreg_sync(f->reg), 0);
+	if (!th_until(fds_back, &c, WAIT_MS)) {
+		th_list_fds(f->d.pid);
+		fail_msg("the daemon holds %ld fds, %ld before the attack", th_count_fds(f->d.pid), c.want);
+	}
+	/* Nothing of the attackers' is left: their names went with them. */
+	assert_int_equal(procreg_stats(f->reg, &st), 0);
+	assert_int_equal(st.names, 0);
+	rss1 = th_status_kb(f->d.pid, "RssAnon");
+	printf("fuzz: attackers made %llu connections (%llu refused), sent %llu packets with %llu fds; %llu of their registrations and joins succeeded\n",
+	       (unsigned long long)cnt->connects, (unsigned long long)cnt->refused,
+	       (unsigned long long)cnt->packets, (unsigned long long)cnt->fds,
+	       (unsigned long long)(st.registrations + st.joins - (uint64_t)n - 1));
+	printf("fuzz: root made %d requests, all answered 0; daemon fds %ld -> %ld, RssAnon %ld -> %ld kB\n",
+	       ops, c.want, th_count_fds(f->d.pid), rss0, rss1);
+	/* What the daemon holds for a client is one packet of replies at
+	 * most (64 KiB), and there were ATTACKERS * CONNS of them at once. */
+	assert_true(rss1 - rss0 < 8 * 1024);
+	serves(f->reg, "after");
+	th_user_del(&u);
+	munmap(cnt, sizeof(*cnt));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -521,6 +781,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bridge_half_frames, setup_node, teardown_node),
 		cmocka_unit_test_setup_teardown(test_out_of_fds, setup_node, teardown_node),
 		cmocka_unit_test_setup_teardown(test_passed_fds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_random_frames, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
