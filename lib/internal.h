@@ -283,6 +283,12 @@ struct pr_writer {
 	/* Allocator: private, rebuilt from the table on attach. */
 	struct pr_vec *classes;       /* free offsets, one vector per 16-byte class */
 	struct pr_vec large;          /* free (off, size) pairs above the classes */
+	/* RESERVE arena bytes, and the last eighth of every index's slots,
+	 * are kept from the requests the caller marks no_reserve (the
+	 * daemon: those of uids other than root and its own). */
+	uint64_t reserve;
+	bool no_reserve;              /* the request under way may not use them */
+	bool reserve_hit;             /* a request was refused for them (the caller clears it) */
 
 	/* Deferred reclamation: pairs (off, size). */
 	struct pr_vec retired;        /* waiting for the next grace period */

@@ -111,12 +111,31 @@ static int alloc_large(struct pr_writer *w, uint64_t size, uint64_t *off)
 	return -ENOSPC;
 }
 
+/* Whether a request marked no_reserve may take SIZE more bytes of the
+ * arena: it must leave the reserve free, counting what is retired as in
+ * use (it is, until its grace period). */
+static bool reserve_allows(struct pr_writer *w, uint64_t size)
+{
+	uint64_t cap = w->map.size - H(w)->arena_off;
+
+	if (!w->no_reserve || (w->reserve < cap && H(w)->arena_used + size <= cap - w->reserve))
+		return true;
+	w->reserve_hit = true;
+	return false;
+}
+
 static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
 {
 	struct pr_vec *c;
-	uint64_t top = H(w)->arena_top;
+	uint64_t top = H(w)->arena_top, end = w->map.size;
 
 	size = (size + PR_ALIGN - 1) & ~(uint64_t)(PR_ALIGN - 1);
+	if (!reserve_allows(w, size))
+		return -ENOSPC;
+	/* The last bytes of the file stay fresh for privileged requests: a
+	 * free block of their size may be lacking, a fresh one never is. */
+	if (w->no_reserve)
+		end = w->reserve < end - top ? end - w->reserve : top;
 	if (size <= CLASS_MAX) {
 		c = &w->classes[size / PR_ALIGN - 1];
 		if (c->n) {
@@ -129,13 +148,15 @@ static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
 		 * and the file's resident pages, on until the arena ran out. */
 		goto got;
 	}
-	if (size <= w->map.size - top) {
+	if (size <= end - top) {
 		*off = top;
 		CMM_STORE_SHARED(H(w)->arena_top, top + size);
 		goto got;
 	}
 	if (!alloc_large(w, size, off))
 		goto got;
+	if (size <= w->map.size - top)
+		w->reserve_hit = true; /* the reserve had room for it */
 	return -ENOSPC;
 got:
 	CMM_STORE_SHARED(H(w)->arena_used, H(w)->arena_used + size);
@@ -294,8 +315,11 @@ int procreg__w_reserve(struct pr_writer *w, struct pr_root *root)
 	uint64_t cap = index_at(w, root)->capacity, want = cap;
 	int err;
 
-	/* Load factor 3/4, counting tombstones, which lengthen probes too. */
-	if ((root->live + root->tombs + 1) * 4 <= cap * 3)
+	/* Load factor 3/4, counting tombstones, which lengthen probes too;
+	 * 5/8 for a request kept from the reserve: the last eighth of an
+	 * index's slots takes privileged inserts without the rebuild that
+	 * the arena might have no room for. */
+	if ((root->live + root->tombs + 1) * 4 <= (w->no_reserve ? cap * 5 / 2 : cap * 3))
 		return 0;
 	while ((root->live + 1) * 2 > want)
 		want *= 2;

@@ -84,6 +84,10 @@ struct daemon_opts {
 	uint32_t max_clients;
 	uint32_t max_names_per_uid;    /* names + memberships of one uid's processes */
 	uint32_t max_clients_per_uid;  /* connections of one uid */
+	/* Held back for root and the daemon's own uid (uid_privileged): */
+	uint32_t reserved_clients;     /* the last connections */
+	uint64_t reserved_size;        /* the last arena bytes */
+	bool reserved_size_set;        /* else 1/32 of the table */
 	bool foreground;
 	int verbose;
 	int listen_fd;            /* passed by systemd (LISTEN_FDS), else -1 */
@@ -115,6 +119,7 @@ struct daemon {
 	bool stop;
 	bool no_peerpidfd;        /* PROCREG_NO_PEERPIDFD: test the 6.1 path */
 	bool socket_inherited;    /* lfd came from LISTEN_FDS: not ours to unlink */
+	uid_t uid;                /* ours: privileged like root (uid_privileged) */
 
 	struct pr_u64map procs;   /* pid -> struct proc * */
 	struct pr_u64map owned;   /* record offset -> index in its proc's names */
@@ -128,7 +133,10 @@ struct daemon {
 	/* Refusals, each kind logged on its own (log_limited): */
 	struct ratelimit refused_log;        /* connections: --max-clients, no fd */
 	struct ratelimit refused_uid_log;    /* connections: --max-clients-per-uid */
+	struct ratelimit refused_res_log;    /* connections: --reserved-clients */
 	struct ratelimit dropped_log;        /* connections closed for what they sent */
+	struct ratelimit denied_quota_log;   /* names: a quota */
+	struct ratelimit denied_res_log;     /* names: --reserved-size */
 	struct queue *queues;     /* owners.c */
 	struct lease *leases;
 	int owners_fd;            /* the owners journal (owners.c), when owners_open */
@@ -217,6 +225,12 @@ static inline void bridge_note(struct daemon *d, int del, uint64_t off)
 /* Per-uid counters: the count for UID, and a change of it. */
 uint64_t uid_count(const struct pr_u64map *m, uid_t uid);
 void uid_adjust(struct pr_u64map *m, uid_t uid, int64_t delta);
+/* Root and the daemon's own uid: no per-uid quota, and the reserves
+ * (--reserved-clients, --reserved-size) are theirs. */
+static inline bool uid_privileged(const struct daemon *d, uid_t uid)
+{
+	return uid == 0 || uid == d->uid;
+}
 /* Whether a process of P's uid may hold one more name, membership or
  * place in an owner queue. */
 bool uid_may_add(const struct daemon *d, const struct proc *p);

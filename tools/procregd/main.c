@@ -109,9 +109,15 @@ static void usage(FILE *f)
 		"      --max-clients N       connected clients (default 1024)\n"
 		"      --max-names-per-uid N names, memberships and places in owner queues\n"
 		"                            the processes of one uid may hold together\n"
-		"                            (default 262144; root: no limit)\n"
-		"      --max-clients-per-uid N  connections of one uid (default 128; root: no\n"
-		"                            limit)\n"
+		"                            (default 262144; root and procregd's own uid:\n"
+		"                            no limit)\n"
+		"      --max-clients-per-uid N  connections of one uid (default 128; root and\n"
+		"                            procregd's own uid: no limit)\n"
+		"      --reserved-clients N  the last N of --max-clients are for root and\n"
+		"                            procregd's own uid (default 1/32 of it: 32)\n"
+		"      --reserved-size BYTES the last BYTES of the table are for names of\n"
+		"                            root's and procregd's uid: others get ENOSPC\n"
+		"                            first (default 1/32 of the table; suffixes K M G)\n"
 		"  -v, --verbose             log every connection and death\n"
 		"\n"
 		"Replication (the bridge; all off without --node):\n"
@@ -189,7 +195,8 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 	enum { O_MAX_SIZE = 256, O_READERS, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
 	       O_COOKIE, O_BACKEND, O_RESOLVER, O_UID_NAMES, O_UID_CLIENTS, O_BRIDGE, O_BRIDGE_OPT,
 	       O_HEARTBEAT, O_NODE_TIMEOUT, O_NATS_URL, O_NATS_USER, O_NATS_PASSWORD, O_NATS_TOKEN,
-	       O_NATS_CREDS, O_NATS_NKEY, O_NATS_NKEY_SEED, O_NATS_SUBJECT, O_FLUSH_BYTES };
+	       O_NATS_CREDS, O_NATS_NKEY, O_NATS_NKEY_SEED, O_NATS_SUBJECT, O_FLUSH_BYTES,
+	       O_RES_CLIENTS, O_RES_SIZE };
 	/* --nats-X VALUE is --bridge-opt X=VALUE (and implies --bridge nats). */
 	static const char *const nats_keys[] = { "url", "user", "password", "token", "creds",
 						 "nkey", "nkey-seed", "subject" };
@@ -223,12 +230,14 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "max-names-per-uid", required_argument, NULL, O_UID_NAMES },
 		{ "max-clients-per-uid", required_argument, NULL, O_UID_CLIENTS },
 		{ "bridge-flush-bytes", required_argument, NULL, O_FLUSH_BYTES },
+		{ "reserved-clients", required_argument, NULL, O_RES_CLIENTS },
+		{ "reserved-size", required_argument, NULL, O_RES_SIZE },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
-	bool flush_set = false;
+	bool flush_set = false, res_clients_set = false;
 	int c;
 
 	o->max_size = 1ull << 30;
@@ -349,6 +358,20 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 				return -1;
 			}
 			break;
+		case O_RES_CLIENTS:
+			if (strcmp(optarg, "0") && parse_u32(optarg, &o->reserved_clients) < 0) {
+				fprintf(stderr, "procregd: --reserved-clients %s: want a number\n", optarg);
+				return -1;
+			}
+			res_clients_set = true;
+			break;
+		case O_RES_SIZE:
+			if (parse_size(optarg, &o->reserved_size) < 0) {
+				fprintf(stderr, "procregd: --reserved-size %s: want a size in bytes (suffixes K M G)\n", optarg);
+				return -1;
+			}
+			o->reserved_size_set = true;
+			break;
 		default:
 			usage(stderr);
 			return -1;
@@ -356,6 +379,13 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 	}
 	if (optind < argc) {
 		fprintf(stderr, "procregd: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (!res_clients_set)
+		o->reserved_clients = o->max_clients / 32;
+	if (o->reserved_clients >= o->max_clients) {
+		fprintf(stderr, "procregd: --reserved-clients %u: want fewer than --max-clients (%u)\n",
+			o->reserved_clients, o->max_clients);
 		return -1;
 	}
 	if (!o->node && (o->listen || o->npeers || o->cookie_file || o->bridge_backend || o->resolver ||
@@ -449,6 +479,7 @@ static int setup(struct daemon *d)
 	int err;
 
 	d->lfd = d->sigfd = d->timerfd = d->epfd = d->spare_fd = -1;
+	d->uid = geteuid();
 	d->no_peerpidfd = getenv("PROCREG_NO_PEERPIDFD") != NULL;
 	err = procreg__paths(&d->paths, d->o.scope, d->o.dir, d->o.socket);
 	if (err) {
@@ -488,6 +519,15 @@ static int setup(struct daemon *d)
 			log_msg("%s: %s%s%s", d->paths.table, why ? why : "", why ? ": " : "",
 				strerror(-err));
 		return err;
+	}
+	/* The reserve is this daemon's to choose, whatever the table's
+	 * size: it is a threshold, not a part of the file. */
+	d->w.reserve = d->o.reserved_size_set ? d->o.reserved_size : d->w.map.size / 32;
+	if (d->w.reserve > d->w.map.size / 2) {
+		log_msg("%s: --reserved-size %llu: want at most half the table (%llu bytes)",
+			d->paths.table, (unsigned long long)d->w.reserve,
+			(unsigned long long)d->w.map.size);
+		return -EINVAL;
 	}
 	if (d->w.attached) {
 		err = procreg__w_recover(&d->w);

@@ -238,7 +238,16 @@ void server_accept(struct daemon *d)
 			close(fd);
 			continue;
 		}
-		if (cred.uid != 0 &&
+		if (!uid_privileged(d, cred.uid) &&
+		    d->nclients >= d->o.max_clients - d->o.reserved_clients) {
+			log_limited(&d->refused_res_log, "connections refused for the reserve",
+				    "client refused: uid %u pid %d: %u clients connected, the last %u of --max-clients %u kept for root and uid %u (--reserved-clients)",
+				    (unsigned)cred.uid, (int)cred.pid, d->nclients, d->o.reserved_clients,
+				    d->o.max_clients, (unsigned)d->uid);
+			close(fd);
+			continue;
+		}
+		if (!uid_privileged(d, cred.uid) &&
 		    uid_count(&d->uid_clients, cred.uid) >= d->o.max_clients_per_uid) {
 			log_limited(&d->refused_uid_log, "connections refused for a uid's quota",
 				    "client refused: uid %u has %u connections (--max-clients-per-uid), pid %d",
@@ -416,8 +425,8 @@ static int target_of(struct client *c, const struct pr_frame *f, int passed_fd,
  * and a slot position found before them could end up past an empty slot,
  * where no probe would find the new entry.
  */
-int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct pr_root *root,
-	      const struct pr_key *k, const struct pr_frame *f, bool handover, uint64_t *off_out)
+static int put_entry(struct daemon *d, struct proc *p, const struct ident *id, struct pr_root *root,
+		     const struct pr_key *k, const struct pr_frame *f, bool handover, uint64_t *off_out)
 {
 	struct pr_record t = { 0 };
 	struct proc *loser = NULL;
@@ -497,6 +506,20 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 	return 0;
 }
 
+/* The table's reserve is for the names of root's and our own uid's
+ * processes: whoever asked, the owner decides, as for the quotas. */
+int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct pr_root *root,
+	      const struct pr_key *k, const struct pr_frame *f, bool handover, uint64_t *off)
+{
+	int err;
+
+	d->w.no_reserve = !uid_privileged(d, id->uid);
+	d->w.reserve_hit = false;
+	err = put_entry(d, p, id, root, k, f, handover, off);
+	d->w.no_reserve = false;
+	return err;
+}
+
 static void count(uint64_t *counter)
 {
 	CMM_STORE_SHARED(*counter, *counter + 1);
@@ -549,10 +572,14 @@ static int do_join(struct daemon *d, struct client *c, const struct pr_frame *f,
 	err = procreg__w_group(&d->w, f->name, f->name_len, false, &root);
 	/* A new group for a process at its quota would only be made to be
 	 * dropped again. */
-	if (err == -ENOENT)
+	if (err == -ENOENT) {
+		d->w.no_reserve = !uid_privileged(d, id.uid);
+		d->w.reserve_hit = false;
 		err = p->names.n >= d->o.max_names_per_proc || !uid_may_add(d, p)
 			      ? -EDQUOT
 			      : procreg__w_group(&d->w, f->name, f->name_len, true, &root);
+		d->w.no_reserve = false;
+	}
 	if (!err) {
 		pr_key_member(&k, (uint32_t)id.pid, id.start, 0, d->w.map.hdr->hash_seed);
 		err = entry_put(d, p, &id, root, &k, f, false, NULL);
@@ -618,6 +645,24 @@ static int do_leave(struct daemon *d, struct client *c, const struct pr_frame *f
 	return 0;
 }
 
+/* A registration or join refused for a quota or the reserve: who asked,
+ * and which limit (rate-limited: the client may ask again at once). */
+static int note_refused(struct daemon *d, const struct client *c, int err)
+{
+	if (err == -EDQUOT)
+		log_limited(&d->denied_quota_log, "names refused for a quota",
+			    "client pid %d uid %u: name refused (EDQUOT): --max-names-per-proc %u or --max-names-per-uid %u reached (uid %u holds %llu)",
+			    (int)c->id.pid, (unsigned)c->id.uid, d->o.max_names_per_proc,
+			    d->o.max_names_per_uid, (unsigned)c->id.uid,
+			    (unsigned long long)uid_count(&d->uid_names, c->id.uid));
+	else if (err == -ENOSPC && d->w.reserve_hit)
+		log_limited(&d->denied_res_log, "names refused for the reserve",
+			    "client pid %d uid %u: name refused (ENOSPC): the table is full but for the %llu bytes kept for root and uid %u (--reserved-size)",
+			    (int)c->id.pid, (unsigned)c->id.uid, (unsigned long long)d->w.reserve,
+			    (unsigned)d->uid);
+	return err;
+}
+
 static int handle_frame(struct daemon *d, struct client *c, const struct pr_frame *f,
 			int passed_fd)
 {
@@ -625,11 +670,11 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 		return f->h.op == PR_OP_HELLO ? hello(d, c, f, passed_fd) : -EPROTO;
 	switch (f->h.op) {
 	case PR_OP_REGISTER:
-		return do_register(d, c, f, passed_fd);
+		return note_refused(d, c, do_register(d, c, f, passed_fd));
 	case PR_OP_UNREGISTER:
 		return do_unregister(d, c, f);
 	case PR_OP_JOIN:
-		return do_join(d, c, f, passed_fd);
+		return note_refused(d, c, do_join(d, c, f, passed_fd));
 	case PR_OP_LEAVE:
 		return do_leave(d, c, f);
 	case PR_OP_REFRESH:
