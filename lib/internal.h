@@ -270,6 +270,10 @@ struct pr_vec {
 	size_t n, cap;
 };
 
+/* The writer allocates the table file's pages this far ahead of the arena's
+ * top at a time (writer.c: back_pages). */
+#define PR_BACK_CHUNK (256u << 10)
+
 struct pr_writer {
 	struct pr_map map;
 	struct pr_paths paths;
@@ -283,6 +287,8 @@ struct pr_writer {
 	/* Allocator: private, rebuilt from the table on attach. */
 	struct pr_vec *classes;       /* free offsets, one vector per 16-byte class */
 	struct pr_vec large;          /* free (off, size) pairs above the classes */
+	uint64_t backed;              /* the file's pages are allocated up to here */
+	bool fs_full;                 /* the last allocation of pages found no space */
 	/* RESERVE arena bytes, and the last eighth of every index's slots,
 	 * are kept from the requests the caller marks no_reserve (the
 	 * daemon: those of uids other than root and its own). */

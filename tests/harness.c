@@ -72,13 +72,22 @@ procreg_t *th_open(const char *dir)
 int th_daemon_start(struct th_daemon *d, const char *dir, const char *const *args,
 		    const char *const *env)
 {
+	char log[300];
+
+	snprintf(log, sizeof(log), "%s/procregd.log", dir);
+	return th_daemon_start_log(d, dir, log, args, env);
+}
+
+int th_daemon_start_log(struct th_daemon *d, const char *dir, const char *log,
+			const char *const *args, const char *const *env)
+{
 	const char *argv[64];
 	int n = 0;
 
 	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "%s", dir);
 	snprintf(d->scope, sizeof(d->scope), "default");
-	snprintf(d->log, sizeof(d->log), "%s/procregd.log", dir);
+	snprintf(d->log, sizeof(d->log), "%s", log);
 	argv[n++] = PROCREGD_PATH;
 	argv[n++] = "--foreground";
 	argv[n++] = "--dir";

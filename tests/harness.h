@@ -34,6 +34,9 @@ void th_rmrf(const char *dir);
  * Returns 0 once the daemon serves (its pid is in the table header). */
 int th_daemon_start(struct th_daemon *d, const char *dir, const char *const *args,
 		    const char *const *env);
+/* The same, its stderr appended to LOG instead of DIR/procregd.log. */
+int th_daemon_start_log(struct th_daemon *d, const char *dir, const char *log,
+			const char *const *args, const char *const *env);
 /* SIGTERM and wait: the exit status. */
 int th_daemon_stop(struct th_daemon *d);
 /* SIGKILL and wait. */

@@ -120,6 +120,7 @@ struct daemon {
 	bool no_peerpidfd;        /* PROCREG_NO_PEERPIDFD: test the 6.1 path */
 	bool socket_inherited;    /* lfd came from LISTEN_FDS: not ours to unlink */
 	uid_t uid;                /* ours: privileged like root (uid_privileged) */
+	bool fs_full_logged;      /* the table's filesystem full, as last logged */
 
 	struct pr_u64map procs;   /* pid -> struct proc * */
 	struct pr_u64map owned;   /* record offset -> index in its proc's names */

@@ -531,6 +531,11 @@ static int setup(struct daemon *d)
 	}
 	if (d->w.attached) {
 		err = procreg__w_recover(&d->w);
+		if (err == -ENOSPC) {
+			log_msg("%s: cannot allocate the table's pages: %s (the filesystem of %s is full)",
+				d->paths.table, strerror(-err), d->paths.dir);
+			return err;
+		}
 		if (err) {
 			log_msg("%s: cannot recover the table: %s; move it away to start afresh",
 				d->paths.table, strerror(-err));
@@ -578,6 +583,20 @@ static int setup(struct daemon *d)
 		d->paths.table, d->socket_path, d->w.map.nslots,
 		d->w.membarrier ? "" : " (no membarrier: readers use full barriers)");
 	return 0;
+}
+
+/* A full filesystem, logged when it starts failing the writer and when
+ * space is found again; not at every request it fails meanwhile. */
+static void note_space(struct daemon *d)
+{
+	if (d->w.fs_full == d->fs_full_logged)
+		return;
+	d->fs_full_logged = d->w.fs_full;
+	if (d->w.fs_full)
+		log_msg("%s: the filesystem of %s is full: writes that need more of the table fail with ENOSPC until space is freed",
+			d->paths.table, d->paths.dir);
+	else
+		log_msg("%s: space is back: the table grows again", d->paths.table);
 }
 
 static void run(struct daemon *d)
@@ -655,6 +674,7 @@ static void run(struct daemon *d)
 				arm_timer(d, due > now ? due - now : 1);
 		}
 		procs_reap(d);
+		note_space(d);
 		/* This batch's changes to the other nodes, in one write each. */
 		if (d->bridge)
 			bridge_flush(d);
