@@ -61,9 +61,13 @@ static int teardown(void **state)
 
 /* A process that owns names: 'f' registers fill.N with 1 KiB of metadata
  * until refused, then tries RETRIES more; 'r' unregisters the first
- * CHURN of them and registers as many new ones; 'q' ends it. */
+ * CHURN of them and registers as many new ones; 'l' unregisters FREED
+ * more and registers leased names in their room until refused; 'q' ends
+ * it. */
 #define RETRIES 20
 #define CHURN 20
+#define FREED 1500
+#define LEASE_MS 600000
 
 struct owner {
 	const char *dir;
@@ -112,6 +116,19 @@ static int owner_main(void *arg)
 			for (int i = 0; i < CHURN && !res.err; i++, res.count++) {
 				snprintf(name, sizeof(name), "again.%d", i);
 				res.err = procreg_register(r, name, meta, sizeof(meta));
+			}
+		}
+		if (c == 'l') {
+			PROCREG_OPTS(procreg_register_opts, lo, .lease_ms = LEASE_MS);
+
+			for (int i = CHURN; i < CHURN + FREED && !res.err; i++) {
+				snprintf(name, sizeof(name), "fill.%d", i);
+				res.err = procreg_unregister(r, name);
+			}
+			while (!res.err && res.count < FREED) {
+				snprintf(name, sizeof(name), "lease.%d", res.count);
+				res.err = procreg_register_opts(r, name, meta, sizeof(meta), &lo);
+				res.count += !res.err;
 			}
 		}
 		if (write(o->res[1], &res, sizeof(res)) != sizeof(res))
@@ -178,7 +195,7 @@ static void test_full_filesystem(void **state)
 	static const char *const args[] = { "--max-size", "64M", NULL };
 	struct fs *s = *state;
 	struct owner o = { s->mnt, { -1, -1 }, { -1, -1 } };
-	struct result fill, churn;
+	struct result fill, churn, lease;
 	struct procreg_stats st;
 	struct th_out out;
 	procreg_t *r;
@@ -224,11 +241,43 @@ static void test_full_filesystem(void **state)
 	assert_int_equal(looks_up(r, "again", 0, CHURN), CHURN);
 	assert_int_equal(looks_up(r, "fill", CHURN, fill.count), fill.count - CHURN);
 
+	/* Leases are journaled before they are granted: with the table's
+	 * room freed but none left on the disk for the journal, a leased
+	 * registration is refused, and the ones granted stay leases. */
+	lease = ask(&o, 'l');
+	printf("fullfs: %d leased names, then %s\n", lease.count, strerror(-lease.err));
+	assert_int_equal(lease.err, -ENOSPC);
+	assert_true(lease.count > 0 && lease.count < FREED);
+	assert_int_equal(looks_up(r, "lease", 0, lease.count + 1), lease.count);
+	assert_true(th_log_has(s->log, "owners journal: the filesystem is full"));
+	procreg_close(r);
+	check_clean(s);
+
+	/* A restart on the full filesystem: the journal cannot be rewritten,
+	 * so it is kept; the leases are still leases. */
+	assert_int_equal(th_daemon_stop(&s->d), 0);
+	if (th_daemon_start_log(&s->d, s->mnt, s->log, args, NULL) != 0) {
+		th_daemon_dump_log(&s->d);
+		fail_msg("procregd did not restart on the full %s", s->mnt);
+	}
+	assert_true(th_log_has(s->log, "kept as it was, and appended to"));
+	r = th_open(s->mnt);
+	assert_non_null(r);
+	assert_int_equal(looks_up(r, "lease", 0, lease.count), lease.count);
+	assert_int_equal(looks_up(r, "fill", CHURN + FREED, fill.count), fill.count - CHURN - FREED);
+	for (int i = 0; i < lease.count; i += 97) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "lease.%d", i);
+		assert_int_equal(procreg_refresh(r, name), 0);
+	}
+
 	/* The owner's death takes its names, however full the disk. */
 	th_kill_wait(&owner);
 	assert_int_equal(procreg_sync(r), 0);
 	assert_int_equal(looks_up(r, "fill", 0, fill.count), 0);
 	assert_int_equal(looks_up(r, "again", 0, CHURN), 0);
+	assert_int_equal(looks_up(r, "lease", 0, lease.count), 0);
 	assert_int_equal(procreg_stats(r, &st), 0);
 	assert_int_equal(st.names, 0);
 	/* And what it held is there for others. */

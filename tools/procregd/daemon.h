@@ -144,6 +144,9 @@ struct daemon {
 	bool owners_open;
 	uint64_t owners_bytes;    /* its length */
 	uint64_t owners_base;     /* its length when last rewritten from the live state */
+	uint64_t owners_room;     /* its file is allocated up to here (UINT64_MAX: unknown) */
+	uint64_t owners_owed;     /* bytes the records removing all it holds would take */
+	bool owners_full;         /* no room for it, as last logged */
 
 	uint64_t wake_ns;         /* last epoll wake-up, while procregd:death is traced */
 	uint64_t last_reap_ns;
@@ -185,6 +188,9 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		   const struct pr_frame *f);
 /* P died or left: it leaves every line. */
 void owners_proc_gone(struct daemon *d, struct proc *p);
+/* Room in the journal for one more place in line or lease: 0, or -ENOSPC
+ * (the request must then be refused before it changes anything). */
+int owners_room(struct daemon *d);
 /* Set (LEASE_MS > 0) or drop the lease of a name. */
 int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
 		     bool mark);

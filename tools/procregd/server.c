@@ -456,6 +456,10 @@ static int put_entry(struct daemon *d, struct proc *p, const struct ident *id, s
 	}
 	if (!mine && (p->names.n >= d->o.max_names_per_proc || !uid_may_add(d, p)))
 		return -EDQUOT;
+	/* A lease is journaled: room for it first, or no change at all (a
+	 * hand-over's was set aside when its place in line was taken). */
+	if (name && f->arg && !handover && owners_room(d))
+		return -ENOSPC;
 	t.hash = k->hash;
 	t.kind = k->kind;
 	t.start_time = id->start;
