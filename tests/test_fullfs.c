@@ -190,9 +190,19 @@ static void fill_up(const char *dir)
 	close(fd);
 }
 
-static void test_full_filesystem(void **state)
+/* procregd on the tmpfs, with a table larger than it; it must start. */
+static void start(struct fs *s, const char *when)
 {
 	static const char *const args[] = { "--max-size", "64M", NULL };
+
+	if (th_daemon_start_log(&s->d, s->mnt, s->log, args, NULL) != 0) {
+		th_daemon_dump_log(&s->d);
+		fail_msg("procregd did not start on %s %s", s->mnt, when);
+	}
+}
+
+static void test_full_filesystem(void **state)
+{
 	struct fs *s = *state;
 	struct owner o = { s->mnt, { -1, -1 }, { -1, -1 } };
 	struct result fill, churn, lease;
@@ -201,12 +211,8 @@ static void test_full_filesystem(void **state)
 	procreg_t *r;
 	pid_t owner;
 	int status;
-	char scope_dir[400];
 
-	if (th_daemon_start_log(&s->d, s->mnt, s->log, args, NULL) != 0) {
-		th_daemon_dump_log(&s->d);
-		fail_msg("procregd did not start on %s", s->mnt);
-	}
+	start(s, "empty");
 	r = th_open(s->mnt);
 	assert_non_null(r);
 	assert_int_equal(pipe(o.cmd), 0);
@@ -256,10 +262,7 @@ static void test_full_filesystem(void **state)
 	/* A restart on the full filesystem: the journal cannot be rewritten,
 	 * so it is kept; the leases are still leases. */
 	assert_int_equal(th_daemon_stop(&s->d), 0);
-	if (th_daemon_start_log(&s->d, s->mnt, s->log, args, NULL) != 0) {
-		th_daemon_dump_log(&s->d);
-		fail_msg("procregd did not restart on the full %s", s->mnt);
-	}
+	start(s, "full");
 	assert_true(th_log_has(s->log, "kept as it was, and appended to"));
 	r = th_open(s->mnt);
 	assert_non_null(r);
@@ -296,10 +299,7 @@ static void test_full_filesystem(void **state)
 
 	/* A restart on the full filesystem: it starts, and has it all. */
 	assert_int_equal(th_daemon_stop(&s->d), 0);
-	if (th_daemon_start_log(&s->d, s->mnt, s->log, args, NULL) != 0) {
-		th_daemon_dump_log(&s->d);
-		fail_msg("procregd did not restart on the full %s", s->mnt);
-	}
+	start(s, "full");
 	r = th_open(s->mnt);
 	assert_non_null(r);
 	assert_int_equal(looks_up(r, "later", 0, 1000), 1000); /* their owner, this test, lives */
@@ -317,9 +317,8 @@ static void test_full_filesystem(void **state)
 	/* A first start where no table fits: a message and exit status 1. */
 	assert_int_equal(th_daemon_stop(&s->d), 0);
 	fill_up(s->mnt);
-	snprintf(scope_dir, sizeof(scope_dir), "%s", s->mnt);
 	{
-		const char *argv[] = { PROCREGD_PATH, "--foreground", "--dir", scope_dir, "--scope",
+		const char *argv[] = { PROCREGD_PATH, "--foreground", "--dir", s->mnt, "--scope",
 				       "another", "--max-size", "64M", NULL };
 		int rc = th_run(&out, NULL, argv);
 
