@@ -18,6 +18,20 @@
 
 #include "procreg.h"
 
+/* Built with AddressSanitizer (as the daemon then is): its quarantine
+ * holds freed memory back, so RSS says nothing about leaks; LeakSanitizer
+ * does, at the daemons' exit. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TH_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TH_SANITIZED 1
+#endif
+#endif
+#ifndef TH_SANITIZED
+#define TH_SANITIZED 0
+#endif
+
 struct th_daemon {
 	pid_t pid;                 /* 0 when not running */
 	char dir[256];

@@ -542,7 +542,7 @@ static int fuzz_fds[6];
 static int fuzz_pick_fds(uint64_t *rs, int *fds)
 {
 	uint64_t r = th_xorshift(rs);
-	int n = r % 8 < 5 ? 0 : r % 8 < 7 ? 1 : 1 + (int)(r >> 8) % 5;
+	int n = r % 8 < 5 ? 0 : r % 8 < 7 ? 1 : 1 + (int)((r >> 8) % 5);
 
 	for (int k = 0; k < n; k++)
 		fds[k] = fuzz_fds[th_xorshift(rs) % 6];
@@ -595,7 +595,7 @@ static size_t fuzz_packet(uint64_t *rs, uint8_t *pkt)
 	r = th_xorshift(rs);
 	switch (r % 8) {
 	case 0: /* bytes flipped */
-		for (int k = 0; k < 1 + (int)(r >> 8) % 8 && pos; k++)
+		for (int k = 0; k < 1 + (int)((r >> 8) % 8) && pos; k++)
 			pkt[th_xorshift(rs) % pos] ^= (uint8_t)(1u << (th_xorshift(rs) % 8));
 		break;
 	case 1: { /* the first frame's length rewritten */
@@ -768,7 +768,10 @@ static void test_random_frames(void **state)
 	       ops, c.want, th_count_fds(f->d.pid), rss0, rss1);
 	/* What the daemon holds for a client is one packet of replies at
 	 * most (64 KiB), and there were ATTACKERS * CONNS of them at once. */
-	assert_true(rss1 - rss0 < 8 * 1024);
+	if (TH_SANITIZED)
+		printf("fuzz: RssAnon not bounded under AddressSanitizer (its quarantine keeps freed memory)\n");
+	else
+		assert_true(rss1 - rss0 < 8 * 1024);
 	serves(f->reg, "after");
 	th_user_del(&u);
 	munmap(cnt, sizeof(*cnt));

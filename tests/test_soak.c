@@ -78,19 +78,6 @@
  * buffer up to 1 MiB (bigger ones are freed) and the input buffer. */
 #define MESH_KEEP ((1u << 20) + 2 * PR_BP_FRAME_MAX)
 
-/* Built with AddressSanitizer (as the daemon then is): its quarantine
- * holds freed memory back, so RSS says nothing about leaks; LeakSanitizer
- * does, at the daemons' exit. */
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
 
 enum phase { PH_RUN = 1, PH_HOLD, PH_EXIT };
 
@@ -1149,7 +1136,7 @@ static void check_growth(struct soak *s, const struct sample *b, const struct sa
 		}
 		assert_true(e[i].arena_top <= b[i].arena_top + arena_bound);
 		assert_true(e[i].file_bytes <= b[i].file_bytes + file_bound);
-		if (SANITIZED)
+		if (TH_SANITIZED)
 			printf("soak: VmRSS not bounded under AddressSanitizer (its quarantine keeps "
 			       "freed memory)\n");
 		else
