@@ -150,9 +150,11 @@ static int back_pages(struct pr_writer *w, uint64_t end)
 		ahead = need;
 		err = allocate_pages(w->table_fd, w->backed, ahead);
 	}
-	w->fs_full = err == -ENOSPC;
-	if (err)
+	if (err) {
+		w->fs_full |= err == -ENOSPC;
 		return err;
+	}
+	w->fs_full = false;
 	w->backed = ahead;
 	return 0;
 }
@@ -367,10 +369,11 @@ int procreg__w_reserve(struct pr_writer *w, struct pr_root *root)
 	int err;
 
 	/* Load factor 3/4, counting tombstones, which lengthen probes too;
-	 * 5/8 for a request kept from the reserve: the last eighth of an
+	 * 5/8 for a request kept from a reserve: the last eighth of an
 	 * index's slots takes privileged inserts without the rebuild that
 	 * the arena might have no room for. */
-	if ((root->live + root->tombs + 1) * 4 <= (w->no_reserve ? cap * 5 / 2 : cap * 3))
+	if ((root->live + root->tombs + 1) * 4 <=
+	    (w->no_reserve && w->reserve ? cap * 5 / 2 : cap * 3))
 		return 0;
 	while ((root->live + 1) * 2 > want)
 		want *= 2;
