@@ -515,12 +515,13 @@ static int put_entry(struct daemon *d, struct proc *p, const struct ident *id, s
 int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct pr_root *root,
 	      const struct pr_key *k, const struct pr_frame *f, bool handover, uint64_t *off)
 {
+	bool was = d->w.no_reserve;
 	int err;
 
 	d->w.no_reserve = !uid_privileged(d, id->uid);
 	d->w.reserve_hit = false;
 	err = put_entry(d, p, id, root, k, f, handover, off);
-	d->w.no_reserve = false;
+	d->w.no_reserve = was;
 	return err;
 }
 
@@ -655,9 +656,9 @@ static int note_refused(struct daemon *d, const struct client *c, int err)
 {
 	if (err == -EDQUOT)
 		log_limited(&d->denied_quota_log, "names refused for a quota",
-			    "client pid %d uid %u: name refused (EDQUOT): --max-names-per-proc %u or --max-names-per-uid %u reached (uid %u holds %llu)",
+			    "client pid %d uid %u: name refused (EDQUOT): --max-names-per-proc %u or --max-names-per-uid %u reached (the uid holds %llu)",
 			    (int)c->id.pid, (unsigned)c->id.uid, d->o.max_names_per_proc,
-			    d->o.max_names_per_uid, (unsigned)c->id.uid,
+			    d->o.max_names_per_uid,
 			    (unsigned long long)uid_count(&d->uid_names, c->id.uid));
 	else if (err == -ENOSPC && d->w.reserve_hit)
 		log_limited(&d->denied_res_log, "names refused for the reserve",
