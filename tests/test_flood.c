@@ -521,6 +521,7 @@ static void test_passed_fds(void **state)
 
 #define ATTACKERS 4
 #define CONNS 8
+#define KEPT 1000
 
 /* What the attackers did, counted in shared memory. */
 struct fuzz_counts {
@@ -718,20 +719,24 @@ static void test_random_frames(void **state)
 				      procreg__mono_ns() + (uint64_t)fuzz_seconds() * 1000000000ull, cnt };
 		kids[i] = th_fork(fuzz_child, &z[i]);
 	}
-	/* Root, meanwhile: every request must succeed. */
+	/* Root, meanwhile: every request must succeed. It keeps the even
+	 * names of its last 2 * KEPT (a longer run would reach its own
+	 * --max-names-per-proc), and looks one of them up each time. */
 	while (alive) {
 		char name[32], other[32];
 
 		snprintf(name, sizeof(name), "victim.%d", n);
-		snprintf(other, sizeof(other), "victim.%d", (n / 2) & ~1); /* kept */
+		snprintf(other, sizeof(other), "victim.%d", (n > KEPT ? n - KEPT : 0) & ~1);
 		assert_int_equal(procreg_register(f->reg, name, "payload", 7), 0);
 		assert_int_equal(procreg_lookup(f->reg, name, NULL), 0);
 		assert_int_equal(procreg_lookup(f->reg, other, NULL), 0);
-		if (n % 2)
+		if (n % 2 == 0 && n >= 2 * KEPT)
+			snprintf(name, sizeof(name), "victim.%d", n - 2 * KEPT);
+		if (n % 2 || n >= 2 * KEPT)
 			assert_int_equal(procreg_unregister(f->reg, name), 0);
 		assert_int_equal(procreg_sync(f->reg), 0);
+		ops += 4 + (n % 2 || n >= 2 * KEPT);
 		n++;
-		ops += 4 + n % 2;
 		for (int i = 0; i < ATTACKERS; i++) {
 			int status;
 
@@ -744,9 +749,11 @@ static void test_random_frames(void **state)
 		}
 	}
 	assert_int_equal(kill(f->d.pid, 0), 0);
-	for (int i = 0; i < n; i += 2) {
+	for (int i = n - 2 * KEPT > 0 ? (n - 2 * KEPT) & ~1 : 0; i < n; i += 2) {
 		char name[32];
 
+		if (i <= n - 1 - 2 * KEPT)
+			continue; /* removed on the way */
 		snprintf(name, sizeof(name), "victim.%d", i);
 		assert_int_equal(procreg_lookup(f->reg, name, NULL), 0);
 		assert_int_equal(procreg_unregister(f->reg, name), 0);
