@@ -823,7 +823,7 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 				    "client pid %d uid %u: oversized packet or control data, closing", (int)c->id.pid,
 				    (unsigned)c->id.uid);
 			err = -EMSGSIZE;
-		} else if (nfds > (want = fds_wanted(d->in, (size_t)n))) {
+		} else if (nfds && nfds > (want = fds_wanted(d->in, (size_t)n))) {
 			log_limited(&d->dropped_log, "clients closed",
 				    "client pid %d uid %u: %d file descriptors passed with a packet that takes %d, closing",
 				    (int)c->id.pid, (unsigned)c->id.uid, nfds, want);
