@@ -253,14 +253,15 @@ static int send_pages(procreg_t *reg, int fd, bool wait)
 
 /* HELLO, with our own pidfd: it proves who we are where the daemon's
  * kernel cannot give it one (SO_PEERPIDFD arrived in 6.5). WAIT: for the
- * reply (its status), else sent and left. */
+ * reply (its status); else the daemon is asked to send nothing back on
+ * this connection (PR_F_QUIET), which is sent and left. */
 static int say_hello(int fd, bool wait, uint8_t *buf)
 {
 	int pidfd = procreg__pidfd_open(procreg__self_pid()), err;
 	uint8_t hello[64];
 	size_t pos = 0;
 
-	procreg__proto_put_hello(hello, &pos, PR_OP_HELLO, 0, 0);
+	procreg__proto_put_hello(hello, &pos, PR_OP_HELLO, wait ? 0 : PR_F_QUIET, 0, 0);
 	err = wait ? exchange(fd, hello, pos, pidfd, buf, PR_OP_HELLO)
 		   : send_packet(fd, hello, pos, pidfd, MSG_DONTWAIT);
 	if (pidfd >= 0)
@@ -293,28 +294,39 @@ static int dial(procreg_t *reg)
  * Hand this process's reader pages to the daemon that now serves the
  * table, once per daemon start (and again after a new page): called from
  * the read paths, so it never waits. A non-blocking connection of its
- * own, HELLO and one READERS packet a page, and close: the daemon handles
- * what was sent before the close. If anything fails (no daemon, its
- * backlog full), reads stay correct, unprotected, and the next call that
- * talks to the daemon hands the pages over (dial).
+ * own, a quiet HELLO and one READERS packet a page, and close: the daemon
+ * handles what was sent before the close. If that fails (its backlog
+ * full, no fd left), reads stay correct, unprotected; it is tried again a
+ * second later, and the next call that talks to the daemon hands the
+ * pages over too (dial).
  */
+#define ANNOUNCE_RETRY_NS 1000000000ull
+
 void procreg__announce(procreg_t *reg)
 {
 	uint64_t gen = PR_LOAD_ACQ(&reg->map.hdr->daemon_gen);
 	uint64_t was = PR_LOAD_RELAXED(&reg->rcu.announced);
 	char path[PR_SOCKET_PATH_MAX];
 	uint8_t buf[64];
-	int fd;
+	int fd, err;
 
-	/* One thread does it for the handle. */
-	if (was == gen || uatomic_cmpxchg(&reg->rcu.announced, was, gen) != was)
+	/* One thread does it for the handle, and not again before its
+	 * time after a failure. */
+	if (was == gen || procreg__mono_ns() < PR_LOAD_RELAXED(&reg->rcu.announce_after) ||
+	    uatomic_cmpxchg(&reg->rcu.announced, was, gen) != was)
 		return;
 	fd = connect_to(reg, SOCK_NONBLOCK, path);
-	if (fd < 0)
-		return;
-	if (!say_hello(fd, false, buf))
-		send_pages(reg, fd, false);
-	close(fd);
+	if (fd == -ECONNREFUSED)
+		return; /* no daemon: the next one to start bumps daemon_gen */
+	err = fd < 0 ? fd : say_hello(fd, false, buf);
+	if (!err)
+		err = send_pages(reg, fd, false);
+	if (fd >= 0)
+		close(fd);
+	if (err) {
+		uatomic_set(&reg->rcu.announce_after, procreg__mono_ns() + ANNOUNCE_RETRY_NS);
+		uatomic_cmpxchg(&reg->rcu.announced, gen, 0);
+	}
 }
 
 /* Under reg->io. */

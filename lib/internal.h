@@ -126,6 +126,7 @@ struct pr_rcu {
 	/* The daemon_gen the pages were last announced to (0: never, or a
 	 * page was added since). Atomic: any reading thread may announce. */
 	uint64_t announced;
+	uint64_t announce_after;      /* CLOCK_MONOTONIC: not before, after a failure */
 	/* Reads done again because memory under them was reused (see
 	 * pr_read_valid): rare, counted for tests and for procreg_stats
 	 * callers who wonder. */
@@ -319,6 +320,10 @@ struct pr_vec {
 	size_t n, cap;
 };
 
+/* The writer allocates the table file's pages this far ahead of the arena's
+ * top at a time (writer.c: back_pages). */
+#define PR_BACK_CHUNK (256u << 10)
+
 struct pr_writer {
 	struct pr_map map;
 	struct pr_paths paths;
@@ -332,6 +337,14 @@ struct pr_writer {
 	/* Allocator: private, rebuilt from the table on attach. */
 	struct pr_vec *classes;       /* free offsets, one vector per 16-byte class */
 	struct pr_vec large;          /* free (off, size) pairs above the classes */
+	uint64_t backed;              /* the file's pages are allocated up to here */
+	bool fs_full;                 /* the last allocation of pages found no space */
+	/* RESERVE arena bytes, and the last eighth of every index's slots,
+	 * are kept from the requests the caller marks no_reserve (the
+	 * daemon: those of uids other than root and its own). */
+	uint64_t reserve;
+	bool no_reserve;              /* the request under way may not use them */
+	bool reserve_hit;             /* a request was refused for them (the caller clears it) */
 
 	/* Deferred reclamation: pairs (off, size). */
 	struct pr_vec retired;        /* waiting for the next grace period */

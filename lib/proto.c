@@ -101,12 +101,12 @@ int procreg__proto_put(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
 	return 0;
 }
 
-int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
-			     int32_t status)
+int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
+			     uint32_t id, int32_t status)
 {
 	uint32_t body[2] = { PR_PROTO_VERSION, 0 };
 
-	return procreg__proto_put(buf, pos, op, 0, id, status, body, sizeof(body), NULL, 0);
+	return procreg__proto_put(buf, pos, op, flags, id, status, body, sizeof(body), NULL, 0);
 }
 
 size_t procreg__proto_name_size(size_t name_len, size_t meta_len)

@@ -45,9 +45,20 @@
  *               reader quotas (the sender's reads stay correct, unprotected:
  *               rcu.c), -EEXIST for a page it already has.
  *
- * A client may send and close without reading: the daemon handles every
- * packet sent before the close (replies it cannot send are dropped). That
- * is how readers hand over their pages without waiting for the daemon.
+ * A client may send and close without reading: with PR_F_QUIET on its
+ * HELLO, the daemon sends nothing back on that connection (no reply left
+ * unread when the client closes, which would reset the connection and
+ * lose the packets still queued), and handles every packet sent before
+ * the close. That is how readers hand over their pages without waiting
+ * for the daemon.
+ *
+ * File descriptors (SCM_RIGHTS): a packet carries one at most, and only if
+ * one of its frames takes it (HELLO; REGISTER or JOIN with PR_F_PIDFD;
+ * READERS). A packet with more fds than that, with fds and no frame taking
+ * one, or whose data or control data was cut (over PR_PACKET_MAX) closes
+ * its connection unanswered; none of its frames is carried out. The daemon
+ * closes every fd it receives, keeping a copy only of a pidfd it accepts
+ * (and a mapping of a reader page).
  *
  * A malformed frame is answered with -EBADMSG (the rest of its packet with
  * -ECANCELED) where its header could be read, else the connection closes.
@@ -86,6 +97,7 @@ enum pr_op {
 #define PR_F_REPLACEABLE 0x8  /* REGISTER: a later PR_F_REPLACE may take it over */
 #define PR_F_LEASE_MARK 0x10  /* REGISTER: an expired lease marks the name unhealthy
 			       * instead of releasing it */
+#define PR_F_QUIET 0x20       /* HELLO: nothing is sent back on this connection */
 
 struct pr_frame_hdr {
 	uint16_t op;
@@ -128,8 +140,8 @@ int procreg__proto_put(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
 		       uint32_t id, int32_t status, const void *a, size_t alen,
 		       const void *b, size_t blen);
 /* HELLO (op PR_OP_HELLO) or its reply (PR_OP_HELLO | PR_OP_REPLY). */
-int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
-			     int32_t status);
+int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
+			     uint32_t id, int32_t status);
 int procreg__proto_put_name(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
 			    uint32_t id, const char *name, size_t name_len,
 			    const void *meta, size_t meta_len);

@@ -22,6 +22,12 @@
  * larger ones (index blocks) first-fit from a list; no coalescing, which is
  * fine while record sizes repeat, and bounded by --max-size when they do
  * not.
+ *
+ * The file is sparse, and a store through the mapping to a page the
+ * filesystem cannot back (a full tmpfs) is a SIGBUS, not an error. So no
+ * page is written before it is allocated: the arena grows only into pages
+ * allocated first (back_pages), a chunk ahead of its top, and a full
+ * filesystem is -ENOSPC for the request that needed the space.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -111,12 +117,74 @@ static int alloc_large(struct pr_writer *w, uint64_t size, uint64_t *off)
 	return -ENOSPC;
 }
 
+static int allocate_pages(int fd, uint64_t from, uint64_t to)
+{
+	int err;
+
+	do
+		err = posix_fallocate(fd, (off_t)from, (off_t)(to - from));
+	while (err == EINTR);
+	return -err;
+}
+
+/*
+ * Have the table file's pages allocated up to END (at least): a chunk
+ * ahead, or, when the filesystem has not that much left, just the pages
+ * END needs; -ENOSPC when it has not those either. Nothing here ever
+ * punches a hole, so what was allocated stays, and w->backed only grows.
+ */
+static int back_pages(struct pr_writer *w, uint64_t end)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), need, ahead;
+	int err;
+
+	if (end <= w->backed)
+		return 0;
+	need = (end + page - 1) / page * page;
+	ahead = (end + PR_BACK_CHUNK - 1) / PR_BACK_CHUNK * PR_BACK_CHUNK;
+	/* Never past the end: that would lengthen the file. */
+	need = need < w->map.size ? need : w->map.size;
+	ahead = ahead < w->map.size ? ahead : w->map.size;
+	err = allocate_pages(w->table_fd, w->backed, ahead);
+	if (err == -ENOSPC && ahead > need) {
+		ahead = need;
+		err = allocate_pages(w->table_fd, w->backed, ahead);
+	}
+	if (err) {
+		w->fs_full |= err == -ENOSPC;
+		return err;
+	}
+	w->fs_full = false;
+	w->backed = ahead;
+	return 0;
+}
+
+/* Whether a request marked no_reserve may take SIZE more bytes of the
+ * arena: it must leave the reserve free, counting what is retired as in
+ * use (it is, until its grace period). */
+static bool reserve_allows(struct pr_writer *w, uint64_t size)
+{
+	uint64_t cap = w->map.size - H(w)->arena_off;
+
+	if (!w->no_reserve || (w->reserve < cap && H(w)->arena_used + size <= cap - w->reserve))
+		return true;
+	w->reserve_hit = true;
+	return false;
+}
+
 static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
 {
 	struct pr_vec *c;
-	uint64_t top = H(w)->arena_top;
+	uint64_t top = H(w)->arena_top, end = w->map.size;
+	int err;
 
 	size = (size + PR_ALIGN - 1) & ~(uint64_t)(PR_ALIGN - 1);
+	if (!reserve_allows(w, size))
+		return -ENOSPC;
+	/* The last bytes of the file stay fresh for privileged requests: a
+	 * free block of their size may be lacking, a fresh one never is. */
+	if (w->no_reserve)
+		end = w->reserve < end - top ? end - w->reserve : top;
 	if (size <= CLASS_MAX) {
 		c = &w->classes[size / PR_ALIGN - 1];
 		if (c->n) {
@@ -129,14 +197,20 @@ static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
 		 * and the file's resident pages, on until the arena ran out. */
 		goto got;
 	}
-	if (size <= w->map.size - top) {
-		*off = top;
-		CMM_STORE_SHARED(H(w)->arena_top, top + size);
-		goto got;
+	err = -ENOSPC;
+	if (size <= end - top) {
+		err = back_pages(w, top + size);
+		if (!err) {
+			*off = top;
+			CMM_STORE_SHARED(H(w)->arena_top, top + size);
+			goto got;
+		}
 	}
 	if (!alloc_large(w, size, off))
 		goto got;
-	return -ENOSPC;
+	if (size > end - top && size <= w->map.size - top)
+		w->reserve_hit = true; /* the reserve had room for it */
+	return err;
 got:
 	CMM_STORE_SHARED(H(w)->arena_used, H(w)->arena_used + size);
 	return 0;
@@ -281,8 +355,12 @@ int procreg__w_reserve(struct pr_writer *w, struct pr_root *root)
 	uint64_t cap = index_at(w, root)->capacity, want = cap;
 	int err;
 
-	/* Load factor 3/4, counting tombstones, which lengthen probes too. */
-	if ((root->live + root->tombs + 1) * 4 <= cap * 3)
+	/* Load factor 3/4, counting tombstones, which lengthen probes too;
+	 * 5/8 for a request kept from a reserve: the last eighth of an
+	 * index's slots takes privileged inserts without the rebuild that
+	 * the arena might have no room for. */
+	if ((root->live + root->tombs + 1) * 4 <=
+	    (w->no_reserve && w->reserve ? cap * 5 / 2 : cap * 3))
 		return 0;
 	while ((root->live + 1) * 2 > want)
 		want *= 2;
@@ -572,6 +650,13 @@ static int init_table(struct pr_writer *w, int fd, uint64_t size, uint32_t reade
 	w->map.base = (uint8_t *)h;
 	w->map.size = size;
 	w->map.hdr = h;
+	w->table_fd = fd;
+	/* The header page before it is written; the feed's ring and the
+	 * first indexes come from alloc_block, which allocates pages too. On
+	 * a full filesystem, creation fails here with -ENOSPC. */
+	err = back_pages(w, PR_HDR_SIZE);
+	if (err)
+		return err;
 	h->layout_version = PR_LAYOUT_VERSION;
 	h->hdr_size = PR_HDR_SIZE;
 	h->size_desc = PR_SIZE_DESC;
@@ -643,6 +728,9 @@ fail:
 	if (w->map.base) {
 		munmap(w->map.base, w->map.size);
 		w->map.base = NULL;
+		w->map.hdr = NULL;
+		w->table_fd = -1;
+		w->backed = 0;
 	}
 	unlink(tmp);
 	close(fd);
@@ -962,6 +1050,15 @@ int procreg__w_recover(struct pr_writer *w)
 
 	if (h->arena_top < h->arena_off || h->arena_top > w->map.size)
 		return -EUCLEAN;
+	/* How far the file is allocated: everything below the top was
+	 * (written, or allocated ahead, by the daemon before us), and
+	 * allocating it again costs nothing where it is. A table whose
+	 * writer left holes there gets them filled now, or -ENOSPC: never a
+	 * SIGBUS later, at the first store into one. */
+	w->backed = 0;
+	err = back_pages(w, h->arena_top);
+	if (err)
+		return err;
 	if (!h->feed_cap || (h->feed_cap & (h->feed_cap - 1)) || h->feed_off % PR_ALIGN ||
 	    h->feed_off < h->arena_off || h->feed_off > h->arena_top ||
 	    h->feed_cap > (h->arena_top - h->feed_off) / sizeof(struct pr_event))

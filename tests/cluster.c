@@ -391,6 +391,29 @@ void th_propagation_figures(procreg_t *a, procreg_t *b, procreg_t *c, const char
 	       label, t_reg / 1e6, t_b / 1e6, t_c / 1e6);
 }
 
+void th_list_fds(pid_t pid)
+{
+	char path[64], link[600], target[512];
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		ssize_t n;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
+		n = readlink(link, target, sizeof(target) - 1);
+		target[n > 0 ? n : 0] = 0;
+		printf("  fd %s -> %s\n", e->d_name, target);
+	}
+	closedir(d);
+}
+
 long th_count_fds(pid_t pid)
 {
 	char path[64];

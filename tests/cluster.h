@@ -123,6 +123,8 @@ size_t th_fake_snap(uint8_t *buf, size_t cap, uint64_t inc, uint32_t part, uint6
 long th_status_kb(pid_t pid, const char *key);
 /* How many fds process PID has open. */
 long th_count_fds(pid_t pid);
+/* Print PID's open fds and what they are (on failure, to see which). */
+void th_list_fds(pid_t pid);
 
 /* Scenarios the bridge's tests run over every transport, on three started
  * nodes N[0..2], waiting up to MS for each change to show:

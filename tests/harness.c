@@ -73,13 +73,22 @@ procreg_t *th_open(const char *dir)
 int th_daemon_start(struct th_daemon *d, const char *dir, const char *const *args,
 		    const char *const *env)
 {
+	char log[300];
+
+	snprintf(log, sizeof(log), "%s/procregd.log", dir);
+	return th_daemon_start_log(d, dir, log, args, env);
+}
+
+int th_daemon_start_log(struct th_daemon *d, const char *dir, const char *log,
+			const char *const *args, const char *const *env)
+{
 	const char *argv[64];
 	int n = 0;
 
 	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "%s", dir);
 	snprintf(d->scope, sizeof(d->scope), "default");
-	snprintf(d->log, sizeof(d->log), "%s/procregd.log", dir);
+	snprintf(d->log, sizeof(d->log), "%s", log);
 	argv[n++] = PROCREGD_PATH;
 	argv[n++] = "--foreground";
 	argv[n++] = "--dir";
@@ -443,47 +452,62 @@ int th_log_count(const char *path, const char *needle)
 	return n;
 }
 
-int th_raw_connect(const char *dir)
+int th_raw_try_connect(const char *dir)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", dir);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		fd = -1;
+	}
 	return fd;
+}
+
+int th_raw_connect(const char *dir)
+{
+	int fd = th_raw_try_connect(dir);
+
+	assert_true(fd >= 0);
+	return fd;
+}
+
+int th_raw_try_hello(int fd)
+{
+	uint8_t buf[256];
+	size_t pos = 0;
+	struct pr_frame f;
+	/* The kernel here may not have SO_PEERPIDFD: pass our pidfd. */
+	int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u = { 0 };
+	struct iovec iov = { buf, 0 };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+			      .msg_controllen = sizeof(u.b) };
+	ssize_t n;
+
+	procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 0, 1, 0);
+	iov.iov_len = pos;
+	u.h.cmsg_level = SOL_SOCKET;
+	u.h.cmsg_type = SCM_RIGHTS;
+	u.h.cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(&u.h), &pidfd, sizeof(int));
+	n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+	close(pidfd);
+	if (n != (ssize_t)pos)
+		return -1;
+	n = recv(fd, buf, sizeof(buf), 0);
+	pos = 0;
+	return n > 0 && procreg__proto_next(buf, (size_t)n, &pos, &f) == 1 && f.h.status == 0 ? 0
+												: -1;
 }
 
 void th_raw_hello(int fd)
 {
-	static uint8_t buf[PR_PACKET_MAX];
-	size_t pos = 0;
-	struct pr_frame f;
-	ssize_t n;
-
-	procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 1, 0);
-	/* The kernel here may not have SO_PEERPIDFD: pass our pidfd. */
-	{
-		int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-		union {
-			struct cmsghdr h;
-			char b[CMSG_SPACE(sizeof(int))];
-		} u = { 0 };
-		struct iovec iov = { buf, pos };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-				      .msg_controllen = sizeof(u.b) };
-
-		u.h.cmsg_level = SOL_SOCKET;
-		u.h.cmsg_type = SCM_RIGHTS;
-		u.h.cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(&u.h), &pidfd, sizeof(int));
-		assert_true(sendmsg(fd, &msg, 0) == (ssize_t)pos);
-		close(pidfd);
-	}
-	n = recv(fd, buf, sizeof(buf), 0);
-	assert_true(n > 0);
-	pos = 0;
-	assert_int_equal(procreg__proto_next(buf, (size_t)n, &pos, &f), 1);
-	assert_int_equal(f.h.status, 0);
+	assert_int_equal(th_raw_try_hello(fd), 0);
 }
 
 /* ---- unprivileged users ------------------------------------------------ */

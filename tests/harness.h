@@ -18,6 +18,20 @@
 
 #include "procreg.h"
 
+/* Built with AddressSanitizer (as the daemon then is): its quarantine
+ * holds freed memory back, so RSS says nothing about leaks; LeakSanitizer
+ * does, at the daemons' exit. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TH_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TH_SANITIZED 1
+#endif
+#endif
+#ifndef TH_SANITIZED
+#define TH_SANITIZED 0
+#endif
+
 struct th_daemon {
 	pid_t pid;                 /* 0 when not running */
 	char dir[256];
@@ -34,6 +48,9 @@ void th_rmrf(const char *dir);
  * Returns 0 once the daemon serves (its pid is in the table header). */
 int th_daemon_start(struct th_daemon *d, const char *dir, const char *const *args,
 		    const char *const *env);
+/* The same, its stderr appended to LOG instead of DIR/procregd.log. */
+int th_daemon_start_log(struct th_daemon *d, const char *dir, const char *log,
+			const char *const *args, const char *const *env);
 /* SIGTERM and wait: the exit status. */
 int th_daemon_stop(struct th_daemon *d);
 /* SIGKILL and wait. */
@@ -109,6 +126,9 @@ int th_log_count(const char *path, const char *needle);
  * and its HELLO (with this process's pidfd), which must be accepted. */
 int th_raw_connect(const char *dir);
 void th_raw_hello(int fd);
+/* The same without cmocka (for a child): -1 when refused. */
+int th_raw_try_connect(const char *dir);
+int th_raw_try_hello(int fd);
 
 /*
  * Unprivileged users for attack tests. th_user_new() creates a system

@@ -1,9 +1,11 @@
 /*
  * test_flood.c - peers that push and do not pull: a local client that
- * floods requests and never reads a reply, and connections to the bridge
- * port that stop in the middle of a frame. The daemon must go on serving
- * everyone else, hold a bounded amount of memory for them, and give their
- * fds back once they are gone.
+ * floods requests and never reads a reply, connections to the bridge port
+ * that stop in the middle of a frame, and an unprivileged user passing
+ * file descriptors in every shape and feeding the socket random and
+ * mutated frames. The daemon must go on serving everyone else, hold a
+ * bounded amount of memory for them, and give their fds back once they
+ * are gone.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -11,14 +13,17 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cluster.h"
@@ -203,17 +208,6 @@ static void test_bridge_half_frames(void **state)
 	assert_true(th_log_has(f->d.log, "connection refused: too many handshakes under way"));
 }
 
-static int unix_connect(const char *dir)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	assert_true(fd >= 0);
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", dir);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	return fd;
-}
-
 /* Whether FD's connection was closed by the daemon. */
 static int hung_up(int fd, int ms)
 {
@@ -249,7 +243,7 @@ static void test_out_of_fds(void **state)
 	/* Local connections, until one is refused: each accepted one holds
 	 * an fd, with no deadline. */
 	while (n < HOLDERS && !refused) {
-		holders[n] = unix_connect(f->dir);
+		holders[n] = th_raw_connect(f->dir);
 		refused = hung_up(holders[n++], 100);
 	}
 	for (int i = 0; i < n && !refused; i++)
@@ -282,12 +276,528 @@ static void test_out_of_fds(void **state)
 	serves(f->reg, "after");
 }
 
+/* ---- an unprivileged user passing fds --------------------------------- */
+
+/* The attacks below run in children of their own uid, where cmocka's
+ * asserts cannot reach the test: a child exits with a status saying what
+ * went wrong (0: as expected). */
+
+static int self_pidfd(void)
+{
+	return (int)syscall(SYS_pidfd_open, getpid(), 0);
+}
+
+/* Send PKT with the NFDS fds of FDS split over NMSG SCM_RIGHTS messages,
+ * after an SCM_CREDENTIALS message if CREDS: the result of sendmsg. */
+static ssize_t send_fds(int sock, const void *pkt, size_t len, const int *fds, int nfds, int nmsg,
+			bool creds, int flags)
+{
+	static union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(struct ucred)) + 4 * CMSG_SPACE(253 * sizeof(int))];
+	} u;
+	struct iovec iov = { (void *)pkt, len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+			      .msg_controllen = sizeof(u.b) };
+	struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+	size_t used = 0;
+
+	memset(&u, 0, sizeof(u));
+	if (creds) {
+		struct ucred c = { getpid(), getuid(), getgid() };
+
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_CREDENTIALS;
+		h->cmsg_len = CMSG_LEN(sizeof(c));
+		memcpy(CMSG_DATA(h), &c, sizeof(c));
+		used += CMSG_SPACE(sizeof(c));
+		h = CMSG_NXTHDR(&msg, h);
+	}
+	for (int m = 0, done = 0; m < nmsg && nfds; m++) {
+		int k = (nfds - done) / (nmsg - m);
+
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_RIGHTS;
+		h->cmsg_len = CMSG_LEN((size_t)k * sizeof(int));
+		memcpy(CMSG_DATA(h), fds + done, (size_t)k * sizeof(int));
+		used += CMSG_SPACE((size_t)k * sizeof(int));
+		done += k;
+		h = CMSG_NXTHDR(&msg, h);
+	}
+	msg.msg_controllen = used;
+	if (!used)
+		msg.msg_control = NULL;
+	return sendmsg(sock, &msg, MSG_NOSIGNAL | flags);
+}
+
+/* The reply statuses to what was sent, into ST (up to MAX): how many, or
+ * -1 if the daemon closed the connection without one. */
+static int replies(int fd, int32_t *st, int max)
+{
+	static uint8_t buf[PR_PACKET_MAX];
+	struct pollfd p = { fd, POLLIN, 0 };
+	struct pr_frame f;
+	size_t pos = 0;
+	ssize_t n;
+	int k = 0;
+
+	if (poll(&p, 1, WAIT_MS) != 1)
+		return -2;
+	n = recv(fd, buf, sizeof(buf), 0);
+	if (n <= 0)
+		return -1;
+	while (k < max && procreg__proto_next(buf, (size_t)n, &pos, &f) == 1)
+		st[k++] = f.h.status;
+	return k;
+}
+
+enum { CLOSED = 1 };
+
+/*
+ * One way of passing fds. Each is sent REPEAT times, on a connection of
+ * its own, by a process of an unprivileged uid; the daemon's fd count must
+ * be back where it was once the process is gone. What the daemon does
+ * with the packet is checked too: a packet that brings more fds than its
+ * frames take (one at most: HELLO, or a REGISTER or JOIN naming its owner
+ * by pidfd) closes the connection unanswered (lib/proto.h); one with the
+ * fd a frame takes is answered.
+ */
+struct fd_shape {
+	const char *what;
+	bool hello;          /* HELLO first, as a client does */
+	int nfds;            /* fds passed */
+	int nmsg;            /* in this many SCM_RIGHTS messages */
+	bool creds;          /* after an SCM_CREDENTIALS message */
+	int kind;            /* the packet: see shape_packet() */
+	int expect;          /* CLOSED, or the first reply's status */
+};
+
+enum { P_SYNC, P_REGISTER_PIDFD, P_HELLO, P_BIG, P_EMPTY, P_UNFRAMEABLE, P_TWO_PIDFD,
+       P_REGISTER_OTHER, P_JOIN_PIDFD };
+
+static const struct fd_shape fd_shapes[] = {
+	{ "two fds in one message, on a SYNC", true, 2, 1, false, P_SYNC, CLOSED },
+	{ "two fds on a REGISTER by pidfd", true, 2, 1, false, P_REGISTER_PIDFD, CLOSED },
+	{ "one fd in each of two messages", true, 2, 2, false, P_REGISTER_PIDFD, CLOSED },
+	{ "253 fds in three messages", true, 253, 3, false, P_SYNC, CLOSED },
+	{ "an fd on a packet over 64 KiB", true, 1, 1, false, P_BIG, CLOSED },
+	{ "an fd on a frame that takes none", true, 1, 1, false, P_SYNC, CLOSED },
+	{ "an fd before HELLO", false, 1, 1, false, P_SYNC, CLOSED },
+	{ "two fds on HELLO", false, 2, 1, false, P_HELLO, CLOSED },
+	{ "an fd on an empty packet", true, 1, 1, false, P_EMPTY, CLOSED },
+	{ "an fd on an unframeable packet", true, 1, 1, false, P_UNFRAMEABLE, CLOSED },
+	{ "credentials and two fds", true, 2, 1, true, P_REGISTER_PIDFD, CLOSED },
+	{ "credentials and a pidfd on REGISTER", true, 1, 1, true, P_REGISTER_PIDFD, 0 },
+	{ "a pidfd on JOIN", true, 1, 1, false, P_JOIN_PIDFD, 0 },
+	{ "a pidfd for two REGISTERs in one packet", true, 1, 1, false, P_TWO_PIDFD, 0 },
+	{ "a second HELLO with an fd", true, 1, 1, false, P_HELLO, -EBADMSG },
+	{ "another uid's pidfd on REGISTER", true, 1, 1, false, P_REGISTER_OTHER, -EPERM },
+	{ "a file that is no pidfd on REGISTER", true, 1, 1, false, P_REGISTER_OTHER, -EBADF },
+};
+
+#define REPEAT 20
+
+static size_t shape_packet(const struct fd_shape *sh, int i, uint8_t *pkt)
+{
+	char name[32];
+	size_t pos = 0;
+
+	snprintf(name, sizeof(name), "fd.%d.%d", getpid(), i);
+	switch (sh->kind) {
+	case P_SYNC:
+		procreg__proto_put(pkt, &pos, PR_OP_SYNC, 0, 2, 0, NULL, 0, NULL, 0);
+		break;
+	case P_REGISTER_PIDFD:
+	case P_REGISTER_OTHER:
+		procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, PR_F_PIDFD, 2, name, strlen(name),
+					"m", 1);
+		break;
+	case P_JOIN_PIDFD:
+		procreg__proto_put_name(pkt, &pos, PR_OP_JOIN, PR_F_PIDFD, 2, "fd.group", 8, "m", 1);
+		break;
+	case P_TWO_PIDFD:
+		procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, PR_F_PIDFD, 2, name, strlen(name),
+					"m", 1);
+		procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, PR_F_PIDFD, 3, "fd.second", 9,
+					NULL, 0);
+		break;
+	case P_HELLO:
+		procreg__proto_put_hello(pkt, &pos, PR_OP_HELLO, 0, 2, 0);
+		break;
+	case P_BIG:
+		memset(pkt, 0, PR_PACKET_MAX + 64);
+		pos = PR_PACKET_MAX + 64;
+		break;
+	case P_EMPTY:
+		break;
+	case P_UNFRAMEABLE:
+		memcpy(pkt, "abc", 3);
+		pos = 3;
+		break;
+	}
+	return pos;
+}
+
+static const struct fd_shape *run_shape;
+
+static int pass_fds(void *arg)
+{
+	static uint8_t pkt[PR_PACKET_MAX + 64];
+	const struct fd_shape *sh = run_shape;
+	const struct th_user *u = arg;
+
+	th_become(u);
+	for (int i = 0; i < REPEAT; i++) {
+		int fd = th_raw_try_connect(getenv("FLOOD_DIR")), fds[253], n;
+		int32_t st[2];
+		size_t len;
+
+		if (fd < 0)
+			return 10;
+		if (sh->hello && th_raw_try_hello(fd) < 0)
+			return 11;
+		for (int k = 0; k < sh->nfds; k++)
+			fds[k] = -1;
+		if (sh->kind == P_REGISTER_OTHER && sh->expect == -EPERM)
+			fds[0] = (int)syscall(SYS_pidfd_open, 1, 0); /* init: root's */
+		else if (sh->kind == P_REGISTER_OTHER)
+			fds[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		else
+			fds[0] = self_pidfd();
+		for (int k = 1; k < sh->nfds; k++)
+			fds[k] = k == 1 ? open("/dev/null", O_RDONLY | O_CLOEXEC) : fds[1];
+		if (fds[0] < 0 || (sh->nfds > 1 && fds[1] < 0))
+			return 12;
+		len = shape_packet(sh, i, pkt);
+		if (send_fds(fd, pkt, len, fds, sh->nfds, sh->nmsg, sh->creds, 0) != (ssize_t)len)
+			return 13;
+		close(fds[0]);
+		if (sh->nfds > 1)
+			close(fds[1]);
+		n = replies(fd, st, 2);
+		if (n == -2)
+			return 14; /* neither answered nor closed */
+		if (sh->expect == CLOSED && n != -1)
+			return 15;
+		if (sh->expect != CLOSED && (n < 1 || st[0] != sh->expect))
+			return 16;
+		/* A second REGISTER by the same pidfd in one packet is refused. */
+		if (sh->kind == P_TWO_PIDFD && (n != 2 || st[1] != -EBADMSG))
+			return 17;
+		close(fd);
+	}
+	return 0;
+}
+
+/* Every shape of passing fds that the daemon refuses, or takes, leaves
+ * its fd count where it was, from an unprivileged uid. */
+static void test_passed_fds(void **state)
+{
+	struct th_fx *f = *state;
+	struct fdcount c = { f->d.pid, 0 };
+	struct th_user u;
+
+	th_user_new(&u);
+	setenv("FLOOD_DIR", f->dir, 1);
+	serves(f->reg, "warm");
+	c.want = th_count_fds(f->d.pid);
+	for (size_t i = 0; i < sizeof(fd_shapes) / sizeof(fd_shapes[0]); i++) {
+		int st;
+
+		run_shape = &fd_shapes[i];
+		st = th_wait(th_fork(pass_fds, &u));
+		if (st != 0) {
+			th_daemon_dump_log(&f->d);
+			fail_msg("%s: the attacker exited %d", fd_shapes[i].what, st);
+		}
+		if (!th_until(fds_back, &c, WAIT_MS)) {
+			th_list_fds(f->d.pid);
+			fail_msg("%s, %d times: the daemon holds %ld fds, %ld before", fd_shapes[i].what,
+				 REPEAT, th_count_fds(f->d.pid), c.want);
+		}
+		printf("passed fds: %s, %d times: fds back to %ld\n", fd_shapes[i].what, REPEAT, c.want);
+	}
+	assert_int_equal(kill(f->d.pid, 0), 0);
+	serves(f->reg, "after");
+	assert_true(th_log_has(f->d.log, "file descriptors passed with a packet that takes"));
+	th_user_del(&u);
+}
+
+/* ---- an unprivileged user feeding the socket garbage -------------------- */
+
+#define ATTACKERS 4
+#define CONNS 8
+#define KEPT 1000
+
+/* What the attackers did, counted in shared memory. */
+struct fuzz_counts {
+	uint64_t connects, refused, packets, fds;
+};
+
+struct fuzz {
+	const struct th_user *u;
+	const char *dir;
+	uint64_t seed;
+	uint64_t until_ns;
+	struct fuzz_counts *n;
+};
+
+/* Fds an attacker passes at random: its pidfd, files, pipe ends, an
+ * eventfd, a socket. */
+static int fuzz_fds[6];
+
+static int fuzz_pick_fds(uint64_t *rs, int *fds)
+{
+	uint64_t r = th_xorshift(rs);
+	int n = r % 8 < 5 ? 0 : r % 8 < 7 ? 1 : 1 + (int)((r >> 8) % 5);
+
+	for (int k = 0; k < n; k++)
+		fds[k] = fuzz_fds[th_xorshift(rs) % 6];
+	return n;
+}
+
+/* A packet of 1 to 8 frames, each valid or nearly (random op, flags,
+ * names, metadata, lease), then perhaps mutated: bytes flipped, a length
+ * rewritten, cut short. */
+static size_t fuzz_packet(uint64_t *rs, uint8_t *pkt)
+{
+	static const uint16_t ops[] = { PR_OP_HELLO, PR_OP_REGISTER, PR_OP_UNREGISTER, PR_OP_SYNC,
+					PR_OP_JOIN, PR_OP_LEAVE, PR_OP_REFRESH, PR_OP_SUBSCRIBE,
+					PR_OP_NOTIFY, PR_OP_REGISTER | PR_OP_REPLY, 0, 0x7fff };
+	static uint8_t meta[PROCREG_META_MAX + 8];
+	size_t pos = 0, n = 1 + th_xorshift(rs) % 8;
+	uint64_t r = th_xorshift(rs);
+
+	if (r % 16 == 0) {
+		/* Nothing but noise, of any length up to past the limit. */
+		size_t len = r % 4 == 0 ? th_xorshift(rs) % (PR_PACKET_MAX + 512)
+					: th_xorshift(rs) % 512;
+
+		for (size_t i = 0; i < len; i++)
+			pkt[i] = (uint8_t)th_xorshift(rs);
+		return len;
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint64_t a = th_xorshift(rs), b = th_xorshift(rs);
+		uint16_t op = ops[a % (sizeof(ops) / sizeof(ops[0]))];
+		uint16_t flags = (uint16_t)(b % 4 == 0 ? b >> 16 : (b >> 16) & 0x1f);
+		char name[48];
+		size_t nlen = (size_t)snprintf(name, sizeof(name), "fz.%llu", (unsigned long long)(a >> 40) % 64);
+		size_t mlen = b % 8 == 0 ? (b >> 24) % (PROCREG_META_MAX + 1) : (b >> 24) % 16;
+		int err;
+
+		for (size_t k = 0; k < mlen; k++)
+			meta[k] = (uint8_t)(a >> (k % 8));
+		if (op == PR_OP_HELLO)
+			err = procreg__proto_put_hello(pkt, &pos, op, 0, (uint32_t)a, 0);
+		else if (op == PR_OP_SYNC || op == PR_OP_SUBSCRIBE || op == PR_OP_NOTIFY || op == 0)
+			err = procreg__proto_put(pkt, &pos, op, flags, (uint32_t)a, 0, NULL, 0, NULL, 0);
+		else
+			err = procreg__proto_put_name_arg(pkt, &pos, op, flags, (uint32_t)a, name, nlen,
+							  meta, op == PR_OP_REGISTER || op == PR_OP_JOIN ? mlen : 0,
+							  a % 4 == 0 ? (uint32_t)(b % 3000) : 0);
+		if (err)
+			break;
+	}
+	r = th_xorshift(rs);
+	switch (r % 8) {
+	case 0: /* bytes flipped */
+		for (int k = 0; k < 1 + (int)((r >> 8) % 8) && pos; k++)
+			pkt[th_xorshift(rs) % pos] ^= (uint8_t)(1u << (th_xorshift(rs) % 8));
+		break;
+	case 1: { /* the first frame's length rewritten */
+		uint32_t len = (uint32_t)(th_xorshift(rs) % 128) * 8;
+
+		memcpy(pkt + 4, &len, sizeof(len));
+		break;
+	}
+	case 2: /* cut short: the rest never comes */
+		pos = pos ? th_xorshift(rs) % pos : 0;
+		break;
+	default:
+		break;
+	}
+	return pos;
+}
+
+static int fuzz_child(void *arg)
+{
+	static uint8_t pkt[PR_PACKET_MAX + 512], in[PR_PACKET_MAX];
+	const struct fuzz *z = arg;
+	uint64_t rs = z->seed;
+	int conns[CONNS], pfd[2];
+
+	th_become(z->u);
+	fuzz_fds[0] = self_pidfd();
+	fuzz_fds[1] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (pipe2(pfd, O_CLOEXEC) < 0 || fuzz_fds[0] < 0 || fuzz_fds[1] < 0)
+		return 20;
+	fuzz_fds[2] = pfd[0];
+	fuzz_fds[3] = pfd[1];
+	fuzz_fds[4] = (int)syscall(SYS_eventfd2, 0, O_CLOEXEC);
+	fuzz_fds[5] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	for (int i = 0; i < CONNS; i++)
+		conns[i] = -1;
+	while (procreg__mono_ns() < z->until_ns) {
+		int i = (int)(th_xorshift(&rs) % CONNS), fds[8], nfds;
+		uint64_t r = th_xorshift(&rs);
+		size_t len;
+
+		if (conns[i] < 0) {
+			conns[i] = th_raw_try_connect(z->dir);
+			if (conns[i] < 0) {
+				__atomic_fetch_add(&z->n->refused, 1, __ATOMIC_RELAXED);
+				continue;
+			}
+			__atomic_fetch_add(&z->n->connects, 1, __ATOMIC_RELAXED);
+			/* Mostly a HELLO first, as a client does; some skip it,
+			 * some send two. */
+			if (r % 4) {
+				len = 0;
+				procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 0, 1, 0);
+				if (r % 16 == 1)
+					procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 0, 2, 0);
+				nfds = r % 8 == 2 ? fuzz_pick_fds(&rs, fds) : 1;
+				if (r % 8 != 2)
+					fds[0] = fuzz_fds[0];
+				send_fds(conns[i], pkt, len, fds, nfds, 1, false, MSG_DONTWAIT);
+			}
+			continue;
+		}
+		len = fuzz_packet(&rs, pkt);
+		nfds = fuzz_pick_fds(&rs, fds);
+		if (send_fds(conns[i], pkt, len, fds, nfds, 1 + (nfds > 2 && r % 2), r % 32 == 0,
+			     MSG_DONTWAIT) >= 0) {
+			__atomic_fetch_add(&z->n->packets, 1, __ATOMIC_RELAXED);
+			__atomic_fetch_add(&z->n->fds, (uint64_t)nfds, __ATOMIC_RELAXED);
+		}
+		/* Replies read now and then, or never. */
+		if (r % 4 == 0)
+			while (recv(conns[i], in, sizeof(in), MSG_DONTWAIT) > 0)
+				;
+		if ((r >> 8) % 16 == 0) {
+			close(conns[i]);
+			conns[i] = -1;
+		}
+	}
+	return 0;
+}
+
+static int fuzz_seconds(void)
+{
+	const char *s = getenv("PROCREG_FUZZ_SECONDS");
+
+	return s && atoi(s) > 0 ? atoi(s) : 10;
+}
+
+/*
+ * ATTACKERS processes of an unprivileged uid feed the daemon's socket
+ * random and mutated packets, with fds attached at random, for a fixed
+ * time (PROCREG_FUZZ_SECONDS, 10 by default; PROCREG_FUZZ_SEED repeats a
+ * run), while root registers, looks up and removes names: every one of
+ * root's requests succeeds, the daemon lives, and once the attackers are
+ * gone its fd count is back where it was and its memory bounded.
+ */
+static void test_random_frames(void **state)
+{
+	struct th_fx *f = *state;
+	struct fdcount c = { f->d.pid, 0 };
+	struct fuzz z[ATTACKERS];
+	pid_t kids[ATTACKERS];
+	struct th_user u;
+	struct procreg_stats st;
+	uint64_t seed = getenv("PROCREG_FUZZ_SEED") ? strtoull(getenv("PROCREG_FUZZ_SEED"), NULL, 0)
+						     : procreg__now_ns() | 1;
+	struct fuzz_counts *cnt = mmap(NULL, sizeof(*cnt), PROT_READ | PROT_WRITE,
+				       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	long rss0, rss1;
+	int alive = ATTACKERS, ops = 0, n = 0;
+
+	assert_true(cnt != MAP_FAILED);
+	th_user_new(&u);
+	printf("fuzz: seed %llu (PROCREG_FUZZ_SEED), %d s, %d attackers\n", (unsigned long long)seed,
+	       fuzz_seconds(), ATTACKERS);
+	serves(f->reg, "warm");
+	c.want = th_count_fds(f->d.pid);
+	rss0 = th_status_kb(f->d.pid, "RssAnon");
+	for (int i = 0; i < ATTACKERS; i++) {
+		z[i] = (struct fuzz){ &u, f->dir, seed + (uint64_t)i * 0x9e3779b97f4a7c15ull,
+				      procreg__mono_ns() + (uint64_t)fuzz_seconds() * 1000000000ull, cnt };
+		kids[i] = th_fork(fuzz_child, &z[i]);
+	}
+	/* Root, meanwhile: every request must succeed. It keeps the even
+	 * names of its last 2 * KEPT (a longer run would reach its own
+	 * --max-names-per-proc), and looks one of them up each time. */
+	while (alive) {
+		char name[32], other[32];
+
+		snprintf(name, sizeof(name), "victim.%d", n);
+		snprintf(other, sizeof(other), "victim.%d", (n > KEPT ? n - KEPT : 0) & ~1);
+		assert_int_equal(procreg_register(f->reg, name, "payload", 7), 0);
+		assert_int_equal(procreg_lookup(f->reg, name, NULL), 0);
+		assert_int_equal(procreg_lookup(f->reg, other, NULL), 0);
+		if (n % 2 == 0 && n >= 2 * KEPT)
+			snprintf(name, sizeof(name), "victim.%d", n - 2 * KEPT);
+		if (n % 2 || n >= 2 * KEPT)
+			assert_int_equal(procreg_unregister(f->reg, name), 0);
+		assert_int_equal(procreg_sync(f->reg), 0);
+		ops += 4 + (n % 2 || n >= 2 * KEPT);
+		n++;
+		for (int i = 0; i < ATTACKERS; i++) {
+			int status;
+
+			if (kids[i] > 0 && waitpid(kids[i], &status, WNOHANG) == kids[i]) {
+				if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+					fail_msg("attacker %d: status %#x", i, status);
+				kids[i] = 0;
+				alive--;
+			}
+		}
+	}
+	assert_int_equal(kill(f->d.pid, 0), 0);
+	for (int i = n - 2 * KEPT > 0 ? (n - 2 * KEPT) & ~1 : 0; i < n; i += 2) {
+		char name[32];
+
+		if (i <= n - 1 - 2 * KEPT)
+			continue; /* removed on the way */
+		snprintf(name, sizeof(name), "victim.%d", i);
+		assert_int_equal(procreg_lookup(f->reg, name, NULL), 0);
+		assert_int_equal(procreg_unregister(f->reg, name), 0);
+	}
+	assert_int_equal(procreg_sync(f->reg), 0);
+	if (!th_until(fds_back, &c, WAIT_MS)) {
+		th_list_fds(f->d.pid);
+		fail_msg("the daemon holds %ld fds, %ld before the attack", th_count_fds(f->d.pid), c.want);
+	}
+	/* Nothing of the attackers' is left: their names went with them. */
+	assert_int_equal(procreg_stats(f->reg, &st), 0);
+	assert_int_equal(st.names, 0);
+	rss1 = th_status_kb(f->d.pid, "RssAnon");
+	printf("fuzz: attackers made %llu connections (%llu refused), sent %llu packets with %llu fds; %llu of their registrations and joins succeeded\n",
+	       (unsigned long long)cnt->connects, (unsigned long long)cnt->refused,
+	       (unsigned long long)cnt->packets, (unsigned long long)cnt->fds,
+	       (unsigned long long)(st.registrations + st.joins - (uint64_t)n - 1));
+	printf("fuzz: root made %d requests, all answered 0; daemon fds %ld -> %ld, RssAnon %ld -> %ld kB\n",
+	       ops, c.want, th_count_fds(f->d.pid), rss0, rss1);
+	/* What the daemon holds for a client is one packet of replies at
+	 * most (64 KiB), and there were ATTACKERS * CONNS of them at once. */
+	if (TH_SANITIZED)
+		printf("fuzz: RssAnon not bounded under AddressSanitizer (its quarantine keeps freed memory)\n");
+	else
+		assert_true(rss1 - rss0 < 8 * 1024);
+	serves(f->reg, "after");
+	th_user_del(&u);
+	munmap(cnt, sizeof(*cnt));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_client_never_reads, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bridge_half_frames, setup_node, teardown_node),
 		cmocka_unit_test_setup_teardown(test_out_of_fds, setup_node, teardown_node),
+		cmocka_unit_test_setup_teardown(test_passed_fds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_random_frames, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -411,6 +411,80 @@ static void test_queue_survives_restart(void **state)
 	assert_int_equal(procreg_lookup(f->reg, "leader", NULL), -ENOENT);
 }
 
+/* Whatever is found where the owners journal goes, a restart starts and
+ * leaves a whole journal there: one cut short is replayed up to the cut,
+ * anything else (garbage, a FIFO, a symlink, a directory) is replaced, or
+ * set aside with the journal off, and logged. */
+static void test_damaged_journal(void **state)
+{
+	struct fx *f = *state;
+	PROCREG_OPTS(procreg_register_opts, o, .lease_ms = 600000);
+	static const char *const kinds[] = { "cut", "garbage", "fifo", "symlink", "directory" };
+	char path[400], other[400];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/procreg.default.owners", f->dir);
+	snprintf(other, sizeof(other), "%s/elsewhere", f->dir);
+	th_write_file(other, "not to be touched\n", 0600);
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		const char *k = kinds[i];
+		char name[32];
+
+		snprintf(name, sizeof(name), "leased.%zu", i);
+		assert_int_equal(procreg_register_opts(f->reg, name, NULL, 0, &o), 0);
+		th_daemon_kill(&f->d);
+		if (!strcmp(k, "cut")) {
+			int fd = open(path, O_WRONLY | O_APPEND);
+
+			assert_true(fd >= 0);
+			assert_int_equal(write(fd, "\x30\0\0\0garbage", 11), 11);
+			close(fd);
+		} else {
+			assert_int_equal(unlink(path), 0);
+			if (!strcmp(k, "garbage"))
+				th_write_file(path, "this is no journal, and never was one\n", 0600);
+			else if (!strcmp(k, "fifo"))
+				assert_int_equal(mkfifo(path, 0600), 0);
+			else if (!strcmp(k, "symlink"))
+				assert_int_equal(symlink(other, path), 0);
+			else
+				assert_int_equal(mkdir(path, 0700), 0);
+		}
+		if (th_daemon_start(&f->d, f->dir, NULL, NULL) != 0) {
+			th_daemon_dump_log(&f->d);
+			fail_msg("journal %s: procregd did not start", k);
+		}
+		/* It serves, leases included. */
+		assert_int_equal(procreg_register_opts(f->reg, "after", NULL, 0, &o), 0);
+		assert_int_equal(procreg_refresh(f->reg, "after"), 0);
+		assert_int_equal(procreg_unregister(f->reg, "after"), 0);
+		/* The lease journaled before the cut is kept. */
+		if (!strcmp(k, "cut"))
+			assert_int_equal(procreg_refresh(f->reg, name), 0);
+		if (!strcmp(k, "directory")) {
+			assert_true(th_log_has(f->d.log, "queues and leases will not survive a restart"));
+			assert_int_equal(lstat(path, &st), 0);
+			assert_true(S_ISDIR(st.st_mode));
+			assert_int_equal(rmdir(path), 0);
+			/* The next start makes one. */
+			restart(f);
+		}
+		assert_int_equal(lstat(path, &st), 0);
+		assert_true(S_ISREG(st.st_mode));
+	}
+	assert_true(th_log_has(f->d.log, "cut short"));
+	assert_true(th_log_has(f->d.log, "not a journal"));
+	{
+		char buf[64] = { 0 };
+		int fd = open(other, O_RDONLY);
+
+		assert_true(fd >= 0);
+		assert_true(read(fd, buf, sizeof(buf) - 1) > 0);
+		close(fd);
+		assert_string_equal(buf, "not to be touched\n");
+	}
+}
+
 static void test_lease_refreshed(void **state)
 {
 	struct fx *f = *state;
@@ -584,6 +658,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cli_queue_and_ttl, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lease_survives_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_queue_survives_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_damaged_journal, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

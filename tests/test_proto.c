@@ -48,7 +48,7 @@ static void test_roundtrip(void **state)
 		meta[i] = (uint8_t)(i * 7); /* includes NUL bytes: meta is binary */
 
 	/* HELLO. */
-	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 77, 0), 0);
+	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 0, 77, 0), 0);
 	assert_int_equal(pos % 8, 0);
 	c = th_exact(buf, pos);
 	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
@@ -63,7 +63,7 @@ static void test_roundtrip(void **state)
 
 	/* HELLO reply with an error status. */
 	pos = rpos = 0;
-	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO | PR_OP_REPLY, 9, -EACCES), 0);
+	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO | PR_OP_REPLY, 0, 9, -EACCES), 0);
 	c = th_exact(buf, pos);
 	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
 	assert_int_equal(f.h.op, PR_OP_HELLO | PR_OP_REPLY);
@@ -174,7 +174,7 @@ static size_t build_packet(uint8_t *buf, struct expect *ex, size_t *nex, size_t 
 		switch (i % 5) {
 		case 0:
 			op = PR_OP_HELLO;
-			err = procreg__proto_put_hello(buf, &pos, op, (uint32_t)i, 0);
+			err = procreg__proto_put_hello(buf, &pos, op, 0, (uint32_t)i, 0);
 			nl = ml = 0;
 			break;
 		case 1:
@@ -534,7 +534,7 @@ static void test_packet_full(void **state)
 		;
 	assert_int_equal(pos, PR_PACKET_MAX);
 	assert_int_equal(procreg__proto_put(buf, &pos, PR_OP_SYNC, 0, 0, 0, NULL, 0, NULL, 0), -ENOBUFS);
-	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 0, 0), -ENOBUFS);
+	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 0, 0, 0), -ENOBUFS);
 	assert_int_equal(pos, PR_PACKET_MAX);
 	/* The full packet still parses, every frame. */
 	c = th_exact(buf, pos);

@@ -34,6 +34,7 @@
 #include "layout.h"
 
 #include "harness.h"
+#include "internal.h"
 
 #define NSTABLE 500
 #define NREADERS 4
@@ -672,7 +673,15 @@ static void test_stress(void **state)
 	 * record the churn made. */
 	assert_true(after.arena_top < churn_bytes / 2);
 	assert_int_equal(procreg_lookup(f->r, "our page", NULL), -ENOENT);
-	assert_true(th_until(only_our_reader, f, 10000));
+	if (!th_until(only_our_reader, f, 10000)) {
+		procreg_stats(f->r, &after);
+		th_daemon_dump_log(&f->d);
+		fail_msg("reader processes the daemon holds: %llu, ours held: %d (announced %llu, gen %llu, pages %u, pages_pid %d, pid %d)",
+			 (unsigned long long)after.reader_slots_used,
+			 th_reader_held(f->r, getpid()), (unsigned long long)f->r->rcu.announced,
+			 (unsigned long long)f->r->map.hdr->daemon_gen, f->r->rcu.npages,
+			 (int)f->r->rcu.pages_pid, (int)getpid());
+	}
 	/* And with nobody writing, the daemon's timer finishes reclaiming:
 	 * what is in use is the stable names and the index (polling). */
 	assert_true(th_until(arena_settled, f, 10000));

@@ -42,7 +42,7 @@ static void proto_seeds(const char *dir)
 	size_t n;
 
 	n = 0;
-	procreg__proto_put_hello(b, &n, PR_OP_HELLO, 1, 0);
+	procreg__proto_put_hello(b, &n, PR_OP_HELLO, 0, 1, 0);
 	put_file(dir, "hello", b, n);
 	n = 0;
 	procreg__proto_put_name(b, &n, PR_OP_REGISTER, 0, 2, "svc.a", 5, "meta", 4);
@@ -57,7 +57,7 @@ static void proto_seeds(const char *dir)
 	procreg__proto_put(b, &n, PR_OP_SYNC, 0, 8, 0, NULL, 0, NULL, 0);
 	put_file(dir, "batch", b, n);
 	n = 0;
-	procreg__proto_put_hello(b, &n, PR_OP_HELLO | PR_OP_REPLY, 1, -EPERM);
+	procreg__proto_put_hello(b, &n, PR_OP_HELLO | PR_OP_REPLY, 0, 1, -EPERM);
 	procreg__proto_put(b, &n, PR_OP_REGISTER | PR_OP_REPLY, 0, 2, -EEXIST, NULL, 0, NULL, 0);
 	put_file(dir, "replies", b, n);
 }

@@ -19,6 +19,15 @@
 #include "internal.h"
 #include "proto.h"
 
+/* A message any client can provoke at will is logged once a second at
+ * most; the next one says how many WHAT went unlogged meanwhile. */
+struct ratelimit {
+	uint64_t last_ns;
+	uint64_t quiet;
+};
+void log_limited(struct ratelimit *rl, const char *what, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* What an epoll event refers to: the first member of each watched object. */
 enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_BRIDGE, EV_READER };
 
@@ -61,7 +70,8 @@ struct client {
 	bool hello_done;
 	bool subscribed;          /* feed notifications on this connection */
 	bool peer_pidfd;          /* identity from SO_PEERPIDFD, not from HELLO */
-	bool peer_gone;           /* it closed: handle what it sent, reply to nobody */
+	bool peer_gone;           /* it closed, or asked for quiet (PR_F_QUIET): handle
+				   * what it sent, reply to nobody */
 	uint64_t accept_ticks;    /* when accepted, in /proc start-time ticks */
 	struct ident id;
 	struct out_packet *pending, **pending_tail; /* replies the socket would not take */
@@ -79,6 +89,10 @@ struct daemon_opts {
 	uint32_t max_clients;
 	uint32_t max_names_per_uid;    /* names + memberships of one uid's processes */
 	uint32_t max_clients_per_uid;  /* connections of one uid */
+	/* Held back for root and the daemon's own uid (uid_privileged): */
+	uint32_t reserved_clients;     /* the last connections */
+	uint64_t reserved_size;        /* the last arena bytes */
+	bool reserved_size_set;        /* else 1/32 of the table */
 	bool foreground;
 	int verbose;
 	int listen_fd;            /* passed by systemd (LISTEN_FDS), else -1 */
@@ -110,6 +124,8 @@ struct daemon {
 	bool stop;
 	bool no_peerpidfd;        /* PROCREG_NO_PEERPIDFD: test the 6.1 path */
 	bool socket_inherited;    /* lfd came from LISTEN_FDS: not ours to unlink */
+	uid_t uid;                /* ours: privileged like root (uid_privileged) */
+	bool fs_full_logged;      /* the table's filesystem full, as last logged */
 
 	struct pr_u64map procs;   /* pid -> struct proc * */
 	struct pr_u64map owned;   /* record offset -> index in its proc's names */
@@ -121,21 +137,29 @@ struct daemon {
 	struct pr_u64map uid_names;   /* names, memberships and places in line held */
 	struct pr_u64map uid_clients; /* connections */
 	struct pr_u64map uid_readers; /* reader processes */
-	uid_t self_uid;               /* ours: a uid that, like root, is never held back */
-	uint64_t refused_log_ns;      /* last refusal logged: one a second at most */
-	uint64_t refused_quiet;       /* refusals not logged since */
+	/* Refusals, each kind logged on its own (log_limited): */
+	struct ratelimit refused_log;        /* connections: --max-clients, no fd */
+	struct ratelimit refused_uid_log;    /* connections: --max-clients-per-uid */
+	struct ratelimit refused_res_log;    /* connections: --reserved-clients */
+	struct ratelimit dropped_log;        /* connections closed for what they sent */
+	struct ratelimit denied_quota_log;   /* names: a quota */
+	struct ratelimit denied_res_log;     /* names: --reserved-size */
 	struct queue *queues;     /* owners.c */
 	struct lease *leases;
 	int owners_fd;            /* the owners journal (owners.c), when owners_open */
 	bool owners_open;
 	uint64_t owners_bytes;    /* its length */
 	uint64_t owners_base;     /* its length when last rewritten from the live state */
+	uint64_t owners_room;     /* its file is allocated up to here (UINT64_MAX: unknown) */
+	uint64_t owners_owed;     /* bytes the records removing all it holds would take */
+	bool owners_full;         /* no room for it, as last logged */
 
 	/* readers.c */
 	struct pr_u64map readers; /* pid -> struct reader * */
 	struct reader *reader_list, *readers_gone;
 	uint32_t nreaders, nreaders_stalled;
-	uint64_t readers_log_ns, readers_quiet, readers_refresh_ns;
+	struct ratelimit readers_log;  /* reader pages refused */
+	uint64_t readers_refresh_ns;
 
 	uint64_t wake_ns;         /* last epoll wake-up, while procregd:death is traced */
 	uint64_t timer_due_ns;    /* CLOCK_MONOTONIC when the timer fires next */
@@ -176,6 +200,9 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		   const struct pr_frame *f);
 /* P died or left: it leaves every line. */
 void owners_proc_gone(struct daemon *d, struct proc *p);
+/* Room in the journal for one more place in line or lease: 0, or -ENOSPC
+ * (the request must then be refused before it changes anything). */
+int owners_room(struct daemon *d);
 /* Set (LEASE_MS > 0) or drop the lease of a name. */
 int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
 		     bool mark);
@@ -234,6 +261,12 @@ static inline void bridge_note(struct daemon *d, int del, uint64_t off)
 /* Per-uid counters: the count for UID, and a change of it. */
 uint64_t uid_count(const struct pr_u64map *m, uid_t uid);
 void uid_adjust(struct pr_u64map *m, uid_t uid, int64_t delta);
+/* Root and the daemon's own uid: no per-uid quota, and the reserves
+ * (--reserved-clients, --reserved-size) are theirs. */
+static inline bool uid_privileged(const struct daemon *d, uid_t uid)
+{
+	return uid == 0 || uid == d->uid;
+}
 /* Whether a process of P's uid may hold one more name, membership or
  * place in an owner queue. */
 bool uid_may_add(const struct daemon *d, const struct proc *p);

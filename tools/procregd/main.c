@@ -56,6 +56,26 @@ void log_msg(const char *fmt, ...)
 		tm.tm_sec, ts.tv_nsec / 1000000, (int)getpid(), buf);
 }
 
+void log_limited(struct ratelimit *rl, const char *what, const char *fmt, ...)
+{
+	uint64_t now = procreg__mono_ns();
+	char buf[1024];
+	va_list ap;
+
+	if (rl->last_ns && now - rl->last_ns < 1000000000ull) {
+		rl->quiet++;
+		return;
+	}
+	if (rl->quiet)
+		log_msg("(%llu more %s in the last second)", (unsigned long long)rl->quiet, what);
+	rl->quiet = 0;
+	rl->last_ns = now;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	log_msg("%s", buf);
+}
+
 int ev_add(struct daemon *d, int fd, uint32_t events, struct ev *ev)
 {
 	struct epoll_event e = { .events = events, .data.ptr = ev };
@@ -95,9 +115,15 @@ static void usage(FILE *f)
 		"      --max-clients N       connected clients (default 1024)\n"
 		"      --max-names-per-uid N names, memberships and places in owner queues\n"
 		"                            the processes of one uid may hold together\n"
-		"                            (default 262144; root: no limit)\n"
-		"      --max-clients-per-uid N  connections of one uid (default 128; root: no\n"
-		"                            limit)\n"
+		"                            (default 262144; root and procregd's own uid:\n"
+		"                            no limit)\n"
+		"      --max-clients-per-uid N  connections of one uid (default 128; root and\n"
+		"                            procregd's own uid: no limit)\n"
+		"      --reserved-clients N  the last N of --max-clients are for root and\n"
+		"                            procregd's own uid (default 1/32 of it: 32)\n"
+		"      --reserved-size BYTES the last BYTES of the table are for names of\n"
+		"                            root's and procregd's uid: others get ENOSPC\n"
+		"                            first (default 1/32 of the table; suffixes K M G)\n"
 		"  -v, --verbose             log every connection and death\n"
 		"\n"
 		"Replication (the bridge; all off without --node):\n"
@@ -176,7 +202,8 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 	enum { O_MAX_SIZE = 256, O_READERS, O_READERS_UID, O_READER_TIMEOUT, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
 	       O_COOKIE, O_BACKEND, O_RESOLVER, O_UID_NAMES, O_UID_CLIENTS, O_BRIDGE, O_BRIDGE_OPT,
 	       O_HEARTBEAT, O_NODE_TIMEOUT, O_NATS_URL, O_NATS_USER, O_NATS_PASSWORD, O_NATS_TOKEN,
-	       O_NATS_CREDS, O_NATS_NKEY, O_NATS_NKEY_SEED, O_NATS_SUBJECT, O_FLUSH_BYTES };
+	       O_NATS_CREDS, O_NATS_NKEY, O_NATS_NKEY_SEED, O_NATS_SUBJECT, O_FLUSH_BYTES,
+	       O_RES_CLIENTS, O_RES_SIZE };
 	/* --nats-X VALUE is --bridge-opt X=VALUE (and implies --bridge nats). */
 	static const char *const nats_keys[] = { "url", "user", "password", "token", "creds",
 						 "nkey", "nkey-seed", "subject" };
@@ -212,12 +239,14 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "max-names-per-uid", required_argument, NULL, O_UID_NAMES },
 		{ "max-clients-per-uid", required_argument, NULL, O_UID_CLIENTS },
 		{ "bridge-flush-bytes", required_argument, NULL, O_FLUSH_BYTES },
+		{ "reserved-clients", required_argument, NULL, O_RES_CLIENTS },
+		{ "reserved-size", required_argument, NULL, O_RES_SIZE },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
-	bool flush_set = false;
+	bool flush_set = false, res_clients_set = false;
 	int c;
 
 	o->max_size = 1ull << 30;
@@ -355,6 +384,20 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 				return -1;
 			}
 			break;
+		case O_RES_CLIENTS:
+			if (strcmp(optarg, "0") && parse_u32(optarg, &o->reserved_clients) < 0) {
+				fprintf(stderr, "procregd: --reserved-clients %s: want a number\n", optarg);
+				return -1;
+			}
+			res_clients_set = true;
+			break;
+		case O_RES_SIZE:
+			if (parse_size(optarg, &o->reserved_size) < 0) {
+				fprintf(stderr, "procregd: --reserved-size %s: want a size in bytes (suffixes K M G)\n", optarg);
+				return -1;
+			}
+			o->reserved_size_set = true;
+			break;
 		default:
 			usage(stderr);
 			return -1;
@@ -362,6 +405,13 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 	}
 	if (optind < argc) {
 		fprintf(stderr, "procregd: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (!res_clients_set)
+		o->reserved_clients = o->max_clients / 32;
+	if (o->reserved_clients >= o->max_clients) {
+		fprintf(stderr, "procregd: --reserved-clients %u: want fewer than --max-clients (%u)\n",
+			o->reserved_clients, o->max_clients);
 		return -1;
 	}
 	if (!o->node && (o->listen || o->npeers || o->cookie_file || o->bridge_backend || o->resolver ||
@@ -451,8 +501,8 @@ static int setup(struct daemon *d)
 	int err;
 
 	d->lfd = d->sigfd = d->timerfd = d->epfd = d->spare_fd = -1;
+	d->uid = geteuid();
 	d->no_peerpidfd = getenv("PROCREG_NO_PEERPIDFD") != NULL;
-	d->self_uid = geteuid();
 	err = procreg__paths(&d->paths, d->o.scope, d->o.dir, d->o.socket);
 	if (err) {
 		log_msg("scope or directory: %s", strerror(-err));
@@ -492,8 +542,22 @@ static int setup(struct daemon *d)
 				strerror(-err));
 		return err;
 	}
+	/* The reserve is this daemon's to choose, whatever the table's
+	 * size: it is a threshold, not a part of the file. */
+	d->w.reserve = d->o.reserved_size_set ? d->o.reserved_size : d->w.map.size / 32;
+	if (d->w.reserve > d->w.map.size / 2) {
+		log_msg("%s: --reserved-size %llu: want at most half the table (%llu bytes)",
+			d->paths.table, (unsigned long long)d->w.reserve,
+			(unsigned long long)d->w.map.size);
+		return -EINVAL;
+	}
 	if (d->w.attached) {
 		err = procreg__w_recover(&d->w);
+		if (err == -ENOSPC) {
+			log_msg("%s: cannot allocate the table's pages: %s (the filesystem of %s is full)",
+				d->paths.table, strerror(-err), d->paths.dir);
+			return err;
+		}
 		if (err) {
 			log_msg("%s: cannot recover the table: %s; move it away to start afresh",
 				d->paths.table, strerror(-err));
@@ -551,6 +615,20 @@ static int setup(struct daemon *d)
 		d->paths.scope, d->paths.table, d->socket_path, d->o.max_readers,
 		d->w.membarrier ? "" : " (no membarrier: readers use full barriers)");
 	return 0;
+}
+
+/* A full filesystem, logged when it starts failing the writer and when
+ * space is found again; not at every request it fails meanwhile. */
+static void note_space(struct daemon *d)
+{
+	if (d->w.fs_full == d->fs_full_logged)
+		return;
+	d->fs_full_logged = d->w.fs_full;
+	if (d->w.fs_full)
+		log_msg("%s: the filesystem of %s is full: writes that need more of the table fail with ENOSPC until space is freed",
+			d->paths.table, d->paths.dir);
+	else
+		log_msg("%s: space is back: the table grows again", d->paths.table);
 }
 
 static void run(struct daemon *d)
@@ -632,6 +710,7 @@ static void run(struct daemon *d)
 		}
 		procs_reap(d);
 		readers_reap(d);
+		note_space(d);
 		/* This batch's changes to the other nodes, in one write each. */
 		if (d->bridge)
 			bridge_flush(d);

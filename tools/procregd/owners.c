@@ -29,6 +29,17 @@
  * restart with a fresh deadline: the daemon cannot know how long it was
  * down, and releasing a name its owner renewed meanwhile would be worse
  * than keeping it one lease longer.
+ *
+ * Space. The journal's file is allocated (fallocate, its length kept)
+ * ahead of its end, so that an append never finds the filesystem full. A
+ * request that would add a place in line or a lease makes sure first that
+ * there is room for its record and for the one that will remove it; so
+ * the room for removing everything journaled is always there (owners_owed),
+ * and removals, which a death or an unregistration makes and which cannot
+ * be refused, never run out of it. On a full filesystem the request that
+ * adds fails with ENOSPC before it changes anything. A journal that cannot
+ * be rewritten (compacted, or at start) for want of space is kept, and
+ * appended to, as it was.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -78,6 +89,7 @@ struct lease {
 
 #define JOURNAL_MAGIC 0x31534e574f525030ull /* "0PROWNS1" */
 #define JOURNAL_COMPACT_MIN (64 * 1024)
+#define JOURNAL_AHEAD (64 * 1024)       /* allocated past what is needed at a time */
 
 struct jhdr {
 	uint64_t magic;
@@ -117,6 +129,21 @@ static void journal_path(const struct daemon *d, char *out, size_t len, const ch
 	snprintf(out, len, "%s.owners%s", d->paths.table, suffix);
 }
 
+/* The bytes of the record that removes a lease or a place in line of a
+ * name of NAME_LEN bytes (J_UNLEASE, J_UNWAIT; J_UNWAIT_PROC is smaller). */
+static uint64_t removal_cost(size_t name_len)
+{
+	return sizeof(struct jrec) + name_len;
+}
+
+/* A place in line owes its removal, and, since it may become a leased
+ * name at a hand-over that cannot wait for room, that lease and its
+ * removal too. */
+static uint64_t place_cost(size_t name_len)
+{
+	return 3 * removal_cost(name_len);
+}
+
 static size_t jrec_build(uint8_t *buf, uint8_t type, const char *name, size_t name_len,
 			 const struct jrec *fields, const uint8_t *meta, size_t meta_len)
 {
@@ -150,7 +177,69 @@ static size_t jrec_lease(uint8_t *buf, const struct lease *l)
 	return jrec_build(buf, J_LEASE, l->name, l->len, &f, NULL, 0);
 }
 
-static void journal_rewrite(struct daemon *d);
+static int journal_rewrite(struct daemon *d);
+static void journal_off(struct daemon *d, const char *why);
+
+/* The file allocated from its end to past END, a chunk ahead if the
+ * filesystem has it: 0, or -ENOSPC with nothing allocated. */
+static int journal_allocate(struct daemon *d, uint64_t end)
+{
+	uint64_t want[2] = { end + JOURNAL_AHEAD, end };
+
+	for (int i = 0; i < 2; i++) {
+		if (fallocate(d->owners_fd, FALLOC_FL_KEEP_SIZE, (off_t)d->owners_bytes,
+			      (off_t)(want[i] - d->owners_bytes)) == 0) {
+			d->owners_room = want[i];
+			return 0;
+		}
+		if (errno == EOPNOTSUPP) {
+			/* No promise to be had: appends may fail as writes do. */
+			d->owners_room = UINT64_MAX;
+			return 0;
+		}
+		if (errno != ENOSPC)
+			return -errno;
+	}
+	return -ENOSPC;
+}
+
+/* Room in the journal for LEN more bytes beyond what removing all it holds
+ * would take: 0, or -ENOSPC (logged once until there is room again). */
+static int journal_room(struct daemon *d, uint64_t len)
+{
+	uint64_t end = d->owners_bytes + d->owners_owed + len;
+	int err;
+
+	if (!d->owners_open || end <= d->owners_room)
+		return 0;
+	err = journal_allocate(d, end);
+	if (err == -ENOSPC && !d->owners_full) {
+		log_msg("owners journal: the filesystem is full: places in line and leases are refused (ENOSPC) until space is freed");
+		d->owners_full = true;
+	} else if (!err && d->owners_full) {
+		log_msg("owners journal: space is back");
+		d->owners_full = false;
+	}
+	return err;
+}
+
+int owners_room(struct daemon *d)
+{
+	return journal_room(d, JREC_MAX + place_cost(PROCREG_NAME_MAX));
+}
+
+/* What removing all that is journaled would take, counted afresh. */
+static uint64_t owed_now(const struct daemon *d)
+{
+	uint64_t owed = 0;
+
+	for (const struct lease *l = d->leases; l; l = l->next)
+		owed += removal_cost(l->len);
+	for (const struct queue *q = d->queues; q; q = q->next)
+		for (const struct waiter *w = q->head; w; w = w->next)
+			owed += place_cost(q->len);
+	return owed;
+}
 
 /* Append one record; a failure is logged, and the state it would have
  * kept is lost at the next restart only. */
@@ -164,22 +253,33 @@ static void journal(struct daemon *d, const uint8_t *rec, size_t len)
 	if (n != (ssize_t)len) {
 		log_msg("owners journal: %s", n < 0 ? strerror(errno) : "short write");
 		/* Whatever went in part way is cut off at the next replay; a
-		 * rewrite starts a whole file again. */
-		journal_rewrite(d);
+		 * rewrite starts a whole file again. Without one, no journal
+		 * rather than a stale one: replayed at the next start, it
+		 * would bring back places and leases long gone. */
+		if (journal_rewrite(d) < 0)
+			journal_off(d, "queues and leases will not survive a restart");
 		return;
 	}
 	d->owners_bytes += len;
-	if (d->owners_bytes > JOURNAL_COMPACT_MIN && d->owners_bytes > 4 * d->owners_base)
-		journal_rewrite(d);
+	/* Compaction can wait: the journal as it is stays whole. */
+	if (d->owners_bytes > JOURNAL_COMPACT_MIN && d->owners_bytes > 4 * d->owners_base &&
+	    journal_rewrite(d) < 0)
+		d->owners_base = d->owners_bytes;
 }
 
+/* A record that removes (J_UNLEASE, J_UNWAIT, J_UNWAIT_PROC): what it
+ * takes was owed. */
 static void journal_rec(struct daemon *d, uint8_t type, const char *name, size_t name_len,
 			const struct jrec *fields)
 {
 	uint8_t buf[sizeof(struct jrec) + PROCREG_NAME_MAX];
+	size_t len;
 
-	if (d->owners_open)
-		journal(d, buf, jrec_build(buf, type, name, name_len, fields, NULL, 0));
+	if (!d->owners_open)
+		return;
+	len = jrec_build(buf, type, name, name_len, fields, NULL, 0);
+	d->owners_owed -= len < d->owners_owed ? len : d->owners_owed;
+	journal(d, buf, len);
 }
 
 static bool same_name(const char *a, size_t alen, const char *b, size_t blen)
@@ -238,6 +338,8 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 	if ((!wp || !*wp) &&
 	    (p->names.n + p->waiting >= d->o.max_names_per_proc || !uid_may_add(d, p)))
 		return -EDQUOT;
+	if (owners_room(d))
+		return -ENOSPC;
 	if (!q) {
 		q = calloc(1, sizeof(*q));
 		if (!q)
@@ -268,6 +370,7 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 	} else {
 		w->next = NULL;
 		place_taken(d, p, 1);
+		d->owners_owed += place_cost(q->len);
 	}
 	*wp = w;
 	if (d->owners_open) {
@@ -333,6 +436,7 @@ static struct lease *lease_put(struct daemon *d, const char *name, size_t len, u
 		l->len = (uint16_t)len;
 		memcpy(l->name, name, len);
 		*lp = l;
+		d->owners_owed += removal_cost(len);
 	}
 	l->ttl_ns = (uint64_t)lease_ms * 1000000ull;
 	l->deadline_ns = procreg__mono_ns() + l->ttl_ns;
@@ -574,11 +678,26 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+/* No journal: the daemon runs on, its queues and leases would not
+ * survive a restart (logged, with WHY). */
+static void journal_off(struct daemon *d, const char *why)
+{
+	char path[PR_PATH_MAX + 16];
+
+	journal_path(d, path, sizeof(path), "");
+	log_msg("owners journal %s: %s", path, why);
+	unlink(path);
+	if (d->owners_open) {
+		close(d->owners_fd);
+		d->owners_open = false;
+	}
+}
+
 /* The live state as a new journal, swapped in with rename(2): a crash at
- * any point leaves the old file or the new one, whole. On failure the
- * journal is off (logged): the daemon runs on, its queues and leases
- * would not survive a restart. */
-static void journal_rewrite(struct daemon *d)
+ * any point leaves the old file or the new one, whole. On failure
+ * (logged) the old one stays as it was: the caller decides whether it
+ * still serves. */
+static int journal_rewrite(struct daemon *d)
 {
 	char path[PR_PATH_MAX + 16], tmp[PR_PATH_MAX + 16];
 	struct jhdr h = { .magic = JOURNAL_MAGIC };
@@ -624,21 +743,20 @@ static void journal_rewrite(struct daemon *d)
 	d->owners_fd = fd;
 	d->owners_open = true;
 	d->owners_bytes = d->owners_base = bytes;
-	return;
+	d->owners_room = bytes;
+	d->owners_owed = owed_now(d);
+	/* The new file was written, so there was space: room for the
+	 * removals, and some ahead, if there still is; else the next
+	 * request that adds something asks again. */
+	journal_allocate(d, bytes + d->owners_owed);
+	return 0;
 fail:
-	log_msg("owners journal %s: %s: queues and leases will not survive a restart", path,
-		strerror(-err));
+	log_msg("owners journal %s: cannot rewrite it: %s", path, strerror(-err));
 	if (fd >= 0) {
 		close(fd);
 		unlink(tmp);
 	}
-	/* No journal rather than a stale one: replayed at the next start,
-	 * it would bring back places and leases long gone. */
-	unlink(path);
-	if (d->owners_open) {
-		close(d->owners_fd);
-		d->owners_open = false;
-	}
+	return err;
 }
 
 /* A place in line read back from the journal, its process not yet checked. */
@@ -692,26 +810,29 @@ static int replay_wait(struct jwait **waits, const struct jrec *r, const char *n
 	return 0;
 }
 
-/* Replay the journal into d->leases and *WAITS. */
-static void replay(struct daemon *d, struct jwait **waits)
+/* Replay the journal into d->leases and *WAITS. Returns the length of its
+ * sound part (header and whole records), or 0 if it was not used. */
+static size_t replay(struct daemon *d, struct jwait **waits)
 {
 	char path[PR_PATH_MAX + 16];
 	uint8_t boot[16], *buf = NULL;
 	struct jhdr h;
 	struct stat st;
-	size_t off;
+	size_t off = 0;
 	int fd;
 
 	journal_path(d, path, sizeof(path), "");
-	/* Only a journal of ours: in a shared directory anyone could leave a
-	 * file (or a symbolic link) by that name, to forge leases and places
-	 * in line. Such a file is not read; the next rewrite replaces it. */
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	/* Only a journal of ours, and only a regular file (a FIFO would
+	 * block the start): in a shared directory anyone could leave a file
+	 * (or a symbolic link) by that name, to forge leases and places in
+	 * line. Such a file is not read; the rewrite that follows replaces
+	 * it. */
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		if (errno != ENOENT)
 			log_msg("owners journal %s: %s: queues and leases start empty", path,
 				errno == ELOOP ? "a symbolic link, not ours" : strerror(errno));
-		return;
+		return 0;
 	}
 	{
 		const char *why = NULL;
@@ -720,13 +841,14 @@ static void replay(struct daemon *d, struct jwait **waits)
 			log_msg("owners journal %s: %s: not read, queues and leases start empty",
 				path, why);
 			close(fd);
-			return;
+			return 0;
 		}
 	}
-	if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(h) ||
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < sizeof(h) ||
 	    !(buf = malloc((size_t)st.st_size)) ||
 	    pread(fd, buf, (size_t)st.st_size, 0) != st.st_size) {
-		log_msg("owners journal %s: unreadable: queues and leases start empty", path);
+		log_msg("owners journal %s: not a journal, or unreadable: queues and leases start empty",
+			path);
 		goto out;
 	}
 	memcpy(&h, buf, sizeof(h));
@@ -734,6 +856,7 @@ static void replay(struct daemon *d, struct jwait **waits)
 	if (h.magic != JOURNAL_MAGIC || memcmp(h.boot_id, boot, sizeof(boot))) {
 		log_msg("owners journal %s: %s: not used", path,
 			h.magic != JOURNAL_MAGIC ? "not a journal" : "of another boot");
+		off = 0;
 		goto out;
 	}
 	for (off = sizeof(h); off < (size_t)st.st_size;) {
@@ -781,6 +904,38 @@ cut:
 out:
 	free(buf);
 	close(fd);
+	return off;
+}
+
+/* At start, when the journal cannot be rewritten: append to the one just
+ * replayed, cut to its sound part of LEN bytes. Replayed again, it gives
+ * back what recovery kept, and what recovery dropped it drops again (the
+ * owner or the name is still gone). Shortening a file needs no space. */
+static int journal_reuse(struct daemon *d, size_t len)
+{
+	char path[PR_PATH_MAX + 16];
+	int fd;
+
+	journal_path(d, path, sizeof(path), "");
+	fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)len) < 0 || lseek(fd, (off_t)len, SEEK_SET) < 0) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	d->owners_fd = fd;
+	d->owners_open = true;
+	d->owners_bytes = d->owners_base = d->owners_room = len;
+	d->owners_owed = owed_now(d);
+	/* The room the last daemon allocated past the end is still there
+	 * (a sound journal was not shortened): it held what removing
+	 * everything would take, and more than we kept. */
+	journal_allocate(d, len + d->owners_owed);
+	log_msg("owners journal %s: kept as it was, and appended to", path);
+	return 0;
 }
 
 /* Whether the process W waited as holds the name it waited for. */
@@ -797,10 +952,10 @@ int owners_recover(struct daemon *d, bool attached)
 	struct jwait *waits = NULL;
 	uint64_t leases = 0, places = 0, dropped = 0;
 	char (*free_names)[PROCREG_NAME_MAX + 1] = NULL;
-	size_t nfree = 0, nqueues = 0;
+	size_t nfree = 0, nqueues = 0, sound = 0;
 
 	if (attached)
-		replay(d, &waits);
+		sound = replay(d, &waits);
 	/* A lease holds while its name is here, ours, and still leased. */
 	for (struct lease **lp = &d->leases; *lp;) {
 		struct lease *l = *lp;
@@ -866,6 +1021,10 @@ int owners_recover(struct daemon *d, bool attached)
 		log_msg("owners journal: %llu leases and %llu places in line kept, %llu dropped (owner or name gone)",
 			(unsigned long long)leases, (unsigned long long)places,
 			(unsigned long long)dropped);
-	journal_rewrite(d);
+	/* A damaged or foreign journal is replaced by a whole one; one that
+	 * cannot be (a full filesystem) is kept if it was sound so far. The
+	 * daemon starts either way. */
+	if (journal_rewrite(d) < 0 && (!sound || journal_reuse(d, sound) < 0))
+		journal_off(d, "none: queues and leases will not survive a restart");
 	return 0;
 }

@@ -147,7 +147,7 @@ void uid_adjust(struct pr_u64map *m, uid_t uid, int64_t delta)
 
 bool uid_may_add(const struct daemon *d, const struct proc *p)
 {
-	return p->uid == 0 || uid_count(&d->uid_names, p->uid) < d->o.max_names_per_uid;
+	return uid_privileged(d, p->uid) || uid_count(&d->uid_names, p->uid) < d->o.max_names_per_uid;
 }
 
 int proc_add_name(struct daemon *d, struct proc *p, uint64_t off)

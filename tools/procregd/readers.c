@@ -47,8 +47,6 @@ struct reader {
 	struct reader *next_gone;
 };
 
-/* Log lines about refused pages: one a second at most. */
-#define REFUSED_LOG_NS 1000000000ull
 #define REFRESH_NS 1000000000ull
 
 static struct pr_reader_info *info_at(struct daemon *d, uint32_t i)
@@ -94,28 +92,14 @@ static void count_live(struct daemon *d)
 	CMM_STORE_SHARED(h->readers_stalled, d->nreaders_stalled);
 }
 
-static bool privileged(const struct daemon *d, uid_t uid)
-{
-	return uid == 0 || uid == d->self_uid;
-}
-
 static void log_refused(struct daemon *d, const struct ident *id, const char *why)
 {
 	struct pr_table_hdr *h = d->w.map.hdr;
-	uint64_t now = procreg__mono_ns();
 
 	CMM_STORE_SHARED(h->readers_refused, h->readers_refused + 1);
-	if (d->readers_log_ns && now - d->readers_log_ns < REFUSED_LOG_NS) {
-		d->readers_quiet++;
-		return;
-	}
-	if (d->readers_quiet)
-		log_msg("(%llu more reader pages refused in the last second)",
-			(unsigned long long)d->readers_quiet);
-	d->readers_quiet = 0;
-	d->readers_log_ns = now;
-	log_msg("reader page of pid %d (uid %u) refused: %s; its lookups stay correct, "
-		"unprotected", (int)id->pid, (unsigned)id->uid, why);
+	log_limited(&d->readers_log, "reader pages refused",
+		    "reader page of pid %d (uid %u) refused: %s; its lookups stay correct, "
+		    "unprotected", (int)id->pid, (unsigned)id->uid, why);
 }
 
 /* The entry for the process ID names, made if need be: NULL and *why when
@@ -133,7 +117,7 @@ static struct reader *reader_for(struct daemon *d, const struct ident *id, const
 		/* The pid's previous process exited unseen so far. */
 		readers_gone(d, r);
 	}
-	if (!privileged(d, id->uid)) {
+	if (!uid_privileged(d, id->uid)) {
 		if (uid_count(&d->uid_readers, id->uid) >= d->o.max_readers_per_uid) {
 			*why = "its uid has --max-readers-per-uid reader processes";
 			return NULL;
@@ -198,6 +182,8 @@ int readers_add(struct daemon *d, const struct ident *id, int fd)
 	for (size_t i = 0; i < d->w.readers.n; i++) {
 		if (d->w.readers.v[i].dev == ref.dev && d->w.readers.v[i].ino == ref.ino) {
 			procreg__rpage_unmap(&ref);
+			LOGV(d, "reader pid %d uid %u: a page we hold already", (int)id->pid,
+			     (unsigned)id->uid);
 			return -EEXIST; /* announced again: we have it */
 		}
 	}

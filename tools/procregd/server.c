@@ -209,24 +209,6 @@ static uint64_t boot_ticks(void)
 	return (uint64_t)ts.tv_sec * (uint64_t)hz + (uint64_t)ts.tv_nsec / (1000000000ull / (uint64_t)hz);
 }
 
-/* A refused connection, logged at most once a second: a client that
- * reconnects in a loop cannot flood the log. */
-static void log_refused(struct daemon *d, const char *fmt, unsigned a, unsigned b)
-{
-	uint64_t now = procreg__mono_ns();
-
-	if (d->refused_log_ns && now - d->refused_log_ns < 1000000000ull) {
-		d->refused_quiet++;
-		return;
-	}
-	if (d->refused_quiet)
-		log_msg("(%llu more connections refused in the last second)",
-			(unsigned long long)d->refused_quiet);
-	d->refused_quiet = 0;
-	d->refused_log_ns = now;
-	log_msg(fmt, a, b);
-}
-
 void server_accept(struct daemon *d)
 {
 	for (;;) {
@@ -244,7 +226,8 @@ void server_accept(struct daemon *d)
 			if (fd >= 0)
 				close(fd);
 			d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-			log_refused(d, "client refused: out of file descriptors (%u clients connected, --max-clients %u)",
+			log_limited(&d->refused_log, "connections refused",
+				    "client refused: out of file descriptors (%u clients connected, --max-clients %u)",
 				    d->nclients, d->o.max_clients);
 			if (fd >= 0)
 				continue;
@@ -255,7 +238,8 @@ void server_accept(struct daemon *d)
 			return;
 		}
 		if (d->nclients >= d->o.max_clients) {
-			log_refused(d, "client refused: %u clients connected (--max-clients %u)",
+			log_limited(&d->refused_log, "connections refused",
+				    "client refused: %u clients connected (--max-clients %u)",
 				    d->nclients, d->o.max_clients);
 			close(fd);
 			continue;
@@ -264,11 +248,21 @@ void server_accept(struct daemon *d)
 			close(fd);
 			continue;
 		}
-		if (cred.uid != 0 &&
+		if (!uid_privileged(d, cred.uid) &&
+		    d->nclients >= d->o.max_clients - d->o.reserved_clients) {
+			log_limited(&d->refused_res_log, "connections refused for the reserve",
+				    "client refused: uid %u pid %d: %u clients connected, the last %u of --max-clients %u kept for root and uid %u (--reserved-clients)",
+				    (unsigned)cred.uid, (int)cred.pid, d->nclients, d->o.reserved_clients,
+				    d->o.max_clients, (unsigned)d->uid);
+			close(fd);
+			continue;
+		}
+		if (!uid_privileged(d, cred.uid) &&
 		    uid_count(&d->uid_clients, cred.uid) >= d->o.max_clients_per_uid) {
-			log_refused(d, "client refused: uid %u has %u connections (--max-clients-per-uid)",
-				    (unsigned)cred.uid,
-				    (unsigned)uid_count(&d->uid_clients, cred.uid));
+			log_limited(&d->refused_uid_log, "connections refused for a uid's quota",
+				    "client refused: uid %u has %u connections (--max-clients-per-uid), pid %d",
+				    (unsigned)cred.uid, (unsigned)uid_count(&d->uid_clients, cred.uid),
+				    (int)cred.pid);
 			close(fd);
 			continue;
 		}
@@ -398,6 +392,10 @@ static int hello(struct daemon *d, struct client *c, const struct pr_frame *f, i
 			return -EPERM;
 	}
 	c->hello_done = true;
+	/* It sends and closes without reading (reader pages): anything we
+	 * sent would be left unread, and its close would then reset the
+	 * connection before we read what it sent. */
+	c->peer_gone = f->h.flags & PR_F_QUIET;
 	LOGV(d, "client pid %d uid %u: connected%s", (int)c->id.pid, (unsigned)c->id.uid,
 	     d->no_peerpidfd ? " (pidfd passed)" : "");
 	return 0;
@@ -443,8 +441,8 @@ static int target_of(struct client *c, const struct pr_frame *f, int passed_fd,
  * and a slot position found before them could end up past an empty slot,
  * where no probe would find the new entry.
  */
-int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct pr_root *root,
-	      const struct pr_key *k, const struct pr_frame *f, bool handover, uint64_t *off_out)
+static int put_entry(struct daemon *d, struct proc *p, const struct ident *id, struct pr_root *root,
+		     const struct pr_key *k, const struct pr_frame *f, bool handover, uint64_t *off_out)
 {
 	struct pr_record t = { 0 };
 	struct proc *loser = NULL;
@@ -474,6 +472,10 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 	}
 	if (!mine && (p->names.n >= d->o.max_names_per_proc || !uid_may_add(d, p)))
 		return -EDQUOT;
+	/* A lease is journaled: room for it first, or no change at all (a
+	 * hand-over's was set aside when its place in line was taken). */
+	if (name && f->arg && !handover && owners_room(d))
+		return -ENOSPC;
 	t.hash = k->hash;
 	t.kind = k->kind;
 	t.start_time = id->start;
@@ -522,6 +524,21 @@ int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct p
 	if (off_out)
 		*off_out = off;
 	return 0;
+}
+
+/* The table's reserve is for the names of root's and our own uid's
+ * processes: whoever asked, the owner decides, as for the quotas. */
+int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct pr_root *root,
+	      const struct pr_key *k, const struct pr_frame *f, bool handover, uint64_t *off)
+{
+	bool was = d->w.no_reserve;
+	int err;
+
+	d->w.no_reserve = !uid_privileged(d, id->uid);
+	d->w.reserve_hit = false;
+	err = put_entry(d, p, id, root, k, f, handover, off);
+	d->w.no_reserve = was;
+	return err;
 }
 
 static void count(uint64_t *counter)
@@ -576,10 +593,14 @@ static int do_join(struct daemon *d, struct client *c, const struct pr_frame *f,
 	err = procreg__w_group(&d->w, f->name, f->name_len, false, &root);
 	/* A new group for a process at its quota would only be made to be
 	 * dropped again. */
-	if (err == -ENOENT)
+	if (err == -ENOENT) {
+		d->w.no_reserve = !uid_privileged(d, id.uid);
+		d->w.reserve_hit = false;
 		err = p->names.n >= d->o.max_names_per_proc || !uid_may_add(d, p)
 			      ? -EDQUOT
 			      : procreg__w_group(&d->w, f->name, f->name_len, true, &root);
+		d->w.no_reserve = false;
+	}
 	if (!err) {
 		pr_key_member(&k, (uint32_t)id.pid, id.start, 0, d->w.map.hdr->hash_seed);
 		err = entry_put(d, p, &id, root, &k, f, false, NULL);
@@ -645,6 +666,24 @@ static int do_leave(struct daemon *d, struct client *c, const struct pr_frame *f
 	return 0;
 }
 
+/* A registration or join refused for a quota or the reserve: who asked,
+ * and which limit (rate-limited: the client may ask again at once). */
+static int note_refused(struct daemon *d, const struct client *c, int err)
+{
+	if (err == -EDQUOT)
+		log_limited(&d->denied_quota_log, "names refused for a quota",
+			    "client pid %d uid %u: name refused (EDQUOT): --max-names-per-proc %u or --max-names-per-uid %u reached (the uid holds %llu)",
+			    (int)c->id.pid, (unsigned)c->id.uid, d->o.max_names_per_proc,
+			    d->o.max_names_per_uid,
+			    (unsigned long long)uid_count(&d->uid_names, c->id.uid));
+	else if (err == -ENOSPC && d->w.reserve_hit)
+		log_limited(&d->denied_res_log, "names refused for the reserve",
+			    "client pid %d uid %u: name refused (ENOSPC): the table is full but for the %llu bytes kept for root and uid %u (--reserved-size)",
+			    (int)c->id.pid, (unsigned)c->id.uid, (unsigned long long)d->w.reserve,
+			    (unsigned)d->uid);
+	return err;
+}
+
 static int handle_frame(struct daemon *d, struct client *c, const struct pr_frame *f,
 			int passed_fd)
 {
@@ -652,11 +691,11 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 		return f->h.op == PR_OP_HELLO ? hello(d, c, f, passed_fd) : -EPROTO;
 	switch (f->h.op) {
 	case PR_OP_REGISTER:
-		return do_register(d, c, f, passed_fd);
+		return note_refused(d, c, do_register(d, c, f, passed_fd));
 	case PR_OP_UNREGISTER:
 		return do_unregister(d, c, f);
 	case PR_OP_JOIN:
-		return do_join(d, c, f, passed_fd);
+		return note_refused(d, c, do_join(d, c, f, passed_fd));
 	case PR_OP_LEAVE:
 		return do_leave(d, c, f);
 	case PR_OP_REFRESH:
@@ -686,7 +725,9 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 
 	while ((r = procreg__proto_next(d->in, len, &pos, &f)) != 0) {
 		if (r == -EBADMSG) {
-			log_msg("client pid %d: unframeable packet, closing", (int)c->id.pid);
+			log_limited(&d->dropped_log, "clients closed",
+				    "client pid %d uid %u: unframeable packet, closing", (int)c->id.pid,
+				    (unsigned)c->id.uid);
 			return -EBADMSG;
 		}
 		uint64_t t0 = PR_TRACE_CLOCK(procregd, reply);
@@ -696,15 +737,16 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 		if (r == -EPROTO || (f.h.op & PR_OP_REPLY))
 			status = -EBADMSG;
 		else if ((f.h.op == PR_OP_HELLO && (c->hello_done || frames > 1)) ||
+			 (f.h.op == PR_OP_READERS && frames > 1) ||
 			 (passed_fd >= 0 && frames > 1 && f.h.op != PR_OP_HELLO &&
 			  (f.h.flags & PR_F_PIDFD)))
-			status = -EBADMSG; /* one HELLO, one pidfd per packet */
+			status = -EBADMSG; /* one HELLO, one fd per packet */
 		else
 			status = handle_frame(d, c, &f, passed_fd);
 		PR_TRACE(procregd, reply, f.h.op, c->id.pid, status, t0 ? procreg__mono_ns() - t0 : 0,
 			 f.h.id);
 		if (f.h.op == PR_OP_HELLO && !(f.h.op & PR_OP_REPLY))
-			procreg__proto_put_hello(d->out, &out, PR_OP_HELLO | PR_OP_REPLY, f.h.id,
+			procreg__proto_put_hello(d->out, &out, PR_OP_HELLO | PR_OP_REPLY, 0, f.h.id,
 						 status);
 		else
 			procreg__proto_put(d->out, &out, (uint16_t)(f.h.op | PR_OP_REPLY), 0,
@@ -723,12 +765,56 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 	return c->hello_done ? 0 : -EPERM;
 }
 
+/* The most fds one sendmsg can pass (the kernel's SCM_MAX_FD). The control
+ * buffer has room for all of them, so that every fd a packet brings is
+ * seen, and closed unless a request keeps it: a buffer too small for them
+ * would still have the kernel install those that fit. */
+#define PASSED_FDS_MAX 253
+
+/* How many fds the frames of a packet may take: one if a frame is a HELLO,
+ * a READERS, or a REGISTER or JOIN whose owner is the pidfd passed
+ * (PR_F_PIDFD). */
+static int fds_wanted(const uint8_t *buf, size_t len)
+{
+	struct pr_frame f;
+	size_t pos = 0;
+	int r;
+
+	while ((r = procreg__proto_next(buf, len, &pos, &f)) != 0 && r != -EBADMSG)
+		if (f.h.op == PR_OP_HELLO || f.h.op == PR_OP_READERS ||
+		    ((f.h.op == PR_OP_REGISTER || f.h.op == PR_OP_JOIN) && (f.h.flags & PR_F_PIDFD)))
+			return 1;
+	return 0;
+}
+
+/* Every fd the kernel installed for MSG, in any number of SCM_RIGHTS
+ * messages, into FDS: how many. */
+static int passed_fds(struct msghdr *msg, int *fds)
+{
+	int n = 0;
+
+	for (struct cmsghdr *h = CMSG_FIRSTHDR(msg); h; h = CMSG_NXTHDR(msg, h)) {
+		size_t k;
+
+		if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS ||
+		    h->cmsg_len < CMSG_LEN(0))
+			continue;
+		k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		if (k > (size_t)(PASSED_FDS_MAX - n))
+			k = (size_t)(PASSED_FDS_MAX - n);
+		memcpy(fds + n, CMSG_DATA(h), k * sizeof(int));
+		n += (int)k;
+	}
+	return n;
+}
+
 void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 {
 	union {
 		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
+		char b[CMSG_SPACE(PASSED_FDS_MAX * sizeof(int))];
 	} u;
+	int fds[PASSED_FDS_MAX];
 	int err = 0;
 
 	if (events & EPOLLOUT) {
@@ -744,8 +830,8 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 		struct iovec iov = { d->in, PR_PACKET_MAX };
 		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
 				      .msg_control = u.b, .msg_controllen = sizeof(u.b) };
-		int passed_fd = -1;
 		ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		int nfds, want;
 
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
@@ -753,23 +839,27 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 			err = -errno;
 			break;
 		}
+		/* Before anything else: an empty packet, which reads as the
+		 * end of the connection, may carry fds too. */
+		nfds = passed_fds(&msg, fds);
 		if (n == 0) {
 			err = -ECONNRESET;
-			break;
-		}
-		for (struct cmsghdr *h = CMSG_FIRSTHDR(&msg); h; h = CMSG_NXTHDR(&msg, h)) {
-			if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
-			    h->cmsg_len >= CMSG_LEN(sizeof(int)))
-				memcpy(&passed_fd, CMSG_DATA(h), sizeof(int));
-		}
-		if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-			log_msg("client pid %d: oversized packet, closing", (int)c->id.pid);
+		} else if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+			log_limited(&d->dropped_log, "clients closed",
+				    "client pid %d uid %u: oversized packet or control data, closing", (int)c->id.pid,
+				    (unsigned)c->id.uid);
 			err = -EMSGSIZE;
+		} else if (nfds && nfds > (want = fds_wanted(d->in, (size_t)n))) {
+			log_limited(&d->dropped_log, "clients closed",
+				    "client pid %d uid %u: %d file descriptors passed with a packet that takes %d, closing",
+				    (int)c->id.pid, (unsigned)c->id.uid, nfds, want);
+			err = -EBADMSG;
 		} else {
-			err = handle_packet(d, c, (size_t)n, passed_fd);
+			err = handle_packet(d, c, (size_t)n, nfds ? fds[0] : -1);
 		}
-		if (passed_fd >= 0)
-			close(passed_fd);
+		/* A request that keeps a passed fd keeps a dup of it. */
+		for (int k = 0; k < nfds; k++)
+			close(fds[k]);
 		if (err)
 			break;
 	}
