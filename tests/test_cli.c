@@ -608,7 +608,8 @@ static void test_run_bad_names(void **state)
 
 	/* An error after a good name: exit 2, the good name taken back. */
 	expect_st(cli(r, f->dir, A("run", "good", longname, "--", "sh", "-c", script)), 2);
-	snprintf(msg, sizeof(msg), "procreg: run: register '%s': %s\n", longname,
+	/* Echoed no longer than a valid name, and said to be cut. */
+	snprintf(msg, sizeof(msg), "procreg: run: register '%.255s...[256 bytes, cut]': %s\n", longname,
 		 procreg_strerror(-ENAMETOOLONG));
 	assert_string_equal(r->err, msg);
 	assert_int_equal(access(ran, F_OK), -1);
@@ -731,7 +732,8 @@ static void test_get(void **state)
 	assert_string_equal(expect_entry_json(r->out, &e, "long"), "\n");
 	expect_st(cli(r, f->dir, A("get", name256)), 2);
 	assert_string_equal(r->out, "");
-	snprintf(msg, sizeof(msg), "procreg: get %s: %s\n", name256, procreg_strerror(-ENAMETOOLONG));
+	snprintf(msg, sizeof(msg), "procreg: get %.255s...[256 bytes, cut]: %s\n", name256,
+		 procreg_strerror(-ENAMETOOLONG));
 	assert_string_equal(r->err, msg);
 	expect_st(cli(r, f->dir, A("get", name256, "--json")), 2);
 	assert_string_equal(r->out, "");
@@ -752,9 +754,12 @@ static void test_get_escaping(void **state)
 	 * that is not UTF-8, a truncated UTF-8 sequence, DEL, a surrogate. */
 	static const char meta[] = "q\"b\\n\nt\t\0\x01" "\xc3\xa9" "\xff" "\xe2\x82" "\x7f"
 				   "\xed\xa0\x80" "z";
-	static const char json[] = "q\\\"b\\\\n\\nt\\t\\u0000\\u0001\xc3\xa9\\u00ff\\u00e2\\u0082"
-				   "\\u007f\\u00ed\\u00a0\\u0080z";
-	static const char text[] = "q\"b\\n\\x0at\\x09\\x00\\x01\\xc3\\xa9\\xff\\xe2\\x82\\x7f"
+	/* JSON: each byte that is not UTF-8 is U+FFFD in "meta", and the
+	 * exact bytes follow in "meta_base64". */
+	static const char json[] = "q\\\"b\\\\n\\nt\\t\\u0000\\u0001\xc3\xa9\\ufffd\\ufffd\\ufffd"
+				   "\\u007f\\ufffd\\ufffd\\ufffdz\",\"meta_base64\":\"cSJiXG4KdAkAAcOp/+KCf+2ggHo=";
+	/* Text: UTF-8 as it is, the rest escaped, a backslash doubled. */
+	static const char text[] = "q\"b\\\\n\\nt\\t\\x00\\x01\xc3\xa9\\xff\\xe2\\x82\\x7f"
 				   "\\xed\\xa0\\x80z";
 
 	assert_int_equal(procreg_register(f->reg, "odd", meta, sizeof(meta) - 1), 0);
@@ -1460,7 +1465,7 @@ static void test_join_usage_and_failures(void **state)
 	memset(longname, 'g', 256);
 	longname[256] = 0;
 	expect_st(cli(r, f->dir, A("join", "good", longname, "--", "sh", "-c", script)), 2);
-	snprintf(msg, sizeof(msg), "procreg: join: join '%s': %s\n", longname,
+	snprintf(msg, sizeof(msg), "procreg: join: join '%.255s...[256 bytes, cut]': %s\n", longname,
 		 procreg_strerror(-ENAMETOOLONG));
 	assert_string_equal(r->err, msg);
 	assert_int_equal(access(ran, F_OK), -1);
@@ -1554,7 +1559,7 @@ static void test_run_group(void **state)
 	expect_st(cli(r, f->dir, A("run", "good", "--group", "okg", "--group", longname, "--", "sh",
 				   "-c", script)),
 		  2);
-	snprintf(msg, sizeof(msg), "procreg: run: join '%s': %s\n", longname,
+	snprintf(msg, sizeof(msg), "procreg: run: join '%.255s...[256 bytes, cut]': %s\n", longname,
 		 procreg_strerror(-ENAMETOOLONG));
 	assert_string_equal(r->err, msg);
 	assert_int_equal(access(ran, F_OK), -1);
@@ -1609,7 +1614,7 @@ static void test_members(void **state)
 	s = r->out;
 	for (size_t i = 0; i < l.n; i++)
 		s = expect_member_line(s, &l.v[i],
-				       l.v[i].pid == getpid() ? "tab\\x09here \"q\""
+				       l.v[i].pid == getpid() ? "tab\\there \"q\""
 				       : l.v[i].pid == p1     ? "c1"
 							      : "");
 	assert_string_equal(s, "");
@@ -1657,7 +1662,7 @@ static void test_members(void **state)
 	n256[256] = 0;
 	expect_st(cli(r, f->dir, A("members", n256)), 2);
 	assert_string_equal(r->out, "");
-	snprintf(msg, sizeof(msg), "procreg: members %s: %s\n", n256,
+	snprintf(msg, sizeof(msg), "procreg: members %.255s...[256 bytes, cut]: %s\n", n256,
 		 procreg_strerror(-ENAMETOOLONG));
 	assert_string_equal(r->err, msg);
 }

@@ -33,6 +33,7 @@
 
 #include "internal.h"
 #include "cli.h"
+#include "output.h"
 
 /* ---- reader slots ----------------------------------------------------- */
 
@@ -155,18 +156,21 @@ int cmd_readers(struct cli *c, int argc, char **argv)
 			threads = proc_threads(v[i].pid);
 		}
 		if (c->json) {
-			printf("%s{\"slot\":%u,\"pid\":%d,\"tid\":%d,\"comm\":", i ? "," : "", v[i].idx,
+			printf("%s{\"slot\":%u,\"pid\":%d,\"tid\":%d,", i ? "," : "", v[i].idx,
 			       (int)v[i].pid, (int)v[i].tid);
-			json_str(comm, strlen(comm));
+			procreg__json_field(stdout, "comm", comm, strlen(comm));
 			printf(",\"threads\":%u,\"in_critical_section\":%s,\"gp_behind\":%llu,"
 			       "\"lookups\":%llu,\"dead\":%s}",
 			       threads, v[i].ctr ? "true" : "false", (unsigned long long)behind,
 			       (unsigned long long)v[i].lookups, v[i].dead ? "true" : "false");
 		} else {
-			printf("%6u %8d %8d %7u %4s %9llu %12llu %-4s  %s\n", v[i].idx, (int)v[i].pid,
+			/* A command name is its owner's to choose: escaped. */
+			printf("%6u %8d %8d %7u %4s %9llu %12llu %-4s  ", v[i].idx, (int)v[i].pid,
 			       (int)v[i].tid, threads, v[i].ctr ? "yes" : "no",
 			       (unsigned long long)behind, (unsigned long long)v[i].lookups,
-			       v[i].dead ? "dead" : "-", v[i].dead ? "?" : comm);
+			       v[i].dead ? "dead" : "-");
+			procreg__text(stdout, v[i].dead ? "?" : comm, v[i].dead ? 1 : strlen(comm));
+			putchar('\n');
 		}
 	}
 	if (c->json)
@@ -357,7 +361,7 @@ static void frame_json(const struct cli *c, const struct sample *cur, const stru
 	clock_gettime(CLOCK_REALTIME, &ts);
 	printf("{\"time_ns\":%llu,\"interval_s\":%.3f,\"scope\":",
 	       (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, dt);
-	json_str(scope_name(c), strlen(scope_name(c)));
+	procreg__json_str(stdout, scope_name(c), strlen(scope_name(c)));
 	printf(",\"daemon_pid\":%d", (int)cur->st.daemon_pid);
 #define J(f) printf(",\"" #f "\":%llu", (unsigned long long)cur->st.f);
 	TOP_GAUGES(J)
@@ -370,8 +374,8 @@ static void frame_json(const struct cli *c, const struct sample *cur, const stru
 	for (size_t i = 0; i < cur->n; i++) {
 		const struct reader_proc *p = &cur->procs[i];
 
-		printf("%s{\"pid\":%d,\"comm\":", i ? "," : "", (int)p->pid);
-		json_str(p->comm, strlen(p->comm));
+		printf("%s{\"pid\":%d,", i ? "," : "", (int)p->pid);
+		procreg__json_field(stdout, "comm", p->comm, strlen(p->comm));
 		printf(",\"threads\":%u,\"lookups\":%llu,\"lookups_per_s\":%.3f}", p->threads,
 		       (unsigned long long)p->lookups, p->rate);
 	}
@@ -406,10 +410,12 @@ static void frame_text(const struct cli *c, const struct sample *cur, const stru
 	if (tty)
 		printf("\n%8s %7s %14s %12s  %s\n", "PID", "THREADS", "LOOKUPS", "LOOKUPS/S",
 		       "COMMAND");
-	for (size_t i = 0; i < cur->n; i++)
-		printf("%8d %7u %14llu %12.0f  %s\n", (int)cur->procs[i].pid, cur->procs[i].threads,
-		       (unsigned long long)cur->procs[i].lookups, cur->procs[i].rate,
-		       cur->procs[i].comm);
+	for (size_t i = 0; i < cur->n; i++) {
+		printf("%8d %7u %14llu %12.0f  ", (int)cur->procs[i].pid, cur->procs[i].threads,
+		       (unsigned long long)cur->procs[i].lookups, cur->procs[i].rate);
+		procreg__text(stdout, cur->procs[i].comm, strlen(cur->procs[i].comm));
+		putchar('\n');
+	}
 }
 
 static volatile sig_atomic_t top_stop;
