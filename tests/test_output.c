@@ -33,7 +33,7 @@
 
 #include "harness.h"
 #include "output.h"
-#include "tjson.h"
+#include "hostile.h"
 
 #define A(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
@@ -229,37 +229,6 @@ static void test_cut_and_unescape(void **state)
 
 /* ---- the attack ------------------------------------------------------- */
 
-/* Names without a space, so that a column of ls is one name. */
-static const char *const hostile[] = {
-	"esc\x1b[2J\x1b]0;owned\x07",
-	"nl\nforged:line",
-	"cr\rover",
-	"tab\tbed",
-	"c1csi\xc2\x9b" "31m",
-	"rawc1\x9b" "31m",
-	"ff\xff",
-	"trunc\xe2\x82",
-	"overlong\xc0\xaf",
-	"overlong3\xe0\x80\xaf",
-	"surrogate\xed\xa0\x80",
-	"above\xf4\x90\x80\x80",
-	"utf8.caf\xc3\xa9.\xf0\x9f\x90\x8d",
-	"bidi\xe2\x80\xae" "evil",
-	"sep\xe2\x80\xa8" "x",
-	"back\\slash\\x41",
-	"del\x7f",
-	"-dash",
-	"q\"uote",
-	"\xc3\xbf",       /* U+00FF, to be told from the byte 0xff */
-	"\xff\xff",
-};
-#define NHOSTILE (sizeof(hostile) / sizeof(hostile[0]))
-static const char *const hgroups[] = { "grp\x1b[31m", "grp\xff\xfe", "grp.caf\xc3\xa9",
-				       "grp\xe2\x80\xae" "x" };
-#define NGROUPS (sizeof(hgroups) / sizeof(hgroups[0]))
-/* Metadata may hold anything, NUL included. */
-static const char meta[] = "m\x1b[2J\n\0\xff\xc2\x9b\\x41\r\xe2\x80\xae" "end";
-#define META_LEN (sizeof(meta) - 1)
 static const char comm[] = "cm\x1b[2J\xff";      /* the holder's command name */
 
 struct attack {
@@ -286,14 +255,14 @@ static int holder_main(void *arg)
 	reg = th_open(a->f->dir);
 	if (!reg)
 		return 11;
-	for (size_t i = 0; i < NHOSTILE; i++)
-		if (procreg_register(reg, hostile[i], meta, META_LEN) != 0)
+	for (size_t i = 0; i < TH_NHOSTILE; i++)
+		if (procreg_register(reg, th_hostile_names[i], th_hostile_meta, th_hostile_meta_len) != 0)
 			return 12;
-	for (size_t i = 0; i < NGROUPS; i++)
-		if (procreg_join(reg, hgroups[i], meta, META_LEN) != 0)
+	for (size_t i = 0; i < TH_NHOSTILE_GROUPS; i++)
+		if (procreg_join(reg, th_hostile_groups[i], th_hostile_meta, th_hostile_meta_len) != 0)
 			return 13;
 	/* A lookup, so that its reader slot is claimed and counted. */
-	if (procreg_lookup(reg, hostile[0], NULL) != 0 || write(a->ready[1], "r", 1) != 1)
+	if (procreg_lookup(reg, th_hostile_names[0], NULL) != 0 || write(a->ready[1], "r", 1) != 1)
 		return 14;
 	if (read(a->go[0], &c, 1) < 0)
 		return 15;
@@ -311,8 +280,8 @@ static int thief_main(void *arg)
 	reg = th_open(a->f->dir);
 	if (!reg)
 		return 20;
-	for (size_t i = 0; i < NHOSTILE; i++)
-		if (procreg_register(reg, hostile[i], NULL, 0) != -EEXIST)
+	for (size_t i = 0; i < TH_NHOSTILE; i++)
+		if (procreg_register(reg, th_hostile_names[i], NULL, 0) != -EEXIST)
 			return 21;
 	procreg_close(reg);
 	return 0;
@@ -329,13 +298,13 @@ static int churn_main(void *arg)
 	reg = th_open(a->f->dir);
 	if (!reg)
 		return 30;
-	for (size_t i = 0; i < NHOSTILE; i++) {
-		snprintf(name, sizeof(name), "%s%s", a->prefix, hostile[i]);
-		if (procreg_register(reg, name, meta, META_LEN) != 0)
+	for (size_t i = 0; i < TH_NHOSTILE; i++) {
+		snprintf(name, sizeof(name), "%s%s", a->prefix, th_hostile_names[i]);
+		if (procreg_register(reg, name, th_hostile_meta, th_hostile_meta_len) != 0)
 			return 31;
 	}
-	for (size_t i = 0; i < NGROUPS; i++)
-		if (procreg_join(reg, hgroups[i], NULL, 0) != 0)
+	for (size_t i = 0; i < TH_NHOSTILE_GROUPS; i++)
+		if (procreg_join(reg, th_hostile_groups[i], NULL, 0) != 0)
 			return 32;
 	procreg_close(reg);
 	return 0;
@@ -466,46 +435,14 @@ static void cli(struct attack *a, struct run *r, const char *const *args)
 }
 
 /* Text fit for a terminal, on both streams. */
-static void expect_safe(const char *what, const struct run *r)
+static void expect_safe_run(const char *what, const struct run *r)
 {
-	size_t at;
+	char w[128];
 
-	if (tj_safe_text(r->out, r->outlen, &at) < 0)
-		fail_msg("%s: stdout: unsafe byte 0x%02x at %zu", what, (unsigned char)r->out[at], at);
-	if (tj_safe_text(r->err, r->errlen, &at) < 0)
-		fail_msg("%s: stderr: unsafe byte 0x%02x at %zu", what, (unsigned char)r->err[at], at);
-}
-
-static struct tj *expect_json_doc(const char *what, const char *s, size_t n)
-{
-	char err[256];
-	struct tj *doc = tj_parse(s, n, err, sizeof(err));
-
-	if (!doc)
-		fail_msg("%s: not strict UTF-8 JSON: %s:\n%.*s", what, err, (int)n, s);
-	return doc;
-}
-
-/* The index in V of the bytes B[0..N), or -1. */
-static int find(const char *const *v, size_t nv, const char *b, size_t n)
-{
-	for (size_t i = 0; i < nv; i++)
-		if (strlen(v[i]) == n && !memcmp(v[i], b, n))
-			return (int)i;
-	return -1;
-}
-
-/* The bytes of escaped text S[0..N). */
-static size_t decode(const char *s, size_t n, char *out, size_t cap)
-{
-	size_t len;
-
-	assert_true(n < cap);
-	memcpy(out, s, n);
-	out[n] = 0;
-	if (procreg__unescape(out, &len, NULL) < 0)
-		fail_msg("not in the escaped form: %.*s", (int)n, s);
-	return len;
+	snprintf(w, sizeof(w), "%s: stdout", what);
+	th_expect_safe(w, r->out, r->outlen);
+	snprintf(w, sizeof(w), "%s: stderr", what);
+	th_expect_safe(w, r->err, r->errlen);
 }
 
 /* ls: one line per name, each name and its metadata decoding to what the
@@ -514,36 +451,36 @@ static void test_ls(void **state)
 {
 	struct attack *a = *state;
 	struct run r = { 0 };
-	int seen[NHOSTILE] = { 0 };
+	int seen[TH_NHOSTILE] = { 0 };
 	char buf[4096];
 	struct tj *doc;
 
 	cli(a, &r, A("ls"));
 	assert_int_equal(r.st, 0);
-	expect_safe("ls", &r);
+	expect_safe_run("ls", &r);
 	for (char *l = r.out, *e; (e = strchr(l, '\n')); l = e + 1) {
 		char *sp = memchr(l, ' ', (size_t)(e - l)), *last = memrchr(l, ' ', (size_t)(e - l));
 		size_t n;
 		int k;
 
 		assert_non_null(sp);
-		k = find(hostile, NHOSTILE, buf, decode(l, (size_t)(sp - l), buf, sizeof(buf)));
+		k = th_find(th_hostile_names, TH_NHOSTILE, buf, th_decode(l, (size_t)(sp - l), buf, sizeof(buf)));
 		if (k < 0)
 			fail_msg("ls: a line whose name is not one registered: %.*s", (int)(e - l), l);
 		seen[k]++;
-		n = decode(last + 1, (size_t)(e - last - 1), buf, sizeof(buf));
-		assert_int_equal(n, META_LEN);
-		assert_memory_equal(buf, meta, META_LEN);
+		n = th_decode(last + 1, (size_t)(e - last - 1), buf, sizeof(buf));
+		assert_int_equal(n, th_hostile_meta_len);
+		assert_memory_equal(buf, th_hostile_meta, th_hostile_meta_len);
 	}
-	for (size_t i = 0; i < NHOSTILE; i++)
+	for (size_t i = 0; i < TH_NHOSTILE; i++)
 		assert_int_equal(seen[i], 1);
 
 	cli(a, &r, A("ls", "--json"));
 	assert_int_equal(r.st, 0);
-	expect_safe("ls --json", &r);
-	doc = expect_json_doc("ls --json", r.out, r.outlen);
+	expect_safe_run("ls --json", &r);
+	doc = th_expect_json("ls --json", r.out, r.outlen);
 	assert_int_equal(doc->type, TJ_ARR);
-	assert_int_equal(doc->n, NHOSTILE);
+	assert_int_equal(doc->n, TH_NHOSTILE);
 	memset(seen, 0, sizeof(seen));
 	for (size_t i = 0; i < doc->n; i++) {
 		char err[256];
@@ -552,15 +489,15 @@ static void test_ls(void **state)
 
 		if (tj_bytes(&doc->v[i], "name", buf, sizeof(buf), &n, err, sizeof(err)) < 0)
 			fail_msg("ls --json: %s", err);
-		k = find(hostile, NHOSTILE, buf, n);
+		k = th_find(th_hostile_names, TH_NHOSTILE, buf, n);
 		assert_true(k >= 0);
 		seen[k]++;
 		if (tj_bytes(&doc->v[i], "meta", buf, sizeof(buf), &n, err, sizeof(err)) < 0)
 			fail_msg("ls --json: %s", err);
-		assert_int_equal(n, META_LEN);
-		assert_memory_equal(buf, meta, META_LEN);
+		assert_int_equal(n, th_hostile_meta_len);
+		assert_memory_equal(buf, th_hostile_meta, th_hostile_meta_len);
 	}
-	for (size_t i = 0; i < NHOSTILE; i++)
+	for (size_t i = 0; i < TH_NHOSTILE; i++)
 		assert_int_equal(seen[i], 1);
 	tj_free(doc);
 	run_free(&r);
@@ -581,8 +518,8 @@ static void test_get(void **state)
 	struct run r = { 0 };
 	char esc[PROCREG_TEXT_NAME_BUF], buf[4096], err[256];
 
-	for (size_t i = 0; i < NHOSTILE; i++) {
-		const char *name = hostile[i], *p, *q;
+	for (size_t i = 0; i < TH_NHOSTILE; i++) {
+		const char *name = th_hostile_names[i], *p, *q;
 		struct tj *doc;
 		size_t n;
 
@@ -590,27 +527,27 @@ static void test_get(void **state)
 		cli(a, &r, A("get", "--escaped", "--", esc));
 		if (r.st != 0)
 			fail_msg("get --escaped -- %s: exit %d: %s", esc, r.st, r.err);
-		expect_safe("get", &r);
+		expect_safe_run("get", &r);
 		/* "name  X" and "meta  M" lines: X, M decode to the bytes. */
 		p = r.out;
 		assert_true(!strncmp(p, "name  ", 6));
 		q = strchr(p, '\n');
-		n = decode(p + 6, (size_t)(q - p - 6), buf, sizeof(buf));
+		n = th_decode(p + 6, (size_t)(q - p - 6), buf, sizeof(buf));
 		assert_int_equal(n, strlen(name));
 		assert_memory_equal(buf, name, n);
 		p = strstr(r.out, "\nmeta  ");
 		assert_non_null(p);
 		p += 7;
 		q = strchr(p, '\n');
-		n = decode(p, (size_t)(q - p), buf, sizeof(buf));
-		assert_int_equal(n, META_LEN);
-		assert_memory_equal(buf, meta, META_LEN);
+		n = th_decode(p, (size_t)(q - p), buf, sizeof(buf));
+		assert_int_equal(n, th_hostile_meta_len);
+		assert_memory_equal(buf, th_hostile_meta, th_hostile_meta_len);
 
 		cli(a, &r, A("get", "-e", "--json", "--", esc));
 		if (r.st != 0)
 			fail_msg("get -e --json -- %s: exit %d: %s", esc, r.st, r.err);
-		expect_safe("get --json", &r);
-		doc = expect_json_doc("get --json", r.out, r.outlen);
+		expect_safe_run("get --json", &r);
+		doc = th_expect_json("get --json", r.out, r.outlen);
 		if (tj_bytes(doc, "name", buf, sizeof(buf), &n, err, sizeof(err)) < 0)
 			fail_msg("get --json: %s", err);
 		assert_int_equal(n, strlen(name));
@@ -638,7 +575,7 @@ static void test_get(void **state)
 	/* Not registered: the message quotes the name escaped. */
 	cli(a, &r, A("get", "-e", "absent\\x1b[2J\\n"));
 	assert_int_equal(r.st, 1);
-	expect_safe("get (absent)", &r);
+	expect_safe_run("get (absent)", &r);
 	assert_string_equal(r.err, "procreg: absent\\x1b[2J\\n: not registered\n");
 	cli(a, &r, A("get", "-e", "bad\\q"));
 	assert_int_equal(r.st, 2);
@@ -655,7 +592,7 @@ static void test_get(void **state)
 			big[i] = i % 2 ? '\x1b' : '\n';
 		cli(a, &r, A("get", "--", big));
 		assert_int_equal(r.st, 2);
-		expect_safe("get (10,000 bytes)", &r);
+		expect_safe_run("get (10,000 bytes)", &r);
 		assert_true(r.errlen < 1200);
 		assert_non_null(strstr(r.err, "...[10000 bytes, cut]: name longer than 255 bytes"));
 	}
@@ -668,57 +605,57 @@ static void test_groups(void **state)
 	struct attack *a = *state;
 	struct run r = { 0 };
 	char esc[PROCREG_TEXT_NAME_BUF], buf[4096], err[256];
-	int seen[NGROUPS] = { 0 };
+	int seen[TH_NHOSTILE_GROUPS] = { 0 };
 	struct tj *doc;
 
-	for (size_t i = 0; i < NGROUPS; i++) {
+	for (size_t i = 0; i < TH_NHOSTILE_GROUPS; i++) {
 		const char *p, *q;
 		size_t n;
 
-		escaped(hgroups[i], strlen(hgroups[i]), esc, sizeof(esc));
+		escaped(th_hostile_groups[i], strlen(th_hostile_groups[i]), esc, sizeof(esc));
 		cli(a, &r, A("members", "-e", esc));
 		if (r.st != 0)
 			fail_msg("members -e %s: exit %d: %s", esc, r.st, r.err);
-		expect_safe("members", &r);
+		expect_safe_run("members", &r);
 		p = strrchr(r.out, ' ');
 		q = strchr(p, '\n');
-		n = decode(p + 1, (size_t)(q - p - 1), buf, sizeof(buf));
-		assert_int_equal(n, META_LEN);
-		assert_memory_equal(buf, meta, META_LEN);
+		n = th_decode(p + 1, (size_t)(q - p - 1), buf, sizeof(buf));
+		assert_int_equal(n, th_hostile_meta_len);
+		assert_memory_equal(buf, th_hostile_meta, th_hostile_meta_len);
 
 		cli(a, &r, A("members", "-e", esc, "--json"));
 		assert_int_equal(r.st, 0);
-		expect_safe("members --json", &r);
-		doc = expect_json_doc("members --json", r.out, r.outlen);
+		expect_safe_run("members --json", &r);
+		doc = th_expect_json("members --json", r.out, r.outlen);
 		assert_int_equal(doc->n, 1);
 		if (tj_bytes(&doc->v[0], "group", buf, sizeof(buf), &n, err, sizeof(err)) < 0 ||
-		    find(hgroups, NGROUPS, buf, n) != (int)i)
+		    th_find(th_hostile_groups, TH_NHOSTILE_GROUPS, buf, n) != (int)i)
 			fail_msg("members --json: group %s: %s", esc, err);
 		if (tj_bytes(&doc->v[0], "meta", buf, sizeof(buf), &n, err, sizeof(err)) < 0)
 			fail_msg("members --json: %s", err);
-		assert_int_equal(n, META_LEN);
-		assert_memory_equal(buf, meta, META_LEN);
+		assert_int_equal(n, th_hostile_meta_len);
+		assert_memory_equal(buf, th_hostile_meta, th_hostile_meta_len);
 		tj_free(doc);
 	}
 
 	cli(a, &r, A("groups"));
 	assert_int_equal(r.st, 0);
-	expect_safe("groups", &r);
+	expect_safe_run("groups", &r);
 	for (char *l = r.out, *e; (e = strchr(l, '\n')); l = e + 1) {
 		char *sp = memchr(l, ' ', (size_t)(e - l));
-		int k = find(hgroups, NGROUPS, buf, decode(l, (size_t)(sp - l), buf, sizeof(buf)));
+		int k = th_find(th_hostile_groups, TH_NHOSTILE_GROUPS, buf, th_decode(l, (size_t)(sp - l), buf, sizeof(buf)));
 
 		assert_true(k >= 0);
 		seen[k]++;
 	}
-	for (size_t i = 0; i < NGROUPS; i++)
+	for (size_t i = 0; i < TH_NHOSTILE_GROUPS; i++)
 		assert_int_equal(seen[i], 1);
 
 	cli(a, &r, A("groups", "--json"));
 	assert_int_equal(r.st, 0);
-	expect_safe("groups --json", &r);
-	doc = expect_json_doc("groups --json", r.out, r.outlen);
-	assert_int_equal(doc->n, NGROUPS);
+	expect_safe_run("groups --json", &r);
+	doc = th_expect_json("groups --json", r.out, r.outlen);
+	assert_int_equal(doc->n, TH_NHOSTILE_GROUPS);
 	memset(seen, 0, sizeof(seen));
 	for (size_t i = 0; i < doc->n; i++) {
 		size_t n;
@@ -726,11 +663,11 @@ static void test_groups(void **state)
 
 		if (tj_bytes(&doc->v[i], "name", buf, sizeof(buf), &n, err, sizeof(err)) < 0)
 			fail_msg("groups --json: %s", err);
-		k = find(hgroups, NGROUPS, buf, n);
+		k = th_find(th_hostile_groups, TH_NHOSTILE_GROUPS, buf, n);
 		assert_true(k >= 0);
 		seen[k]++;
 	}
-	for (size_t i = 0; i < NGROUPS; i++)
+	for (size_t i = 0; i < TH_NHOSTILE_GROUPS; i++)
 		assert_int_equal(seen[i], 1);
 	tj_free(doc);
 	run_free(&r);
@@ -749,12 +686,12 @@ static void test_readers_and_top(void **state)
 	snprintf(pid, sizeof(pid), "%d", (int)a->holder);
 	cli(a, &r, A("readers"));
 	assert_int_equal(r.st, 0);
-	expect_safe("readers", &r);
+	expect_safe_run("readers", &r);
 	assert_non_null(strstr(r.out, esc));
 	cli(a, &r, A("readers", "--json"));
 	assert_int_equal(r.st, 0);
-	expect_safe("readers --json", &r);
-	doc = expect_json_doc("readers --json", r.out, r.outlen);
+	expect_safe_run("readers --json", &r);
+	doc = th_expect_json("readers --json", r.out, r.outlen);
 	{
 		const struct tj *v = tj_get(doc, "readers");
 
@@ -777,12 +714,12 @@ static void test_readers_and_top(void **state)
 
 	cli(a, &r, A("top", "--once", "--interval", "0.05"));
 	assert_int_equal(r.st, 0);
-	expect_safe("top", &r);
+	expect_safe_run("top", &r);
 	assert_non_null(strstr(r.out, esc));
 	cli(a, &r, A("top", "--once", "--json", "--interval", "0.05"));
 	assert_int_equal(r.st, 0);
-	expect_safe("top --json", &r);
-	tj_free(expect_json_doc("top --json", r.out, r.outlen));
+	expect_safe_run("top --json", &r);
+	tj_free(th_expect_json("top --json", r.out, r.outlen));
 	run_free(&r);
 }
 
@@ -813,7 +750,7 @@ static void test_watch(void **state)
 		{ PROCREG_CLI_PATH, "--dir", a->f->dir, "watch", "--json", NULL },
 	};
 	struct run r[2] = { 0 };
-	int out[2], err[2], seen[NHOSTILE] = { 0 }, gseen[NGROUPS] = { 0 };
+	int out[2], err[2], seen[TH_NHOSTILE] = { 0 }, gseen[TH_NHOSTILE_GROUPS] = { 0 };
 	pid_t w[2];
 	char buf[4096], e[256];
 
@@ -848,7 +785,7 @@ static void test_watch(void **state)
 		kill(w[k], SIGINT);
 		finish(&r[k], w[k], out[k], err[k]);
 		assert_int_equal(r[k].st, 0);
-		expect_safe(k ? "watch --json" : "watch", &r[k]);
+		expect_safe_run(k ? "watch --json" : "watch", &r[k]);
 	}
 	/* Plain: "SEQ TIME registered NAME pid P node N". */
 	for (char *l = r[0].out, *end; (end = strchr(l, '\n')); l = end + 1) {
@@ -862,17 +799,17 @@ static void test_watch(void **state)
 		q = strstr(p, " pid ");
 		if (strncmp(p, "w.", 2))
 			continue;
-		k = find(hostile, NHOSTILE, buf, decode(p + 2, (size_t)(q - p - 2), buf, sizeof(buf)));
+		k = th_find(th_hostile_names, TH_NHOSTILE, buf, th_decode(p + 2, (size_t)(q - p - 2), buf, sizeof(buf)));
 		if (k < 0)
 			fail_msg("watch: a name not registered: %.*s", (int)(end - l), l);
 		seen[k]++;
 	}
-	for (size_t i = 0; i < NHOSTILE; i++)
+	for (size_t i = 0; i < TH_NHOSTILE; i++)
 		assert_int_equal(seen[i], 1);
 	/* JSON: one document a line. */
 	memset(seen, 0, sizeof(seen));
 	for (char *l = r[1].out, *end; (end = strchr(l, '\n')); l = end + 1) {
-		struct tj *doc = expect_json_doc("watch --json", l, (size_t)(end - l));
+		struct tj *doc = th_expect_json("watch --json", l, (size_t)(end - l));
 		const struct tj *ev = tj_get(doc, "event");
 		size_t n;
 		int k;
@@ -881,19 +818,19 @@ static void test_watch(void **state)
 		if (tj_get(doc, "group")) {
 			if (tj_bytes(doc, "group", buf, sizeof(buf), &n, e, sizeof(e)) < 0)
 				fail_msg("watch --json: %s", e);
-			if (!strcmp(ev->s, "joined") && (k = find(hgroups, NGROUPS, buf, n)) >= 0)
+			if (!strcmp(ev->s, "joined") && (k = th_find(th_hostile_groups, TH_NHOSTILE_GROUPS, buf, n)) >= 0)
 				gseen[k]++;
 		} else if (tj_bytes(doc, "name", buf, sizeof(buf), &n, e, sizeof(e)) < 0) {
 			fail_msg("watch --json: %s", e);
 		} else if (!strcmp(ev->s, "registered") && n > 2 && !memcmp(buf, "w.", 2) &&
-			   (k = find(hostile, NHOSTILE, buf + 2, n - 2)) >= 0) {
+			   (k = th_find(th_hostile_names, TH_NHOSTILE, buf + 2, n - 2)) >= 0) {
 			seen[k]++;
 		}
 		tj_free(doc);
 	}
-	for (size_t i = 0; i < NHOSTILE; i++)
+	for (size_t i = 0; i < TH_NHOSTILE; i++)
 		assert_int_equal(seen[i], 1);
-	for (size_t i = 0; i < NGROUPS; i++)
+	for (size_t i = 0; i < TH_NHOSTILE_GROUPS; i++)
 		assert_int_equal(gseen[i], 1);
 	run_free(&r[0]);
 	run_free(&r[1]);
@@ -906,7 +843,7 @@ static void test_daemon_log(void **state)
 	struct attack *a = *state;
 	pid_t thief = th_fork(thief_main, a);
 	char needle[64], buf[4096], *log;
-	int seen[NHOSTILE] = { 0 };
+	int seen[TH_NHOSTILE] = { 0 };
 	size_t len, at;
 	FILE *f;
 
@@ -933,12 +870,12 @@ static void test_daemon_log(void **state)
 		if (!p || !q)
 			continue;
 		p += 9;
-		k = find(hostile, NHOSTILE, buf, decode(p, (size_t)(q - p), buf, sizeof(buf)));
+		k = th_find(th_hostile_names, TH_NHOSTILE, buf, th_decode(p, (size_t)(q - p), buf, sizeof(buf)));
 		if (k < 0)
 			fail_msg("procregd's log: a name not registered: %.*s", (int)(end - l), l);
 		seen[k]++;
 	}
-	for (size_t i = 0; i < NHOSTILE; i++)
+	for (size_t i = 0; i < TH_NHOSTILE; i++)
 		if (seen[i] != 1)
 			fail_msg("procregd's log: refusal of name %zu logged %d times:\n%s", i, seen[i],
 				 log);
