@@ -1824,6 +1824,78 @@ static void test_help_lists_groups(void **state)
 			fail_msg("--help does not list '%s':\n%s", cmds[i], r->out);
 }
 
+/* ---- names that begin with '-', names given escaped ------------------ */
+
+/* Every command that takes a name reaches one that begins with '-' after
+ * "--"; run and join take theirs between two "--". */
+static void test_dash_names(void **state)
+{
+	struct fx *f = *state;
+	struct res *r = f->r;
+	struct procreg_entry e;
+	pid_t pid, member;
+
+	pid = spawn_cli(f, A("run", "--meta", "m", "--ttl", "60", "--", "-svc", "--x", "--",
+			     "sleep", "30"));
+	wait_owned(f, f->reg, "-svc", pid);
+	wait_owned(f, f->reg, "--x", pid);
+	expect_st(cli(r, f->dir, A("get", "-svc")), 2);
+	assert_string_equal(r->err, "procreg: unknown option -svc\nTry 'procreg --help'.\n");
+	expect_st(cli(r, f->dir, A("get", "--", "-svc")), 0);
+	assert_true(!strncmp(r->out, "name  -svc\npid   ", 17));
+	expect_st(cli(r, f->dir, A("get", "--json", "--", "--x")), 0);
+	assert_true(!strncmp(r->out, "{\"name\":\"--x\",", 14));
+	expect_st(cli(r, f->dir, A("wait", "--timeout", "5", "--", "-svc")), 0);
+	expect_st(cli(r, f->dir, A("refresh", "--", "-svc")), 0);
+	expect_st(cli(r, f->dir, A("unregister", "--", "--x")), 0);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "--x", NULL), -ENOENT);
+	expect_st(cli(r, f->dir, A("get", "--", "--x")), 1);
+	assert_string_equal(r->err, "procreg: --x: not registered\n");
+
+	member = spawn_cli(f, A("join", "--", "-crew", "--", "sleep", "30"));
+	wait_member(f, "-crew", member);
+	expect_st(cli(r, f->dir, A("members", "--json", "--", "-crew")), 0);
+	assert_true(!strncmp(r->out, "[{\"group\":\"-crew\",", 18));
+	expect_st(cli(r, f->dir, A("wait", "--group", "-crew", "--timeout", "5")), 0);
+	kill_kid(f, member);
+	kill_kid(f, pid);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "-svc", &e), -ENOENT);
+}
+
+/* --escaped: run, join, get, unregister take names, groups and metadata
+ * in the form text output prints; metadata may hold NUL. */
+static void test_escaped_args(void **state)
+{
+	struct fx *f = *state;
+	struct res *r = f->r;
+	struct procreg_entry e;
+	pid_t pid;
+
+	pid = spawn_cli(f, A("run", "--escaped", "a\\x1b[2J\\nb", "--group", "g\\xff",
+			     "--meta", "m\\x00\\\\\\t", "--", "sleep", "30"));
+	wait_owned(f, f->reg, "a\x1b[2J\nb", pid);
+	lookup_ok(f->reg, "a\x1b[2J\nb", &e);
+	assert_int_equal(e.meta_len, 4);
+	assert_memory_equal(e.meta, "m\0\\\t", 4);
+	wait_member(f, "g\xff", pid);
+	expect_st(cli(r, f->dir, A("get", "a\x1b[2J\nb")), 0);
+	assert_true(!strncmp(r->out, "name  a\\x1b[2J\\nb\n", 18));
+	assert_non_null(strstr(r->out, "\nmeta  m\\x00\\\\\\t\n"));
+	expect_st(cli(r, f->dir, A("members", "-e", "g\\xff")), 0);
+	expect_st(cli(r, f->dir, A("-e", "unregister", "a\\x1b[2J\\nb")), 0);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "a\x1b[2J\nb", NULL), -ENOENT);
+	/* A NUL is no part of a name. */
+	expect_st(cli(r, f->dir, A("get", "-e", "a\\x00b")), 2);
+	assert_string_equal(r->err, "procreg: --escaped: NAME: holds a NUL byte (\\x00)\n");
+	expect_st(cli(r, f->dir, A("join", "-e", "g\\q", "--", "true")), 2);
+	assert_string_equal(r->err, "procreg: --escaped: GROUP: bad escape at byte 1 (want \\\\, "
+				    "\\n, \\t, \\r or \\xHH)\n");
+	kill_kid(f, pid);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1849,6 +1921,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_groups_list, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stats_groups, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_groups_without_daemon, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dash_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_escaped_args, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_help_lists_groups, setup, teardown),
 	};
 
