@@ -2,6 +2,7 @@
  * hostile.c - hostile names and the checks of safe output (hostile.h).
  */
 #define _GNU_SOURCE
+#include <stdio.h>
 #include <string.h>
 
 #include "harness.h"
@@ -37,6 +38,20 @@ const char *const th_hostile_groups[] = { "grp\x1b[31m", "grp\xff\xfe", "grp.caf
 
 const char th_hostile_meta[] = "m\x1b[2J\n\0\xff\xc2\x9b\\x41\r\xe2\x80\xae" "end";
 const size_t th_hostile_meta_len = sizeof(th_hostile_meta) - 1;
+
+int th_hostile_claim(procreg_t *reg, const char *prefix, int join)
+{
+	char name[PROCREG_NAME_MAX + 1];
+	int err = 0;
+
+	for (size_t i = 0; i < TH_NHOSTILE && !err; i++) {
+		snprintf(name, sizeof(name), "%s%s", prefix, th_hostile_names[i]);
+		err = procreg_register(reg, name, th_hostile_meta, th_hostile_meta_len);
+	}
+	for (size_t i = 0; i < TH_NHOSTILE_GROUPS && join && !err; i++)
+		err = procreg_join(reg, th_hostile_groups[i], th_hostile_meta, th_hostile_meta_len);
+	return err;
+}
 
 int th_find(const char *const *v, size_t nv, const char *b, size_t n)
 {

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "procreg.h"
 #include "tjson.h"
 
 /* Names with escape sequences, line breaks, C1 controls, bidirectional
@@ -21,6 +22,11 @@ extern const char *const th_hostile_groups[TH_NHOSTILE_GROUPS];
 /* Metadata of the same kind, NUL included. */
 extern const char th_hostile_meta[];
 extern const size_t th_hostile_meta_len;
+
+/* Register PREFIX + each hostile name in REG, with the hostile metadata,
+ * and with JOIN join each hostile group (the same metadata): 0, or the
+ * first error. */
+int th_hostile_claim(procreg_t *reg, const char *prefix, int join);
 
 /* The index in V (NV strings) of the bytes B[0..N), or -1. */
 int th_find(const char *const *v, size_t nv, const char *b, size_t n);

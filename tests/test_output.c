@@ -39,24 +39,38 @@
 
 /* ---- the writer --------------------------------------------------------- */
 
-static char *text_of(const void *s, size_t n, size_t *len)
+/* What WRITE writes for S[0..N), in memory (free() it); *LEN its length. */
+static char *written(void (*write)(FILE *, const void *, size_t), const void *s, size_t n,
+		     size_t *len)
 {
 	char *buf = NULL;
 	FILE *f = open_memstream(&buf, len);
 
 	assert_non_null(f);
-	procreg__text(f, s, n);
+	write(f, s, n);
 	assert_int_equal(fclose(f), 0);
 	return buf;
 }
 
-static void expect_text(const char *in, size_t n, const char *want)
+static char *text_of(const void *s, size_t n, size_t *len)
+{
+	return written(procreg__text, s, n, len);
+}
+
+static void name_field(FILE *f, const void *s, size_t n)
+{
+	procreg__json_field(f, "name", s, n);
+}
+
+/* WRITE must write exactly WANT for IN[0..N). */
+static void expect_form(void (*write)(FILE *, const void *, size_t), const char *in, size_t n,
+			const char *want)
 {
 	size_t len;
-	char *got = text_of(in, n, &len);
+	char *got = written(write, in, n, &len);
 
 	if (len != strlen(want) || memcmp(got, want, len))
-		fail_msg("escaped form of %zu bytes: got \"%s\", want \"%s\"", n, got, want);
+		fail_msg("%zu bytes: got \"%s\", want \"%s\"", n, got, want);
 	free(got);
 }
 
@@ -64,7 +78,7 @@ static void expect_text(const char *in, size_t n, const char *want)
 static void test_text_forms(void **state)
 {
 	(void)state;
-#define T(in, want) expect_text(in, sizeof(in) - 1, want)
+#define T(in, want) expect_form(procreg__text, in, sizeof(in) - 1, want)
 	T("plain.name-1_x@y", "plain.name-1_x@y");
 	T("a b", "a b");                              /* spaces as they are */
 	T("back\\slash", "back\\\\slash");
@@ -95,24 +109,10 @@ static void test_text_forms(void **state)
 	assert_int_equal(procreg__text_width("\\", 1), 2);
 }
 
-static void expect_json(const char *in, size_t n, const char *want)
-{
-	char *buf = NULL;
-	size_t len;
-	FILE *f = open_memstream(&buf, &len);
-
-	assert_non_null(f);
-	procreg__json_field(f, "name", in, n);
-	assert_int_equal(fclose(f), 0);
-	if (len != strlen(want) || memcmp(buf, want, len))
-		fail_msg("JSON of %zu bytes: got %s, want %s", n, buf, want);
-	free(buf);
-}
-
 static void test_json_forms(void **state)
 {
 	(void)state;
-#define J(in, want) expect_json(in, sizeof(in) - 1, want)
+#define J(in, want) expect_form(name_field, in, sizeof(in) - 1, want)
 	J("plain", "\"name\":\"plain\"");
 	J("q\"b\\", "\"name\":\"q\\\"b\\\\\"");
 	J("\n\t\r\b\f\x01\x1b\x7f", "\"name\":\"\\n\\t\\r\\b\\f\\u0001\\u001b\\u007f\"");
@@ -255,12 +255,8 @@ static int holder_main(void *arg)
 	reg = th_open(a->f->dir);
 	if (!reg)
 		return 11;
-	for (size_t i = 0; i < TH_NHOSTILE; i++)
-		if (procreg_register(reg, th_hostile_names[i], th_hostile_meta, th_hostile_meta_len) != 0)
-			return 12;
-	for (size_t i = 0; i < TH_NHOSTILE_GROUPS; i++)
-		if (procreg_join(reg, th_hostile_groups[i], th_hostile_meta, th_hostile_meta_len) != 0)
-			return 13;
+	if (th_hostile_claim(reg, "", 1) != 0)
+		return 12;
 	/* A lookup, so that its reader slot is claimed and counted. */
 	if (procreg_lookup(reg, th_hostile_names[0], NULL) != 0 || write(a->ready[1], "r", 1) != 1)
 		return 14;
@@ -292,20 +288,13 @@ static int churn_main(void *arg)
 {
 	struct attack *a = arg;
 	procreg_t *reg;
-	char name[PROCREG_NAME_MAX + 1];
 
 	th_become(&a->u);
 	reg = th_open(a->f->dir);
 	if (!reg)
 		return 30;
-	for (size_t i = 0; i < TH_NHOSTILE; i++) {
-		snprintf(name, sizeof(name), "%s%s", a->prefix, th_hostile_names[i]);
-		if (procreg_register(reg, name, th_hostile_meta, th_hostile_meta_len) != 0)
-			return 31;
-	}
-	for (size_t i = 0; i < TH_NHOSTILE_GROUPS; i++)
-		if (procreg_join(reg, th_hostile_groups[i], NULL, 0) != 0)
-			return 32;
+	if (th_hostile_claim(reg, a->prefix, 1) != 0)
+		return 31;
 	procreg_close(reg);
 	return 0;
 }

@@ -437,13 +437,8 @@ static int hostile_register(void *arg)
 	th_become(&h->u);
 	if (!(reg = th_open(h->dir)))
 		return 1;
-	for (size_t i = 0; i < TH_NHOSTILE; i++)
-		if (procreg_register(reg, th_hostile_names[i], th_hostile_meta,
-				     th_hostile_meta_len) != 0)
-			return 2;
-	for (size_t i = 0; i < TH_NHOSTILE_GROUPS; i++)
-		if (procreg_join(reg, th_hostile_groups[i], NULL, 0) != 0)
-			return 3;
+	if (th_hostile_claim(reg, "", 1) != 0)
+		return 2;
 	procreg_close(reg);
 	return 0;
 }
@@ -533,10 +528,8 @@ static int hostile_lookups(void *arg)
 	int bad = 0;
 
 	th_become(&h->u);
-	if (!(reg = th_open(h->dir)))
+	if (!(reg = th_open(h->dir)) || th_hostile_claim(reg, "", 0) != 0)
 		return 1;
-	for (size_t i = 0; i < TH_NHOSTILE; i++)
-		bad |= procreg_register(reg, th_hostile_names[i], NULL, 0) != 0;
 	wait_byte(h->go[0]);
 	for (size_t i = 0; i < TH_NHOSTILE; i++) {
 		snprintf(name, sizeof(name), "x.%s", th_hostile_names[i]);
