@@ -90,7 +90,7 @@ static void usage(FILE *f)
 		"                      it (run and join: -- NAME... -- CMD [ARGS])\n"
 		"\n"
 		"Text output escapes control bytes, backslashes and bytes that are not UTF-8\n"
-		"in names, groups and metadata (see procreg(1), \"Output\"); JSON output adds\n"
+		"in names, groups and metadata (see procreg(1), OUTPUT); JSON output adds\n"
 		"\"name_base64\" (\"meta_base64\", ...) where the bytes are not UTF-8.\n"
 		"\n"
 		"Exit status: 0 success, 1 not found, name taken, timed out or damage found\n"
@@ -155,6 +155,14 @@ const char *cli_name(const char *s)
 	char *b = buf[k++ % 4];
 
 	return procreg__text_cut(b, sizeof(buf[0]), s, strlen(s), PROCREG_NAME_MAX);
+}
+
+/* W, or NAME's width as printed (escaped) if that is more. */
+static int widen(int w, const char *name)
+{
+	size_t n = procreg__text_width(name, strlen(name));
+
+	return n > (size_t)w ? (int)(n < 1000 ? n : 1000) : w;
 }
 
 static double age_s(const struct procreg_entry *e)
@@ -370,8 +378,7 @@ static int cmd_ls(struct cli *c, int argc, char **argv)
 		json_array(v, all.n, entry_json);
 	} else {
 		for (size_t i = 0; i < all.n; i++)
-			if ((int)procreg__text_width(v[i].name, strlen(v[i].name)) > w)
-				w = (int)procreg__text_width(v[i].name, strlen(v[i].name));
+			w = widen(w, v[i].name);
 		if (w > 40)
 			w = 40;
 		if (isatty(1))
@@ -689,8 +696,7 @@ static int cmd_groups(struct cli *c, int argc, char **argv)
 		printf("]\n");
 	} else {
 		for (size_t i = 0; i < all.n; i++)
-			if ((int)procreg__text_width(v[i].name, strlen(v[i].name)) > w)
-				w = (int)procreg__text_width(v[i].name, strlen(v[i].name));
+			w = widen(w, v[i].name);
 		if (w > 40)
 			w = 40;
 		if (isatty(1))
