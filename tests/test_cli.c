@@ -608,7 +608,8 @@ static void test_run_bad_names(void **state)
 
 	/* An error after a good name: exit 2, the good name taken back. */
 	expect_st(cli(r, f->dir, A("run", "good", longname, "--", "sh", "-c", script)), 2);
-	snprintf(msg, sizeof(msg), "procreg: run: register '%s': %s\n", longname,
+	/* Echoed no longer than a valid name, and said to be cut. */
+	snprintf(msg, sizeof(msg), "procreg: run: register '%.255s...[256 bytes, cut]': %s\n", longname,
 		 procreg_strerror(-ENAMETOOLONG));
 	assert_string_equal(r->err, msg);
 	assert_int_equal(access(ran, F_OK), -1);
@@ -731,7 +732,8 @@ static void test_get(void **state)
 	assert_string_equal(expect_entry_json(r->out, &e, "long"), "\n");
 	expect_st(cli(r, f->dir, A("get", name256)), 2);
 	assert_string_equal(r->out, "");
-	snprintf(msg, sizeof(msg), "procreg: get %s: %s\n", name256, procreg_strerror(-ENAMETOOLONG));
+	snprintf(msg, sizeof(msg), "procreg: get %.255s...[256 bytes, cut]: %s\n", name256,
+		 procreg_strerror(-ENAMETOOLONG));
 	assert_string_equal(r->err, msg);
 	expect_st(cli(r, f->dir, A("get", name256, "--json")), 2);
 	assert_string_equal(r->out, "");
@@ -752,9 +754,12 @@ static void test_get_escaping(void **state)
 	 * that is not UTF-8, a truncated UTF-8 sequence, DEL, a surrogate. */
 	static const char meta[] = "q\"b\\n\nt\t\0\x01" "\xc3\xa9" "\xff" "\xe2\x82" "\x7f"
 				   "\xed\xa0\x80" "z";
-	static const char json[] = "q\\\"b\\\\n\\nt\\t\\u0000\\u0001\xc3\xa9\\u00ff\\u00e2\\u0082"
-				   "\\u007f\\u00ed\\u00a0\\u0080z";
-	static const char text[] = "q\"b\\n\\x0at\\x09\\x00\\x01\\xc3\\xa9\\xff\\xe2\\x82\\x7f"
+	/* JSON: each byte that is not UTF-8 is U+FFFD in "meta", and the
+	 * exact bytes follow in "meta_base64". */
+	static const char json[] = "q\\\"b\\\\n\\nt\\t\\u0000\\u0001\xc3\xa9\\ufffd\\ufffd\\ufffd"
+				   "\\u007f\\ufffd\\ufffd\\ufffdz\",\"meta_base64\":\"cSJiXG4KdAkAAcOp/+KCf+2ggHo=";
+	/* Text: UTF-8 as it is, the rest escaped, a backslash doubled. */
+	static const char text[] = "q\"b\\\\n\\nt\\t\\x00\\x01\xc3\xa9\\xff\\xe2\\x82\\x7f"
 				   "\\xed\\xa0\\x80z";
 
 	assert_int_equal(procreg_register(f->reg, "odd", meta, sizeof(meta) - 1), 0);
@@ -1465,7 +1470,7 @@ static void test_join_usage_and_failures(void **state)
 	memset(longname, 'g', 256);
 	longname[256] = 0;
 	expect_st(cli(r, f->dir, A("join", "good", longname, "--", "sh", "-c", script)), 2);
-	snprintf(msg, sizeof(msg), "procreg: join: join '%s': %s\n", longname,
+	snprintf(msg, sizeof(msg), "procreg: join: join '%.255s...[256 bytes, cut]': %s\n", longname,
 		 procreg_strerror(-ENAMETOOLONG));
 	assert_string_equal(r->err, msg);
 	assert_int_equal(access(ran, F_OK), -1);
@@ -1559,7 +1564,7 @@ static void test_run_group(void **state)
 	expect_st(cli(r, f->dir, A("run", "good", "--group", "okg", "--group", longname, "--", "sh",
 				   "-c", script)),
 		  2);
-	snprintf(msg, sizeof(msg), "procreg: run: join '%s': %s\n", longname,
+	snprintf(msg, sizeof(msg), "procreg: run: join '%.255s...[256 bytes, cut]': %s\n", longname,
 		 procreg_strerror(-ENAMETOOLONG));
 	assert_string_equal(r->err, msg);
 	assert_int_equal(access(ran, F_OK), -1);
@@ -1614,7 +1619,7 @@ static void test_members(void **state)
 	s = r->out;
 	for (size_t i = 0; i < l.n; i++)
 		s = expect_member_line(s, &l.v[i],
-				       l.v[i].pid == getpid() ? "tab\\x09here \"q\""
+				       l.v[i].pid == getpid() ? "tab\\there \"q\""
 				       : l.v[i].pid == p1     ? "c1"
 							      : "");
 	assert_string_equal(s, "");
@@ -1662,7 +1667,7 @@ static void test_members(void **state)
 	n256[256] = 0;
 	expect_st(cli(r, f->dir, A("members", n256)), 2);
 	assert_string_equal(r->out, "");
-	snprintf(msg, sizeof(msg), "procreg: members %s: %s\n", n256,
+	snprintf(msg, sizeof(msg), "procreg: members %.255s...[256 bytes, cut]: %s\n", n256,
 		 procreg_strerror(-ENAMETOOLONG));
 	assert_string_equal(r->err, msg);
 }
@@ -1824,6 +1829,78 @@ static void test_help_lists_groups(void **state)
 			fail_msg("--help does not list '%s':\n%s", cmds[i], r->out);
 }
 
+/* ---- names that begin with '-', names given escaped ------------------ */
+
+/* Every command that takes a name reaches one that begins with '-' after
+ * "--"; run and join take theirs between two "--". */
+static void test_dash_names(void **state)
+{
+	struct fx *f = *state;
+	struct res *r = f->r;
+	struct procreg_entry e;
+	pid_t pid, member;
+
+	pid = spawn_cli(f, A("run", "--meta", "m", "--ttl", "60", "--", "-svc", "--x", "--",
+			     "sleep", "30"));
+	wait_owned(f, f->reg, "-svc", pid);
+	wait_owned(f, f->reg, "--x", pid);
+	expect_st(cli(r, f->dir, A("get", "-svc")), 2);
+	assert_string_equal(r->err, "procreg: unknown option -svc\nTry 'procreg --help'.\n");
+	expect_st(cli(r, f->dir, A("get", "--", "-svc")), 0);
+	assert_true(!strncmp(r->out, "name  -svc\npid   ", 17));
+	expect_st(cli(r, f->dir, A("get", "--json", "--", "--x")), 0);
+	assert_true(!strncmp(r->out, "{\"name\":\"--x\",", 14));
+	expect_st(cli(r, f->dir, A("wait", "--timeout", "5", "--", "-svc")), 0);
+	expect_st(cli(r, f->dir, A("refresh", "--", "-svc")), 0);
+	expect_st(cli(r, f->dir, A("unregister", "--", "--x")), 0);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "--x", NULL), -ENOENT);
+	expect_st(cli(r, f->dir, A("get", "--", "--x")), 1);
+	assert_string_equal(r->err, "procreg: --x: not registered\n");
+
+	member = spawn_cli(f, A("join", "--", "-crew", "--", "sleep", "30"));
+	wait_member(f, "-crew", member);
+	expect_st(cli(r, f->dir, A("members", "--json", "--", "-crew")), 0);
+	assert_true(!strncmp(r->out, "[{\"group\":\"-crew\",", 18));
+	expect_st(cli(r, f->dir, A("wait", "--group", "-crew", "--timeout", "5")), 0);
+	kill_kid(f, member);
+	kill_kid(f, pid);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "-svc", &e), -ENOENT);
+}
+
+/* --escaped: run, join, get, unregister take names, groups and metadata
+ * in the form text output prints; metadata may hold NUL. */
+static void test_escaped_args(void **state)
+{
+	struct fx *f = *state;
+	struct res *r = f->r;
+	struct procreg_entry e;
+	pid_t pid;
+
+	pid = spawn_cli(f, A("run", "--escaped", "a\\x1b[2J\\nb", "--group", "g\\xff",
+			     "--meta", "m\\x00\\\\\\t", "--", "sleep", "30"));
+	wait_owned(f, f->reg, "a\x1b[2J\nb", pid);
+	lookup_ok(f->reg, "a\x1b[2J\nb", &e);
+	assert_int_equal(e.meta_len, 4);
+	assert_memory_equal(e.meta, "m\0\\\t", 4);
+	wait_member(f, "g\xff", pid);
+	expect_st(cli(r, f->dir, A("get", "a\x1b[2J\nb")), 0);
+	assert_true(!strncmp(r->out, "name  a\\x1b[2J\\nb\n", 18));
+	assert_non_null(strstr(r->out, "\nmeta  m\\x00\\\\\\t\n"));
+	expect_st(cli(r, f->dir, A("members", "-e", "g\\xff")), 0);
+	expect_st(cli(r, f->dir, A("-e", "unregister", "a\\x1b[2J\\nb")), 0);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "a\x1b[2J\nb", NULL), -ENOENT);
+	/* A NUL is no part of a name. */
+	expect_st(cli(r, f->dir, A("get", "-e", "a\\x00b")), 2);
+	assert_string_equal(r->err, "procreg: --escaped: NAME: holds a NUL byte (\\x00)\n");
+	expect_st(cli(r, f->dir, A("join", "-e", "g\\q", "--", "true")), 2);
+	assert_string_equal(r->err, "procreg: --escaped: GROUP: bad escape at byte 1 (want \\\\, "
+				    "\\n, \\t, \\r or \\xHH)\n");
+	kill_kid(f, pid);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1849,6 +1926,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_groups_list, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stats_groups, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_groups_without_daemon, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dash_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_escaped_args, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_help_lists_groups, setup, teardown),
 	};
 

@@ -500,6 +500,8 @@ static void test_passed_fds(void **state)
 	th_user_new(&u);
 	setenv("FLOOD_DIR", f->dir, 1);
 	serves(f->reg, "warm");
+	/* Our reader page costs the daemon a pidfd for as long as we live. */
+	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
 	c.want = th_count_fds(f->d.pid);
 	for (size_t i = 0; i < sizeof(fd_shapes) / sizeof(fd_shapes[0]); i++) {
 		int st;
@@ -718,6 +720,7 @@ static void test_random_frames(void **state)
 	printf("fuzz: seed %llu (PROCREG_FUZZ_SEED), %d s, %d attackers\n", (unsigned long long)seed,
 	       fuzz_seconds(), ATTACKERS);
 	serves(f->reg, "warm");
+	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
 	c.want = th_count_fds(f->d.pid);
 	rss0 = th_status_kb(f->d.pid, "RssAnon");
 	for (int i = 0; i < ATTACKERS; i++) {

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "cluster.h"
+#include "hostile.h"
 
 #define HITS 1234
 #define MISSES 321
@@ -68,8 +69,9 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* The whole of a file, NUL-terminated (the caller frees it). */
-static char *slurp(const char *path)
+/* The whole of a file, NUL-terminated (the caller frees it); its length
+ * in *N, if N is not NULL (a NUL byte in it would count). */
+static char *slurp_n(const char *path, size_t *n)
 {
 	FILE *fp = fopen(path, "re");
 	char *buf = NULL;
@@ -84,7 +86,14 @@ static char *slurp(const char *path)
 		fclose(m);
 		fclose(fp);
 	}
+	if (n)
+		*n = buf ? len : 0;
 	return buf ? buf : strdup("");
+}
+
+static char *slurp(const char *path)
+{
+	return slurp_n(path, NULL);
 }
 
 /* Start procreg-trace ARGS... with --dir, its output in the fixture's
@@ -410,6 +419,194 @@ static void test_duration_and_errors(void **state)
 	assert_int_equal(th_wait(p), 2);
 }
 
+/* ---- names an unprivileged user chose -------------------------------- */
+
+struct hostile {
+	const char *dir;
+	struct th_user u;
+	int go[2], done[2];
+};
+
+/* As the user: register every hostile name, join every hostile group,
+ * and exit (the daemon removes them: died events). */
+static int hostile_register(void *arg)
+{
+	struct hostile *h = arg;
+	procreg_t *reg;
+
+	th_become(&h->u);
+	if (!(reg = th_open(h->dir)))
+		return 1;
+	if (th_hostile_claim(reg, "", 1) != 0)
+		return 2;
+	procreg_close(reg);
+	return 0;
+}
+
+/* events, plain or --json, while the user registers hostile names: safe
+ * output, each name given back exactly. */
+static void run_events_hostile(struct fixture *f, bool json)
+{
+	struct hostile h = { .dir = f->dir };
+	int seen[TH_NHOSTILE] = { 0 }, gseen[TH_NHOSTILE_GROUPS] = { 0 };
+	char buf[1024], err[256], *out;
+	size_t len;
+
+	th_user_new(&h.u);
+	assert_int_equal(chmod(f->dir, 0755), 0); /* the user's way to the socket */
+	tracer_start(f, json ? (const char *const[]){ "events", "--json", NULL }
+			     : (const char *const[]){ "events", NULL });
+	assert_int_equal(th_wait(th_fork(hostile_register, &h)), 0);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	free(tracer_stop(f));
+	out = slurp_n(f->out, &len);
+	th_expect_safe(json ? "procreg-trace events --json" : "procreg-trace events", out, len);
+	for (char *l = out, *end; (end = strchr(l, '\n')); l = end + 1) {
+		*end = 0;
+		if (json) {
+			struct tj *doc = th_expect_json("procreg-trace events --json", l,
+							(size_t)(end - l));
+			const struct tj *ev = tj_get(doc, "event");
+			size_t n;
+			int k;
+
+			if (ev && tj_get(doc, "name") &&
+			    tj_bytes(doc, "name", buf, sizeof(buf), &n, err, sizeof(err)) < 0)
+				fail_msg("procreg-trace events --json: %s: %s", err, l);
+			if (ev && !strcmp(ev->s, "registered") &&
+			    (k = th_find(th_hostile_names, TH_NHOSTILE, buf, n)) >= 0)
+				seen[k]++;
+			if (ev && !strcmp(ev->s, "joined") &&
+			    (k = th_find(th_hostile_groups, TH_NHOSTILE_GROUPS, buf, n)) >= 0)
+				gseen[k]++;
+			tj_free(doc);
+		} else {
+			/* "TIME registered    pid P       name NAME",
+			 * "TIME joined        pid P       member of GROUP" */
+			char *p = strstr(l, " registered "), *q = strstr(l, " joined ");
+			char *nm = p ? strstr(p, " name ") : NULL, *gr = q ? strstr(q, " member of ") : NULL;
+			int k;
+
+			if (nm && (k = th_find(th_hostile_names, TH_NHOSTILE, buf,
+					       th_decode(nm + 6, strlen(nm + 6), buf, sizeof(buf)))) >= 0)
+				seen[k]++;
+			if (gr && (k = th_find(th_hostile_groups, TH_NHOSTILE_GROUPS, buf,
+					       th_decode(gr + 11, strlen(gr + 11), buf, sizeof(buf)))) >= 0)
+				gseen[k]++;
+		}
+	}
+	for (size_t i = 0; i < TH_NHOSTILE; i++)
+		if (seen[i] != 1)
+			fail_msg("hostile name %zu registered: reported %d times", i, seen[i]);
+	for (size_t i = 0; i < TH_NHOSTILE_GROUPS; i++)
+		if (gseen[i] != 1)
+			fail_msg("hostile group %zu joined: reported %d times", i, gseen[i]);
+	free(out);
+	th_user_del(&h.u);
+}
+
+static void test_events_hostile_names(void **state)
+{
+	run_events_hostile(*state, false);
+}
+
+static void test_events_json_hostile_names(void **state)
+{
+	run_events_hostile(*state, true);
+}
+
+#define HOSTILE_HITS 3
+#define HOSTILE_MISSES 2
+
+/* As the user: hold every hostile name; when told, look each up, and each
+ * with "x." before it (not registered). */
+static int hostile_lookups(void *arg)
+{
+	struct hostile *h = arg;
+	char name[PROCREG_NAME_MAX + 1];
+	procreg_t *reg;
+	int bad = 0;
+
+	th_become(&h->u);
+	if (!(reg = th_open(h->dir)) || th_hostile_claim(reg, "", 0) != 0)
+		return 1;
+	wait_byte(h->go[0]);
+	for (size_t i = 0; i < TH_NHOSTILE; i++) {
+		snprintf(name, sizeof(name), "x.%s", th_hostile_names[i]);
+		for (int k = 0; k < HOSTILE_HITS; k++)
+			bad |= procreg_lookup(reg, th_hostile_names[i], NULL) != 0;
+		for (int k = 0; k < HOSTILE_MISSES; k++)
+			bad |= procreg_lookup(reg, name, NULL) != -ENOENT;
+	}
+	if (write(h->done[1], "x", 1) != 1)
+		bad = 1;
+	pause(); /* until the test kills it */
+	procreg_close(reg);
+	return bad;
+}
+
+/* top names the names looked up, those in the table and those not: safe
+ * output, each name given back exactly. */
+static void test_top_hostile_names(void **state)
+{
+	struct fixture *f = *state;
+	struct hostile h = { .dir = f->dir };
+	int seen[TH_NHOSTILE] = { 0 }, missed[TH_NHOSTILE] = { 0 };
+	char pid[16], buf[1024], *out;
+	pid_t child;
+	size_t len;
+
+	th_user_new(&h.u);
+	assert_int_equal(chmod(f->dir, 0755), 0);
+	assert_int_equal(pipe(h.go), 0);
+	assert_int_equal(pipe(h.done), 0);
+	child = th_fork(hostile_lookups, &h);
+	snprintf(pid, sizeof(pid), "%d", (int)child);
+	tracer_start(f, (const char *const[]){ "top", "-p", pid, "--interval", "600", "--rows",
+					       "100", NULL });
+	assert_int_equal(write(h.go[1], "x", 1), 1);
+	wait_byte(h.done[0]);
+	free(tracer_stop(f));
+	kill(child, SIGKILL);
+	th_wait(child);
+	out = slurp_n(f->out, &len);
+	th_expect_safe("procreg-trace top", out, len);
+	/* "%12llu %12llu  NAME[ (not in the table)]" */
+	for (char *l = out, *end; (end = strchr(l, '\n')); l = end + 1) {
+		unsigned long long lookups, misses;
+		char *name = l + 27, *tail;
+		size_t n;
+		int k;
+
+		*end = 0;
+		/* Rows of names only (the rows of processes have digits there). */
+		if (end - l <= 27 || sscanf(l, "%llu %llu", &lookups, &misses) != 2 ||
+		    l[25] != ' ' || l[26] != ' ' || name[0] == ' ' ||
+		    !strncmp(name, "(not in the table: hash", 23))
+			continue;
+		tail = strstr(name, " (not in the table)");
+		n = th_decode(name, tail ? (size_t)(tail - name) : strlen(name), buf, sizeof(buf));
+		if (tail && n > 2 && !memcmp(buf, "x.", 2) &&
+		    (k = th_find(th_hostile_names, TH_NHOSTILE, buf + 2, n - 2)) >= 0) {
+			assert_int_equal(lookups, HOSTILE_MISSES);
+			missed[k]++;
+		} else if (!tail && (k = th_find(th_hostile_names, TH_NHOSTILE, buf, n)) >= 0) {
+			assert_int_equal(lookups, HOSTILE_HITS);
+			seen[k]++;
+		}
+	}
+	for (size_t i = 0; i < TH_NHOSTILE; i++)
+		if (seen[i] != 1 || missed[i] != 1)
+			fail_msg("procreg-trace top: hostile name %zu: %d rows, %d rows of misses:\n%s",
+				 i, seen[i], missed[i], out);
+	free(out);
+	close(h.go[0]);
+	close(h.go[1]);
+	close(h.done[0]);
+	close(h.done[1]);
+	th_user_del(&h.u);
+}
+
 /* ---- the bridge: three nodes, a traced ----------------------------------- */
 
 /* Nodes b and c; a is the fixture's daemon, in its directory. */
@@ -549,6 +746,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_events_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lat_histograms, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_duration_and_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_events_hostile_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_events_json_hostile_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_top_hostile_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bridge_probes, setup_bridge, teardown_bridge),
 	};
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "output.h"
 
 FILE *human(void)
 {
@@ -29,48 +30,36 @@ void hprintf(const char *fmt, ...)
 
 /* ---- JSON -------------------------------------------------------------- */
 
+/* The document, built in memory as the figures come in. */
+static FILE *jf;
 static char *jb;
-static size_t jlen, jcap;
+static size_t jlen;
 static int depth;
 static bool first[64] = { true };
 static char jclose[64];                 /* the bracket that closes each level */
+
+static FILE *jout(void)
+{
+	if (!jf && !(jf = open_memstream(&jb, &jlen))) {
+		perror("procreg-bench");
+		exit(2);
+	}
+	return jf;
+}
 
 static void jput(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void jput(const char *fmt, ...)
 {
 	va_list ap;
-	int n;
 
-	for (;;) {
-		va_start(ap, fmt);
-		n = vsnprintf(jb ? jb + jlen : NULL, jb ? jcap - jlen : 0, fmt, ap);
-		va_end(ap);
-		if (n >= 0 && jb && (size_t)n < jcap - jlen)
-			break;
-		jcap = (jcap + (size_t)n + 1) * 2;
-		jb = realloc(jb, jcap);
-		if (!jb) {
-			perror("procreg-bench");
-			exit(2);
-		}
-	}
-	jlen += (size_t)n;
+	va_start(ap, fmt);
+	vfprintf(jout(), fmt, ap);
+	va_end(ap);
 }
 
 static void jstring(const char *s)
 {
-	jput("\"");
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			jput("\\%c", c);
-		else if (c < 0x20)
-			jput("\\u%04x", c);
-		else
-			jput("%c", c);
-	}
-	jput("\"");
+	procreg__json_str(jout(), s, strlen(s));
 }
 
 static void jkey(const char *key)
@@ -135,11 +124,16 @@ void j_bool(const char *key, bool v)
 
 void j_print(void)
 {
-	if (bo.json && jb) {
+	if (!jf)
+		return;
+	if (fclose(jf) == 0 && bo.json) {
 		fwrite(jb, 1, jlen, stdout);
 		fputc('\n', stdout);
 		fflush(stdout);
 	}
+	jf = NULL;
+	free(jb);
+	jb = NULL;
 }
 
 /* ---- targets ----------------------------------------------------------- */

@@ -38,6 +38,7 @@
 #include <bpf/libbpf.h>
 
 #include "layout.h"
+#include "output.h"
 #include "procreg.h"
 #include "procreg_trace.h"
 #include "procreg_trace.skel.h"
@@ -555,12 +556,35 @@ static void print_bridge(struct procreg_trace *skel, double secs)
 	free(vals);
 }
 
+/* The record's name and node names: bytes from the traced process, bounded
+ * by the record whatever it says. */
+static size_t name_len(const struct pt_event *e)
+{
+	return strnlen(e->name, e->name_len < PT_NAME_MAX ? e->name_len : PT_NAME_MAX - 1);
+}
+
+static size_t node_len(const char *node)
+{
+	return strnlen(node, PT_NODE_MAX - 1);
+}
+
+/* S[0..N) for a line of text, escaped (output.h). The last four results
+ * stay valid. */
+static const char *txt(const char *s, size_t n)
+{
+	static char buf[4][PROCREG_TEXT_NAME_BUF];
+	static unsigned k;
+
+	return procreg__text_cut(buf[k++ % 4], sizeof(buf[0]), s, n, PT_NAME_MAX);
+}
+
 /* ---- top -------------------------------------------------------------- */
 
 struct row {
 	uint64_t key;
 	struct pt_count c;
 	char name[PT_NAME_MAX];
+	bool absent;               /* name: as a lookup asked for it, not in the table */
 };
 
 /* Sum every entry of a per-CPU map of struct pt_count into ROWS, and
@@ -675,15 +699,19 @@ static void print_top(struct procreg_trace *skel, double secs)
 			struct pt_name seen;
 
 			if (!rows[i].name[0] &&
-			    !bpf_map_lookup_elem(bpf_map__fd(skel->maps.seen), &rows[i].key, &seen))
-				snprintf(rows[i].name, sizeof(rows[i].name), "%.*s (not in the table)",
-					 (int)sizeof(rows[i].name) - 20, seen.s);
+			    !bpf_map_lookup_elem(bpf_map__fd(skel->maps.seen), &rows[i].key, &seen)) {
+				snprintf(rows[i].name, sizeof(rows[i].name), "%.*s",
+					 (int)sizeof(rows[i].name) - 1, seen.s);
+				rows[i].absent = true;
+			}
 		}
 		printf("%12s %12s  %s\n", "LOOKUPS", "MISSES", "NAME");
 		for (int i = 0; i < n; i++) {
 			if (rows[i].name[0])
-				printf("%12llu %12llu  %s\n", (unsigned long long)rows[i].c.lookups,
-				       (unsigned long long)rows[i].c.misses, rows[i].name);
+				printf("%12llu %12llu  %s%s\n", (unsigned long long)rows[i].c.lookups,
+				       (unsigned long long)rows[i].c.misses,
+				       txt(rows[i].name, strlen(rows[i].name)),
+				       rows[i].absent ? " (not in the table)" : "");
 			else
 				printf("%12llu %12llu  (not in the table: hash %016llx)\n",
 				       (unsigned long long)rows[i].c.lookups,
@@ -741,37 +769,25 @@ static const char *op_name(uint64_t op)
 	return op == 1 ? "put" : op == 2 ? "del" : "?";
 }
 
-static void json_str(const char *s)
-{
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			printf("\\%c", c);
-		else if (c < 0x20)
-			printf("\\u%04x", c);
-		else
-			putchar(c);
-	}
-	putchar('"');
-}
-
 static int on_event(void *ctx, void *data, size_t size)
 {
 	const struct pt_event *e = data;
 	const char *t = stamp(true);
+	const char *name, *node, *peer;
 
 	(void)ctx;
 	if (size < sizeof(*e))
 		return 0;
+	name = txt(e->name, name_len(e));
+	node = txt(e->node, node_len(e->node));
+	peer = txt(e->peer, node_len(e->peer));
 	if (opt.json) {
 		printf("{\"time\":\"%s\",\"ts_ns\":%llu,", t, (unsigned long long)e->ts_ns);
 		switch (e->type) {
 		case PT_EV_CHANGE:
-			printf("\"event\":\"%s\",\"pid\":%u,\"kind\":\"%s\",\"name\":", change_name(e->a),
+			printf("\"event\":\"%s\",\"pid\":%u,\"kind\":\"%s\",", change_name(e->a),
 			       e->pid, e->kind == PR_KIND_NAME ? "name" : "group");
-			json_str(e->name);
+			procreg__json_field(stdout, "name", e->name, name_len(e));
 			printf(",\"seq\":%llu", (unsigned long long)e->b);
 			break;
 		case PT_EV_DEATH:
@@ -779,8 +795,8 @@ static int on_event(void *ctx, void *data, size_t size)
 			       e->pid, (unsigned long long)e->a, (unsigned long long)e->b);
 			break;
 		case PT_EV_CONFLICT:
-			printf("\"event\":\"conflict\",\"pid\":%u,\"name\":", e->pid);
-			json_str(e->name);
+			printf("\"event\":\"conflict\",\"pid\":%u,", e->pid);
+			procreg__json_field(stdout, "name", e->name, name_len(e));
 			printf(",\"holder\":%llu", (unsigned long long)e->a);
 			break;
 		case PT_EV_GRACE:
@@ -794,34 +810,34 @@ static int on_event(void *ctx, void *data, size_t size)
 			       (unsigned long long)e->c);
 			break;
 		case PT_EV_BRIDGE_OUT:
-			printf("\"event\":\"out\",\"op\":\"%s\",\"kind\":\"%s\",\"name\":",
+			printf("\"event\":\"out\",\"op\":\"%s\",\"kind\":\"%s\",",
 			       op_name(e->a), e->kind == PR_KIND_NAME ? "name" : "member");
-			json_str(e->name);
+			procreg__json_field(stdout, "name", e->name, name_len(e));
 			printf(",\"seq\":%llu,\"bytes\":%llu", (unsigned long long)e->b,
 			       (unsigned long long)e->c);
 			break;
 		case PT_EV_BRIDGE_APPLY:
-			printf("\"event\":\"apply\",\"node\":");
-			json_str(e->node);
-			printf(",\"op\":\"%s\",\"kind\":\"%s\",\"name\":", op_name(e->a),
+			printf("\"event\":\"apply\",");
+			procreg__json_field(stdout, "node", e->node, node_len(e->node));
+			printf(",\"op\":\"%s\",\"kind\":\"%s\",", op_name(e->a),
 			       e->kind == PR_KIND_NAME ? "name" : "member");
-			json_str(e->name);
+			procreg__json_field(stdout, "name", e->name, name_len(e));
 			printf(",\"result\":%lld", (long long)e->b);
 			break;
 		case PT_EV_BRIDGE_NODE:
-			printf("\"event\":\"%s\",\"node\":",
+			printf("\"event\":\"%s\",",
 			       e->a == 1 ? "node-up" : e->a == 2 ? "node-lost" : "node-down");
-			json_str(e->node);
+			procreg__json_field(stdout, "node", e->node, node_len(e->node));
 			printf(",\"incarnation\":\"%016llx\",\"removed\":%llu",
 			       (unsigned long long)e->b, (unsigned long long)e->c);
 			break;
 		case PT_EV_BRIDGE_CONFLICT:
-			printf("\"event\":\"node-conflict\",\"name\":");
-			json_str(e->name);
-			printf(",\"winner\":");
-			json_str(e->node);
-			printf(",\"loser\":");
-			json_str(e->peer);
+			printf("\"event\":\"node-conflict\",");
+			procreg__json_field(stdout, "name", e->name, name_len(e));
+			putchar(',');
+			procreg__json_field(stdout, "winner", e->node, node_len(e->node));
+			putchar(',');
+			procreg__json_field(stdout, "loser", e->peer, node_len(e->peer));
 			printf(",\"local_pid\":%llu,\"local_lost\":%s", (unsigned long long)e->a,
 			       e->b ? "true" : "false");
 			break;
@@ -833,7 +849,7 @@ static int on_event(void *ctx, void *data, size_t size)
 		switch (e->type) {
 		case PT_EV_CHANGE:
 			printf("%s %-13s pid %-7u %s %s\n", t, change_name(e->a), e->pid,
-			       kind_name(e->kind), e->name);
+			       kind_name(e->kind), name);
 			break;
 		case PT_EV_DEATH:
 			printf("%s %-13s pid %-7u %llu entr%s removed %.1f us after its pidfd woke\n", t,
@@ -842,7 +858,7 @@ static int on_event(void *ctx, void *data, size_t size)
 			break;
 		case PT_EV_CONFLICT:
 			printf("%s %-13s pid %-7u name %s is held by pid %llu\n", t, "conflict", e->pid,
-			       e->name, (unsigned long long)e->a);
+			       name, (unsigned long long)e->a);
 			break;
 		case PT_EV_GRACE:
 			printf("%s %-13s gp %llu: %.1f us, %llu reader slot%s waited on\n", t,
@@ -857,28 +873,28 @@ static int on_event(void *ctx, void *data, size_t size)
 		case PT_EV_BRIDGE_OUT:
 			printf("%s %-13s seq %llu %s %s %s (%llu bytes)\n", t, "out",
 			       (unsigned long long)e->b, op_name(e->a),
-			       e->kind == PR_KIND_NAME ? "name" : "member of", e->name,
+			       e->kind == PR_KIND_NAME ? "name" : "member of", name,
 			       (unsigned long long)e->c);
 			break;
 		case PT_EV_BRIDGE_APPLY:
-			printf("%s %-13s from %s %s %s %s%s\n", t, "apply", e->node, op_name(e->a),
-			       e->kind == PR_KIND_NAME ? "name" : "member of", e->name,
+			printf("%s %-13s from %s %s %s %s%s\n", t, "apply", node, op_name(e->a),
+			       e->kind == PR_KIND_NAME ? "name" : "member of", name,
 			       (int64_t)e->b < 0 ? " (failed)" : "");
 			break;
 		case PT_EV_BRIDGE_NODE:
 			if (e->a == 1)
-				printf("%s %-13s node %s (incarnation %016llx)\n", t, "node-up", e->node,
+				printf("%s %-13s node %s (incarnation %016llx)\n", t, "node-up", node,
 				       (unsigned long long)e->b);
 			else if (e->a == 2)
 				printf("%s %-13s node %s: entries kept while it may come back\n", t,
-				       "node-lost", e->node);
+				       "node-lost", node);
 			else
-				printf("%s %-13s node %s: %llu entries removed\n", t, "node-down", e->node,
+				printf("%s %-13s node %s: %llu entries removed\n", t, "node-down", node,
 				       (unsigned long long)e->c);
 			break;
 		case PT_EV_BRIDGE_CONFLICT:
 			printf("%s %-13s name %s: node %s's registration wins over node %s's%s\n", t,
-			       "node-conflict", e->name, e->node, e->peer,
+			       "node-conflict", name, node, peer,
 			       e->b ? " (the local owner loses it)" : "");
 			break;
 		}

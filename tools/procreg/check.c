@@ -29,6 +29,7 @@
 
 #include "internal.h"
 #include "cli.h"
+#include "output.h"
 
 #define MAX_PROBLEMS 100
 #define ATTEMPTS 50
@@ -64,6 +65,20 @@ static void problem(struct check *k, const char *fmt, ...)
 	if (vasprintf(&s, fmt, ap) < 0)
 		s = NULL;
 	va_end(ap);
+	/* Problems quote names: kept escaped, for the text and the JSON
+	 * report alike. */
+	if (s) {
+		char *e = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&e, &len);
+
+		if (f) {
+			procreg__text(f, s, strlen(s));
+			fclose(f);
+		}
+		free(s);
+		s = f ? e : NULL;
+	}
 	if (s)
 		k->problems[k->nproblems++] = s;
 	else
@@ -322,7 +337,7 @@ int cmd_check(struct cli *c, int argc, char **argv)
 	procreg_stats(reg, &st);
 	if (c->json) {
 		printf("{\"ok\":%s,\"table\":", k.nproblems || k.dropped ? "false" : "true");
-		json_str(procreg_table_path(reg), strlen(procreg_table_path(reg)));
+		procreg__json_str(stdout, procreg_table_path(reg), strlen(procreg_table_path(reg)));
 		printf(",\"names\":%llu,\"groups\":%llu,\"memberships\":%llu,\"tombstones\":%llu,"
 		       "\"processes\":%llu,\"daemon_pid\":%d,\"problems\":[",
 		       (unsigned long long)k.names, (unsigned long long)k.groups,
@@ -331,7 +346,7 @@ int cmd_check(struct cli *c, int argc, char **argv)
 		for (size_t i = 0; i < k.nproblems; i++) {
 			if (i)
 				putchar(',');
-			json_str(k.problems[i], strlen(k.problems[i]));
+			procreg__json_str(stdout, k.problems[i], strlen(k.problems[i]));
 		}
 		printf("],\"problems_not_shown\":%zu}\n", k.dropped);
 	} else {

@@ -24,9 +24,11 @@
 
 struct cli {
 	const char *scope, *dir;
-	const char *meta;
+	char *meta;                       /* run, join --meta STR */
+	size_t meta_len;                  /* its bytes (--escaped: may hold NUL) */
 	int json;
-	const char *groups[MAX_GROUPS];   /* run --group G */
+	bool escaped;                     /* --escaped: operands in the escaped form */
+	char *groups[MAX_GROUPS];         /* run --group G */
 	int ngroups;
 	const char *timeout;              /* wait --timeout SECONDS */
 	const char *count;                /* wait --count N */
@@ -36,14 +38,17 @@ struct cli {
 	const char *interval;             /* top --interval SECONDS */
 	const char *format;               /* stats --format text|json|prometheus */
 	bool no_autostart;                /* run, join --no-autostart */
+	char **cmd;                       /* run, join: CMD [ARGS], NULL-terminated */
 };
 
 extern const char *prog;
 
 void die_usage(const char *msg, const char *arg) __attribute__((noreturn));
 procreg_t *open_or_die(const struct cli *c);
-/* A JSON string: UTF-8 passes through; any other byte becomes \u00XX. */
-void json_str(const void *s, size_t n);
+/* NAME (or any word a user gave) for a message: escaped (output.h), and
+ * no more than PROCREG_NAME_MAX of its bytes shown. Each call has a buffer
+ * of its own; the last four results stay valid. */
+const char *cli_name(const char *name);
 /* The scope's name as the user chose it (option, environment, default). */
 const char *scope_name(const struct cli *c);
 

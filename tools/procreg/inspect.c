@@ -26,6 +26,7 @@
 
 #include "internal.h"
 #include "cli.h"
+#include "output.h"
 
 /* ---- the reader registry ---------------------------------------------- */
 
@@ -135,9 +136,8 @@ int cmd_readers(struct cli *c, int argc, char **argv)
 
 		proc_comm((pid_t)v[i].pid, v[i].start, comm, sizeof(comm));
 		if (c->json) {
-			printf("%s{\"pid\":%u,\"uid\":%u,\"comm\":", i ? "," : "", v[i].pid,
-			       v[i].uid);
-			json_str(comm, strlen(comm));
+			printf("%s{\"pid\":%u,\"uid\":%u,", i ? "," : "", v[i].pid, v[i].uid);
+			procreg__json_field(stdout, "comm", comm, strlen(comm));
 			printf(",\"threads\":%u,\"in_critical_section\":%u,\"pages\":%u,"
 			       "\"lookups\":%llu,\"stalled\":%s,\"stalled_ns\":%llu,"
 			       "\"registered_ns\":%llu,\"refreshed_ns\":%llu}",
@@ -146,9 +146,12 @@ int cmd_readers(struct cli *c, int argc, char **argv)
 			       (unsigned long long)v[i].registered_ns,
 			       (unsigned long long)v[i].refreshed_ns);
 		} else {
-			printf("%8u %8u %7u %4u %5u %12llu %-7s  %s\n", v[i].pid, v[i].uid,
-			       v[i].slots, v[i].active, v[i].pages, (unsigned long long)v[i].lookups,
-			       stalled ? "yes" : "-", comm[0] ? comm : "?");
+			/* A command name is its owner's to choose: escaped. */
+			printf("%8u %8u %7u %4u %5u %12llu %-7s  ", v[i].pid, v[i].uid, v[i].slots,
+			       v[i].active, v[i].pages, (unsigned long long)v[i].lookups,
+			       stalled ? "yes" : "-");
+			procreg__text(stdout, comm[0] ? comm : "?", comm[0] ? strlen(comm) : 1);
+			putchar('\n');
 		}
 	}
 	if (c->json)
@@ -348,7 +351,7 @@ static void frame_json(const struct cli *c, const struct sample *cur, const stru
 	clock_gettime(CLOCK_REALTIME, &ts);
 	printf("{\"time_ns\":%llu,\"interval_s\":%.3f,\"scope\":",
 	       (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, dt);
-	json_str(scope_name(c), strlen(scope_name(c)));
+	procreg__json_str(stdout, scope_name(c), strlen(scope_name(c)));
 	printf(",\"daemon_pid\":%d", (int)cur->st.daemon_pid);
 #define J(f) printf(",\"" #f "\":%llu", (unsigned long long)cur->st.f);
 	TOP_GAUGES(J)
@@ -361,8 +364,8 @@ static void frame_json(const struct cli *c, const struct sample *cur, const stru
 	for (size_t i = 0; i < cur->n; i++) {
 		const struct reader_proc *p = &cur->procs[i];
 
-		printf("%s{\"pid\":%d,\"comm\":", i ? "," : "", (int)p->pid);
-		json_str(p->comm, strlen(p->comm));
+		printf("%s{\"pid\":%d,", i ? "," : "", (int)p->pid);
+		procreg__json_field(stdout, "comm", p->comm, strlen(p->comm));
 		printf(",\"threads\":%u,\"lookups\":%llu,\"lookups_per_s\":%.3f}", p->threads,
 		       (unsigned long long)p->lookups, p->rate);
 	}
@@ -397,10 +400,12 @@ static void frame_text(const struct cli *c, const struct sample *cur, const stru
 	if (tty)
 		printf("\n%8s %7s %14s %12s  %s\n", "PID", "THREADS", "LOOKUPS", "LOOKUPS/S",
 		       "COMMAND");
-	for (size_t i = 0; i < cur->n; i++)
-		printf("%8d %7u %14llu %12.0f  %s\n", (int)cur->procs[i].pid, cur->procs[i].threads,
-		       (unsigned long long)cur->procs[i].lookups, cur->procs[i].rate,
-		       cur->procs[i].comm);
+	for (size_t i = 0; i < cur->n; i++) {
+		printf("%8d %7u %14llu %12.0f  ", (int)cur->procs[i].pid, cur->procs[i].threads,
+		       (unsigned long long)cur->procs[i].lookups, cur->procs[i].rate);
+		procreg__text(stdout, cur->procs[i].comm, strlen(cur->procs[i].comm));
+		putchar('\n');
+	}
 }
 
 static volatile sig_atomic_t top_stop;

@@ -23,6 +23,7 @@
 #include "procreg.h"
 #include "procreg_version.h"
 #include "cli.h"
+#include "output.h"
 
 const char *prog = "procreg";
 
@@ -82,7 +83,16 @@ static void usage(FILE *f)
 		"  -s, --scope NAME    scope (default: $PROCREG_SCOPE or \"default\")\n"
 		"  -d, --dir DIR       table directory (default: $PROCREG_DIR or /dev/shm)\n"
 		"  -j, --json          JSON output\n"
+		"  -e, --escaped       NAME, GROUP, PATTERN, --group and --meta are in the\n"
+		"                      escaped form that text output uses: \\\\, \\n, \\t, \\r\n"
+		"                      and \\xHH stand for the bytes they escape\n"
 		"  -h, --help          help\n"
+		"  --                  ends the options: a NAME beginning with '-' goes after\n"
+		"                      it (run and join: -- NAME... -- CMD [ARGS])\n"
+		"\n"
+		"Text output escapes control bytes, backslashes and bytes that are not UTF-8\n"
+		"in names, groups and metadata (see procreg(1), OUTPUT); JSON output adds\n"
+		"\"name_base64\" (\"meta_base64\", ...) where the bytes are not UTF-8.\n"
 		"\n"
 		"Exit status: 0 success, 1 not found, name taken, timed out or damage found\n"
 		"(check), 2 error; run and join: 126 or 127 when CMD cannot be run.\n");
@@ -91,16 +101,16 @@ static void usage(FILE *f)
 void die_usage(const char *msg, const char *arg)
 {
 	fprintf(stderr, "%s: %s%s%s\nTry 'procreg --help'.\n", prog, msg, arg ? " " : "",
-		arg ? arg : "");
+		arg ? cli_name(arg) : "");
 	exit(EXIT_ERR);
 }
 
 /* The value of option LNG or -SHRT at argv[*i], given as "--lng VALUE",
  * "--lng=VALUE" or "-SHRT VALUE" (*i then moves past it); NULL if argv[*i]
  * is not that option. */
-static const char *opt_value(int argc, char **argv, int *i, const char *lng, char shrt)
+static char *opt_value(int argc, char **argv, int *i, const char *lng, char shrt)
 {
-	const char *a = argv[*i];
+	char *a = argv[*i];
 	size_t n = strlen(lng);
 
 	if (!strncmp(a, lng, n) && a[n] == '=')
@@ -127,14 +137,14 @@ procreg_t *open_or_die(const struct cli *c)
 
 		if (e == ENOENT)
 			fprintf(stderr, "%s: no registry for scope '%s' in %s: is procregd running?\n",
-				prog, scope_name(c),
-				c->dir ? c->dir : (getenv("PROCREG_DIR") ?: "/dev/shm"));
+				prog, cli_name(scope_name(c)),
+				cli_name(c->dir ? c->dir : (getenv("PROCREG_DIR") ?: "/dev/shm")));
 		else if (e == EPERM)
 			fprintf(stderr, "%s: the registry of scope '%s' in %s is not one this user "
 				"trusts: it belongs to a user other than root or you, is writable by "
 				"others, or is a symbolic link (see PROCREG_TRUST_UID in procreg(1))\n",
-				prog, scope_name(c),
-				c->dir ? c->dir : (getenv("PROCREG_DIR") ?: "/dev/shm"));
+				prog, cli_name(scope_name(c)),
+				cli_name(c->dir ? c->dir : (getenv("PROCREG_DIR") ?: "/dev/shm")));
 		else
 			fprintf(stderr, "%s: cannot open the registry: %s\n", prog,
 				procreg_strerror(-e));
@@ -145,71 +155,21 @@ procreg_t *open_or_die(const struct cli *c)
 
 /* ---- output ----------------------------------------------------------- */
 
-/* Length of the well-formed UTF-8 sequence at P (N bytes left), or 0. */
-static size_t utf8_len(const unsigned char *p, size_t n)
+const char *cli_name(const char *s)
 {
-	unsigned char lo = 0x80, hi = 0xbf;
-	size_t len;
+	static char buf[4][PROCREG_TEXT_NAME_BUF];
+	static unsigned k;
+	char *b = buf[k++ % 4];
 
-	if (p[0] >= 0xc2 && p[0] <= 0xdf)
-		len = 2;
-	else if (p[0] >= 0xe0 && p[0] <= 0xef)
-		len = 3;
-	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
-		len = 4;
-	else
-		return 0;
-	if (p[0] == 0xe0)
-		lo = 0xa0; /* overlong */
-	else if (p[0] == 0xed)
-		hi = 0x9f; /* surrogates */
-	else if (p[0] == 0xf0)
-		lo = 0x90; /* overlong */
-	else if (p[0] == 0xf4)
-		hi = 0x8f; /* above U+10FFFF */
-	if (n < len || p[1] < lo || p[1] > hi)
-		return 0;
-	for (size_t i = 2; i < len; i++)
-		if (p[i] < 0x80 || p[i] > 0xbf)
-			return 0;
-	return len;
+	return procreg__text_cut(b, sizeof(buf[0]), s, strlen(s), PROCREG_NAME_MAX);
 }
 
-void json_str(const void *s, size_t n)
+/* W, or NAME's width as printed (escaped) if that is more. */
+static int widen(int w, const char *name)
 {
-	const unsigned char *p = s;
-	size_t len;
+	size_t n = procreg__text_width(name, strlen(name));
 
-	putchar('"');
-	for (size_t i = 0; i < n; i++) {
-		unsigned char ch = p[i];
-
-		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
-		else if (ch == '\n')
-			fputs("\\n", stdout);
-		else if (ch == '\t')
-			fputs("\\t", stdout);
-		else if (ch >= 0x80 && (len = utf8_len(p + i, n - i))) {
-			fwrite(p + i, 1, len, stdout);
-			i += len - 1;
-		} else if (ch < 0x20 || ch >= 0x7f)
-			printf("\\u%04x", ch);
-		else
-			putchar(ch);
-	}
-	putchar('"');
-}
-
-/* Metadata for a human: printable bytes as they are, others escaped. */
-static void text_meta(const unsigned char *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		if (p[i] >= 0x20 && p[i] < 0x7f)
-			putchar(p[i]);
-		else
-			printf("\\x%02x", p[i]);
-	}
+	return n > (size_t)w ? (int)(n < 1000 ? n : 1000) : w;
 }
 
 static double age_s(const struct procreg_entry *e)
@@ -244,26 +204,26 @@ static void flags_json(uint32_t f)
 
 static void entry_json(const struct procreg_entry *e)
 {
-	printf("{\"name\":");
-	json_str(e->name, strlen(e->name));
+	putchar('{');
+	procreg__json_field(stdout, "name", e->name, strlen(e->name));
 	printf(",\"pid\":%d,\"node\":%u,\"uid\":%u,\"start_time\":%llu,\"registered_ns\":%llu,"
-	       "\"age_s\":%.3f,\"meta\":",
+	       "\"age_s\":%.3f,",
 	       (int)e->pid, e->node, e->uid, (unsigned long long)e->start_time,
 	       (unsigned long long)e->registered_ns, age_s(e));
-	json_str(e->meta, e->meta_len);
+	procreg__json_field(stdout, "meta", e->meta, e->meta_len);
 	flags_json(e->flags);
 	putchar('}');
 }
 
 static void member_json(const struct procreg_entry *e)
 {
-	printf("{\"group\":");
-	json_str(e->name, strlen(e->name));
+	putchar('{');
+	procreg__json_field(stdout, "group", e->name, strlen(e->name));
 	printf(",\"pid\":%d,\"node\":%u,\"uid\":%u,\"start_time\":%llu,\"joined_ns\":%llu,"
-	       "\"age_s\":%.3f,\"meta\":",
+	       "\"age_s\":%.3f,",
 	       (int)e->pid, e->node, e->uid, (unsigned long long)e->start_time,
 	       (unsigned long long)e->registered_ns, age_s(e));
-	json_str(e->meta, e->meta_len);
+	procreg__json_field(stdout, "meta", e->meta, e->meta_len);
 	putchar('}');
 }
 
@@ -310,13 +270,13 @@ static int cmd_get(struct cli *c, int argc, char **argv)
 		nodes_free(&ni);
 	if (err == -ENOENT) {
 		if (!c->json)
-			fprintf(stderr, "%s: %s: not registered\n", prog, argv[0]);
+			fprintf(stderr, "%s: %s: not registered\n", prog, cli_name(argv[0]));
 		else
 			printf("null\n");
 		return EXIT_NO;
 	}
 	if (err) {
-		fprintf(stderr, "%s: get %s: %s\n", prog, argv[0], procreg_strerror(err));
+		fprintf(stderr, "%s: get %s: %s\n", prog, cli_name(argv[0]), procreg_strerror(err));
 		return EXIT_ERR;
 	}
 	if (c->json) {
@@ -328,11 +288,13 @@ static int cmd_get(struct cli *c, int argc, char **argv)
 	{
 		const char *nn = have_nodes ? nodes_name(&ni, e.node) : NULL;
 
-		printf("name  %s\npid   %d\nnode  %u (%s%s%s)\nuid   %u\nage   %s\nmeta  ", e.name,
-		       (int)e.pid, e.node, nn ? nn : e.node ? "remote" : "local",
+		fputs("name  ", stdout);
+		procreg__text(stdout, e.name, strlen(e.name));
+		printf("\npid   %d\nnode  %u (%s%s%s)\nuid   %u\nage   %s\nmeta  ", (int)e.pid,
+		       e.node, nn ? cli_name(nn) : e.node ? "remote" : "local",
 		       nn && !e.node ? ", " : "", nn && !e.node ? "local" : "", e.uid, age);
 	}
-	text_meta(e.meta, e.meta_len);
+	procreg__text(stdout, e.meta, e.meta_len);
 	putchar('\n');
 	if (have_nodes)
 		nodes_free(&ni);
@@ -391,8 +353,8 @@ static int gather(struct cli *c, const char *what, const char *group, struct col
 		err = procreg_foreach(reg, collect, all);
 	procreg_close(reg);
 	if (err) {
-		fprintf(stderr, "%s: %s%s%s: %s\n", prog, what, group ? " " : "", group ? group : "",
-			procreg_strerror(err));
+		fprintf(stderr, "%s: %s%s%s: %s\n", prog, what, group ? " " : "",
+			group ? cli_name(group) : "", procreg_strerror(err));
 		free(all->v);
 		return -1;
 	}
@@ -423,8 +385,7 @@ static int cmd_ls(struct cli *c, int argc, char **argv)
 		json_array(v, all.n, entry_json);
 	} else {
 		for (size_t i = 0; i < all.n; i++)
-			if ((int)strlen(v[i].name) > w)
-				w = (int)strlen(v[i].name);
+			w = widen(w, v[i].name);
 		if (w > 40)
 			w = 40;
 		if (isatty(1))
@@ -433,9 +394,9 @@ static int cmd_ls(struct cli *c, int argc, char **argv)
 			char age[32];
 
 			fmt_age(age, sizeof(age), age_s(&v[i]));
-			printf("%-*s %8d %5u %8s  ", w, v[i].name, (int)v[i].pid,
-			       v[i].node, age);
-			text_meta(v[i].meta, v[i].meta_len);
+			procreg__text_pad(stdout, v[i].name, strlen(v[i].name), w);
+			printf(" %8d %5u %8s  ", (int)v[i].pid, v[i].node, age);
+			procreg__text(stdout, v[i].meta, v[i].meta_len);
 			putchar('\n');
 		}
 	}
@@ -460,11 +421,11 @@ static int name_cmd(struct cli *c, const char *what, int argc, char **argv,
 	err = fn(reg, argv[0]);
 	procreg_close(reg);
 	if (err == -ENOENT) {
-		fprintf(stderr, "%s: %s: not registered\n", prog, argv[0]);
+		fprintf(stderr, "%s: %s: not registered\n", prog, cli_name(argv[0]));
 		return EXIT_NO;
 	}
 	if (err) {
-		fprintf(stderr, "%s: %s %s: %s\n", prog, what, argv[0],
+		fprintf(stderr, "%s: %s %s: %s\n", prog, what, cli_name(argv[0]),
 			err == -EINVAL && einval_why ? einval_why : procreg_strerror(err));
 		return EXIT_ERR;
 	}
@@ -519,13 +480,13 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 		       rs.stalled, (unsigned long long)rs.stalls, (unsigned long long)rs.refused,
 		       rs.pid, rs.uid, (unsigned long long)rs.ns);
 		printf("\"daemon_pid\":%d,\"daemon_uptime_s\":%.3f,\"table\":", (int)s.daemon_pid, up);
-		json_str(procreg_table_path(reg), strlen(procreg_table_path(reg)));
+		procreg__json_str(stdout, procreg_table_path(reg), strlen(procreg_table_path(reg)));
 		{
 			struct nodes_info ni;
 
 			if (nodes_read(reg, &ni) == 0) {
-				printf(",\"bridge\":{\"node\":");
-				json_str(ni.self, strlen(ni.self));
+				printf(",\"bridge\":{");
+				procreg__json_field(stdout, "node", ni.self, strlen(ni.self));
 				printf(",\"nodes_up\":%zu,\"changes_out\":%llu,\"changes_in\":%llu,"
 				       "\"conflicts\":%llu,\"nodes_down\":%llu,\"resyncs\":%llu}",
 				       ni.n, ni.changes_out, ni.changes_in, ni.conflicts, ni.nodes_down,
@@ -555,7 +516,7 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 		/* Bridge counters, when the daemon replicates. */
 		if (!c->json && nodes_read(reg, &ni) == 0) {
 			printf("%-18s %s\n%-18s %zu\n%-18s %llu\n%-18s %llu\n%-18s %llu\n"
-			       "%-18s %llu\n%-18s %llu\n", "bridge_node", ni.self, "bridge_nodes_up",
+			       "%-18s %llu\n%-18s %llu\n", "bridge_node", cli_name(ni.self), "bridge_nodes_up",
 			       ni.n, "bridge_changes_out", ni.changes_out, "bridge_changes_in",
 			       ni.changes_in, "bridge_conflicts", ni.conflicts, "bridge_nodes_down",
 			       ni.nodes_down, "bridge_resyncs", ni.refused);
@@ -581,6 +542,7 @@ static int claim(procreg_t *reg, const char *what, char **names, int n, const st
 {
 	PROCREG_OPTS(procreg_register_opts, ro, .flags = c->reg_flags);
 	const char *m = c->meta ? c->meta : "";
+	size_t mlen = c->meta ? c->meta_len : 0;
 	int err;
 
 	if (c->ttl) {
@@ -588,16 +550,17 @@ static int claim(procreg_t *reg, const char *what, char **names, int n, const st
 		double s = strtod(c->ttl, &end);
 
 		if (end == c->ttl || *end || s <= 0 || s > 4e6) {
-			fprintf(stderr, "%s: %s: --ttl %s: want seconds > 0\n", prog, what, c->ttl);
+			fprintf(stderr, "%s: %s: --ttl %s: want seconds > 0\n", prog, what,
+				cli_name(c->ttl));
 			return EXIT_ERR;
 		}
 		ro.lease_ms = (uint32_t)(s * 1000 + 0.5) ?: 1;
 	}
 	for (int i = 0; i < n; i++) {
-		err = procreg_register_opts(reg, names[i], m, strlen(m), &ro);
+		err = procreg_register_opts(reg, names[i], m, mlen, &ro);
 		if (err == -EINPROGRESS) {
 			fprintf(stderr, "%s: %s: '%s' is taken: waiting in line for it\n", prog, what,
-				names[i]);
+				cli_name(names[i]));
 			err = procreg_wait_owner(reg, names[i], -1);
 		}
 		if (!err)
@@ -607,19 +570,19 @@ static int claim(procreg_t *reg, const char *what, char **names, int n, const st
 
 			if (err == -EEXIST && procreg_lookup(reg, names[i], &e) == 0)
 				fprintf(stderr, "%s: %s: name '%s' is held by pid %d\n", prog, what,
-					names[i], (int)e.pid);
+					cli_name(names[i]), (int)e.pid);
 			else
-				fprintf(stderr, "%s: %s: register '%s': %s\n", prog, what, names[i],
-					procreg_strerror(err));
+				fprintf(stderr, "%s: %s: register '%s': %s\n", prog, what,
+					cli_name(names[i]), procreg_strerror(err));
 		}
 		unclaim(reg, names, i, c, 0);
 		return err == -EEXIST ? EXIT_NO : EXIT_ERR;
 	}
 	for (int g = 0; g < c->ngroups; g++) {
-		err = procreg_join(reg, c->groups[g], m, strlen(m));
+		err = procreg_join(reg, c->groups[g], m, mlen);
 		if (!err)
 			continue;
-		fprintf(stderr, "%s: %s: join '%s': %s\n", prog, what, c->groups[g],
+		fprintf(stderr, "%s: %s: join '%s': %s\n", prog, what, cli_name(c->groups[g]),
 			procreg_strerror(err));
 		unclaim(reg, names, n, c, g);
 		return EXIT_ERR;
@@ -627,20 +590,19 @@ static int claim(procreg_t *reg, const char *what, char **names, int n, const st
 	return 0;
 }
 
-/* run and join: claim, then exec the command after "--". */
-static int claim_and_exec(struct cli *c, const char *what, int argc, char **argv, bool groups)
+/* run and join: claim the N names (groups) of ARGV, then exec the command
+ * after "--" (c->cmd). */
+static int claim_and_exec(struct cli *c, const char *what, int n, char **argv, bool groups)
 {
 	procreg_t *reg;
-	int n = 0, err;
+	int err;
 
-	while (n < argc && strcmp(argv[n], "--"))
-		n++;
 	if (n == 0) {
 		fprintf(stderr, "%s: %s: expected %s -- CMD\nTry 'procreg --help'.\n", prog, what,
 			groups ? "GROUP [GROUP...]" : "NAME [NAME...]");
 		return EXIT_ERR;
 	}
-	if (n >= argc - 1) {
+	if (!c->cmd || !c->cmd[0]) {
 		fprintf(stderr, "%s: %s: expected -- CMD after the %s\nTry 'procreg --help'.\n",
 			prog, what, groups ? "groups" : "names");
 		return EXIT_ERR;
@@ -663,9 +625,9 @@ static int claim_and_exec(struct cli *c, const char *what, int argc, char **argv
 	procreg_close(reg);
 	if (err)
 		return err;
-	execvp(argv[n + 1], &argv[n + 1]);
+	execvp(c->cmd[0], c->cmd);
 	err = errno;
-	fprintf(stderr, "%s: %s: %s: %s\n", prog, what, argv[n + 1], strerror(err));
+	fprintf(stderr, "%s: %s: %s: %s\n", prog, what, cli_name(c->cmd[0]), strerror(err));
 	{
 		/* Take the names back now: left to our exit, they could still
 		 * be held when the caller retries, before procregd saw it. */
@@ -715,7 +677,7 @@ static int cmd_members(struct cli *c, int argc, char **argv)
 
 			fmt_age(age, sizeof(age), age_s(&v[i]));
 			printf("%8d %5u %8s  ", (int)v[i].pid, v[i].node, age);
-			text_meta(v[i].meta, v[i].meta_len);
+			procreg__text(stdout, v[i].meta, v[i].meta_len);
 			putchar('\n');
 		}
 	}
@@ -744,8 +706,8 @@ static int cmd_groups(struct cli *c, int argc, char **argv)
 	if (c->json) {
 		putchar('[');
 		for (size_t i = 0; i < all.n; i++) {
-			printf("%s{\"name\":", i ? "," : "");
-			json_str(v[i].name, strlen(v[i].name));
+			printf("%s{", i ? "," : "");
+			procreg__json_field(stdout, "name", v[i].name, strlen(v[i].name));
 			printf(",\"members\":%llu,\"local_members\":%llu}",
 			       (unsigned long long)v[i].members,
 			       (unsigned long long)v[i].local_members);
@@ -753,16 +715,16 @@ static int cmd_groups(struct cli *c, int argc, char **argv)
 		printf("]\n");
 	} else {
 		for (size_t i = 0; i < all.n; i++)
-			if ((int)strlen(v[i].name) > w)
-				w = (int)strlen(v[i].name);
+			w = widen(w, v[i].name);
 		if (w > 40)
 			w = 40;
 		if (isatty(1))
 			printf("%-*s %8s %8s\n", w, "GROUP", "MEMBERS", "LOCAL");
-		for (size_t i = 0; i < all.n; i++)
-			printf("%-*s %8llu %8llu\n", w, v[i].name,
-			       (unsigned long long)v[i].members,
+		for (size_t i = 0; i < all.n; i++) {
+			procreg__text_pad(stdout, v[i].name, strlen(v[i].name), w);
+			printf(" %8llu %8llu\n", (unsigned long long)v[i].members,
 			       (unsigned long long)v[i].local_members);
+		}
 	}
 	free(all.v);
 	return 0;
@@ -831,20 +793,22 @@ static int cmd_watch(struct cli *c, int argc, char **argv)
 		if (pattern && fnmatch(pattern, ev.name, 0))
 			continue;
 		if (c->json) {
-			printf("{\"seq\":%llu,\"time_ns\":%llu,\"event\":\"%s\",\"%s\":",
+			printf("{\"seq\":%llu,\"time_ns\":%llu,\"event\":\"%s\",",
 			       (unsigned long long)ev.seq, (unsigned long long)ev.time_ns,
-			       event_name(ev.type), ev.is_group ? "group" : "name");
-			json_str(ev.name, strlen(ev.name));
+			       event_name(ev.type));
+			procreg__json_field(stdout, ev.is_group ? "group" : "name", ev.name,
+					    strlen(ev.name));
 			printf(",\"pid\":%d,\"node\":%u,\"uid\":%u}\n", (int)ev.pid, ev.node, ev.uid);
 		} else {
 			time_t t = (time_t)(ev.time_ns / 1000000000ull);
 			struct tm tm;
 
 			localtime_r(&t, &tm);
-			printf("%llu %02d:%02d:%02d.%03d %-12s %s%s pid %d node %u\n",
-			       (unsigned long long)ev.seq, tm.tm_hour, tm.tm_min, tm.tm_sec,
-			       (int)(ev.time_ns / 1000000 % 1000), event_name(ev.type),
-			       ev.is_group ? "group " : "", ev.name, (int)ev.pid, ev.node);
+			printf("%llu %02d:%02d:%02d.%03d %-12s %s", (unsigned long long)ev.seq,
+			       tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ev.time_ns / 1000000 % 1000),
+			       event_name(ev.type), ev.is_group ? "group " : "");
+			procreg__text(stdout, ev.name, strlen(ev.name));
+			printf(" pid %d node %u\n", (int)ev.pid, ev.node);
 		}
 		fflush(stdout);
 	}
@@ -859,7 +823,8 @@ static int parse_number(const char *s, const char *what, double *out)
 	errno = 0;
 	*out = strtod(s, &end);
 	if (errno || end == s || *end || *out < 0 || *out > 1e9) {
-		fprintf(stderr, "%s: wait: %s %s: want a non-negative number\n", prog, what, s);
+		fprintf(stderr, "%s: wait: %s %s: want a non-negative number\n", prog, what,
+			cli_name(s));
 		return -1;
 	}
 	return 0;
@@ -898,6 +863,44 @@ static int cmd_wait(struct cli *c, int argc, char **argv)
 	return 0;
 }
 
+/* --escaped: decode S in place, a NAME, GROUP or PATTERN (WHAT), which
+ * cannot hold NUL; or with LEN, metadata, which can. 0, or EXIT_ERR after
+ * saying why. */
+static int unescape_arg(char *s, const char *what, size_t *len)
+{
+	size_t n, bad;
+
+	if (procreg__unescape(s, &n, &bad) < 0) {
+		fprintf(stderr, "%s: --escaped: %s: bad escape at byte %zu (want \\\\, \\n, \\t, \\r "
+			"or \\xHH)\n", prog, what, bad);
+		return EXIT_ERR;
+	}
+	if (len)
+		*len = n;
+	else if (n != strlen(s)) {
+		fprintf(stderr, "%s: --escaped: %s: holds a NUL byte (\\x00)\n", prog, what);
+		return EXIT_ERR;
+	}
+	return 0;
+}
+
+/* With --escaped, the operands (K of them, of command CMD), --group and
+ * --meta are decoded. 0 or EXIT_ERR. */
+static int unescape_args(struct cli *c, const char *cmd, int k, char **args)
+{
+	const char *what = !strcmp(cmd, "watch") ? "PATTERN" :
+			   !strcmp(cmd, "join") || !strcmp(cmd, "members") ? "GROUP" : "NAME";
+	int err = 0;
+
+	for (int i = 0; i < k && !err; i++)
+		err = unescape_arg(args[i], what, NULL);
+	for (int g = 0; g < c->ngroups && !err; g++)
+		err = unescape_arg(c->groups[g], "GROUP", NULL);
+	if (c->meta && !err)
+		err = unescape_arg(c->meta, "--meta", &c->meta_len);
+	return err;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -905,22 +908,25 @@ int main(int argc, char **argv)
 		{ "dir", required_argument, NULL, 'd' },
 		{ "meta", required_argument, NULL, 'm' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "escaped", no_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
 	struct cli c = { 0 };
 	const char *cmd;
+	bool claims;
 	int o;
 
 	/* '+': stop at the first non-option, so "run ... -- CMD -x" keeps -x
 	 * for CMD. Options may come before or after the command word. */
-	while ((o = getopt_long(argc, argv, "+s:d:m:jhV", lo, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "+s:d:m:jehV", lo, NULL)) != -1) {
 		switch (o) {
 		case 's': c.scope = optarg; break;
 		case 'd': c.dir = optarg; break;
 		case 'm': c.meta = optarg; break;
 		case 'j': c.json = 1; break;
+		case 'e': c.escaped = true; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("procreg %s\n", procreg_version()); return 0;
 		default: usage(stderr); return EXIT_ERR;
@@ -931,23 +937,41 @@ int main(int argc, char **argv)
 		return EXIT_ERR;
 	}
 	cmd = argv[optind++];
+	claims = !strcmp(cmd, "run") || !strcmp(cmd, "join");
 	{
-		/* Options after the command word, up to "--". */
+		/* Options after the command word, up to "--". After it, every
+		 * word is an operand (a name may begin with '-'); run and join
+		 * take the words after it as CMD, or, when no name came before
+		 * it and a second "--" follows, the words between as names. */
 		int rest = argc - optind, k = 0;
 		char **args = calloc((size_t)rest + 1, sizeof(char *));
 
 		if (!args)
 			return EXIT_ERR;
 		for (int i = optind; i < argc; i++) {
-			const char *a = argv[i], *v;
+			char *a = argv[i], *v;
 
 			if (!strcmp(a, "--")) {
-				for (; i < argc; i++)
-					args[k++] = argv[i];
+				int next = i + 1;
+
+				while (claims && k == 0 && next < argc && strcmp(argv[next], "--"))
+					next++;
+				if (claims && k == 0 && next < argc) {
+					/* "-- NAME... -- CMD" */
+					while (++i < next)
+						args[k++] = argv[i];
+				}
+				if (claims)
+					c.cmd = &argv[i + 1];
+				else
+					while (++i < argc)
+						args[k++] = argv[i];
 				break;
 			}
 			if (!strcmp(a, "--json") || !strcmp(a, "-j"))
 				c.json = 1;
+			else if (!strcmp(a, "--escaped") || !strcmp(a, "-e"))
+				c.escaped = true;
 			else if ((v = opt_value(argc, argv, &i, "--meta", 'm')))
 				c.meta = v;
 			else if ((v = opt_value(argc, argv, &i, "--group", 'g'))) {
@@ -988,6 +1012,12 @@ int main(int argc, char **argv)
 				die_usage("unknown option", a);
 			else
 				args[k++] = argv[i];
+		}
+		if (c.meta)
+			c.meta_len = strlen(c.meta);
+		if (c.escaped && unescape_args(&c, cmd, k, args)) {
+			free(args);
+			return EXIT_ERR;
 		}
 		if (!strcmp(cmd, "get"))
 			o = cmd_get(&c, k, args);

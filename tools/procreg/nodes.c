@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "output.h"
 
 #define NODES_MAX 4096
 
@@ -117,16 +118,16 @@ int cmd_nodes(struct cli *c, int argc, char **argv)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
 	if (c->json) {
-		printf("{\"node\":");
-		json_str(ni.self, strlen(ni.self));
+		putchar('{');
+		procreg__json_field(stdout, "node", ni.self, strlen(ni.self));
 		printf(",\"incarnation\":\"%s\",\"seq\":%llu,\"nodes\":[", ni.incarnation, ni.seq);
 		for (size_t i = 0; i < ni.n; i++) {
 			const struct node_info *n = &ni.v[i];
 
-			printf("%s{\"id\":%u,\"name\":", i ? "," : "", n->id);
-			json_str(n->name, strlen(n->name));
-			printf(",\"addr\":");
-			json_str(n->addr, strlen(n->addr));
+			printf("%s{\"id\":%u,", i ? "," : "", n->id);
+			procreg__json_field(stdout, "name", n->name, strlen(n->name));
+			putchar(',');
+			procreg__json_field(stdout, "addr", n->addr, strlen(n->addr));
 			printf(",\"incarnation\":\"%s\",\"up_s\":%.3f,\"changes_in\":%llu,"
 			       "\"bytes_in\":%llu,\"bytes_out\":%llu}",
 			       n->incarnation, now - (double)n->up_since_ns / 1e9, n->changes_in,
@@ -135,14 +136,21 @@ int cmd_nodes(struct cli *c, int argc, char **argv)
 		printf("]}\n");
 	} else {
 		printf("%-5s %-20s %-24s %-8s %10s\n", "ID", "NODE", "ADDRESS", "UP", "CHANGES");
-		printf("%-5s %-20s %-24s %-8s %10llu (this node)\n", "0", ni.self, "-", "-", ni.seq);
+		/* Names and addresses come from the daemon's file: escaped all
+		 * the same, as everything a tool prints that it did not write. */
+		printf("%-5s ", "0");
+		procreg__text_pad(stdout, ni.self, strlen(ni.self), 20);
+		printf(" %-24s %-8s %10llu (this node)\n", "-", "-", ni.seq);
 		for (size_t i = 0; i < ni.n; i++) {
 			const struct node_info *n = &ni.v[i];
 			char up[32];
 
 			snprintf(up, sizeof(up), "%.0fs", now - (double)n->up_since_ns / 1e9);
-			printf("%-5u %-20s %-24s %-8s %10llu\n", n->id, n->name, n->addr, up,
-			       n->changes_in);
+			printf("%-5u ", n->id);
+			procreg__text_pad(stdout, n->name, strlen(n->name), 20);
+			putchar(' ');
+			procreg__text_pad(stdout, n->addr, strlen(n->addr), 24);
+			printf(" %-8s %10llu\n", up, n->changes_in);
 		}
 	}
 	nodes_free(&ni);

@@ -30,6 +30,7 @@
 #include "proto.h"
 #include "bridge_proto.h"
 #include "procreg_version.h"
+#include "output.h"
 
 #define RECLAIM_TICK_NS (2 * 1000000ull)    /* while memory waits for a grace period */
 #define IDLE_TICK_NS (1000 * 1000000ull)    /* reader checks when nothing else is due */
@@ -40,20 +41,32 @@
  * gain in names/s visible everywhere, no cost in delay. */
 #define BRIDGE_FLUSH_BYTES (64u << 10)
 
+/*
+ * Messages quote names, group names and node names, which any local user
+ * (or another node) chooses: the whole message is written in the escaped
+ * form (tools/common/output.h), so that it stays one line of printable
+ * text on an administrator's terminal or in the journal, whatever they
+ * hold, and the bytes can still be read back from it.
+ */
 void log_msg(const char *fmt, ...)
 {
-	char buf[1024];
+	char buf[2048], line[4 * sizeof(buf)];
 	va_list ap;
 	struct timespec ts;
 	struct tm tm;
+	int n;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	localtime_r(&ts.tv_sec, &tm);
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "%02d:%02d:%02d.%03ld procregd[%d]: %s\n", tm.tm_hour, tm.tm_min,
-		tm.tm_sec, ts.tv_nsec / 1000000, (int)getpid(), buf);
+	if (n < 0)
+		n = 0;
+	procreg__text_cut(line, sizeof(line), buf, strnlen(buf, sizeof(buf)), SIZE_MAX);
+	fprintf(stderr, "%02d:%02d:%02d.%03ld procregd[%d]: %s%s\n", tm.tm_hour, tm.tm_min,
+		tm.tm_sec, ts.tv_nsec / 1000000, (int)getpid(), line,
+		(size_t)n >= sizeof(buf) ? "...[cut]" : "");
 }
 
 void log_limited(struct ratelimit *rl, const char *what, const char *fmt, ...)
@@ -124,7 +137,8 @@ static void usage(FILE *f)
 		"      --reserved-size BYTES the last BYTES of the table are for names of\n"
 		"                            root's and procregd's uid: others get ENOSPC\n"
 		"                            first (default 1/32 of the table; suffixes K M G)\n"
-		"  -v, --verbose             log every connection and death\n"
+		"  -v, --verbose             log every connection, death, and registration\n"
+		"                            refused for a name held\n"
 		"\n"
 		"Replication (the bridge; all off without --node):\n"
 		"      --node NAME           this node's name, 1..63 of [A-Za-z0-9_.@-]\n"

@@ -465,6 +465,8 @@ static int put_entry(struct daemon *d, struct proc *p, const struct ident *id, s
 			return (err = owners_enqueue(d, p, id, f)) ? err : -EINPROGRESS;
 		else if (!mine) {
 			PR_TRACE(procregd, conflict, id->pid, f->name, f->name_len, r->pid, k->kind);
+			LOGV(d, "name '%.*s': refused to pid %d: held by pid %u, node %u",
+			     (int)f->name_len, f->name, (int)id->pid, r->pid, r->node);
 			return -EEXIST;
 		}
 		else
