@@ -73,6 +73,9 @@ struct pr_bridge_config {
 	const char *scope;          /* the registry's scope */
 	const char *const *opts;    /* backend-specific "KEY=VALUE", nopts of them */
 	size_t nopts;
+	/* "host:port" other nodes should dial to reach this one, when not
+	 * listen (behind address translation, a proxy); NULL: listen. */
+	const char *advertise;
 };
 
 /* One node as the backend sees it, for procreg nodes. */

@@ -1058,6 +1058,7 @@ int bridge_start(struct daemon *d)
 	cfg.node = br->node;
 	cfg.incarnation = br->incarnation;
 	cfg.listen = d->o.listen;
+	cfg.advertise = d->o.advertise;
 	cfg.peers = d->o.peers;
 	cfg.npeers = d->o.npeers;
 	cfg.cookie = cookie;

@@ -80,6 +80,7 @@ struct daemon_opts {
 	int listen_fd;            /* passed by systemd (LISTEN_FDS), else -1 */
 	/* The bridge (bridge.c): all NULL/0 without --node. */
 	const char *node, *listen, *cookie_file;
+	const char *advertise;        /* --advertise: what HELLO says instead of listen */
 	const char *bridge_backend;   /* a shared object; NULL: the TCP mesh */
 	const char *bridge;           /* --bridge NAME: procreg-bridge-NAME.so, or "tcp" */
 	char **bridge_opts;           /* "KEY=VALUE" for the backend (allocated) */

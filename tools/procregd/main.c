@@ -97,6 +97,8 @@ static void usage(FILE *f)
 		"Replication (the bridge; all off without --node):\n"
 		"      --node NAME           this node's name, 1..63 of [A-Za-z0-9_.@-]\n"
 		"      --listen HOST:PORT    accept other nodes here\n"
+		"      --advertise HOST:PORT the address other nodes are told to dial for this\n"
+		"                            one (default: --listen), behind a proxy or NAT\n"
 		"      --peer HOST:PORT      a node to connect to (repeat; peers tell each\n"
 		"                            other about the rest)\n"
 		"      --cookie-file PATH    the shared secret, mode 0600 (required with --node)\n"
@@ -169,7 +171,8 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 	enum { O_MAX_SIZE = 256, O_READERS, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
 	       O_COOKIE, O_BACKEND, O_RESOLVER, O_UID_NAMES, O_UID_CLIENTS, O_BRIDGE, O_BRIDGE_OPT,
 	       O_HEARTBEAT, O_NODE_TIMEOUT, O_NATS_URL, O_NATS_USER, O_NATS_PASSWORD, O_NATS_TOKEN,
-	       O_NATS_CREDS, O_NATS_NKEY, O_NATS_NKEY_SEED, O_NATS_SUBJECT, O_FLUSH_BYTES };
+	       O_NATS_CREDS, O_NATS_NKEY, O_NATS_NKEY_SEED, O_NATS_SUBJECT, O_FLUSH_BYTES,
+	       O_ADVERTISE };
 	/* --nats-X VALUE is --bridge-opt X=VALUE (and implies --bridge nats). */
 	static const char *const nats_keys[] = { "url", "user", "password", "token", "creds",
 						 "nkey", "nkey-seed", "subject" };
@@ -184,6 +187,7 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "max-clients", required_argument, NULL, O_CLIENTS },
 		{ "node", required_argument, NULL, O_NODE },
 		{ "listen", required_argument, NULL, O_LISTEN },
+		{ "advertise", required_argument, NULL, O_ADVERTISE },
 		{ "peer", required_argument, NULL, O_PEER },
 		{ "cookie-file", required_argument, NULL, O_COOKIE },
 		{ "bridge-backend", required_argument, NULL, O_BACKEND },
@@ -248,6 +252,7 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 			break;
 		case O_NODE: o->node = optarg; break;
 		case O_LISTEN: o->listen = optarg; break;
+		case O_ADVERTISE: o->advertise = optarg; break;
 		case O_COOKIE: o->cookie_file = optarg; break;
 		case O_BACKEND: o->bridge_backend = optarg; break;
 		case O_BRIDGE: o->bridge = optarg; break;
@@ -338,9 +343,9 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		fprintf(stderr, "procregd: unexpected argument '%s'\n", argv[optind]);
 		return -1;
 	}
-	if (!o->node && (o->listen || o->npeers || o->cookie_file || o->bridge_backend || o->resolver ||
-			 o->bridge || o->nbridge_opts || flush_set)) {
-		fprintf(stderr, "procregd: --listen, --peer, --cookie-file, --bridge, --bridge-backend, the backend's options, --resolver and --bridge-flush-bytes need --node\n");
+	if (!o->node && (o->listen || o->advertise || o->npeers || o->cookie_file ||
+			 o->bridge_backend || o->resolver || o->bridge || o->nbridge_opts || flush_set)) {
+		fprintf(stderr, "procregd: --listen, --advertise, --peer, --cookie-file, --bridge, --bridge-backend, the backend's options, --resolver and --bridge-flush-bytes need --node\n");
 		return -1;
 	}
 	if (o->bridge && o->bridge_backend) {
@@ -349,6 +354,11 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 	}
 	if (o->listen && (strlen(o->listen) > PR_BP_ADDR_MAX || !strchr(o->listen, ':'))) {
 		fprintf(stderr, "procregd: --listen %s: want HOST:PORT\n", o->listen);
+		return -1;
+	}
+	if (o->advertise && (strlen(o->advertise) > PR_BP_ADDR_MAX || !strchr(o->advertise, ':') ||
+			     strpbrk(o->advertise, " \t\n"))) {
+		fprintf(stderr, "procregd: --advertise %s: want HOST:PORT\n", o->advertise);
 		return -1;
 	}
 	return 0;

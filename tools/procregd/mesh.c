@@ -153,7 +153,7 @@ struct mesh {
 	struct pr_bridge_config c;
 	struct pr_bridge_up up;
 	char node[PR_BP_NODE_MAX + 1];
-	char listen_addr[PR_BP_ADDR_MAX + 1];
+	char listen_addr[PR_BP_ADDR_MAX + 1];   /* what HELLO says: --advertise, else --listen */
 	uint8_t *cookie;
 	size_t cookie_len;
 	int epfd, lfd, tfd;
@@ -1213,7 +1213,10 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	if (!m->c.timeout_ms)
 		m->c.timeout_ms = 3000;
 	snprintf(m->node, sizeof(m->node), "%s", cfg->node);
-	snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", cfg->listen ? cfg->listen : "");
+	if (m->c.advertise)
+		snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", m->c.advertise);
+	else
+		snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", cfg->listen ? cfg->listen : "");
 	m->cookie = malloc(cfg->cookie_len);
 	m->targets = calloc(TARGETS_MAX, sizeof(*m->targets));
 	m->epfd = epoll_create1(EPOLL_CLOEXEC);
