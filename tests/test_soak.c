@@ -75,8 +75,11 @@
  * sizes them. */
 #define INDEX_BLOCK (sizeof(struct pr_index) + 256 * sizeof(uint64_t))
 /* What the mesh keeps per connection once a flush is done: an output
- * buffer up to 1 MiB (bigger ones are freed) and the input buffer. */
-#define MESH_KEEP ((1u << 20) + 2 * PR_BP_FRAME_MAX)
+ * buffer up to 1 MiB (bigger ones are freed), the input buffer (two
+ * records), what records opened to (a frame's start and a record), the
+ * wire buffer (a record and the handshake's room) and the channel. */
+#define MESH_KEEP ((1u << 20) + 2 * PR_BS_REC_MAX + PR_BP_FRAME_MAX + PR_BS_PT_MAX + \
+		   PR_BS_REC_MAX + 1024 + 4096)
 
 /* Built with AddressSanitizer (as the daemon then is): its quarantine
  * holds freed memory back, so RSS says nothing about leaks; LeakSanitizer
