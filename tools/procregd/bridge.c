@@ -51,6 +51,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 #include "backend.h"
@@ -1014,6 +1015,12 @@ int bridge_start(struct daemon *d)
 	};
 	int err;
 
+	/* Before anything else of OpenSSL's: no clean-up at exit. libnats 3.4
+	 * (Debian 12's) frees libssl's list of compression methods when it
+	 * shuts down after a TLS connection, and OpenSSL 3's own clean-up at
+	 * exit then frees it again: procregd crashed on its way out (nats.c
+	 * has since dropped that clean-up). The process is ending anyway. */
+	OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
 	if (!procreg__bp_valid_node(d->o.node, strlen(d->o.node))) {
 		log_msg("--node %s: want 1..63 of [A-Za-z0-9_.@-]", d->o.node);
 		return -EINVAL;

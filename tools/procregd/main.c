@@ -110,12 +110,19 @@ static void usage(FILE *f)
 		"      --bridge-opt KEY=VALUE  an option for the backend (repeat)\n"
 		"      --heartbeat-ms N      a heartbeat when idle this long (default 500)\n"
 		"      --node-timeout-ms N   a node silent this long is down (default 3000)\n"
-		"      --nats-url URL        --bridge nats: the server(s), comma-separated\n"
-		"                            (default nats://127.0.0.1:4222)\n"
+		"      --nats-url URL[,URL...]  --bridge nats: the server(s), tried in turn\n"
+		"                            (default nats://127.0.0.1:4222; tls://: TLS)\n"
 		"      --nats-user USER, --nats-password PASS, --nats-token TOKEN,\n"
 		"      --nats-creds FILE, --nats-nkey PUBKEY --nats-nkey-seed FILE\n"
 		"                            --bridge nats: authentication to the server\n"
 		"      --nats-subject PREFIX --bridge nats: subjects (default procreg.SCOPE)\n"
+		"      --nats-tls-ca FILE    --bridge nats: TLS, servers' certificates checked\n"
+		"                            against FILE (default: the system's CAs)\n"
+		"      --nats-tls-cert FILE --nats-tls-key FILE\n"
+		"                            --bridge nats: TLS with this client certificate\n"
+		"      --nats-tls-hostname NAME  --bridge nats: TLS, the name servers'\n"
+		"                            certificates must carry (default: the first\n"
+		"                            URL's host, unless it is an address)\n"
 		"      --resolver PATH       name conflicts between nodes decided by the\n"
 		"                            shared object's procreg_resolve_v1 (resolver.h)\n"
 		"      --bridge-flush-bytes N  send a node's changes mid-batch every N bytes\n"
@@ -171,11 +178,12 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 	enum { O_MAX_SIZE = 256, O_READERS, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
 	       O_COOKIE, O_BACKEND, O_RESOLVER, O_UID_NAMES, O_UID_CLIENTS, O_BRIDGE, O_BRIDGE_OPT,
 	       O_HEARTBEAT, O_NODE_TIMEOUT, O_NATS_URL, O_NATS_USER, O_NATS_PASSWORD, O_NATS_TOKEN,
-	       O_NATS_CREDS, O_NATS_NKEY, O_NATS_NKEY_SEED, O_NATS_SUBJECT, O_FLUSH_BYTES,
-	       O_ADVERTISE };
+	       O_NATS_CREDS, O_NATS_NKEY, O_NATS_NKEY_SEED, O_NATS_SUBJECT, O_NATS_TLS_CA,
+	       O_NATS_TLS_CERT, O_NATS_TLS_KEY, O_NATS_TLS_HOSTNAME, O_FLUSH_BYTES, O_ADVERTISE };
 	/* --nats-X VALUE is --bridge-opt X=VALUE (and implies --bridge nats). */
 	static const char *const nats_keys[] = { "url", "user", "password", "token", "creds",
-						 "nkey", "nkey-seed", "subject" };
+						 "nkey", "nkey-seed", "subject", "tls-ca", "tls-cert",
+						 "tls-key", "tls-hostname" };
 	static const struct option lo[] = {
 		{ "scope", required_argument, NULL, 's' },
 		{ "dir", required_argument, NULL, 'd' },
@@ -203,6 +211,10 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "nats-nkey", required_argument, NULL, O_NATS_NKEY },
 		{ "nats-nkey-seed", required_argument, NULL, O_NATS_NKEY_SEED },
 		{ "nats-subject", required_argument, NULL, O_NATS_SUBJECT },
+		{ "nats-tls-ca", required_argument, NULL, O_NATS_TLS_CA },
+		{ "nats-tls-cert", required_argument, NULL, O_NATS_TLS_CERT },
+		{ "nats-tls-key", required_argument, NULL, O_NATS_TLS_KEY },
+		{ "nats-tls-hostname", required_argument, NULL, O_NATS_TLS_HOSTNAME },
 		{ "resolver", required_argument, NULL, O_RESOLVER },
 		{ "max-names-per-uid", required_argument, NULL, O_UID_NAMES },
 		{ "max-clients-per-uid", required_argument, NULL, O_UID_CLIENTS },
@@ -267,7 +279,9 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 			break;
 		case O_BRIDGE_OPT:
 		case O_NATS_URL: case O_NATS_USER: case O_NATS_PASSWORD: case O_NATS_TOKEN:
-		case O_NATS_CREDS: case O_NATS_NKEY: case O_NATS_NKEY_SEED: case O_NATS_SUBJECT: {
+		case O_NATS_CREDS: case O_NATS_NKEY: case O_NATS_NKEY_SEED: case O_NATS_SUBJECT:
+		case O_NATS_TLS_CA: case O_NATS_TLS_CERT: case O_NATS_TLS_KEY:
+		case O_NATS_TLS_HOSTNAME: {
 			char **np = realloc(o->bridge_opts, (o->nbridge_opts + 1) * sizeof(*np));
 			char *kv = NULL;
 
