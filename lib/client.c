@@ -4,10 +4,14 @@
  * Writes go to procregd over one SOCK_SEQPACKET connection per handle and
  * process, made on the first call that needs it. Calls on one handle
  * serialise on its io mutex, so each call sees its own replies in order.
+ * Between replies the daemon may send a notice (a name lost) in a packet
+ * of its own: whoever reads the connection keeps it for procreg_lost().
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -18,6 +22,16 @@
 #include "probes.h"
 #include "proto.h"
 #include "procreg_version.h"
+
+/* A notice of a name lost, kept until procreg_lost() takes it. */
+struct pr_lost_note {
+	struct pr_lost_note *next;
+	int reason;
+	pid_t winner;
+	uint64_t time_ns;
+	char name[PROCREG_NAME_MAX + 1];
+	char node[64];
+};
 
 PROCREG_API const char *procreg_version(void)
 {
@@ -70,6 +84,7 @@ PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 		return NULL;
 	}
 	pthread_mutex_init(&reg->io, NULL);
+	reg->lost_tail = &reg->lost;
 	return reg;
 }
 
@@ -82,6 +97,12 @@ PROCREG_API void procreg_close(procreg_t *reg)
 		close(reg->fd);
 	procreg__unmap(&reg->map);
 	pthread_mutex_destroy(&reg->io);
+	while (reg->lost) {
+		struct pr_lost_note *n = reg->lost;
+
+		reg->lost = n->next;
+		free(n);
+	}
 	free(reg->out);
 	free(reg->in);
 	free(reg);
@@ -171,9 +192,9 @@ static int exchange(int fd, const uint8_t *frame, size_t len, int pass_fd, uint8
 	return f.h.status;
 }
 
-/* A new connection to the daemon, past HELLO: the fd, or a negative
- * errno. Under reg->io (it uses reg->in). */
-static int dial(procreg_t *reg)
+/* A new connection to the daemon, past HELLO (with FLAGS, PR_HELLO_*):
+ * the fd, or a negative errno. Under reg->io (it uses reg->in). */
+static int dial(procreg_t *reg, uint32_t flags)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	uint8_t hello[64];
@@ -203,7 +224,7 @@ static int dial(procreg_t *reg)
 	/* Our own pidfd proves who we are where the daemon's kernel cannot
 	 * give it one (SO_PEERPIDFD arrived in 6.5). */
 	pidfd = procreg__pidfd_open(procreg__self_pid());
-	procreg__proto_put_hello(hello, &pos, PR_OP_HELLO, 0, 0);
+	procreg__proto_put_hello_flags(hello, &pos, PR_OP_HELLO, 0, 0, flags);
 	err = exchange(fd, hello, pos, pidfd, reg->in, PR_OP_HELLO);
 	if (pidfd >= 0)
 		close(pidfd);
@@ -224,7 +245,7 @@ static int connect_daemon(procreg_t *reg)
 	/* A connection inherited through fork() identifies the parent: leave
 	 * it to the parent and make our own. */
 	reg->fd = -1;
-	fd = dial(reg);
+	fd = dial(reg, PR_HELLO_NOTICES);
 	if (fd < 0)
 		return fd;
 	reg->fd = fd;
@@ -239,7 +260,8 @@ PROCREG_API int procreg_feed_fd(procreg_t *reg)
 	int fd, err;
 
 	pthread_mutex_lock(&reg->io);
-	fd = dial(reg);
+	/* No notices here: procreg_feed_fd_clear() reads nothing it gets. */
+	fd = dial(reg, 0);
 	if (fd >= 0) {
 		procreg__proto_put(frame, &pos, PR_OP_SUBSCRIBE, 0, 1, 0, NULL, 0, NULL, 0);
 		err = exchange(fd, frame, pos, -1, reg->in, PR_OP_SUBSCRIBE);
@@ -286,6 +308,54 @@ static int send_fresh(procreg_t *reg, size_t len, int pass_fd)
 	return err;
 }
 
+/* The packet BUF[0..len): if it holds notices, keep them for
+ * procreg_lost() and return 1; 0 if it is something else (a reply);
+ * -EPROTO for a notice that does not decode. Under reg->io. */
+static int take_notices(procreg_t *reg, const uint8_t *buf, size_t len)
+{
+	struct pr_frame f;
+	size_t pos = 0;
+	int r, n = 0;
+
+	while ((r = procreg__proto_next(buf, len, &pos, &f)) == 1 &&
+	       f.h.op == (PR_OP_LOST | PR_OP_REPLY)) {
+		struct pr_lost_note *note = calloc(1, sizeof(*note));
+
+		if (!note)
+			return -ENOMEM;
+		note->reason = (int)f.arg;
+		note->winner = (pid_t)f.pid;
+		note->time_ns = f.time_ns;
+		memcpy(note->name, f.name, f.name_len < PROCREG_NAME_MAX ? f.name_len : PROCREG_NAME_MAX);
+		memcpy(note->node, f.meta, f.meta_len < sizeof(note->node) - 1 ? f.meta_len
+									 : sizeof(note->node) - 1);
+		*reg->lost_tail = note;
+		reg->lost_tail = &note->next;
+		n++;
+	}
+	if (r < 0 && (n || (pos >= PR_FRAME_HDR && f.h.op == (PR_OP_LOST | PR_OP_REPLY))))
+		return -EPROTO;
+	return n > 0;
+}
+
+/* The next packet that is not notices (those are kept): its length, or a
+ * negative errno. Under reg->io. */
+static ssize_t recv_reply(procreg_t *reg)
+{
+	for (;;) {
+		ssize_t n = recv_packet(reg->fd, reg->in);
+		int r;
+
+		if (n < 0)
+			return n;
+		r = take_notices(reg, reg->in, (size_t)n);
+		if (r < 0)
+			return r;
+		if (!r)
+			return n;
+	}
+}
+
 /* One request frame (already in reg->out), one reply. Under reg->io. */
 static int roundtrip(procreg_t *reg, size_t len, uint32_t id, int pass_fd)
 {
@@ -296,7 +366,7 @@ static int roundtrip(procreg_t *reg, size_t len, uint32_t id, int pass_fd)
 
 	if (err)
 		goto broken;
-	n = recv_packet(reg->fd, reg->in);
+	n = recv_reply(reg);
 	if (n < 0) {
 		err = (int)n;
 		goto broken;
@@ -370,6 +440,7 @@ PROCREG_API int procreg_register_opts(procreg_t *reg, const char *name, const vo
 				   PROCREG_LEASE_MARK;
 	unsigned int flags = 0;
 	uint32_t lease = 0;
+	int sig = 0;
 
 	if (o) {
 		if (o->sz < sizeof(size_t))
@@ -379,14 +450,20 @@ PROCREG_API int procreg_register_opts(procreg_t *reg, const char *name, const vo
 			flags = o->flags;
 		if (o->sz >= offsetof(struct procreg_register_opts, lease_ms) + sizeof(o->lease_ms))
 			lease = o->lease_ms;
+		if (o->sz >= offsetof(struct procreg_register_opts, lost_signal) +
+				     sizeof(o->lost_signal))
+			sig = o->lost_signal;
 	}
 	if (flags & ~known)
 		return -EINVAL;
 	if ((flags & PROCREG_LEASE_MARK) && !lease)
 		return -EINVAL;
+	if (sig < 0 || sig >= NSIG || sig > (PR_F_SIGNAL_MASK >> PR_F_SIGNAL_SHIFT))
+		return -EINVAL;
 	/* The public flags are the wire's. */
-	return name_request_arg(reg, PR_OP_REGISTER, (uint16_t)flags, -1, name, meta, meta_len,
-				lease);
+	return name_request_arg(reg, PR_OP_REGISTER,
+				(uint16_t)(flags | (unsigned int)sig << PR_F_SIGNAL_SHIFT), -1, name,
+				meta, meta_len, lease);
 }
 
 PROCREG_API int procreg_refresh(procreg_t *reg, const char *name)
@@ -506,7 +583,7 @@ static int batch_collect(procreg_t *reg, struct procreg_op *ops, size_t n)
 {
 	struct pr_frame f;
 	size_t pos = 0;
-	ssize_t len = recv_packet(reg->fd, reg->in);
+	ssize_t len = recv_reply(reg);
 	int r;
 
 	if (len < 0)
@@ -552,6 +629,107 @@ PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n)
 	pthread_mutex_unlock(&reg->io);
 	PR_TRACE(procreg, batch, n, err, t0 ? procreg__mono_ns() - t0 : 0);
 	return err;
+}
+
+/* ---- names lost -------------------------------------------------------- */
+
+/* What the connection has now, without waiting: notices kept, anything
+ * else a protocol error (no request is under way: io is held). 0, or a
+ * negative errno (the connection is then dropped). Under reg->io. */
+static int drain_notices(procreg_t *reg)
+{
+	for (;;) {
+		ssize_t n = recv(reg->fd, reg->in, PR_PACKET_MAX, MSG_DONTWAIT);
+		int r;
+
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		r = n < 0 ? -errno : n == 0 ? -ECONNRESET : take_notices(reg, reg->in, (size_t)n);
+		if (r <= 0) {
+			disconnect(reg);
+			return r < 0 ? r : -EPROTO;
+		}
+	}
+}
+
+static void lost_fill(struct procreg_lost *out, const struct pr_lost_note *n)
+{
+	struct procreg_lost l = { .sz = out->sz, .reason = n->reason, .winner_pid = n->winner,
+				  .time_ns = n->time_ns };
+
+	memcpy(l.name, n->name, sizeof(l.name));
+	memcpy(l.node, n->node, sizeof(l.node));
+	/* Only what the caller's struct holds. */
+	memcpy(out, &l, out->sz < sizeof(l) ? out->sz : sizeof(l));
+}
+
+static uint64_t ms_now(void)
+{
+	return procreg__mono_ns() / 1000000ull;
+}
+
+PROCREG_API int procreg_lost(procreg_t *reg, struct procreg_lost *out, int timeout_ms)
+{
+	uint64_t deadline = timeout_ms > 0 ? ms_now() + (uint64_t)timeout_ms : 0;
+
+	if (!out || out->sz < offsetof(struct procreg_lost, name) + sizeof(out->name))
+		return -EINVAL;
+	for (;;) {
+		struct pr_lost_note *n;
+		struct pollfd p;
+		int err, wait_ms, r;
+
+		pthread_mutex_lock(&reg->io);
+		err = connect_daemon(reg);
+		if (!err && !reg->lost)
+			err = drain_notices(reg);
+		n = reg->lost;
+		if (n) {
+			reg->lost = n->next;
+			if (!reg->lost)
+				reg->lost_tail = &reg->lost;
+		}
+		p = (struct pollfd){ .fd = reg->fd, .events = POLLIN };
+		pthread_mutex_unlock(&reg->io);
+		if (n) {
+			lost_fill(out, n);
+			free(n);
+			return 0;
+		}
+		if (err)
+			return err;
+		if (timeout_ms == 0)
+			return -ETIMEDOUT;
+		wait_ms = -1;
+		if (timeout_ms > 0) {
+			uint64_t now = ms_now();
+
+			if (now >= deadline)
+				return -ETIMEDOUT;
+			wait_ms = (int)(deadline - now);
+		}
+		/* Outside io: a request on another thread may read the notice
+		 * first (and keep it), or drop the connection; either way the
+		 * next turn sees it. */
+		r = poll(&p, 1, wait_ms);
+		if (r < 0 && errno == EINTR)
+			return -EINTR;
+		if (r == 0)
+			return -ETIMEDOUT;
+	}
+}
+
+PROCREG_API int procreg_lost_fd(procreg_t *reg)
+{
+	int err, fd;
+
+	pthread_mutex_lock(&reg->io);
+	err = connect_daemon(reg);
+	fd = reg->fd;
+	pthread_mutex_unlock(&reg->io);
+	return err ? err : fd;
 }
 
 PROCREG_API const char *procreg_strerror(int err)

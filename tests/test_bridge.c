@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,6 +289,167 @@ static void conflict_round(struct cluster *c, const char *name, const char *meta
 	kill(second, SIGKILL);
 	th_wait(first);
 	th_wait(second);
+}
+
+/* What the loser of "job" learned through the library (written to a pipe
+ * by the child that held it). */
+struct lost_report {
+	int first;                  /* procreg_lost() once the fd was readable */
+	int second;                 /* procreg_lost() again: nothing more */
+	int polled;                 /* poll() on procreg_lost_fd() */
+	struct procreg_lost l;
+};
+
+/* The child: register "job" on the table of DIR, say so on OUT, then wait
+ * on procreg_lost_fd() for the notice and report it. */
+static int loser_child(const char *dir, int out)
+{
+	procreg_t *r = th_open(dir);
+	struct lost_report rep = { 0 };
+	struct pollfd p;
+	char ok = 'r';
+
+	if (!r || procreg_register(r, "job", "loser", 5) != 0)
+		return 10;
+	if (write(out, &ok, 1) != 1)
+		return 11;
+	p = (struct pollfd){ .fd = procreg_lost_fd(r), .events = POLLIN };
+	rep.polled = poll(&p, 1, 60000);
+	rep.l.sz = sizeof(rep.l);
+	rep.first = procreg_lost(r, &rep.l, 0);
+	{
+		PROCREG_OPTS(procreg_lost, more);
+
+		rep.second = procreg_lost(r, &more, 0);
+	}
+	if (write(out, &rep, sizeof(rep)) != sizeof(rep))
+		return 12;
+	for (;;)
+		pause();
+}
+
+static pid_t spawn_loser(const char *dir, int *rd)
+{
+	int p[2];
+	pid_t pid;
+	char ok;
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		_exit(loser_child(dir, p[1]));
+	}
+	close(p[1]);
+	assert_int_equal(read(p[0], &ok, 1), 1);
+	*rd = p[0];
+	return pid;
+}
+
+/* Two nodes that could not see each other both gave "job" away, a's the
+ * earlier. Once they meet, the process that held it on b is told, through
+ * the library, on its own connection: the name, the winner's node and pid.
+ * Both daemons log the decision, each its side. */
+static void test_conflict_loser_told(void **state)
+{
+	struct cluster *c = *state;
+	struct lost_report rep;
+	pid_t winner, loser;
+	char line[256];
+	int rd;
+
+	start_node(c, 0, NULL);
+	start_node(c, 1, NULL);
+	winner = spawn_holder(c->n[0].dir, "job");
+	th_msleep(5);
+	loser = spawn_loser(c->n[1].dir, &rd);
+	start_node(c, 2, (const int[]){ 0, 1, -1 });
+	for (int i = 0; i < 3; i++)
+		expect_name(c->n[i].reg, "job", winner, i != 0);
+	assert_int_equal(read(rd, &rep, sizeof(rep)), (ssize_t)sizeof(rep));
+	close(rd);
+	assert_int_equal(rep.polled, 1);
+	assert_int_equal(rep.first, 0);
+	assert_int_equal(rep.l.reason, PROCREG_LOST_CONFLICT);
+	assert_string_equal(rep.l.name, "job");
+	assert_string_equal(rep.l.node, "nodea");
+	assert_int_equal(rep.l.winner_pid, winner);
+	assert_true(rep.l.time_ns > 0);
+	assert_int_equal(rep.second, -ETIMEDOUT);
+	/* Both sides logged it. */
+	snprintf(line, sizeof(line), "bridge: name 'job': node nodea's registration (pid %d), the "
+		 "earlier, wins: local pid %d loses it", (int)winner, (int)loser);
+	assert_true(th_log_has(c->n[1].d.log, line));
+	snprintf(line, sizeof(line), "name 'job': pid %d told it lost it to node nodea's pid %d",
+		 (int)loser, (int)winner);
+	assert_true(th_log_has(c->n[1].d.log, line));
+	snprintf(line, sizeof(line), "bridge: name 'job': node nodeb's registration (pid %d) loses "
+		 "to ours (pid %d), the earlier: kept", (int)loser, (int)winner);
+	th_expect_log(c->n[0].d.log, line, WAIT_MS);
+	/* The loser runs on, told; not signalled (it asked for no signal). */
+	assert_int_equal(kill(loser, 0), 0);
+	kill(winner, SIGKILL);
+	kill(loser, SIGKILL);
+	th_wait(winner);
+	th_wait(loser);
+}
+
+/* procreg run NAME -- CMD on b, while a gave NAME away earlier: once they
+ * meet, CMD gets SIGTERM from b's daemon (procreg run's default), or, with
+ * --on-lost none, runs on. */
+static pid_t run_cli(const char *dir, const char *name, const char *on_lost)
+{
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (on_lost)
+			execl(PROCREG_CLI_PATH, "procreg", "--dir", dir, "run", name, "--on-lost",
+			      on_lost, "--", "sleep", "600", (char *)NULL);
+		else
+			execl(PROCREG_CLI_PATH, "procreg", "--dir", dir, "run", name, "--", "sleep",
+			      "600", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+static void test_run_loser_signalled(void **state)
+{
+	struct cluster *c = *state;
+	pid_t winner1, winner2, termed, spared;
+	int st = 0;
+	char line[256];
+
+	start_node(c, 0, NULL);
+	start_node(c, 1, NULL);
+	winner1 = spawn_holder(c->n[0].dir, "svc-default");
+	winner2 = spawn_holder(c->n[0].dir, "svc-spared");
+	th_msleep(5);
+	termed = run_cli(c->n[1].dir, "svc-default", NULL);
+	spared = run_cli(c->n[1].dir, "svc-spared", "none");
+	expect_name(c->n[1].reg, "svc-default", termed, false);
+	expect_name(c->n[1].reg, "svc-spared", spared, false);
+	start_node(c, 2, (const int[]){ 0, 1, -1 });
+	expect_name(c->n[1].reg, "svc-default", winner1, true);
+	expect_name(c->n[1].reg, "svc-spared", winner2, true);
+	assert_int_equal(waitpid(termed, &st, 0), termed);
+	assert_true(WIFSIGNALED(st));
+	assert_int_equal(WTERMSIG(st), SIGTERM);
+	snprintf(line, sizeof(line), "name 'svc-default': pid %d told it lost it to node nodea's "
+		 "pid %d, sent SIGTERM", (int)termed, (int)winner1);
+	assert_true(th_log_has(c->n[1].d.log, line));
+	snprintf(line, sizeof(line), "name 'svc-spared': pid %d told it lost it to node nodea's pid "
+		 "%d\n", (int)spared, (int)winner2);
+	th_expect_log(c->n[1].d.log, line, WAIT_MS);
+	assert_int_equal(waitpid(spared, &st, WNOHANG), 0);
+	kill(spared, SIGKILL);
+	th_wait(spared);
+	kill(winner1, SIGKILL);
+	kill(winner2, SIGKILL);
+	th_wait(winner1);
+	th_wait(winner2);
 }
 
 /* The earlier registration wins, and the loser's daemon removes its own. */
@@ -853,6 +1015,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_wrong_cookie_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cookie_file_mode, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conflict_earlier_wins, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_conflict_loser_told, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_run_loser_signalled, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_custom_resolver, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_by_name, setup, teardown),

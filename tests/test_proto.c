@@ -61,6 +61,41 @@ static void test_roundtrip(void **state)
 	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 0);
 	free(c);
 
+	/* HELLO with its flags. */
+	pos = rpos = 0;
+	assert_int_equal(procreg__proto_put_hello_flags(buf, &pos, PR_OP_HELLO, 78, 0,
+							PR_HELLO_NOTICES), 0);
+	c = th_exact(buf, pos);
+	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
+	assert_int_equal(f.arg, PR_HELLO_NOTICES);
+	free(c);
+
+	/* A LOST notice; a LOST that is no reply is malformed, and one whose
+	 * strings run past it too. */
+	pos = rpos = 0;
+	assert_int_equal(procreg__proto_put_lost(buf, &pos, "job", 3, "node-a", PROCREG_LOST_CONFLICT,
+						 4242, 0x1122334455667788ull), 0);
+	assert_int_equal(pos % 8, 0);
+	c = th_exact(buf, pos);
+	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
+	assert_int_equal(f.h.op, PR_OP_LOST | PR_OP_REPLY);
+	assert_int_equal(f.h.id, 0);
+	assert_int_equal(f.name_len, 3);
+	assert_memory_equal(f.name, "job", 3);
+	assert_int_equal(f.meta_len, 6);
+	assert_memory_equal(f.meta, "node-a", 6);
+	assert_int_equal(f.arg, PROCREG_LOST_CONFLICT);
+	assert_int_equal(f.pid, 4242);
+	assert_int_equal(f.time_ns, 0x1122334455667788ull);
+	free(c);
+	buf[0] = PR_OP_LOST, buf[1] = 0;
+	rpos = 0;
+	assert_int_equal(procreg__proto_next(buf, pos, &rpos, &f), -EPROTO);
+	buf[1] = PR_OP_REPLY >> 8;
+	buf[PR_FRAME_HDR] = 200; /* name length */
+	rpos = 0;
+	assert_int_equal(procreg__proto_next(buf, pos, &rpos, &f), -EPROTO);
+
 	/* HELLO reply with an error status. */
 	pos = rpos = 0;
 	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO | PR_OP_REPLY, 9, -EACCES), 0);

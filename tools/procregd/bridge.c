@@ -484,7 +484,12 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 			if (!won) {
 				br->conflicts++;
 				/* Ours stands; its node drops its own when it
-				 * sees ours, if it ever does. */
+				 * sees ours, if it ever does. Where ours is
+				 * local, say so: the other node logs its side. */
+				if (r->node == 0)
+					log_msg("bridge: name '%.*s': node %s's registration (pid %u) "
+						"loses to ours (pid %u), the earlier: kept", (int)e->name_len,
+						e->name, origin, e->pid, r->pid);
 				shadow_put(br, id, e);
 				return 0;
 			}
@@ -495,11 +500,14 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 				to_entry(r, PR_BP_PUT, &loser);
 				shadow_put(br, r->node, &loser);
 			} else if (r->node == 0) {
-				/* Our registration lost: tell its owner (the feed),
-				 * the other nodes (DEL), then make way. */
-				LOGV(d, "name '%.*s': node %s's registration wins: local owner pid %u loses it",
-				     (int)e->name_len, e->name, origin, r->pid);
+				/* Our registration lost: tell its owner (the feed,
+				 * and at the end of the batch its connections and
+				 * its signal), the other nodes (DEL), then make way. */
+				log_msg("bridge: name '%.*s': node %s's registration (pid %u), the "
+					"earlier, wins: local pid %u loses it", (int)e->name_len, e->name,
+					origin, e->pid, r->pid);
 				procreg__w_emit(&d->w, PROCREG_EV_CONFLICT, r);
+				proc_lost_name(d, old, origin, (pid_t)e->pid);
 				owners_lease_set(d, e->name, e->name_len, 0, false);
 				proc_remove_name(d, old); /* sends the DEL */
 			}

@@ -622,6 +622,10 @@ static void run(struct daemon *d)
 		/* This batch's changes to the other nodes, in one write each. */
 		if (d->bridge)
 			bridge_flush(d);
+		/* Names lost this batch: their owners told, now that the table
+		 * shows who has them. */
+		if (d->lost)
+			procs_tell_lost(d);
 		/* One wake-up for the followers of the feed per batch. */
 		if (d->w.feed_pending)
 			server_notify_feed(d);
