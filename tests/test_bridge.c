@@ -903,6 +903,31 @@ static void test_cli_nodes(void **state)
 	assert_int_equal(th_cli(c->n[0].dir, out, sizeof(out), (const char *const[]){ "nodes", NULL }), 1);
 }
 
+/* A --peer list shared by every node names each node itself too: a node
+ * that dials itself is refused by itself, says so once, and does not dial
+ * that address again. */
+static void test_peer_is_self(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *n = &c->n[0];
+	char listen[32];
+	int err = -1;
+
+	for (int attempt = 0; attempt < 5 && err; attempt++) {
+		snprintf(listen, sizeof(listen), "127.0.0.1:%d", th_free_port());
+		err = th_daemon_start(&n->d, n->dir,
+				      (const char *const[]){ "--node", n->name, "--cookie-file",
+							     c->cookie, "--listen", listen, "--peer",
+							     listen, NULL }, NULL);
+	}
+	assert_int_equal(err, 0);
+	th_expect_log(n->d.log, "dropped (it is this node)", WAIT_MS);
+	th_expect_log(n->d.log, "it has this node's name", WAIT_MS);
+	/* Dials back off to 2 s at most: in 3 s a second try would show. */
+	th_msleep(3000);
+	assert_int_equal(th_log_count(n->d.log, "dropped (it is this node)"), 1);
+}
+
 /* ---- peers given by host name ------------------------------------------ */
 
 /* "localhost:PORT" for node I's listening port. */
@@ -1019,6 +1044,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_run_loser_signalled, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_custom_resolver, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peer_is_self, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_by_name, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_unresolvable, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_resolution_hangs, setup, teardown),

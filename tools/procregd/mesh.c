@@ -902,6 +902,10 @@ static void on_handshake(struct mesh *m, struct conn *c, const uint8_t *raw,
 		 * only ever ends a connection not yet up, and is logged. */
 		snprintf(why, sizeof(why), "refused by the other side (version %u): %s: %.*s",
 			 f->version, refuse_reason(f->reason), (int)f->text_len, f->text);
+		/* We dialed ourselves (a --peer list shared by every node): not
+		 * again. */
+		if (f->reason == PR_BP_REFUSE_NAME && c->target)
+			snprintf(c->target->node, sizeof(c->target->node), "%s", m->node);
 		conn_kill(m, c, why);
 		return;
 	}
