@@ -33,6 +33,17 @@ struct pr_lost_note {
 	char node[64];
 };
 
+static void lost_free(procreg_t *reg)
+{
+	while (reg->lost) {
+		struct pr_lost_note *n = reg->lost;
+
+		reg->lost = n->next;
+		free(n);
+	}
+	reg->lost_tail = &reg->lost;
+}
+
 PROCREG_API const char *procreg_version(void)
 {
 	return PROCREG_VERSION_STRING;
@@ -97,12 +108,7 @@ PROCREG_API void procreg_close(procreg_t *reg)
 		close(reg->fd);
 	procreg__unmap(&reg->map);
 	pthread_mutex_destroy(&reg->io);
-	while (reg->lost) {
-		struct pr_lost_note *n = reg->lost;
-
-		reg->lost = n->next;
-		free(n);
-	}
+	lost_free(reg);
 	free(reg->out);
 	free(reg->in);
 	free(reg);
@@ -243,7 +249,10 @@ static int connect_daemon(procreg_t *reg)
 	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
 		return 0;
 	/* A connection inherited through fork() identifies the parent: leave
-	 * it to the parent and make our own. */
+	 * it to the parent and make our own. So are the notices it read:
+	 * names the parent lost, not us. */
+	if (reg->fd >= 0)
+		lost_free(reg);
 	reg->fd = -1;
 	fd = dial(reg, PR_HELLO_NOTICES);
 	if (fd < 0)

@@ -509,53 +509,48 @@ static void test_relay_refused(void **state)
 	th_expect_name(cn->reg, "a.after", getpid(), true, WAIT_MS);
 }
 
-/* A proxy between a and b flips the last byte of a change from a: b
- * refuses the record, drops the connection, and once b is back through
- * the proxy both tables hold the same, the metadata as a wrote it. */
-static void test_proxy_alters_frame(void **state)
+/* Through proxy P between a and b (both up), node a registers NAME with
+ * 120 bytes of metadata while the proxy does ACT to the change on its way
+ * to b: b drops the connection, and once it is back through the proxy and
+ * resynced, both tables hold the same, NAME's metadata as a wrote it. */
+static void proxy_round(struct cluster *c, struct proxy *p, enum px_act act, const char *name)
 {
-	struct cluster *c = *state;
-	static struct proxy p;
 	char meta[128];
 
-	start_through(c, &p);
+	start_through(c, p);
 	assert_int_equal(procreg_register(c->n[0].reg, "before", "x", 1), 0);
 	assert_int_equal(procreg_register(c->n[1].reg, "on-b", "y", 1), 0);
 	expect_same(c);
-	p.act = PX_ALTER;
-	meta120(meta, "altered-on-the-way");
-	assert_int_equal(procreg_register(c->n[0].reg, "target", meta, strlen(meta)), 0);
-	expect_log(c->n[1].d.log, "a record failed authentication");
+	p->act = act;
+	meta120(meta, name);
+	assert_int_equal(procreg_register(c->n[0].reg, name, meta, strlen(meta)), 0);
 	expect_log(c->n[1].d.log, "bridge: node nodea: down (a record failed authentication");
-	assert_int_equal(p.done, 1);
-	th_expect_meta(c->n[1].reg, "target", meta, strlen(meta), WAIT_MS);
+	assert_int_equal(p->done, 1);
+	th_expect_meta(c->n[1].reg, name, meta, strlen(meta), WAIT_MS);
 	expect_same(c);
-	assert_true(p.accepted >= 2); /* b came back through the proxy */
+	assert_true(p->accepted >= 2); /* b came back through the proxy */
 	px_done(c);
 }
 
-/* The same proxy puts a change of its own in front of a real one (with
- * its sequence number, had it been able to read it): refused, the
- * connection reset, nothing of it in either table, the real change there. */
+/* The proxy flips the last byte of a change from a. */
+static void test_proxy_alters_frame(void **state)
+{
+	static struct proxy p;
+
+	proxy_round(*state, &p, PX_ALTER, "altered-on-the-way");
+}
+
+/* The proxy puts a change of its own in front of a real one (with its
+ * sequence number, had it been able to read it): nothing of it in either
+ * table. */
 static void test_proxy_injects_frame(void **state)
 {
 	struct cluster *c = *state;
 	static struct proxy p;
-	char meta[128];
 
-	start_through(c, &p);
-	assert_int_equal(procreg_register(c->n[0].reg, "before", "x", 1), 0);
-	expect_same(c);
-	p.act = PX_INJECT;
-	meta120(meta, "the-real-change");
-	assert_int_equal(procreg_register(c->n[0].reg, "real", meta, strlen(meta)), 0);
-	expect_log(c->n[1].d.log, "bridge: node nodea: down (");
-	assert_int_equal(p.done, 1);
-	th_expect_meta(c->n[1].reg, "real", meta, strlen(meta), WAIT_MS);
-	expect_same(c);
+	proxy_round(c, &p, PX_INJECT, "the-real-change");
 	assert_int_equal(procreg_lookup(c->n[1].reg, "injected-forgery", NULL), -ENOENT);
 	assert_int_equal(procreg_lookup(c->n[0].reg, "injected-forgery", NULL), -ENOENT);
-	px_done(c);
 }
 
 /* A proxy that only listens sees no name and no metadata in clear, from

@@ -162,38 +162,41 @@ static int feed(struct pr_bs *s, const uint8_t *in, size_t len, uint8_t *out, si
 	return r;
 }
 
+/* Two ends through a genuine handshake: *D the dialer, *A the other. */
+static void pair_up(struct pr_bs **d, struct pr_bs **a)
+{
+	uint8_t a1[PR_BS_HELLO_MAX + 64], a2[PR_BS_HELLO_MAX + 64];
+	size_t l1 = 0, l2 = 0;
+
+	*d = end_new("d", true);
+	*a = end_new("a", false);
+	if (procreg__bs_hello(*d, a1, sizeof(a1), &l1) < 0 ||
+	    feed(*a, a1, l1, a2, sizeof(a2), &l2) != PR_BS_MORE ||
+	    feed(*d, a2, l2, a1, sizeof(a1), &l1) != PR_BS_MORE ||
+	    feed(*a, a1, l1, a2, sizeof(a2), &l2) != PR_BS_UP ||
+	    feed(*d, a2, l2, a1, sizeof(a1), &l1) != PR_BS_UP)
+		abort();
+}
+
 static void records(const uint8_t *data, size_t size)
 {
 	static uint8_t rec[PR_BS_REC_MAX], pt[PR_BS_PT_MAX];
-	uint8_t a1[PR_BS_HELLO_MAX + 64], a2[PR_BS_HELLO_MAX + 64];
-	struct pr_bs *d = end_new("d", true), *a = end_new("a", false);
-	size_t l1 = 0, l2 = 0, used, n;
+	struct pr_bs *d, *a;
+	size_t used, n;
 	bool changed = false;
 	int r;
 
-	if (procreg__bs_hello(d, a1, sizeof(a1), &l1) < 0 ||
-	    feed(a, a1, l1, a2, sizeof(a2), &l2) != PR_BS_MORE ||
-	    feed(d, a2, l2, a1, sizeof(a1), &l1) != PR_BS_MORE ||
-	    feed(a, a1, l1, a2, sizeof(a2), &l2) != PR_BS_UP ||
-	    feed(d, a2, l2, a1, sizeof(a1), &l1) != PR_BS_UP)
-		abort();
+	pair_up(&d, &a);
 	/* Made up: never opened. */
 	r = procreg__bs_open(a, data, size, &used, pt, &n);
 	if (r == 1)
 		abort();
 	procreg__bs_free(a);
-	a = NULL;
 	/* A genuine record of the input's size, XORed with it. */
 	if (size && size <= PR_BS_PT_MAX) {
-		struct pr_bs *d2 = end_new("d", true), *a3 = end_new("a", false);
+		struct pr_bs *d2, *a3;
 
-		l1 = l2 = 0;
-		if (procreg__bs_hello(d2, a1, sizeof(a1), &l1) < 0 ||
-		    feed(a3, a1, l1, a2, sizeof(a2), &l2) != PR_BS_MORE ||
-		    feed(d2, a2, l2, a1, sizeof(a1), &l1) != PR_BS_MORE ||
-		    feed(a3, a1, l1, a2, sizeof(a2), &l2) != PR_BS_UP ||
-		    feed(d2, a2, l2, a1, sizeof(a1), &l1) != PR_BS_UP)
-			abort();
+		pair_up(&d2, &a3);
 		memset(pt, 0x5a, size);
 		if (procreg__bs_seal(d2, pt, size, rec) < 0)
 			abort();
