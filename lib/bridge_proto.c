@@ -279,31 +279,35 @@ int procreg__bp_next(const uint8_t *buf, size_t len, size_t *pos, struct pr_bp_f
 	return 1;
 }
 
-/* One item of a SNAP or PEERS frame at *ITEM_POS: ENTRY or PEER filled. */
-static int next_item(const struct pr_bp_frame *f, uint8_t type, size_t *item_pos,
-		     struct pr_bp_entry *entry, struct pr_bp_peer *peer)
+/* A reader over F's items from ITEM_POS, if F is of TYPE and has more. */
+static int items_at(const struct pr_bp_frame *f, uint8_t type, size_t item_pos, struct rd *r)
 {
-	struct rd r;
-
-	if (f->type != type || *item_pos >= f->items_len)
+	if (f->type != type || item_pos >= f->items_len)
 		return 0;
-	r.p = f->items + *item_pos;
-	r.left = f->items_len - *item_pos;
-	r.bad = 0;
-	if ((entry ? rd_entry(&r, entry) : rd_peer(&r, peer)) < 0)
-		return 0;
-	*item_pos = f->items_len - r.left;
+	r->p = f->items + item_pos;
+	r->left = f->items_len - item_pos;
+	r->bad = 0;
 	return 1;
 }
 
 int procreg__bp_snap_entry(const struct pr_bp_frame *f, size_t *item_pos, struct pr_bp_entry *e)
 {
-	return next_item(f, PR_BP_SNAP, item_pos, e, NULL);
+	struct rd r;
+
+	if (!items_at(f, PR_BP_SNAP, *item_pos, &r) || rd_entry(&r, e) < 0)
+		return 0;
+	*item_pos = f->items_len - r.left;
+	return 1;
 }
 
 int procreg__bp_peer(const struct pr_bp_frame *f, size_t *item_pos, struct pr_bp_peer *p)
 {
-	return next_item(f, PR_BP_PEERS, item_pos, NULL, p);
+	struct rd r;
+
+	if (!items_at(f, PR_BP_PEERS, *item_pos, &r) || rd_peer(&r, p) < 0)
+		return 0;
+	*item_pos = f->items_len - r.left;
+	return 1;
 }
 
 /* ---- encoding --------------------------------------------------------- */
