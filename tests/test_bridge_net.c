@@ -108,10 +108,11 @@ struct px_dir {
 struct proxy {
 	int lfd, port, target;
 	pthread_t th;
-	volatile int stop;
-	volatile int act;             /* enum px_act, back to PX_PASS once done */
-	volatile int done;            /* acts done */
-	volatile int accepted;        /* connections taken */
+	/* Shared with the proxy's thread: atomic accesses only. */
+	int stop;
+	int act;                      /* enum px_act, back to PX_PASS once done */
+	int done;                     /* acts done */
+	int accepted;                 /* connections taken */
 	pthread_mutex_t mu;
 	uint8_t seen[PX_CAP];         /* every byte carried, both ways */
 	size_t seen_len;
@@ -184,8 +185,10 @@ static int px_units(struct proxy *p, struct px_dir *d, int to)
 		}
 		if (d->len - pos < ul)
 			break;
-		if (p->act != PX_PASS && ul >= PX_BIG) {
-			if (p->act == PX_ALTER) {
+		int act = __atomic_load_n(&p->act, __ATOMIC_ACQUIRE);
+
+		if (act != PX_PASS && ul >= PX_BIG) {
+			if (act == PX_ALTER) {
 				u[ul - 1] ^= 0x01;
 			} else {
 				uint8_t forged[512];
@@ -194,7 +197,7 @@ static int px_units(struct proxy *p, struct px_dir *d, int to)
 				if (fl && px_send(to, forged, fl) < 0)
 					return -1;
 			}
-			p->act = PX_PASS;
+			__atomic_store_n(&p->act, PX_PASS, __ATOMIC_RELEASE);
 			__atomic_fetch_add(&p->done, 1, __ATOMIC_SEQ_CST);
 		}
 		if (px_send(to, u, ul) < 0)
@@ -221,7 +224,7 @@ static void px_pair(struct proxy *p, int a)
 			close(b);
 		return;
 	}
-	while (!p->stop) {
+	while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
 		struct pollfd f[2] = { { a, POLLIN, 0 }, { b, POLLIN, 0 } };
 		uint8_t buf[65536];
 		ssize_t n;
@@ -254,7 +257,7 @@ static void *px_main(void *arg)
 {
 	struct proxy *p = arg;
 
-	while (!p->stop) {
+	while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
 		struct pollfd f = { p->lfd, POLLIN, 0 };
 		int a;
 
@@ -296,7 +299,7 @@ static void px_run(struct cluster *c, struct proxy *p, const char *target)
 /* Stop the thread; what it saw stays readable. */
 static void px_stop(struct proxy *p)
 {
-	p->stop = 1;
+	__atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
 	pthread_join(p->th, NULL);
 	close(p->lfd);
 	pthread_mutex_destroy(&p->mu);
@@ -521,14 +524,15 @@ static void proxy_round(struct cluster *c, struct proxy *p, enum px_act act, con
 	assert_int_equal(procreg_register(c->n[0].reg, "before", "x", 1), 0);
 	assert_int_equal(procreg_register(c->n[1].reg, "on-b", "y", 1), 0);
 	expect_same(c);
-	p->act = act;
+	__atomic_store_n(&p->act, (int)act, __ATOMIC_RELEASE);
 	meta120(meta, name);
 	assert_int_equal(procreg_register(c->n[0].reg, name, meta, strlen(meta)), 0);
 	expect_log(c->n[1].d.log, "bridge: node nodea: down (a record failed authentication");
-	assert_int_equal(p->done, 1);
+	assert_int_equal(__atomic_load_n(&p->done, __ATOMIC_SEQ_CST), 1);
 	th_expect_meta(c->n[1].reg, name, meta, strlen(meta), WAIT_MS);
 	expect_same(c);
-	assert_true(p->accepted >= 2); /* b came back through the proxy */
+	/* b came back through the proxy */
+	assert_true(__atomic_load_n(&p->accepted, __ATOMIC_SEQ_CST) >= 2);
 	px_done(c);
 }
 
