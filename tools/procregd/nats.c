@@ -904,15 +904,18 @@ static void nb_close(void *b)
 
 	if (!m)
 		return;
-	for (int i = 0; i < 3; i++)
-		if (m->subs[i]) {
-			natsSubscription_Unsubscribe(m->subs[i]);
-			natsSubscription_Destroy(m->subs[i]);
-		}
-	if (m->nc) {
+	/* The connection closes first, and takes its subscriptions with it,
+	 * without an UNSUB each. Sent just before it, they would be flushed
+	 * by the close, from this thread, while nats.c's reader reads: over
+	 * TLS, nats.c 3.4 lets two threads use one OpenSSL session at once
+	 * (fixed in later releases), and the close is where they met. */
+	if (m->nc)
 		natsConnection_Close(m->nc);
+	for (int i = 0; i < 3; i++)
+		if (m->subs[i])
+			natsSubscription_Destroy(m->subs[i]);
+	if (m->nc)
 		natsConnection_Destroy(m->nc);
-	}
 	if (m->opts)
 		natsOptions_Destroy(m->opts);
 	/* Messages are the library's to free, so they go before it shuts
@@ -1104,6 +1107,18 @@ static natsStatus set_servers(struct nb *m, const struct pr_bridge_config *c, bo
 	return s;
 }
 
+/* Whether this nats.c shares one OpenSSL session between its reader
+ * thread and its writers without a lock, as releases before 3.11 do
+ * (Debian 12 ships 3.4.1): ThreadSanitizer reports it, tests/tsan.supp
+ * says why it is not ours. */
+static bool tls_racy(void)
+{
+	int major = 0, minor = 0;
+
+	return sscanf(nats_GetVersion(), "%d.%d", &major, &minor) == 2 &&
+	       (major < 3 || (major == 3 && minor < 11));
+}
+
 /* TLS to every server: the CA, the name checked, a client certificate. */
 static natsStatus set_tls(struct nb *m, const struct pr_bridge_config *c)
 {
@@ -1134,6 +1149,10 @@ static natsStatus set_tls(struct nb *m, const struct pr_bridge_config *c)
 		m->up.log("bridge: nats: TLS, server certificates checked against %s%s%s%s", ca,
 			  name ? " and the name " : "", name ? name : "",
 			  opt(c, "tls-cert") ? ", with a client certificate" : "");
+	if (s == NATS_OK && tls_racy())
+		m->up.log("bridge: nats: warning: nats.c %s reads and writes a TLS session from two "
+			  "threads without a lock (fixed in nats.c 3.11): use a later one where you "
+			  "can", nats_GetVersion());
 	return s;
 }
 
