@@ -127,6 +127,11 @@ PROCREG_API int procreg_register(procreg_t *reg, const char *name,
  *                       lives (event PROCREG_EV_EXPIRED), or, with
  *                       PROCREG_LEASE_MARK, kept and marked unhealthy until
  *                       the next refresh.
+ *  .lost_signal         a signal (SIGTERM, say) procregd sends the owner if
+ *                       it loses a name to another node's registration
+ *                       (see procreg_lost()): for the process, any name it
+ *                       holds, from this registration on; 0: none. -EINVAL
+ *                       for a number that is no signal.
  */
 #define PROCREG_QUEUE 0x2
 #define PROCREG_REPLACE 0x4
@@ -137,6 +142,7 @@ struct procreg_register_opts {
 	size_t sz;                 /* sizeof(struct procreg_register_opts) */
 	unsigned int flags;        /* PROCREG_QUEUE | PROCREG_REPLACE | ... */
 	uint32_t lease_ms;         /* 0: no lease */
+	int lost_signal;           /* 0: none */
 };
 
 PROCREG_API int procreg_register_opts(procreg_t *reg, const char *name, const void *meta,
@@ -324,7 +330,9 @@ PROCREG_API int procreg_next_event(procreg_t *reg, uint64_t *cursor, struct proc
  * the daemon publishes events. Then call procreg_feed_fd_clear() and read
  * events with procreg_next_event(..., 0) until -ETIMEDOUT: clearing first
  * means an event published meanwhile leaves it readable, so none is
- * missed. The fd is a connection to procregd (the futex wait of
+ * missed; it may also turn readable for events already read (the daemon
+ * tells after publishing them), which then finds none. The fd is a
+ * connection to procregd (the futex wait of
  * procreg_next_event needs none); close(2) it when done. Returns the fd or
  * a negative errno (-ECONNREFUSED without a daemon).
  */
@@ -340,6 +348,44 @@ PROCREG_API int procreg_wait(procreg_t *reg, const char *name, int timeout_ms);
 /* The same for "GROUP has at least COUNT members". */
 PROCREG_API int procreg_wait_group(procreg_t *reg, const char *group, uint64_t count,
 				   int timeout_ms);
+
+/*
+ * Names lost. With replication (procregd --node), two nodes cut off from
+ * each other may each register a name; once they meet again the earlier
+ * registration keeps it everywhere, and the later one's owner loses it
+ * while it runs. procregd then tells the owner on each of its connections
+ * to the daemon: a handle reads what came on its own connection (made by
+ * its first call that talks to the daemon, or by procreg_lost_fd()). The
+ * change feed records it too (PROCREG_EV_CONFLICT), for anyone;
+ * procreg_register_opts' .lost_signal has the daemon signal the owner.
+ */
+#define PROCREG_LOST_CONFLICT 1    /* another node's earlier registration won */
+
+struct procreg_lost {
+	size_t sz;                 /* sizeof(struct procreg_lost): set it (PROCREG_OPTS) */
+	int reason;                /* PROCREG_LOST_*; a later library may add others */
+	pid_t winner_pid;          /* the winning owner's pid, on its node */
+	uint64_t time_ns;          /* CLOCK_REALTIME when the daemon decided */
+	char name[PROCREG_NAME_MAX + 1];
+	char node[64];             /* the winning registration's node */
+};
+
+/*
+ * The next name this process lost, as its owner: 0 and *OUT filled (the
+ * members its .sz covers); -ETIMEDOUT if none came within TIMEOUT_MS (0:
+ * do not wait; -1: no limit); -EINVAL for an .sz too small; -ECONNREFUSED
+ * without a daemon; -ECONNRESET if the connection broke (notices not yet
+ * read on it are gone; the change feed has them); -EINTR if a signal
+ * interrupted the wait.
+ */
+PROCREG_API int procreg_lost(procreg_t *reg, struct procreg_lost *out, int timeout_ms);
+
+/* The handle's connection to procregd, for poll(2) and epoll: readable
+ * when a notice may be waiting (then call procreg_lost(reg, &l, 0) until
+ * -ETIMEDOUT). It belongs to the handle: do not read, write or close it.
+ * After -ECONNRESET it is another: ask again. The fd, or a negative errno
+ * (-ECONNREFUSED without a daemon). */
+PROCREG_API int procreg_lost_fd(procreg_t *reg);
 
 /* Return once the daemon has processed every request and every process
  * death that happened before the call. */

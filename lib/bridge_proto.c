@@ -104,12 +104,24 @@ int procreg__bp_valid_node(const char *s, size_t n)
 	return 1;
 }
 
-static int valid_addr(const char *s, size_t n)
+static int printable(const char *s, size_t n)
 {
-	if (n > PR_BP_ADDR_MAX)
-		return 0;
 	for (size_t i = 0; i < n; i++)
 		if (s[i] <= ' ' || s[i] > '~')
+			return 0;
+	return 1;
+}
+
+static int valid_addr(const char *s, size_t n)
+{
+	return n <= PR_BP_ADDR_MAX && printable(s, n);
+}
+
+/* A REFUSE's text may hold spaces. */
+static int valid_text(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < ' ' || s[i] > '~')
 			return 0;
 	return 1;
 }
@@ -175,11 +187,19 @@ static int decode_body(struct pr_bp_frame *f, struct rd *r)
 	case PR_BP_HELLO:
 		f->incarnation = rd64(r);
 		f->nonce = take(r, PR_BP_NONCE);
+		f->key = take(r, PR_BP_KEY);
 		f->name = rd_str(r, &f->name_len, 1);
 		f->addr = rd_str(r, &f->addr_len, 0);
 		break;
 	case PR_BP_AUTH:
 		f->mac = take(r, PR_BP_MAC);
+		break;
+	case PR_BP_REFUSE:
+		f->reason = rd8(r);
+		f->text_len = rd8(r);
+		f->text = (const char *)take(r, f->text_len);
+		if (f->text && !valid_text(f->text, f->text_len))
+			r->bad = 1;
 		break;
 	case PR_BP_HEARTBEAT:
 		f->incarnation = rd64(r);
@@ -237,9 +257,15 @@ int procreg__bp_next(const uint8_t *buf, size_t len, size_t *pos, struct pr_bp_f
 		return 0;
 	f->len = get32(buf + p);
 	f->type = buf[p + 4];
+	f->version = buf[p + 5];
 	f->flags = get16(buf + p + 6);
-	if (f->len < PR_BP_HDR || f->len > PR_BP_FRAME_MAX || buf[p + 5] != PR_BP_VERSION)
+	if (f->len < PR_BP_HDR || f->len > PR_BP_FRAME_MAX)
 		return -EBADMSG;
+	/* Another version's frame, not garbage: the caller can say so. */
+	if (f->version != PR_BP_VERSION && f->type != PR_BP_REFUSE)
+		return f->version && f->type >= PR_BP_HELLO && f->type <= PR_BP_REFUSE && !f->flags
+			       ? -EPROTONOSUPPORT
+			       : -EBADMSG;
 	if ((f->flags & ~PR_BP_SNAP_LAST) || (f->flags && f->type != PR_BP_SNAP))
 		return -EBADMSG;
 	if (f->len > len - p)
@@ -253,31 +279,35 @@ int procreg__bp_next(const uint8_t *buf, size_t len, size_t *pos, struct pr_bp_f
 	return 1;
 }
 
-/* One item of a SNAP or PEERS frame at *ITEM_POS: ENTRY or PEER filled. */
-static int next_item(const struct pr_bp_frame *f, uint8_t type, size_t *item_pos,
-		     struct pr_bp_entry *entry, struct pr_bp_peer *peer)
+/* A reader over F's items from ITEM_POS, if F is of TYPE and has more. */
+static int items_at(const struct pr_bp_frame *f, uint8_t type, size_t item_pos, struct rd *r)
 {
-	struct rd r;
-
-	if (f->type != type || *item_pos >= f->items_len)
+	if (f->type != type || item_pos >= f->items_len)
 		return 0;
-	r.p = f->items + *item_pos;
-	r.left = f->items_len - *item_pos;
-	r.bad = 0;
-	if ((entry ? rd_entry(&r, entry) : rd_peer(&r, peer)) < 0)
-		return 0;
-	*item_pos = f->items_len - r.left;
+	r->p = f->items + item_pos;
+	r->left = f->items_len - item_pos;
+	r->bad = 0;
 	return 1;
 }
 
 int procreg__bp_snap_entry(const struct pr_bp_frame *f, size_t *item_pos, struct pr_bp_entry *e)
 {
-	return next_item(f, PR_BP_SNAP, item_pos, e, NULL);
+	struct rd r;
+
+	if (!items_at(f, PR_BP_SNAP, *item_pos, &r) || rd_entry(&r, e) < 0)
+		return 0;
+	*item_pos = f->items_len - r.left;
+	return 1;
 }
 
 int procreg__bp_peer(const struct pr_bp_frame *f, size_t *item_pos, struct pr_bp_peer *p)
 {
-	return next_item(f, PR_BP_PEERS, item_pos, NULL, p);
+	struct rd r;
+
+	if (!items_at(f, PR_BP_PEERS, *item_pos, &r) || rd_peer(&r, p) < 0)
+		return 0;
+	*item_pos = f->items_len - r.left;
+	return 1;
 }
 
 /* ---- encoding --------------------------------------------------------- */
@@ -305,10 +335,11 @@ static size_t put_str(uint8_t *p, const char *s)
 }
 
 int procreg__bp_put_hello(uint8_t *buf, size_t cap, size_t *pos, uint64_t incarnation,
-			  const uint8_t nonce[PR_BP_NONCE], const char *name, const char *addr)
+			  const uint8_t nonce[PR_BP_NONCE], const uint8_t key[PR_BP_KEY],
+			  const char *name, const char *addr)
 {
 	size_t nl = strlen(name), al = addr ? strlen(addr) : 0;
-	size_t len = PR_BP_HDR + 8 + PR_BP_NONCE + 1 + nl + 1 + al;
+	size_t len = PR_BP_HDR + 8 + PR_BP_NONCE + PR_BP_KEY + 1 + nl + 1 + al;
 	uint8_t *p;
 
 	if (!procreg__bp_valid_node(name, nl) || !valid_addr(addr ? addr : "", al))
@@ -319,7 +350,8 @@ int procreg__bp_put_hello(uint8_t *buf, size_t cap, size_t *pos, uint64_t incarn
 	put_hdr(p, len, PR_BP_HELLO, 0);
 	put64(p + 8, incarnation);
 	memcpy(p + 16, nonce, PR_BP_NONCE);
-	p += 16 + PR_BP_NONCE;
+	memcpy(p + 16 + PR_BP_NONCE, key, PR_BP_KEY);
+	p += 16 + PR_BP_NONCE + PR_BP_KEY;
 	p += put_str(p, name);
 	put_str(p, addr);
 	*pos += len;
@@ -334,6 +366,29 @@ int procreg__bp_put_auth(uint8_t *buf, size_t cap, size_t *pos, const uint8_t ma
 		return -ENOBUFS;
 	put_hdr(buf + *pos, len, PR_BP_AUTH, 0);
 	memcpy(buf + *pos + PR_BP_HDR, mac, PR_BP_MAC);
+	*pos += len;
+	return 0;
+}
+
+int procreg__bp_put_refuse(uint8_t *buf, size_t cap, size_t *pos, uint8_t reason,
+			   const char *text)
+{
+	size_t tl = text ? strlen(text) : 0, len;
+	uint8_t *p;
+
+	if (tl > PR_BP_TEXT_MAX)
+		tl = PR_BP_TEXT_MAX;
+	if (!valid_text(text ? text : "", tl))
+		return -EINVAL;
+	len = PR_BP_HDR + 2 + tl;
+	if (!room(cap, *pos, len))
+		return -ENOBUFS;
+	p = buf + *pos;
+	put_hdr(p, len, PR_BP_REFUSE, 0);
+	p[8] = reason;
+	p[9] = (uint8_t)tl;
+	if (tl)
+		memcpy(p + 10, text, tl);
 	*pos += len;
 	return 0;
 }
@@ -483,26 +538,4 @@ void procreg__bp_end(uint8_t *buf, size_t pos, size_t start, uint16_t flags)
 {
 	put32(buf + start, (uint32_t)(pos - start));
 	put16(buf + start + 6, flags);
-}
-
-size_t procreg__bp_auth_input(uint8_t *out, const uint8_t verifier_nonce[PR_BP_NONCE],
-			      const uint8_t prover_nonce[PR_BP_NONCE], const char *prover,
-			      uint64_t prover_incarnation)
-{
-	static const char tag[16] = "procreg-bridge1";
-	size_t n = strlen(prover), len = 0;
-
-	if (n > PR_BP_NODE_MAX)
-		n = PR_BP_NODE_MAX;
-	memcpy(out, tag, 16);
-	len += 16;
-	memcpy(out + len, verifier_nonce, PR_BP_NONCE);
-	len += PR_BP_NONCE;
-	memcpy(out + len, prover_nonce, PR_BP_NONCE);
-	len += PR_BP_NONCE;
-	out[len++] = (uint8_t)n;
-	memcpy(out + len, prover, n);
-	len += n;
-	put64(out + len, prover_incarnation);
-	return len + 8;
 }

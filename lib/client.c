@@ -4,10 +4,14 @@
  * Writes go to procregd over one SOCK_SEQPACKET connection per handle and
  * process, made on the first call that needs it. Calls on one handle
  * serialise on its io mutex, so each call sees its own replies in order.
+ * Between replies the daemon may send a notice (a name lost) in a packet
+ * of its own: whoever reads the connection keeps it for procreg_lost().
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -18,6 +22,27 @@
 #include "probes.h"
 #include "proto.h"
 #include "procreg_version.h"
+
+/* A notice of a name lost, kept until procreg_lost() takes it. */
+struct pr_lost_note {
+	struct pr_lost_note *next;
+	int reason;
+	pid_t winner;
+	uint64_t time_ns;
+	char name[PROCREG_NAME_MAX + 1];
+	char node[64];
+};
+
+static void lost_free(procreg_t *reg)
+{
+	while (reg->lost) {
+		struct pr_lost_note *n = reg->lost;
+
+		reg->lost = n->next;
+		free(n);
+	}
+	reg->lost_tail = &reg->lost;
+}
 
 PROCREG_API const char *procreg_version(void)
 {
@@ -90,6 +115,7 @@ PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 		return NULL;
 	}
 	pthread_mutex_init(&reg->io, NULL);
+	reg->lost_tail = &reg->lost;
 	return reg;
 }
 
@@ -102,6 +128,7 @@ PROCREG_API void procreg_close(procreg_t *reg)
 		close(reg->fd);
 	procreg__unmap(&reg->map);
 	pthread_mutex_destroy(&reg->io);
+	lost_free(reg);
 	free(reg->out);
 	free(reg->in);
 	free(reg);
@@ -230,9 +257,9 @@ static int connect_to(procreg_t *reg, int flags, char path[PR_SOCKET_PATH_MAX])
 	return fd;
 }
 
-/* READERS frames for this process's pages on FD, without waiting for the
- * replies: the caller reads them (WAIT) or closes FD. */
-static int send_pages(procreg_t *reg, int fd, bool wait)
+/* READERS frames for this process's pages on FD, a connection with a quiet
+ * HELLO: sent, never answered. */
+static int send_pages(procreg_t *reg, int fd)
 {
 	int fds[PR_RPAGES_MAX], n = procreg__rcu_page_fds(&reg->rcu, fds, PR_RPAGES_MAX);
 	uint8_t frame[PR_FRAME_HDR];
@@ -242,26 +269,26 @@ static int send_pages(procreg_t *reg, int fd, bool wait)
 		int err;
 
 		procreg__proto_put(frame, &pos, PR_OP_READERS, 0, 0, 0, NULL, 0, NULL, 0);
-		err = wait ? exchange(fd, frame, pos, fds[i], reg->in, PR_OP_READERS)
-			   : send_packet(fd, frame, pos, fds[i], MSG_DONTWAIT);
-		/* Refused (a quota, say): this process reads unprotected. */
-		if (err == -ECONNRESET || err == -EAGAIN || err == -EPROTO)
+		err = send_packet(fd, frame, pos, fds[i], MSG_DONTWAIT);
+		if (err)
 			return err;
 	}
 	return 0;
 }
 
-/* HELLO, with our own pidfd: it proves who we are where the daemon's
- * kernel cannot give it one (SO_PEERPIDFD arrived in 6.5). WAIT: for the
- * reply (its status); else the daemon is asked to send nothing back on
- * this connection (PR_F_QUIET), which is sent and left. */
-static int say_hello(int fd, bool wait, uint8_t *buf)
+/* HELLO with FLAGS (PR_HELLO_*), and our own pidfd: it proves who we are
+ * where the daemon's kernel cannot give it one (SO_PEERPIDFD arrived in
+ * 6.5). WAIT: for the reply (its status); else the daemon is asked to
+ * send nothing back on this connection (PR_HELLO_QUIET), which is sent
+ * and left. */
+static int say_hello(int fd, bool wait, uint8_t *buf, uint32_t flags)
 {
 	int pidfd = procreg__pidfd_open(procreg__self_pid()), err;
 	uint8_t hello[64];
 	size_t pos = 0;
 
-	procreg__proto_put_hello(hello, &pos, PR_OP_HELLO, wait ? 0 : PR_F_QUIET, 0, 0);
+	procreg__proto_put_hello_flags(hello, &pos, PR_OP_HELLO, 0, 0,
+				       wait ? flags : flags | PR_HELLO_QUIET);
 	err = wait ? exchange(fd, hello, pos, pidfd, buf, PR_OP_HELLO)
 		   : send_packet(fd, hello, pos, pidfd, MSG_DONTWAIT);
 	if (pidfd >= 0)
@@ -269,36 +296,56 @@ static int say_hello(int fd, bool wait, uint8_t *buf)
 	return err;
 }
 
-/* A new connection to the daemon, past HELLO, with our reader pages
- * handed over: the fd, or a negative errno. Under reg->io (it uses
- * reg->in). */
-static int dial(procreg_t *reg)
+/* Our reader pages to the daemon on a connection of their own, without
+ * waiting for it: a quiet HELLO, one READERS packet a page, and close (the
+ * daemon handles what was sent before the close). 0, or a negative errno
+ * when they could not be sent. */
+static int hand_over_pages(procreg_t *reg)
+{
+	char path[PR_SOCKET_PATH_MAX];
+	uint8_t buf[64];
+	int fd, err, any;
+
+	/* A process that never read has no page: no connection for it. */
+	if (!procreg__rcu_page_fds(&reg->rcu, &any, 1))
+		return 0;
+	fd = connect_to(reg, SOCK_NONBLOCK, path);
+	if (fd < 0)
+		return fd;
+	err = say_hello(fd, false, buf, 0);
+	if (!err)
+		err = send_pages(reg, fd);
+	close(fd);
+	return err;
+}
+
+/* A new connection to the daemon, past HELLO (with FLAGS, PR_HELLO_*):
+ * the fd, or a negative errno. Our reader pages go too, on a connection of
+ * their own (replies on this one are the caller's): an announcement may
+ * have failed (the daemon's backlog full, say); the daemon keeps one copy
+ * of each page. Under reg->io (it uses reg->in). */
+static int dial(procreg_t *reg, uint32_t flags)
 {
 	int fd = connect_to(reg, 0, reg->socket), err;
 
 	if (fd < 0)
 		return fd;
-	err = say_hello(fd, true, reg->in);
-	/* Pages an announcement could not hand over (the daemon's backlog
-	 * was full, say) go now; the daemon keeps one copy of each. */
-	if (!err)
-		err = send_pages(reg, fd, true);
+	err = say_hello(fd, true, reg->in, flags);
 	if (err) {
 		close(fd);
 		return err;
 	}
+	hand_over_pages(reg);
 	return fd;
 }
 
 /*
  * Hand this process's reader pages to the daemon that now serves the
  * table, once per daemon start (and again after a new page): called from
- * the read paths, so it never waits. A non-blocking connection of its
- * own, a quiet HELLO and one READERS packet a page, and close: the daemon
- * handles what was sent before the close. If that fails (its backlog
- * full, no fd left), reads stay correct, unprotected; it is tried again a
- * second later, and the next call that talks to the daemon hands the
- * pages over too (dial).
+ * the read paths, so it never waits (hand_over_pages). If that fails (the
+ * daemon's backlog full, no fd left), reads stay correct, unprotected; it
+ * is tried again a second later, and the next call that talks to the
+ * daemon hands the pages over too (dial).
  */
 #define ANNOUNCE_RETRY_NS 1000000000ull
 
@@ -306,24 +353,17 @@ void procreg__announce(procreg_t *reg)
 {
 	uint64_t gen = PR_LOAD_ACQ(&reg->map.hdr->daemon_gen);
 	uint64_t was = PR_LOAD_RELAXED(&reg->rcu.announced);
-	char path[PR_SOCKET_PATH_MAX];
-	uint8_t buf[64];
-	int fd, err;
+	int err;
 
 	/* One thread does it for the handle, and not again before its
 	 * time after a failure. */
 	if (was == gen || procreg__mono_ns() < PR_LOAD_RELAXED(&reg->rcu.announce_after) ||
 	    uatomic_cmpxchg(&reg->rcu.announced, was, gen) != was)
 		return;
-	fd = connect_to(reg, SOCK_NONBLOCK, path);
-	if (fd == -ECONNREFUSED)
-		return; /* no daemon: the next one to start bumps daemon_gen */
-	err = fd < 0 ? fd : say_hello(fd, false, buf);
-	if (!err)
-		err = send_pages(reg, fd, false);
-	if (fd >= 0)
-		close(fd);
-	if (err) {
+	err = hand_over_pages(reg);
+	if (err && err != -ECONNREFUSED) {
+		/* No daemon (ECONNREFUSED): the next to start bumps
+		 * daemon_gen. Anything else: again a second later. */
 		uatomic_set(&reg->rcu.announce_after, procreg__mono_ns() + ANNOUNCE_RETRY_NS);
 		uatomic_cmpxchg(&reg->rcu.announced, gen, 0);
 	}
@@ -337,9 +377,12 @@ static int connect_daemon(procreg_t *reg)
 	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
 		return 0;
 	/* A connection inherited through fork() identifies the parent: leave
-	 * it to the parent and make our own. */
+	 * it to the parent and make our own. So are the notices it read:
+	 * names the parent lost, not us. */
+	if (reg->fd >= 0)
+		lost_free(reg);
 	reg->fd = -1;
-	fd = dial(reg);
+	fd = dial(reg, PR_HELLO_NOTICES);
 	if (fd < 0)
 		return fd;
 	reg->fd = fd;
@@ -354,7 +397,8 @@ PROCREG_API int procreg_feed_fd(procreg_t *reg)
 	int fd, err;
 
 	pthread_mutex_lock(&reg->io);
-	fd = dial(reg);
+	/* No notices here: procreg_feed_fd_clear() reads nothing it gets. */
+	fd = dial(reg, 0);
 	if (fd >= 0) {
 		procreg__proto_put(frame, &pos, PR_OP_SUBSCRIBE, 0, 1, 0, NULL, 0, NULL, 0);
 		err = exchange(fd, frame, pos, -1, reg->in, PR_OP_SUBSCRIBE);
@@ -401,6 +445,54 @@ static int send_fresh(procreg_t *reg, size_t len, int pass_fd)
 	return err;
 }
 
+/* The packet BUF[0..len): if it holds notices, keep them for
+ * procreg_lost() and return 1; 0 if it is something else (a reply);
+ * -EPROTO for a notice that does not decode. Under reg->io. */
+static int take_notices(procreg_t *reg, const uint8_t *buf, size_t len)
+{
+	struct pr_frame f;
+	size_t pos = 0;
+	int r, n = 0;
+
+	while ((r = procreg__proto_next(buf, len, &pos, &f)) == 1 &&
+	       f.h.op == (PR_OP_LOST | PR_OP_REPLY)) {
+		struct pr_lost_note *note = calloc(1, sizeof(*note));
+
+		if (!note)
+			return -ENOMEM;
+		note->reason = (int)f.arg;
+		note->winner = (pid_t)f.pid;
+		note->time_ns = f.time_ns;
+		memcpy(note->name, f.name, f.name_len < PROCREG_NAME_MAX ? f.name_len : PROCREG_NAME_MAX);
+		memcpy(note->node, f.meta, f.meta_len < sizeof(note->node) - 1 ? f.meta_len
+									 : sizeof(note->node) - 1);
+		*reg->lost_tail = note;
+		reg->lost_tail = &note->next;
+		n++;
+	}
+	if (r < 0 && (n || (pos >= PR_FRAME_HDR && f.h.op == (PR_OP_LOST | PR_OP_REPLY))))
+		return -EPROTO;
+	return n > 0;
+}
+
+/* The next packet that is not notices (those are kept): its length, or a
+ * negative errno. Under reg->io. */
+static ssize_t recv_reply(procreg_t *reg)
+{
+	for (;;) {
+		ssize_t n = recv_packet(reg->fd, reg->in);
+		int r;
+
+		if (n < 0)
+			return n;
+		r = take_notices(reg, reg->in, (size_t)n);
+		if (r < 0)
+			return r;
+		if (!r)
+			return n;
+	}
+}
+
 /* One request frame (already in reg->out), one reply. Under reg->io. */
 static int roundtrip(procreg_t *reg, size_t len, uint32_t id, int pass_fd)
 {
@@ -411,7 +503,7 @@ static int roundtrip(procreg_t *reg, size_t len, uint32_t id, int pass_fd)
 
 	if (err)
 		goto broken;
-	n = recv_packet(reg->fd, reg->in);
+	n = recv_reply(reg);
 	if (n < 0) {
 		err = (int)n;
 		goto broken;
@@ -485,6 +577,7 @@ PROCREG_API int procreg_register_opts(procreg_t *reg, const char *name, const vo
 				   PROCREG_LEASE_MARK;
 	unsigned int flags = 0;
 	uint32_t lease = 0;
+	int sig = 0;
 
 	if (o) {
 		if (o->sz < sizeof(size_t))
@@ -494,14 +587,20 @@ PROCREG_API int procreg_register_opts(procreg_t *reg, const char *name, const vo
 			flags = o->flags;
 		if (o->sz >= offsetof(struct procreg_register_opts, lease_ms) + sizeof(o->lease_ms))
 			lease = o->lease_ms;
+		if (o->sz >= offsetof(struct procreg_register_opts, lost_signal) +
+				     sizeof(o->lost_signal))
+			sig = o->lost_signal;
 	}
 	if (flags & ~known)
 		return -EINVAL;
 	if ((flags & PROCREG_LEASE_MARK) && !lease)
 		return -EINVAL;
+	if (sig < 0 || sig >= NSIG || sig > (PR_F_SIGNAL_MASK >> PR_F_SIGNAL_SHIFT))
+		return -EINVAL;
 	/* The public flags are the wire's. */
-	return name_request_arg(reg, PR_OP_REGISTER, (uint16_t)flags, -1, name, meta, meta_len,
-				lease);
+	return name_request_arg(reg, PR_OP_REGISTER,
+				(uint16_t)(flags | (unsigned int)sig << PR_F_SIGNAL_SHIFT), -1, name,
+				meta, meta_len, lease);
 }
 
 PROCREG_API int procreg_refresh(procreg_t *reg, const char *name)
@@ -621,7 +720,7 @@ static int batch_collect(procreg_t *reg, struct procreg_op *ops, size_t n)
 {
 	struct pr_frame f;
 	size_t pos = 0;
-	ssize_t len = recv_packet(reg->fd, reg->in);
+	ssize_t len = recv_reply(reg);
 	int r;
 
 	if (len < 0)
@@ -667,6 +766,107 @@ PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n)
 	pthread_mutex_unlock(&reg->io);
 	PR_TRACE(procreg, batch, n, err, t0 ? procreg__mono_ns() - t0 : 0);
 	return err;
+}
+
+/* ---- names lost -------------------------------------------------------- */
+
+/* What the connection has now, without waiting: notices kept, anything
+ * else a protocol error (no request is under way: io is held). 0, or a
+ * negative errno (the connection is then dropped). Under reg->io. */
+static int drain_notices(procreg_t *reg)
+{
+	for (;;) {
+		ssize_t n = recv(reg->fd, reg->in, PR_PACKET_MAX, MSG_DONTWAIT);
+		int r;
+
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		r = n < 0 ? -errno : n == 0 ? -ECONNRESET : take_notices(reg, reg->in, (size_t)n);
+		if (r <= 0) {
+			disconnect(reg);
+			return r < 0 ? r : -EPROTO;
+		}
+	}
+}
+
+static void lost_fill(struct procreg_lost *out, const struct pr_lost_note *n)
+{
+	struct procreg_lost l = { .sz = out->sz, .reason = n->reason, .winner_pid = n->winner,
+				  .time_ns = n->time_ns };
+
+	memcpy(l.name, n->name, sizeof(l.name));
+	memcpy(l.node, n->node, sizeof(l.node));
+	/* Only what the caller's struct holds. */
+	memcpy(out, &l, out->sz < sizeof(l) ? out->sz : sizeof(l));
+}
+
+static uint64_t ms_now(void)
+{
+	return procreg__mono_ns() / 1000000ull;
+}
+
+PROCREG_API int procreg_lost(procreg_t *reg, struct procreg_lost *out, int timeout_ms)
+{
+	uint64_t deadline = timeout_ms > 0 ? ms_now() + (uint64_t)timeout_ms : 0;
+
+	if (!out || out->sz < offsetof(struct procreg_lost, name) + sizeof(out->name))
+		return -EINVAL;
+	for (;;) {
+		struct pr_lost_note *n;
+		struct pollfd p;
+		int err, wait_ms, r;
+
+		pthread_mutex_lock(&reg->io);
+		err = connect_daemon(reg);
+		if (!err && !reg->lost)
+			err = drain_notices(reg);
+		n = reg->lost;
+		if (n) {
+			reg->lost = n->next;
+			if (!reg->lost)
+				reg->lost_tail = &reg->lost;
+		}
+		p = (struct pollfd){ .fd = reg->fd, .events = POLLIN };
+		pthread_mutex_unlock(&reg->io);
+		if (n) {
+			lost_fill(out, n);
+			free(n);
+			return 0;
+		}
+		if (err)
+			return err;
+		if (timeout_ms == 0)
+			return -ETIMEDOUT;
+		wait_ms = -1;
+		if (timeout_ms > 0) {
+			uint64_t now = ms_now();
+
+			if (now >= deadline)
+				return -ETIMEDOUT;
+			wait_ms = (int)(deadline - now);
+		}
+		/* Outside io: a request on another thread may read the notice
+		 * first (and keep it), or drop the connection; either way the
+		 * next turn sees it. */
+		r = poll(&p, 1, wait_ms);
+		if (r < 0 && errno == EINTR)
+			return -EINTR;
+		if (r == 0)
+			return -ETIMEDOUT;
+	}
+}
+
+PROCREG_API int procreg_lost_fd(procreg_t *reg)
+{
+	int err, fd;
+
+	pthread_mutex_lock(&reg->io);
+	err = connect_daemon(reg);
+	fd = reg->fd;
+	pthread_mutex_unlock(&reg->io);
+	return err ? err : fd;
 }
 
 PROCREG_API const char *procreg_strerror(int err)

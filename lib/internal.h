@@ -445,6 +445,9 @@ struct procreg {
 	uint32_t next_id;
 	char socket[PR_SOCKET_PATH_MAX];
 	uint8_t *out, *in;        /* PR_PACKET_MAX bytes each */
+	/* Notices of names lost, read from fd between replies and not yet
+	 * taken by procreg_lost(): oldest first. Under io. */
+	struct pr_lost_note *lost, **lost_tail;
 };
 
 pid_t procreg__self_pid(void);

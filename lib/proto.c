@@ -16,21 +16,48 @@ struct name_body {
 	uint32_t arg;       /* REGISTER: lease in milliseconds, 0 for none */
 };
 
+struct lost_body {
+	uint16_t name_len;
+	uint16_t node_len;
+	uint32_t reason;
+	uint32_t winner;
+	uint32_t reserved;
+	uint64_t time_ns;
+};
+
 static int decode_body(struct pr_frame *f)
 {
 	struct name_body nb;
 	uint16_t op = f->h.op & (uint16_t)~PR_OP_REPLY;
 
-	/* Replies carry a body only for HELLO; the op of any other reply is
-	 * the request's, echoed, whatever it was. */
-	if ((f->h.op & PR_OP_REPLY) && op != PR_OP_HELLO)
+	/* Replies carry a body only for HELLO, and the LOST notice; the op
+	 * of any other reply is the request's, echoed, whatever it was. */
+	if ((f->h.op & PR_OP_REPLY) && op != PR_OP_HELLO && op != PR_OP_LOST)
 		return 0;
 	switch (op) {
 	case PR_OP_HELLO:
 		if (f->body_len < 8)
 			return -EPROTO;
 		memcpy(&f->version, f->body, 4);
+		memcpy(&f->arg, f->body + 4, 4);
 		return 0;
+	case PR_OP_LOST: {
+		struct lost_body lb;
+
+		if (!(f->h.op & PR_OP_REPLY) || f->body_len < sizeof(lb))
+			return -EPROTO;
+		memcpy(&lb, f->body, sizeof(lb));
+		if (sizeof(lb) + (size_t)lb.name_len + lb.node_len > f->body_len)
+			return -EPROTO;
+		f->name = (const char *)f->body + sizeof(lb);
+		f->name_len = lb.name_len;
+		f->meta = f->body + sizeof(lb) + lb.name_len;
+		f->meta_len = lb.node_len;
+		f->arg = lb.reason;
+		f->pid = lb.winner;
+		f->time_ns = lb.time_ns;
+		return 0;
+	}
 	case PR_OP_REGISTER:
 	case PR_OP_UNREGISTER:
 	case PR_OP_JOIN:
@@ -101,12 +128,33 @@ int procreg__proto_put(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
 	return 0;
 }
 
-int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
-			     uint32_t id, int32_t status)
+int procreg__proto_put_hello_flags(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
+				   int32_t status, uint32_t flags)
 {
-	uint32_t body[2] = { PR_PROTO_VERSION, 0 };
+	uint32_t body[2] = { PR_PROTO_VERSION, flags };
 
-	return procreg__proto_put(buf, pos, op, flags, id, status, body, sizeof(body), NULL, 0);
+	return procreg__proto_put(buf, pos, op, 0, id, status, body, sizeof(body), NULL, 0);
+}
+
+int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
+			     int32_t status)
+{
+	return procreg__proto_put_hello_flags(buf, pos, op, id, status, 0);
+}
+
+int procreg__proto_put_lost(uint8_t *buf, size_t *pos, const char *name, size_t name_len,
+			    const char *node, uint32_t reason, uint32_t winner, uint64_t time_ns)
+{
+	uint8_t body[sizeof(struct lost_body) + PROCREG_NAME_MAX];
+	size_t node_len = strlen(node);
+	struct lost_body lb = { (uint16_t)name_len, (uint16_t)node_len, reason, winner, 0, time_ns };
+
+	if (name_len > PROCREG_NAME_MAX || node_len > 255)
+		return -EINVAL;
+	memcpy(body, &lb, sizeof(lb));
+	memcpy(body + sizeof(lb), name, name_len);
+	return procreg__proto_put(buf, pos, PR_OP_LOST | PR_OP_REPLY, 0, 0, 0, body,
+				  sizeof(lb) + name_len, node, node_len);
 }
 
 size_t procreg__proto_name_size(size_t name_len, size_t meta_len)

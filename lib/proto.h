@@ -17,10 +17,14 @@
  * cannot send, so a client that never reads only stalls itself.
  *
  * Requests:
- *   HELLO       u32 version, u32 reserved. Must be the first frame of a
+ *   HELLO       u32 version, u32 flags. Must be the first frame of a
  *               connection, alone in its packet; may carry the client's own
  *               pidfd (pidfd_open(getpid())) as SCM_RIGHTS, which the daemon
  *               uses where the kernel lacks SO_PEERPIDFD. Reply: u32 version.
+ *               flags PR_HELLO_NOTICES: the client takes notices (LOST,
+ *               below) on this connection, between replies;
+ *               PR_HELLO_QUIET: nothing is sent back on this connection, not
+ *               even the reply to HELLO (see below).
  *   REGISTER    u16 name_len, u16 meta_len, u32 lease_ms; name; meta.
  *               flags PR_F_PIDFD: the owner is the process of the pidfd
  *               passed as SCM_RIGHTS with this packet (one frame per packet);
@@ -28,6 +32,9 @@
  *               below. A queued request is answered -EINPROGRESS; the name
  *               is published for it (event TRANSFERRED) when its turn comes.
  *               lease_ms > 0: the owner must REFRESH within that time.
+ *               flags bits 8..14 (PR_F_SIGNAL): a signal number, 0 for
+ *               none; the owner gets that signal if it loses a name to
+ *               another node's registration (it applies to the process).
  *   UNREGISTER  u16 name_len, u16 reserved, u32 reserved; name.
  *   SYNC        empty. Answered after every death already signalled.
  *   JOIN        as REGISTER; the name is a group, the metadata the
@@ -45,7 +52,7 @@
  *               reader quotas (the sender's reads stay correct, unprotected:
  *               rcu.c), -EEXIST for a page it already has.
  *
- * A client may send and close without reading: with PR_F_QUIET on its
+ * A client may send and close without reading: with PR_HELLO_QUIET in its
  * HELLO, the daemon sends nothing back on that connection (no reply left
  * unread when the client closes, which would reset the connection and
  * lose the packets still queued), and handles every packet sent before
@@ -59,6 +66,14 @@
  * its connection unanswered; none of its frames is carried out. The daemon
  * closes every fd it receives, keeping a copy only of a pidfd it accepts
  * (and a mapping of a reader page).
+ *
+ * Notices, from the daemon unasked, each in a packet of its own, only on a
+ * connection whose HELLO set PR_HELLO_NOTICES:
+ *   LOST        op PR_OP_LOST | PR_OP_REPLY, id 0: u16 name_len,
+ *               u16 node_len, u32 reason (PROCREG_LOST_*), u32 winner pid,
+ *               u32 reserved, u64 time_ns (CLOCK_REALTIME); name; node.
+ *               A name of the process at the other end was taken from it
+ *               (sent to each of its connections that asked).
  *
  * A malformed frame is answered with -EBADMSG (the rest of its packet with
  * -ECANCELED) where its header could be read, else the connection closes.
@@ -87,7 +102,8 @@ enum pr_op {
 	PR_OP_REFRESH = 7,
 	PR_OP_SUBSCRIBE = 8,
 	PR_OP_NOTIFY = 9,
-	PR_OP_READERS = 10,
+	PR_OP_LOST = 10,
+	PR_OP_READERS = 11,
 	PR_OP_REPLY = 0x8000,
 };
 
@@ -97,7 +113,10 @@ enum pr_op {
 #define PR_F_REPLACEABLE 0x8  /* REGISTER: a later PR_F_REPLACE may take it over */
 #define PR_F_LEASE_MARK 0x10  /* REGISTER: an expired lease marks the name unhealthy
 			       * instead of releasing it */
-#define PR_F_QUIET 0x20       /* HELLO: nothing is sent back on this connection */
+#define PR_F_SIGNAL_SHIFT 8   /* REGISTER: the signal on losing a name (bits 8..14) */
+#define PR_F_SIGNAL_MASK 0x7f00
+#define PR_HELLO_NOTICES 0x1  /* HELLO flags: notices welcome */
+#define PR_HELLO_QUIET 0x2    /* HELLO flags: nothing is sent back on this connection */
 
 struct pr_frame_hdr {
 	uint16_t op;
@@ -119,8 +138,10 @@ struct pr_frame {
 	size_t name_len;
 	const void *meta;
 	size_t meta_len;
-	uint32_t arg;       /* REGISTER: lease_ms */
+	uint32_t arg;       /* REGISTER: lease_ms; HELLO: flags; LOST: reason */
 	uint32_t version;   /* HELLO */
+	uint32_t pid;       /* LOST: the winner's */
+	uint64_t time_ns;   /* LOST */
 };
 
 /* Next frame of BUF[*pos..len). 1 and *f filled, 0 at the end, -EBADMSG if
@@ -140,8 +161,16 @@ int procreg__proto_put(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
 		       uint32_t id, int32_t status, const void *a, size_t alen,
 		       const void *b, size_t blen);
 /* HELLO (op PR_OP_HELLO) or its reply (PR_OP_HELLO | PR_OP_REPLY). */
-int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
-			     uint32_t id, int32_t status);
+int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
+			     int32_t status);
+/* The same, with the HELLO's flags (PR_HELLO_*). */
+int procreg__proto_put_hello_flags(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
+				   int32_t status, uint32_t flags);
+/* A LOST notice: NAME lost to NODE's registration (pid WINNER), for REASON,
+ * at TIME_NS. A decoded one: f->name, f->meta (the node), f->arg (the
+ * reason), f->pid, f->time_ns. */
+int procreg__proto_put_lost(uint8_t *buf, size_t *pos, const char *name, size_t name_len,
+			    const char *node, uint32_t reason, uint32_t winner, uint64_t time_ns);
 int procreg__proto_put_name(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
 			    uint32_t id, const char *name, size_t name_len,
 			    const void *meta, size_t meta_len);

@@ -2,10 +2,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -457,6 +459,131 @@ size_t th_fake_snap(uint8_t *buf, size_t cap, uint64_t inc, uint32_t part, uint6
 	}
 	procreg__bp_end(buf, pos, start, last ? PR_BP_SNAP_LAST : 0);
 	return pos;
+}
+
+int th_dial(const char *listen)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_port = htons((uint16_t)atoi(strchr(listen, ':') + 1));
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* More bytes from the daemon: 0, or -ECONNRESET at its end. */
+static int peer_fill(struct th_peer *p)
+{
+	ssize_t n;
+
+	assert_true(p->in_len < sizeof(p->in));
+	n = read(p->fd, p->in + p->in_len, sizeof(p->in) - p->in_len);
+	if (n <= 0)
+		return -ECONNRESET;
+	p->in_len += (size_t)n;
+	return 0;
+}
+
+static void peer_consume(struct th_peer *p, size_t n)
+{
+	memmove(p->in, p->in + n, p->in_len - n);
+	p->in_len -= n;
+}
+
+int th_peer_connect(struct th_peer *p, const char *listen, const char *name, uint64_t inc,
+		    const char *cookie)
+{
+	struct pr_bs_config bc = { .cookie = (const uint8_t *)cookie, .cookie_len = strlen(cookie),
+				   .node = name, .incarnation = inc, .addr = "", .dialer = true };
+	uint8_t out[PR_BS_HELLO_MAX + 64];
+	size_t pos = 0;
+	int r;
+
+	memset(p, 0, sizeof(*p));
+	p->fd = th_dial(listen);
+	assert_int_equal(procreg__bs_new(&p->bs, &bc), 0);
+	assert_int_equal(procreg__bs_hello(p->bs, out, sizeof(out), &pos), 0);
+	assert_int_equal(write(p->fd, out, pos), (ssize_t)pos);
+	for (;;) {
+		struct pr_bp_frame f;
+		size_t fp = 0;
+
+		r = procreg__bp_next(p->in, p->in_len, &fp, &f);
+		assert_true(r >= 0);
+		if (r == 0) {
+			if (peer_fill(p) < 0)
+				return -ECONNRESET;
+			continue;
+		}
+		memcpy(p->frame, p->in, fp);
+		if (f.type == PR_BP_REFUSE) {
+			peer_consume(p, fp);
+			continue; /* the connection's end follows */
+		}
+		pos = 0;
+		r = procreg__bs_handshake(p->bs, p->in, &f, out, sizeof(out), &pos);
+		peer_consume(p, fp);
+		if (pos)
+			assert_int_equal(write(p->fd, out, pos), (ssize_t)pos);
+		if (r != PR_BS_MORE)
+			return r == PR_BS_UP ? 0 : r;
+	}
+}
+
+void th_peer_send(struct th_peer *p, const uint8_t *buf, size_t len)
+{
+	static uint8_t rec[PR_BS_REC_MAX];
+
+	while (len) {
+		size_t n = len > PR_BS_PT_MAX ? PR_BS_PT_MAX : len;
+
+		assert_int_equal(procreg__bs_seal(p->bs, buf, n, rec), 0);
+		assert_int_equal(write(p->fd, rec, n + PR_BS_OVERHEAD), (ssize_t)(n + PR_BS_OVERHEAD));
+		buf += n;
+		len -= n;
+	}
+}
+
+void th_peer_expect(struct th_peer *p, uint8_t type, struct pr_bp_frame *f)
+{
+	for (;;) {
+		size_t fp = 0, used = 0, n = 0;
+		int r = procreg__bp_next(p->pt, p->pt_len, &fp, f);
+
+		assert_true(r >= 0);
+		if (r == 1) {
+			bool want = f->type == type;
+
+			memcpy(p->frame, p->pt, fp);
+			memmove(p->pt, p->pt + fp, p->pt_len - fp);
+			p->pt_len -= fp;
+			if (want) {
+				size_t q = 0;
+
+				assert_int_equal(procreg__bp_next(p->frame, fp, &q, f), 1);
+				return;
+			}
+			continue;
+		}
+		r = procreg__bs_open(p->bs, p->in, p->in_len, &used, p->pt + p->pt_len, &n);
+		assert_true(r >= 0);
+		if (r == 1) {
+			p->pt_len += n;
+			peer_consume(p, used);
+			continue;
+		}
+		assert_int_equal(peer_fill(p), 0);
+	}
+}
+
+void th_peer_close(struct th_peer *p)
+{
+	if (p->fd >= 0)
+		close(p->fd);
+	p->fd = -1;
+	procreg__bs_free(p->bs);
+	p->bs = NULL;
 }
 
 long th_status_kb(pid_t pid, const char *key)

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 
 #include "harness.h"
+#include "bridge_sec.h"
 
 struct th_node {
 	char name[16];
@@ -118,6 +119,36 @@ size_t th_fake_change(uint8_t *buf, size_t cap, uint64_t inc, uint64_t seq, cons
  * (NULL-terminated), each registered at STAMP. */
 size_t th_fake_snap(uint8_t *buf, size_t cap, uint64_t inc, uint32_t part, uint64_t stamp,
 		    const char *const *names, bool last);
+
+/* A hand-made node speaking the mesh's protocol over a blocking socket:
+ * the handshake of bridge_sec.h, then frames in encrypted records. Big:
+ * make it static. */
+struct th_peer {
+	int fd;
+	struct pr_bs *bs;
+	uint8_t in[2 * PR_BS_REC_MAX];  /* from the socket */
+	size_t in_len;
+	uint8_t pt[PR_BP_FRAME_MAX + PR_BS_PT_MAX]; /* opened, not yet read as frames */
+	size_t pt_len;
+	uint8_t frame[PR_BP_FRAME_MAX]; /* the frame th_peer_expect() returned */
+};
+
+/* The loopback port of "host:port" LISTEN, connected to (the test fails
+ * if it cannot be): the fd. */
+int th_dial(const char *listen);
+/* Dial LISTEN and go through the handshake as node NAME (incarnation INC)
+ * with the cookie COOKIE (its text, no newline): 0 once the daemon proved
+ * itself, else the handshake's error (-EACCES: a wrong proof; -ECONNRESET:
+ * the daemon closed the connection, a REFUSE in P->frame if it sent one). */
+int th_peer_connect(struct th_peer *p, const char *listen, const char *name, uint64_t inc,
+		    const char *cookie);
+/* Frames BUF[0..len) to the daemon, sealed in as many records as it takes. */
+void th_peer_send(struct th_peer *p, const uint8_t *buf, size_t len);
+/* The next frame of TYPE from the daemon (others are skipped), in *F
+ * (pointing into P->frame until the next call). */
+void th_peer_expect(struct th_peer *p, uint8_t type, struct pr_bp_frame *f);
+/* Close the connection and free the channel. */
+void th_peer_close(struct th_peer *p);
 
 /* The figure of KEY (in kB) in /proc/PID/status; -1 if it has none. */
 long th_status_kb(pid_t pid, const char *key);

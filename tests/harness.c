@@ -489,7 +489,7 @@ int th_raw_try_hello(int fd)
 			      .msg_controllen = sizeof(u.b) };
 	ssize_t n;
 
-	procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 0, 1, 0);
+	procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 1, 0);
 	iov.iov_len = pos;
 	u.h.cmsg_level = SOL_SOCKET;
 	u.h.cmsg_type = SCM_RIGHTS;

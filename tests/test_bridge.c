@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +21,6 @@
 #include "cluster.h"
 #include "internal.h"
 #include "bridge_proto.h"
-
-#include <openssl/evp.h>
 
 #define NODES_MAX 5
 #define WAIT_MS 10000
@@ -229,9 +228,12 @@ static void test_wrong_cookie_refused(void **state)
 	assert_int_equal(start_node_cookie(c, 3, bad, (const int[]){ 0, -1 }), 0);
 	assert_int_equal(procreg_register(c->n[3].reg, "intruder", NULL, 0), 0);
 
-	/* Refused and logged (by whichever side checked the other's MAC
-	 * first; usually both). */
-	lp = (struct logprobe){ c->n[0].d.log, "authentication failed", c->n[3].d.log };
+	/* Refused and logged on both sides: the node dialed checks the
+	 * dialer's proof and says why it drops the connection. */
+	lp = (struct logprobe){ c->n[0].d.log, "authentication failed (another cookie", NULL };
+	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	lp = (struct logprobe){ c->n[3].d.log,
+				"refused by the other side (version 3): authentication failed", NULL };
 	assert_true(th_until(probe_log, &lp, WAIT_MS));
 	/* Nothing crossed, either way. */
 	th_msleep(300);
@@ -289,6 +291,167 @@ static void conflict_round(struct cluster *c, const char *name, const char *meta
 	th_wait(second);
 }
 
+/* What the loser of "job" learned through the library (written to a pipe
+ * by the child that held it). */
+struct lost_report {
+	int first;                  /* procreg_lost() once the fd was readable */
+	int second;                 /* procreg_lost() again: nothing more */
+	int polled;                 /* poll() on procreg_lost_fd() */
+	struct procreg_lost l;
+};
+
+/* The child: register "job" on the table of DIR, say so on OUT, then wait
+ * on procreg_lost_fd() for the notice and report it. */
+static int loser_child(const char *dir, int out)
+{
+	procreg_t *r = th_open(dir);
+	struct lost_report rep = { 0 };
+	struct pollfd p;
+	char ok = 'r';
+
+	if (!r || procreg_register(r, "job", "loser", 5) != 0)
+		return 10;
+	if (write(out, &ok, 1) != 1)
+		return 11;
+	p = (struct pollfd){ .fd = procreg_lost_fd(r), .events = POLLIN };
+	rep.polled = poll(&p, 1, 60000);
+	rep.l.sz = sizeof(rep.l);
+	rep.first = procreg_lost(r, &rep.l, 0);
+	{
+		PROCREG_OPTS(procreg_lost, more);
+
+		rep.second = procreg_lost(r, &more, 0);
+	}
+	if (write(out, &rep, sizeof(rep)) != sizeof(rep))
+		return 12;
+	for (;;)
+		pause();
+}
+
+static pid_t spawn_loser(const char *dir, int *rd)
+{
+	int p[2];
+	pid_t pid;
+	char ok;
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		_exit(loser_child(dir, p[1]));
+	}
+	close(p[1]);
+	assert_int_equal(read(p[0], &ok, 1), 1);
+	*rd = p[0];
+	return pid;
+}
+
+/* Two nodes that could not see each other both gave "job" away, a's the
+ * earlier. Once they meet, the process that held it on b is told, through
+ * the library, on its own connection: the name, the winner's node and pid.
+ * Both daemons log the decision, each its side. */
+static void test_conflict_loser_told(void **state)
+{
+	struct cluster *c = *state;
+	struct lost_report rep;
+	pid_t winner, loser;
+	char line[256];
+	int rd;
+
+	start_node(c, 0, NULL);
+	start_node(c, 1, NULL);
+	winner = spawn_holder(c->n[0].dir, "job");
+	th_msleep(5);
+	loser = spawn_loser(c->n[1].dir, &rd);
+	start_node(c, 2, (const int[]){ 0, 1, -1 });
+	for (int i = 0; i < 3; i++)
+		expect_name(c->n[i].reg, "job", winner, i != 0);
+	assert_int_equal(read(rd, &rep, sizeof(rep)), (ssize_t)sizeof(rep));
+	close(rd);
+	assert_int_equal(rep.polled, 1);
+	assert_int_equal(rep.first, 0);
+	assert_int_equal(rep.l.reason, PROCREG_LOST_CONFLICT);
+	assert_string_equal(rep.l.name, "job");
+	assert_string_equal(rep.l.node, "nodea");
+	assert_int_equal(rep.l.winner_pid, winner);
+	assert_true(rep.l.time_ns > 0);
+	assert_int_equal(rep.second, -ETIMEDOUT);
+	/* Both sides logged it. */
+	snprintf(line, sizeof(line), "bridge: name 'job': node nodea's registration (pid %d), the "
+		 "earlier, wins: local pid %d loses it", (int)winner, (int)loser);
+	assert_true(th_log_has(c->n[1].d.log, line));
+	snprintf(line, sizeof(line), "name 'job': pid %d told it lost it to node nodea's pid %d",
+		 (int)loser, (int)winner);
+	assert_true(th_log_has(c->n[1].d.log, line));
+	snprintf(line, sizeof(line), "bridge: name 'job': node nodeb's registration (pid %d) loses "
+		 "to ours (pid %d), the earlier: kept", (int)loser, (int)winner);
+	th_expect_log(c->n[0].d.log, line, WAIT_MS);
+	/* The loser runs on, told; not signalled (it asked for no signal). */
+	assert_int_equal(kill(loser, 0), 0);
+	kill(winner, SIGKILL);
+	kill(loser, SIGKILL);
+	th_wait(winner);
+	th_wait(loser);
+}
+
+/* procreg run NAME -- CMD on b, while a gave NAME away earlier: once they
+ * meet, CMD gets SIGTERM from b's daemon (procreg run's default), or, with
+ * --on-lost none, runs on. */
+static pid_t run_cli(const char *dir, const char *name, const char *on_lost)
+{
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (on_lost)
+			execl(PROCREG_CLI_PATH, "procreg", "--dir", dir, "run", name, "--on-lost",
+			      on_lost, "--", "sleep", "600", (char *)NULL);
+		else
+			execl(PROCREG_CLI_PATH, "procreg", "--dir", dir, "run", name, "--", "sleep",
+			      "600", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+static void test_run_loser_signalled(void **state)
+{
+	struct cluster *c = *state;
+	pid_t winner1, winner2, termed, spared;
+	int st = 0;
+	char line[256];
+
+	start_node(c, 0, NULL);
+	start_node(c, 1, NULL);
+	winner1 = spawn_holder(c->n[0].dir, "svc-default");
+	winner2 = spawn_holder(c->n[0].dir, "svc-spared");
+	th_msleep(5);
+	termed = run_cli(c->n[1].dir, "svc-default", NULL);
+	spared = run_cli(c->n[1].dir, "svc-spared", "none");
+	expect_name(c->n[1].reg, "svc-default", termed, false);
+	expect_name(c->n[1].reg, "svc-spared", spared, false);
+	start_node(c, 2, (const int[]){ 0, 1, -1 });
+	expect_name(c->n[1].reg, "svc-default", winner1, true);
+	expect_name(c->n[1].reg, "svc-spared", winner2, true);
+	assert_int_equal(waitpid(termed, &st, 0), termed);
+	assert_true(WIFSIGNALED(st));
+	assert_int_equal(WTERMSIG(st), SIGTERM);
+	snprintf(line, sizeof(line), "name 'svc-default': pid %d told it lost it to node nodea's "
+		 "pid %d, sent SIGTERM", (int)termed, (int)winner1);
+	assert_true(th_log_has(c->n[1].d.log, line));
+	snprintf(line, sizeof(line), "name 'svc-spared': pid %d told it lost it to node nodea's pid "
+		 "%d\n", (int)spared, (int)winner2);
+	th_expect_log(c->n[1].d.log, line, WAIT_MS);
+	assert_int_equal(waitpid(spared, &st, WNOHANG), 0);
+	kill(spared, SIGKILL);
+	th_wait(spared);
+	kill(winner1, SIGKILL);
+	kill(winner2, SIGKILL);
+	th_wait(winner1);
+	th_wait(winner2);
+}
+
 /* The earlier registration wins, and the loser's daemon removes its own. */
 static void test_conflict_earlier_wins(void **state)
 {
@@ -334,17 +497,6 @@ static void test_propagation_figures(void **state)
 	th_propagation_figures(c->n[0].reg, c->n[1].reg, c->n[2].reg, "");
 }
 
-static int dial_node(const struct th_node *n)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	sa.sin_port = htons((uint16_t)atoi(strchr(n->listen, ':') + 1));
-	assert_true(fd >= 0);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	return fd;
-}
-
 /* Whatever arrives on the bridge port before authentication, the daemon
  * drops the connection and goes on serving; nothing reaches the table. */
 static void test_hostile_peer(void **state)
@@ -361,7 +513,7 @@ static void test_hostile_peer(void **state)
 	expect_name(c->n[0].reg, "still-here", getpid(), true);
 
 	/* Garbage. */
-	fd = dial_node(&c->n[0]);
+	fd = th_dial(c->n[0].listen);
 	for (size_t i = 0; i < sizeof(buf); i++) {
 		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
 		buf[i] = (uint8_t)s;
@@ -372,7 +524,7 @@ static void test_hostile_peer(void **state)
 	close(fd);
 
 	/* A frame header announcing 60 KiB before authentication. */
-	fd = dial_node(&c->n[0]);
+	fd = th_dial(c->n[0].listen);
 	memset(buf, 'x', sizeof(buf));
 	buf[0] = 0x00, buf[1] = 0xf0, buf[2] = 0, buf[3] = 0; /* len 61440, little-endian */
 	buf[4] = 1;                                             /* HELLO */
@@ -384,7 +536,7 @@ static void test_hostile_peer(void **state)
 	close(fd);
 
 	/* Changes before authentication: refused. */
-	fd = dial_node(&c->n[0]);
+	fd = th_dial(c->n[0].listen);
 	{
 		size_t pos = 0;
 		struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 1,
@@ -474,46 +626,15 @@ static void test_custom_resolver(void **state)
 	assert_true(th_log_has(c->n[3].d.log, "--resolver /nonexistent/resolver.so"));
 }
 
-/* A hand-made node speaking the protocol over a socket. */
+/* A hand-made node "fake" speaking the protocol over a socket. */
 struct fake {
-	int fd;
-	uint8_t in[2 * PR_BP_FRAME_MAX];
-	size_t in_len;
+	struct th_peer p;
 	uint64_t seq;
 };
 
-/* The next frame from the daemon (copied into *F's backing buffer). */
-static void fake_read(struct fake *k, uint8_t type, struct pr_bp_frame *f, uint8_t *copy)
-{
-	for (;;) {
-		size_t pos = 0;
-		int r = procreg__bp_next(k->in, k->in_len, &pos, f);
-		ssize_t n;
-
-		assert_true(r >= 0);
-		if (r == 1) {
-			bool want = f->type == type;
-
-			memcpy(copy, k->in, pos);
-			memmove(k->in, k->in + pos, k->in_len - pos);
-			k->in_len -= pos;
-			if (want) {
-				size_t p2 = 0;
-
-				assert_int_equal(procreg__bp_next(copy, pos, &p2, f), 1);
-				return;
-			}
-			continue;
-		}
-		n = read(k->fd, k->in + k->in_len, sizeof(k->in) - k->in_len);
-		assert_true(n > 0);
-		k->in_len += (size_t)n;
-	}
-}
-
 static void fake_send(struct fake *k, const uint8_t *buf, size_t len)
 {
-	assert_int_equal(write(k->fd, buf, len), (ssize_t)len);
+	th_peer_send(&k->p, buf, len);
 }
 
 static void fake_change_inc(struct fake *k, uint64_t inc, uint64_t seq, const char *name)
@@ -530,27 +651,21 @@ static void fake_change(struct fake *k, uint64_t seq, const char *name)
 
 /* Connect to node N as "fake", incarnation INC: handshake, and the
  * daemon's snapshot read. */
-static void fake_connect(struct fake *k, const struct th_node *n, uint64_t inc, uint8_t *copy)
+static void fake_connect(struct fake *k, const struct th_node *n, uint64_t inc)
 {
-	uint8_t buf[1024], nonce[PR_BP_NONCE], in[PR_BP_AUTH_INPUT_MAX], mac[PR_BP_MAC];
-	const char cookie[] = "a-test-cookie-0123456789";
 	struct pr_bp_frame f;
-	size_t pos = 0, len, maclen = 0;
 
 	memset(k, 0, sizeof(*k));
-	k->fd = dial_node(n);
-	memset(nonce, 0x42, sizeof(nonce));
-	fake_read(k, PR_BP_HELLO, &f, copy);
-	assert_int_equal(procreg__bp_put_hello(buf, sizeof(buf), &pos, inc, nonce, "fake", ""), 0);
-	len = procreg__bp_auth_input(in, f.nonce, nonce, "fake", inc);
-	assert_non_null(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, cookie, strlen(cookie), in,
-				  len, mac, sizeof(mac), &maclen));
-	assert_int_equal(procreg__bp_put_auth(buf, sizeof(buf), &pos, mac), 0);
-	fake_send(k, buf, pos);
-	fake_read(k, PR_BP_AUTH, &f, copy);
+	assert_int_equal(th_peer_connect(&k->p, n->listen, "fake", inc, "a-test-cookie-0123456789"),
+			 0);
 	do
-		fake_read(k, PR_BP_SNAP, &f, copy);
+		th_peer_expect(&k->p, PR_BP_SNAP, &f);
 	while (!(f.flags & PR_BP_SNAP_LAST));
+}
+
+static void fake_close(struct fake *k)
+{
+	th_peer_close(&k->p);
 }
 
 /* The fake node's snapshot, as of change 0: NAMES (NULL-terminated),
@@ -592,7 +707,7 @@ static void expect_refused(struct cluster *c, struct fake *k, const char *needle
 	if (!th_until(probe_log, &lp, WAIT_MS))
 		fail_msg("no '%s' in the log", needle);
 	expect_name(c->n[0].reg, name, 0, false);
-	close(k->fd);
+	fake_close(k);
 }
 
 /* Snapshot parts are taken in order only, as changes are: a part skipped
@@ -604,12 +719,11 @@ static void test_snapshot_parts(void **state)
 {
 	struct cluster *c = *state;
 	static struct fake k;
-	static uint8_t copy[2 * PR_BP_FRAME_MAX];
-
+	
 	start_node(c, 0, NULL);
 
 	/* Part 1 lost: part 2 is refused, its entry never applied. */
-	fake_connect(&k, &c->n[0], 7, copy);
+	fake_connect(&k, &c->n[0], 7);
 	fake_snap_part(&k, 7, 0, "part-zero", false);
 	expect_name(c->n[0].reg, "part-zero", 99, true);
 	fake_snap_part(&k, 7, 2, "part-two", true);
@@ -617,7 +731,7 @@ static void test_snapshot_parts(void **state)
 	assert_int_equal(procreg_lookup(c->n[0].reg, "part-two", NULL), -ENOENT);
 
 	/* Part 0 again, in the middle of a snapshot. */
-	fake_connect(&k, &c->n[0], 8, copy);
+	fake_connect(&k, &c->n[0], 8);
 	fake_snap_part(&k, 8, 0, "again-zero", false);
 	expect_name(c->n[0].reg, "again-zero", 99, true);
 	fake_snap_part(&k, 8, 0, "again-zero-2", true);
@@ -625,14 +739,14 @@ static void test_snapshot_parts(void **state)
 	assert_int_equal(procreg_lookup(c->n[0].reg, "again-zero-2", NULL), -ENOENT);
 
 	/* The last part lost: the heartbeat after it is refused. */
-	fake_connect(&k, &c->n[0], 9, copy);
+	fake_connect(&k, &c->n[0], 9);
 	fake_snap_part(&k, 9, 0, "no-last", false);
 	expect_name(c->n[0].reg, "no-last", 99, true);
 	fake_heartbeat(&k, 9, 0);
 	expect_refused(c, &k, "node fake: frame 3 out of order (seq 0)", "no-last");
 
 	/* In order: three parts, a heartbeat, a change. */
-	fake_connect(&k, &c->n[0], 10, copy);
+	fake_connect(&k, &c->n[0], 10);
 	fake_snap_part(&k, 10, 0, "whole-0", false);
 	fake_snap_part(&k, 10, 1, "whole-1", false);
 	fake_snap_part(&k, 10, 2, "whole-2", true);
@@ -645,7 +759,7 @@ static void test_snapshot_parts(void **state)
 	/* The heartbeat and the change went through: no refusal but the
 	 * three above. */
 	assert_int_equal(th_log_count(c->n[0].d.log, "out of order"), 3);
-	close(k.fd);
+	fake_close(&k);
 }
 
 /* Changes carry (origin, incarnation, sequence number): one already
@@ -656,11 +770,10 @@ static void test_sequence_numbers(void **state)
 {
 	struct cluster *c = *state;
 	static struct fake k;
-	static uint8_t copy[2 * PR_BP_FRAME_MAX];
-	struct logprobe lp;
+		struct logprobe lp;
 
 	start_node(c, 0, NULL);
-	fake_connect(&k, &c->n[0], 7, copy);
+	fake_connect(&k, &c->n[0], 7);
 	/* Our snapshot, as of change 0, then changes 1 and 2 with 1 again
 	 * between them. */
 	fake_snapshot(&k, 7, procreg__now_ns(), (const char *const[]){ "fake-x", NULL });
@@ -681,7 +794,7 @@ static void test_sequence_numbers(void **state)
 			 -ENOENT);
 	lp = (struct logprobe){ c->n[0].d.log, "node fake: frame 6 out of order (seq 4)", NULL };
 	assert_true(th_until(probe_log, &lp, WAIT_MS));
-	close(k.fd);
+	fake_close(&k);
 }
 
 /* A node whose TCP connection drops and comes back, same incarnation,
@@ -692,27 +805,26 @@ static void test_reconnect_same_incarnation(void **state)
 {
 	struct cluster *c = *state;
 	static struct fake k;
-	static uint8_t copy[2 * PR_BP_FRAME_MAX];
-	const char *const env[] = { "PROCREG_TEST_LINGER_MS=600000", NULL };
+		const char *const env[] = { "PROCREG_TEST_LINGER_MS=600000", NULL };
 	uint64_t stamp = procreg__now_ns(), cursor;
 	struct procreg_event ev;
 	struct logprobe lp;
 	int gone = 0, other = 0;
 
 	assert_int_equal(start_node_env(c, 0, c->cookie, NULL, env), 0);
-	fake_connect(&k, &c->n[0], 7, copy);
+	fake_connect(&k, &c->n[0], 7);
 	fake_snapshot(&k, 7, stamp, (const char *const[]){ "fake-x", "fake-y", NULL });
 	expect_name(c->n[0].reg, "fake-x", 99, true);
 	expect_name(c->n[0].reg, "fake-y", 99, true);
 	cursor = procreg_feed_head(c->n[0].reg);
 
-	close(k.fd);
+	fake_close(&k);
 	lp = (struct logprobe){ c->n[0].d.log, "bridge: node fake: down", NULL };
 	assert_true(th_until(probe_log, &lp, WAIT_MS));
 	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-x", NULL), 0);
 
 	/* Back, and fake-y went meanwhile. */
-	fake_connect(&k, &c->n[0], 7, copy);
+	fake_connect(&k, &c->n[0], 7);
 	fake_snapshot(&k, 7, stamp, (const char *const[]){ "fake-x", NULL });
 	expect_name(c->n[0].reg, "fake-y", 0, false);
 	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-x", NULL), 0);
@@ -724,15 +836,15 @@ static void test_reconnect_same_incarnation(void **state)
 	}
 	assert_int_equal(gone, 1);
 	assert_int_equal(other, 0); /* no node-down, nothing for fake-x */
-	close(k.fd);
+	fake_close(&k);
 	assert_true(th_until(probe_log, &lp, WAIT_MS));
 
 	/* A restart: another incarnation. What the old one held goes. */
-	fake_connect(&k, &c->n[0], 8, copy);
+	fake_connect(&k, &c->n[0], 8);
 	expect_name(c->n[0].reg, "fake-x", 0, false);
 	gone += th_feed_count(c->n[0].reg, &cursor, PROCREG_EV_NODE_DOWN, "fake-x");
 	assert_int_equal(gone, 2);
-	close(k.fd);
+	fake_close(&k);
 }
 
 /* procreg nodes, and the node's name in procreg get and stats. */
@@ -789,6 +901,31 @@ static void test_cli_nodes(void **state)
 	unlink(strcat(strcpy(out, c->n[0].dir), "/procreg.default.nodes"));
 	assert_int_equal(th_daemon_start(&c->n[0].d, c->n[0].dir, NULL, NULL), 0);
 	assert_int_equal(th_cli(c->n[0].dir, out, sizeof(out), (const char *const[]){ "nodes", NULL }), 1);
+}
+
+/* A --peer list shared by every node names each node itself too: a node
+ * that dials itself is refused by itself, says so once, and does not dial
+ * that address again. */
+static void test_peer_is_self(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *n = &c->n[0];
+	char listen[32];
+	int err = -1;
+
+	for (int attempt = 0; attempt < 5 && err; attempt++) {
+		snprintf(listen, sizeof(listen), "127.0.0.1:%d", th_free_port());
+		err = th_daemon_start(&n->d, n->dir,
+				      (const char *const[]){ "--node", n->name, "--cookie-file",
+							     c->cookie, "--listen", listen, "--peer",
+							     listen, NULL }, NULL);
+	}
+	assert_int_equal(err, 0);
+	th_expect_log(n->d.log, "dropped (it is this node)", WAIT_MS);
+	th_expect_log(n->d.log, "it has this node's name", WAIT_MS);
+	/* Dials back off to 2 s at most: in 3 s a second try would show. */
+	th_msleep(3000);
+	assert_int_equal(th_log_count(n->d.log, "dropped (it is this node)"), 1);
 }
 
 /* ---- peers given by host name ------------------------------------------ */
@@ -903,8 +1040,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_wrong_cookie_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cookie_file_mode, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conflict_earlier_wins, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_conflict_loser_told, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_run_loser_signalled, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_custom_resolver, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peer_is_self, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_by_name, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_unresolvable, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_resolution_hangs, setup, teardown),

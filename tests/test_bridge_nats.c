@@ -6,8 +6,11 @@
  * killed node, a late joiner, conflicts, a lost snapshot part) plus what
  * is NATS's own: a publisher on the server without the cookie, a replayed
  * message, a server restart, and a daemon cut off from the server (a
- * proxy in between, closed and reopened). Checks behaviour, not timing:
- * every wait is a bounded poll.
+ * proxy in between, closed and reopened); TLS with a CA, server and client
+ * certificates the test makes (with the openssl command); a list of
+ * servers, the first dead, and two servers in a cluster with a failover
+ * from one to the other. Checks behaviour, not timing: every wait is a
+ * bounded poll.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -53,6 +56,8 @@ struct cluster {
 	 * and password, both. */
 	const char *const *server_auth;
 	const char *const *daemon_auth;
+	const char *url;            /* --nats-url of nodes started; NULL: the server's */
+	pid_t extra_pid;            /* a second server, in a cluster with the first */
 	struct th_node n[NODES_MAX];
 };
 
@@ -83,20 +88,22 @@ static int port_open(void *arg)
 	return 1;
 }
 
-/* nats-server on loopback at PORT, with a user and password; 0 once it
- * accepts connections. */
-static int nats_start(struct cluster *c)
+/* nats-server on loopback at PORT with ARGS, its output to LOG: *PID once
+ * it accepts connections (0), or 0 in *PID (-1). */
+static int server_spawn(const char *log, int port, const char *const *args, pid_t *pid)
 {
-	char port[16];
+	char ps[16];
 	int st;
 
 	if (access(NATS_SERVER_PATH, X_OK) != 0)
 		fail_msg("nats-server not found at '%s': apt-get install nats-server", NATS_SERVER_PATH);
-	snprintf(port, sizeof(port), "%d", c->nats_port);
-	c->nats_pid = fork();
-	assert_true(c->nats_pid >= 0);
-	if (c->nats_pid == 0) {
-		int fd = open(c->nats_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	snprintf(ps, sizeof(ps), "%d", port);
+	*pid = fork();
+	assert_true(*pid >= 0);
+	if (*pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		const char *argv[32] = { "nats-server", "-a", "127.0.0.1", "-p", ps };
+		int n = 5;
 
 		if (fd >= 0) {
 			dup2(fd, 1);
@@ -104,30 +111,33 @@ static int nats_start(struct cluster *c)
 		}
 		/* A test that dies does not leave a server behind. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		{
-			static const char *const user_pass[] = { "--user", NATS_USER, "--pass",
-								  NATS_PASS, NULL };
-			const char *const *auth = c->server_auth ? c->server_auth : user_pass;
-			const char *argv[16] = { "nats-server", "-a", "127.0.0.1", "-p", port };
-			int n = 5;
-
-			for (int i = 0; auth[i] && n < 15; i++)
-				argv[n++] = auth[i];
-			argv[n] = NULL;
-			execv(NATS_SERVER_PATH, (char **)argv);
-		}
+		for (int i = 0; args[i] && n < 31; i++)
+			argv[n++] = args[i];
+		argv[n] = NULL;
+		execv(NATS_SERVER_PATH, (char **)argv);
 		_exit(127);
 	}
 	for (int i = 0; i < WAIT_MS; i += 10) {
-		if (port_open(&c->nats_port))
+		if (port_open(&port))
 			return 0;
-		if (waitpid(c->nats_pid, &st, WNOHANG) == c->nats_pid) {
-			c->nats_pid = 0;
+		if (waitpid(*pid, &st, WNOHANG) == *pid) {
+			*pid = 0;
 			return -1;
 		}
 		th_msleep(10);
 	}
 	return -1;
+}
+
+/* The cluster's server on loopback at c->nats_port, with a user and
+ * password unless c->server_auth says otherwise; 0 once it accepts
+ * connections. */
+static int nats_start(struct cluster *c)
+{
+	static const char *const user_pass[] = { "--user", NATS_USER, "--pass", NATS_PASS, NULL };
+
+	return server_spawn(c->nats_log, c->nats_port, c->server_auth ? c->server_auth : user_pass,
+			    &c->nats_pid);
 }
 
 static void nats_kill(struct cluster *c)
@@ -281,6 +291,10 @@ static int teardown(void **state)
 		waitpid(c->proxy_pid, NULL, 0);
 	}
 	nats_kill(c);
+	if (c->extra_pid) {
+		kill(c->extra_pid, SIGKILL);
+		waitpid(c->extra_pid, NULL, 0);
+	}
 	th_rmrf(c->base);
 	free(c->base);
 	free(c);
@@ -296,16 +310,20 @@ static int start_node_dump(struct cluster *c, int i, const char *cookie, bool vi
 						  NATS_PASS, NULL };
 	const char *const *auth = c->daemon_auth ? c->daemon_auth : user_pass;
 	struct th_node *n = &c->n[i];
-	char url[64];
-	const char *args[24] = { "--node", n->name, "--cookie-file", cookie, "--bridge", "nats",
+	char url[256];
+	const char *args[32] = { "--node", n->name, "--cookie-file", cookie, "--bridge", "nats",
 				 "--nats-url", url, "--heartbeat-ms", "100", "--node-timeout-ms",
 				 c->node_timeout_ms ? c->node_timeout_ms : "1000" };
 	int k = 12;
 
-	for (int a = 0; auth[a] && k < 23; a++)
+	for (int a = 0; auth[a] && k < 31; a++)
 		args[k++] = auth[a];
 	args[k] = NULL;
-	snprintf(url, sizeof(url), "nats://127.0.0.1:%d", via_proxy ? c->proxy_port : c->nats_port);
+	if (c->url)
+		snprintf(url, sizeof(url), "%s", c->url);
+	else
+		snprintf(url, sizeof(url), "nats://127.0.0.1:%d",
+			 via_proxy ? c->proxy_port : c->nats_port);
 	if (th_daemon_start(&n->d, n->dir, args, NULL) != 0) {
 		if (dump)
 			th_daemon_dump_log(&n->d);
@@ -879,18 +897,23 @@ static void expect_joined(struct cluster *c)
 }
 
 /* Node I, with the credentials AUTH the server refuses: procregd does not
- * start, and its log gives the server's reason. */
-static void expect_refused(struct cluster *c, int i, const char *const *auth)
+ * start, and its log gives the reason, WHY. */
+static void expect_refused_why(struct cluster *c, int i, const char *const *auth, const char *why)
 {
 	const char *const *keep = c->daemon_auth;
 
 	c->daemon_auth = auth;
 	assert_int_not_equal(start_node_dump(c, i, c->cookie, false, false), 0);
 	c->daemon_auth = keep;
-	if (!th_log_has(c->n[i].d.log, "Authorization Violation")) {
+	if (!th_log_has(c->n[i].d.log, why)) {
 		th_daemon_dump_log(&c->n[i].d);
-		fail_msg("%s: refused without the server's reason", c->n[i].name);
+		fail_msg("%s: refused without the reason ('%s')", c->n[i].name, why);
 	}
+}
+
+static void expect_refused(struct cluster *c, int i, const char *const *auth)
+{
+	expect_refused_why(c, i, auth, "Authorization Violation");
 }
 
 /* Nodes a and b still replicate, both ways. */
@@ -1049,6 +1072,227 @@ static void test_nkey_auth(void **state)
 	EVP_PKEY_free(other.k);
 }
 
+/* ---- TLS, and several servers ------------------------------------------- */
+
+/* openssl ARGS... (NULL-terminated): it must succeed. */
+static void openssl(const char *const *args)
+{
+	static struct th_out o;
+	const char *argv[32] = { OPENSSL_PATH };
+	int n = 1;
+
+	if (access(OPENSSL_PATH, X_OK) != 0)
+		fail_msg("openssl not found at '%s': apt-get install openssl", OPENSSL_PATH);
+	for (int i = 0; args[i] && n < 31; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	if (th_run(&o, NULL, argv) != 0)
+		fail_msg("openssl %s: %s", args[0], o.err);
+}
+
+/* In DIR: a CA (NAME-ca.pem, .key), and a certificate it signs, NAME.pem
+ * and NAME.key, for CN with the subjectAltName SAN (NULL: none). */
+static void make_cert(const char *dir, const char *ca, const char *name, const char *cn,
+		      const char *san)
+{
+	char key[600], csr[600], pem[600], cakey[600], capem[600], ext[600], subj[128], line[256];
+
+	snprintf(key, sizeof(key), "%s/%s.key", dir, name);
+	snprintf(csr, sizeof(csr), "%s/%s.csr", dir, name);
+	snprintf(pem, sizeof(pem), "%s/%s.pem", dir, name);
+	snprintf(cakey, sizeof(cakey), "%s/%s.key", dir, ca);
+	snprintf(capem, sizeof(capem), "%s/%s.pem", dir, ca);
+	snprintf(ext, sizeof(ext), "%s/%s.ext", dir, name);
+	snprintf(subj, sizeof(subj), "/CN=%s", cn);
+	openssl((const char *const[]){ "req", "-newkey", "ec", "-pkeyopt",
+				       "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out",
+				       csr, "-subj", subj, NULL });
+	snprintf(line, sizeof(line), "%s%s\n", san ? "subjectAltName=" : "basicConstraints=CA:FALSE",
+		 san ? san : "");
+	th_write_file(ext, line, 0600);
+	openssl((const char *const[]){ "x509", "-req", "-in", csr, "-CA", capem, "-CAkey", cakey,
+				       "-CAcreateserial", "-out", pem, "-days", "2", "-extfile",
+				       ext, NULL });
+}
+
+static void make_ca(const char *dir, const char *ca)
+{
+	char key[600], pem[600], subj[128];
+
+	snprintf(key, sizeof(key), "%s/%s.key", dir, ca);
+	snprintf(pem, sizeof(pem), "%s/%s.pem", dir, ca);
+	snprintf(subj, sizeof(subj), "/CN=procreg test %s", ca);
+	openssl((const char *const[]){ "req", "-x509", "-newkey", "ec", "-pkeyopt",
+				       "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out",
+				       pem, "-days", "2", "-subj", subj, NULL });
+}
+
+/* A server with TLS only, which wants a client certificate from the test's
+ * CA: nodes with the CA, a client certificate and tls://localhost join
+ * and replicate (the server's name checked against its certificate); a
+ * node without a client certificate, one that trusts another CA, one
+ * that expects another name, are each refused at start with the reason. */
+static void test_tls(void **state)
+{
+	struct cluster *c = *state;
+	static char ca[600], srv_cert[600], srv_key[600], cl_cert[600], cl_key[600], other_ca[600];
+	static char url[128], connected[160];
+	static const char *server[16], *daemon[16], *no_cert[8], *wrong_ca[12], *wrong_name[16];
+
+	make_ca(c->base, "ca");
+	make_ca(c->base, "other-ca");
+	make_cert(c->base, "ca", "server", "localhost", "DNS:localhost,IP:127.0.0.1");
+	make_cert(c->base, "ca", "client", "procreg node", NULL);
+	snprintf(ca, sizeof(ca), "%s/ca.pem", c->base);
+	snprintf(other_ca, sizeof(other_ca), "%s/other-ca.pem", c->base);
+	snprintf(srv_cert, sizeof(srv_cert), "%s/server.pem", c->base);
+	snprintf(srv_key, sizeof(srv_key), "%s/server.key", c->base);
+	snprintf(cl_cert, sizeof(cl_cert), "%s/client.pem", c->base);
+	snprintf(cl_key, sizeof(cl_key), "%s/client.key", c->base);
+	memcpy(server, (const char *[]){ "--user", NATS_USER, "--pass", NATS_PASS, "--tlsverify",
+					 "--tlscert", srv_cert, "--tlskey", srv_key, "--tlscacert",
+					 ca, NULL }, 12 * sizeof(char *));
+	memcpy(daemon, (const char *[]){ "--nats-user", NATS_USER, "--nats-password", NATS_PASS,
+					 "--nats-tls-ca", ca, "--nats-tls-cert", cl_cert,
+					 "--nats-tls-key", cl_key, NULL }, 11 * sizeof(char *));
+	memcpy(no_cert, (const char *[]){ "--nats-user", NATS_USER, "--nats-password", NATS_PASS,
+					  "--nats-tls-ca", ca, NULL }, 7 * sizeof(char *));
+	memcpy(wrong_ca, daemon, 11 * sizeof(char *));
+	wrong_ca[5] = other_ca;
+	memcpy(wrong_name, daemon, 10 * sizeof(char *));
+	wrong_name[10] = "--nats-tls-hostname";
+	wrong_name[11] = "nats.example";
+	wrong_name[12] = NULL;
+
+	nats_restart_auth(c, server, daemon);
+	snprintf(url, sizeof(url), "tls://localhost:%d", c->nats_port);
+	c->url = url;
+	expect_joined(c);
+	snprintf(connected, sizeof(connected), "bridge: nats: connected to %s", url);
+	expect_log(c->n[0].d.log, connected);
+	expect_log(c->n[0].d.log, "TLS, server certificates checked against");
+	expect_refused_why(c, 2, no_cert, "wants a client certificate");
+	expect_refused_why(c, 3, wrong_ca, "unable to get local issuer certificate");
+	expect_refused_why(c, 3, wrong_name, "hostname mismatch");
+	assert_true(th_log_has(c->nats_log, "TLS handshake error"));
+	/* a and b still replicate, both ways. */
+	assert_int_equal(procreg_register(c->n[1].reg, "after-refusals", NULL, 0), 0);
+	expect_name(c->n[0].reg, "after-refusals", getpid(), true);
+}
+
+/* Which of PORTS[0..2) node N's log says it connected to last: its index,
+ * or -1. */
+static int connected_to(const struct th_node *n, const int *ports)
+{
+	static char buf[1 << 20];
+	int fd = open(n->d.log, O_RDONLY | O_CLOEXEC), which = -1;
+	ssize_t len = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+	const char *p = buf, *needle = "bridge: nats: connected to nats://127.0.0.1:";
+
+	if (fd >= 0)
+		close(fd);
+	if (len <= 0)
+		return -1;
+	buf[len] = 0;
+	while ((p = strstr(p, needle))) {
+		int port = atoi(p + strlen(needle));
+
+		which = port == ports[0] ? 0 : port == ports[1] ? 1 : which;
+		p++;
+	}
+	return which;
+}
+
+struct on_probe {
+	const struct th_node *n;
+	const int *ports;
+	int want;
+};
+
+static int probe_on(void *arg)
+{
+	struct on_probe *p = arg;
+
+	return connected_to(p->n, p->ports) == p->want;
+}
+
+/* --nats-url with a list. The first server dead: the node connects to the
+ * second, and says which. Two servers in a cluster, both alive: a node
+ * given both connects to one; that one killed, it fails over to the
+ * other, says so, and goes on replicating with the nodes there. */
+static void test_url_list(void **state)
+{
+	struct cluster *c = *state;
+	static char cl1[64], cl2[64], route[64], url_a[128], url_b[64], url_c[128], log2[600];
+	static const char *s1[16], *s2[16];
+	int ports[2], dead = th_free_port(), on;
+	struct on_probe op;
+
+	snprintf(cl1, sizeof(cl1), "nats://127.0.0.1:%d", th_free_port());
+	snprintf(cl2, sizeof(cl2), "nats://127.0.0.1:%d", th_free_port());
+	snprintf(route, sizeof(route), "%s", cl1);
+	memcpy(s1, (const char *[]){ "--user", NATS_USER, "--pass", NATS_PASS, "--cluster", cl1,
+				     "--cluster_name", "procreg-test", NULL }, 9 * sizeof(char *));
+	memcpy(s2, (const char *[]){ "--user", NATS_USER, "--pass", NATS_PASS, "--cluster", cl2,
+				     "--cluster_name", "procreg-test", "--routes", route, NULL },
+	       11 * sizeof(char *));
+	nats_restart_auth(c, s1, NULL);
+	ports[0] = c->nats_port;
+	snprintf(log2, sizeof(log2), "%s/nats-server-2.log", c->base);
+	for (int attempt = 0; attempt < 5 && !c->extra_pid; attempt++) {
+		ports[1] = th_free_port();
+		if (server_spawn(log2, ports[1], s2, &c->extra_pid) != 0 && c->extra_pid) {
+			kill(c->extra_pid, SIGKILL);
+			waitpid(c->extra_pid, NULL, 0);
+			c->extra_pid = 0;
+		}
+	}
+	assert_true(c->extra_pid > 0);
+
+	/* a: the first server dead, the second the cluster's first. */
+	snprintf(url_a, sizeof(url_a), "nats://127.0.0.1:%d,nats://127.0.0.1:%d", dead, ports[0]);
+	c->url = url_a;
+	start_node(c, 0);
+	op = (struct on_probe){ &c->n[0], ports, 0 };
+	if (!th_until(probe_on, &op, WAIT_MS))
+		fail_msg("node a did not say it connected to the live server");
+	/* b: the other server only; the route carries a's changes to it. */
+	snprintf(url_b, sizeof(url_b), "nats://127.0.0.1:%d", ports[1]);
+	c->url = url_b;
+	start_node(c, 1);
+	assert_int_equal(procreg_register(c->n[0].reg, "via-list", NULL, 0), 0);
+	expect_name(c->n[1].reg, "via-list", getpid(), true);
+
+	/* c: both servers, both alive. */
+	snprintf(url_c, sizeof(url_c), "nats://127.0.0.1:%d, nats://%s:%s@127.0.0.1:%d", ports[0],
+		 NATS_USER, NATS_PASS, ports[1]);
+	c->url = url_c;
+	start_node(c, 2);
+	assert_int_equal(procreg_register(c->n[2].reg, "from-c", NULL, 0), 0);
+	expect_name(c->n[0].reg, "from-c", getpid(), true);
+	expect_name(c->n[1].reg, "from-c", getpid(), true);
+	on = connected_to(&c->n[2], ports);
+	assert_true(on == 0 || on == 1);
+	/* The log never shows the password a URL carries. */
+	assert_false(th_log_has(c->n[2].d.log, NATS_PASS));
+
+	/* Its server goes: it fails over to the other and says which. */
+	if (on == 0) {
+		nats_kill(c);
+	} else {
+		kill(c->extra_pid, SIGKILL);
+		waitpid(c->extra_pid, NULL, 0);
+		c->extra_pid = 0;
+	}
+	op = (struct on_probe){ &c->n[2], ports, !on };
+	if (!th_until(probe_on, &op, WAIT_MS))
+		fail_msg("node c did not fail over to the other server, or did not say so");
+	assert_int_equal(procreg_register(c->n[2].reg, "after-failover", NULL, 0), 0);
+	/* The node on the server that is left sees it: b if that is the
+	 * second, a if the first. */
+	expect_name(c->n[on == 0 ? 1 : 0].reg, "after-failover", getpid(), true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1064,6 +1308,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_auth, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nkey_auth, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tls, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_url_list, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_propagation_figures, setup, teardown),
 	};
 	int r;

@@ -18,8 +18,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-
 #include "cluster.h"
 #include "internal.h"
 #include "bridge_proto.h"
@@ -37,67 +35,27 @@ static int teardown(void **state)
 	return th_bridged_fx_stop(state);
 }
 
-/* A hand-made node: authenticated, its (empty) snapshot sent. */
+/* A hand-made node: authenticated, its (empty) snapshot sent. Big:
+ * static. */
 struct fake {
 	const char *name;
-	int fd;
 	uint64_t seq;
-	uint8_t in[4096];
-	size_t in_len;
+	struct th_peer p;
 };
-
-/* The next frame of TYPE from the daemon (others are skipped); *F points
- * into K->in until the next call. */
-static void fake_expect(struct fake *k, uint8_t type, struct pr_bp_frame *f)
-{
-	for (;;) {
-		size_t pos = 0;
-		int r = procreg__bp_next(k->in, k->in_len, &pos, f);
-		ssize_t n;
-
-		assert_true(r >= 0);
-		if (r == 1 && f->type == type)
-			return;
-		if (r == 1) {
-			memmove(k->in, k->in + pos, k->in_len - pos);
-			k->in_len -= pos;
-			continue;
-		}
-		assert_true(k->in_len < sizeof(k->in));
-		n = read(k->fd, k->in + k->in_len, sizeof(k->in) - k->in_len);
-		assert_true(n > 0);
-		k->in_len += (size_t)n;
-	}
-}
 
 static void fake_send(struct fake *k, const uint8_t *buf, size_t len)
 {
-	assert_int_equal(write(k->fd, buf, len), (ssize_t)len);
+	th_peer_send(&k->p, buf, len);
 }
 
 static void fake_connect(struct fake *k, const char *listen, const char *name)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	uint8_t buf[1024], nonce[PR_BP_NONCE], in[PR_BP_AUTH_INPUT_MAX], mac[PR_BP_MAC];
-	struct pr_bp_frame f;
-	size_t pos = 0, n, maclen = 0, start;
+	uint8_t buf[256];
+	size_t pos = 0, start;
 
-	memset(k, 0, sizeof(*k));
 	k->name = name;
-	k->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(k->fd >= 0);
-	sa.sin_port = htons((uint16_t)atoi(strchr(listen, ':') + 1));
-	assert_int_equal(connect(k->fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	memset(nonce, name[0], sizeof(nonce));
-	fake_expect(k, PR_BP_HELLO, &f);
-	n = procreg__bp_auth_input(in, f.nonce, nonce, name, 7);
-	assert_non_null(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, COOKIE, strlen(COOKIE), in, n,
-				  mac, sizeof(mac), &maclen));
-	assert_int_equal(procreg__bp_put_hello(buf, sizeof(buf), &pos, 7, nonce, name, ""), 0);
-	assert_int_equal(procreg__bp_put_auth(buf, sizeof(buf), &pos, mac), 0);
-	fake_send(k, buf, pos);
-	fake_expect(k, PR_BP_AUTH, &f);
-	pos = 0;
+	k->seq = 0;
+	assert_int_equal(th_peer_connect(&k->p, listen, name, 7, COOKIE), 0);
 	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_SNAP, 7, 0, 0, &start), 0);
 	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
 	fake_send(k, buf, pos);
@@ -124,7 +82,7 @@ static void test_loser_stands_when_winner_goes(void **state)
 {
 	struct th_bridged_fx *f = *state;
 	uint64_t t = procreg__now_ns();
-	struct fake b, c;
+	static struct fake b, c;
 
 	fake_connect(&c, f->listen, "c");
 	fake_connect(&b, f->listen, "b");
@@ -146,7 +104,7 @@ static void test_loser_stands_when_winner_goes(void **state)
 	fake_change(&b, PR_BP_PUT, "task", 201, t + 1000);
 	fake_change(&b, PR_BP_PUT, "marker-b2", 200, t);
 	expect_owner(f->reg, "marker-b2", 200);
-	close(c.fd);
+	th_peer_close(&c.p);
 	expect_owner(f->reg, "task", 201);
 
 	/* A loser that gave up (its node heard of the winner) is not set
@@ -161,8 +119,8 @@ static void test_loser_stands_when_winner_goes(void **state)
 	fake_change(&c, PR_BP_DEL, "lead", 302, t - 1000);
 	expect_owner(f->reg, "lead", 0);
 	assert_int_equal(procreg_lookup(f->reg, "job", NULL), 0);
-	close(b.fd);
-	close(c.fd);
+	th_peer_close(&b.p);
+	th_peer_close(&c.p);
 	expect_owner(f->reg, "job", 0);
 }
 

@@ -853,7 +853,7 @@ static void test_malformed_messages(void **state)
 	assert_int_equal(raw_exchange(fd, pkt, pos), -EBADMSG);
 	/* A second HELLO. */
 	pos = 0;
-	procreg__proto_put_hello(pkt, &pos, PR_OP_HELLO, 0, 15, 0);
+	procreg__proto_put_hello(pkt, &pos, PR_OP_HELLO, 15, 0);
 	assert_int_equal(raw_exchange(fd, pkt, pos), -EBADMSG);
 	/* A frame length past the packet: unframeable, closed. */
 	h = (struct pr_frame_hdr){ PR_OP_SYNC, 0, 4096, 16, 0 };

@@ -140,8 +140,8 @@ static int teardown_node(void **state)
 
 /* Many connections to the bridge port that send the start of a HELLO and
  * stop: the daemon keeps serving its clients while they hang, drops each
- * at the handshake deadline (HANDSHAKE_MS in mesh.c), and has its fds
- * back after. */
+ * at the handshake deadline (HANDSHAKE_MS in mesh.c) with a REFUSE that
+ * says so, and has its fds back after. */
 static void test_bridge_half_frames(void **state)
 {
 	struct th_bridged_fx *f = *state;
@@ -149,7 +149,7 @@ static void test_bridge_half_frames(void **state)
 	static const uint8_t partial[] = { 0x40, 0, 0, 0, PR_BP_HELLO };
 	struct fdcount c = { f->d.pid, 0 };
 	int fds[STALLED], closed = 0, refused = 0;
-	bool hello[STALLED] = { false };
+	bool told[STALLED] = { false };
 
 	serves(f->reg, "warm");
 	/* Our reader page costs the daemon a pidfd for as long as we live. */
@@ -168,7 +168,8 @@ static void test_bridge_half_frames(void **state)
 		snprintf(name, sizeof(name), "bystander.%d", i);
 		serves(f->reg, name);
 	}
-	/* Each is dropped: its read sees the daemon's HELLO, then the end. */
+	/* Each is dropped: its read sees the daemon's REFUSE, then the end;
+	 * or only the end, if it was never taken into a handshake. */
 	for (uint64_t t0 = procreg__mono_ns(); closed < STALLED;) {
 		struct pollfd p[STALLED];
 		int np = 0;
@@ -186,10 +187,10 @@ static void test_bridge_half_frames(void **state)
 			while (fds[i] != p[k].fd)
 				i++;
 			if (read(p[k].fd, buf, sizeof(buf)) > 0) {
-				hello[i] = true;
+				told[i] = buf[4] == PR_BP_REFUSE && buf[8] == PR_BP_REFUSE_TIMEOUT;
 				continue;
 			}
-			refused += !hello[i];
+			refused += !told[i];
 			fds[i] = -1;
 			close(p[k].fd);
 			closed++;
@@ -200,7 +201,7 @@ static void test_bridge_half_frames(void **state)
 	assert_true(th_until(fds_back, &c, WAIT_MS));
 	serves(f->reg, "after");
 	/* Some were taken into a handshake and timed out; the rest, past
-	 * the cap on handshakes, were closed at once, without a HELLO. */
+	 * the cap on handshakes, were closed at once, without a word. */
 	printf("flood: %d half-written bridge connections: %d refused at once, %d timed out\n",
 	       STALLED, refused, STALLED - refused);
 	assert_true(refused > 0 && refused < STALLED);
@@ -422,7 +423,7 @@ static size_t shape_packet(const struct fd_shape *sh, int i, uint8_t *pkt)
 					NULL, 0);
 		break;
 	case P_HELLO:
-		procreg__proto_put_hello(pkt, &pos, PR_OP_HELLO, 0, 2, 0);
+		procreg__proto_put_hello(pkt, &pos, PR_OP_HELLO, 2, 0);
 		break;
 	case P_BIG:
 		memset(pkt, 0, PR_PACKET_MAX + 64);
@@ -591,7 +592,7 @@ static size_t fuzz_packet(uint64_t *rs, uint8_t *pkt)
 		for (size_t k = 0; k < mlen; k++)
 			meta[k] = (uint8_t)(a >> (k % 8));
 		if (op == PR_OP_HELLO)
-			err = procreg__proto_put_hello(pkt, &pos, op, 0, (uint32_t)a, 0);
+			err = procreg__proto_put_hello(pkt, &pos, op, (uint32_t)a, 0);
 		else if (op == PR_OP_SYNC || op == PR_OP_SUBSCRIBE || op == PR_OP_NOTIFY || op == 0)
 			err = procreg__proto_put(pkt, &pos, op, flags, (uint32_t)a, 0, NULL, 0, NULL, 0);
 		else
@@ -656,9 +657,9 @@ static int fuzz_child(void *arg)
 			 * some send two. */
 			if (r % 4) {
 				len = 0;
-				procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 0, 1, 0);
+				procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 1, 0);
 				if (r % 16 == 1)
-					procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 0, 2, 0);
+					procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 2, 0);
 				nfds = r % 8 == 2 ? fuzz_pick_fds(&rs, fds) : 1;
 				if (r % 8 != 2)
 					fds[0] = fuzz_fds[0];

@@ -48,7 +48,7 @@ static void test_roundtrip(void **state)
 		meta[i] = (uint8_t)(i * 7); /* includes NUL bytes: meta is binary */
 
 	/* HELLO. */
-	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 0, 77, 0), 0);
+	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 77, 0), 0);
 	assert_int_equal(pos % 8, 0);
 	c = th_exact(buf, pos);
 	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
@@ -61,9 +61,44 @@ static void test_roundtrip(void **state)
 	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 0);
 	free(c);
 
+	/* HELLO with its flags. */
+	pos = rpos = 0;
+	assert_int_equal(procreg__proto_put_hello_flags(buf, &pos, PR_OP_HELLO, 78, 0,
+							PR_HELLO_NOTICES), 0);
+	c = th_exact(buf, pos);
+	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
+	assert_int_equal(f.arg, PR_HELLO_NOTICES);
+	free(c);
+
+	/* A LOST notice; a LOST that is no reply is malformed, and one whose
+	 * strings run past it too. */
+	pos = rpos = 0;
+	assert_int_equal(procreg__proto_put_lost(buf, &pos, "job", 3, "node-a", PROCREG_LOST_CONFLICT,
+						 4242, 0x1122334455667788ull), 0);
+	assert_int_equal(pos % 8, 0);
+	c = th_exact(buf, pos);
+	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
+	assert_int_equal(f.h.op, PR_OP_LOST | PR_OP_REPLY);
+	assert_int_equal(f.h.id, 0);
+	assert_int_equal(f.name_len, 3);
+	assert_memory_equal(f.name, "job", 3);
+	assert_int_equal(f.meta_len, 6);
+	assert_memory_equal(f.meta, "node-a", 6);
+	assert_int_equal(f.arg, PROCREG_LOST_CONFLICT);
+	assert_int_equal(f.pid, 4242);
+	assert_int_equal(f.time_ns, 0x1122334455667788ull);
+	free(c);
+	buf[0] = PR_OP_LOST, buf[1] = 0;
+	rpos = 0;
+	assert_int_equal(procreg__proto_next(buf, pos, &rpos, &f), -EPROTO);
+	buf[1] = PR_OP_REPLY >> 8;
+	buf[PR_FRAME_HDR] = 200; /* name length */
+	rpos = 0;
+	assert_int_equal(procreg__proto_next(buf, pos, &rpos, &f), -EPROTO);
+
 	/* HELLO reply with an error status. */
 	pos = rpos = 0;
-	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO | PR_OP_REPLY, 0, 9, -EACCES), 0);
+	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO | PR_OP_REPLY, 9, -EACCES), 0);
 	c = th_exact(buf, pos);
 	assert_int_equal(procreg__proto_next(c, pos, &rpos, &f), 1);
 	assert_int_equal(f.h.op, PR_OP_HELLO | PR_OP_REPLY);
@@ -174,7 +209,7 @@ static size_t build_packet(uint8_t *buf, struct expect *ex, size_t *nex, size_t 
 		switch (i % 5) {
 		case 0:
 			op = PR_OP_HELLO;
-			err = procreg__proto_put_hello(buf, &pos, op, 0, (uint32_t)i, 0);
+			err = procreg__proto_put_hello(buf, &pos, op, (uint32_t)i, 0);
 			nl = ml = 0;
 			break;
 		case 1:
@@ -534,7 +569,7 @@ static void test_packet_full(void **state)
 		;
 	assert_int_equal(pos, PR_PACKET_MAX);
 	assert_int_equal(procreg__proto_put(buf, &pos, PR_OP_SYNC, 0, 0, 0, NULL, 0, NULL, 0), -ENOBUFS);
-	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 0, 0, 0), -ENOBUFS);
+	assert_int_equal(procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 0, 0), -ENOBUFS);
 	assert_int_equal(pos, PR_PACKET_MAX);
 	/* The full packet still parses, every frame. */
 	c = th_exact(buf, pos);

@@ -7,10 +7,10 @@
  *
  * The nodes talk through TCP proxies in this test (one in front of each
  * node's --listen), which cut connections at random (both sides closed);
- * the mesh reconnects. A node advertises its --listen address in HELLO,
- * and nodes dial the addresses they hear of, so each proxy rewrites that
- * address to its own in the HELLOs it carries: every connection between
- * nodes stays on a proxy, as it would behind address translation.
+ * the mesh reconnects. Nodes dial the addresses they hear of in HELLOs,
+ * so each node advertises its proxy's (--advertise), as it would behind
+ * address translation: every connection between nodes stays on a proxy.
+ * (A proxy may not rewrite a HELLO: the handshake covers it.)
  *
  * Workers are processes: writers (on every node) register (some waiting
  * in line, PROCREG_QUEUE), unregister, join and leave names of a shared
@@ -75,8 +75,11 @@
  * sizes them. */
 #define INDEX_BLOCK (sizeof(struct pr_index) + 256 * sizeof(uint64_t))
 /* What the mesh keeps per connection once a flush is done: an output
- * buffer up to 1 MiB (bigger ones are freed) and the input buffer. */
-#define MESH_KEEP ((1u << 20) + 2 * PR_BP_FRAME_MAX)
+ * buffer up to 1 MiB (bigger ones are freed), the input buffer (two
+ * records), what records opened to (a frame's start and a record), the
+ * wire buffer (a record and the handshake's room) and the channel. */
+#define MESH_KEEP ((1u << 20) + 2 * PR_BS_REC_MAX + PR_BP_FRAME_MAX + PR_BS_PT_MAX + \
+		   PR_BS_REC_MAX + 1024 + 4096)
 
 
 enum phase { PH_RUN = 1, PH_HOLD, PH_EXIT };
@@ -162,7 +165,6 @@ static void usleep_rnd(uint64_t *s, int max_us)
 struct pdir {
 	uint8_t buf[PBUF];
 	size_t len, off;
-	bool first;              /* the first frame (HELLO) not yet passed on */
 };
 
 struct pair {
@@ -170,65 +172,6 @@ struct pair {
 	int fd[2];               /* 0: the dialing node, 1: the node behind */
 	struct pdir dir[2];      /* dir[s]: bytes read from fd[s] */
 };
-
-static uint32_t le32(const uint8_t *p)
-{
-	return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-/* The first frame of a direction is complete in D: if it is a HELLO
- * advertising a node's real address, advertise its proxy instead. Returns
- * false while the frame is incomplete. */
-static bool rewrite_hello(struct shared *sh, struct pdir *d)
-{
-	uint32_t flen;
-	size_t p, alen;
-	char addr[PR_BP_ADDR_MAX + 1], repl[64];
-	int port;
-
-	if (d->len < 4)
-		return false;
-	flen = le32(d->buf);
-	if (flen < PR_BP_HDR || flen > 1024)
-		return true; /* not a handshake frame: the node will say so */
-	if (d->len < flen)
-		return false;
-	if (d->buf[4] != PR_BP_HELLO)
-		return true;
-	p = PR_BP_HDR + 8 + PR_BP_NONCE;
-	if (p >= flen)
-		return true;
-	p += 1 + d->buf[p];
-	if (p >= flen)
-		return true;
-	alen = d->buf[p];
-	if (p + 1 + alen > flen)
-		return true;
-	memcpy(addr, d->buf + p + 1, alen);
-	addr[alen] = 0;
-	if (sscanf(addr, "127.0.0.1:%d", &port) != 1)
-		return true;
-	for (int i = 0; i < NODES; i++) {
-		size_t rlen;
-
-		if (sh->real_port[i] != port)
-			continue;
-		rlen = (size_t)snprintf(repl, sizeof(repl), "127.0.0.1:%d", sh->proxy_port[i]);
-		if (d->len - alen + rlen > PBUF)
-			return true;
-		memmove(d->buf + p + 1 + rlen, d->buf + p + 1 + alen, d->len - (p + 1 + alen));
-		memcpy(d->buf + p + 1, repl, rlen);
-		d->buf[p] = (uint8_t)rlen;
-		d->len = d->len - alen + rlen;
-		flen = (uint32_t)(flen - alen + rlen);
-		d->buf[0] = (uint8_t)flen;
-		d->buf[1] = (uint8_t)(flen >> 8);
-		d->buf[2] = (uint8_t)(flen >> 16);
-		d->buf[3] = (uint8_t)(flen >> 24);
-		break;
-	}
-	return true;
-}
 
 static void pair_close(struct pair *pr)
 {
@@ -243,9 +186,9 @@ static void pair_interest(int ep, struct pair *pr, int idx)
 		const struct pdir *in = &pr->dir[s], *out = &pr->dir[1 - s];
 		struct epoll_event e = { .data.u64 = (uint64_t)idx * 2 + (uint64_t)s };
 
-		if (in->first || in->off == in->len)
+		if (in->off == in->len)
 			e.events |= EPOLLIN;
-		if (out->off < out->len && !out->first)
+		if (out->off < out->len)
 			e.events |= EPOLLOUT;
 		epoll_ctl(ep, EPOLL_CTL_MOD, pr->fd[s], &e);
 	}
@@ -256,7 +199,7 @@ static int pdir_flush(struct pair *pr, int s)
 {
 	struct pdir *d = &pr->dir[s];
 
-	while (!d->first && d->off < d->len) {
+	while (d->off < d->len) {
 		ssize_t n = send(pr->fd[1 - s], d->buf + d->off, d->len - d->off,
 				 MSG_DONTWAIT | MSG_NOSIGNAL);
 
@@ -269,12 +212,12 @@ static int pdir_flush(struct pair *pr, int s)
 	return 0;
 }
 
-static int pdir_read(struct shared *sh, struct pair *pr, int s)
+static int pdir_read(struct pair *pr, int s)
 {
 	struct pdir *d = &pr->dir[s];
 	ssize_t n;
 
-	if (!d->first && d->len)
+	if (d->len)
 		return 0;
 	n = recv(pr->fd[s], d->buf + d->len, PBUF - d->len, MSG_DONTWAIT);
 	if (n == 0)
@@ -282,8 +225,6 @@ static int pdir_read(struct shared *sh, struct pair *pr, int s)
 	if (n < 0)
 		return errno == EAGAIN ? 0 : -1;
 	d->len += (size_t)n;
-	if (d->first && rewrite_hello(sh, d))
-		d->first = false;
 	return pdir_flush(pr, s);
 }
 
@@ -308,7 +249,6 @@ static int proxy_accept(struct shared *sh, int ep, struct pair *pairs, int lfd, 
 	pairs[i].live = true;
 	pairs[i].fd[0] = a;
 	pairs[i].fd[1] = b;
-	pairs[i].dir[0].first = pairs[i].dir[1].first = true;
 	for (int s = 0; s < 2; s++) {
 		struct epoll_event e = { .events = EPOLLIN, .data.u64 = (uint64_t)i * 2 + (uint64_t)s };
 
@@ -357,7 +297,7 @@ static int proxy_main(void *arg)
 			if (evs[k].events & EPOLLOUT)
 				err = pdir_flush(pr, 1 - side);
 			if (!err && (evs[k].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
-				err = pdir_read(sh, pr, side);
+				err = pdir_read(pr, side);
 			if (err)
 				pair_close(pr);
 			else
@@ -727,14 +667,17 @@ static int spawner_main(void *arg)
 static int start_node(struct soak *s, int i)
 {
 	struct th_node *n = &s->n[i];
-	char peers[NODES][32];
+	char peers[NODES][32], advertise[32];
 	const char *args[32];
 	int err, k = 0;
 
+	snprintf(advertise, sizeof(advertise), "127.0.0.1:%d", s->sh->proxy_port[i]);
 	args[k++] = "--node";
 	args[k++] = n->name;
 	args[k++] = "--cookie-file";
 	args[k++] = s->cookie;
+	args[k++] = "--advertise";
+	args[k++] = advertise;
 	for (int j = 0; j < NODES; j++) {
 		if (j == i)
 			continue;

@@ -1,12 +1,20 @@
 /*
- * fuzz_bridge.c - libFuzzer harness for the bridge's frame decoder.
+ * fuzz_bridge.c - libFuzzer harness for the bridge's frame decoder and the
+ * mesh's secure channel (bridge_proto.c, bridge_sec.c).
  *
- * The input is a byte stream as a peer sends it (before or after
- * authentication: the decoder is the same). Every frame
- * procreg__bp_next() accepts must lie inside the stream, its items must
- * walk to their count, a CHANGE must survive a round trip through the
- * encoder, and a SNAP (its part number included) must encode back to the
- * very bytes it came from.
+ * The first byte of the input picks what the rest is:
+ *  0  a byte stream as a peer sends it in clear (the handshake's frames)
+ *     or as a record opens to (every other frame): every frame
+ *     procreg__bp_next() accepts must lie inside the stream, its items
+ *     must walk to their count, a CHANGE must survive a round trip
+ *     through the encoder, and a SNAP (its part number included) must
+ *     encode back to the very bytes it came from;
+ *  1  what a node that was dialed hears in its handshake, frame by frame
+ *     into the channel: never up (nobody without the cookie proves it);
+ *  2  the same for the dialer, after its HELLO;
+ *  3  records after a genuine handshake between two ends in this process:
+ *     made-up records are never opened, and a genuine record XORed with
+ *     the input opens exactly when the input changed nothing.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -14,6 +22,9 @@
 #include <string.h>
 
 #include "bridge_proto.h"
+#include "bridge_sec.h"
+
+#define COOKIE "fuzz-cookie-0123456789"
 
 static uint8_t out[PR_BP_FRAME_MAX];
 
@@ -29,9 +40,7 @@ static void check_entry(const struct pr_bp_entry *e, const uint8_t *data, size_t
 	inside(e->meta, e->meta_len, data, size);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static void decode_stream(const uint8_t *data, size_t size)
 {
 	struct pr_bp_frame f, g;
 	size_t pos = 0, last = 0;
@@ -98,7 +107,129 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			}
 		}
 	}
-	if (r != 0 && r != -EBADMSG)
+	if (r == -EPROTONOSUPPORT && (f.version == PR_BP_VERSION || f.type == PR_BP_REFUSE))
 		abort();
+	if (r != 0 && r != -EBADMSG && r != -EPROTONOSUPPORT)
+		abort();
+}
+
+static struct pr_bs *end_new(const char *node, bool dialer)
+{
+	struct pr_bs_config c = { .cookie = (const uint8_t *)COOKIE, .cookie_len = strlen(COOKIE),
+				  .node = node, .incarnation = 1, .addr = "", .dialer = dialer };
+	struct pr_bs *s;
+
+	if (procreg__bs_new(&s, &c) < 0)
+		abort();
+	return s;
+}
+
+/* Hostile handshake frames into one end: it never comes up. */
+static void handshake_stream(const uint8_t *data, size_t size, bool dialer)
+{
+	struct pr_bs *s = end_new("fuzzed", dialer);
+	uint8_t reply[PR_BS_HELLO_MAX + 64];
+	struct pr_bp_frame f;
+	size_t pos = 0, start, n = 0;
+	int r = PR_BS_MORE;
+
+	if (dialer && procreg__bs_hello(s, reply, sizeof(reply), &n) < 0)
+		abort();
+	while (r == PR_BS_MORE && (start = pos, procreg__bp_next(data, size, &pos, &f)) == 1) {
+		if (f.type == PR_BP_REFUSE)
+			continue;
+		n = 0;
+		r = procreg__bs_handshake(s, data + start, &f, reply, sizeof(reply), &n);
+		if (r == PR_BS_UP || n > sizeof(reply))
+			abort();
+		if (r < 0 && r != -EPROTO && r != -ELOOP && r != -EACCES && r != -EINVAL)
+			abort();
+	}
+	procreg__bs_free(s);
+}
+
+/* Feed every frame of IN[0..len) to S; what it answers to OUT. */
+static int feed(struct pr_bs *s, const uint8_t *in, size_t len, uint8_t *out, size_t cap,
+		size_t *olen)
+{
+	struct pr_bp_frame f;
+	size_t pos = 0, start;
+	int r = PR_BS_MORE;
+
+	*olen = 0;
+	while (r == PR_BS_MORE && (start = pos, procreg__bp_next(in, len, &pos, &f)) == 1)
+		r = procreg__bs_handshake(s, in + start, &f, out, cap, olen);
+	return r;
+}
+
+/* Two ends through a genuine handshake: *D the dialer, *A the other. */
+static void pair_up(struct pr_bs **d, struct pr_bs **a)
+{
+	uint8_t a1[PR_BS_HELLO_MAX + 64], a2[PR_BS_HELLO_MAX + 64];
+	size_t l1 = 0, l2 = 0;
+
+	*d = end_new("d", true);
+	*a = end_new("a", false);
+	if (procreg__bs_hello(*d, a1, sizeof(a1), &l1) < 0 ||
+	    feed(*a, a1, l1, a2, sizeof(a2), &l2) != PR_BS_MORE ||
+	    feed(*d, a2, l2, a1, sizeof(a1), &l1) != PR_BS_MORE ||
+	    feed(*a, a1, l1, a2, sizeof(a2), &l2) != PR_BS_UP ||
+	    feed(*d, a2, l2, a1, sizeof(a1), &l1) != PR_BS_UP)
+		abort();
+}
+
+static void records(const uint8_t *data, size_t size)
+{
+	static uint8_t rec[PR_BS_REC_MAX], pt[PR_BS_PT_MAX];
+	struct pr_bs *d, *a;
+	size_t used, n;
+	bool changed = false;
+	int r;
+
+	pair_up(&d, &a);
+	/* Made up: never opened. */
+	r = procreg__bs_open(a, data, size, &used, pt, &n);
+	if (r == 1)
+		abort();
+	procreg__bs_free(a);
+	/* A genuine record of the input's size, XORed with it. */
+	if (size && size <= PR_BS_PT_MAX) {
+		struct pr_bs *d2, *a3;
+
+		pair_up(&d2, &a3);
+		memset(pt, 0x5a, size);
+		if (procreg__bs_seal(d2, pt, size, rec) < 0)
+			abort();
+		for (size_t i = 0; i < size; i++) {
+			rec[PR_BS_REC_HDR + i] ^= data[i];
+			changed |= data[i] != 0;
+		}
+		r = procreg__bs_open(a3, rec, size + PR_BS_OVERHEAD, &used, pt, &n);
+		if (changed ? r == 1 : (r != 1 || n != size || pt[0] != 0x5a))
+			abort();
+		procreg__bs_free(d2);
+		procreg__bs_free(a3);
+	}
+	procreg__bs_free(d);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (!size)
+		return 0;
+	switch (data[0] % 4) {
+	case 0:
+		decode_stream(data + 1, size - 1);
+		break;
+	case 1:
+	case 2:
+		handshake_stream(data + 1, size - 1, data[0] % 4 == 2);
+		break;
+	case 3:
+		records(data + 1, size - 1);
+		break;
+	}
 	return 0;
 }

@@ -8,7 +8,9 @@
  * (names, groups with members, a removal, feed events), cut after the
  * last arena byte in use so that each is a few KiB; file_size in the
  * header says the cut length, as fuzz_table expects. feed-cap-wraps is
- * a crash fixed in lib/feed.c, kept as a regression seed.
+ * a crash fixed in lib/feed.c, kept as a regression seed. OUTDIR/bridge/:
+ * replication frames, each file led by the byte that tells fuzz_bridge
+ * what the rest is (a stream to decode, a handshake, records).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -42,7 +44,7 @@ static void proto_seeds(const char *dir)
 	size_t n;
 
 	n = 0;
-	procreg__proto_put_hello(b, &n, PR_OP_HELLO, 0, 1, 0);
+	procreg__proto_put_hello(b, &n, PR_OP_HELLO, 1, 0);
 	put_file(dir, "hello", b, n);
 	n = 0;
 	procreg__proto_put_name(b, &n, PR_OP_REGISTER, 0, 2, "svc.a", 5, "meta", 4);
@@ -57,25 +59,39 @@ static void proto_seeds(const char *dir)
 	procreg__proto_put(b, &n, PR_OP_SYNC, 0, 8, 0, NULL, 0, NULL, 0);
 	put_file(dir, "batch", b, n);
 	n = 0;
-	procreg__proto_put_hello(b, &n, PR_OP_HELLO | PR_OP_REPLY, 0, 1, -EPERM);
+	procreg__proto_put_hello(b, &n, PR_OP_HELLO | PR_OP_REPLY, 1, -EPERM);
 	procreg__proto_put(b, &n, PR_OP_REGISTER | PR_OP_REPLY, 0, 2, -EEXIST, NULL, 0, NULL, 0);
 	put_file(dir, "replies", b, n);
 }
 
+/* Mode byte (fuzz_bridge.c) 0: frames for the decoder; 1 and 2:
+ * handshake frames for the dialed end and the dialer; 3: records. */
 static void bridge_seeds(const char *dir)
 {
 	static uint8_t b[PR_BP_FRAME_MAX];
 	static const uint8_t nonce[PR_BP_NONCE] = { 1, 2, 3 }, mac[PR_BP_MAC] = { 4, 5, 6 };
+	static const uint8_t key[PR_BP_KEY] = { 9 }; /* a point on the curve: u = 9 */
 	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 42, .uid = 1000,
 				 .start_time = 7, .registered_ns = 9, .name = "svc.a",
 				 .name_len = 5, .meta = "unix:/run/a.sock", .meta_len = 16 };
-	size_t n = 0, start;
+	size_t n = 1, start;
 
-	procreg__bp_put_hello(b, sizeof(b), &n, 1, nonce, "node-a", "127.0.0.1:7000");
+	b[0] = 0;
+	procreg__bp_put_hello(b, sizeof(b), &n, 1, nonce, key, "node-a", "127.0.0.1:7000");
 	procreg__bp_put_auth(b, sizeof(b), &n, mac);
+	procreg__bp_put_refuse(b, sizeof(b), &n, PR_BP_REFUSE_VERSION, "version 3, not 2");
 	procreg__bp_put_heartbeat(b, sizeof(b), &n, 1, 3);
 	put_file(dir, "handshake", b, n);
-	n = 0;
+	b[0] = 1;
+	put_file(dir, "handshake-dialed", b, n);
+	b[0] = 2;
+	put_file(dir, "handshake-dialer", b, n);
+	b[0] = 3;
+	memset(b + 1, 0, 64);
+	b[1] = 64;
+	put_file(dir, "record", b, 65);
+	b[0] = 0;
+	n = 1;
 	procreg__bp_put_change(b, sizeof(b), &n, 1, 4, "node-a", &e);
 	e.op = PR_BP_DEL;
 	e.kind = PR_KIND_MEMBER;
@@ -83,7 +99,7 @@ static void bridge_seeds(const char *dir)
 	e.name_len = 7;
 	procreg__bp_put_change(b, sizeof(b), &n, 1, 5, "node-a", &e);
 	put_file(dir, "changes", b, n);
-	n = 0;
+	n = 1;
 	procreg__bp_begin(b, sizeof(b), &n, PR_BP_SNAP, 1, 5, 0, &start);
 	e.op = PR_BP_PUT;
 	procreg__bp_add_entry(b, sizeof(b), &n, start, &e);

@@ -33,6 +33,8 @@ struct cli {
 	const char *timeout;              /* wait --timeout SECONDS */
 	const char *count;                /* wait --count N */
 	const char *ttl;                  /* run --ttl SECONDS */
+	const char *on_lost;              /* run --on-lost SIGNAL|none */
+	int lost_signal;                  /* ...as a number, 0: none */
 	unsigned int reg_flags;           /* run --queue, --replace, --replaceable, --lease-mark */
 	bool once;                        /* top --once */
 	const char *interval;             /* top --interval SECONDS */

@@ -34,13 +34,15 @@ static void usage(FILE *f)
 		"\n"
 		"Commands:\n"
 		"  run NAME [NAME...] [--meta STR] [--group G]... [--queue] [--replace]\n"
-		"      [--replaceable] [--ttl SECONDS [--lease-mark]] [--no-autostart]\n"
-		"      -- CMD [ARGS]\n"
+		"      [--replaceable] [--ttl SECONDS [--lease-mark]] [--on-lost SIGNAL|none]\n"
+		"      [--no-autostart] -- CMD [ARGS]\n"
 		"                      register this process under the names (and join the\n"
 		"                      groups), then exec CMD (same pid: they live exactly\n"
 		"                      as long as CMD). --queue: if a name is taken, wait\n"
 		"                      in line for it; --replace: take over a replaceable\n"
-		"                      owner; --ttl: a lease CMD keeps with 'refresh'\n"
+		"                      owner; --ttl: a lease CMD keeps with 'refresh';\n"
+		"                      --on-lost: the signal CMD gets if it loses a name to\n"
+		"                      another node's earlier registration (default TERM)\n"
 		"  refresh NAME        renew NAME's lease (its owner's uid, or root)\n"
 		"  join GROUP [GROUP...] [--meta STR] [--no-autostart] -- CMD [ARGS]\n"
 		"                      join the groups, then exec CMD. run and join start\n"
@@ -536,6 +538,27 @@ static void unclaim(procreg_t *reg, char **names, int n, const struct cli *c, in
 		procreg_leave(reg, c->groups[k]);
 }
 
+/* --on-lost: a signal by name (TERM, SIGTERM) or number, or "none" (0);
+ * -1 if it is neither. */
+static int signal_arg(const char *s)
+{
+	char *end;
+	long n;
+
+	if (!strcmp(s, "none"))
+		return 0;
+	if (!strncmp(s, "SIG", 3))
+		s += 3;
+	for (int sig = 1; sig < NSIG; sig++) {
+		const char *abbrev = sigabbrev_np(sig);
+
+		if (abbrev && !strcmp(abbrev, s))
+			return sig;
+	}
+	n = strtol(s, &end, 10);
+	return end != s && !*end && n > 0 && n < NSIG ? (int)n : -1;
+}
+
 /* Register the names and join the groups, all or nothing; with --queue,
  * wait in line for names that are taken. */
 static int claim(procreg_t *reg, const char *what, char **names, int n, const struct cli *c)
@@ -545,6 +568,7 @@ static int claim(procreg_t *reg, const char *what, char **names, int n, const st
 	size_t mlen = c->meta ? c->meta_len : 0;
 	int err;
 
+	ro.lost_signal = c->lost_signal;
 	if (c->ttl) {
 		char *end;
 		double s = strtod(c->ttl, &end);
@@ -615,6 +639,15 @@ static int claim_and_exec(struct cli *c, const char *what, int n, char **argv, b
 		}
 		for (int i = 0; i < n; i++)
 			c->groups[c->ngroups++] = argv[i];
+	}
+	/* A process that lost its name to another node's earlier
+	 * registration would go on as if it held it: by default procregd
+	 * asks it to stop, as Erlang's global kills the loser of a clash. */
+	c->lost_signal = signal_arg(c->on_lost ? c->on_lost : "TERM");
+	if (c->lost_signal < 0) {
+		fprintf(stderr, "%s: %s: --on-lost %s: want a signal (TERM, KILL, USR1, 15...) or "
+			"none\n", prog, what, c->on_lost);
+		return EXIT_ERR;
 	}
 	if ((err = autostart(c, what)))
 		return err;
@@ -988,6 +1021,8 @@ int main(int argc, char **argv)
 				c.reg_flags |= PROCREG_LEASE_MARK;
 			else if ((v = opt_value(argc, argv, &i, "--ttl", 0)))
 				c.ttl = v;
+			else if ((v = opt_value(argc, argv, &i, "--on-lost", 0)))
+				c.on_lost = v;
 			else if ((v = opt_value(argc, argv, &i, "--timeout", 't')))
 				c.timeout = v;
 			else if ((v = opt_value(argc, argv, &i, "--count", 'n')))

@@ -20,7 +20,11 @@
  * Frames are the replication protocol's (lib/bridge_proto.h): the
  * replication layer builds SNAP and CHANGE frames, the backend owns HELLO,
  * AUTH, PEERS and HEARTBEAT, and hands every frame it receives to deliver()
- * already checked by procreg__bp_next().
+ * already checked by procreg__bp_next(). Keeping them from strangers on
+ * the way is the backend's business: the mesh authenticates and encrypts
+ * every frame (bridge_sec.h), nats.c MACs its messages and leaves the
+ * encryption to TLS to the server. The cookie comes in the config for
+ * that; the replication layer never sees a key.
  */
 #ifndef PROCREGD_BACKEND_H
 #define PROCREGD_BACKEND_H
@@ -73,6 +77,9 @@ struct pr_bridge_config {
 	const char *scope;          /* the registry's scope */
 	const char *const *opts;    /* backend-specific "KEY=VALUE", nopts of them */
 	size_t nopts;
+	/* "host:port" other nodes should dial to reach this one, when not
+	 * listen (behind address translation, a proxy); NULL: listen. */
+	const char *advertise;
 };
 
 /* One node as the backend sees it, for procreg nodes. */

@@ -51,6 +51,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 #include "backend.h"
@@ -483,7 +484,12 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 			if (!won) {
 				br->conflicts++;
 				/* Ours stands; its node drops its own when it
-				 * sees ours, if it ever does. */
+				 * sees ours, if it ever does. Where ours is
+				 * local, say so: the other node logs its side. */
+				if (r->node == 0)
+					log_msg("bridge: name '%.*s': node %s's registration (pid %u) "
+						"loses to ours (pid %u), the earlier: kept", (int)e->name_len,
+						e->name, origin, e->pid, r->pid);
 				shadow_put(br, id, e);
 				return 0;
 			}
@@ -494,11 +500,14 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 				to_entry(r, PR_BP_PUT, &loser);
 				shadow_put(br, r->node, &loser);
 			} else if (r->node == 0) {
-				/* Our registration lost: tell its owner (the feed),
-				 * the other nodes (DEL), then make way. */
-				LOGV(d, "name '%.*s': node %s's registration wins: local owner pid %u loses it",
-				     (int)e->name_len, e->name, origin, r->pid);
+				/* Our registration lost: tell its owner (the feed,
+				 * and at the end of the batch its connections and
+				 * its signal), the other nodes (DEL), then make way. */
+				log_msg("bridge: name '%.*s': node %s's registration (pid %u), the "
+					"earlier, wins: local pid %u loses it", (int)e->name_len, e->name,
+					origin, e->pid, r->pid);
 				procreg__w_emit(&d->w, PROCREG_EV_CONFLICT, r);
+				proc_lost_name(d, old, origin, (pid_t)e->pid);
 				owners_lease_set(d, e->name, e->name_len, 0, false);
 				proc_remove_name(d, old); /* sends the DEL */
 			}
@@ -1014,6 +1023,12 @@ int bridge_start(struct daemon *d)
 	};
 	int err;
 
+	/* Before anything else of OpenSSL's: no clean-up at exit. libnats 3.4
+	 * (Debian 12's) frees libssl's list of compression methods when it
+	 * shuts down after a TLS connection, and OpenSSL 3's own clean-up at
+	 * exit then frees it again: procregd crashed on its way out (nats.c
+	 * has since dropped that clean-up). The process is ending anyway. */
+	OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
 	if (!procreg__bp_valid_node(d->o.node, strlen(d->o.node))) {
 		log_msg("--node %s: want 1..63 of [A-Za-z0-9_.@-]", d->o.node);
 		return -EINVAL;
@@ -1058,6 +1073,7 @@ int bridge_start(struct daemon *d)
 	cfg.node = br->node;
 	cfg.incarnation = br->incarnation;
 	cfg.listen = d->o.listen;
+	cfg.advertise = d->o.advertise;
 	cfg.peers = d->o.peers;
 	cfg.npeers = d->o.npeers;
 	cfg.cookie = cookie;

@@ -45,6 +45,7 @@ struct proc {
 	int pidfd;                /* in the epoll set: readable when it exits */
 	struct pr_vec names;      /* record offsets of its names and memberships */
 	uint32_t waiting;         /* places it holds in owner queues (owners.c) */
+	int lost_signal;          /* sent to it when it loses a name to another node, 0: none */
 	bool gone;                /* freed in all but memory: see procs_reap() */
 	struct proc *next_gone;
 };
@@ -69,6 +70,7 @@ struct client {
 	int fd;
 	bool hello_done;
 	bool subscribed;          /* feed notifications on this connection */
+	bool notices;             /* it takes notices (names lost) between replies */
 	bool peer_pidfd;          /* identity from SO_PEERPIDFD, not from HELLO */
 	bool peer_gone;           /* it closed, or asked for quiet (PR_F_QUIET): handle
 				   * what it sent, reply to nobody */
@@ -77,6 +79,20 @@ struct client {
 	struct out_packet *pending, **pending_tail; /* replies the socket would not take */
 	size_t pending_bytes;
 	struct client *next, *prev;
+};
+
+/* A name a local process lost to another node: told at the end of the
+ * batch (its connections, its signal), once the table shows the winner. */
+struct lost_notice {
+	struct lost_notice *next;
+	pid_t pid;                /* the loser */
+	uint64_t start;
+	int pidfd;                /* a dup of its pidfd, to signal it: -1 if no signal */
+	int sig;
+	pid_t winner;
+	char name[PROCREG_NAME_MAX + 1];
+	char node[64];            /* the winner's */
+	uint64_t time_ns;
 };
 
 struct daemon_opts {
@@ -98,6 +114,7 @@ struct daemon_opts {
 	int listen_fd;            /* passed by systemd (LISTEN_FDS), else -1 */
 	/* The bridge (bridge.c): all NULL/0 without --node. */
 	const char *node, *listen, *cookie_file;
+	const char *advertise;        /* --advertise: what HELLO says instead of listen */
 	const char *bridge_backend;   /* a shared object; NULL: the TCP mesh */
 	const char *bridge;           /* --bridge NAME: procreg-bridge-NAME.so, or "tcp" */
 	char **bridge_opts;           /* "KEY=VALUE" for the backend (allocated) */
@@ -166,6 +183,7 @@ struct daemon {
 	uint8_t *in, *out;        /* one packet each */
 	struct bridge *bridge;    /* NULL without --node */
 	uint64_t bridge_tick_ns;
+	struct lost_notice *lost, **lost_tail; /* to tell at the end of the batch */
 };
 
 void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -187,6 +205,8 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events);
 void server_close_all(struct daemon *d);
 /* After a batch that published events: tell the subscribed connections. */
 void server_notify_feed(struct daemon *d);
+/* Send N to every connection of its loser that takes notices. */
+void server_notice_lost(struct daemon *d, const struct lost_notice *n);
 
 /* Publish a name or membership for P (server.c); *OFF gets the record.
  * -EINPROGRESS: the name was taken and P is now in line for it. HANDOVER:
@@ -289,6 +309,12 @@ struct proc *proc_forget_name(struct daemon *d, uint64_t off);
 void proc_release_if_empty(struct daemon *d, struct proc *p);
 /* Its pidfd fired: remove every name it held. */
 void proc_died(struct daemon *d, struct proc *p);
+/* The local name record OFF loses to NODE's registration by WINNER: its
+ * owner is to be told at the end of the batch (procs_tell_lost). Call
+ * before the record is removed. */
+void proc_lost_name(struct daemon *d, uint64_t off, const char *node, pid_t winner);
+/* End of a batch: tell the owners what they lost (notices, signals). */
+void procs_tell_lost(struct daemon *d);
 /* The time of a wake-up, for procregd:death: 0 unless it is traced. */
 uint64_t procs_wake_clock(void);
 /* Handle every pidfd that is already readable (for SYNC). */

@@ -143,6 +143,8 @@ static void usage(FILE *f)
 		"Replication (the bridge; all off without --node):\n"
 		"      --node NAME           this node's name, 1..63 of [A-Za-z0-9_.@-]\n"
 		"      --listen HOST:PORT    accept other nodes here\n"
+		"      --advertise HOST:PORT the address other nodes are told to dial for this\n"
+		"                            one (default: --listen), behind a proxy or NAT\n"
 		"      --peer HOST:PORT      a node to connect to (repeat; peers tell each\n"
 		"                            other about the rest)\n"
 		"      --cookie-file PATH    the shared secret, mode 0600 (required with --node)\n"
@@ -154,12 +156,19 @@ static void usage(FILE *f)
 		"      --bridge-opt KEY=VALUE  an option for the backend (repeat)\n"
 		"      --heartbeat-ms N      a heartbeat when idle this long (default 500)\n"
 		"      --node-timeout-ms N   a node silent this long is down (default 3000)\n"
-		"      --nats-url URL        --bridge nats: the server(s), comma-separated\n"
-		"                            (default nats://127.0.0.1:4222)\n"
+		"      --nats-url URL[,URL...]  --bridge nats: the server(s), tried in turn\n"
+		"                            (default nats://127.0.0.1:4222; tls://: TLS)\n"
 		"      --nats-user USER, --nats-password PASS, --nats-token TOKEN,\n"
 		"      --nats-creds FILE, --nats-nkey PUBKEY --nats-nkey-seed FILE\n"
 		"                            --bridge nats: authentication to the server\n"
 		"      --nats-subject PREFIX --bridge nats: subjects (default procreg.SCOPE)\n"
+		"      --nats-tls-ca FILE    --bridge nats: TLS, servers' certificates checked\n"
+		"                            against FILE (default: the system's CAs)\n"
+		"      --nats-tls-cert FILE --nats-tls-key FILE\n"
+		"                            --bridge nats: TLS with this client certificate\n"
+		"      --nats-tls-hostname NAME  --bridge nats: TLS, the name servers'\n"
+		"                            certificates must carry (default: the first\n"
+		"                            URL's host, unless it is an address)\n"
 		"      --resolver PATH       name conflicts between nodes decided by the\n"
 		"                            shared object's procreg_resolve_v1 (resolver.h)\n"
 		"      --bridge-flush-bytes N  send a node's changes mid-batch every N bytes\n"
@@ -216,11 +225,13 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 	enum { O_MAX_SIZE = 256, O_READERS, O_READERS_UID, O_READER_TIMEOUT, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
 	       O_COOKIE, O_BACKEND, O_RESOLVER, O_UID_NAMES, O_UID_CLIENTS, O_BRIDGE, O_BRIDGE_OPT,
 	       O_HEARTBEAT, O_NODE_TIMEOUT, O_NATS_URL, O_NATS_USER, O_NATS_PASSWORD, O_NATS_TOKEN,
-	       O_NATS_CREDS, O_NATS_NKEY, O_NATS_NKEY_SEED, O_NATS_SUBJECT, O_FLUSH_BYTES,
+	       O_NATS_CREDS, O_NATS_NKEY, O_NATS_NKEY_SEED, O_NATS_SUBJECT, O_NATS_TLS_CA,
+	       O_NATS_TLS_CERT, O_NATS_TLS_KEY, O_NATS_TLS_HOSTNAME, O_FLUSH_BYTES, O_ADVERTISE,
 	       O_RES_CLIENTS, O_RES_SIZE };
 	/* --nats-X VALUE is --bridge-opt X=VALUE (and implies --bridge nats). */
 	static const char *const nats_keys[] = { "url", "user", "password", "token", "creds",
-						 "nkey", "nkey-seed", "subject" };
+						 "nkey", "nkey-seed", "subject", "tls-ca", "tls-cert",
+						 "tls-key", "tls-hostname" };
 	static const struct option lo[] = {
 		{ "scope", required_argument, NULL, 's' },
 		{ "dir", required_argument, NULL, 'd' },
@@ -234,6 +245,7 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "max-clients", required_argument, NULL, O_CLIENTS },
 		{ "node", required_argument, NULL, O_NODE },
 		{ "listen", required_argument, NULL, O_LISTEN },
+		{ "advertise", required_argument, NULL, O_ADVERTISE },
 		{ "peer", required_argument, NULL, O_PEER },
 		{ "cookie-file", required_argument, NULL, O_COOKIE },
 		{ "bridge-backend", required_argument, NULL, O_BACKEND },
@@ -249,6 +261,10 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "nats-nkey", required_argument, NULL, O_NATS_NKEY },
 		{ "nats-nkey-seed", required_argument, NULL, O_NATS_NKEY_SEED },
 		{ "nats-subject", required_argument, NULL, O_NATS_SUBJECT },
+		{ "nats-tls-ca", required_argument, NULL, O_NATS_TLS_CA },
+		{ "nats-tls-cert", required_argument, NULL, O_NATS_TLS_CERT },
+		{ "nats-tls-key", required_argument, NULL, O_NATS_TLS_KEY },
+		{ "nats-tls-hostname", required_argument, NULL, O_NATS_TLS_HOSTNAME },
 		{ "resolver", required_argument, NULL, O_RESOLVER },
 		{ "max-names-per-uid", required_argument, NULL, O_UID_NAMES },
 		{ "max-clients-per-uid", required_argument, NULL, O_UID_CLIENTS },
@@ -317,6 +333,7 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 			break;
 		case O_NODE: o->node = optarg; break;
 		case O_LISTEN: o->listen = optarg; break;
+		case O_ADVERTISE: o->advertise = optarg; break;
 		case O_COOKIE: o->cookie_file = optarg; break;
 		case O_BACKEND: o->bridge_backend = optarg; break;
 		case O_BRIDGE: o->bridge = optarg; break;
@@ -331,7 +348,9 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 			break;
 		case O_BRIDGE_OPT:
 		case O_NATS_URL: case O_NATS_USER: case O_NATS_PASSWORD: case O_NATS_TOKEN:
-		case O_NATS_CREDS: case O_NATS_NKEY: case O_NATS_NKEY_SEED: case O_NATS_SUBJECT: {
+		case O_NATS_CREDS: case O_NATS_NKEY: case O_NATS_NKEY_SEED: case O_NATS_SUBJECT:
+		case O_NATS_TLS_CA: case O_NATS_TLS_CERT: case O_NATS_TLS_KEY:
+		case O_NATS_TLS_HOSTNAME: {
 			char **np = realloc(o->bridge_opts, (o->nbridge_opts + 1) * sizeof(*np));
 			char *kv = NULL;
 
@@ -428,9 +447,9 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 			o->reserved_clients, o->max_clients);
 		return -1;
 	}
-	if (!o->node && (o->listen || o->npeers || o->cookie_file || o->bridge_backend || o->resolver ||
-			 o->bridge || o->nbridge_opts || flush_set)) {
-		fprintf(stderr, "procregd: --listen, --peer, --cookie-file, --bridge, --bridge-backend, the backend's options, --resolver and --bridge-flush-bytes need --node\n");
+	if (!o->node && (o->listen || o->advertise || o->npeers || o->cookie_file ||
+			 o->bridge_backend || o->resolver || o->bridge || o->nbridge_opts || flush_set)) {
+		fprintf(stderr, "procregd: --listen, --advertise, --peer, --cookie-file, --bridge, --bridge-backend, the backend's options, --resolver and --bridge-flush-bytes need --node\n");
 		return -1;
 	}
 	if (o->bridge && o->bridge_backend) {
@@ -439,6 +458,11 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 	}
 	if (o->listen && (strlen(o->listen) > PR_BP_ADDR_MAX || !strchr(o->listen, ':'))) {
 		fprintf(stderr, "procregd: --listen %s: want HOST:PORT\n", o->listen);
+		return -1;
+	}
+	if (o->advertise && (strlen(o->advertise) > PR_BP_ADDR_MAX || !strchr(o->advertise, ':') ||
+			     strpbrk(o->advertise, " \t\n"))) {
+		fprintf(stderr, "procregd: --advertise %s: want HOST:PORT\n", o->advertise);
 		return -1;
 	}
 	return 0;
@@ -728,6 +752,10 @@ static void run(struct daemon *d)
 		/* This batch's changes to the other nodes, in one write each. */
 		if (d->bridge)
 			bridge_flush(d);
+		/* Names lost this batch: their owners told, now that the table
+		 * shows who has them. */
+		if (d->lost)
+			procs_tell_lost(d);
 		/* One wake-up for the followers of the feed per batch. */
 		if (d->w.feed_pending)
 			server_notify_feed(d);

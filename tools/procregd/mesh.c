@@ -7,13 +7,19 @@
  * epoll set of the backend's own, whose fd the daemon polls; the only
  * thread is the resolver's (below), for host names.
  *
- * A connection: both sides send HELLO (name, incarnation, a fresh random
- * nonce, listening address), then AUTH, an HMAC-SHA256 keyed with the
- * shared cookie over the other side's nonce and its own identity
- * (bridge_proto.h). The cookie never travels; a wrong MAC drops the
- * connection and is logged. Then the replication layer gets node_up and
- * sends its snapshot, then its changes. Frames are length-prefixed; a
- * frame that does not decode drops the connection.
+ * A connection: the handshake of bridge_sec.h (the dialer's HELLO, the
+ * acceptor's once the dialer's is acceptable, the dialer's AUTH, the
+ * acceptor's once the dialer's checked out), in which both prove they hold
+ * the cookie without sending it, for this connection and these two names
+ * only, and agree on keys. A wrong proof, another protocol version, or a
+ * frame out of place ends it, logged, with a REFUSE to the other side
+ * saying why. Then the replication layer gets node_up and sends its
+ * snapshot, then its changes: frames, queued in clear, sealed into
+ * encrypted records (at most 64 KiB each) as the socket takes them, and
+ * opened on the other side before they are decoded. A record that fails
+ * its tag (altered, injected, replayed, dropped, reordered), or a frame
+ * that does not decode, drops the connection: the next one starts with a
+ * fresh snapshot.
  *
  * Two nodes that dial each other at once end up with two connections: the
  * one dialed by the node with the smaller name stays, on both sides.
@@ -50,10 +56,9 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
 
 #include "backend.h"
+#include "bridge_sec.h"
 #include "internal.h"
 
 #define TICK_MS 100
@@ -61,8 +66,11 @@
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 2000
 #define OUT_MAX (64u << 20)         /* a peer this far behind is dropped */
-#define IN_CAP (2 * PR_BP_FRAME_MAX)
-#define IN_CAP_HANDSHAKE 1024u      /* HELLO and AUTH are a few hundred bytes */
+#define IN_CAP (2 * PR_BS_REC_MAX)   /* a record and the start of the next */
+#define PT_CAP (PR_BP_FRAME_MAX + PR_BS_PT_MAX) /* a frame's start and a record */
+#define IN_CAP_HANDSHAKE 1024u      /* HELLO, AUTH, REFUSE: a few hundred bytes */
+#define WIRE_HANDSHAKE 1024u
+#define WIRE_CAP (PR_BS_REC_MAX + WIRE_HANDSHAKE)
 #define TARGETS_MAX 1024
 #define CONNS_MAX 1024              /* connections, handshakes included */
 /* Accepted connections not yet authenticated: anyone who can reach the
@@ -72,7 +80,7 @@
 #define ADDRS_MAX 8                 /* of one name's answer, tried in turn */
 #define RESOLVE_LOG_NS (60 * 1000000000ull) /* a name that keeps failing: a line a minute */
 
-enum conn_state { C_CONNECTING, C_HELLO, C_AUTH, C_UP };
+enum conn_state { C_CONNECTING, C_HANDSHAKE, C_UP };
 enum obj_kind { O_LISTEN, O_TIMER, O_CONN, O_RESOLVED };
 
 struct obj {
@@ -88,14 +96,19 @@ struct conn {
 	bool outbound;
 	bool dead;
 	struct target *target;        /* outbound: what we dialed */
+	char remote[PR_BP_ADDR_MAX + 1]; /* the address dialed or accepted from, for the log */
 	char peer[PR_BP_NODE_MAX + 1];
 	char peer_addr[PR_BP_ADDR_MAX + 1];
 	uint64_t peer_inc;
-	uint8_t nonce[PR_BP_NONCE], peer_nonce[PR_BP_NONCE];
-	uint8_t *in;
+	struct pr_bs *bs;             /* the handshake, then the records */
+	uint8_t *in;                  /* bytes from the socket */
 	size_t in_len, in_cap;        /* small until the peer is authenticated */
-	uint8_t *out;
+	uint8_t *pt;                  /* what the records opened so far say */
+	size_t pt_len;
+	uint8_t *out;                 /* frames for the peer, not sealed yet */
 	size_t out_len, out_off, out_cap;
+	uint8_t *wire;                /* bytes for the socket: handshake frames, a record */
+	size_t wire_len, wire_off, wire_cap;
 	size_t snap_bytes;            /* the snapshot's size: allowed on top of OUT_MAX */
 	bool want_out;
 	bool overflow;                /* broadcast() could not queue: drop at flush */
@@ -153,7 +166,7 @@ struct mesh {
 	struct pr_bridge_config c;
 	struct pr_bridge_up up;
 	char node[PR_BP_NODE_MAX + 1];
-	char listen_addr[PR_BP_ADDR_MAX + 1];
+	char listen_addr[PR_BP_ADDR_MAX + 1];   /* what HELLO says: --advertise, else --listen */
 	uint8_t *cookie;
 	size_t cookie_len;
 	int epfd, lfd, tfd;
@@ -219,20 +232,11 @@ static int lookup_addr(const char *hp, int flags, struct sockaddr_storage *ss, s
 	return *n ? 0 : EAI_NONAME;
 }
 
-static int hmac(const struct mesh *m, const uint8_t *data, size_t len, uint8_t out[PR_BP_MAC])
-{
-	size_t outlen = 0;
-
-	if (!EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, m->cookie, m->cookie_len, data, len,
-		       out, PR_BP_MAC, &outlen) || outlen != PR_BP_MAC)
-		return -EIO;
-	return 0;
-}
-
 /* ---- output ----------------------------------------------------------- */
 
-/* Queue LEN bytes for C. A snapshot is queued whole, however big the
- * table (BOUNDED false); what comes after it is bounded by OUT_MAX. */
+/* Queue LEN bytes of frames for C, to be sealed as the socket takes them.
+ * A snapshot is queued whole, however big the table (BOUNDED false); what
+ * comes after it is bounded by OUT_MAX. */
 static int conn_queue_b(struct conn *c, const uint8_t *data, size_t len, bool bounded)
 {
 	if (c->dead)
@@ -272,24 +276,55 @@ static int conn_queue(struct conn *c, const uint8_t *data, size_t len)
 	return conn_queue_b(c, data, len, true);
 }
 
+/* A handshake frame (HELLO, AUTH, REFUSE), in clear: straight to the
+ * wire, ahead of any record. */
+static void conn_queue_clear(struct conn *c, const uint8_t *data, size_t len)
+{
+	if (c->dead || c->wire_cap - c->wire_len < len)
+		return; /* a handshake frame never fills WIRE_HANDSHAKE */
+	memcpy(c->wire + c->wire_len, data, len);
+	c->wire_len += len;
+}
+
 static void conn_kill(struct mesh *m, struct conn *c, const char *why);
 
-/* Send what the socket takes now, without blocking: 0, or a negative
+/* Send what the socket takes now, without blocking, sealing the queued
+ * frames into records as the wire empties (one record ahead at most: a
+ * big snapshot is not encrypted twice over in memory): 0, or a negative
  * errno for a connection that is broken (EAGAIN is not). */
 static int conn_send_some(struct conn *c)
 {
-	while (c->out_off < c->out_len) {
-		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-				 MSG_DONTWAIT | MSG_NOSIGNAL);
+	for (;;) {
+		ssize_t n;
 
+		if (c->wire_off == c->wire_len) {
+			size_t len = c->out_len - c->out_off;
+			int err;
+
+			c->wire_off = c->wire_len = 0;
+			if (c->state != C_UP || !len)
+				return 0;
+			if (len > PR_BS_PT_MAX)
+				len = PR_BS_PT_MAX;
+			if ((err = procreg__bs_seal(c->bs, c->out + c->out_off, len, c->wire)) < 0)
+				return err;
+			c->out_off += len;
+			c->wire_len = len + PR_BS_OVERHEAD;
+		}
+		n = send(c->fd, c->wire + c->wire_off, c->wire_len - c->wire_off,
+			 MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
-		c->out_off += (size_t)n;
+		c->wire_off += (size_t)n;
 		c->bytes_out += (uint64_t)n;
 		c->last_tx_ns = now_ns();
 		c->queued_since_send = 0;
 	}
-	return 0;
+}
+
+static bool conn_pending(const struct conn *c)
+{
+	return c->wire_off < c->wire_len || (c->state == C_UP && c->out_off < c->out_len);
 }
 
 static void conn_flush(struct mesh *m, struct conn *c)
@@ -309,7 +344,7 @@ static void conn_flush(struct mesh *m, struct conn *c)
 		c->out = NULL;
 		c->out_cap = c->out_len = c->out_off = 0;
 	}
-	want = c->out_off < c->out_len;
+	want = conn_pending(c);
 	if (want != c->want_out && c->state != C_CONNECTING) {
 		struct epoll_event e = { .events = EPOLLIN | (want ? EPOLLOUT : 0), .data.ptr = &c->o };
 
@@ -347,8 +382,8 @@ static void conn_kill(struct mesh *m, struct conn *c, const char *why)
 		m->up.log("bridge: node %s: down (%s)", c->peer, why);
 		m->up.node_down(m->up.ctx, c->peer);
 	} else if (why) {
-		m->up.log("bridge: connection %s%s%s: dropped (%s)", c->outbound ? "to " : "from ",
-			  c->peer[0] ? c->peer : "", c->target ? c->target->addr : "", why);
+		m->up.log("bridge: connection %s %s%s%s%s: dropped (%s)", c->outbound ? "to" : "from",
+			  c->remote, c->peer[0] ? " (node " : "", c->peer, c->peer[0] ? ")" : "", why);
 	}
 	if (c->target) {
 		c->target->conn = NULL;
@@ -369,8 +404,11 @@ static void reap(struct mesh *m)
 		if (c->dead) {
 			*cp = c->next;
 			m->nconns--;
+			procreg__bs_free(c->bs);
 			free(c->in);
+			free(c->pt);
 			free(c->out);
+			free(c->wire);
 			free(c);
 		} else {
 			cp = &c->next;
@@ -378,22 +416,30 @@ static void reap(struct mesh *m)
 	}
 }
 
-static struct conn *conn_new(struct mesh *m, int fd, bool outbound)
+static struct conn *conn_new(struct mesh *m, int fd, bool outbound, const char *remote)
 {
 	struct conn *c = calloc(1, sizeof(*c));
+	struct pr_bs_config bc = { .cookie = m->cookie, .cookie_len = m->cookie_len,
+				   .node = m->node, .incarnation = m->c.incarnation,
+				   .addr = m->listen_addr, .dialer = outbound };
 
 	if (!c)
 		return NULL;
 	c->in_cap = IN_CAP_HANDSHAKE;
 	c->in = malloc(c->in_cap);
-	if (!c->in || RAND_bytes(c->nonce, PR_BP_NONCE) != 1) {
+	c->wire_cap = WIRE_HANDSHAKE;
+	c->wire = malloc(c->wire_cap);
+	if (!c->in || !c->wire || procreg__bs_new(&c->bs, &bc) < 0) {
 		free(c->in);
+		free(c->wire);
 		free(c);
 		return NULL;
 	}
+	snprintf(c->remote, sizeof(c->remote), "%s", remote);
 	c->o.kind = O_CONN;
 	c->fd = fd;
 	c->outbound = outbound;
+	c->state = outbound ? C_CONNECTING : C_HANDSHAKE;
 	c->started_ns = c->last_rx_ns = c->last_tx_ns = now_ns();
 	c->next = m->conns;
 	m->conns = c;
@@ -401,15 +447,19 @@ static struct conn *conn_new(struct mesh *m, int fd, bool outbound)
 	return c;
 }
 
+/* The dialer's first frame. The acceptor waits for it before it says
+ * anything. */
 static void send_hello(struct mesh *m, struct conn *c)
 {
-	uint8_t buf[256];
+	uint8_t buf[PR_BS_HELLO_MAX];
 	size_t pos = 0;
+	int err = procreg__bs_hello(c->bs, buf, sizeof(buf), &pos);
 
-	procreg__bp_put_hello(buf, sizeof(buf), &pos, m->c.incarnation, c->nonce, m->node,
-			      m->listen_addr);
-	conn_queue(c, buf, pos);
-	c->state = C_HELLO;
+	if (err < 0) {
+		conn_kill(m, c, strerror(-err));
+		return;
+	}
+	conn_queue_clear(c, buf, pos);
 	conn_flush(m, c);
 }
 
@@ -605,12 +655,11 @@ static void dial_addr(struct mesh *m, struct target *t, const struct sockaddr_st
 		close(fd);
 		return;
 	}
-	c = conn_new(m, fd, true);
+	c = conn_new(m, fd, true, t->addr);
 	if (!c) {
 		close(fd);
 		return;
 	}
-	c->state = C_CONNECTING;
 	c->target = t;
 	t->conn = c;
 	e.data.ptr = &c->o;
@@ -736,6 +785,24 @@ static bool keeper(const struct mesh *m, const struct conn *c)
 	return strcmp(dialer, other) < 0;
 }
 
+/* Buffers for a connection that carries records. */
+static int conn_grow(struct conn *c)
+{
+	uint8_t *in = realloc(c->in, IN_CAP), *wire;
+
+	if (!in)
+		return -ENOMEM;
+	c->in = in;
+	c->in_cap = IN_CAP;
+	if (!(wire = realloc(c->wire, WIRE_CAP)))
+		return -ENOMEM;
+	c->wire = wire;
+	c->wire_cap = WIRE_CAP;
+	if (!(c->pt = malloc(PT_CAP)))
+		return -ENOMEM;
+	return 0;
+}
+
 static void established(struct mesh *m, struct conn *c)
 {
 	struct conn *old = up_conn(m, c->peer);
@@ -746,6 +813,10 @@ static void established(struct mesh *m, struct conn *c)
 			return;
 		}
 		conn_kill(m, old, "replaced by a newer connection");
+	}
+	if (conn_grow(c) < 0) {
+		conn_kill(m, c, "out of memory");
+		return;
 	}
 	if (m->up.node_up(m->up.ctx, c->peer, c->peer_inc, c->peer_addr) < 0) {
 		conn_kill(m, c, "refused by the replication layer");
@@ -758,8 +829,9 @@ static void established(struct mesh *m, struct conn *c)
 		/* Once this connection ends, the name is looked up afresh. */
 		c->target->naddrs = c->target->next_addr = 0;
 	}
-	m->up.log("bridge: node %s: up (incarnation %llx, %s)", c->peer,
-		  (unsigned long long)c->peer_inc, c->outbound ? "dialed" : "accepted");
+	m->up.log("bridge: node %s: up (incarnation %llx, %s %s)", c->peer,
+		  (unsigned long long)c->peer_inc, c->outbound ? "dialed" : "accepted from",
+		  c->remote);
 	if (m->up.snapshot(m->up.ctx, snap_send, c) < 0) {
 		conn_kill(m, c, "snapshot");
 		return;
@@ -782,72 +854,198 @@ static void established(struct mesh *m, struct conn *c)
 	}
 }
 
+/* End C in the handshake: tell the other side why (REFUSE, in clear, as
+ * far as the socket takes it at once), and log WHY. */
+static void refuse(struct mesh *m, struct conn *c, uint8_t reason, const char *text,
+		   const char *why)
+{
+	uint8_t buf[PR_BP_HDR + 2 + PR_BP_TEXT_MAX];
+	size_t pos = 0;
+
+	if (procreg__bp_put_refuse(buf, sizeof(buf), &pos, reason, text) == 0) {
+		conn_queue_clear(c, buf, pos);
+		(void)conn_send_some(c);
+	}
+	conn_kill(m, c, why);
+}
+
+static const char *refuse_reason(uint8_t reason)
+{
+	switch (reason) {
+	case PR_BP_REFUSE_VERSION:
+		return "another protocol version";
+	case PR_BP_REFUSE_AUTH:
+		return "authentication failed";
+	case PR_BP_REFUSE_NAME:
+		return "it has this node's name";
+	case PR_BP_REFUSE_PROTO:
+		return "protocol error";
+	case PR_BP_REFUSE_TIMEOUT:
+		return "handshake timed out";
+	default:
+		return "reason unknown";
+	}
+}
+
+/* A frame of the handshake, RAW[0..f->len) in clear. */
+static void on_handshake(struct mesh *m, struct conn *c, const uint8_t *raw,
+			 const struct pr_bp_frame *f)
+{
+	uint8_t out[PR_BS_HELLO_MAX + 64];
+	size_t pos = 0;
+	char why[PR_BP_TEXT_MAX + 96];
+	const struct pr_bs_peer *p;
+	int r;
+
+	if (f->type == PR_BP_REFUSE) {
+		/* Unauthenticated: anyone on the path could have sent it. It
+		 * only ever ends a connection not yet up, and is logged. */
+		snprintf(why, sizeof(why), "refused by the other side (version %u): %s: %.*s",
+			 f->version, refuse_reason(f->reason), (int)f->text_len, f->text);
+		/* We dialed ourselves (a --peer list shared by every node): not
+		 * again. */
+		if (f->reason == PR_BP_REFUSE_NAME && c->target)
+			snprintf(c->target->node, sizeof(c->target->node), "%s", m->node);
+		conn_kill(m, c, why);
+		return;
+	}
+	r = procreg__bs_handshake(c->bs, raw, f, out, sizeof(out), &pos);
+	p = procreg__bs_peer(c->bs);
+	if (p->name[0] && !c->peer[0]) {
+		snprintf(c->peer, sizeof(c->peer), "%s", p->name);
+		snprintf(c->peer_addr, sizeof(c->peer_addr), "%s", p->addr);
+		c->peer_inc = p->incarnation;
+	}
+	if (pos)
+		conn_queue_clear(c, out, pos);
+	switch (r) {
+	case PR_BS_MORE:
+		conn_flush(m, c);
+		return;
+	case PR_BS_UP:
+		established(m, c);
+		return;
+	case -ELOOP:
+		if (c->target)
+			snprintf(c->target->node, sizeof(c->target->node), "%s", m->node);
+		refuse(m, c, PR_BP_REFUSE_NAME, "a node with this name is at the other end",
+		       "it is this node");
+		return;
+	case -EACCES:
+		m->up.log("bridge: connection %s %s (node %s): authentication failed "
+			  "(another cookie, or a proof made for another connection)",
+			  c->outbound ? "to" : "from", c->remote, c->peer);
+		refuse(m, c, PR_BP_REFUSE_AUTH, "authentication failed", NULL);
+		return;
+	case -EPROTO:
+		snprintf(why, sizeof(why), "frame type %u out of place in the handshake", f->type);
+		refuse(m, c, PR_BP_REFUSE_PROTO, why, why);
+		return;
+	default:
+		conn_kill(m, c, strerror(-r));
+		return;
+	}
+}
+
+/* A frame from an authenticated peer (it came in a record). */
 static int on_frame(struct mesh *m, struct conn *c, const struct pr_bp_frame *f)
 {
-	uint8_t in[PR_BP_AUTH_INPUT_MAX], mac[PR_BP_MAC], buf[64];
-	size_t n, pos = 0;
+	if (f->type == PR_BP_PEERS) {
+		size_t ip = 0;
+		struct pr_bp_peer p;
 
-	switch (c->state) {
-	case C_HELLO:
-		if (f->type != PR_BP_HELLO)
-			return -EPROTO;
-		memcpy(c->peer, f->name, f->name_len);
-		c->peer[f->name_len] = 0;
-		memcpy(c->peer_addr, f->addr, f->addr_len);
-		c->peer_addr[f->addr_len] = 0;
-		c->peer_inc = f->incarnation;
-		memcpy(c->peer_nonce, f->nonce, PR_BP_NONCE);
-		if (!strcmp(c->peer, m->node)) {
-			if (c->target)
-				snprintf(c->target->node, sizeof(c->target->node), "%s", m->node);
-			return -ELOOP; /* ourselves, or a node with our name */
+		while (procreg__bp_peer(f, &ip, &p)) {
+			char name[PR_BP_NODE_MAX + 1];
+			struct target *t;
+
+			memcpy(name, p.name, p.name_len);
+			name[p.name_len] = 0;
+			if (!strcmp(name, m->node) || up_conn(m, name) || !p.addr_len)
+				continue;
+			t = target_add(m, p.addr, p.addr_len);
+			if (t && !t->conn)
+				t->next_try_ns = 0; /* dial at the next tick */
 		}
-		/* Prove who we are over the nonce the peer chose. */
-		n = procreg__bp_auth_input(in, c->peer_nonce, c->nonce, m->node, m->c.incarnation);
-		if (hmac(m, in, n, mac) < 0)
-			return -EIO;
-		procreg__bp_put_auth(buf, sizeof(buf), &pos, mac);
-		conn_queue(c, buf, pos);
-		c->state = C_AUTH;
-		/* Out now: if the peer's AUTH, read next, fails, the peer
-		 * still gets ours and can log why. */
-		conn_flush(m, c);
 		return 0;
-	case C_AUTH:
-		if (f->type != PR_BP_AUTH)
-			return -EPROTO;
-		n = procreg__bp_auth_input(in, c->nonce, c->peer_nonce, c->peer, c->peer_inc);
-		if (hmac(m, in, n, mac) < 0)
-			return -EIO;
-		if (CRYPTO_memcmp(mac, f->mac, PR_BP_MAC) != 0)
-			return -EACCES;
-		established(m, c);
-		return 0;
-	case C_UP:
-		if (f->type == PR_BP_PEERS) {
-			size_t ip = 0;
-			struct pr_bp_peer p;
-
-			while (procreg__bp_peer(f, &ip, &p)) {
-				char name[PR_BP_NODE_MAX + 1];
-				struct target *t;
-
-				memcpy(name, p.name, p.name_len);
-				name[p.name_len] = 0;
-				if (!strcmp(name, m->node) || up_conn(m, name) || !p.addr_len)
-					continue;
-				t = target_add(m, p.addr, p.addr_len);
-				if (t && !t->conn)
-					t->next_try_ns = 0; /* dial at the next tick */
-			}
-			return 0;
-		}
-		if (f->type == PR_BP_HEARTBEAT || f->type == PR_BP_SNAP || f->type == PR_BP_CHANGE)
-			return m->up.deliver(m->up.ctx, c->peer, f);
-		return -EPROTO;
-	default:
-		return -EPROTO;
 	}
+	if (f->type == PR_BP_HEARTBEAT || f->type == PR_BP_SNAP || f->type == PR_BP_CHANGE)
+		return m->up.deliver(m->up.ctx, c->peer, f);
+	return -EPROTO;
+}
+
+/* Another protocol version at the other end: say so on both sides (the
+ * other side reads our REFUSE if it is version 3 or later). */
+static void other_version(struct mesh *m, struct conn *c, const struct pr_bp_frame *f)
+{
+	char text[96];
+
+	snprintf(text, sizeof(text), "this node speaks bridge protocol version %u, not %u",
+		 PR_BP_VERSION, f->version);
+	m->up.log("bridge: connection %s %s: the other side speaks bridge protocol version %u, "
+		  "this node version %u: refused (run one version on every node)",
+		  c->outbound ? "to" : "from", c->remote, f->version, PR_BP_VERSION);
+	refuse(m, c, PR_BP_REFUSE_VERSION, text, NULL);
+}
+
+/* The handshake's frames in C->in, as long as it lasts: the bytes used. */
+static size_t read_handshake(struct mesh *m, struct conn *c)
+{
+	size_t pos = 0;
+
+	while (!c->dead && c->state == C_HANDSHAKE) {
+		struct pr_bp_frame f;
+		size_t start = pos;
+		int r = procreg__bp_next(c->in, c->in_len, &pos, &f);
+
+		if (r == 0)
+			break;
+		if (r == -EPROTONOSUPPORT)
+			other_version(m, c, &f);
+		else if (r < 0)
+			conn_kill(m, c, "malformed frame");
+		else
+			on_handshake(m, c, c->in + start, &f);
+	}
+	return pos;
+}
+
+/* The records in C->in: opened, and the frames in them handled. The bytes
+ * used. */
+static size_t read_records(struct mesh *m, struct conn *c, size_t pos)
+{
+	while (!c->dead) {
+		struct pr_bp_frame f;
+		size_t used = 0, pt_len = 0, fp = 0;
+		int r = procreg__bs_open(c->bs, c->in + pos, c->in_len - pos, &used,
+					 c->pt + c->pt_len, &pt_len);
+
+		if (r == 0)
+			break;
+		if (r < 0) {
+			conn_kill(m, c, r == -EACCES ? "a record failed authentication (altered, "
+						       "injected, replayed or out of order)"
+						     : "malformed record");
+			break;
+		}
+		pos += used;
+		c->pt_len += pt_len;
+		while (!c->dead && (r = procreg__bp_next(c->pt, c->pt_len, &fp, &f)) == 1) {
+			int err = on_frame(m, c, &f);
+
+			if (err < 0)
+				conn_kill(m, c, strerror(-err));
+		}
+		if (c->dead)
+			break;
+		if (r < 0) {
+			conn_kill(m, c, "malformed frame");
+			break;
+		}
+		/* What is left is the start of a frame the next record ends. */
+		memmove(c->pt, c->pt + fp, c->pt_len - fp);
+		c->pt_len -= fp;
+	}
+	return pos;
 }
 
 static void conn_read(struct mesh *m, struct conn *c)
@@ -855,24 +1053,13 @@ static void conn_read(struct mesh *m, struct conn *c)
 	/* A bounded amount per wake-up: one busy peer does not starve the
 	 * rest of the daemon. */
 	for (int round = 0; round < 16 && !c->dead; round++) {
-		struct pr_bp_frame f;
 		size_t pos = 0;
 		ssize_t n;
-		int r = 0;  /* read only if a frame was tried: GCC cannot tell (ASan builds) */
 
-		if (c->state == C_UP && c->in_cap < IN_CAP) {
-			uint8_t *bigger = realloc(c->in, IN_CAP);
-
-			if (!bigger) {
-				conn_kill(m, c, "out of memory");
-				return;
-			}
-			c->in = bigger;
-			c->in_cap = IN_CAP;
-		}
 		if (c->in_len == c->in_cap) {
 			/* Only before authentication: a frame bigger than any
-			 * handshake frame. */
+			 * handshake frame. (Once up, whole records leave the
+			 * buffer every round, and it holds two.) */
 			conn_kill(m, c, "oversized handshake");
 			return;
 		}
@@ -889,24 +1076,14 @@ static void conn_read(struct mesh *m, struct conn *c)
 		c->in_len += (size_t)n;
 		c->bytes_in += (uint64_t)n;
 		c->last_rx_ns = now_ns();
-		while (!c->dead && (r = procreg__bp_next(c->in, c->in_len, &pos, &f)) == 1) {
-			int err = on_frame(m, c, &f);
-
-			if (err == -EACCES) {
-				m->up.log("bridge: connection %s %s (node %s): authentication failed "
-					  "(wrong cookie?)", c->outbound ? "to" : "from",
-					  c->target ? c->target->addr : "peer", c->peer);
-				conn_kill(m, c, NULL);
-			} else if (err < 0) {
-				conn_kill(m, c, err == -ELOOP ? "it is this node" : strerror(-err));
-			}
-		}
+		if (c->state == C_HANDSHAKE)
+			pos = read_handshake(m, c);
+		/* Records may follow the last handshake frame in the same
+		 * read. */
+		if (!c->dead && c->state == C_UP)
+			pos = read_records(m, c, pos);
 		if (c->dead)
 			return;
-		if (r < 0) {
-			conn_kill(m, c, "malformed frame");
-			return;
-		}
 		memmove(c->in, c->in + pos, c->in_len - pos);
 		c->in_len -= pos;
 		conn_flush(m, c);
@@ -928,6 +1105,7 @@ static void conn_event(struct mesh *m, struct conn *c, uint32_t ev)
 		}
 		epoll_ctl(m->epfd, EPOLL_CTL_MOD, c->fd, &e);
 		c->want_out = false;
+		c->state = C_HANDSHAKE;
 		send_hello(m, c);
 		return;
 	}
@@ -965,11 +1143,29 @@ static size_t handshakes(const struct mesh *m)
 	return n;
 }
 
+/* "host:port" of a socket address, for the log. */
+static void addr_str(const struct sockaddr_storage *ss, socklen_t len, char *out, size_t cap)
+{
+	char host[NI_MAXHOST], port[NI_MAXSERV];
+
+	if (getnameinfo((const struct sockaddr *)ss, len, host, sizeof(host), port, sizeof(port),
+			NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+		snprintf(out, cap, "?");
+	else if (ss->ss_family == AF_INET6)
+		snprintf(out, cap, "[%.64s]:%.8s", host, port);
+	else
+		snprintf(out, cap, "%.64s:%.8s", host, port);
+}
+
 static void do_accept(struct mesh *m)
 {
 	for (int i = 0; i < 64; i++) {
-		int one = 1, fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int one = 1, fd = accept4(m->lfd, (struct sockaddr *)&ss, &sl,
+					  SOCK_NONBLOCK | SOCK_CLOEXEC);
 		struct epoll_event e = { .events = EPOLLIN };
+		char remote[PR_BP_ADDR_MAX + 1];
 		struct conn *c;
 
 		if (fd < 0 && (errno == EMFILE || errno == ENFILE) && m->spare >= 0) {
@@ -997,17 +1193,16 @@ static void do_accept(struct mesh *m)
 			continue;
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		c = conn_new(m, fd, false);
+		addr_str(&ss, sl, remote, sizeof(remote));
+		c = conn_new(m, fd, false, remote);
 		if (!c) {
 			close(fd);
 			continue;
 		}
 		e.data.ptr = &c->o;
-		if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &e) < 0) {
+		/* Nothing to say until the dialer's HELLO. */
+		if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &e) < 0)
 			conn_kill(m, c, "epoll");
-			continue;
-		}
-		send_hello(m, c);
 	}
 }
 
@@ -1023,8 +1218,13 @@ static void tick(struct mesh *m)
 		if (c->dead)
 			continue;
 		if (c->state != C_UP) {
-			if (now - c->started_ns > (uint64_t)HANDSHAKE_MS * 1000000ull)
-				conn_kill(m, c, c->state == C_CONNECTING ? NULL : "handshake timed out");
+			if (now - c->started_ns <= (uint64_t)HANDSHAKE_MS * 1000000ull)
+				continue;
+			if (c->state == C_CONNECTING)
+				conn_kill(m, c, NULL);
+			else
+				refuse(m, c, PR_BP_REFUSE_TIMEOUT, "handshake not finished in time",
+				       "handshake timed out");
 			continue;
 		}
 		if (now - c->last_rx_ns > to) {
@@ -1213,7 +1413,10 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	if (!m->c.timeout_ms)
 		m->c.timeout_ms = 3000;
 	snprintf(m->node, sizeof(m->node), "%s", cfg->node);
-	snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", cfg->listen ? cfg->listen : "");
+	if (m->c.advertise)
+		snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", m->c.advertise);
+	else
+		snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", cfg->listen ? cfg->listen : "");
 	m->cookie = malloc(cfg->cookie_len);
 	m->targets = calloc(TARGETS_MAX, sizeof(*m->targets));
 	m->epfd = epoll_create1(EPOLL_CLOEXEC);

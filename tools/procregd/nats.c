@@ -6,6 +6,17 @@
  * credentials files: whatever nats.c supports, passed through). A server
  * that refuses the credentials at start stops procregd with its reason.
  *
+ * Servers: one URL or several, comma-separated; nats.c tries them in a
+ * random order and fails over between them, and the log names the one it
+ * is connected to each time it connects. TLS (every server, once a URL
+ * says tls:// or a tls-* option is given): server certificates checked
+ * against tls-ca (default: the system's bundle) and, unless the first
+ * URL's host is an address, against that host name (tls-hostname: another
+ * name); tls-cert and tls-key: a client certificate, for a server that
+ * asks for one. Without TLS, the names, metadata, pids and uids the nodes
+ * replicate cross the network in clear: the MAC below keeps them from
+ * being forged or replayed, not from being read.
+ *
  * Subjects, under a prefix (default procreg.SCOPE; '.' in a scope or node
  * name becomes '~', which neither may contain, so the mapping is one to
  * one):
@@ -66,6 +77,7 @@
  * every upcall included, runs on the daemon's thread in dispatch().
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -115,6 +127,8 @@ enum env_type { E_STREAM = 1, E_SNAPREQ = 2, E_SNAP = 3, E_TYPES };
 #define SNAP_WAIT_MIN_MS 2000        /* no snapshot after max(this, timeout): ask again */
 #define ITEMS_PER_DISPATCH 4096      /* the daemon's clients get a turn in between */
 #define DEFAULT_URL "nats://127.0.0.1:4222"
+#define SERVERS_MAX 64
+#define SYSTEM_CA "/etc/ssl/certs/ca-certificates.crt"
 
 enum item_kind { I_MSG, I_CONNECTED, I_DISCONNECTED, I_CLOSED, I_LOST };
 
@@ -154,7 +168,8 @@ struct nb {
 	struct pr_bridge_up up;
 	char node[PR_BP_NODE_MAX + 1];
 	char prefix[SUBJECT_MAX / 2];
-	char url[1024];
+	char url[1024];             /* the servers, comma-separated */
+	char first_host[256];       /* the first one's host, for TLS */
 	char my_stream[SUBJECT_MAX];
 	uint8_t *cookie;
 	size_t cookie_len;
@@ -744,6 +759,8 @@ static const char *conn_error(struct nb *m)
 	return txt;
 }
 
+static const char *without_userinfo(const char *url, char *out, size_t cap);
+
 static void nb_dispatch(void *b)
 {
 	struct nb *m = b;
@@ -783,8 +800,17 @@ static void nb_dispatch(void *b)
 			natsMsg_Destroy(it->msg);
 			break;
 		case I_CONNECTED:
-			if (!m->connected)
-				m->up.log("bridge: nats: connected to %s", m->url);
+			if (!m->connected) {
+				char url[512], shown[512];
+
+				/* The server this connection reached: after a
+				 * failover, not the one before. */
+				if (!m->nc || natsConnection_GetConnectedUrl(m->nc, url, sizeof(url)) !=
+						      NATS_OK || !url[0])
+					snprintf(url, sizeof(url), "?");
+				m->up.log("bridge: nats: connected to %s",
+					  without_userinfo(url, shown, sizeof(shown)));
+			}
 			m->connected = true;
 			m->announce = true;
 			heartbeat(m);
@@ -878,15 +904,18 @@ static void nb_close(void *b)
 
 	if (!m)
 		return;
-	for (int i = 0; i < 3; i++)
-		if (m->subs[i]) {
-			natsSubscription_Unsubscribe(m->subs[i]);
-			natsSubscription_Destroy(m->subs[i]);
-		}
-	if (m->nc) {
+	/* The connection closes first, and takes its subscriptions with it,
+	 * without an UNSUB each. Sent just before it, they would be flushed
+	 * by the close, from this thread, while nats.c's reader reads: over
+	 * TLS, nats.c 3.4 lets two threads use one OpenSSL session at once
+	 * (fixed in later releases), and the close is where they met. */
+	if (m->nc)
 		natsConnection_Close(m->nc);
+	for (int i = 0; i < 3; i++)
+		if (m->subs[i])
+			natsSubscription_Destroy(m->subs[i]);
+	if (m->nc)
 		natsConnection_Destroy(m->nc);
-	}
 	if (m->opts)
 		natsOptions_Destroy(m->opts);
 	/* Messages are the library's to free, so they go before it shuts
@@ -949,7 +978,8 @@ static const char *opt(const struct pr_bridge_config *c, const char *key)
 static int check_opts(const struct nb *m, const struct pr_bridge_config *c)
 {
 	static const char *const known[] = { "url", "user", "password", "token", "creds",
-					     "nkey", "nkey-seed", "subject" };
+					     "nkey", "nkey-seed", "subject", "tls-ca", "tls-cert",
+					     "tls-key", "tls-hostname" };
 
 	for (size_t i = 0; i < c->nopts; i++) {
 		bool ok = false;
@@ -961,7 +991,8 @@ static int check_opts(const struct nb *m, const struct pr_bridge_config *c)
 		}
 		if (!ok) {
 			m->up.log("bridge: nats: unknown option '%s' (want url, user, password, token, "
-				  "creds, nkey, nkey-seed, subject)", c->opts[i]);
+				  "creds, nkey, nkey-seed, subject, tls-ca, tls-cert, tls-key, "
+				  "tls-hostname)", c->opts[i]);
 			return -EINVAL;
 		}
 	}
@@ -973,7 +1004,156 @@ static int check_opts(const struct nb *m, const struct pr_bridge_config *c)
 		m->up.log("bridge: nats: user and password go together");
 		return -EINVAL;
 	}
+	if (!!opt(c, "tls-cert") != !!opt(c, "tls-key")) {
+		m->up.log("bridge: nats: tls-cert and tls-key go together");
+		return -EINVAL;
+	}
 	return 0;
+}
+
+/* URL as the log may show it: the user and password taken out
+ * ("nats://u:p@h:4222" -> "nats://h:4222"). */
+static const char *without_userinfo(const char *url, char *out, size_t cap)
+{
+	const char *host = strstr(url, "://"), *at;
+
+	host = host ? host + 3 : url;
+	at = strchr(host, '@');
+	if (!at)
+		snprintf(out, cap, "%s", url);
+	else
+		snprintf(out, cap, "%.*s%s", (int)(host - url), url, at + 1);
+	return out;
+}
+
+/* The list in m->url, for the log: each URL without its user info. */
+static const char *urls_shown(const struct nb *m, char *out, size_t cap)
+{
+	char one[sizeof(m->url)], shown[sizeof(m->url)];
+	const char *p = m->url;
+	size_t len = 0;
+
+	out[0] = 0;
+	while (*p && len + 1 < cap) {
+		size_t n = strcspn(p, ",");
+
+		snprintf(one, sizeof(one), "%.*s", (int)n, p);
+		len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? "," : "",
+					without_userinfo(one, shown, sizeof(shown)));
+		p += n + (p[n] == ',');
+	}
+	return out;
+}
+
+/* "scheme://[user[:pass]@]host[:port]": HOST (brackets off), 0 or
+ * -EINVAL. */
+static int url_host(const char *url, char *host, size_t cap)
+{
+	const char *h = strstr(url, "://"), *at, *end;
+
+	h = h ? h + 3 : url;
+	at = strchr(h, '@');
+	if (at)
+		h = at + 1;
+	if (*h == '[') {
+		end = strchr(h, ']');
+		h++;
+	} else {
+		end = h + strcspn(h, ":/");
+	}
+	if (!end || end == h || (size_t)(end - h) >= cap)
+		return -EINVAL;
+	memcpy(host, h, (size_t)(end - h));
+	host[end - h] = 0;
+	return 0;
+}
+
+/* The servers of m->url, comma-separated, to nats.c; TLS where a URL or
+ * an option asks for it. nats.c 3.4 takes a single URL in SetURL (a list
+ * there parses as one URL with a port it cannot read, and the daemon
+ * waited for a server for ever): a list goes to SetServers. */
+static natsStatus set_servers(struct nb *m, const struct pr_bridge_config *c, bool *tls)
+{
+	char *copy = strdup(m->url), *save = NULL, *tok;
+	const char *servers[SERVERS_MAX];
+	int n = 0;
+	natsStatus s = NATS_OK;
+
+	*tls = opt(c, "tls-ca") || opt(c, "tls-cert") || opt(c, "tls-hostname");
+	if (!copy)
+		return NATS_NO_MEMORY;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		while (*tok == ' ')
+			tok++;
+		if (!*tok)
+			continue;
+		if (n == SERVERS_MAX) {
+			m->up.log("bridge: nats: url: more than %d servers", SERVERS_MAX);
+			s = NATS_INVALID_ARG;
+			break;
+		}
+		*tls |= !strncmp(tok, "tls://", 6);
+		servers[n++] = tok;
+	}
+	if (s == NATS_OK && !n) {
+		m->up.log("bridge: nats: url: no server in '%s'", m->url);
+		s = NATS_INVALID_ARG;
+	}
+	if (s == NATS_OK)
+		s = natsOptions_SetServers(m->opts, servers, n);
+	if (s == NATS_OK && n)
+		url_host(servers[0], m->first_host, sizeof(m->first_host));
+	free(copy);
+	return s;
+}
+
+/* Whether this nats.c shares one OpenSSL session between its reader
+ * thread and its writers without a lock, as releases before 3.11 do
+ * (Debian 12 ships 3.4.1): ThreadSanitizer reports it, tests/tsan.supp
+ * says why it is not ours. */
+static bool tls_racy(void)
+{
+	int major = 0, minor = 0;
+
+	return sscanf(nats_GetVersion(), "%d.%d", &major, &minor) == 2 &&
+	       (major < 3 || (major == 3 && minor < 11));
+}
+
+/* TLS to every server: the CA, the name checked, a client certificate. */
+static natsStatus set_tls(struct nb *m, const struct pr_bridge_config *c)
+{
+	const char *ca = opt(c, "tls-ca") ? opt(c, "tls-ca") : SYSTEM_CA;
+	const char *name = opt(c, "tls-hostname");
+	uint8_t addr[16];
+	natsStatus s;
+
+	if (access(ca, R_OK) != 0) {
+		m->up.log("bridge: nats: TLS: CA file %s: %s%s", ca, strerror(errno),
+			  opt(c, "tls-ca") ? "" : " (give one with --nats-tls-ca)");
+		return NATS_INVALID_ARG;
+	}
+	s = natsOptions_SetSecure(m->opts, true);
+	if (s == NATS_OK)
+		s = natsOptions_LoadCATrustedCertificates(m->opts, ca);
+	if (s == NATS_OK && opt(c, "tls-cert"))
+		s = natsOptions_LoadCertificatesChain(m->opts, opt(c, "tls-cert"), opt(c, "tls-key"));
+	/* nats.c checks the certificate's name only when told which: the
+	 * first URL's host, unless it is an address (the certificate's
+	 * chain to the CA is still checked). */
+	if (!name && m->first_host[0] && inet_pton(AF_INET, m->first_host, addr) != 1 &&
+	    inet_pton(AF_INET6, m->first_host, addr) != 1)
+		name = m->first_host;
+	if (s == NATS_OK && name)
+		s = natsOptions_SetExpectedHostname(m->opts, name);
+	if (s == NATS_OK)
+		m->up.log("bridge: nats: TLS, server certificates checked against %s%s%s%s", ca,
+			  name ? " and the name " : "", name ? name : "",
+			  opt(c, "tls-cert") ? ", with a client certificate" : "");
+	if (s == NATS_OK && tls_racy())
+		m->up.log("bridge: nats: warning: nats.c %s reads and writes a TLS session from two "
+			  "threads without a lock (fixed in nats.c 3.11): use a later one where you "
+			  "can", nats_GetVersion());
+	return s;
 }
 
 static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
@@ -982,9 +1162,14 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 	natsStatus s;
 	const char *kind[3] = { "node", "snap", "inbox" };
 
+	bool tls = false;
+	char shown[sizeof(m->url)];
+
 	s = natsOptions_Create(&m->opts);
 	if (s == NATS_OK)
-		s = natsOptions_SetURL(m->opts, m->url);
+		s = set_servers(m, c, &tls);
+	if (s == NATS_OK && tls)
+		s = set_tls(m, c);
 	if (s == NATS_OK && opt(c, "user"))
 		s = natsOptions_SetUserInfo(m->opts, opt(c, "user"), opt(c, "password"));
 	if (s == NATS_OK && opt(c, "token"))
@@ -1043,9 +1228,16 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 	if (s == NATS_OK) {
 		enqueue(m, I_CONNECTED, NULL);
 	} else if (s == NATS_NOT_YET_CONNECTED) {
-		m->up.log("bridge: nats: no server at %s yet: retrying", m->url);
+		m->up.log("bridge: nats: no server of %s answers yet: retrying",
+			  urls_shown(m, shown, sizeof(shown)));
 	} else {
-		m->up.log("bridge: nats: %s: %s", m->url, nats_GetLastError(NULL));
+		/* A server that wants a client certificate and gets none
+		 * just closes the connection: say what that may mean. */
+		m->up.log("bridge: nats: %s: %s%s", urls_shown(m, shown, sizeof(shown)),
+			  nats_GetLastError(NULL),
+			  tls && !opt(c, "tls-cert") ? " (a server that wants a client certificate "
+						       "ends the connection so: --nats-tls-cert, "
+						       "--nats-tls-key)" : "");
 		return -EIO;
 	}
 	for (int i = 0; i < 3; i++) {
@@ -1141,7 +1333,12 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	}
 	if ((*err = nats_setup(m, &m->c)) < 0)
 		goto fail;
-	m->up.log("bridge: nats: %s, subjects %s.*", m->url, m->prefix);
+	{
+		char shown[sizeof(m->url)];
+
+		m->up.log("bridge: nats: %s, subjects %s.*", urls_shown(m, shown, sizeof(shown)),
+			  m->prefix);
+	}
 	*err = 0;
 	return m;
 fail:

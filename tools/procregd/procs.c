@@ -11,9 +11,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -382,6 +385,62 @@ int procs_recover(struct daemon *d)
 	return err;
 }
 
+/* ---- names lost to another node ------------------------------------------ */
+
+void proc_lost_name(struct daemon *d, uint64_t off, const char *node, pid_t winner)
+{
+	const struct pr_record *r = (const struct pr_record *)(d->w.map.base + off);
+	struct lost_notice *n = calloc(1, sizeof(*n));
+	uint64_t idx;
+	struct proc *p = owner_of(d, off, &idx);
+
+	if (!n) {
+		log_msg("name '%.*s': out of memory: its owner pid %u is not told it lost it",
+			(int)r->name_len, r->data, r->pid);
+		return;
+	}
+	n->pid = (pid_t)r->pid;
+	n->start = r->start_time;
+	n->pidfd = -1;
+	n->winner = winner;
+	n->time_ns = procreg__now_ns();
+	memcpy(n->name, r->data, r->name_len);
+	snprintf(n->node, sizeof(n->node), "%s", node);
+	/* The proc may be gone by the end of the batch (this was its last
+	 * name): the signal goes through a pidfd of our own. */
+	if (p && p->lost_signal && p->pidfd >= 0) {
+		n->pidfd = fcntl(p->pidfd, F_DUPFD_CLOEXEC, 3);
+		n->sig = p->lost_signal;
+	}
+	if (!d->lost_tail)
+		d->lost_tail = &d->lost;
+	*d->lost_tail = n;
+	d->lost_tail = &n->next;
+}
+
+void procs_tell_lost(struct daemon *d)
+{
+	while (d->lost) {
+		struct lost_notice *n = d->lost;
+		char what[96] = "";
+
+		d->lost = n->next;
+		server_notice_lost(d, n);
+		if (n->pidfd >= 0) {
+			if (syscall(SYS_pidfd_send_signal, n->pidfd, n->sig, NULL, 0) == 0)
+				snprintf(what, sizeof(what), ", sent SIG%s", sigabbrev_np(n->sig) ?: "?");
+			else
+				snprintf(what, sizeof(what), ", signal %d not sent: %s", n->sig,
+					 strerror(errno));
+			close(n->pidfd);
+		}
+		log_msg("name '%s': pid %d told it lost it to node %s's pid %d%s", n->name,
+			(int)n->pid, n->node, (int)n->winner, what);
+		free(n);
+	}
+	d->lost_tail = &d->lost;
+}
+
 void procs_free_all(struct daemon *d)
 {
 	for (size_t i = 0; i < d->procs.cap; i++) {
@@ -399,4 +458,12 @@ void procs_free_all(struct daemon *d)
 	procs_reap(d);
 	procreg__u64map_free(&d->uid_names);
 	procreg__u64map_free(&d->uid_clients);
+	while (d->lost) {
+		struct lost_notice *n = d->lost;
+
+		d->lost = n->next;
+		if (n->pidfd >= 0)
+			close(n->pidfd);
+		free(n);
+	}
 }

@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +196,27 @@ void server_notify_feed(struct daemon *d)
 	for (struct client *c = d->clients; c; c = c->next)
 		if (c->subscribed && !c->pending)
 			send(c->fd, frame, pos, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+static int send_reply(struct daemon *d, struct client *c, const uint8_t *buf, size_t len);
+
+void server_notice_lost(struct daemon *d, const struct lost_notice *n)
+{
+	uint8_t frame[PR_FRAME_HDR + 64 + PROCREG_NAME_MAX + 64];
+	size_t pos = 0;
+	struct client *next;
+
+	if (procreg__proto_put_lost(frame, &pos, n->name, strlen(n->name), n->node,
+				    PROCREG_LOST_CONFLICT, (uint32_t)n->winner, n->time_ns) < 0)
+		return;
+	for (struct client *c = d->clients; c; c = next) {
+		next = c->next;
+		if (!c->notices || c->id.pid != n->pid || c->id.start != n->start)
+			continue;
+		/* Queued behind its replies like one, if it must wait. */
+		if (send_reply(d, c, frame, pos) < 0)
+			client_close(d, c);
+	}
 }
 
 /* Now, in the clock of /proc/PID/stat's start times: ticks since boot. */
@@ -392,10 +414,11 @@ static int hello(struct daemon *d, struct client *c, const struct pr_frame *f, i
 			return -EPERM;
 	}
 	c->hello_done = true;
+	c->notices = f->arg & PR_HELLO_NOTICES;
 	/* It sends and closes without reading (reader pages): anything we
 	 * sent would be left unread, and its close would then reset the
 	 * connection before we read what it sent. */
-	c->peer_gone = f->h.flags & PR_F_QUIET;
+	c->peer_gone = f->arg & PR_HELLO_QUIET;
 	LOGV(d, "client pid %d uid %u: connected%s", (int)c->id.pid, (unsigned)c->id.uid,
 	     d->no_peerpidfd ? " (pidfd passed)" : "");
 	return 0;
@@ -566,6 +589,7 @@ static int attach_target(struct daemon *d, struct client *c, const struct pr_fra
 static int do_register(struct daemon *d, struct client *c, const struct pr_frame *f,
 		       int passed_fd)
 {
+	int sig = (f->h.flags & PR_F_SIGNAL_MASK) >> PR_F_SIGNAL_SHIFT;
 	struct ident id;
 	struct proc *p;
 	struct pr_key k;
@@ -573,8 +597,16 @@ static int do_register(struct daemon *d, struct client *c, const struct pr_frame
 
 	if (err)
 		return err;
+	if (sig >= NSIG) {
+		proc_release_if_empty(d, p);
+		return -EINVAL;
+	}
 	pr_key_name(&k, PR_KIND_NAME, f->name, f->name_len, d->w.map.hdr->hash_seed);
 	err = entry_put(d, p, &id, &d->w.map.hdr->names, &k, f, false, NULL);
+	/* For the process, from now on: what it gets if it loses a name to
+	 * another node (proc_lost_name). */
+	if (sig && (!err || err == -EINPROGRESS))
+		p->lost_signal = sig;
 	proc_release_if_empty(d, p);
 	if (!err)
 		count(&d->w.map.hdr->registrations);
@@ -748,7 +780,7 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 		PR_TRACE(procregd, reply, f.h.op, c->id.pid, status, t0 ? procreg__mono_ns() - t0 : 0,
 			 f.h.id);
 		if (f.h.op == PR_OP_HELLO && !(f.h.op & PR_OP_REPLY))
-			procreg__proto_put_hello(d->out, &out, PR_OP_HELLO | PR_OP_REPLY, 0, f.h.id,
+			procreg__proto_put_hello(d->out, &out, PR_OP_HELLO | PR_OP_REPLY, f.h.id,
 						 status);
 		else
 			procreg__proto_put(d->out, &out, (uint16_t)(f.h.op | PR_OP_REPLY), 0,
