@@ -388,6 +388,92 @@ static void test_readers(void **state)
 	kill_kid(f, idle);
 }
 
+/*
+ * A reader that opened its handle while no daemon ran reads all the same
+ * (nothing is freed while none runs), and hands its page to the daemon
+ * that starts next, at its next read; a daemon killed and started again
+ * gets it the same way (the registry is emptied at start: the new daemon
+ * holds no page yet).
+ */
+struct looker_arg {
+	const char *dir;
+	int cmd, rep;
+	int not_ours[2];    /* the parent's ends */
+};
+
+static int looker_main(void *p)
+{
+	struct looker_arg *a = p;
+	procreg_t *reg = th_open(a->dir);
+	char c;
+
+	close(a->not_ours[0]);
+	close(a->not_ours[1]);
+	if (!reg)
+		return 3;
+	/* One lookup per byte read; its result back. */
+	while (read(a->cmd, &c, 1) == 1) {
+		c = (char)(procreg_lookup(reg, "i.name", NULL) == 0);
+		if (write(a->rep, &c, 1) != 1)
+			return 4;
+	}
+	procreg_close(reg);
+	return 0;
+}
+
+static int look(int cmd, int rep)
+{
+	char c = 1;
+
+	assert_int_equal(write(cmd, &c, 1), 1);
+	assert_int_equal(read(rep, &c, 1), 1);
+	return c;
+}
+
+static void test_readers_across_restarts(void **state)
+{
+	struct fx *f = *state;
+	struct looker_arg a = { f->dir, -1, -1, { -1, -1 } };
+	int cmd[2], rep[2];
+	pid_t kid;
+
+	reg_name(f->reg, "i.name");
+	assert_int_equal(th_daemon_stop(&f->d), 0);
+	assert_int_equal(pipe2(cmd, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(rep, O_CLOEXEC), 0);
+	a.cmd = cmd[0];
+	a.rep = rep[1];
+	a.not_ours[0] = cmd[1];
+	a.not_ours[1] = rep[0];
+	kid = th_fork(looker_main, &a);
+	assert_true(kid > 0);
+	f->kids[f->nkids++] = kid;
+	close(cmd[0]);
+	close(rep[1]);
+	/* Opened and reading with no daemon: the name is there. */
+	assert_int_equal(look(cmd[1], rep[0]), 1);
+	assert_int_equal(entry_of(f, kid).pid, 0);
+
+	assert_int_equal(th_daemon_start(&f->d, f->dir, A("--max-size", "4M"), NULL), 0);
+	assert_int_equal(look(cmd[1], rep[0]), 1);
+	wait_entry(f, kid, 2, false, false);
+
+	/* Killed: nothing cleans the registry up; the next daemon does. */
+	th_daemon_kill(&f->d);
+	assert_int_equal(th_daemon_start(&f->d, f->dir, A("--max-size", "4M"), NULL), 0);
+	assert_int_equal(f->reg->map.hdr->readers_live, 0);
+	assert_int_equal(entry_of(f, kid).pid, 0);
+	assert_int_equal(look(cmd[1], rep[0]), 1);
+	wait_entry(f, kid, 3, false, false);
+
+	close(cmd[1]);
+	close(rep[0]);
+	for (int i = 0; i < f->nkids; i++)
+		if (f->kids[i] == kid)
+			f->kids[i] = f->kids[--f->nkids];
+	assert_int_equal(th_wait(kid), 0);
+}
+
 /* ---- check ------------------------------------------------------------ */
 
 /* A copy of the scope's table in a fresh directory under DIR. */
@@ -610,6 +696,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_top_once_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_readers_across_restarts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_check, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_prometheus, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_autostart, setup_bare, teardown),
