@@ -188,7 +188,8 @@ struct procreg_entry {
 /*
  * Look NAME up. 0 and *out filled, -ENOENT if absent, -ENAMETOOLONG or
  * -EINVAL for a name that could never be registered, -ENOMEM if this
- * thread's first read found no memory for its reader state. No system call
+ * thread's first read found no memory for its reader state, -ESTALE if the
+ * table changed under each of many tries (only a damaged table does that). No system call
  * (but a thread's first read, and the first after a daemon starts, which
  * hand the daemon this process's reader pages without waiting for it), no
  * lock; safe from any thread.

@@ -898,6 +898,8 @@ PROCREG_API const char *procreg_strerror(int err)
 		return "not a procreg table or peer of this version";
 	case EPROTONOSUPPORT:
 		return "procregd speaks another protocol version";
+	case ESTALE:
+		return "the table changed under every try of this read (a damaged table?)";
 	case EUSERS:
 		return "too many reader processes (procregd --max-readers-per-uid, --max-readers)";
 	case ESRCH:

@@ -175,6 +175,13 @@ static inline int pr_read_valid(const struct pr_map *m, uint64_t gp)
 	return caa_likely(CMM_LOAD_SHARED(m->hdr->freed_gp) <= gp) ? 0 : -1;
 }
 
+/* How many times a read is done again before it gives up with -ESTALE.
+ * Honest, a read is redone only when a grace period it was not waited for
+ * ended under it, a matter of nanoseconds in milliseconds: a run of these
+ * means a table whose counters are damaged (freed_gp past gp), which must
+ * not make a reader spin. */
+#define PR_READ_TRIES 64
+
 /* Leave it: a release store, so that every read of the table is ordered
  * before the 0 the daemon may see (a plain store on x86-64, stlr on
  * arm64; a compiler barrier alone would let arm64 show the 0 first). */

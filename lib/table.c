@@ -327,7 +327,7 @@ static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const ch
 	const struct pr_record *r;
 	struct pr_key k;
 	uint64_t gp;
-	int stale;
+	int stale, tries = 0;
 
 	if (caa_unlikely(!s))
 		return -ENOMEM;
@@ -346,11 +346,13 @@ static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const ch
 		pr_read_unlock(s);
 		if (caa_unlikely(stale))
 			uatomic_inc(&reg->rcu.stale);
-	} while (caa_unlikely(stale));
+	} while (caa_unlikely(stale) && ++tries < PR_READ_TRIES);
 	/* Our own cache line: no other process writes it. */
 	CMM_STORE_SHARED(s->lookups, s->lookups + 1);
 	if (t)
 		t->hash = k.hash;
+	if (caa_unlikely(stale))
+		return -ESTALE;
 	return r ? 0 : -ENOENT;
 }
 
@@ -490,7 +492,7 @@ static int walk(procreg_t *reg, const struct walk *wk, walk_cb cb, void *arg)
 	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
 	struct chunk c = { .cap = FOREACH_CHUNK };
 	uint64_t t0 = PR_TRACE_CLOCK(procreg, walk), entries = 0, chunks = 0, held = 0;
-	int ret = 0, full, stale;
+	int ret = 0, full, stale, tries = 0;
 
 	if (!s)
 		return -ENOMEM;
@@ -517,10 +519,15 @@ static int walk(procreg_t *reg, const struct walk *wk, walk_cb cb, void *arg)
 			/* Memory under the chunk was reused: do it again from
 			 * where it started. Nothing of it was reported. */
 			uatomic_inc(&reg->rcu.stale);
+			if (++tries >= PR_READ_TRIES) {
+				ret = -ESTALE;
+				break;
+			}
 			c.lo = lo;
 			c.done = false;
 			continue;
 		}
+		tries = 0;
 		if (full) {
 			/* Grow outside the critical section and redo the chunk:
 			 * nothing of it was reported and lo has not moved. */
@@ -636,7 +643,7 @@ PROCREG_API int procreg_group_count(procreg_t *reg, const char *group, uint64_t 
 	const struct pr_root *root;
 	struct pr_key k;
 	uint64_t n, l, gp;
-	int err = group_key(reg, group, &k), stale;
+	int err = group_key(reg, group, &k), stale, tries = 0;
 
 	if (err)
 		return err;
@@ -654,7 +661,9 @@ PROCREG_API int procreg_group_count(procreg_t *reg, const char *group, uint64_t 
 		}
 		stale = pr_read_valid(&reg->map, gp);
 		pr_read_unlock(s);
-	} while (stale);
+	} while (stale && ++tries < PR_READ_TRIES);
+	if (stale)
+		return -ESTALE;
 	if (members)
 		*members = n;
 	if (local_members)
@@ -697,14 +706,16 @@ PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *st)
 	st->reader_slots_used = CMM_LOAD_SHARED(h->readers_live);
 	if (s) {
 		uint64_t gp;
-		int stale;
+		int stale, tries = 0;
 
 		do {
 			gp = pr_read_lock(&reg->map, s);
 			st->index_capacity = procreg__index(&reg->map, &h->names, &ix) ? 0 : ix.cap;
 			stale = pr_read_valid(&reg->map, gp);
 			pr_read_unlock(s);
-		} while (stale);
+		} while (stale && ++tries < PR_READ_TRIES);
+		if (stale)
+			st->index_capacity = 0;
 	}
 	return 0;
 }

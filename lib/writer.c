@@ -875,6 +875,13 @@ int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 	 * on one kernel, so only a sandbox differing between them gets
 	 * here.) */
 	w->gp = CMM_LOAD_SHARED(w->map.hdr->gp);
+	/* A grace period is freed only once it has been started: a freed
+	 * one past the counter is damage, and would have every read redone
+	 * until it gives up. */
+	if (CMM_LOAD_SHARED(w->map.hdr->freed_gp) > w->gp) {
+		w->gp = w->map.hdr->freed_gp;
+		CMM_STORE_SHARED(w->map.hdr->gp, w->gp);
+	}
 	w->membarrier = procreg__membarrier_expedited();
 	CMM_STORE_SHARED(w->map.hdr->writer_flags, w->membarrier ? PR_WRITER_MEMBARRIER : 0);
 	cmm_smp_mb();

@@ -1974,6 +1974,23 @@ static void test_bad_header(void **state)
 	procreg__writer_close(&w);
 	assert_int_equal(unlink(p2.table), 0);
 
+	/* Counters no daemon would write: memory freed by a grace period
+	 * past the counter. Every read would be redone for ever: each gives
+	 * up instead, and the writer repairs the counter when it attaches. */
+	copy_file(p.table, p2.table);
+	v = 1ull << 40;
+	patch(p2.table, offsetof(struct pr_table_hdr, freed_gp), &v, 8);
+	r = r_open(dir2);
+	assert_non_null(r);
+	assert_int_equal(procreg_lookup(r, "one", NULL), -ESTALE);
+	assert_int_equal(procreg_foreach(r, count_cb, &(int){ 0 }), -ESTALE);
+	why = NULL;
+	assert_int_equal(procreg__writer_open(&w, &p2, &o, &why), 0);
+	assert_true(w.map.hdr->gp >= 1ull << 40);
+	assert_int_equal(procreg_lookup(r, "one", NULL), 0);
+	procreg__writer_close(&w);
+	procreg_close(r);
+
 	/* And back to sound. */
 	copy_file(p.table, p2.table);
 	r = r_open(dir2);
