@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -655,4 +656,86 @@ int th_reader_held(procreg_t *reg, pid_t pid)
 		th_msleep(1);
 	}
 	return -ETIMEDOUT;
+}
+
+void *th_shared(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	assert_true(p != MAP_FAILED);
+	memset(p, 0, len);
+	return p;
+}
+
+void th_held_init(struct th_held *h)
+{
+	memset(h, 0, sizeof(*h));
+	assert_int_equal(pipe2(h->ready, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(h->hold, O_CLOEXEC), 0);
+}
+
+pid_t th_held_start(struct th_held *h, int (*fn)(void *arg, int phase), void *arg)
+{
+	pid_t pid;
+
+	assert_true(h->n < TH_HELD_MAX);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char c = 1;
+		int st;
+
+		/* The parent's ends: held here, the hold pipe would never
+		 * reach its end, and a failure would never read as one. */
+		close(h->ready[0]);
+		close(h->hold[1]);
+		st = fn(arg, 0);
+		if (st)
+			_exit(st);
+		if (write(h->ready[1], &c, 1) != 1)
+			_exit(97);
+		if (read(h->hold[0], &c, 1) != 0)
+			_exit(98);
+		_exit(fn(arg, 1));
+	}
+	h->pid[h->n++] = pid;
+	return pid;
+}
+
+void th_held_ready(struct th_held *h, int ms)
+{
+	for (; h->ready_seen < h->n; h->ready_seen++) {
+		struct pollfd p = { h->ready[0], POLLIN, 0 };
+		char c;
+
+		if (poll(&p, 1, ms) != 1 || read(h->ready[0], &c, 1) != 1) {
+			th_held_kill(h);
+			fail_msg("a held process failed before it was ready");
+		}
+	}
+}
+
+int th_held_release(struct th_held *h)
+{
+	int first = 0;
+
+	close(h->hold[1]);
+	close(h->hold[0]);
+	close(h->ready[0]);
+	close(h->ready[1]);
+	for (int i = 0; i < h->n; i++) {
+		int st = th_wait(h->pid[i]);
+
+		if (st && !first)
+			first = st;
+		h->pid[i] = 0;
+	}
+	h->n = 0;
+	return first;
+}
+
+void th_held_kill(struct th_held *h)
+{
+	for (int i = 0; i < h->n; i++)
+		th_kill_wait(&h->pid[i]);
 }

@@ -157,6 +157,33 @@ void th_become(const struct th_user *u);
  * waits for this first. 0, or -ETIMEDOUT. */
 int th_reader_held(procreg_t *reg, pid_t pid);
 
+/* Zeroed memory shared with forked children (munmap it with LEN). */
+void *th_shared(size_t len);
+
+/*
+ * Processes held at a point until the test lets them go: each runs
+ * FN(ARG, 0) (set up: open, read once, ...), says it is ready, waits until
+ * th_held_release(), then runs FN(ARG, 1) and exits with what it returned
+ * (or with the first call's, if that failed). FN keeps what it needs
+ * between its two calls in the child's own memory.
+ */
+#define TH_HELD_MAX 64
+struct th_held {
+	int ready[2], hold[2];
+	pid_t pid[TH_HELD_MAX];
+	int n, ready_seen;
+};
+void th_held_init(struct th_held *h);
+pid_t th_held_start(struct th_held *h, int (*fn)(void *arg, int phase), void *arg);
+/* Wait (up to MS ms) until every process started since the last call is
+ * ready; fails the test if one is not (it failed in its first call). */
+void th_held_ready(struct th_held *h, int ms);
+/* Let them go, and wait for each: 0 if every one exited 0, else the
+ * first non-zero status. */
+int th_held_release(struct th_held *h);
+/* SIGKILL what is still held (a teardown after a failed assert). */
+void th_held_kill(struct th_held *h);
+
 /* Sleep for MS milliseconds. */
 void th_msleep(int ms);
 /* Poll COND-like function until it returns non-zero, up to MS ms. */

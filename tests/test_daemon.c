@@ -661,35 +661,29 @@ static void test_max_clients(void **state)
 }
 
 /* A reader process: a lookup (its page goes to the daemon), its own
- * name registered and found, then it waits for the pipe to close. */
+ * name registered and found; held; then it reads on. */
 struct reader_kid {
 	const char *dir;
-	int ready, hold;
-	int not_ours[2];    /* the parent's ends */
 	int n;
 };
 
-static int reader_kid(void *p)
+static int reader_kid(void *p, int phase)
 {
+	static procreg_t *r;
 	struct reader_kid *a = p;
-	procreg_t *r = th_open(a->dir);
-	char name[32], c = 1;
+	char name[32];
 
-	close(a->not_ours[0]);
-	close(a->not_ours[1]);
-	if (!r)
-		return 10;
 	snprintf(name, sizeof(name), "reader%d", a->n);
-	if (procreg_lookup(r, name, NULL) != -ENOENT)
-		return 11;
-	if (procreg_register(r, name, NULL, 0) != 0)
-		return 12;
-	if (procreg_lookup(r, name, NULL) != 0)
-		return 13;
-	if (write(a->ready, &c, 1) != 1)
-		return 14;
-	if (read(a->hold, &c, 1) != 0)
-		return 15;
+	if (phase == 0) {
+		r = th_open(a->dir);
+		if (!r)
+			return 10;
+		if (procreg_lookup(r, name, NULL) != -ENOENT)
+			return 11;
+		if (procreg_register(r, name, NULL, 0) != 0)
+			return 12;
+		return procreg_lookup(r, name, NULL) == 0 ? 0 : 13;
+	}
 	/* Whether or not the daemon waits for it, it reads right. */
 	for (int i = 0; i < 1000; i++)
 		if (procreg_lookup(r, name, NULL) != 0 || procreg_lookup(r, "nobody", NULL) != -ENOENT)
@@ -720,47 +714,25 @@ static void test_readers_past_limit(void **state)
 	struct fx *f = *state;
 	struct reader_kid a = { .dir = f->dir };
 	struct readers_seen seen = { f->reg, 3, 3 };
-	int ready[2], hold[2];
-	pid_t kids[5];
-	char c;
+	struct th_held h;
 
 	assert_int_equal(procreg_lookup(f->reg, "anything", NULL), -ENOENT);
-	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-	assert_int_equal(pipe2(hold, O_CLOEXEC), 0);
-	a.ready = ready[1];
-	a.hold = hold[0];
-	a.not_ours[0] = ready[0];
-	a.not_ours[1] = hold[1];
+	th_held_init(&h);
 	for (int i = 0; i < 5; i++) {
 		a.n = i;
-		kids[i] = th_fork(reader_kid, &a);
-		assert_true(kids[i] > 0);
+		th_held_start(&h, reader_kid, &a);
 	}
-	close(ready[1]);
-	close(hold[0]);
-	for (int i = 0; i < 5; i++) {
-		struct pollfd pfd = { ready[0], POLLIN, 0 };
-
-		/* A reader that fails exits without a byte: do not wait on
-		 * it for ever. */
-		if (poll(&pfd, 1, 20000) != 1 || read(ready[0], &c, 1) != 1) {
-			for (int k = 0; k < 5; k++)
-				th_kill_wait(&kids[k]);
-			fail_msg("a reader process failed before it was ready");
-		}
-	}
+	th_held_ready(&h, 20000);
 	if (!th_until(readers_at_least, &seen, 20000)) {
 		th_daemon_dump_log(&f->d);
+		th_held_kill(&h);
 		fail_msg("readers_live %u, refused %llu", f->reg->map.hdr->readers_live,
 			 (unsigned long long)f->reg->map.hdr->readers_refused);
 	}
 	assert_int_equal(f->reg->map.hdr->readers_live, 3);
 	assert_true(th_log_has(f->d.log, "refused: --max-readers reader processes; its lookups "
 				     "stay correct, unprotected"));
-	close(hold[1]);
-	for (int i = 0; i < 5; i++)
-		assert_int_equal(th_wait(kids[i]), 0);
-	close(ready[0]);
+	assert_int_equal(th_held_release(&h), 0);
 }
 
 /* ---- hostile input ---------------------------------------------------- */

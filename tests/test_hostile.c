@@ -43,16 +43,6 @@ struct shared {
 	char why[256];
 };
 
-static struct shared *shared_new(void)
-{
-	struct shared *s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE,
-				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-
-	assert_true(s != MAP_FAILED);
-	memset(s, 0, sizeof(*s));
-	return s;
-}
-
 struct fx {
 	char *dir;
 	struct th_daemon d;
@@ -90,7 +80,7 @@ static int start(void **state, const char *const *args)
 		fail_msg("test_hostile needs root, to make its attackers (CI runs as root)");
 	assert_non_null(f);
 	f->dir = shared_dir();
-	f->sh = shared_new();
+	f->sh = th_shared(sizeof(*f->sh));
 	if (args) {
 		if (th_daemon_start(&f->d, f->dir, args, NULL) != 0) {
 			th_daemon_dump_log(&f->d);
@@ -616,29 +606,21 @@ static void test_own_slot_cleared(void **state)
 struct hog_arg {
 	const char *dir;
 	const struct th_user *u;   /* NULL: root */
-	int ready, hold;
-	int not_ours[2];
 };
 
-/* A reader process that holds its page at the daemon until HOLD closes,
+/* A reader process that holds its page at the daemon until let go,
  * reading right all along. */
-static int hog_main(void *p)
+static int hog_main(void *p, int phase)
 {
+	static procreg_t *r;
 	struct hog_arg *a = p;
-	procreg_t *r;
-	char c = 1;
 
-	close(a->not_ours[0]);
-	close(a->not_ours[1]);
-	if (a->u)
-		th_become(a->u);
-	r = open_dir(a->dir);
-	if (!r || procreg_lookup(r, "root.name", NULL) != 0)
-		return 10;
-	if (write(a->ready, &c, 1) != 1)
-		return 11;
-	if (read(a->hold, &c, 1) != 0)
-		return 12;
+	if (phase == 0) {
+		if (a->u)
+			th_become(a->u);
+		r = open_dir(a->dir);
+		return r && procreg_lookup(r, "root.name", NULL) == 0 ? 0 : 10;
+	}
 	for (int i = 0; i < 100; i++)
 		if (procreg_lookup(r, "root.name", NULL) != 0)
 			return 13;
@@ -694,30 +676,21 @@ static void test_take_every_slot(void **state)
 	struct fx *f = *state;
 	struct hog_arg a = { .dir = f->dir };
 	struct entry_want w = { f, 14 };
-	int ready[2], hold[2], n = 0;
 	pid_t rootkid;
-	char c;
+	struct th_held h;
 
 	assert_int_equal(procreg_register(f->reg, "root.name", NULL, 0), 0);
-	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-	assert_int_equal(pipe2(hold, O_CLOEXEC), 0);
-	a.ready = ready[1];
-	a.hold = hold[0];
-	a.not_ours[0] = ready[0];
-	a.not_ours[1] = hold[1];
+	th_held_init(&h);
 	for (int k = 0; k < 4; k++) {
 		a.u = user(f);
-		for (int i = 0; i < 5; i++, n++)
-			kid(f, hog_main, &a);
+		for (int i = 0; i < 5; i++)
+			th_held_start(&h, hog_main, &a);
 	}
-	for (int i = 0; i < n; i++) {
-		struct pollfd pfd = { ready[0], POLLIN, 0 };
-
-		if (poll(&pfd, 1, WAIT_MS) != 1 || read(ready[0], &c, 1) != 1)
-			fail_msg("a reader process failed before it was ready");
-	}
-	if (!th_until(live_at_least, &w, WAIT_MS))
+	th_held_ready(&h, WAIT_MS);
+	if (!th_until(live_at_least, &w, WAIT_MS)) {
+		th_held_kill(&h);
 		fail_msg("readers_live %u", f->reg->map.hdr->readers_live);
+	}
 	/* Theirs: 14 at most, whatever they do. */
 	th_msleep(200);
 	assert_int_equal(f->reg->map.hdr->readers_live, 14);
@@ -730,25 +703,17 @@ static void test_take_every_slot(void **state)
 	/* Root's: this process and one more get in. */
 	assert_int_equal(procreg_lookup(f->reg, "root.name", NULL), 0);
 	a.u = NULL;
-	rootkid = kid(f, hog_main, &a);
-	{
-		struct pollfd pfd = { ready[0], POLLIN, 0 };
-
-		assert_int_equal(poll(&pfd, 1, WAIT_MS), 1);
-		assert_int_equal(read(ready[0], &c, 1), 1);
-	}
+	rootkid = th_held_start(&h, hog_main, &a);
+	th_held_ready(&h, WAIT_MS);
 	w.live = 16;
-	if (!th_until(live_at_least, &w, WAIT_MS))
+	if (!th_until(live_at_least, &w, WAIT_MS)) {
+		th_held_kill(&h);
 		fail_msg("root's readers were kept out: readers_live %u",
 			 f->reg->map.hdr->readers_live);
+	}
 	assert_true(registered(f, getpid()));
 	assert_true(registered(f, rootkid));
-	close(hold[1]);
-	close(ready[0]);
-	close(ready[1]);
-	close(hold[0]);
-	while (f->nkids)
-		assert_int_equal(kid_wait(f, f->kids[f->nkids - 1]), 0);
+	assert_int_equal(th_held_release(&h), 0);
 }
 
 /* ---- the files -------------------------------------------------------- */

@@ -312,12 +312,7 @@ struct shared {
 
 static struct shared *shared_new(void)
 {
-	struct shared *s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE,
-				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-
-	assert_true(s != MAP_FAILED);
-	memset(s, 0, sizeof(*s));
-	return s;
+	return th_shared(sizeof(struct shared));
 }
 
 struct kid {
