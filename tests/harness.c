@@ -643,7 +643,7 @@ void th_become(const struct th_user *u)
 	prctl(PR_SET_DUMPABLE, 1);
 }
 
-int th_reader_held(procreg_t *reg, pid_t pid)
+int th_reader_pages(procreg_t *reg, pid_t pid, unsigned pages)
 {
 	const struct pr_table_hdr *h = reg->map.hdr;
 	const struct pr_reader_info *v =
@@ -651,11 +651,17 @@ int th_reader_held(procreg_t *reg, pid_t pid)
 
 	for (int t = 0; t < 20000; t++) {
 		for (uint32_t i = 0; i < h->readers_cap; i++)
-			if (CMM_LOAD_SHARED(v[i].pid) == (uint32_t)pid)
+			if (CMM_LOAD_SHARED(v[i].pid) == (uint32_t)pid &&
+			    (!pages || CMM_LOAD_SHARED(v[i].pages) == pages))
 				return 0;
 		th_msleep(1);
 	}
 	return -ETIMEDOUT;
+}
+
+int th_reader_held(procreg_t *reg, pid_t pid)
+{
+	return th_reader_pages(reg, pid, 0);
 }
 
 void *th_shared(size_t len)

@@ -156,6 +156,8 @@ void th_become(const struct th_user *u);
  * without waiting, so a test that counts the daemon's fds or readers
  * waits for this first. 0, or -ETIMEDOUT. */
 int th_reader_held(procreg_t *reg, pid_t pid);
+/* The same, until it holds PAGES pages of PID's. */
+int th_reader_pages(procreg_t *reg, pid_t pid, unsigned pages);
 
 /* Zeroed memory shared with forked children (munmap it with LEN). */
 void *th_shared(size_t len);

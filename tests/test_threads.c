@@ -136,6 +136,63 @@ static void test_threads(void **state)
 	assert_int_equal(procreg_sync(f->reg), 0);
 }
 
+/*
+ * More reading threads than a reader page holds, all starting at once on a
+ * fresh handle: they claim slots, one makes the second page, and each
+ * page is handed to the daemon by whichever thread sees it first, while
+ * the others read on (and, with churn, reads are checked against reuse).
+ */
+#define MANY 80
+
+struct many_arg {
+	procreg_t *reg;
+	pthread_barrier_t *go;
+	int failures;
+};
+
+static void *many_main(void *p)
+{
+	struct many_arg *a = p;
+
+	pthread_barrier_wait(a->go);
+	for (int i = 0; i < 2000; i++) {
+		int err = procreg_lookup(a->reg, i % 2 ? "many.there" : "many.absent", NULL);
+
+		a->failures += err != (i % 2 ? 0 : -ENOENT);
+	}
+	pthread_barrier_wait(a->go); /* every slot held at once */
+	return NULL;
+}
+
+static void test_many_threads(void **state)
+{
+	struct th_fx *f = *state;
+	procreg_t *reg = th_open(f->dir);
+	pthread_barrier_t go;
+	pthread_t th[MANY];
+	struct many_arg a[MANY];
+	pid_t churn = th_fork(churn_main, f->dir);
+
+	assert_non_null(reg);
+	assert_true(churn > 0);
+	assert_int_equal(procreg_register(reg, "many.there", NULL, 0), 0);
+	assert_int_equal(pthread_barrier_init(&go, NULL, MANY), 0);
+	for (int i = 0; i < MANY; i++) {
+		a[i] = (struct many_arg){ .reg = reg, .go = &go };
+		assert_int_equal(pthread_create(&th[i], NULL, many_main, &a[i]), 0);
+	}
+	for (int i = 0; i < MANY; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		assert_int_equal(a[i].failures, 0);
+	}
+	pthread_barrier_destroy(&go);
+	kill(churn, SIGKILL);
+	th_wait(churn);
+	/* Both pages of ours reached the daemon. */
+	assert_int_equal(th_reader_pages(reg, getpid(), 2), 0);
+	procreg_close(reg);
+}
+
 static int setup(void **state)
 {
 	return th_fx_start(state, NULL, NULL);
@@ -150,6 +207,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many_threads, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
