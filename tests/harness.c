@@ -745,3 +745,33 @@ void th_held_kill(struct th_held *h)
 	for (int i = 0; i < h->n; i++)
 		th_kill_wait(&h->pid[i]);
 }
+
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+int th_reader_page(procreg_t *r)
+{
+	int fd = -1;
+
+	procreg_lookup(r, "th.reader.page", NULL);
+	return procreg__rcu_page_fds(&r->rcu, &fd, 1) == 1 ? fd : -1;
+}
+
+size_t th_adopt_page(struct pr_writer *w, pid_t pid, int fdnum)
+{
+	int pidfd = procreg__pidfd_open(pid), fd;
+	struct pr_rpage_ref ref;
+	const char *why = NULL;
+
+	assert_true(pidfd >= 0 && fdnum >= 0);
+	fd = (int)syscall(SYS_pidfd_getfd, pidfd, fdnum, 0);
+	close(pidfd);
+	assert_true(fd >= 0);
+	if (procreg__rpage_map(fd, &ref, &why))
+		fail_msg("page refused: %s", why ? why : "?");
+	close(fd);
+	ref.owner = (void *)(uintptr_t)pid;
+	assert_int_equal(procreg__w_reader_add(w, &ref), 0);
+	return w->readers.n - 1;
+}

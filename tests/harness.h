@@ -186,6 +186,17 @@ int th_held_release(struct th_held *h);
 /* SIGKILL what is still held (a teardown after a failed assert). */
 void th_held_kill(struct th_held *h);
 
+/* Tests that are their own writer (struct pr_writer, no procregd) and run
+ * readers beside it: th_reader_page() makes the reader's first read (a
+ * slot, in a page of its own) and returns that page's fd; the writer's
+ * process takes it with th_adopt_page() as procregd takes a page handed
+ * over (pidfd_getfd, the same checks and mapping), and returns its index
+ * among the writer's pages. From then on its grace periods wait for that
+ * reader, as procregd's would. */
+struct pr_writer;
+int th_reader_page(procreg_t *r);
+size_t th_adopt_page(struct pr_writer *w, pid_t pid, int fdnum);
+
 /* Sleep for MS milliseconds. */
 void th_msleep(int ms);
 /* Poll COND-like function until it returns non-zero, up to MS ms. */

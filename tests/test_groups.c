@@ -915,13 +915,16 @@ static int walker_main(void *arg)
 	struct wseen *s = malloc(sizeof(*s));
 	procreg_t *r;
 	char c = 'r';
-	int ret = 0;
+	int ret = 0, page;
 
 	child_signals();
 	r = r_open(a->dir);
 	if (!r || !s)
 		return 2;
-	if (write(a->report_fd, &c, 1) != 1)
+	/* Our page, for the writer to take as procregd would, with the
+	 * byte that says we have started. */
+	page = th_reader_page(r);
+	if (write(a->report_fd, &c, 1) != 1 || write(a->report_fd, &page, sizeof(page)) != sizeof(page))
 		return 3;
 	for (;;) {
 		/* Decided before the pass: every pass that starts before the
@@ -990,7 +993,7 @@ static void test_w_members_while_writing(void **state)
 	struct pr_writer w;
 	struct walker args[WKIDS];
 	struct wkid k[WKIDS];
-	int stop[2];
+	int stop[2], page;
 	uint64_t cap0, rh0, restable = 0;
 	procreg_t *r;
 
@@ -1020,8 +1023,10 @@ static void test_w_members_while_writing(void **state)
 		close(rep[1]);
 		k[i].report = rep[0];
 		k[i].passes = 0;
-		if (read_byte(k[i].report, &c) != 1)
+		if (read_byte(k[i].report, &c) != 1 || !read_all(k[i].report, &page, sizeof(page)))
 			fail_msg("walker %d did not start: status %d", i, th_wait(k[i].pid));
+		/* As procregd would: the writer waits for its slots. */
+		th_adopt_page(&w, k[i].pid, page);
 	}
 
 	/* Churn other members of the same group: add them, remove most of

@@ -38,9 +38,6 @@
 #define SCOPE "t"
 #define REGISTRY 64
 
-#ifndef SYS_pidfd_getfd
-#define SYS_pidfd_getfd 438
-#endif
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
@@ -255,25 +252,9 @@ static int page_fd(procreg_t *r)
 	return procreg__rcu_page_fds(&r->rcu, &fd, 1) == 1 ? fd : -1;
 }
 
-/* Take the page behind fd FDNUM of child K as procregd takes one that is
- * handed over: the same checks, a PROT_READ mapping, waited for by every
- * grace period from now on. Returns its index among the writer's pages. */
 static size_t adopt(struct fx *f, pid_t pid, int fdnum)
 {
-	int pidfd = procreg__pidfd_open(pid), fd;
-	struct pr_rpage_ref ref;
-	const char *why = NULL;
-
-	assert_true(pidfd >= 0);
-	fd = (int)syscall(SYS_pidfd_getfd, pidfd, fdnum, 0);
-	close(pidfd);
-	assert_true(fd >= 0);
-	if (procreg__rpage_map(fd, &ref, &why) != 0)
-		fail_msg("page refused: %s", why ? why : "?");
-	close(fd);
-	ref.owner = (void *)(uintptr_t)pid;
-	assert_int_equal(procreg__w_reader_add(&f->w, &ref), 0);
-	return f->w.readers.n - 1;
+	return th_adopt_page(&f->w, pid, fdnum);
 }
 
 /* Slot I of the writer's page P, as the writer sees it. */

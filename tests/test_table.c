@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -305,6 +306,7 @@ static uint64_t mono_ms(void)
 struct shared {
 	int done;
 	int started;
+	int page_fd[MAXKIDS];      /* each reader's page, for the writer to take */
 	uint64_t passes[MAXKIDS];
 	uint64_t lookups[MAXKIDS];
 	char why[MAXKIDS][200];
@@ -862,6 +864,7 @@ static int lookup_reader(void *p)
 		kid_fail(sh, a->idx, "open: %s %d", "", errno);
 		return 2;
 	}
+	sh->page_fd[a->idx] = th_reader_page(r);
 	__atomic_add_fetch(&sh->started, 1, __ATOMIC_ACQ_REL);
 	for (;;) {
 		/* Decide before the pass: every pass that starts while the
@@ -950,8 +953,8 @@ static void churn_writer(struct pr_writer *w, unsigned n, unsigned phase, unsign
 	}
 }
 
-static void start_kids(struct shared *sh, struct kid *k, int n, int (*fn)(void *),
-		       struct reader_arg *args)
+static void start_kids(struct pr_writer *w, struct shared *sh, struct kid *k, int n,
+		       int (*fn)(void *), struct reader_arg *args)
 {
 	uint64_t t0 = mono_ms();
 
@@ -974,6 +977,9 @@ static void start_kids(struct shared *sh, struct kid *k, int n, int (*fn)(void *
 		assert_true(mono_ms() - t0 < 120000);
 		sched_yield();
 	}
+	/* As procregd would: the writer waits for the readers' slots. */
+	for (int i = 0; i < n; i++)
+		th_adopt_page(w, k[i].pid, sh->page_fd[i]);
 }
 
 static void test_grow_while_reading(void **state)
@@ -999,7 +1005,7 @@ static void test_grow_while_reading(void **state)
 
 	for (int i = 0; i < MAXKIDS; i++)
 		args[i] = (struct reader_arg){ .dir = dir, .sh = sh, .idx = i, .stable_ver = 7 };
-	start_kids(sh, k, MAXKIDS, lookup_reader, args);
+	start_kids(&w, sh, k, MAXKIDS, lookup_reader, args);
 	churn_writer(&w, GROW, GROW / 10, STABLE, 7, sh, k, MAXKIDS);
 	finish_kids(sh, k, MAXKIDS);
 	for (int i = 0; i < MAXKIDS; i++)
@@ -1213,6 +1219,7 @@ static int walk_reader(void *p)
 	s.count = calloc(ISTABLE, sizeof(*s.count));
 	if (!s.count)
 		return 3;
+	sh->page_fd[a->idx] = th_reader_page(r);
 	__atomic_add_fetch(&sh->started, 1, __ATOMIC_ACQ_REL);
 	for (;;) {
 		int last = __atomic_load_n(&sh->done, __ATOMIC_ACQUIRE), rc;
@@ -1266,7 +1273,7 @@ static void test_foreach_while_writing(void **state)
 	rehash0 = w.map.hdr->rehashes;
 	for (int i = 0; i < 2; i++)
 		args[i] = (struct reader_arg){ .dir = dir, .sh = sh, .idx = i, .stable_ver = 3 };
-	start_kids(sh, k, 2, walk_reader, args);
+	start_kids(&w, sh, k, 2, walk_reader, args);
 	/* Phases short enough that walks overlap every rebuild. */
 	churn_writer(&w, 60000, 1500, ISTABLE, 3, sh, k, 2);
 	finish_kids(sh, k, 2);
