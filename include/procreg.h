@@ -423,6 +423,197 @@ PROCREG_API const char *procreg_socket_path(const procreg_t *reg);
 /* A message for a negative errno returned by this library. */
 PROCREG_API const char *procreg_strerror(int err);
 
+/* ==== Introspection =====================================================
+ *
+ * What operators' tools read: the table's header, its reader registry, a
+ * verification of the whole table, and the names of the other nodes when
+ * the daemon replicates. procreg(1)'s check, readers, top, stats and
+ * nodes, procreg-trace and procreg-bench are built on these calls alone.
+ * None talks to the daemon or writes shared memory, so each works while
+ * the daemon is down (showing what it last wrote) and never slows it.
+ *
+ * Every struct here is an output that carries its size: declare it with
+ * PROCREG_OPTS() so that .sz is set. The library fills the members the
+ * caller's .sz covers (a caller built against an older header gets the
+ * members it knows; one built against a newer header keeps its zeros in
+ * the members this library does not know), and refuses a zero or a too
+ * short .sz with -EINVAL.
+ *
+ * Lists (readers, nodes) come through a callback that is handed the
+ * caller's own struct, filled afresh for each item: the number of items
+ * changes from one moment to the next, which a caller-sized array would
+ * meet with a count, an allocation and a retry, and an array of
+ * size-carrying structs would need a stride. A callback that returns
+ * non-zero stops the walk, and the call returns that value.
+ */
+
+/* The table as a whole, from its header (daemon-written counters are each
+ * the value before or after one change). */
+struct procreg_table_info {
+	size_t sz;                 /* sizeof(struct procreg_table_info): set it (PROCREG_OPTS) */
+	uint32_t layout_version;   /* of the shared-memory layout, not of the library */
+	uint32_t name_max;         /* PROCREG_NAME_MAX of the build that made it */
+	uint32_t meta_max;
+	uint32_t max_readers;      /* reader processes procregd can hold pages of */
+	uint64_t file_size;        /* bytes: the table file, all of it mapped */
+	uint64_t created_ns;       /* CLOCK_REALTIME */
+	uint64_t name_capacity;    /* slots in the name index (0: damaged) */
+	uint64_t group_capacity;   /* slots in the group index (0: damaged) */
+	uint64_t feed_capacity;    /* events the change feed's ring holds */
+	uint64_t name_tombstones;  /* removed names' slots not yet reused */
+	uint64_t rehashes;         /* index rebuilds since the table was made */
+	uint64_t generation;       /* bumped by every change the daemon publishes */
+	uint64_t gp;               /* the grace-period counter */
+	uint64_t freed_gp;         /* memory retired before this grace period is reused */
+};
+
+/* 0 and *OUT filled; -EINVAL for a bad .sz. */
+PROCREG_API int procreg_table_info(procreg_t *reg, struct procreg_table_info *out);
+
+/*
+ * The hash procreg files NAME under in this table (it is keyed by the
+ * table's random seed): the value the procreg:lookup probe reports, so
+ * that a tracer can turn hashes back into names. 0 and *HASH set;
+ * -EINVAL or -ENAMETOOLONG for a name that could never be registered.
+ */
+PROCREG_API int procreg_name_hash(procreg_t *reg, const char *name, uint64_t *hash);
+
+/*
+ * Reader processes: those whose reader pages procregd holds (it waits for
+ * their read-side sections before reusing memory). The daemon sums each
+ * one's slots about once a second, so counts lag by up to that much.
+ */
+#define PROCREG_READER_STALLED 0x1  /* held a grace period up too long: no longer waited for */
+#define PROCREG_READER_GONE 0x2     /* its process has exited: the daemon drops it once it notices */
+
+struct procreg_reader {
+	size_t sz;                 /* sizeof(struct procreg_reader): set it (PROCREG_OPTS) */
+	pid_t pid;
+	uint32_t uid;
+	uint64_t start_time;       /* the process's, clock ticks since boot */
+	uint32_t flags;            /* PROCREG_READER_* */
+	uint32_t pages;            /* reader pages it handed the daemon */
+	uint32_t threads;          /* slots it holds: its reading threads */
+	uint32_t in_section;       /* of them, inside a read-side section */
+	uint64_t lookups;          /* its threads' lookups */
+	uint64_t stalled_ns;       /* CLOCK_REALTIME it was found stalling; 0: never */
+	uint64_t registered_ns;    /* CLOCK_REALTIME its first page came */
+	uint64_t refreshed_ns;     /* CLOCK_REALTIME of the counts */
+};
+
+typedef int (*procreg_reader_cb)(const struct procreg_reader *r, void *arg);
+
+/* Call CB for every reader process, in no particular order, with BUF
+ * filled (BUF's .sz set by the caller). Each is a consistent copy of the
+ * daemon's record; PROCREG_READER_GONE is found by the call, from /proc.
+ * 0 once every reader is seen, CB's non-zero value, or -EINVAL. */
+PROCREG_API int procreg_readers(procreg_t *reg, struct procreg_reader *buf, procreg_reader_cb cb,
+				void *arg);
+
+/* The health of the reader registry (what LMDB's mdb_reader_check looks
+ * for): readers the daemon gave up waiting for, readers whose process is
+ * gone, and the daemon's counts of readers stalled and refused. */
+struct procreg_reader_check {
+	size_t sz;                 /* sizeof(struct procreg_reader_check): set it (PROCREG_OPTS) */
+	uint32_t max_readers;      /* procregd --max-readers */
+	uint32_t readers;          /* reader processes in the registry */
+	uint32_t stalled;          /* of them, no longer waited for (the daemon's count) */
+	uint32_t gone;             /* of them, whose process has exited */
+	uint32_t threads;          /* reading threads, all readers */
+	uint32_t in_section;       /* of them, inside a read-side section */
+	uint64_t stalls;           /* readers ever found holding a grace period too long */
+	uint64_t refused;          /* reader pages refused: quota, or not a sealed page */
+	pid_t last_stall_pid;      /* the last reader found stalling (0: none yet) */
+	uint32_t last_stall_uid;
+	uint64_t last_stall_ns;    /* CLOCK_REALTIME */
+};
+
+/* *OUT filled; returns how many readers are unwell (stalled + gone: 0
+ * when all are well), or -EINVAL. */
+PROCREG_API int procreg_reader_check(procreg_t *reg, struct procreg_reader_check *out);
+
+/*
+ * Verify the table without writing it: for the name index, the group
+ * index and every group's member index, that the index block is whole and
+ * inside the arena, that every live slot leads to a whole record of the
+ * index's kind whose hash matches its key and that a probe for its key
+ * finds; that the daemon's counters equal what the walk counted; and that
+ * every local owner is alive. The walk runs inside one read-side section
+ * while the daemon writes (it holds reclamation back as long as it
+ * takes); a walk that a change raced is done again.
+ *
+ * CB (may be NULL) gets each problem found, as one line of text (names in
+ * it are raw bytes, as registered: escape them for a terminal), up to
+ * PROCREG_CHECK_PROBLEMS_MAX of them; .problems counts them all.
+ * Returns 0 if the table is whole, -EUCLEAN if problems were found (*OUT
+ * filled either way), CB's non-zero value, -EAGAIN if the table changed
+ * during each of many walks (try again when it is quieter), -ENOMEM,
+ * -EINVAL.
+ */
+#define PROCREG_CHECK_PROBLEMS_MAX 100
+
+struct procreg_check {
+	size_t sz;                 /* sizeof(struct procreg_check): set it (PROCREG_OPTS) */
+	uint64_t names;            /* live entries the walk found */
+	uint64_t groups;
+	uint64_t memberships;
+	uint64_t tombstones;
+	uint64_t processes;        /* distinct local owners */
+	uint64_t problems;         /* problems found, shown to CB or not */
+};
+
+typedef int (*procreg_problem_cb)(const char *problem, void *arg);
+PROCREG_API int procreg_check(procreg_t *reg, struct procreg_check *out, procreg_problem_cb cb,
+			      void *arg);
+
+/*
+ * Replication (procregd --node): this node and the other nodes it is
+ * connected to, as the daemon last published them (when a node comes or
+ * goes, and about once a second). Entries of other nodes carry a node id
+ * (struct procreg_entry .node); these calls name it.
+ */
+#define PROCREG_NODE_NAME_MAX 63    /* [A-Za-z0-9_.@-] */
+#define PROCREG_NODE_ADDR_MAX 127   /* "host:port" */
+
+struct procreg_bridge {
+	size_t sz;                 /* sizeof(struct procreg_bridge): set it (PROCREG_OPTS) */
+	char node[PROCREG_NODE_NAME_MAX + 1]; /* this node's name */
+	uint64_t incarnation;      /* random per daemon start */
+	uint64_t seq;              /* local changes numbered so far */
+	uint64_t changes_out;      /* local changes sent to the other nodes */
+	uint64_t changes_in;       /* changes applied from other nodes */
+	uint64_t conflicts;        /* names claimed on two nodes, resolved */
+	uint64_t nodes_down;       /* nodes that went down */
+	uint64_t resyncs;          /* connections dropped for a gap or a protocol error */
+	uint32_t nodes;            /* other nodes up */
+};
+
+struct procreg_node {
+	size_t sz;                 /* sizeof(struct procreg_node): set it (PROCREG_OPTS) */
+	uint32_t id;               /* struct procreg_entry .node */
+	char name[PROCREG_NODE_NAME_MAX + 1];
+	char addr[PROCREG_NODE_ADDR_MAX + 1]; /* "" if unknown */
+	uint64_t incarnation;
+	uint64_t up_since_ns;      /* CLOCK_REALTIME */
+	uint64_t changes_in;       /* changes applied from it */
+	uint64_t bytes_in;
+	uint64_t bytes_out;
+};
+
+typedef int (*procreg_node_cb)(const struct procreg_node *n, void *arg);
+
+/* *OUT filled (OUT may be NULL), and CB (may be NULL) called for every
+ * other node up, with NODE filled: one consistent picture. 0, CB's
+ * non-zero value, -ENOENT if the daemon does not replicate, -EPROTO if its
+ * file is not one this library reads, -EPERM if that file is not the
+ * daemon's, -EINVAL. */
+PROCREG_API int procreg_bridge(procreg_t *reg, struct procreg_bridge *out,
+			       struct procreg_node *node, procreg_node_cb cb, void *arg);
+
+/* The name of node ID (0: this node) into BUF: 0, -ENOENT for an id not
+ * known (or no replication), -ERANGE if LEN is too small. */
+PROCREG_API int procreg_node_name(procreg_t *reg, uint32_t id, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

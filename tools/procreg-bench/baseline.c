@@ -20,6 +20,13 @@
  *
  * Tables are built before the reader processes fork, so the readers share
  * them copy-on-write and never write them.
+ *
+ * This file, alone of the bench, includes a private header of the library
+ * (lib/layout.h, on its include path only: CMakeLists.txt): not to reach
+ * into a table, which the bench reads through <procreg.h> like any user,
+ * but to build its baselines from procreg's own record layout, slot words
+ * and name hash, so that they differ from procreg only in what sharing
+ * costs.
  */
 #define _GNU_SOURCE
 #define _LGPL_SOURCE

@@ -37,7 +37,6 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "layout.h"
 #include "output.h"
 #include "procreg.h"
 #include "procreg_trace.h"
@@ -638,9 +637,9 @@ static int by_lookups(const void *a, const void *b)
 	return x->c.lookups < y->c.lookups ? 1 : x->c.lookups > y->c.lookups ? -1 : 0;
 }
 
-/* Name hashes to names: the table's seed, and every name in it. */
+/* Name hashes to names: every name in the table, hashed by the library
+ * as the procreg:lookup probe reports it. */
 static procreg_t *reg;
-static uint64_t hash_seed;
 
 struct resolve {
 	struct row *rows;
@@ -650,8 +649,10 @@ struct resolve {
 static int resolve_one(const struct procreg_entry *e, void *arg)
 {
 	struct resolve *r = arg;
-	uint64_t h = pr_hash(e->name, strlen(e->name), hash_seed);
+	uint64_t h;
 
+	if (procreg_name_hash(reg, e->name, &h) < 0)
+		return 0;
 	for (int i = 0; i < r->n; i++)
 		if (r->rows[i].key == h && !r->rows[i].name[0])
 			snprintf(r->rows[i].name, sizeof(r->rows[i].name), "%s", e->name);
@@ -756,7 +757,7 @@ static const char *change_name(uint64_t type)
 
 static const char *kind_name(uint32_t kind)
 {
-	return kind == PR_KIND_NAME ? "name" : kind == PR_KIND_GROUP ? "group" : "member of";
+	return kind == PT_KIND_NAME ? "name" : kind == PT_KIND_GROUP ? "group" : "member of";
 }
 
 static const char *index_name(uint32_t kind)
@@ -786,7 +787,7 @@ static int on_event(void *ctx, void *data, size_t size)
 		switch (e->type) {
 		case PT_EV_CHANGE:
 			printf("\"event\":\"%s\",\"pid\":%u,\"kind\":\"%s\",", change_name(e->a),
-			       e->pid, e->kind == PR_KIND_NAME ? "name" : "group");
+			       e->pid, e->kind == PT_KIND_NAME ? "name" : "group");
 			procreg__json_field(stdout, "name", e->name, name_len(e));
 			printf(",\"seq\":%llu", (unsigned long long)e->b);
 			break;
@@ -811,7 +812,7 @@ static int on_event(void *ctx, void *data, size_t size)
 			break;
 		case PT_EV_BRIDGE_OUT:
 			printf("\"event\":\"out\",\"op\":\"%s\",\"kind\":\"%s\",",
-			       op_name(e->a), e->kind == PR_KIND_NAME ? "name" : "member");
+			       op_name(e->a), e->kind == PT_KIND_NAME ? "name" : "member");
 			procreg__json_field(stdout, "name", e->name, name_len(e));
 			printf(",\"seq\":%llu,\"bytes\":%llu", (unsigned long long)e->b,
 			       (unsigned long long)e->c);
@@ -820,7 +821,7 @@ static int on_event(void *ctx, void *data, size_t size)
 			printf("\"event\":\"apply\",");
 			procreg__json_field(stdout, "node", e->node, node_len(e->node));
 			printf(",\"op\":\"%s\",\"kind\":\"%s\",", op_name(e->a),
-			       e->kind == PR_KIND_NAME ? "name" : "member");
+			       e->kind == PT_KIND_NAME ? "name" : "member");
 			procreg__json_field(stdout, "name", e->name, name_len(e));
 			printf(",\"result\":%lld", (long long)e->b);
 			break;
@@ -873,12 +874,12 @@ static int on_event(void *ctx, void *data, size_t size)
 		case PT_EV_BRIDGE_OUT:
 			printf("%s %-13s seq %llu %s %s %s (%llu bytes)\n", t, "out",
 			       (unsigned long long)e->b, op_name(e->a),
-			       e->kind == PR_KIND_NAME ? "name" : "member of", name,
+			       e->kind == PT_KIND_NAME ? "name" : "member of", name,
 			       (unsigned long long)e->c);
 			break;
 		case PT_EV_BRIDGE_APPLY:
 			printf("%s %-13s from %s %s %s %s%s\n", t, "apply", node, op_name(e->a),
-			       e->kind == PR_KIND_NAME ? "name" : "member of", name,
+			       e->kind == PT_KIND_NAME ? "name" : "member of", name,
 			       (int64_t)e->b < 0 ? " (failed)" : "");
 			break;
 		case PT_EV_BRIDGE_NODE:
@@ -905,24 +906,6 @@ static int on_event(void *ctx, void *data, size_t size)
 
 /* ---- main ------------------------------------------------------------- */
 
-/* The table's hash seed, read from its header (top resolves hashes). */
-static int read_seed(void)
-{
-	const char *path = procreg_table_path(reg);
-	FILE *f = fopen(path, "re");
-	struct pr_table_hdr h;
-	size_t n;
-
-	if (!f)
-		return -errno;
-	n = fread(&h, 1, sizeof(h), f);
-	fclose(f);
-	if (n != sizeof(h) || h.magic != PR_TABLE_MAGIC)
-		return -EPROTO;
-	hash_seed = h.hash_seed;
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	PROCREG_OPTS(procreg_opts, ro);
@@ -943,11 +926,6 @@ int main(int argc, char **argv)
 		err = -errno;
 		fprintf(stderr, "procreg-trace: cannot open the registry: %s\n", procreg_strerror(err));
 		return 2;
-	}
-	if (opt.cmd == CMD_TOP && (err = read_seed()) < 0) {
-		fprintf(stderr, "procreg-trace: %s: cannot read its header: %s\n",
-			procreg_table_path(reg), strerror(-err));
-		goto cleanup;
 	}
 	ncpus = libbpf_num_possible_cpus();
 	if (ncpus <= 0) {

@@ -9,6 +9,14 @@
 #define PT_NAME_MAX 256          /* PROCREG_NAME_MAX and its NUL */
 #define PT_SLOTS 64              /* log2 histogram buckets: [2^i, 2^(i+1)) ns */
 
+/* The kind a probe names (procregd:publish, change, conflict, bridge_out,
+ * bridge_apply): the values README.md's "Tracing" documents. */
+enum pt_kind {
+	PT_KIND_NAME = 1,
+	PT_KIND_GROUP = 2,
+	PT_KIND_MEMBER = 3,
+};
+
 /* Histograms, one row each in the "hists" per-CPU array. */
 enum pt_hist {
 	PT_H_LOOKUP,             /* procreg:lookup_latency */
@@ -62,7 +70,7 @@ struct pt_event {
 	__u64 ts_ns;             /* bpf_ktime_get_ns() */
 	__u32 type;              /* enum pt_event_type */
 	__u32 pid;               /* the process the event is about */
-	__u32 kind;              /* record kind (PR_KIND_*), index kind for GROW */
+	__u32 kind;              /* enum pt_kind, index kind for GROW */
 	__u32 name_len;          /* bytes in name, 0 if none */
 	__u64 a, b, c;
 	char name[PT_NAME_MAX];

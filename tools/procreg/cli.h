@@ -4,8 +4,9 @@
  *
  *   main.c       options, the command table, name and group commands
  *   inspect.c    top, readers, stats --format prometheus: counters and
- *                reader slots read straight from the shared files
- *   check.c      check: a read-only walk that verifies the table
+ *                the reader registry, through the introspection API
+ *   check.c      check: the report of procreg_check()
+ *   nodes.c      nodes, and node names: through procreg_bridge()
  *   autostart.c  starting procregd for run and join when none serves
  */
 #ifndef PROCREG_CLI_H
@@ -62,7 +63,7 @@ void stats_prometheus(procreg_t *reg, const struct cli *c);
 /* check.c */
 int cmd_check(struct cli *c, int argc, char **argv);
 
-/* nodes.c: the daemon's nodes file (procregd --node). */
+/* nodes.c: the bridge's status (procregd --node), from procreg_bridge(). */
 #include <stdint.h>
 struct node_info {
 	uint32_t id;
@@ -91,7 +92,7 @@ struct reader_stalls {
 	uint32_t stalled, pid, uid;
 	uint64_t stalls, refused, ns;
 };
-void reader_stalls(const procreg_t *reg, struct reader_stalls *rs);
+void reader_stalls(procreg_t *reg, struct reader_stalls *rs);
 
 /* autostart.c: make sure a daemon serves the scope before a write; 0, or
  * EXIT_ERR with the reason printed. Does nothing with --no-autostart or

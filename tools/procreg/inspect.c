@@ -2,15 +2,14 @@
  * inspect.c - procreg top, procreg readers, procreg stats --format
  * prometheus.
  *
- * Everything here is read straight from the scope's table: the header's
- * counters (plain loads of daemon-written words: each is the value before
- * or after one change) and its reader registry. Nothing goes to the
- * daemon, so these commands work while it is down (showing what it last
- * wrote) and never slow it; and nothing here writes shared memory.
+ * Everything here is read from the scope's table through the library's
+ * introspection calls (procreg_stats, procreg_readers,
+ * procreg_reader_check): the header's counters and its reader registry.
+ * Nothing goes to the daemon, so these commands work while it is down
+ * (showing what it last wrote) and never slow it.
  *
  * Lookups are counted by each reader thread in its own slot, in memory of
- * its own process (rcu.c): the lookup path makes no shared write to be
- * counted. The daemon, which maps every reader page, sums each process's
+ * its own process: the lookup path makes no shared write to be counted. The daemon, which maps every reader page, sums each process's
  * slots into the registry about once a second; top differentiates between
  * two samples. A slot released between samples takes its count with it,
  * so a process's rate is clamped at 0 rather than going negative.
@@ -24,39 +23,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
 #include "cli.h"
 #include "output.h"
 
 /* ---- the reader registry ---------------------------------------------- */
-
-/* A consistent copy of every entry in use: each is read under its seq (odd
- * while the daemon rewrites it, and changed if it did meanwhile). */
-static size_t read_registry(const struct pr_map *m, struct pr_reader_info *v)
-{
-	const struct pr_table_hdr *h = m->hdr;
-	const struct pr_reader_info *e = pr_at(m, h->readers_off,
-					       (uint64_t)h->readers_cap * sizeof(*e));
-	size_t n = 0;
-
-	for (uint32_t i = 0; e && i < h->readers_cap; i++) {
-		for (int tries = 0; tries < 64; tries++) {
-			uint32_t seq = PR_LOAD_ACQ(&e[i].seq);
-			struct pr_reader_info x;
-
-			if (seq & 1)
-				continue;
-			memcpy(&x, &e[i], sizeof(x));
-			cmm_smp_rmb();
-			if (CMM_LOAD_SHARED(e[i].seq) != seq)
-				continue;
-			if (x.pid)
-				v[n++] = x;
-			break;
-		}
-	}
-	return n;
-}
 
 static void read_small(const char *path, char *buf, size_t cap)
 {
@@ -71,55 +41,83 @@ static void read_small(const char *path, char *buf, size_t cap)
 	buf[n] = 0;
 }
 
-/* The process's command name (comm), "" once it is gone or is another
- * process (START: its start time). */
-static void proc_comm(pid_t pid, uint64_t start, char *out, size_t cap)
+/* The reader's command name (comm), "" once its process is gone (the
+ * library checks its pid against its start time: PROCREG_READER_GONE). */
+static void proc_comm(const struct procreg_reader *r, char *out, size_t cap)
 {
 	char path[64];
-	uint64_t now;
 
 	out[0] = 0;
-	if (procreg__proc_start_time(pid, &now) < 0 || now != start)
+	if (r->flags & PROCREG_READER_GONE)
 		return;
-	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)r->pid);
 	read_small(path, out, cap);
 	out[strcspn(out, "\n")] = 0;
 }
 
-static int info_by_pid(const void *a, const void *b)
+struct readers {
+	struct procreg_reader *v;
+	size_t n, cap;
+	bool nomem;
+};
+
+static int add_reader(const struct procreg_reader *r, void *arg)
 {
-	const struct pr_reader_info *x = a, *y = b;
+	struct readers *rs = arg;
+
+	if (rs->n == rs->cap) {
+		size_t cap = rs->cap ? 2 * rs->cap : 16;
+		struct procreg_reader *v = realloc(rs->v, cap * sizeof(*v));
+
+		if (!v) {
+			rs->nomem = true;
+			return 1;
+		}
+		rs->v = v;
+		rs->cap = cap;
+	}
+	rs->v[rs->n++] = *r;
+	return 0;
+}
+
+static int reader_by_pid(const void *a, const void *b)
+{
+	const struct procreg_reader *x = a, *y = b;
 
 	return x->pid < y->pid ? -1 : x->pid > y->pid;
 }
 
 /* The registry, sorted by pid, in *V (free it): its length, or -1. */
-static ssize_t registry(const struct pr_map *m, struct pr_reader_info **v)
+static ssize_t registry(procreg_t *reg, struct procreg_reader **v)
 {
-	size_t n;
+	PROCREG_OPTS(procreg_reader, buf);
+	struct readers rs = { 0 };
 
-	*v = calloc(m->hdr->readers_cap ? m->hdr->readers_cap : 1, sizeof(**v));
-	if (!*v)
+	if (procreg_readers(reg, &buf, add_reader, &rs) != 0 || rs.nomem) {
+		free(rs.v);
+		*v = NULL;
 		return -1;
-	n = read_registry(m, *v);
-	qsort(*v, n, sizeof(**v), info_by_pid);
-	return (ssize_t)n;
+	}
+	if (rs.n)
+		qsort(rs.v, rs.n, sizeof(*rs.v), reader_by_pid);
+	*v = rs.v;
+	return (ssize_t)rs.n;
 }
 
 int cmd_readers(struct cli *c, int argc, char **argv)
 {
-	const struct pr_table_hdr *h;
-	struct pr_reader_info *v;
+	PROCREG_OPTS(procreg_reader_check, rc);
+	struct procreg_reader *v;
 	procreg_t *reg;
 	ssize_t n;
 
 	if (argc != 0)
 		die_usage("readers: unexpected argument", argv[0]);
 	reg = open_or_die(c);
-	h = reg->map.hdr;
-	n = registry(&reg->map, &v);
-	if (n < 0) {
+	n = registry(reg, &v);
+	if (n < 0 || procreg_reader_check(reg, &rc) < 0) {
 		fprintf(stderr, "%s: readers: out of memory\n", prog);
+		free(v);
 		procreg_close(reg);
 		return EXIT_ERR;
 	}
@@ -128,27 +126,26 @@ int cmd_readers(struct cli *c, int argc, char **argv)
 		       "PAGES", "LOOKUPS", "STALLED", "COMMAND");
 	if (c->json)
 		printf("{\"max_readers\":%u,\"stalls\":%llu,\"refused\":%llu,\"readers\":[",
-		       h->readers_cap, (unsigned long long)CMM_LOAD_SHARED(h->reader_stalls),
-		       (unsigned long long)CMM_LOAD_SHARED(h->readers_refused));
+		       rc.max_readers, (unsigned long long)rc.stalls, (unsigned long long)rc.refused);
 	for (ssize_t i = 0; i < n; i++) {
-		bool stalled = v[i].flags & PR_READER_STALLED;
+		bool stalled = v[i].flags & PROCREG_READER_STALLED;
 		char comm[64];
 
-		proc_comm((pid_t)v[i].pid, v[i].start, comm, sizeof(comm));
+		proc_comm(&v[i], comm, sizeof(comm));
 		if (c->json) {
-			printf("%s{\"pid\":%u,\"uid\":%u,", i ? "," : "", v[i].pid, v[i].uid);
+			printf("%s{\"pid\":%d,\"uid\":%u,", i ? "," : "", (int)v[i].pid, v[i].uid);
 			procreg__json_field(stdout, "comm", comm, strlen(comm));
 			printf(",\"threads\":%u,\"in_critical_section\":%u,\"pages\":%u,"
 			       "\"lookups\":%llu,\"stalled\":%s,\"stalled_ns\":%llu,"
 			       "\"registered_ns\":%llu,\"refreshed_ns\":%llu}",
-			       v[i].slots, v[i].active, v[i].pages, (unsigned long long)v[i].lookups,
+			       v[i].threads, v[i].in_section, v[i].pages, (unsigned long long)v[i].lookups,
 			       stalled ? "true" : "false", (unsigned long long)v[i].stalled_ns,
 			       (unsigned long long)v[i].registered_ns,
 			       (unsigned long long)v[i].refreshed_ns);
 		} else {
 			/* A command name is its owner's to choose: escaped. */
-			printf("%8u %8u %7u %4u %5u %12llu %-7s  ", v[i].pid, v[i].uid, v[i].slots,
-			       v[i].active, v[i].pages, (unsigned long long)v[i].lookups,
+			printf("%8d %8u %7u %4u %5u %12llu %-7s  ", (int)v[i].pid, v[i].uid, v[i].threads,
+			       v[i].in_section, v[i].pages, (unsigned long long)v[i].lookups,
 			       stalled ? "yes" : "-");
 			procreg__text(stdout, comm[0] ? comm : "?", comm[0] ? strlen(comm) : 1);
 			putchar('\n');
@@ -161,18 +158,21 @@ int cmd_readers(struct cli *c, int argc, char **argv)
 	return 0;
 }
 
-/* What the table's header says of readers the daemon stopped waiting
- * for: counters the public stats do not carry. */
-void reader_stalls(const procreg_t *reg, struct reader_stalls *rs)
+/* What the library's reader check says of readers the daemon stopped
+ * waiting for: counters the public stats do not carry. */
+void reader_stalls(procreg_t *reg, struct reader_stalls *rs)
 {
-	const struct pr_table_hdr *h = reg->map.hdr;
+	PROCREG_OPTS(procreg_reader_check, rc);
 
-	rs->stalled = CMM_LOAD_SHARED(h->readers_stalled);
-	rs->stalls = CMM_LOAD_SHARED(h->reader_stalls);
-	rs->refused = CMM_LOAD_SHARED(h->readers_refused);
-	rs->pid = CMM_LOAD_SHARED(h->last_stall_pid);
-	rs->uid = CMM_LOAD_SHARED(h->last_stall_uid);
-	rs->ns = CMM_LOAD_SHARED(h->last_stall_ns);
+	memset(rs, 0, sizeof(*rs));
+	if (procreg_reader_check(reg, &rc) < 0)
+		return;
+	rs->stalled = rc.stalled;
+	rs->stalls = rc.stalls;
+	rs->refused = rc.refused;
+	rs->pid = (uint32_t)rc.last_stall_pid;
+	rs->uid = rc.last_stall_uid;
+	rs->ns = rc.last_stall_ns;
 }
 
 /* ---- stats --format prometheus ---------------------------------------- */
@@ -280,13 +280,13 @@ static uint64_t mono_ns(void)
 
 static int take_sample(procreg_t *reg, struct sample *s)
 {
-	struct pr_reader_info *v;
+	struct procreg_reader *v;
 	ssize_t n;
 
 	procreg_stats(reg, &s->st);
 	s->t_ns = mono_ns();
 	s->n = 0;
-	n = registry(&reg->map, &v);
+	n = registry(reg, &v);
 	s->procs = n < 0 ? NULL : calloc(n ? (size_t)n : 1, sizeof(*s->procs));
 	if (!s->procs) {
 		free(v);
@@ -295,11 +295,11 @@ static int take_sample(procreg_t *reg, struct sample *s)
 	for (ssize_t i = 0; i < n; i++) {
 		struct reader_proc *p = &s->procs[s->n++];
 
-		p->pid = (pid_t)v[i].pid;
-		p->start = v[i].start;
-		p->threads = v[i].slots;
+		p->pid = v[i].pid;
+		p->start = v[i].start_time;
+		p->threads = v[i].threads;
 		p->lookups = v[i].lookups;
-		proc_comm(p->pid, p->start, p->comm, sizeof(p->comm));
+		proc_comm(&v[i], p->comm, sizeof(p->comm));
 	}
 	free(v);
 	return 0;

@@ -1,13 +1,7 @@
 /*
  * nodes.c - procreg nodes, and the node names and bridge counters that get
- * and stats show: read from DIR/procreg.SCOPE.nodes, which procregd --node
- * rewrites (atomically) when a node comes or goes and once a tick. No file:
- * the daemon does not replicate.
- *
- *   procreg-nodes 1
- *   self NAME INCARNATION SEQ
- *   stats CHANGES_OUT CHANGES_IN CONFLICTS NODES_DOWN REFUSED
- *   node ID NAME ADDR INCARNATION UP_SINCE_NS CHANGES_IN BYTES_IN BYTES_OUT
+ * and stats show: what procregd --node last published, read through
+ * procreg_bridge(). Nothing published: the daemon does not replicate.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -21,54 +15,54 @@
 
 #define NODES_MAX 4096
 
-static int parse(procreg_t *reg, struct nodes_info *ni)
+static int add_node(const struct procreg_node *pn, void *arg)
 {
-	char path[4200], line[512];
-	FILE *f;
-	int ok = 0;
+	struct nodes_info *ni = arg;
+	struct node_info *v, *n;
 
-	memset(ni, 0, sizeof(*ni));
-	snprintf(path, sizeof(path), "%s.nodes", procreg_table_path(reg));
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f)) {
-		struct node_info n = { 0 };
-
-		if (!strncmp(line, "procreg-nodes 1", 15)) {
-			ok = 1;
-		} else if (sscanf(line, "self %63s %16s %llu", ni->self, ni->incarnation,
-				  &ni->seq) == 3) {
-		} else if (sscanf(line, "stats %llu %llu %llu %llu %llu", &ni->changes_out,
-				  &ni->changes_in, &ni->conflicts, &ni->nodes_down,
-				  &ni->refused) == 5) {
-		} else if (sscanf(line, "node %u %63s %127s %16s %llu %llu %llu %llu", &n.id, n.name,
-				  n.addr, n.incarnation, &n.up_since_ns, &n.changes_in, &n.bytes_in,
-				  &n.bytes_out) == 8) {
-			struct node_info *v;
-
-			if (ni->n >= NODES_MAX)
-				continue;
-			v = realloc(ni->v, (ni->n + 1) * sizeof(*v));
-			if (!v)
-				break;
-			ni->v = v;
-			ni->v[ni->n++] = n;
-		}
-	}
-	fclose(f);
-	return ok ? 0 : -EPROTO;
+	if (ni->n >= NODES_MAX)
+		return 0;
+	v = realloc(ni->v, (ni->n + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	ni->v = v;
+	n = &ni->v[ni->n++];
+	memset(n, 0, sizeof(*n));
+	n->id = pn->id;
+	snprintf(n->name, sizeof(n->name), "%s", pn->name);
+	snprintf(n->addr, sizeof(n->addr), "%s", pn->addr[0] ? pn->addr : "-");
+	snprintf(n->incarnation, sizeof(n->incarnation), "%016llx",
+		 (unsigned long long)pn->incarnation);
+	n->up_since_ns = pn->up_since_ns;
+	n->changes_in = pn->changes_in;
+	n->bytes_in = pn->bytes_in;
+	n->bytes_out = pn->bytes_out;
+	return 0;
 }
 
 int nodes_read(procreg_t *reg, struct nodes_info *ni)
 {
-	int err = parse(reg, ni);
+	PROCREG_OPTS(procreg_bridge, b);
+	PROCREG_OPTS(procreg_node, node);
+	int err;
 
+	memset(ni, 0, sizeof(*ni));
+	err = procreg_bridge(reg, &b, &node, add_node, ni);
 	if (err) {
 		free(ni->v);
 		memset(ni, 0, sizeof(*ni));
+		return err;
 	}
-	return err;
+	snprintf(ni->self, sizeof(ni->self), "%s", b.node);
+	snprintf(ni->incarnation, sizeof(ni->incarnation), "%016llx",
+		 (unsigned long long)b.incarnation);
+	ni->seq = b.seq;
+	ni->changes_out = b.changes_out;
+	ni->changes_in = b.changes_in;
+	ni->conflicts = b.conflicts;
+	ni->nodes_down = b.nodes_down;
+	ni->refused = b.resyncs;
+	return 0;
 }
 
 void nodes_free(struct nodes_info *ni)

@@ -59,6 +59,7 @@
 #include "resolver.h"
 #include "daemon.h"
 #include "probes.h"
+#include "nodes_file.h"
 
 #define NODES_MAX 4096
 #define HLC_MAX_AHEAD_NS (60 * 1000000000ull) /* a peer's stamp further ahead is not taken */
@@ -857,15 +858,15 @@ static void nf_node(void *arg, const struct pr_bridge_node_info *ni)
 
 	if (!n)
 		return;
-	fprintf(c->f, "node %u %s %s %016llx %llu %llu %llu %llu\n", id, n->name,
-		n->addr[0] ? n->addr : "-", (unsigned long long)n->incarnation,
+	fprintf(c->f, PR_NODES_NODE_FMT, id, n->name,
+		n->addr[0] ? n->addr : PR_NODES_NO_ADDR, (unsigned long long)n->incarnation,
 		(unsigned long long)n->up_since_ns, (unsigned long long)n->changes_in,
 		(unsigned long long)ni->bytes_in, (unsigned long long)ni->bytes_out);
 }
 
-/* DIR/procreg.SCOPE.nodes, replaced atomically: what procreg nodes and
- * procreg stats show. One "self" line, one "stats" line, one "node" line
- * per node that is up. */
+/* DIR/procreg.SCOPE.nodes (nodes_file.h), replaced atomically: what
+ * procreg_bridge() reads for procreg nodes and procreg stats. One "self"
+ * line, one "stats" line, one "node" line per node that is up. */
 static void write_nodes_file(struct bridge *br)
 {
 	char tmp[sizeof(br->nodes_path) + 8];
@@ -882,9 +883,9 @@ static void write_nodes_file(struct bridge *br)
 			close(fd);
 		return;
 	}
-	fprintf(c.f, "procreg-nodes 1\nself %s %016llx %llu\n", br->node,
+	fprintf(c.f, PR_NODES_MAGIC "\n" PR_NODES_SELF_FMT, br->node,
 		(unsigned long long)br->incarnation, (unsigned long long)br->seq);
-	fprintf(c.f, "stats %llu %llu %llu %llu %llu\n", (unsigned long long)br->changes_out,
+	fprintf(c.f, PR_NODES_STATS_FMT, (unsigned long long)br->changes_out,
 		(unsigned long long)br->changes_in, (unsigned long long)br->conflicts,
 		(unsigned long long)br->nodes_down, (unsigned long long)br->refused);
 	br->be->nodes(br->b, nf_node, &c);
@@ -1068,7 +1069,7 @@ int bridge_start(struct daemon *d)
 		br->skew_ns = strtoll(getenv("PROCREG_TEST_CLOCK_SKEW_NS"), NULL, 10);
 	if (RAND_bytes((uint8_t *)&br->incarnation, sizeof(br->incarnation)) != 1)
 		br->incarnation = procreg__now_ns();
-	snprintf(br->nodes_path, sizeof(br->nodes_path), "%s.nodes", d->paths.table);
+	snprintf(br->nodes_path, sizeof(br->nodes_path), "%s" PR_NODES_SUFFIX, d->paths.table);
 	up.ctx = br;
 	cfg.node = br->node;
 	cfg.incarnation = br->incarnation;
