@@ -1,0 +1,519 @@
+/*
+ * test_introspect.c - the introspection API (lib/introspect.c) against a
+ * real daemon: the header's figures, the name hash, the reader registry
+ * and its check, the table check on a whole table and on damaged copies,
+ * and the replication status file. Every output struct's .sz is checked:
+ * zero or too short is -EINVAL, and nothing past the caller's .sz is
+ * written.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "internal.h"
+
+#define A(...) ((const char *const[]){ __VA_ARGS__, NULL })
+#define WAIT_MS 20000
+
+static int setup(void **state)
+{
+	return th_fx_start(state, A("--max-size", "4M"), NULL);
+}
+
+static void reg_name(procreg_t *reg, const char *name)
+{
+	int err = procreg_register(reg, name, "m", 1);
+
+	if (err)
+		fail_msg("register %s: %s", name, procreg_strerror(err));
+}
+
+/* A struct of the size a newer header would give it: the caller's .sz
+ * covers TAIL bytes past what this library knows, which must stay as the
+ * caller left them. */
+#define TAIL 32
+#define NEWER(type, name)                                                     \
+	union {                                                               \
+		struct type s;                                                \
+		unsigned char b[sizeof(struct type) + TAIL];                 \
+	} name;                                                               \
+	memset(&name, 0xa5, sizeof(name));                                    \
+	name.s.sz = sizeof(name)
+
+static void tail_untouched(const void *p, size_t known)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = known; i < known + TAIL; i++)
+		if (b[i] != 0xa5)
+			fail_msg("byte %zu past the library's struct (%zu bytes) was written", i, known);
+}
+
+static int no_reader(const struct procreg_reader *r, void *arg)
+{
+	(void)r;
+	(void)arg;
+	return 0;
+}
+
+static int no_node(const struct procreg_node *n, void *arg)
+{
+	(void)n;
+	(void)arg;
+	return 0;
+}
+
+/* ---- sizes ------------------------------------------------------------ */
+
+static void test_sz_refused(void **state)
+{
+	struct th_fx *f = *state;
+	struct procreg_table_info ti = { .sz = 0 };
+	struct procreg_reader r = { .sz = 0 };
+	struct procreg_reader_check rc = { .sz = 0 };
+	struct procreg_check ck = { .sz = 0 };
+	struct procreg_bridge b = { .sz = 0 };
+	struct procreg_node n = { .sz = 0 };
+
+	assert_int_equal(procreg_table_info(f->reg, &ti), -EINVAL);
+	assert_int_equal(procreg_readers(f->reg, &r, no_reader, NULL), -EINVAL);
+	assert_int_equal(procreg_reader_check(f->reg, &rc), -EINVAL);
+	assert_int_equal(procreg_check(f->reg, &ck, NULL, NULL), -EINVAL);
+	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL, NULL), -EINVAL);
+	assert_int_equal(procreg_bridge(f->reg, NULL, &n, no_node, NULL), -EINVAL);
+	/* Too short: a caller's struct that ends before the first version's. */
+	ti.sz = sizeof(ti) - 1;
+	assert_int_equal(procreg_table_info(f->reg, &ti), -EINVAL);
+	r.sz = sizeof(size_t);
+	assert_int_equal(procreg_readers(f->reg, &r, no_reader, NULL), -EINVAL);
+	rc.sz = offsetof(struct procreg_reader_check, stalls);
+	assert_int_equal(procreg_reader_check(f->reg, &rc), -EINVAL);
+	ck.sz = offsetof(struct procreg_check, problems);
+	assert_int_equal(procreg_check(f->reg, &ck, NULL, NULL), -EINVAL);
+	b.sz = sizeof(b) / 2;
+	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL, NULL), -EINVAL);
+	/* Nothing was filled in. */
+	assert_int_equal(ti.layout_version, 0);
+	assert_int_equal(rc.max_readers, 0);
+	assert_int_equal(ck.names, 0);
+	/* Missing arguments. */
+	assert_int_equal(procreg_table_info(f->reg, NULL), -EINVAL);
+	assert_int_equal(procreg_name_hash(f->reg, "x", NULL), -EINVAL);
+	assert_int_equal(procreg_node_name(f->reg, 0, NULL, 10), -EINVAL);
+}
+
+static void test_sz_newer_caller(void **state)
+{
+	struct th_fx *f = *state;
+	NEWER(procreg_table_info, ti);
+	NEWER(procreg_reader_check, rc);
+	NEWER(procreg_check, ck);
+
+	reg_name(f->reg, "n.one");
+	assert_int_equal(procreg_table_info(f->reg, &ti.s), 0);
+	assert_int_equal(ti.s.sz, sizeof(ti));
+	assert_int_equal(ti.s.layout_version, PR_LAYOUT_VERSION);
+	tail_untouched(&ti, sizeof(ti.s));
+	assert_true(procreg_reader_check(f->reg, &rc.s) >= 0);
+	assert_int_equal(rc.s.max_readers, 4096);
+	tail_untouched(&rc, sizeof(rc.s));
+	assert_int_equal(procreg_check(f->reg, &ck.s, NULL, NULL), 0);
+	assert_int_equal(ck.s.names, 1);
+	tail_untouched(&ck, sizeof(ck.s));
+}
+
+/* ---- the header and the hash ------------------------------------------ */
+
+static void test_table_info(void **state)
+{
+	struct th_fx *f = *state;
+	const struct pr_table_hdr *h = f->reg->map.hdr;
+	PROCREG_OPTS(procreg_table_info, ti);
+	struct procreg_stats st;
+
+	reg_name(f->reg, "t.one");
+	reg_name(f->reg, "t.two");
+	assert_int_equal(procreg_unregister(f->reg, "t.two"), 0);
+	assert_int_equal(procreg_join(f->reg, "t.group", "", 0), 0);
+	assert_int_equal(procreg_table_info(f->reg, &ti), 0);
+	assert_int_equal(procreg_stats(f->reg, &st), 0);
+	assert_int_equal(ti.layout_version, PR_LAYOUT_VERSION);
+	assert_int_equal(ti.name_max, PROCREG_NAME_MAX);
+	assert_int_equal(ti.meta_max, PROCREG_META_MAX);
+	assert_int_equal(ti.file_size, 4u << 20);
+	assert_int_equal(ti.file_size, h->file_size);
+	assert_int_equal(ti.created_ns, h->created_ns);
+	assert_int_equal(ti.max_readers, st.reader_slots);
+	assert_int_equal(ti.name_capacity, st.index_capacity);
+	assert_true(ti.group_capacity >= 1);
+	assert_int_equal(ti.feed_capacity, h->feed_cap);
+	/* A removal leaves a tombstone only where a probe must go on past it. */
+	assert_int_equal(ti.name_tombstones, h->names.tombs);
+	assert_true(ti.generation >= 4);
+	assert_true(ti.gp >= 1);
+	assert_true(ti.freed_gp <= ti.gp);
+}
+
+static void test_name_hash(void **state)
+{
+	struct th_fx *f = *state;
+	uint64_t hash = 0, other = 0;
+	char long_name[PROCREG_NAME_MAX + 2];
+
+	assert_int_equal(procreg_name_hash(f->reg, "payments", &hash), 0);
+	assert_int_equal(hash, pr_hash("payments", 8, f->reg->map.hdr->hash_seed));
+	assert_int_equal(procreg_name_hash(f->reg, "payment", &other), 0);
+	assert_int_not_equal(hash, other);
+	assert_int_equal(procreg_name_hash(f->reg, "", &hash), -EINVAL);
+	assert_int_equal(procreg_name_hash(f->reg, NULL, &hash), -EINVAL);
+	memset(long_name, 'x', sizeof(long_name) - 1);
+	long_name[sizeof(long_name) - 1] = 0;
+	assert_int_equal(procreg_name_hash(f->reg, long_name, &hash), -ENAMETOOLONG);
+}
+
+/* ---- readers ---------------------------------------------------------- */
+
+struct reader_arg {
+	const char *dir;
+	int lookups;
+	int ready;          /* write end: one byte once done */
+};
+
+static int reader_main(void *p)
+{
+	struct reader_arg *a = p;
+	procreg_t *reg = th_open(a->dir);
+	char c = 1;
+
+	if (!reg)
+		return 3;
+	for (int i = 0; i < a->lookups; i++)
+		procreg_lookup(reg, "r.name", NULL);
+	if (write(a->ready, &c, 1) != 1)
+		return 5;
+	pause();
+	return 0;
+}
+
+static pid_t start_reader(struct th_fx *f, int lookups)
+{
+	struct reader_arg a = { .dir = f->dir, .lookups = lookups };
+	int p[2];
+	char c;
+	pid_t pid;
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	a.ready = p[1];
+	pid = th_fork(reader_main, &a);
+	assert_true(pid > 0);
+	close(p[1]);
+	assert_int_equal(read(p[0], &c, 1), 1);
+	close(p[0]);
+	return pid;
+}
+
+struct find_reader {
+	pid_t pid;
+	int seen;
+	struct procreg_reader r;
+};
+
+static int find_reader(const struct procreg_reader *r, void *arg)
+{
+	struct find_reader *w = arg;
+
+	assert_int_equal(r->sz, sizeof(*r));
+	if (r->pid == w->pid) {
+		w->seen++;
+		w->r = *r;
+	}
+	return 0;
+}
+
+struct want_reader {
+	procreg_t *reg;
+	pid_t pid;
+	uint64_t lookups;
+	struct procreg_reader r;
+};
+
+static int reader_shows(void *p)
+{
+	struct want_reader *w = p;
+	struct find_reader fr = { .pid = w->pid };
+	PROCREG_OPTS(procreg_reader, buf);
+
+	assert_int_equal(procreg_readers(w->reg, &buf, find_reader, &fr), 0);
+	w->r = fr.r;
+	return fr.seen == 1 && fr.r.lookups == w->lookups;
+}
+
+static int stop_at_first(const struct procreg_reader *r, void *arg)
+{
+	(*(int *)arg)++;
+	(void)r;
+	return 42;
+}
+
+static void test_readers(void **state)
+{
+	struct th_fx *f = *state;
+	PROCREG_OPTS(procreg_reader_check, rc);
+	PROCREG_OPTS(procreg_reader, buf);
+	struct want_reader w = { .reg = f->reg, .lookups = 300 };
+	int calls = 0;
+
+	reg_name(f->reg, "r.name");
+	w.pid = start_reader(f, 300);
+	/* The daemon sums each reader's slots about once a second. */
+	if (!th_until(reader_shows, &w, WAIT_MS))
+		fail_msg("reader %d never showed 300 lookups", (int)w.pid);
+	assert_int_equal(w.r.uid, getuid());
+	assert_int_equal(w.r.threads, 1);
+	assert_int_equal(w.r.in_section, 0);
+	assert_int_equal(w.r.pages, 1);
+	assert_int_equal(w.r.flags, 0);
+	assert_true(w.r.start_time > 0);
+	assert_true(w.r.registered_ns > 0);
+	assert_int_equal(w.r.stalled_ns, 0);
+
+	/* All well: the check counts it (and this process, a reader too). */
+	assert_int_equal(procreg_reader_check(f->reg, &rc), 0);
+	assert_int_equal(rc.max_readers, 4096);
+	assert_true(rc.readers >= 1);
+	assert_int_equal(rc.stalled, 0);
+	assert_int_equal(rc.gone, 0);
+	assert_true(rc.threads >= 1);
+	assert_int_equal(rc.stalls, 0);
+	assert_int_equal(rc.last_stall_pid, 0);
+
+	/* A callback's non-zero value ends the walk and is returned. */
+	assert_int_equal(procreg_readers(f->reg, &buf, stop_at_first, &calls), 42);
+	assert_int_equal(calls, 1);
+
+	/* With no daemon to drop it, a reader that exits stays in the
+	 * registry: the check finds it gone. */
+	th_daemon_kill(&f->d);
+	assert_int_equal(kill(w.pid, SIGKILL), 0);
+	assert_int_equal(th_wait(w.pid), 128 + SIGKILL);
+	assert_true(reader_shows(&w));
+	assert_int_equal(w.r.flags, PROCREG_READER_GONE);
+	assert_int_equal(procreg_reader_check(f->reg, &rc), 1);
+	assert_int_equal(rc.gone, 1);
+	assert_int_equal(rc.stalled, 0);
+}
+
+/* ---- the table check -------------------------------------------------- */
+
+struct problems {
+	int n;
+	char first[512];
+	int stop;           /* return this from the callback */
+};
+
+static int on_problem(const char *problem, void *arg)
+{
+	struct problems *p = arg;
+
+	if (p->n++ == 0)
+		snprintf(p->first, sizeof(p->first), "%s", problem);
+	return p->stop;
+}
+
+/* A copy of the scope's table in DIR/SUB: its path in TABLE. */
+static void copy_table(struct th_fx *f, const char *sub, char *table, size_t len)
+{
+	char d[512], from[512];
+
+	snprintf(d, sizeof(d), "%s/%s", f->dir, sub);
+	assert_int_equal(mkdir(d, 0700), 0);
+	snprintf(from, sizeof(from), "%s/procreg.default", f->dir);
+	snprintf(table, len, "%s/procreg.default", d);
+	th_copy_file(from, table);
+}
+
+static void poke(const char *path, uint64_t off, uint64_t v)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, &v, sizeof(v), (off_t)off), (ssize_t)sizeof(v));
+	close(fd);
+}
+
+static void test_check_whole(void **state)
+{
+	struct th_fx *f = *state;
+	PROCREG_OPTS(procreg_check, ck);
+	struct problems p = { 0 };
+
+	for (int i = 0; i < 6; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "c.n%d", i);
+		reg_name(f->reg, name);
+	}
+	assert_int_equal(procreg_unregister(f->reg, "c.n2"), 0);
+	assert_int_equal(procreg_join(f->reg, "c.g1", "a", 1), 0);
+	assert_int_equal(procreg_join(f->reg, "c.g2", "b", 1), 0);
+	assert_int_equal(procreg_check(f->reg, &ck, on_problem, &p), 0);
+	assert_int_equal(p.n, 0);
+	assert_int_equal(ck.names, 5);
+	assert_int_equal(ck.groups, 2);
+	assert_int_equal(ck.memberships, 2);
+	assert_int_equal(ck.tombstones, f->reg->map.hdr->names.tombs + f->reg->map.hdr->groups.tombs);
+	assert_int_equal(ck.processes, 1);
+	assert_int_equal(ck.problems, 0);
+	/* No callback: the same verdict. */
+	assert_int_equal(procreg_check(f->reg, &ck, NULL, NULL), 0);
+}
+
+static void test_check_damaged(void **state)
+{
+	struct th_fx *f = *state;
+	PROCREG_OPTS(procreg_check, ck);
+	struct problems p = { 0 };
+	char table[600], d[600];
+	procreg_t *copy;
+
+	for (int i = 0; i < 7; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "d.n%d", i);
+		reg_name(f->reg, name);
+	}
+	/* A counter that disagrees with the index, in a copy of the table
+	 * (a reader cannot write the live one). */
+	copy_table(f, "copy", table, sizeof(table));
+	poke(table, offsetof(struct pr_table_hdr, names.live), 9);
+	snprintf(d, sizeof(d), "%s/copy", f->dir);
+	copy = th_open(d);
+	assert_non_null(copy);
+	assert_int_equal(procreg_check(copy, &ck, on_problem, &p), -EUCLEAN);
+	assert_int_equal(ck.names, 7);
+	assert_int_equal(ck.problems, 1);
+	assert_int_equal(p.n, 1);
+	assert_string_equal(p.first, "name index: counter says 9 live entries, the walk found 7");
+
+	/* A callback's non-zero value stops the report and is returned. */
+	memset(&p, 0, sizeof(p));
+	p.stop = 7;
+	poke(table, offsetof(struct pr_table_hdr, memberships), 3);
+	assert_int_equal(procreg_check(copy, &ck, on_problem, &p), 7);
+	assert_int_equal(p.n, 1);
+	assert_int_equal(ck.problems, 2);
+
+	/* An index offset that leads nowhere. */
+	memset(&p, 0, sizeof(p));
+	poke(table, offsetof(struct pr_table_hdr, names.index_off), 1ull << 40);
+	assert_int_equal(procreg_check(copy, &ck, on_problem, &p), -EUCLEAN);
+	assert_int_equal(ck.names, 0);
+	assert_true(ck.problems >= 2);
+	assert_non_null(strstr(p.first, "name index: offset 1099511627776 is not a whole index block"));
+	procreg_close(copy);
+}
+
+/* ---- replication ------------------------------------------------------ */
+
+struct nodes_seen {
+	int n;
+	struct procreg_node v[4];
+};
+
+static int add_node(const struct procreg_node *n, void *arg)
+{
+	struct nodes_seen *s = arg;
+
+	if (s->n < 4)
+		s->v[s->n] = *n;
+	s->n++;
+	return 0;
+}
+
+static void test_bridge(void **state)
+{
+	struct th_fx *f = *state;
+	PROCREG_OPTS(procreg_bridge, b);
+	PROCREG_OPTS(procreg_node, node);
+	struct nodes_seen s = { 0 };
+	char path[600], name[64];
+
+	/* A daemon without --node publishes nothing. */
+	assert_int_equal(procreg_bridge(f->reg, &b, &node, add_node, &s), -ENOENT);
+	assert_int_equal(procreg_node_name(f->reg, 0, name, sizeof(name)), -ENOENT);
+
+	/* What procregd --node writes (nodes_file.h), here written by hand. */
+	snprintf(path, sizeof(path), "%s/procreg.default.nodes", f->dir);
+	th_write_file(path,
+		      "procreg-nodes 1\n"
+		      "self alpha 00000000000000ff 12\n"
+		      "stats 1 2 3 4 5\n"
+		      "node 1 beta 10.0.0.2:7000 0000000000000abc 100 6 7 8\n"
+		      "something a later daemon adds\n"
+		      "node 2 gamma - 0000000000000001 200 0 0 0\n",
+		      0644);
+	assert_int_equal(procreg_bridge(f->reg, &b, &node, add_node, &s), 0);
+	assert_string_equal(b.node, "alpha");
+	assert_int_equal(b.incarnation, 0xff);
+	assert_int_equal(b.seq, 12);
+	assert_int_equal(b.changes_out, 1);
+	assert_int_equal(b.changes_in, 2);
+	assert_int_equal(b.conflicts, 3);
+	assert_int_equal(b.nodes_down, 4);
+	assert_int_equal(b.resyncs, 5);
+	assert_int_equal(b.nodes, 2);
+	assert_int_equal(s.n, 2);
+	assert_int_equal(s.v[0].id, 1);
+	assert_string_equal(s.v[0].name, "beta");
+	assert_string_equal(s.v[0].addr, "10.0.0.2:7000");
+	assert_int_equal(s.v[0].incarnation, 0xabc);
+	assert_int_equal(s.v[0].up_since_ns, 100);
+	assert_int_equal(s.v[0].changes_in, 6);
+	assert_int_equal(s.v[0].bytes_in, 7);
+	assert_int_equal(s.v[0].bytes_out, 8);
+	assert_string_equal(s.v[1].name, "gamma");
+	assert_string_equal(s.v[1].addr, "");
+	/* The summary alone, and the nodes alone. */
+	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL, NULL), 0);
+	s.n = 0;
+	assert_int_equal(procreg_bridge(f->reg, NULL, &node, add_node, &s), 0);
+	assert_int_equal(s.n, 2);
+
+	/* Names by id. */
+	assert_int_equal(procreg_node_name(f->reg, 0, name, sizeof(name)), 0);
+	assert_string_equal(name, "alpha");
+	assert_int_equal(procreg_node_name(f->reg, 2, name, sizeof(name)), 0);
+	assert_string_equal(name, "gamma");
+	assert_int_equal(procreg_node_name(f->reg, 3, name, sizeof(name)), -ENOENT);
+	assert_int_equal(procreg_node_name(f->reg, 1, name, 4), -ERANGE);
+
+	/* Not a file of this format; a file others may write. */
+	th_write_file(path, "procreg-nodes 2\nself alpha 00000000000000ff 12\n", 0644);
+	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL, NULL), -EPROTO);
+	th_write_file(path, "procreg-nodes 1\nself alpha 00000000000000ff 12\n", 0666);
+	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL, NULL), -EPERM);
+	unlink(path);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_sz_refused, setup, th_fx_stop),
+		cmocka_unit_test_setup_teardown(test_sz_newer_caller, setup, th_fx_stop),
+		cmocka_unit_test_setup_teardown(test_table_info, setup, th_fx_stop),
+		cmocka_unit_test_setup_teardown(test_name_hash, setup, th_fx_stop),
+		cmocka_unit_test_setup_teardown(test_readers, setup, th_fx_stop),
+		cmocka_unit_test_setup_teardown(test_check_whole, setup, th_fx_stop),
+		cmocka_unit_test_setup_teardown(test_check_damaged, setup, th_fx_stop),
+		cmocka_unit_test_setup_teardown(test_bridge, setup, th_fx_stop),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
