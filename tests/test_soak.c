@@ -695,28 +695,32 @@ static int start_node(struct soak *s, int i)
 	return n->reg ? 0 : -1;
 }
 
-/* Node ids of a table (procreg.SCOPE.nodes) to names; the count of nodes
- * up. */
+/* Node ids of a table to names (procreg_bridge); the count of nodes up. */
 struct idmap {
 	int n;
 	unsigned id[8];
 	char name[8][64];
 };
 
+static int idmap_add(const struct procreg_node *n, void *arg)
+{
+	struct idmap *m = arg;
+
+	if (m->n < 8) {
+		m->id[m->n] = n->id;
+		snprintf(m->name[m->n], sizeof(m->name[m->n]), "%s", n->name);
+		m->n++;
+	}
+	return 0;
+}
+
 static int read_nodes(const struct th_node *nd, struct idmap *m)
 {
-	char path[600], line[512];
-	FILE *f;
+	PROCREG_OPTS(procreg_node, node);
 
 	m->n = 0;
-	snprintf(path, sizeof(path), "%s.nodes", procreg_table_path(nd->reg));
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (m->n < 8 && sscanf(line, "node %u %63s", &m->id[m->n], m->name[m->n]) == 2)
-			m->n++;
-	fclose(f);
+	if (procreg_bridge(nd->reg, NULL, &node, idmap_add, m) != 0)
+		m->n = 0;
 	return m->n;
 }
 

@@ -73,7 +73,7 @@ int cmd_check(struct cli *c, int argc, char **argv)
 		return EXIT_ERR;
 	}
 	/* Problems not shown: past the library's limit, or not kept here. */
-	r.dropped += (size_t)k.problems - r.n - r.dropped;
+	r.dropped = (size_t)k.problems - r.n;
 	bad = k.problems != 0;
 	procreg_stats(reg, &st);
 	if (c->json) {
