@@ -34,8 +34,20 @@ static int out_sz_check(size_t sz, size_t min)
 	return sz >= min && sz >= sizeof(size_t) ? 0 : -EINVAL;
 }
 
-/* Copy the library's FULL struct into the caller's OUT, as far as the
- * caller's .sz (in FULL's first member, set from OUT) reaches. */
+/* Outputs are built whole in the library's own struct FULL, then copied
+ * to the caller's OUT as far as the caller's .sz reaches: begin with
+ * out_start (-EINVAL for a bad OUT; FULL zeroed, its .sz the caller's),
+ * end with out_fill. Each struct is in its first version, so the least
+ * .sz accepted is its whole size; a member added later is past it. */
+static int out_start(const void *out, void *full, size_t full_sz)
+{
+	if (!out || out_sz_check(*(const size_t *)out, full_sz))
+		return -EINVAL;
+	memset(full, 0, full_sz);
+	*(size_t *)full = *(const size_t *)out;
+	return 0;
+}
+
 static void out_fill(void *out, const void *full, size_t full_sz)
 {
 	size_t sz = *(const size_t *)full;
@@ -52,11 +64,9 @@ PROCREG_API int procreg_table_info(procreg_t *reg, struct procreg_table_info *ou
 	struct pr_reader_slot *s;
 	struct pr_ixv ix;
 
-	if (!reg || !out || out_sz_check(out->sz, sizeof(*out)))
+	if (!reg || out_start(out, &t, sizeof(t)))
 		return -EINVAL;
 	h = reg->map.hdr;
-	memset(&t, 0, sizeof(t));
-	t.sz = out->sz;
 	/* Immutable after creation. */
 	t.layout_version = h->layout_version;
 	t.name_max = h->name_max;
@@ -198,11 +208,9 @@ PROCREG_API int procreg_reader_check(procreg_t *reg, struct procreg_reader_check
 	const struct pr_table_hdr *h;
 	struct procreg_reader_check c;
 
-	if (!reg || !out || out_sz_check(out->sz, sizeof(*out)))
+	if (!reg || out_start(out, &c, sizeof(c)))
 		return -EINVAL;
 	h = reg->map.hdr;
-	memset(&c, 0, sizeof(c));
-	c.sz = out->sz;
 	c.max_readers = h->readers_cap;
 	each_reader(reg, &buf, count_reader, &c);
 	c.stalled = CMM_LOAD_SHARED(h->readers_stalled);
@@ -486,7 +494,7 @@ PROCREG_API int procreg_check(procreg_t *reg, struct procreg_check *out, procreg
 	struct pr_reader_slot *slot;
 	int err = -EAGAIN, attempts = 0;
 
-	if (!reg || !out || out_sz_check(out->sz, sizeof(*out)))
+	if (!reg || out_start(out, &c, sizeof(c)))
 		return -EINVAL;
 	slot = procreg__rcu_slot(&reg->rcu);
 	if (!slot)
@@ -501,8 +509,6 @@ PROCREG_API int procreg_check(procreg_t *reg, struct procreg_check *out, procreg
 			err = -ENOMEM;
 	}
 	if (!err) {
-		memset(&c, 0, sizeof(c));
-		c.sz = out->sz;
 		c.names = k.names;
 		c.groups = k.groups;
 		c.memberships = k.members;

@@ -180,43 +180,25 @@ static void test_name_hash(void **state)
 
 /* ---- readers ---------------------------------------------------------- */
 
+/* A reader process: opens the scope, reads LOOKUPS times, is held. */
 struct reader_arg {
 	const char *dir;
 	int lookups;
-	int ready;          /* write end: one byte once done */
 };
 
-static int reader_main(void *p)
+static int reader_main(void *p, int phase)
 {
 	struct reader_arg *a = p;
-	procreg_t *reg = th_open(a->dir);
-	char c = 1;
+	procreg_t *reg;
 
+	if (phase)
+		return 0;
+	reg = th_open(a->dir);
 	if (!reg)
 		return 3;
 	for (int i = 0; i < a->lookups; i++)
 		procreg_lookup(reg, "r.name", NULL);
-	if (write(a->ready, &c, 1) != 1)
-		return 5;
-	pause();
 	return 0;
-}
-
-static pid_t start_reader(struct th_fx *f, int lookups)
-{
-	struct reader_arg a = { .dir = f->dir, .lookups = lookups };
-	int p[2];
-	char c;
-	pid_t pid;
-
-	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-	a.ready = p[1];
-	pid = th_fork(reader_main, &a);
-	assert_true(pid > 0);
-	close(p[1]);
-	assert_int_equal(read(p[0], &c, 1), 1);
-	close(p[0]);
-	return pid;
 }
 
 struct find_reader {
@@ -268,10 +250,15 @@ static void test_readers(void **state)
 	PROCREG_OPTS(procreg_reader_check, rc);
 	PROCREG_OPTS(procreg_reader, buf);
 	struct want_reader w = { .reg = f->reg, .lookups = 300 };
+	struct reader_arg a = { f->dir, 300 };
+	struct th_held held;
 	int calls = 0;
 
 	reg_name(f->reg, "r.name");
-	w.pid = start_reader(f, 300);
+	th_held_init(&held);
+	w.pid = th_held_start(&held, reader_main, &a);
+	assert_true(w.pid > 0);
+	th_held_ready(&held, WAIT_MS);
 	/* The daemon sums each reader's slots about once a second. */
 	if (!th_until(reader_shows, &w, WAIT_MS))
 		fail_msg("reader %d never showed 300 lookups", (int)w.pid);
@@ -301,8 +288,7 @@ static void test_readers(void **state)
 	/* With no daemon to drop it, a reader that exits stays in the
 	 * registry: the check finds it gone. */
 	th_daemon_kill(&f->d);
-	assert_int_equal(kill(w.pid, SIGKILL), 0);
-	assert_int_equal(th_wait(w.pid), 128 + SIGKILL);
+	th_held_kill(&held);
 	assert_true(reader_shows(&w));
 	assert_int_equal(w.r.flags, PROCREG_READER_GONE);
 	assert_int_equal(procreg_reader_check(f->reg, &rc), 1);
