@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bridge_proto.h"
 #include "internal.h"
 #include "nodes_file.h"
 
@@ -533,6 +534,9 @@ PROCREG_API int procreg_check(procreg_t *reg, struct procreg_check *out, procreg
 
 /* ---- the replication status file (nodes_file.h) ----------------------- */
 
+/* The bridge's limits are the API's, and the scan formats' widths. */
+_Static_assert(PROCREG_NODE_NAME_MAX == PR_BP_NODE_MAX && PROCREG_NODE_ADDR_MAX == PR_BP_ADDR_MAX,
+	       "node names and addresses: one limit");
 _Static_assert(sizeof(((struct procreg_node *)0)->name) == 64 &&
 		       sizeof(((struct procreg_node *)0)->addr) == 128,
 	       "the scan formats of nodes_file.h bound these fields");

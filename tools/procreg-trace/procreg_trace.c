@@ -42,6 +42,10 @@
 #include "procreg_trace.h"
 #include "procreg_trace.skel.h"
 
+/* The BPF side cannot include <procreg.h>: its buffers are sized here. */
+_Static_assert(PT_NAME_MAX == PROCREG_NAME_MAX + 1, "a name and its NUL");
+_Static_assert(PT_NODE_MAX == PROCREG_NODE_NAME_MAX + 1, "a node's name and its NUL");
+
 #define MAX_LINKS 512
 #define MAX_OBJECTS 64
 

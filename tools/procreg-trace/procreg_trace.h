@@ -64,7 +64,7 @@ enum pt_event_type {
 				  * a = local pid that lost (0: none), b = local lost */
 };
 
-#define PT_NODE_MAX 64           /* PR_BP_NODE_MAX and its NUL */
+#define PT_NODE_MAX 64           /* PROCREG_NODE_NAME_MAX and its NUL */
 
 struct pt_event {
 	__u64 ts_ns;             /* bpf_ktime_get_ns() */
