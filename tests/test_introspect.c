@@ -406,6 +406,43 @@ static void test_check_damaged(void **state)
 	procreg_close(copy);
 }
 
+static int count_problem(const char *problem, void *arg)
+{
+	(void)problem;
+	(*(int *)arg)++;
+	return 0;
+}
+
+/* More problems than are shown: every one counted, the first
+ * PROCREG_CHECK_PROBLEMS_MAX handed over. */
+static void test_check_many_problems(void **state)
+{
+	struct th_fx *f = *state;
+	PROCREG_OPTS(procreg_check, ck);
+	char table[600], d[600];
+	procreg_t *copy;
+	int shown = 0;
+
+	for (int i = 0; i < 150; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "m.n%d", i);
+		reg_name(f->reg, name);
+	}
+	/* Another seed: no name's hash matches its key any more. */
+	copy_table(f, "copy", table, sizeof(table));
+	poke(table, offsetof(struct pr_table_hdr, hash_seed), f->reg->map.hdr->hash_seed ^ 1);
+	snprintf(d, sizeof(d), "%s/copy", f->dir);
+	copy = th_open(d);
+	assert_non_null(copy);
+	assert_int_equal(procreg_check(copy, &ck, count_problem, &shown), -EUCLEAN);
+	assert_int_equal(shown, PROCREG_CHECK_PROBLEMS_MAX);
+	/* 150 hashes, and the counters of live and local names. */
+	assert_int_equal(ck.problems, 152);
+	assert_int_equal(ck.names, 0);
+	procreg_close(copy);
+}
+
 /* ---- replication ------------------------------------------------------ */
 
 struct nodes_seen {
@@ -498,6 +535,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_readers, setup, th_fx_stop),
 		cmocka_unit_test_setup_teardown(test_check_whole, setup, th_fx_stop),
 		cmocka_unit_test_setup_teardown(test_check_damaged, setup, th_fx_stop),
+		cmocka_unit_test_setup_teardown(test_check_many_problems, setup, th_fx_stop),
 		cmocka_unit_test_setup_teardown(test_bridge, setup, th_fx_stop),
 	};
 
