@@ -528,8 +528,8 @@ struct procreg_reader_check {
 	uint64_t last_stall_ns;    /* CLOCK_REALTIME */
 };
 
-/* *OUT filled; returns how many readers are unwell (stalled + gone: 0
- * when all are well), or -EINVAL. */
+/* *OUT filled; returns how many readers are unwell (stalled or gone:
+ * 0 when all are well), or -EINVAL. */
 PROCREG_API int procreg_reader_check(procreg_t *reg, struct procreg_reader_check *out);
 
 /*

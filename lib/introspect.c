@@ -121,9 +121,9 @@ PROCREG_API int procreg_name_hash(procreg_t *reg, const char *name, uint64_t *ha
 
 /* ---- the reader registry ---------------------------------------------- */
 
-/* Entry I of the registry, copied under its seq (odd while the daemon
- * rewrites it, changed if it did meanwhile): 1 if in use, 0 if free or
- * never seen still. */
+/* Copy the registry entry E into X under its seq (odd while the daemon
+ * rewrites it, changed if it did meanwhile): 1 if it is in use, 0 if it
+ * is free or was never still long enough to copy. */
 static int registry_entry(const struct pr_reader_info *e, struct pr_reader_info *x)
 {
 	for (int tries = 0; tries < 64; tries++) {
@@ -192,14 +192,20 @@ PROCREG_API int procreg_readers(procreg_t *reg, struct procreg_reader *buf, proc
 	return each_reader(reg, buf, cb, arg);
 }
 
+struct reader_count {
+	struct procreg_reader_check *c;
+	int unwell;                 /* readers stalled or gone, each once */
+};
+
 static int count_reader(const struct procreg_reader *r, void *arg)
 {
-	struct procreg_reader_check *c = arg;
+	struct reader_count *rc = arg;
 
-	c->readers++;
-	c->gone += !!(r->flags & PROCREG_READER_GONE);
-	c->threads += r->threads;
-	c->in_section += r->in_section;
+	rc->c->readers++;
+	rc->c->gone += !!(r->flags & PROCREG_READER_GONE);
+	rc->c->threads += r->threads;
+	rc->c->in_section += r->in_section;
+	rc->unwell += r->flags != 0;
 	return 0;
 }
 
@@ -208,12 +214,15 @@ PROCREG_API int procreg_reader_check(procreg_t *reg, struct procreg_reader_check
 	PROCREG_OPTS(procreg_reader, buf);
 	const struct pr_table_hdr *h;
 	struct procreg_reader_check c;
+	struct reader_count rc = { &c, 0 };
 
 	if (!reg || out_start(out, &c, sizeof(c)))
 		return -EINVAL;
 	h = reg->map.hdr;
 	c.max_readers = h->readers_cap;
-	each_reader(reg, &buf, count_reader, &c);
+	each_reader(reg, &buf, count_reader, &rc);
+	/* The daemon's count of stalled readers, as procreg stats has always
+	 * shown it; the return value counts what this walk saw. */
 	c.stalled = CMM_LOAD_SHARED(h->readers_stalled);
 	c.stalls = CMM_LOAD_SHARED(h->reader_stalls);
 	c.refused = CMM_LOAD_SHARED(h->readers_refused);
@@ -221,7 +230,7 @@ PROCREG_API int procreg_reader_check(procreg_t *reg, struct procreg_reader_check
 	c.last_stall_uid = CMM_LOAD_SHARED(h->last_stall_uid);
 	c.last_stall_ns = CMM_LOAD_SHARED(h->last_stall_ns);
 	out_fill(out, &c, sizeof(c));
-	return (int)(c.stalled + c.gone);
+	return rc.unwell;
 }
 
 /* ---- the table check -------------------------------------------------- */

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,10 +181,13 @@ static void test_name_hash(void **state)
 
 /* ---- readers ---------------------------------------------------------- */
 
-/* A reader process: opens the scope, reads LOOKUPS times, is held. */
+/* A reader process: opens the scope, reads LOOKUPS times, is held
+ * (with HOLD, inside a read-side section: what a debugger or SIGSTOP does
+ * to a lookup half-way). */
 struct reader_arg {
 	const char *dir;
 	int lookups;
+	bool hold;
 };
 
 static int reader_main(void *p, int phase)
@@ -198,6 +202,13 @@ static int reader_main(void *p, int phase)
 		return 3;
 	for (int i = 0; i < a->lookups; i++)
 		procreg_lookup(reg, "r.name", NULL);
+	if (a->hold) {
+		struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
+
+		if (!s)
+			return 4;
+		pr_read_lock(&reg->map, s);
+	}
 	return 0;
 }
 
@@ -223,6 +234,7 @@ struct want_reader {
 	procreg_t *reg;
 	pid_t pid;
 	uint64_t lookups;
+	uint32_t flags;
 	struct procreg_reader r;
 };
 
@@ -234,7 +246,7 @@ static int reader_shows(void *p)
 
 	assert_int_equal(procreg_readers(w->reg, &buf, find_reader, &fr), 0);
 	w->r = fr.r;
-	return fr.seen == 1 && fr.r.lookups == w->lookups;
+	return fr.seen == 1 && fr.r.lookups == w->lookups && fr.r.flags == w->flags;
 }
 
 static int stop_at_first(const struct procreg_reader *r, void *arg)
@@ -250,7 +262,7 @@ static void test_readers(void **state)
 	PROCREG_OPTS(procreg_reader_check, rc);
 	PROCREG_OPTS(procreg_reader, buf);
 	struct want_reader w = { .reg = f->reg, .lookups = 300 };
-	struct reader_arg a = { f->dir, 300 };
+	struct reader_arg a = { f->dir, 300, false };
 	struct th_held held;
 	int calls = 0;
 
@@ -289,11 +301,54 @@ static void test_readers(void **state)
 	 * registry: the check finds it gone. */
 	th_daemon_kill(&f->d);
 	th_held_kill(&held);
+	w.flags = PROCREG_READER_GONE;
 	assert_true(reader_shows(&w));
-	assert_int_equal(w.r.flags, PROCREG_READER_GONE);
 	assert_int_equal(procreg_reader_check(f->reg, &rc), 1);
 	assert_int_equal(rc.gone, 1);
 	assert_int_equal(rc.stalled, 0);
+}
+
+/* A reader that holds a grace period up is given up on: stalled. */
+static void test_readers_stalled(void **state)
+{
+	struct th_fx *f = *state;
+	PROCREG_OPTS(procreg_reader_check, rc);
+	struct want_reader w = { .reg = f->reg, .lookups = 5 };
+	struct reader_arg a = { f->dir, 5, true };
+	struct th_held held;
+
+	reg_name(f->reg, "r.name");
+	th_held_init(&held);
+	w.pid = th_held_start(&held, reader_main, &a);
+	assert_true(w.pid > 0);
+	th_held_ready(&held, WAIT_MS);
+	if (!th_until(reader_shows, &w, WAIT_MS))
+		fail_msg("reader %d never showed 5 lookups", (int)w.pid);
+	assert_int_equal(w.r.in_section, 1);
+	/* Retire memory so that the daemon starts a grace period, which the
+	 * reader holds up until the daemon stops waiting for it
+	 * (--reader-timeout-ms, by default a second). */
+	reg_name(f->reg, "r.gone");
+	assert_int_equal(procreg_unregister(f->reg, "r.gone"), 0);
+	w.flags = PROCREG_READER_STALLED;
+	if (!th_until(reader_shows, &w, WAIT_MS))
+		fail_msg("reader %d never showed stalled", (int)w.pid);
+	assert_true(w.r.stalled_ns > 0);
+	assert_int_equal(procreg_reader_check(f->reg, &rc), 1);
+	assert_int_equal(rc.stalled, 1);
+	assert_int_equal(rc.gone, 0);
+	assert_int_equal(rc.stalls, 1);
+	assert_int_equal(rc.last_stall_pid, w.pid);
+	assert_int_equal(rc.last_stall_uid, getuid());
+	assert_true(rc.last_stall_ns > 0);
+	assert_true(rc.in_section >= 1);
+	/* Stalled and gone: unwell once. */
+	th_daemon_kill(&f->d);
+	th_held_kill(&held);
+	w.flags = PROCREG_READER_STALLED | PROCREG_READER_GONE;
+	assert_true(reader_shows(&w));
+	assert_int_equal(procreg_reader_check(f->reg, &rc), 1);
+	assert_int_equal(rc.gone, 1);
 }
 
 /* ---- the table check -------------------------------------------------- */
@@ -533,6 +588,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_table_info, setup, th_fx_stop),
 		cmocka_unit_test_setup_teardown(test_name_hash, setup, th_fx_stop),
 		cmocka_unit_test_setup_teardown(test_readers, setup, th_fx_stop),
+		cmocka_unit_test_setup_teardown(test_readers_stalled, setup, th_fx_stop),
 		cmocka_unit_test_setup_teardown(test_check_whole, setup, th_fx_stop),
 		cmocka_unit_test_setup_teardown(test_check_damaged, setup, th_fx_stop),
 		cmocka_unit_test_setup_teardown(test_check_many_problems, setup, th_fx_stop),
