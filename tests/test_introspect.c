@@ -249,6 +249,24 @@ static int reader_shows(void *p)
 	return fr.seen == 1 && fr.r.lookups == w->lookups && fr.r.flags == w->flags;
 }
 
+/* Start a reader process (A) held by HELD, and wait until the registry
+ * shows it with A's lookups: its pid, and W filled. */
+static void start_reader(struct th_fx *f, struct th_held *held, struct reader_arg *a,
+			 struct want_reader *w)
+{
+	reg_name(f->reg, "r.name");
+	th_held_init(held);
+	w->reg = f->reg;
+	w->lookups = (uint64_t)a->lookups;
+	w->flags = 0;
+	w->pid = th_held_start(held, reader_main, a);
+	assert_true(w->pid > 0);
+	th_held_ready(held, WAIT_MS);
+	/* The daemon sums each reader's slots about once a second. */
+	if (!th_until(reader_shows, w, WAIT_MS))
+		fail_msg("reader %d never showed %d lookups", (int)w->pid, a->lookups);
+}
+
 static int stop_at_first(const struct procreg_reader *r, void *arg)
 {
 	(*(int *)arg)++;
@@ -261,19 +279,12 @@ static void test_readers(void **state)
 	struct th_fx *f = *state;
 	PROCREG_OPTS(procreg_reader_check, rc);
 	PROCREG_OPTS(procreg_reader, buf);
-	struct want_reader w = { .reg = f->reg, .lookups = 300 };
 	struct reader_arg a = { f->dir, 300, false };
+	struct want_reader w;
 	struct th_held held;
 	int calls = 0;
 
-	reg_name(f->reg, "r.name");
-	th_held_init(&held);
-	w.pid = th_held_start(&held, reader_main, &a);
-	assert_true(w.pid > 0);
-	th_held_ready(&held, WAIT_MS);
-	/* The daemon sums each reader's slots about once a second. */
-	if (!th_until(reader_shows, &w, WAIT_MS))
-		fail_msg("reader %d never showed 300 lookups", (int)w.pid);
+	start_reader(f, &held, &a, &w);
 	assert_int_equal(w.r.uid, getuid());
 	assert_int_equal(w.r.threads, 1);
 	assert_int_equal(w.r.in_section, 0);
@@ -313,17 +324,11 @@ static void test_readers_stalled(void **state)
 {
 	struct th_fx *f = *state;
 	PROCREG_OPTS(procreg_reader_check, rc);
-	struct want_reader w = { .reg = f->reg, .lookups = 5 };
 	struct reader_arg a = { f->dir, 5, true };
+	struct want_reader w;
 	struct th_held held;
 
-	reg_name(f->reg, "r.name");
-	th_held_init(&held);
-	w.pid = th_held_start(&held, reader_main, &a);
-	assert_true(w.pid > 0);
-	th_held_ready(&held, WAIT_MS);
-	if (!th_until(reader_shows, &w, WAIT_MS))
-		fail_msg("reader %d never showed 5 lookups", (int)w.pid);
+	start_reader(f, &held, &a, &w);
 	assert_int_equal(w.r.in_section, 1);
 	/* Retire memory so that the daemon starts a grace period, which the
 	 * reader holds up until the daemon stops waiting for it
