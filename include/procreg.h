@@ -433,11 +433,12 @@ PROCREG_API const char *procreg_strerror(int err);
  * the daemon is down (showing what it last wrote) and never slows it.
  *
  * Every struct here is an output that carries its size: declare it with
- * PROCREG_OPTS() so that .sz is set. The library fills the members the
- * caller's .sz covers (a caller built against an older header gets the
- * members it knows; one built against a newer header keeps its zeros in
- * the members this library does not know), and refuses a zero or a too
- * short .sz with -EINVAL.
+ * PROCREG_OPTS() so that .sz is set and the rest zeroed. The library fills
+ * the members the caller's .sz covers (a caller built against an older
+ * header gets the members it knows; one built against a newer header
+ * keeps its zeros in the members this library does not know). It refuses
+ * a zero or a too short .sz with -EINVAL, and an .sz beyond its own struct
+ * with a non-zero byte past it with -EOPNOTSUPP.
  *
  * Lists (readers, nodes) come through a callback that is handed the
  * caller's own struct, filled afresh for each item: the number of items

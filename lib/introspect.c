@@ -27,23 +27,39 @@
 #include "internal.h"
 #include "nodes_file.h"
 
-/* Outputs carry the caller's size (procreg.h, "Introspection"). 0 if SZ
- * covers at least MIN bytes (the struct as first published), else
- * -EINVAL. */
-static int out_sz_check(size_t sz, size_t min)
+/*
+ * Outputs carry the caller's size (procreg.h, "Introspection"). The check
+ * of one: 0; -EINVAL for an .sz below MIN (the bytes up to the end of the
+ * struct's last member in its first version, which every caller has);
+ * -EOPNOTSUPP for an .sz beyond KNOWN (this library's sizeof) with a
+ * non-zero byte past KNOWN: a caller that asks for something this library
+ * does not know of must not be quietly ignored.
+ */
+static int out_sz_check(const void *s, size_t min, size_t known)
 {
-	return sz >= min && sz >= sizeof(size_t) ? 0 : -EINVAL;
+	size_t sz = *(const size_t *)s;
+
+	if (sz < min || sz < sizeof(size_t))
+		return -EINVAL;
+	for (size_t i = known; i < sz; i++)
+		if (((const unsigned char *)s)[i])
+			return -EOPNOTSUPP;
+	return 0;
 }
+
+/* The least .sz of TYPE: up to the end of LAST, its last member in the
+ * first version. */
+#define OUT_MIN(type, last) (offsetof(struct type, last) + sizeof(((struct type *)0)->last))
+#define OUT_CHECK(p, type, last) out_sz_check((p), OUT_MIN(type, last), sizeof(struct type))
 
 /* Outputs are built whole in the library's own struct FULL, then copied
  * to the caller's OUT as far as the caller's .sz reaches: begin with
- * out_start (-EINVAL for a bad OUT; FULL zeroed, its .sz the caller's),
- * end with out_fill. Each struct is in its first version, so the least
- * .sz accepted is its whole size; a member added later is past it. */
-static int out_start(const void *out, void *full, size_t full_sz)
+ * out_start (ERR, from OUT_CHECK, returned; FULL zeroed, its .sz the
+ * caller's), end with out_fill. */
+static int out_start(const void *out, int err, void *full, size_t full_sz)
 {
-	if (!out || out_sz_check(*(const size_t *)out, full_sz))
-		return -EINVAL;
+	if (err)
+		return err;
 	memset(full, 0, full_sz);
 	*(size_t *)full = *(const size_t *)out;
 	return 0;
@@ -64,9 +80,13 @@ PROCREG_API int procreg_table_info(procreg_t *reg, struct procreg_table_info *ou
 	struct procreg_table_info t;
 	struct pr_reader_slot *s;
 	struct pr_ixv ix;
+	int err;
 
-	if (!reg || out_start(out, &t, sizeof(t)))
+	if (!reg || !out)
 		return -EINVAL;
+	err = out_start(out, OUT_CHECK(out, procreg_table_info, freed_gp), &t, sizeof(t));
+	if (err)
+		return err;
 	h = reg->map.hdr;
 	/* Immutable after creation. */
 	t.layout_version = h->layout_version;
@@ -187,9 +207,12 @@ static int each_reader(procreg_t *reg, struct procreg_reader *buf,
 PROCREG_API int procreg_readers(procreg_t *reg, struct procreg_reader *buf, procreg_reader_cb cb,
 				void *arg)
 {
-	if (!reg || !buf || !cb || out_sz_check(buf->sz, sizeof(*buf)))
+	int err;
+
+	if (!reg || !buf || !cb)
 		return -EINVAL;
-	return each_reader(reg, buf, cb, arg);
+	err = OUT_CHECK(buf, procreg_reader, refreshed_ns);
+	return err ? err : each_reader(reg, buf, cb, arg);
 }
 
 struct reader_count {
@@ -215,9 +238,13 @@ PROCREG_API int procreg_reader_check(procreg_t *reg, struct procreg_reader_check
 	const struct pr_table_hdr *h;
 	struct procreg_reader_check c;
 	struct reader_count rc = { &c, 0 };
+	int err;
 
-	if (!reg || out_start(out, &c, sizeof(c)))
+	if (!reg || !out)
 		return -EINVAL;
+	err = out_start(out, OUT_CHECK(out, procreg_reader_check, last_stall_ns), &c, sizeof(c));
+	if (err)
+		return err;
 	h = reg->map.hdr;
 	c.max_readers = h->readers_cap;
 	each_reader(reg, &buf, count_reader, &rc);
@@ -504,8 +531,12 @@ PROCREG_API int procreg_check(procreg_t *reg, struct procreg_check *out, procreg
 	struct pr_reader_slot *slot;
 	int err = -EAGAIN, attempts = 0;
 
-	if (!reg || out_start(out, &c, sizeof(c)))
+	if (!reg || !out)
 		return -EINVAL;
+	err = out_start(out, OUT_CHECK(out, procreg_check, problems), &c, sizeof(c));
+	if (err)
+		return err;
+	err = -EAGAIN;
 	slot = procreg__rcu_slot(&reg->rcu);
 	if (!slot)
 		return -ENOMEM;
@@ -655,10 +686,15 @@ static int nodes_read(procreg_t *reg, struct procreg_bridge *out, struct procreg
 PROCREG_API int procreg_bridge(procreg_t *reg, struct procreg_bridge *out,
 			       struct procreg_node *node, procreg_node_cb cb, void *arg)
 {
-	if (!reg || (out && out_sz_check(out->sz, sizeof(*out))) ||
-	    (cb && (!node || out_sz_check(node->sz, sizeof(*node)))))
+	int err = 0;
+
+	if (!reg || (cb && !node))
 		return -EINVAL;
-	return nodes_read(reg, out, node, cb, arg);
+	if (out)
+		err = OUT_CHECK(out, procreg_bridge, nodes);
+	if (!err && cb)
+		err = OUT_CHECK(node, procreg_node, bytes_out);
+	return err ? err : nodes_read(reg, out, node, cb, arg);
 }
 
 struct name_of {

@@ -37,15 +37,17 @@ static void reg_name(procreg_t *reg, const char *name)
 }
 
 /* A struct of the size a newer header would give it: the caller's .sz
- * covers TAIL bytes past what this library knows, which must stay as the
- * caller left them. */
+ * covers TAIL bytes past what this library knows. The struct itself is
+ * filled with 0xa5, which the library must overwrite; the tail is zero
+ * (PROCREG_OPTS), as the library must leave it. */
 #define TAIL 32
 #define NEWER(type, name)                                                     \
 	union {                                                               \
 		struct type s;                                                \
 		unsigned char b[sizeof(struct type) + TAIL];                 \
 	} name;                                                               \
-	memset(&name, 0xa5, sizeof(name));                                    \
+	memset(&name, 0xa5, sizeof(struct type));                             \
+	memset(name.b + sizeof(struct type), 0, TAIL);                        \
 	name.s.sz = sizeof(name)
 
 static void tail_untouched(const void *p, size_t known)
@@ -53,7 +55,7 @@ static void tail_untouched(const void *p, size_t known)
 	const unsigned char *b = p;
 
 	for (size_t i = known; i < known + TAIL; i++)
-		if (b[i] != 0xa5)
+		if (b[i] != 0)
 			fail_msg("byte %zu past the library's struct (%zu bytes) was written", i, known);
 }
 
@@ -127,7 +129,15 @@ static void test_sz_newer_caller(void **state)
 	tail_untouched(&rc, sizeof(rc.s));
 	assert_int_equal(procreg_check(f->reg, &ck.s, NULL, NULL), 0);
 	assert_int_equal(ck.s.names, 1);
+	assert_int_equal(ck.s.tombstones, f->reg->map.hdr->names.tombs);
 	tail_untouched(&ck, sizeof(ck.s));
+
+	/* A newer caller asking for a member this library does not know of
+	 * (a non-zero byte past its struct) is told so, not ignored. */
+	ti.b[sizeof(ti.s) + 3] = 1;
+	assert_int_equal(procreg_table_info(f->reg, &ti.s), -EOPNOTSUPP);
+	rc.b[sizeof(rc.s)] = 1;
+	assert_int_equal(procreg_reader_check(f->reg, &rc.s), -EOPNOTSUPP);
 }
 
 /* ---- the header and the hash ------------------------------------------ */
