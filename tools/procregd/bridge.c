@@ -506,10 +506,7 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 				log_msg("bridge: name '%.*s': node %s's registration (pid %u), the "
 					"earlier, wins: local pid %u loses it", (int)e->name_len, e->name,
 					origin, e->pid, r->pid);
-				procreg__w_emit(&d->w, PROCREG_EV_CONFLICT, r);
-				proc_lost_name(d, old, origin, (pid_t)e->pid);
-				owners_lease_set(d, e->name, e->name_len, 0, false);
-				proc_remove_name(d, old); /* sends the DEL */
+				registry_lose(d, old, origin, (pid_t)e->pid); /* sends the DEL */
 			}
 		}
 	}

@@ -602,6 +602,9 @@ static int setup(struct daemon *d)
 			return err;
 		}
 	}
+	err = owners_new(d);
+	if (err)
+		return err;
 	/* Recovery removes the names of the dead and passes them on: one
 	 * batch (see daemon.h). */
 	procreg__w_batch_begin(&d->w);
@@ -744,11 +747,13 @@ static void run(struct daemon *d)
 				procreg__w_reclaim(&d->w);
 		}
 		/* A lease set by this batch may be due before the timer. */
-		if (d->leases) {
-			uint64_t due = owners_next_deadline(d), now = procreg__mono_ns();
+		{
+			uint64_t due = owners_next_deadline(d), now;
 
-			if (due < d->timer_due_ns)
+			if (due != UINT64_MAX && due < d->timer_due_ns) {
+				now = procreg__mono_ns();
 				arm_timer(d, due > now ? due - now : 1);
+			}
 		}
 		procs_reap(d);
 		readers_reap(d);
