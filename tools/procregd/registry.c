@@ -325,13 +325,51 @@ int registry_apply(struct daemon *d, const struct reg_remote *e, uint64_t *off_o
 	return 0;
 }
 
-void registry_apply_remove(struct daemon *d, const uint64_t *offs, size_t n, uint32_t ev)
+static uint32_t remote_event(const struct pr_record *r, uint32_t ev)
 {
-	for (size_t i = 0; i < n; i++) {
-		const struct pr_record *r = rec(d, offs[i]);
+	return ev ? ev : r->kind == PR_KIND_NAME ? PROCREG_EV_UNREGISTERED : PROCREG_EV_LEFT;
+}
 
-		take_out(d, offs[i], ev ? ev : r->kind == PR_KIND_NAME ? PROCREG_EV_UNREGISTERED
-								  : PROCREG_EV_LEFT);
-	}
-	pass_on(d, offs, n);
+void registry_apply_remove(struct daemon *d, uint64_t off, uint32_t ev)
+{
+	take_out(d, off, remote_event(rec(d, off), ev));
+	pass_on(d, &off, 1);
+}
+
+struct remove_all {
+	struct daemon *d;
+	registry_match_fn match;
+	void *arg;
+	uint32_t ev;
+	struct pr_vec names;
+	uint64_t removed;
+	bool lost;              /* a name not kept for passing on: no memory */
+};
+
+static int remove_one(uint64_t off, const struct pr_record *r, void *arg)
+{
+	struct remove_all *c = arg;
+
+	if (!c->match(off, r, c->arg))
+		return 0;
+	take_out(c->d, off, remote_event(r, c->ev));
+	if (r->kind == PR_KIND_NAME && procreg__vec_push(&c->names, off) < 0)
+		c->lost = true;
+	c->removed++;
+	return 0;
+}
+
+uint64_t registry_apply_remove_all(struct daemon *d, registry_match_fn match, void *arg,
+				   uint32_t ev)
+{
+	struct remove_all c = { .d = d, .match = match, .arg = arg, .ev = ev };
+
+	/* Passed on after the walk: a hand-over publishes, and may rebuild
+	 * the index being walked. */
+	procreg__w_walk(&d->w, remove_one, &c);
+	if (c.lost)
+		log_msg("out of memory: names removed with their node not offered to the next in line");
+	pass_on(d, c.names.v, c.names.n);
+	procreg__vec_free(&c.names);
+	return c.removed;
 }

@@ -41,6 +41,7 @@
 struct daemon;
 struct proc;
 struct ident;
+struct pr_record;
 
 /* A name or membership a local process asks for. */
 struct reg_request {
@@ -101,9 +102,17 @@ int registry_set_flags(struct daemon *d, uint64_t off, uint8_t flags, uint32_t e
  * key: the caller has settled any conflict); *OFF gets the record. */
 int registry_apply(struct daemon *d, const struct reg_remote *e, uint64_t *off);
 
-/* Remove other nodes' entries OFFS[0..N) in one pass, with event EV (0:
- * UNREGISTERED for a name, LEFT for a membership); then their names go to
- * the next in line here. */
-void registry_apply_remove(struct daemon *d, const uint64_t *offs, size_t n, uint32_t ev);
+/* Remove another node's entry OFF with event EV (0: UNREGISTERED for a
+ * name, LEFT for a membership); a name goes to the next in line here. */
+void registry_apply_remove(struct daemon *d, uint64_t off, uint32_t ev);
+
+/* Which entries registry_apply_remove_all takes: R, at OFF. */
+typedef bool (*registry_match_fn)(uint64_t off, const struct pr_record *r, void *arg);
+
+/* Remove every entry MATCH picks in one pass, no request served in
+ * between, each with event EV as above; then their names go to the next
+ * in line. Returns how many went. */
+uint64_t registry_apply_remove_all(struct daemon *d, registry_match_fn match, void *arg,
+				   uint32_t ev);
 
 #endif /* PROCREGD_REGISTRY_H */
