@@ -281,9 +281,10 @@ void bridge_event(struct daemon *d);
 void bridge_flush(struct daemon *d);
 void bridge_tick(struct daemon *d);
 void bridge_stop(struct daemon *d);
-/* A local name or membership (record OFF) was published (DEL false) or
- * removed (DEL true): tell the other nodes. Records stay readable until
- * reclaimed, so OFF may already be unpublished. */
+/* A name or membership (record OFF) was published (DEL false) or removed
+ * (DEL true): a local one goes to the other nodes; a name removed gives
+ * the claims kept aside for it another chance. A record removed stays
+ * whole until its batch ends, so OFF may already be unpublished. */
 void bridge_local_change(struct daemon *d, int del, uint64_t off);
 /* A registration stamp: the hybrid logical clock's next (hlc.h). */
 uint64_t bridge_stamp(struct daemon *d);
