@@ -21,7 +21,7 @@
 #include "internal.h"
 #include "probes.h"
 #include "proto.h"
-#include "procreg_version.h"
+#include "procreg/version.h"
 
 /* A notice of a name lost, kept until procreg_lost() takes it. */
 struct pr_lost_note {

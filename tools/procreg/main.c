@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "procreg.h"
-#include "procreg_version.h"
+#include "procreg/version.h"
 #include "cli.h"
 #include "output.h"
 
