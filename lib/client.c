@@ -74,6 +74,21 @@ void procreg__sized_in(void *dst, size_t known, const void *s)
 	memcpy(dst, s, sz < known ? sz : known);
 }
 
+int procreg__opts_take(void *dst, size_t known, const void *s, size_t min)
+{
+	int err = s ? procreg__sized(s, min, known) : 0;
+
+	if (err)
+		return err;
+	if (s) {
+		procreg__sized_in(dst, known, s);
+	} else {
+		memset(dst, 0, known);
+		memcpy(dst, &known, sizeof(known));
+	}
+	return 0;
+}
+
 void procreg__sized_out(void *dst, const void *src, size_t known)
 {
 	size_t sz;
@@ -104,18 +119,14 @@ static uid_t trust_of(uint32_t opt)
 
 PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 {
-	struct procreg_opts o = { .sz = sizeof(o) };
+	struct procreg_opts o;
 	const char *why = NULL;
 	procreg_t *reg;
-	int err;
+	int err = PR_OPTS_TAKE(&o, opts, procreg_opts, trust_uid);
 
-	if (opts) {
-		err = PR_SIZED(opts, procreg_opts, trust_uid);
-		if (err) {
-			errno = -err;
-			return NULL;
-		}
-		procreg__sized_in(&o, sizeof(o), opts);
+	if (err) {
+		errno = -err;
+		return NULL;
 	}
 	reg = calloc(1, sizeof(*reg));
 	if (!reg) {
@@ -647,13 +658,11 @@ static int opts_request(procreg_t *reg, uint16_t op, const char *name, const voi
 PROCREG_API int procreg_register_opts(procreg_t *reg, const char *name, const void *meta,
 				      size_t meta_len, const struct procreg_register_opts *opts)
 {
-	struct procreg_register_opts o = { .sz = sizeof(o) };
-	int err = opts ? PR_SIZED(opts, procreg_register_opts, pidfd) : 0;
+	struct procreg_register_opts o;
+	int err = PR_OPTS_TAKE(&o, opts, procreg_register_opts, pidfd);
 
 	if (err)
 		return err;
-	if (opts)
-		procreg__sized_in(&o, sizeof(o), opts);
 	return opts_request(reg, PR_OP_REGISTER, name, meta, meta_len,
 			    &(struct req_opts){ o.flags, o.lease_ms, o.lost_signal, o.pidfd });
 }
@@ -661,13 +670,11 @@ PROCREG_API int procreg_register_opts(procreg_t *reg, const char *name, const vo
 PROCREG_API int procreg_join_opts(procreg_t *reg, const char *group, const void *meta,
 				  size_t meta_len, const struct procreg_join_opts *opts)
 {
-	struct procreg_join_opts o = { .sz = sizeof(o) };
-	int err = opts ? PR_SIZED(opts, procreg_join_opts, pidfd) : 0;
+	struct procreg_join_opts o;
+	int err = PR_OPTS_TAKE(&o, opts, procreg_join_opts, pidfd);
 
 	if (err)
 		return err;
-	if (opts)
-		procreg__sized_in(&o, sizeof(o), opts);
 	return opts_request(reg, PR_OP_JOIN, group, meta, meta_len,
 			    &(struct req_opts){ .flags = o.flags, .pidfd = o.pidfd });
 }

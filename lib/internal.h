@@ -48,6 +48,11 @@ int procreg__sized(const void *s, size_t min, size_t known);
 /* A checked caller's struct S into the library's DST (KNOWN bytes): the
  * members past the caller's .sz are zero, unset. */
 void procreg__sized_in(void *dst, size_t known, const void *s);
+/* Options S, checked (procreg__sized) and taken into DST; NULL S: DST
+ * holds the defaults (all zero), its .sz ours. */
+int procreg__opts_take(void *dst, size_t known, const void *s, size_t min);
+#define PR_OPTS_TAKE(dst, s, type, last) \
+	procreg__opts_take((dst), sizeof(struct type), (s), PR_SZ_MIN(type, last))
 /* The library's filled SRC (KNOWN bytes) out to a checked caller's DST,
  * no further than DST's .sz, which stays. */
 void procreg__sized_out(void *dst, const void *src, size_t known);

@@ -405,11 +405,10 @@ PROCREG_API __attribute__((flatten)) int procreg_lookup(procreg_t *reg, const ch
 static int lookup_sized(procreg_t *reg, const char *name, struct procreg_entry *out)
 {
 	struct procreg_entry e;
-	int err = PR_SIZED(out, procreg_entry, name);
+	int err = PR_OPTS_TAKE(&e, out, procreg_entry, name);
 
 	if (err)
 		return err;
-	procreg__sized_in(&e, sizeof(e), out);
 	e.sz = sizeof(e);
 	err = procreg_lookup(reg, name, &e);
 	if (!err)
