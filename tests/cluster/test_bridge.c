@@ -168,7 +168,7 @@ static void test_late_joiner(void **state)
  * the batch (0) or as soon as each is queued (1). */
 static void flush_bytes_round(struct cluster *c, const char *bytes)
 {
-	struct procreg_stats st = { 0 };
+	PROCREG_OPTS(procreg_stats, st);
 	char name[32];
 
 	c->extra = (const char *const[]){ "--bridge-flush-bytes", bytes, NULL };
@@ -237,11 +237,11 @@ static void test_wrong_cookie_refused(void **state)
 	assert_true(th_until(probe_log, &lp, WAIT_MS));
 	/* Nothing crossed, either way. */
 	th_msleep(300);
-	assert_int_equal(procreg_lookup(c->n[3].reg, "secret-name", &(struct procreg_entry){ 0 }),
+	assert_int_equal(procreg_lookup(c->n[3].reg, "secret-name", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 			 -ENOENT);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(procreg_lookup(c->n[i].reg, "intruder",
-						&(struct procreg_entry){ 0 }), -ENOENT);
+						&(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }), -ENOENT);
 }
 
 static void test_cookie_file_mode(void **state)
@@ -265,7 +265,7 @@ static void conflict_round(struct cluster *c, const char *name, const char *meta
 	pid_t first, second, winner, loser;
 	int loser_node = b_wins ? 0 : 1;
 	uint64_t cursor;
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 	bool conflict = false;
 
 	start_node(c, 0, NULL);
@@ -556,7 +556,7 @@ static void test_hostile_peer(void **state)
 	}
 	th_msleep(200);
 	close(fd);
-	assert_int_equal(procreg_lookup(c->n[0].reg, "forged", &(struct procreg_entry){ 0 }),
+	assert_int_equal(procreg_lookup(c->n[0].reg, "forged", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 			 -ENOENT);
 
 	/* Still replicating. */
@@ -601,7 +601,8 @@ static void test_backend_from_shared_object(void **state)
 static void test_stamps_follow_causality(void **state)
 {
 	struct cluster *c = *state;
-	struct procreg_entry ea, eb;
+	TH_ENTRY(ea);
+	TH_ENTRY(eb);
 	pid_t holder;
 
 	start_node(c, 0, NULL);
@@ -792,14 +793,14 @@ static void test_sequence_numbers(void **state)
 	fake_change(&k, 2, "fake-z");
 	expect_name(c->n[0].reg, "fake-z", 99, true);
 	expect_name(c->n[0].reg, "fake-y", 99, true);
-	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-dup", &(struct procreg_entry){ 0 }),
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-dup", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 			 -ENOENT);
 
 	/* A gap: 4 after 2. */
 	fake_change(&k, 4, "fake-gap");
 	expect_name(c->n[0].reg, "fake-x", 0, false);
 	expect_name(c->n[0].reg, "fake-z", 0, false);
-	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-gap", &(struct procreg_entry){ 0 }),
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-gap", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 			 -ENOENT);
 	lp = (struct logprobe){ c->n[0].d.log, "node fake: frame 6 out of order (seq 4)", NULL };
 	assert_true(th_until(probe_log, &lp, WAIT_MS));
@@ -816,7 +817,7 @@ static void test_reconnect_same_incarnation(void **state)
 	static struct fake k;
 		const char *const env[] = { "PROCREG_TEST_LINGER_MS=600000", NULL };
 	uint64_t stamp = procreg__now_ns(), cursor;
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 	struct logprobe lp;
 	int gone = 0, other = 0;
 

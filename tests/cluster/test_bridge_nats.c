@@ -427,7 +427,7 @@ static void test_split_heal(void **state)
 	struct cluster *c = *state;
 	pid_t first, second;
 	uint64_t cursor;
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 	bool conflict = false;
 
 	proxy_start(c);
@@ -507,7 +507,7 @@ static void test_server_restart(void **state)
 	}
 	/* b's snapshot (which brought marker-b) has no stale-b. */
 	for (int i = 0; i < 3; i++)
-		assert_int_equal(procreg_lookup(c->n[i].reg, "stale-b", &(struct procreg_entry){ 0 }),
+		assert_int_equal(procreg_lookup(c->n[i].reg, "stale-b", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 				 -ENOENT);
 	/* And changes flow again. */
 	assert_int_equal(procreg_unregister(c->n[0].reg, "keep-a"), 0);
@@ -644,14 +644,14 @@ static void test_forged_and_replayed_ignored(void **state)
 	for (int i = 0; i < 4; i++) {
 		if (i == 2)
 			continue; /* not started */
-		assert_int_equal(procreg_lookup(c->n[i].reg, "forged", &(struct procreg_entry){ 0 }),
+		assert_int_equal(procreg_lookup(c->n[i].reg, "forged", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 				 -ENOENT);
-		assert_int_equal(procreg_lookup(c->n[i].reg, "replayed", &(struct procreg_entry){ 0 }),
+		assert_int_equal(procreg_lookup(c->n[i].reg, "replayed", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 				 -ENOENT);
 	}
-	assert_int_equal(procreg_lookup(c->n[3].reg, "real", &(struct procreg_entry){ 0 }), -ENOENT);
+	assert_int_equal(procreg_lookup(c->n[3].reg, "real", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }), -ENOENT);
 	for (int i = 0; i < 2; i++)
-		assert_int_equal(procreg_lookup(c->n[i].reg, "intruder", &(struct procreg_entry){ 0 }),
+		assert_int_equal(procreg_lookup(c->n[i].reg, "intruder", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 				 -ENOENT);
 	assert_int_equal(procreg_register(c->n[0].reg, "still-flowing", NULL, 0), 0);
 	expect_name(c->n[1].reg, "still-flowing", getpid(), true);
@@ -769,7 +769,7 @@ static void test_snapshot_order_and_gaps(void **state)
 	 * after it. */
 	fake_change(&k, 1, "fake-early");
 	th_msleep(100);
-	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-early", &(struct procreg_entry){ 0 }),
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-early", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 			 -ENOENT);
 	fake_snap_part(&k, req, 0, "fake-x", true);
 	expect_name(c->n[0].reg, "fake-x", 99, true);
@@ -779,14 +779,14 @@ static void test_snapshot_order_and_gaps(void **state)
 	fake_change(&k, 1, "fake-dup");
 	fake_change(&k, 2, "fake-z");
 	expect_name(c->n[0].reg, "fake-z", 99, true);
-	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-dup", &(struct procreg_entry){ 0 }),
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-dup", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 			 -ENOENT);
 
 	/* A gap: 4 after 2. */
 	fake_change(&k, 4, "fake-gap");
 	expect_name(c->n[0].reg, "fake-x", 0, false);
 	expect_name(c->n[0].reg, "fake-z", 0, false);
-	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-gap", &(struct procreg_entry){ 0 }),
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-gap", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 			 -ENOENT);
 	expect_log(c->n[0].d.log, "node fake: frame 6 out of order (seq 4)");
 	/* And a fresh snapshot is asked for, under a new id. */

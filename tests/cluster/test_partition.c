@@ -429,7 +429,7 @@ static void expect_name(struct part *p, int i, const char *name, pid_t pid)
  * another node. */
 static bool saw_conflict(struct part *p, int i, uint64_t cursor, const char *name, pid_t pid)
 {
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 
 	while (procreg_next_event(p->n[i].reg, &cursor, &ev, 0) == 0)
 		if (ev.type == PROCREG_EV_CONFLICT && ev.pid == pid && !strcmp(ev.name, name))
@@ -538,7 +538,7 @@ static void test_partial_split(void **state)
 static void test_node_departs(void **state)
 {
 	struct part *p = *state;
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 	uint64_t feed_a;
 	int on_b, downs = 0;
 
@@ -572,8 +572,8 @@ static void test_node_departs(void **state)
 static void test_reconnect_no_blink(void **state)
 {
 	struct part *p = *state;
-	struct procreg_event ev;
-	struct procreg_entry e;
+	PROCREG_OPTS(procreg_event, ev);
+	TH_ENTRY(e);
 	uint64_t feed_b;
 	int steady, doomed, fresh, unregistered = 0, other = 0;
 

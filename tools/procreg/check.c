@@ -289,7 +289,7 @@ static void check_owners(struct check *k, procreg_t *reg)
 {
 	for (size_t i = 0; i < k->nowners; i++) {
 		const struct owner *o = &k->owners[i];
-		struct procreg_entry e;
+		PROCREG_OPTS(procreg_entry, e);
 		uint64_t st;
 
 		if (i && !by_owner(&k->owners[i - 1], o) && !strcmp(k->owners[i - 1].name, o->name))
@@ -307,7 +307,7 @@ static void check_owners(struct check *k, procreg_t *reg)
 int cmd_check(struct cli *c, int argc, char **argv)
 {
 	struct check k = { 0 };
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct pr_reader_slot *slot;
 	procreg_t *reg;
 	int err = -EAGAIN, attempts = 0;

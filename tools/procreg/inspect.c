@@ -206,7 +206,7 @@ void stats_prometheus(procreg_t *reg, const struct cli *c)
 #undef G
 #undef C
 	};
-	struct procreg_stats s;
+	PROCREG_OPTS(procreg_stats, s);
 	const char *scope = scope_name(c);
 
 	procreg_stats(reg, &s);
@@ -283,6 +283,7 @@ static int take_sample(procreg_t *reg, struct sample *s)
 	struct pr_reader_info *v;
 	ssize_t n;
 
+	s->st = (struct procreg_stats){ .sz = sizeof(s->st) };
 	procreg_stats(reg, &s->st);
 	s->t_ns = mono_ns();
 	s->n = 0;

@@ -55,9 +55,10 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
-#include "backend.h"
+#include "bridge_proto.h"
+#include "procreg/backend.h"
 #include "hlc.h"
-#include "resolver.h"
+#include "procreg/resolver.h"
 #include "daemon.h"
 #include "probes.h"
 
@@ -379,6 +380,35 @@ static int up_snapshot(void *ctx, int (*send)(void *sctx, const uint8_t *frame, 
 static uint64_t up_seq(void *ctx)
 {
 	return ((struct bridge *)ctx)->seq;
+}
+
+_Static_assert(PR_BRIDGE_FRAME_MAX == PR_BP_FRAME_MAX && PR_BRIDGE_NODE_MAX == PR_BP_NODE_MAX,
+	       "backend.h states the codec's limits");
+
+static int up_heartbeat(void *ctx, uint8_t *buf, size_t cap)
+{
+	struct bridge *br = ctx;
+	size_t pos = 0;
+	int err = procreg__bp_put_heartbeat(buf, cap, &pos, br->incarnation, br->seq);
+
+	return err ? err : (int)pos;
+}
+
+static int up_deliver(void *ctx, const char *name, const struct pr_bp_frame *f);
+
+/* A frame as a backend without the codec received it: checked here as the
+ * built-in backends check theirs. Only what a backend may carry to the
+ * replication layer passes; the mesh's handshake frames are its own. */
+static int up_deliver_bytes(void *ctx, const char *name, const uint8_t *frame, size_t len)
+{
+	struct pr_bp_frame f;
+	size_t pos = 0;
+
+	if (procreg__bp_next(frame, len, &pos, &f) != 1 || pos != len)
+		return -EBADMSG;
+	if (f.type != PR_BP_HEARTBEAT && f.type != PR_BP_SNAP && f.type != PR_BP_CHANGE)
+		return -EPROTO;
+	return up_deliver(ctx, name, &f);
 }
 
 /* ---- in: other nodes' entries ----------------------------------------- */
@@ -952,6 +982,7 @@ int bridge_start(struct daemon *d)
 	struct pr_bridge_up up = {
 		.sz = sizeof(up), .node_up = up_node_up, .node_down = up_node_down,
 		.deliver = up_deliver, .snapshot = up_snapshot, .seq = up_seq, .log = log_fwd,
+		.deliver_bytes = up_deliver_bytes, .heartbeat = up_heartbeat,
 	};
 	int err;
 

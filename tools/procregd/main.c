@@ -29,7 +29,7 @@
 #include "daemon.h"
 #include "proto.h"
 #include "bridge_proto.h"
-#include "procreg_version.h"
+#include "procreg/version.h"
 #include "output.h"
 
 #define RECLAIM_TICK_NS (2 * 1000000ull)    /* while memory waits for a grace period */

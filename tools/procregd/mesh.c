@@ -57,7 +57,8 @@
 
 #include <openssl/crypto.h>
 
-#include "backend.h"
+#include "bridge_proto.h"
+#include "procreg/backend.h"
 #include "bridge_sec.h"
 #include "internal.h"
 

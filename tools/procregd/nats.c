@@ -97,7 +97,8 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-#include "backend.h"
+#include "bridge_proto.h"
+#include "procreg/backend.h"
 
 /*
  * The envelope, every integer little-endian:

@@ -1,5 +1,5 @@
 /*
- * backend.h - the boundary between procregd's replication logic (bridge.c)
+ * procreg/backend.h - the boundary between procregd's replication logic (bridge.c)
  * and the transport that carries it between nodes (a backend).
  *
  * A backend carries this node's frames out and other nodes' frames in,
@@ -17,24 +17,41 @@
  * was built with, and a callee reads only the members that size covers, so
  * members may be added at the end without breaking either side.
  *
- * Frames are the replication protocol's (lib/bridge_proto.h): the
- * replication layer builds SNAP and CHANGE frames, the backend owns HELLO,
- * AUTH, PEERS and HEARTBEAT, and hands every frame it receives to deliver()
- * already checked by procreg__bp_next(). Keeping them from strangers on
- * the way is the backend's business: the mesh authenticates and encrypts
- * every frame (bridge_sec.h), nats.c MACs its messages and leaves the
- * encryption to TLS to the server. The cookie comes in the config for
- * that; the replication layer never sees a key.
+ * Frames are the replication protocol's: the replication layer builds
+ * SNAP and CHANGE frames and HEARTBEATs (heartbeat()); a backend carries
+ * them as opaque bytes. Each starts with its length, a little-endian u32
+ * that counts the whole frame (PR_BRIDGE_FRAME_MAX at most), which is all
+ * a backend over a byte stream needs to cut them apart. What comes in goes
+ * to deliver_bytes(), which checks it. The backends built into procregd
+ * (the mesh, nats.c) link its codec and hand over frames they decoded
+ * themselves (deliver(), with the codec's struct pr_bp_frame, opaque
+ * here); the mesh's own HELLO, AUTH and PEERS frames never reach the
+ * replication layer. Keeping frames from strangers on the way is the
+ * backend's business: the mesh authenticates and encrypts every frame,
+ * nats.c MACs its messages and leaves the encryption to TLS to the
+ * server. The cookie comes in the config for that; the replication layer
+ * never sees a key.
+ *
+ * Installed as <procreg/backend.h>: it needs no other header of procreg's,
+ * and a backend needs no library of procreg's.
  */
-#ifndef PROCREGD_BACKEND_H
-#define PROCREGD_BACKEND_H
+#ifndef PROCREG_BACKEND_H
+#define PROCREG_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bridge_proto.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define PR_BRIDGE_BACKEND_SYMBOL "procreg_bridge_backend_v1"
+
+#define PR_BRIDGE_FRAME_MAX 65536u  /* bytes in one frame, header included */
+#define PR_BRIDGE_NODE_MAX 63u      /* a node name: 1..63 of [A-Za-z0-9_.@-] */
+
+/* A frame decoded by procregd's codec, for the built-in backends. */
+struct pr_bp_frame;
 
 /* What the replication layer offers the backend: upcalls. */
 struct pr_bridge_up {
@@ -55,7 +72,22 @@ struct pr_bridge_up {
 			void *sctx);
 	/* This node's newest change sequence number (for heartbeats). */
 	uint64_t (*seq)(void *ctx);
-	void (*log)(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+	void (*log)(const char *fmt, ...)
+#ifdef __GNUC__
+		__attribute__((format(printf, 1, 2)))
+#endif
+		;
+	/* Added later: a backend checks sz before calling them. */
+	/* A frame from NODE as it came, FRAME[0..len): one whole frame,
+	 * checked here (a malformed one, or one of a kind a backend must not
+	 * carry, is refused with a negative errno), then taken as deliver()
+	 * takes it. */
+	int (*deliver_bytes)(void *ctx, const char *node, const uint8_t *frame, size_t len);
+	/* This node's HEARTBEAT into BUF (room for CAP bytes): its length, or
+	 * a negative errno. Send one to every node that is up when nothing
+	 * else went to it for heartbeat_ms, so that a lost last change is
+	 * noticed. */
+	int (*heartbeat)(void *ctx, uint8_t *buf, size_t cap);
 };
 
 struct pr_bridge_config {
@@ -114,6 +146,7 @@ struct pr_bridge_backend {
 #define PR_BRIDGE_BACKEND_MIN_SZ \
 	(offsetof(struct pr_bridge_backend, close) + sizeof(void (*)(void *)))
 
-extern const struct pr_bridge_backend pr_mesh_backend;
-
-#endif /* PROCREGD_BACKEND_H */
+#ifdef __cplusplus
+}
+#endif
+#endif /* PROCREG_BACKEND_H */
