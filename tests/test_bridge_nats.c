@@ -29,6 +29,7 @@
 
 #include "cluster.h"
 #include "internal.h"
+#include "bridge_envelope.h"
 #include "bridge_proto.h"
 
 #include <nats/nats.h>
@@ -515,42 +516,28 @@ static void test_server_restart(void **state)
 	expect_name(c->n[2].reg, "keep-a", 0, false);
 }
 
-/* An envelope as procreg-bridge-nats.so builds it, MAC keyed with KEY. */
-static size_t envelope_t(uint8_t *out, const char *subj, uint8_t type, uint64_t req,
-			 const char *sender, uint64_t inc, uint64_t ctr, const uint8_t *frame,
+/* An envelope as procreg-bridge-nats.so builds it, MAC keyed with KEY,
+ * into OUT (CAP bytes). */
+static size_t envelope_t(uint8_t *out, size_t cap, const char *subj, uint8_t type,
+			 uint64_t req, const char *sender, uint64_t inc, uint64_t ctr, const uint8_t *frame,
 			 size_t flen, const char *key)
 {
-	size_t pos = 0, sl = strlen(subj), nl = strlen(sender), maclen = 0;
-	uint8_t in[4096];
+	struct pr_env e = { .type = type, .sender = sender, .sender_len = strlen(sender),
+			    .incarnation = inc, .counter = ctr, .req = req, .body = frame,
+			    .body_len = flen };
+	struct pr_env_key *k = NULL;
+	size_t len = 0;
 
-	memcpy(out, "PRN1", 4);
-	pos = 4;
-	out[pos++] = type; /* 1 stream, 2 snapshot request, 3 snapshot */
-	out[pos++] = 0;
-	out[pos++] = (uint8_t)nl;
-	memcpy(out + pos, sender, nl);
-	pos += nl;
-	for (int i = 0; i < 8; i++) {
-		out[pos + i] = (uint8_t)(inc >> (8 * i));
-		out[pos + 8 + i] = (uint8_t)(ctr >> (8 * i));
-		out[pos + 16 + i] = (uint8_t)(req >> (8 * i));
-	}
-	pos += 24;
-	memcpy(out + pos, frame, flen);
-	pos += flen;
-	in[0] = (uint8_t)sl;
-	in[1] = (uint8_t)(sl >> 8);
-	memcpy(in + 2, subj, sl);
-	memcpy(in + 2 + sl, out, pos);
-	assert_non_null(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, key, strlen(key), in,
-				  2 + sl + pos, out + pos, 32, &maclen));
-	return pos + 32;
+	assert_int_equal(procreg__env_key_new((const uint8_t *)key, strlen(key), &k), 0);
+	assert_int_equal(procreg__env_seal(k, subj, &e, out, cap, &len), 0);
+	procreg__env_key_free(k);
+	return len;
 }
 
-static size_t envelope(uint8_t *out, const char *subj, const char *sender, uint64_t inc,
-		       uint64_t ctr, const uint8_t *frame, size_t flen, const char *key)
+static size_t envelope(uint8_t *out, size_t cap, const char *subj, const char *sender,
+		       uint64_t inc, uint64_t ctr, const uint8_t *frame, size_t flen, const char *key)
 {
-	return envelope_t(out, subj, 1, 0, sender, inc, ctr, frame, flen, key);
+	return envelope_t(out, cap, subj, PR_ENV_STREAM, 0, sender, inc, ctr, frame, flen, key);
 }
 
 static natsConnection *test_client(struct cluster *c, bool with_password)
@@ -595,7 +582,7 @@ static void test_forged_and_replayed_ignored(void **state)
 
 	/* A change claiming to be node a's, with a MAC under another key. */
 	assert_int_equal(procreg__bp_put_change(frame, sizeof(frame), &pos, 7, 1, "nodea", &e), 0);
-	n = envelope(env, "procreg.default.node.nodea", "nodea", 7, 1u << 30, frame, pos,
+	n = envelope(env, sizeof(env), "procreg.default.node.nodea", "nodea", 7, 1u << 30, frame, pos,
 		     "not-the-cookie");
 	assert_int_equal(natsConnection_Publish(nc, "procreg.default.node.nodea", env, (int)n),
 			 NATS_OK);
@@ -687,7 +674,8 @@ struct fake {
 static void fake_publish(struct fake *k, const char *subj, uint8_t type, uint64_t req,
 			 const uint8_t *frame, size_t flen)
 {
-	size_t n = envelope_t(k->env, subj, type, req, "fake", 7, ++k->ctr, frame, flen, COOKIE);
+	size_t n = envelope_t(k->env, sizeof(k->env), subj, type, req, "fake", 7, ++k->ctr, frame,
+			      flen, COOKIE);
 
 	assert_int_equal(natsConnection_Publish(k->nc, subj, k->env, (int)n), NATS_OK);
 	assert_int_equal(natsConnection_Flush(k->nc), NATS_OK);
@@ -698,23 +686,27 @@ static void fake_change(struct fake *k, uint64_t seq, const char *name)
 	uint8_t buf[512];
 	size_t len = th_fake_change(buf, sizeof(buf), 7, seq, name);
 
-	fake_publish(k, "procreg.default.node.fake", 1, 0, buf, len);
+	fake_publish(k, "procreg.default.node.fake", PR_ENV_STREAM, 0, buf, len);
 }
 
 /* The next request for the fake's snapshot, from node a: its id. */
 static uint64_t fake_request(struct fake *k)
 {
 	natsMsg *msg = NULL;
-	const uint8_t *d;
-	uint64_t req = 0;
+	struct pr_env_key *key = NULL;
+	struct pr_env e;
+	uint64_t req;
 
 	assert_int_equal(natsSubscription_NextMsg(&msg, k->req, WAIT_MS), NATS_OK);
-	d = (const uint8_t *)natsMsg_GetData(msg);
-	assert_true(natsMsg_GetDataLength(msg) > 7 + 5 + 24);
-	assert_int_equal(d[4], 2);
-	assert_memory_equal(d + 7, "nodea", 5);
-	for (int i = 7; i >= 0; i--)
-		req = req << 8 | d[7 + 5 + 16 + i];
+	assert_int_equal(procreg__env_key_new((const uint8_t *)COOKIE, strlen(COOKIE), &key), 0);
+	assert_int_equal(procreg__env_open(key, natsMsg_GetSubject(msg),
+					   (const uint8_t *)natsMsg_GetData(msg),
+					   (size_t)natsMsg_GetDataLength(msg), &e), 0);
+	procreg__env_key_free(key);
+	assert_int_equal(e.type, PR_ENV_SNAPREQ);
+	assert_int_equal(e.sender_len, 5);
+	assert_memory_equal(e.sender, "nodea", 5);
+	req = e.req;
 	natsMsg_Destroy(msg);
 	return req;
 }
@@ -737,7 +729,7 @@ static uint64_t fake_up(struct cluster *c, struct fake *k)
 			 NATS_OK);
 	assert_int_equal(natsConnection_Flush(k->nc), NATS_OK);
 	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, 7, 0), 0);
-	fake_publish(k, "procreg.default.node.fake", 1, 0, buf, pos);
+	fake_publish(k, "procreg.default.node.fake", PR_ENV_STREAM, 0, buf, pos);
 	return fake_request(k);
 }
 
@@ -749,7 +741,7 @@ static void fake_snap_part(struct fake *k, uint64_t req, uint32_t part, const ch
 	size_t len = th_fake_snap(buf, sizeof(buf), 7, part, procreg__now_ns(),
 				  (const char *const[]){ name, NULL }, last);
 
-	fake_publish(k, "procreg.default.inbox.nodea", 3, req, buf, len);
+	fake_publish(k, "procreg.default.inbox.nodea", PR_ENV_SNAP, req, buf, len);
 }
 
 /* Over NATS as over the mesh: a change that arrives before the snapshot

@@ -26,7 +26,7 @@
  *   PREFIX.snap.NODE    requests for NODE's snapshot
  *   PREFIX.inbox.NODE   snapshots for NODE, in answer to its requests
  *
- * Every message is an envelope (below) around frames of the replication
+ * Every message is an envelope (bridge_envelope.h) around frames of the replication
  * protocol (bridge_proto.h): one SNAP frame, or the stream's frames of one
  * batch of the daemon's work (a CHANGE each, then a HEARTBEAT if one was
  * due: a heartbeat never overtakes the changes it counts), with an HMAC-SHA256 keyed with the
@@ -92,33 +92,11 @@
 #include <unistd.h>
 
 #include <nats/nats.h>
-#include <openssl/core_names.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <openssl/rand.h>
 
 #include "backend.h"
+#include "bridge_envelope.h"
 
-/*
- * The envelope, every integer little-endian:
- *   u8  magic[4]    "PRN1"
- *   u8  type        enum env_type
- *   u8  flags       ENV_ANNOUNCE
- *   u8  sender_len, sender
- *   u64 incarnation the sender's
- *   u64 counter     the sender's, one up per message it sends (any subject),
- *                   from its wall clock in ns when it started: higher in a
- *                   later incarnation than in any earlier one
- *   u64 req         SNAPREQ: the request's id; SNAP: the id it answers
- *   ... frames back to back (STREAM), one frame (SNAP), nothing (SNAPREQ)
- *   u8  mac[32]     HMAC-SHA256(cookie, u16 subject_len, subject, all the above)
- */
-#define ENV_MAGIC "PRN1"
-#define ENV_FIXED (4 + 1 + 1 + 1 + 8 + 8 + 8)
-#define ENV_MAX (ENV_FIXED + PR_BP_NODE_MAX + PR_BP_FRAME_MAX + PR_BP_MAC)
-#define ENV_ANNOUNCE 0x1   /* the sender just (re)connected: tell it we are here */
-
-enum env_type { E_STREAM = 1, E_SNAPREQ = 2, E_SNAP = 3, E_TYPES };
 
 #define SUBJECT_MAX 384
 #define PEERS_MAX 4096
@@ -156,7 +134,7 @@ struct peer {
 	uint64_t req;               /* the snapshot request we wait on, 0: none */
 	uint64_t req_ns;
 	uint64_t last_rx_ns;
-	uint64_t ctr[E_TYPES];      /* newest counter seen per type: no replays */
+	uint64_t ctr[PR_ENV_TYPES];      /* newest counter seen per type: no replays */
 	uint64_t ctr_max;           /* newest counter seen, any incarnation */
 	struct held *held, **held_tail;
 	size_t held_bytes;
@@ -171,10 +149,7 @@ struct nb {
 	char url[1024];             /* the servers, comma-separated */
 	char first_host[256];       /* the first one's host, for TLS */
 	char my_stream[SUBJECT_MAX];
-	uint8_t *cookie;
-	size_t cookie_len;
-	EVP_MAC *mac;
-	EVP_MAC_CTX *mac_key;       /* keyed; duplicated per message */
+	struct pr_env_key *key;     /* the cookie's, for every envelope */
 	int epfd, efd, tfd;
 	natsOptions *opts;
 	natsConnection *nc;
@@ -212,21 +187,6 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
 /* NAME as one subject token: '.' (allowed in node and scope names,
  * a separator in subjects) becomes '~' (allowed in neither). */
 static void token(char *out, size_t cap, const char *name)
@@ -246,50 +206,20 @@ static void subject(const struct nb *m, char *out, const char *kind, const char 
 	snprintf(out, SUBJECT_MAX, "%s.%s.%s", m->prefix, kind, t);
 }
 
-static int hmac(const struct nb *m, const char *subj, const uint8_t *data, size_t len,
-		uint8_t out[PR_BP_MAC])
-{
-	EVP_MAC_CTX *c = EVP_MAC_CTX_dup(m->mac_key);
-	size_t sl = strlen(subj), outlen = 0;
-	uint8_t l[2] = { (uint8_t)sl, (uint8_t)(sl >> 8) };
-	int ok;
-
-	if (!c)
-		return -ENOMEM;
-	ok = EVP_MAC_update(c, l, 2) && EVP_MAC_update(c, (const uint8_t *)subj, sl) &&
-	     EVP_MAC_update(c, data, len) && EVP_MAC_final(c, out, &outlen, PR_BP_MAC) &&
-	     outlen == PR_BP_MAC;
-	EVP_MAC_CTX_free(c);
-	return ok ? 0 : -EIO;
-}
-
 /* ---- out ---------------------------------------------------------------- */
 
 static int publish(struct nb *m, const char *subj, uint8_t type, uint8_t flags, uint64_t req,
 		   const uint8_t *frame, size_t len)
 {
-	size_t nl = strlen(m->node), pos = 0;
+	struct pr_env e = { .type = type, .flags = flags, .sender = m->node,
+			    .sender_len = strlen(m->node), .incarnation = m->c.incarnation,
+			    .counter = m->counter + 1, .req = req, .body = frame, .body_len = len };
+	size_t pos = 0;
 	natsStatus s;
 
-	if (!m->nc || len > PR_BP_FRAME_MAX)
+	if (!m->nc || procreg__env_seal(m->key, subj, &e, m->out, PR_ENV_MAX, &pos) < 0)
 		return -EINVAL;
-	memcpy(m->out, ENV_MAGIC, 4);
-	pos = 4;
-	m->out[pos++] = type;
-	m->out[pos++] = flags;
-	m->out[pos++] = (uint8_t)nl;
-	memcpy(m->out + pos, m->node, nl);
-	pos += nl;
-	put64(m->out + pos, m->c.incarnation);
-	put64(m->out + pos + 8, ++m->counter);
-	put64(m->out + pos + 16, req);
-	pos += 24;
-	if (len)
-		memcpy(m->out + pos, frame, len);
-	pos += len;
-	if (hmac(m, subj, m->out, pos, m->out + pos) < 0)
-		return -EIO;
-	pos += PR_BP_MAC;
+	m->counter++;
 	s = natsConnection_Publish(m->nc, subj, m->out, (int)pos);
 	if (s != NATS_OK) {
 		/* Buffered while reconnecting, up to a bound: past it the
@@ -320,7 +250,7 @@ static int stream_flush(struct nb *m, uint8_t flags)
 
 	if (!m->batch_len)
 		return 0;
-	err = publish(m, m->my_stream, E_STREAM, flags, 0, m->batch, m->batch_len);
+	err = publish(m, m->my_stream, PR_ENV_STREAM, flags, 0, m->batch, m->batch_len);
 	m->batch_len = 0;
 	return err;
 }
@@ -341,7 +271,7 @@ static void heartbeat(struct nb *m)
 	procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, m->c.incarnation, m->up.seq(m->up.ctx));
 	/* After the changes it counts, in the same message. */
 	stream_add(m, buf, pos);
-	if (stream_flush(m, m->announce ? ENV_ANNOUNCE : 0) == 0)
+	if (stream_flush(m, m->announce ? PR_ENV_ANNOUNCE : 0) == 0)
 		m->announce = false;
 	m->last_hb_ns = now_ns();
 	m->hb_soon = false;
@@ -351,7 +281,7 @@ static int snap_send(void *sctx, const uint8_t *frame, size_t len)
 {
 	struct nb *m = sctx;
 
-	return publish(m, m->serving_to, E_SNAP, 0, m->serving_req, frame, len);
+	return publish(m, m->serving_to, PR_ENV_SNAP, 0, m->serving_req, frame, len);
 }
 
 /* ---- peers -------------------------------------------------------------- */
@@ -403,7 +333,7 @@ static void request_snapshot(struct nb *m, struct peer *p)
 	p->req = ++m->next_req;
 	p->req_ns = now_ns();
 	subject(m, subj, "snap", p->name);
-	publish(m, subj, E_SNAPREQ, 0, p->req, NULL, 0);
+	publish(m, subj, PR_ENV_SNAPREQ, 0, p->req, NULL, 0);
 }
 
 static void peer_up(struct nb *m, struct peer *p)
@@ -492,160 +422,194 @@ static void forged(struct nb *m, const char *subj, const char *why)
 		  (unsigned long long)m->forged);
 }
 
-static void on_message(struct nb *m, const char *subj, const uint8_t *d, size_t len)
+/* Why procreg__env_open() refused an envelope, for the log. */
+static const char *refusal(int err)
 {
-	char sender[PR_BP_NODE_MAX + 1], want[SUBJECT_MAX];
-	uint8_t mac[PR_BP_MAC], type, flags;
-	uint64_t inc, ctr, req;
-	const uint8_t *frame;
-	size_t sl, flen;
-	struct peer *p;
+	switch (err) {
+	case -ENOMSG: return "not an envelope";
+	case -EBADMSG: return "malformed envelope";
+	case -EACCES: return "authentication failed (wrong cookie, or forged)";
+	case -EPROTONOSUPPORT: return "unknown type";
+	default: return "envelope not checked (out of memory)";
+	}
+}
 
-	if (len < ENV_FIXED + 1 + PR_BP_MAC || memcmp(d, ENV_MAGIC, 4)) {
-		forged(m, subj, "not an envelope");
-		return;
-	}
-	sl = d[6];
-	if (len < ENV_FIXED + sl + PR_BP_MAC || !procreg__bp_valid_node((const char *)d + 7, sl)) {
-		forged(m, subj, "malformed envelope");
-		return;
-	}
-	if (hmac(m, subj, d, len - PR_BP_MAC, mac) < 0 ||
-	    CRYPTO_memcmp(mac, d + len - PR_BP_MAC, PR_BP_MAC) != 0) {
-		forged(m, subj, "authentication failed (wrong cookie, or forged)");
-		return;
-	}
-	/* Authenticated: from a node with the cookie. */
-	type = d[4];
-	flags = d[5];
-	memcpy(sender, d + 7, sl);
-	sender[sl] = 0;
-	inc = get64(d + 7 + sl);
-	ctr = get64(d + 15 + sl);
-	req = get64(d + 23 + sl);
-	frame = d + ENV_FIXED + sl;
-	flen = len - ENV_FIXED - sl - PR_BP_MAC;
-	if (type == 0 || type >= E_TYPES) {
-		forged(m, subj, "unknown type");
-		return;
-	}
-	if (!strcmp(sender, m->node)) {
-		/* NoEcho keeps our own away: this is another node with our name. */
-		forged(m, subj, "from another node with this node's name");
-		return;
-	}
-	/* The subject is under the MAC too; it must be where the sender
-	 * may speak. */
-	if (type == E_STREAM)
+/* Whether E, authenticated, is from where its sender may speak: not from
+ * a node with our name (NoEcho keeps our own messages away), and on the
+ * subject its type travels on (the subject is under the MAC too). */
+static const char *misplaced(const struct nb *m, const char *subj, const char *sender,
+			     const struct pr_env *e)
+{
+	char want[SUBJECT_MAX];
+
+	if (!strcmp(sender, m->node))
+		return "from another node with this node's name";
+	if (e->type == PR_ENV_STREAM)
 		subject(m, want, "node", sender);
 	else
-		subject(m, want, type == E_SNAPREQ ? "snap" : "inbox", m->node);
-	if (strcmp(subj, want)) {
-		forged(m, subj, "on the wrong subject");
-		return;
-	}
-	if (!(p = peer_get(m, sender)))
-		return;
-	if (inc != p->inc) {
-		/* Another incarnation: a restart, or a replay of an older
-		 * one's message. A restarted node's counter starts above
-		 * anything its earlier incarnations sent. While the node is
-		 * up, that tells them apart; once it is down, a replay can
-		 * at most bring up a node that sends nothing and times out
-		 * (a snapshot answers only a request of ours, by its id). */
-		if (p->up && ctr <= p->ctr_max) {
-			forged(m, subj, "replayed (an older incarnation)");
-			return;
-		}
+		subject(m, want, e->type == PR_ENV_SNAPREQ ? "snap" : "inbox", m->node);
+	return strcmp(subj, want) ? "on the wrong subject" : NULL;
+}
+
+/* Whether E is newer than anything P sent before (else a replay, and
+ * why), taking a new incarnation of P's in: a restart, or a replay of an
+ * older one's message. A restarted node's counter starts above anything
+ * its earlier incarnations sent. While the node is up, that tells them
+ * apart; once it is down, a replay can at most bring up a node that
+ * sends nothing and times out (a snapshot answers only a request of
+ * ours, by its id). */
+static const char *replayed(struct nb *m, struct peer *p, const struct pr_env *e)
+{
+	if (e->incarnation != p->inc) {
+		if (p->up && e->counter <= p->ctr_max)
+			return "replayed (an older incarnation)";
 		if (p->up)
 			peer_down(m, p, "restarted");
 		held_free(p);
 		memset(p->ctr, 0, sizeof(p->ctr));
-		p->inc = inc;
+		p->inc = e->incarnation;
 		p->req = 0;
 		p->synced = false;
 	}
-	if (ctr <= p->ctr[type]) {
-		forged(m, subj, "replayed");
-		return;
+	if (e->counter <= p->ctr[e->type])
+		return "replayed";
+	p->ctr[e->type] = e->counter;
+	if (e->counter > p->ctr_max)
+		p->ctr_max = e->counter;
+	return NULL;
+}
+
+/* The message on SUBJ, opened: its sender's peer with *E filled, or NULL
+ * (dropped and logged: nothing in it is read further). */
+static struct peer *admit(struct nb *m, const char *subj, const uint8_t *d, size_t len,
+			  struct pr_env *e)
+{
+	char sender[PR_BP_NODE_MAX + 1];
+	const char *why;
+	struct peer *p;
+	int err = procreg__env_open(m->key, subj, d, len, e);
+
+	if (err) {
+		forged(m, subj, refusal(err));
+		return NULL;
 	}
-	p->ctr[type] = ctr;
-	if (ctr > p->ctr_max)
-		p->ctr_max = ctr;
+	memcpy(sender, e->sender, e->sender_len);
+	sender[e->sender_len] = 0;
+	if ((why = misplaced(m, subj, sender, e))) {
+		forged(m, subj, why);
+		return NULL;
+	}
+	if (!(p = peer_get(m, sender)))
+		return NULL;
+	if ((why = replayed(m, p, e))) {
+		forged(m, subj, why);
+		return NULL;
+	}
 	p->last_rx_ns = now_ns();
 	p->bytes_in += len;
-	if (flags & ENV_ANNOUNCE)
+	if (e->flags & PR_ENV_ANNOUNCE)
 		m->hb_soon = true;
+	return p;
+}
 
-	switch (type) {
-	case E_STREAM: {
-		struct pr_bp_frame f;
-		size_t pos = 0, start = 0;
-		bool hb = false;
-		int r;
+/* Whether BODY is nothing but frames of P's stream (its incarnation's
+ * CHANGE and HEARTBEAT frames), all of it checked before any is used;
+ * *HB: one of them is a heartbeat. */
+static bool stream_valid(const struct pr_env *e, bool *hb)
+{
+	struct pr_bp_frame f;
+	size_t pos = 0;
+	int r;
 
-		/* The whole message is checked before any of it is used. */
-		while ((r = procreg__bp_next(frame, flen, &pos, &f)) == 1) {
-			if ((f.type != PR_BP_HEARTBEAT && f.type != PR_BP_CHANGE) ||
-			    f.incarnation != inc)
-				break;
-			hb |= f.type == PR_BP_HEARTBEAT;
-		}
-		if (r != 0 || pos != flen) {
-			resync(m, p, "malformed frame");
-			return;
-		}
-		if (!p->up) {
-			/* Sent before the node heard our request: the snapshot
-			 * has every change in it (see the top). */
-			if (hb && m->connected)
-				peer_up(m, p);
-			return;
-		}
-		for (pos = 0; pos < flen; start = pos) {
-			procreg__bp_next(frame, flen, &pos, &f);
-			if (!p->synced) {
-				hold(m, p, frame + start, pos - start);
-			} else if (m->up.deliver(m->up.ctx, p->name, &f) < 0) {
-				resync(m, p, "refused a frame");
-				return;
-			}
-			if (!p->up)
-				return; /* hold() gave up: resynced */
-		}
+	*hb = false;
+	while ((r = procreg__bp_next(e->body, e->body_len, &pos, &f)) == 1) {
+		if ((f.type != PR_BP_HEARTBEAT && f.type != PR_BP_CHANGE) ||
+		    f.incarnation != e->incarnation)
+			return false;
+		*hb |= f.type == PR_BP_HEARTBEAT;
+	}
+	return r == 0 && pos == e->body_len;
+}
+
+/* A batch of P's stream. */
+static void on_stream(struct nb *m, struct peer *p, const struct pr_env *e)
+{
+	struct pr_bp_frame f;
+	size_t pos, start;
+	bool hb;
+
+	if (!stream_valid(e, &hb)) {
+		resync(m, p, "malformed frame");
 		return;
 	}
-	case E_SNAPREQ:
-		subject(m, m->serving_to, "inbox", sender);
-		m->serving_req = req;
-		if (m->up.snapshot(m->up.ctx, snap_send, m) < 0)
-			m->up.log("bridge: node %s: snapshot not sent", sender);
-		return;
-	case E_SNAP: {
-		struct pr_bp_frame f;
-		size_t pos = 0;
-
-		if (!p->up || p->synced || !p->req || req != p->req)
-			return; /* an answer to an older request */
-		if (procreg__bp_next(frame, flen, &pos, &f) != 1 || pos != flen ||
-		    f.type != PR_BP_SNAP || f.incarnation != inc) {
-			resync(m, p, "malformed snapshot");
-			return;
-		}
-		if (m->up.deliver(m->up.ctx, p->name, &f) < 0) {
-			resync(m, p, "refused its snapshot");
-			return;
-		}
-		/* Parts still coming: the snapshot is under way, however long
-		 * a big one takes; only silence means it was lost. */
-		p->req_ns = now_ns();
-		if (f.flags & PR_BP_SNAP_LAST) {
-			p->synced = true;
-			p->req = 0;
-			release_held(m, p);
-		}
+	if (!p->up) {
+		/* Sent before the node heard our request: the snapshot
+		 * has every change in it (see the top). */
+		if (hb && m->connected)
+			peer_up(m, p);
 		return;
 	}
+	for (pos = 0, start = 0; pos < e->body_len; start = pos) {
+		procreg__bp_next(e->body, e->body_len, &pos, &f);
+		if (!p->synced) {
+			hold(m, p, e->body + start, pos - start);
+		} else if (m->up.deliver(m->up.ctx, p->name, &f) < 0) {
+			resync(m, p, "refused a frame");
+			return;
+		}
+		if (!p->up)
+			return; /* hold() gave up: resynced */
+	}
+}
+
+/* SENDER asks for our snapshot: it goes to its inbox, tagged with the
+ * request's id. */
+static void on_snapreq(struct nb *m, const struct peer *sender, const struct pr_env *e)
+{
+	subject(m, m->serving_to, "inbox", sender->name);
+	m->serving_req = e->req;
+	if (m->up.snapshot(m->up.ctx, snap_send, m) < 0)
+		m->up.log("bridge: node %s: snapshot not sent", sender->name);
+}
+
+/* A part of P's snapshot, answering request E->req. */
+static void on_snap(struct nb *m, struct peer *p, const struct pr_env *e)
+{
+	struct pr_bp_frame f;
+	size_t pos = 0;
+
+	if (!p->up || p->synced || !p->req || e->req != p->req)
+		return; /* an answer to an older request */
+	if (procreg__bp_next(e->body, e->body_len, &pos, &f) != 1 || pos != e->body_len ||
+	    f.type != PR_BP_SNAP || f.incarnation != e->incarnation) {
+		resync(m, p, "malformed snapshot");
+		return;
+	}
+	if (m->up.deliver(m->up.ctx, p->name, &f) < 0) {
+		resync(m, p, "refused its snapshot");
+		return;
+	}
+	/* Parts still coming: the snapshot is under way, however long
+	 * a big one takes; only silence means it was lost. */
+	p->req_ns = now_ns();
+	if (f.flags & PR_BP_SNAP_LAST) {
+		p->synced = true;
+		p->req = 0;
+		release_held(m, p);
+	}
+}
+
+static void on_message(struct nb *m, const char *subj, const uint8_t *d, size_t len)
+{
+	struct pr_env e;
+	struct peer *p = admit(m, subj, d, len, &e);
+
+	if (!p)
+		return;
+	switch (e.type) {
+	case PR_ENV_STREAM: on_stream(m, p, &e); break;
+	case PR_ENV_SNAPREQ: on_snapreq(m, p, &e); break;
+	case PR_ENV_SNAP: on_snap(m, p, &e); break;
 	}
 }
 
@@ -928,7 +892,8 @@ static void nb_close(void *b)
 	/* Every nats.c thread gone before procregd unloads us. One still
 	 * running after the wait could yet call into this object with M:
 	 * then both stay, the object pinned against dlclose() and M not
-	 * freed (the daemon is on its way out), the cookie wiped. */
+	 * freed (the daemon is on its way out), the key wiped (the
+	 * library's threads never use it). */
 	st = nats_CloseAndWait(5000);
 	/* NATS_NOT_INITIALIZED: open() failed before the library started. */
 	if (st != NATS_OK && st != NATS_NOT_INITIALIZED) {
@@ -939,8 +904,8 @@ static void nb_close(void *b)
 				  "left running");
 		if (dladdr((void *)nb_close, &di) && di.dli_fname)
 			dlopen(di.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-		if (m->cookie)
-			OPENSSL_cleanse(m->cookie, m->cookie_len);
+		procreg__env_key_free(m->key);
+		m->key = NULL;
 		return;
 	}
 	for (size_t i = 0; m->peers && i < m->npeers; i++)
@@ -951,12 +916,7 @@ static void nb_close(void *b)
 		close(m->tfd);
 	if (m->epfd >= 0)
 		close(m->epfd);
-	if (m->cookie) {
-		OPENSSL_cleanse(m->cookie, m->cookie_len);
-		free(m->cookie);
-	}
-	EVP_MAC_CTX_free(m->mac_key);
-	EVP_MAC_free(m->mac);
+	procreg__env_key_free(m->key);
 	pthread_mutex_destroy(&m->mu);
 	free(m->peers);
 	free(m->out);
@@ -1262,7 +1222,6 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	struct nb *m = calloc(1, sizeof(*m));
 	struct epoll_event e = { .events = EPOLLIN };
 	struct itimerspec its;
-	OSSL_PARAM params[2];
 	uint32_t tick_ms;
 
 	*err = -ENOMEM;
@@ -1293,23 +1252,14 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 		snprintf(m->prefix, sizeof(m->prefix), "procreg.%s", t);
 	}
 	subject(m, m->my_stream, "node", m->node);
-	m->cookie = malloc(cfg->cookie_len);
 	m->peers = calloc(PEERS_MAX, sizeof(*m->peers));
-	m->out = malloc(ENV_MAX);
+	m->out = malloc(PR_ENV_MAX);
 	m->batch = malloc(PR_BP_FRAME_MAX);
-	m->mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
-	m->mac_key = m->mac ? EVP_MAC_CTX_new(m->mac) : NULL;
 	m->epfd = epoll_create1(EPOLL_CLOEXEC);
 	m->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	m->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	if (!m->cookie || !m->peers || !m->out || !m->batch || !m->mac_key || m->epfd < 0 || m->efd < 0 ||
-	    m->tfd < 0)
-		goto fail;
-	memcpy(m->cookie, cfg->cookie, cfg->cookie_len);
-	m->cookie_len = cfg->cookie_len;
-	params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0);
-	params[1] = OSSL_PARAM_construct_end();
-	if (!EVP_MAC_init(m->mac_key, m->cookie, m->cookie_len, params))
+	if (!m->peers || !m->out || !m->batch || m->epfd < 0 || m->efd < 0 || m->tfd < 0 ||
+	    procreg__env_key_new(cfg->cookie, cfg->cookie_len, &m->key) < 0)
 		goto fail;
 	/* Heartbeats and timeouts at a quarter of a heartbeat's grain. */
 	tick_ms = m->c.heartbeat_ms / 4;
