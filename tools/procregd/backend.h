@@ -45,9 +45,13 @@ struct pr_bridge_up {
 	int (*node_up)(void *ctx, const char *node, uint64_t inc, const char *addr);
 	/* NODE is gone (connection lost, silent, refused a frame). */
 	void (*node_down)(void *ctx, const char *node);
-	/* A HEARTBEAT, SNAP or CHANGE frame from NODE. Negative: a protocol
-	 * error or a gap; the backend drops the connection, and the next one
-	 * starts with a fresh snapshot. */
+	/* A HEARTBEAT, SNAP or CHANGE frame from NODE, in whatever order
+	 * the transport brought it: the replication layer puts a node's
+	 * frames back in order (holding what comes early, within a bound)
+	 * and notices what was lost, so a backend only delivers. Negative:
+	 * a protocol error, a frame lost for good, too much held; the
+	 * backend drops the connection, and the next one starts with a
+	 * fresh snapshot. */
 	int (*deliver)(void *ctx, const char *node, const struct pr_bp_frame *f);
 	/* Write this node's snapshot for a node that came up: SEND once per
 	 * frame, in order, before any change sent after this call. */

@@ -45,32 +45,22 @@
  * it (it can no longer tell); once reconnected, their heartbeats bring
  * them up again with fresh snapshots, so nothing stale stays.
  *
- * Ordering, a snapshot against concurrent changes. The replication layer
- * (bridge.c) wants a node's snapshot, then its changes in sequence order,
- * and refuses a gap. NATS keeps the order of one publisher's messages on
- * one subject to one subscriber, but not across subjects: a snapshot (on
- * our inbox) and the sender's changes (on its stream) may overtake each
- * other. So when node X comes up here:
- *  1. Frames of X seen before node_up are ignored. They were published
- *     before X received our request (we sent it after seeing them), so
- *     their sequence numbers are at most S, the one X's snapshot is as of:
- *     X builds it on its only thread, between two changes, and everything
- *     it sent earlier has a sequence number <= S.
- *  2. From node_up until the snapshot's last frame, X's stream frames are
- *     held, in arrival (= X's publish) order, not applied.
- *  3. The snapshot (tagged with the request's id: an answer to an older
- *     request is ignored) is delivered, then the held frames in order.
- *     Those with sequence numbers <= S are already in the snapshot: the
- *     replication layer ignores them (idempotent). Those after S follow
- *     on in order; a missing one is a gap, refused.
- *  4. Frames arriving after the snapshot go straight through; any that
- *     overtook it were <= S (ignored again) or held in step 2.
- * A refusal, a snapshot that never comes, or too much held makes X down
- * and up again here: a fresh snapshot. A change lost by NATS (a server
- * restart, a slow consumer) shows as a gap at the next change or
- * heartbeat, whose sequence number runs ahead: the same resync. So does a
- * lost snapshot part: the next part is out of order (bridge.c refuses it),
- * or, the last part lost, the snapshot never comes.
+ * Ordering, a snapshot against concurrent changes. NATS keeps the order
+ * of one publisher's messages on one subject to one subscriber, but not
+ * across subjects: a snapshot (on our inbox) and the sender's changes (on
+ * its stream) may overtake each other. The replication layer (bridge.c)
+ * puts a node's frames back in order, whatever order they come in, and
+ * notices what is lost (backend.h); this file only delivers, from
+ * node_up on. Frames of X seen before node_up are not delivered: they
+ * were published before X received our request (we sent it after seeing
+ * them), so their sequence numbers are at most S, the one X's snapshot is
+ * as of (X builds it on its only thread, between two changes, and
+ * everything it sent earlier has a sequence number <= S). Snapshot parts
+ * answering an older request than the one we wait on are not delivered
+ * either (the request's id tells them apart). A frame the replication
+ * layer refuses (a change or a snapshot part lost by NATS: a server
+ * restart, a slow consumer; a snapshot that never comes) makes X down and
+ * up again here: a fresh snapshot.
  *
  * Threads: nats.c calls its handlers on threads of its own. They only
  * append to a queue under a mutex and poke an eventfd; everything else,
@@ -101,8 +91,6 @@
 #define SUBJECT_MAX 384
 #define PEERS_MAX 4096
 #define QUEUE_MAX_BYTES (256u << 20) /* the daemon this far behind: drop, resync all */
-#define HELD_MAX_BYTES (64u << 20)   /* a node's stream held while its snapshot comes */
-#define SNAP_WAIT_MIN_MS 2000        /* no snapshot after max(this, timeout): ask again */
 #define ITEMS_PER_DISPATCH 4096      /* the daemon's clients get a turn in between */
 #define DEFAULT_URL "nats://127.0.0.1:4222"
 #define SERVERS_MAX 64
@@ -119,25 +107,15 @@ struct item {
 	size_t bytes;
 };
 
-struct held {
-	struct held *next;
-	size_t len;
-	uint8_t frame[];
-};
-
 /* Another node, as the daemon's thread sees it. */
 struct peer {
 	char name[PR_BP_NODE_MAX + 1];
 	uint64_t inc;
 	bool up;                    /* node_up taken */
-	bool synced;                /* its snapshot is through */
 	uint64_t req;               /* the snapshot request we wait on, 0: none */
-	uint64_t req_ns;
 	uint64_t last_rx_ns;
 	uint64_t ctr[PR_ENV_TYPES];      /* newest counter seen per type: no replays */
 	uint64_t ctr_max;           /* newest counter seen, any incarnation */
-	struct held *held, **held_tail;
-	size_t held_bytes;
 	uint64_t bytes_in;
 };
 
@@ -298,27 +276,12 @@ static struct peer *peer_get(struct nb *m, const char *name)
 	p = &m->peers[m->npeers++];
 	memset(p, 0, sizeof(*p));
 	snprintf(p->name, sizeof(p->name), "%s", name);
-	p->held_tail = &p->held;
 	return p;
-}
-
-static void held_free(struct peer *p)
-{
-	while (p->held) {
-		struct held *h = p->held;
-
-		p->held = h->next;
-		free(h);
-	}
-	p->held_tail = &p->held;
-	p->held_bytes = 0;
 }
 
 static void peer_down(struct nb *m, struct peer *p, const char *why)
 {
-	held_free(p);
 	p->req = 0;
-	p->synced = false;
 	if (!p->up)
 		return;
 	p->up = false;
@@ -331,7 +294,6 @@ static void request_snapshot(struct nb *m, struct peer *p)
 	char subj[SUBJECT_MAX];
 
 	p->req = ++m->next_req;
-	p->req_ns = now_ns();
 	subject(m, subj, "snap", p->name);
 	publish(m, subj, PR_ENV_SNAPREQ, 0, p->req, NULL, 0);
 }
@@ -343,7 +305,6 @@ static void peer_up(struct nb *m, struct peer *p)
 		return;
 	}
 	p->up = true;
-	p->synced = false;
 	m->up.log("bridge: node %s: up (incarnation %llx, over NATS)", p->name,
 		  (unsigned long long)p->inc);
 	request_snapshot(m, p);
@@ -356,52 +317,6 @@ static void resync(struct nb *m, struct peer *p, const char *why)
 	peer_down(m, p, why);
 	if (m->connected)
 		peer_up(m, p);
-}
-
-static int deliver(struct nb *m, struct peer *p, const uint8_t *frame, size_t len)
-{
-	struct pr_bp_frame f;
-	size_t pos = 0;
-
-	if (procreg__bp_next(frame, len, &pos, &f) != 1 || pos != len)
-		return -EBADMSG;
-	return m->up.deliver(m->up.ctx, p->name, &f);
-}
-
-static void hold(struct nb *m, struct peer *p, const uint8_t *frame, size_t len)
-{
-	struct held *h;
-
-	if (p->held_bytes + len > HELD_MAX_BYTES || !(h = malloc(sizeof(*h) + len))) {
-		resync(m, p, "too much to hold until its snapshot");
-		return;
-	}
-	h->next = NULL;
-	h->len = len;
-	memcpy(h->frame, frame, len);
-	*p->held_tail = h;
-	p->held_tail = &h->next;
-	p->held_bytes += len;
-}
-
-/* The snapshot is through: what was held, in order (see the top). */
-static void release_held(struct nb *m, struct peer *p)
-{
-	while (p->up && p->held) {
-		struct held *h = p->held;
-		int err;
-
-		p->held = h->next;
-		if (!p->held)
-			p->held_tail = &p->held;
-		p->held_bytes -= h->len;
-		err = deliver(m, p, h->frame, h->len);
-		free(h);
-		if (err < 0) {
-			resync(m, p, "refused a change after its snapshot");
-			return;
-		}
-	}
 }
 
 /* ---- in ----------------------------------------------------------------- */
@@ -465,11 +380,9 @@ static const char *replayed(struct nb *m, struct peer *p, const struct pr_env *e
 			return "replayed (an older incarnation)";
 		if (p->up)
 			peer_down(m, p, "restarted");
-		held_free(p);
 		memset(p->ctr, 0, sizeof(p->ctr));
 		p->inc = e->incarnation;
 		p->req = 0;
-		p->synced = false;
 	}
 	if (e->counter <= p->ctr[e->type])
 		return "replayed";
@@ -531,11 +444,12 @@ static bool stream_valid(const struct pr_env *e, bool *hb)
 	return r == 0 && pos == e->body_len;
 }
 
-/* A batch of P's stream. */
+/* A batch of P's stream: every frame to the replication layer, which
+ * puts them in order with the snapshot (see the top). */
 static void on_stream(struct nb *m, struct peer *p, const struct pr_env *e)
 {
 	struct pr_bp_frame f;
-	size_t pos, start;
+	size_t pos = 0;
 	bool hb;
 
 	if (!stream_valid(e, &hb)) {
@@ -549,16 +463,12 @@ static void on_stream(struct nb *m, struct peer *p, const struct pr_env *e)
 			peer_up(m, p);
 		return;
 	}
-	for (pos = 0, start = 0; pos < e->body_len; start = pos) {
+	while (pos < e->body_len) {
 		procreg__bp_next(e->body, e->body_len, &pos, &f);
-		if (!p->synced) {
-			hold(m, p, e->body + start, pos - start);
-		} else if (m->up.deliver(m->up.ctx, p->name, &f) < 0) {
+		if (m->up.deliver(m->up.ctx, p->name, &f) < 0) {
 			resync(m, p, "refused a frame");
 			return;
 		}
-		if (!p->up)
-			return; /* hold() gave up: resynced */
 	}
 }
 
@@ -578,25 +488,15 @@ static void on_snap(struct nb *m, struct peer *p, const struct pr_env *e)
 	struct pr_bp_frame f;
 	size_t pos = 0;
 
-	if (!p->up || p->synced || !p->req || e->req != p->req)
+	if (!p->up || !p->req || e->req != p->req)
 		return; /* an answer to an older request */
 	if (procreg__bp_next(e->body, e->body_len, &pos, &f) != 1 || pos != e->body_len ||
 	    f.type != PR_BP_SNAP || f.incarnation != e->incarnation) {
 		resync(m, p, "malformed snapshot");
 		return;
 	}
-	if (m->up.deliver(m->up.ctx, p->name, &f) < 0) {
+	if (m->up.deliver(m->up.ctx, p->name, &f) < 0)
 		resync(m, p, "refused its snapshot");
-		return;
-	}
-	/* Parts still coming: the snapshot is under way, however long
-	 * a big one takes; only silence means it was lost. */
-	p->req_ns = now_ns();
-	if (f.flags & PR_BP_SNAP_LAST) {
-		p->synced = true;
-		p->req = 0;
-		release_held(m, p);
-	}
 }
 
 static void on_message(struct nb *m, const char *subj, const uint8_t *d, size_t len)
@@ -622,9 +522,7 @@ static void all_down(struct nb *m, const char *why)
 static void tick(struct nb *m)
 {
 	uint64_t now = now_ns(), hb = (uint64_t)m->c.heartbeat_ms * 1000000ull,
-		 to = (uint64_t)m->c.timeout_ms * 1000000ull,
-		 snap_wait = (uint64_t)(m->c.timeout_ms > SNAP_WAIT_MIN_MS ? m->c.timeout_ms
-									  : SNAP_WAIT_MIN_MS) * 1000000ull;
+		 to = (uint64_t)m->c.timeout_ms * 1000000ull;
 
 	if (!m->connected)
 		return;
@@ -633,12 +531,8 @@ static void tick(struct nb *m)
 	for (size_t i = 0; i < m->npeers; i++) {
 		struct peer *p = &m->peers[i];
 
-		if (!p->up)
-			continue;
-		if (now - p->last_rx_ns > to)
+		if (p->up && now - p->last_rx_ns > to)
 			peer_down(m, p, "silent");
-		else if (!p->synced && now - p->req_ns > snap_wait)
-			resync(m, p, "no snapshot came");
 	}
 }
 
@@ -908,8 +802,6 @@ static void nb_close(void *b)
 		m->key = NULL;
 		return;
 	}
-	for (size_t i = 0; m->peers && i < m->npeers; i++)
-		held_free(&m->peers[i]);
 	if (m->efd >= 0)
 		close(m->efd);
 	if (m->tfd >= 0)
@@ -1096,7 +988,8 @@ static natsStatus set_tls(struct nb *m, const struct pr_bridge_config *c)
 	if (s == NATS_OK)
 		s = natsOptions_LoadCATrustedCertificates(m->opts, ca);
 	if (s == NATS_OK && opt(c, "tls-cert"))
-		s = natsOptions_LoadCertificatesChain(m->opts, opt(c, "tls-cert"), opt(c, "tls-key"));
+		s = natsOptions_LoadCertificatesChain(m->opts, opt(c, "tls-cert"),
+						      opt(c, "tls-key"));
 	/* nats.c checks the certificate's name only when told which: the
 	 * first URL's host, unless it is an address (the certificate's
 	 * chain to the CA is still checked). */
@@ -1242,7 +1135,8 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	if ((*err = check_opts(m, &m->c)) < 0)
 		goto fail;
 	*err = -ENOMEM;
-	snprintf(m->url, sizeof(m->url), "%s", opt(&m->c, "url") ? opt(&m->c, "url") : DEFAULT_URL);
+	snprintf(m->url, sizeof(m->url), "%s",
+		 opt(&m->c, "url") ? opt(&m->c, "url") : DEFAULT_URL);
 	if (opt(&m->c, "subject")) {
 		snprintf(m->prefix, sizeof(m->prefix), "%s", opt(&m->c, "subject"));
 	} else {
