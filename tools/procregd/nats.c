@@ -86,15 +86,14 @@
 
 #include "backend.h"
 #include "bridge_envelope.h"
+#include "nats_opts.h"
 
 
 #define SUBJECT_MAX 384
 #define PEERS_MAX 4096
 #define QUEUE_MAX_BYTES (256u << 20) /* the daemon this far behind: drop, resync all */
 #define ITEMS_PER_DISPATCH 4096      /* the daemon's clients get a turn in between */
-#define DEFAULT_URL "nats://127.0.0.1:4222"
 #define SERVERS_MAX 64
-#define SYSTEM_CA "/etc/ssl/certs/ca-certificates.crt"
 
 enum item_kind { I_MSG, I_CONNECTED, I_DISCONNECTED, I_CLOSED, I_LOST };
 
@@ -816,51 +815,31 @@ static void nb_close(void *b)
 	free(m);
 }
 
-static const char *opt(const struct pr_bridge_config *c, const char *key)
+static const char *opt(const struct pr_bridge_config *c, enum pr_nats_opt o)
 {
-	size_t kl = strlen(key);
-	const char *v = NULL;
+	static const char *const keys[] = PR_NATS_OPT_KEYS;
 
-	for (size_t i = 0; i < c->nopts; i++)
-		if (!strncmp(c->opts[i], key, kl) && c->opts[i][kl] == '=')
-			v = c->opts[i] + kl + 1;
-	return v;
+	return pr_bridge_opt(c, keys[o]);
 }
 
+/* Keys it knows only (nats_opts.h), and those that go together, together. */
 static int check_opts(const struct nb *m, const struct pr_bridge_config *c)
 {
-	static const char *const known[] = { "url", "user", "password", "token", "creds",
-					     "nkey", "nkey-seed", "subject", "tls-ca", "tls-cert",
-					     "tls-key", "tls-hostname" };
+	static const char *const keys[] = PR_NATS_OPT_KEYS;
+	static const enum pr_nats_opt pairs[][2] = {
+		{ NOPT_NKEY, NOPT_NKEY_SEED },
+		{ NOPT_USER, NOPT_PASSWORD },
+		{ NOPT_TLS_CERT, NOPT_TLS_KEY },
+	};
+	int err = pr_bridge_opts_check(c, &m->up, "nats", keys);
 
-	for (size_t i = 0; i < c->nopts; i++) {
-		bool ok = false;
-
-		for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) {
-			size_t kl = strlen(known[k]);
-
-			ok |= !strncmp(c->opts[i], known[k], kl) && c->opts[i][kl] == '=';
+	for (size_t i = 0; !err && i < sizeof(pairs) / sizeof(pairs[0]); i++)
+		if (!opt(c, pairs[i][0]) != !opt(c, pairs[i][1])) {
+			m->up.log("bridge: nats: %s and %s go together", keys[pairs[i][0]],
+				  keys[pairs[i][1]]);
+			err = -EINVAL;
 		}
-		if (!ok) {
-			m->up.log("bridge: nats: unknown option '%s' (want url, user, password, token, "
-				  "creds, nkey, nkey-seed, subject, tls-ca, tls-cert, tls-key, "
-				  "tls-hostname)", c->opts[i]);
-			return -EINVAL;
-		}
-	}
-	if (!!opt(c, "nkey") != !!opt(c, "nkey-seed")) {
-		m->up.log("bridge: nats: nkey and nkey-seed go together");
-		return -EINVAL;
-	}
-	if (!!opt(c, "user") != !!opt(c, "password")) {
-		m->up.log("bridge: nats: user and password go together");
-		return -EINVAL;
-	}
-	if (!!opt(c, "tls-cert") != !!opt(c, "tls-key")) {
-		m->up.log("bridge: nats: tls-cert and tls-key go together");
-		return -EINVAL;
-	}
-	return 0;
+	return err;
 }
 
 /* URL as the log may show it: the user and password taken out
@@ -931,7 +910,7 @@ static natsStatus set_servers(struct nb *m, const struct pr_bridge_config *c, bo
 	int n = 0;
 	natsStatus s = NATS_OK;
 
-	*tls = opt(c, "tls-ca") || opt(c, "tls-cert") || opt(c, "tls-hostname");
+	*tls = opt(c, NOPT_TLS_CA) || opt(c, NOPT_TLS_CERT) || opt(c, NOPT_TLS_HOSTNAME);
 	if (!copy)
 		return NATS_NO_MEMORY;
 	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -974,22 +953,22 @@ static bool tls_racy(void)
 /* TLS to every server: the CA, the name checked, a client certificate. */
 static natsStatus set_tls(struct nb *m, const struct pr_bridge_config *c)
 {
-	const char *ca = opt(c, "tls-ca") ? opt(c, "tls-ca") : SYSTEM_CA;
-	const char *name = opt(c, "tls-hostname");
+	const char *ca = opt(c, NOPT_TLS_CA) ? opt(c, NOPT_TLS_CA) : PR_NATS_TLS_CA_DEFAULT;
+	const char *name = opt(c, NOPT_TLS_HOSTNAME);
 	uint8_t addr[16];
 	natsStatus s;
 
 	if (access(ca, R_OK) != 0) {
 		m->up.log("bridge: nats: TLS: CA file %s: %s%s", ca, strerror(errno),
-			  opt(c, "tls-ca") ? "" : " (give one with --nats-tls-ca)");
+			  opt(c, NOPT_TLS_CA) ? "" : " (give one with --nats-tls-ca)");
 		return NATS_INVALID_ARG;
 	}
 	s = natsOptions_SetSecure(m->opts, true);
 	if (s == NATS_OK)
 		s = natsOptions_LoadCATrustedCertificates(m->opts, ca);
-	if (s == NATS_OK && opt(c, "tls-cert"))
-		s = natsOptions_LoadCertificatesChain(m->opts, opt(c, "tls-cert"),
-						      opt(c, "tls-key"));
+	if (s == NATS_OK && opt(c, NOPT_TLS_CERT))
+		s = natsOptions_LoadCertificatesChain(m->opts, opt(c, NOPT_TLS_CERT),
+						      opt(c, NOPT_TLS_KEY));
 	/* nats.c checks the certificate's name only when told which: the
 	 * first URL's host, unless it is an address (the certificate's
 	 * chain to the CA is still checked). */
@@ -1001,7 +980,7 @@ static natsStatus set_tls(struct nb *m, const struct pr_bridge_config *c)
 	if (s == NATS_OK)
 		m->up.log("bridge: nats: TLS, server certificates checked against %s%s%s%s", ca,
 			  name ? " and the name " : "", name ? name : "",
-			  opt(c, "tls-cert") ? ", with a client certificate" : "");
+			  opt(c, NOPT_TLS_CERT) ? ", with a client certificate" : "");
 	if (s == NATS_OK && tls_racy())
 		m->up.log("bridge: nats: warning: nats.c %s reads and writes a TLS session from two "
 			  "threads without a lock (fixed in nats.c 3.11): use a later one where you "
@@ -1023,14 +1002,14 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 		s = set_servers(m, c, &tls);
 	if (s == NATS_OK && tls)
 		s = set_tls(m, c);
-	if (s == NATS_OK && opt(c, "user"))
-		s = natsOptions_SetUserInfo(m->opts, opt(c, "user"), opt(c, "password"));
-	if (s == NATS_OK && opt(c, "token"))
-		s = natsOptions_SetToken(m->opts, opt(c, "token"));
-	if (s == NATS_OK && opt(c, "creds"))
-		s = natsOptions_SetUserCredentialsFromFiles(m->opts, opt(c, "creds"), NULL);
-	if (s == NATS_OK && opt(c, "nkey"))
-		s = natsOptions_SetNKeyFromSeed(m->opts, opt(c, "nkey"), opt(c, "nkey-seed"));
+	if (s == NATS_OK && opt(c, NOPT_USER))
+		s = natsOptions_SetUserInfo(m->opts, opt(c, NOPT_USER), opt(c, NOPT_PASSWORD));
+	if (s == NATS_OK && opt(c, NOPT_TOKEN))
+		s = natsOptions_SetToken(m->opts, opt(c, NOPT_TOKEN));
+	if (s == NATS_OK && opt(c, NOPT_CREDS))
+		s = natsOptions_SetUserCredentialsFromFiles(m->opts, opt(c, NOPT_CREDS), NULL);
+	if (s == NATS_OK && opt(c, NOPT_NKEY))
+		s = natsOptions_SetNKeyFromSeed(m->opts, opt(c, NOPT_NKEY), opt(c, NOPT_NKEY_SEED));
 	if (s == NATS_OK)
 		s = natsOptions_SetName(m->opts, m->node);
 	if (s == NATS_OK)
@@ -1088,7 +1067,7 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 		 * just closes the connection: say what that may mean. */
 		m->up.log("bridge: nats: %s: %s%s", urls_shown(m, shown, sizeof(shown)),
 			  nats_GetLastError(NULL),
-			  tls && !opt(c, "tls-cert") ? " (a server that wants a client certificate "
+			  tls && !opt(c, NOPT_TLS_CERT) ? " (a server that wants a client certificate "
 						       "ends the connection so: --nats-tls-cert, "
 						       "--nats-tls-key)" : "");
 		return -EIO;
@@ -1123,27 +1102,21 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	m->epfd = m->efd = m->tfd = -1;
 	pthread_mutex_init(&m->mu, NULL);
 	m->qtail = &m->qhead;
-	memcpy(&m->c, cfg, cfg->sz < sizeof(m->c) ? cfg->sz : sizeof(m->c));
-	memcpy(&m->up, up, up->sz < sizeof(m->up) ? up->sz : sizeof(m->up));
-	if (cfg->sz < sizeof(m->c))
-		m->c.nopts = 0, m->c.scope = NULL;
-	if (!m->c.heartbeat_ms)
-		m->c.heartbeat_ms = 500;
-	if (!m->c.timeout_ms)
-		m->c.timeout_ms = 3000;
+	pr_bridge_config_take(&m->c, cfg);
+	pr_bridge_up_take(&m->up, up);
 	snprintf(m->node, sizeof(m->node), "%s", cfg->node);
 	if ((*err = check_opts(m, &m->c)) < 0)
 		goto fail;
 	*err = -ENOMEM;
 	snprintf(m->url, sizeof(m->url), "%s",
-		 opt(&m->c, "url") ? opt(&m->c, "url") : DEFAULT_URL);
-	if (opt(&m->c, "subject")) {
-		snprintf(m->prefix, sizeof(m->prefix), "%s", opt(&m->c, "subject"));
+		 opt(&m->c, NOPT_URL) ? opt(&m->c, NOPT_URL) : PR_NATS_URL_DEFAULT);
+	if (opt(&m->c, NOPT_SUBJECT)) {
+		snprintf(m->prefix, sizeof(m->prefix), "%s", opt(&m->c, NOPT_SUBJECT));
 	} else {
 		char t[PR_BP_NODE_MAX + 8];
 
 		token(t, sizeof(t), m->c.scope ? m->c.scope : "default");
-		snprintf(m->prefix, sizeof(m->prefix), "procreg.%s", t);
+		snprintf(m->prefix, sizeof(m->prefix), PR_NATS_SUBJECT_PREFIX ".%s", t);
 	}
 	subject(m, m->my_stream, "node", m->node);
 	m->peers = calloc(PEERS_MAX, sizeof(*m->peers));
