@@ -608,17 +608,16 @@ static void test_reconnect_no_blink(void **state)
 	assert_int_equal(other, 0); /* no node-down, nothing for steady */
 }
 
-/* Delay, jitter, reordering and loss on every link while names and
- * memberships come and go: the sequence numbers catch every lost or
- * overtaken change (the pair resyncs), and the replicas end identical. */
-static void test_faults_churn(void **state)
+/* With faults F on every link, names and memberships come and go on
+ * every node (clients started and killed) for up to 400 rounds, until
+ * ENOUGH says the faults have shown; then every replica must agree. The
+ * switch's figures in *ST. */
+static void churn(struct part *p, const struct tn_faults *f,
+		  bool (*enough)(const struct tn_stats *st, int round), struct tn_stats *st)
 {
-	struct part *p = *state;
-	struct tn_faults f = { .delay_ms = 1, .jitter_ms = 4, .loss_pm = 30, .reorder_pm = 60 };
-	struct tn_stats st;
 	char name[32], group[32];
 
-	tn_faults(p->tn, NULL, NULL, &f);
+	tn_faults(p->tn, NULL, NULL, f);
 	start_all(p);
 	for (int round = 0; round < 400; round++) {
 		int k;
@@ -633,16 +632,34 @@ static void test_faults_churn(void **state)
 				kill_client(p, k);
 		}
 		th_msleep((int)(rnd(p) % 8));
-		tn_get_stats(p->tn, &st);
-		if (round >= 150 && st.dropped > 2 && st.reordered > 2 && st.resets > 2)
+		tn_get_stats(p->tn, st);
+		if (enough(st, round))
 			break;
 	}
 	expect_consistent(p, "with faults");
-	tn_get_stats(p->tn, &st);
-	fprintf(stderr, "test_faults_churn: %d clients, %llu frames, %llu dropped, %llu reordered, "
-		"%llu resyncs\n", p->ncl, (unsigned long long)st.frames,
-		(unsigned long long)st.dropped, (unsigned long long)st.reordered,
-		(unsigned long long)st.resets);
+	tn_get_stats(p->tn, st);
+	fprintf(stderr, "churn: %d clients, %llu frames, %llu dropped, %llu reordered, "
+		"%llu resyncs\n", p->ncl, (unsigned long long)st->frames,
+		(unsigned long long)st->dropped, (unsigned long long)st->reordered,
+		(unsigned long long)st->resets);
+}
+
+static bool lost_and_reordered(const struct tn_stats *st, int round)
+{
+	return round >= 150 && st->dropped > 2 && st->reordered > 2 && st->resets > 2;
+}
+
+/* Delay, jitter, reordering and loss on every link while names and
+ * memberships come and go: an overtaken change waits for its turn, the
+ * sequence numbers catch every lost one (the pair resyncs), and the
+ * replicas end identical. */
+static void test_faults_churn(void **state)
+{
+	struct part *p = *state;
+	struct tn_faults f = { .delay_ms = 1, .jitter_ms = 4, .loss_pm = 30, .reorder_pm = 60 };
+	struct tn_stats st;
+
+	churn(p, &f, lost_and_reordered, &st);
 	/* The faults happened, and were caught. */
 	assert_true(st.dropped > 0);
 	assert_true(st.reordered > 0);
@@ -669,37 +686,18 @@ static int count_in_file(const char *path, const char *needle)
  * come and go: every frame arrives, some after the one sent after it.
  * What comes early waits for its turn: the replicas end identical with
  * no pair ever refused a frame. */
+static bool reordered_enough(const struct tn_stats *st, int round)
+{
+	return round >= 100 && st->reordered > 20;
+}
+
 static void test_reorder_no_resync(void **state)
 {
 	struct part *p = *state;
 	struct tn_faults f = { .delay_ms = 1, .jitter_ms = 4, .reorder_pm = 200 };
 	struct tn_stats st;
-	char name[32], group[32];
 
-	tn_faults(p->tn, NULL, NULL, &f);
-	start_all(p);
-	for (int round = 0; round < 400; round++) {
-		int k;
-
-		snprintf(name, sizeof(name), "reord%d", (int)(rnd(p) % 12));
-		snprintf(group, sizeof(group), "rg%d", (int)(rnd(p) % 3));
-		k = spawn_client(p, (int)(rnd(p) % N), rnd(p) % 4 ? name : NULL,
-				 rnd(p) % 2 ? group : NULL, NULL);
-		if (rnd(p) % 3 == 0) {
-			k = (int)(rnd(p) % (uint64_t)p->ncl);
-			if (p->cl[k].alive)
-				kill_client(p, k);
-		}
-		th_msleep((int)(rnd(p) % 8));
-		tn_get_stats(p->tn, &st);
-		if (round >= 100 && st.reordered > 50)
-			break;
-	}
-	expect_consistent(p, "with reordering");
-	tn_get_stats(p->tn, &st);
-	fprintf(stderr, "test_reorder_no_resync: %d clients, %llu frames, %llu reordered, "
-		"%llu resyncs\n", p->ncl, (unsigned long long)st.frames,
-		(unsigned long long)st.reordered, (unsigned long long)st.resets);
+	churn(p, &f, reordered_enough, &st);
 	assert_true(st.reordered > 0);
 	assert_int_equal(st.dropped, 0);
 	assert_int_equal(st.resets, 0);
