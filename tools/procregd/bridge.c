@@ -20,8 +20,9 @@
  * snapshot part, a frame from another incarnation (a restarted node on a
  * stale connection), something missing for too long (lost on the way)
  * or too much held is refused. A refusal drops the connection: the next
- * one starts with a fresh snapshot. A node that goes down takes every entry it owned with it, in
- * one pass, with a NODE_DOWN event for each in the change feed: not at
+ * one starts with a fresh snapshot. A node that goes down takes every
+ * entry it owned with it, in one pass, with a NODE_DOWN event for each in
+ * the change feed: not at
  * once, but after a grace (LINGER_NS) in which the same incarnation may
  * come back. If it does, its snapshot replaces its entries by difference:
  * what it still has stays in place (no event when unchanged), what it
@@ -102,7 +103,6 @@ struct node {
 	uint64_t next_seq;          /* the change expected next */
 	struct hold_list parts;     /* snapshot parts after snap_part */
 	struct hold_list changes;   /* changes after next_seq, or before the snapshot is whole */
-	size_t held_bytes;
 	bool hb_seen;               /* a heartbeat came since node_up */
 	uint64_t hb_seq;            /* the newest one's seq: the changes it counts */
 	uint64_t late_since_ns;     /* something is missing since (CLOCK_MONOTONIC; 0: nothing) */
@@ -649,14 +649,13 @@ static int up_deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
  * node_up starts with a fresh snapshot.
  */
 
-static void hold_list_free(struct bridge *br, struct node *n, struct hold_list *l)
+static void hold_list_free(struct bridge *br, struct hold_list *l)
 {
 	while (l->head) {
 		struct held *h = l->head;
 
 		l->head = h->next;
 		br->held_bytes -= h->len;
-		n->held_bytes -= h->len;
 		free(h);
 	}
 	l->tail = NULL;
@@ -664,8 +663,8 @@ static void hold_list_free(struct bridge *br, struct node *n, struct hold_list *
 
 static void hold_reset(struct bridge *br, struct node *n)
 {
-	hold_list_free(br, n, &n->parts);
-	hold_list_free(br, n, &n->changes);
+	hold_list_free(br, &n->parts);
+	hold_list_free(br, &n->changes);
 	n->hb_seen = false;
 	n->hb_seq = 0;
 	n->late_since_ns = 0;
@@ -673,7 +672,7 @@ static void hold_reset(struct bridge *br, struct node *n)
 
 /* Hold br->hold_buf[0..len) in L under KEY: 0; -EEXIST if a frame with
  * that key is held already (it stays); -ENOBUFS past HOLD_MAX_BYTES. */
-static int hold(struct bridge *br, struct node *n, struct hold_list *l, uint64_t key, size_t len)
+static int hold(struct bridge *br, struct hold_list *l, uint64_t key, size_t len)
 {
 	struct held **hp = &l->head, *h;
 
@@ -695,12 +694,11 @@ static int hold(struct bridge *br, struct node *n, struct hold_list *l, uint64_t
 	if (!h->next)
 		l->tail = h;
 	br->held_bytes += len;
-	n->held_bytes += len;
 	return 0;
 }
 
 /* The first frame of L, unlinked: the caller frees it. */
-static struct held *unhold(struct bridge *br, struct node *n, struct hold_list *l)
+static struct held *unhold(struct bridge *br, struct hold_list *l)
 {
 	struct held *h = l->head;
 
@@ -708,11 +706,10 @@ static struct held *unhold(struct bridge *br, struct node *n, struct hold_list *
 	if (!l->head)
 		l->tail = NULL;
 	br->held_bytes -= h->len;
-	n->held_bytes -= h->len;
 	return h;
 }
 
-/* F, a part of NAME's snapshot, re-encoded into br->hold_buf: its length. */
+/* F, a snapshot part, re-encoded into br->hold_buf: its length. */
 static size_t encode_part(struct bridge *br, const struct pr_bp_frame *f)
 {
 	struct pr_bp_entry e;
@@ -726,7 +723,7 @@ static size_t encode_part(struct bridge *br, const struct pr_bp_frame *f)
 	return pos;
 }
 
-/* F, a change of NAME's (its origin), re-encoded into br->hold_buf. */
+/* F, a change of node NAME's (its origin), re-encoded into br->hold_buf. */
 static size_t encode_change(struct bridge *br, const char *name, const struct pr_bp_frame *f)
 {
 	size_t pos = 0;
@@ -804,12 +801,12 @@ static int take_part(struct bridge *br, struct node *n, uint16_t id, const struc
 		return refuse(br, n->name, "snapshot part %u out of order (expected %u)", f->part,
 			      n->snap_part);
 	if (f->part > n->snap_part) {
-		err = hold(br, n, &n->parts, f->part, encode_part(br, f));
+		err = hold(br, &n->parts, f->part, encode_part(br, f));
 		return err ? hold_refused(br, n->name, err, "snapshot part", f->part) : 0;
 	}
 	err = apply_part(br, n, id, f);
 	while (!err && !n->synced && n->parts.head && n->parts.head->key == n->snap_part) {
-		struct held *h = unhold(br, n, &n->parts);
+		struct held *h = unhold(br, &n->parts);
 		struct pr_bp_frame g;
 		size_t pos = 0;
 
@@ -844,7 +841,7 @@ static int take_changes(struct bridge *br, struct node *n, uint16_t id)
 	int err = 0;
 
 	while (!err && n->changes.head && n->changes.head->key <= n->next_seq) {
-		struct held *h = unhold(br, n, &n->changes);
+		struct held *h = unhold(br, &n->changes);
 		struct pr_bp_frame g;
 		size_t pos = 0;
 
@@ -869,7 +866,7 @@ static int take_change(struct bridge *br, struct node *n, uint16_t id, const str
 	if (n->synced && f->seq < n->next_seq)
 		return 0;
 	if (!n->synced || f->seq > n->next_seq) {
-		err = hold(br, n, &n->changes, f->seq, encode_change(br, n->name, f));
+		err = hold(br, &n->changes, f->seq, encode_change(br, n->name, f));
 		/* The same change twice, both early: the first stands. */
 		return err && err != -EEXIST ? hold_refused(br, n->name, err, "change", f->seq) : 0;
 	}
