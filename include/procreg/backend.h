@@ -38,8 +38,12 @@
 #ifndef PROCREG_BACKEND_H
 #define PROCREG_BACKEND_H
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,6 +57,12 @@ extern "C" {
 /* A frame decoded by procregd's codec, for the built-in backends. */
 struct pr_bp_frame;
 
+/* Defaults of the config's timings (procregd's --heartbeat-ms and
+ * --node-timeout-ms), for every backend: a heartbeat twice a second, and
+ * six missed make a node down. */
+#define PR_BRIDGE_HEARTBEAT_MS 500
+#define PR_BRIDGE_TIMEOUT_MS 3000
+
 /* What the replication layer offers the backend: upcalls. */
 struct pr_bridge_up {
 	size_t sz;
@@ -62,9 +72,13 @@ struct pr_bridge_up {
 	int (*node_up)(void *ctx, const char *node, uint64_t inc, const char *addr);
 	/* NODE is gone (connection lost, silent, refused a frame). */
 	void (*node_down)(void *ctx, const char *node);
-	/* A HEARTBEAT, SNAP or CHANGE frame from NODE. Negative: a protocol
-	 * error or a gap; the backend drops the connection, and the next one
-	 * starts with a fresh snapshot. */
+	/* A HEARTBEAT, SNAP or CHANGE frame from NODE, in whatever order
+	 * the transport brought it: the replication layer puts a node's
+	 * frames back in order (holding what comes early, within a bound)
+	 * and notices what was lost, so a backend only delivers. Negative:
+	 * a protocol error, a frame lost for good, too much held; the
+	 * backend drops the connection, and the next one starts with a
+	 * fresh snapshot. */
 	int (*deliver)(void *ctx, const char *node, const struct pr_bp_frame *f);
 	/* Write this node's snapshot for a node that came up: SEND once per
 	 * frame, in order, before any change sent after this call. */
@@ -99,15 +113,17 @@ struct pr_bridge_config {
 	size_t npeers;
 	const uint8_t *cookie;
 	size_t cookie_len;
-	uint32_t heartbeat_ms;      /* send one when idle this long */
-	uint32_t timeout_ms;        /* a peer silent this long is down */
+	uint32_t heartbeat_ms;      /* send one when idle this long; 0: PR_BRIDGE_HEARTBEAT_MS */
+	uint32_t timeout_ms;        /* a peer silent this long is down; 0: PR_BRIDGE_TIMEOUT_MS */
 	/* Added later: a backend checks sz before reading them. */
 	/* Every this many bytes broadcast() queues for a node, send what
 	 * the node's connection takes at once, mid-batch, rather than wait
 	 * for flush(); 0: at flush() only. */
 	uint32_t flush_bytes;
 	const char *scope;          /* the registry's scope */
-	const char *const *opts;    /* backend-specific "KEY=VALUE", nopts of them */
+	/* Backend-specific "KEY=VALUE" (--bridge-opt), nopts of them: a
+	 * backend refuses a KEY it does not know (pr_bridge_opts_check). */
+	const char *const *opts;
 	size_t nopts;
 	/* "host:port" other nodes should dial to reach this one, when not
 	 * listen (behind address translation, a proxy); NULL: listen. */
@@ -145,6 +161,77 @@ struct pr_bridge_backend {
 /* The members a backend must fill: everything up to close. */
 #define PR_BRIDGE_BACKEND_MIN_SZ \
 	(offsetof(struct pr_bridge_backend, close) + sizeof(void (*)(void *)))
+
+/* ---- for backends: what every open() does with what it is given ---- */
+
+/* C, as this header's struct: members past C's sz zeroed (a caller built
+ * with an older header), timings left 0 set to their defaults. */
+static inline void pr_bridge_config_take(struct pr_bridge_config *dst,
+					 const struct pr_bridge_config *c)
+{
+	memset(dst, 0, sizeof(*dst));
+	memcpy(dst, c, c->sz < sizeof(*dst) ? c->sz : sizeof(*dst));
+	if (!dst->heartbeat_ms)
+		dst->heartbeat_ms = PR_BRIDGE_HEARTBEAT_MS;
+	if (!dst->timeout_ms)
+		dst->timeout_ms = PR_BRIDGE_TIMEOUT_MS;
+}
+
+static inline void pr_bridge_up_take(struct pr_bridge_up *dst, const struct pr_bridge_up *up)
+{
+	memset(dst, 0, sizeof(*dst));
+	memcpy(dst, up, up->sz < sizeof(*dst) ? up->sz : sizeof(*dst));
+}
+
+/* Whether OPT ("KEY=VALUE") is for KEY. */
+static inline bool pr_bridge_opt_is(const char *opt, const char *key)
+{
+	size_t kl = strlen(key);
+
+	return !strncmp(opt, key, kl) && opt[kl] == '=';
+}
+
+/* The value of option KEY in C (the last one given wins), or NULL. */
+static inline const char *pr_bridge_opt(const struct pr_bridge_config *c, const char *key)
+{
+	const char *v = NULL;
+
+	for (size_t i = 0; i < c->nopts; i++)
+		if (pr_bridge_opt_is(c->opts[i], key))
+			v = c->opts[i] + strlen(key) + 1;
+	return v;
+}
+
+/* Every option of C's is one of KNOWN (NULL-terminated; NULL itself: a
+ * backend that takes none): 0, or -EINVAL with a line in the log that
+ * names the key it does not know, and not its value (a misspelt
+ * "pasword=..." must not put a secret in the log). */
+static inline int pr_bridge_opts_check(const struct pr_bridge_config *c,
+				       const struct pr_bridge_up *up, const char *backend,
+				       const char *const *known)
+{
+	for (size_t i = 0; i < c->nopts; i++) {
+		const char *o = c->opts[i];
+		size_t kl = strcspn(o, "=");
+		bool ok = false;
+		char want[512];
+		size_t wl = 0;
+
+		for (size_t k = 0; known && known[k]; k++)
+			ok |= pr_bridge_opt_is(o, known[k]);
+		if (ok)
+			continue;
+		want[0] = 0;
+		for (size_t k = 0; known && known[k] && wl < sizeof(want); k++)
+			wl += (size_t)snprintf(want + wl, sizeof(want) - wl, "%s%s", k ? ", " : "",
+					       known[k]);
+		up->log("bridge: %s: unknown option '%.*s' (--bridge-opt %.*s=...): %s%s", backend,
+			(int)kl, o, (int)kl, o, known && known[0] ? "want one of " : "it takes none",
+			want);
+		return -EINVAL;
+	}
+	return 0;
+}
 
 #ifdef __cplusplus
 }

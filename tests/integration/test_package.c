@@ -275,7 +275,7 @@ static void test_installed_package(void **state)
 	assert_int_not_equal(th_run(f->o, NULL, A(cmd, "--foreground", "--dir", src, "--node", "x",
 						  "--cookie-file", path, "--bridge", "nats",
 						  "--bridge-opt", "bogus=1")), 0);
-	expect_in(f->o->err, "unknown option 'bogus=1'");
+	expect_in(f->o->err, "unknown option 'bogus'");
 #endif
 }
 
