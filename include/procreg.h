@@ -23,9 +23,30 @@
  *
  * Conventions. Every function that can fail returns a negative errno value
  * (and NULL + errno for procreg_open()); procreg_strerror() turns one into
- * a message. Handles are opaque. Option structs carry their own size in
- * .sz, so that they can grow without breaking callers built against an
- * older header: declare them with PROCREG_OPTS().
+ * a message. Handles are opaque.
+ *
+ * Sized structs. Every struct that crosses this interface, in or out,
+ * starts with size_t sz: the size of the struct as the caller was
+ * compiled, so that structs can grow at the end without breaking a
+ * program built against an older header, nor one built against a newer
+ * header that runs on an older library. Declare them with PROCREG_OPTS(),
+ * which sets .sz and zeroes the rest. Every function checks .sz the same
+ * way:
+ *   - NULL options mean the defaults (where the function says so);
+ *   - an .sz of 0, or below the struct's size in the first release
+ *     (0.1), is refused: -EINVAL (procreg_open(): NULL, errno EINVAL);
+ *   - an .sz beyond what this library knows is accepted only if every
+ *     byte past what it knows is zero: a non-zero one asks for something
+ *     it cannot do, and is refused with -EOPNOTSUPP rather than ignored;
+ *   - fields past a smaller .sz (a program built against an older header)
+ *     are taken as unset, and a struct the library fills is filled only
+ *     up to the caller's .sz.
+ * A struct the library hands to a callback (procreg_foreach() and the
+ * like) has the library's .sz: a member added in a later version is there
+ * only if .sz covers it (offsetof(member) + sizeof(member) <= .sz).
+ * The size travels in the struct rather than as an extra argument so that
+ * one rule serves a struct passed alone, an array of them (procreg_batch(),
+ * whose elements are .sz bytes apart) and one given to a callback.
  *
  * Threads. A procreg_t may be shared by any number of threads. Lookups run
  * in parallel without contention; calls that talk to the daemon serialise
@@ -57,6 +78,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "procreg/version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -70,13 +93,16 @@ extern "C" {
 #define PROCREG_NAME_MAX 255
 #define PROCREG_META_MAX 1024
 
-/* Version of the library, from the build; see also procreg_version(). */
+/* The version of the library loaded at run time ("0.1.0"); the headers'
+ * own is PROCREG_VERSION_STRING (procreg/version.h). */
 PROCREG_API const char *procreg_version(void);
 
 typedef struct procreg procreg_t;
 
-/* Declare an options struct with its size filled in:
+/* Declare a sized struct (options, or a struct to be filled) with its size
+ * set and every other member zero unless given:
  *   PROCREG_OPTS(procreg_opts, o, .scope = "test");
+ *   PROCREG_OPTS(procreg_entry, e);
  */
 #define PROCREG_OPTS(TYPE, NAME, ...) \
 	struct TYPE NAME = { .sz = sizeof(struct TYPE), __VA_ARGS__ }
@@ -93,7 +119,8 @@ struct procreg_opts {
 /*
  * Map the table of a scope and prepare to talk to its daemon (the
  * connection itself is made on the first call that needs it). NULL opts
- * means defaults. Fails with NULL and errno: ENOENT (no table: procregd has
+ * means defaults. Fails with NULL and errno: EINVAL (.sz unset or too
+ * small), EOPNOTSUPP (options this library does not know), ENOENT (no table: procregd has
  * never run for this scope), EPROTO (the file is not a procreg table of
  * this layout version), EPERM (the table belongs to a user this process
  * does not trust, is writable by others, or its path is a symbolic link:
@@ -107,7 +134,8 @@ PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts);
 PROCREG_API void procreg_close(procreg_t *reg);
 
 /* Register NAME for the calling process. -EEXIST if another process holds
- * it; registering a name you already hold replaces its metadata. */
+ * it; registering a name you already hold replaces its metadata. The same
+ * as procreg_register_opts() with NULL options. */
 PROCREG_API int procreg_register(procreg_t *reg, const char *name,
 				 const void *meta, size_t meta_len);
 
@@ -122,6 +150,9 @@ PROCREG_API int procreg_register(procreg_t *reg, const char *name,
  *  PROCREG_REPLACEABLE  a later PROCREG_REPLACE registration may take NAME
  *                       over (event PROCREG_EV_REPLACED).
  *  PROCREG_REPLACE      if NAME is held as replaceable, take it over.
+ *  PROCREG_PIDFD        NAME is for the process .pidfd refers to (from
+ *                       pidfd_open(2)), not the caller: the caller must
+ *                       have that process's uid, or be root (-EPERM).
  *  .lease_ms            a lease: unless procreg_refresh() renews it within
  *                       that time, NAME is released even though the owner
  *                       lives (event PROCREG_EV_EXPIRED), or, with
@@ -133,6 +164,7 @@ PROCREG_API int procreg_register(procreg_t *reg, const char *name,
  *                       holds, from this registration on; 0: none. -EINVAL
  *                       for a number that is no signal.
  */
+#define PROCREG_PIDFD 0x1
 #define PROCREG_QUEUE 0x2
 #define PROCREG_REPLACE 0x4
 #define PROCREG_REPLACEABLE 0x8
@@ -143,8 +175,10 @@ struct procreg_register_opts {
 	unsigned int flags;        /* PROCREG_QUEUE | PROCREG_REPLACE | ... */
 	uint32_t lease_ms;         /* 0: no lease */
 	int lost_signal;           /* 0: none */
+	int pidfd;                 /* with PROCREG_PIDFD: the owner */
 };
 
+/* NULL opts: as procreg_register(). */
 PROCREG_API int procreg_register_opts(procreg_t *reg, const char *name, const void *meta,
 				      size_t meta_len,
 				      const struct procreg_register_opts *opts);
@@ -159,7 +193,8 @@ PROCREG_API int procreg_refresh(procreg_t *reg, const char *name);
 PROCREG_API int procreg_wait_owner(procreg_t *reg, const char *name, int timeout_ms);
 
 /* Register NAME for the process PIDFD refers to (from pidfd_open(2)). The
- * caller must have that process's uid, or be root: -EPERM otherwise. */
+ * caller must have that process's uid, or be root: -EPERM otherwise.
+ * Shorthand for procreg_register_opts() with PROCREG_PIDFD. */
 PROCREG_API int procreg_register_pidfd(procreg_t *reg, int pidfd,
 				       const char *name, const void *meta,
 				       size_t meta_len);
@@ -168,21 +203,32 @@ PROCREG_API int procreg_register_pidfd(procreg_t *reg, int pidfd,
  * -EPERM otherwise; -ENOENT if it is not registered. */
 PROCREG_API int procreg_unregister(procreg_t *reg, const char *name);
 
-/* One registered name, copied out of the table. */
+/*
+ * One registered name (or membership), copied out of the table. The
+ * metadata goes to a buffer of the caller's: .meta and .meta_size say
+ * where and how much room (NULL, 0: metadata not wanted), and .meta_len
+ * says how long it is, which may be more than .meta_size (then only
+ * .meta_size bytes were copied: ask again with room for .meta_len). So a
+ * lookup allocates nothing, and the metadata limit is the table's, not
+ * this struct's. In a struct given to a callback, .meta points to the
+ * library's copy, valid until the callback returns.
+ */
 #define PROCREG_ENTRY_REPLACEABLE 0x1  /* a PROCREG_REPLACE registration may take it */
 #define PROCREG_ENTRY_LEASED 0x2       /* registered with a lease (ttl) */
 #define PROCREG_ENTRY_UNHEALTHY 0x4    /* its lease expired and was not refreshed */
 
 struct procreg_entry {
+	size_t sz;                 /* sizeof(struct procreg_entry): set it (PROCREG_OPTS) */
+	void *meta;                /* in: where the metadata goes; NULL: nowhere */
+	size_t meta_size;          /* in: bytes of room at .meta */
+	size_t meta_len;           /* out: the metadata's length (more than .meta_size: cut) */
 	pid_t pid;                 /* owner's pid (on its node) */
 	uint32_t node;             /* 0: this host */
 	uint32_t flags;            /* PROCREG_ENTRY_* */
+	uint32_t uid;              /* owner's uid */
 	uint64_t start_time;       /* owner's start time, clock ticks since boot */
 	uint64_t registered_ns;    /* CLOCK_REALTIME of the registration */
-	uint32_t uid;              /* owner's uid */
-	uint32_t meta_len;
 	char name[PROCREG_NAME_MAX + 1];
-	unsigned char meta[PROCREG_META_MAX];
 };
 
 /*
@@ -193,7 +239,8 @@ struct procreg_entry {
  * (but a thread's first read, and the first after a daemon starts, which
  * hand the daemon this process's reader pages without waiting for it), no
  * lock; safe from any thread.
- * OUT may be NULL to test for presence only.
+ * OUT may be NULL to test for presence only; else its .sz is checked
+ * (-EINVAL, -EOPNOTSUPP: see "Sized structs").
  *
  * A name whose owner has just died may still be found until the daemon has
  * processed the death (normally within microseconds); procreg_sync() makes
@@ -217,6 +264,15 @@ PROCREG_API int procreg_foreach(procreg_t *reg, procreg_entry_cb cb, void *arg);
  * return. The call itself returns 0 once every op is answered, or a
  * negative errno if the connection failed (ops not yet answered then hold
  * -ECANCELED).
+ *
+ * The ops are .sz bytes apart, and every op must have the same .sz as the
+ * first: else the call returns -EINVAL (or -EOPNOTSUPP, for a tail this
+ * library does not know) before sending anything, and no .result is
+ * written. An op takes the options of the single calls: a REGISTER those
+ * of procreg_register_opts(), a JOIN those of procreg_join_opts(); an
+ * UNREGISTER or a LEAVE none (.flags, .lease_ms, .lost_signal must be 0:
+ * -EINVAL in .result). An op with PROCREG_PIDFD travels alone in its
+ * packet (the pidfd goes with it), so a batch of them pipelines less.
  */
 enum procreg_op_kind {
 	PROCREG_OP_REGISTER = 1,
@@ -226,11 +282,16 @@ enum procreg_op_kind {
 };
 
 struct procreg_op {
-	int kind;           /* enum procreg_op_kind */
+	size_t sz;                 /* sizeof(struct procreg_op): set it (PROCREG_OPTS) */
+	int kind;                  /* enum procreg_op_kind */
 	const char *name;
-	const void *meta;
+	const void *meta;          /* REGISTER, JOIN */
 	size_t meta_len;
-	int result;         /* out */
+	unsigned int flags;        /* PROCREG_PIDFD, and for REGISTER PROCREG_QUEUE ... */
+	uint32_t lease_ms;         /* REGISTER: 0, no lease */
+	int lost_signal;           /* REGISTER: 0, none */
+	int pidfd;                 /* with PROCREG_PIDFD: the owner */
+	int result;                /* out */
 };
 
 PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n);
@@ -243,11 +304,30 @@ PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n);
  * the rules of names; a group and a name may share a name.
  */
 
-/* Join GROUP (joining again replaces the membership's metadata). */
+/* Join GROUP (joining again replaces the membership's metadata). The same
+ * as procreg_join_opts() with NULL options. */
 PROCREG_API int procreg_join(procreg_t *reg, const char *group, const void *meta,
 			     size_t meta_len);
+
+/*
+ * Join with options:
+ *  PROCREG_PIDFD   the member is the process .pidfd refers to, under the
+ *                  rules of procreg_register_opts().
+ * A membership has no owner to queue behind or replace, and no lease
+ * (procregd keeps leases for names only): every other flag is -EINVAL.
+ */
+struct procreg_join_opts {
+	size_t sz;                 /* sizeof(struct procreg_join_opts) */
+	unsigned int flags;        /* PROCREG_PIDFD */
+	int pidfd;                 /* with PROCREG_PIDFD: the member */
+};
+
+/* NULL opts: as procreg_join(). */
+PROCREG_API int procreg_join_opts(procreg_t *reg, const char *group, const void *meta,
+				  size_t meta_len, const struct procreg_join_opts *opts);
 /* Join for the process PIDFD refers to, under the rules of
- * procreg_register_pidfd(). */
+ * procreg_register_pidfd(): shorthand for procreg_join_opts() with
+ * PROCREG_PIDFD. */
 PROCREG_API int procreg_join_pidfd(procreg_t *reg, int pidfd, const char *group,
 				   const void *meta, size_t meta_len);
 /* Leave GROUP: -ENOENT if not a member. */
@@ -267,7 +347,10 @@ PROCREG_API int procreg_members(procreg_t *reg, const char *group, procreg_entry
 PROCREG_API int procreg_group_count(procreg_t *reg, const char *group, uint64_t *members,
 				    uint64_t *local_members);
 
+/* One group, as procreg_groups() gives it to its callback (.sz: the
+ * library's). */
 struct procreg_group {
+	size_t sz;                 /* sizeof(struct procreg_group) */
 	char name[PROCREG_NAME_MAX + 1];
 	uint64_t members;
 	uint64_t local_members;
@@ -300,6 +383,7 @@ enum procreg_event_type {
 };
 
 struct procreg_event {
+	size_t sz;                  /* sizeof(struct procreg_event): set it (PROCREG_OPTS) */
 	uint64_t seq;               /* 1, 2, 3... in the order of the writes */
 	uint64_t time_ns;           /* CLOCK_REALTIME */
 	int type;                   /* enum procreg_event_type */
@@ -316,8 +400,8 @@ struct procreg_event {
 PROCREG_API uint64_t procreg_feed_head(procreg_t *reg);
 
 /*
- * The event after *CURSOR: 0, *EV filled and *CURSOR advanced to its
- * sequence number. Blocks up to TIMEOUT_MS milliseconds for one (0: do not
+ * The event after *CURSOR: 0, *EV filled (up to its .sz) and *CURSOR
+ * advanced to its sequence number. Blocks up to TIMEOUT_MS milliseconds for one (0: do not
  * block; -1: no limit) on a futex in the table, without polling:
  * -ETIMEDOUT when none came. -EOVERFLOW when the events after *CURSOR were
  * overwritten before being read: *CURSOR then moves to just before the
@@ -374,7 +458,8 @@ struct procreg_lost {
 /*
  * The next name this process lost, as its owner: 0 and *OUT filled (the
  * members its .sz covers); -ETIMEDOUT if none came within TIMEOUT_MS (0:
- * do not wait; -1: no limit); -EINVAL for an .sz too small; -ECONNREFUSED
+ * do not wait; -1: no limit); -EINVAL, -EOPNOTSUPP for a bad .sz (see
+ * "Sized structs"); -ECONNREFUSED
  * without a daemon; -ECONNRESET if the connection broke (notices not yet
  * read on it are gone; the change feed has them); -EINTR if a signal
  * interrupted the wait.
@@ -392,8 +477,10 @@ PROCREG_API int procreg_lost_fd(procreg_t *reg);
  * death that happened before the call. */
 PROCREG_API int procreg_sync(procreg_t *reg);
 
-/* Counters, read from the table header without asking the daemon. */
+/* Counters, read from the table header without asking the daemon: *OUT
+ * filled up to its .sz. */
 struct procreg_stats {
+	size_t sz;                  /* sizeof(struct procreg_stats): set it (PROCREG_OPTS) */
 	uint64_t names;
 	uint64_t groups;
 	uint64_t memberships;       /* over all groups */
@@ -432,20 +519,15 @@ PROCREG_API const char *procreg_strerror(int err);
  * None talks to the daemon or writes shared memory, so each works while
  * the daemon is down (showing what it last wrote) and never slows it.
  *
- * Every struct here is an output that carries its size: declare it with
- * PROCREG_OPTS() so that .sz is set and the rest zeroed. The library fills
- * the members the caller's .sz covers (a caller built against an older
- * header gets the members it knows; one built against a newer header
- * keeps its zeros in the members this library does not know). It refuses
- * a zero or a too short .sz with -EINVAL, and an .sz beyond its own struct
- * with a non-zero byte past it with -EOPNOTSUPP.
+ * The structs here are sized structs (see "Sized structs" above): an
+ * output the caller passes is declared with PROCREG_OPTS() and filled up
+ * to its .sz; one handed to a callback has the library's .sz.
  *
- * Lists (readers, nodes) come through a callback that is handed the
- * caller's own struct, filled afresh for each item: the number of items
- * changes from one moment to the next, which a caller-sized array would
- * meet with a count, an allocation and a retry, and an array of
- * size-carrying structs would need a stride. A callback that returns
- * non-zero stops the walk, and the call returns that value.
+ * Lists (readers, nodes) come through a callback, as procreg_foreach()'s
+ * names do, rather than in a caller-sized array: their number changes from
+ * one moment to the next, which an array would meet with a count, an
+ * allocation and a retry. A callback that returns non-zero stops the
+ * walk, and the call returns that value.
  */
 
 /* The table as a whole, from its header (daemon-written counters are each
@@ -488,7 +570,7 @@ PROCREG_API int procreg_name_hash(procreg_t *reg, const char *name, uint64_t *ha
 #define PROCREG_READER_GONE 0x2     /* its process has exited: the daemon drops it once it notices */
 
 struct procreg_reader {
-	size_t sz;                 /* sizeof(struct procreg_reader): set it (PROCREG_OPTS) */
+	size_t sz;                 /* the library's sizeof(struct procreg_reader) */
 	pid_t pid;
 	uint32_t uid;
 	uint64_t start_time;       /* the process's, clock ticks since boot */
@@ -504,12 +586,11 @@ struct procreg_reader {
 
 typedef int (*procreg_reader_cb)(const struct procreg_reader *r, void *arg);
 
-/* Call CB for every reader process, in no particular order, with BUF
- * filled (BUF's .sz set by the caller). Each is a consistent copy of the
- * daemon's record; PROCREG_READER_GONE is found by the call, from /proc.
- * 0 once every reader is seen, CB's non-zero value, or -EINVAL. */
-PROCREG_API int procreg_readers(procreg_t *reg, struct procreg_reader *buf, procreg_reader_cb cb,
-				void *arg);
+/* Call CB for every reader process, in no particular order. Each is a
+ * consistent copy of the daemon's record; PROCREG_READER_GONE is found by
+ * the call, from /proc. 0 once every reader is seen, CB's non-zero value,
+ * or -EINVAL. */
+PROCREG_API int procreg_readers(procreg_t *reg, procreg_reader_cb cb, void *arg);
 
 /* The health of the reader registry (what LMDB's mdb_reader_check looks
  * for): readers the daemon gave up waiting for, readers whose process is
@@ -590,7 +671,7 @@ struct procreg_bridge {
 };
 
 struct procreg_node {
-	size_t sz;                 /* sizeof(struct procreg_node): set it (PROCREG_OPTS) */
+	size_t sz;                 /* the library's sizeof(struct procreg_node) */
 	uint32_t id;               /* struct procreg_entry .node */
 	char name[PROCREG_NODE_NAME_MAX + 1];
 	char addr[PROCREG_NODE_ADDR_MAX + 1]; /* "" if unknown */
@@ -604,12 +685,12 @@ struct procreg_node {
 typedef int (*procreg_node_cb)(const struct procreg_node *n, void *arg);
 
 /* *OUT filled (OUT may be NULL), and CB (may be NULL) called for every
- * other node up, with NODE filled: one consistent picture. 0, CB's
- * non-zero value, -ENOENT if the daemon does not replicate, -EPROTO if its
- * file is not one this library reads, -EPERM if that file is not the
- * daemon's, -EINVAL. */
-PROCREG_API int procreg_bridge(procreg_t *reg, struct procreg_bridge *out,
-			       struct procreg_node *node, procreg_node_cb cb, void *arg);
+ * other node up: one consistent picture. 0, CB's non-zero value, -ENOENT
+ * if the daemon does not replicate, -EPROTO if its file is not one this
+ * library reads, -EPERM if that file is not the daemon's, -EINVAL,
+ * -EOPNOTSUPP. */
+PROCREG_API int procreg_bridge(procreg_t *reg, struct procreg_bridge *out, procreg_node_cb cb,
+			       void *arg);
 
 /* The name of node ID (0: this node) into BUF: 0, -ENOENT for an id not
  * known (or no replication), -ERANGE if LEN is too small. */

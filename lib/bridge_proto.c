@@ -7,42 +7,8 @@
 #include <string.h>
 
 #include "bridge_proto.h"
+#include "byteorder.h"
 #include "layout.h"
-
-/* ---- little-endian helpers -------------------------------------------- */
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 /* A bounded reader over one frame's body. Once it fails it stays failed. */
 struct rd {
@@ -73,19 +39,19 @@ static uint8_t rd8(struct rd *r)
 static uint16_t rd16(struct rd *r)
 {
 	const uint8_t *p = take(r, 2);
-	return p ? get16(p) : 0;
+	return p ? pr_get16(p) : 0;
 }
 
 static uint32_t rd32(struct rd *r)
 {
 	const uint8_t *p = take(r, 4);
-	return p ? get32(p) : 0;
+	return p ? pr_get32(p) : 0;
 }
 
 static uint64_t rd64(struct rd *r)
 {
 	const uint8_t *p = take(r, 8);
-	return p ? get64(p) : 0;
+	return p ? pr_get64(p) : 0;
 }
 
 int procreg__bp_valid_node(const char *s, size_t n)
@@ -161,12 +127,12 @@ static int rd_entry(struct rd *r, struct pr_bp_entry *e)
 	e->op = h[0];
 	e->kind = h[1];
 	e->flags = h[2];
-	e->pid = get32(h + 4);
-	e->uid = get32(h + 8);
-	e->start_time = get64(h + 12);
-	e->registered_ns = get64(h + 20);
-	e->name_len = get16(h + 28);
-	e->meta_len = get16(h + 30);
+	e->pid = pr_get32(h + 4);
+	e->uid = pr_get32(h + 8);
+	e->start_time = pr_get64(h + 12);
+	e->registered_ns = pr_get64(h + 20);
+	e->name_len = pr_get16(h + 28);
+	e->meta_len = pr_get16(h + 30);
 	e->name = (const char *)take(r, e->name_len);
 	e->meta = take(r, e->meta_len);
 	if (h[3] || !e->name || !e->meta || check_entry(e) < 0)
@@ -255,10 +221,10 @@ int procreg__bp_next(const uint8_t *buf, size_t len, size_t *pos, struct pr_bp_f
 	memset(f, 0, sizeof(*f));
 	if (p >= len || len - p < PR_BP_HDR)
 		return 0;
-	f->len = get32(buf + p);
+	f->len = pr_get32(buf + p);
 	f->type = buf[p + 4];
 	f->version = buf[p + 5];
-	f->flags = get16(buf + p + 6);
+	f->flags = pr_get16(buf + p + 6);
 	if (f->len < PR_BP_HDR || f->len > PR_BP_FRAME_MAX)
 		return -EBADMSG;
 	/* Another version's frame, not garbage: the caller can say so. */
@@ -314,10 +280,10 @@ int procreg__bp_peer(const struct pr_bp_frame *f, size_t *item_pos, struct pr_bp
 
 static void put_hdr(uint8_t *p, size_t len, uint8_t type, uint16_t flags)
 {
-	put32(p, (uint32_t)len);
+	pr_put32(p, (uint32_t)len);
 	p[4] = type;
 	p[5] = PR_BP_VERSION;
-	put16(p + 6, flags);
+	pr_put16(p + 6, flags);
 }
 
 static int room(size_t cap, size_t pos, size_t n)
@@ -348,7 +314,7 @@ int procreg__bp_put_hello(uint8_t *buf, size_t cap, size_t *pos, uint64_t incarn
 		return -ENOBUFS;
 	p = buf + *pos;
 	put_hdr(p, len, PR_BP_HELLO, 0);
-	put64(p + 8, incarnation);
+	pr_put64(p + 8, incarnation);
 	memcpy(p + 16, nonce, PR_BP_NONCE);
 	memcpy(p + 16 + PR_BP_NONCE, key, PR_BP_KEY);
 	p += 16 + PR_BP_NONCE + PR_BP_KEY;
@@ -401,8 +367,8 @@ int procreg__bp_put_heartbeat(uint8_t *buf, size_t cap, size_t *pos, uint64_t in
 	if (!room(cap, *pos, len))
 		return -ENOBUFS;
 	put_hdr(buf + *pos, len, PR_BP_HEARTBEAT, 0);
-	put64(buf + *pos + 8, incarnation);
-	put64(buf + *pos + 16, seq);
+	pr_put64(buf + *pos + 8, incarnation);
+	pr_put64(buf + *pos + 16, seq);
 	*pos += len;
 	return 0;
 }
@@ -418,12 +384,12 @@ static void put_entry(uint8_t *p, const struct pr_bp_entry *e)
 	p[1] = e->kind;
 	p[2] = e->flags;
 	p[3] = 0;
-	put32(p + 4, e->pid);
-	put32(p + 8, e->uid);
-	put64(p + 12, e->start_time);
-	put64(p + 20, e->registered_ns);
-	put16(p + 28, (uint16_t)e->name_len);
-	put16(p + 30, (uint16_t)e->meta_len);
+	pr_put32(p + 4, e->pid);
+	pr_put32(p + 8, e->uid);
+	pr_put64(p + 12, e->start_time);
+	pr_put64(p + 20, e->registered_ns);
+	pr_put16(p + 28, (uint16_t)e->name_len);
+	pr_put16(p + 30, (uint16_t)e->meta_len);
 	memcpy(p + PR_BP_ENTRY_HDR, e->name, e->name_len);
 	if (e->meta_len)
 		memcpy(p + PR_BP_ENTRY_HDR + e->name_len, e->meta, e->meta_len);
@@ -442,8 +408,8 @@ int procreg__bp_put_change(uint8_t *buf, size_t cap, size_t *pos, uint64_t incar
 		return -ENOBUFS;
 	p = buf + *pos;
 	put_hdr(p, len, PR_BP_CHANGE, 0);
-	put64(p + 8, incarnation);
-	put64(p + 16, seq);
+	pr_put64(p + 8, incarnation);
+	pr_put64(p + 16, seq);
 	p += 24;
 	p += put_str(p, origin);
 	put_entry(p, e);
@@ -468,12 +434,12 @@ int procreg__bp_begin(uint8_t *buf, size_t cap, size_t *pos, uint8_t type,
 	p = buf + *pos;
 	put_hdr(p, len, type, 0);
 	if (type == PR_BP_SNAP) {
-		put64(p + 8, incarnation);
-		put64(p + 16, seq);
-		put32(p + 24, part);
-		put16(p + SNAP_COUNT_AT, 0);
+		pr_put64(p + 8, incarnation);
+		pr_put64(p + 16, seq);
+		pr_put32(p + 24, part);
+		pr_put16(p + SNAP_COUNT_AT, 0);
 	} else {
-		put16(p + PEERS_COUNT_AT, 0);
+		pr_put16(p + PEERS_COUNT_AT, 0);
 	}
 	*start = *pos;
 	*pos += len;
@@ -489,7 +455,7 @@ static uint8_t *count_at(uint8_t *buf, size_t start)
 static int grow(uint8_t *buf, size_t cap, size_t pos, size_t start, size_t n)
 {
 	if (!room(cap, pos, n) || pos - start + n > PR_BP_FRAME_MAX ||
-	    get16(count_at(buf, start)) == UINT16_MAX)
+	    pr_get16(count_at(buf, start)) == UINT16_MAX)
 		return -ENOBUFS;
 	return 0;
 }
@@ -498,7 +464,7 @@ static void counted(uint8_t *buf, size_t start)
 {
 	uint8_t *c = count_at(buf, start);
 
-	put16(c, (uint16_t)(get16(c) + 1));
+	pr_put16(c, (uint16_t)(pr_get16(c) + 1));
 }
 
 int procreg__bp_add_entry(uint8_t *buf, size_t cap, size_t *pos, size_t start,
@@ -524,7 +490,7 @@ int procreg__bp_add_peer(uint8_t *buf, size_t cap, size_t *pos, size_t start, co
 
 	if (!procreg__bp_valid_node(name, nl) || !valid_addr(addr, al))
 		return -EINVAL;
-	if (grow(buf, cap, *pos, start, n) < 0 || get16(count_at(buf, start)) >= PR_BP_PEERS_MAX)
+	if (grow(buf, cap, *pos, start, n) < 0 || pr_get16(count_at(buf, start)) >= PR_BP_PEERS_MAX)
 		return -ENOBUFS;
 	p = buf + *pos;
 	p += put_str(p, name);
@@ -536,6 +502,6 @@ int procreg__bp_add_peer(uint8_t *buf, size_t cap, size_t *pos, size_t start, co
 
 void procreg__bp_end(uint8_t *buf, size_t pos, size_t start, uint16_t flags)
 {
-	put32(buf + start, (uint32_t)(pos - start));
-	put16(buf + start + 6, flags);
+	pr_put32(buf + start, (uint32_t)(pos - start));
+	pr_put16(buf + start + 6, flags);
 }

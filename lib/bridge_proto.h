@@ -35,10 +35,12 @@
  *              change), u32 part, u16 count, count entries. A snapshot
  *              is one or more SNAP frames, numbered by part from 0 up,
  *              all with the same seq; the last has PR_BP_SNAP_LAST. A
- *              receiver takes parts only in order: a missing, repeated
- *              or stray part is refused, like a gap in CHANGE frames
- *              (a transport that may lose a frame, as NATS may, would
- *              otherwise lose the entries in it for good).
+ *              receiver applies parts only in order, holding one that
+ *              comes early; a repeated or stray part is refused, and a
+ *              missing one, like a gap in CHANGE frames, is noticed and
+ *              brings a fresh snapshot (a transport that may lose a
+ *              frame, as NATS may, would otherwise lose the entries in
+ *              it for good).
  *   CHANGE     u64 incarnation, u64 seq, u8 origin_len, origin, one entry.
  *
  * Over the mesh, HEARTBEAT, PEERS, SNAP and CHANGE travel only inside the

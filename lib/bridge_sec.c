@@ -57,6 +57,7 @@
 #include <openssl/rand.h>
 
 #include "bridge_sec.h"
+#include "byteorder.h"
 
 #define LABEL "procreg bridge 3"
 #define COOKIE_MAX 4096
@@ -126,12 +127,6 @@ static int hkdf(const uint8_t *key, size_t key_len, const uint8_t *salt, size_t 
 	return ok ? 0 : -EIO;
 }
 
-static void put16(uint8_t *p, size_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
 /* The hash of both HELLOs, the dialer's first. */
 static int transcript(const struct pr_bs *s, uint8_t th[32])
 {
@@ -146,8 +141,8 @@ static int transcript(const struct pr_bs *s, uint8_t th[32])
 
 	if (!c)
 		return -ENOMEM;
-	put16(n1, l1);
-	put16(n2, l2);
+	pr_put16(n1, (uint16_t)l1);
+	pr_put16(n2, (uint16_t)l2);
 	ok = EVP_DigestInit_ex(c, EVP_sha256(), NULL) &&
 	     EVP_DigestUpdate(c, LABEL, strlen(LABEL)) && EVP_DigestUpdate(c, n1, 2) &&
 	     EVP_DigestUpdate(c, first, l1) && EVP_DigestUpdate(c, n2, 2) &&
@@ -363,17 +358,6 @@ int procreg__bs_handshake(struct pr_bs *s, const uint8_t *raw, const struct pr_b
 
 /* ---- records ------------------------------------------------------------ */
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Ready D for its next record: the nonce, and a fresh key at every
  * rekey-th record. */
 static int dir_next(struct pr_bs *s, struct bs_dir *d, uint8_t iv[12])
@@ -406,7 +390,7 @@ int procreg__bs_seal(struct pr_bs *s, const uint8_t *pt, size_t len, uint8_t *ou
 		return -EINVAL;
 	if ((err = dir_next(s, &s->tx, iv)) < 0)
 		goto dead;
-	put32(out, (uint32_t)(len + PR_BS_OVERHEAD));
+	pr_put32(out, (uint32_t)(len + PR_BS_OVERHEAD));
 	if (EVP_EncryptInit_ex(s->tx.ctx, NULL, NULL, NULL, iv) != 1 ||
 	    EVP_EncryptUpdate(s->tx.ctx, NULL, &n, out, PR_BS_REC_HDR) != 1 ||
 	    EVP_EncryptUpdate(s->tx.ctx, out + PR_BS_REC_HDR, &n, pt, (int)len) != 1 ||
@@ -434,7 +418,7 @@ int procreg__bs_open(struct pr_bs *s, const uint8_t *in, size_t len, size_t *use
 		return -EACCES;
 	if (len < PR_BS_REC_HDR)
 		return 0;
-	rl = get32(in);
+	rl = pr_get32(in);
 	if (rl <= PR_BS_OVERHEAD || rl > PR_BS_REC_MAX) {
 		err = -EBADMSG;
 		goto dead;

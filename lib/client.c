@@ -21,7 +21,7 @@
 #include "internal.h"
 #include "probes.h"
 #include "proto.h"
-#include "procreg_version.h"
+#include "procreg/version.h"
 
 /* A notice of a name lost, kept until procreg_lost() takes it. */
 struct pr_lost_note {
@@ -49,6 +49,57 @@ PROCREG_API const char *procreg_version(void)
 	return PROCREG_VERSION_STRING;
 }
 
+/* ---- sized structs ----------------------------------------------------- */
+
+int procreg__sized(const void *s, size_t min, size_t known)
+{
+	const unsigned char *p = s;
+	size_t sz;
+
+	memcpy(&sz, s, sizeof(sz));
+	if (sz < min)
+		return -EINVAL;
+	for (size_t i = known; i < sz; i++)
+		if (p[i])
+			return -EOPNOTSUPP;
+	return 0;
+}
+
+void procreg__sized_in(void *dst, size_t known, const void *s)
+{
+	size_t sz;
+
+	memcpy(&sz, s, sizeof(sz));
+	memset(dst, 0, known);
+	memcpy(dst, s, sz < known ? sz : known);
+}
+
+int procreg__opts_take(void *dst, size_t known, const void *s, size_t min)
+{
+	int err = s ? procreg__sized(s, min, known) : 0;
+
+	if (err)
+		return err;
+	if (s) {
+		procreg__sized_in(dst, known, s);
+	} else {
+		memset(dst, 0, known);
+		memcpy(dst, &known, sizeof(known));
+	}
+	return 0;
+}
+
+void procreg__sized_out(void *dst, const void *src, size_t known)
+{
+	size_t sz;
+
+	/* .sz (at least a size_t: checked) is the caller's; the rest as far
+	 * as both reach. */
+	memcpy(&sz, dst, sizeof(sz));
+	memcpy((unsigned char *)dst + sizeof(sz), (const unsigned char *)src + sizeof(sz),
+	       (sz < known ? sz : known) - sizeof(sz));
+}
+
 /* The uid a caller trusts besides root and itself: .trust_uid, else
  * $PROCREG_TRUST_UID, else none (0). */
 static uid_t trust_of(uint32_t opt)
@@ -68,26 +119,14 @@ static uid_t trust_of(uint32_t opt)
 
 PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 {
-	const char *scope = NULL, *dir = NULL, *sock = NULL, *why = NULL;
-	uint32_t trust = 0;
+	struct procreg_opts o;
+	const char *why = NULL;
 	procreg_t *reg;
-	int err;
+	int err = PR_OPTS_TAKE(&o, opts, procreg_opts, trust_uid);
 
-	if (opts) {
-		if (opts->sz < offsetof(struct procreg_opts, socket) + sizeof(opts->socket) &&
-		    opts->sz != 0 && opts->sz < sizeof(size_t)) {
-			errno = EINVAL;
-			return NULL;
-		}
-		/* Fields past an older caller's sz are taken as unset. */
-		if (opts->sz > offsetof(struct procreg_opts, scope))
-			scope = opts->scope;
-		if (opts->sz > offsetof(struct procreg_opts, dir))
-			dir = opts->dir;
-		if (opts->sz > offsetof(struct procreg_opts, socket))
-			sock = opts->socket;
-		if (opts->sz > offsetof(struct procreg_opts, trust_uid))
-			trust = opts->trust_uid;
+	if (err) {
+		errno = -err;
+		return NULL;
 	}
 	reg = calloc(1, sizeof(*reg));
 	if (!reg) {
@@ -95,9 +134,9 @@ PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 		return NULL;
 	}
 	reg->fd = -1;
-	err = procreg__paths(&reg->paths, scope, dir, sock);
+	err = procreg__paths(&reg->paths, o.scope, o.dir, o.socket);
 	if (!err)
-		err = procreg__map_reader(&reg->map, &reg->paths, trust_of(trust), &why);
+		err = procreg__map_reader(&reg->map, &reg->paths, trust_of(o.trust_uid), &why);
 	if (!err)
 		err = procreg__rcu_init(&reg->rcu, &reg->map);
 	if (!err) {
@@ -557,93 +596,128 @@ static int name_request_arg(procreg_t *reg, uint16_t op, uint16_t flags, int pid
 		return -EINVAL;
 	pthread_mutex_lock(&reg->io);
 	id = ++reg->next_id;
-	procreg__proto_put_name_arg(reg->out, &pos, op, flags | (pidfd >= 0 ? PR_F_PIDFD : 0), id,
-				    name, len, meta, meta_len, arg);
+	procreg__proto_put_name_arg(reg->out, &pos, op, flags, id, name, len, meta, meta_len, arg);
 	err = traced_roundtrip(reg, op, name, len, pos, id, pidfd);
 	pthread_mutex_unlock(&reg->io);
 	return err;
 }
 
-static int name_request(procreg_t *reg, uint16_t op, int pidfd, const char *name,
-			const void *meta, size_t meta_len)
+static int name_request(procreg_t *reg, uint16_t op, const char *name, const void *meta,
+			size_t meta_len)
 {
-	return name_request_arg(reg, op, 0, pidfd, name, meta, meta_len, 0);
+	return name_request_arg(reg, op, 0, -1, name, meta, meta_len, 0);
 }
 
-PROCREG_API int procreg_register_opts(procreg_t *reg, const char *name, const void *meta,
-				      size_t meta_len, const struct procreg_register_opts *o)
-{
-	const unsigned int known = PROCREG_QUEUE | PROCREG_REPLACE | PROCREG_REPLACEABLE |
-				   PROCREG_LEASE_MARK;
-	unsigned int flags = 0;
-	uint32_t lease = 0;
-	int sig = 0;
+/* What a REGISTER or JOIN asks for beyond its name and metadata: the
+ * options of procreg_register_opts(), procreg_join_opts() and a batch's
+ * ops, in one form. */
+struct req_opts {
+	unsigned int flags;
+	uint32_t lease_ms;
+	int lost_signal;
+	int pidfd;
+};
 
-	if (o) {
-		if (o->sz < sizeof(size_t))
-			return -EINVAL;
-		/* Fields past an older caller's sz are taken as unset. */
-		if (o->sz >= offsetof(struct procreg_register_opts, flags) + sizeof(o->flags))
-			flags = o->flags;
-		if (o->sz >= offsetof(struct procreg_register_opts, lease_ms) + sizeof(o->lease_ms))
-			lease = o->lease_ms;
-		if (o->sz >= offsetof(struct procreg_register_opts, lost_signal) +
-				     sizeof(o->lost_signal))
-			sig = o->lost_signal;
-	}
-	if (flags & ~known)
+/* Check O for request OP and give its wire flags (the public flags are
+ * the wire's, the signal in PR_F_SIGNAL). A membership has no owner to
+ * queue behind or replace and no lease; UNREGISTER and LEAVE take no
+ * options at all. */
+static int wire_opts(uint16_t op, const struct req_opts *o, uint16_t *wire)
+{
+	const unsigned int known = op == PR_OP_REGISTER ? PROCREG_PIDFD | PROCREG_QUEUE |
+								  PROCREG_REPLACE | PROCREG_REPLACEABLE |
+								  PROCREG_LEASE_MARK
+				   : op == PR_OP_JOIN	  ? PROCREG_PIDFD
+							  : 0;
+	int sig = o->lost_signal;
+
+	if ((o->flags & ~known) || (op != PR_OP_REGISTER && (o->lease_ms || sig)))
 		return -EINVAL;
-	if ((flags & PROCREG_LEASE_MARK) && !lease)
+	if ((o->flags & PROCREG_LEASE_MARK) && !o->lease_ms)
 		return -EINVAL;
 	if (sig < 0 || sig >= NSIG || sig > (PR_F_SIGNAL_MASK >> PR_F_SIGNAL_SHIFT))
 		return -EINVAL;
-	/* The public flags are the wire's. */
-	return name_request_arg(reg, PR_OP_REGISTER,
-				(uint16_t)(flags | (unsigned int)sig << PR_F_SIGNAL_SHIFT), -1, name,
-				meta, meta_len, lease);
+	if ((o->flags & PROCREG_PIDFD) && o->pidfd < 0)
+		return -EBADF;
+	*wire = (uint16_t)(o->flags | (unsigned int)sig << PR_F_SIGNAL_SHIFT);
+	return 0;
+}
+
+static int opts_request(procreg_t *reg, uint16_t op, const char *name, const void *meta,
+			size_t meta_len, const struct req_opts *o)
+{
+	uint16_t wire;
+	int err = wire_opts(op, o, &wire);
+
+	if (err)
+		return err;
+	return name_request_arg(reg, op, wire, wire & PR_F_PIDFD ? o->pidfd : -1, name, meta,
+				meta_len, o->lease_ms);
+}
+
+PROCREG_API int procreg_register_opts(procreg_t *reg, const char *name, const void *meta,
+				      size_t meta_len, const struct procreg_register_opts *opts)
+{
+	struct procreg_register_opts o;
+	int err = PR_OPTS_TAKE(&o, opts, procreg_register_opts, pidfd);
+
+	if (err)
+		return err;
+	return opts_request(reg, PR_OP_REGISTER, name, meta, meta_len,
+			    &(struct req_opts){ o.flags, o.lease_ms, o.lost_signal, o.pidfd });
+}
+
+PROCREG_API int procreg_join_opts(procreg_t *reg, const char *group, const void *meta,
+				  size_t meta_len, const struct procreg_join_opts *opts)
+{
+	struct procreg_join_opts o;
+	int err = PR_OPTS_TAKE(&o, opts, procreg_join_opts, pidfd);
+
+	if (err)
+		return err;
+	return opts_request(reg, PR_OP_JOIN, group, meta, meta_len,
+			    &(struct req_opts){ .flags = o.flags, .pidfd = o.pidfd });
 }
 
 PROCREG_API int procreg_refresh(procreg_t *reg, const char *name)
 {
-	return name_request(reg, PR_OP_REFRESH, -1, name, NULL, 0);
+	return name_request(reg, PR_OP_REFRESH, name, NULL, 0);
 }
 
 PROCREG_API int procreg_register(procreg_t *reg, const char *name, const void *meta,
 				 size_t meta_len)
 {
-	return name_request(reg, PR_OP_REGISTER, -1, name, meta, meta_len);
+	return name_request(reg, PR_OP_REGISTER, name, meta, meta_len);
 }
 
 PROCREG_API int procreg_register_pidfd(procreg_t *reg, int pidfd, const char *name,
 				       const void *meta, size_t meta_len)
 {
-	if (pidfd < 0)
-		return -EBADF;
-	return name_request(reg, PR_OP_REGISTER, pidfd, name, meta, meta_len);
+	return opts_request(reg, PR_OP_REGISTER, name, meta, meta_len,
+			    &(struct req_opts){ .flags = PROCREG_PIDFD, .pidfd = pidfd });
 }
 
 PROCREG_API int procreg_unregister(procreg_t *reg, const char *name)
 {
-	return name_request(reg, PR_OP_UNREGISTER, -1, name, NULL, 0);
+	return name_request(reg, PR_OP_UNREGISTER, name, NULL, 0);
 }
 
 PROCREG_API int procreg_join(procreg_t *reg, const char *group, const void *meta,
 			     size_t meta_len)
 {
-	return name_request(reg, PR_OP_JOIN, -1, group, meta, meta_len);
+	return name_request(reg, PR_OP_JOIN, group, meta, meta_len);
 }
 
 PROCREG_API int procreg_join_pidfd(procreg_t *reg, int pidfd, const char *group,
 				   const void *meta, size_t meta_len)
 {
-	if (pidfd < 0)
-		return -EBADF;
-	return name_request(reg, PR_OP_JOIN, pidfd, group, meta, meta_len);
+	return opts_request(reg, PR_OP_JOIN, group, meta, meta_len,
+			    &(struct req_opts){ .flags = PROCREG_PIDFD, .pidfd = pidfd });
 }
 
 PROCREG_API int procreg_leave(procreg_t *reg, const char *group)
 {
-	return name_request(reg, PR_OP_LEAVE, -1, group, NULL, 0);
+	return name_request(reg, PR_OP_LEAVE, group, NULL, 0);
 }
 
 PROCREG_API int procreg_sync(procreg_t *reg)
@@ -680,8 +754,32 @@ static int carries_meta(int kind)
 	return kind == PROCREG_OP_REGISTER || kind == PROCREG_OP_JOIN;
 }
 
-/* Validate an op before it is sent; 0 if it should go out. */
-static int batch_check(const struct procreg_op *op, size_t *len)
+/* Op I of an array whose ops are STRIDE bytes apart (the caller's .sz). */
+static struct procreg_op *op_at(struct procreg_op *ops, size_t stride, size_t i)
+{
+	return (struct procreg_op *)((unsigned char *)ops + i * stride);
+}
+
+/* Every op's .sz checked, and the same as the first's (the stride): else
+ * nothing can be read, or written, where the caller expects. */
+static int batch_sized(struct procreg_op *ops, size_t n)
+{
+	size_t stride = ops->sz;
+
+	for (size_t i = 0; i < n; i++) {
+		int err = PR_SIZED(op_at(ops, stride, i), procreg_op, result);
+
+		if (err)
+			return err;
+		if (op_at(ops, stride, i)->sz != stride)
+			return -EINVAL;
+	}
+	return 0;
+}
+
+/* Validate an op (the library's copy) before it is sent; 0 and its wire
+ * flags if it should go out. */
+static int batch_check(const struct procreg_op *op, size_t *len, uint16_t *wire)
 {
 	int err;
 
@@ -692,31 +790,49 @@ static int batch_check(const struct procreg_op *op, size_t *len)
 		err = check_meta(op->meta_len);
 	if (!err && carries_meta(op->kind) && op->meta_len && !op->meta)
 		err = -EINVAL;
+	if (!err)
+		err = wire_opts(batch_ops[op->kind], &(struct req_opts){ op->flags, op->lease_ms,
+									   op->lost_signal, op->pidfd },
+				wire);
 	return err;
 }
 
-/* Fill reg->out from ops[*next..n); the ids are the op indexes. */
-static size_t batch_pack(procreg_t *reg, struct procreg_op *ops, size_t n, size_t *next)
+/* Fill reg->out from ops[*next..n) (STRIDE bytes apart); the ids are the
+ * op indexes. An op with a pidfd ends its packet, which it has alone (the
+ * daemon takes one fd a packet): the fd to pass goes to *PASS_FD. */
+static size_t batch_pack(procreg_t *reg, struct procreg_op *ops, size_t stride, size_t n,
+			 size_t *next, int *pass_fd)
 {
 	size_t pos = 0, len;
 
+	*pass_fd = -1;
 	for (; *next < n; (*next)++) {
-		struct procreg_op *op = &ops[*next];
-		int meta = carries_meta(op->kind);
+		struct procreg_op *op = op_at(ops, stride, *next), o;
+		int meta;
+		uint16_t wire;
 
-		op->result = batch_check(op, &len);
+		procreg__sized_in(&o, sizeof(o), op);
+		meta = carries_meta(o.kind);
+		op->result = batch_check(&o, &len, &wire);
 		if (op->result)
 			continue;
+		if ((wire & PR_F_PIDFD) && pos)
+			break; /* it starts the next packet */
 		op->result = -ECANCELED; /* until answered */
-		if (procreg__proto_put_name(reg->out, &pos, batch_ops[op->kind], 0,
-					    (uint32_t)*next, op->name, len,
-					    meta ? op->meta : NULL, meta ? op->meta_len : 0) < 0)
+		if (procreg__proto_put_name_arg(reg->out, &pos, batch_ops[o.kind], wire,
+						(uint32_t)*next, o.name, len, meta ? o.meta : NULL,
+						meta ? o.meta_len : 0, o.lease_ms) < 0)
 			break; /* full: this op starts the next packet */
+		if (wire & PR_F_PIDFD) {
+			*pass_fd = o.pidfd;
+			(*next)++;
+			break;
+		}
 	}
 	return pos;
 }
 
-static int batch_collect(procreg_t *reg, struct procreg_op *ops, size_t n)
+static int batch_collect(procreg_t *reg, struct procreg_op *ops, size_t stride, size_t n)
 {
 	struct pr_frame f;
 	size_t pos = 0;
@@ -728,40 +844,43 @@ static int batch_collect(procreg_t *reg, struct procreg_op *ops, size_t n)
 	while ((r = procreg__proto_next(reg->in, (size_t)len, &pos, &f)) == 1) {
 		if (!(f.h.op & PR_OP_REPLY) || f.h.id >= n)
 			return -EPROTO;
-		ops[f.h.id].result = f.h.status;
+		op_at(ops, stride, f.h.id)->result = f.h.status;
 	}
 	return r < 0 ? -EPROTO : 0;
 }
 
 PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n)
 {
-	size_t next = 0, inflight = 0, len;
+	size_t next = 0, inflight = 0, len, stride = n ? ops->sz : 0;
 	uint64_t t0 = PR_TRACE_CLOCK(procreg, batch);
-	int err;
+	int err, pass_fd;
 
 	if (n > UINT32_MAX)
 		return -E2BIG;
+	err = n ? batch_sized(ops, n) : 0;
+	if (err)
+		return err;
 	pthread_mutex_lock(&reg->io);
 	err = connect_daemon(reg);
 	while (!err && (next < n || inflight)) {
 		if (next < n && inflight < BATCH_WINDOW) {
 			size_t first = next;
 
-			len = batch_pack(reg, ops, n, &next);
+			len = batch_pack(reg, ops, stride, n, &next, &pass_fd);
 			if (len) {
-				err = first == 0 ? send_fresh(reg, len, -1)
-						 : send_packet(reg->fd, reg->out, len, -1, 0);
+				err = first == 0 ? send_fresh(reg, len, pass_fd)
+						 : send_packet(reg->fd, reg->out, len, pass_fd, 0);
 				inflight++;
 			}
 			continue;
 		}
-		err = batch_collect(reg, ops, n);
+		err = batch_collect(reg, ops, stride, n);
 		inflight--;
 	}
 	if (err) {
 		disconnect(reg);
 		for (; next < n; next++)
-			ops[next].result = -ECANCELED;
+			op_at(ops, stride, next)->result = -ECANCELED;
 	}
 	pthread_mutex_unlock(&reg->io);
 	PR_TRACE(procreg, batch, n, err, t0 ? procreg__mono_ns() - t0 : 0);
@@ -793,13 +912,12 @@ static int drain_notices(procreg_t *reg)
 
 static void lost_fill(struct procreg_lost *out, const struct pr_lost_note *n)
 {
-	struct procreg_lost l = { .sz = out->sz, .reason = n->reason, .winner_pid = n->winner,
+	struct procreg_lost l = { .sz = sizeof(l), .reason = n->reason, .winner_pid = n->winner,
 				  .time_ns = n->time_ns };
 
 	memcpy(l.name, n->name, sizeof(l.name));
 	memcpy(l.node, n->node, sizeof(l.node));
-	/* Only what the caller's struct holds. */
-	memcpy(out, &l, out->sz < sizeof(l) ? out->sz : sizeof(l));
+	procreg__sized_out(out, &l, sizeof(l));
 }
 
 static uint64_t ms_now(void)
@@ -810,9 +928,10 @@ static uint64_t ms_now(void)
 PROCREG_API int procreg_lost(procreg_t *reg, struct procreg_lost *out, int timeout_ms)
 {
 	uint64_t deadline = timeout_ms > 0 ? ms_now() + (uint64_t)timeout_ms : 0;
+	int bad = out ? PR_SIZED(out, procreg_lost, node) : -EINVAL;
 
-	if (!out || out->sz < offsetof(struct procreg_lost, name) + sizeof(out->name))
-		return -EINVAL;
+	if (bad)
+		return bad;
 	for (;;) {
 		struct pr_lost_note *n;
 		struct pollfd p;
@@ -912,6 +1031,8 @@ PROCREG_API const char *procreg_strerror(int err)
 		return "not processed: the batch was cut short";
 	case EINPROGRESS:
 		return "the name is taken: waiting in line for it";
+	case EOPNOTSUPP:
+		return "a struct member this library does not know is set (a newer header's?)";
 	default:
 		return strerror(-err);
 	}

@@ -219,12 +219,19 @@ static int next_event(procreg_t *reg, uint64_t *cursor, struct procreg_event *ev
 	}
 }
 
-PROCREG_API int procreg_next_event(procreg_t *reg, uint64_t *cursor, struct procreg_event *ev,
+PROCREG_API int procreg_next_event(procreg_t *reg, uint64_t *cursor, struct procreg_event *out,
 				   int timeout_ms)
 {
+	struct procreg_event ev = { .sz = sizeof(ev) };
 	struct timespec ts;
+	int err = PR_SIZED(out, procreg_event, name);
 
-	return next_event(reg, cursor, ev, deadline_of(timeout_ms, &ts), timeout_ms != 0);
+	if (err)
+		return err;
+	err = next_event(reg, cursor, &ev, deadline_of(timeout_ms, &ts), timeout_ms != 0);
+	if (!err)
+		procreg__sized_out(out, &ev, sizeof(ev));
+	return err;
 }
 
 /* Wait until DONE(reg, arg) holds, re-checking after every event. The
@@ -234,7 +241,7 @@ static int wait_until(procreg_t *reg, int (*done)(procreg_t *, const void *), co
 		      int timeout_ms)
 {
 	struct timespec ts, *deadline = deadline_of(timeout_ms, &ts);
-	struct procreg_event ev;
+	struct procreg_event ev = { .sz = sizeof(ev) };
 	uint64_t cursor = procreg_feed_head(reg);
 	int err;
 
@@ -281,7 +288,7 @@ static int group_full(procreg_t *reg, const void *arg)
 
 static int owned_by_me(procreg_t *reg, const void *name)
 {
-	struct procreg_entry e;
+	PROCREG_OPTS(procreg_entry, e);
 	int err = procreg_lookup(reg, name, &e);
 
 	if (err == -ENOENT)

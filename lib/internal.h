@@ -29,6 +29,34 @@
  * one, which C11 (and ThreadSanitizer) count as a data race. */
 #define PR_LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 
+/* ---- sized structs (client.c) ------------------------------------------ */
+
+/*
+ * The one check of every struct that crosses the ABI, in or out (its
+ * first member is size_t sz, set by the caller; procreg.h, "Sized
+ * structs"): 0; -EINVAL for an .sz below MIN, the struct's size in the
+ * first release (members are only ever appended, so every caller has at
+ * least those); -EOPNOTSUPP for an .sz beyond KNOWN (this library's
+ * sizeof) with a byte past KNOWN that is not zero: a newer caller asks for
+ * something this library cannot do, which it must not quietly ignore.
+ */
+int procreg__sized(const void *s, size_t min, size_t known);
+/* The bytes up to the end of MEMBER, the least a caller's .sz may be: the
+ * struct's last member as 0.1 had it. */
+#define PR_SZ_MIN(type, member) (offsetof(struct type, member) + sizeof(((struct type *)0)->member))
+#define PR_SIZED(p, type, last) procreg__sized((p), PR_SZ_MIN(type, last), sizeof(struct type))
+/* A checked caller's struct S into the library's DST (KNOWN bytes): the
+ * members past the caller's .sz are zero, unset. */
+void procreg__sized_in(void *dst, size_t known, const void *s);
+/* Options S, checked (procreg__sized) and taken into DST; NULL S: DST
+ * holds the defaults (all zero), its .sz ours. */
+int procreg__opts_take(void *dst, size_t known, const void *s, size_t min);
+#define PR_OPTS_TAKE(dst, s, type, last) \
+	procreg__opts_take((dst), sizeof(struct type), (s), PR_SZ_MIN(type, last))
+/* The library's filled SRC (KNOWN bytes) out to a checked caller's DST,
+ * no further than DST's .sz, which stays. */
+void procreg__sized_out(void *dst, const void *src, size_t known);
+
 /* ---- paths ------------------------------------------------------------ */
 
 #define PR_PATH_MAX 4096

@@ -27,50 +27,10 @@
 #include "internal.h"
 #include "nodes_file.h"
 
-/*
- * Outputs carry the caller's size (procreg.h, "Introspection"). The check
- * of one: 0; -EINVAL for an .sz below MIN (the bytes up to the end of the
- * struct's last member in its first version, which every caller has);
- * -EOPNOTSUPP for an .sz beyond KNOWN (this library's sizeof) with a
- * non-zero byte past KNOWN: a caller that asks for something this library
- * does not know of must not be quietly ignored.
- */
-static int out_sz_check(const void *s, size_t min, size_t known)
-{
-	size_t sz = *(const size_t *)s;
-
-	if (sz < min || sz < sizeof(size_t))
-		return -EINVAL;
-	for (size_t i = known; i < sz; i++)
-		if (((const unsigned char *)s)[i])
-			return -EOPNOTSUPP;
-	return 0;
-}
-
-/* The least .sz of TYPE: up to the end of LAST, its last member in the
- * first version. */
-#define OUT_MIN(type, last) (offsetof(struct type, last) + sizeof(((struct type *)0)->last))
-#define OUT_CHECK(p, type, last) out_sz_check((p), OUT_MIN(type, last), sizeof(struct type))
-
-/* Outputs are built whole in the library's own struct FULL, then copied
- * to the caller's OUT as far as the caller's .sz reaches: begin with
- * out_start (ERR, from OUT_CHECK, returned; FULL zeroed, its .sz the
- * caller's), end with out_fill. */
-static int out_start(const void *out, int err, void *full, size_t full_sz)
-{
-	if (err)
-		return err;
-	memset(full, 0, full_sz);
-	*(size_t *)full = *(const size_t *)out;
-	return 0;
-}
-
-static void out_fill(void *out, const void *full, size_t full_sz)
-{
-	size_t sz = *(const size_t *)full;
-
-	memcpy(out, full, sz < full_sz ? sz : full_sz);
-}
+/* Outputs are sized structs (procreg.h, "Sized structs"): checked with
+ * PR_SIZED, built whole in the library's own struct, then copied out as
+ * far as the caller's .sz reaches (procreg__sized_out). Structs handed to
+ * a callback are the library's, with its .sz. */
 
 /* ---- the header ------------------------------------------------------- */
 
@@ -84,9 +44,10 @@ PROCREG_API int procreg_table_info(procreg_t *reg, struct procreg_table_info *ou
 
 	if (!reg || !out)
 		return -EINVAL;
-	err = out_start(out, OUT_CHECK(out, procreg_table_info, freed_gp), &t, sizeof(t));
+	err = PR_SIZED(out, procreg_table_info, freed_gp);
 	if (err)
 		return err;
+	memset(&t, 0, sizeof(t));
 	h = reg->map.hdr;
 	/* Immutable after creation. */
 	t.layout_version = h->layout_version;
@@ -120,7 +81,7 @@ PROCREG_API int procreg_table_info(procreg_t *reg, struct procreg_table_info *ou
 		if (stale)
 			t.name_capacity = t.group_capacity = 0;
 	}
-	out_fill(out, &t, sizeof(t));
+	procreg__sized_out(out, &t, sizeof(t));
 	return 0;
 }
 
@@ -168,10 +129,8 @@ static bool alive(pid_t pid, uint64_t start)
 	return procreg__proc_start_time(pid, &now) == 0 && now == start;
 }
 
-/* Call FN for every registry entry in use, as a struct procreg_reader in
- * BUF (whose .sz is the caller's). */
-static int each_reader(procreg_t *reg, struct procreg_reader *buf,
-		       int (*fn)(const struct procreg_reader *, void *), void *arg)
+/* Call CB for every registry entry in use, as a struct procreg_reader. */
+static int each_reader(procreg_t *reg, procreg_reader_cb cb, void *arg)
 {
 	const struct pr_table_hdr *h = reg->map.hdr;
 	uint32_t cap = h->readers_cap;
@@ -179,7 +138,7 @@ static int each_reader(procreg_t *reg, struct procreg_reader *buf,
 
 	for (uint32_t i = 0; v && i < cap; i++) {
 		struct pr_reader_info x;
-		struct procreg_reader r = { .sz = buf->sz };
+		struct procreg_reader r = { .sz = sizeof(r) };
 		int ret;
 
 		if (!registry_entry(&v[i], &x))
@@ -196,23 +155,18 @@ static int each_reader(procreg_t *reg, struct procreg_reader *buf,
 		r.stalled_ns = x.stalled_ns;
 		r.registered_ns = x.registered_ns;
 		r.refreshed_ns = x.refreshed_ns;
-		out_fill(buf, &r, sizeof(r));
-		ret = fn(buf, arg);
+		ret = cb(&r, arg);
 		if (ret)
 			return ret;
 	}
 	return 0;
 }
 
-PROCREG_API int procreg_readers(procreg_t *reg, struct procreg_reader *buf, procreg_reader_cb cb,
-				void *arg)
+PROCREG_API int procreg_readers(procreg_t *reg, procreg_reader_cb cb, void *arg)
 {
-	int err;
-
-	if (!reg || !buf || !cb)
+	if (!reg || !cb)
 		return -EINVAL;
-	err = OUT_CHECK(buf, procreg_reader, refreshed_ns);
-	return err ? err : each_reader(reg, buf, cb, arg);
+	return each_reader(reg, cb, arg);
 }
 
 struct reader_count {
@@ -234,7 +188,6 @@ static int count_reader(const struct procreg_reader *r, void *arg)
 
 PROCREG_API int procreg_reader_check(procreg_t *reg, struct procreg_reader_check *out)
 {
-	PROCREG_OPTS(procreg_reader, buf);
 	const struct pr_table_hdr *h;
 	struct procreg_reader_check c;
 	struct reader_count rc = { &c, 0 };
@@ -242,12 +195,13 @@ PROCREG_API int procreg_reader_check(procreg_t *reg, struct procreg_reader_check
 
 	if (!reg || !out)
 		return -EINVAL;
-	err = out_start(out, OUT_CHECK(out, procreg_reader_check, last_stall_ns), &c, sizeof(c));
+	err = PR_SIZED(out, procreg_reader_check, last_stall_ns);
 	if (err)
 		return err;
+	memset(&c, 0, sizeof(c));
 	h = reg->map.hdr;
 	c.max_readers = h->readers_cap;
-	each_reader(reg, &buf, count_reader, &rc);
+	each_reader(reg, count_reader, &rc);
 	/* The daemon's count of stalled readers, as procreg stats has always
 	 * shown it; the return value counts what this walk saw. */
 	c.stalled = CMM_LOAD_SHARED(h->readers_stalled);
@@ -256,7 +210,7 @@ PROCREG_API int procreg_reader_check(procreg_t *reg, struct procreg_reader_check
 	c.last_stall_pid = (pid_t)CMM_LOAD_SHARED(h->last_stall_pid);
 	c.last_stall_uid = CMM_LOAD_SHARED(h->last_stall_uid);
 	c.last_stall_ns = CMM_LOAD_SHARED(h->last_stall_ns);
-	out_fill(out, &c, sizeof(c));
+	procreg__sized_out(out, &c, sizeof(c));
 	return rc.unwell;
 }
 
@@ -509,7 +463,7 @@ static void check_owners(struct check *k, procreg_t *reg)
 {
 	for (size_t i = 0; i < k->nowners; i++) {
 		const struct owner *o = &k->owners[i];
-		struct procreg_entry e;
+		PROCREG_OPTS(procreg_entry, e);
 
 		if (i && !by_owner(&k->owners[i - 1], o) && !strcmp(k->owners[i - 1].name, o->name))
 			continue;
@@ -533,9 +487,10 @@ PROCREG_API int procreg_check(procreg_t *reg, struct procreg_check *out, procreg
 
 	if (!reg || !out)
 		return -EINVAL;
-	err = out_start(out, OUT_CHECK(out, procreg_check, problems), &c, sizeof(c));
+	err = PR_SIZED(out, procreg_check, problems);
 	if (err)
 		return err;
+	memset(&c, 0, sizeof(c));
 	err = -EAGAIN;
 	slot = procreg__rcu_slot(&reg->rcu);
 	if (!slot)
@@ -556,7 +511,7 @@ PROCREG_API int procreg_check(procreg_t *reg, struct procreg_check *out, procreg
 		c.tombstones = k.tombs;
 		c.processes = k.procs;
 		c.problems = k.nfound;
-		out_fill(out, &c, sizeof(c));
+		procreg__sized_out(out, &c, sizeof(c));
 		err = k.nfound ? -EUCLEAN : 0;
 		for (size_t i = 0; cb && i < k.nproblems; i++) {
 			int ret = cb(k.problems[i], arg);
@@ -611,8 +566,7 @@ static int nodes_open(procreg_t *reg, FILE **f)
 /* Read the whole file: *OUT (may be NULL), then CB for each node line.
  * The file is read to its end before CB is first called, so that -EPROTO
  * comes before any node. */
-static int nodes_read(procreg_t *reg, struct procreg_bridge *out, struct procreg_node *node,
-		      procreg_node_cb cb, void *arg)
+static int nodes_read(procreg_t *reg, struct procreg_bridge *out, procreg_node_cb cb, void *arg)
 {
 	struct procreg_bridge b;
 	struct procreg_node *v = NULL;
@@ -671,30 +625,26 @@ static int nodes_read(procreg_t *reg, struct procreg_bridge *out, struct procreg
 	if (!err && !ok)
 		err = -EPROTO;
 	if (!err && out) {
-		b.sz = out->sz;
-		out_fill(out, &b, sizeof(b));
+		procreg__sized_out(out, &b, sizeof(b));
 	}
 	for (size_t i = 0; !err && i < n; i++) {
-		v[i].sz = node->sz;
-		out_fill(node, &v[i], sizeof(v[i]));
-		err = cb(node, arg);
+		v[i].sz = sizeof(v[i]);
+		err = cb(&v[i], arg);
 	}
 	free(v);
 	return err;
 }
 
-PROCREG_API int procreg_bridge(procreg_t *reg, struct procreg_bridge *out,
-			       struct procreg_node *node, procreg_node_cb cb, void *arg)
+PROCREG_API int procreg_bridge(procreg_t *reg, struct procreg_bridge *out, procreg_node_cb cb,
+			       void *arg)
 {
 	int err = 0;
 
-	if (!reg || (cb && !node))
+	if (!reg)
 		return -EINVAL;
 	if (out)
-		err = OUT_CHECK(out, procreg_bridge, nodes);
-	if (!err && cb)
-		err = OUT_CHECK(node, procreg_node, bytes_out);
-	return err ? err : nodes_read(reg, out, node, cb, arg);
+		err = PR_SIZED(out, procreg_bridge, nodes);
+	return err ? err : nodes_read(reg, out, cb, arg);
 }
 
 struct name_of {
@@ -718,13 +668,12 @@ static int name_of_node(const struct procreg_node *n, void *arg)
 PROCREG_API int procreg_node_name(procreg_t *reg, uint32_t id, char *buf, size_t len)
 {
 	PROCREG_OPTS(procreg_bridge, b);
-	PROCREG_OPTS(procreg_node, node);
 	struct name_of w = { id, buf, len };
 	int err;
 
 	if (!reg || !buf)
 		return -EINVAL;
-	err = nodes_read(reg, id == 0 ? &b : NULL, &node, id == 0 ? NULL : name_of_node, &w);
+	err = nodes_read(reg, id == 0 ? &b : NULL, id == 0 ? NULL : name_of_node, &w);
 	if (err < 0)
 		return err;
 	if (id != 0)

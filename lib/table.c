@@ -213,7 +213,9 @@ int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
 	e->meta_len = ml;
 	copy_bytes(e->name, r->data, nl);
 	e->name[nl] = 0;
-	copy_bytes(e->meta, r->data + nl + 1, ml);
+	/* As much as the caller made room for; .meta_len says if it was cut. */
+	if (e->meta)
+		copy_bytes(e->meta, r->data + nl + 1, ml < e->meta_size ? ml : e->meta_size);
 	return 0;
 }
 
@@ -379,6 +381,9 @@ static __attribute__((noinline, cold)) int lookup_traced(procreg_t *reg, const c
  * and one without compile this path the same (GCC otherwise declines to
  * inline them twice, and the probes would seem to cost a few calls). The
  * noinline functions (the traced copy, copy_bytes) stay out of line. */
+static __attribute__((noinline)) int lookup_sized(procreg_t *reg, const char *name,
+						  struct procreg_entry *out);
+
 PROCREG_API __attribute__((flatten)) int procreg_lookup(procreg_t *reg, const char *name,
 							 struct procreg_entry *out)
 {
@@ -387,10 +392,28 @@ PROCREG_API __attribute__((flatten)) int procreg_lookup(procreg_t *reg, const ch
 
 	if (err < 0)
 		return err;
+	/* A caller built against this very header is filled in place; any
+	 * other .sz goes through the check and a copy of our own. */
+	if (caa_unlikely(out && out->sz != sizeof(*out)))
+		return lookup_sized(reg, name, out);
 	if (PR_PROBE_ENABLED(procreg, lookup) | PR_PROBE_ENABLED(procreg, lookup_latency) |
 	    PR_PROBE_ENABLED(procreg, read_held))
 		return lookup_traced(reg, name, len, out);
 	return lookup(reg, name, len, out, NULL);
+}
+
+static int lookup_sized(procreg_t *reg, const char *name, struct procreg_entry *out)
+{
+	struct procreg_entry e;
+	int err = PR_OPTS_TAKE(&e, out, procreg_entry, name);
+
+	if (err)
+		return err;
+	e.sz = sizeof(e);
+	err = procreg_lookup(reg, name, &e);
+	if (!err)
+		procreg__sized_out(out, &e, sizeof(e));
+	return err;
 }
 
 /*
@@ -564,14 +587,26 @@ static const struct pr_root *groups_root(const struct pr_map *m, const void *arg
 	return &m->hdr->groups;
 }
 
+/* An entry as a walk reports it: with room for its metadata, which .meta
+ * points to. The chunk holding these may move when it grows, but it is
+ * then filled again before any callback sees it. */
+struct walk_entry {
+	struct procreg_entry e;
+	unsigned char meta[PROCREG_META_MAX];
+};
+
 static int copy_entry(const struct pr_map *m, const struct pr_record *r, void *dst)
 {
-	return procreg__record_to_entry(m, r, dst);
+	struct walk_entry *w = dst;
+
+	w->e = (struct procreg_entry){ .sz = sizeof(w->e), .meta = w->meta,
+				       .meta_size = sizeof(w->meta) };
+	return procreg__record_to_entry(m, r, &w->e);
 }
 
 PROCREG_API int procreg_foreach(procreg_t *reg, procreg_entry_cb cb, void *arg)
 {
-	const struct walk wk = { names_root, NULL, HELD_NAMES, sizeof(struct procreg_entry), copy_entry };
+	const struct walk wk = { names_root, NULL, HELD_NAMES, sizeof(struct walk_entry), copy_entry };
 
 	return walk(reg, &wk, (walk_cb)cb, arg);
 }
@@ -607,7 +642,7 @@ PROCREG_API int procreg_members(procreg_t *reg, const char *group, procreg_entry
 				void *arg)
 {
 	struct pr_key k;
-	const struct walk wk = { member_root, &k, HELD_MEMBERS, sizeof(struct procreg_entry), copy_entry };
+	const struct walk wk = { member_root, &k, HELD_MEMBERS, sizeof(struct walk_entry), copy_entry };
 	int err = group_key(reg, group, &k);
 
 	return err ? err : walk(reg, &wk, (walk_cb)cb, arg);
@@ -622,6 +657,7 @@ static int copy_group(const struct pr_map *m, const struct pr_record *r, void *d
 	if (nl > PROCREG_NAME_MAX ||
 	    !pr_at(m, (uint64_t)((const uint8_t *)r - m->base), PR_RECORD_SIZE(nl, 0)))
 		return -1;
+	g->sz = sizeof(*g);
 	memcpy(g->name, r->data, nl);
 	g->name[nl] = 0;
 	g->members = root ? CMM_LOAD_SHARED(root->live) : 0;
@@ -671,13 +707,17 @@ PROCREG_API int procreg_group_count(procreg_t *reg, const char *group, uint64_t 
 	return 0;
 }
 
-PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *st)
+PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *out)
 {
 	const struct pr_table_hdr *h = reg->map.hdr;
+	struct procreg_stats stats = { .sz = sizeof(stats) }, *st = &stats;
 	struct pr_ixv ix;
-	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
+	struct pr_reader_slot *s;
+	int err = PR_SIZED(out, procreg_stats, daemon_started_ns);
 
-	memset(st, 0, sizeof(*st));
+	if (err)
+		return err;
+	s = procreg__rcu_slot(&reg->rcu);
 	st->names = CMM_LOAD_SHARED(h->names.live);
 	st->groups = CMM_LOAD_SHARED(h->groups.live);
 	st->memberships = CMM_LOAD_SHARED(h->memberships);
@@ -717,5 +757,6 @@ PROCREG_API int procreg_stats(procreg_t *reg, struct procreg_stats *st)
 		if (stale)
 			st->index_capacity = 0;
 	}
+	procreg__sized_out(out, st, sizeof(*st));
 	return 0;
 }

@@ -9,7 +9,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "procreg/backend.h"
 
 struct null_backend {
 	int fd;

@@ -7,8 +7,8 @@
  *
  * To the replication layer it looks like the mesh: node_up then a
  * snapshot when the switch connects a pair, node_down when it cuts one or
- * the other daemon goes away, every frame handed to deliver() after
- * procreg__bp_next() checked it, and a refused frame drops the pair (the
+ * the other daemon goes away, every frame handed to deliver_bytes(), which
+ * checks it, and a refused frame drops the pair (the
  * switch reconnects it shortly, and the next epoch starts with a fresh
  * snapshot), as a refused frame drops a TCP connection. Heartbeats go to
  * every up node each heartbeat_ms, so a lost last change is noticed too.
@@ -29,14 +29,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "procreg/backend.h"
 #include "testnet_wire.h"
 
 #define PEERS_MAX 16
 #define RECV_ROUNDS 64      /* messages per wake-up: the daemon's other work goes on */
 
 struct peer {
-	char name[PR_BP_NODE_MAX + 1];
+	char name[PR_BRIDGE_NODE_MAX + 1];
 	uint64_t inc;
 	uint32_t epoch;
 	bool up;
@@ -46,7 +46,7 @@ struct peer {
 struct tnb {
 	struct pr_bridge_config c;
 	struct pr_bridge_up up;
-	char node[PR_BP_NODE_MAX + 1];
+	char node[PR_BRIDGE_NODE_MAX + 1];
 	int sock, tfd, epfd;
 	bool eof;
 	struct peer peers[PEERS_MAX];
@@ -111,8 +111,6 @@ static void on_msg(struct tnb *b, const struct tn_hdr *h, const uint8_t *body, s
 {
 	struct peer *p = peer_get(b, h->name, h->type == TN_UP);
 	struct snap_ctx s = { b, p };
-	struct pr_bp_frame f;
-	size_t pos = 0;
 
 	if (!p)
 		return;
@@ -145,15 +143,7 @@ static void on_msg(struct tnb *b, const struct tn_hdr *h, const uint8_t *body, s
 		if (!p->up || p->epoch != h->epoch)
 			return; /* a frame of an epoch that ended */
 		p->bytes_in += len;
-		if (procreg__bp_next(body, len, &pos, &f) != 1 || pos != len) {
-			drop(b, p, "bad frame");
-			return;
-		}
-		if (f.type != PR_BP_HEARTBEAT && f.type != PR_BP_SNAP && f.type != PR_BP_CHANGE) {
-			drop(b, p, "unexpected frame");
-			return;
-		}
-		if (b->up.deliver(b->up.ctx, p->name, &f) < 0)
+		if (b->up.deliver_bytes(b->up.ctx, p->name, body, len) < 0)
 			drop(b, p, "frame refused");
 		return;
 	default:
@@ -164,12 +154,13 @@ static void on_msg(struct tnb *b, const struct tn_hdr *h, const uint8_t *body, s
 static void heartbeats(struct tnb *b)
 {
 	uint8_t buf[32];
-	size_t pos = 0;
+	size_t pos;
 	uint64_t x;
+	int n;
 
-	if (read(b->tfd, &x, sizeof(x)) < 0)
+	if (read(b->tfd, &x, sizeof(x)) < 0 || (n = b->up.heartbeat(b->up.ctx, buf, sizeof(buf))) < 0)
 		return;
-	procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, b->c.incarnation, b->up.seq(b->up.ctx));
+	pos = (size_t)n;
 	for (int i = 0; i < PEERS_MAX; i++)
 		if (b->peers[i].up && tn_send(b, TN_SEND, b->peers[i].name, b->peers[i].epoch, buf,
 					      pos) == 0)
@@ -210,7 +201,7 @@ static void tnb_dispatch(void *p)
 			}
 			if ((size_t)got < sizeof(struct tn_hdr))
 				continue;
-			((struct tn_hdr *)b->in)->name[PR_BP_NODE_MAX] = 0;
+			((struct tn_hdr *)b->in)->name[PR_BRIDGE_NODE_MAX] = 0;
 			on_msg(b, (const struct tn_hdr *)b->in, b->in + sizeof(struct tn_hdr),
 			       (size_t)got - sizeof(struct tn_hdr));
 		}
@@ -276,6 +267,13 @@ static void *tnb_open(const struct pr_bridge_config *c, const struct pr_bridge_u
 	struct itimerspec its = { { 0, 0 }, { 0, 0 } };
 	int sndbuf = 4 << 20;
 
+	/* It carries frames as bytes: a procregd too old to check them for
+	 * it (deliver_bytes) or to make its heartbeats is refused. */
+	if (up->sz < offsetof(struct pr_bridge_up, heartbeat) + sizeof(up->heartbeat)) {
+		free(b);
+		*err = -EOPNOTSUPP;
+		return NULL;
+	}
 	*err = -ENOMEM;
 	if (!b)
 		return NULL;

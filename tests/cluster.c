@@ -159,7 +159,7 @@ struct name_probe {
 static int probe_name(void *arg)
 {
 	struct name_probe *p = arg;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	int r = procreg_lookup(p->reg, p->name, &e);
 
 	if (!p->pid)
@@ -212,7 +212,7 @@ void th_expect_members(procreg_t *reg, const char *group, int want, int ms)
 
 void th_expect_meta(procreg_t *reg, const char *name, const void *meta, size_t len, int ms)
 {
-	struct procreg_entry e = { 0 };
+	TH_ENTRY(e);
 
 	for (int i = 0; i < ms / 5; i++) {
 		if (procreg_lookup(reg, name, &e) == 0 && e.meta_len == len)
@@ -225,7 +225,7 @@ void th_expect_meta(procreg_t *reg, const char *name, const void *meta, size_t l
 
 void th_expect_names(procreg_t *reg, uint64_t want, int ms)
 {
-	struct procreg_stats st = { 0 };
+	PROCREG_OPTS(procreg_stats, st);
 
 	for (int i = 0; i < ms / 5 && st.names != want; i++) {
 		procreg_stats(reg, &st);
@@ -244,7 +244,7 @@ void th_register_bulk(procreg_t *reg, const char *prefix, int count, const char 
 	assert_non_null(names);
 	for (int i = 0; i < count; i++) {
 		snprintf(names[i], sizeof(names[i]), "%s%d", prefix, i);
-		ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
+		ops[i] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_REGISTER, .name = names[i],
 					      .meta = meta, .meta_len = strlen(meta) };
 	}
 	assert_int_equal(procreg_batch(reg, ops, (size_t)count), 0);
@@ -256,7 +256,7 @@ void th_register_bulk(procreg_t *reg, const char *prefix, int count, const char 
 
 int th_feed_count(procreg_t *reg, uint64_t *cursor, int type, const char *name)
 {
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 	int n = 0;
 
 	while (procreg_next_event(reg, cursor, &ev, 0) == 0)
@@ -360,7 +360,7 @@ static int cmp_u64(const void *a, const void *b)
 void th_propagation_figures(procreg_t *a, procreg_t *b, procreg_t *c, const char *label)
 {
 	uint64_t lat[200], t0, t_reg, t_b = 0, t_c = 0;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	char name[64];
 
 	for (int i = 0; i < 200; i++) {
@@ -607,7 +607,7 @@ long th_status_kb(pid_t pid, const char *key)
 
 void th_scenario_visible(struct th_node *n, int ms)
 {
-	struct procreg_entry e;
+	TH_ENTRY(e);
 
 	assert_int_equal(procreg_register(n[0].reg, "payments", "unix:/p.sock", 12), 0);
 	th_expect_name(n[1].reg, "payments", getpid(), true, ms);

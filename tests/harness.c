@@ -41,6 +41,27 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 	return remove(path);
 }
 
+void th_entry_copy(struct procreg_entry *dst, const struct procreg_entry *src)
+{
+	void *meta = dst->meta;
+	size_t room = dst->meta_size;
+
+	*dst = *src;
+	dst->meta = meta;
+	dst->meta_size = room;
+	if (meta)
+		memcpy(meta, src->meta, src->meta_len < room ? src->meta_len : room);
+}
+
+void th_entry_scribble(struct procreg_entry *e, int byte)
+{
+	size_t from = offsetof(struct procreg_entry, meta_len);
+
+	memset((unsigned char *)e + from, byte, sizeof(*e) - from);
+	if (e->meta)
+		memset(e->meta, byte, e->meta_size);
+}
+
 void th_rmrf(const char *dir)
 {
 	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
@@ -119,7 +140,7 @@ int th_daemon_start_log(struct th_daemon *d, const char *dir, const char *log,
 		int status;
 
 		if (r) {
-			struct procreg_stats st;
+			PROCREG_OPTS(procreg_stats, st);
 
 			procreg_stats(r, &st);
 			procreg_close(r);

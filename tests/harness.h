@@ -18,6 +18,19 @@
 
 #include "procreg.h"
 
+/* A procreg_entry with room for any metadata (a lookup copies it into
+ * NAME_meta), for tests that read it. */
+#define TH_ENTRY(NAME)                                   \
+	unsigned char NAME##_meta[PROCREG_META_MAX];     \
+	PROCREG_OPTS(procreg_entry, NAME, .meta = NAME##_meta, .meta_size = sizeof(NAME##_meta))
+
+/* Copy SRC, an entry a callback was given, into DST (a sized entry): its
+ * metadata goes to DST's .meta, whose room (.meta_size) stays DST's. */
+void th_entry_copy(struct procreg_entry *dst, const struct procreg_entry *src);
+/* BYTE over everything a lookup fills in E (its metadata buffer too), so
+ * that a test sees what the lookup wrote; what the caller sets stays. */
+void th_entry_scribble(struct procreg_entry *e, int byte);
+
 /* Built with AddressSanitizer (as the daemon then is): its quarantine
  * holds freed memory back, so RSS says nothing about leaks; LeakSanitizer
  * does, at the daemons' exit. */

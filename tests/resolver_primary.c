@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "resolver.h"
+#include "procreg/resolver.h"
 
 static int primary(const struct pr_conflict_entry *e)
 {

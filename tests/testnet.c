@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "testnet.h"
+#include "bridge_proto.h"
 #include "testnet_wire.h"
 
 #define TN_NODES 8
@@ -44,7 +45,7 @@ struct msg {
 };
 
 struct tnode {
-	char name[PR_BP_NODE_MAX + 1];  /* "" for a free slot */
+	char name[PR_BRIDGE_NODE_MAX + 1];  /* "" for a free slot */
 	int fd;                          /* -1: not attached */
 	uint64_t inc;
 	struct msg *out, *out_tail;      /* to the daemon, not yet written */
@@ -325,7 +326,7 @@ static void on_hello(struct testnet *t, int slot)
 		close(fd);
 		return;
 	}
-	h->name[PR_BP_NODE_MAX] = 0;
+	h->name[PR_BRIDGE_NODE_MAX] = 0;
 	i = node_idx(t, h->name, true);
 	if (i < 0) {
 		close(fd);
@@ -350,7 +351,7 @@ static void on_readable(struct testnet *t, int i, uint64_t now)
 			detach(t, i);
 			return;
 		}
-		h->name[PR_BP_NODE_MAX] = 0;
+		h->name[PR_BRIDGE_NODE_MAX] = 0;
 		j = node_idx(t, h->name, false);
 		if (j < 0 || j == i)
 			continue;

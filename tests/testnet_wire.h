@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#include "bridge_proto.h"
+#include "procreg/backend.h"
 
 enum tn_type {
 	TN_HELLO = 1,  /* backend -> switch: NAME is this node, INC its incarnation */
@@ -31,9 +31,9 @@ struct tn_hdr {
 	uint8_t pad[3];
 	uint32_t epoch;
 	uint64_t inc;
-	char name[PR_BP_NODE_MAX + 1]; /* NUL-terminated */
+	char name[PR_BRIDGE_NODE_MAX + 1]; /* NUL-terminated */
 };
 
-#define TN_MSG_MAX (sizeof(struct tn_hdr) + PR_BP_FRAME_MAX)
+#define TN_MSG_MAX (sizeof(struct tn_hdr) + PR_BRIDGE_FRAME_MAX)
 
 #endif

@@ -168,7 +168,7 @@ static void test_late_joiner(void **state)
  * the batch (0) or as soon as each is queued (1). */
 static void flush_bytes_round(struct cluster *c, const char *bytes)
 {
-	struct procreg_stats st = { 0 };
+	PROCREG_OPTS(procreg_stats, st);
 	char name[32];
 
 	c->extra = (const char *const[]){ "--bridge-flush-bytes", bytes, NULL };
@@ -237,11 +237,11 @@ static void test_wrong_cookie_refused(void **state)
 	assert_true(th_until(probe_log, &lp, WAIT_MS));
 	/* Nothing crossed, either way. */
 	th_msleep(300);
-	assert_int_equal(procreg_lookup(c->n[3].reg, "secret-name", &(struct procreg_entry){ 0 }),
+	assert_int_equal(procreg_lookup(c->n[3].reg, "secret-name", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 			 -ENOENT);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(procreg_lookup(c->n[i].reg, "intruder",
-						&(struct procreg_entry){ 0 }), -ENOENT);
+						&(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }), -ENOENT);
 }
 
 static void test_cookie_file_mode(void **state)
@@ -265,7 +265,7 @@ static void conflict_round(struct cluster *c, const char *name, const char *meta
 	pid_t first, second, winner, loser;
 	int loser_node = b_wins ? 0 : 1;
 	uint64_t cursor;
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 	bool conflict = false;
 
 	start_node(c, 0, NULL);
@@ -556,7 +556,7 @@ static void test_hostile_peer(void **state)
 	}
 	th_msleep(200);
 	close(fd);
-	assert_int_equal(procreg_lookup(c->n[0].reg, "forged", &(struct procreg_entry){ 0 }),
+	assert_int_equal(procreg_lookup(c->n[0].reg, "forged", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 			 -ENOENT);
 
 	/* Still replicating. */
@@ -601,7 +601,8 @@ static void test_backend_from_shared_object(void **state)
 static void test_stamps_follow_causality(void **state)
 {
 	struct cluster *c = *state;
-	struct procreg_entry ea, eb;
+	TH_ENTRY(ea);
+	TH_ENTRY(eb);
 	pid_t holder;
 
 	start_node(c, 0, NULL);
@@ -719,11 +720,35 @@ static void expect_refused(struct cluster *c, struct fake *k, const char *needle
 	fake_close(k);
 }
 
-/* Snapshot parts are taken in order only, as changes are: a part skipped
- * (lost on the way), a part 0 again in the middle of a snapshot, or a
- * heartbeat before the last part (the last part lost) is refused, the
- * connection drops, and what the parts so far brought goes with the
- * node. A snapshot whose parts come in order is applied whole. */
+/* The fake keeps up, as a node that is up does: a heartbeat (INC, as of
+ * change SEQ) every 100 ms, until the daemon logs NEEDLE once more than
+ * it had. Sent without a check: the daemon may drop the connection
+ * before the last one goes. */
+static void heartbeats_until(struct cluster *c, struct fake *k, uint64_t inc, uint64_t seq,
+			     const char *needle)
+{
+	static uint8_t rec[64 + PR_BS_OVERHEAD];
+	int before = th_log_count(c->n[0].d.log, needle);
+
+	for (int i = 0; i < WAIT_MS / 100 && th_log_count(c->n[0].d.log, needle) == before; i++) {
+		uint8_t buf[64];
+		size_t pos = 0;
+
+		assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, inc, seq), 0);
+		assert_int_equal(procreg__bs_seal(k->p.bs, buf, pos, rec), 0);
+		(void)!send(k->p.fd, rec, pos + PR_BS_OVERHEAD, MSG_NOSIGNAL);
+		th_msleep(100);
+	}
+	if (th_log_count(c->n[0].d.log, needle) == before)
+		fail_msg("no '%s' in the log", needle);
+}
+
+/* Snapshot parts are applied in order only, as changes are, whatever
+ * order they come in: one that comes early waits for those before it. A
+ * part missing (lost on the way: the parts after it held, or the last
+ * one, the heartbeats after it counting nothing) for a while, or a part 0
+ * again in the middle of a snapshot, is refused, the connection drops,
+ * and what the parts so far brought goes with the node. */
 static void test_snapshot_parts(void **state)
 {
 	struct cluster *c = *state;
@@ -731,12 +756,14 @@ static void test_snapshot_parts(void **state)
 	
 	start_node(c, 0, NULL);
 
-	/* Part 1 lost: part 2 is refused, its entry never applied. */
+	/* Part 1 lost: part 2 is held, never applied, and the node is
+	 * refused while its heartbeats come. */
 	fake_connect(&k, &c->n[0], 7);
 	fake_snap_part(&k, 7, 0, "part-zero", false);
 	expect_name(c->n[0].reg, "part-zero", 99, true);
 	fake_snap_part(&k, 7, 2, "part-two", true);
-	expect_refused(c, &k, "node fake: snapshot part 2 out of order (expected 1)", "part-zero");
+	heartbeats_until(c, &k, 7, 0, "node fake: snapshot incomplete, part 1 missing");
+	expect_refused(c, &k, "node fake: snapshot incomplete, part 1 missing", "part-zero");
 	assert_int_equal(procreg_lookup(c->n[0].reg, "part-two", NULL), -ENOENT);
 
 	/* Part 0 again, in the middle of a snapshot. */
@@ -747,39 +774,44 @@ static void test_snapshot_parts(void **state)
 	expect_refused(c, &k, "node fake: snapshot part 0 out of order (expected 1)", "again-zero");
 	assert_int_equal(procreg_lookup(c->n[0].reg, "again-zero-2", NULL), -ENOENT);
 
-	/* The last part lost: the heartbeat after it is refused. */
+	/* The last part lost: the heartbeats after it. */
 	fake_connect(&k, &c->n[0], 9);
 	fake_snap_part(&k, 9, 0, "no-last", false);
 	expect_name(c->n[0].reg, "no-last", 99, true);
-	fake_heartbeat(&k, 9, 0);
-	expect_refused(c, &k, "node fake: frame 3 out of order (seq 0)", "no-last");
+	heartbeats_until(c, &k, 9, 0, "node fake: snapshot incomplete, part 1 missing");
+	expect_refused(c, &k, "node fake: snapshot incomplete, part 1 missing", "no-last");
 
-	/* In order: three parts, a heartbeat, a change. */
+	/* Out of order: part 2 (the last), a change, part 0, a heartbeat,
+	 * then part 1. Nothing is applied before part 0; then the rest in
+	 * order, the change after the whole snapshot. */
 	fake_connect(&k, &c->n[0], 10);
-	fake_snap_part(&k, 10, 0, "whole-0", false);
-	fake_snap_part(&k, 10, 1, "whole-1", false);
 	fake_snap_part(&k, 10, 2, "whole-2", true);
-	fake_heartbeat(&k, 10, 0);
 	fake_change_inc(&k, 10, 1, "whole-change");
-	expect_name(c->n[0].reg, "whole-change", 99, true);
+	fake_snap_part(&k, 10, 0, "whole-0", false);
 	expect_name(c->n[0].reg, "whole-0", 99, true);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "whole-2", NULL), -ENOENT);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "whole-change", NULL), -ENOENT);
+	fake_heartbeat(&k, 10, 1);
+	fake_snap_part(&k, 10, 1, "whole-1", false);
+	expect_name(c->n[0].reg, "whole-change", 99, true);
 	expect_name(c->n[0].reg, "whole-1", 99, true);
 	expect_name(c->n[0].reg, "whole-2", 99, true);
-	/* The heartbeat and the change went through: no refusal but the
-	 * three above. */
-	assert_int_equal(th_log_count(c->n[0].d.log, "out of order"), 3);
+	fake_change_inc(&k, 10, 2, "whole-change-2");
+	expect_name(c->n[0].reg, "whole-change-2", 99, true);
+	/* No refusal but the three above. */
+	assert_int_equal(th_log_count(c->n[0].d.log, ": resyncing"), 3);
 	fake_close(&k);
 }
 
 /* Changes carry (origin, incarnation, sequence number): one already
- * applied is ignored; one after a gap drops the connection, and with it
+ * applied is ignored; one that comes early waits for those before it;
+ * one after a gap that is not filled drops the connection, and with it
  * (once the grace for a reconnect is over) the node's entries, until a
  * fresh sync. */
 static void test_sequence_numbers(void **state)
 {
 	struct cluster *c = *state;
 	static struct fake k;
-		struct logprobe lp;
 
 	start_node(c, 0, NULL);
 	fake_connect(&k, &c->n[0], 7);
@@ -792,17 +824,25 @@ static void test_sequence_numbers(void **state)
 	fake_change(&k, 2, "fake-z");
 	expect_name(c->n[0].reg, "fake-z", 99, true);
 	expect_name(c->n[0].reg, "fake-y", 99, true);
-	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-dup", &(struct procreg_entry){ 0 }),
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-dup", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 			 -ENOENT);
 
-	/* A gap: 4 after 2. */
-	fake_change(&k, 4, "fake-gap");
+	/* 4 before 3: held, then both, in order. */
+	fake_change(&k, 4, "fake-4");
+	fake_change(&k, 4, "fake-4-again");
+	fake_change(&k, 3, "fake-3");
+	expect_name(c->n[0].reg, "fake-4", 99, true);
+	expect_name(c->n[0].reg, "fake-3", 99, true);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-4-again", NULL), -ENOENT);
+
+	/* A gap: 6 after 4, 5 never comes. */
+	fake_change(&k, 6, "fake-gap");
+	heartbeats_until(c, &k, 7, 6, "node fake: change 5 missing");
 	expect_name(c->n[0].reg, "fake-x", 0, false);
 	expect_name(c->n[0].reg, "fake-z", 0, false);
-	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-gap", &(struct procreg_entry){ 0 }),
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-gap", &(struct procreg_entry){ .sz = sizeof(struct procreg_entry) }),
 			 -ENOENT);
-	lp = (struct logprobe){ c->n[0].d.log, "node fake: frame 6 out of order (seq 4)", NULL };
-	assert_true(th_until(probe_log, &lp, WAIT_MS));
+	assert_int_equal(th_log_count(c->n[0].d.log, ": resyncing"), 1);
 	fake_close(&k);
 }
 
@@ -816,7 +856,7 @@ static void test_reconnect_same_incarnation(void **state)
 	static struct fake k;
 		const char *const env[] = { "PROCREG_TEST_LINGER_MS=600000", NULL };
 	uint64_t stamp = procreg__now_ns(), cursor;
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 	struct logprobe lp;
 	int gone = 0, other = 0;
 

@@ -129,7 +129,8 @@ static void test_loser_stands_when_winner_goes(void **state)
 static void test_update_keeps_stamp(void **state)
 {
 	struct th_bridged_fx *f = *state;
-	struct procreg_entry e1, e2;
+	TH_ENTRY(e1);
+	TH_ENTRY(e2);
 
 	assert_int_equal(procreg_register(f->reg, "mine", "v1", 2), 0);
 	assert_int_equal(procreg_lookup(f->reg, "mine", &e1), 0);

@@ -49,7 +49,8 @@ static int on_member(const struct procreg_entry *e, void *arg)
 static int on_name(const struct procreg_entry *e, void *arg)
 {
 	struct walk *w = arg;
-	struct procreg_entry again;
+	unsigned char meta[PROCREG_META_MAX];
+	PROCREG_OPTS(procreg_entry, again, .meta = meta, .meta_size = sizeof(meta));
 
 	procreg_lookup(w->reg, e->name, &again);
 	return ++w->n > 100000;
@@ -74,9 +75,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	 * runs makes readers hand it their pages, and that must fail fast
 	 * and harmlessly, not reach whatever path the input names. */
 	PROCREG_OPTS(procreg_opts, o, .scope = "fuzz", .dir = dir, .socket = sock_path);
-	struct procreg_stats st;
-	struct procreg_event ev;
-	struct procreg_entry e;
+	PROCREG_OPTS(procreg_stats, st);
+	PROCREG_OPTS(procreg_event, ev);
+	unsigned char meta[PROCREG_META_MAX];
+	PROCREG_OPTS(procreg_entry, e, .meta = meta, .meta_size = sizeof(meta));
 	struct walk w;
 	uint64_t members, local, cursor;
 	procreg_t *reg;

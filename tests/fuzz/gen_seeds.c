@@ -11,6 +11,9 @@
  * a crash fixed in lib/feed.c, kept as a regression seed. OUTDIR/bridge/:
  * replication frames, each file led by the byte that tells fuzz_bridge
  * what the rest is (a stream to decode, a handshake, records).
+ * OUTDIR/envelope/: NATS envelopes, each led by the byte that tells
+ * fuzz_envelope what the rest is (a message from a stranger, the fields
+ * of one to seal, a mask over a genuine one).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,6 +26,7 @@
 
 #include "internal.h"
 #include "proto.h"
+#include "bridge_envelope.h"
 #include "bridge_proto.h"
 
 static void put_file(const char *dir, const char *name, const void *p, size_t n)
@@ -118,6 +122,55 @@ static void bridge_seeds(const char *dir)
 	procreg__bp_add_peer(b, sizeof(b), &n, start, "node-c", "[::1]:7002");
 	procreg__bp_end(b, n, start, 0);
 	put_file(dir, "snapshot-peers", b, n);
+}
+
+/* Mode byte (fuzz_envelope.c) 0: messages as strangers send them (a
+ * well-formed envelope whose MAC is under another key, with the frames
+ * of a stream; junk); 1: fields to seal; 2: masks. */
+static void envelope_seeds(const char *dir)
+{
+	static uint8_t b[PR_ENV_MAX + 1], body[1024];
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 42, .uid = 1000,
+				 .start_time = 7, .registered_ns = 9, .name = "svc.a",
+				 .name_len = 5, .meta = "unix:/run/a.sock", .meta_len = 16 };
+	struct pr_env env = { .type = PR_ENV_STREAM, .flags = PR_ENV_ANNOUNCE, .sender = "node-a",
+			      .sender_len = 6, .incarnation = 1, .counter = 1u << 30, .req = 0 };
+	struct pr_env_key *k = NULL;
+	size_t n = 0, len = 0;
+
+	procreg__bp_put_change(body, sizeof(body), &n, 1, 4, "node-a", &e);
+	procreg__bp_put_heartbeat(body, sizeof(body), &n, 1, 4);
+	env.body = body;
+	env.body_len = n;
+	if (procreg__env_key_new((const uint8_t *)"not-the-fuzzers-cookie", 22, &k) < 0 ||
+	    procreg__env_seal(k, "procreg.default.node.node-a", &env, b + 1, sizeof(b) - 1,
+			      &len) < 0) {
+		fprintf(stderr, "gen_seeds: envelope not sealed\n");
+		exit(1);
+	}
+	procreg__env_key_free(k);
+	b[0] = 0;
+	put_file(dir, "stream-other-key", b, len + 1);
+	put_file(dir, "junk", "\0PRN1junk", 10);
+	/* type, flags, sender_len, incarnation, counter, req, sender, body */
+	b[0] = 1;
+	b[1] = PR_ENV_SNAP;
+	b[2] = 0;
+	b[3] = 6;
+	memset(b + 4, 0, 24);
+	b[4] = 1;
+	b[12] = 2;
+	b[20] = 3;
+	memcpy(b + 28, "node-a", 6);
+	memcpy(b + 34, body, n);
+	put_file(dir, "fields-snap", b, 34 + n);
+	b[1] = PR_ENV_SNAPREQ;
+	put_file(dir, "fields-snapreq", b, 34);
+	b[0] = 2;
+	memset(b + 1, 0, 64);
+	put_file(dir, "mask-none", b, 65);
+	b[10] = 0x40;
+	put_file(dir, "mask-sender", b, 65);
 }
 
 /* Publish an entry for PID under K in ROOT: a name, or a membership. */
@@ -225,6 +278,9 @@ int main(int argc, char **argv)
 	snprintf(dir, sizeof(dir), "%s/bridge", argv[1]);
 	mkdir(dir, 0755);
 	bridge_seeds(dir);
+	snprintf(dir, sizeof(dir), "%s/envelope", argv[1]);
+	mkdir(dir, 0755);
+	envelope_seeds(dir);
 	snprintf(dir, sizeof(dir), "%s/table", argv[1]);
 	mkdir(dir, 0755);
 	if (!mkdtemp(tmp))

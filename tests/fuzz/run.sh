@@ -12,7 +12,7 @@ src=$(cd "$(dirname "$0")" && pwd)
 scratch=$(mktemp -d /tmp/procreg-fuzz-run.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 status=0
-for h in fuzz_proto fuzz_table fuzz_bridge; do
+for h in fuzz_proto fuzz_table fuzz_bridge fuzz_envelope; do
 	mkdir -p "$scratch/$h"
 	echo "== $h: ${secs}s"
 	if ! (cd "$scratch" && "$build/tests/fuzz/$h" -max_total_time="$secs" -timeout=25 \

@@ -236,7 +236,7 @@ static void kill_kid(struct fx *f, pid_t pid)
 /* Wait until NAME is registered to PID in REG; fail if PID exits first. */
 static void wait_owned(struct fx *f, procreg_t *reg, const char *name, pid_t pid)
 {
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	int st;
 
 	for (int i = 0; i < WAIT_MS; i++) {
@@ -321,7 +321,7 @@ static void start_scope(struct th_daemon *d, const char *dir, const char *scope)
 		procreg_t *r = procreg_open(&o);
 
 		if (r) {
-			struct procreg_stats s;
+			PROCREG_OPTS(procreg_stats, s);
 
 			procreg_stats(r, &s);
 			procreg_close(r);
@@ -455,8 +455,9 @@ static void no_table_msg(char *buf, size_t len, const char *dir, const char *sco
 static void test_run_registers_and_execs(void **state)
 {
 	struct fx *f = *state;
-	struct procreg_entry e1, e2;
-	struct procreg_stats st;
+	TH_ENTRY(e1);
+	TH_ENTRY(e2);
+	PROCREG_OPTS(procreg_stats, st);
 	struct res *r = f->r;
 	char pidfile[512], script[600], buf[64];
 	pid_t pid;
@@ -504,7 +505,7 @@ static void test_run_registers_and_execs(void **state)
 static void test_run_option_forms(void **state)
 {
 	struct fx *f = *state;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	char argfile[256], script[1400], buf[256];
 	pid_t pid;
 
@@ -545,8 +546,8 @@ static void test_run_name_taken(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_entry e;
-	struct procreg_stats st;
+	TH_ENTRY(e);
+	PROCREG_OPTS(procreg_stats, st);
 	char msg[256], ran[512], script[600];
 	pid_t holder;
 
@@ -596,7 +597,7 @@ static void test_run_bad_names(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	char longname[300], bigmeta[PROCREG_META_MAX + 2], ran[512], script[600], msg[700];
 
 	snprintf(ran, sizeof(ran), "%s/ran", f->dir);
@@ -640,7 +641,7 @@ static void test_run_command_not_found(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 
 	expect_st(cli(r, f->dir, A("run", "ghost", "g2", "--", "/nonexistent/cmd", "arg")),
 			 127);
@@ -666,7 +667,7 @@ static void test_run_usage(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	static const char *const no_cmd =
 		"procreg: run: expected -- CMD after the names\nTry 'procreg --help'.\n";
 	static const char *const no_names =
@@ -697,7 +698,7 @@ static void test_get(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	char name255[256], name256[257], msg[700];
 
 	reg_name(f->reg, "db", "tcp:10.0.0.1:5432");
@@ -749,7 +750,7 @@ static void test_get_escaping(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	/* quote, backslash, newline, tab, NUL, control, UTF-8 'é', a byte
 	 * that is not UTF-8, a truncated UTF-8 sequence, DEL, a surrogate. */
 	static const char meta[] = "q\"b\\n\nt\t\0\x01" "\xc3\xa9" "\xff" "\xe2\x82" "\x7f"
@@ -788,7 +789,8 @@ static void test_ls(void **state)
 	static const char *const order[] = { "Beta", "alpha", "alpha.2", "mid", "r.one", "zeta" };
 	static const char *const metas[] = { "upper case sorts first", "first", "a2", "", "child",
 					     "z" };
-	struct procreg_entry e[6], wide;
+	struct procreg_entry e[6];
+	PROCREG_OPTS(procreg_entry, wide);
 	char n50[51];
 	const char *s;
 	pid_t pid;
@@ -806,8 +808,10 @@ static void test_ls(void **state)
 	reg_name(f->reg, "alpha.2", "a2");
 	pid = spawn_cli(f, A("run", "r.one", "--meta", "child", "--", "sleep", "30"));
 	wait_owned(f, f->reg, "r.one", pid);
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < 6; i++) {
+		e[i] = (struct procreg_entry){ .sz = sizeof(e[i]) };
 		lookup_ok(f->reg, order[i], &e[i]);
+	}
 
 	expect_st(cli(r, f->dir, A("ls")), 0);
 	s = r->out;
@@ -851,8 +855,8 @@ static void test_unregister(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_stats st;
-	struct procreg_entry e;
+	PROCREG_OPTS(procreg_stats, st);
+	TH_ENTRY(e);
 	char n256[257];
 	pid_t pid;
 
@@ -900,7 +904,7 @@ static void test_unregister(void **state)
  * library read just before (and, identically, just after). */
 static void stats_steady(struct fx *f, struct res *r, int json, struct procreg_stats *s)
 {
-	struct procreg_stats after;
+	PROCREG_OPTS(procreg_stats, after);
 
 	for (int i = 0; i < 100; i++) {
 		procreg_stats(f->reg, s);
@@ -918,7 +922,7 @@ static void stats_steady(struct fx *f, struct res *r, int json, struct procreg_s
 static void expect_stats(struct fx *f, int json, pid_t daemon)
 {
 	struct res *r = f->r2;
-	struct procreg_stats s;
+	PROCREG_OPTS(procreg_stats, s);
 	char buf[2048];
 	const char *p;
 
@@ -977,7 +981,7 @@ static void test_stats(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_stats s;
+	PROCREG_OPTS(procreg_stats, s);
 	pid_t pid;
 
 	expect_stats(f, 0, f->d.pid);
@@ -1022,7 +1026,8 @@ static void test_scope(void **state)
 	struct fx *f = *state;
 	struct res *r = f->r;
 	PROCREG_OPTS(procreg_opts, o, .dir = f->dir, .scope = "other");
-	struct procreg_entry ed, eo;
+	TH_ENTRY(ed);
+	TH_ENTRY(eo);
 	procreg_t *other;
 	char env_dir[600], msg[700];
 	const char *s;
@@ -1106,7 +1111,7 @@ static void test_help_and_usage(void **state)
 					    "\n  unregister NAME", "\n  stats ", "\n  help ",
 					    "\n  version " };
 	char *help;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	char ver[128];
 
 	expect_st(cli(r, f->dir, A("--help")), 0);
@@ -1204,7 +1209,7 @@ static void test_daemon_stopped(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	char ran[512], script[600];
 	const char *s;
 
@@ -1255,7 +1260,7 @@ static int member_find_cb(const struct procreg_entry *e, void *arg)
 	if (e->pid == m->pid) {
 		m->found++;
 		if (m->out)
-			*m->out = *e;
+			th_entry_copy(m->out, e);
 	}
 	return 0;
 }
@@ -1296,6 +1301,7 @@ static void wait_member(struct fx *f, const char *group, pid_t pid)
 
 struct member_list {
 	struct procreg_entry v[8];
+	unsigned char meta[8][PROCREG_META_MAX];
 	size_t n;
 };
 
@@ -1305,7 +1311,9 @@ static int member_list_cb(const struct procreg_entry *e, void *arg)
 
 	if (l->n == 8)
 		return -E2BIG;
-	l->v[l->n++] = *e;
+	l->v[l->n] = (struct procreg_entry){ .sz = sizeof(l->v[0]), .meta = l->meta[l->n],
+					     .meta_size = sizeof(l->meta[0]) };
+	th_entry_copy(&l->v[l->n++], e);
 	return 0;
 }
 
@@ -1392,8 +1400,9 @@ static void test_join_execs(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_entry e1, e2;
-	struct procreg_stats st;
+	TH_ENTRY(e1);
+	TH_ENTRY(e2);
+	PROCREG_OPTS(procreg_stats, st);
 	uint64_t names = 0;
 	pid_t pid;
 
@@ -1448,7 +1457,7 @@ static void test_join_usage_and_failures(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	char longname[300], ran[512], script[600], msg[800];
 
 	expect_st(cli(r, f->dir, A("join")), 2);
@@ -1511,8 +1520,10 @@ static void test_run_group(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_entry e, m1, m2;
-	struct procreg_stats st;
+	TH_ENTRY(e);
+	TH_ENTRY(m1);
+	TH_ENTRY(m2);
+	PROCREG_OPTS(procreg_stats, st);
 	char longname[300], ran[512], script[600], msg[800];
 	pid_t pid;
 
@@ -1737,7 +1748,7 @@ static void test_stats_groups(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_stats s;
+	PROCREG_OPTS(procreg_stats, s);
 	pid_t pid;
 
 	join_ok(f->reg, "sg.1", "a");
@@ -1837,7 +1848,7 @@ static void test_dash_names(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	pid_t pid, member;
 
 	pid = spawn_cli(f, A("run", "--meta", "m", "--ttl", "60", "--", "-svc", "--x", "--",
@@ -1875,7 +1886,7 @@ static void test_escaped_args(void **state)
 {
 	struct fx *f = *state;
 	struct res *r = f->r;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	pid_t pid;
 
 	pid = spawn_cli(f, A("run", "--escaped", "a\\x1b[2J\\nb", "--group", "g\\xff",

@@ -95,8 +95,8 @@ static pid_t spawn_holder(const char *dir, const char *prefix, int count, int *h
 static void test_register_lookup_unregister(void **state)
 {
 	struct fx *f = *state;
-	struct procreg_entry e;
-	struct procreg_stats st;
+	TH_ENTRY(e);
+	PROCREG_OPTS(procreg_stats, st);
 
 	assert_int_equal(procreg_register(f->reg, "payments", "unix:/run/p.sock", 16), 0);
 	assert_int_equal(procreg_lookup(f->reg, "payments", &e), 0);
@@ -131,7 +131,7 @@ static void test_register_lookup_unregister(void **state)
 static void test_duplicate_refused(void **state)
 {
 	struct fx *f = *state;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	int hold;
 	pid_t child = spawn_holder(f->dir, "dup", 1, &hold);
 
@@ -152,17 +152,16 @@ static void test_batch(void **state)
 	enum { N = 5000 };
 	static struct procreg_op ops[N + 3];
 	static char names[N][32];
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 
 	for (int i = 0; i < N; i++) {
 		snprintf(names[i], sizeof(names[i]), "batch.%d", i);
-		ops[i] = (struct procreg_op){ PROCREG_OP_REGISTER, names[i], names[i],
-					      strlen(names[i]), 99 };
+		ops[i] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_REGISTER, .name = names[i], .meta = names[i], .meta_len = strlen(names[i]), .result = 99 };
 	}
 	/* Bad ops get their own errors; the rest go through. */
-	ops[N] = (struct procreg_op){ PROCREG_OP_REGISTER, "", NULL, 0, 99 };
-	ops[N + 1] = (struct procreg_op){ PROCREG_OP_UNREGISTER, "batch.none", NULL, 0, 99 };
-	ops[N + 2] = (struct procreg_op){ 42, "x", NULL, 0, 99 };
+	ops[N] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_REGISTER, .name = "", .meta = NULL, .meta_len = 0, .result = 99 };
+	ops[N + 1] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_UNREGISTER, .name = "batch.none", .meta = NULL, .meta_len = 0, .result = 99 };
+	ops[N + 2] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = 42, .name = "x", .meta = NULL, .meta_len = 0, .result = 99 };
 	assert_int_equal(procreg_batch(f->reg, ops, N + 3), 0);
 	for (int i = 0; i < N; i++)
 		assert_int_equal(ops[i].result, 0);
@@ -170,7 +169,7 @@ static void test_batch(void **state)
 	assert_int_equal(ops[N + 1].result, -ENOENT);
 	assert_int_equal(ops[N + 2].result, -EINVAL);
 	for (int i = 0; i < N; i += 97) {
-		struct procreg_entry e;
+		TH_ENTRY(e);
 
 		assert_int_equal(procreg_lookup(f->reg, names[i], &e), 0);
 		assert_memory_equal(e.meta, names[i], strlen(names[i]));
@@ -178,7 +177,7 @@ static void test_batch(void **state)
 	procreg_stats(f->reg, &st);
 	assert_int_equal(st.names, N);
 	for (int i = 0; i < N; i++)
-		ops[i] = (struct procreg_op){ PROCREG_OP_UNREGISTER, names[i], NULL, 0, 99 };
+		ops[i] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_UNREGISTER, .name = names[i], .meta = NULL, .meta_len = 0, .result = 99 };
 	assert_int_equal(procreg_batch(f->reg, ops, N), 0);
 	for (int i = 0; i < N; i++)
 		assert_int_equal(ops[i].result, 0);
@@ -195,7 +194,7 @@ static void test_death_removes_names(void **state)
 	pid_t kids[P];
 	int holds[P];
 	char prefix[P][16], name[P * 16 + 16];
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 
 	for (int i = 0; i < P; i++) {
 		snprintf(prefix[i], sizeof(prefix[i]), "k%d.", i);
@@ -249,7 +248,7 @@ static void test_names_survive_exec(void **state)
 	struct fx *f = *state;
 	pid_t kid = th_fork(exec_child, f->dir);
 	void *args[2] = { f->reg, "execd" };
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	char comm[64] = "";
 	char path[64];
 	int fd;
@@ -282,7 +281,7 @@ static void test_names_survive_exec(void **state)
 static void test_register_pidfd(void **state)
 {
 	struct fx *f = *state;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	pid_t kid = fork();
 	int pidfd;
 
@@ -317,7 +316,7 @@ static int as_nobody(void *arg)
 {
 	struct other_uid *o = arg;
 	procreg_t *r;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	int pidfd;
 
 	th_become(&o->u);
@@ -351,7 +350,7 @@ static void test_other_uid_refused(void **state)
 {
 	struct fx *f = *state;
 	struct other_uid o = { f->dir, 0, { 0 } };
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	int hold;
 
 	th_user_new(&o.u);
@@ -375,7 +374,7 @@ static void test_name_and_meta_limits(void **state)
 	struct fx *f = *state;
 	char name[PROCREG_NAME_MAX + 2];
 	static unsigned char meta[PROCREG_META_MAX + 1];
-	struct procreg_entry e;
+	TH_ENTRY(e);
 
 	memset(name, 'n', sizeof(name));
 	name[PROCREG_NAME_MAX] = 0;
@@ -596,7 +595,7 @@ static void test_table_full(void **state)
 	struct fx *f = *state;
 	static unsigned char meta[PROCREG_META_MAX];
 	static pid_t keepers[4096];
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	int nk = 0, pidfd = -1, full = 0;
 
 	/* 2 MiB of table, 1 KiB of metadata a name, ten names a process
@@ -890,8 +889,7 @@ static int ack_main(void *arg)
 
 		for (int i = 0; i < 200; i++) {
 			snprintf(names[i], sizeof(names[i]), "ack.%d.%d", b, i);
-			ops[i] = (struct procreg_op){ PROCREG_OP_REGISTER, names[i], names[i],
-						      strlen(names[i]), 0 };
+			ops[i] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_REGISTER, .name = names[i], .meta = names[i], .meta_len = strlen(names[i]), .result = 0 };
 		}
 		err = procreg_batch(r, ops, 200);
 		/* Report every op the daemon acknowledged, batch cut or not. */
@@ -920,7 +918,7 @@ static void test_daemon_crash_restart(void **state)
 	pid_t kid;
 	char name[64];
 	static int got[4096][200 / 8 + 1];
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 
 	memset(got, 0, sizeof(got));
 	assert_int_equal(pipe2(ack, O_CLOEXEC), 0);
@@ -985,7 +983,7 @@ static void test_dead_while_down(void **state)
 	int hold_dead, hold_live;
 	pid_t dead = spawn_holder(f->dir, "dead.", 20, &hold_dead);
 	pid_t live = spawn_holder(f->dir, "live.", 20, &hold_live);
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 
 	th_daemon_kill(&f->d);
 	kill(dead, SIGKILL);
@@ -1013,7 +1011,7 @@ static void test_sigterm_clean(void **state)
 {
 	struct fx *f = *state;
 	char sock[512];
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 
 	assert_int_equal(procreg_register(f->reg, "stays", NULL, 0), 0);
 	snprintf(sock, sizeof(sock), "%s/procreg.default.sock", f->dir);
@@ -1081,7 +1079,7 @@ struct reclaimed {
 static int memory_came_back(void *arg)
 {
 	struct reclaimed *r = arg;
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 
 	procreg_stats(r->reg, &st);
 	return st.grace_periods > r->gp0 && st.arena_used < r->used0;
@@ -1090,7 +1088,7 @@ static int memory_came_back(void *arg)
 static void test_killed_reader_does_not_stop_reclamation(void **state)
 {
 	struct fx *f = *state;
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct reclaimed rc = { f->reg, 0, 0 };
 	int fds[2];
 	char name[32], c;

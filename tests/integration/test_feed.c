@@ -37,7 +37,7 @@ static int teardown(void **state)
 
 static void expect(procreg_t *reg, uint64_t *cur, int type, const char *name, int is_group)
 {
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 
 	assert_int_equal(procreg_next_event(reg, cur, &ev, 0), 0);
 	assert_int_equal(ev.seq, *cur);
@@ -52,7 +52,7 @@ static void test_order_of_writes(void **state)
 {
 	struct fx *f = *state;
 	uint64_t cur = procreg_feed_head(f->reg), first = cur;
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 
 	assert_int_equal(procreg_register(f->reg, "a", NULL, 0), 0);
 	assert_int_equal(procreg_join(f->reg, "g", "m", 1), 0);
@@ -89,7 +89,7 @@ static void test_death_events(void **state)
 {
 	struct fx *f = *state;
 	uint64_t cur = procreg_feed_head(f->reg);
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 	pid_t kid = th_fork(die_holding, f->dir);
 	int seen_name = 0, seen_group = 0;
 
@@ -115,13 +115,13 @@ static void test_lapped_follower(void **state)
 	enum { N = 1000 };
 	static struct procreg_op ops[N];
 	static char names[N][16];
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 	uint64_t cur = procreg_feed_head(f->reg), head;
 	int err, got = 0;
 
 	for (int i = 0; i < N; i++) {
 		snprintf(names[i], sizeof(names[i]), "lap%d", i);
-		ops[i] = (struct procreg_op){ PROCREG_OP_REGISTER, names[i], NULL, 0, 0 };
+		ops[i] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_REGISTER, .name = names[i], .meta = NULL, .meta_len = 0, .result = 0 };
 	}
 	assert_int_equal(procreg_batch(f->reg, ops, N), 0);
 	head = procreg_feed_head(f->reg);
@@ -291,7 +291,7 @@ static int register_in_child(void *arg)
 static void test_pollable_fd(void **state)
 {
 	struct fx *f = *state;
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 	uint64_t cur = procreg_feed_head(f->reg);
 	int fd = procreg_feed_fd(f->reg), err;
 

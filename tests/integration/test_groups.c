@@ -100,9 +100,11 @@ static bool read_all(int fd, void *buf, size_t len)
 	return true;
 }
 
-/* Collected entries. */
+/* Collected entries, each with its metadata in META (PROCREG_META_MAX
+ * bytes an entry). */
 struct elist {
 	struct procreg_entry *v;
+	unsigned char *meta;
 	size_t n, cap;
 };
 
@@ -113,14 +115,28 @@ static int collect(const struct procreg_entry *e, void *arg)
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 16;
 		struct procreg_entry *v = realloc(l->v, cap * sizeof(*v));
+		unsigned char *m = v ? realloc(l->meta, cap * PROCREG_META_MAX) : NULL;
 
-		if (!v)
+		if (v)
+			l->v = v;
+		if (!m)
 			return -ENOMEM;
-		l->v = v;
+		l->meta = m;
 		l->cap = cap;
+		for (size_t i = 0; i < l->n; i++)
+			l->v[i].meta = l->meta + i * PROCREG_META_MAX;
 	}
-	l->v[l->n++] = *e;
+	l->v[l->n] = (struct procreg_entry){ .sz = sizeof(*e),
+					     .meta = l->meta + l->n * PROCREG_META_MAX,
+					     .meta_size = PROCREG_META_MAX };
+	th_entry_copy(&l->v[l->n++], e);
 	return 0;
+}
+
+static void elist_free(struct elist *l)
+{
+	free(l->v);
+	free(l->meta);
 }
 
 static void members_of(procreg_t *r, const char *group, struct elist *l)
@@ -493,7 +509,7 @@ static struct reach w_reach(struct pr_writer *w)
 static void check_counts(struct pr_writer *w, procreg_t *r)
 {
 	struct reach s = w_reach(w);
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct glist gl = { 0 };
 	uint64_t sum = 0;
 
@@ -522,7 +538,7 @@ static void test_w_join_leave_members(void **state)
 	struct pr_writer w;
 	struct elist l = { 0 };
 	struct glist gl = { 0 };
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	uint64_t used0;
 	procreg_t *r;
 
@@ -649,7 +665,7 @@ static void test_w_join_leave_members(void **state)
 	assert_int_equal(w.map.hdr->arena_used, used0);
 	assert_int_equal(w.map.hdr->arena_used, w_reach(&w).bytes);
 
-	free(l.v);
+	elist_free(&l);
 	free(gl.v);
 	procreg_close(r);
 	procreg__writer_close(&w);
@@ -737,7 +753,7 @@ static void test_w_big_group(void **state)
 	uint64_t rebuilds_seen = 0, cap_mid = 0, group_bytes;
 	double per_member_mid = 0, per_member_end;
 	char m[BIG_META + 1];
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	procreg_t *r;
 
 	(void)state;
@@ -1109,7 +1125,7 @@ static void expect_group_members(procreg_t *r, const char *group, uint32_t lo, u
 		assert_true(member_ok(e, group, i < split ? ver_lo : ver_hi));
 		assert_int_equal(e->start_time, i + 7);
 	}
-	free(l.v);
+	elist_free(&l);
 }
 
 static void test_w_recovery(void **state)
@@ -1117,7 +1133,7 @@ static void test_w_recovery(void **state)
 	char *dir = th_mkdtemp();
 	struct pr_writer w;
 	struct pr_record t = { .kind = PR_KIND_MEMBER };
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct glist gl = { 0 };
 	uint64_t off, joins, leaves;
 	procreg_t *r;
@@ -1237,7 +1253,7 @@ static void test_w_recovery(void **state)
 			assert_true(member_ok(&l.v[i], "alpha", 1));
 			assert_true(k < 200 || (k >= 300 && k < 2000));
 		}
-		free(l.v);
+		elist_free(&l);
 	}
 	check_counts(&w, r);
 	drain(&w);
@@ -1379,7 +1395,7 @@ static void test_join_leave_members(void **state)
 	struct fx *f = *state;
 	struct elist l = { 0 };
 	struct glist gl = { 0 };
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct actor a = { .dir = f->dir, .groups = { "workers" }, .meta = "child" };
 	uint64_t start;
 	int hold;
@@ -1466,7 +1482,7 @@ static void test_join_leave_members(void **state)
 	assert_int_equal(st.processes, 0);
 	assert_int_equal(st.leaves, 1);
 	assert_int_equal(st.deaths, 1);
-	free(l.v);
+	elist_free(&l);
 	free(gl.v);
 }
 
@@ -1474,7 +1490,7 @@ static void test_last_leave_drops_group(void **state)
 {
 	struct fx *f = *state;
 	struct glist gl = { 0 };
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	procreg_t *h[3];
 	pid_t kids[2];
 	int holds[2];
@@ -1597,7 +1613,7 @@ static void test_death_removes_memberships(void **state)
 			   .names = { "d.n0", "d.n1", "d.n2" },
 			   .groups = { "d.g0", "d.g1", "d.g2", "d.g3", "shared" },
 			   .meta = "doomed" };
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct glist gl = { 0 };
 	struct elist l = { 0 };
 	uint64_t cursor;
@@ -1629,7 +1645,7 @@ static void test_death_removes_memberships(void **state)
 	/* In one step: its eight removals are eight consecutive events of
 	 * the feed, with none of the noise's between them. */
 	{
-		struct procreg_event ev;
+		PROCREG_OPTS(procreg_event, ev);
 		uint64_t first = 0, last = 0, died = 0, died_groups = 0;
 		int rc;
 
@@ -1682,7 +1698,7 @@ static void test_death_removes_memberships(void **state)
 		assert_int_equal(st.processes, 1);
 	}
 	free(gl.v);
-	free(l.v);
+	elist_free(&l);
 }
 
 /* ---- another process's memberships ------------------------------------ */
@@ -1706,7 +1722,7 @@ static void test_join_pidfd(void **state)
 {
 	struct fx *f = *state;
 	struct elist l = { 0 };
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	uint64_t start;
 	pid_t kid = pauser();
 	int pidfd = (int)syscall(SYS_pidfd_open, kid, 0);
@@ -1752,7 +1768,7 @@ static void test_join_pidfd(void **state)
 	assert_int_equal(st.groups, 0);
 	assert_int_equal(st.deaths, 1);
 	close(pidfd);
-	free(l.v);
+	elist_free(&l);
 }
 
 struct nobody {
@@ -1797,7 +1813,7 @@ static int nobody_main(void *arg)
 	if (pidfd < 0 || procreg_join_pidfd(r, pidfd, "mine", "n", 1) != 0)
 		return 38;
 	close(pidfd);
-	free(l.v);
+	elist_free(&l);
 	if (write(o->ready_fd, &c, 1) != 1)
 		return 39;
 	if (read(o->hold_fd, &c, 1) < 0)
@@ -1857,7 +1873,7 @@ static void test_join_pidfd_other_uid(void **state)
 	expect_count(f->reg, "mine", 0, 0);
 	kill(o.victim, SIGKILL);
 	th_wait(o.victim);
-	free(l.v);
+	elist_free(&l);
 }
 
 /* ---- batches ---------------------------------------------------------- */
@@ -1869,22 +1885,21 @@ static void test_batch_join_leave(void **state)
 	static struct procreg_op ops[N + 6];
 	static char names[N][32];
 	static unsigned char big[PROCREG_META_MAX + 1];
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct elist l = { 0 };
 
 	for (int i = 0; i < N; i++) {
 		snprintf(names[i], sizeof(names[i]), "bg.%d", i);
-		ops[i] = (struct procreg_op){ PROCREG_OP_JOIN, names[i], names[i],
-					      strlen(names[i]), 99 };
+		ops[i] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_JOIN, .name = names[i], .meta = names[i], .meta_len = strlen(names[i]), .result = 99 };
 	}
 	/* Bad ops get their own errors; the rest go through. */
-	ops[N] = (struct procreg_op){ PROCREG_OP_JOIN, "", NULL, 0, 99 };
-	ops[N + 1] = (struct procreg_op){ PROCREG_OP_JOIN, "bg.big", big, sizeof(big), 99 };
-	ops[N + 2] = (struct procreg_op){ PROCREG_OP_LEAVE, "bg.none", NULL, 0, 99 };
+	ops[N] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_JOIN, .name = "", .meta = NULL, .meta_len = 0, .result = 99 };
+	ops[N + 1] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_JOIN, .name = "bg.big", .meta = big, .meta_len = sizeof(big), .result = 99 };
+	ops[N + 2] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_LEAVE, .name = "bg.none", .meta = NULL, .meta_len = 0, .result = 99 };
 	/* A join, a re-join and a name of the same name, in one batch. */
-	ops[N + 3] = (struct procreg_op){ PROCREG_OP_JOIN, "bg.x", "1", 1, 99 };
-	ops[N + 4] = (struct procreg_op){ PROCREG_OP_JOIN, "bg.x", "22", 2, 99 };
-	ops[N + 5] = (struct procreg_op){ PROCREG_OP_REGISTER, "bg.x", "n", 1, 99 };
+	ops[N + 3] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_JOIN, .name = "bg.x", .meta = "1", .meta_len = 1, .result = 99 };
+	ops[N + 4] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_JOIN, .name = "bg.x", .meta = "22", .meta_len = 2, .result = 99 };
+	ops[N + 5] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_REGISTER, .name = "bg.x", .meta = "n", .meta_len = 1, .result = 99 };
 	assert_int_equal(procreg_batch(f->reg, ops, N + 6), 0);
 	for (int i = 0; i < N; i++)
 		assert_int_equal(ops[i].result, 0);
@@ -1913,10 +1928,10 @@ static void test_batch_join_leave(void **state)
 	assert_int_equal(st.names, 1);
 
 	for (int i = 0; i < N; i++)
-		ops[i] = (struct procreg_op){ PROCREG_OP_LEAVE, names[i], NULL, 0, 99 };
-	ops[N] = (struct procreg_op){ PROCREG_OP_LEAVE, "bg.x", NULL, 0, 99 };
-	ops[N + 1] = (struct procreg_op){ PROCREG_OP_LEAVE, "bg.x", NULL, 0, 99 };
-	ops[N + 2] = (struct procreg_op){ PROCREG_OP_UNREGISTER, "bg.x", NULL, 0, 99 };
+		ops[i] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_LEAVE, .name = names[i], .meta = NULL, .meta_len = 0, .result = 99 };
+	ops[N] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_LEAVE, .name = "bg.x", .meta = NULL, .meta_len = 0, .result = 99 };
+	ops[N + 1] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_LEAVE, .name = "bg.x", .meta = NULL, .meta_len = 0, .result = 99 };
+	ops[N + 2] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_UNREGISTER, .name = "bg.x", .meta = NULL, .meta_len = 0, .result = 99 };
 	assert_int_equal(procreg_batch(f->reg, ops, N + 3), 0);
 	for (int i = 0; i < N; i++)
 		assert_int_equal(ops[i].result, 0);
@@ -1929,7 +1944,7 @@ static void test_batch_join_leave(void **state)
 	assert_int_equal(st.names, 0);
 	assert_int_equal(st.leaves, N + 1);
 	assert_int_equal(st.processes, 0);
-	free(l.v);
+	elist_free(&l);
 }
 
 /* ---- limits ----------------------------------------------------------- */
@@ -1939,7 +1954,7 @@ static void test_group_limits(void **state)
 	struct fx *f = *state;
 	char name[PROCREG_NAME_MAX + 2];
 	static unsigned char meta[PROCREG_META_MAX + 1];
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct elist l = { 0 };
 	uint64_t n;
 
@@ -1970,13 +1985,13 @@ static void test_group_limits(void **state)
 	assert_int_equal(st.groups, 1);
 	assert_int_equal(st.memberships, 1);
 	assert_int_equal(st.joins, 1);
-	free(l.v);
+	elist_free(&l);
 }
 
 static void test_quota_counts_memberships(void **state)
 {
 	struct fx *f = *state;
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct glist gl = { 0 };
 	struct actor a = { .dir = f->dir, .groups = { "q.theirs" } };
 	char name[32];
@@ -2147,7 +2162,7 @@ static int storm_main(void *arg)
 					storm_name(nm[j], sizeof(nm[j]), ks[j]);
 					can &= ~(1u << ks[j]);
 				}
-				ops[j] = (struct procreg_op){ kind, nm[j], meta, strlen(meta), 99 };
+				ops[j] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = kind, .name = nm[j], .meta = meta, .meta_len = strlen(meta), .result = 99 };
 			}
 			if (procreg_batch(r, ops, 4) != 0)
 				return 12;
@@ -2216,7 +2231,7 @@ static int note_pid(const struct procreg_entry *e, void *arg)
 static void storm_check(procreg_t *r, const pid_t *kids, const struct storm_report *rep,
 			const bool *alive)
 {
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct glist gl = { 0 };
 	struct elist l = { 0 };
 	struct pid_set procs = { .n = 0 };
@@ -2250,7 +2265,7 @@ static void storm_check(procreg_t *r, const pid_t *kids, const struct storm_repo
 		uint64_t want_names = 0, want_members = 0, want_groups = 0;
 
 		for (unsigned k = 0; k < SNAMES; k++) {
-			struct procreg_entry e;
+			TH_ENTRY(e);
 			int owner = -1;
 
 			for (int c = 0; c < SKIDS; c++) {
@@ -2291,7 +2306,7 @@ static void storm_check(procreg_t *r, const pid_t *kids, const struct storm_repo
 		assert_int_equal(gl.n, want_groups);
 	}
 	free(gl.v);
-	free(l.v);
+	elist_free(&l);
 }
 
 static void test_storm_counts(void **state)
@@ -2303,7 +2318,7 @@ static void test_storm_counts(void **state)
 	bool alive[SKIDS];
 	pid_t kids[SKIDS];
 	int report[SKIDS], hold[SKIDS];
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 
 	for (int i = 0; i < SKIDS; i++) {
 		int rp[2], hp[2];
@@ -2376,7 +2391,7 @@ static void test_daemon_restart_members(void **state)
 	struct actor dead = { .dir = f->dir, .names = { "r.dead" },
 			      .groups = { "mixed", "onlydead" }, .meta = "dead" };
 	struct actor live = { .dir = f->dir, .groups = { "mixed", "onlylive" }, .meta = "live" };
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct glist gl = { 0 };
 	struct elist l = { 0 };
 	int hold_dead, hold_live;
@@ -2441,7 +2456,7 @@ static void test_daemon_restart_members(void **state)
 	assert_int_equal(st.memberships, 0);
 	assert_int_equal(st.processes, 0);
 	free(gl.v);
-	free(l.v);
+	elist_free(&l);
 }
 
 int main(void)

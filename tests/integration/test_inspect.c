@@ -639,7 +639,7 @@ static pid_t spawn_cli(struct fx *f, const char *const *env, const char *const *
 static void test_autostart(void **state)
 {
 	struct fx *f = *state;
-	struct procreg_stats s;
+	PROCREG_OPTS(procreg_stats, s);
 	char table[600];
 	pid_t run, daemon;
 

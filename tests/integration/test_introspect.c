@@ -59,49 +59,29 @@ static void tail_untouched(const void *p, size_t known)
 			fail_msg("byte %zu past the library's struct (%zu bytes) was written", i, known);
 }
 
-static int no_reader(const struct procreg_reader *r, void *arg)
-{
-	(void)r;
-	(void)arg;
-	return 0;
-}
-
-static int no_node(const struct procreg_node *n, void *arg)
-{
-	(void)n;
-	(void)arg;
-	return 0;
-}
-
 /* ---- sizes ------------------------------------------------------------ */
 
 static void test_sz_refused(void **state)
 {
 	struct th_fx *f = *state;
 	struct procreg_table_info ti = { .sz = 0 };
-	struct procreg_reader r = { .sz = 0 };
 	struct procreg_reader_check rc = { .sz = 0 };
 	struct procreg_check ck = { .sz = 0 };
 	struct procreg_bridge b = { .sz = 0 };
-	struct procreg_node n = { .sz = 0 };
 
 	assert_int_equal(procreg_table_info(f->reg, &ti), -EINVAL);
-	assert_int_equal(procreg_readers(f->reg, &r, no_reader, NULL), -EINVAL);
 	assert_int_equal(procreg_reader_check(f->reg, &rc), -EINVAL);
 	assert_int_equal(procreg_check(f->reg, &ck, NULL, NULL), -EINVAL);
-	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL, NULL), -EINVAL);
-	assert_int_equal(procreg_bridge(f->reg, NULL, &n, no_node, NULL), -EINVAL);
+	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL), -EINVAL);
 	/* Too short: a caller's struct that ends before the first version's. */
 	ti.sz = sizeof(ti) - 1;
 	assert_int_equal(procreg_table_info(f->reg, &ti), -EINVAL);
-	r.sz = sizeof(size_t);
-	assert_int_equal(procreg_readers(f->reg, &r, no_reader, NULL), -EINVAL);
 	rc.sz = offsetof(struct procreg_reader_check, stalls);
 	assert_int_equal(procreg_reader_check(f->reg, &rc), -EINVAL);
 	ck.sz = offsetof(struct procreg_check, problems);
 	assert_int_equal(procreg_check(f->reg, &ck, NULL, NULL), -EINVAL);
 	b.sz = sizeof(b) / 2;
-	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL, NULL), -EINVAL);
+	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL), -EINVAL);
 	/* Nothing was filled in. */
 	assert_int_equal(ti.layout_version, 0);
 	assert_int_equal(rc.max_readers, 0);
@@ -109,6 +89,7 @@ static void test_sz_refused(void **state)
 	/* Missing arguments. */
 	assert_int_equal(procreg_table_info(f->reg, NULL), -EINVAL);
 	assert_int_equal(procreg_name_hash(f->reg, "x", NULL), -EINVAL);
+	assert_int_equal(procreg_readers(f->reg, NULL, NULL), -EINVAL);
 	assert_int_equal(procreg_node_name(f->reg, 0, NULL, 10), -EINVAL);
 }
 
@@ -147,7 +128,7 @@ static void test_table_info(void **state)
 	struct th_fx *f = *state;
 	const struct pr_table_hdr *h = f->reg->map.hdr;
 	PROCREG_OPTS(procreg_table_info, ti);
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 
 	reg_name(f->reg, "t.one");
 	reg_name(f->reg, "t.two");
@@ -252,9 +233,8 @@ static int reader_shows(void *p)
 {
 	struct want_reader *w = p;
 	struct find_reader fr = { .pid = w->pid };
-	PROCREG_OPTS(procreg_reader, buf);
 
-	assert_int_equal(procreg_readers(w->reg, &buf, find_reader, &fr), 0);
+	assert_int_equal(procreg_readers(w->reg, find_reader, &fr), 0);
 	w->r = fr.r;
 	return fr.seen == 1 && fr.r.lookups == w->lookups && fr.r.flags == w->flags;
 }
@@ -288,7 +268,6 @@ static void test_readers(void **state)
 {
 	struct th_fx *f = *state;
 	PROCREG_OPTS(procreg_reader_check, rc);
-	PROCREG_OPTS(procreg_reader, buf);
 	struct reader_arg a = { f->dir, 300, false };
 	struct want_reader w;
 	struct th_held held;
@@ -315,7 +294,7 @@ static void test_readers(void **state)
 	assert_int_equal(rc.last_stall_pid, 0);
 
 	/* A callback's non-zero value ends the walk and is returned. */
-	assert_int_equal(procreg_readers(f->reg, &buf, stop_at_first, &calls), 42);
+	assert_int_equal(procreg_readers(f->reg, stop_at_first, &calls), 42);
 	assert_int_equal(calls, 1);
 
 	/* With no daemon to drop it, a reader that exits stays in the
@@ -534,12 +513,11 @@ static void test_bridge(void **state)
 {
 	struct th_fx *f = *state;
 	PROCREG_OPTS(procreg_bridge, b);
-	PROCREG_OPTS(procreg_node, node);
 	struct nodes_seen s = { 0 };
 	char path[600], name[64];
 
 	/* A daemon without --node publishes nothing. */
-	assert_int_equal(procreg_bridge(f->reg, &b, &node, add_node, &s), -ENOENT);
+	assert_int_equal(procreg_bridge(f->reg, &b, add_node, &s), -ENOENT);
 	assert_int_equal(procreg_node_name(f->reg, 0, name, sizeof(name)), -ENOENT);
 
 	/* What procregd --node writes (nodes_file.h), here written by hand. */
@@ -552,7 +530,7 @@ static void test_bridge(void **state)
 		      "something a later daemon adds\n"
 		      "node 2 gamma - 0000000000000001 200 0 0 0\n",
 		      0644);
-	assert_int_equal(procreg_bridge(f->reg, &b, &node, add_node, &s), 0);
+	assert_int_equal(procreg_bridge(f->reg, &b, add_node, &s), 0);
 	assert_string_equal(b.node, "alpha");
 	assert_int_equal(b.incarnation, 0xff);
 	assert_int_equal(b.seq, 12);
@@ -563,6 +541,7 @@ static void test_bridge(void **state)
 	assert_int_equal(b.resyncs, 5);
 	assert_int_equal(b.nodes, 2);
 	assert_int_equal(s.n, 2);
+	assert_int_equal(s.v[0].sz, sizeof(struct procreg_node)); /* the library's */
 	assert_int_equal(s.v[0].id, 1);
 	assert_string_equal(s.v[0].name, "beta");
 	assert_string_equal(s.v[0].addr, "10.0.0.2:7000");
@@ -574,9 +553,9 @@ static void test_bridge(void **state)
 	assert_string_equal(s.v[1].name, "gamma");
 	assert_string_equal(s.v[1].addr, "");
 	/* The summary alone, and the nodes alone. */
-	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL, NULL), 0);
+	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL), 0);
 	s.n = 0;
-	assert_int_equal(procreg_bridge(f->reg, NULL, &node, add_node, &s), 0);
+	assert_int_equal(procreg_bridge(f->reg, NULL, add_node, &s), 0);
 	assert_int_equal(s.n, 2);
 
 	/* Names by id. */
@@ -589,9 +568,9 @@ static void test_bridge(void **state)
 
 	/* Not a file of this format; a file others may write. */
 	th_write_file(path, "procreg-nodes 2\nself alpha 00000000000000ff 12\n", 0644);
-	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL, NULL), -EPROTO);
+	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL), -EPROTO);
 	th_write_file(path, "procreg-nodes 1\nself alpha 00000000000000ff 12\n", 0666);
-	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL, NULL), -EPERM);
+	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL), -EPERM);
 	unlink(path);
 }
 

@@ -88,7 +88,7 @@ static void bury(struct contender *c)
 
 static pid_t owner_of(procreg_t *reg, const char *name)
 {
-	struct procreg_entry e;
+	TH_ENTRY(e);
 
 	return procreg_lookup(reg, name, &e) == 0 ? e.pid : 0;
 }
@@ -97,7 +97,7 @@ static void test_queue_order_on_death(void **state)
 {
 	struct fx *f = *state;
 	struct contender owner = contend(f->dir, "leader", 0, 0), s[3];
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 
 	assert_int_equal(report(&owner), '0');
 	/* Three standbys, in a known order: each is queued before the next
@@ -122,7 +122,7 @@ static void test_queue_order_on_death(void **state)
 	assert_int_equal(owner_of(f->reg, "leader"), s[2].pid);
 	assert_int_equal(report(&s[2]), 'o');
 	{
-		struct procreg_entry e;
+		TH_ENTRY(e);
 
 		assert_int_equal(procreg_lookup(f->reg, "leader", &e), 0);
 		assert_int_equal(e.meta_len, (uint32_t)snprintf(NULL, 0, "pid %d", (int)s[2].pid));
@@ -139,7 +139,7 @@ static void test_queue_on_unregister_and_events(void **state)
 {
 	struct fx *f = *state;
 	uint64_t cur = procreg_feed_head(f->reg);
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 	struct contender s;
 
 	assert_int_equal(procreg_register(f->reg, "svc", NULL, 0), 0);
@@ -173,8 +173,8 @@ static void test_replace(void **state)
 	PROCREG_OPTS(procreg_register_opts, rep, .flags = PROCREG_REPLACE);
 	struct contender soft = contend(f->dir, "soft", PROCREG_REPLACEABLE, 0);
 	struct contender hard = contend(f->dir, "hard", 0, 0);
-	struct procreg_entry e;
-	struct procreg_stats st;
+	TH_ENTRY(e);
+	PROCREG_OPTS(procreg_stats, st);
 
 	assert_int_equal(report(&soft), '0');
 	assert_int_equal(report(&hard), '0');
@@ -262,7 +262,7 @@ static void test_handover_in_full_table(void **state)
 	struct fx *f = *state;
 	struct contender owner = contend(f->dir, "full.a", 0, 0);
 	static char meta[PROCREG_META_MAX];
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	int rep[2], i, err = 0;
 	pid_t w[2];
 	char c, name[32];
@@ -302,7 +302,7 @@ static void test_handover_in_full_table(void **state)
 /* The next event of TYPE about NAME, waiting up to 30 s. */
 static struct procreg_event await(procreg_t *reg, uint64_t *cur, int type, const char *name)
 {
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 
 	for (;;) {
 		int err = procreg_next_event(reg, cur, &ev, 30000);
@@ -318,8 +318,8 @@ static void test_lease_expires(void **state)
 	struct fx *f = *state;
 	PROCREG_OPTS(procreg_register_opts, o, .lease_ms = 50);
 	uint64_t cur = procreg_feed_head(f->reg);
-	struct procreg_event ev;
-	struct procreg_entry e;
+	PROCREG_OPTS(procreg_event, ev);
+	TH_ENTRY(e);
 
 	/* We live, but do not refresh: the name goes. */
 	assert_int_equal(procreg_register_opts(f->reg, "hung", NULL, 0, &o), 0);
@@ -347,7 +347,7 @@ static void test_lease_survives_restart(void **state)
 	struct fx *f = *state;
 	PROCREG_OPTS(procreg_register_opts, o, .lease_ms = 1500);
 	PROCREG_OPTS(procreg_register_opts, om, .lease_ms = 1500, .flags = PROCREG_LEASE_MARK);
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	uint64_t cur;
 
 	/* Acknowledged leases, then the daemon dies before any expires: the
@@ -491,7 +491,7 @@ static void test_lease_refreshed(void **state)
 	struct fx *f = *state;
 	PROCREG_OPTS(procreg_register_opts, o, .lease_ms = 3000);
 	uint64_t cur;
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 
 	assert_int_equal(procreg_register_opts(f->reg, "alive", NULL, 0, &o), 0);
 	cur = procreg_feed_head(f->reg);
@@ -511,7 +511,7 @@ static void test_lease_mark_unhealthy(void **state)
 	struct fx *f = *state;
 	PROCREG_OPTS(procreg_register_opts, o, .flags = PROCREG_LEASE_MARK, .lease_ms = 50);
 	uint64_t cur = procreg_feed_head(f->reg);
-	struct procreg_entry e;
+	TH_ENTRY(e);
 
 	assert_int_equal(procreg_register_opts(f->reg, "sick", "m", 1, &o), 0);
 	await(f->reg, &cur, PROCREG_EV_EXPIRED, "sick");

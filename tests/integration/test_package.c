@@ -107,9 +107,13 @@ static const char prog_c[] =
 	"#include <string.h>\n"
 	"#include <unistd.h>\n"
 	"#include <procreg.h>\n"
+	"#if !PROCREG_VERSION_CHECK(0, 1, 0) || PROCREG_VERSION_CHECK(255, 0, 0)\n"
+	"#error PROCREG_VERSION_CHECK\n"
+	"#endif\n"
 	"int main(int argc, char **argv)\n"
 	"{\n"
-	"	struct procreg_entry e;\n"
+	"	char meta[PROCREG_META_MAX];\n"
+	"	PROCREG_OPTS(procreg_entry, e, .meta = meta, .meta_size = sizeof(meta));\n"
 	"	procreg_t *reg = procreg_open(NULL);\n"
 	"	int err;\n"
 	"	if (!reg || argc != 2)\n"
@@ -117,9 +121,11 @@ static const char prog_c[] =
 	"	err = procreg_register(reg, argv[1], \"pkg\", 3);\n"
 	"	if (!err)\n"
 	"		err = procreg_lookup(reg, argv[1], &e);\n"
+	"	if (!err && strcmp(PROCREG_VERSION_STRING, procreg_version()))\n"
+	"		err = 3;\n"
 	"	if (!err)\n"
 	"		printf(\"%s %d %d %.*s %s\\n\", e.name, (int)e.pid, e.pid == getpid(),\n"
-	"		       (int)e.meta_len, (const char *)e.meta, procreg_version());\n"
+	"		       (int)e.meta_len, meta, procreg_version());\n"
 	"	procreg_close(reg);\n"
 	"	return err ? 1 : 0;\n"
 	"}\n";
@@ -161,7 +167,8 @@ static void test_installed_package(void **state)
 {
 	struct fx *f = *state;
 	static const char *const files[] = {
-		"bin/procreg", "sbin/procregd", "include/procreg.h", "lib/libprocreg.so",
+		"bin/procreg", "sbin/procregd", "include/procreg.h", "include/procreg/version.h",
+		"include/procreg/backend.h", "include/procreg/resolver.h", "lib/libprocreg.so",
 		"lib/libprocreg.a", "lib/pkgconfig/procreg.pc", "lib/cmake/procreg/procregConfig.cmake",
 		"lib/cmake/procreg/procregConfigVersion.cmake", "share/man/man1/procreg.1",
 		"share/man/man3/procreg.3", "share/man/man8/procregd.8",
@@ -221,19 +228,54 @@ static void test_installed_package(void **state)
 	snprintf(path, sizeof(path), "%s/build/prog", src);
 	run_prog(f, path, "pkg.cmake");
 
+	/* procregd's plug-ins, built out of the tree from the installed
+	 * headers alone (the sources copied away from the tree's, no -I but
+	 * the prefix's) and needing no library of procreg's: a bridge
+	 * backend that carries frames as bytes (the test switch's), one
+	 * that carries nothing, a conflict resolver. procregd then runs with
+	 * that resolver and the backend that carries nothing. */
+	snprintf(cmd, sizeof(cmd),
+		 "cd '%s' && cp '%s/tests/bridge_backend_null.c' '%s/tests/bridge_backend_testnet.c' "
+		 "'%s/tests/testnet_wire.h' '%s/tests/resolver_primary.c' . && "
+		 "for p in bridge_backend_null bridge_backend_testnet resolver_primary; do "
+		 "cc -std=gnu11 -Wall -Wextra -Werror -fPIC -shared -Wl,--no-undefined "
+		 "-I'%s/include' -o $p.so $p.c || exit 1; done",
+		 src, PROCREG_SOURCE_DIR, PROCREG_SOURCE_DIR, PROCREG_SOURCE_DIR, PROCREG_SOURCE_DIR,
+		 prefix);
+	sh(f, NULL, cmd);
+	snprintf(cmd, sizeof(cmd), "cd '%s' && cc -fsyntax-only -x c++ -I'%s/include' - <<'EOF'\n"
+		 "#include <procreg.h>\n#include <procreg/backend.h>\n#include <procreg/resolver.h>\n"
+		 "EOF", src, prefix);
+	sh(f, NULL, cmd);
+	snprintf(path, sizeof(path), "%s/cookie", f->dir);
+	write_file(path, "a-test-cookie-0123456789\n");
+	assert_int_equal(chmod(path, 0600), 0);
+	{
+		char be[700], rs[700];
+		struct th_daemon bd = { 0 };
+
+		snprintf(be, sizeof(be), "%s/bridge_backend_null.so", src);
+		snprintf(rs, sizeof(rs), "%s/resolver_primary.so", src);
+		if (th_daemon_start(&bd, src,
+				    A("--node", "x", "--cookie-file", path, "--bridge-backend", be,
+				      "--resolver", rs),
+				    NULL) != 0) {
+			th_daemon_dump_log(&bd);
+			fail_msg("procregd with the backend and resolver built here did not start");
+		}
+		assert_int_equal(th_daemon_stop(&bd), 0);
+	}
+
 #ifdef PROCREG_NATS_BUILT
 	/* The NATS backend, installed in LIBDIR/procreg, is what the
 	 * installed procregd's --bridge nats loads: it answers for an option
 	 * it does not know. */
 	expect_file(prefix, "lib/procreg/procreg-bridge-nats.so");
-	snprintf(path, sizeof(path), "%s/cookie", f->dir);
-	write_file(path, "a-test-cookie-0123456789\n");
-	assert_int_equal(chmod(path, 0600), 0);
 	snprintf(cmd, sizeof(cmd), "%s/sbin/procregd", prefix);
 	assert_int_not_equal(th_run(f->o, NULL, A(cmd, "--foreground", "--dir", src, "--node", "x",
 						  "--cookie-file", path, "--bridge", "nats",
 						  "--bridge-opt", "bogus=1")), 0);
-	expect_in(f->o->err, "unknown option 'bogus=1'");
+	expect_in(f->o->err, "unknown option 'bogus'");
 #endif
 }
 
@@ -430,7 +472,7 @@ static pid_t start_activated(struct fx *f, int fd, bool other_pid)
 static int serving(void *p)
 {
 	struct fx *f = p;
-	struct procreg_stats s;
+	PROCREG_OPTS(procreg_stats, s);
 	procreg_t *r = th_open(f->dir);
 
 	if (!r)
@@ -446,7 +488,7 @@ static int serving(void *p)
 static void activate_and_use(struct fx *f, int fd, bool other_pid, const char *name,
 			     const char *want_sock)
 {
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	procreg_t *reg;
 
 	f->activated = start_activated(f, fd, other_pid);

@@ -151,7 +151,7 @@ static void test_queue_places_count(void **state)
 {
 	struct th_fx *f = *state;
 	int step_p[2], go_p[2];
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	struct kid k;
 	char name[16], c = 0;
 	pid_t kid;

@@ -15,7 +15,7 @@ static void test_readme_example(void **state)
 {
 	struct th_daemon d;
 	char *dir = th_mkdtemp(), out[512] = "", expect[128];
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	procreg_t *reg;
 	int p[2], status;
 	pid_t pid;

@@ -129,7 +129,7 @@ static void root_serves(const char *dir, int names)
 	}
 	for (int i = 0; i < names; i++) {
 		char name[32];
-		struct procreg_entry e;
+		TH_ENTRY(e);
 
 		snprintf(name, sizeof(name), "root.%d", i);
 		assert_int_equal(procreg_lookup(r, name, &e), 0);

@@ -47,9 +47,9 @@ static void *thread_main(void *p)
 {
 	struct targ *t = p;
 	char name[64], other[64], group[32];
-	struct procreg_entry e;
-	struct procreg_stats st;
-	struct procreg_event ev;
+	TH_ENTRY(e);
+	PROCREG_OPTS(procreg_stats, st);
+	PROCREG_OPTS(procreg_event, ev);
 	uint64_t cursor = procreg_feed_head(t->reg), members, local;
 
 	snprintf(group, sizeof(group), "tgroup.%d", t->id % 3);

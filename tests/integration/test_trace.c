@@ -174,7 +174,7 @@ static void wait_byte(int fd)
 static int worker_main(void *arg)
 {
 	struct worker *w = arg;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	procreg_t *reg = th_open(w->dir);
 	int bad = 0;
 
@@ -303,7 +303,7 @@ static int victim_main(void *arg)
 static void run_events_kill(struct fixture *f, bool json)
 {
 	struct victim v = { .dir = f->dir };
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	char pid[32], *out;
 	pid_t child;
 
@@ -669,7 +669,7 @@ struct seen {
 static int seen_there(void *arg)
 {
 	struct seen *s = arg;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	int r = procreg_lookup(s->reg, s->name, &e);
 
 	return s->remote ? r == 0 && e.node != 0 : r == -ENOENT;

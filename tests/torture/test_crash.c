@@ -252,7 +252,7 @@ static void test_crash_storm(void **state)
 			if (!w[g].pid)
 				continue;
 			for (int i = 0; i < NAMES_PER_WORKER; i++) {
-				struct procreg_entry e;
+				TH_ENTRY(e);
 
 				if (!(w[g].names[i / 8] & (1 << (i % 8))))
 					continue;
@@ -294,7 +294,7 @@ static void test_crash_storm(void **state)
 	close(ack[1]);
 	assert_int_equal(procreg_sync(f->reg), 0);
 	{
-		struct procreg_stats s;
+		PROCREG_OPTS(procreg_stats, s);
 
 		procreg_stats(f->reg, &s);
 		assert_int_equal(s.names, 0);
@@ -374,7 +374,7 @@ static void test_reader_kills(void **state)
 	int rounds = env_rounds ? atoi(env_rounds) : 40, ready[2], killed = 0, held = 0;
 	static unsigned char meta[PROCREG_META_MAX];
 	pid_t readers[READERS] = { 0 };
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	uint64_t max_used = 0, slots0, writes = 0;
 	char name[32], c;
 

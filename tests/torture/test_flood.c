@@ -708,7 +708,7 @@ static void test_random_frames(void **state)
 	struct fuzz z[ATTACKERS];
 	pid_t kids[ATTACKERS];
 	struct th_user u;
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	uint64_t seed = getenv("PROCREG_FUZZ_SEED") ? strtoull(getenv("PROCREG_FUZZ_SEED"), NULL, 0)
 						     : procreg__now_ns() | 1;
 	struct fuzz_counts *cnt = mmap(NULL, sizeof(*cnt), PROT_READ | PROT_WRITE,

@@ -206,7 +206,7 @@ static void test_full_filesystem(void **state)
 	struct fs *s = *state;
 	struct owner o = { s->mnt, { -1, -1 }, { -1, -1 } };
 	struct result fill, churn, lease;
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct th_out out;
 	procreg_t *r;
 	pid_t owner;

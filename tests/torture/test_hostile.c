@@ -240,7 +240,7 @@ static int churn_main(void *p)
 		for (int i = 0; i < NAMES; i++) {
 			size_t ml = meta_of(names[i], version, metas[i], sizeof(metas[i]));
 
-			ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
+			ops[i] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_REGISTER, .name = names[i],
 						      .meta = metas[i], .meta_len = ml };
 		}
 		if (procreg_batch(r, ops, NAMES) != 0)
@@ -258,7 +258,7 @@ static int churn_main(void *p)
 /* Check one lookup of name I through R. */
 static void check_one(procreg_t *r, struct shared *sh, int i, uint64_t *lookups)
 {
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	char name[32];
 	int rc;
 
@@ -908,7 +908,7 @@ static void test_squatted_scope(void **state)
 	/* ...unless told to trust that user. */
 	{
 		PROCREG_OPTS(procreg_opts, to, .dir = f->dir, .scope = "default", .trust_uid = u->uid);
-		struct procreg_entry e;
+		TH_ENTRY(e);
 
 		r = procreg_open(&to);
 		assert_non_null(r);

@@ -356,7 +356,7 @@ static int well_formed(const struct procreg_entry *e, const char *want_name, boo
 	if (e->meta_len <= pl || memcmp(e->meta, prefix, pl))
 		return 0;
 	for (size_t i = pl; i < e->meta_len; i++)
-		if (e->meta[i] < '0' || e->meta[i] > '9')
+		if (((const char *)e->meta)[i] < '0' || ((const char *)e->meta)[i] > '9')
 			return 0;
 	return 1;
 }
@@ -420,7 +420,7 @@ static int reader_main(void *arg)
 	while (sh->phase == PH_RUN) {
 		procreg_t *reg = r[rnd(&rng, NODES)];
 		char name[32];
-		struct procreg_entry e;
+		TH_ENTRY(e);
 		int err;
 
 		if (procreg_foreach(reg, check_name_cb, &c) != 0)
@@ -521,6 +521,7 @@ static int writer_main(void *arg)
 		int n = rnd(&rng, 10) == 0 ? 8 : 1, err = 0;
 
 		for (int i = 0; i < n; i++) {
+			ops[i] = (struct procreg_op){ .sz = sizeof(ops[i]) };
 			ops[i].kind = pick(&rng, names[i], sizeof(names[i]));
 			ops[i].name = names[i];
 			meta_of(metas[i], sizeof(metas[i]), names[i], getpid(), v++);
@@ -716,10 +717,8 @@ static int idmap_add(const struct procreg_node *n, void *arg)
 
 static int read_nodes(const struct th_node *nd, struct idmap *m)
 {
-	PROCREG_OPTS(procreg_node, node);
-
 	m->n = 0;
-	if (procreg_bridge(nd->reg, NULL, &node, idmap_add, m) != 0)
+	if (procreg_bridge(nd->reg, NULL, idmap_add, m) != 0)
 		m->n = 0;
 	return m->n;
 }
@@ -852,7 +851,7 @@ static int replicas_agree(struct soak *s, char *why, size_t cap, int *entries)
 static int tables_empty(struct soak *s)
 {
 	for (int i = 0; i < NODES; i++) {
-		struct procreg_stats st;
+		PROCREG_OPTS(procreg_stats, st);
 
 		if (procreg_sync(s->n[i].reg) != 0 || procreg_stats(s->n[i].reg, &st) != 0 ||
 		    st.names || st.memberships || st.groups)
@@ -870,7 +869,7 @@ static void dump_logs(struct soak *s)
 static void check_daemons(struct soak *s)
 {
 	for (int i = 0; i < NODES; i++) {
-		struct procreg_stats st;
+		PROCREG_OPTS(procreg_stats, st);
 
 		int status;
 		pid_t pid = s->n[i].d.pid;
@@ -983,7 +982,7 @@ static void run_round(struct soak *s, int seconds, const char *label)
 
 static void take_sample(struct soak *s, int i, struct sample *m)
 {
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct stat sb;
 	int fd;
 

@@ -210,7 +210,7 @@ static int reader(void *p)
 	struct reader_stats *st = &sh->r[a->id];
 	PROCREG_OPTS(procreg_opts, o, .dir = a->dir, .scope = "default");
 	procreg_t *r = procreg_open(&o);
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	struct walk *w = malloc(sizeof(*w));
 	uint64_t rnd = 0x9e3779b97f4a7c15ull ^ ((uint64_t)getpid() << 20) ^ (uint64_t)a->id;
 	char name[64];
@@ -334,7 +334,7 @@ static int churner(void *p)
 	PROCREG_OPTS(procreg_opts, o, .dir = a->dir, .scope = "default");
 	procreg_t *r = procreg_open(&o);
 	struct wave *wv = malloc(sizeof(*wv));
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	int rc;
 
 	if (!r || !wv)
@@ -347,7 +347,7 @@ static int churner(void *p)
 		/* Register the wave. */
 		for (unsigned i = 0; i < WAVE; i++) {
 			churn_name(wv->name[i], sizeof(wv->name[i]), (unsigned)a->id, base + i);
-			wv->ops[i] = (struct procreg_op){
+			wv->ops[i] = (struct procreg_op){ .sz = sizeof(struct procreg_op),
 				.kind = PROCREG_OP_REGISTER, .name = wv->name[i], .meta = wv->meta[i],
 				.meta_len = make_meta(wv->meta[i], wv->name[i], 0),
 			};
@@ -375,7 +375,7 @@ static int churner(void *p)
 		/* Replace every other name's metadata: the old records are
 		 * retired while readers may hold them. */
 		for (unsigned i = 0; i < WAVE; i += 2) {
-			wv->ops[n] = (struct procreg_op){
+			wv->ops[n] = (struct procreg_op){ .sz = sizeof(struct procreg_op),
 				.kind = PROCREG_OP_REGISTER, .name = wv->name[i], .meta = wv->meta[i],
 				.meta_len = make_meta(wv->meta[i], wv->name[i], 1),
 			};
@@ -408,7 +408,7 @@ static int churner(void *p)
 
 		/* And remove it all. */
 		for (unsigned i = 0; i < WAVE; i++)
-			wv->ops[i] = (struct procreg_op){ .kind = PROCREG_OP_UNREGISTER,
+			wv->ops[i] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_UNREGISTER,
 							  .name = wv->name[i] };
 		rc = procreg_batch(r, wv->ops, WAVE);
 		if (rc)
@@ -508,7 +508,7 @@ static void register_stable(struct fx *f)
 
 	for (unsigned i = 0; i < NSTABLE; i++) {
 		stable_name(names[i], sizeof(names[i]), i);
-		ops[i] = (struct procreg_op){ .kind = PROCREG_OP_REGISTER, .name = names[i],
+		ops[i] = (struct procreg_op){ .sz = sizeof(struct procreg_op), .kind = PROCREG_OP_REGISTER, .name = names[i],
 					      .meta = metas[i],
 					      .meta_len = make_meta(metas[i], names[i], 0) };
 	}
@@ -521,7 +521,7 @@ static void register_stable(struct fx *f)
 static void check_final_table(struct fx *f)
 {
 	struct walk *w = calloc(1, sizeof(*w));
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	char name[64];
 
 	assert_non_null(w);
@@ -544,7 +544,7 @@ static void check_final_table(struct fx *f)
 static int only_our_reader(void *p)
 {
 	struct fx *f = p;
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 
 	return procreg_stats(f->r, &st) == 0 && st.reader_slots_used == 1 &&
 	       th_reader_held(f->r, getpid()) == 0;
@@ -553,7 +553,7 @@ static int only_our_reader(void *p)
 static int arena_settled(void *p)
 {
 	struct fx *f = p;
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	uint64_t stable = 0;
 	char name[64], meta[META_BUF];
 
@@ -576,7 +576,8 @@ static void test_stress(void **state)
 	struct fx *f = *state;
 	struct reader_arg ra[NREADERS];
 	struct churner_arg ca[NCHURNERS];
-	struct procreg_stats before, after;
+	PROCREG_OPTS(procreg_stats, before);
+	PROCREG_OPTS(procreg_stats, after);
 	uint64_t lookups = 0, found = 0, walks = 0, churn_bytes = 0, replaced = 0;
 	int failed = 0;
 

@@ -681,7 +681,7 @@ static int fork_child(struct fx *f, void *arg, int in, int out)
 {
 	struct fork_arg *a = arg;
 	const struct pr_reader_slot *s = NULL;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 
 	(void)f;
 	if (a->use) {

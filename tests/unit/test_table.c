@@ -80,6 +80,7 @@ static size_t meta_for(const char *name, unsigned ver, uint8_t *out)
 static bool entry_ok(const struct procreg_entry *e, const char *want, long want_ver)
 {
 	uint8_t m[PROCREG_META_MAX];
+	const uint8_t *em = e->meta;
 	struct owner o;
 	size_t nl = strnlen(e->name, sizeof(e->name)), p, ml;
 	unsigned ver = 0;
@@ -91,10 +92,10 @@ static bool entry_ok(const struct procreg_entry *e, const char *want, long want_
 	    e->start_time != o.start)
 		return false;
 	if (e->meta_len < nl + 4 || e->meta_len > PROCREG_META_MAX ||
-	    memcmp(e->meta, e->name, nl) || memcmp(e->meta + nl, "|v", 2))
+	    memcmp(em, e->name, nl) || memcmp(em + nl, "|v", 2))
 		return false;
-	for (p = nl + 2; p < e->meta_len && e->meta[p] >= '0' && e->meta[p] <= '9'; p++)
-		ver = ver * 10 + (unsigned)(e->meta[p] - '0');
+	for (p = nl + 2; p < e->meta_len && em[p] >= '0' && em[p] <= '9'; p++)
+		ver = ver * 10 + (unsigned)(em[p] - '0');
 	if (want_ver >= 0 && ver != (unsigned long)want_ver)
 		return false;
 	ml = meta_for(e->name, ver, m);
@@ -382,8 +383,8 @@ static void test_insert_lookup(void **state)
 {
 	char *dir = th_mkdtemp();
 	struct pr_writer w;
-	struct procreg_entry e;
-	struct procreg_stats st;
+	TH_ENTRY(e);
+	PROCREG_OPTS(procreg_stats, st);
 	char longname[PROCREG_NAME_MAX + 2];
 	uint8_t bigmeta[PROCREG_META_MAX];
 	uint64_t t0, t1;
@@ -404,7 +405,7 @@ static void test_insert_lookup(void **state)
 	assert_int_equal(put_raw(&w, "payments", 4242, 123456789, 1000, 0,
 				 "unix:/run/payments.sock", 23), 0);
 	t1 = procreg__now_ns();
-	memset(&e, 0xa5, sizeof(e));
+	th_entry_scribble(&e, 0xa5);
 	assert_int_equal(procreg_lookup(r, "payments", &e), 0);
 	assert_int_equal(e.pid, 4242);
 	assert_int_equal(e.start_time, 123456789);
@@ -425,7 +426,7 @@ static void test_insert_lookup(void **state)
 	/* No metadata at all. */
 	assert_int_equal(put_raw(&w, "bare", 11, 12, 13, 0, NULL, 0), 0);
 
-	memset(&e, 0x5a, sizeof(e));
+	th_entry_scribble(&e, 0x5a);
 	assert_int_equal(procreg_lookup(r, longname, &e), 0);
 	assert_int_equal(e.pid, 7);
 	assert_int_equal(e.start_time, 8);
@@ -434,7 +435,7 @@ static void test_insert_lookup(void **state)
 	assert_string_equal(e.name, longname);
 	assert_int_equal(e.meta_len, PROCREG_META_MAX);
 	assert_memory_equal(e.meta, bigmeta, sizeof(bigmeta));
-	memset(&e, 0x5a, sizeof(e));
+	th_entry_scribble(&e, 0x5a);
 	assert_int_equal(procreg_lookup(r, "bare", &e), 0);
 	assert_int_equal(e.pid, 11);
 	assert_int_equal(e.meta_len, 0);
@@ -473,8 +474,8 @@ static void test_replace(void **state)
 {
 	char *dir = th_mkdtemp(), name[64];
 	struct pr_writer w;
-	struct procreg_entry e;
-	struct procreg_stats st;
+	TH_ENTRY(e);
+	PROCREG_OPTS(procreg_stats, st);
 	uint64_t used0, top = 0;
 	procreg_t *r;
 
@@ -555,8 +556,8 @@ static void test_delete(void **state)
 {
 	char *dir = th_mkdtemp();
 	struct pr_writer w;
-	struct procreg_entry e;
-	struct procreg_stats st;
+	TH_ENTRY(e);
+	PROCREG_OPTS(procreg_stats, st);
 	uint64_t n = 0;
 	procreg_t *r;
 
@@ -617,8 +618,8 @@ static void test_many_names(void **state)
 {
 	char *dir = th_mkdtemp(), name[64];
 	struct pr_writer w;
-	struct procreg_entry e;
-	struct procreg_stats st;
+	TH_ENTRY(e);
+	PROCREG_OPTS(procreg_stats, st);
 	uint64_t cap0, rehash0, last_cap;
 	unsigned cap_changes = 0;
 	struct walk_sum s;
@@ -657,7 +658,7 @@ static void test_many_names(void **state)
 
 	for (unsigned i = 0; i < MANY; i++) {
 		name_of(name, sizeof(name), "n", i);
-		memset(&e, 0, sizeof(e));
+		th_entry_scribble(&e, 0);
 		assert_int_equal(procreg_lookup(r, name, &e), 0);
 		assert_true(entry_ok(&e, name, 1));
 	}
@@ -708,8 +709,8 @@ static int model_cb(const struct procreg_entry *e, void *arg)
 
 static void check_model(procreg_t *r, const unsigned *ver, uint64_t live)
 {
-	struct procreg_entry e;
-	struct procreg_stats st;
+	TH_ENTRY(e);
+	PROCREG_OPTS(procreg_stats, st);
 	char name[64];
 
 	for (unsigned k = 0; k < UNIVERSE; k++) {
@@ -852,7 +853,7 @@ static int lookup_reader(void *p)
 {
 	struct reader_arg *a = p;
 	struct shared *sh = a->sh;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	char name[64];
 	uint64_t seed = 0x1234 + (uint64_t)a->idx, lookups = 0;
 	procreg_t *r;
@@ -989,7 +990,7 @@ static void test_grow_while_reading(void **state)
 	struct shared *sh = shared_new();
 	struct reader_arg args[MAXKIDS];
 	struct kid k[MAXKIDS];
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	uint64_t cap0, rehash0;
 	procreg_t *r;
 
@@ -1295,8 +1296,8 @@ static void test_recovery(void **state)
 	char *dir = th_mkdtemp(), name[64];
 	struct pr_writer w;
 	struct pr_record t = { .kind = PR_KIND_NAME };
-	struct procreg_entry e;
-	struct procreg_stats st;
+	TH_ENTRY(e);
+	PROCREG_OPTS(procreg_stats, st);
 	uint64_t off, top_before, tops[40], rehash_at_warm = 0;
 	procreg_t *r;
 
@@ -1552,8 +1553,8 @@ static int damage_child(void *p)
 		uint64_t cap, ioff;
 		bool damaged_rec[DNAMES] = { false };
 		procreg_t *r;
-		struct procreg_entry e;
-		struct procreg_stats st;
+		TH_ENTRY(e);
+		PROCREG_OPTS(procreg_stats, st);
 		struct dwalk dw = { 0 };
 		int fd, rc;
 
@@ -1696,7 +1697,7 @@ static int damage_child(void *p)
 		}
 		for (unsigned i = 0; i < DNAMES + 200; i++) {
 			name_of(name, sizeof(name), "d", i);
-			memset(&e, 0, sizeof(e));
+			th_entry_scribble(&e, 0);
 			rc = procreg_lookup(r, name, &e);
 			if (rc != 0 && rc != -ENOENT) {
 				kid_fail(sh, 0, "lookup %s: %d", name, rc);
@@ -2036,7 +2037,7 @@ static void test_readonly_mapping(void **state)
 {
 	char *dir = th_mkdtemp();
 	struct pr_writer w;
-	struct procreg_entry e;
+	TH_ENTRY(e);
 	struct ro_arg a = { .dir = dir };
 	size_t offs[3];
 	procreg_t *r;
@@ -2169,7 +2170,7 @@ static void test_hostile_feed(void **state)
 	char *dir = th_mkdtemp();
 	struct pr_writer w;
 	struct pr_paths p;
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 	uint64_t v, cursor;
 	procreg_t *r;
 

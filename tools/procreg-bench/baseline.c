@@ -95,7 +95,9 @@ static inline void to_entry(const struct fields *f, const char *data, struct pro
 	e->meta_len = f->meta_len;
 	memcpy(e->name, data, f->name_len);
 	e->name[f->name_len] = 0;
-	memcpy(e->meta, data + f->name_len + 1, f->meta_len);
+	if (e->meta)
+		memcpy(e->meta, data + f->name_len + 1,
+		       f->meta_len < e->meta_size ? f->meta_len : e->meta_size);
 }
 
 static inline int check_name(const char *name, size_t *len)

@@ -431,7 +431,7 @@ out:
 
 static uint64_t names_in(procreg_t *reg)
 {
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 
 	procreg_stats(reg, &st);
 	return st.names;

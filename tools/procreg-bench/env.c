@@ -451,7 +451,7 @@ int daemon_start(struct daemon_proc *d, const char *scope, const char *const *ar
 		int st;
 
 		if (r) {
-			struct procreg_stats s;
+			PROCREG_OPTS(procreg_stats, s);
 
 			procreg_stats(r, &s);
 			procreg_close(r);
@@ -542,6 +542,7 @@ int64_t register_range(procreg_t *reg, const char *prefix, uint64_t first, uint6
 			uint64_t i = first + base + j;
 
 			name_of(&names[j], prefix, i);
+			ops[j].sz = sizeof(ops[j]);
 			ops[j].kind = unregister ? PROCREG_OP_UNREGISTER : PROCREG_OP_REGISTER;
 			ops[j].name = names[j].s;
 			ops[j].meta = metas[j];

@@ -97,7 +97,7 @@ static struct {
 		while (__atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE) == PH_WARM) \
 			for (int k = 0; k < BLOCK; k++)                         \
 				sink += CALL(L.queries[pos++ & L.qmask].s, e) == 0 ? \
-						(uint64_t)e->pid + e->meta[0] : 0; \
+						(uint64_t)e->pid + em->meta[0] : 0; \
 		/* At least one block, even for a reader the scheduler kept   \
 		 * off the CPU for the whole run: a figure, not a failure. */   \
 		t0 = now_ns();                                                  \
@@ -105,7 +105,7 @@ static struct {
 			for (int k = 0; k < BLOCK; k++) {                       \
 				if (CALL(L.queries[pos++ & L.qmask].s, e) == 0) { \
 					found++;                                \
-					sink += (uint64_t)e->pid + e->meta[0] +   \
+					sink += (uint64_t)e->pid + em->meta[0] +   \
 						e->name[e->meta_len & 7];       \
 				}                                               \
 			}                                                       \
@@ -123,12 +123,19 @@ static int reader_main(void *arg)
 {
 	int id = (int)(intptr_t)arg;
 	struct reader_res *res = &L.ctl->r[id];
-	struct procreg_entry *e = calloc(1, sizeof(*e));
+	/* The entry and room for any metadata, as a caller that wants it
+	 * would have (every implementation copies it there). */
+	struct {
+		struct procreg_entry e;
+		unsigned char meta[PROCREG_META_MAX];
+	} *em = calloc(1, sizeof(*em));
+	struct procreg_entry *e = em ? &em->e : NULL;
 	uint64_t pos = (L.qmask + 1) / (uint64_t)L.nreaders * (uint64_t)id;
 	uint64_t count = 0, found = 0, sink = 0, missing = 0, t0 = 0, t1 = 0;
 
 	if (!e)
 		goto fail;
+	*e = (struct procreg_entry){ .sz = sizeof(*e), .meta = em->meta, .meta_size = sizeof(em->meta) };
 	switch (L.impl) {
 	case IMPL_PROCREG:
 		reader_reg = bench_open(BENCH_SCOPE);
@@ -188,6 +195,7 @@ static int writer_main(void *arg)
 		for (int pass = 0; pass < 2; pass++) {
 			for (int j = 0; j < CHURN_WAVE; j++) {
 				name_of(&nm[j], "churn", (wave % CHURN_WAVES) * CHURN_WAVE + (uint64_t)j);
+				ops[j].sz = sizeof(ops[j]);
 				ops[j].kind = pass ? PROCREG_OP_UNREGISTER : PROCREG_OP_REGISTER;
 				ops[j].name = nm[j].s;
 				ops[j].meta = meta;
@@ -309,7 +317,8 @@ static int measure(enum impl impl, int nreaders, const int *rcpu, bool load, int
 		}
 	}
 	if (!err) {
-		struct procreg_stats s0, s1;
+		PROCREG_OPTS(procreg_stats, s0);
+		PROCREG_OPTS(procreg_stats, s1);
 		uint64_t i0, t0;
 
 		sleep_ms(10);
@@ -387,7 +396,7 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 	struct qname *names = NULL, *queries = NULL;
 	uint64_t qn = bo.quick ? (1u << 16) : (1u << 20), seed = 42 + n;
 	size_t names_sz = n * sizeof(*names), q_sz;
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	procreg_t *reg = NULL;
 	int64_t got;
 	int wcpu = cpus[ncpus - 1], rc = -1;

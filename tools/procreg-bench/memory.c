@@ -67,7 +67,7 @@ int cmd_memory(void)
 	j_arr("sizes");
 	for (int i = 0; i < bo.nnames; i++) {
 		uint64_t n = bo.names_list[i];
-		struct procreg_stats st;
+		PROCREG_OPTS(procreg_stats, st);
 		struct stat sb;
 		struct qname *names;
 		struct oa_table *oa;

@@ -39,7 +39,8 @@ struct build {
 static double timed(struct build *b, const struct qname *q, uint64_t qmask, int ms,
 		    uint64_t *sink)
 {
-	struct procreg_entry e;
+	unsigned char meta[PROCREG_META_MAX];
+	PROCREG_OPTS(procreg_entry, e, .meta = meta, .meta_size = sizeof(meta));
 	uint64_t t0 = now_ns(), end = t0 + (uint64_t)ms * 1000000, n = 0, t1;
 
 	do {
@@ -53,7 +54,8 @@ static double timed(struct build *b, const struct qname *q, uint64_t qmask, int 
 
 static inline int fixed(struct build *b, const struct qname *q, uint64_t qmask, uint64_t n)
 {
-	struct procreg_entry e;
+	unsigned char meta[PROCREG_META_MAX];
+	PROCREG_OPTS(procreg_entry, e, .meta = meta, .meta_size = sizeof(meta));
 	int bad = 0;
 
 	for (uint64_t i = 0; i < n; i++)

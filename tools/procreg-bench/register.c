@@ -223,6 +223,7 @@ static int client_main(void *arg)
 			goto fail;
 		for (uint64_t i = 0; i < n; i++) {
 			name_of(&names[i], prefix, i);
+			ops[i].sz = sizeof(ops[i]);
 			ops[i].kind = PROCREG_OP_REGISTER;
 			ops[i].name = names[i].s;
 			ops[i].meta = metas[i];
@@ -236,6 +237,7 @@ static int client_main(void *arg)
 		r->t1 = now_ns();
 		for (uint64_t i = 0; i < n; i++) {
 			r->ok1 += ops[i].result == 0;
+			ops[i].sz = sizeof(ops[i]);
 			ops[i].kind = PROCREG_OP_UNREGISTER;
 			ops[i].meta_len = 0;
 		}

@@ -148,7 +148,7 @@ static int wait_step(int ph, const pid_t *pids)
 
 static uint64_t names_now(procreg_t *reg)
 {
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 
 	procreg_stats(reg, &st);
 	return st.names;

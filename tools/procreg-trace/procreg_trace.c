@@ -915,7 +915,7 @@ int main(int argc, char **argv)
 	PROCREG_OPTS(procreg_opts, ro);
 	struct procreg_trace *skel = NULL;
 	struct ring_buffer *rb = NULL;
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	struct sigaction sa = { .sa_handler = on_signal };
 	double start, next, last;
 	int err = 0, nlib = 0, nd = 0;

@@ -29,7 +29,7 @@
 static bool serving(const struct cli *c)
 {
 	PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir);
-	struct procreg_stats s;
+	PROCREG_OPTS(procreg_stats, s);
 	procreg_t *reg = procreg_open(&o);
 
 	if (!reg)

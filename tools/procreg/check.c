@@ -50,7 +50,7 @@ int cmd_check(struct cli *c, int argc, char **argv)
 {
 	PROCREG_OPTS(procreg_check, k);
 	struct report r = { 0 };
-	struct procreg_stats st;
+	PROCREG_OPTS(procreg_stats, st);
 	const char *table;
 	procreg_t *reg;
 	bool bad;

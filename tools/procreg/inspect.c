@@ -90,10 +90,9 @@ static int reader_by_pid(const void *a, const void *b)
 /* The registry, sorted by pid, in *V (free it): its length, or -1. */
 static ssize_t registry(procreg_t *reg, struct procreg_reader **v)
 {
-	PROCREG_OPTS(procreg_reader, buf);
 	struct readers rs = { 0 };
 
-	if (procreg_readers(reg, &buf, add_reader, &rs) != 0 || rs.nomem) {
+	if (procreg_readers(reg, add_reader, &rs) != 0 || rs.nomem) {
 		free(rs.v);
 		*v = NULL;
 		return -1;
@@ -206,7 +205,7 @@ void stats_prometheus(procreg_t *reg, const struct cli *c)
 #undef G
 #undef C
 	};
-	struct procreg_stats s;
+	PROCREG_OPTS(procreg_stats, s);
 	const char *scope = scope_name(c);
 
 	procreg_stats(reg, &s);
@@ -283,6 +282,7 @@ static int take_sample(procreg_t *reg, struct sample *s)
 	struct procreg_reader *v;
 	ssize_t n;
 
+	s->st = (struct procreg_stats){ .sz = sizeof(s->st) };
 	procreg_stats(reg, &s->st);
 	s->t_ns = mono_ns();
 	s->n = 0;

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "procreg.h"
-#include "procreg_version.h"
+#include "procreg/version.h"
 #include "cli.h"
 #include "output.h"
 
@@ -255,7 +255,8 @@ static int by_pid(const void *a, const void *b)
 
 static int cmd_get(struct cli *c, int argc, char **argv)
 {
-	struct procreg_entry e;
+	unsigned char meta[PROCREG_META_MAX];
+	PROCREG_OPTS(procreg_entry, e, .meta = meta, .meta_size = sizeof(meta));
 	struct nodes_info ni;
 	bool have_nodes;
 	procreg_t *reg;
@@ -328,9 +329,30 @@ static int push(struct collected *c, const void *x)
 	return 0;
 }
 
+/* An entry kept past its callback: its metadata, which the library lends
+ * for the callback only, copied to memory of its own (free_entries). */
 static int collect(const struct procreg_entry *e, void *arg)
 {
-	return push(arg, e);
+	struct collected *all = arg;
+	struct procreg_entry *kept;
+	void *meta = malloc(e->meta_len ? e->meta_len : 1);
+
+	if (!meta || push(all, e)) {
+		free(meta);
+		return -ENOMEM;
+	}
+	kept = (struct procreg_entry *)all->v + all->n - 1;
+	memcpy(meta, e->meta, e->meta_len);
+	kept->meta = meta;
+	kept->meta_size = e->meta_len;
+	return 0;
+}
+
+static void free_entries(struct collected *all)
+{
+	for (size_t i = 0; i < all->n; i++)
+		free(((struct procreg_entry *)all->v)[i].meta);
+	free(all->v);
 }
 
 static int collect_group(const struct procreg_group *g, void *arg)
@@ -357,7 +379,10 @@ static int gather(struct cli *c, const char *what, const char *group, struct col
 	if (err) {
 		fprintf(stderr, "%s: %s%s%s: %s\n", prog, what, group ? " " : "",
 			group ? cli_name(group) : "", procreg_strerror(err));
-		free(all->v);
+		if (strcmp(what, "groups"))
+			free_entries(all);
+		else
+			free(all->v);
 		return -1;
 	}
 	if (all->n)
@@ -402,7 +427,7 @@ static int cmd_ls(struct cli *c, int argc, char **argv)
 			putchar('\n');
 		}
 	}
-	free(all.v);
+	free_entries(&all);
 	return 0;
 }
 
@@ -441,7 +466,7 @@ static int cmd_unregister(struct cli *c, int argc, char **argv)
 
 static int cmd_stats(struct cli *c, int argc, char **argv)
 {
-	struct procreg_stats s;
+	PROCREG_OPTS(procreg_stats, s);
 	struct reader_stalls rs;
 	struct timespec now;
 	uint64_t now_ns;
@@ -590,7 +615,7 @@ static int claim(procreg_t *reg, const char *what, char **names, int n, const st
 		if (!err)
 			continue;
 		{
-			struct procreg_entry e;
+			PROCREG_OPTS(procreg_entry, e);
 
 			if (err == -EEXIST && procreg_lookup(reg, names[i], &e) == 0)
 				fprintf(stderr, "%s: %s: name '%s' is held by pid %d\n", prog, what,
@@ -714,7 +739,7 @@ static int cmd_members(struct cli *c, int argc, char **argv)
 			putchar('\n');
 		}
 	}
-	free(all.v);
+	free_entries(&all);
 	/* "[]" for a script, and exit 1 as documented, like get's "null". */
 	return all.n ? 0 : EXIT_NO;
 }
@@ -793,7 +818,7 @@ static void on_signal(int sig)
 static int cmd_watch(struct cli *c, int argc, char **argv)
 {
 	struct sigaction sa = { .sa_handler = on_signal }; /* no SA_RESTART: the wait returns */
-	struct procreg_event ev;
+	PROCREG_OPTS(procreg_event, ev);
 	const char *pattern = argc ? argv[0] : NULL;
 	procreg_t *reg;
 	uint64_t cursor;

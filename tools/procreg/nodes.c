@@ -43,11 +43,10 @@ static int add_node(const struct procreg_node *pn, void *arg)
 int nodes_read(procreg_t *reg, struct nodes_info *ni)
 {
 	PROCREG_OPTS(procreg_bridge, b);
-	PROCREG_OPTS(procreg_node, node);
 	int err;
 
 	memset(ni, 0, sizeof(*ni));
-	err = procreg_bridge(reg, &b, &node, add_node, ni);
+	err = procreg_bridge(reg, &b, add_node, ni);
 	if (err) {
 		free(ni->v);
 		memset(ni, 0, sizeof(*ni));

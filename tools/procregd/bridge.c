@@ -14,14 +14,16 @@
  * the next sequence number, broadcast by the backend. A node that comes up gets a snapshot
  * first (SNAP frames, as of a sequence number), then the changes after it.
  *
- * In: a node's snapshot, its parts in order, then its changes in order.
- * A snapshot part out of order (one lost, or repeated), or a heartbeat
- * before the last part, is refused. A change already applied (its
- * sequence number is behind) is ignored; one after a gap, or from another
- * incarnation (a restarted node on a stale connection), is refused. A
- * refusal drops the connection: the next one starts with a fresh
- * snapshot. A node that goes down takes every entry it owned with it, in
- * one pass, with a NODE_DOWN event for each in the change feed: not at
+ * In: a node's snapshot, its parts in order, then its changes in order,
+ * whatever order the transport delivers them in: what comes early is held
+ * until its turn, within a bound ("in: sequencing"). A change already
+ * applied (its sequence number is behind) is ignored; a repeated or stray
+ * snapshot part, a frame from another incarnation (a restarted node on a
+ * stale connection), something missing for too long (lost on the way)
+ * or too much held is refused. A refusal drops the connection: the next
+ * one starts with a fresh snapshot. A node that goes down takes every
+ * entry it owned with it, in one pass, with a NODE_DOWN event for each in
+ * the change feed: not at
  * once, but after a grace (LINGER_NS) in which the same incarnation may
  * come back. If it does, its snapshot replaces its entries by difference:
  * what it still has stays in place (no event when unchanged), what it
@@ -55,9 +57,10 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
-#include "backend.h"
+#include "bridge_proto.h"
+#include "procreg/backend.h"
 #include "hlc.h"
-#include "resolver.h"
+#include "procreg/resolver.h"
 #include "daemon.h"
 #include "probes.h"
 #include "nodes_file.h"
@@ -69,6 +72,28 @@
  * while a node that is gone is gone within about a second more than it
  * takes to notice. PROCREG_TEST_LINGER_MS overrides it for tests. */
 #define LINGER_NS (1000 * 1000000ull)
+/* Sequencing (see "in: sequencing"): what a transport delivers early is
+ * held, for every node together, up to HOLD_MAX_BYTES; a frame that would
+ * pass it is refused (the node resyncs, its held frames freed). What is
+ * missing may be this late, while nothing moves, before the node is
+ * refused: long enough for NATS to bring a snapshot that its stream
+ * overtook, short enough that a frame a transport lost costs a couple
+ * of seconds. PROCREG_TEST_LATE_MS overrides it for tests. */
+#define HOLD_MAX_BYTES (64u << 20)
+#define LATE_NS (2000 * 1000000ull)
+
+/* A frame that came early, held until its turn (sequencing, below). */
+struct held {
+	struct held *next;
+	uint64_t key;               /* a snapshot part's number, a change's seq */
+	size_t len;
+	uint8_t frame[];
+};
+
+/* Held frames in KEY order; most come in order, so most go at the tail. */
+struct hold_list {
+	struct held *head, *tail;
+};
 
 struct node {
 	char name[PR_BP_NODE_MAX + 1];
@@ -79,6 +104,11 @@ struct node {
 	uint64_t snap_seq;          /* what the snapshot is as of (from its part 0) */
 	uint64_t incarnation;
 	uint64_t next_seq;          /* the change expected next */
+	struct hold_list parts;     /* snapshot parts after snap_part */
+	struct hold_list changes;   /* changes after next_seq, or before the snapshot is whole */
+	bool hb_seen;               /* a heartbeat came since node_up */
+	uint64_t hb_seq;            /* the newest one's seq: the changes it counts */
+	uint64_t late_since_ns;     /* something is missing since (CLOCK_MONOTONIC; 0: nothing) */
 	uint64_t up_since_ns;
 	uint64_t changes_in;
 	/* Down, entries kept until linger_until_ns (CLOCK_MONOTONIC; 0: not
@@ -118,6 +148,9 @@ struct bridge {
 	struct shadow *shadows;     /* few: only claims that lost a conflict */
 	bool recheck;               /* some shadow is marked */
 	uint8_t *buf;               /* one frame */
+	uint8_t *hold_buf;          /* one frame, re-encoded to be held */
+	size_t held_bytes;          /* every node's held frames: HOLD_MAX_BYTES at most */
+	uint64_t late_ns;           /* LATE_NS */
 	char nodes_path[PR_PATH_MAX + 16];
 	bool nodes_dirty;
 	/* counters */
@@ -382,6 +415,35 @@ static uint64_t up_seq(void *ctx)
 	return ((struct bridge *)ctx)->seq;
 }
 
+_Static_assert(PR_BRIDGE_FRAME_MAX == PR_BP_FRAME_MAX && PR_BRIDGE_NODE_MAX == PR_BP_NODE_MAX,
+	       "backend.h states the codec's limits");
+
+static int up_heartbeat(void *ctx, uint8_t *buf, size_t cap)
+{
+	struct bridge *br = ctx;
+	size_t pos = 0;
+	int err = procreg__bp_put_heartbeat(buf, cap, &pos, br->incarnation, br->seq);
+
+	return err ? err : (int)pos;
+}
+
+static int up_deliver(void *ctx, const char *name, const struct pr_bp_frame *f);
+
+/* A frame as a backend without the codec received it: checked here as the
+ * built-in backends check theirs. Only what a backend may carry to the
+ * replication layer passes; the mesh's handshake frames are its own. */
+static int up_deliver_bytes(void *ctx, const char *name, const uint8_t *frame, size_t len)
+{
+	struct pr_bp_frame f;
+	size_t pos = 0;
+
+	if (procreg__bp_next(frame, len, &pos, &f) != 1 || pos != len)
+		return -EBADMSG;
+	if (f.type != PR_BP_HEARTBEAT && f.type != PR_BP_SNAP && f.type != PR_BP_CHANGE)
+		return -EPROTO;
+	return up_deliver(ctx, name, &f);
+}
+
 /* ---- in: other nodes' entries ----------------------------------------- */
 
 static void conflict_entry(struct pr_conflict_entry *c, const char *name, const char *node,
@@ -561,86 +623,322 @@ static int up_deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
 	return r;
 }
 
+/* ---- in: sequencing ----------------------------------------------------
+ *
+ * A node's frames are applied in the protocol's order: its snapshot's
+ * parts from 0 up, then its changes from the one after the snapshot's seq
+ * on. A transport may deliver them in another order: NATS does not keep
+ * order across subjects (the snapshot comes on one, the changes on
+ * another), a test transport reorders on purpose, and either may lose a
+ * frame. So what comes early is held, re-encoded, until its turn: a part
+ * after the one expected next, a change after the one expected next (or
+ * any change before the snapshot is whole). What is behind is a repeat: a
+ * change already applied (the snapshot covered it) is ignored; a part
+ * already applied, held twice, or after the last is refused. The TCP mesh
+ * delivers in order: nothing is ever held for it.
+ *
+ * Something is missing while frames are held, or while a heartbeat counts
+ * changes not applied yet (changes travel before the heartbeat that counts
+ * them, the whole snapshot before either). A transport that reorders may
+ * still deliver it; one that lost it never will. So a node with something
+ * missing for LATE_NS, with nothing applied in order meanwhile, is refused
+ * at its next frame (heartbeats keep coming from a node that is up), as is
+ * a frame that would take what is held past HOLD_MAX_BYTES. A refusal
+ * drops the connection; node_down frees what the node held, and the next
+ * node_up starts with a fresh snapshot.
+ */
+
+static void hold_list_free(struct bridge *br, struct hold_list *l)
+{
+	while (l->head) {
+		struct held *h = l->head;
+
+		l->head = h->next;
+		br->held_bytes -= h->len;
+		free(h);
+	}
+	l->tail = NULL;
+}
+
+static void hold_reset(struct bridge *br, struct node *n)
+{
+	hold_list_free(br, &n->parts);
+	hold_list_free(br, &n->changes);
+	n->hb_seen = false;
+	n->hb_seq = 0;
+	n->late_since_ns = 0;
+}
+
+/* Hold br->hold_buf[0..len) in L under KEY: 0; -EEXIST if a frame with
+ * that key is held already (it stays); -ENOBUFS past HOLD_MAX_BYTES. */
+static int hold(struct bridge *br, struct hold_list *l, uint64_t key, size_t len)
+{
+	struct held **hp = &l->head, *h;
+
+	if (l->tail && l->tail->key < key) {
+		hp = &l->tail->next;
+	} else {
+		while (*hp && (*hp)->key < key)
+			hp = &(*hp)->next;
+		if (*hp && (*hp)->key == key)
+			return -EEXIST;
+	}
+	if (br->held_bytes + len > HOLD_MAX_BYTES || !(h = malloc(sizeof(*h) + len)))
+		return -ENOBUFS;
+	h->key = key;
+	h->len = len;
+	memcpy(h->frame, br->hold_buf, len);
+	h->next = *hp;
+	*hp = h;
+	if (!h->next)
+		l->tail = h;
+	br->held_bytes += len;
+	return 0;
+}
+
+/* The first frame of L, unlinked: the caller frees it. */
+static struct held *unhold(struct bridge *br, struct hold_list *l)
+{
+	struct held *h = l->head;
+
+	l->head = h->next;
+	if (!l->head)
+		l->tail = NULL;
+	br->held_bytes -= h->len;
+	return h;
+}
+
+/* F, a snapshot part, re-encoded into br->hold_buf: its length. */
+static size_t encode_part(struct bridge *br, const struct pr_bp_frame *f)
+{
+	struct pr_bp_entry e;
+	size_t pos = 0, start, ip = 0;
+
+	procreg__bp_begin(br->hold_buf, PR_BP_FRAME_MAX, &pos, PR_BP_SNAP, f->incarnation, f->seq,
+			  f->part, &start);
+	while (procreg__bp_snap_entry(f, &ip, &e))
+		procreg__bp_add_entry(br->hold_buf, PR_BP_FRAME_MAX, &pos, start, &e);
+	procreg__bp_end(br->hold_buf, pos, start, f->flags);
+	return pos;
+}
+
+/* F, a change of node NAME's (its origin), re-encoded into br->hold_buf. */
+static size_t encode_change(struct bridge *br, const char *name, const struct pr_bp_frame *f)
+{
+	size_t pos = 0;
+
+	procreg__bp_put_change(br->hold_buf, PR_BP_FRAME_MAX, &pos, f->incarnation, f->seq, name,
+			       &f->entry);
+	return pos;
+}
+
+/* Refusals: counted and logged; the backend drops the connection. */
+static int refuse(struct bridge *br, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int refuse(struct bridge *br, const char *name, const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	br->refused++;
+	log_msg("bridge: node %s: %s: resyncing", name, why);
+	return -EPROTO;
+}
+
+static int hold_refused(struct bridge *br, const char *name, int err, const char *what,
+			uint64_t key)
+{
+	if (err == -EEXIST)
+		return refuse(br, name, "%s %llu repeated", what, (unsigned long long)key);
+	return refuse(br, name, "more than %u MiB held waiting for what is missing",
+		      HOLD_MAX_BYTES >> 20);
+}
+
+static int take_changes(struct bridge *br, struct node *n, uint16_t id);
+
+/* Part F of node N's snapshot, the one expected next: applied. */
+static int apply_part(struct bridge *br, struct node *n, uint16_t id, const struct pr_bp_frame *f)
+{
+	struct pr_bp_entry e;
+	size_t ip = 0;
+
+	/* All parts as of the same change: one of another snapshot is a
+	 * stray (one connection carries one snapshot: a backend that asks
+	 * for another goes through node_down and node_up first). */
+	if (f->part > 0 && f->seq != n->snap_seq)
+		return refuse(br, n->name, "snapshot part %u of another snapshot (as of %llu, not %llu)",
+			      f->part, (unsigned long long)f->seq, (unsigned long long)n->snap_seq);
+	n->snap_part++;
+	n->snap_seq = f->seq;
+	while (procreg__bp_snap_entry(f, &ip, &e))
+		if (e.op != PR_BP_PUT || apply(br, id, &e) < 0)
+			return refuse(br, n->name, "snapshot part %u: an entry refused", f->part);
+	if (f->flags & PR_BP_SNAP_LAST) {
+		n->synced = true;
+		n->next_seq = f->seq + 1;
+		if (n->linger_until_ns)
+			finish_resync(br, n, id);
+	}
+	return 0;
+}
+
+/* A part of node N's snapshot: applied in its turn, with the parts held
+ * after it; held if early; refused if a repeat or a stray. Restarting a
+ * snapshot at a part 0 in the middle of one would not be clean: the
+ * entries of the parts already applied stay, and unless the node is
+ * resyncing by difference nothing would remove those the new snapshot
+ * no longer has. */
+static int take_part(struct bridge *br, struct node *n, uint16_t id, const struct pr_bp_frame *f)
+{
+	int err;
+
+	if (n->synced || f->part < n->snap_part)
+		return refuse(br, n->name, "snapshot part %u out of order (expected %u)", f->part,
+			      n->snap_part);
+	if (f->part > n->snap_part) {
+		err = hold(br, &n->parts, f->part, encode_part(br, f));
+		return err ? hold_refused(br, n->name, err, "snapshot part", f->part) : 0;
+	}
+	err = apply_part(br, n, id, f);
+	while (!err && !n->synced && n->parts.head && n->parts.head->key == n->snap_part) {
+		struct held *h = unhold(br, &n->parts);
+		struct pr_bp_frame g;
+		size_t pos = 0;
+
+		procreg__bp_next(h->frame, h->len, &pos, &g);
+		err = apply_part(br, n, id, &g);
+		free(h);
+	}
+	if (err)
+		return err;
+	if (n->synced && n->parts.head)
+		return refuse(br, n->name, "snapshot part %llu after the last (%u)",
+			      (unsigned long long)n->parts.head->key, n->snap_part - 1);
+	return n->synced ? take_changes(br, n, id) : 0;
+}
+
+/* Change F of node N's, the one expected next: applied. */
+static int apply_change(struct bridge *br, struct node *n, uint16_t id,
+			const struct pr_bp_frame *f)
+{
+	if (apply(br, id, &f->entry) < 0)
+		return refuse(br, n->name, "change %llu refused", (unsigned long long)f->seq);
+	n->next_seq++;
+	n->changes_in++;
+	br->changes_in++;
+	return 0;
+}
+
+/* Node N's snapshot is whole: its held changes that are next, in turn
+ * (those the snapshot covered are dropped). */
+static int take_changes(struct bridge *br, struct node *n, uint16_t id)
+{
+	int err = 0;
+
+	while (!err && n->changes.head && n->changes.head->key <= n->next_seq) {
+		struct held *h = unhold(br, &n->changes);
+		struct pr_bp_frame g;
+		size_t pos = 0;
+
+		if (h->key == n->next_seq) {
+			procreg__bp_next(h->frame, h->len, &pos, &g);
+			err = apply_change(br, n, id, &g);
+		}
+		free(h);
+	}
+	return err;
+}
+
+/* A change of node N's: applied in its turn, with the changes held after
+ * it; held if early (or if the snapshot is not whole yet); ignored if
+ * applied already (the snapshot covered it: idempotent). */
+static int take_change(struct bridge *br, struct node *n, uint16_t id, const struct pr_bp_frame *f)
+{
+	int err;
+
+	if (f->name_len != strlen(n->name) || memcmp(f->name, n->name, f->name_len))
+		return refuse(br, n->name, "a change from another origin");
+	if (n->synced && f->seq < n->next_seq)
+		return 0;
+	if (!n->synced || f->seq > n->next_seq) {
+		err = hold(br, &n->changes, f->seq, encode_change(br, n->name, f));
+		/* The same change twice, both early: the first stands. */
+		return err && err != -EEXIST ? hold_refused(br, n->name, err, "change", f->seq) : 0;
+	}
+	err = apply_change(br, n, id, f);
+	return err ? err : take_changes(br, n, id);
+}
+
+/* Whether something of node N's is missing (see the top of the section). */
+static bool missing(const struct node *n)
+{
+	if (!n->synced)
+		return n->hb_seen || n->parts.head || n->changes.head;
+	return n->changes.head || n->hb_seq >= n->next_seq;
+}
+
+/* After a frame of node N's: refused if something has been missing for
+ * too long with nothing applied in order meanwhile (PROGRESS: this frame
+ * moved things on). */
+static int check_late(struct bridge *br, struct node *n, bool progress)
+{
+	uint64_t now = procreg__mono_ns();
+
+	if (!missing(n)) {
+		n->late_since_ns = 0;
+		return 0;
+	}
+	if (progress || !n->late_since_ns) {
+		n->late_since_ns = now;
+		return 0;
+	}
+	if (now - n->late_since_ns < br->late_ns)
+		return 0;
+	if (!n->synced)
+		return refuse(br, n->name, "snapshot incomplete, part %u missing after %llu ms",
+			      n->snap_part, (unsigned long long)((now - n->late_since_ns) / 1000000));
+	return refuse(br, n->name, "change %llu missing after %llu ms",
+		      (unsigned long long)n->next_seq,
+		      (unsigned long long)((now - n->late_since_ns) / 1000000));
+}
+
 static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
 {
 	struct bridge *br = ctx;
 	uint16_t id;
 	struct node *n = node_by_name(br, name, &id);
+	uint64_t next_seq, snap_part;
+	int err;
 
-	if (!n || !n->up || f->incarnation != n->incarnation)
-		goto refuse;
+	if (!n || !n->up)
+		return refuse(br, name, "frame %u from a node that is not up", f->type);
+	if (f->incarnation != n->incarnation)
+		return refuse(br, name, "frame %u of another incarnation", f->type);
+	next_seq = n->next_seq;
+	snap_part = n->snap_part;
 	switch (f->type) {
 	case PR_BP_HEARTBEAT:
-		/* Changes travel before the heartbeat that counts them, and
-		 * the whole snapshot before either: a heartbeat ahead of the
-		 * snapshot's last part means that part was lost (a backend
-		 * that may reorder the two holds heartbeats back, as nats.c
-		 * does). Without this, a lost last part would leave the node
-		 * half synced until its next change. */
-		if (!n->synced || f->seq >= n->next_seq)
-			goto refuse;
-		return 0;
-	case PR_BP_SNAP: {
-		struct pr_bp_entry e;
-		size_t ip = 0;
-
-		/* Parts in order, 0 up, all as of the same change: one lost
-		 * or repeated shows here, at the next part (or, for the last,
-		 * at the heartbeat above), and the refusal brings a fresh
-		 * snapshot. One connection carries one snapshot, sent right
-		 * after node_up, which starts the count again (a backend that
-		 * asks for another, as nats.c does on a resync, goes through
-		 * node_down and node_up first). So a part 0 in the middle of
-		 * one is not a new snapshot to restart with: it is a repeat or
-		 * a stray, refused. Restarting would not be clean anyway: the
-		 * entries of the parts already applied stay, and unless the
-		 * node is resyncing by difference nothing would remove those
-		 * the new snapshot no longer has. */
-		if (n->synced || f->part != n->snap_part ||
-		    (f->part > 0 && f->seq != n->snap_seq))
-			goto refuse;
-		n->snap_part++;
-		n->snap_seq = f->seq;
-		while (procreg__bp_snap_entry(f, &ip, &e))
-			if (e.op != PR_BP_PUT || apply(br, id, &e) < 0)
-				goto refuse_entry;
-		if (f->flags & PR_BP_SNAP_LAST) {
-			n->synced = true;
-			n->next_seq = f->seq + 1;
-			if (n->linger_until_ns)
-				finish_resync(br, n, id);
-		}
-		return 0;
-	}
+		n->hb_seen = true;
+		if (f->seq > n->hb_seq)
+			n->hb_seq = f->seq;
+		err = 0;
+		break;
+	case PR_BP_SNAP:
+		err = take_part(br, n, id, f);
+		break;
 	case PR_BP_CHANGE:
-		if (!n->synced || f->name_len != strlen(name) || memcmp(f->name, name, f->name_len))
-			goto refuse;
-		if (f->seq < n->next_seq)
-			return 0; /* applied already (the snapshot covered it): idempotent */
-		if (f->seq != n->next_seq)
-			goto refuse; /* a gap */
-		if (apply(br, id, &f->entry) < 0)
-			goto refuse;
-		n->next_seq++;
-		n->changes_in++;
-		br->changes_in++;
-		return 0;
+		err = take_change(br, n, id, f);
+		break;
 	default:
-		goto refuse;
+		return refuse(br, name, "frame %u out of place", f->type);
 	}
-refuse_entry:
-	br->refused++;
-	log_msg("bridge: node %s: snapshot part %u: an entry refused: resyncing", name, f->part);
-	return -EPROTO;
-refuse:
-	br->refused++;
-	if (f->type == PR_BP_SNAP)
-		log_msg("bridge: node %s: snapshot part %u out of order (expected %u): resyncing",
-			name, f->part, n ? n->snap_part : 0);
-	else
-		log_msg("bridge: node %s: frame %u out of order (seq %llu): resyncing", name,
-			f->type, (unsigned long long)f->seq);
-	return -EPROTO;
+	if (err)
+		return err;
+	return check_late(br, n, n->next_seq != next_seq || n->snap_part != snap_part);
 }
 
 static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *addr)
@@ -667,6 +965,7 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 		shadow_drop_node(br, id);
 		n->resync = true;
 	}
+	hold_reset(br, n);
 	n->up = true;
 	n->synced = false;
 	n->snap_part = 0;
@@ -754,6 +1053,7 @@ static void up_node_down(void *ctx, const char *name)
 		return;
 	n->up = false;
 	n->synced = false;
+	hold_reset(br, n);
 	end_resync(n);
 	br->nodes_dirty = true;
 	if (!n->linger_until_ns)
@@ -953,6 +1253,7 @@ int bridge_start(struct daemon *d)
 	struct pr_bridge_up up = {
 		.sz = sizeof(up), .node_up = up_node_up, .node_down = up_node_down,
 		.deliver = up_deliver, .snapshot = up_snapshot, .seq = up_seq, .log = log_fwd,
+		.deliver_bytes = up_deliver_bytes, .heartbeat = up_heartbeat,
 	};
 	int err;
 
@@ -975,9 +1276,11 @@ int bridge_start(struct daemon *d)
 		return err;
 	br = calloc(1, sizeof(*br));
 	if (!br || !(br->nodes = calloc(NODES_MAX, sizeof(*br->nodes))) ||
-	    !(br->buf = malloc(PR_BP_FRAME_MAX))) {
-		if (br)
+	    !(br->buf = malloc(PR_BP_FRAME_MAX)) || !(br->hold_buf = malloc(PR_BP_FRAME_MAX))) {
+		if (br) {
 			free(br->nodes);
+			free(br->buf);
+		}
 		free(br);
 		return -ENOMEM;
 	}
@@ -990,6 +1293,7 @@ int bridge_start(struct daemon *d)
 			dlclose(br->resolver_dl);
 		free(br->nodes);
 		free(br->buf);
+		free(br->hold_buf);
 		free(br);
 		return -EINVAL;
 	}
@@ -997,6 +1301,9 @@ int bridge_start(struct daemon *d)
 	br->linger_ns = LINGER_NS;
 	if (getenv("PROCREG_TEST_LINGER_MS"))
 		br->linger_ns = strtoull(getenv("PROCREG_TEST_LINGER_MS"), NULL, 10) * 1000000ull;
+	br->late_ns = LATE_NS;
+	if (getenv("PROCREG_TEST_LATE_MS"))
+		br->late_ns = strtoull(getenv("PROCREG_TEST_LATE_MS"), NULL, 10) * 1000000ull;
 	if (getenv("PROCREG_TEST_CLOCK_SKEW_NS"))
 		br->skew_ns = strtoll(getenv("PROCREG_TEST_CLOCK_SKEW_NS"), NULL, 10);
 	if (RAND_bytes((uint8_t *)&br->incarnation, sizeof(br->incarnation)) != 1)
@@ -1081,8 +1388,10 @@ void bridge_stop(struct daemon *d)
 		dlclose(br->resolver_dl);
 	if (br->nodes_path[0])
 		unlink(br->nodes_path);
-	for (size_t i = 0; i < br->nnodes; i++)
+	for (size_t i = 0; i < br->nnodes; i++) {
+		hold_reset(br, &br->nodes[i]);
 		end_resync(&br->nodes[i]);
+	}
 	while (br->shadows) {
 		struct shadow *s = br->shadows;
 
@@ -1091,5 +1400,6 @@ void bridge_stop(struct daemon *d)
 	}
 	free(br->nodes);
 	free(br->buf);
+	free(br->hold_buf);
 	free(br);
 }

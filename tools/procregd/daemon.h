@@ -44,6 +44,7 @@
 
 #include "internal.h"
 #include "proto.h"
+#include "procreg/backend.h"
 #include "registry.h"
 
 /* A message any client can provoke at will is logged once a second at
@@ -275,6 +276,9 @@ void readers_free_all(struct daemon *d);
 void readers_start(struct daemon *d);
 
 /* bridge.c: replication to and from other nodes (--node). */
+/* The built-in transport, the TCP full mesh (mesh.c). */
+extern const struct pr_bridge_backend pr_mesh_backend;
+
 int bridge_start(struct daemon *d);
 void bridge_event(struct daemon *d);
 /* End of a batch of work: send what it changed. */

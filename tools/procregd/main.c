@@ -29,8 +29,10 @@
 #include "daemon.h"
 #include "proto.h"
 #include "bridge_proto.h"
-#include "procreg_version.h"
+#include "procreg/version.h"
 #include "output.h"
+#include "procreg/backend.h"
+#include "nats_opts.h"
 
 #define RECLAIM_TICK_NS (2 * 1000000ull)    /* while memory waits for a grace period */
 #define IDLE_TICK_NS (1000 * 1000000ull)    /* reader checks when nothing else is due */
@@ -40,6 +42,10 @@
  * with procreg-bench stress --nodes 3 (README, "Performance"): a small
  * gain in names/s visible everywhere, no cost in delay. */
 #define BRIDGE_FLUSH_BYTES (64u << 10)
+
+/* A number's macro as a string, for --help. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 /*
  * Messages quote names, group names and node names, which any local user
@@ -154,14 +160,19 @@ static void usage(FILE *f)
 		"      --bridge-backend PATH a transport from a shared object instead of the\n"
 		"                            built-in TCP mesh (see backend.h)\n"
 		"      --bridge-opt KEY=VALUE  an option for the backend (repeat)\n"
-		"      --heartbeat-ms N      a heartbeat when idle this long (default 500)\n"
-		"      --node-timeout-ms N   a node silent this long is down (default 3000)\n"
+		"      --heartbeat-ms N      a heartbeat when idle this long (default "
+		STR(PR_BRIDGE_HEARTBEAT_MS) ")\n"
+		"      --node-timeout-ms N   a node silent this long is down (default "
+		STR(PR_BRIDGE_TIMEOUT_MS) ")\n"
+		"  --bridge nats takes --bridge-opt KEY=VALUE for each of the following, or\n"
+		"  --nats-KEY VALUE (which also picks --bridge nats):\n"
 		"      --nats-url URL[,URL...]  --bridge nats: the server(s), tried in turn\n"
-		"                            (default nats://127.0.0.1:4222; tls://: TLS)\n"
+		"                            (default " PR_NATS_URL_DEFAULT "; tls://: TLS)\n"
 		"      --nats-user USER, --nats-password PASS, --nats-token TOKEN,\n"
 		"      --nats-creds FILE, --nats-nkey PUBKEY --nats-nkey-seed FILE\n"
 		"                            --bridge nats: authentication to the server\n"
-		"      --nats-subject PREFIX --bridge nats: subjects (default procreg.SCOPE)\n"
+		"      --nats-subject PREFIX --bridge nats: subjects (default "
+		PR_NATS_SUBJECT_PREFIX ".SCOPE)\n"
 		"      --nats-tls-ca FILE    --bridge nats: TLS, servers' certificates checked\n"
 		"                            against FILE (default: the system's CAs)\n"
 		"      --nats-tls-cert FILE --nats-tls-key FILE\n"
@@ -224,14 +235,12 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 {
 	enum { O_MAX_SIZE = 256, O_READERS, O_READERS_UID, O_READER_TIMEOUT, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
 	       O_COOKIE, O_BACKEND, O_RESOLVER, O_UID_NAMES, O_UID_CLIENTS, O_BRIDGE, O_BRIDGE_OPT,
-	       O_HEARTBEAT, O_NODE_TIMEOUT, O_NATS_URL, O_NATS_USER, O_NATS_PASSWORD, O_NATS_TOKEN,
-	       O_NATS_CREDS, O_NATS_NKEY, O_NATS_NKEY_SEED, O_NATS_SUBJECT, O_NATS_TLS_CA,
-	       O_NATS_TLS_CERT, O_NATS_TLS_KEY, O_NATS_TLS_HOSTNAME, O_FLUSH_BYTES, O_ADVERTISE,
-	       O_RES_CLIENTS, O_RES_SIZE };
-	/* --nats-X VALUE is --bridge-opt X=VALUE (and implies --bridge nats). */
-	static const char *const nats_keys[] = { "url", "user", "password", "token", "creds",
-						 "nkey", "nkey-seed", "subject", "tls-ca", "tls-cert",
-						 "tls-key", "tls-hostname" };
+	       O_HEARTBEAT, O_NODE_TIMEOUT, O_FLUSH_BYTES, O_ADVERTISE, O_RES_CLIENTS, O_RES_SIZE,
+	       O_NATS, O_NATS_END = O_NATS + PR_NATS_NOPTS - 1 };
+	/* --nats-KEY VALUE is --bridge-opt KEY=VALUE (and implies --bridge
+	 * nats): an alias for each of the backend's options (nats_opts.h). */
+	static const char *const nats_keys[] = PR_NATS_OPT_KEYS;
+#define NATS_ALIAS(id, key) { "nats-" key, required_argument, NULL, O_NATS + NOPT_##id },
 	static const struct option lo[] = {
 		{ "scope", required_argument, NULL, 's' },
 		{ "dir", required_argument, NULL, 'd' },
@@ -253,18 +262,7 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "bridge-opt", required_argument, NULL, O_BRIDGE_OPT },
 		{ "heartbeat-ms", required_argument, NULL, O_HEARTBEAT },
 		{ "node-timeout-ms", required_argument, NULL, O_NODE_TIMEOUT },
-		{ "nats-url", required_argument, NULL, O_NATS_URL },
-		{ "nats-user", required_argument, NULL, O_NATS_USER },
-		{ "nats-password", required_argument, NULL, O_NATS_PASSWORD },
-		{ "nats-token", required_argument, NULL, O_NATS_TOKEN },
-		{ "nats-creds", required_argument, NULL, O_NATS_CREDS },
-		{ "nats-nkey", required_argument, NULL, O_NATS_NKEY },
-		{ "nats-nkey-seed", required_argument, NULL, O_NATS_NKEY_SEED },
-		{ "nats-subject", required_argument, NULL, O_NATS_SUBJECT },
-		{ "nats-tls-ca", required_argument, NULL, O_NATS_TLS_CA },
-		{ "nats-tls-cert", required_argument, NULL, O_NATS_TLS_CERT },
-		{ "nats-tls-key", required_argument, NULL, O_NATS_TLS_KEY },
-		{ "nats-tls-hostname", required_argument, NULL, O_NATS_TLS_HOSTNAME },
+		PR_NATS_OPTS(NATS_ALIAS)
 		{ "resolver", required_argument, NULL, O_RESOLVER },
 		{ "max-names-per-uid", required_argument, NULL, O_UID_NAMES },
 		{ "max-clients-per-uid", required_argument, NULL, O_UID_CLIENTS },
@@ -276,6 +274,7 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
+#undef NATS_ALIAS
 	bool flush_set = false, res_clients_set = false;
 	int c;
 
@@ -347,10 +346,7 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 			}
 			break;
 		case O_BRIDGE_OPT:
-		case O_NATS_URL: case O_NATS_USER: case O_NATS_PASSWORD: case O_NATS_TOKEN:
-		case O_NATS_CREDS: case O_NATS_NKEY: case O_NATS_NKEY_SEED: case O_NATS_SUBJECT:
-		case O_NATS_TLS_CA: case O_NATS_TLS_CERT: case O_NATS_TLS_KEY:
-		case O_NATS_TLS_HOSTNAME: {
+		case O_NATS ... O_NATS_END: {
 			char **np = realloc(o->bridge_opts, (o->nbridge_opts + 1) * sizeof(*np));
 			char *kv = NULL;
 
@@ -365,7 +361,7 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 			} else {
 				if (!o->bridge && !o->bridge_backend)
 					o->bridge = "nats";
-				if (asprintf(&kv, "%s=%s", nats_keys[c - O_NATS_URL], optarg) < 0)
+				if (asprintf(&kv, "%s=%s", nats_keys[c - O_NATS], optarg) < 0)
 					kv = NULL;
 			}
 			if (!np || !kv) {

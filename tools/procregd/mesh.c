@@ -57,7 +57,8 @@
 
 #include <openssl/crypto.h>
 
-#include "backend.h"
+#include "bridge_proto.h"
+#include "procreg/backend.h"
 #include "bridge_sec.h"
 #include "internal.h"
 
@@ -1406,12 +1407,13 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	if (!m)
 		return NULL;
 	m->lfd = m->tfd = m->spare = -1;
-	memcpy(&m->c, cfg, cfg->sz < sizeof(m->c) ? cfg->sz : sizeof(m->c));
-	memcpy(&m->up, up, up->sz < sizeof(m->up) ? up->sz : sizeof(m->up));
-	if (!m->c.heartbeat_ms)
-		m->c.heartbeat_ms = 500;
-	if (!m->c.timeout_ms)
-		m->c.timeout_ms = 3000;
+	pr_bridge_config_take(&m->c, cfg);
+	pr_bridge_up_take(&m->up, up);
+	/* The mesh takes no --bridge-opt: one given is a mistake to say. */
+	if ((*err = pr_bridge_opts_check(&m->c, &m->up, "tcp-mesh", NULL)) < 0) {
+		free(m);
+		return NULL;
+	}
 	snprintf(m->node, sizeof(m->node), "%s", cfg->node);
 	if (m->c.advertise)
 		snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", m->c.advertise);

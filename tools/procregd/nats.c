@@ -26,7 +26,7 @@
  *   PREFIX.snap.NODE    requests for NODE's snapshot
  *   PREFIX.inbox.NODE   snapshots for NODE, in answer to its requests
  *
- * Every message is an envelope (below) around frames of the replication
+ * Every message is an envelope (bridge_envelope.h) around frames of the replication
  * protocol (bridge_proto.h): one SNAP frame, or the stream's frames of one
  * batch of the daemon's work (a CHANGE each, then a HEARTBEAT if one was
  * due: a heartbeat never overtakes the changes it counts), with an HMAC-SHA256 keyed with the
@@ -45,32 +45,22 @@
  * it (it can no longer tell); once reconnected, their heartbeats bring
  * them up again with fresh snapshots, so nothing stale stays.
  *
- * Ordering, a snapshot against concurrent changes. The replication layer
- * (bridge.c) wants a node's snapshot, then its changes in sequence order,
- * and refuses a gap. NATS keeps the order of one publisher's messages on
- * one subject to one subscriber, but not across subjects: a snapshot (on
- * our inbox) and the sender's changes (on its stream) may overtake each
- * other. So when node X comes up here:
- *  1. Frames of X seen before node_up are ignored. They were published
- *     before X received our request (we sent it after seeing them), so
- *     their sequence numbers are at most S, the one X's snapshot is as of:
- *     X builds it on its only thread, between two changes, and everything
- *     it sent earlier has a sequence number <= S.
- *  2. From node_up until the snapshot's last frame, X's stream frames are
- *     held, in arrival (= X's publish) order, not applied.
- *  3. The snapshot (tagged with the request's id: an answer to an older
- *     request is ignored) is delivered, then the held frames in order.
- *     Those with sequence numbers <= S are already in the snapshot: the
- *     replication layer ignores them (idempotent). Those after S follow
- *     on in order; a missing one is a gap, refused.
- *  4. Frames arriving after the snapshot go straight through; any that
- *     overtook it were <= S (ignored again) or held in step 2.
- * A refusal, a snapshot that never comes, or too much held makes X down
- * and up again here: a fresh snapshot. A change lost by NATS (a server
- * restart, a slow consumer) shows as a gap at the next change or
- * heartbeat, whose sequence number runs ahead: the same resync. So does a
- * lost snapshot part: the next part is out of order (bridge.c refuses it),
- * or, the last part lost, the snapshot never comes.
+ * Ordering, a snapshot against concurrent changes. NATS keeps the order
+ * of one publisher's messages on one subject to one subscriber, but not
+ * across subjects: a snapshot (on our inbox) and the sender's changes (on
+ * its stream) may overtake each other. The replication layer (bridge.c)
+ * puts a node's frames back in order, whatever order they come in, and
+ * notices what is lost (backend.h); this file only delivers, from
+ * node_up on. Frames of X seen before node_up are not delivered: they
+ * were published before X received our request (we sent it after seeing
+ * them), so their sequence numbers are at most S, the one X's snapshot is
+ * as of (X builds it on its only thread, between two changes, and
+ * everything it sent earlier has a sequence number <= S). Snapshot parts
+ * answering an older request than the one we wait on are not delivered
+ * either (the request's id tells them apart). A frame the replication
+ * layer refuses (a change or a snapshot part lost by NATS: a server
+ * restart, a slow consumer; a snapshot that never comes) makes X down and
+ * up again here: a fresh snapshot.
  *
  * Threads: nats.c calls its handlers on threads of its own. They only
  * append to a queue under a mutex and poke an eventfd; everything else,
@@ -92,43 +82,19 @@
 #include <unistd.h>
 
 #include <nats/nats.h>
-#include <openssl/core_names.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <openssl/rand.h>
 
-#include "backend.h"
+#include "bridge_envelope.h"
+#include "bridge_proto.h"
+#include "nats_opts.h"
+#include "procreg/backend.h"
 
-/*
- * The envelope, every integer little-endian:
- *   u8  magic[4]    "PRN1"
- *   u8  type        enum env_type
- *   u8  flags       ENV_ANNOUNCE
- *   u8  sender_len, sender
- *   u64 incarnation the sender's
- *   u64 counter     the sender's, one up per message it sends (any subject),
- *                   from its wall clock in ns when it started: higher in a
- *                   later incarnation than in any earlier one
- *   u64 req         SNAPREQ: the request's id; SNAP: the id it answers
- *   ... frames back to back (STREAM), one frame (SNAP), nothing (SNAPREQ)
- *   u8  mac[32]     HMAC-SHA256(cookie, u16 subject_len, subject, all the above)
- */
-#define ENV_MAGIC "PRN1"
-#define ENV_FIXED (4 + 1 + 1 + 1 + 8 + 8 + 8)
-#define ENV_MAX (ENV_FIXED + PR_BP_NODE_MAX + PR_BP_FRAME_MAX + PR_BP_MAC)
-#define ENV_ANNOUNCE 0x1   /* the sender just (re)connected: tell it we are here */
-
-enum env_type { E_STREAM = 1, E_SNAPREQ = 2, E_SNAP = 3, E_TYPES };
 
 #define SUBJECT_MAX 384
 #define PEERS_MAX 4096
 #define QUEUE_MAX_BYTES (256u << 20) /* the daemon this far behind: drop, resync all */
-#define HELD_MAX_BYTES (64u << 20)   /* a node's stream held while its snapshot comes */
-#define SNAP_WAIT_MIN_MS 2000        /* no snapshot after max(this, timeout): ask again */
 #define ITEMS_PER_DISPATCH 4096      /* the daemon's clients get a turn in between */
-#define DEFAULT_URL "nats://127.0.0.1:4222"
 #define SERVERS_MAX 64
-#define SYSTEM_CA "/etc/ssl/certs/ca-certificates.crt"
 
 enum item_kind { I_MSG, I_CONNECTED, I_DISCONNECTED, I_CLOSED, I_LOST };
 
@@ -141,25 +107,15 @@ struct item {
 	size_t bytes;
 };
 
-struct held {
-	struct held *next;
-	size_t len;
-	uint8_t frame[];
-};
-
 /* Another node, as the daemon's thread sees it. */
 struct peer {
 	char name[PR_BP_NODE_MAX + 1];
 	uint64_t inc;
 	bool up;                    /* node_up taken */
-	bool synced;                /* its snapshot is through */
 	uint64_t req;               /* the snapshot request we wait on, 0: none */
-	uint64_t req_ns;
 	uint64_t last_rx_ns;
-	uint64_t ctr[E_TYPES];      /* newest counter seen per type: no replays */
+	uint64_t ctr[PR_ENV_TYPES];      /* newest counter seen per type: no replays */
 	uint64_t ctr_max;           /* newest counter seen, any incarnation */
-	struct held *held, **held_tail;
-	size_t held_bytes;
 	uint64_t bytes_in;
 };
 
@@ -171,10 +127,7 @@ struct nb {
 	char url[1024];             /* the servers, comma-separated */
 	char first_host[256];       /* the first one's host, for TLS */
 	char my_stream[SUBJECT_MAX];
-	uint8_t *cookie;
-	size_t cookie_len;
-	EVP_MAC *mac;
-	EVP_MAC_CTX *mac_key;       /* keyed; duplicated per message */
+	struct pr_env_key *key;     /* the cookie's, for every envelope */
 	int epfd, efd, tfd;
 	natsOptions *opts;
 	natsConnection *nc;
@@ -212,21 +165,6 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
 /* NAME as one subject token: '.' (allowed in node and scope names,
  * a separator in subjects) becomes '~' (allowed in neither). */
 static void token(char *out, size_t cap, const char *name)
@@ -246,50 +184,20 @@ static void subject(const struct nb *m, char *out, const char *kind, const char 
 	snprintf(out, SUBJECT_MAX, "%s.%s.%s", m->prefix, kind, t);
 }
 
-static int hmac(const struct nb *m, const char *subj, const uint8_t *data, size_t len,
-		uint8_t out[PR_BP_MAC])
-{
-	EVP_MAC_CTX *c = EVP_MAC_CTX_dup(m->mac_key);
-	size_t sl = strlen(subj), outlen = 0;
-	uint8_t l[2] = { (uint8_t)sl, (uint8_t)(sl >> 8) };
-	int ok;
-
-	if (!c)
-		return -ENOMEM;
-	ok = EVP_MAC_update(c, l, 2) && EVP_MAC_update(c, (const uint8_t *)subj, sl) &&
-	     EVP_MAC_update(c, data, len) && EVP_MAC_final(c, out, &outlen, PR_BP_MAC) &&
-	     outlen == PR_BP_MAC;
-	EVP_MAC_CTX_free(c);
-	return ok ? 0 : -EIO;
-}
-
 /* ---- out ---------------------------------------------------------------- */
 
 static int publish(struct nb *m, const char *subj, uint8_t type, uint8_t flags, uint64_t req,
 		   const uint8_t *frame, size_t len)
 {
-	size_t nl = strlen(m->node), pos = 0;
+	struct pr_env e = { .type = type, .flags = flags, .sender = m->node,
+			    .sender_len = strlen(m->node), .incarnation = m->c.incarnation,
+			    .counter = m->counter + 1, .req = req, .body = frame, .body_len = len };
+	size_t pos = 0;
 	natsStatus s;
 
-	if (!m->nc || len > PR_BP_FRAME_MAX)
+	if (!m->nc || procreg__env_seal(m->key, subj, &e, m->out, PR_ENV_MAX, &pos) < 0)
 		return -EINVAL;
-	memcpy(m->out, ENV_MAGIC, 4);
-	pos = 4;
-	m->out[pos++] = type;
-	m->out[pos++] = flags;
-	m->out[pos++] = (uint8_t)nl;
-	memcpy(m->out + pos, m->node, nl);
-	pos += nl;
-	put64(m->out + pos, m->c.incarnation);
-	put64(m->out + pos + 8, ++m->counter);
-	put64(m->out + pos + 16, req);
-	pos += 24;
-	if (len)
-		memcpy(m->out + pos, frame, len);
-	pos += len;
-	if (hmac(m, subj, m->out, pos, m->out + pos) < 0)
-		return -EIO;
-	pos += PR_BP_MAC;
+	m->counter++;
 	s = natsConnection_Publish(m->nc, subj, m->out, (int)pos);
 	if (s != NATS_OK) {
 		/* Buffered while reconnecting, up to a bound: past it the
@@ -320,7 +228,7 @@ static int stream_flush(struct nb *m, uint8_t flags)
 
 	if (!m->batch_len)
 		return 0;
-	err = publish(m, m->my_stream, E_STREAM, flags, 0, m->batch, m->batch_len);
+	err = publish(m, m->my_stream, PR_ENV_STREAM, flags, 0, m->batch, m->batch_len);
 	m->batch_len = 0;
 	return err;
 }
@@ -341,7 +249,7 @@ static void heartbeat(struct nb *m)
 	procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, m->c.incarnation, m->up.seq(m->up.ctx));
 	/* After the changes it counts, in the same message. */
 	stream_add(m, buf, pos);
-	if (stream_flush(m, m->announce ? ENV_ANNOUNCE : 0) == 0)
+	if (stream_flush(m, m->announce ? PR_ENV_ANNOUNCE : 0) == 0)
 		m->announce = false;
 	m->last_hb_ns = now_ns();
 	m->hb_soon = false;
@@ -351,7 +259,7 @@ static int snap_send(void *sctx, const uint8_t *frame, size_t len)
 {
 	struct nb *m = sctx;
 
-	return publish(m, m->serving_to, E_SNAP, 0, m->serving_req, frame, len);
+	return publish(m, m->serving_to, PR_ENV_SNAP, 0, m->serving_req, frame, len);
 }
 
 /* ---- peers -------------------------------------------------------------- */
@@ -368,27 +276,12 @@ static struct peer *peer_get(struct nb *m, const char *name)
 	p = &m->peers[m->npeers++];
 	memset(p, 0, sizeof(*p));
 	snprintf(p->name, sizeof(p->name), "%s", name);
-	p->held_tail = &p->held;
 	return p;
-}
-
-static void held_free(struct peer *p)
-{
-	while (p->held) {
-		struct held *h = p->held;
-
-		p->held = h->next;
-		free(h);
-	}
-	p->held_tail = &p->held;
-	p->held_bytes = 0;
 }
 
 static void peer_down(struct nb *m, struct peer *p, const char *why)
 {
-	held_free(p);
 	p->req = 0;
-	p->synced = false;
 	if (!p->up)
 		return;
 	p->up = false;
@@ -401,9 +294,8 @@ static void request_snapshot(struct nb *m, struct peer *p)
 	char subj[SUBJECT_MAX];
 
 	p->req = ++m->next_req;
-	p->req_ns = now_ns();
 	subject(m, subj, "snap", p->name);
-	publish(m, subj, E_SNAPREQ, 0, p->req, NULL, 0);
+	publish(m, subj, PR_ENV_SNAPREQ, 0, p->req, NULL, 0);
 }
 
 static void peer_up(struct nb *m, struct peer *p)
@@ -413,7 +305,6 @@ static void peer_up(struct nb *m, struct peer *p)
 		return;
 	}
 	p->up = true;
-	p->synced = false;
 	m->up.log("bridge: node %s: up (incarnation %llx, over NATS)", p->name,
 		  (unsigned long long)p->inc);
 	request_snapshot(m, p);
@@ -426,52 +317,6 @@ static void resync(struct nb *m, struct peer *p, const char *why)
 	peer_down(m, p, why);
 	if (m->connected)
 		peer_up(m, p);
-}
-
-static int deliver(struct nb *m, struct peer *p, const uint8_t *frame, size_t len)
-{
-	struct pr_bp_frame f;
-	size_t pos = 0;
-
-	if (procreg__bp_next(frame, len, &pos, &f) != 1 || pos != len)
-		return -EBADMSG;
-	return m->up.deliver(m->up.ctx, p->name, &f);
-}
-
-static void hold(struct nb *m, struct peer *p, const uint8_t *frame, size_t len)
-{
-	struct held *h;
-
-	if (p->held_bytes + len > HELD_MAX_BYTES || !(h = malloc(sizeof(*h) + len))) {
-		resync(m, p, "too much to hold until its snapshot");
-		return;
-	}
-	h->next = NULL;
-	h->len = len;
-	memcpy(h->frame, frame, len);
-	*p->held_tail = h;
-	p->held_tail = &h->next;
-	p->held_bytes += len;
-}
-
-/* The snapshot is through: what was held, in order (see the top). */
-static void release_held(struct nb *m, struct peer *p)
-{
-	while (p->up && p->held) {
-		struct held *h = p->held;
-		int err;
-
-		p->held = h->next;
-		if (!p->held)
-			p->held_tail = &p->held;
-		p->held_bytes -= h->len;
-		err = deliver(m, p, h->frame, h->len);
-		free(h);
-		if (err < 0) {
-			resync(m, p, "refused a change after its snapshot");
-			return;
-		}
-	}
 }
 
 /* ---- in ----------------------------------------------------------------- */
@@ -492,160 +337,179 @@ static void forged(struct nb *m, const char *subj, const char *why)
 		  (unsigned long long)m->forged);
 }
 
-static void on_message(struct nb *m, const char *subj, const uint8_t *d, size_t len)
+/* Why procreg__env_open() refused an envelope, for the log. */
+static const char *refusal(int err)
 {
-	char sender[PR_BP_NODE_MAX + 1], want[SUBJECT_MAX];
-	uint8_t mac[PR_BP_MAC], type, flags;
-	uint64_t inc, ctr, req;
-	const uint8_t *frame;
-	size_t sl, flen;
-	struct peer *p;
+	switch (err) {
+	case -ENOMSG: return "not an envelope";
+	case -EBADMSG: return "malformed envelope";
+	case -EACCES: return "authentication failed (wrong cookie, or forged)";
+	case -EPROTONOSUPPORT: return "unknown type";
+	default: return "envelope not checked (out of memory)";
+	}
+}
 
-	if (len < ENV_FIXED + 1 + PR_BP_MAC || memcmp(d, ENV_MAGIC, 4)) {
-		forged(m, subj, "not an envelope");
-		return;
-	}
-	sl = d[6];
-	if (len < ENV_FIXED + sl + PR_BP_MAC || !procreg__bp_valid_node((const char *)d + 7, sl)) {
-		forged(m, subj, "malformed envelope");
-		return;
-	}
-	if (hmac(m, subj, d, len - PR_BP_MAC, mac) < 0 ||
-	    CRYPTO_memcmp(mac, d + len - PR_BP_MAC, PR_BP_MAC) != 0) {
-		forged(m, subj, "authentication failed (wrong cookie, or forged)");
-		return;
-	}
-	/* Authenticated: from a node with the cookie. */
-	type = d[4];
-	flags = d[5];
-	memcpy(sender, d + 7, sl);
-	sender[sl] = 0;
-	inc = get64(d + 7 + sl);
-	ctr = get64(d + 15 + sl);
-	req = get64(d + 23 + sl);
-	frame = d + ENV_FIXED + sl;
-	flen = len - ENV_FIXED - sl - PR_BP_MAC;
-	if (type == 0 || type >= E_TYPES) {
-		forged(m, subj, "unknown type");
-		return;
-	}
-	if (!strcmp(sender, m->node)) {
-		/* NoEcho keeps our own away: this is another node with our name. */
-		forged(m, subj, "from another node with this node's name");
-		return;
-	}
-	/* The subject is under the MAC too; it must be where the sender
-	 * may speak. */
-	if (type == E_STREAM)
+/* Whether E, authenticated, is from where its sender may speak: not from
+ * a node with our name (NoEcho keeps our own messages away), and on the
+ * subject its type travels on (the subject is under the MAC too). */
+static const char *misplaced(const struct nb *m, const char *subj, const char *sender,
+			     const struct pr_env *e)
+{
+	char want[SUBJECT_MAX];
+
+	if (!strcmp(sender, m->node))
+		return "from another node with this node's name";
+	if (e->type == PR_ENV_STREAM)
 		subject(m, want, "node", sender);
 	else
-		subject(m, want, type == E_SNAPREQ ? "snap" : "inbox", m->node);
-	if (strcmp(subj, want)) {
-		forged(m, subj, "on the wrong subject");
-		return;
-	}
-	if (!(p = peer_get(m, sender)))
-		return;
-	if (inc != p->inc) {
-		/* Another incarnation: a restart, or a replay of an older
-		 * one's message. A restarted node's counter starts above
-		 * anything its earlier incarnations sent. While the node is
-		 * up, that tells them apart; once it is down, a replay can
-		 * at most bring up a node that sends nothing and times out
-		 * (a snapshot answers only a request of ours, by its id). */
-		if (p->up && ctr <= p->ctr_max) {
-			forged(m, subj, "replayed (an older incarnation)");
-			return;
-		}
+		subject(m, want, e->type == PR_ENV_SNAPREQ ? "snap" : "inbox", m->node);
+	return strcmp(subj, want) ? "on the wrong subject" : NULL;
+}
+
+/* Whether E is newer than anything P sent before (else a replay, and
+ * why), taking a new incarnation of P's in: a restart, or a replay of an
+ * older one's message. A restarted node's counter starts above anything
+ * its earlier incarnations sent. While the node is up, that tells them
+ * apart; once it is down, a replay can at most bring up a node that
+ * sends nothing and times out (a snapshot answers only a request of
+ * ours, by its id). */
+static const char *replayed(struct nb *m, struct peer *p, const struct pr_env *e)
+{
+	if (e->incarnation != p->inc) {
+		if (p->up && e->counter <= p->ctr_max)
+			return "replayed (an older incarnation)";
 		if (p->up)
 			peer_down(m, p, "restarted");
-		held_free(p);
 		memset(p->ctr, 0, sizeof(p->ctr));
-		p->inc = inc;
+		p->inc = e->incarnation;
 		p->req = 0;
-		p->synced = false;
 	}
-	if (ctr <= p->ctr[type]) {
-		forged(m, subj, "replayed");
-		return;
+	if (e->counter <= p->ctr[e->type])
+		return "replayed";
+	p->ctr[e->type] = e->counter;
+	if (e->counter > p->ctr_max)
+		p->ctr_max = e->counter;
+	return NULL;
+}
+
+/* The message on SUBJ, opened: its sender's peer with *E filled, or NULL
+ * (dropped and logged: nothing in it is read further). */
+static struct peer *admit(struct nb *m, const char *subj, const uint8_t *d, size_t len,
+			  struct pr_env *e)
+{
+	char sender[PR_BP_NODE_MAX + 1];
+	const char *why;
+	struct peer *p;
+	int err = procreg__env_open(m->key, subj, d, len, e);
+
+	if (err) {
+		forged(m, subj, refusal(err));
+		return NULL;
 	}
-	p->ctr[type] = ctr;
-	if (ctr > p->ctr_max)
-		p->ctr_max = ctr;
+	memcpy(sender, e->sender, e->sender_len);
+	sender[e->sender_len] = 0;
+	if ((why = misplaced(m, subj, sender, e))) {
+		forged(m, subj, why);
+		return NULL;
+	}
+	if (!(p = peer_get(m, sender)))
+		return NULL;
+	if ((why = replayed(m, p, e))) {
+		forged(m, subj, why);
+		return NULL;
+	}
 	p->last_rx_ns = now_ns();
 	p->bytes_in += len;
-	if (flags & ENV_ANNOUNCE)
+	if (e->flags & PR_ENV_ANNOUNCE)
 		m->hb_soon = true;
+	return p;
+}
 
-	switch (type) {
-	case E_STREAM: {
-		struct pr_bp_frame f;
-		size_t pos = 0, start = 0;
-		bool hb = false;
-		int r;
+/* Whether BODY is nothing but frames of P's stream (its incarnation's
+ * CHANGE and HEARTBEAT frames), all of it checked before any is used;
+ * *HB: one of them is a heartbeat. */
+static bool stream_valid(const struct pr_env *e, bool *hb)
+{
+	struct pr_bp_frame f;
+	size_t pos = 0;
+	int r;
 
-		/* The whole message is checked before any of it is used. */
-		while ((r = procreg__bp_next(frame, flen, &pos, &f)) == 1) {
-			if ((f.type != PR_BP_HEARTBEAT && f.type != PR_BP_CHANGE) ||
-			    f.incarnation != inc)
-				break;
-			hb |= f.type == PR_BP_HEARTBEAT;
-		}
-		if (r != 0 || pos != flen) {
-			resync(m, p, "malformed frame");
-			return;
-		}
-		if (!p->up) {
-			/* Sent before the node heard our request: the snapshot
-			 * has every change in it (see the top). */
-			if (hb && m->connected)
-				peer_up(m, p);
-			return;
-		}
-		for (pos = 0; pos < flen; start = pos) {
-			procreg__bp_next(frame, flen, &pos, &f);
-			if (!p->synced) {
-				hold(m, p, frame + start, pos - start);
-			} else if (m->up.deliver(m->up.ctx, p->name, &f) < 0) {
-				resync(m, p, "refused a frame");
-				return;
-			}
-			if (!p->up)
-				return; /* hold() gave up: resynced */
-		}
+	*hb = false;
+	while ((r = procreg__bp_next(e->body, e->body_len, &pos, &f)) == 1) {
+		if ((f.type != PR_BP_HEARTBEAT && f.type != PR_BP_CHANGE) ||
+		    f.incarnation != e->incarnation)
+			return false;
+		*hb |= f.type == PR_BP_HEARTBEAT;
+	}
+	return r == 0 && pos == e->body_len;
+}
+
+/* A batch of P's stream: every frame to the replication layer, which
+ * puts them in order with the snapshot (see the top). */
+static void on_stream(struct nb *m, struct peer *p, const struct pr_env *e)
+{
+	struct pr_bp_frame f;
+	size_t pos = 0;
+	bool hb;
+
+	if (!stream_valid(e, &hb)) {
+		resync(m, p, "malformed frame");
 		return;
 	}
-	case E_SNAPREQ:
-		subject(m, m->serving_to, "inbox", sender);
-		m->serving_req = req;
-		if (m->up.snapshot(m->up.ctx, snap_send, m) < 0)
-			m->up.log("bridge: node %s: snapshot not sent", sender);
+	if (!p->up) {
+		/* Sent before the node heard our request: the snapshot
+		 * has every change in it (see the top). */
+		if (hb && m->connected)
+			peer_up(m, p);
 		return;
-	case E_SNAP: {
-		struct pr_bp_frame f;
-		size_t pos = 0;
-
-		if (!p->up || p->synced || !p->req || req != p->req)
-			return; /* an answer to an older request */
-		if (procreg__bp_next(frame, flen, &pos, &f) != 1 || pos != flen ||
-		    f.type != PR_BP_SNAP || f.incarnation != inc) {
-			resync(m, p, "malformed snapshot");
-			return;
-		}
+	}
+	while (pos < e->body_len) {
+		procreg__bp_next(e->body, e->body_len, &pos, &f);
 		if (m->up.deliver(m->up.ctx, p->name, &f) < 0) {
-			resync(m, p, "refused its snapshot");
+			resync(m, p, "refused a frame");
 			return;
 		}
-		/* Parts still coming: the snapshot is under way, however long
-		 * a big one takes; only silence means it was lost. */
-		p->req_ns = now_ns();
-		if (f.flags & PR_BP_SNAP_LAST) {
-			p->synced = true;
-			p->req = 0;
-			release_held(m, p);
-		}
+	}
+}
+
+/* SENDER asks for our snapshot: it goes to its inbox, tagged with the
+ * request's id. */
+static void on_snapreq(struct nb *m, const struct peer *sender, const struct pr_env *e)
+{
+	subject(m, m->serving_to, "inbox", sender->name);
+	m->serving_req = e->req;
+	if (m->up.snapshot(m->up.ctx, snap_send, m) < 0)
+		m->up.log("bridge: node %s: snapshot not sent", sender->name);
+}
+
+/* A part of P's snapshot, answering request E->req. */
+static void on_snap(struct nb *m, struct peer *p, const struct pr_env *e)
+{
+	struct pr_bp_frame f;
+	size_t pos = 0;
+
+	if (!p->up || !p->req || e->req != p->req)
+		return; /* an answer to an older request */
+	if (procreg__bp_next(e->body, e->body_len, &pos, &f) != 1 || pos != e->body_len ||
+	    f.type != PR_BP_SNAP || f.incarnation != e->incarnation) {
+		resync(m, p, "malformed snapshot");
 		return;
 	}
+	if (m->up.deliver(m->up.ctx, p->name, &f) < 0)
+		resync(m, p, "refused its snapshot");
+}
+
+static void on_message(struct nb *m, const char *subj, const uint8_t *d, size_t len)
+{
+	struct pr_env e;
+	struct peer *p = admit(m, subj, d, len, &e);
+
+	if (!p)
+		return;
+	switch (e.type) {
+	case PR_ENV_STREAM: on_stream(m, p, &e); break;
+	case PR_ENV_SNAPREQ: on_snapreq(m, p, &e); break;
+	case PR_ENV_SNAP: on_snap(m, p, &e); break;
 	}
 }
 
@@ -658,9 +522,7 @@ static void all_down(struct nb *m, const char *why)
 static void tick(struct nb *m)
 {
 	uint64_t now = now_ns(), hb = (uint64_t)m->c.heartbeat_ms * 1000000ull,
-		 to = (uint64_t)m->c.timeout_ms * 1000000ull,
-		 snap_wait = (uint64_t)(m->c.timeout_ms > SNAP_WAIT_MIN_MS ? m->c.timeout_ms
-									  : SNAP_WAIT_MIN_MS) * 1000000ull;
+		 to = (uint64_t)m->c.timeout_ms * 1000000ull;
 
 	if (!m->connected)
 		return;
@@ -669,12 +531,8 @@ static void tick(struct nb *m)
 	for (size_t i = 0; i < m->npeers; i++) {
 		struct peer *p = &m->peers[i];
 
-		if (!p->up)
-			continue;
-		if (now - p->last_rx_ns > to)
+		if (p->up && now - p->last_rx_ns > to)
 			peer_down(m, p, "silent");
-		else if (!p->synced && now - p->req_ns > snap_wait)
-			resync(m, p, "no snapshot came");
 	}
 }
 
@@ -928,7 +786,8 @@ static void nb_close(void *b)
 	/* Every nats.c thread gone before procregd unloads us. One still
 	 * running after the wait could yet call into this object with M:
 	 * then both stay, the object pinned against dlclose() and M not
-	 * freed (the daemon is on its way out), the cookie wiped. */
+	 * freed (the daemon is on its way out), the key wiped (the
+	 * library's threads never use it). */
 	st = nats_CloseAndWait(5000);
 	/* NATS_NOT_INITIALIZED: open() failed before the library started. */
 	if (st != NATS_OK && st != NATS_NOT_INITIALIZED) {
@@ -939,24 +798,17 @@ static void nb_close(void *b)
 				  "left running");
 		if (dladdr((void *)nb_close, &di) && di.dli_fname)
 			dlopen(di.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-		if (m->cookie)
-			OPENSSL_cleanse(m->cookie, m->cookie_len);
+		procreg__env_key_free(m->key);
+		m->key = NULL;
 		return;
 	}
-	for (size_t i = 0; m->peers && i < m->npeers; i++)
-		held_free(&m->peers[i]);
 	if (m->efd >= 0)
 		close(m->efd);
 	if (m->tfd >= 0)
 		close(m->tfd);
 	if (m->epfd >= 0)
 		close(m->epfd);
-	if (m->cookie) {
-		OPENSSL_cleanse(m->cookie, m->cookie_len);
-		free(m->cookie);
-	}
-	EVP_MAC_CTX_free(m->mac_key);
-	EVP_MAC_free(m->mac);
+	procreg__env_key_free(m->key);
 	pthread_mutex_destroy(&m->mu);
 	free(m->peers);
 	free(m->out);
@@ -964,51 +816,31 @@ static void nb_close(void *b)
 	free(m);
 }
 
-static const char *opt(const struct pr_bridge_config *c, const char *key)
+static const char *opt(const struct pr_bridge_config *c, enum pr_nats_opt o)
 {
-	size_t kl = strlen(key);
-	const char *v = NULL;
+	static const char *const keys[] = PR_NATS_OPT_KEYS;
 
-	for (size_t i = 0; i < c->nopts; i++)
-		if (!strncmp(c->opts[i], key, kl) && c->opts[i][kl] == '=')
-			v = c->opts[i] + kl + 1;
-	return v;
+	return pr_bridge_opt(c, keys[o]);
 }
 
+/* Keys it knows only (nats_opts.h), and those that go together, together. */
 static int check_opts(const struct nb *m, const struct pr_bridge_config *c)
 {
-	static const char *const known[] = { "url", "user", "password", "token", "creds",
-					     "nkey", "nkey-seed", "subject", "tls-ca", "tls-cert",
-					     "tls-key", "tls-hostname" };
+	static const char *const keys[] = PR_NATS_OPT_KEYS;
+	static const enum pr_nats_opt pairs[][2] = {
+		{ NOPT_NKEY, NOPT_NKEY_SEED },
+		{ NOPT_USER, NOPT_PASSWORD },
+		{ NOPT_TLS_CERT, NOPT_TLS_KEY },
+	};
+	int err = pr_bridge_opts_check(c, &m->up, "nats", keys);
 
-	for (size_t i = 0; i < c->nopts; i++) {
-		bool ok = false;
-
-		for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) {
-			size_t kl = strlen(known[k]);
-
-			ok |= !strncmp(c->opts[i], known[k], kl) && c->opts[i][kl] == '=';
+	for (size_t i = 0; !err && i < sizeof(pairs) / sizeof(pairs[0]); i++)
+		if (!opt(c, pairs[i][0]) != !opt(c, pairs[i][1])) {
+			m->up.log("bridge: nats: %s and %s go together", keys[pairs[i][0]],
+				  keys[pairs[i][1]]);
+			err = -EINVAL;
 		}
-		if (!ok) {
-			m->up.log("bridge: nats: unknown option '%s' (want url, user, password, token, "
-				  "creds, nkey, nkey-seed, subject, tls-ca, tls-cert, tls-key, "
-				  "tls-hostname)", c->opts[i]);
-			return -EINVAL;
-		}
-	}
-	if (!!opt(c, "nkey") != !!opt(c, "nkey-seed")) {
-		m->up.log("bridge: nats: nkey and nkey-seed go together");
-		return -EINVAL;
-	}
-	if (!!opt(c, "user") != !!opt(c, "password")) {
-		m->up.log("bridge: nats: user and password go together");
-		return -EINVAL;
-	}
-	if (!!opt(c, "tls-cert") != !!opt(c, "tls-key")) {
-		m->up.log("bridge: nats: tls-cert and tls-key go together");
-		return -EINVAL;
-	}
-	return 0;
+	return err;
 }
 
 /* URL as the log may show it: the user and password taken out
@@ -1079,7 +911,7 @@ static natsStatus set_servers(struct nb *m, const struct pr_bridge_config *c, bo
 	int n = 0;
 	natsStatus s = NATS_OK;
 
-	*tls = opt(c, "tls-ca") || opt(c, "tls-cert") || opt(c, "tls-hostname");
+	*tls = opt(c, NOPT_TLS_CA) || opt(c, NOPT_TLS_CERT) || opt(c, NOPT_TLS_HOSTNAME);
 	if (!copy)
 		return NATS_NO_MEMORY;
 	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -1122,21 +954,22 @@ static bool tls_racy(void)
 /* TLS to every server: the CA, the name checked, a client certificate. */
 static natsStatus set_tls(struct nb *m, const struct pr_bridge_config *c)
 {
-	const char *ca = opt(c, "tls-ca") ? opt(c, "tls-ca") : SYSTEM_CA;
-	const char *name = opt(c, "tls-hostname");
+	const char *ca = opt(c, NOPT_TLS_CA) ? opt(c, NOPT_TLS_CA) : PR_NATS_TLS_CA_DEFAULT;
+	const char *name = opt(c, NOPT_TLS_HOSTNAME);
 	uint8_t addr[16];
 	natsStatus s;
 
 	if (access(ca, R_OK) != 0) {
 		m->up.log("bridge: nats: TLS: CA file %s: %s%s", ca, strerror(errno),
-			  opt(c, "tls-ca") ? "" : " (give one with --nats-tls-ca)");
+			  opt(c, NOPT_TLS_CA) ? "" : " (give one with --nats-tls-ca)");
 		return NATS_INVALID_ARG;
 	}
 	s = natsOptions_SetSecure(m->opts, true);
 	if (s == NATS_OK)
 		s = natsOptions_LoadCATrustedCertificates(m->opts, ca);
-	if (s == NATS_OK && opt(c, "tls-cert"))
-		s = natsOptions_LoadCertificatesChain(m->opts, opt(c, "tls-cert"), opt(c, "tls-key"));
+	if (s == NATS_OK && opt(c, NOPT_TLS_CERT))
+		s = natsOptions_LoadCertificatesChain(m->opts, opt(c, NOPT_TLS_CERT),
+						      opt(c, NOPT_TLS_KEY));
 	/* nats.c checks the certificate's name only when told which: the
 	 * first URL's host, unless it is an address (the certificate's
 	 * chain to the CA is still checked). */
@@ -1148,7 +981,7 @@ static natsStatus set_tls(struct nb *m, const struct pr_bridge_config *c)
 	if (s == NATS_OK)
 		m->up.log("bridge: nats: TLS, server certificates checked against %s%s%s%s", ca,
 			  name ? " and the name " : "", name ? name : "",
-			  opt(c, "tls-cert") ? ", with a client certificate" : "");
+			  opt(c, NOPT_TLS_CERT) ? ", with a client certificate" : "");
 	if (s == NATS_OK && tls_racy())
 		m->up.log("bridge: nats: warning: nats.c %s reads and writes a TLS session from two "
 			  "threads without a lock (fixed in nats.c 3.11): use a later one where you "
@@ -1170,14 +1003,14 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 		s = set_servers(m, c, &tls);
 	if (s == NATS_OK && tls)
 		s = set_tls(m, c);
-	if (s == NATS_OK && opt(c, "user"))
-		s = natsOptions_SetUserInfo(m->opts, opt(c, "user"), opt(c, "password"));
-	if (s == NATS_OK && opt(c, "token"))
-		s = natsOptions_SetToken(m->opts, opt(c, "token"));
-	if (s == NATS_OK && opt(c, "creds"))
-		s = natsOptions_SetUserCredentialsFromFiles(m->opts, opt(c, "creds"), NULL);
-	if (s == NATS_OK && opt(c, "nkey"))
-		s = natsOptions_SetNKeyFromSeed(m->opts, opt(c, "nkey"), opt(c, "nkey-seed"));
+	if (s == NATS_OK && opt(c, NOPT_USER))
+		s = natsOptions_SetUserInfo(m->opts, opt(c, NOPT_USER), opt(c, NOPT_PASSWORD));
+	if (s == NATS_OK && opt(c, NOPT_TOKEN))
+		s = natsOptions_SetToken(m->opts, opt(c, NOPT_TOKEN));
+	if (s == NATS_OK && opt(c, NOPT_CREDS))
+		s = natsOptions_SetUserCredentialsFromFiles(m->opts, opt(c, NOPT_CREDS), NULL);
+	if (s == NATS_OK && opt(c, NOPT_NKEY))
+		s = natsOptions_SetNKeyFromSeed(m->opts, opt(c, NOPT_NKEY), opt(c, NOPT_NKEY_SEED));
 	if (s == NATS_OK)
 		s = natsOptions_SetName(m->opts, m->node);
 	if (s == NATS_OK)
@@ -1235,7 +1068,7 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 		 * just closes the connection: say what that may mean. */
 		m->up.log("bridge: nats: %s: %s%s", urls_shown(m, shown, sizeof(shown)),
 			  nats_GetLastError(NULL),
-			  tls && !opt(c, "tls-cert") ? " (a server that wants a client certificate "
+			  tls && !opt(c, NOPT_TLS_CERT) ? " (a server that wants a client certificate "
 						       "ends the connection so: --nats-tls-cert, "
 						       "--nats-tls-key)" : "");
 		return -EIO;
@@ -1262,7 +1095,6 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	struct nb *m = calloc(1, sizeof(*m));
 	struct epoll_event e = { .events = EPOLLIN };
 	struct itimerspec its;
-	OSSL_PARAM params[2];
 	uint32_t tick_ms;
 
 	*err = -ENOMEM;
@@ -1271,45 +1103,31 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	m->epfd = m->efd = m->tfd = -1;
 	pthread_mutex_init(&m->mu, NULL);
 	m->qtail = &m->qhead;
-	memcpy(&m->c, cfg, cfg->sz < sizeof(m->c) ? cfg->sz : sizeof(m->c));
-	memcpy(&m->up, up, up->sz < sizeof(m->up) ? up->sz : sizeof(m->up));
-	if (cfg->sz < sizeof(m->c))
-		m->c.nopts = 0, m->c.scope = NULL;
-	if (!m->c.heartbeat_ms)
-		m->c.heartbeat_ms = 500;
-	if (!m->c.timeout_ms)
-		m->c.timeout_ms = 3000;
+	pr_bridge_config_take(&m->c, cfg);
+	pr_bridge_up_take(&m->up, up);
 	snprintf(m->node, sizeof(m->node), "%s", cfg->node);
 	if ((*err = check_opts(m, &m->c)) < 0)
 		goto fail;
 	*err = -ENOMEM;
-	snprintf(m->url, sizeof(m->url), "%s", opt(&m->c, "url") ? opt(&m->c, "url") : DEFAULT_URL);
-	if (opt(&m->c, "subject")) {
-		snprintf(m->prefix, sizeof(m->prefix), "%s", opt(&m->c, "subject"));
+	snprintf(m->url, sizeof(m->url), "%s",
+		 opt(&m->c, NOPT_URL) ? opt(&m->c, NOPT_URL) : PR_NATS_URL_DEFAULT);
+	if (opt(&m->c, NOPT_SUBJECT)) {
+		snprintf(m->prefix, sizeof(m->prefix), "%s", opt(&m->c, NOPT_SUBJECT));
 	} else {
 		char t[PR_BP_NODE_MAX + 8];
 
 		token(t, sizeof(t), m->c.scope ? m->c.scope : "default");
-		snprintf(m->prefix, sizeof(m->prefix), "procreg.%s", t);
+		snprintf(m->prefix, sizeof(m->prefix), PR_NATS_SUBJECT_PREFIX ".%s", t);
 	}
 	subject(m, m->my_stream, "node", m->node);
-	m->cookie = malloc(cfg->cookie_len);
 	m->peers = calloc(PEERS_MAX, sizeof(*m->peers));
-	m->out = malloc(ENV_MAX);
+	m->out = malloc(PR_ENV_MAX);
 	m->batch = malloc(PR_BP_FRAME_MAX);
-	m->mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
-	m->mac_key = m->mac ? EVP_MAC_CTX_new(m->mac) : NULL;
 	m->epfd = epoll_create1(EPOLL_CLOEXEC);
 	m->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	m->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	if (!m->cookie || !m->peers || !m->out || !m->batch || !m->mac_key || m->epfd < 0 || m->efd < 0 ||
-	    m->tfd < 0)
-		goto fail;
-	memcpy(m->cookie, cfg->cookie, cfg->cookie_len);
-	m->cookie_len = cfg->cookie_len;
-	params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0);
-	params[1] = OSSL_PARAM_construct_end();
-	if (!EVP_MAC_init(m->mac_key, m->cookie, m->cookie_len, params))
+	if (!m->peers || !m->out || !m->batch || m->epfd < 0 || m->efd < 0 || m->tfd < 0 ||
+	    procreg__env_key_new(cfg->cookie, cfg->cookie_len, &m->key) < 0)
 		goto fail;
 	/* Heartbeats and timeouts at a quarter of a heartbeat's grain. */
 	tick_ms = m->c.heartbeat_ms / 4;

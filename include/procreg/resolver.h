@@ -1,5 +1,5 @@
 /*
- * resolver.h - a custom rule for name conflicts between nodes, from a
+ * procreg/resolver.h - a custom rule for name conflicts between nodes, from a
  * shared object (procregd --resolver PATH): it exports
  *
  *   int procreg_resolve_v1(const struct pr_conflict_entry *a,
@@ -12,12 +12,19 @@
  * resolve(a, b) = -resolve(b, a). procregd asks both ways and falls back to
  * the built-in rule when the answers do not say the same thing. Every node
  * of a mesh should load the same resolver.
+ *
+ * Installed as <procreg/resolver.h>: it needs no other header of procreg's,
+ * and a resolver needs no library of procreg's.
  */
-#ifndef PROCREGD_RESOLVER_H
-#define PROCREGD_RESOLVER_H
+#ifndef PROCREG_RESOLVER_H
+#define PROCREG_RESOLVER_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define PR_RESOLVER_SYMBOL "procreg_resolve_v1"
 
@@ -35,4 +42,7 @@ struct pr_conflict_entry {
 typedef int (*pr_resolver_fn)(const struct pr_conflict_entry *a,
 			      const struct pr_conflict_entry *b);
 
-#endif /* PROCREGD_RESOLVER_H */
+#ifdef __cplusplus
+}
+#endif
+#endif /* PROCREG_RESOLVER_H */
