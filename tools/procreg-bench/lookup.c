@@ -100,7 +100,7 @@ static struct {
 						(uint64_t)e->pid + e->meta[0] : 0; \
 		/* At least one block, even for a reader the scheduler kept   \
 		 * off the CPU for the whole run: a figure, not a failure. */   \
-		t0 = now_ns();                                                  \
+		t0 = pr_mono_ns();                                                  \
 		do {                                                            \
 			for (int k = 0; k < BLOCK; k++) {                       \
 				if (CALL(L.queries[pos++ & L.qmask].s, e) == 0) { \
@@ -111,7 +111,7 @@ static struct {
 			}                                                       \
 			count += BLOCK;                                         \
 		} while (__atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE) == PH_RUN); \
-		t1 = now_ns();                                                  \
+		t1 = pr_mono_ns();                                                  \
 	} while (0)
 
 static procreg_t *reader_reg;
@@ -182,7 +182,7 @@ static int writer_main(void *arg)
 	 * publish or a tombstone, records are retired and reused, and the
 	 * index is rebuilt as tombstones pile up. */
 	while ((ph = __atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE)) != PH_STOP) {
-		uint64_t ws = now_ns();
+		uint64_t ws = pr_mono_ns();
 		int err;
 
 		for (int pass = 0; pass < 2; pass++) {
@@ -209,7 +209,7 @@ static int writer_main(void *arg)
 				t0 = ws;
 			ops_run += 2 * CHURN_WAVE;
 			L.ctl->writer_ops = ops_run;
-			L.ctl->writer_ns = now_ns() - t0;
+			L.ctl->writer_ns = pr_mono_ns() - t0;
 		}
 	}
 	procreg_close(reg);
@@ -315,12 +315,12 @@ static int measure(enum impl impl, int nreaders, const int *rcpu, bool load, int
 		sleep_ms(10);
 		procreg_stats(parent_reg, &s0);
 		i0 = ipis_on(rcpu[0]);
-		t0 = now_ns();
+		t0 = pr_mono_ns();
 		__atomic_store_n(&L.ctl->phase, PH_RUN, __ATOMIC_RELEASE);
 		sleep_ms(bo.duration_ms);
 		procreg_stats(parent_reg, &s1);
-		f->ipi_rate = (double)(ipis_on(rcpu[0]) - i0) * 1e9 / (double)(now_ns() - t0);
-		f->gp_rate = (double)(s1.grace_periods - s0.grace_periods) * 1e9 / (double)(now_ns() - t0);
+		f->ipi_rate = (double)(ipis_on(rcpu[0]) - i0) * 1e9 / (double)(pr_mono_ns() - t0);
+		f->gp_rate = (double)(s1.grace_periods - s0.grace_periods) * 1e9 / (double)(pr_mono_ns() - t0);
 	}
 	__atomic_store_n(&L.ctl->phase, PH_STOP, __ATOMIC_RELEASE);
 	for (int r = 0; r < nreaders; r++) {
@@ -424,7 +424,7 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 	}
 	parent_reg = reg;
 	{
-		uint64_t t0 = now_ns();
+		uint64_t t0 = pr_mono_ns();
 
 		got = register_range(reg, "svc", 0, n, false);
 		if (got != (int64_t)n) {
@@ -435,7 +435,7 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 		}
 		procreg_stats(reg, &st);
 		hprintf("\n%s names: table built in %.0f ms (index %s slots, %.0f%% full)\n",
-			fmt_count(n), (double)(now_ns() - t0) / 1e6, fmt_count(st.index_capacity),
+			fmt_count(n), (double)(pr_mono_ns() - t0) / 1e6, fmt_count(st.index_capacity),
 			100.0 * (double)n / (double)st.index_capacity);
 	}
 
@@ -638,7 +638,7 @@ out_nomap:
 int cmd_lookup(void)
 {
 	int rcounts[4], nrc = 0, maxr;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = pr_mono_ns();
 
 	if (bo.under_write_load) {
 		/* The last CPU carries the writer and the daemon. */
@@ -685,7 +685,7 @@ int cmd_lookup(void)
 	}
 	j_end();
 	targets_report();
-	hprintf("\ntotal %.1f s\n", (double)(now_ns() - t0) / 1e9);
-	j_num("seconds", (double)(now_ns() - t0) / 1e9);
+	hprintf("\ntotal %.1f s\n", (double)(pr_mono_ns() - t0) / 1e9);
+	j_num("seconds", (double)(pr_mono_ns() - t0) / 1e9);
 	return 0;
 }

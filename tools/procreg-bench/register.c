@@ -175,10 +175,10 @@ static int client_main(void *arg)
 				goto fail;
 		__atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
 		wait_go();
-		r->t0 = now_ns();
+		r->t0 = pr_mono_ns();
 		for (uint64_t i = 0; i < n; i++)
 			r->ok1 += echo_rtt(fd, req, (uint32_t)i) == 0;
-		r->t1 = r->t2 = now_ns();
+		r->t1 = r->t2 = pr_mono_ns();
 		r->ok2 = r->ok1;
 		close(fd);
 		return 0;
@@ -204,15 +204,15 @@ static int client_main(void *arg)
 			name_of(&names[i], prefix, i);
 		__atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
 		wait_go();
-		r->t0 = now_ns();
+		r->t0 = pr_mono_ns();
 		for (uint64_t i = 0; i < n; i++) {
 			meta_of(meta, sizeof(meta), i);
 			r->ok1 += procreg_register(reg, names[i].s, meta, ml) == 0;
 		}
-		r->t1 = now_ns();
+		r->t1 = pr_mono_ns();
 		for (uint64_t i = 0; i < n; i++)
 			r->ok2 += procreg_unregister(reg, names[i].s) == 0;
-		r->t2 = now_ns();
+		r->t2 = pr_mono_ns();
 		free(names);
 	} else {
 		struct procreg_op *ops = calloc(n, sizeof(*ops));
@@ -230,10 +230,10 @@ static int client_main(void *arg)
 		}
 		__atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
 		wait_go();
-		r->t0 = now_ns();
+		r->t0 = pr_mono_ns();
 		if (procreg_batch(reg, ops, n) < 0)
 			goto fail;
-		r->t1 = now_ns();
+		r->t1 = pr_mono_ns();
 		for (uint64_t i = 0; i < n; i++) {
 			r->ok1 += ops[i].result == 0;
 			ops[i].kind = PROCREG_OP_UNREGISTER;
@@ -241,11 +241,11 @@ static int client_main(void *arg)
 		}
 		{
 			/* The loop above is not timed. */
-			uint64_t t = now_ns();
+			uint64_t t = pr_mono_ns();
 
 			if (procreg_batch(reg, ops, n) < 0)
 				goto fail;
-			r->t2 = r->t1 + (now_ns() - t);
+			r->t2 = r->t1 + (pr_mono_ns() - t);
 		}
 		for (uint64_t i = 0; i < n; i++)
 			r->ok2 += ops[i].result == 0;
@@ -342,7 +342,7 @@ int cmd_register(void)
 	uint64_t sync_ops = bo.sync_ops ? bo.sync_ops : (bo.quick ? 300 : 10000);
 	uint64_t batch_ops = bo.batch_ops ? bo.batch_ops : (bo.quick ? 5000 : 200000);
 	int nclients = bo.clients ? bo.clients : ncpus, nar = 0, echo_ready = 0, rc = 2;
-	uint64_t t_start = now_ns();
+	uint64_t t_start = pr_mono_ns();
 	pid_t echo = -1;
 
 	if (nclients > MAX_CLIENTS)
@@ -481,8 +481,8 @@ int cmd_register(void)
 	}
 	j_end();
 	targets_report();
-	hprintf("\ntotal %.1f s\n", (double)(now_ns() - t_start) / 1e9);
-	j_num("seconds", (double)(now_ns() - t_start) / 1e9);
+	hprintf("\ntotal %.1f s\n", (double)(pr_mono_ns() - t_start) / 1e9);
+	j_num("seconds", (double)(pr_mono_ns() - t_start) / 1e9);
 	rc = 0;
 out:
 	if (echo > 0) {

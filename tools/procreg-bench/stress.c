@@ -157,15 +157,15 @@ static uint64_t names_now(procreg_t *reg)
 /* Poll the names counter until it reads WANT: the time that took, in ns. */
 static uint64_t wait_names(procreg_t *reg, uint64_t want, uint64_t timeout_ns)
 {
-	uint64_t t0 = now_ns(), t;
+	uint64_t t0 = pr_mono_ns(), t;
 
 	while (names_now(reg) != want) {
-		t = now_ns();
+		t = pr_mono_ns();
 		if (t - t0 > timeout_ns)
 			return UINT64_MAX;
 		usleep(50);
 	}
-	return now_ns() - t0;
+	return pr_mono_ns() - t0;
 }
 
 static uint64_t count_visible(procreg_t *reg)
@@ -194,7 +194,7 @@ int cmd_stress(void)
 	struct daemon_proc d;
 	char maxc[32];
 	const char *args[] = { "--max-clients", maxc, NULL };
-	uint64_t t_start = now_ns(), t0, t1, w, visible[2] = { 0, 0 };
+	uint64_t t_start = pr_mono_ns(), t0, t1, w, visible[2] = { 0, 0 };
 	pid_t *pids;
 	procreg_t *reg = NULL;
 	struct row rows[9];
@@ -221,7 +221,7 @@ int cmd_stress(void)
 		ncpus);
 
 	/* 1 launch */
-	t0 = now_ns();
+	t0 = pr_mono_ns();
 	for (int i = 0; i < S_procs; i++) {
 		pids[i] = spawn(proc_main, (void *)(intptr_t)i, -1);
 		if (pids[i] < 0) {
@@ -231,7 +231,7 @@ int cmd_stress(void)
 	}
 	if (wait_step(ST_LAUNCH, pids) < 0 || S->failed[ST_LAUNCH])
 		goto failed;
-	t1 = now_ns();
+	t1 = pr_mono_ns();
 	snprintf(label[0], 96, "launch %s processes", fmt_count((uint64_t)S_procs));
 	rows[nrows++] = (struct row){ label[0], (double)(t1 - t0) / 1e6,
 				      S_procs * 1e9 / (double)(t1 - t0), "procs/s", NULL, "launch_ms" };
@@ -245,12 +245,12 @@ int cmd_stress(void)
 		uint64_t want = ph == ST_UNREG ? 0 : S_names;
 		int li = nrows;
 
-		t0 = now_ns();
+		t0 = pr_mono_ns();
 		__atomic_store_n(&S->phase, ph, __ATOMIC_RELEASE);
 		futex_wake_all(&S->phase);
 		if (wait_step(ph, pids) < 0)
 			goto failed;
-		t1 = now_ns();
+		t1 = pr_mono_ns();
 		if (S->failed[ph]) {
 			fprintf(stderr, "procreg-bench: %d processes failed to %s: %s\n",
 				S->failed[ph], verb[ph], strerror(S->first_err));
@@ -273,10 +273,10 @@ int cmd_stress(void)
 	}
 
 	/* 8 kill, 9 gone */
-	t0 = now_ns();
+	t0 = pr_mono_ns();
 	for (int i = 0; i < S_procs; i++)
 		kill_child(pids[i]);
-	t1 = now_ns();
+	t1 = pr_mono_ns();
 	w = wait_names(reg, 0, 60000000000ull);
 	all_gone = w != UINT64_MAX;
 	snprintf(label[7], 96, "kill %s processes (SIGKILL)", fmt_count((uint64_t)S_procs));
@@ -325,8 +325,8 @@ int cmd_stress(void)
 		target(what, all_gone ? (double)w / 1e6 : 1e12, "<=", 50, " ms");
 	}
 	targets_report();
-	hprintf("\ntotal %.1f s\n", (double)(now_ns() - t_start) / 1e9);
-	j_num("seconds", (double)(now_ns() - t_start) / 1e9);
+	hprintf("\ntotal %.1f s\n", (double)(pr_mono_ns() - t_start) / 1e9);
+	j_num("seconds", (double)(pr_mono_ns() - t_start) / 1e9);
 	rc = 0;
 	goto out;
 failed:

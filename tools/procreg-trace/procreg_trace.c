@@ -37,6 +37,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "clock.h"
 #include "layout.h"
 #include "output.h"
 #include "procreg.h"
@@ -211,10 +212,7 @@ static void parse(int argc, char **argv)
 
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)pr_mono_ns() / 1e9;
 }
 
 /* "HH:MM:SS.mmm", wall clock. */

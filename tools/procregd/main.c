@@ -69,20 +69,16 @@ void log_msg(const char *fmt, ...)
 		(size_t)n >= sizeof(buf) ? "...[cut]" : "");
 }
 
-void log_limited(struct ratelimit *rl, const char *what, const char *fmt, ...)
+void log_limited(struct pr_ratelimit *rl, const char *what, const char *fmt, ...)
 {
-	uint64_t now = procreg__mono_ns();
+	uint64_t held;
 	char buf[1024];
 	va_list ap;
 
-	if (rl->last_ns && now - rl->last_ns < 1000000000ull) {
-		rl->quiet++;
+	if (!pr_ratelimit_pass(rl, procreg__mono_ns(), &held))
 		return;
-	}
-	if (rl->quiet)
-		log_msg("(%llu more %s in the last second)", (unsigned long long)rl->quiet, what);
-	rl->quiet = 0;
-	rl->last_ns = now;
+	if (held)
+		log_msg("(%llu more %s in the last second)", (unsigned long long)held, what);
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);

@@ -59,6 +59,7 @@
 
 #include "backend.h"
 #include "bridge_sec.h"
+#include "clock.h"
 #include "internal.h"
 
 #define TICK_MS 100
@@ -171,7 +172,7 @@ struct mesh {
 	size_t cookie_len;
 	int epfd, lfd, tfd;
 	int spare;                    /* given up to take a connection when out of fds */
-	uint64_t refused_log_ns, refused_quiet;
+	struct pr_ratelimit refused_log;
 	struct obj listen_o, timer_o;
 	struct conn *conns;
 	size_t nconns;
@@ -1119,17 +1120,13 @@ static void conn_event(struct mesh *m, struct conn *c, uint32_t ev)
  * the port does not flood the log. */
 static void log_refused(struct mesh *m, const char *why)
 {
-	uint64_t now = now_ns();
+	uint64_t held;
 
-	if (m->refused_log_ns && now - m->refused_log_ns < 1000000000ull) {
-		m->refused_quiet++;
+	if (!pr_ratelimit_pass(&m->refused_log, now_ns(), &held))
 		return;
-	}
-	if (m->refused_quiet)
+	if (held)
 		m->up.log("bridge: (%llu more connections refused in the last second)",
-			  (unsigned long long)m->refused_quiet);
-	m->refused_quiet = 0;
-	m->refused_log_ns = now;
+			  (unsigned long long)held);
 	m->up.log("bridge: connection refused: %s", why);
 }
 
