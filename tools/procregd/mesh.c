@@ -57,6 +57,7 @@
 
 #include <openssl/crypto.h>
 
+#include "accept.h"
 #include "backend.h"
 #include "bridge_sec.h"
 #include "clock.h"
@@ -1159,23 +1160,15 @@ static void do_accept(struct mesh *m)
 	for (int i = 0; i < 64; i++) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
-		int one = 1, fd = accept4(m->lfd, (struct sockaddr *)&ss, &sl,
-					  SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int one = 1, fd = pr_accept(m->lfd, (struct sockaddr *)&ss, &sl,
+					    SOCK_NONBLOCK | SOCK_CLOEXEC, &m->spare);
 		struct epoll_event e = { .events = EPOLLIN };
 		char remote[PR_BP_ADDR_MAX + 1];
 		struct conn *c;
 
-		if (fd < 0 && (errno == EMFILE || errno == ENFILE) && m->spare >= 0) {
-			/* Left in the queue, it would keep the port readable
-			 * and the daemon spinning: take it and close it. */
-			close(m->spare);
-			fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC);
-			if (fd >= 0)
-				close(fd);
-			m->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd == PR_ACCEPT_SHED) {
 			log_refused(m, "out of file descriptors");
-			if (fd >= 0)
-				continue;
+			continue;
 		}
 		if (fd < 0)
 			return;
@@ -1430,7 +1423,7 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	if (cfg->listen && (*err = mesh_listen(m, cfg->listen)) < 0)
 		goto fail_err;
 	if (cfg->listen)
-		m->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		m->spare = pr_accept_spare();
 	for (size_t i = 0; i < cfg->npeers; i++)
 		if (!target_add(m, cfg->peers[i], strlen(cfg->peers[i]))) {
 			*err = -EINVAL;
