@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "bench.h"
 
 struct bench_opts bo;
@@ -86,26 +87,10 @@ static void usage(FILE *f)
 		"not /dev/shm/procreg.*. SIGINT stops the bench and removes what it made.\n");
 }
 
+/* A count: "10k" is 10000 (args.h). */
 static int parse_u64(const char *s, uint64_t *out)
 {
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -1;
-	if (*end == 'k' || *end == 'K') {
-		v *= 1000;
-		end++;
-	} else if (*end == 'm' || *end == 'M') {
-		v *= 1000000;
-		end++;
-	}
-	if (*end)
-		return -1;
-	*out = v;
-	return 0;
+	return pr_parse_u64(s, 1000, out);
 }
 
 static int parse_int(const char *s, int *out, int min, int max)
