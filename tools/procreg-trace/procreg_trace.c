@@ -921,18 +921,11 @@ static int read_seed(void)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* The registry (and, for top, its hash seed); the CPU count. */
+static int open_registry(void)
 {
 	PROCREG_OPTS(procreg_opts, ro);
-	struct procreg_trace *skel = NULL;
-	struct ring_buffer *rb = NULL;
-	struct procreg_stats st;
-	struct sigaction sa = { .sa_handler = on_signal };
-	double start, next, last;
-	int err = 0, nlib = 0, nd = 0;
-
-	parse(argc, argv);
-	libbpf_set_print(libbpf_print);
+	int err;
 
 	ro.scope = opt.scope;
 	ro.dir = opt.dir;
@@ -940,67 +933,86 @@ int main(int argc, char **argv)
 	if (!reg) {
 		err = -errno;
 		fprintf(stderr, "procreg-trace: cannot open the registry: %s\n", procreg_strerror(err));
-		return 2;
+		return err;
 	}
 	if (opt.cmd == CMD_TOP && (err = read_seed()) < 0) {
 		fprintf(stderr, "procreg-trace: %s: cannot read its header: %s\n",
 			procreg_table_path(reg), strerror(-err));
-		goto cleanup;
+		return err;
 	}
 	ncpus = libbpf_num_possible_cpus();
 	if (ncpus <= 0) {
 		err = ncpus ? ncpus : -EINVAL;
 		fprintf(stderr, "procreg-trace: cannot count the CPUs: %s\n", strerror(-err));
-		goto cleanup;
+		return err;
 	}
+	return 0;
+}
 
-	skel = procreg_trace__open();
+/* Open the BPF object, configure it for the command, load it. */
+static int load_bpf(struct procreg_trace **skelp)
+{
+	struct procreg_trace *skel;
+	int err;
+
+	*skelp = skel = procreg_trace__open();
 	if (!skel) {
 		err = -errno;
 		fprintf(stderr, "procreg-trace: cannot open the BPF object: %s\n", strerror(-err));
-		goto cleanup;
+		return err;
 	}
 	skel->rodata->top_names = opt.cmd == CMD_TOP;
 	skel->rodata->top_procs = opt.cmd == CMD_TOP;
 	skel->rodata->bridge_changes = opt.changes;
 	err = procreg_trace__load(skel);
-	if (err) {
+	if (err)
 		fprintf(stderr,
 			"procreg-trace: cannot load the BPF programs: %s\n"
 			"procreg-trace needs root (or CAP_BPF and CAP_PERFMON), and a kernel with BPF,\n"
 			"the BPF ring buffer (5.8+) and uprobes.\n",
 			strerror(-err));
-		goto cleanup;
-	}
+	return err;
+}
 
-	if (wants(false) && (nlib = attach_library(skel)) < 0) {
-		err = nlib;
-		goto cleanup;
-	}
+/* Attach to the library's users and to procregd, as the command wants,
+ * and say what is traced. */
+static int attach_all(struct procreg_trace *skel)
+{
+	struct procreg_stats st;
+	int nlib = 0, nd = 0;
+
+	if (wants(false) && (nlib = attach_library(skel)) < 0)
+		return nlib;
 	procreg_stats(reg, &st);
-	if (wants(true) && (nd = attach_daemon(skel, st.daemon_pid)) < 0) {
-		err = nd;
-		goto cleanup;
-	}
-	if (opt.cmd == CMD_EVENTS || opt.cmd == CMD_BRIDGE) {
-		rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, NULL, NULL);
-		if (!rb) {
-			err = -errno;
-			fprintf(stderr, "procreg-trace: cannot open the ring buffer: %s\n", strerror(-err));
-			goto cleanup;
-		}
-	}
-
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	if (wants(true) && (nd = attach_daemon(skel, st.daemon_pid)) < 0)
+		return nd;
 	fprintf(stderr, "procreg-trace: tracing %d probe%s (library: %s; procregd: %s, pid %d); "
 			"Ctrl-C to stop\n",
 		nlib + nd, nlib + nd == 1 ? "" : "s",
 		!nlib ? "none" : opt.pid ? "one process" : "every process", nd ? "yes" : "no",
 		(int)st.daemon_pid);
+	return 0;
+}
 
-	start = last = now_s();
-	next = start + opt.interval;
+/* The report of lat, bridge or top on the last SECS. */
+static void report(struct procreg_trace *skel, double secs)
+{
+	if (opt.cmd == CMD_LAT)
+		print_lat(skel);
+	else if (opt.cmd == CMD_BRIDGE)
+		print_bridge(skel, secs);
+	else if (opt.cmd == CMD_TOP)
+		print_top(skel, secs);
+}
+
+/* Poll the ring buffer (events, bridge) and report every interval until
+ * a signal or --duration. *LAST: when the last report was made. */
+static int trace_loop(struct ring_buffer *rb, struct procreg_trace *skel, double *last)
+{
+	double start = now_s(), next = start + opt.interval;
+	int err;
+
+	*last = start;
 	while (!exiting) {
 		double now = now_s(), until = next;
 		int ms;
@@ -1012,15 +1024,12 @@ int main(int argc, char **argv)
 			ms = 100;
 		if (rb) {
 			err = ring_buffer__poll(rb, ms);
-			if (err == -EINTR) {
-				err = 0;
+			if (err == -EINTR)
 				break;
-			}
 			if (err < 0) {
 				fprintf(stderr, "procreg-trace: ring buffer: %s\n", strerror(-err));
-				goto cleanup;
+				return err;
 			}
-			err = 0;
 		} else {
 			poll(NULL, 0, ms);
 		}
@@ -1028,28 +1037,49 @@ int main(int argc, char **argv)
 		if (opt.duration && now >= start + opt.duration)
 			break;
 		if (now >= next && opt.cmd != CMD_EVENTS) {
-			if (opt.cmd == CMD_LAT)
-				print_lat(skel);
-			else if (opt.cmd == CMD_BRIDGE)
-				print_bridge(skel, now - last);
-			else
-				print_top(skel, now - last);
-			last = now;
+			report(skel, now - *last);
+			*last = now;
 			next += opt.interval;
 		}
 	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct procreg_trace *skel = NULL;
+	struct ring_buffer *rb = NULL;
+	struct sigaction sa = { .sa_handler = on_signal };
+	double last = 0;
+	int err;
+
+	parse(argc, argv);
+	libbpf_set_print(libbpf_print);
+
+	if ((err = open_registry()) < 0 || (err = load_bpf(&skel)) < 0)
+		goto cleanup;
+	if (opt.cmd == CMD_EVENTS || opt.cmd == CMD_BRIDGE) {
+		rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, NULL, NULL);
+		if (!rb) {
+			err = -errno;
+			fprintf(stderr, "procreg-trace: cannot open the ring buffer: %s\n", strerror(-err));
+			goto cleanup;
+		}
+	}
+	/* Before attach_all() says it traces: a signal from then on ends
+	 * the trace with its last report. */
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	if ((err = attach_all(skel)) < 0 || (err = trace_loop(rb, skel, &last)) < 0)
+		goto cleanup;
 
 	/* What happened since the last report. */
 	if (rb)
 		ring_buffer__consume(rb);
-	if (opt.cmd == CMD_LAT) {
-		print_lat(skel);
-	} else if (opt.cmd == CMD_BRIDGE) {
-		print_bridge(skel, now_s() - last);
-	} else if (opt.cmd == CMD_TOP) {
+	report(skel, now_s() - last);
+	if (opt.cmd == CMD_TOP) {
 		uint64_t lookups, misses;
 
-		print_top(skel, now_s() - last);
 		totals(skel, &lookups, &misses);
 		printf("total: lookups %llu, misses %llu\n", (unsigned long long)lookups,
 		       (unsigned long long)misses);
