@@ -112,61 +112,9 @@ static int cli_env(struct res *r, const char *dir, const char *const *env,
 		   const char *const *args)
 {
 	const char *argv[64];
-	int n = 0, po[2], pe[2], oo = 1, eo = 1;
-	size_t go = 0, ge = 0;
-	pid_t pid;
 
-	argv[n++] = PROCREG_CLI_PATH;
-	if (dir) {
-		argv[n++] = "--dir";
-		argv[n++] = dir;
-	}
-	for (int i = 0; args[i] && n < 63; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-	assert_int_equal(pipe2(po, O_CLOEXEC), 0);
-	assert_int_equal(pipe2(pe, O_CLOEXEC), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		dup2(po[1], 1);
-		dup2(pe[1], 2);
-		unsetenv("PROCREG_DIR");
-		unsetenv("PROCREG_SCOPE");
-		unsetenv("PROCREG_SOCKET");
-		for (int i = 0; env && env[i]; i++)
-			putenv((char *)env[i]);
-		execv(argv[0], (char **)argv);
-		_exit(127);
-	}
-	close(po[1]);
-	close(pe[1]);
-	for (int waited = 0; oo || eo;) {
-		struct pollfd p[2] = { { oo ? po[0] : -1, POLLIN, 0 },
-				       { eo ? pe[0] : -1, POLLIN, 0 } };
-		int k = poll(p, 2, 100);
-
-		if (k < 0) {
-			assert_int_equal(errno, EINTR);
-			continue;
-		}
-		if (k == 0 && (waited += 100) >= CLI_MS) {
-			kill(pid, SIGKILL);
-			th_wait(pid);
-			close(po[0]);
-			close(pe[0]);
-			fail_msg("procreg %s did not finish", args[0] ? args[0] : "");
-		}
-		if (p[0].revents)
-			th_drain(po[0], r->out, sizeof(r->out), &go, &oo);
-		if (p[1].revents)
-			th_drain(pe[0], r->err, sizeof(r->err), &ge, &eo);
-	}
-	close(po[0]);
-	close(pe[0]);
-	r->out[go] = 0;
-	r->err[ge] = 0;
-	r->st = th_wait(pid);
+	th_cli_argv(argv, 64, dir, args);
+	r->st = th_run_into(r->out, sizeof(r->out), r->err, sizeof(r->err), CLI_MS, env, argv);
 	last_res = r;
 	return r->st;
 }
@@ -189,16 +137,10 @@ static int cli(struct res *r, const char *dir, const char *const *args)
 static pid_t spawn_cli(struct fx *f, const char *const *args)
 {
 	const char *argv[64];
-	int n = 0;
 	pid_t pid;
 
 	assert_true(f->nkids < MAX_KIDS);
-	argv[n++] = PROCREG_CLI_PATH;
-	argv[n++] = "--dir";
-	argv[n++] = f->dir;
-	for (int i = 0; args[i] && n < 63; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
+	th_cli_argv(argv, 64, f->dir, args);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
