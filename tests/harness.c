@@ -102,17 +102,27 @@ int th_daemon_start(struct th_daemon *d, const char *dir, const char *const *arg
 int th_daemon_start_log(struct th_daemon *d, const char *dir, const char *log,
 			const char *const *args, const char *const *env)
 {
+	return th_daemon_start_scope(d, dir, NULL, log, args, env);
+}
+
+int th_daemon_start_scope(struct th_daemon *d, const char *dir, const char *scope,
+			  const char *log, const char *const *args, const char *const *env)
+{
 	const char *argv[64];
 	int n = 0;
 
 	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "%s", dir);
-	snprintf(d->scope, sizeof(d->scope), "default");
+	snprintf(d->scope, sizeof(d->scope), "%s", scope ? scope : "default");
 	snprintf(d->log, sizeof(d->log), "%s", log);
 	argv[n++] = PROCREGD_PATH;
 	argv[n++] = "--foreground";
 	argv[n++] = "--dir";
 	argv[n++] = dir;
+	if (scope) {
+		argv[n++] = "--scope";
+		argv[n++] = scope;
+	}
 	for (int i = 0; args && args[i] && n < 62; i++)
 		argv[n++] = args[i];
 	argv[n] = NULL;
@@ -134,7 +144,7 @@ int th_daemon_start_log(struct th_daemon *d, const char *dir, const char *log,
 		_exit(127);
 	}
 	for (int i = 0; i < 10000; i++) {
-		procreg_t *r = th_open(dir);
+		procreg_t *r = th_open_scope(dir, d->scope);
 		int status;
 
 		if (r) {

@@ -51,6 +51,9 @@ int th_daemon_start(struct th_daemon *d, const char *dir, const char *const *arg
 /* The same, its stderr appended to LOG instead of DIR/procregd.log. */
 int th_daemon_start_log(struct th_daemon *d, const char *dir, const char *log,
 			const char *const *args, const char *const *env);
+/* The same for scope SCOPE ("--scope SCOPE"; NULL: the default). */
+int th_daemon_start_scope(struct th_daemon *d, const char *dir, const char *scope,
+			  const char *log, const char *const *args, const char *const *env);
 /* SIGTERM and wait: the exit status. */
 int th_daemon_stop(struct th_daemon *d);
 /* SIGKILL and wait. */

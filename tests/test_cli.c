@@ -234,51 +234,16 @@ static void wait_line(const char *path, char *buf, size_t cap)
 	fail_msg("%s never got a line", path);
 }
 
-/* Start procregd for SCOPE in DIR. th_daemon_start confirms a start by
- * opening scope "default", so it cannot tell when another scope serves. */
+/* Start procregd for SCOPE in DIR, its log DIR/procregd.SCOPE.log. */
 static void start_scope(struct th_daemon *d, const char *dir, const char *scope)
 {
-	PROCREG_OPTS(procreg_opts, o, .dir = dir, .scope = scope);
-	int st;
+	char log[300];
 
-	memset(d, 0, sizeof(*d));
-	snprintf(d->dir, sizeof(d->dir), "%s", dir);
-	snprintf(d->scope, sizeof(d->scope), "%s", scope);
-	snprintf(d->log, sizeof(d->log), "%s/procregd.%s.log", dir, scope);
-	d->pid = fork();
-	assert_true(d->pid >= 0);
-	if (d->pid == 0) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-
-		if (fd >= 0)
-			dup2(fd, 2);
-		unsetenv("PROCREG_DIR");
-		unsetenv("PROCREG_SCOPE");
-		unsetenv("PROCREG_SOCKET");
-		execl(PROCREGD_PATH, PROCREGD_PATH, "--foreground", "--dir", dir, "--scope", scope,
-		      (char *)NULL);
-		_exit(127);
+	snprintf(log, sizeof(log), "%s/procregd.%s.log", dir, scope);
+	if (th_daemon_start_scope(d, dir, scope, log, NULL, NULL) != 0) {
+		th_daemon_dump_log(d);
+		fail_msg("procregd --scope %s did not start", scope);
 	}
-	for (int i = 0; i < WAIT_MS; i++) {
-		procreg_t *r = procreg_open(&o);
-
-		if (r) {
-			struct procreg_stats s;
-
-			procreg_stats(r, &s);
-			procreg_close(r);
-			if (s.daemon_pid == d->pid)
-				return;
-		}
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			d->pid = 0;
-			th_daemon_dump_log(d);
-			fail_msg("procregd --scope %s exited", scope);
-		}
-		th_msleep(1);
-	}
-	th_daemon_dump_log(d);
-	fail_msg("procregd --scope %s did not start", scope);
 }
 
 /* ---- checking output -------------------------------------------------- */
