@@ -286,6 +286,39 @@ static const char *expect_age(const char *s)
 	return p;
 }
 
+/* The start of the JSON object procreg prints for E, up to its "age_s"
+ * value; KEY names E's name ("name", "group") and TIME_KEY its time
+ * ("registered_ns", "joined_ns"). Returns what follows the age. */
+static const char *expect_json_head(const char *s, const struct procreg_entry *e,
+				    const char *key, const char *time_key)
+{
+	char buf[2048];
+
+	snprintf(buf, sizeof(buf),
+		 "{\"%s\":\"%s\",\"pid\":%d,\"node\":0,\"uid\":%u,\"start_time\":%llu,"
+		 "\"%s\":%llu,\"age_s\":",
+		 key, e->name, (int)e->pid, e->uid, (unsigned long long)e->start_time, time_key,
+		 (unsigned long long)e->registered_ns);
+	s = expect_prefix(s, buf);
+	return expect_decimal(s, 3);
+}
+
+/* The AGE column (%8s) and the metadata that end a line of ls or
+ * members; return the next line. */
+static const char *expect_age_meta(const char *s, const char *meta_text)
+{
+	const char *age = s;
+	char buf[2048];
+
+	while (*s == ' ')
+		s++;
+	s = expect_age(s);
+	assert_true(s - age >= 8); /* %8s */
+	assert_true(s - age == 8 || age[0] != ' ');
+	snprintf(buf, sizeof(buf), "  %s\n", meta_text);
+	return expect_prefix(s, buf);
+}
+
 /* The JSON object procreg prints for E, with META_JSON its encoded
  * metadata; return what follows it. */
 static const char *expect_entry_json(const char *s, const struct procreg_entry *e,
@@ -293,13 +326,7 @@ static const char *expect_entry_json(const char *s, const struct procreg_entry *
 {
 	char buf[2048];
 
-	snprintf(buf, sizeof(buf),
-		 "{\"name\":\"%s\",\"pid\":%d,\"node\":0,\"uid\":%u,\"start_time\":%llu,"
-		 "\"registered_ns\":%llu,\"age_s\":",
-		 e->name, (int)e->pid, e->uid, (unsigned long long)e->start_time,
-		 (unsigned long long)e->registered_ns);
-	s = expect_prefix(s, buf);
-	s = expect_decimal(s, 3);
+	s = expect_json_head(s, e, "name", "registered_ns");
 	/* Entries made here carry no flags (no lease, not replaceable). */
 	snprintf(buf, sizeof(buf), ",\"meta\":\"%s\",\"flags\":[]}", meta_json);
 	return expect_prefix(s, buf);
@@ -324,18 +351,9 @@ static const char *expect_ls_line(const char *s, const struct procreg_entry *e, 
 				  const char *meta_text)
 {
 	char buf[2048];
-	const char *age;
 
 	snprintf(buf, sizeof(buf), "%-*s %8d %5u ", w, e->name, (int)e->pid, 0u);
-	s = expect_prefix(s, buf);
-	age = s;
-	while (*s == ' ')
-		s++;
-	s = expect_age(s);
-	assert_true(s - age >= 8); /* %8s */
-	assert_true(s - age == 8 || age[0] != ' ');
-	snprintf(buf, sizeof(buf), "  %s\n", meta_text);
-	return expect_prefix(s, buf);
+	return expect_age_meta(expect_prefix(s, buf), meta_text);
 }
 
 static void lookup_ok(procreg_t *reg, const char *name, struct procreg_entry *e)
@@ -1237,13 +1255,7 @@ static const char *expect_member_json(const char *s, const struct procreg_entry 
 {
 	char buf[2048];
 
-	snprintf(buf, sizeof(buf),
-		 "{\"group\":\"%s\",\"pid\":%d,\"node\":0,\"uid\":%u,\"start_time\":%llu,"
-		 "\"joined_ns\":%llu,\"age_s\":",
-		 e->name, (int)e->pid, e->uid, (unsigned long long)e->start_time,
-		 (unsigned long long)e->registered_ns);
-	s = expect_prefix(s, buf);
-	s = expect_decimal(s, 3);
+	s = expect_json_head(s, e, "group", "joined_ns");
 	snprintf(buf, sizeof(buf), ",\"meta\":\"%s\"}", meta_json);
 	return expect_prefix(s, buf);
 }
@@ -1253,18 +1265,9 @@ static const char *expect_member_line(const char *s, const struct procreg_entry 
 				      const char *meta_text)
 {
 	char buf[2048];
-	const char *age;
 
 	snprintf(buf, sizeof(buf), "%8d %5u ", (int)e->pid, 0u);
-	s = expect_prefix(s, buf);
-	age = s;
-	while (*s == ' ')
-		s++;
-	s = expect_age(s);
-	assert_true(s - age >= 8); /* %8s */
-	assert_true(s - age == 8 || age[0] != ' ');
-	snprintf(buf, sizeof(buf), "  %s\n", meta_text);
-	return expect_prefix(s, buf);
+	return expect_age_meta(expect_prefix(s, buf), meta_text);
 }
 
 /* One line of "groups" in a name column W wide; return the next line. */
