@@ -11,8 +11,8 @@
  *  - TLS authenticates "holds the PSK", not "is node b". Every node holds
  *    the same cookie, so the node names would still have to be bound into
  *    the handshake by a protocol of our own on top (the PSK identity, an
- *    exporter checked both ways): the relay of issue 14 lived exactly in
- *    that gap.
+ *    exporter checked both ways): the relay attack that bridge protocol
+ *    2 allowed lived exactly in that gap.
  *  - The mesh is one thread, an epoll loop with its own output queues and
  *    its own framing on byte buffers. TLS would put SSL_read/SSL_write and
  *    their WANT_READ/WANT_WRITE states into every send and receive path,

@@ -388,7 +388,7 @@ static void meta120(char *meta, const char *tag)
 /* ---- tests --------------------------------------------------------------- */
 
 /*
- * The relay of issue 14: a host without the cookie connects to node a and
+ * The relay that bridge protocol 2 allowed: a host without the cookie connects to node a and
  * to node c (here nodeb), gets c to speak by passing for a, shows a c's HELLO (c's
  * nonce, c's key) as if it were c, and hands whatever a answers to c as
  * a's. Neither node proves anything to it: a waits for a proof before it

@@ -237,7 +237,7 @@ static void test_wrong_cookie(void **state)
 }
 
 /* A proof is good for its own handshake, its own role, and nothing else:
- * the relay of issue 14 (a dialer's proof for node a, or a's, shown to c)
+ * the relay protocol 2 allowed (a dialer's proof for node a, or a's, shown to c)
  * and a reflection (a proof sent back to its maker) are refused. */
 static void test_proofs_do_not_travel(void **state)
 {
