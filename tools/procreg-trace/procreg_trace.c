@@ -48,6 +48,7 @@
 #define MAX_OBJECTS 64
 
 enum cmd { CMD_LAT, CMD_TOP, CMD_EVENTS, CMD_BRIDGE };
+static const char *const cmd_names[] = { "lat", "top", "events", "bridge" }; /* by enum cmd */
 
 static struct {
 	enum cmd cmd;
@@ -145,6 +146,7 @@ static void parse(int argc, char **argv)
 	};
 	const char *cmd;
 	char *end;
+	size_t i;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "p:i:d:n:vh", lo, NULL)) != -1) {
@@ -188,18 +190,14 @@ static void parse(int argc, char **argv)
 		exit(2);
 	}
 	cmd = argv[optind];
-	if (!strcmp(cmd, "lat"))
-		opt.cmd = CMD_LAT;
-	else if (!strcmp(cmd, "top"))
-		opt.cmd = CMD_TOP;
-	else if (!strcmp(cmd, "events"))
-		opt.cmd = CMD_EVENTS;
-	else if (!strcmp(cmd, "bridge"))
-		opt.cmd = CMD_BRIDGE;
-	else {
+	for (i = 0; i < sizeof(cmd_names) / sizeof(cmd_names[0]); i++)
+		if (!strcmp(cmd, cmd_names[i]))
+			break;
+	if (i == sizeof(cmd_names) / sizeof(cmd_names[0])) {
 		fprintf(stderr, "procreg-trace: unknown command '%s'\nTry 'procreg-trace --help'.\n", cmd);
 		exit(2);
 	}
+	opt.cmd = (enum cmd)i;
 	if (opt.json && opt.cmd != CMD_EVENTS && opt.cmd != CMD_BRIDGE) {
 		fprintf(stderr, "procreg-trace: --json goes with events and bridge\n");
 		exit(2);
