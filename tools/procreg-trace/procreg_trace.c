@@ -765,136 +765,146 @@ static const char *op_name(uint64_t op)
 	return op == 1 ? "put" : op == 2 ? "del" : "?";
 }
 
+/* An event as one JSON object (--json), T its wall-clock time. */
+static void event_json(const struct pt_event *e, const char *t)
+{
+	printf("{\"time\":\"%s\",\"ts_ns\":%llu,", t, (unsigned long long)e->ts_ns);
+	switch (e->type) {
+	case PT_EV_CHANGE:
+		printf("\"event\":\"%s\",\"pid\":%u,\"kind\":\"%s\",", change_name(e->a),
+		       e->pid, e->kind == PR_KIND_NAME ? "name" : "group");
+		procreg__json_field(stdout, "name", e->name, name_len(e));
+		printf(",\"seq\":%llu", (unsigned long long)e->b);
+		break;
+	case PT_EV_DEATH:
+		printf("\"event\":\"removed\",\"pid\":%u,\"entries\":%llu,\"removal_ns\":%llu",
+		       e->pid, (unsigned long long)e->a, (unsigned long long)e->b);
+		break;
+	case PT_EV_CONFLICT:
+		printf("\"event\":\"conflict\",\"pid\":%u,", e->pid);
+		procreg__json_field(stdout, "name", e->name, name_len(e));
+		printf(",\"holder\":%llu", (unsigned long long)e->a);
+		break;
+	case PT_EV_GRACE:
+		printf("\"event\":\"grace_period\",\"gp\":%llu,\"ns\":%llu,\"slots_waited\":%llu",
+		       (unsigned long long)e->c, (unsigned long long)e->a,
+		       (unsigned long long)e->b);
+		break;
+	case PT_EV_GROW:
+		printf("\"event\":\"grow\",\"index\":\"%s\",\"from\":%llu,\"to\":%llu,\"live\":%llu",
+		       index_name(e->kind), (unsigned long long)e->a, (unsigned long long)e->b,
+		       (unsigned long long)e->c);
+		break;
+	case PT_EV_BRIDGE_OUT:
+		printf("\"event\":\"out\",\"op\":\"%s\",\"kind\":\"%s\",",
+		       op_name(e->a), e->kind == PR_KIND_NAME ? "name" : "member");
+		procreg__json_field(stdout, "name", e->name, name_len(e));
+		printf(",\"seq\":%llu,\"bytes\":%llu", (unsigned long long)e->b,
+		       (unsigned long long)e->c);
+		break;
+	case PT_EV_BRIDGE_APPLY:
+		printf("\"event\":\"apply\",");
+		procreg__json_field(stdout, "node", e->node, node_len(e->node));
+		printf(",\"op\":\"%s\",\"kind\":\"%s\",", op_name(e->a),
+		       e->kind == PR_KIND_NAME ? "name" : "member");
+		procreg__json_field(stdout, "name", e->name, name_len(e));
+		printf(",\"result\":%lld", (long long)e->b);
+		break;
+	case PT_EV_BRIDGE_NODE:
+		printf("\"event\":\"%s\",",
+		       e->a == 1 ? "node-up" : e->a == 2 ? "node-lost" : "node-down");
+		procreg__json_field(stdout, "node", e->node, node_len(e->node));
+		printf(",\"incarnation\":\"%016llx\",\"removed\":%llu",
+		       (unsigned long long)e->b, (unsigned long long)e->c);
+		break;
+	case PT_EV_BRIDGE_CONFLICT:
+		printf("\"event\":\"node-conflict\",");
+		procreg__json_field(stdout, "name", e->name, name_len(e));
+		putchar(',');
+		procreg__json_field(stdout, "winner", e->node, node_len(e->node));
+		putchar(',');
+		procreg__json_field(stdout, "loser", e->peer, node_len(e->peer));
+		printf(",\"local_pid\":%llu,\"local_lost\":%s", (unsigned long long)e->a,
+		       e->b ? "true" : "false");
+		break;
+	default:
+		printf("\"event\":\"unknown\"");
+	}
+	printf("}\n");
+}
+
+/* An event as one line of text, T its wall-clock time; NAME, NODE, PEER
+ * its strings in the escaped form. */
+static void event_text(const struct pt_event *e, const char *t, const char *name,
+		       const char *node, const char *peer)
+{
+	switch (e->type) {
+	case PT_EV_CHANGE:
+		printf("%s %-13s pid %-7u %s %s\n", t, change_name(e->a), e->pid,
+		       kind_name(e->kind), name);
+		break;
+	case PT_EV_DEATH:
+		printf("%s %-13s pid %-7u %llu entr%s removed %.1f us after its pidfd woke\n", t,
+		       "removed", e->pid, (unsigned long long)e->a, e->a == 1 ? "y" : "ies",
+		       (double)e->b / 1e3);
+		break;
+	case PT_EV_CONFLICT:
+		printf("%s %-13s pid %-7u name %s is held by pid %llu\n", t, "conflict", e->pid,
+		       name, (unsigned long long)e->a);
+		break;
+	case PT_EV_GRACE:
+		printf("%s %-13s gp %llu: %.1f us, %llu reader slot%s waited on\n", t,
+		       "grace-period", (unsigned long long)e->c, (double)e->a / 1e3,
+		       (unsigned long long)e->b, e->b == 1 ? "" : "s");
+		break;
+	case PT_EV_GROW:
+		printf("%s %-13s %s index %llu -> %llu slots (%llu live)\n", t, "grow",
+		       index_name(e->kind), (unsigned long long)e->a, (unsigned long long)e->b,
+		       (unsigned long long)e->c);
+		break;
+	case PT_EV_BRIDGE_OUT:
+		printf("%s %-13s seq %llu %s %s %s (%llu bytes)\n", t, "out",
+		       (unsigned long long)e->b, op_name(e->a),
+		       e->kind == PR_KIND_NAME ? "name" : "member of", name,
+		       (unsigned long long)e->c);
+		break;
+	case PT_EV_BRIDGE_APPLY:
+		printf("%s %-13s from %s %s %s %s%s\n", t, "apply", node, op_name(e->a),
+		       e->kind == PR_KIND_NAME ? "name" : "member of", name,
+		       (int64_t)e->b < 0 ? " (failed)" : "");
+		break;
+	case PT_EV_BRIDGE_NODE:
+		if (e->a == 1)
+			printf("%s %-13s node %s (incarnation %016llx)\n", t, "node-up", node,
+			       (unsigned long long)e->b);
+		else if (e->a == 2)
+			printf("%s %-13s node %s: entries kept while it may come back\n", t,
+			       "node-lost", node);
+		else
+			printf("%s %-13s node %s: %llu entries removed\n", t, "node-down", node,
+			       (unsigned long long)e->c);
+		break;
+	case PT_EV_BRIDGE_CONFLICT:
+		printf("%s %-13s name %s: node %s's registration wins over node %s's%s\n", t,
+		       "node-conflict", name, node, peer,
+		       e->b ? " (the local owner loses it)" : "");
+		break;
+	}
+}
+
 static int on_event(void *ctx, void *data, size_t size)
 {
 	const struct pt_event *e = data;
 	const char *t = stamp(true);
-	const char *name, *node, *peer;
 
 	(void)ctx;
 	if (size < sizeof(*e))
 		return 0;
-	name = txt(e->name, name_len(e));
-	node = txt(e->node, node_len(e->node));
-	peer = txt(e->peer, node_len(e->peer));
-	if (opt.json) {
-		printf("{\"time\":\"%s\",\"ts_ns\":%llu,", t, (unsigned long long)e->ts_ns);
-		switch (e->type) {
-		case PT_EV_CHANGE:
-			printf("\"event\":\"%s\",\"pid\":%u,\"kind\":\"%s\",", change_name(e->a),
-			       e->pid, e->kind == PR_KIND_NAME ? "name" : "group");
-			procreg__json_field(stdout, "name", e->name, name_len(e));
-			printf(",\"seq\":%llu", (unsigned long long)e->b);
-			break;
-		case PT_EV_DEATH:
-			printf("\"event\":\"removed\",\"pid\":%u,\"entries\":%llu,\"removal_ns\":%llu",
-			       e->pid, (unsigned long long)e->a, (unsigned long long)e->b);
-			break;
-		case PT_EV_CONFLICT:
-			printf("\"event\":\"conflict\",\"pid\":%u,", e->pid);
-			procreg__json_field(stdout, "name", e->name, name_len(e));
-			printf(",\"holder\":%llu", (unsigned long long)e->a);
-			break;
-		case PT_EV_GRACE:
-			printf("\"event\":\"grace_period\",\"gp\":%llu,\"ns\":%llu,\"slots_waited\":%llu",
-			       (unsigned long long)e->c, (unsigned long long)e->a,
-			       (unsigned long long)e->b);
-			break;
-		case PT_EV_GROW:
-			printf("\"event\":\"grow\",\"index\":\"%s\",\"from\":%llu,\"to\":%llu,\"live\":%llu",
-			       index_name(e->kind), (unsigned long long)e->a, (unsigned long long)e->b,
-			       (unsigned long long)e->c);
-			break;
-		case PT_EV_BRIDGE_OUT:
-			printf("\"event\":\"out\",\"op\":\"%s\",\"kind\":\"%s\",",
-			       op_name(e->a), e->kind == PR_KIND_NAME ? "name" : "member");
-			procreg__json_field(stdout, "name", e->name, name_len(e));
-			printf(",\"seq\":%llu,\"bytes\":%llu", (unsigned long long)e->b,
-			       (unsigned long long)e->c);
-			break;
-		case PT_EV_BRIDGE_APPLY:
-			printf("\"event\":\"apply\",");
-			procreg__json_field(stdout, "node", e->node, node_len(e->node));
-			printf(",\"op\":\"%s\",\"kind\":\"%s\",", op_name(e->a),
-			       e->kind == PR_KIND_NAME ? "name" : "member");
-			procreg__json_field(stdout, "name", e->name, name_len(e));
-			printf(",\"result\":%lld", (long long)e->b);
-			break;
-		case PT_EV_BRIDGE_NODE:
-			printf("\"event\":\"%s\",",
-			       e->a == 1 ? "node-up" : e->a == 2 ? "node-lost" : "node-down");
-			procreg__json_field(stdout, "node", e->node, node_len(e->node));
-			printf(",\"incarnation\":\"%016llx\",\"removed\":%llu",
-			       (unsigned long long)e->b, (unsigned long long)e->c);
-			break;
-		case PT_EV_BRIDGE_CONFLICT:
-			printf("\"event\":\"node-conflict\",");
-			procreg__json_field(stdout, "name", e->name, name_len(e));
-			putchar(',');
-			procreg__json_field(stdout, "winner", e->node, node_len(e->node));
-			putchar(',');
-			procreg__json_field(stdout, "loser", e->peer, node_len(e->peer));
-			printf(",\"local_pid\":%llu,\"local_lost\":%s", (unsigned long long)e->a,
-			       e->b ? "true" : "false");
-			break;
-		default:
-			printf("\"event\":\"unknown\"");
-		}
-		printf("}\n");
-	} else {
-		switch (e->type) {
-		case PT_EV_CHANGE:
-			printf("%s %-13s pid %-7u %s %s\n", t, change_name(e->a), e->pid,
-			       kind_name(e->kind), name);
-			break;
-		case PT_EV_DEATH:
-			printf("%s %-13s pid %-7u %llu entr%s removed %.1f us after its pidfd woke\n", t,
-			       "removed", e->pid, (unsigned long long)e->a, e->a == 1 ? "y" : "ies",
-			       (double)e->b / 1e3);
-			break;
-		case PT_EV_CONFLICT:
-			printf("%s %-13s pid %-7u name %s is held by pid %llu\n", t, "conflict", e->pid,
-			       name, (unsigned long long)e->a);
-			break;
-		case PT_EV_GRACE:
-			printf("%s %-13s gp %llu: %.1f us, %llu reader slot%s waited on\n", t,
-			       "grace-period", (unsigned long long)e->c, (double)e->a / 1e3,
-			       (unsigned long long)e->b, e->b == 1 ? "" : "s");
-			break;
-		case PT_EV_GROW:
-			printf("%s %-13s %s index %llu -> %llu slots (%llu live)\n", t, "grow",
-			       index_name(e->kind), (unsigned long long)e->a, (unsigned long long)e->b,
-			       (unsigned long long)e->c);
-			break;
-		case PT_EV_BRIDGE_OUT:
-			printf("%s %-13s seq %llu %s %s %s (%llu bytes)\n", t, "out",
-			       (unsigned long long)e->b, op_name(e->a),
-			       e->kind == PR_KIND_NAME ? "name" : "member of", name,
-			       (unsigned long long)e->c);
-			break;
-		case PT_EV_BRIDGE_APPLY:
-			printf("%s %-13s from %s %s %s %s%s\n", t, "apply", node, op_name(e->a),
-			       e->kind == PR_KIND_NAME ? "name" : "member of", name,
-			       (int64_t)e->b < 0 ? " (failed)" : "");
-			break;
-		case PT_EV_BRIDGE_NODE:
-			if (e->a == 1)
-				printf("%s %-13s node %s (incarnation %016llx)\n", t, "node-up", node,
-				       (unsigned long long)e->b);
-			else if (e->a == 2)
-				printf("%s %-13s node %s: entries kept while it may come back\n", t,
-				       "node-lost", node);
-			else
-				printf("%s %-13s node %s: %llu entries removed\n", t, "node-down", node,
-				       (unsigned long long)e->c);
-			break;
-		case PT_EV_BRIDGE_CONFLICT:
-			printf("%s %-13s name %s: node %s's registration wins over node %s's%s\n", t,
-			       "node-conflict", name, node, peer,
-			       e->b ? " (the local owner loses it)" : "");
-			break;
-		}
-	}
+	if (opt.json)
+		event_json(e, t);
+	else
+		event_text(e, t, txt(e->name, name_len(e)), txt(e->node, node_len(e->node)),
+			   txt(e->peer, node_len(e->peer)));
 	fflush(stdout);
 	return 0;
 }
