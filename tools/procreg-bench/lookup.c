@@ -379,6 +379,216 @@ static const char *cpus_of(const int *cpu, int n)
 	return b;
 }
 
+/* NAMES: N names "svc..."; QUERIES: QN lookups of them, of which a
+ * share (--miss-rate) ask for names that are not there, drawn from SEED. */
+static void make_names(struct qname *names, uint64_t n, struct qname *queries, uint64_t qn,
+		       uint64_t seed)
+{
+	for (uint64_t i = 0; i < n; i++)
+		name_of(&names[i], "svc", i);
+	for (uint64_t i = 0; i < qn; i++) {
+		uint64_t r = rng_next(&seed);
+
+		if ((double)(r >> 11) / 9007199254740992.0 < bo.miss_rate)
+			name_of(&queries[i], "miss", rng_next(&seed) % n);
+		else
+			queries[i] = names[rng_next(&seed) % n];
+	}
+}
+
+/* The CPUs of NR readers, in RCPU. */
+static void reader_cpus(int nr, int *rcpu)
+{
+	/* Under load the last CPU is the writer's and the daemon's. */
+	int avail = bo.under_write_load && ncpus > 1 ? ncpus - 1 : ncpus;
+
+	for (int r = 0; r < nr; r++)
+		rcpu[r] = cpus[r % avail];
+}
+
+/* Each reader count of RCOUNTS (NRC of them), each implementation,
+ * idle and (--under-write-load) loaded, --rounds times: the medians in
+ * CELLS. The writer and the daemon on WCPU. */
+static int measure_all(struct cell (*cells)[2][NIMPL], const int *rcounts, int nrc, int wcpu)
+{
+	for (int c = 0; c < nrc; c++) {
+		int nr = rcounts[c], rcpu[MAX_READERS];
+
+		reader_cpus(nr, rcpu);
+		for (int round = 0; round < bo.rounds; round++) {
+			for (int k = 0; k < NIMPL; k++) {
+				enum impl im = (enum impl)((k + round) % NIMPL);
+
+				for (int ld = 0; ld < (bo.under_write_load ? 2 : 1); ld++) {
+					struct figure f;
+					struct cell *cl = &cells[c][ld][im];
+
+					if (measure(im, nr, rcpu, ld, wcpu, &f) < 0)
+						return -1;
+					cl->rate[round] = f.rate;
+					cl->ns[round] = f.ns;
+					cl->wrate[round] = f.writer_rate;
+					cl->gp[round] = f.gp_rate;
+					cl->ipi[round] = f.ipi_rate;
+					cl->lookups += f.lookups;
+					cl->found += f.found;
+				}
+			}
+		}
+		for (int ld = 0; ld < 2; ld++)
+			for (int k = 0; k < NIMPL; k++)
+				finish(&cells[c][ld][k], bo.rounds);
+	}
+	return 0;
+}
+
+/* One row of the report (and its JSON object): NR readers over N names,
+ * IDLE and LD the cells without and with the writer's load. */
+static void report_run(uint64_t n, int nr, struct cell *idle, struct cell *ld, int wcpu)
+{
+	struct cell *use = bo.under_write_load ? ld : idle;
+	double rv_in = use[IMPL_PROCREG].med_rate / use[IMPL_INPROC].med_rate;
+	double rv_lf = use[IMPL_PROCREG].med_rate / use[IMPL_LFHT].med_rate;
+	int rcpu[MAX_READERS];
+
+	reader_cpus(nr, rcpu);
+	j_obj(NULL);
+	j_int("readers", (uint64_t)nr);
+	j_str("cpus", cpus_of(rcpu, nr));
+	for (int k = 0; k < NIMPL; k++) {
+		char key[64];
+
+		snprintf(key, sizeof(key), "%s_ns", impl_key[k]);
+		j_num(key, use[k].med_ns);
+		snprintf(key, sizeof(key), "%s_lookups_per_s", impl_key[k]);
+		j_num(key, use[k].med_rate);
+	}
+	j_num("ratio_vs_inprocess", rv_in);
+	j_num("ratio_vs_lfht", rv_lf);
+	j_obj("lookups");
+	for (int k = 0; k < NIMPL; k++)
+		j_int(impl_key[k], use[k].lookups + (bo.under_write_load ? idle[k].lookups : 0));
+	j_end();
+	j_obj("found");
+	for (int k = 0; k < NIMPL; k++)
+		j_int(impl_key[k], use[k].found + (bo.under_write_load ? idle[k].found : 0));
+	j_end();
+	if (!bo.under_write_load) {
+		hprintf("%-8d %-6s %10.1f %10.1f %10.1f %11s %11s %11s %8.2fx %8.2fx\n", nr,
+			cpus_of(rcpu, nr), idle[IMPL_PROCREG].med_ns, idle[IMPL_INPROC].med_ns,
+			idle[IMPL_LFHT].med_ns, fmt_rate(idle[IMPL_PROCREG].med_rate),
+			fmt_rate(idle[IMPL_INPROC].med_rate), fmt_rate(idle[IMPL_LFHT].med_rate),
+			rv_in, rv_lf);
+	} else {
+		double pr = ld[IMPL_PROCREG].med_rate / idle[IMPL_PROCREG].med_rate;
+		double ir = ld[IMPL_INPROC].med_rate / idle[IMPL_INPROC].med_rate;
+		double lr = ld[IMPL_LFHT].med_rate / idle[IMPL_LFHT].med_rate;
+
+		j_str("writer_cpu", cpu_label(wcpu));
+		j_num("idle_procreg_ns", idle[IMPL_PROCREG].med_ns);
+		j_num("idle_inprocess_ns", idle[IMPL_INPROC].med_ns);
+		j_num("idle_lfht_ns", idle[IMPL_LFHT].med_ns);
+		j_num("ratio_vs_idle", pr);
+		j_num("inprocess_ratio_vs_idle", ir);
+		j_num("lfht_ratio_vs_idle", lr);
+		j_num("writer_ops_per_s", ld[IMPL_PROCREG].med_wrate);
+		j_num("grace_periods_per_s", ld[IMPL_PROCREG].med_gp);
+		j_num("idle_grace_periods_per_s", idle[IMPL_PROCREG].med_gp);
+		j_num("reader_cpu_ipis_per_s", ld[IMPL_PROCREG].med_ipi);
+		j_num("idle_reader_cpu_ipis_per_s", idle[IMPL_PROCREG].med_ipi);
+		j_num("inprocess_reader_cpu_ipis_per_s", ld[IMPL_INPROC].med_ipi);
+		hprintf("%-8d %-6s %-6s %10.1f %10.1f %8.2fx %10.1f %10.1f %8.2fx %9.2fx %11s\n",
+			nr, cpus_of(rcpu, nr), cpu_label(wcpu), idle[IMPL_PROCREG].med_ns,
+			ld[IMPL_PROCREG].med_ns, pr, idle[IMPL_INPROC].med_ns,
+			ld[IMPL_INPROC].med_ns, ir, rv_in, fmt_rate(ld[IMPL_PROCREG].med_wrate));
+		hprintf("%-8s during procreg's loaded window: %.0f grace periods/s, %.0f IPIs/s "
+			"on reader CPU %d (idle: %.0f, %.0f; in-process loaded: %.0f IPIs/s)\n", "",
+			ld[IMPL_PROCREG].med_gp, ld[IMPL_PROCREG].med_ipi, rcpu[0],
+			idle[IMPL_PROCREG].med_gp, idle[IMPL_PROCREG].med_ipi,
+			ld[IMPL_INPROC].med_ipi);
+		{
+			char what[160];
+
+			snprintf(what, sizeof(what),
+				 "lookup under write load, %s names, %d reader%s: vs idle",
+				 fmt_count(n), nr, nr == 1 ? "" : "s");
+			target(what, pr, ">=", 0.9, "x");
+		}
+	}
+	{
+		char what[160];
+
+		snprintf(what, sizeof(what), "lookup%s, %s names, %d reader%s: vs in-process",
+			 bo.under_write_load ? " (loaded)" : "", fmt_count(n), nr,
+			 nr == 1 ? "" : "s");
+		target(what, rv_in, ">=", 0.5, "x");
+	}
+	j_end();
+}
+
+/* From the fewest readers to the most (RCOUNTS, NRC of them, NRC > 1):
+ * how each implementation scales. */
+static void report_scaling(uint64_t n, struct cell (*cells)[2][NIMPL], const int *rcounts,
+			   int nrc)
+{
+	int last = nrc - 1;
+	struct cell *a = cells[0][bo.under_write_load], *b = cells[last][bo.under_write_load];
+	double scaling[NIMPL], svi;
+
+	for (int k = 0; k < NIMPL; k++)
+		scaling[k] = b[k].med_rate / a[k].med_rate;
+	svi = scaling[IMPL_PROCREG] / scaling[IMPL_INPROC];
+	j_num("scaling", scaling[IMPL_PROCREG]);
+	j_num("inprocess_scaling", scaling[IMPL_INPROC]);
+	j_num("lfht_scaling", scaling[IMPL_LFHT]);
+	j_num("scaling_vs_inprocess", svi);
+	hprintf("scaling 1 -> %d readers: procreg %.2fx, inprocess %.2fx, lfht %.2fx; "
+		"procreg's / inprocess's: %.2f\n", rcounts[last], scaling[IMPL_PROCREG],
+		scaling[IMPL_INPROC], scaling[IMPL_LFHT], svi);
+	{
+		char what[160];
+
+		snprintf(what, sizeof(what), "lookup scaling 1->%d, %s names: vs in-process's",
+			 rcounts[last], fmt_count(n));
+		target(what, svi, ">=", 0.9, "x");
+	}
+}
+
+/* The report of one table size: a header, a row per reader count, the
+ * scaling. */
+static void report(uint64_t n, uint64_t index_capacity, struct cell (*cells)[2][NIMPL],
+		   const int *rcounts, int nrc, int wcpu)
+{
+	j_obj(NULL);
+	j_int("names", n);
+	j_int("index_capacity", index_capacity);
+	j_str("daemon_cpu", cpu_label(wcpu));
+	if (!bo.under_write_load) {
+		hprintf("%-8s %-6s %10s %10s %10s %11s %11s %11s %9s %9s\n", "readers", "cpus",
+			"procreg", "inprocess", "lfht", "procreg", "inprocess", "lfht",
+			"vs inproc", "vs lfht");
+		hprintf("%-8s %-6s %10s %10s %10s %11s %11s %11s %9s %9s\n", "", "",
+			"ns/lookup", "ns/lookup", "ns/lookup", "lookups/s", "lookups/s",
+			"lookups/s", "", "");
+	} else {
+		hprintf("%-8s %-6s %-6s %10s %10s %9s %10s %10s %9s %10s %11s\n", "readers",
+			"cpus", "writer", "procreg", "procreg", "procreg", "inprocess", "inprocess",
+			"inprocess", "procreg", "writes/s");
+		hprintf("%-8s %-6s %-6s %10s %10s %9s %10s %10s %9s %10s %11s\n", "", "", "cpu",
+			"idle ns", "loaded ns", "vs idle", "idle ns", "loaded ns", "vs idle",
+			"vs inproc", "(loaded)");
+	}
+	j_arr("runs");
+	for (int c = 0; c < nrc; c++)
+		report_run(n, rcounts[c], cells[c][0], cells[c][1], wcpu);
+	j_end();
+	if (nrc > 1)
+		report_scaling(n, cells, rcounts, nrc);
+	j_end();
+}
+
+/* lookup over a table of N names: procreg against the in-process
+ * baselines, for each reader count of RCOUNTS (NRC of them). */
 static int run_size(uint64_t n, const int *rcounts, int nrc)
 {
 	struct daemon_proc d;
@@ -392,7 +602,6 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 	int64_t got;
 	int wcpu = cpus[ncpus - 1], rc = -1;
 	struct cell (*cells)[2][NIMPL] = calloc((size_t)nrc, sizeof(*cells));
-	double scaling[NIMPL] = { 0 };
 
 	if (!cells)
 		return -1;
@@ -401,16 +610,7 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 	queries = mmap(NULL, q_sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (names == MAP_FAILED || queries == MAP_FAILED)
 		goto out_nomap;
-	for (uint64_t i = 0; i < n; i++)
-		name_of(&names[i], "svc", i);
-	for (uint64_t i = 0; i < qn; i++) {
-		uint64_t r = rng_next(&seed);
-
-		if ((double)(r >> 11) / 9007199254740992.0 < bo.miss_rate)
-			name_of(&queries[i], "miss", rng_next(&seed) % n);
-		else
-			queries[i] = names[rng_next(&seed) % n];
-	}
+	make_names(names, n, queries, qn, seed);
 
 	/* procreg: our own daemon, the names held by this process. */
 	snprintf(maxn, sizeof(maxn), "%llu", (unsigned long long)(n + 1024));
@@ -451,167 +651,10 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 		goto out_daemon;
 	}
 
-	for (int c = 0; c < nrc; c++) {
-		int nr = rcounts[c], rcpu[MAX_READERS];
-		/* Under load the last CPU is the writer's and the daemon's. */
-		int avail = bo.under_write_load && ncpus > 1 ? ncpus - 1 : ncpus;
+	if (measure_all(cells, rcounts, nrc, wcpu) < 0)
+		goto out_daemon;
 
-		for (int r = 0; r < nr; r++)
-			rcpu[r] = cpus[r % avail];
-		for (int round = 0; round < bo.rounds; round++) {
-			for (int k = 0; k < NIMPL; k++) {
-				enum impl im = (enum impl)((k + round) % NIMPL);
-
-				for (int ld = 0; ld < (bo.under_write_load ? 2 : 1); ld++) {
-					struct figure f;
-					struct cell *cl = &cells[c][ld][im];
-
-					if (measure(im, nr, rcpu, ld, wcpu, &f) < 0)
-						goto out_daemon;
-					cl->rate[round] = f.rate;
-					cl->ns[round] = f.ns;
-					cl->wrate[round] = f.writer_rate;
-					cl->gp[round] = f.gp_rate;
-					cl->ipi[round] = f.ipi_rate;
-					cl->lookups += f.lookups;
-					cl->found += f.found;
-				}
-			}
-		}
-		for (int ld = 0; ld < 2; ld++)
-			for (int k = 0; k < NIMPL; k++)
-				finish(&cells[c][ld][k], bo.rounds);
-	}
-
-	/* ---- report ---- */
-	j_obj(NULL);
-	j_int("names", n);
-	j_int("index_capacity", st.index_capacity);
-	j_str("daemon_cpu", cpu_label(wcpu));
-	if (!bo.under_write_load) {
-		hprintf("%-8s %-6s %10s %10s %10s %11s %11s %11s %9s %9s\n", "readers", "cpus",
-			"procreg", "inprocess", "lfht", "procreg", "inprocess", "lfht",
-			"vs inproc", "vs lfht");
-		hprintf("%-8s %-6s %10s %10s %10s %11s %11s %11s %9s %9s\n", "", "",
-			"ns/lookup", "ns/lookup", "ns/lookup", "lookups/s", "lookups/s",
-			"lookups/s", "", "");
-	} else {
-		hprintf("%-8s %-6s %-6s %10s %10s %9s %10s %10s %9s %10s %11s\n", "readers",
-			"cpus", "writer", "procreg", "procreg", "procreg", "inprocess", "inprocess",
-			"inprocess", "procreg", "writes/s");
-		hprintf("%-8s %-6s %-6s %10s %10s %9s %10s %10s %9s %10s %11s\n", "", "", "cpu",
-			"idle ns", "loaded ns", "vs idle", "idle ns", "loaded ns", "vs idle",
-			"vs inproc", "(loaded)");
-	}
-	j_arr("runs");
-	for (int c = 0; c < nrc; c++) {
-		int nr = rcounts[c], rcpu[MAX_READERS];
-		int avail = bo.under_write_load && ncpus > 1 ? ncpus - 1 : ncpus;
-		struct cell *idle = cells[c][0], *ld = cells[c][1];
-		struct cell *use = bo.under_write_load ? ld : idle;
-		double rv_in = use[IMPL_PROCREG].med_rate / use[IMPL_INPROC].med_rate;
-		double rv_lf = use[IMPL_PROCREG].med_rate / use[IMPL_LFHT].med_rate;
-
-		for (int r = 0; r < nr; r++)
-			rcpu[r] = cpus[r % avail];
-		j_obj(NULL);
-		j_int("readers", (uint64_t)nr);
-		j_str("cpus", cpus_of(rcpu, nr));
-		for (int k = 0; k < NIMPL; k++) {
-			char key[64];
-
-			snprintf(key, sizeof(key), "%s_ns", impl_key[k]);
-			j_num(key, use[k].med_ns);
-			snprintf(key, sizeof(key), "%s_lookups_per_s", impl_key[k]);
-			j_num(key, use[k].med_rate);
-		}
-		j_num("ratio_vs_inprocess", rv_in);
-		j_num("ratio_vs_lfht", rv_lf);
-		j_obj("lookups");
-		for (int k = 0; k < NIMPL; k++)
-			j_int(impl_key[k], use[k].lookups + (bo.under_write_load ? idle[k].lookups : 0));
-		j_end();
-		j_obj("found");
-		for (int k = 0; k < NIMPL; k++)
-			j_int(impl_key[k], use[k].found + (bo.under_write_load ? idle[k].found : 0));
-		j_end();
-		if (!bo.under_write_load) {
-			hprintf("%-8d %-6s %10.1f %10.1f %10.1f %11s %11s %11s %8.2fx %8.2fx\n", nr,
-				cpus_of(rcpu, nr), idle[IMPL_PROCREG].med_ns, idle[IMPL_INPROC].med_ns,
-				idle[IMPL_LFHT].med_ns, fmt_rate(idle[IMPL_PROCREG].med_rate),
-				fmt_rate(idle[IMPL_INPROC].med_rate), fmt_rate(idle[IMPL_LFHT].med_rate),
-				rv_in, rv_lf);
-		} else {
-			double pr = ld[IMPL_PROCREG].med_rate / idle[IMPL_PROCREG].med_rate;
-			double ir = ld[IMPL_INPROC].med_rate / idle[IMPL_INPROC].med_rate;
-			double lr = ld[IMPL_LFHT].med_rate / idle[IMPL_LFHT].med_rate;
-
-			j_str("writer_cpu", cpu_label(wcpu));
-			j_num("idle_procreg_ns", idle[IMPL_PROCREG].med_ns);
-			j_num("idle_inprocess_ns", idle[IMPL_INPROC].med_ns);
-			j_num("idle_lfht_ns", idle[IMPL_LFHT].med_ns);
-			j_num("ratio_vs_idle", pr);
-			j_num("inprocess_ratio_vs_idle", ir);
-			j_num("lfht_ratio_vs_idle", lr);
-			j_num("writer_ops_per_s", ld[IMPL_PROCREG].med_wrate);
-			j_num("grace_periods_per_s", ld[IMPL_PROCREG].med_gp);
-			j_num("idle_grace_periods_per_s", idle[IMPL_PROCREG].med_gp);
-			j_num("reader_cpu_ipis_per_s", ld[IMPL_PROCREG].med_ipi);
-			j_num("idle_reader_cpu_ipis_per_s", idle[IMPL_PROCREG].med_ipi);
-			j_num("inprocess_reader_cpu_ipis_per_s", ld[IMPL_INPROC].med_ipi);
-			hprintf("%-8d %-6s %-6s %10.1f %10.1f %8.2fx %10.1f %10.1f %8.2fx %9.2fx %11s\n",
-				nr, cpus_of(rcpu, nr), cpu_label(wcpu), idle[IMPL_PROCREG].med_ns,
-				ld[IMPL_PROCREG].med_ns, pr, idle[IMPL_INPROC].med_ns,
-				ld[IMPL_INPROC].med_ns, ir, rv_in, fmt_rate(ld[IMPL_PROCREG].med_wrate));
-			hprintf("%-8s during procreg's loaded window: %.0f grace periods/s, %.0f IPIs/s "
-				"on reader CPU %d (idle: %.0f, %.0f; in-process loaded: %.0f IPIs/s)\n", "",
-				ld[IMPL_PROCREG].med_gp, ld[IMPL_PROCREG].med_ipi, rcpu[0],
-				idle[IMPL_PROCREG].med_gp, idle[IMPL_PROCREG].med_ipi,
-				ld[IMPL_INPROC].med_ipi);
-			{
-				char what[160];
-
-				snprintf(what, sizeof(what),
-					 "lookup under write load, %s names, %d reader%s: vs idle",
-					 fmt_count(n), nr, nr == 1 ? "" : "s");
-				target(what, pr, ">=", 0.9, "x");
-			}
-		}
-		{
-			char what[160];
-
-			snprintf(what, sizeof(what), "lookup%s, %s names, %d reader%s: vs in-process",
-				 bo.under_write_load ? " (loaded)" : "", fmt_count(n), nr,
-				 nr == 1 ? "" : "s");
-			target(what, rv_in, ">=", 0.5, "x");
-		}
-		j_end();
-	}
-	j_end();
-	if (nrc > 1) {
-		int last = nrc - 1;
-		struct cell *a = cells[0][bo.under_write_load], *b = cells[last][bo.under_write_load];
-		double svi;
-
-		for (int k = 0; k < NIMPL; k++)
-			scaling[k] = b[k].med_rate / a[k].med_rate;
-		svi = scaling[IMPL_PROCREG] / scaling[IMPL_INPROC];
-		j_num("scaling", scaling[IMPL_PROCREG]);
-		j_num("inprocess_scaling", scaling[IMPL_INPROC]);
-		j_num("lfht_scaling", scaling[IMPL_LFHT]);
-		j_num("scaling_vs_inprocess", svi);
-		hprintf("scaling 1 -> %d readers: procreg %.2fx, inprocess %.2fx, lfht %.2fx; "
-			"procreg's / inprocess's: %.2f\n", rcounts[last], scaling[IMPL_PROCREG],
-			scaling[IMPL_INPROC], scaling[IMPL_LFHT], svi);
-		{
-			char what[160];
-
-			snprintf(what, sizeof(what), "lookup scaling 1->%d, %s names: vs in-process's",
-				 rcounts[last], fmt_count(n));
-			target(what, svi, ">=", 0.9, "x");
-		}
-	}
-	j_end();
+	report(n, st.index_capacity, cells, rcounts, nrc, wcpu);
 	rc = 0;
 
 out_daemon:
