@@ -189,6 +189,92 @@ struct row {
 	const char *key_rate, *key_ms;
 };
 
+/* Step PH (register, unregister, re-register) in every process, then
+ * the wait until the table shows it: two rows more in ROWS (*NROWS of
+ * them, their labels in LABEL), and after a (re-)registration how many
+ * names lookups find in VISIBLE. */
+static int run_phase(int ph, const pid_t *pids, procreg_t *reg, struct row *rows, int *nrows,
+		     char (*label)[96], uint64_t *visible)
+{
+	static const char *const verb[] = { NULL, "register", "unregister", "re-register" };
+	static const char *const key[] = { NULL, "reg_per_s", "unreg_per_s", "rereg_per_s" };
+	static const char *const key_ms[] = { NULL, "reg_ms", "unreg_ms", "rereg_ms" };
+	static const char *const wkey[] = { NULL, "wait_visible_ms", "wait_gone_ms",
+					    "wait_revisible_ms" };
+	uint64_t want = ph == ST_UNREG ? 0 : S_names, t0, t1, w;
+	int li = *nrows;
+
+	t0 = pr_mono_ns();
+	__atomic_store_n(&S->phase, ph, __ATOMIC_RELEASE);
+	futex_wake_all(&S->phase);
+	if (wait_step(ph, pids) < 0)
+		return -1;
+	t1 = pr_mono_ns();
+	if (S->failed[ph]) {
+		fprintf(stderr, "procreg-bench: %d processes failed to %s: %s\n",
+			S->failed[ph], verb[ph], strerror(S->first_err));
+		return -1;
+	}
+	snprintf(label[li], 96, "%s %s names", verb[ph], fmt_count(S_names));
+	rows[(*nrows)++] = (struct row){ label[li], (double)(t1 - t0) / 1e6,
+					 (double)S_names * 1e9 / (double)(t1 - t0), "names/s",
+					 key[ph], key_ms[ph] };
+	w = wait_names(reg, want, 10000000000ull);
+	if (w == UINT64_MAX) {
+		fprintf(stderr, "procreg-bench: the table shows %llu names, not %llu\n",
+			(unsigned long long)names_now(reg), (unsigned long long)want);
+		return -1;
+	}
+	snprintf(label[li + 1], 96, "wait until all %s", ph == ST_UNREG ? "gone" : "visible");
+	rows[(*nrows)++] = (struct row){ label[li + 1], (double)w / 1e6, 0, "", NULL, wkey[ph] };
+	if (ph != ST_UNREG)
+		visible[ph == ST_REREG] = count_visible(reg);
+	return 0;
+}
+
+/* The steps' table, the JSON and the target; GONE_MS: the time until
+ * every name of the killed processes was gone, -1: never. */
+static void report_rows(const struct row *rows, int nrows, const uint64_t *visible,
+			double gone_ms)
+{
+	hprintf("\n%-4s %-44s %12s %14s\n", "step", "", "time", "rate");
+	for (int i = 0; i < nrows; i++) {
+		char rate[48] = "";
+
+		if (rows[i].rate > 0)
+			snprintf(rate, sizeof(rate), "%s", fmt_count((uint64_t)(rows[i].rate + 0.5)));
+		if (rows[i].ms < 0)
+			hprintf("%-4d %-44s %12s %14s\n", i + 1, rows[i].what, "never", "");
+		else
+			hprintf("%-4d %-44s %9.1f ms %14s %s\n", i + 1, rows[i].what, rows[i].ms, rate,
+				rows[i].rate > 0 ? rows[i].unit : "");
+	}
+	hprintf("lookups after steps 3 and 7 found %s and %s of %s names\n", fmt_count(visible[0]),
+		fmt_count(visible[1]), fmt_count(S_names));
+
+	j_str("subcommand", "stress");
+	j_int("names", S_names);
+	j_int("procs", (uint64_t)S_procs);
+	j_int("nodes", 1);
+	j_int("ncpus", (uint64_t)ncpus);
+	j_bool("pipelined", bo.pipelined);
+	for (int i = 0; i < nrows; i++) {
+		if (rows[i].key_rate)
+			j_num(rows[i].key_rate, rows[i].rate);
+		j_num(rows[i].key_ms, rows[i].ms);
+	}
+	j_int("visible_after_register", visible[0]);
+	j_int("visible_after_reregister", visible[1]);
+	j_bool("all_gone", gone_ms >= 0);
+	{
+		char what[160];
+
+		snprintf(what, sizeof(what), "every name of %s killed processes gone after",
+			 fmt_count((uint64_t)S_procs));
+		target(what, gone_ms >= 0 ? gone_ms : 1e12, "<=", 50, " ms");
+	}
+}
+
 int cmd_stress(void)
 {
 	struct daemon_proc d;
@@ -236,41 +322,9 @@ int cmd_stress(void)
 	rows[nrows++] = (struct row){ label[0], (double)(t1 - t0) / 1e6,
 				      S_procs * 1e9 / (double)(t1 - t0), "procs/s", NULL, "launch_ms" };
 
-	for (int ph = ST_REG; ph <= ST_REREG; ph++) {
-		static const char *const verb[] = { NULL, "register", "unregister", "re-register" };
-		static const char *const key[] = { NULL, "reg_per_s", "unreg_per_s", "rereg_per_s" };
-		static const char *const key_ms[] = { NULL, "reg_ms", "unreg_ms", "rereg_ms" };
-		static const char *const wkey[] = { NULL, "wait_visible_ms", "wait_gone_ms",
-						    "wait_revisible_ms" };
-		uint64_t want = ph == ST_UNREG ? 0 : S_names;
-		int li = nrows;
-
-		t0 = pr_mono_ns();
-		__atomic_store_n(&S->phase, ph, __ATOMIC_RELEASE);
-		futex_wake_all(&S->phase);
-		if (wait_step(ph, pids) < 0)
+	for (int ph = ST_REG; ph <= ST_REREG; ph++)
+		if (run_phase(ph, pids, reg, rows, &nrows, label, visible) < 0)
 			goto failed;
-		t1 = pr_mono_ns();
-		if (S->failed[ph]) {
-			fprintf(stderr, "procreg-bench: %d processes failed to %s: %s\n",
-				S->failed[ph], verb[ph], strerror(S->first_err));
-			goto failed;
-		}
-		snprintf(label[li], 96, "%s %s names", verb[ph], fmt_count(S_names));
-		rows[nrows++] = (struct row){ label[li], (double)(t1 - t0) / 1e6,
-					      (double)S_names * 1e9 / (double)(t1 - t0), "names/s",
-					      key[ph], key_ms[ph] };
-		w = wait_names(reg, want, 10000000000ull);
-		if (w == UINT64_MAX) {
-			fprintf(stderr, "procreg-bench: the table shows %llu names, not %llu\n",
-				(unsigned long long)names_now(reg), (unsigned long long)want);
-			goto failed;
-		}
-		snprintf(label[li + 1], 96, "wait until all %s", ph == ST_UNREG ? "gone" : "visible");
-		rows[nrows++] = (struct row){ label[li + 1], (double)w / 1e6, 0, "", NULL, wkey[ph] };
-		if (ph != ST_UNREG)
-			visible[ph == ST_REREG] = count_visible(reg);
-	}
 
 	/* 8 kill, 9 gone */
 	t0 = pr_mono_ns();
@@ -288,42 +342,7 @@ int cmd_stress(void)
 		reap(pids[i]);
 	pids[0] = 0;
 
-	hprintf("\n%-4s %-44s %12s %14s\n", "step", "", "time", "rate");
-	for (int i = 0; i < nrows; i++) {
-		char rate[48] = "";
-
-		if (rows[i].rate > 0)
-			snprintf(rate, sizeof(rate), "%s", fmt_count((uint64_t)(rows[i].rate + 0.5)));
-		if (rows[i].ms < 0)
-			hprintf("%-4d %-44s %12s %14s\n", i + 1, rows[i].what, "never", "");
-		else
-			hprintf("%-4d %-44s %9.1f ms %14s %s\n", i + 1, rows[i].what, rows[i].ms, rate,
-				rows[i].rate > 0 ? rows[i].unit : "");
-	}
-	hprintf("lookups after steps 3 and 7 found %s and %s of %s names\n", fmt_count(visible[0]),
-		fmt_count(visible[1]), fmt_count(S_names));
-
-	j_str("subcommand", "stress");
-	j_int("names", S_names);
-	j_int("procs", (uint64_t)S_procs);
-	j_int("nodes", 1);
-	j_int("ncpus", (uint64_t)ncpus);
-	j_bool("pipelined", bo.pipelined);
-	for (int i = 0; i < nrows; i++) {
-		if (rows[i].key_rate)
-			j_num(rows[i].key_rate, rows[i].rate);
-		j_num(rows[i].key_ms, rows[i].ms);
-	}
-	j_int("visible_after_register", visible[0]);
-	j_int("visible_after_reregister", visible[1]);
-	j_bool("all_gone", all_gone);
-	{
-		char what[160];
-
-		snprintf(what, sizeof(what), "every name of %s killed processes gone after",
-			 fmt_count((uint64_t)S_procs));
-		target(what, all_gone ? (double)w / 1e6 : 1e12, "<=", 50, " ms");
-	}
+	report_rows(rows, nrows, visible, all_gone ? (double)w / 1e6 : -1);
 	targets_report();
 	hprintf("\ntotal %.1f s\n", (double)(pr_mono_ns() - t_start) / 1e9);
 	j_num("seconds", (double)(pr_mono_ns() - t_start) / 1e9);
