@@ -359,6 +359,14 @@ struct pr_writer {
 	/* Deferred reclamation: pairs (off, size). */
 	struct pr_vec retired;        /* waiting for the next grace period */
 	uint64_t retired_bytes;
+	/* Retired by the batch under way (procreg__w_batch_begin): not
+	 * given to a grace period, so never freed, before the batch ends,
+	 * however full the arena. The writer may still read it until then:
+	 * an event, a hand-over or a note to other nodes about an entry it
+	 * has just removed. */
+	bool in_batch;
+	struct pr_vec current;
+	uint64_t current_bytes;
 	struct pr_vec waiting;        /* waiting for gp_target */
 	uint64_t gp_target;           /* 0: no grace period in flight */
 	uint64_t gp_started_ns;
@@ -412,8 +420,15 @@ void procreg__w_drop_group_if_empty(struct pr_writer *w, const char *name, size_
  * membership (and its group, once empty). -ENOENT if it is not there. */
 int procreg__w_unpublish(struct pr_writer *w, uint64_t off);
 /* Run reclamation: start a grace period if memory is retired, free what a
- * finished one covered. Returns 1 while work remains (call again soon). */
+ * finished one covered. Returns 1 while work remains (call again soon).
+ * Memory retired by the batch under way is not touched. */
 int procreg__w_reclaim(struct pr_writer *w);
+/* A batch of changes: what it retires stays as it was until
+ * procreg__w_batch_end (then it waits for a grace period like the rest),
+ * even when an allocation in the batch must reclaim. Outside a batch,
+ * retired memory is reclaimable at once. */
+void procreg__w_batch_begin(struct pr_writer *w);
+void procreg__w_batch_end(struct pr_writer *w);
 /* Rebuild the allocator and the counts from the table after attach; run
  * once. */
 int procreg__w_recover(struct pr_writer *w);

@@ -225,12 +225,58 @@ static void release_block(struct pr_writer *w, uint64_t off, uint64_t size)
 
 /* ---- reclamation ------------------------------------------------------ */
 
+static int push_pair(struct pr_vec *v, uint64_t off, uint64_t size)
+{
+	return procreg__vec_push(v, off) ?: procreg__vec_push(v, size);
+}
+
+/*
+ * Retire epochs. The daemon works in batches (one wake-up of its loop)
+ * and publishes a batch's changes together at its end; within one, it
+ * reads records it has just retired (to say in an event or to other
+ * nodes what left, to pass a name on). An allocation that finds the arena
+ * full reclaims on the spot, and a grace period with no reader inside
+ * ends at once: so what the batch under way retired goes to a list of
+ * its own, handed over to reclamation only at procreg__w_batch_end.
+ * Reclaiming under pressure frees what earlier batches retired, never
+ * what this one did.
+ */
 static void retire(struct pr_writer *w, uint64_t off, uint64_t size)
 {
-	if (procreg__vec_push(&w->retired, off) || procreg__vec_push(&w->retired, size))
+	struct pr_vec *v = w->in_batch ? &w->current : &w->retired;
+
+	if (procreg__vec_push(v, off) || procreg__vec_push(v, size))
 		return; /* leaks until recovery; never frees early */
-	w->retired_bytes += size;
+	if (w->in_batch)
+		w->current_bytes += size;
+	else
+		w->retired_bytes += size;
 	PR_TRACE(procregd, retire, off, size);
+}
+
+void procreg__w_batch_begin(struct pr_writer *w)
+{
+	w->in_batch = true;
+}
+
+void procreg__w_batch_end(struct pr_writer *w)
+{
+	w->in_batch = false;
+	if (!w->current.n)
+		return;
+	if (!w->retired.n) {
+		struct pr_vec t = w->retired;
+
+		w->retired = w->current;
+		w->current = t;
+	} else {
+		for (size_t i = 0; i + 1 < w->current.n; i += 2)
+			if (push_pair(&w->retired, w->current.v[i], w->current.v[i + 1]))
+				break; /* the rest leaks until recovery */
+		w->current.n = 0;
+	}
+	w->retired_bytes += w->current_bytes;
+	w->current_bytes = 0;
 }
 
 static void free_batch(struct pr_writer *w, struct pr_vec *b)
@@ -567,8 +613,6 @@ int procreg__w_unpublish(struct pr_writer *w, uint64_t off)
 	struct pr_root *root = &H(w)->names;
 	struct pr_key k;
 	uint64_t pos;
-	size_t len;
-	char group[PROCREG_NAME_MAX + 1];
 
 	if (r->kind == PR_KIND_MEMBER) {
 		if (procreg__w_group(w, r->data, r->name_len, false, &root) < 0)
@@ -585,11 +629,9 @@ int procreg__w_unpublish(struct pr_writer *w, uint64_t off)
 		procreg__w_remove(w, root, pos);
 		return 0;
 	}
-	/* The record may be freed once retired: keep the group's name. */
-	memcpy(group, r->data, r->name_len);
-	len = r->name_len;
 	procreg__w_remove(w, root, pos);
-	procreg__w_drop_group_if_empty(w, group, len);
+	/* Retired, not freed: its bytes still name the group. */
+	procreg__w_drop_group_if_empty(w, r->data, r->name_len);
 	return 0;
 }
 
@@ -899,6 +941,7 @@ void procreg__writer_close(struct pr_writer *w)
 	free(w->classes);
 	procreg__vec_free(&w->large);
 	procreg__vec_free(&w->retired);
+	procreg__vec_free(&w->current);
 	procreg__vec_free(&w->waiting);
 	memset(w, 0, sizeof(*w));
 	w->table_fd = -1;
@@ -983,10 +1026,6 @@ static int record_sound(struct pr_writer *w, uint64_t wd, uint8_t kind)
 	return 1;
 }
 
-static int push_block(struct pr_vec *b, uint64_t off, uint64_t size)
-{
-	return procreg__vec_push(b, off) ?: procreg__vec_push(b, size);
-}
 
 /* Recount ROOT's index and collect every block it reaches into BLOCKS; a
  * slot whose record is unsound (or a group whose members' index is)
@@ -1001,7 +1040,7 @@ static int recover_root(struct pr_writer *w, struct pr_root *root, uint8_t kind,
 	if (!cap)
 		return -EUCLEAN;
 	ix = index_at(w, root);
-	err = push_block(blocks, root->index_off, index_bytes(cap));
+	err = push_pair(blocks, root->index_off, index_bytes(cap));
 	for (uint64_t p = 0; p < cap && !err; p++) {
 		uint64_t wd = ix->slot[p];
 		const struct pr_record *r = rec_at(w, pr_slot_off(wd));
@@ -1030,11 +1069,11 @@ static int recover_root(struct pr_writer *w, struct pr_root *root, uint8_t kind,
 				continue;
 			}
 			*members += n;
-			err = err ?: push_block(blocks, r->aux, sizeof(struct pr_root));
+			err = err ?: push_pair(blocks, r->aux, sizeof(struct pr_root));
 		}
 		live++;
 		local += r->node == 0;
-		err = err ?: push_block(blocks, pr_slot_off(wd), procreg__record_size(r));
+		err = err ?: push_pair(blocks, pr_slot_off(wd), procreg__record_size(r));
 	}
 	CMM_STORE_SHARED(root->live, live);
 	CMM_STORE_SHARED(root->tombs, tombs);
@@ -1070,9 +1109,9 @@ int procreg__w_recover(struct pr_writer *w)
 	    h->readers_off > h->arena_top ||
 	    h->readers_cap > (h->arena_top - h->readers_off) / sizeof(struct pr_reader_info))
 		return -EUCLEAN;
-	err = push_block(&blocks, h->feed_off, h->feed_cap * sizeof(struct pr_event));
+	err = push_pair(&blocks, h->feed_off, h->feed_cap * sizeof(struct pr_event));
 	if (!err && h->readers_cap)
-		err = push_block(&blocks, h->readers_off,
+		err = push_pair(&blocks, h->readers_off,
 				 (uint64_t)h->readers_cap * sizeof(struct pr_reader_info));
 	if (!err)
 		err = recover_root(w, &h->names, PR_KIND_NAME, &blocks, NULL);

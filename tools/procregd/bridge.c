@@ -6,11 +6,12 @@
  * it. Remote entries sit in the same table as local ones, with the record's
  * node set to a 16-bit id this file hands out (a private map, node name ->
  * id, never reused while the daemon runs), so lookups read them as they
- * read local ones. Only this file writes them; clients cannot remove them.
+ * read local ones. Only this file decides what they are (registry.c writes
+ * them); clients cannot remove them.
  *
- * Out: every local change (entry_put, removals, deaths, lease marks) is a
- * CHANGE frame with this node's name, incarnation and the next sequence
- * number, broadcast by the backend. A node that comes up gets a snapshot
+ * Out: every local change (registry.c: registrations, removals, deaths,
+ * lease marks) is a CHANGE frame with this node's name, incarnation and
+ * the next sequence number, broadcast by the backend. A node that comes up gets a snapshot
  * first (SNAP frames, as of a sequence number), then the changes after it.
  *
  * In: a node's snapshot, its parts in order, then its changes in order.
@@ -313,10 +314,12 @@ void bridge_local_change(struct daemon *d, int del, uint64_t off)
 	struct pr_bp_entry e;
 	size_t pos = 0;
 
-	if (r->node != 0 || (r->kind != PR_KIND_NAME && r->kind != PR_KIND_MEMBER))
-		return;
+	/* Any node's name that leaves gives the claims kept aside for it
+	 * another chance; only local changes go out. */
 	if (del && r->kind == PR_KIND_NAME && br->shadows)
 		shadow_mark(br, r->data, r->name_len);
+	if (r->node != 0 || (r->kind != PR_KIND_NAME && r->kind != PR_KIND_MEMBER))
+		return;
 	to_entry(r, del ? PR_BP_DEL : PR_BP_PUT, &e);
 	if (procreg__bp_put_change(br->buf, PR_BP_FRAME_MAX, &pos, br->incarnation, br->seq + 1,
 				   br->node, &e) < 0)
@@ -415,45 +418,25 @@ static bool wins(const struct bridge *br, const struct pr_bp_entry *e, const cha
 	return strcmp(ne, nr) < 0;
 }
 
-static int put_record(struct daemon *d, struct pr_root *root, const struct pr_key *k,
-		      uint16_t id, const struct pr_bp_entry *e, uint64_t *off_out)
+/* E from node ID, as the registry takes it. */
+static void remote_of(uint16_t id, const struct pr_bp_entry *e, struct reg_remote *re)
 {
-	struct pr_record t = { 0 };
-	uint64_t pos, off;
-	int err = procreg__w_reserve(&d->w, root);
-
-	if (err)
-		return err;
-	procreg__w_find(&d->w, root, k, &pos);
-	t.hash = k->hash;
-	t.kind = e->kind;
-	t.flags = e->flags;
-	t.node = id;
-	t.pid = e->pid;
-	t.uid = e->uid;
-	t.start_time = e->start_time;
-	t.registered_ns = e->registered_ns;
-	t.name_len = (uint16_t)e->name_len;
-	t.meta_len = (uint16_t)e->meta_len;
-	err = procreg__w_new_record(&d->w, &t, e->name, e->meta, &off);
-	if (err)
-		return err;
-	procreg__w_publish(&d->w, root, pos, off);
-	*off_out = off;
-	return 0;
+	*re = (struct reg_remote){
+		.node = id, .kind = e->kind, .flags = e->flags, .pid = e->pid, .uid = e->uid,
+		.start_time = e->start_time, .registered_ns = e->registered_ns, .name = e->name,
+		.name_len = e->name_len, .meta = e->meta, .meta_len = e->meta_len,
+	};
 }
 
 static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 {
 	struct daemon *d = br->d;
-	struct pr_root *root = &d->w.map.hdr->names;
-	struct pr_key k;
+	struct reg_remote re;
 	uint64_t pos, old, off;
 	const char *origin = node_name(br, id);
 	int err;
 
-	pr_key_name(&k, PR_KIND_NAME, e->name, e->name_len, d->w.map.hdr->hash_seed);
-	old = procreg__w_find(&d->w, root, &k, &pos);
+	old = procreg__w_find_name(&d->w, e->name, e->name_len, &pos);
 	if (e->op == PR_BP_DEL) {
 		const struct pr_record *r = old ? rec(d, old) : NULL;
 
@@ -462,10 +445,7 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 		shadow_drop(br, id, e->name, e->name_len, e->pid, e->start_time);
 		if (!r || r->node != id || r->pid != e->pid || r->start_time != e->start_time)
 			return 0;
-		procreg__w_remove(&d->w, root, pos);
-		procreg__w_emit(&d->w, PROCREG_EV_UNREGISTERED, r);
-		owners_name_gone(d, e->name, e->name_len);
-		shadow_mark(br, e->name, e->name_len);
+		registry_apply_remove(d, old, PROCREG_EV_UNREGISTERED);
 		return 0;
 	}
 	if (old) {
@@ -506,16 +486,13 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 				log_msg("bridge: name '%.*s': node %s's registration (pid %u), the "
 					"earlier, wins: local pid %u loses it", (int)e->name_len, e->name,
 					origin, e->pid, r->pid);
-				procreg__w_emit(&d->w, PROCREG_EV_CONFLICT, r);
-				proc_lost_name(d, old, origin, (pid_t)e->pid);
-				owners_lease_set(d, e->name, e->name_len, 0, false);
-				proc_remove_name(d, old); /* sends the DEL */
+				registry_lose(d, old, origin, (pid_t)e->pid); /* sends the DEL */
 			}
 		}
 	}
-	err = put_record(d, root, &k, id, e, &off);
+	remote_of(id, e, &re);
+	err = registry_apply(d, &re, &off);
 	if (!err) {
-		procreg__w_emit(&d->w, old ? PROCREG_EV_UPDATED : PROCREG_EV_REGISTERED, rec(d, off));
 		shadow_drop(br, id, e->name, e->name_len, 0, 0);
 		confirm(br, id, off);
 	}
@@ -525,38 +502,29 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 static int apply_member(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 {
 	struct daemon *d = br->d;
+	struct reg_remote re;
 	struct pr_root *root;
 	struct pr_key k;
-	uint64_t pos, old, off;
+	uint64_t pos, old = 0, off;
 	int err;
 
 	pr_key_member(&k, e->pid, e->start_time, id, d->w.map.hdr->hash_seed);
-	if (e->op == PR_BP_DEL) {
-		if (procreg__w_group(&d->w, e->name, e->name_len, false, &root) < 0)
-			return 0;
+	if (procreg__w_group(&d->w, e->name, e->name_len, false, &root) == 0)
 		old = procreg__w_find(&d->w, root, &k, &pos);
-		if (!old)
-			return 0;
-		procreg__w_emit(&d->w, PROCREG_EV_LEFT, rec(d, old));
-		procreg__w_unpublish(&d->w, old);
+	if (e->op == PR_BP_DEL) {
+		if (old)
+			registry_apply_remove(d, old, PROCREG_EV_LEFT);
 		return 0;
 	}
-	err = procreg__w_group(&d->w, e->name, e->name_len, true, &root);
-	if (err)
-		return err;
-	old = procreg__w_find(&d->w, root, &k, &pos);
 	if (old && same_entry(rec(d, old), e)) {
 		confirm(br, id, old);
 		return 0;
 	}
-	err = put_record(d, root, &k, id, e, &off);
-	if (err) {
-		procreg__w_drop_group_if_empty(&d->w, e->name, e->name_len);
-		return err;
-	}
-	procreg__w_emit(&d->w, PROCREG_EV_JOINED, rec(d, off));
-	confirm(br, id, off);
-	return 0;
+	remote_of(id, e, &re);
+	err = registry_apply(d, &re, &off);
+	if (!err)
+		confirm(br, id, off);
+	return err;
 }
 
 static int apply(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
@@ -712,63 +680,27 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 }
 
 struct down_ctx {
-	struct daemon *d;
 	uint16_t id;
 	const struct pr_u64map *keep;   /* NULL: remove all of the node's */
-	bool down;                      /* NODE_DOWN events, else UNREGISTERED/LEFT */
-	struct pr_vec names;
-	uint64_t removed;
 };
 
-static int down_one(uint64_t off, const struct pr_record *r, void *arg)
+static bool down_match(uint64_t off, const struct pr_record *r, void *arg)
 {
-	struct down_ctx *c = arg;
+	const struct down_ctx *c = arg;
 	uint64_t v;
 
-	if (r->node != c->id || (c->keep && procreg__u64map_get(c->keep, off, &v) == 0))
-		return 0;
-	procreg__w_emit(&c->d->w, c->down ? PROCREG_EV_NODE_DOWN
-				  : r->kind == PR_KIND_NAME ? PROCREG_EV_UNREGISTERED
-				  : PROCREG_EV_LEFT, r);
-	procreg__w_unpublish(&c->d->w, off);
-	if (r->kind == PR_KIND_NAME)
-		procreg__vec_push(&c->names, off);
-	c->removed++;
-	return 0;
+	return r->node == c->id && !(c->keep && procreg__u64map_get(c->keep, off, &v) == 0);
 }
 
 /* Remove node ID's entries (all, or those not in KEEP) in one pass, no
- * request served in between, with NODE_DOWN events if DOWN. Records are
- * retired, not freed: their names are still readable after the walk. */
+ * request served in between, with NODE_DOWN events if DOWN, else
+ * UNREGISTERED or LEFT. */
 static uint64_t remove_entries(struct bridge *br, uint16_t id, const struct pr_u64map *keep,
 			       bool down)
 {
-	struct down_ctx c = { .d = br->d, .id = id, .keep = keep, .down = down };
-	char (*gone)[PROCREG_NAME_MAX + 1];
+	struct down_ctx c = { .id = id, .keep = keep };
 
-	procreg__w_walk(&br->d->w, down_one, &c);
-	/* Names copied out first: handing one to the next in line allocates,
-	 * and in a full table allocating reclaims, which may free the
-	 * records retired above. */
-	gone = c.names.n ? calloc(c.names.n, sizeof(*gone)) : NULL;
-	for (size_t i = 0; gone && i < c.names.n; i++) {
-		const struct pr_record *r = rec(br->d, c.names.v[i]);
-
-		memcpy(gone[i], r->data, r->name_len);
-		gone[i][r->name_len] = 0;
-	}
-	if (!gone && c.names.n)
-		log_msg("bridge: out of memory: names of node %u not offered to the next in line",
-			(unsigned)id);
-	for (size_t i = 0; gone && i < c.names.n; i++) {
-		size_t len = strlen(gone[i]);
-
-		shadow_mark(br, gone[i], len);
-		owners_name_gone(br->d, gone[i], len);
-	}
-	free(gone);
-	procreg__vec_free(&c.names);
-	return c.removed;
+	return registry_apply_remove_all(br->d, down_match, &c, down ? PROCREG_EV_NODE_DOWN : 0);
 }
 
 static void end_resync(struct node *n)

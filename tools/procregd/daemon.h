@@ -1,13 +1,39 @@
 /*
  * daemon.h - procregd's private state, shared by its files:
- *   main.c    options, start-up, the epoll loop, shutdown
- *   server.c  the listening socket, clients, requests
- *   procs.c   registered processes: pidfds, death, re-verification
- *   readers.c reader processes' pages, which grace periods wait for
+ *   main.c     options, start-up, the epoll loop, shutdown
+ *   server.c   the listening socket, clients, requests (protocol, who may ask)
+ *   registry.c every change to names and memberships, side effects in order
+ *   procs.c    registered processes: pidfds, death, re-verification
+ *   owners.c   standby owners and leases, and their journal
+ *   readers.c  reader processes' pages, which grace periods wait for
+ *   bridge.c   replication to and from other nodes (mesh.c, nats.c: transports)
  *
  * One thread. Every table write happens on it, in the order requests and
  * deaths arrive; that order is the serialisation point that makes
  * register-if-absent atomic without a lock.
+ *
+ * The life of a batch (one epoll_wait's worth of events, main.c: run):
+ *  1. The batch opens (procreg__w_batch_begin): from here, what the table
+ *     retires stays whole until step 6.
+ *  2. Deaths first, all of them (procs.c: proc_died -> registry_died):
+ *     every entry of the dead process unpublished, a DIED event each,
+ *     then its names passed to whoever is next in line.
+ *  3. Then requests (server.c), remote frames (bridge.c) and the timer
+ *     (owners.c: leases; reclamation of earlier batches), each through
+ *     registry.c, which publishes each change with one store, journals
+ *     leases and places in line around it (registry.h says in which
+ *     order), appends the feed event and notes local changes for the
+ *     other nodes. A request's reply is sent once its packet is handled:
+ *     what it acknowledges is already in the table.
+ *  4. Processes and readers freed during the batch are freed for good
+ *     (procs_reap, readers_reap): no event of this batch can name them.
+ *  5. The batch goes out: the bridge sends its changes and gives claims
+ *     that lost a conflict another chance (bridge_flush); owners who lost
+ *     a name to another node are told and signalled (procs_tell_lost);
+ *     followers of the feed are woken once.
+ *  6. The batch closes (procreg__w_batch_end): what it retired joins the
+ *     memory waiting for a grace period, which the timer starts within a
+ *     tick; only after that grace period is it reused.
  */
 #ifndef PROCREGD_H
 #define PROCREGD_H
@@ -19,6 +45,7 @@
 #include "clock.h"
 #include "internal.h"
 #include "proto.h"
+#include "registry.h"
 
 /* A message any client can provoke at will is logged once a second at
  * most (clock.h); the next one says how many WHAT went unlogged meanwhile. */
@@ -158,15 +185,7 @@ struct daemon {
 	struct pr_ratelimit dropped_log;       /* connections closed for what they sent */
 	struct pr_ratelimit denied_quota_log;  /* names: a quota */
 	struct pr_ratelimit denied_res_log;    /* names: --reserved-size */
-	struct queue *queues;     /* owners.c */
-	struct lease *leases;
-	int owners_fd;            /* the owners journal (owners.c), when owners_open */
-	bool owners_open;
-	uint64_t owners_bytes;    /* its length */
-	uint64_t owners_base;     /* its length when last rewritten from the live state */
-	uint64_t owners_room;     /* its file is allocated up to here (UINT64_MAX: unknown) */
-	uint64_t owners_owed;     /* bytes the records removing all it holds would take */
-	bool owners_full;         /* no room for it, as last logged */
+	struct owners *owners;    /* queues, leases, their journal (owners.c) */
 
 	/* readers.c */
 	struct pr_u64map readers; /* pid -> struct reader * */
@@ -205,16 +224,13 @@ void server_notify_feed(struct daemon *d);
 /* Send N to every connection of its loser that takes notices. */
 void server_notice_lost(struct daemon *d, const struct lost_notice *n);
 
-/* Publish a name or membership for P (server.c); *OFF gets the record.
- * -EINPROGRESS: the name was taken and P is now in line for it. HANDOVER:
- * P was next in line (the event says TRANSFERRED). */
-int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct pr_root *root,
-	      const struct pr_key *k, const struct pr_frame *f, bool handover, uint64_t *off);
-
-/* owners.c */
-struct pr_frame;
+/* owners.c: standby owners and leases; its state is its own (struct owners). */
+struct owners;
+/* At start, before anything else of owners.c: its state, empty. */
+int owners_new(struct daemon *d);
+/* P asks to wait in line for RQ's name (taken): 0, -EDQUOT, -ENOSPC. */
 int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
-		   const struct pr_frame *f);
+		   const struct reg_request *rq);
 /* P died or left: it leaves every line. */
 void owners_proc_gone(struct daemon *d, struct proc *p);
 /* Room in the journal for one more place in line or lease: 0, or -ENOSPC
@@ -262,9 +278,10 @@ void bridge_event(struct daemon *d);
 void bridge_flush(struct daemon *d);
 void bridge_tick(struct daemon *d);
 void bridge_stop(struct daemon *d);
-/* A local name or membership (record OFF) was published (DEL false) or
- * removed (DEL true): tell the other nodes. Records stay readable until
- * reclaimed, so OFF may already be unpublished. */
+/* A name or membership (record OFF) was published (DEL false) or removed
+ * (DEL true): a local one goes to the other nodes; a name removed gives
+ * the claims kept aside for it another chance. A record removed stays
+ * whole until its batch ends, so OFF may already be unpublished. */
 void bridge_local_change(struct daemon *d, int del, uint64_t off);
 /* A registration stamp: the hybrid logical clock's next (hlc.h). */
 uint64_t bridge_stamp(struct daemon *d);
@@ -297,11 +314,12 @@ int proc_attach(struct daemon *d, const struct ident *id, struct proc **out);
 int proc_verify(struct daemon *d, pid_t pid, uint64_t start, uint64_t ino, struct proc **out);
 int proc_add_name(struct daemon *d, struct proc *p, uint64_t off);
 void proc_replace_name(struct daemon *d, uint64_t old_off, uint64_t new_off);
-/* Remove the name or membership OFF from the table and from its owner. */
-void proc_remove_name(struct daemon *d, uint64_t off);
-/* Forget OFF in its owner's list without touching the table (it is being
- * replaced by another owner's record); returns the old owner. */
+/* Forget OFF in its owner's list (the table is registry.c's); returns
+ * the owner, NULL if none. */
 struct proc *proc_forget_name(struct daemon *d, uint64_t off);
+/* Forget every name of P in its lists, and in its uid's count; the vector
+ * is emptied, its memory kept (registry_died reads it after). */
+void proc_forget_all(struct daemon *d, struct proc *p);
 /* Drop an entry that holds no names. */
 void proc_release_if_empty(struct daemon *d, struct proc *p);
 /* Its pidfd fired: remove every name it held. */

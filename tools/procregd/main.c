@@ -581,11 +581,17 @@ static int setup(struct daemon *d)
 				d->paths.table, strerror(-err));
 			return err;
 		}
-		err = procs_recover(d);
-		if (err)
-			return err;
 	}
-	err = owners_recover(d, d->w.attached);
+	err = owners_new(d);
+	if (err)
+		return err;
+	/* Recovery removes the names of the dead and passes them on: one
+	 * batch (see daemon.h). */
+	procreg__w_batch_begin(&d->w);
+	err = d->w.attached ? procs_recover(d) : 0;
+	if (!err)
+		err = owners_recover(d, d->w.attached);
+	procreg__w_batch_end(&d->w);
 	if (err)
 		return err;
 
@@ -664,6 +670,7 @@ static void run(struct daemon *d)
 			log_msg("epoll_wait: %s", strerror(errno));
 			break;
 		}
+		procreg__w_batch_begin(&d->w);
 		/* Deaths first, all of them: then no request handled below
 		 * can free a proc that is still to come in this batch (SYNC
 		 * handles pending deaths, a reused pid retires a stale entry),
@@ -720,11 +727,13 @@ static void run(struct daemon *d)
 				procreg__w_reclaim(&d->w);
 		}
 		/* A lease set by this batch may be due before the timer. */
-		if (d->leases) {
-			uint64_t due = owners_next_deadline(d), now = procreg__mono_ns();
+		{
+			uint64_t due = owners_next_deadline(d), now;
 
-			if (due < d->timer_due_ns)
+			if (due != UINT64_MAX && due < d->timer_due_ns) {
+				now = procreg__mono_ns();
 				arm_timer(d, due > now ? due - now : 1);
+			}
 		}
 		procs_reap(d);
 		readers_reap(d);
@@ -740,6 +749,8 @@ static void run(struct daemon *d)
 		if (d->w.feed_pending)
 			server_notify_feed(d);
 		procreg__w_feed_wake(&d->w);
+		/* The batch is out: what it retired may now be reclaimed. */
+		procreg__w_batch_end(&d->w);
 		/* Memory was retired: start its grace period within a tick, not
 		 * at once. One membarrier then covers every write of the tick,
 		 * instead of one per event batch under a write storm. */

@@ -34,7 +34,7 @@
  * ahead of its end, so that an append never finds the filesystem full. A
  * request that would add a place in line or a lease makes sure first that
  * there is room for its record and for the one that will remove it; so
- * the room for removing everything journaled is always there (owners_owed),
+ * the room for removing everything journaled is always there (owed),
  * and removals, which a death or an unregistration makes and which cannot
  * be refused, never run out of it. On a full filesystem the request that
  * adds fails with ENOSPC before it changes anything. A journal that cannot
@@ -57,7 +57,7 @@ struct waiter {
 	struct waiter *next;
 	struct proc *p;
 	struct ident id;
-	uint16_t flags;
+	uint16_t flags;           /* PROCREG_REPLACE, _REPLACEABLE, _LEASE_MARK */
 	uint32_t lease_ms;
 	uint16_t meta_len;
 	uint8_t meta[];
@@ -78,6 +78,28 @@ struct lease {
 	uint16_t len;
 	char name[PROCREG_NAME_MAX + 1];
 };
+
+/* The daemon's owners state: only this file reads or writes it. */
+struct owners {
+	struct queue *queues;
+	struct lease *leases;
+	int fd;                   /* the journal, when open */
+	bool open;
+	uint64_t bytes;           /* its length */
+	uint64_t base;            /* its length when last rewritten from the live state */
+	uint64_t room;            /* its file is allocated up to here (UINT64_MAX: unknown) */
+	uint64_t owed;            /* bytes the records removing all it holds would take */
+	bool full;                /* no room for it, as last logged */
+};
+
+int owners_new(struct daemon *d)
+{
+	d->owners = calloc(1, sizeof(*d->owners));
+	if (!d->owners)
+		return -ENOMEM;
+	d->owners->fd = -1;
+	return 0;
+}
 
 /* ---- the journal --------------------------------------------------------
  *
@@ -104,7 +126,7 @@ struct jrec {
 	uint8_t type;           /* J_* */
 	uint8_t mark;           /* J_LEASE: PR_F_LEASE_MARK */
 	uint16_t name_len;
-	uint16_t flags;         /* J_WAIT: the registration's PR_F_* */
+	uint16_t flags;         /* J_WAIT: PROCREG_REPLACE, _REPLACEABLE, _LEASE_MARK */
 	uint16_t meta_len;
 	uint32_t lease_ms;      /* J_LEASE, J_WAIT */
 	int32_t pid;            /* J_WAIT, J_UNWAIT, J_UNWAIT_PROC */
@@ -187,14 +209,14 @@ static int journal_allocate(struct daemon *d, uint64_t end)
 	uint64_t want[2] = { end + JOURNAL_AHEAD, end };
 
 	for (int i = 0; i < 2; i++) {
-		if (fallocate(d->owners_fd, FALLOC_FL_KEEP_SIZE, (off_t)d->owners_bytes,
-			      (off_t)(want[i] - d->owners_bytes)) == 0) {
-			d->owners_room = want[i];
+		if (fallocate(d->owners->fd, FALLOC_FL_KEEP_SIZE, (off_t)d->owners->bytes,
+			      (off_t)(want[i] - d->owners->bytes)) == 0) {
+			d->owners->room = want[i];
 			return 0;
 		}
 		if (errno == EOPNOTSUPP) {
 			/* No promise to be had: appends may fail as writes do. */
-			d->owners_room = UINT64_MAX;
+			d->owners->room = UINT64_MAX;
 			return 0;
 		}
 		if (errno != ENOSPC)
@@ -207,18 +229,18 @@ static int journal_allocate(struct daemon *d, uint64_t end)
  * would take: 0, or -ENOSPC (logged once until there is room again). */
 static int journal_room(struct daemon *d, uint64_t len)
 {
-	uint64_t end = d->owners_bytes + d->owners_owed + len;
+	uint64_t end = d->owners->bytes + d->owners->owed + len;
 	int err;
 
-	if (!d->owners_open || end <= d->owners_room)
+	if (!d->owners->open || end <= d->owners->room)
 		return 0;
 	err = journal_allocate(d, end);
-	if (err == -ENOSPC && !d->owners_full) {
+	if (err == -ENOSPC && !d->owners->full) {
 		log_msg("owners journal: the filesystem is full: places in line and leases are refused (ENOSPC) until space is freed");
-		d->owners_full = true;
-	} else if (!err && d->owners_full) {
+		d->owners->full = true;
+	} else if (!err && d->owners->full) {
 		log_msg("owners journal: space is back");
-		d->owners_full = false;
+		d->owners->full = false;
 	}
 	return err;
 }
@@ -233,9 +255,9 @@ static uint64_t owed_now(const struct daemon *d)
 {
 	uint64_t owed = 0;
 
-	for (const struct lease *l = d->leases; l; l = l->next)
+	for (const struct lease *l = d->owners->leases; l; l = l->next)
 		owed += removal_cost(l->len);
-	for (const struct queue *q = d->queues; q; q = q->next)
+	for (const struct queue *q = d->owners->queues; q; q = q->next)
 		for (const struct waiter *w = q->head; w; w = w->next)
 			owed += place_cost(q->len);
 	return owed;
@@ -247,9 +269,9 @@ static void journal(struct daemon *d, const uint8_t *rec, size_t len)
 {
 	ssize_t n;
 
-	if (!d->owners_open)
+	if (!d->owners->open)
 		return;
-	n = write(d->owners_fd, rec, len);
+	n = write(d->owners->fd, rec, len);
 	if (n != (ssize_t)len) {
 		log_msg("owners journal: %s", n < 0 ? strerror(errno) : "short write");
 		/* Whatever went in part way is cut off at the next replay; a
@@ -260,11 +282,11 @@ static void journal(struct daemon *d, const uint8_t *rec, size_t len)
 			journal_off(d, "queues and leases will not survive a restart");
 		return;
 	}
-	d->owners_bytes += len;
+	d->owners->bytes += len;
 	/* Compaction can wait: the journal as it is stays whole. */
-	if (d->owners_bytes > JOURNAL_COMPACT_MIN && d->owners_bytes > 4 * d->owners_base &&
+	if (d->owners->bytes > JOURNAL_COMPACT_MIN && d->owners->bytes > 4 * d->owners->base &&
 	    journal_rewrite(d) < 0)
-		d->owners_base = d->owners_bytes;
+		d->owners->base = d->owners->bytes;
 }
 
 /* A record that removes (J_UNLEASE, J_UNWAIT, J_UNWAIT_PROC): what it
@@ -275,10 +297,10 @@ static void journal_rec(struct daemon *d, uint8_t type, const char *name, size_t
 	uint8_t buf[sizeof(struct jrec) + PROCREG_NAME_MAX];
 	size_t len;
 
-	if (!d->owners_open)
+	if (!d->owners->open)
 		return;
 	len = jrec_build(buf, type, name, name_len, fields, NULL, 0);
-	d->owners_owed -= len < d->owners_owed ? len : d->owners_owed;
+	d->owners->owed -= len < d->owners->owed ? len : d->owners->owed;
 	journal(d, buf, len);
 }
 
@@ -291,7 +313,7 @@ static struct queue **find_queue(struct daemon *d, const char *name, size_t len)
 {
 	struct queue **q;
 
-	for (q = &d->queues; *q; q = &(*q)->next)
+	for (q = &d->owners->queues; *q; q = &(*q)->next)
 		if (same_name((*q)->name, (*q)->len, name, len))
 			break;
 	return q;
@@ -301,7 +323,7 @@ static struct lease **find_lease(struct daemon *d, const char *name, size_t len)
 {
 	struct lease **l;
 
-	for (l = &d->leases; *l; l = &(*l)->next)
+	for (l = &d->owners->leases; *l; l = &(*l)->next)
 		if (same_name((*l)->name, (*l)->len, name, len))
 			break;
 	return l;
@@ -309,7 +331,7 @@ static struct lease **find_lease(struct daemon *d, const char *name, size_t len)
 
 bool owners_interested(const struct daemon *d, const char *name, size_t len)
 {
-	if (!d->queues && !d->leases)
+	if (!d->owners->queues && !d->owners->leases)
 		return false;
 	return *find_queue((struct daemon *)d, name, len) || *find_lease((struct daemon *)d, name, len);
 }
@@ -323,9 +345,9 @@ static void place_taken(struct daemon *d, struct proc *p, int delta)
 }
 
 int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
-		   const struct pr_frame *f)
+		   const struct reg_request *rq)
 {
-	struct queue **qp = find_queue(d, f->name, f->name_len), *q = *qp;
+	struct queue **qp = find_queue(d, rq->name, rq->name_len), *q = *qp;
 	struct waiter *w, **wp = NULL;
 
 	/* Asking again keeps one's place, with the newer metadata. */
@@ -344,12 +366,12 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		q = calloc(1, sizeof(*q));
 		if (!q)
 			return -ENOMEM;
-		q->len = (uint16_t)f->name_len;
-		memcpy(q->name, f->name, f->name_len);
+		q->len = (uint16_t)rq->name_len;
+		memcpy(q->name, rq->name, rq->name_len);
 		*qp = q;
 		wp = &q->head;
 	}
-	w = malloc(sizeof(*w) + f->meta_len);
+	w = malloc(sizeof(*w) + rq->meta_len);
 	if (!w) {
 		if (!q->head) {
 			*qp = q->next;
@@ -360,20 +382,20 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 	w->p = p;
 	w->id = *id;
 	w->id.pidfd = -1; /* the proc holds the pidfd */
-	w->flags = f->h.flags & (uint16_t)~(PR_F_QUEUE | PR_F_PIDFD);
-	w->lease_ms = f->arg;
-	w->meta_len = (uint16_t)f->meta_len;
-	memcpy(w->meta, f->meta, f->meta_len);
+	w->flags = (uint16_t)(rq->flags & ~(uint32_t)PROCREG_QUEUE);
+	w->lease_ms = rq->lease_ms;
+	w->meta_len = (uint16_t)rq->meta_len;
+	memcpy(w->meta, rq->meta, rq->meta_len);
 	if (*wp) {
 		w->next = (*wp)->next;
 		free(*wp);
 	} else {
 		w->next = NULL;
 		place_taken(d, p, 1);
-		d->owners_owed += place_cost(q->len);
+		d->owners->owed += place_cost(q->len);
 	}
 	*wp = w;
-	if (d->owners_open) {
+	if (d->owners->open) {
 		uint8_t buf[JREC_MAX];
 
 		journal(d, buf, jrec_waiter(buf, q, w));
@@ -383,7 +405,7 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 
 void owners_proc_gone(struct daemon *d, struct proc *p)
 {
-	struct queue **qp = &d->queues;
+	struct queue **qp = &d->owners->queues;
 	struct jrec f = { .pid = p->pid, .start = p->start };
 
 	if (!p->waiting)
@@ -436,7 +458,7 @@ static struct lease *lease_put(struct daemon *d, const char *name, size_t len, u
 		l->len = (uint16_t)len;
 		memcpy(l->name, name, len);
 		*lp = l;
-		d->owners_owed += removal_cost(len);
+		d->owners->owed += removal_cost(len);
 	}
 	l->ttl_ns = (uint64_t)lease_ms * 1000000ull;
 	l->deadline_ns = procreg__mono_ns() + l->ttl_ns;
@@ -450,7 +472,7 @@ int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t le
 {
 	struct lease **lp, *l;
 
-	if (!lease_ms && !d->leases)
+	if (!lease_ms && !d->owners->leases)
 		return 0; /* the common case: no lease here, none anywhere */
 	if (!lease_ms) {
 		lp = find_lease(d, name, len);
@@ -461,7 +483,7 @@ int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t le
 	l = lease_put(d, name, len, lease_ms, mark);
 	if (!l)
 		return -ENOMEM;
-	if (d->owners_open) {
+	if (d->owners->open) {
 		uint8_t buf[sizeof(struct jrec) + PROCREG_NAME_MAX];
 
 		journal(d, buf, jrec_lease(buf, l));
@@ -479,24 +501,17 @@ void owners_name_gone(struct daemon *d, const char *name, size_t len)
 	q = *qp;
 	while (q && q->head) {
 		struct waiter *w = q->head;
-		struct pr_frame f = { 0 };
-		struct pr_key k;
-		uint64_t off;
+		struct reg_request rq = {
+			.kind = PR_KIND_NAME, .name = q->name, .name_len = q->len, .meta = w->meta,
+			.meta_len = w->meta_len, .flags = w->flags, .lease_ms = w->lease_ms,
+		};
 		int err;
 
 		q->head = w->next;
-		/* Given back before entry_put() checks the quotas: the place
+		/* Given back before registry_put() checks the quotas: the place
 		 * becomes the name. */
 		place_taken(d, w->p, -1);
-		f.h.op = PR_OP_REGISTER;
-		f.h.flags = w->flags;
-		f.name = q->name;
-		f.name_len = q->len;
-		f.meta = w->meta;
-		f.meta_len = w->meta_len;
-		f.arg = w->lease_ms;
-		pr_key_name(&k, PR_KIND_NAME, q->name, q->len, d->w.map.hdr->hash_seed);
-		err = entry_put(d, w->p, &w->id, &d->w.map.hdr->names, &k, &f, true, &off);
+		err = registry_put(d, w->p, &w->id, &rq, true);
 		/* Journaled once the name is its: a daemon that dies in
 		 * between finds it in line for a name it holds, and recovery
 		 * drops that place (never one with neither). */
@@ -514,27 +529,6 @@ void owners_name_gone(struct daemon *d, const char *name, size_t len)
 		*qp = q->next;
 		free(q);
 	}
-}
-
-/* Publish a copy of the record at OFF (same owner) with FLAGS. */
-static int republish(struct daemon *d, uint64_t off, uint16_t flags)
-{
-	const struct pr_record *r = (const struct pr_record *)(d->w.map.base + off);
-	struct pr_record t = *r;
-	struct pr_key k;
-	uint64_t pos, noff;
-	int err;
-
-	t.flags = flags;
-	err = procreg__w_new_record(&d->w, &t, r->data, r->data + r->name_len + 1, &noff);
-	if (err)
-		return err;
-	pr_key_name(&k, PR_KIND_NAME, r->data, r->name_len, d->w.map.hdr->hash_seed);
-	procreg__w_find(&d->w, &d->w.map.hdr->names, &k, &pos);
-	procreg__w_publish(&d->w, &d->w.map.hdr->names, pos, noff);
-	proc_replace_name(d, off, noff);
-	bridge_note(d, 0, noff);
-	return 0;
 }
 
 static uint64_t find_name(struct daemon *d, const char *name, size_t len)
@@ -561,14 +555,12 @@ int owners_refresh(struct daemon *d, const struct client *c, const struct pr_fra
 		return -EINVAL;
 	l->deadline_ns = procreg__mono_ns() + l->ttl_ns;
 	if (l->expired) {
-		int err = republish(d, off, r->flags & (uint16_t)~PROCREG_ENTRY_UNHEALTHY);
+		int err = registry_set_flags(d, off, r->flags & (uint8_t)~PROCREG_ENTRY_UNHEALTHY,
+					     PROCREG_EV_REFRESHED);
 
 		if (err)
 			return err;
 		l->expired = false;
-		procreg__w_emit(&d->w, PROCREG_EV_REFRESHED,
-				(const struct pr_record *)(d->w.map.base + find_name(d, f->name,
-										   f->name_len)));
 	}
 	return 0;
 }
@@ -576,7 +568,7 @@ int owners_refresh(struct daemon *d, const struct client *c, const struct pr_fra
 uint64_t owners_tick(struct daemon *d)
 {
 	uint64_t now = procreg__mono_ns(), next = UINT64_MAX;
-	struct lease **lp = &d->leases;
+	struct lease **lp = &d->owners->leases;
 
 	while (*lp) {
 		struct lease *l = *lp;
@@ -597,27 +589,16 @@ uint64_t owners_tick(struct daemon *d)
 		if (l->mark) {
 			const struct pr_record *r = (const struct pr_record *)(d->w.map.base + off);
 
-			if (republish(d, off, r->flags | PROCREG_ENTRY_UNHEALTHY) == 0) {
+			if (registry_set_flags(d, off, r->flags | PROCREG_ENTRY_UNHEALTHY,
+					       PROCREG_EV_EXPIRED) == 0)
 				l->expired = true;
-				procreg__w_emit(&d->w, PROCREG_EV_EXPIRED,
-						(const struct pr_record *)(d->w.map.base +
-									   find_name(d, l->name, l->len)));
-			}
 			lp = &l->next;
 			continue;
 		}
 		LOGV(d, "name '%s': lease expired, released", l->name);
-		procreg__w_emit(&d->w, PROCREG_EV_EXPIRED, (const struct pr_record *)(d->w.map.base + off));
-		{
-			char name[PROCREG_NAME_MAX + 1];
-			size_t len = l->len;
-
-			memcpy(name, l->name, len);
-			/* Releasing drops the lease (and may hand the name on). */
-			proc_remove_name(d, off);
-			owners_name_gone(d, name, len);
-		}
-		lp = &d->leases; /* the list changed under us: start over */
+		/* Releasing drops the lease (and may hand the name on). */
+		registry_remove(d, off, PROCREG_EV_EXPIRED);
+		lp = &d->owners->leases; /* the list changed under us: start over */
 	}
 	return next == UINT64_MAX ? UINT64_MAX : next - now;
 }
@@ -626,7 +607,7 @@ uint64_t owners_next_deadline(const struct daemon *d)
 {
 	uint64_t next = UINT64_MAX;
 
-	for (const struct lease *l = d->leases; l; l = l->next)
+	for (const struct lease *l = d->owners->leases; l; l = l->next)
 		if (!l->expired && l->deadline_ns < next)
 			next = l->deadline_ns;
 	return next;
@@ -634,14 +615,16 @@ uint64_t owners_next_deadline(const struct daemon *d)
 
 void owners_free_all(struct daemon *d)
 {
-	if (d->owners_open) {
-		close(d->owners_fd);
-		d->owners_open = false;
+	if (!d->owners)
+		return;
+	if (d->owners->open) {
+		close(d->owners->fd);
+		d->owners->open = false;
 	}
-	while (d->queues) {
-		struct queue *q = d->queues;
+	while (d->owners->queues) {
+		struct queue *q = d->owners->queues;
 
-		d->queues = q->next;
+		d->owners->queues = q->next;
 		while (q->head) {
 			struct waiter *w = q->head;
 
@@ -650,12 +633,14 @@ void owners_free_all(struct daemon *d)
 		}
 		free(q);
 	}
-	while (d->leases) {
-		struct lease *l = d->leases;
+	while (d->owners->leases) {
+		struct lease *l = d->owners->leases;
 
-		d->leases = l->next;
+		d->owners->leases = l->next;
 		free(l);
 	}
+	free(d->owners);
+	d->owners = NULL;
 }
 
 /* ---- the journal: rewriting and replaying ------------------------------ */
@@ -687,9 +672,9 @@ static void journal_off(struct daemon *d, const char *why)
 	journal_path(d, path, sizeof(path), "");
 	log_msg("owners journal %s: %s", path, why);
 	unlink(path);
-	if (d->owners_open) {
-		close(d->owners_fd);
-		d->owners_open = false;
+	if (d->owners->open) {
+		close(d->owners->fd);
+		d->owners->open = false;
 	}
 }
 
@@ -718,14 +703,14 @@ static int journal_rewrite(struct daemon *d)
 	}
 	if ((err = write_all(fd, &h, sizeof(h))) < 0)
 		goto fail;
-	for (const struct lease *l = d->leases; l; l = l->next) {
+	for (const struct lease *l = d->owners->leases; l; l = l->next) {
 		size_t n = jrec_lease(buf, l);
 
 		if ((err = write_all(fd, buf, n)) < 0)
 			goto fail;
 		bytes += n;
 	}
-	for (const struct queue *q = d->queues; q; q = q->next) {
+	for (const struct queue *q = d->owners->queues; q; q = q->next) {
 		for (const struct waiter *w = q->head; w; w = w->next) {
 			size_t n = jrec_waiter(buf, q, w);
 
@@ -738,17 +723,17 @@ static int journal_rewrite(struct daemon *d)
 		err = -errno;
 		goto fail;
 	}
-	if (d->owners_open)
-		close(d->owners_fd);
-	d->owners_fd = fd;
-	d->owners_open = true;
-	d->owners_bytes = d->owners_base = bytes;
-	d->owners_room = bytes;
-	d->owners_owed = owed_now(d);
+	if (d->owners->open)
+		close(d->owners->fd);
+	d->owners->fd = fd;
+	d->owners->open = true;
+	d->owners->bytes = d->owners->base = bytes;
+	d->owners->room = bytes;
+	d->owners->owed = owed_now(d);
 	/* The new file was written, so there was space: room for the
 	 * removals, and some ahead, if there still is; else the next
 	 * request that adds something asks again. */
-	journal_allocate(d, bytes + d->owners_owed);
+	journal_allocate(d, bytes + d->owners->owed);
 	return 0;
 fail:
 	log_msg("owners journal %s: cannot rewrite it: %s", path, strerror(-err));
@@ -810,7 +795,7 @@ static int replay_wait(struct jwait **waits, const struct jrec *r, const char *n
 	return 0;
 }
 
-/* Replay the journal into d->leases and *WAITS. Returns the length of its
+/* Replay the journal into d->owners->leases and *WAITS. Returns the length of its
  * sound part (header and whole records), or 0 if it was not used. */
 static size_t replay(struct daemon *d, struct jwait **waits)
 {
@@ -926,14 +911,14 @@ static int journal_reuse(struct daemon *d, size_t len)
 		close(fd);
 		return err;
 	}
-	d->owners_fd = fd;
-	d->owners_open = true;
-	d->owners_bytes = d->owners_base = d->owners_room = len;
-	d->owners_owed = owed_now(d);
+	d->owners->fd = fd;
+	d->owners->open = true;
+	d->owners->bytes = d->owners->base = d->owners->room = len;
+	d->owners->owed = owed_now(d);
 	/* The room the last daemon allocated past the end is still there
 	 * (a sound journal was not shortened): it held what removing
 	 * everything would take, and more than we kept. */
-	journal_allocate(d, len + d->owners_owed);
+	journal_allocate(d, len + d->owners->owed);
 	log_msg("owners journal %s: kept as it was, and appended to", path);
 	return 0;
 }
@@ -957,7 +942,7 @@ int owners_recover(struct daemon *d, bool attached)
 	if (attached)
 		sound = replay(d, &waits);
 	/* A lease holds while its name is here, ours, and still leased. */
-	for (struct lease **lp = &d->leases; *lp;) {
+	for (struct lease **lp = &d->owners->leases; *lp;) {
 		struct lease *l = *lp;
 		uint64_t off = find_name(d, l->name, l->len);
 		const struct pr_record *r = off ? (const struct pr_record *)(d->w.map.base + off) : NULL;
@@ -982,16 +967,13 @@ int owners_recover(struct daemon *d, bool attached)
 		} else if (proc_verify(d, w->r.pid, w->r.start, w->r.ino, &p) == 0) {
 			struct ident id = { .pid = p->pid, .uid = p->uid, .start = p->start,
 					    .ino = p->ino, .pidfd = -1 };
-			struct pr_frame f = { 0 };
+			struct reg_request rq = {
+				.kind = PR_KIND_NAME, .name = w->name, .name_len = w->r.name_len,
+				.meta = w->meta, .meta_len = w->r.meta_len, .flags = w->r.flags,
+				.lease_ms = w->r.lease_ms,
+			};
 
-			f.h.op = PR_OP_REGISTER;
-			f.h.flags = w->r.flags;
-			f.name = w->name;
-			f.name_len = w->r.name_len;
-			f.meta = w->meta;
-			f.meta_len = w->r.meta_len;
-			f.arg = w->r.lease_ms;
-			if (owners_enqueue(d, p, &id, &f) == 0) {
+			if (owners_enqueue(d, p, &id, &rq) == 0) {
 				places++;
 			} else {
 				proc_release_if_empty(d, p);
@@ -1004,11 +986,11 @@ int owners_recover(struct daemon *d, bool attached)
 	}
 	/* A name whose owner died while no daemon watched goes to the next in
 	 * line now (owners_name_gone changes the list: names first). */
-	for (const struct queue *q = d->queues; q; q = q->next)
+	for (const struct queue *q = d->owners->queues; q; q = q->next)
 		nqueues++;
 	if (nqueues)
 		free_names = calloc(nqueues, sizeof(*free_names));
-	for (const struct queue *q = d->queues; q && free_names; q = q->next) {
+	for (const struct queue *q = d->owners->queues; q && free_names; q = q->next) {
 		if (!find_name(d, q->name, q->len)) {
 			memcpy(free_names[nfree], q->name, q->len);
 			free_names[nfree++][q->len] = 0;

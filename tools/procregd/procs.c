@@ -212,14 +212,12 @@ struct proc *proc_forget_name(struct daemon *d, uint64_t off)
 	return unlink_name(d, off);
 }
 
-void proc_remove_name(struct daemon *d, uint64_t off)
+void proc_forget_all(struct daemon *d, struct proc *p)
 {
-	struct proc *p = unlink_name(d, off);
-
-	procreg__w_unpublish(&d->w, off);
-	bridge_note(d, 1, off);
-	if (p)
-		proc_release_if_empty(d, p);
+	for (size_t i = 0; i < p->names.n; i++)
+		procreg__u64map_del(&d->owned, p->names.v[i]);
+	uid_adjust(&d->uid_names, p->uid, -(int64_t)p->names.n);
+	p->names.n = 0;
 }
 
 void proc_release_if_empty(struct daemon *d, struct proc *p)
@@ -230,43 +228,11 @@ void proc_release_if_empty(struct daemon *d, struct proc *p)
 
 void proc_died(struct daemon *d, struct proc *p)
 {
-	size_t n = p->names.n, nheirs = 0;
-	char (*heirs)[PROCREG_NAME_MAX + 1] = NULL;
+	size_t n;
 
 	if (p->gone)
 		return;
-	owners_proc_gone(d, p);
-	/* Names and memberships alike, in one pass of the event loop: no
-	 * request is served between the first removal and the last. Names
-	 * someone waits for, or that carry a lease, are noted on the way:
-	 * their records are retired here, and the hand-over below allocates,
-	 * which may reclaim, which may free them. */
-	for (size_t i = 0; i < p->names.n; i++) {
-		const struct pr_record *r =
-			(const struct pr_record *)(d->w.map.base + p->names.v[i]);
-
-		procreg__w_unpublish(&d->w, p->names.v[i]);
-		procreg__w_emit(&d->w, PROCREG_EV_DIED, r);
-		bridge_note(d, 1, p->names.v[i]);
-		procreg__u64map_del(&d->owned, p->names.v[i]);
-		if (r->kind == PR_KIND_NAME && owners_interested(d, r->data, r->name_len)) {
-			if (!heirs)
-				heirs = calloc(p->names.n, sizeof(*heirs));
-			if (heirs) {
-				memcpy(heirs[nheirs], r->data, r->name_len);
-				heirs[nheirs++][r->name_len] = 0;
-			}
-		}
-	}
-	p->names.n = 0;
-	/* Then pass the names on: a standby owns one in the same turn of the
-	 * loop that saw the death. */
-	for (size_t i = 0; i < nheirs; i++)
-		owners_name_gone(d, heirs[i], strlen(heirs[i]));
-	free(heirs);
-	uid_adjust(&d->uid_names, p->uid, -(int64_t)n);
-	if (n)
-		CMM_STORE_SHARED(d->w.map.hdr->deaths, d->w.map.hdr->deaths + 1);
+	n = registry_died(d, p);
 	PR_TRACE(procregd, death, p->pid, n, d->wake_ns ? procreg__mono_ns() - d->wake_ns : 0);
 	LOGV(d, "pid %d: exited, %zu name%s and membership%s removed", (int)p->pid, n,
 	     n == 1 ? "" : "s", n == 1 ? "" : "s");

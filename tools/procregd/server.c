@@ -34,7 +34,6 @@
 
 PR_PROBE_DEFINE(procregd, request);
 PR_PROBE_DEFINE(procregd, reply);
-PR_PROBE_DEFINE(procregd, conflict);
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
@@ -445,128 +444,23 @@ static int target_of(struct client *c, const struct pr_frame *f, int passed_fd,
 	return 0;
 }
 
-/*
- * Publish a name or a membership for P (identity ID) in ROOT: insert it,
- * or replace the one P already holds there (new metadata). A name another
- * process holds is taken over if it is replaceable and F asks to replace,
- * queued for if F asks to wait in line (-EINPROGRESS), refused otherwise
- * (-EEXIST). A membership's key is its owner: never someone else's.
- *
- * P is attached before anything is looked up: attaching may process the
- * death of a previous process with P's pid, whose removals change slots,
- * and a slot position found before them could end up past an empty slot,
- * where no probe would find the new entry.
- */
-static int put_entry(struct daemon *d, struct proc *p, const struct ident *id, struct pr_root *root,
-		     const struct pr_key *k, const struct pr_frame *f, bool handover, uint64_t *off_out)
+/* What a REGISTER or JOIN frame asks for, as the registry takes it. */
+static void request_of(const struct pr_frame *f, uint8_t kind, struct reg_request *rq)
 {
-	struct pr_record t = { 0 };
-	struct proc *loser = NULL;
-	uint64_t pos, old, off;
-	uint32_t ev = handover ? PROCREG_EV_TRANSFERRED : PROCREG_EV_REGISTERED;
-	bool mine = false, name = k->kind == PR_KIND_NAME;
-	int err = procreg__w_reserve(&d->w, root);
-
-	if (err)
-		return err;
-	old = procreg__w_find(&d->w, root, k, &pos);
-	if (old) {
-		const struct pr_record *r = (const struct pr_record *)(d->w.map.base + old);
-
-		mine = r->node == 0 && r->pid == (uint32_t)id->pid && r->start_time == id->start;
-		if (!mine && name && (f->h.flags & PR_F_REPLACE) && r->node == 0 &&
-		    (r->flags & PROCREG_ENTRY_REPLACEABLE))
-			ev = PROCREG_EV_REPLACED;
-		else if (!mine && name && (f->h.flags & PR_F_QUEUE))
-			return (err = owners_enqueue(d, p, id, f)) ? err : -EINPROGRESS;
-		else if (!mine) {
-			PR_TRACE(procregd, conflict, id->pid, f->name, f->name_len, r->pid, k->kind);
-			LOGV(d, "name '%.*s': refused to pid %d: held by pid %u, node %u",
-			     (int)f->name_len, f->name, (int)id->pid, r->pid, r->node);
-			return -EEXIST;
-		}
-		else
-			ev = PROCREG_EV_UPDATED;
+	*rq = (struct reg_request){
+		.kind = kind, .name = f->name, .name_len = f->name_len, .meta = f->meta,
+		.meta_len = f->meta_len,
+	};
+	if (kind == PR_KIND_NAME) {
+		rq->flags = f->h.flags & (PR_F_QUEUE | PR_F_REPLACE | PR_F_REPLACEABLE |
+					  PR_F_LEASE_MARK);
+		rq->lease_ms = f->arg;
 	}
-	if (!mine && (p->names.n >= d->o.max_names_per_proc || !uid_may_add(d, p)))
-		return -EDQUOT;
-	/* A lease is journaled: room for it first, or no change at all (a
-	 * hand-over's was set aside when its place in line was taken). */
-	if (name && f->arg && !handover && owners_room(d))
-		return -ENOSPC;
-	t.hash = k->hash;
-	t.kind = k->kind;
-	t.start_time = id->start;
-	t.aux = id->ino;
-	/* A metadata update keeps the registration's stamp: it is when the
-	 * name was registered, and what decides a conflict between nodes. A
-	 * fresh stamp would reorder a conflict under way, and two nodes could
-	 * each see their own registration as the earlier, both keeping it. */
-	if (mine)
-		t.registered_ns = ((const struct pr_record *)(d->w.map.base + old))->registered_ns;
-	else
-		t.registered_ns = d->bridge ? bridge_stamp(d) : procreg__now_ns();
-	t.pid = (uint32_t)id->pid;
-	t.uid = id->uid;
-	t.name_len = (uint16_t)f->name_len;
-	t.meta_len = (uint16_t)f->meta_len;
-	if (name)
-		t.flags = (f->h.flags & PR_F_REPLACEABLE ? PROCREG_ENTRY_REPLACEABLE : 0) |
-			  (f->arg ? PROCREG_ENTRY_LEASED : 0);
-	err = procreg__w_new_record(&d->w, &t, f->name, f->meta, &off);
-	if (err)
-		return err;
-	if (!mine && (err = proc_add_name(d, p, off)) < 0) {
-		procreg__w_discard(&d->w, off);
-		return err;
-	}
-	if (old && !mine)
-		loser = proc_forget_name(d, old);
-	/* The owners journal and the table, in the order that leaves no
-	 * leased record without its lease if the daemon dies in between: a
-	 * lease is journaled before its record is published, its end after
-	 * (a journaled lease of a record not, or no longer, leased is
-	 * dropped at recovery). */
-	if (name && f->arg)
-		owners_lease_set(d, f->name, f->name_len, f->arg, f->h.flags & PR_F_LEASE_MARK);
-	/* Reply comes after this store: an acknowledged write is published. */
-	procreg__w_publish(&d->w, root, pos, off);
-	if (mine)
-		proc_replace_name(d, old, off);
-	proc_release_if_empty(d, loser);
-	if (name && !f->arg)
-		owners_lease_set(d, f->name, f->name_len, 0, false);
-	procreg__w_emit(&d->w, name ? ev : PROCREG_EV_JOINED,
-			(const struct pr_record *)(d->w.map.base + off));
-	bridge_note(d, 0, off);
-	if (off_out)
-		*off_out = off;
-	return 0;
-}
-
-/* The table's reserve is for the names of root's and our own uid's
- * processes: whoever asked, the owner decides, as for the quotas. */
-int entry_put(struct daemon *d, struct proc *p, const struct ident *id, struct pr_root *root,
-	      const struct pr_key *k, const struct pr_frame *f, bool handover, uint64_t *off)
-{
-	bool was = d->w.no_reserve;
-	int err;
-
-	d->w.no_reserve = !uid_privileged(d, id->uid);
-	d->w.reserve_hit = false;
-	err = put_entry(d, p, id, root, k, f, handover, off);
-	d->w.no_reserve = was;
-	return err;
-}
-
-static void count(uint64_t *counter)
-{
-	CMM_STORE_SHARED(*counter, *counter + 1);
 }
 
 /* The checks every REGISTER and JOIN starts with: a valid name, an owner
  * the client may act for, and that owner's entry (attached first: see
- * entry_put). */
+ * registry.c's put_local). */
 static int attach_target(struct daemon *d, struct client *c, const struct pr_frame *f,
 			 int passed_fd, struct ident *id, struct proc **p)
 {
@@ -583,9 +477,9 @@ static int do_register(struct daemon *d, struct client *c, const struct pr_frame
 		       int passed_fd)
 {
 	int sig = (f->h.flags & PR_F_SIGNAL_MASK) >> PR_F_SIGNAL_SHIFT;
+	struct reg_request rq;
 	struct ident id;
 	struct proc *p;
-	struct pr_key k;
 	int err = attach_target(d, c, f, passed_fd, &id, &p);
 
 	if (err)
@@ -594,49 +488,29 @@ static int do_register(struct daemon *d, struct client *c, const struct pr_frame
 		proc_release_if_empty(d, p);
 		return -EINVAL;
 	}
-	pr_key_name(&k, PR_KIND_NAME, f->name, f->name_len, d->w.map.hdr->hash_seed);
-	err = entry_put(d, p, &id, &d->w.map.hdr->names, &k, f, false, NULL);
+	request_of(f, PR_KIND_NAME, &rq);
+	err = registry_put(d, p, &id, &rq, false);
 	/* For the process, from now on: what it gets if it loses a name to
 	 * another node (proc_lost_name). */
 	if (sig && (!err || err == -EINPROGRESS))
 		p->lost_signal = sig;
 	proc_release_if_empty(d, p);
-	if (!err)
-		count(&d->w.map.hdr->registrations);
 	return err;
 }
 
 static int do_join(struct daemon *d, struct client *c, const struct pr_frame *f,
 		   int passed_fd)
 {
-	struct pr_root *root;
+	struct reg_request rq;
 	struct ident id;
 	struct proc *p;
-	struct pr_key k;
 	int err = attach_target(d, c, f, passed_fd, &id, &p);
 
 	if (err)
 		return err;
-	err = procreg__w_group(&d->w, f->name, f->name_len, false, &root);
-	/* A new group for a process at its quota would only be made to be
-	 * dropped again. */
-	if (err == -ENOENT) {
-		d->w.no_reserve = !uid_privileged(d, id.uid);
-		d->w.reserve_hit = false;
-		err = p->names.n >= d->o.max_names_per_proc || !uid_may_add(d, p)
-			      ? -EDQUOT
-			      : procreg__w_group(&d->w, f->name, f->name_len, true, &root);
-		d->w.no_reserve = false;
-	}
-	if (!err) {
-		pr_key_member(&k, (uint32_t)id.pid, id.start, 0, d->w.map.hdr->hash_seed);
-		err = entry_put(d, p, &id, root, &k, f, false, NULL);
-		if (err)
-			procreg__w_drop_group_if_empty(&d->w, f->name, f->name_len);
-	}
+	request_of(f, PR_KIND_MEMBER, &rq);
+	err = registry_put(d, p, &id, &rq, false);
 	proc_release_if_empty(d, p);
-	if (!err)
-		count(&d->w.map.hdr->joins);
 	return err;
 }
 
@@ -652,23 +526,17 @@ static int may_remove(const struct client *c, const struct pr_record *r)
 
 static int do_unregister(struct daemon *d, struct client *c, const struct pr_frame *f)
 {
-	struct pr_key k;
 	uint64_t pos, off;
 	int err = procreg__proto_check_name(f);
 
 	if (err)
 		return err;
-	pr_key_name(&k, PR_KIND_NAME, f->name, f->name_len, d->w.map.hdr->hash_seed);
-	off = procreg__w_find(&d->w, &d->w.map.hdr->names, &k, &pos);
+	off = procreg__w_find_name(&d->w, f->name, f->name_len, &pos);
 	if (!off)
 		return -ENOENT;
 	if (!may_remove(c, (const struct pr_record *)(d->w.map.base + off)))
 		return -EPERM;
-	/* Retired, not freed: the record stays readable for the event. */
-	proc_remove_name(d, off);
-	procreg__w_emit(&d->w, PROCREG_EV_UNREGISTERED, (const struct pr_record *)(d->w.map.base + off));
-	owners_name_gone(d, f->name, f->name_len);
-	count(&d->w.map.hdr->unregistrations);
+	registry_remove(d, off, PROCREG_EV_UNREGISTERED);
 	return 0;
 }
 
@@ -687,9 +555,7 @@ static int do_leave(struct daemon *d, struct client *c, const struct pr_frame *f
 	off = procreg__w_find(&d->w, root, &k, &pos);
 	if (!off)
 		return -ENOENT;
-	proc_remove_name(d, off);
-	procreg__w_emit(&d->w, PROCREG_EV_LEFT, (const struct pr_record *)(d->w.map.base + off));
-	count(&d->w.map.hdr->leaves);
+	registry_remove(d, off, PROCREG_EV_LEFT);
 	return 0;
 }
 

@@ -334,7 +334,7 @@ static uint64_t w_member(struct pr_writer *w, const char *group, uint32_t pid, u
 }
 
 /* Leave GROUP as do_leave does: find the membership, then remove it the
- * way proc_remove_name does (procreg__w_unpublish, which drops the group
+ * way registry.c removes a membership (procreg__w_unpublish, which drops the group
  * with its last member). */
 static int w_leave(struct pr_writer *w, const char *group, uint32_t pid, uint64_t start,
 		   uint32_t node)

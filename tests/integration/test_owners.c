@@ -251,10 +251,11 @@ static int setup_small(void **state)
 /*
  * The owner and the one waiting for its names die together, in a table
  * too full for the hand-over: the hand-over fails and releases the
- * waiter while its own death is still to be handled in the same batch,
- * and the dying owner's retired records may be reclaimed to make room.
- * The daemon must survive it (under ASan, any use of freed memory aborts
- * it), and leave nothing of either behind.
+ * waiter while its own death is still to be handled in the same batch.
+ * The allocation reclaims, but only what earlier batches retired: the
+ * dying owner's records, retired in this batch, stay whole while the
+ * daemon still reads them. The daemon must survive it (under ASan, any
+ * use of freed memory aborts it), and leave nothing of either behind.
  */
 static void test_handover_in_full_table(void **state)
 {

@@ -1,0 +1,375 @@
+/*
+ * registry.c - every change to the table's names and memberships, with its
+ * side effects in one order (registry.h says which, and why).
+ *
+ * Writer thread only. Nothing here decides policy: who may ask is
+ * server.c's, who is next in line and when a lease ends is owners.c's,
+ * who wins between nodes is bridge.c's.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "probes.h"
+
+PR_PROBE_DEFINE(procregd, conflict);
+
+static const struct pr_record *rec(const struct daemon *d, uint64_t off)
+{
+	return (const struct pr_record *)(d->w.map.base + off);
+}
+
+static void count(uint64_t *counter, uint64_t n)
+{
+	CMM_STORE_SHARED(*counter, *counter + n);
+}
+
+/* ---- the table ---------------------------------------------------------- */
+
+/* Room for one more entry in ROOT, then K's place in it: *OLD the record
+ * there now (0: none), *POS the slot to publish at. The reserve may
+ * rebuild the index, which moves every slot: the find comes after it. */
+static int slot_for(struct daemon *d, struct pr_root *root, const struct pr_key *k,
+		    uint64_t *pos, uint64_t *old)
+{
+	int err = procreg__w_reserve(&d->w, root);
+
+	if (!err)
+		*old = procreg__w_find(&d->w, root, k, pos);
+	return err;
+}
+
+/* The one record template: E's content, owned as E says, keyed by K. */
+static int new_record(struct daemon *d, const struct pr_key *k, const struct reg_remote *e,
+		      uint64_t ino, uint64_t *off)
+{
+	struct pr_record t = { 0 };
+
+	t.hash = k->hash;
+	t.kind = e->kind;
+	t.flags = e->flags;
+	t.node = e->node;
+	t.pid = e->pid;
+	t.uid = e->uid;
+	t.start_time = e->start_time;
+	t.registered_ns = e->registered_ns;
+	t.aux = ino;
+	t.name_len = (uint16_t)e->name_len;
+	t.meta_len = (uint16_t)e->meta_len;
+	return procreg__w_new_record(&d->w, &t, e->name, e->meta, off);
+}
+
+/* The root K's entry goes in: the name index, or group NAME's member
+ * index (made if CREATE and missing). */
+static int root_for(struct daemon *d, uint8_t kind, const char *name, size_t len, bool create,
+		    struct pr_root **root)
+{
+	if (kind == PR_KIND_NAME) {
+		*root = &d->w.map.hdr->names;
+		return 0;
+	}
+	return procreg__w_group(&d->w, name, len, create, root);
+}
+
+/* The published entry OFF leaves the table: the store, the event (the
+ * record, retired, is still whole), the bridge. */
+static void take_out(struct daemon *d, uint64_t off, uint32_t ev)
+{
+	procreg__w_unpublish(&d->w, off);
+	procreg__w_emit(&d->w, ev, rec(d, off));
+	bridge_note(d, 1, off);
+}
+
+/* After names left the table: each goes to the next in line, if anyone
+ * waits (owners.c). Their records were retired in this batch: still
+ * readable. */
+static void pass_on(struct daemon *d, const uint64_t *offs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct pr_record *r = rec(d, offs[i]);
+
+		if (r->kind == PR_KIND_NAME && owners_interested(d, r->data, r->name_len))
+			owners_name_gone(d, r->data, r->name_len);
+	}
+}
+
+/* ---- local entries ------------------------------------------------------ */
+
+static bool may_hold_more(const struct daemon *d, const struct proc *p)
+{
+	return p->names.n < d->o.max_names_per_proc && uid_may_add(d, p);
+}
+
+/*
+ * P is attached before anything is looked up: attaching may process the
+ * death of a previous process with P's pid, whose removals change slots,
+ * and a slot position found before them could end up past an empty slot,
+ * where no probe would find the new entry.
+ */
+static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
+		     struct pr_root *root, const struct reg_request *rq, bool handover)
+{
+	bool name = rq->kind == PR_KIND_NAME, mine = false;
+	uint32_t ev = !name ? PROCREG_EV_JOINED
+		      : handover ? PROCREG_EV_TRANSFERRED : PROCREG_EV_REGISTERED;
+	struct reg_remote e = {
+		.kind = rq->kind, .pid = (uint32_t)id->pid, .uid = id->uid, .start_time = id->start,
+		.name = rq->name, .name_len = rq->name_len, .meta = rq->meta, .meta_len = rq->meta_len,
+	};
+	struct proc *loser = NULL;
+	struct pr_key k;
+	uint64_t pos, old, off;
+	int err;
+
+	if (name)
+		pr_key_name(&k, PR_KIND_NAME, rq->name, rq->name_len, d->w.map.hdr->hash_seed);
+	else
+		pr_key_member(&k, (uint32_t)id->pid, id->start, 0, d->w.map.hdr->hash_seed);
+	err = slot_for(d, root, &k, &pos, &old);
+	if (err)
+		return err;
+	if (old) {
+		const struct pr_record *r = rec(d, old);
+
+		mine = r->node == 0 && r->pid == (uint32_t)id->pid && r->start_time == id->start;
+		if (mine) {
+			if (name)
+				ev = PROCREG_EV_UPDATED;
+		} else if (name && (rq->flags & PROCREG_REPLACE) && r->node == 0 &&
+			   (r->flags & PROCREG_ENTRY_REPLACEABLE)) {
+			ev = PROCREG_EV_REPLACED;
+		} else if (name && (rq->flags & PROCREG_QUEUE)) {
+			return (err = owners_enqueue(d, p, id, rq)) ? err : -EINPROGRESS;
+		} else {
+			PR_TRACE(procregd, conflict, id->pid, rq->name, rq->name_len, r->pid, k.kind);
+			LOGV(d, "name '%.*s': refused to pid %d: held by pid %u, node %u",
+			     (int)rq->name_len, rq->name, (int)id->pid, r->pid, r->node);
+			return -EEXIST;
+		}
+	}
+	if (!mine && !may_hold_more(d, p))
+		return -EDQUOT;
+	/* A lease is journaled: room for it first, or no change at all (a
+	 * hand-over's was set aside when its place in line was taken). */
+	if (name && rq->lease_ms && !handover && owners_room(d))
+		return -ENOSPC;
+	/* A metadata update keeps the registration's stamp: it is when the
+	 * name was registered, and what decides a conflict between nodes. A
+	 * fresh stamp would reorder a conflict under way, and two nodes could
+	 * each see their own registration as the earlier, both keeping it. */
+	if (mine)
+		e.registered_ns = rec(d, old)->registered_ns;
+	else
+		e.registered_ns = d->bridge ? bridge_stamp(d) : procreg__now_ns();
+	if (name)
+		e.flags = (rq->flags & PROCREG_REPLACEABLE ? PROCREG_ENTRY_REPLACEABLE : 0) |
+			  (rq->lease_ms ? PROCREG_ENTRY_LEASED : 0);
+	err = new_record(d, &k, &e, id->ino, &off);
+	if (err)
+		return err;
+	if (!mine && (err = proc_add_name(d, p, off)) < 0) {
+		procreg__w_discard(&d->w, off);
+		return err;
+	}
+	if (old && !mine)
+		loser = proc_forget_name(d, old);
+	if (name && rq->lease_ms)
+		owners_lease_set(d, rq->name, rq->name_len, rq->lease_ms,
+				 rq->flags & PROCREG_LEASE_MARK);
+	/* Replies come after this store: an acknowledged write is published. */
+	procreg__w_publish(&d->w, root, pos, off);
+	if (mine)
+		proc_replace_name(d, old, off);
+	proc_release_if_empty(d, loser);
+	if (name && !rq->lease_ms)
+		owners_lease_set(d, rq->name, rq->name_len, 0, false);
+	procreg__w_emit(&d->w, ev, rec(d, off));
+	bridge_note(d, 0, off);
+	if (!handover)
+		count(name ? &d->w.map.hdr->registrations : &d->w.map.hdr->joins, 1);
+	return 0;
+}
+
+int registry_put(struct daemon *d, struct proc *p, const struct ident *id,
+		 const struct reg_request *rq, bool handover)
+{
+	bool was = d->w.no_reserve;
+	struct pr_root *root;
+	int err;
+
+	d->w.no_reserve = !uid_privileged(d, id->uid);
+	d->w.reserve_hit = false;
+	err = root_for(d, rq->kind, rq->name, rq->name_len, false, &root);
+	/* A new group for a process at its quota would only be made to be
+	 * dropped again. */
+	if (err == -ENOENT)
+		err = may_hold_more(d, p) ? root_for(d, rq->kind, rq->name, rq->name_len, true, &root)
+					  : -EDQUOT;
+	if (!err)
+		err = put_local(d, p, id, root, rq, handover);
+	if (err && rq->kind == PR_KIND_MEMBER)
+		procreg__w_drop_group_if_empty(&d->w, rq->name, rq->name_len);
+	d->w.no_reserve = was;
+	return err;
+}
+
+/* Remove the local entry OFF with event EV; LOST: it lost to another
+ * node (its lease ends, nobody is handed it). */
+static void remove_local(struct daemon *d, uint64_t off, uint32_t ev, bool lost)
+{
+	const struct pr_record *r = rec(d, off);
+	struct proc *p = proc_forget_name(d, off);
+
+	take_out(d, off, ev);
+	proc_release_if_empty(d, p);
+	if (ev == PROCREG_EV_UNREGISTERED)
+		count(&d->w.map.hdr->unregistrations, 1);
+	else if (ev == PROCREG_EV_LEFT)
+		count(&d->w.map.hdr->leaves, 1);
+	if (r->kind != PR_KIND_NAME)
+		return;
+	if (lost)
+		owners_lease_set(d, r->data, r->name_len, 0, false);
+	else
+		owners_name_gone(d, r->data, r->name_len);
+}
+
+void registry_remove(struct daemon *d, uint64_t off, uint32_t ev)
+{
+	remove_local(d, off, ev, false);
+}
+
+void registry_lose(struct daemon *d, uint64_t off, const char *node, pid_t winner)
+{
+	/* Noted while the record still has its owner's place in procs.c. */
+	proc_lost_name(d, off, node, winner);
+	remove_local(d, off, PROCREG_EV_CONFLICT, true);
+}
+
+size_t registry_died(struct daemon *d, struct proc *p)
+{
+	const uint64_t *offs = p->names.v;
+	size_t n = p->names.n;
+
+	owners_proc_gone(d, p);
+	/* Names and memberships alike, in one pass of the event loop: no
+	 * request is served between the first removal and the last. */
+	for (size_t i = 0; i < n; i++)
+		take_out(d, offs[i], PROCREG_EV_DIED);
+	/* P's list is emptied, its memory kept: OFFS stays valid (P is in no
+	 * line any more, so nothing below gives it a name). */
+	proc_forget_all(d, p);
+	/* Then the names pass on: a standby owns one in the same turn of the
+	 * loop that saw the death. */
+	pass_on(d, offs, n);
+	if (n)
+		count(&d->w.map.hdr->deaths, 1);
+	return n;
+}
+
+int registry_set_flags(struct daemon *d, uint64_t off, uint8_t flags, uint32_t ev)
+{
+	const struct pr_record *r = rec(d, off);
+	struct reg_remote e = {
+		.node = r->node, .kind = r->kind, .flags = flags, .pid = r->pid, .uid = r->uid,
+		.start_time = r->start_time, .registered_ns = r->registered_ns,
+		.name = r->data, .name_len = r->name_len,
+		.meta = r->data + r->name_len + 1, .meta_len = r->meta_len,
+	};
+	struct pr_key k;
+	uint64_t pos, old, noff;
+	int err;
+
+	pr_key_name(&k, PR_KIND_NAME, r->data, r->name_len, d->w.map.hdr->hash_seed);
+	err = slot_for(d, &d->w.map.hdr->names, &k, &pos, &old);
+	if (!err)
+		err = new_record(d, &k, &e, r->aux, &noff);
+	if (err)
+		return err;
+	procreg__w_publish(&d->w, &d->w.map.hdr->names, pos, noff);
+	proc_replace_name(d, off, noff);
+	procreg__w_emit(&d->w, ev, rec(d, noff));
+	bridge_note(d, 0, noff);
+	return 0;
+}
+
+/* ---- other nodes' entries ----------------------------------------------- */
+
+int registry_apply(struct daemon *d, const struct reg_remote *e, uint64_t *off_out)
+{
+	bool member = e->kind == PR_KIND_MEMBER;
+	struct pr_root *root;
+	struct pr_key k;
+	uint64_t pos, old, off;
+	int err = root_for(d, e->kind, e->name, e->name_len, true, &root);
+
+	if (err)
+		return err;
+	if (member)
+		pr_key_member(&k, e->pid, e->start_time, e->node, d->w.map.hdr->hash_seed);
+	else
+		pr_key_name(&k, PR_KIND_NAME, e->name, e->name_len, d->w.map.hdr->hash_seed);
+	err = slot_for(d, root, &k, &pos, &old);
+	if (!err)
+		err = new_record(d, &k, e, 0, &off);
+	if (err) {
+		if (member)
+			procreg__w_drop_group_if_empty(&d->w, e->name, e->name_len);
+		return err;
+	}
+	procreg__w_publish(&d->w, root, pos, off);
+	procreg__w_emit(&d->w, member ? PROCREG_EV_JOINED
+				 : old ? PROCREG_EV_UPDATED : PROCREG_EV_REGISTERED, rec(d, off));
+	*off_out = off;
+	return 0;
+}
+
+static uint32_t remote_event(const struct pr_record *r, uint32_t ev)
+{
+	return ev ? ev : r->kind == PR_KIND_NAME ? PROCREG_EV_UNREGISTERED : PROCREG_EV_LEFT;
+}
+
+void registry_apply_remove(struct daemon *d, uint64_t off, uint32_t ev)
+{
+	take_out(d, off, remote_event(rec(d, off), ev));
+	pass_on(d, &off, 1);
+}
+
+struct remove_all {
+	struct daemon *d;
+	registry_match_fn match;
+	void *arg;
+	uint32_t ev;
+	struct pr_vec names;
+	uint64_t removed;
+	bool lost;              /* a name not kept for passing on: no memory */
+};
+
+static int remove_one(uint64_t off, const struct pr_record *r, void *arg)
+{
+	struct remove_all *c = arg;
+
+	if (!c->match(off, r, c->arg))
+		return 0;
+	take_out(c->d, off, remote_event(r, c->ev));
+	if (r->kind == PR_KIND_NAME && procreg__vec_push(&c->names, off) < 0)
+		c->lost = true;
+	c->removed++;
+	return 0;
+}
+
+uint64_t registry_apply_remove_all(struct daemon *d, registry_match_fn match, void *arg,
+				   uint32_t ev)
+{
+	struct remove_all c = { .d = d, .match = match, .arg = arg, .ev = ev };
+
+	/* Passed on after the walk: a hand-over publishes, and may rebuild
+	 * the index being walked. */
+	procreg__w_walk(&d->w, remove_one, &c);
+	if (c.lost)
+		log_msg("out of memory: names removed with their node not offered to the next in line");
+	pass_on(d, c.names.v, c.names.n);
+	procreg__vec_free(&c.names);
+	return c.removed;
+}
