@@ -123,6 +123,9 @@ int procreg__check_table_hdr(const struct pr_table_hdr *h, size_t file_size,
 int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, uid_t trust_uid,
 			const char **why);
 void procreg__unmap(struct pr_map *m);
+/* Map the whole of table file FD, whose fstat() gave SIZE, shared with
+ * PROT. -EPROTO: a size no table can have. */
+int procreg__map_file(int fd, off_t size, int prot, void **base);
 
 /* Bounds-checked access to a block of LEN bytes at OFF: NULL when any of it
  * falls outside the arena. */

@@ -25,6 +25,20 @@ struct lost_body {
 	uint64_t time_ns;
 };
 
+/* The body is a fixed part of FIXED bytes, then the name (NAME_LEN
+ * bytes), then a second field (META_LEN bytes: metadata, or the LOST
+ * notice's node): point F at both, if they are inside the body. */
+static int body_strings(struct pr_frame *f, size_t fixed, uint16_t name_len, uint16_t meta_len)
+{
+	if (fixed + (size_t)name_len + meta_len > f->body_len)
+		return -EPROTO;
+	f->name = (const char *)f->body + fixed;
+	f->name_len = name_len;
+	f->meta = f->body + fixed + name_len;
+	f->meta_len = meta_len;
+	return 0;
+}
+
 static int decode_body(struct pr_frame *f)
 {
 	struct name_body nb;
@@ -47,12 +61,8 @@ static int decode_body(struct pr_frame *f)
 		if (!(f->h.op & PR_OP_REPLY) || f->body_len < sizeof(lb))
 			return -EPROTO;
 		memcpy(&lb, f->body, sizeof(lb));
-		if (sizeof(lb) + (size_t)lb.name_len + lb.node_len > f->body_len)
+		if (body_strings(f, sizeof(lb), lb.name_len, lb.node_len) < 0)
 			return -EPROTO;
-		f->name = (const char *)f->body + sizeof(lb);
-		f->name_len = lb.name_len;
-		f->meta = f->body + sizeof(lb) + lb.name_len;
-		f->meta_len = lb.node_len;
 		f->arg = lb.reason;
 		f->pid = lb.winner;
 		f->time_ns = lb.time_ns;
@@ -69,12 +79,8 @@ static int decode_body(struct pr_frame *f)
 		if ((op == PR_OP_UNREGISTER || op == PR_OP_LEAVE || op == PR_OP_REFRESH) &&
 		    nb.meta_len)
 			return -EPROTO;
-		if (sizeof(nb) + (size_t)nb.name_len + nb.meta_len > f->body_len)
+		if (body_strings(f, sizeof(nb), nb.name_len, nb.meta_len) < 0)
 			return -EPROTO;
-		f->name = (const char *)f->body + sizeof(nb);
-		f->name_len = nb.name_len;
-		f->meta = f->body + sizeof(nb) + nb.name_len;
-		f->meta_len = nb.meta_len;
 		f->arg = nb.arg;
 		return 0;
 	case PR_OP_SYNC:

@@ -97,12 +97,25 @@ static int open_trusted(const char *path, uid_t trust, struct stat *st, const ch
 	return fd;
 }
 
+int procreg__map_file(int fd, off_t size, int prot, void **base)
+{
+	void *p;
+
+	if (size <= 0 || (uint64_t)size > PR_MAX_FILE_SIZE)
+		return -EPROTO;
+	p = mmap(NULL, (size_t)size, prot, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	*base = p;
+	return 0;
+}
+
 int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, uid_t trust,
 			const char **why)
 {
 	const char *w = NULL;
 	struct stat st;
-	void *t;
+	void *t = NULL;
 	int fd, err;
 
 	memset(m, 0, sizeof(*m));
@@ -112,19 +125,15 @@ int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, uid_t trust,
 			*why = w;
 		return fd;
 	}
-	if (st.st_size <= 0 || (uint64_t)st.st_size > PR_MAX_FILE_SIZE) {
-		close(fd);
-		if (why)
-			*why = "table file has an impossible size";
-		return -EPROTO;
-	}
 	/* PROT_READ: a client cannot write the table, whatever it does. The
 	 * daemon allocates every page of it that it writes before writing
 	 * it, and no one else may change the file: reading it cannot fault. */
-	t = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	err = procreg__map_file(fd, st.st_size, PROT_READ, &t);
 	close(fd);
-	if (t == MAP_FAILED)
-		return -errno;
+	if (err == -EPROTO && why)
+		*why = "table file has an impossible size";
+	if (err < 0)
+		return err;
 	err = procreg__check_table_hdr(t, (size_t)st.st_size, why);
 	if (err < 0) {
 		munmap(t, (size_t)st.st_size);

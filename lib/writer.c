@@ -782,18 +782,14 @@ fail:
 static int map_rw(int fd, void **base, size_t *size)
 {
 	struct stat st;
-	void *p;
+	int err;
 
 	if (fstat(fd, &st) < 0)
 		return -errno;
-	if (st.st_size <= 0 || (uint64_t)st.st_size > PR_MAX_FILE_SIZE)
-		return -EPROTO;
-	p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED)
-		return -errno;
-	*base = p;
-	*size = (size_t)st.st_size;
-	return 0;
+	err = procreg__map_file(fd, st.st_size, PROT_READ | PROT_WRITE, base);
+	if (!err)
+		*size = (size_t)st.st_size;
+	return err;
 }
 
 int procreg__owned_file_check(int fd, const char **why)

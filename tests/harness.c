@@ -87,9 +87,28 @@ int th_until(int (*fn)(void *), void *arg, int ms)
 
 procreg_t *th_open(const char *dir)
 {
-	PROCREG_OPTS(procreg_opts, o, .dir = dir, .scope = "default");
+	return th_open_scope(dir, "default");
+}
+
+procreg_t *th_open_scope(const char *dir, const char *scope)
+{
+	PROCREG_OPTS(procreg_opts, o, .dir = dir, .scope = scope);
 
 	return procreg_open(&o);
+}
+
+void th_writer_open(struct pr_writer *w, const char *dir, const char *scope, uint64_t max_size)
+{
+	struct pr_paths p;
+	struct pr_writer_opts o = { .max_size = max_size, .readers = 64, .mode = 0600 };
+	const char *why = NULL;
+	int err;
+
+	assert_int_equal(procreg__paths(&p, scope, dir, NULL), 0);
+	err = procreg__writer_open(w, &p, &o, &why);
+	if (err)
+		print_error("writer_open(%s): %s (%s)\n", dir, strerror(-err), why ? why : "");
+	assert_int_equal(err, 0);
 }
 
 int th_daemon_start(struct th_daemon *d, const char *dir, const char *const *args,
@@ -104,17 +123,27 @@ int th_daemon_start(struct th_daemon *d, const char *dir, const char *const *arg
 int th_daemon_start_log(struct th_daemon *d, const char *dir, const char *log,
 			const char *const *args, const char *const *env)
 {
+	return th_daemon_start_scope(d, dir, NULL, log, args, env);
+}
+
+int th_daemon_start_scope(struct th_daemon *d, const char *dir, const char *scope,
+			  const char *log, const char *const *args, const char *const *env)
+{
 	const char *argv[64];
 	int n = 0;
 
 	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "%s", dir);
-	snprintf(d->scope, sizeof(d->scope), "default");
+	snprintf(d->scope, sizeof(d->scope), "%s", scope ? scope : "default");
 	snprintf(d->log, sizeof(d->log), "%s", log);
 	argv[n++] = PROCREGD_PATH;
 	argv[n++] = "--foreground";
 	argv[n++] = "--dir";
 	argv[n++] = dir;
+	if (scope) {
+		argv[n++] = "--scope";
+		argv[n++] = scope;
+	}
 	for (int i = 0; args && args[i] && n < 62; i++)
 		argv[n++] = args[i];
 	argv[n] = NULL;
@@ -136,7 +165,7 @@ int th_daemon_start_log(struct th_daemon *d, const char *dir, const char *log,
 		_exit(127);
 	}
 	for (int i = 0; i < 10000; i++) {
-		procreg_t *r = th_open(dir);
+		procreg_t *r = th_open_scope(dir, d->scope);
 		int status;
 
 		if (r) {
@@ -232,19 +261,28 @@ void th_kill_wait(pid_t *pid)
 	*pid = 0;
 }
 
+void th_cli_argv(const char **argv, size_t cap, const char *dir, const char *const *args)
+{
+	size_t n = 0;
+
+	argv[n++] = PROCREG_CLI_PATH;
+	if (dir) {
+		argv[n++] = "--dir";
+		argv[n++] = dir;
+	}
+	for (int i = 0; args[i] && n < cap - 1; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+}
+
 int th_cli(const char *dir, char *out, size_t outlen, const char *const *args)
 {
 	const char *argv[64];
-	int n = 0, p[2];
+	int p[2];
 	pid_t pid;
 	size_t got = 0;
 
-	argv[n++] = PROCREG_CLI_PATH;
-	argv[n++] = "--dir";
-	argv[n++] = dir;
-	for (int i = 0; args[i] && n < 63; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
+	th_cli_argv(argv, 64, dir, args);
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -1;
 	pid = fork();
@@ -322,6 +360,12 @@ void th_copy_file(const char *from, const char *to)
 
 int th_run(struct th_out *o, const char *const *env, const char *const *argv)
 {
+	return th_run_into(o->out, sizeof(o->out), o->err, sizeof(o->err), 60000, env, argv);
+}
+
+int th_run_into(char *out, size_t outcap, char *err, size_t errcap, int limit_ms,
+		const char *const *env, const char *const *argv)
+{
 	int po[2], pe[2], oo = 1, eo = 1;
 	size_t go = 0, ge = 0;
 	pid_t pid;
@@ -350,20 +394,22 @@ int th_run(struct th_out *o, const char *const *env, const char *const *argv)
 			assert_int_equal(errno, EINTR);
 			continue;
 		}
-		if (k == 0 && (waited += 100) >= 60000) {
+		if (k == 0 && (waited += 100) >= limit_ms) {
 			kill(pid, SIGKILL);
 			th_wait(pid);
+			close(po[0]);
+			close(pe[0]);
 			fail_msg("%s did not finish", argv[0]);
 		}
 		if (p[0].revents)
-			th_drain(po[0], o->out, sizeof(o->out), &go, &oo);
+			th_drain(po[0], out, outcap, &go, &oo);
 		if (p[1].revents)
-			th_drain(pe[0], o->err, sizeof(o->err), &ge, &eo);
+			th_drain(pe[0], err, errcap, &ge, &eo);
 	}
 	close(po[0]);
 	close(pe[0]);
-	o->out[go] = 0;
-	o->err[ge] = 0;
+	out[go] = 0;
+	err[ge] = 0;
 	return th_wait(pid);
 }
 

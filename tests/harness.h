@@ -64,6 +64,9 @@ int th_daemon_start(struct th_daemon *d, const char *dir, const char *const *arg
 /* The same, its stderr appended to LOG instead of DIR/procregd.log. */
 int th_daemon_start_log(struct th_daemon *d, const char *dir, const char *log,
 			const char *const *args, const char *const *env);
+/* The same for scope SCOPE ("--scope SCOPE"; NULL: the default). */
+int th_daemon_start_scope(struct th_daemon *d, const char *dir, const char *scope,
+			  const char *log, const char *const *args, const char *const *env);
 /* SIGTERM and wait: the exit status. */
 int th_daemon_stop(struct th_daemon *d);
 /* SIGKILL and wait. */
@@ -75,6 +78,8 @@ void th_daemon_dump_log(const struct th_daemon *d);
 int th_daemon_stop_dump(struct th_daemon *d);
 
 procreg_t *th_open(const char *dir);
+/* th_open for scope SCOPE. */
+procreg_t *th_open_scope(const char *dir, const char *scope);
 
 /* The usual fixture: a fresh directory (mode 0755, so that a test may act
  * as another uid), a daemon serving it with ARGS and ENV, and a handle. */
@@ -99,6 +104,9 @@ void th_kill_wait(pid_t *pid);
 /* Run the CLI with DIR as --dir: ARGS is NULL-terminated. Captures up to
  * OUTLEN-1 bytes of stdout into OUT (may be NULL). Returns the exit status. */
 int th_cli(const char *dir, char *out, size_t outlen, const char *const *args);
+/* ARGV (room for CAP pointers) := the CLI, "--dir DIR" unless DIR is
+ * NULL, then ARGS (NULL-terminated), cut to fit; NULL-terminated. */
+void th_cli_argv(const char **argv, size_t cap, const char *dir, const char *const *args);
 
 /* Run ARGV[0] (a path) with ARGV, with extra environment ENV ("K=V", or
  * "K" alone to unset K; NULL-terminated, may be NULL) and with
@@ -110,6 +118,10 @@ struct th_out {
 	char err[16384];
 };
 int th_run(struct th_out *o, const char *const *env, const char *const *argv);
+/* th_run into buffers of the caller's (OUT, ERR of OUTCAP, ERRCAP
+ * bytes), failing the test after LIMIT_MS. */
+int th_run_into(char *out, size_t outcap, char *err, size_t errcap, int limit_ms,
+		const char *const *env, const char *const *argv);
 /* Read what FD has into BUF (capacity CAP, kept NUL-terminable), *GOT
  * bytes so far; *OPEN_ turns 0 at end of file. */
 void th_drain(int fd, char *buf, size_t cap, size_t *got, int *open_);
@@ -207,6 +219,9 @@ void th_held_kill(struct th_held *h);
  * among the writer's pages. From then on its grace periods wait for that
  * reader, as procregd's would. */
 struct pr_writer;
+/* Be the writer of SCOPE's table in DIR (made MAX_SIZE bytes if new, 64
+ * reader processes, mode 0600); fails the test if it cannot. */
+void th_writer_open(struct pr_writer *w, const char *dir, const char *scope, uint64_t max_size);
 int th_reader_page(procreg_t *r);
 size_t th_adopt_page(struct pr_writer *w, pid_t pid, int fdnum);
 

@@ -112,61 +112,9 @@ static int cli_env(struct res *r, const char *dir, const char *const *env,
 		   const char *const *args)
 {
 	const char *argv[64];
-	int n = 0, po[2], pe[2], oo = 1, eo = 1;
-	size_t go = 0, ge = 0;
-	pid_t pid;
 
-	argv[n++] = PROCREG_CLI_PATH;
-	if (dir) {
-		argv[n++] = "--dir";
-		argv[n++] = dir;
-	}
-	for (int i = 0; args[i] && n < 63; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-	assert_int_equal(pipe2(po, O_CLOEXEC), 0);
-	assert_int_equal(pipe2(pe, O_CLOEXEC), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		dup2(po[1], 1);
-		dup2(pe[1], 2);
-		unsetenv("PROCREG_DIR");
-		unsetenv("PROCREG_SCOPE");
-		unsetenv("PROCREG_SOCKET");
-		for (int i = 0; env && env[i]; i++)
-			putenv((char *)env[i]);
-		execv(argv[0], (char **)argv);
-		_exit(127);
-	}
-	close(po[1]);
-	close(pe[1]);
-	for (int waited = 0; oo || eo;) {
-		struct pollfd p[2] = { { oo ? po[0] : -1, POLLIN, 0 },
-				       { eo ? pe[0] : -1, POLLIN, 0 } };
-		int k = poll(p, 2, 100);
-
-		if (k < 0) {
-			assert_int_equal(errno, EINTR);
-			continue;
-		}
-		if (k == 0 && (waited += 100) >= CLI_MS) {
-			kill(pid, SIGKILL);
-			th_wait(pid);
-			close(po[0]);
-			close(pe[0]);
-			fail_msg("procreg %s did not finish", args[0] ? args[0] : "");
-		}
-		if (p[0].revents)
-			th_drain(po[0], r->out, sizeof(r->out), &go, &oo);
-		if (p[1].revents)
-			th_drain(pe[0], r->err, sizeof(r->err), &ge, &eo);
-	}
-	close(po[0]);
-	close(pe[0]);
-	r->out[go] = 0;
-	r->err[ge] = 0;
-	r->st = th_wait(pid);
+	th_cli_argv(argv, 64, dir, args);
+	r->st = th_run_into(r->out, sizeof(r->out), r->err, sizeof(r->err), CLI_MS, env, argv);
 	last_res = r;
 	return r->st;
 }
@@ -189,16 +137,10 @@ static int cli(struct res *r, const char *dir, const char *const *args)
 static pid_t spawn_cli(struct fx *f, const char *const *args)
 {
 	const char *argv[64];
-	int n = 0;
 	pid_t pid;
 
 	assert_true(f->nkids < MAX_KIDS);
-	argv[n++] = PROCREG_CLI_PATH;
-	argv[n++] = "--dir";
-	argv[n++] = f->dir;
-	for (int i = 0; args[i] && n < 63; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
+	th_cli_argv(argv, 64, f->dir, args);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
@@ -292,51 +234,16 @@ static void wait_line(const char *path, char *buf, size_t cap)
 	fail_msg("%s never got a line", path);
 }
 
-/* Start procregd for SCOPE in DIR. th_daemon_start confirms a start by
- * opening scope "default", so it cannot tell when another scope serves. */
+/* Start procregd for SCOPE in DIR, its log DIR/procregd.SCOPE.log. */
 static void start_scope(struct th_daemon *d, const char *dir, const char *scope)
 {
-	PROCREG_OPTS(procreg_opts, o, .dir = dir, .scope = scope);
-	int st;
+	char log[300];
 
-	memset(d, 0, sizeof(*d));
-	snprintf(d->dir, sizeof(d->dir), "%s", dir);
-	snprintf(d->scope, sizeof(d->scope), "%s", scope);
-	snprintf(d->log, sizeof(d->log), "%s/procregd.%s.log", dir, scope);
-	d->pid = fork();
-	assert_true(d->pid >= 0);
-	if (d->pid == 0) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-
-		if (fd >= 0)
-			dup2(fd, 2);
-		unsetenv("PROCREG_DIR");
-		unsetenv("PROCREG_SCOPE");
-		unsetenv("PROCREG_SOCKET");
-		execl(PROCREGD_PATH, PROCREGD_PATH, "--foreground", "--dir", dir, "--scope", scope,
-		      (char *)NULL);
-		_exit(127);
+	snprintf(log, sizeof(log), "%s/procregd.%s.log", dir, scope);
+	if (th_daemon_start_scope(d, dir, scope, log, NULL, NULL) != 0) {
+		th_daemon_dump_log(d);
+		fail_msg("procregd --scope %s did not start", scope);
 	}
-	for (int i = 0; i < WAIT_MS; i++) {
-		procreg_t *r = procreg_open(&o);
-
-		if (r) {
-			PROCREG_OPTS(procreg_stats, s);
-
-			procreg_stats(r, &s);
-			procreg_close(r);
-			if (s.daemon_pid == d->pid)
-				return;
-		}
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			d->pid = 0;
-			th_daemon_dump_log(d);
-			fail_msg("procregd --scope %s exited", scope);
-		}
-		th_msleep(1);
-	}
-	th_daemon_dump_log(d);
-	fail_msg("procregd --scope %s did not start", scope);
 }
 
 /* ---- checking output -------------------------------------------------- */
@@ -379,6 +286,39 @@ static const char *expect_age(const char *s)
 	return p;
 }
 
+/* The start of the JSON object procreg prints for E, up to its "age_s"
+ * value; KEY names E's name ("name", "group") and TIME_KEY its time
+ * ("registered_ns", "joined_ns"). Returns what follows the age. */
+static const char *expect_json_head(const char *s, const struct procreg_entry *e,
+				    const char *key, const char *time_key)
+{
+	char buf[2048];
+
+	snprintf(buf, sizeof(buf),
+		 "{\"%s\":\"%s\",\"pid\":%d,\"node\":0,\"uid\":%u,\"start_time\":%llu,"
+		 "\"%s\":%llu,\"age_s\":",
+		 key, e->name, (int)e->pid, e->uid, (unsigned long long)e->start_time, time_key,
+		 (unsigned long long)e->registered_ns);
+	s = expect_prefix(s, buf);
+	return expect_decimal(s, 3);
+}
+
+/* The AGE column (%8s) and the metadata that end a line of ls or
+ * members; return the next line. */
+static const char *expect_age_meta(const char *s, const char *meta_text)
+{
+	const char *age = s;
+	char buf[2048];
+
+	while (*s == ' ')
+		s++;
+	s = expect_age(s);
+	assert_true(s - age >= 8); /* %8s */
+	assert_true(s - age == 8 || age[0] != ' ');
+	snprintf(buf, sizeof(buf), "  %s\n", meta_text);
+	return expect_prefix(s, buf);
+}
+
 /* The JSON object procreg prints for E, with META_JSON its encoded
  * metadata; return what follows it. */
 static const char *expect_entry_json(const char *s, const struct procreg_entry *e,
@@ -386,13 +326,7 @@ static const char *expect_entry_json(const char *s, const struct procreg_entry *
 {
 	char buf[2048];
 
-	snprintf(buf, sizeof(buf),
-		 "{\"name\":\"%s\",\"pid\":%d,\"node\":0,\"uid\":%u,\"start_time\":%llu,"
-		 "\"registered_ns\":%llu,\"age_s\":",
-		 e->name, (int)e->pid, e->uid, (unsigned long long)e->start_time,
-		 (unsigned long long)e->registered_ns);
-	s = expect_prefix(s, buf);
-	s = expect_decimal(s, 3);
+	s = expect_json_head(s, e, "name", "registered_ns");
 	/* Entries made here carry no flags (no lease, not replaceable). */
 	snprintf(buf, sizeof(buf), ",\"meta\":\"%s\",\"flags\":[]}", meta_json);
 	return expect_prefix(s, buf);
@@ -417,18 +351,9 @@ static const char *expect_ls_line(const char *s, const struct procreg_entry *e, 
 				  const char *meta_text)
 {
 	char buf[2048];
-	const char *age;
 
 	snprintf(buf, sizeof(buf), "%-*s %8d %5u ", w, e->name, (int)e->pid, 0u);
-	s = expect_prefix(s, buf);
-	age = s;
-	while (*s == ' ')
-		s++;
-	s = expect_age(s);
-	assert_true(s - age >= 8); /* %8s */
-	assert_true(s - age == 8 || age[0] != ' ');
-	snprintf(buf, sizeof(buf), "  %s\n", meta_text);
-	return expect_prefix(s, buf);
+	return expect_age_meta(expect_prefix(s, buf), meta_text);
 }
 
 static void lookup_ok(procreg_t *reg, const char *name, struct procreg_entry *e)
@@ -1338,13 +1263,7 @@ static const char *expect_member_json(const char *s, const struct procreg_entry 
 {
 	char buf[2048];
 
-	snprintf(buf, sizeof(buf),
-		 "{\"group\":\"%s\",\"pid\":%d,\"node\":0,\"uid\":%u,\"start_time\":%llu,"
-		 "\"joined_ns\":%llu,\"age_s\":",
-		 e->name, (int)e->pid, e->uid, (unsigned long long)e->start_time,
-		 (unsigned long long)e->registered_ns);
-	s = expect_prefix(s, buf);
-	s = expect_decimal(s, 3);
+	s = expect_json_head(s, e, "group", "joined_ns");
 	snprintf(buf, sizeof(buf), ",\"meta\":\"%s\"}", meta_json);
 	return expect_prefix(s, buf);
 }
@@ -1354,18 +1273,9 @@ static const char *expect_member_line(const char *s, const struct procreg_entry 
 				      const char *meta_text)
 {
 	char buf[2048];
-	const char *age;
 
 	snprintf(buf, sizeof(buf), "%8d %5u ", (int)e->pid, 0u);
-	s = expect_prefix(s, buf);
-	age = s;
-	while (*s == ' ')
-		s++;
-	s = expect_age(s);
-	assert_true(s - age >= 8); /* %8s */
-	assert_true(s - age == 8 || age[0] != ' ');
-	snprintf(buf, sizeof(buf), "  %s\n", meta_text);
-	return expect_prefix(s, buf);
+	return expect_age_meta(expect_prefix(s, buf), meta_text);
 }
 
 /* One line of "groups" in a name column W wide; return the next line. */

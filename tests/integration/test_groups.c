@@ -273,26 +273,8 @@ static bool member_ok(const struct procreg_entry *e, const char *group, long wan
 	return ml == e->meta_len && !memcmp(m, e->meta, ml);
 }
 
-static void w_open_at(struct pr_writer *w, const char *dir, uint64_t max_size)
-{
-	struct pr_paths p;
-	struct pr_writer_opts o = { .max_size = max_size, .readers = 64, .mode = 0600 };
-	const char *why = NULL;
-	int err;
-
-	assert_int_equal(procreg__paths(&p, SCOPE, dir, NULL), 0);
-	err = procreg__writer_open(w, &p, &o, &why);
-	if (err)
-		print_error("writer_open(%s): %s (%s)\n", dir, strerror(-err), why ? why : "");
-	assert_int_equal(err, 0);
-}
-
-static procreg_t *r_open(const char *dir)
-{
-	PROCREG_OPTS(procreg_opts, o, .dir = dir, .scope = SCOPE);
-
-	return procreg_open(&o);
-}
+#define w_open_at(w, dir, max_size) th_writer_open(w, dir, SCOPE, max_size)
+#define r_open(dir) th_open_scope(dir, SCOPE)
 
 /*
  * Join GROUP for the identity (pid, start, node) as procregd's do_join

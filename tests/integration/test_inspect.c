@@ -91,16 +91,9 @@ static int teardown(void **state)
 static int cli_env(struct fx *f, const char *dir, const char *const *env, const char *const *args)
 {
 	const char *argv[64];
-	int n = 0, st;
 
-	argv[n++] = PROCREG_CLI_PATH;
-	argv[n++] = "--dir";
-	argv[n++] = dir;
-	for (int i = 0; args[i] && n < 63; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-	st = th_run(f->o, env, argv);
-	return st;
+	th_cli_argv(argv, 64, dir, args);
+	return th_run(f->o, env, argv);
 }
 
 static int cli(struct fx *f, const char *const *args)
@@ -612,15 +605,9 @@ static int named(void *p)
 static pid_t spawn_cli(struct fx *f, const char *const *env, const char *const *args)
 {
 	const char *argv[32];
-	int n = 0;
 	pid_t pid;
 
-	argv[n++] = PROCREG_CLI_PATH;
-	argv[n++] = "--dir";
-	argv[n++] = f->dir;
-	for (int i = 0; args[i]; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
+	th_cli_argv(argv, 32, f->dir, args);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {

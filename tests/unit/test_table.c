@@ -102,26 +102,8 @@ static bool entry_ok(const struct procreg_entry *e, const char *want, long want_
 	return ml == e->meta_len && !memcmp(m, e->meta, ml);
 }
 
-static void w_open_at(struct pr_writer *w, const char *dir, uint64_t max_size)
-{
-	struct pr_paths p;
-	struct pr_writer_opts o = { .max_size = max_size, .readers = 64, .mode = 0600 };
-	const char *why = NULL;
-	int err;
-
-	assert_int_equal(procreg__paths(&p, SCOPE, dir, NULL), 0);
-	err = procreg__writer_open(w, &p, &o, &why);
-	if (err)
-		print_error("writer_open(%s): %s (%s)\n", dir, strerror(-err), why ? why : "");
-	assert_int_equal(err, 0);
-}
-
-static procreg_t *r_open(const char *dir)
-{
-	PROCREG_OPTS(procreg_opts, o, .dir = dir, .scope = SCOPE);
-
-	return procreg_open(&o);
-}
+#define w_open_at(w, dir, max_size) th_writer_open(w, dir, SCOPE, max_size)
+#define r_open(dir) th_open_scope(dir, SCOPE)
 
 /* Register NAME as procregd's do_register does: reserve room (which may
  * rebuild the index), find the name's slot, fill a new record in private,
@@ -254,23 +236,6 @@ static struct walk_sum w_sum(struct pr_writer *w)
 static void name_of(char *buf, size_t len, const char *prefix, unsigned i)
 {
 	snprintf(buf, len, "%s-%06u", prefix, i);
-}
-
-/* Copy a file byte for byte. */
-static void copy_file(const char *from, const char *to)
-{
-	int in = open(from, O_RDONLY | O_CLOEXEC), out;
-	char buf[65536];
-	ssize_t n;
-
-	assert_true(in >= 0);
-	out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	assert_true(out >= 0);
-	while ((n = read(in, buf, sizeof(buf))) > 0)
-		assert_int_equal(write(out, buf, (size_t)n), n);
-	assert_int_equal(n, 0);
-	close(in);
-	close(out);
 }
 
 static void *read_whole(const char *path, size_t *len)
@@ -1883,7 +1848,7 @@ static void test_bad_header(void **state)
 	expect_open_fails(dir2, ENOENT);
 
 	/* The unmodified copy opens and reads (the copying is sound). */
-	copy_file(p.table, p2.table);
+	th_copy_file(p.table, p2.table);
 	r = r_open(dir2);
 	assert_non_null(r);
 	assert_int_equal(procreg_lookup(r, "one", NULL), 0);
@@ -1899,32 +1864,32 @@ static void test_bad_header(void **state)
 	procreg__writer_close(&w);
 
 	/* Another layout version. */
-	copy_file(p.table, p2.table);
+	th_copy_file(p.table, p2.table);
 	v32 = h.layout_version + 1;
 	patch(p2.table, offsetof(struct pr_table_hdr, layout_version), &v32, 4);
 	expect_open_fails(dir2, EPROTO);
 
 	/* Other structure sizes. */
-	copy_file(p.table, p2.table);
+	th_copy_file(p.table, p2.table);
 	v = h.size_desc ^ 1;
 	patch(p2.table, offsetof(struct pr_table_hdr, size_desc), &v, 8);
 	expect_open_fails(dir2, EPROTO);
 
 	/* A header that disagrees with the file's size. */
-	copy_file(p.table, p2.table);
+	th_copy_file(p.table, p2.table);
 	v = h.file_size + 4096;
 	patch(p2.table, offsetof(struct pr_table_hdr, file_size), &v, 8);
 	expect_open_fails(dir2, EPROTO);
-	copy_file(p.table, p2.table);
+	th_copy_file(p.table, p2.table);
 	v = h.file_size;
 	patch(p2.table, offsetof(struct pr_table_hdr, arena_off), &v, 8);
 	expect_open_fails(dir2, EPROTO);
 
 	/* A file cut short, grown, tiny, empty. */
-	copy_file(p.table, p2.table);
+	th_copy_file(p.table, p2.table);
 	assert_int_equal(truncate(p2.table, (off_t)(len - 4096)), 0);
 	expect_open_fails(dir2, EPROTO);
-	copy_file(p.table, p2.table);
+	th_copy_file(p.table, p2.table);
 	assert_int_equal(truncate(p2.table, (off_t)(len + 4096)), 0);
 	expect_open_fails(dir2, EPROTO);
 	assert_int_equal(truncate(p2.table, 100), 0);
@@ -1936,7 +1901,7 @@ static void test_bad_header(void **state)
 	 * is neither root nor us), writable by others, reached through a
 	 * symbolic link (dangling, or to the real table). Readers and the
 	 * writer refuse each. */
-	copy_file(p.table, p2.table);
+	th_copy_file(p.table, p2.table);
 	assert_int_equal(chown(p2.table, 4242, 4242), 0);
 	expect_open_fails(dir2, EPERM);
 	why = NULL;
@@ -1980,7 +1945,7 @@ static void test_bad_header(void **state)
 	/* Counters no daemon would write: memory freed by a grace period
 	 * past the counter. Every read would be redone for ever: each gives
 	 * up instead, and the writer repairs the counter when it attaches. */
-	copy_file(p.table, p2.table);
+	th_copy_file(p.table, p2.table);
 	v = 1ull << 40;
 	patch(p2.table, offsetof(struct pr_table_hdr, freed_gp), &v, 8);
 	r = r_open(dir2);
@@ -1995,7 +1960,7 @@ static void test_bad_header(void **state)
 	procreg_close(r);
 
 	/* And back to sound. */
-	copy_file(p.table, p2.table);
+	th_copy_file(p.table, p2.table);
 	r = r_open(dir2);
 	assert_non_null(r);
 	procreg_close(r);

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "clock.h"
 #include "procreg.h"
 
 #define BENCH_MAX_CPUS 1024
@@ -71,7 +72,6 @@ extern struct bench_opts bo;
 
 /* ---- time, CPUs, shared memory (env.c) -------------------------------- */
 
-uint64_t now_ns(void);             /* CLOCK_MONOTONIC */
 void sleep_ms(double ms);
 
 /* The CPUs we may run on (our affinity mask), in order. */

@@ -140,7 +140,7 @@ static int free_port(void)
 
 static int write_cookie(char *path, size_t len)
 {
-	uint64_t s = now_ns() ^ (uint64_t)getpid();
+	uint64_t s = pr_mono_ns() ^ (uint64_t)getpid();
 	char text[80];
 	int fd;
 
@@ -228,7 +228,7 @@ static bool has_name(procreg_t *reg, const char *name)
 /* Every node shows a name registered on every node: the mesh is formed. */
 static int wait_mesh(void)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = pr_mono_ns();
 
 	for (int i = 0; i < K; i++) {
 		struct qname q;
@@ -253,7 +253,7 @@ static int wait_mesh(void)
 			}
 		if (seen == K * K)
 			return 0;
-		if (now_ns() - t0 > WAIT_NS) {
+		if (pr_mono_ns() - t0 > WAIT_NS) {
 			fprintf(stderr, "procreg-bench: the nodes did not see each other's names "
 				"within %llu s (%d of %d)\n", WAIT_NS / 1000000000ull, seen, K * K);
 			return -1;
@@ -299,18 +299,18 @@ static int measure_delay(uint64_t samples, uint64_t *to2, uint64_t *toK)
 		int r;
 
 		name_of(&q, "lat", i);
-		t0 = now_ns();
+		t0 = pr_mono_ns();
 		if ((r = procreg_register(N[0].reg, q.s, NULL, 0)) < 0) {
 			fprintf(stderr, "procreg-bench: register on n1: %s\n", procreg_strerror(r));
 			return -1;
 		}
 		while (!t2 || !tK) {
 			if (!t2 && has_name(N[1].reg, q.s))
-				t2 = now_ns();
+				t2 = pr_mono_ns();
 			if (!tK && has_name(N[K - 1].reg, q.s))
-				tK = now_ns();
+				tK = pr_mono_ns();
 			if (!t2 || !tK) {
-				if (now_ns() - t0 > WAIT_NS) {
+				if (pr_mono_ns() - t0 > WAIT_NS) {
 					fprintf(stderr, "procreg-bench: %s never reached %s\n", q.s,
 						t2 ? N[K - 1].name : N[1].name);
 					return -1;
@@ -333,12 +333,12 @@ static int measure_solo_sync(uint64_t samples, uint64_t *v)
 		int r;
 
 		name_of(&q, "lat", i);
-		t0 = now_ns();
+		t0 = pr_mono_ns();
 		if ((r = procreg_register(solo_reg, q.s, NULL, 0)) < 0) {
 			fprintf(stderr, "procreg-bench: register: %s\n", procreg_strerror(r));
 			return -1;
 		}
-		v[i] = now_ns() - t0;
+		v[i] = pr_mono_ns() - t0;
 	}
 	return 0;
 }
@@ -399,7 +399,7 @@ static int measure_tcp_rtt(uint64_t samples, uint64_t *v)
 		goto out;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	for (uint64_t i = 0; i < samples; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = pr_mono_ns();
 		size_t got = 0;
 
 		if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf))
@@ -411,7 +411,7 @@ static int measure_tcp_rtt(uint64_t samples, uint64_t *v)
 				goto out;
 			got += (size_t)k;
 		}
-		v[i] = now_ns() - t0;
+		v[i] = pr_mono_ns() - t0;
 	}
 	rc = 0;
 out:
@@ -475,7 +475,7 @@ static double measure_writers(const char *const *scopes, int nw, procreg_t *cons
 		fprintf(stderr, "procreg-bench: a writer could not connect\n");
 		goto out;
 	}
-	t0 = now_ns();
+	t0 = pr_mono_ns();
 	__atomic_store_n(&W->go, 1, __ATOMIC_RELEASE);
 	futex_wake_all(&W->go);
 	for (;;) {
@@ -484,7 +484,7 @@ static double measure_writers(const char *const *scopes, int nw, procreg_t *cons
 		for (int r = 0; r < nr; r++)
 			for (int w = 0; w < nw; w++)
 				seen += has_name(readers[r], last[w].s);
-		t = now_ns();
+		t = pr_mono_ns();
 		if (seen == nr * nw)
 			break;
 		if (t - t0 > WAIT_NS || __atomic_load_n(&W->failed, __ATOMIC_ACQUIRE)) {
@@ -520,9 +520,9 @@ out:
 	for (int w = 0; w < started; w++)
 		reap(pids[w]);
 	for (int r = 0; r < nr; r++) {
-		uint64_t tw = now_ns();
+		uint64_t tw = pr_mono_ns();
 
-		while (names_in(readers[r]) > base[r] && now_ns() - tw < WAIT_NS)
+		while (names_in(readers[r]) > base[r] && pr_mono_ns() - tw < WAIT_NS)
 			sleep_ms(1);
 	}
 	return rate;
@@ -566,7 +566,7 @@ int cmd_cluster(void)
 	uint64_t *to2 = calloc(samples, sizeof(uint64_t)), *toK = calloc(samples, sizeof(uint64_t));
 	uint64_t *rtt = calloc(samples, sizeof(uint64_t)), *sync1 = calloc(samples, sizeof(uint64_t));
 	uint64_t names_sync = names < (bo.quick ? 2000u : 20000u) ? names : (bo.quick ? 2000 : 20000);
-	uint64_t t_start = now_ns(), t0, vis_short = 0;
+	uint64_t t_start = pr_mono_ns(), t0, vis_short = 0;
 	double rate[NSHAPES][64], solo_rate[NSHAPES][64], med[NSHAPES], solo_med[NSHAPES], mesh_ms;
 	struct dist d2, dK, drtt, dsync;
 	char cookie[512], label[96];
@@ -586,7 +586,7 @@ int cmd_cluster(void)
 				  "--max-names-per-uid", QUOTA, NULL }) < 0 ||
 	    !(solo_reg = bench_open("solo")))
 		goto out;
-	t0 = now_ns();
+	t0 = pr_mono_ns();
 	for (int i = 0; i < K; i++)
 		if (start_node(i, cookie) < 0) {
 			fprintf(stderr, "procreg-bench: cannot start node %d\n", i + 1);
@@ -594,7 +594,7 @@ int cmd_cluster(void)
 		}
 	if (wait_mesh() < 0)
 		goto failed;
-	mesh_ms = (double)(now_ns() - t0) / 1e6;
+	mesh_ms = (double)(pr_mono_ns() - t0) / 1e6;
 	hprintf("procreg-bench stress --nodes %d: %d procregd on loopback (%s), %s names, %s delay "
 		"samples, %d rounds, %d CPUs, unpinned\n", K, K,
 		bo.no_mesh ? "no --listen/--peer" : "TCP full mesh", fmt_count(names),
@@ -684,8 +684,8 @@ int cmd_cluster(void)
 	}
 	j_int("names_sync", names_sync);
 	j_int("not_visible", vis_short);
-	hprintf("\ntotal %.1f s\n", (double)(now_ns() - t_start) / 1e9);
-	j_num("seconds", (double)(now_ns() - t_start) / 1e9);
+	hprintf("\ntotal %.1f s\n", (double)(pr_mono_ns() - t_start) / 1e9);
+	j_num("seconds", (double)(pr_mono_ns() - t_start) / 1e9);
 	rc = 0;
 	goto out;
 failed:

@@ -100,7 +100,7 @@ static struct {
 						(uint64_t)e->pid + em->meta[0] : 0; \
 		/* At least one block, even for a reader the scheduler kept   \
 		 * off the CPU for the whole run: a figure, not a failure. */   \
-		t0 = now_ns();                                                  \
+		t0 = pr_mono_ns();                                                  \
 		do {                                                            \
 			for (int k = 0; k < BLOCK; k++) {                       \
 				if (CALL(L.queries[pos++ & L.qmask].s, e) == 0) { \
@@ -111,7 +111,7 @@ static struct {
 			}                                                       \
 			count += BLOCK;                                         \
 		} while (__atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE) == PH_RUN); \
-		t1 = now_ns();                                                  \
+		t1 = pr_mono_ns();                                                  \
 	} while (0)
 
 static procreg_t *reader_reg;
@@ -189,7 +189,7 @@ static int writer_main(void *arg)
 	 * publish or a tombstone, records are retired and reused, and the
 	 * index is rebuilt as tombstones pile up. */
 	while ((ph = __atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE)) != PH_STOP) {
-		uint64_t ws = now_ns();
+		uint64_t ws = pr_mono_ns();
 		int err;
 
 		for (int pass = 0; pass < 2; pass++) {
@@ -217,7 +217,7 @@ static int writer_main(void *arg)
 				t0 = ws;
 			ops_run += 2 * CHURN_WAVE;
 			L.ctl->writer_ops = ops_run;
-			L.ctl->writer_ns = now_ns() - t0;
+			L.ctl->writer_ns = pr_mono_ns() - t0;
 		}
 	}
 	procreg_close(reg);
@@ -324,12 +324,12 @@ static int measure(enum impl impl, int nreaders, const int *rcpu, bool load, int
 		sleep_ms(10);
 		procreg_stats(parent_reg, &s0);
 		i0 = ipis_on(rcpu[0]);
-		t0 = now_ns();
+		t0 = pr_mono_ns();
 		__atomic_store_n(&L.ctl->phase, PH_RUN, __ATOMIC_RELEASE);
 		sleep_ms(bo.duration_ms);
 		procreg_stats(parent_reg, &s1);
-		f->ipi_rate = (double)(ipis_on(rcpu[0]) - i0) * 1e9 / (double)(now_ns() - t0);
-		f->gp_rate = (double)(s1.grace_periods - s0.grace_periods) * 1e9 / (double)(now_ns() - t0);
+		f->ipi_rate = (double)(ipis_on(rcpu[0]) - i0) * 1e9 / (double)(pr_mono_ns() - t0);
+		f->gp_rate = (double)(s1.grace_periods - s0.grace_periods) * 1e9 / (double)(pr_mono_ns() - t0);
 	}
 	__atomic_store_n(&L.ctl->phase, PH_STOP, __ATOMIC_RELEASE);
 	for (int r = 0; r < nreaders; r++) {
@@ -388,28 +388,11 @@ static const char *cpus_of(const int *cpu, int n)
 	return b;
 }
 
-static int run_size(uint64_t n, const int *rcounts, int nrc)
+/* NAMES: N names "svc..."; QUERIES: QN lookups of them, of which a
+ * share (--miss-rate) ask for names that are not there, drawn from SEED. */
+static void make_names(struct qname *names, uint64_t n, struct qname *queries, uint64_t qn,
+		       uint64_t seed)
 {
-	struct daemon_proc d;
-	char maxn[32];
-	const char *args[] = { "--max-names-per-proc", maxn, NULL };
-	struct qname *names = NULL, *queries = NULL;
-	uint64_t qn = bo.quick ? (1u << 16) : (1u << 20), seed = 42 + n;
-	size_t names_sz = n * sizeof(*names), q_sz;
-	PROCREG_OPTS(procreg_stats, st);
-	procreg_t *reg = NULL;
-	int64_t got;
-	int wcpu = cpus[ncpus - 1], rc = -1;
-	struct cell (*cells)[2][NIMPL] = calloc((size_t)nrc, sizeof(*cells));
-	double scaling[NIMPL] = { 0 };
-
-	if (!cells)
-		return -1;
-	q_sz = qn * sizeof(*queries);
-	names = mmap(NULL, names_sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	queries = mmap(NULL, q_sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (names == MAP_FAILED || queries == MAP_FAILED)
-		goto out_nomap;
 	for (uint64_t i = 0; i < n; i++)
 		name_of(&names[i], "svc", i);
 	for (uint64_t i = 0; i < qn; i++) {
@@ -420,53 +403,27 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 		else
 			queries[i] = names[rng_next(&seed) % n];
 	}
+}
 
-	/* procreg: our own daemon, the names held by this process. */
-	snprintf(maxn, sizeof(maxn), "%llu", (unsigned long long)(n + 1024));
-	if (daemon_start(&d, BENCH_SCOPE, args) < 0)
-		goto out;
-	pin(d.pid, wcpu);
-	reg = bench_open(BENCH_SCOPE);
-	if (!reg) {
-		fprintf(stderr, "procreg-bench: open: %s\n", strerror(errno));
-		goto out_daemon;
-	}
-	parent_reg = reg;
-	{
-		uint64_t t0 = now_ns();
+/* The CPUs of NR readers, in RCPU. */
+static void reader_cpus(int nr, int *rcpu)
+{
+	/* Under load the last CPU is the writer's and the daemon's. */
+	int avail = bo.under_write_load && ncpus > 1 ? ncpus - 1 : ncpus;
 
-		got = register_range(reg, "svc", 0, n, false);
-		if (got != (int64_t)n) {
-			fprintf(stderr, "procreg-bench: registered %lld of %llu names: %s\n",
-				(long long)got, (unsigned long long)n,
-				got < 0 ? procreg_strerror((int)got) : "refused");
-			goto out_daemon;
-		}
-		procreg_stats(reg, &st);
-		hprintf("\n%s names: table built in %.0f ms (index %s slots, %.0f%% full)\n",
-			fmt_count(n), (double)(now_ns() - t0) / 1e6, fmt_count(st.index_capacity),
-			100.0 * (double)n / (double)st.index_capacity);
-	}
+	for (int r = 0; r < nr; r++)
+		rcpu[r] = cpus[r % avail];
+}
 
-	L.ctl = shared_alloc(sizeof(struct ctl));
-	L.names = names;
-	L.n = n;
-	L.queries = queries;
-	L.qmask = qn - 1;
-	L.oa = oa_build(names, n, st.index_capacity, getpid());
-	L.lfht = lfht_build(names, n, getpid());
-	if (!L.oa || !L.lfht) {
-		fprintf(stderr, "procreg-bench: cannot build the in-process tables\n");
-		goto out_daemon;
-	}
-
+/* Each reader count of RCOUNTS (NRC of them), each implementation,
+ * idle and (--under-write-load) loaded, --rounds times: the medians in
+ * CELLS. The writer and the daemon on WCPU. */
+static int measure_all(struct cell (*cells)[2][NIMPL], const int *rcounts, int nrc, int wcpu)
+{
 	for (int c = 0; c < nrc; c++) {
 		int nr = rcounts[c], rcpu[MAX_READERS];
-		/* Under load the last CPU is the writer's and the daemon's. */
-		int avail = bo.under_write_load && ncpus > 1 ? ncpus - 1 : ncpus;
 
-		for (int r = 0; r < nr; r++)
-			rcpu[r] = cpus[r % avail];
+		reader_cpus(nr, rcpu);
 		for (int round = 0; round < bo.rounds; round++) {
 			for (int k = 0; k < NIMPL; k++) {
 				enum impl im = (enum impl)((k + round) % NIMPL);
@@ -476,7 +433,7 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 					struct cell *cl = &cells[c][ld][im];
 
 					if (measure(im, nr, rcpu, ld, wcpu, &f) < 0)
-						goto out_daemon;
+						return -1;
 					cl->rate[round] = f.rate;
 					cl->ns[round] = f.ns;
 					cl->wrate[round] = f.writer_rate;
@@ -491,11 +448,129 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 			for (int k = 0; k < NIMPL; k++)
 				finish(&cells[c][ld][k], bo.rounds);
 	}
+	return 0;
+}
 
-	/* ---- report ---- */
+/* One row of the report (and its JSON object): NR readers over N names,
+ * IDLE and LD the cells without and with the writer's load. */
+static void report_run(uint64_t n, int nr, struct cell *idle, struct cell *ld, int wcpu)
+{
+	struct cell *use = bo.under_write_load ? ld : idle;
+	double rv_in = use[IMPL_PROCREG].med_rate / use[IMPL_INPROC].med_rate;
+	double rv_lf = use[IMPL_PROCREG].med_rate / use[IMPL_LFHT].med_rate;
+	int rcpu[MAX_READERS];
+
+	reader_cpus(nr, rcpu);
+	j_obj(NULL);
+	j_int("readers", (uint64_t)nr);
+	j_str("cpus", cpus_of(rcpu, nr));
+	for (int k = 0; k < NIMPL; k++) {
+		char key[64];
+
+		snprintf(key, sizeof(key), "%s_ns", impl_key[k]);
+		j_num(key, use[k].med_ns);
+		snprintf(key, sizeof(key), "%s_lookups_per_s", impl_key[k]);
+		j_num(key, use[k].med_rate);
+	}
+	j_num("ratio_vs_inprocess", rv_in);
+	j_num("ratio_vs_lfht", rv_lf);
+	j_obj("lookups");
+	for (int k = 0; k < NIMPL; k++)
+		j_int(impl_key[k], use[k].lookups + (bo.under_write_load ? idle[k].lookups : 0));
+	j_end();
+	j_obj("found");
+	for (int k = 0; k < NIMPL; k++)
+		j_int(impl_key[k], use[k].found + (bo.under_write_load ? idle[k].found : 0));
+	j_end();
+	if (!bo.under_write_load) {
+		hprintf("%-8d %-6s %10.1f %10.1f %10.1f %11s %11s %11s %8.2fx %8.2fx\n", nr,
+			cpus_of(rcpu, nr), idle[IMPL_PROCREG].med_ns, idle[IMPL_INPROC].med_ns,
+			idle[IMPL_LFHT].med_ns, fmt_rate(idle[IMPL_PROCREG].med_rate),
+			fmt_rate(idle[IMPL_INPROC].med_rate), fmt_rate(idle[IMPL_LFHT].med_rate),
+			rv_in, rv_lf);
+	} else {
+		double pr = ld[IMPL_PROCREG].med_rate / idle[IMPL_PROCREG].med_rate;
+		double ir = ld[IMPL_INPROC].med_rate / idle[IMPL_INPROC].med_rate;
+		double lr = ld[IMPL_LFHT].med_rate / idle[IMPL_LFHT].med_rate;
+
+		j_str("writer_cpu", cpu_label(wcpu));
+		j_num("idle_procreg_ns", idle[IMPL_PROCREG].med_ns);
+		j_num("idle_inprocess_ns", idle[IMPL_INPROC].med_ns);
+		j_num("idle_lfht_ns", idle[IMPL_LFHT].med_ns);
+		j_num("ratio_vs_idle", pr);
+		j_num("inprocess_ratio_vs_idle", ir);
+		j_num("lfht_ratio_vs_idle", lr);
+		j_num("writer_ops_per_s", ld[IMPL_PROCREG].med_wrate);
+		j_num("grace_periods_per_s", ld[IMPL_PROCREG].med_gp);
+		j_num("idle_grace_periods_per_s", idle[IMPL_PROCREG].med_gp);
+		j_num("reader_cpu_ipis_per_s", ld[IMPL_PROCREG].med_ipi);
+		j_num("idle_reader_cpu_ipis_per_s", idle[IMPL_PROCREG].med_ipi);
+		j_num("inprocess_reader_cpu_ipis_per_s", ld[IMPL_INPROC].med_ipi);
+		hprintf("%-8d %-6s %-6s %10.1f %10.1f %8.2fx %10.1f %10.1f %8.2fx %9.2fx %11s\n",
+			nr, cpus_of(rcpu, nr), cpu_label(wcpu), idle[IMPL_PROCREG].med_ns,
+			ld[IMPL_PROCREG].med_ns, pr, idle[IMPL_INPROC].med_ns,
+			ld[IMPL_INPROC].med_ns, ir, rv_in, fmt_rate(ld[IMPL_PROCREG].med_wrate));
+		hprintf("%-8s during procreg's loaded window: %.0f grace periods/s, %.0f IPIs/s "
+			"on reader CPU %d (idle: %.0f, %.0f; in-process loaded: %.0f IPIs/s)\n", "",
+			ld[IMPL_PROCREG].med_gp, ld[IMPL_PROCREG].med_ipi, rcpu[0],
+			idle[IMPL_PROCREG].med_gp, idle[IMPL_PROCREG].med_ipi,
+			ld[IMPL_INPROC].med_ipi);
+		{
+			char what[160];
+
+			snprintf(what, sizeof(what),
+				 "lookup under write load, %s names, %d reader%s: vs idle",
+				 fmt_count(n), nr, nr == 1 ? "" : "s");
+			target(what, pr, ">=", 0.9, "x");
+		}
+	}
+	{
+		char what[160];
+
+		snprintf(what, sizeof(what), "lookup%s, %s names, %d reader%s: vs in-process",
+			 bo.under_write_load ? " (loaded)" : "", fmt_count(n), nr,
+			 nr == 1 ? "" : "s");
+		target(what, rv_in, ">=", 0.5, "x");
+	}
+	j_end();
+}
+
+/* From the fewest readers to the most (RCOUNTS, NRC of them, NRC > 1):
+ * how each implementation scales. */
+static void report_scaling(uint64_t n, struct cell (*cells)[2][NIMPL], const int *rcounts,
+			   int nrc)
+{
+	int last = nrc - 1;
+	struct cell *a = cells[0][bo.under_write_load], *b = cells[last][bo.under_write_load];
+	double scaling[NIMPL], svi;
+
+	for (int k = 0; k < NIMPL; k++)
+		scaling[k] = b[k].med_rate / a[k].med_rate;
+	svi = scaling[IMPL_PROCREG] / scaling[IMPL_INPROC];
+	j_num("scaling", scaling[IMPL_PROCREG]);
+	j_num("inprocess_scaling", scaling[IMPL_INPROC]);
+	j_num("lfht_scaling", scaling[IMPL_LFHT]);
+	j_num("scaling_vs_inprocess", svi);
+	hprintf("scaling 1 -> %d readers: procreg %.2fx, inprocess %.2fx, lfht %.2fx; "
+		"procreg's / inprocess's: %.2f\n", rcounts[last], scaling[IMPL_PROCREG],
+		scaling[IMPL_INPROC], scaling[IMPL_LFHT], svi);
+	{
+		char what[160];
+
+		snprintf(what, sizeof(what), "lookup scaling 1->%d, %s names: vs in-process's",
+			 rcounts[last], fmt_count(n));
+		target(what, svi, ">=", 0.9, "x");
+	}
+}
+
+/* The report of one table size: a header, a row per reader count, the
+ * scaling. */
+static void report(uint64_t n, uint64_t index_capacity, struct cell (*cells)[2][NIMPL],
+		   const int *rcounts, int nrc, int wcpu)
+{
 	j_obj(NULL);
 	j_int("names", n);
-	j_int("index_capacity", st.index_capacity);
+	j_int("index_capacity", index_capacity);
 	j_str("daemon_cpu", cpu_label(wcpu));
 	if (!bo.under_write_load) {
 		hprintf("%-8s %-6s %10s %10s %10s %11s %11s %11s %9s %9s\n", "readers", "cpus",
@@ -513,114 +588,82 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 			"vs inproc", "(loaded)");
 	}
 	j_arr("runs");
-	for (int c = 0; c < nrc; c++) {
-		int nr = rcounts[c], rcpu[MAX_READERS];
-		int avail = bo.under_write_load && ncpus > 1 ? ncpus - 1 : ncpus;
-		struct cell *idle = cells[c][0], *ld = cells[c][1];
-		struct cell *use = bo.under_write_load ? ld : idle;
-		double rv_in = use[IMPL_PROCREG].med_rate / use[IMPL_INPROC].med_rate;
-		double rv_lf = use[IMPL_PROCREG].med_rate / use[IMPL_LFHT].med_rate;
-
-		for (int r = 0; r < nr; r++)
-			rcpu[r] = cpus[r % avail];
-		j_obj(NULL);
-		j_int("readers", (uint64_t)nr);
-		j_str("cpus", cpus_of(rcpu, nr));
-		for (int k = 0; k < NIMPL; k++) {
-			char key[64];
-
-			snprintf(key, sizeof(key), "%s_ns", impl_key[k]);
-			j_num(key, use[k].med_ns);
-			snprintf(key, sizeof(key), "%s_lookups_per_s", impl_key[k]);
-			j_num(key, use[k].med_rate);
-		}
-		j_num("ratio_vs_inprocess", rv_in);
-		j_num("ratio_vs_lfht", rv_lf);
-		j_obj("lookups");
-		for (int k = 0; k < NIMPL; k++)
-			j_int(impl_key[k], use[k].lookups + (bo.under_write_load ? idle[k].lookups : 0));
-		j_end();
-		j_obj("found");
-		for (int k = 0; k < NIMPL; k++)
-			j_int(impl_key[k], use[k].found + (bo.under_write_load ? idle[k].found : 0));
-		j_end();
-		if (!bo.under_write_load) {
-			hprintf("%-8d %-6s %10.1f %10.1f %10.1f %11s %11s %11s %8.2fx %8.2fx\n", nr,
-				cpus_of(rcpu, nr), idle[IMPL_PROCREG].med_ns, idle[IMPL_INPROC].med_ns,
-				idle[IMPL_LFHT].med_ns, fmt_rate(idle[IMPL_PROCREG].med_rate),
-				fmt_rate(idle[IMPL_INPROC].med_rate), fmt_rate(idle[IMPL_LFHT].med_rate),
-				rv_in, rv_lf);
-		} else {
-			double pr = ld[IMPL_PROCREG].med_rate / idle[IMPL_PROCREG].med_rate;
-			double ir = ld[IMPL_INPROC].med_rate / idle[IMPL_INPROC].med_rate;
-			double lr = ld[IMPL_LFHT].med_rate / idle[IMPL_LFHT].med_rate;
-
-			j_str("writer_cpu", cpu_label(wcpu));
-			j_num("idle_procreg_ns", idle[IMPL_PROCREG].med_ns);
-			j_num("idle_inprocess_ns", idle[IMPL_INPROC].med_ns);
-			j_num("idle_lfht_ns", idle[IMPL_LFHT].med_ns);
-			j_num("ratio_vs_idle", pr);
-			j_num("inprocess_ratio_vs_idle", ir);
-			j_num("lfht_ratio_vs_idle", lr);
-			j_num("writer_ops_per_s", ld[IMPL_PROCREG].med_wrate);
-			j_num("grace_periods_per_s", ld[IMPL_PROCREG].med_gp);
-			j_num("idle_grace_periods_per_s", idle[IMPL_PROCREG].med_gp);
-			j_num("reader_cpu_ipis_per_s", ld[IMPL_PROCREG].med_ipi);
-			j_num("idle_reader_cpu_ipis_per_s", idle[IMPL_PROCREG].med_ipi);
-			j_num("inprocess_reader_cpu_ipis_per_s", ld[IMPL_INPROC].med_ipi);
-			hprintf("%-8d %-6s %-6s %10.1f %10.1f %8.2fx %10.1f %10.1f %8.2fx %9.2fx %11s\n",
-				nr, cpus_of(rcpu, nr), cpu_label(wcpu), idle[IMPL_PROCREG].med_ns,
-				ld[IMPL_PROCREG].med_ns, pr, idle[IMPL_INPROC].med_ns,
-				ld[IMPL_INPROC].med_ns, ir, rv_in, fmt_rate(ld[IMPL_PROCREG].med_wrate));
-			hprintf("%-8s during procreg's loaded window: %.0f grace periods/s, %.0f IPIs/s "
-				"on reader CPU %d (idle: %.0f, %.0f; in-process loaded: %.0f IPIs/s)\n", "",
-				ld[IMPL_PROCREG].med_gp, ld[IMPL_PROCREG].med_ipi, rcpu[0],
-				idle[IMPL_PROCREG].med_gp, idle[IMPL_PROCREG].med_ipi,
-				ld[IMPL_INPROC].med_ipi);
-			{
-				char what[160];
-
-				snprintf(what, sizeof(what),
-					 "lookup under write load, %s names, %d reader%s: vs idle",
-					 fmt_count(n), nr, nr == 1 ? "" : "s");
-				target(what, pr, ">=", 0.9, "x");
-			}
-		}
-		{
-			char what[160];
-
-			snprintf(what, sizeof(what), "lookup%s, %s names, %d reader%s: vs in-process",
-				 bo.under_write_load ? " (loaded)" : "", fmt_count(n), nr,
-				 nr == 1 ? "" : "s");
-			target(what, rv_in, ">=", 0.5, "x");
-		}
-		j_end();
-	}
+	for (int c = 0; c < nrc; c++)
+		report_run(n, rcounts[c], cells[c][0], cells[c][1], wcpu);
 	j_end();
-	if (nrc > 1) {
-		int last = nrc - 1;
-		struct cell *a = cells[0][bo.under_write_load], *b = cells[last][bo.under_write_load];
-		double svi;
-
-		for (int k = 0; k < NIMPL; k++)
-			scaling[k] = b[k].med_rate / a[k].med_rate;
-		svi = scaling[IMPL_PROCREG] / scaling[IMPL_INPROC];
-		j_num("scaling", scaling[IMPL_PROCREG]);
-		j_num("inprocess_scaling", scaling[IMPL_INPROC]);
-		j_num("lfht_scaling", scaling[IMPL_LFHT]);
-		j_num("scaling_vs_inprocess", svi);
-		hprintf("scaling 1 -> %d readers: procreg %.2fx, inprocess %.2fx, lfht %.2fx; "
-			"procreg's / inprocess's: %.2f\n", rcounts[last], scaling[IMPL_PROCREG],
-			scaling[IMPL_INPROC], scaling[IMPL_LFHT], svi);
-		{
-			char what[160];
-
-			snprintf(what, sizeof(what), "lookup scaling 1->%d, %s names: vs in-process's",
-				 rcounts[last], fmt_count(n));
-			target(what, svi, ">=", 0.9, "x");
-		}
-	}
+	if (nrc > 1)
+		report_scaling(n, cells, rcounts, nrc);
 	j_end();
+}
+
+/* lookup over a table of N names: procreg against the in-process
+ * baselines, for each reader count of RCOUNTS (NRC of them). */
+static int run_size(uint64_t n, const int *rcounts, int nrc)
+{
+	struct daemon_proc d;
+	char maxn[32];
+	const char *args[] = { "--max-names-per-proc", maxn, NULL };
+	struct qname *names = NULL, *queries = NULL;
+	uint64_t qn = bo.quick ? (1u << 16) : (1u << 20), seed = 42 + n;
+	size_t names_sz = n * sizeof(*names), q_sz;
+	PROCREG_OPTS(procreg_stats, st);
+	procreg_t *reg = NULL;
+	int64_t got;
+	int wcpu = cpus[ncpus - 1], rc = -1;
+	struct cell (*cells)[2][NIMPL] = calloc((size_t)nrc, sizeof(*cells));
+
+	if (!cells)
+		return -1;
+	q_sz = qn * sizeof(*queries);
+	names = mmap(NULL, names_sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	queries = mmap(NULL, q_sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (names == MAP_FAILED || queries == MAP_FAILED)
+		goto out_nomap;
+	make_names(names, n, queries, qn, seed);
+
+	/* procreg: our own daemon, the names held by this process. */
+	snprintf(maxn, sizeof(maxn), "%llu", (unsigned long long)(n + 1024));
+	if (daemon_start(&d, BENCH_SCOPE, args) < 0)
+		goto out;
+	pin(d.pid, wcpu);
+	reg = bench_open(BENCH_SCOPE);
+	if (!reg) {
+		fprintf(stderr, "procreg-bench: open: %s\n", strerror(errno));
+		goto out_daemon;
+	}
+	parent_reg = reg;
+	{
+		uint64_t t0 = pr_mono_ns();
+
+		got = register_range(reg, "svc", 0, n, false);
+		if (got != (int64_t)n) {
+			fprintf(stderr, "procreg-bench: registered %lld of %llu names: %s\n",
+				(long long)got, (unsigned long long)n,
+				got < 0 ? procreg_strerror((int)got) : "refused");
+			goto out_daemon;
+		}
+		procreg_stats(reg, &st);
+		hprintf("\n%s names: table built in %.0f ms (index %s slots, %.0f%% full)\n",
+			fmt_count(n), (double)(pr_mono_ns() - t0) / 1e6, fmt_count(st.index_capacity),
+			100.0 * (double)n / (double)st.index_capacity);
+	}
+
+	L.ctl = shared_alloc(sizeof(struct ctl));
+	L.names = names;
+	L.n = n;
+	L.queries = queries;
+	L.qmask = qn - 1;
+	L.oa = oa_build(names, n, st.index_capacity, getpid());
+	L.lfht = lfht_build(names, n, getpid());
+	if (!L.oa || !L.lfht) {
+		fprintf(stderr, "procreg-bench: cannot build the in-process tables\n");
+		goto out_daemon;
+	}
+
+	if (measure_all(cells, rcounts, nrc, wcpu) < 0)
+		goto out_daemon;
+
+	report(n, st.index_capacity, cells, rcounts, nrc, wcpu);
 	rc = 0;
 
 out_daemon:
@@ -647,7 +690,7 @@ out_nomap:
 int cmd_lookup(void)
 {
 	int rcounts[4], nrc = 0, maxr;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = pr_mono_ns();
 
 	if (bo.under_write_load) {
 		/* The last CPU carries the writer and the daemon. */
@@ -694,7 +737,7 @@ int cmd_lookup(void)
 	}
 	j_end();
 	targets_report();
-	hprintf("\ntotal %.1f s\n", (double)(now_ns() - t0) / 1e9);
-	j_num("seconds", (double)(now_ns() - t0) / 1e9);
+	hprintf("\ntotal %.1f s\n", (double)(pr_mono_ns() - t0) / 1e9);
+	j_num("seconds", (double)(pr_mono_ns() - t0) / 1e9);
 	return 0;
 }

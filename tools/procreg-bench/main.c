@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "bench.h"
 
 struct bench_opts bo;
@@ -86,36 +87,10 @@ static void usage(FILE *f)
 		"not /dev/shm/procreg.*. SIGINT stops the bench and removes what it made.\n");
 }
 
+/* A count: "10k" is 10000 (args.h). */
 static int parse_u64(const char *s, uint64_t *out)
 {
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -1;
-	if (*end == 'k' || *end == 'K') {
-		v *= 1000;
-		end++;
-	} else if (*end == 'm' || *end == 'M') {
-		v *= 1000000;
-		end++;
-	}
-	if (*end)
-		return -1;
-	*out = v;
-	return 0;
-}
-
-static int parse_int(const char *s, int *out, int min, int max)
-{
-	uint64_t v;
-
-	if (parse_u64(s, &v) < 0 || v < (uint64_t)min || v > (uint64_t)max)
-		return -1;
-	*out = (int)v;
-	return 0;
+	return pr_parse_u64(s, 1000, out);
 }
 
 static void bad(const char *opt, const char *arg)
@@ -125,13 +100,115 @@ static void bad(const char *opt, const char *arg)
 	exit(2);
 }
 
+enum {
+	O_JSON = 256, O_QUICK, O_PROCREGD, O_TMPDIR, O_ROUNDS, O_DURATION, O_NAMES,
+	O_READERS, O_MISS, O_LOAD, O_CLIENTS, O_SYNC, O_BATCH, O_PROCS, O_PIPE, O_NODES,
+	O_FIXED, O_NOPROBES, O_DAEMON_ARG, O_NO_MESH,
+};
+
+/* --rounds and --duration as given, 0: the command's default. */
+static int opt_rounds, opt_duration;
+
+/* The options that take one number: where it goes (an int or a
+ * uint64_t) and the values it may take. */
+static const struct num_opt {
+	int id;
+	const char *name;
+	int *i;
+	uint64_t *u;
+	uint64_t min, max;
+} num_opts[] = {
+	{ O_ROUNDS, "--rounds", &opt_rounds, NULL, 1, 64 },
+	{ O_DURATION, "--duration", &opt_duration, NULL, 1, 600000 },
+	{ O_READERS, "--readers", &bo.readers, NULL, 1, 256 },
+	{ O_CLIENTS, "--clients", &bo.clients, NULL, 1, 256 },
+	{ O_PROCS, "--procs", &bo.procs, NULL, 1, 60000 },
+	{ O_NODES, "--nodes", &bo.nodes, NULL, 1, 12 },
+	{ O_SYNC, "--sync-ops", NULL, &bo.sync_ops, 1, UINT64_MAX },
+	{ O_BATCH, "--batch-ops", NULL, &bo.batch_ops, 1, 10000000 },
+	{ O_FIXED, "--fixed", NULL, &bo.fixed, 1, UINT64_MAX },
+};
+
+/* Option ID's number, if it takes one: false if it does not. */
+static bool num_opt(int id, const char *arg)
+{
+	for (size_t k = 0; k < sizeof(num_opts) / sizeof(num_opts[0]); k++) {
+		const struct num_opt *n = &num_opts[k];
+		uint64_t v;
+
+		if (n->id != id)
+			continue;
+		if (parse_u64(arg, &v) < 0 || v < n->min || v > n->max)
+			bad(n->name, arg);
+		if (n->i)
+			*n->i = (int)v;
+		else
+			*n->u = v;
+		return true;
+	}
+	return false;
+}
+
+/* --names N[,N...]: up to 8 table sizes. */
+static void names_opt(const char *arg)
+{
+	char *s = strdup(arg), *tok, *save = NULL;
+
+	bo.nnames = 0;
+	for (tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (bo.nnames == 8 || parse_u64(tok, &bo.names_list[bo.nnames]) < 0 ||
+		    bo.names_list[bo.nnames] == 0 || bo.names_list[bo.nnames] > 100000000)
+			bad("--names", arg);
+		bo.nnames++;
+	}
+	free(s);
+	if (!bo.nnames)
+		bad("--names", arg);
+}
+
+/* --miss-rate R: a fraction, or a percentage ("5%"). */
+static void miss_rate_opt(const char *arg)
+{
+	char *end;
+	double v = strtod(arg, &end);
+
+	if (*end == '%') {
+		v /= 100;
+		end++;
+	}
+	if (end == arg || *end || v < 0 || v > 1)
+		bad("--miss-rate", arg);
+	bo.miss_rate = v;
+}
+
+/* The command's defaults, and the options that go with it only. */
+static void settle_cmd(void)
+{
+	bo.rounds = opt_rounds ? opt_rounds : (bo.quick ? 1 : 3);
+	bo.duration_ms = opt_duration ? opt_duration : (bo.quick ? 30 : 300);
+	if (bo.under_write_load && strcmp(bo.cmd, "lookup")) {
+		fprintf(stderr, "procreg-bench: --under-write-load goes with lookup\n");
+		exit(2);
+	}
+	if (!strcmp(bo.cmd, "cluster") && !bo.nodes)
+		bo.nodes = 3;
+	if (!strcmp(bo.cmd, "stress") && bo.nodes > 1)
+		bo.cmd = "cluster";
+	if (!strcmp(bo.cmd, "cluster") && bo.nodes < 2)
+		bad("--nodes", "1 (cluster wants 2..12)");
+	if ((bo.ndaemon_args || bo.no_mesh) && strcmp(bo.cmd, "cluster")) {
+		fprintf(stderr, "procreg-bench: --daemon-arg and --no-mesh go with stress --nodes K\n");
+		exit(2);
+	}
+	if ((!strcmp(bo.cmd, "stress") || !strcmp(bo.cmd, "cluster")) && bo.nnames) {
+		if (bo.nnames != 1)
+			bad("--names", "(stress takes one number)");
+		bo.stress_names = bo.names_list[0];
+	}
+}
+
 static void parse(int argc, char **argv)
 {
-	enum {
-		O_JSON = 256, O_QUICK, O_PROCREGD, O_TMPDIR, O_ROUNDS, O_DURATION, O_NAMES,
-		O_READERS, O_MISS, O_LOAD, O_CLIENTS, O_SYNC, O_BATCH, O_PROCS, O_PIPE, O_NODES,
-		O_FIXED, O_NOPROBES, O_DAEMON_ARG, O_NO_MESH,
-	};
 	static const struct option lo[] = {
 		{ "json", no_argument, NULL, O_JSON },
 		{ "quick", no_argument, NULL, O_QUICK },
@@ -156,81 +233,20 @@ static void parse(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	int c, rounds = 0, duration = 0;
+	int c;
 
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		if (num_opt(c, optarg))
+			continue;
 		switch (c) {
 		case O_JSON: bo.json = true; break;
 		case O_QUICK: bo.quick = true; break;
 		case O_PROCREGD: bo.procregd = optarg; break;
 		case O_TMPDIR: bo.tmpdir = optarg; break;
-		case O_ROUNDS:
-			if (parse_int(optarg, &rounds, 1, 64) < 0)
-				bad("--rounds", optarg);
-			break;
-		case O_DURATION:
-			if (parse_int(optarg, &duration, 1, 600000) < 0)
-				bad("--duration", optarg);
-			break;
-		case O_NAMES: {
-			char *s = strdup(optarg), *tok, *save = NULL;
-
-			bo.nnames = 0;
-			for (tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-				if (bo.nnames == 8 || parse_u64(tok, &bo.names_list[bo.nnames]) < 0 ||
-				    bo.names_list[bo.nnames] == 0 || bo.names_list[bo.nnames] > 100000000)
-					bad("--names", optarg);
-				bo.nnames++;
-			}
-			free(s);
-			if (!bo.nnames)
-				bad("--names", optarg);
-			break;
-		}
-		case O_READERS:
-			if (parse_int(optarg, &bo.readers, 1, 256) < 0)
-				bad("--readers", optarg);
-			break;
-		case O_MISS: {
-			char *end;
-			double v = strtod(optarg, &end);
-
-			if (*end == '%') {
-				v /= 100;
-				end++;
-			}
-			if (end == optarg || *end || v < 0 || v > 1)
-				bad("--miss-rate", optarg);
-			bo.miss_rate = v;
-			break;
-		}
+		case O_NAMES: names_opt(optarg); break;
+		case O_MISS: miss_rate_opt(optarg); break;
 		case O_LOAD: bo.under_write_load = true; break;
-		case O_CLIENTS:
-			if (parse_int(optarg, &bo.clients, 1, 256) < 0)
-				bad("--clients", optarg);
-			break;
-		case O_SYNC:
-			if (parse_u64(optarg, &bo.sync_ops) < 0 || !bo.sync_ops)
-				bad("--sync-ops", optarg);
-			break;
-		case O_BATCH:
-			if (parse_u64(optarg, &bo.batch_ops) < 0 || !bo.batch_ops ||
-			    bo.batch_ops > 10000000)
-				bad("--batch-ops", optarg);
-			break;
-		case O_PROCS:
-			if (parse_int(optarg, &bo.procs, 1, 60000) < 0)
-				bad("--procs", optarg);
-			break;
 		case O_PIPE: bo.pipelined = true; break;
-		case O_NODES:
-			if (parse_int(optarg, &bo.nodes, 1, 12) < 0)
-				bad("--nodes", optarg);
-			break;
-		case O_FIXED:
-			if (parse_u64(optarg, &bo.fixed) < 0 || !bo.fixed)
-				bad("--fixed", optarg);
-			break;
 		case O_NOPROBES: bo.noprobes_lib = optarg; break;
 		case O_DAEMON_ARG:
 			if (bo.ndaemon_args == 32)
@@ -247,27 +263,7 @@ static void parse(int argc, char **argv)
 		exit(2);
 	}
 	bo.cmd = argv[optind];
-	bo.rounds = rounds ? rounds : (bo.quick ? 1 : 3);
-	bo.duration_ms = duration ? duration : (bo.quick ? 30 : 300);
-	if (bo.under_write_load && strcmp(bo.cmd, "lookup")) {
-		fprintf(stderr, "procreg-bench: --under-write-load goes with lookup\n");
-		exit(2);
-	}
-	if (!strcmp(bo.cmd, "cluster") && !bo.nodes)
-		bo.nodes = 3;
-	if (!strcmp(bo.cmd, "stress") && bo.nodes > 1)
-		bo.cmd = "cluster";
-	if (!strcmp(bo.cmd, "cluster") && bo.nodes < 2)
-		bad("--nodes", "1 (cluster wants 2..12)");
-	if ((bo.ndaemon_args || bo.no_mesh) && strcmp(bo.cmd, "cluster")) {
-		fprintf(stderr, "procreg-bench: --daemon-arg and --no-mesh go with stress --nodes K\n");
-		exit(2);
-	}
-	if ((!strcmp(bo.cmd, "stress") || !strcmp(bo.cmd, "cluster")) && bo.nnames) {
-		if (bo.nnames != 1)
-			bad("--names", "(stress takes one number)");
-		bo.stress_names = bo.names_list[0];
-	}
+	settle_cmd();
 }
 
 int main(int argc, char **argv)

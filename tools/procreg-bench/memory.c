@@ -31,7 +31,7 @@ int cmd_memory(void)
 	struct daemon_proc d;
 	char maxn[32], path[PATH_MAX], meta[64];
 	const char *args[] = { "--max-names-per-proc", maxn, NULL };
-	uint64_t have = 0, max = 0, t_start = now_ns();
+	uint64_t have = 0, max = 0, t_start = pr_mono_ns();
 	procreg_t *reg = NULL;
 	int rc = 2;
 
@@ -119,8 +119,8 @@ int cmd_memory(void)
 		oa_free(oa);
 	}
 	j_end();
-	hprintf("\ntotal %.1f s\n", (double)(now_ns() - t_start) / 1e9);
-	j_num("seconds", (double)(now_ns() - t_start) / 1e9);
+	hprintf("\ntotal %.1f s\n", (double)(pr_mono_ns() - t_start) / 1e9);
+	j_num("seconds", (double)(pr_mono_ns() - t_start) / 1e9);
 	rc = 0;
 out:
 	if (rc)

@@ -41,13 +41,13 @@ static double timed(struct build *b, const struct qname *q, uint64_t qmask, int 
 {
 	unsigned char meta[PROCREG_META_MAX];
 	PROCREG_OPTS(procreg_entry, e, .meta = meta, .meta_size = sizeof(meta));
-	uint64_t t0 = now_ns(), end = t0 + (uint64_t)ms * 1000000, n = 0, t1;
+	uint64_t t0 = pr_mono_ns(), end = t0 + (uint64_t)ms * 1000000, n = 0, t1;
 
 	do {
 		for (int k = 0; k < 1024; k++, n++)
 			if (b->lookup(b->reg, q[n & qmask].s, &e) == 0)
 				*sink += (uint64_t)e.pid;
-		t1 = now_ns();
+		t1 = pr_mono_ns();
 	} while (t1 < end);
 	return (double)(t1 - t0) / (double)n;
 }

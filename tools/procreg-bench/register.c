@@ -175,10 +175,10 @@ static int client_main(void *arg)
 				goto fail;
 		__atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
 		wait_go();
-		r->t0 = now_ns();
+		r->t0 = pr_mono_ns();
 		for (uint64_t i = 0; i < n; i++)
 			r->ok1 += echo_rtt(fd, req, (uint32_t)i) == 0;
-		r->t1 = r->t2 = now_ns();
+		r->t1 = r->t2 = pr_mono_ns();
 		r->ok2 = r->ok1;
 		close(fd);
 		return 0;
@@ -204,15 +204,15 @@ static int client_main(void *arg)
 			name_of(&names[i], prefix, i);
 		__atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
 		wait_go();
-		r->t0 = now_ns();
+		r->t0 = pr_mono_ns();
 		for (uint64_t i = 0; i < n; i++) {
 			meta_of(meta, sizeof(meta), i);
 			r->ok1 += procreg_register(reg, names[i].s, meta, ml) == 0;
 		}
-		r->t1 = now_ns();
+		r->t1 = pr_mono_ns();
 		for (uint64_t i = 0; i < n; i++)
 			r->ok2 += procreg_unregister(reg, names[i].s) == 0;
-		r->t2 = now_ns();
+		r->t2 = pr_mono_ns();
 		free(names);
 	} else {
 		struct procreg_op *ops = calloc(n, sizeof(*ops));
@@ -231,10 +231,10 @@ static int client_main(void *arg)
 		}
 		__atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
 		wait_go();
-		r->t0 = now_ns();
+		r->t0 = pr_mono_ns();
 		if (procreg_batch(reg, ops, n) < 0)
 			goto fail;
-		r->t1 = now_ns();
+		r->t1 = pr_mono_ns();
 		for (uint64_t i = 0; i < n; i++) {
 			r->ok1 += ops[i].result == 0;
 			ops[i].sz = sizeof(ops[i]);
@@ -243,11 +243,11 @@ static int client_main(void *arg)
 		}
 		{
 			/* The loop above is not timed. */
-			uint64_t t = now_ns();
+			uint64_t t = pr_mono_ns();
 
 			if (procreg_batch(reg, ops, n) < 0)
 				goto fail;
-			r->t2 = r->t1 + (now_ns() - t);
+			r->t2 = r->t1 + (pr_mono_ns() - t);
 		}
 		for (uint64_t i = 0; i < n; i++)
 			r->ok2 += ops[i].result == 0;
@@ -335,21 +335,13 @@ struct arrangement {
 	double med[NMODES][2];
 };
 
-int cmd_register(void)
+/* The arrangements in AR: one client on the server's CPU, one on
+ * another, NCLIENTS spread over the CPUs. How many. */
+static int arrangements(struct arrangement *ar, int nclients)
 {
-	struct arrangement ar[3];
-	struct daemon_proc d;
-	char maxn[32], maxc[32];
-	const char *args[] = { "--max-names-per-proc", maxn, "--max-clients", maxc, NULL };
-	uint64_t sync_ops = bo.sync_ops ? bo.sync_ops : (bo.quick ? 300 : 10000);
-	uint64_t batch_ops = bo.batch_ops ? bo.batch_ops : (bo.quick ? 5000 : 200000);
-	int nclients = bo.clients ? bo.clients : ncpus, nar = 0, echo_ready = 0, rc = 2;
-	uint64_t t_start = now_ns();
-	pid_t echo = -1;
+	int nar = 0;
 
-	if (nclients > MAX_CLIENTS)
-		nclients = MAX_CLIENTS;
-	memset(ar, 0, sizeof(ar));
+	memset(ar, 0, 3 * sizeof(*ar));
 	ar[nar].name = "same-cpu";
 	ar[nar].nclients = 1;
 	ar[nar].ccpu[0] = cpus[0];
@@ -367,7 +359,114 @@ int cmd_register(void)
 			ar[nar].ccpu[i] = cpus[i % ncpus];
 		ar[nar++].scpu = cpus[ncpus - 1];
 	}
+	return nar;
+}
 
+/* The echo server, started and ready; -1 if it did not start. */
+static pid_t echo_start(void)
+{
+	int *ready = shared_alloc(64), echo_ready = 0;
+	pid_t echo = spawn(echo_main, ready, -1);
+
+	for (int k = 0; k < 100000 && !(echo_ready = __atomic_load_n(ready, __ATOMIC_ACQUIRE)); k++)
+		usleep(100);
+	shared_free(ready, 64);
+	if (echo < 0 || echo_ready <= 0) {
+		fprintf(stderr, "procreg-bench: the echo server did not start\n");
+		if (echo > 0) {
+			kill_child(echo);
+			reap(echo);
+		}
+		return -1;
+	}
+	return echo;
+}
+
+/* Every mode, --rounds times, for arrangement A, with procregd (DAEMON)
+ * and the echo server (ECHO) on its server CPU: the medians in A. */
+static int measure_arrangement(struct arrangement *A, pid_t daemon, pid_t echo,
+			       uint64_t sync_ops, uint64_t batch_ops)
+{
+	pin(daemon, A->scpu);
+	pin(echo, A->scpu);
+	for (int round = 0; round < bo.rounds; round++) {
+		for (int k = 0; k < NMODES; k++) {
+			enum mode m = (enum mode)((k + round) % NMODES);
+			struct rfig f;
+
+			if (measure(m, A->nclients, A->ccpu, m == M_BATCH ? batch_ops : sync_ops,
+				    &f) < 0)
+				return -1;
+			A->r[m][0][round] = f.rate1;
+			A->r[m][1][round] = f.rate2;
+			A->ok[m][0] += f.ok1;
+			A->ok[m][1] += f.ok2;
+		}
+	}
+	for (int m = 0; m < NMODES; m++)
+		for (int p = 0; p < 2; p++)
+			A->med[m][p] = median(A->r[m][p], bo.rounds);
+	return 0;
+}
+
+/* Arrangement A's row of the report, its JSON object and its targets. */
+static void report_arrangement(const struct arrangement *A, uint64_t sync_ops, uint64_t batch_ops)
+{
+	char cc[64] = "";
+	size_t o = 0;
+	double ratio = A->med[M_SYNC][0] / A->med[M_ECHO][0];
+	char what[160];
+
+	for (int i = 0; i < A->nclients && o < 56; i++)
+		o += (size_t)snprintf(cc + o, sizeof(cc) - o, "%s%d", i ? "," : "", A->ccpu[i]);
+	hprintf("%-10s %-8d %-7s %-7d %12s %12s %10.2fx %12s %12s %12s\n", A->name,
+		A->nclients, cc, A->scpu, fmt_rate(A->med[M_ECHO][0]),
+		fmt_rate(A->med[M_SYNC][0]), ratio, fmt_rate(A->med[M_SYNC][1]),
+		fmt_rate(A->med[M_BATCH][0]), fmt_rate(A->med[M_BATCH][1]));
+	j_obj(NULL);
+	j_str("arrangement", A->name);
+	j_int("clients", (uint64_t)A->nclients);
+	j_str("client_cpus", cc);
+	j_str("server_cpu", cpu_label(A->scpu));
+	j_num("socket_rtt_per_s", A->med[M_ECHO][0]);
+	j_num("socket_rtt_us", 1e6 / A->med[M_ECHO][0] * A->nclients);
+	j_num("sync_reg_per_s", A->med[M_SYNC][0]);
+	j_num("sync_reg_us", 1e6 / A->med[M_SYNC][0] * A->nclients);
+	j_num("sync_unreg_per_s", A->med[M_SYNC][1]);
+	j_num("ratio_vs_socket_rtt", ratio);
+	j_num("pipelined_reg_per_s", A->med[M_BATCH][0]);
+	j_num("pipelined_unreg_per_s", A->med[M_BATCH][1]);
+	j_int("round_trips", A->ok[M_ECHO][0]);
+	j_int("sync_registered", A->ok[M_SYNC][0]);
+	j_int("sync_unregistered", A->ok[M_SYNC][1]);
+	j_int("pipelined_registered", A->ok[M_BATCH][0]);
+	j_int("pipelined_unregistered", A->ok[M_BATCH][1]);
+	j_int("expected_sync", sync_ops * (uint64_t)A->nclients * (uint64_t)bo.rounds);
+	j_int("expected_pipelined", batch_ops * (uint64_t)A->nclients * (uint64_t)bo.rounds);
+	j_end();
+	snprintf(what, sizeof(what), "sync registration, %s (%d client%s): vs socket RTT",
+		 A->name, A->nclients, A->nclients == 1 ? "" : "s");
+	target(what, ratio, ">=", 0.8, "x");
+	snprintf(what, sizeof(what), "pipelined registration, %s (%d client%s)", A->name,
+		 A->nclients, A->nclients == 1 ? "" : "s");
+	target(what, A->med[M_BATCH][0] / 1e6, ">=", 1.0, " M/s");
+}
+
+int cmd_register(void)
+{
+	struct arrangement ar[3];
+	struct daemon_proc d;
+	char maxn[32], maxc[32];
+	const char *args[] = { "--max-names-per-proc", maxn, "--max-clients", maxc, NULL };
+	uint64_t sync_ops = bo.sync_ops ? bo.sync_ops : (bo.quick ? 300 : 10000);
+	uint64_t batch_ops = bo.batch_ops ? bo.batch_ops : (bo.quick ? 5000 : 200000);
+	int nclients = bo.clients ? bo.clients : ncpus, nar, rc = 2;
+	uint64_t t_start = pr_mono_ns();
+	pid_t echo = -1;
+
+	if (nclients > MAX_CLIENTS)
+		nclients = MAX_CLIENTS;
+	nar = arrangements(ar, nclients);
 	{
 		char name_s[16], meta[64];
 		struct qname q;
@@ -384,18 +483,8 @@ int cmd_register(void)
 	C = shared_alloc(sizeof(*C));
 	if (daemon_start(&d, BENCH_SCOPE, args) < 0)
 		return 2;
-	{
-		int *ready = shared_alloc(64);
-
-		echo = spawn(echo_main, ready, -1);
-		for (int k = 0; k < 100000 && !(echo_ready = __atomic_load_n(ready, __ATOMIC_ACQUIRE)); k++)
-			usleep(100);
-		shared_free(ready, 64);
-		if (echo < 0 || echo_ready <= 0) {
-			fprintf(stderr, "procreg-bench: the echo server did not start\n");
-			goto out;
-		}
-	}
+	if ((echo = echo_start()) < 0)
+		goto out;
 
 	hprintf("procreg-bench register: %d CPUs (%s); %s synchronous and %s pipelined "
 		"registrations per client; %d round%s (median)\n", ncpus,
@@ -403,30 +492,9 @@ int cmd_register(void)
 		fmt_count(sync_ops), fmt_count(batch_ops), bo.rounds, bo.rounds == 1 ? "" : "s");
 	hprintf("baseline: unix SOCK_SEQPACKET round trip of a %zu-byte request and a 16-byte "
 		"reply through an epoll echo server shaped like procregd's loop\n", req_size);
-
-	for (int a = 0; a < nar; a++) {
-		struct arrangement *A = &ar[a];
-
-		pin(d.pid, A->scpu);
-		pin(echo, A->scpu);
-		for (int round = 0; round < bo.rounds; round++) {
-			for (int k = 0; k < NMODES; k++) {
-				enum mode m = (enum mode)((k + round) % NMODES);
-				struct rfig f;
-
-				if (measure(m, A->nclients, A->ccpu, m == M_BATCH ? batch_ops : sync_ops,
-					    &f) < 0)
-					goto out;
-				A->r[m][0][round] = f.rate1;
-				A->r[m][1][round] = f.rate2;
-				A->ok[m][0] += f.ok1;
-				A->ok[m][1] += f.ok2;
-			}
-		}
-		for (int m = 0; m < NMODES; m++)
-			for (int p = 0; p < 2; p++)
-				A->med[m][p] = median(A->r[m][p], bo.rounds);
-	}
+	for (int a = 0; a < nar; a++)
+		if (measure_arrangement(&ar[a], d.pid, echo, sync_ops, batch_ops) < 0)
+			goto out;
 
 	hprintf("\n%-10s %-8s %-7s %-7s %12s %12s %11s %12s %12s %12s %12s\n", "", "clients",
 		"client", "server", "socket RTT", "sync reg", "sync reg", "sync unreg",
@@ -440,51 +508,12 @@ int cmd_register(void)
 	j_int("rounds", (uint64_t)bo.rounds);
 	j_int("request_bytes", req_size);
 	j_arr("runs");
-	for (int a = 0; a < nar; a++) {
-		struct arrangement *A = &ar[a];
-		char cc[64] = "";
-		size_t o = 0;
-		double ratio = A->med[M_SYNC][0] / A->med[M_ECHO][0];
-		char what[160];
-
-		for (int i = 0; i < A->nclients && o < 56; i++)
-			o += (size_t)snprintf(cc + o, sizeof(cc) - o, "%s%d", i ? "," : "", A->ccpu[i]);
-		hprintf("%-10s %-8d %-7s %-7d %12s %12s %10.2fx %12s %12s %12s\n", A->name,
-			A->nclients, cc, A->scpu, fmt_rate(A->med[M_ECHO][0]),
-			fmt_rate(A->med[M_SYNC][0]), ratio, fmt_rate(A->med[M_SYNC][1]),
-			fmt_rate(A->med[M_BATCH][0]), fmt_rate(A->med[M_BATCH][1]));
-		j_obj(NULL);
-		j_str("arrangement", A->name);
-		j_int("clients", (uint64_t)A->nclients);
-		j_str("client_cpus", cc);
-		j_str("server_cpu", cpu_label(A->scpu));
-		j_num("socket_rtt_per_s", A->med[M_ECHO][0]);
-		j_num("socket_rtt_us", 1e6 / A->med[M_ECHO][0] * A->nclients);
-		j_num("sync_reg_per_s", A->med[M_SYNC][0]);
-		j_num("sync_reg_us", 1e6 / A->med[M_SYNC][0] * A->nclients);
-		j_num("sync_unreg_per_s", A->med[M_SYNC][1]);
-		j_num("ratio_vs_socket_rtt", ratio);
-		j_num("pipelined_reg_per_s", A->med[M_BATCH][0]);
-		j_num("pipelined_unreg_per_s", A->med[M_BATCH][1]);
-		j_int("round_trips", A->ok[M_ECHO][0]);
-		j_int("sync_registered", A->ok[M_SYNC][0]);
-		j_int("sync_unregistered", A->ok[M_SYNC][1]);
-		j_int("pipelined_registered", A->ok[M_BATCH][0]);
-		j_int("pipelined_unregistered", A->ok[M_BATCH][1]);
-		j_int("expected_sync", sync_ops * (uint64_t)A->nclients * (uint64_t)bo.rounds);
-		j_int("expected_pipelined", batch_ops * (uint64_t)A->nclients * (uint64_t)bo.rounds);
-		j_end();
-		snprintf(what, sizeof(what), "sync registration, %s (%d client%s): vs socket RTT",
-			 A->name, A->nclients, A->nclients == 1 ? "" : "s");
-		target(what, ratio, ">=", 0.8, "x");
-		snprintf(what, sizeof(what), "pipelined registration, %s (%d client%s)", A->name,
-			 A->nclients, A->nclients == 1 ? "" : "s");
-		target(what, A->med[M_BATCH][0] / 1e6, ">=", 1.0, " M/s");
-	}
+	for (int a = 0; a < nar; a++)
+		report_arrangement(&ar[a], sync_ops, batch_ops);
 	j_end();
 	targets_report();
-	hprintf("\ntotal %.1f s\n", (double)(now_ns() - t_start) / 1e9);
-	j_num("seconds", (double)(now_ns() - t_start) / 1e9);
+	hprintf("\ntotal %.1f s\n", (double)(pr_mono_ns() - t_start) / 1e9);
+	j_num("seconds", (double)(pr_mono_ns() - t_start) / 1e9);
 	rc = 0;
 out:
 	if (echo > 0) {

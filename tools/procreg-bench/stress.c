@@ -157,15 +157,15 @@ static uint64_t names_now(procreg_t *reg)
 /* Poll the names counter until it reads WANT: the time that took, in ns. */
 static uint64_t wait_names(procreg_t *reg, uint64_t want, uint64_t timeout_ns)
 {
-	uint64_t t0 = now_ns(), t;
+	uint64_t t0 = pr_mono_ns(), t;
 
 	while (names_now(reg) != want) {
-		t = now_ns();
+		t = pr_mono_ns();
 		if (t - t0 > timeout_ns)
 			return UINT64_MAX;
 		usleep(50);
 	}
-	return now_ns() - t0;
+	return pr_mono_ns() - t0;
 }
 
 static uint64_t count_visible(procreg_t *reg)
@@ -189,105 +189,54 @@ struct row {
 	const char *key_rate, *key_ms;
 };
 
-int cmd_stress(void)
+/* Step PH (register, unregister, re-register) in every process, then
+ * the wait until the table shows it: two rows more in ROWS (*NROWS of
+ * them, their labels in LABEL), and after a (re-)registration how many
+ * names lookups find in VISIBLE. */
+static int run_phase(int ph, const pid_t *pids, procreg_t *reg, struct row *rows, int *nrows,
+		     char (*label)[96], uint64_t *visible)
 {
-	struct daemon_proc d;
-	char maxc[32];
-	const char *args[] = { "--max-clients", maxc, NULL };
-	uint64_t t_start = now_ns(), t0, t1, w, visible[2] = { 0, 0 };
-	pid_t *pids;
-	procreg_t *reg = NULL;
-	struct row rows[9];
-	char label[9][96];
-	int rc = 2, nrows = 0;
-	bool all_gone = false;
+	static const char *const verb[] = { NULL, "register", "unregister", "re-register" };
+	static const char *const key[] = { NULL, "reg_per_s", "unreg_per_s", "rereg_per_s" };
+	static const char *const key_ms[] = { NULL, "reg_ms", "unreg_ms", "rereg_ms" };
+	static const char *const wkey[] = { NULL, "wait_visible_ms", "wait_gone_ms",
+					    "wait_revisible_ms" };
+	uint64_t want = ph == ST_UNREG ? 0 : S_names, t0, t1, w;
+	int li = *nrows;
 
-	S_names = bo.stress_names ? bo.stress_names : (bo.quick ? 2000 : 100000);
-	S_procs = bo.procs ? bo.procs : (bo.quick ? 20 : 1000);
-	if ((uint64_t)S_procs > S_names)
-		S_procs = (int)S_names;
-	pids = calloc((size_t)S_procs, sizeof(*pids));
-	S = shared_alloc(sizeof(*S));
-	snprintf(maxc, sizeof(maxc), "%d", S_procs + 64);
-	if (!pids || daemon_start(&d, BENCH_SCOPE, args) < 0)
-		return 2;
-	reg = bench_open(BENCH_SCOPE);
-	if (!reg)
-		goto out;
-	hprintf("procreg-bench stress: %s names over %s processes (%s each), %s, 1 node, "
-		"%d CPUs, processes and daemon unpinned\n", fmt_count(S_names),
-		fmt_count((uint64_t)S_procs), fmt_count(S_names / (uint64_t)S_procs),
-		bo.pipelined ? "procreg_batch per process" : "one procreg_register per name",
-		ncpus);
-
-	/* 1 launch */
-	t0 = now_ns();
-	for (int i = 0; i < S_procs; i++) {
-		pids[i] = spawn(proc_main, (void *)(intptr_t)i, -1);
-		if (pids[i] < 0) {
-			fprintf(stderr, "procreg-bench: fork: %s\n", strerror((int)-pids[i]));
-			goto out;
-		}
+	t0 = pr_mono_ns();
+	__atomic_store_n(&S->phase, ph, __ATOMIC_RELEASE);
+	futex_wake_all(&S->phase);
+	if (wait_step(ph, pids) < 0)
+		return -1;
+	t1 = pr_mono_ns();
+	if (S->failed[ph]) {
+		fprintf(stderr, "procreg-bench: %d processes failed to %s: %s\n",
+			S->failed[ph], verb[ph], strerror(S->first_err));
+		return -1;
 	}
-	if (wait_step(ST_LAUNCH, pids) < 0 || S->failed[ST_LAUNCH])
-		goto failed;
-	t1 = now_ns();
-	snprintf(label[0], 96, "launch %s processes", fmt_count((uint64_t)S_procs));
-	rows[nrows++] = (struct row){ label[0], (double)(t1 - t0) / 1e6,
-				      S_procs * 1e9 / (double)(t1 - t0), "procs/s", NULL, "launch_ms" };
-
-	for (int ph = ST_REG; ph <= ST_REREG; ph++) {
-		static const char *const verb[] = { NULL, "register", "unregister", "re-register" };
-		static const char *const key[] = { NULL, "reg_per_s", "unreg_per_s", "rereg_per_s" };
-		static const char *const key_ms[] = { NULL, "reg_ms", "unreg_ms", "rereg_ms" };
-		static const char *const wkey[] = { NULL, "wait_visible_ms", "wait_gone_ms",
-						    "wait_revisible_ms" };
-		uint64_t want = ph == ST_UNREG ? 0 : S_names;
-		int li = nrows;
-
-		t0 = now_ns();
-		__atomic_store_n(&S->phase, ph, __ATOMIC_RELEASE);
-		futex_wake_all(&S->phase);
-		if (wait_step(ph, pids) < 0)
-			goto failed;
-		t1 = now_ns();
-		if (S->failed[ph]) {
-			fprintf(stderr, "procreg-bench: %d processes failed to %s: %s\n",
-				S->failed[ph], verb[ph], strerror(S->first_err));
-			goto failed;
-		}
-		snprintf(label[li], 96, "%s %s names", verb[ph], fmt_count(S_names));
-		rows[nrows++] = (struct row){ label[li], (double)(t1 - t0) / 1e6,
-					      (double)S_names * 1e9 / (double)(t1 - t0), "names/s",
-					      key[ph], key_ms[ph] };
-		w = wait_names(reg, want, 10000000000ull);
-		if (w == UINT64_MAX) {
-			fprintf(stderr, "procreg-bench: the table shows %llu names, not %llu\n",
-				(unsigned long long)names_now(reg), (unsigned long long)want);
-			goto failed;
-		}
-		snprintf(label[li + 1], 96, "wait until all %s", ph == ST_UNREG ? "gone" : "visible");
-		rows[nrows++] = (struct row){ label[li + 1], (double)w / 1e6, 0, "", NULL, wkey[ph] };
-		if (ph != ST_UNREG)
-			visible[ph == ST_REREG] = count_visible(reg);
+	snprintf(label[li], 96, "%s %s names", verb[ph], fmt_count(S_names));
+	rows[(*nrows)++] = (struct row){ label[li], (double)(t1 - t0) / 1e6,
+					 (double)S_names * 1e9 / (double)(t1 - t0), "names/s",
+					 key[ph], key_ms[ph] };
+	w = wait_names(reg, want, 10000000000ull);
+	if (w == UINT64_MAX) {
+		fprintf(stderr, "procreg-bench: the table shows %llu names, not %llu\n",
+			(unsigned long long)names_now(reg), (unsigned long long)want);
+		return -1;
 	}
+	snprintf(label[li + 1], 96, "wait until all %s", ph == ST_UNREG ? "gone" : "visible");
+	rows[(*nrows)++] = (struct row){ label[li + 1], (double)w / 1e6, 0, "", NULL, wkey[ph] };
+	if (ph != ST_UNREG)
+		visible[ph == ST_REREG] = count_visible(reg);
+	return 0;
+}
 
-	/* 8 kill, 9 gone */
-	t0 = now_ns();
-	for (int i = 0; i < S_procs; i++)
-		kill_child(pids[i]);
-	t1 = now_ns();
-	w = wait_names(reg, 0, 60000000000ull);
-	all_gone = w != UINT64_MAX;
-	snprintf(label[7], 96, "kill %s processes (SIGKILL)", fmt_count((uint64_t)S_procs));
-	rows[nrows++] = (struct row){ label[7], (double)(t1 - t0) / 1e6, 0, "", NULL, "kill_ms" };
-	snprintf(label[8], 96, "every name gone, after the last kill");
-	rows[nrows++] = (struct row){ label[8], all_gone ? (double)w / 1e6 : -1, 0, "", NULL,
-				      "kill_to_all_gone_ms" };
-	for (int i = 0; i < S_procs; i++)
-		reap(pids[i]);
-	pids[0] = 0;
-
+/* The steps' table, the JSON and the target; GONE_MS: the time until
+ * every name of the killed processes was gone, -1: never. */
+static void report_rows(const struct row *rows, int nrows, const uint64_t *visible,
+			double gone_ms)
+{
 	hprintf("\n%-4s %-44s %12s %14s\n", "step", "", "time", "rate");
 	for (int i = 0; i < nrows; i++) {
 		char rate[48] = "";
@@ -316,17 +265,87 @@ int cmd_stress(void)
 	}
 	j_int("visible_after_register", visible[0]);
 	j_int("visible_after_reregister", visible[1]);
-	j_bool("all_gone", all_gone);
+	j_bool("all_gone", gone_ms >= 0);
 	{
 		char what[160];
 
 		snprintf(what, sizeof(what), "every name of %s killed processes gone after",
 			 fmt_count((uint64_t)S_procs));
-		target(what, all_gone ? (double)w / 1e6 : 1e12, "<=", 50, " ms");
+		target(what, gone_ms >= 0 ? gone_ms : 1e12, "<=", 50, " ms");
 	}
+}
+
+int cmd_stress(void)
+{
+	struct daemon_proc d;
+	char maxc[32];
+	const char *args[] = { "--max-clients", maxc, NULL };
+	uint64_t t_start = pr_mono_ns(), t0, t1, w, visible[2] = { 0, 0 };
+	pid_t *pids;
+	procreg_t *reg = NULL;
+	struct row rows[9];
+	char label[9][96];
+	int rc = 2, nrows = 0;
+	bool all_gone = false;
+
+	S_names = bo.stress_names ? bo.stress_names : (bo.quick ? 2000 : 100000);
+	S_procs = bo.procs ? bo.procs : (bo.quick ? 20 : 1000);
+	if ((uint64_t)S_procs > S_names)
+		S_procs = (int)S_names;
+	pids = calloc((size_t)S_procs, sizeof(*pids));
+	S = shared_alloc(sizeof(*S));
+	snprintf(maxc, sizeof(maxc), "%d", S_procs + 64);
+	if (!pids || daemon_start(&d, BENCH_SCOPE, args) < 0)
+		return 2;
+	reg = bench_open(BENCH_SCOPE);
+	if (!reg)
+		goto out;
+	hprintf("procreg-bench stress: %s names over %s processes (%s each), %s, 1 node, "
+		"%d CPUs, processes and daemon unpinned\n", fmt_count(S_names),
+		fmt_count((uint64_t)S_procs), fmt_count(S_names / (uint64_t)S_procs),
+		bo.pipelined ? "procreg_batch per process" : "one procreg_register per name",
+		ncpus);
+
+	/* 1 launch */
+	t0 = pr_mono_ns();
+	for (int i = 0; i < S_procs; i++) {
+		pids[i] = spawn(proc_main, (void *)(intptr_t)i, -1);
+		if (pids[i] < 0) {
+			fprintf(stderr, "procreg-bench: fork: %s\n", strerror((int)-pids[i]));
+			goto out;
+		}
+	}
+	if (wait_step(ST_LAUNCH, pids) < 0 || S->failed[ST_LAUNCH])
+		goto failed;
+	t1 = pr_mono_ns();
+	snprintf(label[0], 96, "launch %s processes", fmt_count((uint64_t)S_procs));
+	rows[nrows++] = (struct row){ label[0], (double)(t1 - t0) / 1e6,
+				      S_procs * 1e9 / (double)(t1 - t0), "procs/s", NULL, "launch_ms" };
+
+	for (int ph = ST_REG; ph <= ST_REREG; ph++)
+		if (run_phase(ph, pids, reg, rows, &nrows, label, visible) < 0)
+			goto failed;
+
+	/* 8 kill, 9 gone */
+	t0 = pr_mono_ns();
+	for (int i = 0; i < S_procs; i++)
+		kill_child(pids[i]);
+	t1 = pr_mono_ns();
+	w = wait_names(reg, 0, 60000000000ull);
+	all_gone = w != UINT64_MAX;
+	snprintf(label[7], 96, "kill %s processes (SIGKILL)", fmt_count((uint64_t)S_procs));
+	rows[nrows++] = (struct row){ label[7], (double)(t1 - t0) / 1e6, 0, "", NULL, "kill_ms" };
+	snprintf(label[8], 96, "every name gone, after the last kill");
+	rows[nrows++] = (struct row){ label[8], all_gone ? (double)w / 1e6 : -1, 0, "", NULL,
+				      "kill_to_all_gone_ms" };
+	for (int i = 0; i < S_procs; i++)
+		reap(pids[i]);
+	pids[0] = 0;
+
+	report_rows(rows, nrows, visible, all_gone ? (double)w / 1e6 : -1);
 	targets_report();
-	hprintf("\ntotal %.1f s\n", (double)(now_ns() - t_start) / 1e9);
-	j_num("seconds", (double)(now_ns() - t_start) / 1e9);
+	hprintf("\ntotal %.1f s\n", (double)(pr_mono_ns() - t_start) / 1e9);
+	j_num("seconds", (double)(pr_mono_ns() - t_start) / 1e9);
 	rc = 0;
 	goto out;
 failed:

@@ -143,6 +143,22 @@ static __always_inline struct pt_event *event(__u32 type, __u32 pid, const char 
 	return e;
 }
 
+/* An event with its KIND and values A, B, C (what they mean is the
+ * type's: procreg_trace.h), sent at once. */
+static __always_inline void emit(__u32 type, __u32 pid, const char *name, __u64 len,
+				 __u32 kind, __u64 a, __u64 b, __u64 c)
+{
+	struct pt_event *e = event(type, pid, name, len);
+
+	if (!e)
+		return;
+	e->kind = kind;
+	e->a = a;
+	e->b = b;
+	e->c = c;
+	bpf_ringbuf_submit(e, 0);
+}
+
 /* ---- library ---------------------------------------------------------- */
 
 SEC("usdt")
@@ -195,16 +211,8 @@ int BPF_USDT(on_reply, int op, int pid, int status, __u64 ns, __u32 id)
 SEC("usdt")
 int BPF_USDT(on_grace_period, __u64 gp, __u64 ns, __u32 waited)
 {
-	struct pt_event *e;
-
 	hist(PT_H_GRACE, ns);
-	e = event(PT_EV_GRACE, 0, NULL, 0);
-	if (!e)
-		return 0;
-	e->a = ns;
-	e->b = waited;
-	e->c = gp;
-	bpf_ringbuf_submit(e, 0);
+	emit(PT_EV_GRACE, 0, NULL, 0, 0, ns, waited, gp);
 	return 0;
 }
 
@@ -218,15 +226,8 @@ int BPF_USDT(on_grace_period_hist, __u64 gp, __u64 ns, __u32 waited)
 SEC("usdt")
 int BPF_USDT(on_death, int pid, __u64 removed, __u64 ns)
 {
-	struct pt_event *e;
-
 	hist(PT_H_DEATH, ns);
-	e = event(PT_EV_DEATH, pid, NULL, 0);
-	if (!e)
-		return 0;
-	e->a = removed;
-	e->b = ns;
-	bpf_ringbuf_submit(e, 0);
+	emit(PT_EV_DEATH, pid, NULL, 0, 0, removed, ns, 0);
 	return 0;
 }
 
@@ -241,42 +242,21 @@ SEC("usdt")
 int BPF_USDT(on_change, __u32 type, __u32 pid, __u32 kind, const char *name, __u64 len,
 	     __u64 seq)
 {
-	struct pt_event *e = event(PT_EV_CHANGE, pid, name, len);
-
-	if (!e)
-		return 0;
-	e->kind = kind;
-	e->a = type;
-	e->b = seq;
-	bpf_ringbuf_submit(e, 0);
+	emit(PT_EV_CHANGE, pid, name, len, kind, type, seq, 0);
 	return 0;
 }
 
 SEC("usdt")
 int BPF_USDT(on_conflict, int pid, const char *name, __u64 len, __u32 holder, __u32 kind)
 {
-	struct pt_event *e = event(PT_EV_CONFLICT, pid, name, len);
-
-	if (!e)
-		return 0;
-	e->kind = kind;
-	e->a = holder;
-	bpf_ringbuf_submit(e, 0);
+	emit(PT_EV_CONFLICT, pid, name, len, kind, holder, 0, 0);
 	return 0;
 }
 
 SEC("usdt")
 int BPF_USDT(on_grow, int kind, __u64 old_cap, __u64 new_cap, __u64 live)
 {
-	struct pt_event *e = event(PT_EV_GROW, 0, NULL, 0);
-
-	if (!e)
-		return 0;
-	e->kind = kind;
-	e->a = old_cap;
-	e->b = new_cap;
-	e->c = live;
-	bpf_ringbuf_submit(e, 0);
+	emit(PT_EV_GROW, 0, NULL, 0, kind, old_cap, new_cap, live);
 	return 0;
 }
 
@@ -292,19 +272,9 @@ SEC("usdt")
 int BPF_USDT(on_bridge_out, __u32 op, __u32 kind, const char *name, __u64 len, __u64 seq,
 	     __u64 bytes)
 {
-	struct pt_event *e;
-
 	count(PT_C_BRIDGE_OUT);
-	if (!bridge_changes)
-		return 0;
-	e = event(PT_EV_BRIDGE_OUT, 0, name, len);
-	if (!e)
-		return 0;
-	e->kind = kind;
-	e->a = op;
-	e->b = seq;
-	e->c = bytes;
-	bpf_ringbuf_submit(e, 0);
+	if (bridge_changes)
+		emit(PT_EV_BRIDGE_OUT, 0, name, len, kind, op, seq, bytes);
 	return 0;
 }
 

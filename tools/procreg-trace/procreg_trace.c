@@ -37,6 +37,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "clock.h"
 #include "output.h"
 #include "procreg.h"
 #include "procreg_trace.h"
@@ -50,6 +51,7 @@ _Static_assert(PT_NODE_MAX == PROCREG_NODE_NAME_MAX + 1, "a node's name and its 
 #define MAX_OBJECTS 64
 
 enum cmd { CMD_LAT, CMD_TOP, CMD_EVENTS, CMD_BRIDGE };
+static const char *const cmd_names[] = { "lat", "top", "events", "bridge" }; /* by enum cmd */
 
 static struct {
 	enum cmd cmd;
@@ -147,6 +149,7 @@ static void parse(int argc, char **argv)
 	};
 	const char *cmd;
 	char *end;
+	size_t i;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "p:i:d:n:vh", lo, NULL)) != -1) {
@@ -190,18 +193,14 @@ static void parse(int argc, char **argv)
 		exit(2);
 	}
 	cmd = argv[optind];
-	if (!strcmp(cmd, "lat"))
-		opt.cmd = CMD_LAT;
-	else if (!strcmp(cmd, "top"))
-		opt.cmd = CMD_TOP;
-	else if (!strcmp(cmd, "events"))
-		opt.cmd = CMD_EVENTS;
-	else if (!strcmp(cmd, "bridge"))
-		opt.cmd = CMD_BRIDGE;
-	else {
+	for (i = 0; i < sizeof(cmd_names) / sizeof(cmd_names[0]); i++)
+		if (!strcmp(cmd, cmd_names[i]))
+			break;
+	if (i == sizeof(cmd_names) / sizeof(cmd_names[0])) {
 		fprintf(stderr, "procreg-trace: unknown command '%s'\nTry 'procreg-trace --help'.\n", cmd);
 		exit(2);
 	}
+	opt.cmd = (enum cmd)i;
 	if (opt.json && opt.cmd != CMD_EVENTS && opt.cmd != CMD_BRIDGE) {
 		fprintf(stderr, "procreg-trace: --json goes with events and bridge\n");
 		exit(2);
@@ -214,10 +213,7 @@ static void parse(int argc, char **argv)
 
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)pr_mono_ns() / 1e9;
 }
 
 /* "HH:MM:SS.mmm", wall clock. */
@@ -774,154 +770,157 @@ static const char *op_name(uint64_t op)
 	return op == 1 ? "put" : op == 2 ? "del" : "?";
 }
 
+/* An event as one JSON object (--json), T its wall-clock time. */
+static void event_json(const struct pt_event *e, const char *t)
+{
+	printf("{\"time\":\"%s\",\"ts_ns\":%llu,", t, (unsigned long long)e->ts_ns);
+	switch (e->type) {
+	case PT_EV_CHANGE:
+		printf("\"event\":\"%s\",\"pid\":%u,\"kind\":\"%s\",", change_name(e->a),
+		       e->pid, e->kind == PT_KIND_NAME ? "name" : "group");
+		procreg__json_field(stdout, "name", e->name, name_len(e));
+		printf(",\"seq\":%llu", (unsigned long long)e->b);
+		break;
+	case PT_EV_DEATH:
+		printf("\"event\":\"removed\",\"pid\":%u,\"entries\":%llu,\"removal_ns\":%llu",
+		       e->pid, (unsigned long long)e->a, (unsigned long long)e->b);
+		break;
+	case PT_EV_CONFLICT:
+		printf("\"event\":\"conflict\",\"pid\":%u,", e->pid);
+		procreg__json_field(stdout, "name", e->name, name_len(e));
+		printf(",\"holder\":%llu", (unsigned long long)e->a);
+		break;
+	case PT_EV_GRACE:
+		printf("\"event\":\"grace_period\",\"gp\":%llu,\"ns\":%llu,\"slots_waited\":%llu",
+		       (unsigned long long)e->c, (unsigned long long)e->a,
+		       (unsigned long long)e->b);
+		break;
+	case PT_EV_GROW:
+		printf("\"event\":\"grow\",\"index\":\"%s\",\"from\":%llu,\"to\":%llu,\"live\":%llu",
+		       index_name(e->kind), (unsigned long long)e->a, (unsigned long long)e->b,
+		       (unsigned long long)e->c);
+		break;
+	case PT_EV_BRIDGE_OUT:
+		printf("\"event\":\"out\",\"op\":\"%s\",\"kind\":\"%s\",",
+		       op_name(e->a), e->kind == PT_KIND_NAME ? "name" : "member");
+		procreg__json_field(stdout, "name", e->name, name_len(e));
+		printf(",\"seq\":%llu,\"bytes\":%llu", (unsigned long long)e->b,
+		       (unsigned long long)e->c);
+		break;
+	case PT_EV_BRIDGE_APPLY:
+		printf("\"event\":\"apply\",");
+		procreg__json_field(stdout, "node", e->node, node_len(e->node));
+		printf(",\"op\":\"%s\",\"kind\":\"%s\",", op_name(e->a),
+		       e->kind == PT_KIND_NAME ? "name" : "member");
+		procreg__json_field(stdout, "name", e->name, name_len(e));
+		printf(",\"result\":%lld", (long long)e->b);
+		break;
+	case PT_EV_BRIDGE_NODE:
+		printf("\"event\":\"%s\",",
+		       e->a == 1 ? "node-up" : e->a == 2 ? "node-lost" : "node-down");
+		procreg__json_field(stdout, "node", e->node, node_len(e->node));
+		printf(",\"incarnation\":\"%016llx\",\"removed\":%llu",
+		       (unsigned long long)e->b, (unsigned long long)e->c);
+		break;
+	case PT_EV_BRIDGE_CONFLICT:
+		printf("\"event\":\"node-conflict\",");
+		procreg__json_field(stdout, "name", e->name, name_len(e));
+		putchar(',');
+		procreg__json_field(stdout, "winner", e->node, node_len(e->node));
+		putchar(',');
+		procreg__json_field(stdout, "loser", e->peer, node_len(e->peer));
+		printf(",\"local_pid\":%llu,\"local_lost\":%s", (unsigned long long)e->a,
+		       e->b ? "true" : "false");
+		break;
+	default:
+		printf("\"event\":\"unknown\"");
+	}
+	printf("}\n");
+}
+
+/* An event as one line of text, T its wall-clock time; NAME, NODE, PEER
+ * its strings in the escaped form. */
+static void event_text(const struct pt_event *e, const char *t, const char *name,
+		       const char *node, const char *peer)
+{
+	switch (e->type) {
+	case PT_EV_CHANGE:
+		printf("%s %-13s pid %-7u %s %s\n", t, change_name(e->a), e->pid,
+		       kind_name(e->kind), name);
+		break;
+	case PT_EV_DEATH:
+		printf("%s %-13s pid %-7u %llu entr%s removed %.1f us after its pidfd woke\n", t,
+		       "removed", e->pid, (unsigned long long)e->a, e->a == 1 ? "y" : "ies",
+		       (double)e->b / 1e3);
+		break;
+	case PT_EV_CONFLICT:
+		printf("%s %-13s pid %-7u name %s is held by pid %llu\n", t, "conflict", e->pid,
+		       name, (unsigned long long)e->a);
+		break;
+	case PT_EV_GRACE:
+		printf("%s %-13s gp %llu: %.1f us, %llu reader slot%s waited on\n", t,
+		       "grace-period", (unsigned long long)e->c, (double)e->a / 1e3,
+		       (unsigned long long)e->b, e->b == 1 ? "" : "s");
+		break;
+	case PT_EV_GROW:
+		printf("%s %-13s %s index %llu -> %llu slots (%llu live)\n", t, "grow",
+		       index_name(e->kind), (unsigned long long)e->a, (unsigned long long)e->b,
+		       (unsigned long long)e->c);
+		break;
+	case PT_EV_BRIDGE_OUT:
+		printf("%s %-13s seq %llu %s %s %s (%llu bytes)\n", t, "out",
+		       (unsigned long long)e->b, op_name(e->a),
+		       e->kind == PT_KIND_NAME ? "name" : "member of", name,
+		       (unsigned long long)e->c);
+		break;
+	case PT_EV_BRIDGE_APPLY:
+		printf("%s %-13s from %s %s %s %s%s\n", t, "apply", node, op_name(e->a),
+		       e->kind == PT_KIND_NAME ? "name" : "member of", name,
+		       (int64_t)e->b < 0 ? " (failed)" : "");
+		break;
+	case PT_EV_BRIDGE_NODE:
+		if (e->a == 1)
+			printf("%s %-13s node %s (incarnation %016llx)\n", t, "node-up", node,
+			       (unsigned long long)e->b);
+		else if (e->a == 2)
+			printf("%s %-13s node %s: entries kept while it may come back\n", t,
+			       "node-lost", node);
+		else
+			printf("%s %-13s node %s: %llu entries removed\n", t, "node-down", node,
+			       (unsigned long long)e->c);
+		break;
+	case PT_EV_BRIDGE_CONFLICT:
+		printf("%s %-13s name %s: node %s's registration wins over node %s's%s\n", t,
+		       "node-conflict", name, node, peer,
+		       e->b ? " (the local owner loses it)" : "");
+		break;
+	}
+}
+
 static int on_event(void *ctx, void *data, size_t size)
 {
 	const struct pt_event *e = data;
 	const char *t = stamp(true);
-	const char *name, *node, *peer;
 
 	(void)ctx;
 	if (size < sizeof(*e))
 		return 0;
-	name = txt(e->name, name_len(e));
-	node = txt(e->node, node_len(e->node));
-	peer = txt(e->peer, node_len(e->peer));
-	if (opt.json) {
-		printf("{\"time\":\"%s\",\"ts_ns\":%llu,", t, (unsigned long long)e->ts_ns);
-		switch (e->type) {
-		case PT_EV_CHANGE:
-			printf("\"event\":\"%s\",\"pid\":%u,\"kind\":\"%s\",", change_name(e->a),
-			       e->pid, e->kind == PT_KIND_NAME ? "name" : "group");
-			procreg__json_field(stdout, "name", e->name, name_len(e));
-			printf(",\"seq\":%llu", (unsigned long long)e->b);
-			break;
-		case PT_EV_DEATH:
-			printf("\"event\":\"removed\",\"pid\":%u,\"entries\":%llu,\"removal_ns\":%llu",
-			       e->pid, (unsigned long long)e->a, (unsigned long long)e->b);
-			break;
-		case PT_EV_CONFLICT:
-			printf("\"event\":\"conflict\",\"pid\":%u,", e->pid);
-			procreg__json_field(stdout, "name", e->name, name_len(e));
-			printf(",\"holder\":%llu", (unsigned long long)e->a);
-			break;
-		case PT_EV_GRACE:
-			printf("\"event\":\"grace_period\",\"gp\":%llu,\"ns\":%llu,\"slots_waited\":%llu",
-			       (unsigned long long)e->c, (unsigned long long)e->a,
-			       (unsigned long long)e->b);
-			break;
-		case PT_EV_GROW:
-			printf("\"event\":\"grow\",\"index\":\"%s\",\"from\":%llu,\"to\":%llu,\"live\":%llu",
-			       index_name(e->kind), (unsigned long long)e->a, (unsigned long long)e->b,
-			       (unsigned long long)e->c);
-			break;
-		case PT_EV_BRIDGE_OUT:
-			printf("\"event\":\"out\",\"op\":\"%s\",\"kind\":\"%s\",",
-			       op_name(e->a), e->kind == PT_KIND_NAME ? "name" : "member");
-			procreg__json_field(stdout, "name", e->name, name_len(e));
-			printf(",\"seq\":%llu,\"bytes\":%llu", (unsigned long long)e->b,
-			       (unsigned long long)e->c);
-			break;
-		case PT_EV_BRIDGE_APPLY:
-			printf("\"event\":\"apply\",");
-			procreg__json_field(stdout, "node", e->node, node_len(e->node));
-			printf(",\"op\":\"%s\",\"kind\":\"%s\",", op_name(e->a),
-			       e->kind == PT_KIND_NAME ? "name" : "member");
-			procreg__json_field(stdout, "name", e->name, name_len(e));
-			printf(",\"result\":%lld", (long long)e->b);
-			break;
-		case PT_EV_BRIDGE_NODE:
-			printf("\"event\":\"%s\",",
-			       e->a == 1 ? "node-up" : e->a == 2 ? "node-lost" : "node-down");
-			procreg__json_field(stdout, "node", e->node, node_len(e->node));
-			printf(",\"incarnation\":\"%016llx\",\"removed\":%llu",
-			       (unsigned long long)e->b, (unsigned long long)e->c);
-			break;
-		case PT_EV_BRIDGE_CONFLICT:
-			printf("\"event\":\"node-conflict\",");
-			procreg__json_field(stdout, "name", e->name, name_len(e));
-			putchar(',');
-			procreg__json_field(stdout, "winner", e->node, node_len(e->node));
-			putchar(',');
-			procreg__json_field(stdout, "loser", e->peer, node_len(e->peer));
-			printf(",\"local_pid\":%llu,\"local_lost\":%s", (unsigned long long)e->a,
-			       e->b ? "true" : "false");
-			break;
-		default:
-			printf("\"event\":\"unknown\"");
-		}
-		printf("}\n");
-	} else {
-		switch (e->type) {
-		case PT_EV_CHANGE:
-			printf("%s %-13s pid %-7u %s %s\n", t, change_name(e->a), e->pid,
-			       kind_name(e->kind), name);
-			break;
-		case PT_EV_DEATH:
-			printf("%s %-13s pid %-7u %llu entr%s removed %.1f us after its pidfd woke\n", t,
-			       "removed", e->pid, (unsigned long long)e->a, e->a == 1 ? "y" : "ies",
-			       (double)e->b / 1e3);
-			break;
-		case PT_EV_CONFLICT:
-			printf("%s %-13s pid %-7u name %s is held by pid %llu\n", t, "conflict", e->pid,
-			       name, (unsigned long long)e->a);
-			break;
-		case PT_EV_GRACE:
-			printf("%s %-13s gp %llu: %.1f us, %llu reader slot%s waited on\n", t,
-			       "grace-period", (unsigned long long)e->c, (double)e->a / 1e3,
-			       (unsigned long long)e->b, e->b == 1 ? "" : "s");
-			break;
-		case PT_EV_GROW:
-			printf("%s %-13s %s index %llu -> %llu slots (%llu live)\n", t, "grow",
-			       index_name(e->kind), (unsigned long long)e->a, (unsigned long long)e->b,
-			       (unsigned long long)e->c);
-			break;
-		case PT_EV_BRIDGE_OUT:
-			printf("%s %-13s seq %llu %s %s %s (%llu bytes)\n", t, "out",
-			       (unsigned long long)e->b, op_name(e->a),
-			       e->kind == PT_KIND_NAME ? "name" : "member of", name,
-			       (unsigned long long)e->c);
-			break;
-		case PT_EV_BRIDGE_APPLY:
-			printf("%s %-13s from %s %s %s %s%s\n", t, "apply", node, op_name(e->a),
-			       e->kind == PT_KIND_NAME ? "name" : "member of", name,
-			       (int64_t)e->b < 0 ? " (failed)" : "");
-			break;
-		case PT_EV_BRIDGE_NODE:
-			if (e->a == 1)
-				printf("%s %-13s node %s (incarnation %016llx)\n", t, "node-up", node,
-				       (unsigned long long)e->b);
-			else if (e->a == 2)
-				printf("%s %-13s node %s: entries kept while it may come back\n", t,
-				       "node-lost", node);
-			else
-				printf("%s %-13s node %s: %llu entries removed\n", t, "node-down", node,
-				       (unsigned long long)e->c);
-			break;
-		case PT_EV_BRIDGE_CONFLICT:
-			printf("%s %-13s name %s: node %s's registration wins over node %s's%s\n", t,
-			       "node-conflict", name, node, peer,
-			       e->b ? " (the local owner loses it)" : "");
-			break;
-		}
-	}
+	if (opt.json)
+		event_json(e, t);
+	else
+		event_text(e, t, txt(e->name, name_len(e)), txt(e->node, node_len(e->node)),
+			   txt(e->peer, node_len(e->peer)));
 	fflush(stdout);
 	return 0;
 }
 
 /* ---- main ------------------------------------------------------------- */
 
-int main(int argc, char **argv)
+/* The registry; the CPU count. */
+static int open_registry(void)
 {
 	PROCREG_OPTS(procreg_opts, ro);
-	struct procreg_trace *skel = NULL;
-	struct ring_buffer *rb = NULL;
-	PROCREG_OPTS(procreg_stats, st);
-	struct sigaction sa = { .sa_handler = on_signal };
-	double start, next, last;
-	int err = 0, nlib = 0, nd = 0;
-
-	parse(argc, argv);
-	libbpf_set_print(libbpf_print);
+	int err;
 
 	ro.scope = opt.scope;
 	ro.dir = opt.dir;
@@ -929,62 +928,81 @@ int main(int argc, char **argv)
 	if (!reg) {
 		err = -errno;
 		fprintf(stderr, "procreg-trace: cannot open the registry: %s\n", procreg_strerror(err));
-		return 2;
+		return err;
 	}
 	ncpus = libbpf_num_possible_cpus();
 	if (ncpus <= 0) {
 		err = ncpus ? ncpus : -EINVAL;
 		fprintf(stderr, "procreg-trace: cannot count the CPUs: %s\n", strerror(-err));
-		goto cleanup;
+		return err;
 	}
+	return 0;
+}
 
-	skel = procreg_trace__open();
+/* Open the BPF object, configure it for the command, load it. */
+static int load_bpf(struct procreg_trace **skelp)
+{
+	struct procreg_trace *skel;
+	int err;
+
+	*skelp = skel = procreg_trace__open();
 	if (!skel) {
 		err = -errno;
 		fprintf(stderr, "procreg-trace: cannot open the BPF object: %s\n", strerror(-err));
-		goto cleanup;
+		return err;
 	}
 	skel->rodata->top_names = opt.cmd == CMD_TOP;
 	skel->rodata->top_procs = opt.cmd == CMD_TOP;
 	skel->rodata->bridge_changes = opt.changes;
 	err = procreg_trace__load(skel);
-	if (err) {
+	if (err)
 		fprintf(stderr,
 			"procreg-trace: cannot load the BPF programs: %s\n"
 			"procreg-trace needs root (or CAP_BPF and CAP_PERFMON), and a kernel with BPF,\n"
 			"the BPF ring buffer (5.8+) and uprobes.\n",
 			strerror(-err));
-		goto cleanup;
-	}
+	return err;
+}
 
-	if (wants(false) && (nlib = attach_library(skel)) < 0) {
-		err = nlib;
-		goto cleanup;
-	}
+/* Attach to the library's users and to procregd, as the command wants,
+ * and say what is traced. */
+static int attach_all(struct procreg_trace *skel)
+{
+	PROCREG_OPTS(procreg_stats, st);
+	int nlib = 0, nd = 0;
+
+	if (wants(false) && (nlib = attach_library(skel)) < 0)
+		return nlib;
 	procreg_stats(reg, &st);
-	if (wants(true) && (nd = attach_daemon(skel, st.daemon_pid)) < 0) {
-		err = nd;
-		goto cleanup;
-	}
-	if (opt.cmd == CMD_EVENTS || opt.cmd == CMD_BRIDGE) {
-		rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, NULL, NULL);
-		if (!rb) {
-			err = -errno;
-			fprintf(stderr, "procreg-trace: cannot open the ring buffer: %s\n", strerror(-err));
-			goto cleanup;
-		}
-	}
-
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	if (wants(true) && (nd = attach_daemon(skel, st.daemon_pid)) < 0)
+		return nd;
 	fprintf(stderr, "procreg-trace: tracing %d probe%s (library: %s; procregd: %s, pid %d); "
 			"Ctrl-C to stop\n",
 		nlib + nd, nlib + nd == 1 ? "" : "s",
 		!nlib ? "none" : opt.pid ? "one process" : "every process", nd ? "yes" : "no",
 		(int)st.daemon_pid);
+	return 0;
+}
 
-	start = last = now_s();
-	next = start + opt.interval;
+/* The report of lat, bridge or top on the last SECS. */
+static void report(struct procreg_trace *skel, double secs)
+{
+	if (opt.cmd == CMD_LAT)
+		print_lat(skel);
+	else if (opt.cmd == CMD_BRIDGE)
+		print_bridge(skel, secs);
+	else if (opt.cmd == CMD_TOP)
+		print_top(skel, secs);
+}
+
+/* Poll the ring buffer (events, bridge) and report every interval until
+ * a signal or --duration. *LAST: when the last report was made. */
+static int trace_loop(struct ring_buffer *rb, struct procreg_trace *skel, double *last)
+{
+	double start = now_s(), next = start + opt.interval;
+	int err;
+
+	*last = start;
 	while (!exiting) {
 		double now = now_s(), until = next;
 		int ms;
@@ -996,15 +1014,12 @@ int main(int argc, char **argv)
 			ms = 100;
 		if (rb) {
 			err = ring_buffer__poll(rb, ms);
-			if (err == -EINTR) {
-				err = 0;
+			if (err == -EINTR)
 				break;
-			}
 			if (err < 0) {
 				fprintf(stderr, "procreg-trace: ring buffer: %s\n", strerror(-err));
-				goto cleanup;
+				return err;
 			}
-			err = 0;
 		} else {
 			poll(NULL, 0, ms);
 		}
@@ -1012,28 +1027,49 @@ int main(int argc, char **argv)
 		if (opt.duration && now >= start + opt.duration)
 			break;
 		if (now >= next && opt.cmd != CMD_EVENTS) {
-			if (opt.cmd == CMD_LAT)
-				print_lat(skel);
-			else if (opt.cmd == CMD_BRIDGE)
-				print_bridge(skel, now - last);
-			else
-				print_top(skel, now - last);
-			last = now;
+			report(skel, now - *last);
+			*last = now;
 			next += opt.interval;
 		}
 	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct procreg_trace *skel = NULL;
+	struct ring_buffer *rb = NULL;
+	struct sigaction sa = { .sa_handler = on_signal };
+	double last = 0;
+	int err;
+
+	parse(argc, argv);
+	libbpf_set_print(libbpf_print);
+
+	if ((err = open_registry()) < 0 || (err = load_bpf(&skel)) < 0)
+		goto cleanup;
+	if (opt.cmd == CMD_EVENTS || opt.cmd == CMD_BRIDGE) {
+		rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_event, NULL, NULL);
+		if (!rb) {
+			err = -errno;
+			fprintf(stderr, "procreg-trace: cannot open the ring buffer: %s\n", strerror(-err));
+			goto cleanup;
+		}
+	}
+	/* Before attach_all() says it traces: a signal from then on ends
+	 * the trace with its last report. */
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	if ((err = attach_all(skel)) < 0 || (err = trace_loop(rb, skel, &last)) < 0)
+		goto cleanup;
 
 	/* What happened since the last report. */
 	if (rb)
 		ring_buffer__consume(rb);
-	if (opt.cmd == CMD_LAT) {
-		print_lat(skel);
-	} else if (opt.cmd == CMD_BRIDGE) {
-		print_bridge(skel, now_s() - last);
-	} else if (opt.cmd == CMD_TOP) {
+	report(skel, now_s() - last);
+	if (opt.cmd == CMD_TOP) {
 		uint64_t lookups, misses;
 
-		print_top(skel, now_s() - last);
 		totals(skel, &lookups, &misses);
 		printf("total: lookups %llu, misses %llu\n", (unsigned long long)lookups,
 		       (unsigned long long)misses);

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cli.h"
 #include "output.h"
 
@@ -269,14 +270,6 @@ struct sample {
 	size_t n;
 };
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int take_sample(procreg_t *reg, struct sample *s)
 {
 	struct procreg_reader *v;
@@ -284,7 +277,7 @@ static int take_sample(procreg_t *reg, struct sample *s)
 
 	s->st = (struct procreg_stats){ .sz = sizeof(s->st) };
 	procreg_stats(reg, &s->st);
-	s->t_ns = mono_ns();
+	s->t_ns = pr_mono_ns();
 	s->n = 0;
 	n = registry(reg, &v);
 	s->procs = n < 0 ? NULL : calloc(n ? (size_t)n : 1, sizeof(*s->procs));

@@ -27,79 +27,6 @@
 
 const char *prog = "procreg";
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"Usage: procreg [--scope NAME] [--dir DIR] COMMAND [ARGS]\n"
-		"\n"
-		"Commands:\n"
-		"  run NAME [NAME...] [--meta STR] [--group G]... [--queue] [--replace]\n"
-		"      [--replaceable] [--ttl SECONDS [--lease-mark]] [--on-lost SIGNAL|none]\n"
-		"      [--no-autostart] -- CMD [ARGS]\n"
-		"                      register this process under the names (and join the\n"
-		"                      groups), then exec CMD (same pid: they live exactly\n"
-		"                      as long as CMD). --queue: if a name is taken, wait\n"
-		"                      in line for it; --replace: take over a replaceable\n"
-		"                      owner; --ttl: a lease CMD keeps with 'refresh';\n"
-		"                      --on-lost: the signal CMD gets if it loses a name to\n"
-		"                      another node's earlier registration (default TERM)\n"
-		"  refresh NAME        renew NAME's lease (its owner's uid, or root)\n"
-		"  join GROUP [GROUP...] [--meta STR] [--no-autostart] -- CMD [ARGS]\n"
-		"                      join the groups, then exec CMD. run and join start\n"
-		"                      procregd for the scope if none serves it, unless\n"
-		"                      --no-autostart or PROCREG_NO_AUTOSTART=1\n"
-		"  members GROUP [--json]\n"
-		"                      list a group's members; exit 1 if it has none\n"
-		"  groups [--json]     list every group with its member counts\n"
-		"  watch [--json] [PATTERN]\n"
-		"                      follow the change feed (names matching the shell\n"
-		"                      PATTERN), one line or JSON object per event, until\n"
-		"                      interrupted\n"
-		"  wait NAME [--timeout SECONDS]\n"
-		"  wait --group GROUP [--count N] [--timeout SECONDS]\n"
-		"                      return once NAME is registered (GROUP has N members,\n"
-		"                      default 1); exit 1 on timeout\n"
-		"  get NAME [--json]   show a name's owner; exit 1 if not registered\n"
-		"  ls [--json]         list every name\n"
-		"  unregister NAME     remove a name (its owner, its owner's uid, or root)\n"
-		"  stats [--json] [--format text|json|prometheus]\n"
-		"                      table and daemon counters; prometheus: the text\n"
-		"                      exposition format (node_exporter textfile collector)\n"
-		"  top [--once] [--json] [--interval SECONDS]\n"
-		"                      live counters and rates: names, groups, processes,\n"
-		"                      registrations/s, deaths/s, grace periods/s, arena\n"
-		"                      use, lookups/s of each reader process; --once: one\n"
-		"                      frame; --json: one object per tick\n"
-		"  readers [--json]    every reader process procregd waits for: pid, uid,\n"
-		"                      command, reading threads, threads inside a read-side\n"
-		"                      section, lookups; flags those it stopped waiting for\n"
-		"                      (stalled: they held a grace period up too long)\n"
-		"  check [--json]      verify the table read-only: indexes walkable, offsets\n"
-		"                      inside the arena, counters equal to a full walk,\n"
-		"                      owners alive; exit 1 with a report on damage\n"
-		"  nodes [--json]      the nodes the daemon replicates with (procregd --node)\n"
-		"  help                this help\n"
-		"  version             print the version\n"
-		"\n"
-		"Options (every command):\n"
-		"  -s, --scope NAME    scope (default: $PROCREG_SCOPE or \"default\")\n"
-		"  -d, --dir DIR       table directory (default: $PROCREG_DIR or /dev/shm)\n"
-		"  -j, --json          JSON output\n"
-		"  -e, --escaped       NAME, GROUP, PATTERN, --group and --meta are in the\n"
-		"                      escaped form that text output uses: \\\\, \\n, \\t, \\r\n"
-		"                      and \\xHH stand for the bytes they escape\n"
-		"  -h, --help          help\n"
-		"  --                  ends the options: a NAME beginning with '-' goes after\n"
-		"                      it (run and join: -- NAME... -- CMD [ARGS])\n"
-		"\n"
-		"Text output escapes control bytes, backslashes and bytes that are not UTF-8\n"
-		"in names, groups and metadata (see procreg(1), OUTPUT); JSON output adds\n"
-		"\"name_base64\" (\"meta_base64\", ...) where the bytes are not UTF-8.\n"
-		"\n"
-		"Exit status: 0 success, 1 not found, name taken, timed out or damage found\n"
-		"(check), 2 error; run and join: 126 or 127 when CMD cannot be run.\n");
-}
-
 void die_usage(const char *msg, const char *arg)
 {
 	fprintf(stderr, "%s: %s%s%s\nTry 'procreg --help'.\n", prog, msg, arg ? " " : "",
@@ -942,12 +869,10 @@ static int unescape_arg(char *s, const char *what, size_t *len)
 	return 0;
 }
 
-/* With --escaped, the operands (K of them, of command CMD), --group and
+/* With --escaped, the operands (K of them, called WHAT), --group and
  * --meta are decoded. 0 or EXIT_ERR. */
-static int unescape_args(struct cli *c, const char *cmd, int k, char **args)
+static int unescape_args(struct cli *c, const char *what, int k, char **args)
 {
-	const char *what = !strcmp(cmd, "watch") ? "PATTERN" :
-			   !strcmp(cmd, "join") || !strcmp(cmd, "members") ? "GROUP" : "NAME";
 	int err = 0;
 
 	for (int i = 0; i < k && !err; i++)
@@ -959,7 +884,135 @@ static int unescape_args(struct cli *c, const char *cmd, int k, char **args)
 	return err;
 }
 
-int main(int argc, char **argv)
+static void usage(FILE *f);
+
+static int cmd_help(struct cli *c, int argc, char **argv)
+{
+	(void)c, (void)argc, (void)argv;
+	usage(stdout);
+	return 0;
+}
+
+static int cmd_version(struct cli *c, int argc, char **argv)
+{
+	(void)c, (void)argc, (void)argv;
+	printf("procreg %s\n", PROCREG_VERSION_STRING);
+	return 0;
+}
+
+/* The commands: what runs each, and its lines of --help, in the order
+ * --help lists them. */
+static const struct command {
+	const char *name;
+	int (*run)(struct cli *c, int argc, char **argv);
+	const char *operand;        /* what --escaped calls its operands */
+	bool claims;                /* run, join: "-- CMD" follows the names */
+	const char *help;
+} commands[] = {
+	{ "run", cmd_run, "NAME", true,
+	  "  run NAME [NAME...] [--meta STR] [--group G]... [--queue] [--replace]\n"
+	  "      [--replaceable] [--ttl SECONDS [--lease-mark]] [--on-lost SIGNAL|none]\n"
+	  "      [--no-autostart] -- CMD [ARGS]\n"
+	  "                      register this process under the names (and join the\n"
+	  "                      groups), then exec CMD (same pid: they live exactly\n"
+	  "                      as long as CMD). --queue: if a name is taken, wait\n"
+	  "                      in line for it; --replace: take over a replaceable\n"
+	  "                      owner; --ttl: a lease CMD keeps with 'refresh';\n"
+	  "                      --on-lost: the signal CMD gets if it loses a name to\n"
+	  "                      another node's earlier registration (default TERM)\n" },
+	{ "refresh", cmd_refresh, "NAME", false,
+	  "  refresh NAME        renew NAME's lease (its owner's uid, or root)\n" },
+	{ "join", cmd_join, "GROUP", true,
+	  "  join GROUP [GROUP...] [--meta STR] [--no-autostart] -- CMD [ARGS]\n"
+	  "                      join the groups, then exec CMD. run and join start\n"
+	  "                      procregd for the scope if none serves it, unless\n"
+	  "                      --no-autostart or PROCREG_NO_AUTOSTART=1\n" },
+	{ "members", cmd_members, "GROUP", false,
+	  "  members GROUP [--json]\n"
+	  "                      list a group's members; exit 1 if it has none\n" },
+	{ "groups", cmd_groups, "NAME", false,
+	  "  groups [--json]     list every group with its member counts\n" },
+	{ "watch", cmd_watch, "PATTERN", false,
+	  "  watch [--json] [PATTERN]\n"
+	  "                      follow the change feed (names matching the shell\n"
+	  "                      PATTERN), one line or JSON object per event, until\n"
+	  "                      interrupted\n" },
+	{ "wait", cmd_wait, "NAME", false,
+	  "  wait NAME [--timeout SECONDS]\n"
+	  "  wait --group GROUP [--count N] [--timeout SECONDS]\n"
+	  "                      return once NAME is registered (GROUP has N members,\n"
+	  "                      default 1); exit 1 on timeout\n" },
+	{ "get", cmd_get, "NAME", false,
+	  "  get NAME [--json]   show a name's owner; exit 1 if not registered\n" },
+	{ "ls", cmd_ls, "NAME", false,
+	  "  ls [--json]         list every name\n" },
+	{ "unregister", cmd_unregister, "NAME", false,
+	  "  unregister NAME     remove a name (its owner, its owner's uid, or root)\n" },
+	{ "stats", cmd_stats, "NAME", false,
+	  "  stats [--json] [--format text|json|prometheus]\n"
+	  "                      table and daemon counters; prometheus: the text\n"
+	  "                      exposition format (node_exporter textfile collector)\n" },
+	{ "top", cmd_top, "NAME", false,
+	  "  top [--once] [--json] [--interval SECONDS]\n"
+	  "                      live counters and rates: names, groups, processes,\n"
+	  "                      registrations/s, deaths/s, grace periods/s, arena\n"
+	  "                      use, lookups/s of each reader process; --once: one\n"
+	  "                      frame; --json: one object per tick\n" },
+	{ "readers", cmd_readers, "NAME", false,
+	  "  readers [--json]    every reader process procregd waits for: pid, uid,\n"
+	  "                      command, reading threads, threads inside a read-side\n"
+	  "                      section, lookups; flags those it stopped waiting for\n"
+	  "                      (stalled: they held a grace period up too long)\n" },
+	{ "check", cmd_check, "NAME", false,
+	  "  check [--json]      verify the table read-only: indexes walkable, offsets\n"
+	  "                      inside the arena, counters equal to a full walk,\n"
+	  "                      owners alive; exit 1 with a report on damage\n" },
+	{ "nodes", cmd_nodes, "NAME", false,
+	  "  nodes [--json]      the nodes the daemon replicates with (procregd --node)\n" },
+	{ "help", cmd_help, "NAME", false,
+	  "  help                this help\n" },
+	{ "version", cmd_version, "NAME", false,
+	  "  version             print the version\n" },
+};
+
+static const struct command *command(const char *name)
+{
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(commands[i].name, name))
+			return &commands[i];
+	return NULL;
+}
+
+static void usage(FILE *f)
+{
+	fputs("Usage: procreg [--scope NAME] [--dir DIR] COMMAND [ARGS]\n"
+	      "\n"
+	      "Commands:\n", f);
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fputs(commands[i].help, f);
+	fputs("\n"
+	      "Options (every command):\n"
+	      "  -s, --scope NAME    scope (default: $PROCREG_SCOPE or \"default\")\n"
+	      "  -d, --dir DIR       table directory (default: $PROCREG_DIR or /dev/shm)\n"
+	      "  -j, --json          JSON output\n"
+	      "  -e, --escaped       NAME, GROUP, PATTERN, --group and --meta are in the\n"
+	      "                      escaped form that text output uses: \\\\, \\n, \\t, \\r\n"
+	      "                      and \\xHH stand for the bytes they escape\n"
+	      "  -h, --help          help\n"
+	      "  --                  ends the options: a NAME beginning with '-' goes after\n"
+	      "                      it (run and join: -- NAME... -- CMD [ARGS])\n"
+	      "\n"
+	      "Text output escapes control bytes, backslashes and bytes that are not UTF-8\n"
+	      "in names, groups and metadata (see procreg(1), OUTPUT); JSON output adds\n"
+	      "\"name_base64\" (\"meta_base64\", ...) where the bytes are not UTF-8.\n"
+	      "\n"
+	      "Exit status: 0 success, 1 not found, name taken, timed out or damage found\n"
+	      "(check), 2 error; run and join: 126 or 127 when CMD cannot be run.\n", f);
+}
+
+/* The options before the command word (getopt's). -1 to go on, else the
+ * exit status. */
+static int global_opts(struct cli *c, int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "scope", required_argument, NULL, 's' },
@@ -971,20 +1024,17 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
-	struct cli c = { 0 };
-	const char *cmd;
-	bool claims;
 	int o;
 
 	/* '+': stop at the first non-option, so "run ... -- CMD -x" keeps -x
 	 * for CMD. Options may come before or after the command word. */
 	while ((o = getopt_long(argc, argv, "+s:d:m:jehV", lo, NULL)) != -1) {
 		switch (o) {
-		case 's': c.scope = optarg; break;
-		case 'd': c.dir = optarg; break;
-		case 'm': c.meta = optarg; break;
-		case 'j': c.json = 1; break;
-		case 'e': c.escaped = true; break;
+		case 's': c->scope = optarg; break;
+		case 'd': c->dir = optarg; break;
+		case 'm': c->meta = optarg; break;
+		case 'j': c->json = 1; break;
+		case 'e': c->escaped = true; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("procreg %s\n", procreg_version()); return 0;
 		default: usage(stderr); return EXIT_ERR;
@@ -994,131 +1044,130 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return EXIT_ERR;
 	}
-	cmd = argv[optind++];
-	claims = !strcmp(cmd, "run") || !strcmp(cmd, "join");
-	{
-		/* Options after the command word, up to "--". After it, every
-		 * word is an operand (a name may begin with '-'); run and join
-		 * take the words after it as CMD, or, when no name came before
-		 * it and a second "--" follows, the words between as names. */
-		int rest = argc - optind, k = 0;
-		char **args = calloc((size_t)rest + 1, sizeof(char *));
+	return -1;
+}
 
-		if (!args)
-			return EXIT_ERR;
-		for (int i = optind; i < argc; i++) {
-			char *a = argv[i], *v;
+/* One option after the command word, at argv[*i] (*i moves past its
+ * value): true if it was one. */
+static bool cmd_opt(struct cli *c, int argc, char **argv, int *i)
+{
+	const char *a = argv[*i];
+	char *v;
 
-			if (!strcmp(a, "--")) {
-				int next = i + 1;
+	if (!strcmp(a, "--json") || !strcmp(a, "-j"))
+		c->json = 1;
+	else if (!strcmp(a, "--escaped") || !strcmp(a, "-e"))
+		c->escaped = true;
+	else if ((v = opt_value(argc, argv, i, "--meta", 'm')))
+		c->meta = v;
+	else if ((v = opt_value(argc, argv, i, "--group", 'g'))) {
+		if (c->ngroups == MAX_GROUPS)
+			die_usage("too many --group options; at most", "64");
+		c->groups[c->ngroups++] = v;
+	} else if (!strcmp(a, "--queue"))
+		c->reg_flags |= PROCREG_QUEUE;
+	else if (!strcmp(a, "--replace"))
+		c->reg_flags |= PROCREG_REPLACE;
+	else if (!strcmp(a, "--replaceable"))
+		c->reg_flags |= PROCREG_REPLACEABLE;
+	else if (!strcmp(a, "--lease-mark"))
+		c->reg_flags |= PROCREG_LEASE_MARK;
+	else if ((v = opt_value(argc, argv, i, "--ttl", 0)))
+		c->ttl = v;
+	else if ((v = opt_value(argc, argv, i, "--on-lost", 0)))
+		c->on_lost = v;
+	else if ((v = opt_value(argc, argv, i, "--timeout", 't')))
+		c->timeout = v;
+	else if ((v = opt_value(argc, argv, i, "--count", 'n')))
+		c->count = v;
+	else if ((v = opt_value(argc, argv, i, "--scope", 's')))
+		c->scope = v;
+	else if ((v = opt_value(argc, argv, i, "--dir", 'd')))
+		c->dir = v;
+	else if (!strcmp(a, "--once"))
+		c->once = true;
+	else if ((v = opt_value(argc, argv, i, "--interval", 'i')))
+		c->interval = v;
+	else if ((v = opt_value(argc, argv, i, "--format", 'f')))
+		c->format = v;
+	else if (!strcmp(a, "--no-autostart"))
+		c->no_autostart = true;
+	else
+		return false;
+	return true;
+}
 
-				while (claims && k == 0 && next < argc && strcmp(argv[next], "--"))
-					next++;
-				if (claims && k == 0 && next < argc) {
-					/* "-- NAME... -- CMD" */
-					while (++i < next)
-						args[k++] = argv[i];
-				}
-				if (claims)
-					c.cmd = &argv[i + 1];
-				else
-					while (++i < argc)
-						args[k++] = argv[i];
-				break;
+/* The words after the command word, from argv[first]: options up to
+ * "--" into C, operands into ARGS (*k of them). After "--", every word is
+ * an operand (a name may begin with '-'); run and join (CLAIMS) take the
+ * words after it as CMD, or, when no name came before it and a second
+ * "--" follows, the words between as names. -1 to go on, else the exit
+ * status (--help). */
+static int cmd_words(struct cli *c, bool claims, int argc, char **argv, int first,
+		     char **args, int *k)
+{
+	for (int i = first; i < argc; i++) {
+		char *a = argv[i];
+
+		if (!strcmp(a, "--")) {
+			int next = i + 1;
+
+			while (claims && *k == 0 && next < argc && strcmp(argv[next], "--"))
+				next++;
+			if (claims && *k == 0 && next < argc) {
+				/* "-- NAME... -- CMD" */
+				while (++i < next)
+					args[(*k)++] = argv[i];
 			}
-			if (!strcmp(a, "--json") || !strcmp(a, "-j"))
-				c.json = 1;
-			else if (!strcmp(a, "--escaped") || !strcmp(a, "-e"))
-				c.escaped = true;
-			else if ((v = opt_value(argc, argv, &i, "--meta", 'm')))
-				c.meta = v;
-			else if ((v = opt_value(argc, argv, &i, "--group", 'g'))) {
-				if (c.ngroups == MAX_GROUPS)
-					die_usage("too many --group options; at most", "64");
-				c.groups[c.ngroups++] = v;
-			} else if (!strcmp(a, "--queue"))
-				c.reg_flags |= PROCREG_QUEUE;
-			else if (!strcmp(a, "--replace"))
-				c.reg_flags |= PROCREG_REPLACE;
-			else if (!strcmp(a, "--replaceable"))
-				c.reg_flags |= PROCREG_REPLACEABLE;
-			else if (!strcmp(a, "--lease-mark"))
-				c.reg_flags |= PROCREG_LEASE_MARK;
-			else if ((v = opt_value(argc, argv, &i, "--ttl", 0)))
-				c.ttl = v;
-			else if ((v = opt_value(argc, argv, &i, "--on-lost", 0)))
-				c.on_lost = v;
-			else if ((v = opt_value(argc, argv, &i, "--timeout", 't')))
-				c.timeout = v;
-			else if ((v = opt_value(argc, argv, &i, "--count", 'n')))
-				c.count = v;
-			else if ((v = opt_value(argc, argv, &i, "--scope", 's')))
-				c.scope = v;
-			else if ((v = opt_value(argc, argv, &i, "--dir", 'd')))
-				c.dir = v;
-			else if (!strcmp(a, "--once"))
-				c.once = true;
-			else if ((v = opt_value(argc, argv, &i, "--interval", 'i')))
-				c.interval = v;
-			else if ((v = opt_value(argc, argv, &i, "--format", 'f')))
-				c.format = v;
-			else if (!strcmp(a, "--no-autostart"))
-				c.no_autostart = true;
-			else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-				free(args);
-				usage(stdout);
-				return 0;
-			} else if (a[0] == '-' && a[1])
-				die_usage("unknown option", a);
+			if (claims)
+				c->cmd = &argv[i + 1];
 			else
-				args[k++] = argv[i];
+				while (++i < argc)
+					args[(*k)++] = argv[i];
+			break;
 		}
+		if (cmd_opt(c, argc, argv, &i))
+			continue;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 0;
+		}
+		if (a[0] == '-' && a[1])
+			die_usage("unknown option", a);
+		args[(*k)++] = a;
+	}
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct cli c = { 0 };
+	const struct command *cmd;
+	const char *word;
+	char **args;
+	int k = 0, st;
+
+	st = global_opts(&c, argc, argv);
+	if (st >= 0)
+		return st;
+	word = argv[optind++];
+	cmd = command(word);
+	args = calloc((size_t)(argc - optind) + 1, sizeof(char *));
+	if (!args)
+		return EXIT_ERR;
+	/* An unknown command is told after the options are read, so that a
+	 * bad option is the error named when both are wrong. */
+	st = cmd_words(&c, cmd && cmd->claims, argc, argv, optind, args, &k);
+	if (st < 0) {
 		if (c.meta)
 			c.meta_len = strlen(c.meta);
-		if (c.escaped && unescape_args(&c, cmd, k, args)) {
-			free(args);
-			return EXIT_ERR;
-		}
-		if (!strcmp(cmd, "get"))
-			o = cmd_get(&c, k, args);
-		else if (!strcmp(cmd, "ls"))
-			o = cmd_ls(&c, k, args);
-		else if (!strcmp(cmd, "unregister"))
-			o = cmd_unregister(&c, k, args);
-		else if (!strcmp(cmd, "stats"))
-			o = cmd_stats(&c, k, args);
-		else if (!strcmp(cmd, "run"))
-			o = cmd_run(&c, k, args);
-		else if (!strcmp(cmd, "join"))
-			o = cmd_join(&c, k, args);
-		else if (!strcmp(cmd, "members"))
-			o = cmd_members(&c, k, args);
-		else if (!strcmp(cmd, "groups"))
-			o = cmd_groups(&c, k, args);
-		else if (!strcmp(cmd, "refresh"))
-			o = cmd_refresh(&c, k, args);
-		else if (!strcmp(cmd, "watch"))
-			o = cmd_watch(&c, k, args);
-		else if (!strcmp(cmd, "wait"))
-			o = cmd_wait(&c, k, args);
-		else if (!strcmp(cmd, "top"))
-			o = cmd_top(&c, k, args);
-		else if (!strcmp(cmd, "readers"))
-			o = cmd_readers(&c, k, args);
-		else if (!strcmp(cmd, "check"))
-			o = cmd_check(&c, k, args);
-		else if (!strcmp(cmd, "nodes"))
-			o = cmd_nodes(&c, k, args);
-		else if (!strcmp(cmd, "help")) {
-			usage(stdout);
-			o = 0;
-		} else if (!strcmp(cmd, "version")) {
-			printf("procreg %s\n", PROCREG_VERSION_STRING);
-			o = 0;
-		} else
-			die_usage("unknown command", cmd);
-		free(args);
-		return o;
+		if (c.escaped && unescape_args(&c, cmd ? cmd->operand : "NAME", k, args))
+			st = EXIT_ERR;
+		else if (!cmd)
+			die_usage("unknown command", word);
+		else
+			st = cmd->run(&c, k, args);
 	}
-	return EXIT_ERR;
+	free(args);
+	return st;
 }

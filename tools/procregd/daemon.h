@@ -42,18 +42,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "clock.h"
 #include "internal.h"
 #include "proto.h"
 #include "procreg/backend.h"
 #include "registry.h"
 
 /* A message any client can provoke at will is logged once a second at
- * most; the next one says how many WHAT went unlogged meanwhile. */
-struct ratelimit {
-	uint64_t last_ns;
-	uint64_t quiet;
-};
-void log_limited(struct ratelimit *rl, const char *what, const char *fmt, ...)
+ * most (clock.h); the next one says how many WHAT went unlogged meanwhile. */
+void log_limited(struct pr_ratelimit *rl, const char *what, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /* What an epoll event refers to: the first member of each watched object. */
@@ -183,19 +180,19 @@ struct daemon {
 	struct pr_u64map uid_clients; /* connections */
 	struct pr_u64map uid_readers; /* reader processes */
 	/* Refusals, each kind logged on its own (log_limited): */
-	struct ratelimit refused_log;        /* connections: --max-clients, no fd */
-	struct ratelimit refused_uid_log;    /* connections: --max-clients-per-uid */
-	struct ratelimit refused_res_log;    /* connections: --reserved-clients */
-	struct ratelimit dropped_log;        /* connections closed for what they sent */
-	struct ratelimit denied_quota_log;   /* names: a quota */
-	struct ratelimit denied_res_log;     /* names: --reserved-size */
+	struct pr_ratelimit refused_log;       /* connections: --max-clients, no fd */
+	struct pr_ratelimit refused_uid_log;   /* connections: --max-clients-per-uid */
+	struct pr_ratelimit refused_res_log;   /* connections: --reserved-clients */
+	struct pr_ratelimit dropped_log;       /* connections closed for what they sent */
+	struct pr_ratelimit denied_quota_log;  /* names: a quota */
+	struct pr_ratelimit denied_res_log;    /* names: --reserved-size */
 	struct owners *owners;    /* queues, leases, their journal (owners.c) */
 
 	/* readers.c */
 	struct pr_u64map readers; /* pid -> struct reader * */
 	struct reader *reader_list, *readers_gone;
 	uint32_t nreaders, nreaders_stalled;
-	struct ratelimit readers_log;  /* reader pages refused */
+	struct pr_ratelimit readers_log;  /* reader pages refused */
 	uint64_t readers_refresh_ns;
 
 	uint64_t wake_ns;         /* last epoll wake-up, while procregd:death is traced */

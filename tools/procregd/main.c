@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "daemon.h"
 #include "proto.h"
 #include "bridge_proto.h"
@@ -75,20 +76,16 @@ void log_msg(const char *fmt, ...)
 		(size_t)n >= sizeof(buf) ? "...[cut]" : "");
 }
 
-void log_limited(struct ratelimit *rl, const char *what, const char *fmt, ...)
+void log_limited(struct pr_ratelimit *rl, const char *what, const char *fmt, ...)
 {
-	uint64_t now = procreg__mono_ns();
+	uint64_t held;
 	char buf[1024];
 	va_list ap;
 
-	if (rl->last_ns && now - rl->last_ns < 1000000000ull) {
-		rl->quiet++;
+	if (!pr_ratelimit_pass(rl, procreg__mono_ns(), &held))
 		return;
-	}
-	if (rl->quiet)
-		log_msg("(%llu more %s in the last second)", (unsigned long long)rl->quiet, what);
-	rl->quiet = 0;
-	rl->last_ns = now;
+	if (held)
+		log_msg("(%llu more %s in the last second)", (unsigned long long)held, what);
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
@@ -197,35 +194,18 @@ static void usage(FILE *f)
 		"cleanly; the table stays, and the next daemon re-attaches to it.\n");
 }
 
+/* A size: "64K" is 65536 (args.h). */
 static int parse_size(const char *s, uint64_t *out)
 {
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -1;
-	switch (*end) {
-	case 'k': case 'K': v <<= 10; end++; break;
-	case 'm': case 'M': v <<= 20; end++; break;
-	case 'g': case 'G': v <<= 30; end++; break;
-	default: break;
-	}
-	if (*end)
-		return -1;
-	*out = v;
-	return 0;
+	return pr_parse_u64(s, 1024, out);
 }
 
+/* A count from 1 to UINT32_MAX. */
 static int parse_u32(const char *s, uint32_t *out)
 {
-	char *end;
-	unsigned long v;
+	uint64_t v;
 
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || v == 0 || v > UINT32_MAX)
+	if (pr_parse_u64(s, 0, &v) < 0 || v == 0 || v > UINT32_MAX)
 		return -1;
 	*out = (uint32_t)v;
 	return 0;

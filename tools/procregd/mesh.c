@@ -57,9 +57,11 @@
 
 #include <openssl/crypto.h>
 
+#include "accept.h"
 #include "bridge_proto.h"
 #include "procreg/backend.h"
 #include "bridge_sec.h"
+#include "clock.h"
 #include "internal.h"
 
 #define TICK_MS 100
@@ -172,7 +174,7 @@ struct mesh {
 	size_t cookie_len;
 	int epfd, lfd, tfd;
 	int spare;                    /* given up to take a connection when out of fds */
-	uint64_t refused_log_ns, refused_quiet;
+	struct pr_ratelimit refused_log;
 	struct obj listen_o, timer_o;
 	struct conn *conns;
 	size_t nconns;
@@ -1120,17 +1122,13 @@ static void conn_event(struct mesh *m, struct conn *c, uint32_t ev)
  * the port does not flood the log. */
 static void log_refused(struct mesh *m, const char *why)
 {
-	uint64_t now = now_ns();
+	uint64_t held;
 
-	if (m->refused_log_ns && now - m->refused_log_ns < 1000000000ull) {
-		m->refused_quiet++;
+	if (!pr_ratelimit_pass(&m->refused_log, now_ns(), &held))
 		return;
-	}
-	if (m->refused_quiet)
+	if (held)
 		m->up.log("bridge: (%llu more connections refused in the last second)",
-			  (unsigned long long)m->refused_quiet);
-	m->refused_quiet = 0;
-	m->refused_log_ns = now;
+			  (unsigned long long)held);
 	m->up.log("bridge: connection refused: %s", why);
 }
 
@@ -1163,23 +1161,15 @@ static void do_accept(struct mesh *m)
 	for (int i = 0; i < 64; i++) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
-		int one = 1, fd = accept4(m->lfd, (struct sockaddr *)&ss, &sl,
-					  SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int one = 1, fd = pr_accept(m->lfd, (struct sockaddr *)&ss, &sl,
+					    SOCK_NONBLOCK | SOCK_CLOEXEC, &m->spare);
 		struct epoll_event e = { .events = EPOLLIN };
 		char remote[PR_BP_ADDR_MAX + 1];
 		struct conn *c;
 
-		if (fd < 0 && (errno == EMFILE || errno == ENFILE) && m->spare >= 0) {
-			/* Left in the queue, it would keep the port readable
-			 * and the daemon spinning: take it and close it. */
-			close(m->spare);
-			fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC);
-			if (fd >= 0)
-				close(fd);
-			m->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd == PR_ACCEPT_SHED) {
 			log_refused(m, "out of file descriptors");
-			if (fd >= 0)
-				continue;
+			continue;
 		}
 		if (fd < 0)
 			return;
@@ -1435,7 +1425,7 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	if (cfg->listen && (*err = mesh_listen(m, cfg->listen)) < 0)
 		goto fail_err;
 	if (cfg->listen)
-		m->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		m->spare = pr_accept_spare();
 	for (size_t i = 0; i < cfg->npeers; i++)
 		if (!target_add(m, cfg->peers[i], strlen(cfg->peers[i]))) {
 			*err = -EINVAL;

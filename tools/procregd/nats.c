@@ -86,6 +86,7 @@
 
 #include "bridge_envelope.h"
 #include "bridge_proto.h"
+#include "clock.h"
 #include "nats_opts.h"
 #include "procreg/backend.h"
 
@@ -144,9 +145,11 @@ struct nb {
 	bool hb_soon;
 	uint64_t counter, next_req;
 	uint64_t last_hb_ns;
-	uint64_t last_forged_log_ns, forged;
+	uint64_t forged;
+	struct pr_ratelimit forged_log;
 	const char *last_forged_why;
-	uint64_t publish_errors, last_pub_err_ns;
+	uint64_t publish_errors;
+	struct pr_ratelimit pub_err_log;
 	struct peer *peers;
 	size_t npeers;
 	uint8_t *out;               /* one envelope */
@@ -156,14 +159,6 @@ struct nb {
 	uint64_t serving_req;       /* while a snapshot goes out */
 	char serving_to[SUBJECT_MAX];
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* NAME as one subject token: '.' (allowed in node and scope names,
  * a separator in subjects) becomes '~' (allowed in neither). */
@@ -203,14 +198,10 @@ static int publish(struct nb *m, const char *subj, uint8_t type, uint8_t flags, 
 		/* Buffered while reconnecting, up to a bound: past it the
 		 * change is lost, and the others see the gap and resync. A
 		 * long outage fails every publish: a line a second at most. */
-		uint64_t now = now_ns();
-
 		m->publish_errors++;
-		if (!m->last_pub_err_ns || now - m->last_pub_err_ns >= 1000000000ull) {
+		if (pr_ratelimit_pass(&m->pub_err_log, pr_mono_ns(), NULL))
 			m->up.log("bridge: nats: publish on %s: %s (%llu failed so far)", subj,
 				  natsStatus_GetText(s), (unsigned long long)m->publish_errors);
-			m->last_pub_err_ns = now;
-		}
 		return -EIO;
 	}
 	m->bytes_out += pos;
@@ -251,7 +242,7 @@ static void heartbeat(struct nb *m)
 	stream_add(m, buf, pos);
 	if (stream_flush(m, m->announce ? PR_ENV_ANNOUNCE : 0) == 0)
 		m->announce = false;
-	m->last_hb_ns = now_ns();
+	m->last_hb_ns = pr_mono_ns();
 	m->hb_soon = false;
 }
 
@@ -323,15 +314,13 @@ static void resync(struct nb *m, struct peer *p, const char *why)
 
 static void forged(struct nb *m, const char *subj, const char *why)
 {
-	uint64_t now = now_ns();
-
 	m->forged++;
 	/* Someone on the server without the cookie may send a lot: a line a
 	 * second at most for one reason, with a count. */
-	if (m->last_forged_log_ns && now - m->last_forged_log_ns < 1000000000ull &&
-	    why == m->last_forged_why)
+	if (why != m->last_forged_why)
+		m->forged_log.last_ns = 0;
+	if (!pr_ratelimit_pass(&m->forged_log, pr_mono_ns(), NULL))
 		return;
-	m->last_forged_log_ns = now;
 	m->last_forged_why = why;
 	m->up.log("bridge: nats: message on %s dropped: %s (%llu so far)", subj, why,
 		  (unsigned long long)m->forged);
@@ -418,7 +407,7 @@ static struct peer *admit(struct nb *m, const char *subj, const uint8_t *d, size
 		forged(m, subj, why);
 		return NULL;
 	}
-	p->last_rx_ns = now_ns();
+	p->last_rx_ns = pr_mono_ns();
 	p->bytes_in += len;
 	if (e->flags & PR_ENV_ANNOUNCE)
 		m->hb_soon = true;
@@ -521,7 +510,7 @@ static void all_down(struct nb *m, const char *why)
 
 static void tick(struct nb *m)
 {
-	uint64_t now = now_ns(), hb = (uint64_t)m->c.heartbeat_ms * 1000000ull,
+	uint64_t now = pr_mono_ns(), hb = (uint64_t)m->c.heartbeat_ms * 1000000ull,
 		 to = (uint64_t)m->c.timeout_ms * 1000000ull;
 
 	if (!m->connected)
@@ -1141,7 +1130,7 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	/* Request ids from a random start: an answer to another daemon's
 	 * request (an earlier run's, replayed) matches none of ours. */
 	if (RAND_bytes((uint8_t *)&m->next_req, sizeof(m->next_req)) != 1)
-		m->next_req = now_ns();
+		m->next_req = pr_mono_ns();
 	m->next_req >>= 1;
 	{
 		struct timespec ts;

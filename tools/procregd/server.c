@@ -27,6 +27,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "accept.h"
 #include "daemon.h"
 #include "probes.h"
 #include "proto.h"
@@ -107,7 +108,7 @@ int server_listen(struct daemon *d)
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd;
 
-	d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	d->spare_fd = pr_accept_spare();
 	if (d->o.listen_fd >= 0)
 		return listen_inherited(d, d->o.listen_fd);
 
@@ -236,22 +237,14 @@ void server_accept(struct daemon *d)
 		struct ucred cred;
 		socklen_t len = sizeof(cred);
 		struct client *c;
-		int fd = accept4(d->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), pidfd = -1;
+		int fd = pr_accept(d->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC, &d->spare_fd),
+		    pidfd = -1;
 
-		if (fd < 0 && (errno == EMFILE || errno == ENFILE) && d->spare_fd >= 0) {
-			/* No fd for it: the listening socket would stay
-			 * readable and the loop spin. Take it with the spare
-			 * and close it: the client sees the connection end. */
-			close(d->spare_fd);
-			fd = accept4(d->lfd, NULL, NULL, SOCK_CLOEXEC);
-			if (fd >= 0)
-				close(fd);
-			d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd == PR_ACCEPT_SHED) {
 			log_limited(&d->refused_log, "connections refused",
 				    "client refused: out of file descriptors (%u clients connected, --max-clients %u)",
 				    d->nclients, d->o.max_clients);
-			if (fd >= 0)
-				continue;
+			continue;
 		}
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)

@@ -1,0 +1,47 @@
+/*
+ * clock.h - the tools' monotonic clock, and the rate limit of a log line
+ * that others can provoke. Header only: procreg-bridge-nats.so, which
+ * links nothing of procregd's, uses it as the tools do. The library and
+ * procregd have procreg__mono_ns() (lib/internal.h); the tools built on
+ * the public library alone have this.
+ */
+#ifndef PROCREG_TOOLS_CLOCK_H
+#define PROCREG_TOOLS_CLOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+/* CLOCK_MONOTONIC, in nanoseconds. */
+static inline uint64_t pr_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A message that any client or peer can provoke at will goes out once a
+ * second at most, so that whoever provokes it cannot flood the log. */
+struct pr_ratelimit {
+	uint64_t last_ns;    /* when the last one went out; 0: never */
+	uint64_t held;       /* held back since */
+};
+
+/* At NOW_NS (monotonic): true if the message goes out, with *HELD (if
+ * not NULL) set to how many were held back since the last one went out;
+ * false if it is held back (and counted). */
+static inline bool pr_ratelimit_pass(struct pr_ratelimit *rl, uint64_t now_ns, uint64_t *held)
+{
+	if (rl->last_ns && now_ns - rl->last_ns < 1000000000ull) {
+		rl->held++;
+		return false;
+	}
+	if (held)
+		*held = rl->held;
+	rl->held = 0;
+	rl->last_ns = now_ns;
+	return true;
+}
+
+#endif /* PROCREG_TOOLS_CLOCK_H */
