@@ -185,7 +185,10 @@ PROCREG_API int procreg_register_opts(procreg_t *reg, const char *name, const vo
 
 /* Renew NAME's lease (its owner's uid, or root): -ENOENT if not
  * registered, -EINVAL if it has no lease. A name marked unhealthy is
- * healthy again. */
+ * healthy again. NAME is also taken as a group: the calling process's
+ * leased membership of it, if it has one, is renewed too (and then the
+ * call succeeds though no name NAME exists). A membership joined with
+ * PROCREG_PIDFD for another process is renewed by that process only. */
 PROCREG_API int procreg_refresh(procreg_t *reg, const char *name);
 
 /* Return 0 once the calling process owns NAME (after PROCREG_QUEUE), or
@@ -288,7 +291,7 @@ struct procreg_op {
 	const void *meta;          /* REGISTER, JOIN */
 	size_t meta_len;
 	unsigned int flags;        /* PROCREG_PIDFD, and for REGISTER PROCREG_QUEUE ... */
-	uint32_t lease_ms;         /* REGISTER: 0, no lease */
+	uint32_t lease_ms;         /* REGISTER, JOIN: 0, no lease */
 	int lost_signal;           /* REGISTER: 0, none */
 	int pidfd;                 /* with PROCREG_PIDFD: the owner */
 	int result;                /* out */
@@ -313,13 +316,19 @@ PROCREG_API int procreg_join(procreg_t *reg, const char *group, const void *meta
  * Join with options:
  *  PROCREG_PIDFD   the member is the process .pidfd refers to, under the
  *                  rules of procreg_register_opts().
- * A membership has no owner to queue behind or replace, and no lease
- * (procregd keeps leases for names only): every other flag is -EINVAL.
+ * A membership has no owner to queue behind or replace: every other flag
+ * is -EINVAL. It may have a lease:
+ *  .lease_ms       unless renewed within that time, the membership ends
+ *                  (a PROCREG_EV_LEFT event, as for procreg_leave), though
+ *                  the member lives. procreg_refresh(reg, group), called
+ *                  by the member process itself, renews it; joining again
+ *                  sets a new lease (or, with 0, none).
  */
 struct procreg_join_opts {
 	size_t sz;                 /* sizeof(struct procreg_join_opts) */
 	unsigned int flags;        /* PROCREG_PIDFD */
 	int pidfd;                 /* with PROCREG_PIDFD: the member */
+	uint32_t lease_ms;         /* 0: no lease */
 };
 
 /* NULL opts: as procreg_join(). */

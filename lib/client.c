@@ -620,7 +620,7 @@ struct req_opts {
 
 /* Check O for request OP and give its wire flags (the public flags are
  * the wire's, the signal in PR_F_SIGNAL). A membership has no owner to
- * queue behind or replace and no lease; UNREGISTER and LEAVE take no
+ * queue behind or replace, but may have a lease; UNREGISTER and LEAVE take no
  * options at all. */
 static int wire_opts(uint16_t op, const struct req_opts *o, uint16_t *wire)
 {
@@ -631,7 +631,8 @@ static int wire_opts(uint16_t op, const struct req_opts *o, uint16_t *wire)
 							  : 0;
 	int sig = o->lost_signal;
 
-	if ((o->flags & ~known) || (op != PR_OP_REGISTER && (o->lease_ms || sig)))
+	if ((o->flags & ~known) || (op != PR_OP_REGISTER && sig) ||
+	    (op != PR_OP_REGISTER && op != PR_OP_JOIN && o->lease_ms))
 		return -EINVAL;
 	if ((o->flags & PROCREG_LEASE_MARK) && !o->lease_ms)
 		return -EINVAL;
@@ -676,7 +677,8 @@ PROCREG_API int procreg_join_opts(procreg_t *reg, const char *group, const void 
 	if (err)
 		return err;
 	return opts_request(reg, PR_OP_JOIN, group, meta, meta_len,
-			    &(struct req_opts){ .flags = o.flags, .pidfd = o.pidfd });
+			    &(struct req_opts){ .flags = o.flags, .lease_ms = o.lease_ms,
+						.pidfd = o.pidfd });
 }
 
 PROCREG_API int procreg_refresh(procreg_t *reg, const char *name)

@@ -643,6 +643,160 @@ static void test_cli_queue_and_ttl(void **state)
 	assert_int_equal(th_cli(f->dir, NULL, 0, refresh_none), 1);
 }
 
+/* ---- leases on memberships ------------------------------------------- */
+
+/* The flags of this process's membership of GROUP, or -1 if it has none. */
+static int member_flags_cb(const struct procreg_entry *e, void *arg)
+{
+	if (e->pid != getpid())
+		return 0;
+	*(int *)arg = e->flags;
+	return 1;
+}
+
+static int member_flags(procreg_t *reg, const char *group)
+{
+	int flags = -1;
+
+	assert_true(procreg_members(reg, group, member_flags_cb, &flags) >= 0);
+	return flags;
+}
+
+static void test_member_lease_expires(void **state)
+{
+	struct fx *f = *state;
+	PROCREG_OPTS(procreg_join_opts, o, .lease_ms = 50);
+	uint64_t cur = procreg_feed_head(f->reg);
+	PROCREG_OPTS(procreg_event, ev);
+
+	/* We live, but do not refresh: the membership ends, as a leave. */
+	assert_int_equal(procreg_join_opts(f->reg, "workers", "w", 1, &o), 0);
+	assert_true(member_flags(f->reg, "workers") & PROCREG_ENTRY_LEASED);
+	ev = await(f->reg, &cur, PROCREG_EV_LEFT, "workers");
+	assert_int_equal(ev.pid, getpid());
+	assert_int_equal(member_flags(f->reg, "workers"), -1);
+	assert_int_equal(kill(getpid(), 0), 0);
+	assert_int_equal(procreg_leave(f->reg, "workers"), -ENOENT);
+	/* Joining again without a lease keeps it for good. */
+	assert_int_equal(procreg_join(f->reg, "workers", NULL, 0), 0);
+	assert_int_equal(member_flags(f->reg, "workers"), 0);
+	/* And a membership leased, then joined again without one, is not
+	 * leased any more. */
+	assert_int_equal(procreg_join_opts(f->reg, "workers2", NULL, 0, &o), 0);
+	assert_int_equal(procreg_join(f->reg, "workers2", NULL, 0), 0);
+	assert_int_equal(member_flags(f->reg, "workers2"), 0);
+	assert_int_equal(procreg_refresh(f->reg, "workers2"), -ENOENT);
+}
+
+static void test_member_lease_refreshed(void **state)
+{
+	struct fx *f = *state;
+	PROCREG_OPTS(procreg_join_opts, o, .lease_ms = 3000);
+	PROCREG_OPTS(procreg_register_opts, ro, .lease_ms = 3000);
+	uint64_t cur;
+	PROCREG_OPTS(procreg_event, ev);
+
+	/* A name and a group of the same spelling, both leased: one refresh
+	 * renews both. */
+	assert_int_equal(procreg_join_opts(f->reg, "crew", NULL, 0, &o), 0);
+	assert_int_equal(procreg_register_opts(f->reg, "crew", NULL, 0, &ro), 0);
+	assert_int_equal(procreg_join_opts(f->reg, "crew.only", NULL, 0, &o), 0);
+	cur = procreg_feed_head(f->reg);
+	/* Refreshing every 100 ms of a 3 s lease, ten times (a margin for a
+	 * loaded machine): still there, and no LEFT or EXPIRED event. */
+	for (int i = 0; i < 10; i++) {
+		th_msleep(100);
+		assert_int_equal(procreg_refresh(f->reg, "crew"), 0);
+		/* No name "crew.only": the membership alone is renewed. */
+		assert_int_equal(procreg_refresh(f->reg, "crew.only"), 0);
+		assert_true(member_flags(f->reg, "crew") & PROCREG_ENTRY_LEASED);
+		assert_true(member_flags(f->reg, "crew.only") & PROCREG_ENTRY_LEASED);
+		assert_int_equal(procreg_lookup(f->reg, "crew", NULL), 0);
+	}
+	while (procreg_next_event(f->reg, &cur, &ev, 0) == 0) {
+		assert_int_not_equal(ev.type, PROCREG_EV_LEFT);
+		assert_int_not_equal(ev.type, PROCREG_EV_EXPIRED);
+	}
+	/* Left, its lease goes with it: nothing to refresh. */
+	assert_int_equal(procreg_leave(f->reg, "crew.only"), 0);
+	assert_int_equal(procreg_refresh(f->reg, "crew.only"), -ENOENT);
+}
+
+static void test_member_lease_survives_restart(void **state)
+{
+	struct fx *f = *state;
+	PROCREG_OPTS(procreg_join_opts, o, .lease_ms = 1500);
+	uint64_t cur;
+
+	/* Acknowledged, then the daemon dies before the lease runs out: the
+	 * next one knows the membership is leased, and lets it run out. */
+	assert_int_equal(procreg_join_opts(f->reg, "pool", NULL, 0, &o), 0);
+	assert_int_equal(procreg_join_opts(f->reg, "pool.dropped", NULL, 0, &o), 0);
+	/* A lease given up by joining again without one stays given up. */
+	assert_int_equal(procreg_join(f->reg, "pool.dropped", NULL, 0), 0);
+	restart(f);
+	assert_true(member_flags(f->reg, "pool") & PROCREG_ENTRY_LEASED);
+	/* Still refreshable after the restart. */
+	assert_int_equal(procreg_refresh(f->reg, "pool"), 0);
+	cur = procreg_feed_head(f->reg);
+	await(f->reg, &cur, PROCREG_EV_LEFT, "pool");
+	assert_int_equal(member_flags(f->reg, "pool"), -1);
+	assert_int_equal(member_flags(f->reg, "pool.dropped"), 0);
+	/* Gone for good: another restart does not bring it back. */
+	restart(f);
+	assert_int_equal(member_flags(f->reg, "pool"), -1);
+	assert_int_equal(procreg_refresh(f->reg, "pool"), -ENOENT);
+}
+
+/* A batch's JOIN takes a lease as procreg_join_opts() does. */
+static void test_member_lease_batch(void **state)
+{
+	struct fx *f = *state;
+	const size_t o = sizeof(struct procreg_op);
+	struct procreg_op ops[3] = {
+		{ .sz = o, .kind = PROCREG_OP_JOIN, .name = "batch.leased", .lease_ms = 50 },
+		{ .sz = o, .kind = PROCREG_OP_JOIN, .name = "batch.kept" },
+		/* A LEAVE still takes no lease. */
+		{ .sz = o, .kind = PROCREG_OP_LEAVE, .name = "batch.kept", .lease_ms = 50 },
+	};
+	uint64_t cur = procreg_feed_head(f->reg);
+	struct procreg_event ev;
+
+	for (int i = 0; i < 3; i++)
+		ops[i].result = 99;
+	assert_int_equal(procreg_batch(f->reg, ops, 3), 0);
+	assert_int_equal(ops[0].result, 0);
+	assert_int_equal(ops[1].result, 0);
+	assert_int_equal(ops[2].result, -EINVAL);
+	ev = await(f->reg, &cur, PROCREG_EV_LEFT, "batch.leased");
+	assert_int_equal(ev.pid, getpid());
+	assert_int_equal(member_flags(f->reg, "batch.leased"), -1);
+	assert_int_equal(member_flags(f->reg, "batch.kept"), 0);
+}
+
+/* A member that dies takes its membership's lease with it: the journal
+ * forgets it (a restart finds nothing to expire). */
+static void test_member_lease_dies(void **state)
+{
+	struct fx *f = *state;
+	pid_t kid = fork();
+	uint64_t n;
+
+	assert_true(kid >= 0);
+	if (kid == 0) {
+		PROCREG_OPTS(procreg_join_opts, o, .lease_ms = 600000);
+		procreg_t *r = th_open(f->dir);
+
+		_exit(r && procreg_join_opts(r, "mortal", NULL, 0, &o) == 0 ? 0 : 1);
+	}
+	assert_int_equal(th_wait(kid), 0);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_group_count(f->reg, "mortal", &n, NULL), 0);
+	assert_int_equal(n, 0);
+	restart(f);
+	assert_false(th_log_has(f->d.log, "dropped (owner or name gone)"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -660,6 +814,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lease_survives_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_queue_survives_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_journal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_member_lease_expires, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_member_lease_refreshed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_member_lease_survives_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_member_lease_batch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_member_lease_dies, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

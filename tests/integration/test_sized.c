@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -106,10 +107,21 @@ static void test_register_and_join_opts(void **state)
 		assert_int_equal(procreg_register_opts(f->reg, "r", NULL, 0, ro), -EINVAL);
 		free(ro);
 	}
-	for (size_t sz = 0; sz < sizeof(*jo); sz += sizeof(int)) {
+	/* The first release's join options ended at .pidfd: that size is
+	 * still taken (no lease), anything shorter is not. */
+	for (size_t sz = 0; sz < offsetof(struct procreg_join_opts, lease_ms); sz += sizeof(int)) {
 		jo = sized(sizeof(*jo), sz, true);
 		assert_int_equal(procreg_join_opts(f->reg, "g", NULL, 0, jo), -EINVAL);
 		free(jo);
+	}
+	jo = sized(sizeof(*jo), offsetof(struct procreg_join_opts, lease_ms), false);
+	assert_int_equal(procreg_join_opts(f->reg, "g.old", NULL, 0, jo), 0);
+	free(jo);
+	{
+		uint64_t n;
+
+		assert_int_equal(procreg_group_count(f->reg, "g.old", &n, NULL), 0);
+		assert_int_equal(n, 1);
 	}
 	ro = sized(sizeof(*ro), sizeof(*ro) + TAIL, true);
 	ro->flags = PROCREG_REPLACEABLE;
@@ -465,7 +477,7 @@ static void test_join_opts(void **state)
 		assert_int_equal(procreg_join_opts(f->reg, "jo", "x", 1, &o), 0);
 	}
 	{
-		/* No queue, replace or lease for a membership. */
+		/* No queue or replace for a membership. */
 		PROCREG_OPTS(procreg_join_opts, o, .flags = PROCREG_QUEUE);
 
 		assert_int_equal(procreg_join_opts(f->reg, "jo", NULL, 0, &o), -EINVAL);

@@ -243,6 +243,8 @@ int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t le
 /* Whether a name has a lease or a queue: removing it needs
  * owners_name_gone(). */
 bool owners_interested(const struct daemon *d, const char *name, size_t len);
+/* Set (LEASE_MS > 0) or drop the lease of the local membership R. */
+int owners_member_lease_set(struct daemon *d, const struct pr_record *r, uint32_t lease_ms);
 /* A name was removed: drop its lease, pass it to the next in line. */
 void owners_name_gone(struct daemon *d, const char *name, size_t len);
 int owners_refresh(struct daemon *d, const struct client *c, const struct pr_frame *f);

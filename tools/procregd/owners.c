@@ -13,6 +13,9 @@
  * in time, the name is released (or, with PR_F_LEASE_MARK, republished
  * marked unhealthy), though the process lives. Deadlines are kept here and
  * checked from the daemon's timer, which is armed for the nearest one.
+ * A membership may carry one too: keyed by its group and its member
+ * process (pid and start time), it ends the membership when it runs out,
+ * as a leave would; only the member process renews it.
  *
  * Both are few in practice (contested names, leased names), so they are
  * plain lists; while both are empty, a registration or a death costs
@@ -75,6 +78,8 @@ struct lease {
 	uint64_t ttl_ns, deadline_ns;
 	bool mark;       /* mark unhealthy instead of releasing */
 	bool expired;    /* marked: waiting for a refresh */
+	int32_t pid;     /* a membership's member (0: the lease of a name) */
+	uint64_t start;  /* its start time */
 	uint16_t len;
 	char name[PROCREG_NAME_MAX + 1];
 };
@@ -129,7 +134,8 @@ struct jrec {
 	uint16_t flags;         /* J_WAIT: PROCREG_REPLACE, _REPLACEABLE, _LEASE_MARK */
 	uint16_t meta_len;
 	uint32_t lease_ms;      /* J_LEASE, J_WAIT */
-	int32_t pid;            /* J_WAIT, J_UNWAIT, J_UNWAIT_PROC */
+	int32_t pid;            /* J_WAIT, J_UNWAIT, J_UNWAIT_PROC; J_LEASE, J_UNLEASE of a
+				 * membership (0: of a name) */
 	uint64_t start;
 	uint64_t ino;
 	/* then name_len bytes of name, meta_len of metadata */
@@ -194,7 +200,8 @@ static size_t jrec_waiter(uint8_t *buf, const struct queue *q, const struct wait
 
 static size_t jrec_lease(uint8_t *buf, const struct lease *l)
 {
-	struct jrec f = { .mark = l->mark, .lease_ms = (uint32_t)(l->ttl_ns / 1000000ull) };
+	struct jrec f = { .mark = l->mark, .lease_ms = (uint32_t)(l->ttl_ns / 1000000ull),
+			  .pid = l->pid, .start = l->start };
 
 	return jrec_build(buf, J_LEASE, l->name, l->len, &f, NULL, 0);
 }
@@ -319,12 +326,15 @@ static struct queue **find_queue(struct daemon *d, const char *name, size_t len)
 	return q;
 }
 
-static struct lease **find_lease(struct daemon *d, const char *name, size_t len)
+/* The lease of name NAME (PID 0), or of PID's membership of group NAME. */
+static struct lease **find_lease(struct daemon *d, const char *name, size_t len, int32_t pid,
+				 uint64_t start)
 {
 	struct lease **l;
 
 	for (l = &d->owners->leases; *l; l = &(*l)->next)
-		if (same_name((*l)->name, (*l)->len, name, len))
+		if ((*l)->pid == pid && (*l)->start == start &&
+		    same_name((*l)->name, (*l)->len, name, len))
 			break;
 	return l;
 }
@@ -333,7 +343,7 @@ bool owners_interested(const struct daemon *d, const char *name, size_t len)
 {
 	if (!d->owners->queues && !d->owners->leases)
 		return false;
-	return *find_queue((struct daemon *)d, name, len) || *find_lease((struct daemon *)d, name, len);
+	return *find_queue((struct daemon *)d, name, len) || *find_lease((struct daemon *)d, name, len, 0, 0);
 }
 
 /* P takes (DELTA 1) or gives up (-1) a place in a line: it counts as a
@@ -437,7 +447,7 @@ void owners_proc_gone(struct daemon *d, struct proc *p)
 static void lease_drop(struct daemon *d, struct lease **lp)
 {
 	struct lease *l = *lp;
-	struct jrec f = { 0 };
+	struct jrec f = { .pid = l->pid, .start = l->start };
 
 	/* Journal after the change: a rewrite the append may set off writes
 	 * the state as it is now. */
@@ -446,15 +456,17 @@ static void lease_drop(struct daemon *d, struct lease **lp)
 	free(l);
 }
 
-static struct lease *lease_put(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
-			       bool mark)
+static struct lease *lease_put(struct daemon *d, const char *name, size_t len, int32_t pid,
+			       uint64_t start, uint32_t lease_ms, bool mark)
 {
-	struct lease **lp = find_lease(d, name, len), *l = *lp;
+	struct lease **lp = find_lease(d, name, len, pid, start), *l = *lp;
 
 	if (!l) {
 		l = calloc(1, sizeof(*l));
 		if (!l)
 			return NULL;
+		l->pid = pid;
+		l->start = start;
 		l->len = (uint16_t)len;
 		memcpy(l->name, name, len);
 		*lp = l;
@@ -467,20 +479,20 @@ static struct lease *lease_put(struct daemon *d, const char *name, size_t len, u
 	return l;
 }
 
-int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
-		     bool mark)
+static int lease_set(struct daemon *d, const char *name, size_t len, int32_t pid,
+		     uint64_t start, uint32_t lease_ms, bool mark)
 {
 	struct lease **lp, *l;
 
 	if (!lease_ms && !d->owners->leases)
 		return 0; /* the common case: no lease here, none anywhere */
 	if (!lease_ms) {
-		lp = find_lease(d, name, len);
+		lp = find_lease(d, name, len, pid, start);
 		if (*lp)
 			lease_drop(d, lp);
 		return 0;
 	}
-	l = lease_put(d, name, len, lease_ms, mark);
+	l = lease_put(d, name, len, pid, start, lease_ms, mark);
 	if (!l)
 		return -ENOMEM;
 	if (d->owners->open) {
@@ -489,6 +501,17 @@ int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t le
 		journal(d, buf, jrec_lease(buf, l));
 	}
 	return 0;
+}
+
+int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
+		     bool mark)
+{
+	return lease_set(d, name, len, 0, 0, lease_ms, mark);
+}
+
+int owners_member_lease_set(struct daemon *d, const struct pr_record *r, uint32_t lease_ms)
+{
+	return lease_set(d, r->data, r->name_len, (int32_t)r->pid, r->start_time, lease_ms, false);
 }
 
 void owners_name_gone(struct daemon *d, const char *name, size_t len)
@@ -540,9 +563,31 @@ static uint64_t find_name(struct daemon *d, const char *name, size_t len)
 	return procreg__w_find(&d->w, &d->w.map.hdr->names, &k, &pos);
 }
 
-int owners_refresh(struct daemon *d, const struct client *c, const struct pr_frame *f)
+/* The local membership of process PID (started at START) in group NAME: its
+ * offset, 0 if none. */
+static uint64_t find_member(struct daemon *d, const char *name, size_t len, int32_t pid,
+			    uint64_t start)
 {
-	struct lease *l = *find_lease(d, f->name, f->name_len);
+	struct pr_root *root;
+	struct pr_key k;
+	uint64_t pos;
+
+	if (procreg__w_group(&d->w, name, len, false, &root) < 0)
+		return 0;
+	pr_key_member(&k, (uint32_t)pid, start, 0, d->w.map.hdr->hash_seed);
+	return procreg__w_find(&d->w, root, &k, &pos);
+}
+
+static uint64_t find_leased(struct daemon *d, const struct lease *l)
+{
+	return l->pid ? find_member(d, l->name, l->len, l->pid, l->start)
+		      : find_name(d, l->name, l->len);
+}
+
+/* Renew the lease of name NAME for client C. */
+static int refresh_name(struct daemon *d, const struct client *c, const struct pr_frame *f)
+{
+	struct lease *l = *find_lease(d, f->name, f->name_len, 0, 0);
 	uint64_t off = find_name(d, f->name, f->name_len);
 	const struct pr_record *r;
 
@@ -565,6 +610,26 @@ int owners_refresh(struct daemon *d, const struct client *c, const struct pr_fra
 	return 0;
 }
 
+/* A REFRESH of NAME renews the name's lease and, NAME taken as a group,
+ * the lease of the caller's own membership of it: one word for both, as
+ * a process renews what it holds by the name it holds it under. */
+int owners_refresh(struct daemon *d, const struct client *c, const struct pr_frame *f)
+{
+	struct lease *ml = d->owners->leases ? *find_lease(d, f->name, f->name_len, c->id.pid,
+							   c->id.start)
+					     : NULL;
+	int err;
+
+	if (ml)
+		ml->deadline_ns = procreg__mono_ns() + ml->ttl_ns;
+	err = refresh_name(d, c, f);
+	/* With a membership renewed, a name that is not there, not the
+	 * caller's or not leased is no failure. */
+	if (ml && (err == -ENOENT || err == -EPERM || err == -EINVAL))
+		err = 0;
+	return err;
+}
+
 uint64_t owners_tick(struct daemon *d)
 {
 	uint64_t now = procreg__mono_ns(), next = UINT64_MAX;
@@ -580,7 +645,7 @@ uint64_t owners_tick(struct daemon *d)
 			lp = &l->next;
 			continue;
 		}
-		off = find_name(d, l->name, l->len);
+		off = find_leased(d, l);
 		if (!off) {
 			/* Gone some other way already. */
 			lease_drop(d, lp);
@@ -593,6 +658,13 @@ uint64_t owners_tick(struct daemon *d)
 					       PROCREG_EV_EXPIRED) == 0)
 				l->expired = true;
 			lp = &l->next;
+			continue;
+		}
+		if (l->pid) {
+			LOGV(d, "group '%s': pid %d: lease expired, left", l->name, (int)l->pid);
+			/* Leaving drops the lease. */
+			registry_remove(d, off, PROCREG_EV_LEFT);
+			lp = &d->owners->leases;
 			continue;
 		}
 		LOGV(d, "name '%s': lease expired, released", l->name);
@@ -860,10 +932,10 @@ static size_t replay(struct daemon *d, struct jwait **waits)
 		switch (r.type) {
 		case J_LEASE:
 			if (r.name_len)
-				lease_put(d, name, r.name_len, r.lease_ms, r.mark);
+				lease_put(d, name, r.name_len, r.pid, r.start, r.lease_ms, r.mark);
 			break;
 		case J_UNLEASE: {
-			struct lease **lp = find_lease(d, name, r.name_len);
+			struct lease **lp = find_lease(d, name, r.name_len, r.pid, r.start);
 
 			if (*lp)
 				lease_drop(d, lp);
@@ -941,10 +1013,11 @@ int owners_recover(struct daemon *d, bool attached)
 
 	if (attached)
 		sound = replay(d, &waits);
-	/* A lease holds while its name is here, ours, and still leased. */
+	/* A lease holds while its name (or membership) is here, ours, and
+	 * still leased. */
 	for (struct lease **lp = &d->owners->leases; *lp;) {
 		struct lease *l = *lp;
-		uint64_t off = find_name(d, l->name, l->len);
+		uint64_t off = find_leased(d, l);
 		const struct pr_record *r = off ? (const struct pr_record *)(d->w.map.base + off) : NULL;
 
 		if (!r || r->node != 0 || !(r->flags & PROCREG_ENTRY_LEASED)) {

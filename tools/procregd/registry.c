@@ -152,7 +152,7 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 		return -EDQUOT;
 	/* A lease is journaled: room for it first, or no change at all (a
 	 * hand-over's was set aside when its place in line was taken). */
-	if (name && rq->lease_ms && !handover && owners_room(d))
+	if (rq->lease_ms && !handover && owners_room(d))
 		return -ENOSPC;
 	/* A metadata update keeps the registration's stamp: it is when the
 	 * name was registered, and what decides a conflict between nodes. A
@@ -165,6 +165,8 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	if (name)
 		e.flags = (rq->flags & PROCREG_REPLACEABLE ? PROCREG_ENTRY_REPLACEABLE : 0) |
 			  (rq->lease_ms ? PROCREG_ENTRY_LEASED : 0);
+	else
+		e.flags = rq->lease_ms ? PROCREG_ENTRY_LEASED : 0;
 	err = new_record(d, &k, &e, id->ino, &off);
 	if (err)
 		return err;
@@ -177,6 +179,9 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	if (name && rq->lease_ms)
 		owners_lease_set(d, rq->name, rq->name_len, rq->lease_ms,
 				 rq->flags & PROCREG_LEASE_MARK);
+	/* Joining again sets the lease anew, or (0) drops it. */
+	if (!name)
+		owners_member_lease_set(d, rec(d, off), rq->lease_ms);
 	/* Replies come after this store: an acknowledged write is published. */
 	procreg__w_publish(&d->w, root, pos, off);
 	if (mine)
@@ -227,8 +232,10 @@ static void remove_local(struct daemon *d, uint64_t off, uint32_t ev, bool lost)
 		count(&d->w.map.hdr->unregistrations, 1);
 	else if (ev == PROCREG_EV_LEFT)
 		count(&d->w.map.hdr->leaves, 1);
-	if (r->kind != PR_KIND_NAME)
+	if (r->kind != PR_KIND_NAME) {
+		owners_member_lease_set(d, r, 0);
 		return;
+	}
 	if (lost)
 		owners_lease_set(d, r->data, r->name_len, 0, false);
 	else
@@ -255,8 +262,11 @@ size_t registry_died(struct daemon *d, struct proc *p)
 	owners_proc_gone(d, p);
 	/* Names and memberships alike, in one pass of the event loop: no
 	 * request is served between the first removal and the last. */
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		if (rec(d, offs[i])->kind == PR_KIND_MEMBER)
+			owners_member_lease_set(d, rec(d, offs[i]), 0);
 		take_out(d, offs[i], PROCREG_EV_DIED);
+	}
 	/* P's list is emptied, its memory kept: OFFS stays valid (P is in no
 	 * line any more, so nothing below gives it a name). */
 	proc_forget_all(d, p);

@@ -454,8 +454,8 @@ static void request_of(const struct pr_frame *f, uint8_t kind, struct reg_reques
 	if (kind == PR_KIND_NAME) {
 		rq->flags = f->h.flags & (PR_F_QUEUE | PR_F_REPLACE | PR_F_REPLACEABLE |
 					  PR_F_LEASE_MARK);
-		rq->lease_ms = f->arg;
 	}
+	rq->lease_ms = f->arg;
 }
 
 /* The checks every REGISTER and JOIN starts with: a valid name, an owner
