@@ -38,9 +38,11 @@
  *   UNREGISTER  u16 name_len, u16 reserved, u32 reserved; name.
  *   SYNC        empty. Answered after every death already signalled.
  *   JOIN        as REGISTER; the name is a group, the metadata the
- *               membership's (PR_F_PIDFD as for REGISTER).
+ *               membership's (PR_F_PIDFD as for REGISTER; lease_ms > 0: the
+ *               member must REFRESH the group within that time).
  *   LEAVE       as UNREGISTER; the name is a group.
- *   REFRESH     as UNREGISTER: renews the name's lease (owner's uid or root).
+ *   REFRESH     as UNREGISTER: renews the name's lease (owner's uid or root)
+ *               and the sender's own membership lease of the group so named.
  *   SUBSCRIBE   empty. From then on the daemon sends a NOTIFY | REPLY frame
  *               (id 0, empty) on this connection after each batch of work
  *               that published events, dropping it when the socket is full:
