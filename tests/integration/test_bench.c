@@ -9,11 +9,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -238,7 +240,7 @@ static int count_entries(const char *dir)
 
 /* Processes whose command line names DIR: the bench's children and its
  * procregd (--dir DIR/procreg-bench.XXXXXX). */
-static int processes_using(const char *dir)
+static int processes_using(const char *dir, pid_t *one)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *e;
@@ -263,24 +265,36 @@ static int processes_using(const char *dir)
 			if (!buf[i])
 				buf[i] = ' ';
 		buf[k] = 0;
-		if (strstr(buf, dir))
-			n++;
+		if (strstr(buf, dir) && n++ == 0)
+			*one = (pid_t)atoi(e->d_name);
 	}
 	if (d)
 		closedir(d);
 	return n;
 }
 
-/* Nothing left: no file in the directory, no process (children die with
- * the bench through PR_SET_PDEATHSIG: give them a moment). */
+/* Nothing left: no file in the directory, no process. The bench's
+ * children die with it through PR_SET_PDEATHSIG, which the kernel delivers
+ * as the bench exits but which a loaded machine may take a while to act
+ * on: each one left is waited for through a pidfd, until it exits. The
+ * minute is only there so that a child that never dies fails the test
+ * rather than hanging it. */
 static void check_clean(struct run *r)
 {
-	int procs = 0;
+	pid_t pid = 0;
 
 	assert_int_equal(count_entries(r->dir), 0);
-	for (int i = 0; i < 200 && (procs = processes_using(r->dir)) > 0; i++)
-		th_msleep(10);
-	assert_int_equal(procs, 0);
+	while (processes_using(r->dir, &pid) > 0) {
+		int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+		if (pidfd < 0)
+			continue; /* gone since it was seen */
+		if (poll(&p, 1, 60000) != 1)
+			fail_msg("pid %d still runs with %s a minute after the bench exited", (int)pid,
+				 r->dir);
+		close(pidfd);
+	}
 	th_rmrf(r->dir);
 	free(r->dir);
 	free(r->out);
