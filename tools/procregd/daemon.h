@@ -132,6 +132,7 @@ struct daemon_opts {
 	uint32_t max_clients_per_uid;  /* connections of one uid */
 	/* Held back for root and the daemon's own uid (uid_privileged): */
 	uint32_t reserved_clients;     /* the last connections */
+	bool reserved_clients_set;     /* else 1/32 of max_clients */
 	uint64_t reserved_size;        /* the last arena bytes */
 	bool reserved_size_set;        /* else 1/32 of the table */
 	bool foreground;
@@ -147,6 +148,7 @@ struct daemon_opts {
 	uint32_t bridge_heartbeat_ms, bridge_timeout_ms;  /* 0: the backend's defaults */
 	const char *resolver;         /* a shared object with a conflict rule (resolver.h) */
 	uint32_t bridge_flush_bytes;  /* --bridge-flush-bytes (backend.h: flush_bytes) */
+	bool bridge_flush_bytes_set;  /* given: it needs --node like the rest */
 	const char **peers;
 	size_t npeers;
 };

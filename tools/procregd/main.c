@@ -15,6 +15,7 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,317 +107,327 @@ int ev_mod(struct daemon *d, int fd, uint32_t events, struct ev *ev)
 	return epoll_ctl(d->epfd, EPOLL_CTL_MOD, fd, &e) < 0 ? -errno : 0;
 }
 
+/*
+ * The command line: one entry per option in opt_table, from which
+ * getopt_long's array, the parse and --help all come, so that an option
+ * is described in one place.
+ */
+enum opt_kind {
+	OPT_TEXT,       /* no option: HELP printed as it stands (a heading) */
+	OPT_FLAG,       /* the bool at OFF set */
+	OPT_COUNT,      /* the int at OFF counted up */
+	/* The kinds that take an argument, from OPT_STR to OPT_NATS: */
+	OPT_STR,        /* the const char * at OFF: the argument itself */
+	OPT_NUM,        /* the uint32_t or uint64_t at OFF, MIN..MAX */
+	OPT_PEER,       /* HOST:PORT added to peers */
+	OPT_BRIDGE_OPT, /* KEY=VALUE added to bridge_opts */
+	OPT_NATS,       /* VALUE added to bridge_opts as KEY=VALUE */
+	OPT_HELP,
+	OPT_VERSION,
+};
+
+struct opt {
+	const char *name;      /* the long name; NULL for OPT_TEXT */
+	char shortc;           /* the short one, or 0 */
+	enum opt_kind kind;
+	const char *arg;       /* the argument's name in --help */
+	size_t off, size;      /* the destination in struct daemon_opts */
+	size_t set;            /* a bool there made true when given; 0: none
+				* (offset 0 is scope, never such a bool) */
+	uint64_t unit, min, max, def;  /* OPT_NUM: pr_parse_u64's unit, range, default */
+	const char *want;      /* OPT_NUM: what the error asks for */
+	const char *key;       /* OPT_NATS: the backend's option (nats_opts.h) */
+	const char *help;      /* NULL: described by an OPT_TEXT entry */
+};
+
+#define OPT_AT(m) .off = offsetof(struct daemon_opts, m), .size = sizeof(((struct daemon_opts *)0)->m)
+#define OPT_SET(m) .set = offsetof(struct daemon_opts, m)
+#define STR_OPT(n, c, m, a) .name = n, .shortc = c, .kind = OPT_STR, .arg = a, OPT_AT(m)
+/* A number of MIN..MAX, its default DEF; UNIT as pr_parse_u64 takes it. */
+#define NUM_OPT(n, m, a, u, lo, hi, d, w) \
+	.name = n, .kind = OPT_NUM, .arg = a, OPT_AT(m), .unit = u, .min = lo, .max = hi, .def = d, .want = w
+/* A count from 1 to UINT32_MAX. */
+#define COUNT_OPT(n, m, d) NUM_OPT(n, m, "N", 0, 1, UINT32_MAX, d, "a positive number")
+/* --nats-KEY VALUE is --bridge-opt KEY=VALUE (and picks --bridge nats):
+ * an alias for each of the backend's options (nats_opts.h). */
+#define NATS_ALIAS(id, k) { .name = "nats-" k, .kind = OPT_NATS, .key = k },
+
+static const struct opt opt_table[] = {
+	{ STR_OPT("scope", 's', scope, "NAME"),
+	  .help = "scope (default: $PROCREG_SCOPE or \"default\")" },
+	{ STR_OPT("dir", 'd', dir, "DIR"),
+	  .help = "table directory (default: $PROCREG_DIR or /dev/shm)" },
+	{ STR_OPT("socket", 'S', socket, "PATH"),
+	  .help = "socket (default: $PROCREG_DIR, $XDG_RUNTIME_DIR\n"
+		  "or /run/procreg, + /procreg.SCOPE.sock)" },
+	{ .name = "foreground", .shortc = 'f', .kind = OPT_FLAG, OPT_AT(foreground),
+	  .help = "stay in the foreground (default: detach once ready)" },
+	{ NUM_OPT("max-size", max_size, "BYTES", 1024, 2u << 20, PR_MAX_FILE_SIZE, 1ull << 30,
+		  "2M..64G"),
+	  .help = "table file size, fixed when it is created; sparse\n"
+		  "(default 1G; suffixes K M G)" },
+	{ NUM_OPT("max-readers", max_readers, "N", 0, 1, 1u << 20, 4096, "1..1048576"),
+	  .help = "reader processes whose pages grace periods wait\n"
+		  "for; the table's reader registry is made this\n"
+		  "big (default 4096; an eighth is kept for root\n"
+		  "and procregd's own user)" },
+	{ COUNT_OPT("max-readers-per-uid", max_readers_per_uid, 256),
+	  .help = "reader processes of one uid (default 256;\n"
+		  "root: no limit)" },
+	{ NUM_OPT("reader-timeout-ms", reader_timeout_ms, "N", 0, 1, 3600000, 1000, "1..3600000"),
+	  .help = "a reader that holds a grace period up this long\n"
+		  "is no longer waited for (default 1000)" },
+	{ COUNT_OPT("max-names-per-proc", max_names_per_proc, 65536),
+	  .help = "names one process may hold (default 65536)" },
+	{ COUNT_OPT("max-clients", max_clients, 1024),
+	  .help = "connected clients (default 1024)" },
+	{ COUNT_OPT("max-names-per-uid", max_names_per_uid, 262144),
+	  .help = "names, memberships and places in owner queues\n"
+		  "the processes of one uid may hold together\n"
+		  "(default 262144; root and procregd's own uid:\n"
+		  "no limit)" },
+	{ COUNT_OPT("max-clients-per-uid", max_clients_per_uid, 128),
+	  .help = "connections of one uid (default 128; root and\n"
+		  "procregd's own uid: no limit)" },
+	{ NUM_OPT("reserved-clients", reserved_clients, "N", 0, 0, UINT32_MAX, 0, "a number"),
+	  OPT_SET(reserved_clients_set),
+	  .help = "the last N of --max-clients are for root and\n"
+		  "procregd's own uid (default 1/32 of it: 32)" },
+	{ NUM_OPT("reserved-size", reserved_size, "BYTES", 1024, 0, UINT64_MAX, 0,
+		  "a size in bytes (suffixes K M G)"),
+	  OPT_SET(reserved_size_set),
+	  .help = "the last BYTES of the table are for names of\n"
+		  "root's and procregd's uid: others get ENOSPC\n"
+		  "first (default 1/32 of the table; suffixes K M G)" },
+	{ .name = "verbose", .shortc = 'v', .kind = OPT_COUNT, OPT_AT(verbose),
+	  .help = "log every connection, death, and registration\n"
+		  "refused for a name held" },
+	{ .kind = OPT_TEXT, .help = "\nReplication (the bridge; all off without --node):\n" },
+	{ STR_OPT("node", 0, node, "NAME"),
+	  .help = "this node's name, 1..63 of [A-Za-z0-9_.@-]" },
+	{ STR_OPT("listen", 0, listen, "HOST:PORT"),
+	  .help = "accept other nodes here" },
+	{ STR_OPT("advertise", 0, advertise, "HOST:PORT"),
+	  .help = "the address other nodes are told to dial for this\n"
+		  "one (default: --listen), behind a proxy or NAT" },
+	{ .name = "peer", .kind = OPT_PEER, .arg = "HOST:PORT",
+	  .help = "a node to connect to (repeat; peers tell each\n"
+		  "other about the rest)" },
+	{ STR_OPT("cookie-file", 0, cookie_file, "PATH"),
+	  .help = "the shared secret, mode 0600 (required with --node)" },
+	{ STR_OPT("bridge", 0, bridge, "NAME"),
+	  .help = "the transport: tcp (the built-in mesh, default) or\n"
+		  "a backend procreg-bridge-NAME.so found beside\n"
+		  "procregd or in LIBDIR/procreg (nats)" },
+	{ STR_OPT("bridge-backend", 0, bridge_backend, "PATH"),
+	  .help = "a transport from a shared object instead of the\n"
+		  "built-in TCP mesh (see backend.h)" },
+	{ .name = "bridge-opt", .kind = OPT_BRIDGE_OPT, .arg = "KEY=VALUE",
+	  .help = "an option for the backend (repeat)" },
+	{ COUNT_OPT("heartbeat-ms", bridge_heartbeat_ms, 0),
+	  .help = "a heartbeat when idle this long (default " STR(PR_BRIDGE_HEARTBEAT_MS) ")" },
+	{ COUNT_OPT("node-timeout-ms", bridge_timeout_ms, 0),
+	  .help = "a node silent this long is down (default " STR(PR_BRIDGE_TIMEOUT_MS) ")" },
+	{ .kind = OPT_TEXT,
+	  .help = "  --bridge nats takes --bridge-opt KEY=VALUE for each of the following, or\n"
+		  "  --nats-KEY VALUE (which also picks --bridge nats):\n"
+		  "      --nats-url URL[,URL...]  --bridge nats: the server(s), tried in turn\n"
+		  "                            (default " PR_NATS_URL_DEFAULT "; tls://: TLS)\n"
+		  "      --nats-user USER, --nats-password PASS, --nats-token TOKEN,\n"
+		  "      --nats-creds FILE, --nats-nkey PUBKEY --nats-nkey-seed FILE\n"
+		  "                            --bridge nats: authentication to the server\n"
+		  "      --nats-subject PREFIX --bridge nats: subjects (default "
+		  PR_NATS_SUBJECT_PREFIX ".SCOPE)\n"
+		  "      --nats-tls-ca FILE    --bridge nats: TLS, servers' certificates checked\n"
+		  "                            against FILE (default: the system's CAs)\n"
+		  "      --nats-tls-cert FILE --nats-tls-key FILE\n"
+		  "                            --bridge nats: TLS with this client certificate\n"
+		  "      --nats-tls-hostname NAME  --bridge nats: TLS, the name servers'\n"
+		  "                            certificates must carry (default: the first\n"
+		  "                            URL's host, unless it is an address)\n" },
+	PR_NATS_OPTS(NATS_ALIAS)
+	{ STR_OPT("resolver", 0, resolver, "PATH"),
+	  .help = "name conflicts between nodes decided by the\n"
+		  "shared object's procreg_resolve_v1 (resolver.h)" },
+	{ NUM_OPT("bridge-flush-bytes", bridge_flush_bytes, "N", 1024, 0, 64u << 20,
+		  BRIDGE_FLUSH_BYTES, "0..64M"),
+	  OPT_SET(bridge_flush_bytes_set),
+	  .help = "send a node's changes mid-batch every N bytes\n"
+		  "queued for it (default 64K; 0: only at the end\n"
+		  "of each batch of work)" },
+	{ .name = "help", .shortc = 'h', .kind = OPT_HELP, .help = "this help" },
+	{ .name = "version", .shortc = 'V', .kind = OPT_VERSION, .help = "print the version" },
+};
+#undef NATS_ALIAS
+
+#define NOPTS (sizeof(opt_table) / sizeof(opt_table[0]))
+#define HELP_COL 28  /* where --help's descriptions start */
+
+/* One option's lines of --help: its names, then HELP, a line at a time. */
+static void opt_help(FILE *f, const struct opt *p)
+{
+	char left[64];
+	int n;
+
+	if (p->kind == OPT_TEXT)
+		fputs(p->help, f);
+	if (p->kind == OPT_TEXT || !p->help)
+		return;
+	if (p->shortc)
+		n = snprintf(left, sizeof(left), "  -%c, --%s", p->shortc, p->name);
+	else
+		n = snprintf(left, sizeof(left), "      --%s", p->name);
+	if (p->arg)
+		n += snprintf(left + n, sizeof(left) - (size_t)n, " %s", p->arg);
+	/* Names too long for the column keep two spaces before the text. */
+	fprintf(f, "%-*s", n < HELP_COL ? HELP_COL : n + 2, left);
+	for (const char *s = p->help;;) {
+		const char *nl = strchr(s, '\n');
+
+		fprintf(f, "%.*s\n", nl ? (int)(nl - s) : (int)strlen(s), s);
+		if (!nl)
+			break;
+		s = nl + 1;
+		fprintf(f, "%*s", HELP_COL, "");
+	}
+}
+
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"Usage: procregd [OPTIONS]\n"
-		"The procreg daemon: the single writer of a scope's registry table.\n"
-		"\n"
-		"  -s, --scope NAME          scope (default: $PROCREG_SCOPE or \"default\")\n"
-		"  -d, --dir DIR             table directory (default: $PROCREG_DIR or /dev/shm)\n"
-		"  -S, --socket PATH         socket (default: $PROCREG_DIR, $XDG_RUNTIME_DIR\n"
-		"                            or /run/procreg, + /procreg.SCOPE.sock)\n"
-		"  -f, --foreground          stay in the foreground (default: detach once ready)\n"
-		"      --max-size BYTES      table file size, fixed when it is created; sparse\n"
-		"                            (default 1G; suffixes K M G)\n"
-		"      --max-readers N       reader processes whose pages grace periods wait\n"
-		"                            for; the table's reader registry is made this\n"
-		"                            big (default 4096; an eighth is kept for root\n"
-		"                            and procregd's own user)\n"
-		"      --max-readers-per-uid N  reader processes of one uid (default 256;\n"
-		"                            root: no limit)\n"
-		"      --reader-timeout-ms N a reader that holds a grace period up this long\n"
-		"                            is no longer waited for (default 1000)\n"
-		"      --max-names-per-proc N  names one process may hold (default 65536)\n"
-		"      --max-clients N       connected clients (default 1024)\n"
-		"      --max-names-per-uid N names, memberships and places in owner queues\n"
-		"                            the processes of one uid may hold together\n"
-		"                            (default 262144; root and procregd's own uid:\n"
-		"                            no limit)\n"
-		"      --max-clients-per-uid N  connections of one uid (default 128; root and\n"
-		"                            procregd's own uid: no limit)\n"
-		"      --reserved-clients N  the last N of --max-clients are for root and\n"
-		"                            procregd's own uid (default 1/32 of it: 32)\n"
-		"      --reserved-size BYTES the last BYTES of the table are for names of\n"
-		"                            root's and procregd's uid: others get ENOSPC\n"
-		"                            first (default 1/32 of the table; suffixes K M G)\n"
-		"  -v, --verbose             log every connection, death, and registration\n"
-		"                            refused for a name held\n"
-		"\n"
-		"Replication (the bridge; all off without --node):\n"
-		"      --node NAME           this node's name, 1..63 of [A-Za-z0-9_.@-]\n"
-		"      --listen HOST:PORT    accept other nodes here\n"
-		"      --advertise HOST:PORT the address other nodes are told to dial for this\n"
-		"                            one (default: --listen), behind a proxy or NAT\n"
-		"      --peer HOST:PORT      a node to connect to (repeat; peers tell each\n"
-		"                            other about the rest)\n"
-		"      --cookie-file PATH    the shared secret, mode 0600 (required with --node)\n"
-		"      --bridge NAME         the transport: tcp (the built-in mesh, default) or\n"
-		"                            a backend procreg-bridge-NAME.so found beside\n"
-		"                            procregd or in LIBDIR/procreg (nats)\n"
-		"      --bridge-backend PATH a transport from a shared object instead of the\n"
-		"                            built-in TCP mesh (see backend.h)\n"
-		"      --bridge-opt KEY=VALUE  an option for the backend (repeat)\n"
-		"      --heartbeat-ms N      a heartbeat when idle this long (default "
-		STR(PR_BRIDGE_HEARTBEAT_MS) ")\n"
-		"      --node-timeout-ms N   a node silent this long is down (default "
-		STR(PR_BRIDGE_TIMEOUT_MS) ")\n"
-		"  --bridge nats takes --bridge-opt KEY=VALUE for each of the following, or\n"
-		"  --nats-KEY VALUE (which also picks --bridge nats):\n"
-		"      --nats-url URL[,URL...]  --bridge nats: the server(s), tried in turn\n"
-		"                            (default " PR_NATS_URL_DEFAULT "; tls://: TLS)\n"
-		"      --nats-user USER, --nats-password PASS, --nats-token TOKEN,\n"
-		"      --nats-creds FILE, --nats-nkey PUBKEY --nats-nkey-seed FILE\n"
-		"                            --bridge nats: authentication to the server\n"
-		"      --nats-subject PREFIX --bridge nats: subjects (default "
-		PR_NATS_SUBJECT_PREFIX ".SCOPE)\n"
-		"      --nats-tls-ca FILE    --bridge nats: TLS, servers' certificates checked\n"
-		"                            against FILE (default: the system's CAs)\n"
-		"      --nats-tls-cert FILE --nats-tls-key FILE\n"
-		"                            --bridge nats: TLS with this client certificate\n"
-		"      --nats-tls-hostname NAME  --bridge nats: TLS, the name servers'\n"
-		"                            certificates must carry (default: the first\n"
-		"                            URL's host, unless it is an address)\n"
-		"      --resolver PATH       name conflicts between nodes decided by the\n"
-		"                            shared object's procreg_resolve_v1 (resolver.h)\n"
-		"      --bridge-flush-bytes N  send a node's changes mid-batch every N bytes\n"
-		"                            queued for it (default 64K; 0: only at the end\n"
-		"                            of each batch of work)\n"
-		"  -h, --help                this help\n"
-		"  -V, --version             print the version\n"
-		"\n"
-		"Socket activation: a listening socket passed by systemd (LISTEN_FDS,\n"
-		"LISTEN_PID) is used instead of binding one; see procregd@.socket.\n"
-		"\n"
-		"Files: DIR/procreg.SCOPE (the table, mode 0644) and DIR/procreg.SCOPE.owners\n"
-		"(queues and leases, mode 0600); each must be procregd's user's own, and DIR\n"
-		"must be sticky if others may write it. SIGTERM or SIGINT stops the daemon\n"
-		"cleanly; the table stays, and the next daemon re-attaches to it.\n");
+	fputs("Usage: procregd [OPTIONS]\n"
+	      "The procreg daemon: the single writer of a scope's registry table.\n"
+	      "\n", f);
+	for (size_t i = 0; i < NOPTS; i++)
+		opt_help(f, &opt_table[i]);
+	fputs("\n"
+	      "Socket activation: a listening socket passed by systemd (LISTEN_FDS,\n"
+	      "LISTEN_PID) is used instead of binding one; see procregd@.socket.\n"
+	      "\n"
+	      "Files: DIR/procreg.SCOPE (the table, mode 0644) and DIR/procreg.SCOPE.owners\n"
+	      "(queues and leases, mode 0600); each must be procregd's user's own, and DIR\n"
+	      "must be sticky if others may write it. SIGTERM or SIGINT stops the daemon\n"
+	      "cleanly; the table stays, and the next daemon re-attaches to it.\n", f);
 }
 
-/* A size: "64K" is 65536 (args.h). */
-static int parse_size(const char *s, uint64_t *out)
+/* V into P's field: a uint32_t or a uint64_t (the range keeps it in). */
+static void opt_store(struct daemon_opts *o, const struct opt *p, uint64_t v)
 {
-	return pr_parse_u64(s, 1024, out);
+	char *at = (char *)o + p->off;
+
+	if (p->size == sizeof(uint32_t))
+		*(uint32_t *)at = (uint32_t)v;
+	else
+		*(uint64_t *)at = v;
 }
 
-/* A count from 1 to UINT32_MAX. */
-static int parse_u32(const char *s, uint32_t *out)
+/* --peer, --bridge-opt and --nats-KEY: the repeated ones. */
+static int opt_add(struct daemon_opts *o, const struct opt *p, const char *arg)
 {
-	uint64_t v;
+	char **np, *kv = NULL;
 
-	if (pr_parse_u64(s, 0, &v) < 0 || v == 0 || v > UINT32_MAX)
+	if (p->kind == OPT_PEER) {
+		const char **pp = realloc(o->peers, (o->npeers + 1) * sizeof(*pp));
+
+		if (!pp || strlen(arg) > PR_BP_ADDR_MAX || !strchr(arg, ':')) {
+			fprintf(stderr, "procregd: --peer %s: want HOST:PORT\n", arg);
+			return -1;
+		}
+		o->peers = pp;
+		o->peers[o->npeers++] = arg;
+		return 0;
+	}
+	np = realloc(o->bridge_opts, (o->nbridge_opts + 1) * sizeof(*np));
+	if (np)
+		o->bridge_opts = np;
+	if (p->kind == OPT_BRIDGE_OPT) {
+		if (!strchr(arg, '=') || arg[0] == '=') {
+			fprintf(stderr, "procregd: --bridge-opt %s: want KEY=VALUE\n", arg);
+			return -1;
+		}
+		kv = strdup(arg);
+	} else {
+		if (!o->bridge && !o->bridge_backend)
+			o->bridge = "nats";
+		if (asprintf(&kv, "%s=%s", p->key, arg) < 0)
+			kv = NULL;
+	}
+	if (!np || !kv) {
+		free(kv);
+		fprintf(stderr, "procregd: out of memory\n");
 		return -1;
-	*out = (uint32_t)v;
+	}
+	o->bridge_opts[o->nbridge_opts++] = kv;
 	return 0;
 }
 
-static int parse_opts(struct daemon_opts *o, int argc, char **argv)
+/* One option given, its argument ARG (NULL if it takes none). */
+static int opt_apply(struct daemon_opts *o, const struct opt *p, char *arg)
 {
-	enum { O_MAX_SIZE = 256, O_READERS, O_READERS_UID, O_READER_TIMEOUT, O_NAMES, O_CLIENTS, O_NODE, O_LISTEN, O_PEER,
-	       O_COOKIE, O_BACKEND, O_RESOLVER, O_UID_NAMES, O_UID_CLIENTS, O_BRIDGE, O_BRIDGE_OPT,
-	       O_HEARTBEAT, O_NODE_TIMEOUT, O_FLUSH_BYTES, O_ADVERTISE, O_RES_CLIENTS, O_RES_SIZE,
-	       O_NATS, O_NATS_END = O_NATS + PR_NATS_NOPTS - 1 };
-	/* --nats-KEY VALUE is --bridge-opt KEY=VALUE (and implies --bridge
-	 * nats): an alias for each of the backend's options (nats_opts.h). */
-	static const char *const nats_keys[] = PR_NATS_OPT_KEYS;
-#define NATS_ALIAS(id, key) { "nats-" key, required_argument, NULL, O_NATS + NOPT_##id },
-	static const struct option lo[] = {
-		{ "scope", required_argument, NULL, 's' },
-		{ "dir", required_argument, NULL, 'd' },
-		{ "socket", required_argument, NULL, 'S' },
-		{ "foreground", no_argument, NULL, 'f' },
-		{ "max-size", required_argument, NULL, O_MAX_SIZE },
-		{ "max-readers", required_argument, NULL, O_READERS },
-		{ "max-readers-per-uid", required_argument, NULL, O_READERS_UID },
-		{ "reader-timeout-ms", required_argument, NULL, O_READER_TIMEOUT },
-		{ "max-names-per-proc", required_argument, NULL, O_NAMES },
-		{ "max-clients", required_argument, NULL, O_CLIENTS },
-		{ "node", required_argument, NULL, O_NODE },
-		{ "listen", required_argument, NULL, O_LISTEN },
-		{ "advertise", required_argument, NULL, O_ADVERTISE },
-		{ "peer", required_argument, NULL, O_PEER },
-		{ "cookie-file", required_argument, NULL, O_COOKIE },
-		{ "bridge-backend", required_argument, NULL, O_BACKEND },
-		{ "bridge", required_argument, NULL, O_BRIDGE },
-		{ "bridge-opt", required_argument, NULL, O_BRIDGE_OPT },
-		{ "heartbeat-ms", required_argument, NULL, O_HEARTBEAT },
-		{ "node-timeout-ms", required_argument, NULL, O_NODE_TIMEOUT },
-		PR_NATS_OPTS(NATS_ALIAS)
-		{ "resolver", required_argument, NULL, O_RESOLVER },
-		{ "max-names-per-uid", required_argument, NULL, O_UID_NAMES },
-		{ "max-clients-per-uid", required_argument, NULL, O_UID_CLIENTS },
-		{ "bridge-flush-bytes", required_argument, NULL, O_FLUSH_BYTES },
-		{ "reserved-clients", required_argument, NULL, O_RES_CLIENTS },
-		{ "reserved-size", required_argument, NULL, O_RES_SIZE },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ 0 },
-	};
-#undef NATS_ALIAS
-	bool flush_set = false, res_clients_set = false;
-	int c;
+	char *at = (char *)o + p->off;
+	uint64_t v;
 
-	o->max_size = 1ull << 30;
-	o->max_readers = 4096;
-	o->max_readers_per_uid = 256;
-	o->reader_timeout_ms = 1000;
-	o->max_names_per_proc = 65536;
-	o->max_clients = 1024;
-	o->max_names_per_uid = 262144;
-	o->max_clients_per_uid = 128;
-	o->bridge_flush_bytes = BRIDGE_FLUSH_BYTES;
-	while ((c = getopt_long(argc, argv, "s:d:S:fvhV", lo, NULL)) != -1) {
-		switch (c) {
-		case 's': o->scope = optarg; break;
-		case 'd': o->dir = optarg; break;
-		case 'S': o->socket = optarg; break;
-		case 'f': o->foreground = true; break;
-		case 'v': o->verbose++; break;
-		case 'h': usage(stdout); exit(0);
-		case 'V': printf("procregd %s\n", PROCREG_VERSION_STRING); exit(0);
-		case O_MAX_SIZE:
-			if (parse_size(optarg, &o->max_size) < 0 || o->max_size < (2u << 20) ||
-			    o->max_size > PR_MAX_FILE_SIZE) {
-				fprintf(stderr, "procregd: --max-size %s: want 2M..64G\n", optarg);
-				return -1;
-			}
-			break;
-		case O_READERS:
-			if (parse_u32(optarg, &o->max_readers) < 0 || o->max_readers > (1u << 20)) {
-				fprintf(stderr, "procregd: --max-readers %s: want 1..1048576\n", optarg);
-				return -1;
-			}
-			break;
-		case O_READERS_UID:
-			if (parse_u32(optarg, &o->max_readers_per_uid) < 0) {
-				fprintf(stderr, "procregd: --max-readers-per-uid %s: want a positive number\n",
-					optarg);
-				return -1;
-			}
-			break;
-		case O_READER_TIMEOUT:
-			if (parse_u32(optarg, &o->reader_timeout_ms) < 0 ||
-			    o->reader_timeout_ms > 3600000) {
-				fprintf(stderr, "procregd: --reader-timeout-ms %s: want 1..3600000\n",
-					optarg);
-				return -1;
-			}
-			break;
-		case O_NAMES:
-			if (parse_u32(optarg, &o->max_names_per_proc) < 0) {
-				fprintf(stderr, "procregd: --max-names-per-proc %s: want a positive number\n", optarg);
-				return -1;
-			}
-			break;
-		case O_NODE: o->node = optarg; break;
-		case O_LISTEN: o->listen = optarg; break;
-		case O_ADVERTISE: o->advertise = optarg; break;
-		case O_COOKIE: o->cookie_file = optarg; break;
-		case O_BACKEND: o->bridge_backend = optarg; break;
-		case O_BRIDGE: o->bridge = optarg; break;
-		case O_HEARTBEAT:
-		case O_NODE_TIMEOUT:
-			if (parse_u32(optarg, c == O_HEARTBEAT ? &o->bridge_heartbeat_ms
-							       : &o->bridge_timeout_ms) < 0) {
-				fprintf(stderr, "procregd: --%s %s: want a positive number\n",
-					c == O_HEARTBEAT ? "heartbeat-ms" : "node-timeout-ms", optarg);
-				return -1;
-			}
-			break;
-		case O_BRIDGE_OPT:
-		case O_NATS ... O_NATS_END: {
-			char **np = realloc(o->bridge_opts, (o->nbridge_opts + 1) * sizeof(*np));
-			char *kv = NULL;
-
-			if (np)
-				o->bridge_opts = np;
-			if (c == O_BRIDGE_OPT) {
-				if (!strchr(optarg, '=') || optarg[0] == '=') {
-					fprintf(stderr, "procregd: --bridge-opt %s: want KEY=VALUE\n", optarg);
-					return -1;
-				}
-				kv = strdup(optarg);
-			} else {
-				if (!o->bridge && !o->bridge_backend)
-					o->bridge = "nats";
-				if (asprintf(&kv, "%s=%s", nats_keys[c - O_NATS], optarg) < 0)
-					kv = NULL;
-			}
-			if (!np || !kv) {
-				free(kv);
-				fprintf(stderr, "procregd: out of memory\n");
-				return -1;
-			}
-			o->bridge_opts[o->nbridge_opts++] = kv;
-			break;
-		}
-		case O_RESOLVER: o->resolver = optarg; break;
-		case O_PEER: {
-			const char **np = realloc(o->peers, (o->npeers + 1) * sizeof(*np));
-
-			if (!np || strlen(optarg) > PR_BP_ADDR_MAX || !strchr(optarg, ':')) {
-				fprintf(stderr, "procregd: --peer %s: want HOST:PORT\n", optarg);
-				return -1;
-			}
-			o->peers = np;
-			o->peers[o->npeers++] = optarg;
-			break;
-		}
-		case O_CLIENTS:
-			if (parse_u32(optarg, &o->max_clients) < 0) {
-				fprintf(stderr, "procregd: --max-clients %s: want a positive number\n", optarg);
-				return -1;
-			}
-			break;
-		case O_UID_NAMES:
-			if (parse_u32(optarg, &o->max_names_per_uid) < 0) {
-				fprintf(stderr, "procregd: --max-names-per-uid %s: want a positive number\n", optarg);
-				return -1;
-			}
-			break;
-		case O_FLUSH_BYTES: {
-			uint64_t v;
-
-			if (parse_size(optarg, &v) < 0 || v > (64u << 20)) {
-				fprintf(stderr, "procregd: --bridge-flush-bytes %s: want 0..64M\n", optarg);
-				return -1;
-			}
-			o->bridge_flush_bytes = (uint32_t)v;
-			flush_set = true;
-			break;
-		}
-		case O_UID_CLIENTS:
-			if (parse_u32(optarg, &o->max_clients_per_uid) < 0) {
-				fprintf(stderr, "procregd: --max-clients-per-uid %s: want a positive number\n", optarg);
-				return -1;
-			}
-			break;
-		case O_RES_CLIENTS:
-			if (strcmp(optarg, "0") && parse_u32(optarg, &o->reserved_clients) < 0) {
-				fprintf(stderr, "procregd: --reserved-clients %s: want a number\n", optarg);
-				return -1;
-			}
-			res_clients_set = true;
-			break;
-		case O_RES_SIZE:
-			if (parse_size(optarg, &o->reserved_size) < 0) {
-				fprintf(stderr, "procregd: --reserved-size %s: want a size in bytes (suffixes K M G)\n", optarg);
-				return -1;
-			}
-			o->reserved_size_set = true;
-			break;
-		default:
-			usage(stderr);
+	switch (p->kind) {
+	case OPT_TEXT: break;
+	case OPT_FLAG: *(bool *)at = true; break;
+	case OPT_COUNT: (*(int *)at)++; break;
+	case OPT_STR: *(const char **)at = arg; break;
+	case OPT_NUM:
+		if (pr_parse_u64(arg, p->unit, &v) < 0 || v < p->min || v > p->max) {
+			fprintf(stderr, "procregd: --%s %s: want %s\n", p->name, arg, p->want);
 			return -1;
 		}
+		opt_store(o, p, v);
+		break;
+	case OPT_PEER:
+	case OPT_BRIDGE_OPT:
+	case OPT_NATS:
+		return opt_add(o, p, arg);
+	case OPT_HELP: usage(stdout); exit(0);
+	case OPT_VERSION: printf("procregd %s\n", PROCREG_VERSION_STRING); exit(0);
 	}
-	if (optind < argc) {
-		fprintf(stderr, "procregd: unexpected argument '%s'\n", argv[optind]);
-		return -1;
+	if (p->set)
+		*(bool *)((char *)o + p->set) = true;
+	return 0;
+}
+
+/* getopt_long's arrays from opt_table: each option's val is 256 + its
+ * index there, the short ones' their letter. */
+static void opt_getopt(struct option *lo, char *shorts)
+{
+	for (size_t i = 0; i < NOPTS; i++) {
+		const struct opt *p = &opt_table[i];
+		bool has_arg = p->kind >= OPT_STR && p->kind <= OPT_NATS;
+
+		if (!p->name)
+			continue;
+		*lo++ = (struct option){ p->name, has_arg ? required_argument : no_argument, NULL,
+					 256 + (int)i };
+		if (p->shortc) {
+			*shorts++ = p->shortc;
+			if (has_arg)
+				*shorts++ = ':';
+		}
 	}
-	if (!res_clients_set)
+	*lo = (struct option){ 0 };
+	*shorts = '\0';
+}
+
+/* What getopt_long returned as its entry; NULL: an error it reported. */
+static const struct opt *opt_find(int c)
+{
+	if (c >= 256 && c < 256 + (int)NOPTS)
+		return &opt_table[c - 256];
+	for (size_t i = 0; c != '?' && i < NOPTS; i++)
+		if (opt_table[i].shortc == c)
+			return &opt_table[i];
+	return NULL;
+}
+
+/* What no single option can check: defaults that hang on others, and
+ * options that need or exclude each other. */
+static int check_opts(struct daemon_opts *o)
+{
+	if (!o->reserved_clients_set)
 		o->reserved_clients = o->max_clients / 32;
 	if (o->reserved_clients >= o->max_clients) {
 		fprintf(stderr, "procregd: --reserved-clients %u: want fewer than --max-clients (%u)\n",
@@ -424,7 +435,8 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		return -1;
 	}
 	if (!o->node && (o->listen || o->advertise || o->npeers || o->cookie_file ||
-			 o->bridge_backend || o->resolver || o->bridge || o->nbridge_opts || flush_set)) {
+			 o->bridge_backend || o->resolver || o->bridge || o->nbridge_opts ||
+			 o->bridge_flush_bytes_set)) {
 		fprintf(stderr, "procregd: --listen, --advertise, --peer, --cookie-file, --bridge, --bridge-backend, the backend's options, --resolver and --bridge-flush-bytes need --node\n");
 		return -1;
 	}
@@ -442,6 +454,33 @@ static int parse_opts(struct daemon_opts *o, int argc, char **argv)
 		return -1;
 	}
 	return 0;
+}
+
+static int parse_opts(struct daemon_opts *o, int argc, char **argv)
+{
+	static struct option lo[NOPTS + 1];
+	static char shorts[2 * NOPTS + 1];
+	const struct opt *p;
+	int c;
+
+	opt_getopt(lo, shorts);
+	for (size_t i = 0; i < NOPTS; i++)
+		if (opt_table[i].kind == OPT_NUM)
+			opt_store(o, &opt_table[i], opt_table[i].def);
+	while ((c = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+		p = opt_find(c);
+		if (!p) {
+			usage(stderr);
+			return -1;
+		}
+		if (opt_apply(o, p, optarg) < 0)
+			return -1;
+	}
+	if (optind < argc) {
+		fprintf(stderr, "procregd: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	return check_opts(o);
 }
 
 static int mkdir_p(const char *path, mode_t mode)
