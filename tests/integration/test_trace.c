@@ -683,6 +683,18 @@ static void wait_name(procreg_t *reg, const char *name, bool remote)
 		fail_msg("'%s' never %s", name, remote ? "arrived from another node" : "went away");
 }
 
+/* Whether the tracer's output (written a line at a time) shows c's entries
+ * removed. */
+static int c_down_shown(void *arg)
+{
+	char *out = slurp(arg);
+	int r = has_line(out, (const char *const[]){ "node-down", "node c: ", "entries removed",
+						     NULL });
+
+	free(out);
+	return r;
+}
+
 /* procreg-trace bridge on node a: nodes b and c come up (through c, which
  * knows both), b's earlier registration of "contested" beats a's, a change
  * goes out from a, one from b is applied on a, c goes down. Every probe
@@ -719,6 +731,10 @@ static void test_bridge_probes(void **state)
 	procreg_close(reg_c);
 	assert_int_equal(th_daemon_stop(&node_c), 0);
 	wait_name(f->reg, "trace.c", false);
+	/* The daemon fires bridge_node after it has taken c's entries out of
+	 * the table, so a reader can see them gone before the event is in the
+	 * ring buffer: stopping the tracer then would lose it. */
+	th_until(c_down_shown, f->out, 10000);
 	out = tracer_stop(f);
 	procreg_close(reg_b);
 
