@@ -268,7 +268,7 @@ static void check_reset(struct check *k)
 	k->nowners = 0;
 }
 
-static void add_owner(struct check *k, const struct pr_record *r, bool member)
+static void add_owner(struct check *k, const struct pr_record *r, uint16_t nl, bool member)
 {
 	struct owner *o;
 
@@ -285,8 +285,8 @@ static void add_owner(struct check *k, const struct pr_record *r, bool member)
 	o->pid = r->pid;
 	o->start = r->start_time;
 	o->member = member;
-	memcpy(o->name, r->data, r->name_len);
-	o->name[r->name_len] = 0;
+	memcpy(o->name, r->data, nl);
+	o->name[nl] = 0;
 }
 
 static const char *kind_name(uint8_t kind)
@@ -316,6 +316,7 @@ static void walk_index(struct check *k, const struct pr_root *root, uint8_t kind
 		uint64_t w = PR_LOAD_ACQ(&ix.slot[p]), roff = pr_slot_off(w);
 		const struct pr_record *r, *found;
 		struct pr_key key;
+		uint16_t nl;
 
 		if (w == PR_SLOT_TOMB)
 			tombs++;
@@ -335,7 +336,16 @@ static void walk_index(struct check *k, const struct pr_root *root, uint8_t kind
 										      : "corrupt");
 			continue;
 		}
-		if (r->data[r->name_len] != 0 || memchr(r->data, 0, r->name_len)) {
+		/* The length is read once and bounded: a walk this long may outlast
+		 * the daemon's patience with readers, and the record be reused
+		 * under it (rcu.c); everything below uses this NL. */
+		nl = CMM_LOAD_SHARED(r->name_len);
+		if (nl == 0 || nl > PROCREG_NAME_MAX || !pr_at(m, roff, PR_RECORD_SIZE(nl, 0))) {
+			problem(k, "%s index slot %llu: record at %llu: name of %u bytes", what,
+				(unsigned long long)p, (unsigned long long)roff, nl);
+			continue;
+		}
+		if (r->data[nl] != 0 || memchr(r->data, 0, nl)) {
 			problem(k, "%s index slot %llu: record at %llu: name not NUL-terminated", what,
 				(unsigned long long)p, (unsigned long long)roff);
 			continue;
@@ -343,32 +353,32 @@ static void walk_index(struct check *k, const struct pr_root *root, uint8_t kind
 		if (kind == PR_KIND_MEMBER)
 			pr_key_member(&key, r->pid, r->start_time, r->node, seed);
 		else
-			pr_key_name(&key, kind, r->data, r->name_len, seed);
+			pr_key_name(&key, kind, r->data, nl, seed);
 		if (r->hash != key.hash || pr_slot_tag(w) != (uint32_t)(key.hash >> 32)) {
-			problem(k, "%s '%s' (slot %llu): hash does not match its key", what, r->data,
-				(unsigned long long)p);
+			problem(k, "%s '%.*s' (slot %llu): hash does not match its key", what, (int)nl,
+				r->data, (unsigned long long)p);
 			continue;
 		}
-		if (kind == PR_KIND_MEMBER && (r->name_len != group->name_len ||
-					      memcmp(r->data, group->data, r->name_len))) {
-			problem(k, "%s: member pid %u at slot %llu names group '%s'", what, r->pid,
-				(unsigned long long)p, r->data);
+		if (kind == PR_KIND_MEMBER && (nl != group->name_len ||
+					      memcmp(r->data, group->data, nl))) {
+			problem(k, "%s: member pid %u at slot %llu names group '%.*s'", what, r->pid,
+				(unsigned long long)p, (int)nl, r->data);
 			continue;
 		}
 		found = procreg__probe(m, &ix, &key, NULL);
 		if (found != r)
-			problem(k, "%s '%s' (slot %llu): a probe for its key does not reach it", what,
-				r->data, (unsigned long long)p);
+			problem(k, "%s '%.*s' (slot %llu): a probe for its key does not reach it", what,
+				(int)nl, r->data, (unsigned long long)p);
 		live++;
 		local += r->node == 0;
 		if (r->node == 0 && kind != PR_KIND_GROUP)
-			add_owner(k, r, kind == PR_KIND_MEMBER);
+			add_owner(k, r, nl, kind == PR_KIND_MEMBER);
 		if (kind == PR_KIND_GROUP) {
 			const struct pr_root *gr = procreg__group_root(m, r);
 			char gwhat[PROCREG_NAME_MAX + 16];
 			uint64_t before = k->members;
 
-			snprintf(gwhat, sizeof(gwhat), "group '%s'", r->data);
+			snprintf(gwhat, sizeof(gwhat), "group '%.*s'", (int)nl, r->data);
 			if (!gr || r->aux < m->hdr->arena_off || r->aux + sizeof(*gr) > k->arena_end) {
 				problem(k, "%s: root block at %llu outside the arena", gwhat,
 					(unsigned long long)r->aux);
