@@ -38,6 +38,8 @@
  *   - an .sz beyond what this library knows is accepted only if every
  *     byte past what it knows is zero: a non-zero one asks for something
  *     it cannot do, and is refused with -EOPNOTSUPP rather than ignored;
+ *     an .sz over 4096 is refused with -E2BIG (no struct comes near it:
+ *     it is an .sz never set);
  *   - fields past a smaller .sz (a program built against an older header)
  *     are taken as unset, and a struct the library fills is filled only
  *     up to the caller's .sz.

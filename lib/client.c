@@ -56,9 +56,15 @@ int procreg__sized(const void *s, size_t min, size_t known)
 	const unsigned char *p = s;
 	size_t sz;
 
+	if (!s)
+		return -EINVAL;
 	memcpy(&sz, s, sizeof(sz));
 	if (sz < min)
 		return -EINVAL;
+	/* Past this, .sz is garbage (a struct never set with PROCREG_OPTS),
+	 * not a newer header: reading that far could fault. */
+	if (sz > PR_SIZED_MAX)
+		return -E2BIG;
 	for (size_t i = known; i < sz; i++)
 		if (p[i])
 			return -EOPNOTSUPP;

@@ -41,6 +41,10 @@
  * something this library cannot do, which it must not quietly ignore.
  */
 int procreg__sized(const void *s, size_t min, size_t known);
+/* The most a caller's .sz may be (-E2BIG past it; a NULL S is -EINVAL):
+ * every struct of the API is far below it, and a bound keeps a garbage
+ * .sz from walking the check, or procreg_batch()'s stride, off the end. */
+#define PR_SIZED_MAX 4096
 /* The bytes up to the end of MEMBER, the least a caller's .sz may be: the
  * struct's last member as 0.1 had it. */
 #define PR_SZ_MIN(type, member) (offsetof(struct type, member) + sizeof(((struct type *)0)->member))

@@ -390,8 +390,9 @@ static __attribute__((noinline, cold)) int lookup_traced(procreg_t *reg, const c
  * and one without compile this path the same (GCC otherwise declines to
  * inline them twice, and the probes would seem to cost a few calls). The
  * noinline functions (the traced copy, copy_bytes) stay out of line. */
-static __attribute__((noinline)) int lookup_sized(procreg_t *reg, const char *name,
-						  struct procreg_entry *out);
+/* What lets procreg_lookup() fill any checked caller's struct in place. */
+_Static_assert(PR_SZ_MIN(procreg_entry, name) == sizeof(struct procreg_entry),
+	       "the least .sz of procreg_entry is the whole 0.1 struct");
 
 PROCREG_API __attribute__((flatten)) int procreg_lookup(procreg_t *reg, const char *name,
 							 struct procreg_entry *out)
@@ -401,28 +402,16 @@ PROCREG_API __attribute__((flatten)) int procreg_lookup(procreg_t *reg, const ch
 
 	if (err < 0)
 		return err;
-	/* A caller built against this very header is filled in place; any
-	 * other .sz goes through the check and a copy of our own. */
-	if (caa_unlikely(out && out->sz != sizeof(*out)))
-		return lookup_sized(reg, name, out);
+	/* A caller built against another header is checked; then it too is
+	 * filled in place: every caller has all of 0.1's members (the least
+	 * .sz is the whole 0.1 struct), and a lookup writes no others. */
+	if (caa_unlikely(out && out->sz != sizeof(*out)) &&
+	    (err = PR_SIZED(out, procreg_entry, name)))
+		return err;
 	if (PR_PROBE_ENABLED(procreg, lookup) | PR_PROBE_ENABLED(procreg, lookup_latency) |
 	    PR_PROBE_ENABLED(procreg, read_held))
 		return lookup_traced(reg, name, len, out);
 	return lookup(reg, name, len, out, NULL);
-}
-
-static int lookup_sized(procreg_t *reg, const char *name, struct procreg_entry *out)
-{
-	struct procreg_entry e;
-	int err = PR_OPTS_TAKE(&e, out, procreg_entry, name);
-
-	if (err)
-		return err;
-	e.sz = sizeof(e);
-	err = procreg_lookup(reg, name, &e);
-	if (!err)
-		procreg__sized_out(out, &e, sizeof(e));
-	return err;
 }
 
 /*
