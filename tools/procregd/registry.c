@@ -15,11 +15,6 @@
 
 PR_PROBE_DEFINE(procregd, conflict);
 
-static const struct pr_record *rec(const struct daemon *d, uint64_t off)
-{
-	return (const struct pr_record *)(d->w.map.base + off);
-}
-
 static void count(uint64_t *counter, uint64_t n)
 {
 	CMM_STORE_SHARED(*counter, *counter + n);
@@ -174,14 +169,22 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 		procreg__w_discard(&d->w, off);
 		return err;
 	}
+	/* The lease while the change can still be undone: never a leased
+	 * record without its lease. Joining again sets the lease anew, or (0)
+	 * drops it. */
+	if (name && rq->lease_ms)
+		err = owners_lease_set(d, rq->name, rq->name_len, rq->lease_ms,
+				       rq->flags & PROCREG_LEASE_MARK);
+	else if (!name)
+		err = owners_member_lease_set(d, rec(d, off), rq->lease_ms);
+	if (err) {
+		if (!mine)
+			proc_forget_name(d, off);
+		procreg__w_discard(&d->w, off);
+		return err;
+	}
 	if (old && !mine)
 		loser = proc_forget_name(d, old);
-	if (name && rq->lease_ms)
-		owners_lease_set(d, rq->name, rq->name_len, rq->lease_ms,
-				 rq->flags & PROCREG_LEASE_MARK);
-	/* Joining again sets the lease anew, or (0) drops it. */
-	if (!name)
-		owners_member_lease_set(d, rec(d, off), rq->lease_ms);
 	/* Replies come after this store: an acknowledged write is published. */
 	procreg__w_publish(&d->w, root, pos, off);
 	if (mine)
@@ -263,9 +266,12 @@ size_t registry_died(struct daemon *d, struct proc *p)
 	/* Names and memberships alike, in one pass of the event loop: no
 	 * request is served between the first removal and the last. */
 	for (size_t i = 0; i < n; i++) {
+		take_out(d, offs[i], PROCREG_EV_DIED);
+		/* After the record is out, as remove_local() does: the
+		 * journal's end of the lease never precedes it. The record is
+		 * still whole: retired in this batch, not freed. */
 		if (rec(d, offs[i])->kind == PR_KIND_MEMBER)
 			owners_member_lease_set(d, rec(d, offs[i]), 0);
-		take_out(d, offs[i], PROCREG_EV_DIED);
 	}
 	/* P's list is emptied, its memory kept: OFFS stays valid (P is in no
 	 * line any more, so nothing below gives it a name). */
