@@ -182,11 +182,6 @@ static const char *node_name(const struct bridge *br, uint16_t id)
 	return id <= br->nnodes ? br->nodes[id - 1].name : "";
 }
 
-static const struct pr_record *rec(const struct daemon *d, uint64_t off)
-{
-	return (const struct pr_record *)(d->w.map.base + off);
-}
-
 /* During a resync, node ID's snapshot confirmed the record at OFF. */
 static void confirm(struct bridge *br, uint16_t id, uint64_t off)
 {
@@ -654,7 +649,7 @@ static void hold_list_free(struct bridge *br, struct hold_list *l)
 		struct held *h = l->head;
 
 		l->head = h->next;
-		br->held_bytes -= h->len;
+		br->held_bytes -= sizeof(*h) + h->len;
 		free(h);
 	}
 	l->tail = NULL;
@@ -670,7 +665,9 @@ static void hold_reset(struct bridge *br, struct node *n)
 }
 
 /* Hold br->hold_buf[0..len) in L under KEY: 0; -EEXIST if a frame with
- * that key is held already (it stays); -ENOBUFS past HOLD_MAX_BYTES. */
+ * that key is held already (it stays); -ENOBUFS past HOLD_MAX_BYTES, or
+ * for a frame that could not be re-encoded (LEN 0). What is counted is
+ * what is allocated, header included: small changes are mostly header. */
 static int hold(struct bridge *br, struct hold_list *l, uint64_t key, size_t len)
 {
 	struct held **hp = &l->head, *h;
@@ -683,7 +680,8 @@ static int hold(struct bridge *br, struct hold_list *l, uint64_t key, size_t len
 		if (*hp && (*hp)->key == key)
 			return -EEXIST;
 	}
-	if (br->held_bytes + len > HOLD_MAX_BYTES || !(h = malloc(sizeof(*h) + len)))
+	if (!len || br->held_bytes + sizeof(*h) + len > HOLD_MAX_BYTES ||
+	    !(h = malloc(sizeof(*h) + len)))
 		return -ENOBUFS;
 	h->key = key;
 	h->len = len;
@@ -692,7 +690,7 @@ static int hold(struct bridge *br, struct hold_list *l, uint64_t key, size_t len
 	*hp = h;
 	if (!h->next)
 		l->tail = h;
-	br->held_bytes += len;
+	br->held_bytes += sizeof(*h) + len;
 	return 0;
 }
 
@@ -704,32 +702,46 @@ static struct held *unhold(struct bridge *br, struct hold_list *l)
 	l->head = h->next;
 	if (!l->head)
 		l->tail = NULL;
-	br->held_bytes -= h->len;
+	br->held_bytes -= sizeof(*h) + h->len;
 	return h;
 }
 
-/* F, a snapshot part, re-encoded into br->hold_buf: its length. */
+/* F, a snapshot part, re-encoded into br->hold_buf: its length, 0 if it
+ * did not fit (it came in a frame no bigger: it always does). */
 static size_t encode_part(struct bridge *br, const struct pr_bp_frame *f)
 {
 	struct pr_bp_entry e;
 	size_t pos = 0, start, ip = 0;
 
-	procreg__bp_begin(br->hold_buf, PR_BP_FRAME_MAX, &pos, PR_BP_SNAP, f->incarnation, f->seq,
-			  f->part, &start);
+	if (procreg__bp_begin(br->hold_buf, PR_BP_FRAME_MAX, &pos, PR_BP_SNAP, f->incarnation,
+			      f->seq, f->part, &start) < 0)
+		return 0;
 	while (procreg__bp_snap_entry(f, &ip, &e))
-		procreg__bp_add_entry(br->hold_buf, PR_BP_FRAME_MAX, &pos, start, &e);
+		if (procreg__bp_add_entry(br->hold_buf, PR_BP_FRAME_MAX, &pos, start, &e) < 0)
+			return 0;
 	procreg__bp_end(br->hold_buf, pos, start, f->flags);
 	return pos;
 }
 
-/* F, a change of node NAME's (its origin), re-encoded into br->hold_buf. */
+/* F, a change of node NAME's (its origin), re-encoded into br->hold_buf:
+ * its length, 0 if it did not fit. */
 static size_t encode_change(struct bridge *br, const char *name, const struct pr_bp_frame *f)
 {
 	size_t pos = 0;
 
-	procreg__bp_put_change(br->hold_buf, PR_BP_FRAME_MAX, &pos, f->incarnation, f->seq, name,
-			       &f->entry);
+	if (procreg__bp_put_change(br->hold_buf, PR_BP_FRAME_MAX, &pos, f->incarnation, f->seq,
+				   name, &f->entry) < 0)
+		return 0;
 	return pos;
+}
+
+/* The frame H holds, decoded again into G: 0, or -EPROTO (never, as it
+ * was encoded here; a refusal rather than a guess if it ever is). */
+static int held_frame(const struct held *h, struct pr_bp_frame *g)
+{
+	size_t pos = 0;
+
+	return procreg__bp_next(h->frame, h->len, &pos, g) == 1 ? 0 : -EPROTO;
 }
 
 /* Refusals: counted and logged; the backend drops the connection. */
@@ -807,10 +819,9 @@ static int take_part(struct bridge *br, struct node *n, uint16_t id, const struc
 	while (!err && !n->synced && n->parts.head && n->parts.head->key == n->snap_part) {
 		struct held *h = unhold(br, &n->parts);
 		struct pr_bp_frame g;
-		size_t pos = 0;
 
-		procreg__bp_next(h->frame, h->len, &pos, &g);
-		err = apply_part(br, n, id, &g);
+		err = held_frame(h, &g) ? refuse(br, n->name, "held snapshot part unreadable")
+					: apply_part(br, n, id, &g);
 		free(h);
 	}
 	if (err)
@@ -842,12 +853,10 @@ static int take_changes(struct bridge *br, struct node *n, uint16_t id)
 	while (!err && n->changes.head && n->changes.head->key <= n->next_seq) {
 		struct held *h = unhold(br, &n->changes);
 		struct pr_bp_frame g;
-		size_t pos = 0;
 
-		if (h->key == n->next_seq) {
-			procreg__bp_next(h->frame, h->len, &pos, &g);
-			err = apply_change(br, n, id, &g);
-		}
+		if (h->key == n->next_seq)
+			err = held_frame(h, &g) ? refuse(br, n->name, "held change unreadable")
+						: apply_change(br, n, id, &g);
 		free(h);
 	}
 	return err;
