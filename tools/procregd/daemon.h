@@ -205,6 +205,12 @@ struct daemon {
 	struct lost_notice *lost, **lost_tail; /* to tell at the end of the batch */
 };
 
+/* The record at arena offset OFF of the table the daemon writes. */
+static inline const struct pr_record *rec(const struct daemon *d, uint64_t off)
+{
+	return (const struct pr_record *)(d->w.map.base + off);
+}
+
 void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define LOGV(d, ...) do { if ((d)->o.verbose) log_msg(__VA_ARGS__); } while (0)
 

@@ -593,7 +593,7 @@ static int refresh_name(struct daemon *d, const struct client *c, const struct p
 
 	if (!off)
 		return -ENOENT;
-	r = (const struct pr_record *)(d->w.map.base + off);
+	r = rec(d, off);
 	if (c->id.uid != 0 && c->id.uid != r->uid)
 		return -EPERM;
 	if (!l)
@@ -652,7 +652,7 @@ uint64_t owners_tick(struct daemon *d)
 			continue;
 		}
 		if (l->mark) {
-			const struct pr_record *r = (const struct pr_record *)(d->w.map.base + off);
+			const struct pr_record *r = rec(d, off);
 
 			if (registry_set_flags(d, off, r->flags | PROCREG_ENTRY_UNHEALTHY,
 					       PROCREG_EV_EXPIRED) == 0)
@@ -999,7 +999,7 @@ static int journal_reuse(struct daemon *d, size_t len)
 static bool holds(struct daemon *d, const struct jwait *w)
 {
 	uint64_t off = find_name(d, w->name, w->r.name_len);
-	const struct pr_record *r = off ? (const struct pr_record *)(d->w.map.base + off) : NULL;
+	const struct pr_record *r = off ? rec(d, off) : NULL;
 
 	return r && r->node == 0 && r->pid == (uint32_t)w->r.pid && r->start_time == w->r.start;
 }
@@ -1018,7 +1018,7 @@ int owners_recover(struct daemon *d, bool attached)
 	for (struct lease **lp = &d->owners->leases; *lp;) {
 		struct lease *l = *lp;
 		uint64_t off = find_leased(d, l);
-		const struct pr_record *r = off ? (const struct pr_record *)(d->w.map.base + off) : NULL;
+		const struct pr_record *r = off ? rec(d, off) : NULL;
 
 		if (!r || r->node != 0 || !(r->flags & PROCREG_ENTRY_LEASED)) {
 			lease_drop(d, lp);

@@ -168,7 +168,7 @@ int proc_add_name(struct daemon *d, struct proc *p, uint64_t off)
 
 static struct proc *owner_of(struct daemon *d, uint64_t off, uint64_t *idx)
 {
-	const struct pr_record *r = (const struct pr_record *)(d->w.map.base + off);
+	const struct pr_record *r = rec(d, off);
 	struct proc *p = proc_get(d, (pid_t)r->pid);
 
 	if (!p || procreg__u64map_get(&d->owned, off, idx) < 0 || *idx >= p->names.n ||
@@ -355,7 +355,7 @@ int procs_recover(struct daemon *d)
 
 void proc_lost_name(struct daemon *d, uint64_t off, const char *node, pid_t winner)
 {
-	const struct pr_record *r = (const struct pr_record *)(d->w.map.base + off);
+	const struct pr_record *r = rec(d, off);
 	struct lost_notice *n = calloc(1, sizeof(*n));
 	uint64_t idx;
 	struct proc *p = owner_of(d, off, &idx);

@@ -534,7 +534,7 @@ static int do_unregister(struct daemon *d, struct client *c, const struct pr_fra
 	off = procreg__w_find_name(&d->w, f->name, f->name_len, &pos);
 	if (!off)
 		return -ENOENT;
-	if (!may_remove(c, (const struct pr_record *)(d->w.map.base + off)))
+	if (!may_remove(c, rec(d, off)))
 		return -EPERM;
 	registry_remove(d, off, PROCREG_EV_UNREGISTERED);
 	return 0;
