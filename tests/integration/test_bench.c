@@ -288,8 +288,10 @@ static void check_clean(struct run *r)
 		int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 		struct pollfd p = { .fd = pidfd, .events = POLLIN };
 
-		if (pidfd < 0)
+		if (pidfd < 0 && errno == ESRCH)
 			continue; /* gone since it was seen */
+		if (pidfd < 0)
+			fail_msg("pidfd_open(%d): %s", (int)pid, strerror(errno));
 		if (poll(&p, 1, 60000) != 1)
 			fail_msg("pid %d still runs with %s a minute after the bench exited", (int)pid,
 				 r->dir);

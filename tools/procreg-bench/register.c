@@ -237,7 +237,6 @@ static int client_main(void *arg)
 		r->t1 = pr_mono_ns();
 		for (uint64_t i = 0; i < n; i++) {
 			r->ok1 += ops[i].result == 0;
-			ops[i].sz = sizeof(ops[i]);
 			ops[i].kind = PROCREG_OP_UNREGISTER;
 			ops[i].meta_len = 0;
 		}

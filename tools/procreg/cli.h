@@ -82,17 +82,7 @@ struct nodes_info {
 /* 0, or negative (no file: the daemon does not replicate). */
 int nodes_read(procreg_t *reg, struct nodes_info *ni);
 void nodes_free(struct nodes_info *ni);
-/* Node ID's name; NULL if unknown. */
-const char *nodes_name(const struct nodes_info *ni, uint32_t id);
 int cmd_nodes(struct cli *c, int argc, char **argv);
-
-/* inspect.c: what the table's header says of readers the daemon stopped
- * waiting for (procreg stats). */
-struct reader_stalls {
-	uint32_t stalled, pid, uid;
-	uint64_t stalls, refused, ns;
-};
-void reader_stalls(procreg_t *reg, struct reader_stalls *rs);
 
 /* autostart.c: make sure a daemon serves the scope before a write; 0, or
  * EXIT_ERR with the reason printed. Does nothing with --no-autostart or

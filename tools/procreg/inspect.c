@@ -158,23 +158,6 @@ int cmd_readers(struct cli *c, int argc, char **argv)
 	return 0;
 }
 
-/* What the library's reader check says of readers the daemon stopped
- * waiting for: counters the public stats do not carry. */
-void reader_stalls(procreg_t *reg, struct reader_stalls *rs)
-{
-	PROCREG_OPTS(procreg_reader_check, rc);
-
-	memset(rs, 0, sizeof(*rs));
-	if (procreg_reader_check(reg, &rc) < 0)
-		return;
-	rs->stalled = rc.stalled;
-	rs->stalls = rc.stalls;
-	rs->refused = rc.refused;
-	rs->pid = (uint32_t)rc.last_stall_pid;
-	rs->uid = rc.last_stall_uid;
-	rs->ns = rc.last_stall_ns;
-}
-
 /* ---- stats --format prometheus ---------------------------------------- */
 
 static void bridge_prometheus(procreg_t *reg, const char *scope);

@@ -184,8 +184,8 @@ static int cmd_get(struct cli *c, int argc, char **argv)
 {
 	unsigned char meta[PROCREG_META_MAX];
 	PROCREG_OPTS(procreg_entry, e, .meta = meta, .meta_size = sizeof(meta));
-	struct nodes_info ni;
-	bool have_nodes;
+	char node[PROCREG_NODE_NAME_MAX + 1];
+	bool have_node;
 	procreg_t *reg;
 	char age[32];
 	int err;
@@ -194,10 +194,8 @@ static int cmd_get(struct cli *c, int argc, char **argv)
 		die_usage("get: expected one NAME", NULL);
 	reg = open_or_die(c);
 	err = procreg_lookup(reg, argv[0], &e);
-	have_nodes = nodes_read(reg, &ni) == 0;
+	have_node = !err && procreg_node_name(reg, e.node, node, sizeof(node)) == 0;
 	procreg_close(reg);
-	if (have_nodes && (err || c->json))
-		nodes_free(&ni);
 	if (err == -ENOENT) {
 		if (!c->json)
 			fprintf(stderr, "%s: %s: not registered\n", prog, cli_name(argv[0]));
@@ -216,7 +214,7 @@ static int cmd_get(struct cli *c, int argc, char **argv)
 	}
 	fmt_age(age, sizeof(age), age_s(&e));
 	{
-		const char *nn = have_nodes ? nodes_name(&ni, e.node) : NULL;
+		const char *nn = have_node ? node : NULL;
 
 		fputs("name  ", stdout);
 		procreg__text(stdout, e.name, strlen(e.name));
@@ -226,8 +224,6 @@ static int cmd_get(struct cli *c, int argc, char **argv)
 	}
 	procreg__text(stdout, e.meta, e.meta_len);
 	putchar('\n');
-	if (have_nodes)
-		nodes_free(&ni);
 	if (e.flags)
 		printf("flags%s%s%s\n", e.flags & PROCREG_ENTRY_REPLACEABLE ? " replaceable" : "",
 		       e.flags & PROCREG_ENTRY_LEASED ? " leased" : "",
@@ -394,7 +390,9 @@ static int cmd_unregister(struct cli *c, int argc, char **argv)
 static int cmd_stats(struct cli *c, int argc, char **argv)
 {
 	PROCREG_OPTS(procreg_stats, s);
-	struct reader_stalls rs;
+	PROCREG_OPTS(procreg_reader_check, rs);
+	PROCREG_OPTS(procreg_bridge, b);
+	bool bridged;
 	struct timespec now;
 	uint64_t now_ns;
 	procreg_t *reg;
@@ -413,7 +411,9 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 		return 0;
 	}
 	procreg_stats(reg, &s);
-	reader_stalls(reg, &rs);
+	procreg_reader_check(reg, &rs);
+	/* Bridge counters, when the daemon replicates. */
+	bridged = procreg_bridge(reg, &b, NULL, NULL) == 0;
 	clock_gettime(CLOCK_REALTIME, &now);
 	now_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
 	if (s.daemon_pid)
@@ -432,21 +432,18 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 		printf("\"readers_stalled\":%u,\"reader_stalls\":%llu,\"readers_refused\":%llu,"
 		       "\"last_stall\":{\"pid\":%u,\"uid\":%u,\"time_ns\":%llu},",
 		       rs.stalled, (unsigned long long)rs.stalls, (unsigned long long)rs.refused,
-		       rs.pid, rs.uid, (unsigned long long)rs.ns);
+		       (unsigned)rs.last_stall_pid, rs.last_stall_uid,
+		       (unsigned long long)rs.last_stall_ns);
 		printf("\"daemon_pid\":%d,\"daemon_uptime_s\":%.3f,\"table\":", (int)s.daemon_pid, up);
 		procreg__json_str(stdout, procreg_table_path(reg), strlen(procreg_table_path(reg)));
-		{
-			struct nodes_info ni;
-
-			if (nodes_read(reg, &ni) == 0) {
-				printf(",\"bridge\":{");
-				procreg__json_field(stdout, "node", ni.self, strlen(ni.self));
-				printf(",\"nodes_up\":%zu,\"changes_out\":%llu,\"changes_in\":%llu,"
-				       "\"conflicts\":%llu,\"nodes_down\":%llu,\"resyncs\":%llu}",
-				       ni.n, ni.changes_out, ni.changes_in, ni.conflicts, ni.nodes_down,
-				       ni.refused);
-				nodes_free(&ni);
-			}
+		if (bridged) {
+			printf(",\"bridge\":{");
+			procreg__json_field(stdout, "node", b.node, strlen(b.node));
+			printf(",\"nodes_up\":%u,\"changes_out\":%llu,\"changes_in\":%llu,"
+			       "\"conflicts\":%llu,\"nodes_down\":%llu,\"resyncs\":%llu}",
+			       b.nodes, (unsigned long long)b.changes_out,
+			       (unsigned long long)b.changes_in, (unsigned long long)b.conflicts,
+			       (unsigned long long)b.nodes_down, (unsigned long long)b.resyncs);
 		}
 		printf("}\n");
 	} else {
@@ -455,8 +452,10 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 		printf("%-18s %u\n%-18s %llu", "readers_stalled", rs.stalled, "reader_stalls",
 		       (unsigned long long)rs.stalls);
 		if (rs.stalls)
-			printf(" (last: pid %u, uid %u, %.1fs ago)", rs.pid, rs.uid,
-			       rs.ns && now_ns > rs.ns ? (double)(now_ns - rs.ns) / 1e9 : 0.0);
+			printf(" (last: pid %u, uid %u, %.1fs ago)", (unsigned)rs.last_stall_pid,
+			       rs.last_stall_uid,
+			       rs.last_stall_ns && now_ns > rs.last_stall_ns
+				       ? (double)(now_ns - rs.last_stall_ns) / 1e9 : 0.0);
 		printf("\n%-18s %llu\n", "readers_refused", (unsigned long long)rs.refused);
 		if (s.daemon_pid)
 			printf("%-18s %d (up %.1fs)\n", "daemon_pid", (int)s.daemon_pid, up);
@@ -464,19 +463,14 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 			printf("%-18s not running\n", "daemon_pid");
 		printf("%-18s %s\n", "table", procreg_table_path(reg));
 	}
-	{
-		struct nodes_info ni;
-
-		/* Bridge counters, when the daemon replicates. */
-		if (!c->json && nodes_read(reg, &ni) == 0) {
-			printf("%-18s %s\n%-18s %zu\n%-18s %llu\n%-18s %llu\n%-18s %llu\n"
-			       "%-18s %llu\n%-18s %llu\n", "bridge_node", cli_name(ni.self), "bridge_nodes_up",
-			       ni.n, "bridge_changes_out", ni.changes_out, "bridge_changes_in",
-			       ni.changes_in, "bridge_conflicts", ni.conflicts, "bridge_nodes_down",
-			       ni.nodes_down, "bridge_resyncs", ni.refused);
-			nodes_free(&ni);
-		}
-	}
+	if (!c->json && bridged)
+		printf("%-18s %s\n%-18s %u\n%-18s %llu\n%-18s %llu\n%-18s %llu\n"
+		       "%-18s %llu\n%-18s %llu\n", "bridge_node", cli_name(b.node), "bridge_nodes_up",
+		       b.nodes, "bridge_changes_out", (unsigned long long)b.changes_out,
+		       "bridge_changes_in", (unsigned long long)b.changes_in, "bridge_conflicts",
+		       (unsigned long long)b.conflicts, "bridge_nodes_down",
+		       (unsigned long long)b.nodes_down, "bridge_resyncs",
+		       (unsigned long long)b.resyncs);
 	procreg_close(reg);
 	return 0;
 }

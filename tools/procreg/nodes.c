@@ -70,16 +70,6 @@ void nodes_free(struct nodes_info *ni)
 	ni->v = NULL;
 }
 
-const char *nodes_name(const struct nodes_info *ni, uint32_t id)
-{
-	if (id == 0)
-		return ni->self[0] ? ni->self : NULL;
-	for (size_t i = 0; i < ni->n; i++)
-		if (ni->v[i].id == id)
-			return ni->v[i].name;
-	return NULL;
-}
-
 static int by_name(const void *a, const void *b)
 {
 	return strcmp(((const struct node_info *)a)->name, ((const struct node_info *)b)->name);
