@@ -358,6 +358,26 @@ void th_copy_file(const char *from, const char *to)
 	close(out);
 }
 
+void th_copy_table(const char *dir, const char *sub, char *table, size_t len)
+{
+	char d[512], from[512];
+
+	snprintf(d, sizeof(d), "%s/%s", dir, sub);
+	assert_int_equal(mkdir(d, 0700), 0);
+	snprintf(from, sizeof(from), "%s/procreg.default", dir);
+	snprintf(table, len, "%s/procreg.default", d);
+	th_copy_file(from, table);
+}
+
+void th_poke_u64(const char *path, uint64_t off, uint64_t v)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, &v, sizeof(v), (off_t)off), (ssize_t)sizeof(v));
+	close(fd);
+}
+
 int th_run(struct th_out *o, const char *const *env, const char *const *argv)
 {
 	return th_run_into(o->out, sizeof(o->out), o->err, sizeof(o->err), 60000, env, argv);

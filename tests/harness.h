@@ -130,6 +130,11 @@ void th_drain(int fd, char *buf, size_t cap, size_t *got, int *open_);
 void th_apply_env(const char *const *env);
 /* Copy a file byte for byte (mode 0644). */
 void th_copy_file(const char *from, const char *to);
+/* A copy of DIR's default-scope table in the new directory DIR/SUB: its
+ * path into TABLE (LEN bytes). */
+void th_copy_table(const char *dir, const char *sub, char *table, size_t len);
+/* Write V at byte OFF of the file at PATH (a table copy being damaged). */
+void th_poke_u64(const char *path, uint64_t off, uint64_t v);
 
 /* xorshift64: a deterministic pseudo-random sequence from *S (not 0). */
 uint64_t th_xorshift(uint64_t *s);

@@ -469,28 +469,6 @@ static void test_readers_across_restarts(void **state)
 
 /* ---- check ------------------------------------------------------------ */
 
-/* A copy of the scope's table in a fresh directory under DIR. */
-static void copy_table(struct fx *f, const char *sub, char *table, size_t len)
-{
-	char d[512], from[512], to[600];
-
-	snprintf(d, sizeof(d), "%s/%s", f->dir, sub);
-	assert_int_equal(mkdir(d, 0700), 0);
-	snprintf(from, sizeof(from), "%s/procreg.default", f->dir);
-	snprintf(to, sizeof(to), "%s/procreg.default", d);
-	th_copy_file(from, to);
-	snprintf(table, len, "%s", to);
-}
-
-static void poke(const char *path, uint64_t off, uint64_t v)
-{
-	int fd = open(path, O_RDWR | O_CLOEXEC);
-
-	assert_true(fd >= 0);
-	assert_int_equal(pwrite(fd, &v, sizeof(v), (off_t)off), (ssize_t)sizeof(v));
-	close(fd);
-}
-
 static uint64_t peek(const char *path, uint64_t off)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -530,12 +508,12 @@ static void test_check(void **state)
 	expect_in(f->o->out, "\"problems\":[],\"problems_not_shown\":0}\n");
 
 	/* A copy (no daemon there): healthy too. */
-	copy_table(f, "copy1", table, sizeof(table));
+	th_copy_table(f->dir, "copy1", table, sizeof(table));
 	snprintf(d1, sizeof(d1), "%s/copy1", f->dir);
 	expect_st(f, cli_env(f, d1, NULL, A("check")), 0);
 
 	/* Damage 1: a counter that disagrees with the index. */
-	poke(table, offsetof(struct pr_table_hdr, names.live), 9);
+	th_poke_u64(table, offsetof(struct pr_table_hdr, names.live), 9);
 	expect_st(f, cli_env(f, d1, NULL, A("check")), 1);
 	expect_in(f->o->out, "name index: counter says 9 live entries, the walk found 7\n");
 	expect_in(f->o->out, ": DAMAGED: 7 names");
@@ -544,7 +522,7 @@ static void test_check(void **state)
 	expect_in(f->o->out, "\"problems\":[\"name index: counter says 9 live entries, the walk found 7\"]");
 
 	/* Damage 2: a slot word that points past the arena. */
-	copy_table(f, "copy2", table, sizeof(table));
+	th_copy_table(f->dir, "copy2", table, sizeof(table));
 	snprintf(d2, sizeof(d2), "%s/copy2", f->dir);
 	ix = peek(table, offsetof(struct pr_table_hdr, names.index_off));
 	cap = peek(table, ix + offsetof(struct pr_index, capacity));
@@ -552,7 +530,7 @@ static void test_check(void **state)
 		if (pr_slot_live(w = peek(table, ix + sizeof(struct pr_index) + p * 8)))
 			break;
 	assert_true(p < cap);
-	poke(table, ix + sizeof(struct pr_index) + p * 8,
+	th_poke_u64(table, ix + sizeof(struct pr_index) + p * 8,
 	     pr_slot_word(w, peek(table, offsetof(struct pr_table_hdr, file_size)) + 4096));
 	expect_st(f, cli_env(f, d2, NULL, A("check")), 1);
 	snprintf(msg, sizeof(msg), "name index slot %llu: record offset ", (unsigned long long)p);

@@ -362,27 +362,6 @@ static int on_problem(const char *problem, void *arg)
 	return p->stop;
 }
 
-/* A copy of the scope's table in DIR/SUB: its path in TABLE. */
-static void copy_table(struct th_fx *f, const char *sub, char *table, size_t len)
-{
-	char d[512], from[512];
-
-	snprintf(d, sizeof(d), "%s/%s", f->dir, sub);
-	assert_int_equal(mkdir(d, 0700), 0);
-	snprintf(from, sizeof(from), "%s/procreg.default", f->dir);
-	snprintf(table, len, "%s/procreg.default", d);
-	th_copy_file(from, table);
-}
-
-static void poke(const char *path, uint64_t off, uint64_t v)
-{
-	int fd = open(path, O_RDWR | O_CLOEXEC);
-
-	assert_true(fd >= 0);
-	assert_int_equal(pwrite(fd, &v, sizeof(v), (off_t)off), (ssize_t)sizeof(v));
-	close(fd);
-}
-
 static void test_check_whole(void **state)
 {
 	struct th_fx *f = *state;
@@ -426,8 +405,8 @@ static void test_check_damaged(void **state)
 	}
 	/* A counter that disagrees with the index, in a copy of the table
 	 * (a reader cannot write the live one). */
-	copy_table(f, "copy", table, sizeof(table));
-	poke(table, offsetof(struct pr_table_hdr, names.live), 9);
+	th_copy_table(f->dir, "copy", table, sizeof(table));
+	th_poke_u64(table, offsetof(struct pr_table_hdr, names.live), 9);
 	snprintf(d, sizeof(d), "%s/copy", f->dir);
 	copy = th_open(d);
 	assert_non_null(copy);
@@ -440,14 +419,14 @@ static void test_check_damaged(void **state)
 	/* A callback's non-zero value stops the report and is returned. */
 	memset(&p, 0, sizeof(p));
 	p.stop = 7;
-	poke(table, offsetof(struct pr_table_hdr, memberships), 3);
+	th_poke_u64(table, offsetof(struct pr_table_hdr, memberships), 3);
 	assert_int_equal(procreg_check(copy, &ck, on_problem, &p), 7);
 	assert_int_equal(p.n, 1);
 	assert_int_equal(ck.problems, 2);
 
 	/* An index offset that leads nowhere. */
 	memset(&p, 0, sizeof(p));
-	poke(table, offsetof(struct pr_table_hdr, names.index_off), 1ull << 40);
+	th_poke_u64(table, offsetof(struct pr_table_hdr, names.index_off), 1ull << 40);
 	assert_int_equal(procreg_check(copy, &ck, on_problem, &p), -EUCLEAN);
 	assert_int_equal(ck.names, 0);
 	assert_true(ck.problems >= 2);
@@ -479,8 +458,9 @@ static void test_check_many_problems(void **state)
 		reg_name(f->reg, name);
 	}
 	/* Another seed: no name's hash matches its key any more. */
-	copy_table(f, "copy", table, sizeof(table));
-	poke(table, offsetof(struct pr_table_hdr, hash_seed), f->reg->map.hdr->hash_seed ^ 1);
+	th_copy_table(f->dir, "copy", table, sizeof(table));
+	th_poke_u64(table, offsetof(struct pr_table_hdr, hash_seed),
+		    f->reg->map.hdr->hash_seed ^ 1);
 	snprintf(d, sizeof(d), "%s/copy", f->dir);
 	copy = th_open(d);
 	assert_non_null(copy);
