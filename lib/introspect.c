@@ -561,7 +561,8 @@ static int nodes_open(procreg_t *reg, FILE **f)
 	if (fd < 0)
 		return errno == ELOOP ? -EPERM : -errno;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-	    (st.st_uid != reg->map.owner && st.st_uid != 0) || (st.st_mode & S_IWOTH)) {
+	    (st.st_uid != reg->map.owner && st.st_uid != 0) ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH))) {
 		close(fd);
 		return -EPERM;
 	}

@@ -63,7 +63,9 @@ int procreg__check_table_hdr(const struct pr_table_hdr *h, size_t file_size,
  * directory could say anything. */
 static int open_trusted(const char *path, uid_t trust, struct stat *st, const char **why)
 {
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO planted at the path would otherwise hold the
+	 * open until someone writes to it; it is refused below instead. */
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	uid_t me = geteuid();
 
 	if (fd < 0) {

@@ -551,6 +551,8 @@ static void test_bridge(void **state)
 	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL), -EPROTO);
 	th_write_file(path, "procreg-nodes 1\nself alpha 00000000000000ff 12\n", 0666);
 	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL), -EPERM);
+	th_write_file(path, "procreg-nodes 1\nself alpha 00000000000000ff 12\n", 0664);
+	assert_int_equal(procreg_bridge(f->reg, &b, NULL, NULL), -EPERM);
 	unlink(path);
 }
 

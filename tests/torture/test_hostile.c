@@ -940,6 +940,16 @@ static void test_squatted_scope(void **state)
 	unlink(rootfile);
 	assert_int_equal(unlink(table), 0);
 
+	/* A FIFO where the table goes: refused at once, never an open that
+	 * waits for a writer who does not come. */
+	assert_int_equal(mkfifo(table, 0644), 0);
+	assert_int_equal(chown(table, u->uid, u->gid), 0);
+	errno = 0;
+	r = open_dir(f->dir);
+	assert_null(r);
+	assert_int_equal(errno, EPROTO);
+	assert_int_equal(unlink(table), 0);
+
 	/* Root's own scope; its journal gone (as when a rewrite fails), and
 	 * one of the attacker's in its place, which would replay leases and
 	 * places in line into root's registry: not read, and replaced. */
