@@ -28,6 +28,7 @@
  * slot's owner): a relaxed atomic load, not CMM_LOAD_SHARED's volatile
  * one, which C11 (and ThreadSanitizer) count as a data race. */
 #define PR_LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define PR_STORE_RELAXED(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 
 /* ---- sized structs (client.c) ------------------------------------------ */
 
@@ -114,6 +115,12 @@ struct pr_map {
 	size_t size;
 	struct pr_table_hdr *hdr;
 	uid_t owner;              /* the table file's owner: the daemon's uid */
+	/* The last index found whole by procreg__index: its offset / 16
+	 * and log2 of its capacity, (off / 16) << 6 | log2. An index whose
+	 * offset and capacity match it is not checked again: a lookup pays
+	 * two compares for a check that was a dozen. Any thread of the
+	 * process may store it (relaxed: one word, consistent alone). */
+	uint64_t ix_seen;
 };
 
 /* Validate a table header against this build: -EPROTO with the reason in
@@ -166,14 +173,39 @@ struct pr_rcu {
 	 * pr_read_valid): rare, counted for tests and for procreg_stats
 	 * callers who wonder. */
 	uint64_t stale;
+	uint64_t id;                  /* this handle's, never given twice in a process */
 };
+
+/* The calling thread's slot of the handle it read through last: what
+ * makes finding a thread's slot two TLS loads instead of a call to
+ * pthread_getspecific (36 instructions, a third of a lookup's own work).
+ * Initial-exec: a fixed offset from the thread pointer, no
+ * __tls_get_addr; the library is never loaded in a way that forbids it
+ * (dlopen of a library with a few bytes of static TLS is served from
+ * glibc's surplus). Written by its thread only; .pid is checked against
+ * procreg__pid, which the child of a fork refreshes, so a child never
+ * takes its parent's slot. */
+struct pr_tls_slot {
+	uint64_t rcu_id;
+	struct pr_reader_slot *slot;
+	pid_t pid;
+};
+#define PR_TLS_IE __attribute__((tls_model("initial-exec")))
+extern __thread struct pr_tls_slot procreg__tls_slot PR_TLS_IE;
+extern pid_t procreg__pid;        /* getpid(), refreshed after fork */
 
 int procreg__rcu_init(struct pr_rcu *r, struct pr_map *m);
 void procreg__rcu_fini(struct pr_rcu *r);
 /* The calling thread's slot, claiming one on first use. Never NULL but
  * for want of memory: a thread that cannot have a slot the daemon sees
  * gets a private one, and reads unprotected (see pr_read_valid). */
-struct pr_reader_slot *procreg__rcu_slot(struct pr_rcu *r);
+struct pr_reader_slot *procreg__rcu_slot_slow(struct pr_rcu *r);
+static inline struct pr_reader_slot *procreg__rcu_slot(struct pr_rcu *r)
+{
+	if (caa_likely(procreg__tls_slot.rcu_id == r->id && procreg__tls_slot.pid == procreg__pid))
+		return procreg__tls_slot.slot;
+	return procreg__rcu_slot_slow(r);
+}
 /* The fds of this process's pages (up to MAX): what to hand the daemon. */
 int procreg__rcu_page_fds(struct pr_rcu *r, int *fds, int max);
 

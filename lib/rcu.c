@@ -101,8 +101,12 @@ int procreg__rcu_use_membarrier;
 
 /* Our pid, refreshed in the child after fork(): a slot or connection made
  * by the parent is never used by the child. Read without a syscall. */
-static pid_t self_pid;
+pid_t procreg__pid;
+#define self_pid procreg__pid
 static uint64_t self_start;
+static uint64_t rcu_ids;          /* the last handle id given out */
+
+__thread struct pr_tls_slot procreg__tls_slot PR_TLS_IE;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 struct pr_rcu_thread {
@@ -182,6 +186,10 @@ static void thread_exit(void *p)
 
 	if (t->pid == self_pid && t->slot && t->slot != &t->spare)
 		release_slot(t->slot);
+	/* A key destructor of someone else's that runs after ours and reads
+	 * must not find the slot just given back. */
+	if (procreg__tls_slot.slot == t->slot)
+		memset(&procreg__tls_slot, 0, sizeof(procreg__tls_slot));
 	pthread_mutex_lock(&r->lock);
 	for (pp = &r->threads; *pp; pp = &(*pp)->next) {
 		if (*pp == t) {
@@ -200,6 +208,7 @@ int procreg__rcu_init(struct pr_rcu *r, struct pr_map *m)
 	pthread_once(&once, init_once);
 	memset(r, 0, sizeof(*r));
 	r->map = m;
+	r->id = uatomic_add_return(&rcu_ids, 1);
 	r->pages_pid = self_pid;
 	err = pthread_key_create(&r->key, thread_exit);
 	if (err)
@@ -332,12 +341,22 @@ static struct pr_reader_slot *claim(struct pr_rcu *r)
 	return claim_in(p->hdr, tid);
 }
 
-struct pr_reader_slot *procreg__rcu_slot(struct pr_rcu *r)
+/* The slot the next read of this thread through R takes without a
+ * lookup of the thread's key. */
+static struct pr_reader_slot *remember(struct pr_rcu *r, struct pr_reader_slot *s)
+{
+	procreg__tls_slot.slot = s;
+	procreg__tls_slot.pid = self_pid;
+	procreg__tls_slot.rcu_id = r->id;
+	return s;
+}
+
+struct pr_reader_slot *procreg__rcu_slot_slow(struct pr_rcu *r)
 {
 	struct pr_rcu_thread *t = pthread_getspecific(r->key);
 
 	if (caa_likely(t && t->pid == self_pid))
-		return t->slot;
+		return remember(r, t->slot);
 	if (!t) {
 		t = calloc(1, sizeof(*t));
 		if (!t)
@@ -356,7 +375,7 @@ struct pr_reader_slot *procreg__rcu_slot(struct pr_rcu *r)
 	pthread_mutex_unlock(&r->lock);
 	if (!t->slot)
 		t->slot = &t->spare;
-	return t->slot;
+	return remember(r, t->slot);
 }
 
 int procreg__rcu_page_fds(struct pr_rcu *r, int *fds, int max)

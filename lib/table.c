@@ -189,20 +189,6 @@ uint64_t procreg__record_size(const struct pr_record *r)
 	return PR_RECORD_SIZE(r->name_len, r->meta_len);
 }
 
-/* libc's memcpy, out of line: inside procreg__record_to_entry GCC knows
- * the lengths' bounds and would expand the copies as rep movsq, which
- * costs more than the whole probe for the short names and metadata
- * copied there (measured: 38 ns a lookup instead of 24). */
-#ifdef __clang__
-#define PR_OUT_OF_LINE __attribute__((noinline))
-#else
-#define PR_OUT_OF_LINE __attribute__((noipa)) /* noinline alone still propagates the bounds */
-#endif
-static PR_OUT_OF_LINE void copy_bytes(void *d, const void *s, size_t n)
-{
-	memcpy(d, s, n);
-}
-
 /* Copy a record out. Its lengths are read once and checked again here:
  * a record is immutable, but a reader does not trust the file (another
  * process with write access to the reader file could have made it be
@@ -222,11 +208,11 @@ int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
 	e->registered_ns = r->registered_ns;
 	e->uid = r->uid;
 	e->meta_len = ml;
-	copy_bytes(e->name, r->data, nl);
+	pr_copy(e->name, r->data, nl);
 	e->name[nl] = 0;
 	/* As much as the caller made room for; .meta_len says if it was cut. */
 	if (e->meta)
-		copy_bytes(e->meta, r->data + nl + 1, ml < e->meta_size ? ml : e->meta_size);
+		pr_copy(e->meta, r->data + nl + 1, ml < e->meta_size ? ml : e->meta_size);
 	return 0;
 }
 
@@ -235,24 +221,32 @@ int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
  * the index's contents were written before its offset was published. */
 int procreg__index(const struct pr_map *m, const struct pr_root *root, struct pr_ixv *v)
 {
-	uint64_t off = PR_LOAD_ACQ(&root->index_off), cap;
+	uint64_t off = PR_LOAD_ACQ(&root->index_off), cap, seen = PR_LOAD_RELAXED(&m->ix_seen);
 	/* Every arena block is PR_ALIGN-aligned: an offset that is not
 	 * cannot be an index, and reading it as one would be a misaligned
 	 * access. */
 	const struct pr_index *ix = off % PR_ALIGN ? NULL : pr_at(m, off, sizeof(*ix));
-	uint32_t shift;
+	uint32_t lg;
 
 	v->slot = NULL;
 	if (!ix)
 		return -1;
 	cap = CMM_LOAD_SHARED(ix->capacity);
-	shift = CMM_LOAD_SHARED(ix->shift);
+	lg = (uint32_t)(seen & 63);
+	/* The capacity is read every time: a block retired and reused may
+	 * hold another index at the same offset. The shift is not read at
+	 * all but follows from it. */
+	if (caa_likely(seen >> 6 == off / PR_ALIGN && cap == 1ull << lg))
+		goto whole;
 	if (cap < 2 || (cap & (cap - 1)) || cap > (m->size / 8) ||
-	    shift != 64 - (uint32_t)__builtin_ctzll(cap) || !pr_at(m, off, sizeof(*ix) + cap * 8))
+	    !pr_at(m, off, sizeof(*ix) + cap * 8))
 		return -1;
+	lg = (uint32_t)__builtin_ctzll(cap);
+	PR_STORE_RELAXED(&((struct pr_map *)m)->ix_seen, (off / PR_ALIGN) << 6 | lg);
+whole:
 	v->slot = ix->slot;
 	v->cap = cap;
-	v->shift = shift;
+	v->shift = 64 - lg;
 	return 0;
 }
 
@@ -270,7 +264,7 @@ static int key_matches(const struct pr_record *r, const struct pr_key *k)
 		return 0;
 	if (k->kind == PR_KIND_MEMBER)
 		return r->pid == k->pid && r->start_time == k->start && r->node == k->node;
-	return r->name_len == k->len && !memcmp(r->data, k->name, k->len);
+	return r->name_len == k->len && pr_bytes_eq(k->name, r->data, k->len);
 }
 
 /*
@@ -391,7 +385,7 @@ static __attribute__((noinline, cold)) int lookup_traced(procreg_t *reg, const c
  * or not the traced copy above also uses them, so a build with probes
  * and one without compile this path the same (GCC otherwise declines to
  * inline them twice, and the probes would seem to cost a few calls). The
- * noinline functions (the traced copy, copy_bytes) stay out of line. */
+ * noinline traced copy stays out of line. */
 /* What lets procreg_lookup() fill any checked caller's struct in place. */
 _Static_assert(PR_SZ_MIN(procreg_entry, name) == sizeof(struct procreg_entry),
 	       "the least .sz of procreg_entry is the whole 0.1 struct");

@@ -344,6 +344,70 @@ static void kid_fail(struct shared *sh, int i, const char *fmt, const char *name
 
 /* ---- basic operations ------------------------------------------------- */
 
+/* The name hash, the name compare and the copy-out read words, not
+ * bytes. They must give what the byte loops they replaced gave (the hash
+ * is what every table's index is built by) for every length and
+ * alignment, and never read past the caller's bytes: each string here
+ * ends at the last byte before a PROT_NONE page. */
+static uint64_t hash_bytewise(const char *s, size_t n, uint64_t seed)
+{
+	uint64_t h = seed ^ (n * 0x9e3779b97f4a7c15ull);
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		uint64_t v = 0;
+
+		for (int k = 0; k < 8; k++)
+			v |= (uint64_t)(unsigned char)s[i + k] << (8 * k);
+		h = (h ^ v) * 0x9fb21c651e98df25ull;
+		h ^= h >> 29;
+	}
+	if (i < n) {
+		uint64_t v = 0;
+
+		for (size_t k = 0; i + k < n; k++)
+			v |= (uint64_t)(unsigned char)s[i + k] << (8 * k);
+		h = (h ^ v) * 0x9fb21c651e98df25ull;
+	}
+	return pr_mix(h);
+}
+
+static void test_word_helpers(void **state)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	char *m = mmap(NULL, 2 * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	char other[PROCREG_NAME_MAX + 16], dst[PROCREG_NAME_MAX + 32];
+	uint64_t seed = 0x0123456789abcdefull;
+
+	(void)state;
+	assert_ptr_not_equal(m, MAP_FAILED);
+	assert_int_equal(mprotect(m + pg, (size_t)pg, PROT_NONE), 0);
+	for (size_t n = 0; n <= PROCREG_NAME_MAX; n++) {
+		char *s = m + pg - n; /* ends at the guard page */
+
+		for (size_t i = 0; i < n; i++)
+			s[i] = (char)(0x80 + (i * 37 + n) % 101);
+		assert_true(pr_hash(s, n, seed) == hash_bytewise(s, n, seed));
+		memcpy(other, s, n);
+		assert_true(pr_bytes_eq(s, other, n));
+		for (size_t i = 0; i < n; i++) {
+			other[i] ^= 1;
+			assert_false(pr_bytes_eq(s, other, n));
+			other[i] ^= 1;
+		}
+		memset(dst, 0x5a, sizeof(dst));
+		pr_copy(dst + 8, s, n);
+		assert_memory_equal(dst + 8, s, n);
+		/* Not a byte outside the N copied. */
+		for (size_t i = 0; i < 8; i++)
+			assert_int_equal(dst[i], 0x5a);
+		for (size_t i = 8 + n; i < sizeof(dst); i++)
+			assert_int_equal(dst[i], 0x5a);
+	}
+	munmap(m, 2 * (size_t)pg);
+}
+
 static void test_insert_lookup(void **state)
 {
 	char *dir = th_mkdtemp();
@@ -2163,6 +2227,7 @@ static void test_hostile_feed(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_word_helpers),
 		cmocka_unit_test(test_insert_lookup),
 		cmocka_unit_test(test_replace),
 		cmocka_unit_test(test_delete),
