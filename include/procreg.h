@@ -255,6 +255,23 @@ PROCREG_API int procreg_lookup(procreg_t *reg, const char *name,
 			       struct procreg_entry *out);
 
 /*
+ * Look N names up in one call: NAMES[i] into OUT[i], and RES[i] gets what
+ * procreg_lookup() would have returned for it (0, -ENOENT, -EINVAL,
+ * -ENAMETOOLONG, -ESTALE). Returns how many were found, or a negative
+ * errno for the call as a whole: -EINVAL (NULL NAMES or RES with N > 0, N
+ * over INT_MAX, or an entry whose .sz differs from the first's),
+ * -EOPNOTSUPP or -E2BIG (the first entry's .sz: see "Sized structs"),
+ * -ENOMEM (as procreg_lookup()); then no RES[i] is written.
+ * OUT may be NULL (presence only); else its entries are OUT[0].sz bytes
+ * apart, every one with that .sz. Each name is looked up as by
+ * procreg_lookup(), a few at a time: their memory accesses overlap, so in
+ * a table too big for the caches a name costs much less than a lookup of
+ * its own. No system call, no lock.
+ */
+PROCREG_API int procreg_lookup_many(procreg_t *reg, const char *const *names, size_t n,
+				    struct procreg_entry *out, int *res);
+
+/*
  * Call CB for every name, with a copy of its entry, until CB returns
  * non-zero (which procreg_foreach then returns). A name that exists for the
  * whole walk is seen exactly once; names added or removed meanwhile may or

@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -408,6 +409,129 @@ PROCREG_API __attribute__((flatten)) int procreg_lookup(procreg_t *reg, const ch
 	    PR_PROBE_ENABLED(procreg, read_held))
 		return lookup_traced(reg, name, len, out);
 	return lookup(reg, name, len, out, NULL);
+}
+
+/*
+ * Bulk lookups. One at a time, a lookup in a large table waits on two
+ * dependent cache misses (the index slot, then the record), and the
+ * next lookup's misses cannot start until it is done. Here PR_BULK names
+ * are taken together, in stages: hash them all and prefetch their home
+ * slots; then read each home slot and prefetch the record it points to;
+ * then probe each, as procreg_lookup does, the lines it needs in cache or
+ * on their way. The misses of a group overlap instead of adding up, as
+ * in DPDK's rte_hash_lookup_bulk. The prefetches are hints only: the
+ * probe that follows is the whole check, so a slot that changed between
+ * the stages costs a miss, never a wrong answer.
+ */
+#define PR_BULK 16
+
+static inline struct procreg_entry *nth_entry(struct procreg_entry *out, size_t stride, size_t i)
+{
+	return out ? (struct procreg_entry *)((char *)out + i * stride) : NULL;
+}
+
+/* Names [BASE, BASE + N) under one read-side section: the found ones'
+ * count. */
+static int lookup_group(procreg_t *reg, struct pr_reader_slot *s, const char *const *names,
+			size_t base, size_t n, struct procreg_entry *out, size_t stride, int *res)
+{
+	const struct pr_map *m = &reg->map;
+	struct pr_key k[PR_BULK];
+	const struct pr_record *r;
+	struct pr_ixv ix;
+	int stale, tries = 0, found;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t len;
+
+		res[base + i] = procreg__check_name(names[base + i], &len);
+		if (res[base + i] == 0)
+			pr_key_name(&k[i], PR_KIND_NAME, names[base + i], len, m->hdr->hash_seed);
+	}
+	do {
+		uint64_t gp = pr_read_lock(m, s);
+
+		found = 0;
+		if (procreg__index(m, &m->hdr->names, &ix) == 0) {
+			uint64_t mask = ix.cap - 1;
+
+			for (size_t i = 0; i < n; i++)
+				if (res[base + i] >= 0)
+					__builtin_prefetch(&ix.slot[k[i].hash >> ix.shift]);
+			for (size_t i = 0; i < n; i++) {
+				uint64_t w, p = k[i].hash >> ix.shift;
+
+				if (res[base + i] < 0 && res[base + i] != -ENOENT)
+					continue;
+				w = CMM_LOAD_SHARED(ix.slot[p & mask]);
+				if (pr_slot_live(w) && pr_slot_tag(w) == (uint32_t)(k[i].hash >> 32) &&
+				    pr_slot_off(w) < m->size)
+					__builtin_prefetch(m->base + pr_slot_off(w));
+			}
+		}
+		for (size_t i = 0; i < n; i++) {
+			struct procreg_entry *e = nth_entry(out, stride, base + i);
+
+			if (res[base + i] < 0 && res[base + i] != -ENOENT)
+				continue;
+			r = ix.slot ? procreg__probe(m, &ix, &k[i], NULL) : NULL;
+			if (r && e && procreg__record_to_entry(m, r, e))
+				r = NULL;
+			res[base + i] = r ? 0 : -ENOENT;
+			found += r != NULL;
+		}
+		stale = pr_read_valid(m, gp);
+		pr_read_unlock(s);
+		if (caa_unlikely(stale))
+			uatomic_inc(&reg->rcu.stale);
+	} while (caa_unlikely(stale) && ++tries < PR_READ_TRIES);
+	if (caa_unlikely(stale)) {
+		for (size_t i = 0; i < n; i++)
+			if (res[base + i] == 0 || res[base + i] == -ENOENT)
+				res[base + i] = -ESTALE;
+		return 0;
+	}
+	return found;
+}
+
+PROCREG_API int procreg_lookup_many(procreg_t *reg, const char *const *names, size_t n,
+				    struct procreg_entry *out, int *res)
+{
+	struct pr_reader_slot *s;
+	size_t stride = 0;
+	int found = 0, err;
+
+	if (!reg || (n && (!names || !res)) || n > INT_MAX)
+		return -EINVAL;
+	if (out && n) {
+		/* As procreg_batch: the entries are .sz bytes apart, every
+		 * one of the same .sz, checked before any is written. */
+		if (out->sz != sizeof(*out) && (err = PR_SIZED(out, procreg_entry, name)))
+			return err;
+		stride = out->sz;
+		for (size_t i = 1; i < n; i++)
+			if (nth_entry(out, stride, i)->sz != stride)
+				return -EINVAL;
+	}
+	/* Traced, every name goes through procreg_lookup's probes, so a
+	 * tracer sees each as it would one at a time. */
+	if (PR_PROBE_ENABLED(procreg, lookup) | PR_PROBE_ENABLED(procreg, lookup_latency) |
+	    PR_PROBE_ENABLED(procreg, read_held)) {
+		for (size_t i = 0; i < n; i++) {
+			res[i] = procreg_lookup(reg, names[i], nth_entry(out, stride, i));
+			found += res[i] == 0;
+		}
+		return found;
+	}
+	s = procreg__rcu_slot(&reg->rcu);
+	if (caa_unlikely(!s))
+		return -ENOMEM;
+	procreg__announce_if_new(reg);
+	for (size_t base = 0; base < n; base += PR_BULK)
+		found += lookup_group(reg, s, names, base, n - base < PR_BULK ? n - base : PR_BULK,
+				      out, stride, res);
+	CMM_STORE_SHARED(s->lookups, s->lookups + n);
+	return found;
 }
 
 /*

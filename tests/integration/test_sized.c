@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -195,6 +196,85 @@ static void test_lookup(void **state)
 	free(e);
 	/* No entry at all: presence only. */
 	assert_int_equal(procreg_lookup(f->reg, "svc", NULL), 0);
+}
+
+/* procreg_lookup_many: its entries .sz bytes apart, all of one .sz, checked
+ * before anything is written; each name answered as procreg_lookup would,
+ * names that could never be registered included. */
+static void test_lookup_many(void **state)
+{
+	struct fx *f = *state;
+	const size_t known = sizeof(struct procreg_entry), big = known + TAIL;
+	char longname[PROCREG_NAME_MAX + 2];
+	const char *names[40];
+	int res[40], want[40], found = 0;
+	unsigned char *arr = calloc(40, big);
+	char nb[40][16];
+
+	assert_non_null(arr);
+	memset(longname, 'x', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = 0;
+	for (int i = 0; i < 40; i++) {
+		snprintf(nb[i], sizeof(nb[i]), "many.%d", i);
+		names[i] = nb[i];
+		want[i] = -ENOENT;
+		if (i % 3 == 0) {
+			assert_int_equal(procreg_register(f->reg, nb[i], nb[i], strlen(nb[i])), 0);
+			want[i] = 0;
+			found++;
+		}
+	}
+	names[7] = "";
+	want[7] = -EINVAL;
+	names[20] = longname;
+	want[20] = -ENAMETOOLONG;
+
+	/* Entries of a larger .sz (a newer header), zero tails: each filled
+	 * at its stride, the tails left zero. */
+	for (int i = 0; i < 40; i++)
+		((struct procreg_entry *)(arr + i * big))->sz = big;
+	memset(res, 0x55, sizeof(res));
+	assert_int_equal(procreg_lookup_many(f->reg, names, 40, (struct procreg_entry *)arr, res),
+			 found);
+	for (int i = 0; i < 40; i++) {
+		struct procreg_entry *e = (struct procreg_entry *)(arr + i * big);
+
+		assert_int_equal(res[i], want[i]);
+		assert_int_equal(e->sz, big);
+		if (want[i] == 0) {
+			assert_int_equal(e->pid, getpid());
+			assert_string_equal(e->name, names[i]);
+			assert_int_equal(e->meta_len, strlen(names[i]));
+		} else {
+			assert_int_equal(e->pid, 0);
+		}
+		for (size_t b = known; b < big; b++)
+			assert_int_equal(arr[i * big + b], 0);
+	}
+	/* Presence only. */
+	assert_int_equal(procreg_lookup_many(f->reg, names, 40, NULL, res), found);
+	for (int i = 0; i < 40; i++)
+		assert_int_equal(res[i], want[i]);
+
+	/* One entry of another .sz: refused, not one result written. */
+	((struct procreg_entry *)(arr + 33 * big))->sz = known;
+	memset(res, 0x55, sizeof(res));
+	assert_int_equal(procreg_lookup_many(f->reg, names, 40, (struct procreg_entry *)arr, res),
+			 -EINVAL);
+	for (int i = 0; i < 40; i++)
+		assert_int_equal(res[i], 0x55555555);
+	/* An .sz never set, and one far past any struct. */
+	memset(arr, 0, 40 * big);
+	assert_int_equal(procreg_lookup_many(f->reg, names, 40, (struct procreg_entry *)arr, res),
+			 -EINVAL);
+	((struct procreg_entry *)arr)->sz = 1 << 20;
+	assert_int_equal(procreg_lookup_many(f->reg, names, 1, (struct procreg_entry *)arr, res),
+			 -E2BIG);
+	/* No names, or nowhere for the results. */
+	assert_int_equal(procreg_lookup_many(f->reg, NULL, 3, NULL, res), -EINVAL);
+	assert_int_equal(procreg_lookup_many(f->reg, names, 3, NULL, NULL), -EINVAL);
+	assert_int_equal(procreg_lookup_many(f->reg, NULL, 0, NULL, NULL), 0);
+	free(arr);
 }
 
 static int entry_sz(const struct procreg_entry *e, void *arg)
@@ -513,6 +593,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_open, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_register_and_join_opts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lookup, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lookup_many, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_callbacks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stats, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_next_event, setup, teardown),

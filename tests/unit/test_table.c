@@ -736,6 +736,41 @@ static int model_cb(const struct procreg_entry *e, void *arg)
 	return 0;
 }
 
+/* The same through procreg_lookup_many, in calls of an odd size (groups
+ * of the bulk lookup split across calls), with entries and presence only. */
+#define BULK_CALL 37
+
+static void check_model_bulk(procreg_t *r, const unsigned *ver)
+{
+	static char names[BULK_CALL][64];
+	static unsigned char metas[BULK_CALL][PROCREG_META_MAX];
+	static struct procreg_entry es[BULK_CALL];
+	const char *np[BULK_CALL];
+	int res[BULK_CALL];
+
+	for (unsigned base = 0; base < UNIVERSE; base += BULK_CALL) {
+		unsigned n = UNIVERSE - base < BULK_CALL ? UNIVERSE - base : BULK_CALL;
+		int want = 0;
+
+		for (unsigned i = 0; i < n; i++) {
+			name_of(names[i], sizeof(names[i]), "c", base + i);
+			np[i] = names[i];
+			es[i] = (struct procreg_entry){ .sz = sizeof(es[i]), .meta = metas[i],
+							.meta_size = sizeof(metas[i]) };
+			want += ver[base + i] != 0;
+		}
+		assert_int_equal(procreg_lookup_many(r, np, n, es, res), want);
+		for (unsigned i = 0; i < n; i++) {
+			assert_int_equal(res[i], ver[base + i] ? 0 : -ENOENT);
+			if (ver[base + i])
+				assert_true(entry_ok(&es[i], names[i], (long)ver[base + i]));
+		}
+		assert_int_equal(procreg_lookup_many(r, np, n, NULL, res), want);
+		for (unsigned i = 0; i < n; i++)
+			assert_int_equal(res[i], ver[base + i] ? 0 : -ENOENT);
+	}
+}
+
 static void check_model(procreg_t *r, const unsigned *ver, uint64_t live)
 {
 	TH_ENTRY(e);
@@ -751,6 +786,7 @@ static void check_model(procreg_t *r, const unsigned *ver, uint64_t live)
 			assert_int_equal(procreg_lookup(r, name, NULL), -ENOENT);
 		}
 	}
+	check_model_bulk(r, ver);
 	assert_int_equal(procreg_stats(r, &st), 0);
 	assert_int_equal(st.names, live);
 }
@@ -878,6 +914,54 @@ struct reader_arg {
 	long stable_ver;
 };
 
+/* One pass of lookup_reader through procreg_lookup_many: the same names
+ * (stable ones, half of them hot, and churning ones), BULK_CALL a call. */
+static int bulk_pass(procreg_t *r, struct shared *sh, struct reader_arg *a, uint64_t *seed,
+		     uint64_t *lookups)
+{
+	static char names[BULK_CALL][64];
+	static unsigned char metas[BULK_CALL][PROCREG_META_MAX];
+	static struct procreg_entry es[BULK_CALL];
+	const char *np[BULK_CALL];
+	bool stable[BULK_CALL];
+	int res[BULK_CALL], ret = 0, n = 0;
+
+	for (unsigned i = 0; i < 3 * STABLE; i++) {
+		if (i % 3 == 2)
+			name_of(names[n], sizeof(names[n]), "grow",
+				(unsigned)(th_xorshift(seed) % GROW));
+		else
+			name_of(names[n], sizeof(names[n]), "stable",
+				i & 1 ? (i / 3) % HOT : i / 3);
+		stable[n] = i % 3 != 2;
+		np[n] = names[n];
+		es[n] = (struct procreg_entry){ .sz = sizeof(es[n]), .meta = metas[n],
+						.meta_size = sizeof(metas[n]) };
+		if (++n < BULK_CALL && i + 1 < 3 * STABLE)
+			continue;
+		if (procreg_lookup_many(r, np, (size_t)n, es, res) < 0) {
+			kid_fail(sh, a->idx, "lookup_many %s: %d", "", -1);
+			return 1;
+		}
+		*lookups += (uint64_t)n;
+		for (int j = 0; j < n; j++) {
+			if (stable[j] && res[j] != 0) {
+				kid_fail(sh, a->idx, "stable %.60s missing: %d", names[j], res[j]);
+				ret = 1;
+			} else if (res[j] == 0 &&
+				   !entry_ok(&es[j], names[j], stable[j] ? a->stable_ver : 1)) {
+				kid_fail(sh, a->idx, "bulk %.60s: wrong entry %d", names[j], 0);
+				ret = 1;
+			} else if (res[j] != 0 && res[j] != -ENOENT) {
+				kid_fail(sh, a->idx, "bulk %.60s: %d", names[j], res[j]);
+				ret = 1;
+			}
+		}
+		n = 0;
+	}
+	return ret;
+}
+
 static int lookup_reader(void *p)
 {
 	struct reader_arg *a = p;
@@ -901,6 +985,11 @@ static int lookup_reader(void *p)
 		 * writer runs is a whole pass that overlapped it. */
 		int last = __atomic_load_n(&sh->done, __ATOMIC_ACQUIRE);
 
+		if (a->idx & 1) {
+			/* Odd readers look up through procreg_lookup_many. */
+			ret |= bulk_pass(r, sh, a, &seed, &lookups);
+			goto pass_done;
+		}
 		for (unsigned i = 0; i < 2 * STABLE; i++) {
 			int rc;
 
@@ -930,6 +1019,7 @@ static int lookup_reader(void *p)
 				ret = 1;
 			}
 		}
+pass_done:
 		__atomic_add_fetch(&sh->passes[a->idx], 1, __ATOMIC_ACQ_REL);
 		if (last || ret)
 			break;
