@@ -322,13 +322,16 @@ static void test_lookup(void **state)
 	bench(&r, 0, (const char *const[]){ "lookup", NULL });
 	check_ok(&r);
 	assert_true(has(r.out, "procreg_ns"));
-	assert_true(has(r.out, "inprocess_ns"));
+	assert_true(has(r.out, "procreg_bulk_ns"));
+	assert_true(has(r.out, "inline_ns"));
+	assert_true(has(r.out, "oa_ns"));
 	assert_true(has(r.out, "lfht_ns"));
-	assert_true(has(r.out, "ratio_vs_inprocess"));
+	assert_true(has(r.out, "time_vs_inline"));
+	assert_true(has(r.out, "bulk_rate_vs_inline"));
 	if (num(r.out, "ncpus") > 1) {
 		assert_true(has(r.out, "scaling"));
-		assert_true(has(r.out, "inprocess_scaling"));
-		assert_true(has(r.out, "scaling_vs_inprocess"));
+		assert_true(has(r.out, "inline_scaling"));
+		assert_true(has(r.out, "scaling_vs_inline"));
 	}
 	/* Both table sizes, and in each run every implementation did lookups
 	 * and found every name (no misses were asked for). */
@@ -336,10 +339,10 @@ static void test_lookup(void **state)
 	assert_non_null(strstr(r.out, "\"names\":10000"));
 	for (p = strstr(r.out, "\"lookups\":{"); p; p = strstr(p + 1, "\"lookups\":{")) {
 		const char *f = strstr(p, "\"found\":{");
-		const char *impls[] = { "procreg", "inprocess", "lfht" };
+		const char *impls[] = { "procreg", "procreg_bulk", "inline", "oa", "lfht" };
 
 		assert_non_null(f);
-		for (int i = 0; i < 3; i++) {
+		for (int i = 0; i < 5; i++) {
 			double l = num_after(p, impls[i]), fo = num_after(f, impls[i]);
 
 			assert_true(l > 0); /* work was done; how much depends on the machine */
@@ -362,6 +365,21 @@ static void test_lookup_misses(void **state)
 	f = num_after(strstr(r.out, "\"found\":{"), "procreg");
 	assert_true(l > 0); /* work was done; how much depends on the machine */
 	assert_true(f > 0.4 * l && f < 0.6 * l);
+	check_clean(&r);
+
+	/* Presence only: the same share found, by every implementation. */
+	bench(&r, 0, (const char *const[]){ "lookup", "--names", "5000", "--readers", "1",
+					     "--miss-rate", "50%", "--presence", NULL });
+	check_ok(&r);
+	assert_non_null(strstr(r.out, "\"presence\":true"));
+	for (int i = 0; i < 5; i++) {
+		const char *impls[] = { "procreg", "procreg_bulk", "inline", "oa", "lfht" };
+
+		l = num_after(strstr(r.out, "\"lookups\":{"), impls[i]);
+		f = num_after(strstr(r.out, "\"found\":{"), impls[i]);
+		assert_true(l > 0);
+		assert_true(f > 0.4 * l && f < 0.6 * l);
+	}
 	check_clean(&r);
 }
 

@@ -45,6 +45,7 @@ struct bench_opts {
 	const char *tmpdir;          /* --tmpdir: base of the private directory */
 	/* lookup */
 	bool under_write_load;
+	bool presence;               /* lookups with out == NULL */
 	double miss_rate;            /* 0..1 */
 	int readers;                 /* 0: 1 and the number of CPUs */
 	uint64_t names_list[8];      /* --names for lookup and memory: table sizes */
@@ -170,9 +171,14 @@ double median(double *v, int n);
 
 /* ---- in-process baselines (baseline.c) -------------------------------- */
 
-struct oa_table;    /* open addressing, the ceiling */
+struct il_table;    /* the key inline in a one-line slot: the ceiling */
+struct oa_table;    /* procreg's design in private memory */
 struct lfht_table;  /* liburcu cds_lfht */
 
+struct il_table *il_build(const struct qname *names, uint64_t n, uint64_t capacity, pid_t pid);
+int il_lookup(struct il_table *t, const char *name, struct procreg_entry *out);
+size_t il_bytes(const struct il_table *t);
+void il_free(struct il_table *t);
 struct oa_table *oa_build(const struct qname *names, uint64_t n, uint64_t capacity, pid_t pid);
 int oa_lookup(struct oa_table *t, const char *name, struct procreg_entry *out);
 size_t oa_bytes(const struct oa_table *t);

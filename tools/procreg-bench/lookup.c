@@ -2,8 +2,14 @@
  * lookup.c - procreg-bench lookup [--under-write-load]
  *
  * Lookups of registered names (and, with --miss-rate, of absent ones) from
- * 1..N reader processes, over tables of each --names size, beside two
- * in-process tables holding the same names (baseline.c).
+ * 1..N reader processes, over tables of each --names size, beside three
+ * in-process tables holding the same names (baseline.c): "inline", the
+ * strongest (the key in a one-line slot), against which the headline
+ * ratio is taken; "oa", procreg's own design in private memory (the same
+ * work as procreg, without what sharing costs); liburcu's cds_lfht. And
+ * procreg_lookup_many(), BULK names a call, beside them: a bulk lookup
+ * should beat the in-process table's one-at-a-time rate in a table too
+ * big for the caches. --presence looks up with out == NULL.
  *
  * HOW A FIGURE IS MEASURED. For one implementation and one reader count,
  * the parent forks the readers, each pinned to its CPU. A reader opens
@@ -18,11 +24,15 @@
  * copied out). A figure is the median of --rounds measurements; the order
  * of the implementations rotates from round to round.
  *
- * Reported per reader count: ns per lookup (per reader), lookups/s (all
- * readers), procreg's speed as a ratio of each baseline's, and the scaling
- * from 1 to N readers of each implementation: on a machine whose cores
- * are not equal, procreg's scaling means something only beside the
- * in-process table's (scaling_vs_inprocess).
+ * Reported per reader count: ns per lookup (per reader) of each, and
+ * procreg's time as a multiple of each baseline's. A ratio is taken per
+ * round, between figures measured back to back, and the median of the
+ * rounds' ratios is reported with their range (min-max): on a shared,
+ * noisy machine a ratio of neighbours holds better than either figure.
+ * The scaling from 1 to N readers of each implementation is reported too,
+ * per round: on a machine whose cores are not equal, procreg's scaling
+ * means something only beside the in-process table's (scaling_vs_inline),
+ * and the target asks it of every round, not of the median.
  *
  * --under-write-load: each figure is measured idle and again while a
  * writer process churns registrations through procreg_batch as fast as
@@ -44,9 +54,11 @@
 
 #include "bench.h"
 
-enum impl { IMPL_PROCREG, IMPL_INPROC, IMPL_LFHT, NIMPL };
+enum impl { IMPL_PROCREG, IMPL_BULK, IMPL_INLINE, IMPL_OA, IMPL_LFHT, NIMPL };
 
-static const char *const impl_key[NIMPL] = { "procreg", "inprocess", "lfht" };
+static const char *const impl_key[NIMPL] = { "procreg", "procreg_bulk", "inline", "oa", "lfht" };
+
+#define BULK 32                    /* names a procreg_lookup_many() call */
 
 #define MAX_READERS 256
 #define BLOCK 256
@@ -76,13 +88,16 @@ static struct {
 	uint64_t n;
 	const struct qname *queries;
 	uint64_t qmask;
+	struct il_table *il;
 	struct oa_table *oa;
 	struct lfht_table *lfht;
 	enum impl impl;
 	int nreaders;
 } L;
 
-/* One reader's loop for one implementation: the same code for each. */
+/* One reader's loop for one implementation: the same code for each. The
+ * warm-up pass copies every entry out (every name must be found); the
+ * timed loop passes EO, NULL with --presence. */
 #define READER_LOOP(CALL)                                                       \
 	do {                                                                    \
 		for (uint64_t i = 0; i < L.n; i++)                              \
@@ -96,17 +111,16 @@ static struct {
 		__atomic_store_n(&res->ready, 1, __ATOMIC_RELEASE);              \
 		while (__atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE) == PH_WARM) \
 			for (int k = 0; k < BLOCK; k++)                         \
-				sink += CALL(L.queries[pos++ & L.qmask].s, e) == 0 ? \
-						(uint64_t)e->pid + em->meta[0] : 0; \
+				sink += CALL(L.queries[pos++ & L.qmask].s, eo) == 0; \
 		/* At least one block, even for a reader the scheduler kept   \
 		 * off the CPU for the whole run: a figure, not a failure. */   \
 		t0 = pr_mono_ns();                                                  \
 		do {                                                            \
 			for (int k = 0; k < BLOCK; k++) {                       \
-				if (CALL(L.queries[pos++ & L.qmask].s, e) == 0) { \
+				if (CALL(L.queries[pos++ & L.qmask].s, eo) == 0) { \
 					found++;                                \
-					sink += (uint64_t)e->pid + em->meta[0] +   \
-						e->name[e->meta_len & 7];       \
+					sink += eo ? (uint64_t)eo->pid + em->meta[0] + \
+						eo->name[eo->meta_len & 7] : 1; \
 				}                                               \
 			}                                                       \
 			count += BLOCK;                                         \
@@ -116,8 +130,73 @@ static struct {
 
 static procreg_t *reader_reg;
 #define CALL_PROCREG(q, e) procreg_lookup(reader_reg, (q), (e))
-#define CALL_INPROC(q, e) oa_lookup(L.oa, (q), (e))
+#define CALL_INLINE(q, e) il_lookup(L.il, (q), (e))
+#define CALL_OA(q, e) oa_lookup(L.oa, (q), (e))
 #define CALL_LFHT(q, e) lfht_lookup(L.lfht, (q), (e))
+
+/* The bulk reader: the same queries, BULK a call, each entry with its own
+ * room for metadata as a caller of procreg_lookup_many would give. */
+struct bulk_state {
+	struct procreg_entry e[BULK];
+	unsigned char meta[BULK][PROCREG_META_MAX];
+	const char *np[BULK];
+	int rs[BULK];
+};
+
+static uint64_t bulk_call(struct bulk_state *b, uint64_t *pos, bool presence, uint64_t *sink)
+{
+	uint64_t found = 0;
+
+	for (int j = 0; j < BULK; j++)
+		b->np[j] = L.queries[(*pos)++ & L.qmask].s;
+	procreg_lookup_many(reader_reg, b->np, BULK, presence ? NULL : b->e, b->rs);
+	for (int j = 0; j < BULK; j++) {
+		if (b->rs[j] == 0) {
+			found++;
+			*sink += presence ? 1 : (uint64_t)b->e[j].pid + b->meta[j][0];
+		}
+	}
+	return found;
+}
+
+static int bulk_reader(struct reader_res *res, uint64_t pos)
+{
+	struct bulk_state *b = calloc(1, sizeof(*b));
+	uint64_t count = 0, found = 0, sink = 0, t0, t1;
+
+	if (!b)
+		return -1;
+	for (int j = 0; j < BULK; j++)
+		b->e[j] = (struct procreg_entry){ .sz = sizeof(b->e[j]), .meta = b->meta[j],
+						  .meta_size = sizeof(b->meta[j]) };
+	for (uint64_t i = 0; i < L.n; i += BULK) {
+		int n = L.n - i < BULK ? (int)(L.n - i) : BULK;
+
+		for (int j = 0; j < n; j++)
+			b->np[j] = L.names[i + (uint64_t)j].s;
+		if (procreg_lookup_many(reader_reg, b->np, (size_t)n, b->e, b->rs) != n) {
+			free(b);
+			errno = ENOENT;
+			return -1;
+		}
+	}
+	__atomic_store_n(&res->ready, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE) == PH_WARM)
+		bulk_call(b, &pos, bo.presence, &sink);
+	t0 = pr_mono_ns();
+	do {
+		for (int k = 0; k < BLOCK / BULK; k++)
+			found += bulk_call(b, &pos, bo.presence, &sink);
+		count += BLOCK;
+	} while (__atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE) == PH_RUN);
+	t1 = pr_mono_ns();
+	res->count = count;
+	res->found = found;
+	res->ns = t1 - t0;
+	res->sink = sink;
+	free(b);
+	return 0;
+}
 
 static int reader_main(void *arg)
 {
@@ -129,7 +208,7 @@ static int reader_main(void *arg)
 		struct procreg_entry e;
 		unsigned char meta[PROCREG_META_MAX];
 	} *em = calloc(1, sizeof(*em));
-	struct procreg_entry *e = em ? &em->e : NULL;
+	struct procreg_entry *e = em ? &em->e : NULL, *eo = bo.presence ? NULL : e;
 	uint64_t pos = (L.qmask + 1) / (uint64_t)L.nreaders * (uint64_t)id;
 	uint64_t count = 0, found = 0, sink = 0, missing = 0, t0 = 0, t1 = 0;
 
@@ -143,8 +222,16 @@ static int reader_main(void *arg)
 			goto fail;
 		READER_LOOP(CALL_PROCREG);
 		break;
-	case IMPL_INPROC:
-		READER_LOOP(CALL_INPROC);
+	case IMPL_BULK:
+		reader_reg = bench_open(BENCH_SCOPE);
+		if (!reader_reg || bulk_reader(res, pos) < 0)
+			goto fail;
+		return 0;
+	case IMPL_INLINE:
+		READER_LOOP(CALL_INLINE);
+		break;
+	case IMPL_OA:
+		READER_LOOP(CALL_OA);
 		break;
 	case IMPL_LFHT:
 		lfht_reader_init();
@@ -451,14 +538,56 @@ static int measure_all(struct cell (*cells)[2][NIMPL], const int *rcounts, int n
 	return 0;
 }
 
+/* Per-round ratios A[r] / B[r] of N rounds: their median and range. */
+struct spread {
+	double med, lo, hi;
+};
+
+static struct spread ratios(const double *a, const double *b, int n)
+{
+	double v[64];
+	struct spread sp = { 0, 1e300, 0 };
+
+	for (int r = 0; r < n; r++) {
+		v[r] = b[r] > 0 ? a[r] / b[r] : 0;
+		sp.lo = v[r] < sp.lo ? v[r] : sp.lo;
+		sp.hi = v[r] > sp.hi ? v[r] : sp.hi;
+	}
+	sp.med = median(v, n);
+	return sp;
+}
+
+static void j_spread(const char *key, struct spread sp)
+{
+	j_obj(key);
+	j_num("median", sp.med);
+	j_num("min", sp.lo);
+	j_num("max", sp.hi);
+	j_end();
+}
+
+static const char *fmt_spread(struct spread sp)
+{
+	static char buf[4][48];
+	static int k;
+	char *b = buf[k++ % 4];
+
+	snprintf(b, 48, "%.2fx (%.2f-%.2f)", sp.med, sp.lo, sp.hi);
+	return b;
+}
+
 /* One row of the report (and its JSON object): NR readers over N names,
  * IDLE and LD the cells without and with the writer's load. */
 static void report_run(uint64_t n, int nr, struct cell *idle, struct cell *ld, int wcpu)
 {
 	struct cell *use = bo.under_write_load ? ld : idle;
-	double rv_in = use[IMPL_PROCREG].med_rate / use[IMPL_INPROC].med_rate;
-	double rv_lf = use[IMPL_PROCREG].med_rate / use[IMPL_LFHT].med_rate;
+	struct spread vs_il = ratios(use[IMPL_PROCREG].ns, use[IMPL_INLINE].ns, bo.rounds);
+	struct spread vs_oa = ratios(use[IMPL_PROCREG].ns, use[IMPL_OA].ns, bo.rounds);
+	struct spread vs_lf = ratios(use[IMPL_PROCREG].ns, use[IMPL_LFHT].ns, bo.rounds);
+	/* Bulk: its rate over the in-process table's one at a time. */
+	struct spread bulk = ratios(use[IMPL_BULK].rate, use[IMPL_INLINE].rate, bo.rounds);
 	int rcpu[MAX_READERS];
+	char what[160];
 
 	reader_cpus(nr, rcpu);
 	j_obj(NULL);
@@ -472,8 +601,10 @@ static void report_run(uint64_t n, int nr, struct cell *idle, struct cell *ld, i
 		snprintf(key, sizeof(key), "%s_lookups_per_s", impl_key[k]);
 		j_num(key, use[k].med_rate);
 	}
-	j_num("ratio_vs_inprocess", rv_in);
-	j_num("ratio_vs_lfht", rv_lf);
+	j_spread("time_vs_inline", vs_il);
+	j_spread("time_vs_oa", vs_oa);
+	j_spread("time_vs_lfht", vs_lf);
+	j_spread("bulk_rate_vs_inline", bulk);
 	j_obj("lookups");
 	for (int k = 0; k < NIMPL; k++)
 		j_int(impl_key[k], use[k].lookups + (bo.under_write_load ? idle[k].lookups : 0));
@@ -483,84 +614,84 @@ static void report_run(uint64_t n, int nr, struct cell *idle, struct cell *ld, i
 		j_int(impl_key[k], use[k].found + (bo.under_write_load ? idle[k].found : 0));
 	j_end();
 	if (!bo.under_write_load) {
-		hprintf("%-8d %-6s %10.1f %10.1f %10.1f %11s %11s %11s %8.2fx %8.2fx\n", nr,
-			cpus_of(rcpu, nr), idle[IMPL_PROCREG].med_ns, idle[IMPL_INPROC].med_ns,
-			idle[IMPL_LFHT].med_ns, fmt_rate(idle[IMPL_PROCREG].med_rate),
-			fmt_rate(idle[IMPL_INPROC].med_rate), fmt_rate(idle[IMPL_LFHT].med_rate),
-			rv_in, rv_lf);
+		hprintf("%-8d %-5s %8.1f %8.1f %8.1f %8.1f %8.1f  %-20s %-20s %-20s\n", nr,
+			cpus_of(rcpu, nr), idle[IMPL_PROCREG].med_ns, idle[IMPL_BULK].med_ns,
+			idle[IMPL_INLINE].med_ns, idle[IMPL_OA].med_ns, idle[IMPL_LFHT].med_ns,
+			fmt_spread(vs_il), fmt_spread(vs_oa), fmt_spread(bulk));
 	} else {
 		double pr = ld[IMPL_PROCREG].med_rate / idle[IMPL_PROCREG].med_rate;
-		double ir = ld[IMPL_INPROC].med_rate / idle[IMPL_INPROC].med_rate;
-		double lr = ld[IMPL_LFHT].med_rate / idle[IMPL_LFHT].med_rate;
+		double ir = ld[IMPL_INLINE].med_rate / idle[IMPL_INLINE].med_rate;
 
 		j_str("writer_cpu", cpu_label(wcpu));
 		j_num("idle_procreg_ns", idle[IMPL_PROCREG].med_ns);
-		j_num("idle_inprocess_ns", idle[IMPL_INPROC].med_ns);
-		j_num("idle_lfht_ns", idle[IMPL_LFHT].med_ns);
+		j_num("idle_inline_ns", idle[IMPL_INLINE].med_ns);
 		j_num("ratio_vs_idle", pr);
-		j_num("inprocess_ratio_vs_idle", ir);
-		j_num("lfht_ratio_vs_idle", lr);
+		j_num("inline_ratio_vs_idle", ir);
 		j_num("writer_ops_per_s", ld[IMPL_PROCREG].med_wrate);
 		j_num("grace_periods_per_s", ld[IMPL_PROCREG].med_gp);
 		j_num("idle_grace_periods_per_s", idle[IMPL_PROCREG].med_gp);
 		j_num("reader_cpu_ipis_per_s", ld[IMPL_PROCREG].med_ipi);
 		j_num("idle_reader_cpu_ipis_per_s", idle[IMPL_PROCREG].med_ipi);
-		j_num("inprocess_reader_cpu_ipis_per_s", ld[IMPL_INPROC].med_ipi);
-		hprintf("%-8d %-6s %-6s %10.1f %10.1f %8.2fx %10.1f %10.1f %8.2fx %9.2fx %11s\n",
+		j_num("inline_reader_cpu_ipis_per_s", ld[IMPL_INLINE].med_ipi);
+		hprintf("%-8d %-6s %-6s %10.1f %10.1f %8.2fx %10.1f %10.1f %8.2fx  %-20s %11s\n",
 			nr, cpus_of(rcpu, nr), cpu_label(wcpu), idle[IMPL_PROCREG].med_ns,
-			ld[IMPL_PROCREG].med_ns, pr, idle[IMPL_INPROC].med_ns,
-			ld[IMPL_INPROC].med_ns, ir, rv_in, fmt_rate(ld[IMPL_PROCREG].med_wrate));
+			ld[IMPL_PROCREG].med_ns, pr, idle[IMPL_INLINE].med_ns,
+			ld[IMPL_INLINE].med_ns, ir, fmt_spread(vs_il),
+			fmt_rate(ld[IMPL_PROCREG].med_wrate));
 		hprintf("%-8s during procreg's loaded window: %.0f grace periods/s, %.0f IPIs/s "
-			"on reader CPU %d (idle: %.0f, %.0f; in-process loaded: %.0f IPIs/s)\n", "",
+			"on reader CPU %d (idle: %.0f, %.0f; inline loaded: %.0f IPIs/s)\n", "",
 			ld[IMPL_PROCREG].med_gp, ld[IMPL_PROCREG].med_ipi, rcpu[0],
 			idle[IMPL_PROCREG].med_gp, idle[IMPL_PROCREG].med_ipi,
-			ld[IMPL_INPROC].med_ipi);
-		{
-			char what[160];
-
-			snprintf(what, sizeof(what),
-				 "lookup under write load, %s names, %d reader%s: vs idle",
-				 fmt_count(n), nr, nr == 1 ? "" : "s");
-			target(what, pr, ">=", 0.9, "x");
-		}
+			ld[IMPL_INLINE].med_ipi);
+		snprintf(what, sizeof(what), "lookup under write load, %s names, %d reader%s: vs idle",
+			 fmt_count(n), nr, nr == 1 ? "" : "s");
+		target(what, pr, ">=", 0.9, "x");
 	}
-	{
-		char what[160];
-
-		snprintf(what, sizeof(what), "lookup%s, %s names, %d reader%s: vs in-process",
-			 bo.under_write_load ? " (loaded)" : "", fmt_count(n), nr,
-			 nr == 1 ? "" : "s");
-		target(what, rv_in, ">=", 0.5, "x");
+	/* The targets: procreg's time within 1.5x the strongest in-process
+	 * table's (1.3x for a presence test); at a million names and more, a
+	 * bulk lookup at least as fast as its one at a time. */
+	snprintf(what, sizeof(what), "lookup%s%s, %s names, %d reader%s: x inline's time",
+		 bo.presence ? " (presence)" : "", bo.under_write_load ? " (loaded)" : "",
+		 fmt_count(n), nr, nr == 1 ? "" : "s");
+	target(what, vs_il.med, "<=", bo.presence ? 1.3 : 1.5, "x");
+	if (n >= 1000000 && !bo.under_write_load) {
+		snprintf(what, sizeof(what), "bulk lookup%s, %s names, %d reader%s: x inline's rate",
+			 bo.presence ? " (presence)" : "", fmt_count(n), nr, nr == 1 ? "" : "s");
+		target(what, bulk.med, ">=", 1.0, "x");
 	}
 	j_end();
 }
 
 /* From the fewest readers to the most (RCOUNTS, NRC of them, NRC > 1):
- * how each implementation scales. */
+ * how each implementation scales, round by round. */
 static void report_scaling(uint64_t n, struct cell (*cells)[2][NIMPL], const int *rcounts,
 			   int nrc)
 {
 	int last = nrc - 1;
 	struct cell *a = cells[0][bo.under_write_load], *b = cells[last][bo.under_write_load];
-	double scaling[NIMPL], svi;
+	struct spread sc[NIMPL], svi;
+	double per[NIMPL][64];
+	char what[160];
 
-	for (int k = 0; k < NIMPL; k++)
-		scaling[k] = b[k].med_rate / a[k].med_rate;
-	svi = scaling[IMPL_PROCREG] / scaling[IMPL_INPROC];
-	j_num("scaling", scaling[IMPL_PROCREG]);
-	j_num("inprocess_scaling", scaling[IMPL_INPROC]);
-	j_num("lfht_scaling", scaling[IMPL_LFHT]);
-	j_num("scaling_vs_inprocess", svi);
-	hprintf("scaling 1 -> %d readers: procreg %.2fx, inprocess %.2fx, lfht %.2fx; "
-		"procreg's / inprocess's: %.2f\n", rcounts[last], scaling[IMPL_PROCREG],
-		scaling[IMPL_INPROC], scaling[IMPL_LFHT], svi);
-	{
-		char what[160];
-
-		snprintf(what, sizeof(what), "lookup scaling 1->%d, %s names: vs in-process's",
-			 rcounts[last], fmt_count(n));
-		target(what, svi, ">=", 0.9, "x");
+	for (int k = 0; k < NIMPL; k++) {
+		sc[k] = ratios(b[k].rate, a[k].rate, bo.rounds);
+		for (int r = 0; r < bo.rounds; r++)
+			per[k][r] = a[k].rate[r] > 0 ? b[k].rate[r] / a[k].rate[r] : 0;
 	}
+	svi = ratios(per[IMPL_PROCREG], per[IMPL_INLINE], bo.rounds);
+	j_spread("scaling", sc[IMPL_PROCREG]);
+	j_spread("inline_scaling", sc[IMPL_INLINE]);
+	j_spread("oa_scaling", sc[IMPL_OA]);
+	j_spread("lfht_scaling", sc[IMPL_LFHT]);
+	j_spread("scaling_vs_inline", svi);
+	hprintf("scaling 1 -> %d readers: procreg %s, inline %s, lfht %s; procreg's / inline's: %s\n",
+		rcounts[last], fmt_spread(sc[IMPL_PROCREG]), fmt_spread(sc[IMPL_INLINE]),
+		fmt_spread(sc[IMPL_LFHT]), fmt_spread(svi));
+	/* In every round, not the median: a run that slows down is what the
+	 * target is there to catch. */
+	snprintf(what, sizeof(what), "lookup scaling 1->%d, %s names: vs inline's, worst round",
+		 rcounts[last], fmt_count(n));
+	target(what, svi.lo, ">=", 0.9, "x");
 }
 
 /* The report of one table size: a header, a row per reader count, the
@@ -573,19 +704,18 @@ static void report(uint64_t n, uint64_t index_capacity, struct cell (*cells)[2][
 	j_int("index_capacity", index_capacity);
 	j_str("daemon_cpu", cpu_label(wcpu));
 	if (!bo.under_write_load) {
-		hprintf("%-8s %-6s %10s %10s %10s %11s %11s %11s %9s %9s\n", "readers", "cpus",
-			"procreg", "inprocess", "lfht", "procreg", "inprocess", "lfht",
-			"vs inproc", "vs lfht");
-		hprintf("%-8s %-6s %10s %10s %10s %11s %11s %11s %9s %9s\n", "", "",
-			"ns/lookup", "ns/lookup", "ns/lookup", "lookups/s", "lookups/s",
-			"lookups/s", "", "");
+		hprintf("%-8s %-5s %8s %8s %8s %8s %8s  %-20s %-20s %-20s\n", "readers", "cpus",
+			"procreg", "bulk", "inline", "oa", "lfht", "procreg time",
+			"procreg time", "bulk rate");
+		hprintf("%-8s %-5s %8s %8s %8s %8s %8s  %-20s %-20s %-20s\n", "", "", "ns", "ns",
+			"ns", "ns", "ns", "x inline (range)", "x oa (range)", "x inline (range)");
 	} else {
-		hprintf("%-8s %-6s %-6s %10s %10s %9s %10s %10s %9s %10s %11s\n", "readers",
-			"cpus", "writer", "procreg", "procreg", "procreg", "inprocess", "inprocess",
-			"inprocess", "procreg", "writes/s");
-		hprintf("%-8s %-6s %-6s %10s %10s %9s %10s %10s %9s %10s %11s\n", "", "", "cpu",
+		hprintf("%-8s %-6s %-6s %10s %10s %9s %10s %10s %9s  %-20s %11s\n", "readers",
+			"cpus", "writer", "procreg", "procreg", "procreg", "inline", "inline",
+			"inline", "procreg time", "writes/s");
+		hprintf("%-8s %-6s %-6s %10s %10s %9s %10s %10s %9s  %-20s %11s\n", "", "", "cpu",
 			"idle ns", "loaded ns", "vs idle", "idle ns", "loaded ns", "vs idle",
-			"vs inproc", "(loaded)");
+			"x inline", "(loaded)");
 	}
 	j_arr("runs");
 	for (int c = 0; c < nrc; c++)
@@ -653,9 +783,10 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 	L.n = n;
 	L.queries = queries;
 	L.qmask = qn - 1;
+	L.il = il_build(names, n, st.index_capacity, getpid());
 	L.oa = oa_build(names, n, st.index_capacity, getpid());
 	L.lfht = lfht_build(names, n, getpid());
-	if (!L.oa || !L.lfht) {
+	if (!L.il || !L.oa || !L.lfht) {
 		fprintf(stderr, "procreg-bench: cannot build the in-process tables\n");
 		goto out_daemon;
 	}
@@ -671,8 +802,10 @@ out_daemon:
 		procreg_close(reg);
 	daemon_stop(&d);
 out:
+	il_free(L.il);
 	oa_free(L.oa);
 	lfht_free(L.lfht);
+	L.il = NULL;
 	L.oa = NULL;
 	L.lfht = NULL;
 	if (L.ctl)
@@ -713,17 +846,25 @@ int cmd_lookup(void)
 		}
 		bo.nnames = 2;
 	}
-	hprintf("procreg-bench lookup%s: %d CPUs (%s), miss rate %.0f%%, %d round%s of %d ms per "
-		"figure (median)\n", bo.under_write_load ? " --under-write-load" : "", ncpus,
-		cpus_of(cpus, ncpus), bo.miss_rate * 100, bo.rounds, bo.rounds == 1 ? "" : "s",
-		bo.duration_ms);
-	hprintf("baselines: inprocess = open-addressing table in private memory (same hash, "
-		"same capacity, same copy-out); lfht = liburcu cds_lfht (memb)\n");
+	hprintf("procreg-bench lookup%s%s: %d CPUs (%s), miss rate %.0f%%, %d round%s of %d ms per "
+		"figure (median; ratios: median of the rounds' and their range)\n",
+		bo.under_write_load ? " --under-write-load" : "", bo.presence ? " --presence" : "",
+		ncpus, cpus_of(cpus, ncpus), bo.miss_rate * 100, bo.rounds,
+		bo.rounds == 1 ? "" : "s", bo.duration_ms);
+	hprintf("procreg: procreg_lookup(%s); bulk: procreg_lookup_many(), %d names a call\n",
+		bo.presence ? "NULL" : "&entry", BULK);
+	hprintf("baselines, in private memory, same names, same capacity, same hash and copy-out:\n"
+		"  inline = open addressing, the key and the entry's fields in a 64-byte slot "
+		"(the strongest; the headline ratio)\n"
+		"  oa     = procreg's design (slot words, records in an arena): the same work\n"
+		"  lfht   = liburcu cds_lfht (memb)\n");
 	if (bo.under_write_load)
 		hprintf("load: a writer process registers and unregisters waves of %d names "
 			"through procreg_batch, on the daemon's CPU\n", CHURN_WAVE);
 	j_str("subcommand", bo.under_write_load ? "lookup --under-write-load" : "lookup");
 	j_bool("under_write_load", bo.under_write_load);
+	j_bool("presence", bo.presence);
+	j_int("bulk", BULK);
 	j_int("ncpus", (uint64_t)ncpus);
 	j_num("miss_rate", bo.miss_rate);
 	j_int("rounds", (uint64_t)bo.rounds);
