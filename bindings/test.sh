@@ -1,0 +1,45 @@
+#!/bin/bash
+# bindings/test.sh LANG BUILD_DIR: build the LANG binding (python, rust or
+# go) against the libprocreg of the CMake build tree BUILD_DIR, and run its
+# tests, its README example among them. ctest runs it once per language
+# (label bindings). Everything it builds goes under BUILD_DIR/bindings;
+# nothing is downloaded. A missing toolchain is a failure, never a skip:
+# CI installs them all (the README's apt-get line).
+set -euo pipefail
+lang=$1
+build=$(cd "$2" && pwd)
+src=$(cd "$(dirname "$0")/.." && pwd)
+out=$build/bindings/$lang
+mkdir -p "$out"
+
+fail() {
+	echo "bindings/test.sh $lang: $*" >&2
+	exit 1
+}
+[ -e "$build/libprocreg.so" ] || fail "no $build/libprocreg.so: build the tree first"
+
+# The tests start daemons of their own, in directories of their own: none
+# may reach the host's registry, or start one.
+unset PROCREG_DIR PROCREG_SCOPE PROCREG_SOCKET
+export PROCREG_BUILD_DIR=$build PROCREG_NO_AUTOSTART=1
+
+case $lang in
+python)
+	# Debian's interpreter, where python3-pytest and python3-setuptools
+	# are (a python3 of another origin earlier in PATH has neither).
+	py=${PROCREG_PYTHON:-/usr/bin/python3}
+	[ -x "$py" ] || fail "$py not found (apt-get install python3-dev python3-pip python3-setuptools python3-pytest)"
+	"$py" -c 'import setuptools, pytest, pip' ||
+		fail "$py lacks setuptools, pip or pytest (apt-get install python3-pip python3-setuptools python3-pytest)"
+	rm -rf "$out/site"
+	# As a user installs it; --target, so that nothing of the system's
+	# changes; no index and no build isolation, so nothing is fetched.
+	"$py" -m pip install --quiet --no-index --no-deps --no-build-isolation --target "$out/site" \
+		"$src/bindings/python"
+	cd "$out"
+	PYTHONPATH=$out/site exec "$py" -m pytest -p no:cacheprovider -v "$src/bindings/python/tests"
+	;;
+*)
+	fail "unknown language (python, rust, go)"
+	;;
+esac
