@@ -39,6 +39,19 @@ python)
 	cd "$out"
 	PYTHONPATH=$out/site exec "$py" -m pytest -p no:cacheprovider -v "$src/bindings/python/tests"
 	;;
+rust)
+	# The cargo of rustup's default place when PATH lacks one (CI runs
+	# as root with a cargo installed in /root/.cargo/bin).
+	cargo=${CARGO:-$(command -v cargo || echo "${HOME:-/root}/.cargo/bin/cargo")}
+	[ -x "$cargo" ] || cargo=/root/.cargo/bin/cargo
+	[ -x "$cargo" ] || fail "cargo not found (set CARGO, or install it in ~/.cargo/bin)"
+	export CARGO_TARGET_DIR=$out/target LD_LIBRARY_PATH=$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+	cd "$src/bindings/rust"
+	# --locked: the committed Cargo.lock, which lists no crate from outside.
+	"$cargo" test --offline --locked -j2
+	# The benchmark builds, and its example runs to the end (tiny sizes).
+	exec "$cargo" run --offline --locked -j2 --release --example bench -- 100 1
+	;;
 *)
 	fail "unknown language (python, rust, go)"
 	;;
