@@ -52,6 +52,19 @@ rust)
 	# The benchmark builds, and its example runs to the end (tiny sizes).
 	exec "$cargo" run --offline --locked -j2 --release --example bench -- 100 1
 	;;
+go)
+	command -v go >/dev/null || fail "go not found (apt-get install golang-go)"
+	# The standard library only, and the Go that is installed: nothing is
+	# fetched. Caches under the build tree, whatever HOME is.
+	export GOTOOLCHAIN=local GOPROXY=off GOCACHE=$out/cache GOPATH=$out/gopath
+	export CGO_ENABLED=1 CGO_CFLAGS="-I$src/include -I$build/generated" \
+		CGO_LDFLAGS="-L$build -Wl,-rpath,$build"
+	cd "$src/bindings/go"
+	go vet ./...
+	go test -count=1 -p 2 -v ./...
+	# The benchmark builds, and runs to the end (tiny sizes).
+	exec go run ./bench -names 100 -rounds 1
+	;;
 *)
 	fail "unknown language (python, rust, go)"
 	;;
