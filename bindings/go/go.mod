@@ -1,0 +1,3 @@
+module procreg
+
+go 1.19
