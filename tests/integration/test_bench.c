@@ -441,6 +441,18 @@ static void test_stress(void **state)
 	assert_true(num(r.out, "unreg_per_s") > 0);
 	assert_true(num(r.out, "rereg_per_s") > 0);
 	assert_true(num(r.out, "kill_to_all_gone_ms") >= 0);
+	/* The deaths beside their floor: both timed, from either end of the
+	 * kill loop. */
+	{
+		const char *d = strstr(r.out, "\"deaths\":{");
+
+		assert_non_null(d);
+		assert_true(num_after(d, "rounds") >= 1);
+		assert_true(num_after(d, "floor_first_kill_ms") > 0);
+		assert_true(num_after(d, "procreg_first_kill_ms") > 0);
+		assert_true(num_after(d, "floor_first_kill_ms") >= num_after(d, "floor_last_kill_ms"));
+		assert_true(num_after(d, "ratio_first_kill") > 0);
+	}
 	check_clean(&r);
 }
 

@@ -56,6 +56,7 @@ struct bench_opts {
 	int clients;                 /* 0: 1 and the number of CPUs */
 	uint64_t sync_ops;           /* synchronous registrations per client */
 	uint64_t batch_ops;          /* pipelined registrations per client */
+	uint64_t prefill;            /* names in the table before registering */
 	/* stress */
 	uint64_t stress_names;
 	int procs;

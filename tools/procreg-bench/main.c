@@ -54,7 +54,7 @@ static void usage(FILE *f)
 		"  --procregd PATH       the daemon (default: next to procreg-bench, or ../sbin)\n"
 		"  --tmpdir DIR          where to make the private directory (default /dev/shm)\n"
 		"  --rounds N            measurements per figure, median kept (default 5;\n"
-		"                        cluster: 3)\n"
+		"                        stress: 7 death rounds; cluster: 3)\n"
 		"  --duration MS         timed window of one lookup measurement (default 300)\n"
 		"lookup:\n"
 		"  --names N[,N...]      table sizes (default 10000,1000000)\n"
@@ -66,6 +66,7 @@ static void usage(FILE *f)
 		"  --clients N           client processes, besides 1 (default: the CPUs)\n"
 		"  --sync-ops N          synchronous registrations per client (default 10000)\n"
 		"  --batch-ops N         pipelined registrations per client (default 200000)\n"
+		"  --prefill N           register into a table already holding N names\n"
 		"stress:\n"
 		"  --names N             names (default 100000)\n"
 		"  --procs P             processes the names are spread over (default 1000)\n"
@@ -106,7 +107,7 @@ static void bad(const char *opt, const char *arg)
 
 enum {
 	O_JSON = 256, O_QUICK, O_PROCREGD, O_TMPDIR, O_ROUNDS, O_DURATION, O_NAMES,
-	O_READERS, O_MISS, O_LOAD, O_PRESENCE, O_CLIENTS, O_SYNC, O_BATCH, O_PROCS, O_PIPE, O_NODES,
+	O_READERS, O_MISS, O_LOAD, O_PRESENCE, O_CLIENTS, O_SYNC, O_BATCH, O_PREFILL, O_PROCS, O_PIPE, O_NODES,
 	O_FIXED, O_NOPROBES, O_DAEMON_ARG, O_NO_MESH,
 };
 
@@ -130,6 +131,7 @@ static const struct num_opt {
 	{ O_NODES, "--nodes", &bo.nodes, NULL, 1, 12 },
 	{ O_SYNC, "--sync-ops", NULL, &bo.sync_ops, 1, UINT64_MAX },
 	{ O_BATCH, "--batch-ops", NULL, &bo.batch_ops, 1, 10000000 },
+	{ O_PREFILL, "--prefill", NULL, &bo.prefill, 1, 100000000 },
 	{ O_FIXED, "--fixed", NULL, &bo.fixed, 1, UINT64_MAX },
 };
 
@@ -192,7 +194,8 @@ static void settle_cmd(void)
 	 * rounds give a range worth reading; the cluster runs are long. */
 	bo.rounds = opt_rounds ? opt_rounds
 			       : bo.quick ? 1
-			       : (!strcmp(bo.cmd, "lookup") || !strcmp(bo.cmd, "register")) ? 5 : 3;
+			       : (!strcmp(bo.cmd, "lookup") || !strcmp(bo.cmd, "register")) ? 5
+			       : !strcmp(bo.cmd, "stress") ? 7 : 3;
 	bo.duration_ms = opt_duration ? opt_duration : (bo.quick ? 30 : 300);
 	if ((bo.under_write_load || bo.presence) && strcmp(bo.cmd, "lookup")) {
 		fprintf(stderr, "procreg-bench: --%s goes with lookup\n",
@@ -233,6 +236,7 @@ static void parse(int argc, char **argv)
 		{ "clients", required_argument, NULL, O_CLIENTS },
 		{ "sync-ops", required_argument, NULL, O_SYNC },
 		{ "batch-ops", required_argument, NULL, O_BATCH },
+		{ "prefill", required_argument, NULL, O_PREFILL },
 		{ "procs", required_argument, NULL, O_PROCS },
 		{ "pipelined", no_argument, NULL, O_PIPE },
 		{ "nodes", required_argument, NULL, O_NODES },

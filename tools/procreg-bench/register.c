@@ -54,6 +54,7 @@ struct rctl {
 };
 
 static struct rctl *C;
+static procreg_t *prefill_reg;
 static char echo_path[100];
 static enum mode cur_mode;
 static uint64_t cur_ops;
@@ -443,12 +444,19 @@ static void report_arrangement(const struct arrangement *A, uint64_t sync_ops, u
 	j_int("expected_sync", sync_ops * (uint64_t)A->nclients * (uint64_t)bo.rounds);
 	j_int("expected_pipelined", batch_ops * (uint64_t)A->nclients * (uint64_t)bo.rounds);
 	j_end();
-	snprintf(what, sizeof(what), "sync registration, %s (%d client%s): vs socket RTT",
-		 A->name, A->nclients, A->nclients == 1 ? "" : "s");
-	target(what, ratio, ">=", 0.8, "x");
-	snprintf(what, sizeof(what), "pipelined registration, %s (%d client%s)", A->name,
-		 A->nclients, A->nclients == 1 ? "" : "s");
-	target(what, A->med[M_BATCH][0] / 1e6, ">=", 1.0, " M/s");
+	/* The targets: a synchronous registration within 0.9x of a same-CPU
+	 * socket round trip (the other arrangements are reported beside);
+	 * pipelined, 3 M/s into an empty table and 2.5 M/s into one of a
+	 * million names (--prefill). */
+	if (!strcmp(A->name, "same-cpu")) {
+		snprintf(what, sizeof(what), "sync registration, %s (%d client%s): vs socket RTT",
+			 A->name, A->nclients, A->nclients == 1 ? "" : "s");
+		target(what, ratio, ">=", 0.9, "x");
+	}
+	snprintf(what, sizeof(what), "pipelined registration, %s (%d client%s)%s%s", A->name,
+		 A->nclients, A->nclients == 1 ? "" : "s", bo.prefill ? ", table of " : "",
+		 bo.prefill ? fmt_count(bo.prefill) : "");
+	target(what, A->med[M_BATCH][0] / 1e6, ">=", bo.prefill >= 1000000 ? 2.5 : 3.0, " M/s");
 }
 
 int cmd_register(void)
@@ -476,7 +484,8 @@ int cmd_register(void)
 		 * the protocol frames a REGISTER (lib/proto.c). */
 		req_size = (16 + 8 + strlen(name_s) + meta_of(meta, sizeof(meta), 0) + 7) & ~(size_t)7;
 	}
-	snprintf(maxn, sizeof(maxn), "%llu", (unsigned long long)(batch_ops + sync_ops + 1024));
+	snprintf(maxn, sizeof(maxn), "%llu",
+		 (unsigned long long)(batch_ops + sync_ops + bo.prefill + 1024));
 	snprintf(maxc, sizeof(maxc), "%d", nclients + 64);
 	snprintf(echo_path, sizeof(echo_path), "%s/echo.sock", env_dir());
 	C = shared_alloc(sizeof(*C));
@@ -484,6 +493,21 @@ int cmd_register(void)
 		return 2;
 	if ((echo = echo_start()) < 0)
 		goto out;
+	if (bo.prefill) {
+		/* The table the registrations go into: --prefill names held by
+		 * this process for the whole run. */
+		uint64_t t0 = pr_mono_ns();
+
+		prefill_reg = bench_open(BENCH_SCOPE);
+		if (!prefill_reg ||
+		    register_range(prefill_reg, "pf", 0, bo.prefill, false) != (int64_t)bo.prefill) {
+			fprintf(stderr, "procreg-bench: cannot register the %llu names of --prefill\n",
+				(unsigned long long)bo.prefill);
+			goto out;
+		}
+		hprintf("table prefilled with %s names in %.0f ms\n", fmt_count(bo.prefill),
+			(double)(pr_mono_ns() - t0) / 1e6);
+	}
 
 	hprintf("procreg-bench register: %d CPUs (%s); %s synchronous and %s pipelined "
 		"registrations per client; %d round%s (median)\n", ncpus,
@@ -505,6 +529,7 @@ int cmd_register(void)
 	j_int("sync_ops_per_client", sync_ops);
 	j_int("batch_ops_per_client", batch_ops);
 	j_int("rounds", (uint64_t)bo.rounds);
+	j_int("prefill", bo.prefill);
 	j_int("request_bytes", req_size);
 	j_arr("runs");
 	for (int a = 0; a < nar; a++)
@@ -515,6 +540,8 @@ int cmd_register(void)
 	j_num("seconds", (double)(pr_mono_ns() - t_start) / 1e9);
 	rc = 0;
 out:
+	if (prefill_reg)
+		procreg_close(prefill_reg);
 	if (echo > 0) {
 		kill_child(echo);
 		reap(echo);

@@ -17,6 +17,17 @@
  *   8 SIGKILL all P processes
  *   9 time from the last kill until every name is gone
  *
+ * Then deaths beside their floor, --rounds times (default 7): P fresh
+ * processes of the same shape as the registering ones (registry open,
+ * connection made) but holding no names, watched by bare pidfds in this
+ * process (one epoll set), are all killed and timed until every pidfd has
+ * reported; then P processes holding the N names (one procreg_batch each)
+ * are killed and timed until the table shows no name. Both from the first
+ * kill and from the last: the kill loop itself takes a while, and a
+ * figure from the last kill alone rewards a slow loop. The target is the
+ * median of the rounds' ratios, procreg over the floor, from the first
+ * kill.
+ *
  * A step that processes do ends when the last of them has its last reply;
  * a waiting step polls the table's names counter (procreg_stats, every
  * 50 us), never procreg_sync: it measures when readers see the change,
@@ -32,6 +43,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -266,13 +279,240 @@ static void report_rows(const struct row *rows, int nrows, const uint64_t *visib
 	j_int("visible_after_register", visible[0]);
 	j_int("visible_after_reregister", visible[1]);
 	j_bool("all_gone", gone_ms >= 0);
-	{
+	/* Pipelined, the rate from many processes at once: 2 M/s is the
+	 * target (one procreg_register per name is a round trip each and
+	 * has its own target, in procreg-bench register). */
+	if (bo.pipelined) {
 		char what[160];
 
-		snprintf(what, sizeof(what), "every name of %s killed processes gone after",
+		snprintf(what, sizeof(what), "pipelined registration from %s processes",
 			 fmt_count((uint64_t)S_procs));
-		target(what, gone_ms >= 0 ? gone_ms : 1e12, "<=", 50, " ms");
+		target(what, rows[1].rate / 1e6, ">=", 2.0, " M/s");
 	}
+}
+
+/* ---- deaths beside their floor ------------------------------------------ */
+
+struct dctl {
+	int ready;                 /* futex: processes ready to be killed */
+	int failed;
+	int err;
+};
+
+static struct dctl *D;
+
+static void death_ready(int failed, int err)
+{
+	if (failed) {
+		__atomic_fetch_add(&D->failed, 1, __ATOMIC_RELAXED);
+		D->err = err;
+	}
+	__atomic_add_fetch(&D->ready, 1, __ATOMIC_ACQ_REL);
+	futex_wake_all(&D->ready);
+}
+
+/* A process of the floor: the shape of a registering one, no names. */
+static int shape_main(void *arg)
+{
+	procreg_t *reg = bench_open(BENCH_SCOPE);
+
+	(void)arg;
+	death_ready(!reg || procreg_sync(reg) < 0, errno);
+	for (;;)
+		pause();
+	return 0;
+}
+
+/* A process that holds its share of the names until it is killed. */
+static int holder_main(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	uint64_t first, n;
+	procreg_t *reg = bench_open(BENCH_SCOPE);
+	int64_t k;
+
+	range_of(id, &first, &n);
+	k = reg ? register_range(reg, "d", first, n, false) : -errno;
+	death_ready(k != (int64_t)n, k < 0 ? (int)-k : EEXIST);
+	for (;;)
+		pause();
+	return 0;
+}
+
+/* Launch S_procs processes running FN, each ready: 0, or -1. */
+static int launch(int (*fn)(void *), pid_t *pids)
+{
+	int v;
+
+	D->ready = D->failed = 0;
+	for (int i = 0; i < S_procs; i++) {
+		pids[i] = spawn(fn, (void *)(intptr_t)i, -1);
+		if (pids[i] < 0) {
+			fprintf(stderr, "procreg-bench: fork: %s\n", strerror((int)-pids[i]));
+			for (int j = 0; j < i; j++) {
+				kill_child(pids[j]);
+				reap(pids[j]);
+			}
+			return -1;
+		}
+	}
+	while ((v = __atomic_load_n(&D->ready, __ATOMIC_ACQUIRE)) < S_procs)
+		futex_wait_ms(&D->ready, v, 200);
+	if (D->failed) {
+		fprintf(stderr, "procreg-bench: %d processes failed: %s\n", D->failed,
+			strerror(D->err));
+		for (int i = 0; i < S_procs; i++)
+			kill_child(pids[i]);
+		for (int i = 0; i < S_procs; i++)
+			reap(pids[i]);
+		return -1;
+	}
+	return 0;
+}
+
+/* Kill every process of PIDS: *FIRST and *LAST the times of the first and
+ * last kill. */
+static void kill_all(const pid_t *pids, uint64_t *first, uint64_t *last)
+{
+	*first = pr_mono_ns();
+	for (int i = 0; i < S_procs; i++)
+		kill(pids[i], SIGKILL);
+	*last = pr_mono_ns();
+}
+
+/* One round of the floor: the time until every pidfd reported, from the
+ * first kill (*FROM_FIRST) and the last (*FROM_LAST), in ns. */
+static int floor_round(pid_t *pids, double *from_first, double *from_last)
+{
+	int ep = epoll_create1(EPOLL_CLOEXEC), *fds = calloc((size_t)S_procs, sizeof(int)), got = 0;
+	uint64_t t_first, t_last, t_end;
+	int rc = -1;
+
+	if (ep < 0 || !fds || launch(shape_main, pids) < 0)
+		goto out;
+	for (int i = 0; i < S_procs; i++) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = (uint32_t)i };
+
+		fds[i] = (int)syscall(SYS_pidfd_open, pids[i], 0);
+		if (fds[i] < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev) < 0) {
+			fprintf(stderr, "procreg-bench: pidfd: %s\n", strerror(errno));
+			for (int j = 0; j < S_procs; j++)
+				kill_child(pids[j]);
+			goto reap;
+		}
+	}
+	kill_all(pids, &t_first, &t_last);
+	while (got < S_procs) {
+		struct epoll_event evs[256];
+		int n = epoll_wait(ep, evs, 256, 10000);
+
+		if (n <= 0) {
+			fprintf(stderr, "procreg-bench: pidfds: %d of %d reported\n", got, S_procs);
+			goto reap;
+		}
+		for (int k = 0; k < n; k++)
+			epoll_ctl(ep, EPOLL_CTL_DEL, fds[evs[k].data.u32], NULL);
+		got += n;
+	}
+	t_end = pr_mono_ns();
+	*from_first = (double)(t_end - t_first);
+	*from_last = (double)(t_end - t_last);
+	rc = 0;
+reap:
+	for (int i = 0; i < S_procs; i++)
+		reap(pids[i]);
+out:
+	for (int i = 0; fds && i < S_procs; i++)
+		if (fds[i] > 0)
+			close(fds[i]);
+	free(fds);
+	if (ep >= 0)
+		close(ep);
+	return rc;
+}
+
+/* One round of procreg: the time until the table shows no name. */
+static int procreg_round(procreg_t *reg, pid_t *pids, double *from_first, double *from_last)
+{
+	uint64_t t_first, t_last, w;
+
+	if (launch(holder_main, pids) < 0)
+		return -1;
+	if (wait_names(reg, S_names, 60000000000ull) == UINT64_MAX) {
+		fprintf(stderr, "procreg-bench: the table shows %llu names, not %llu\n",
+			(unsigned long long)names_now(reg), (unsigned long long)S_names);
+		for (int i = 0; i < S_procs; i++)
+			kill_child(pids[i]);
+		for (int i = 0; i < S_procs; i++)
+			reap(pids[i]);
+		return -1;
+	}
+	kill_all(pids, &t_first, &t_last);
+	w = wait_names(reg, 0, 60000000000ull);
+	for (int i = 0; i < S_procs; i++)
+		reap(pids[i]);
+	if (w == UINT64_MAX) {
+		fprintf(stderr, "procreg-bench: names left after the kill: %llu\n",
+			(unsigned long long)names_now(reg));
+		return -1;
+	}
+	w += t_last; /* the poll started at the last kill */
+	*from_first = (double)(w - t_first);
+	*from_last = (double)(w - t_last);
+	return 0;
+}
+
+/* The death rounds; every process they start is reaped before they
+ * return, and PIDS[0] is left 0 so that nothing is reaped twice. */
+static int deaths(procreg_t *reg, pid_t *pids)
+{
+	double ff[64], fl[64], pf[64], pl[64], rf[64], rl[64];
+	int rounds = bo.rounds > 64 ? 64 : bo.rounds;
+	double lo = 1e300, hi = 0, med;
+	char what[160];
+
+	D = shared_alloc(sizeof(*D));
+	for (int r = 0; r < rounds; r++) {
+		int err = floor_round(pids, &ff[r], &fl[r]);
+
+		if (!err)
+			err = procreg_round(reg, pids, &pf[r], &pl[r]);
+		pids[0] = 0;
+		if (err) {
+			shared_free(D, sizeof(*D));
+			return -1;
+		}
+		rf[r] = pf[r] / ff[r];
+		rl[r] = pl[r] / fl[r];
+		lo = rf[r] < lo ? rf[r] : lo;
+		hi = rf[r] > hi ? rf[r] : hi;
+		hprintf("  round %d: floor %.1f ms (%.1f after the last kill), procreg %.1f ms "
+			"(%.1f after the last kill): %.2fx\n", r + 1, ff[r] / 1e6, fl[r] / 1e6,
+			pf[r] / 1e6, pl[r] / 1e6, rf[r]);
+	}
+	med = median(rf, rounds);
+	hprintf("deaths, %s names over %s processes, %d rounds (median): floor %.1f ms, procreg "
+		"%.1f ms from the first kill; %.1f and %.1f ms from the last; procreg / floor "
+		"%.2fx (%.2f-%.2f) from the first kill, %.2fx from the last\n",
+		fmt_count(S_names), fmt_count((uint64_t)S_procs), rounds, median(ff, rounds) / 1e6,
+		median(pf, rounds) / 1e6, median(fl, rounds) / 1e6, median(pl, rounds) / 1e6, med,
+		lo, hi, median(rl, rounds));
+	j_obj("deaths");
+	j_int("rounds", (uint64_t)rounds);
+	j_num("floor_first_kill_ms", median(ff, rounds) / 1e6);
+	j_num("floor_last_kill_ms", median(fl, rounds) / 1e6);
+	j_num("procreg_first_kill_ms", median(pf, rounds) / 1e6);
+	j_num("procreg_last_kill_ms", median(pl, rounds) / 1e6);
+	j_num("ratio_first_kill", med);
+	j_num("ratio_first_kill_min", lo);
+	j_num("ratio_first_kill_max", hi);
+	j_num("ratio_last_kill", median(rl, rounds));
+	j_end();
+	snprintf(what, sizeof(what), "%s names of %s killed processes gone: x the pidfd floor",
+		 fmt_count(S_names), fmt_count((uint64_t)S_procs));
+	target(what, med, "<=", 1.2, "x");
+	shared_free(D, sizeof(*D));
+	return 0;
 }
 
 int cmd_stress(void)
@@ -343,6 +583,13 @@ int cmd_stress(void)
 	pids[0] = 0;
 
 	report_rows(rows, nrows, visible, all_gone ? (double)w / 1e6 : -1);
+	if (!all_gone)
+		goto failed;
+	hprintf("\ndeaths beside their floor: %s processes of the same shape, no names, "
+		"watched by bare pidfds, then %s processes holding the names\n",
+		fmt_count((uint64_t)S_procs), fmt_count((uint64_t)S_procs));
+	if (deaths(reg, pids) < 0)
+		goto failed;
 	targets_report();
 	hprintf("\ntotal %.1f s\n", (double)(pr_mono_ns() - t_start) / 1e9);
 	j_num("seconds", (double)(pr_mono_ns() - t_start) / 1e9);
