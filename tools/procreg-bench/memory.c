@@ -9,9 +9,14 @@
  *   file         the table file's allocated blocks (st_blocks * 512): the
  *                memory the table really takes, header page included
  *
+ *   daemon       procregd's anonymous memory (smaps_rollup): its own
+ *                maps of owners, pidfds and queues
+ *
  * each divided by the number of names, beside the payload (name and
  * metadata bytes) and the in-process open-addressing table holding the
  * same names at the same capacity (baseline.c): slots plus packed records.
+ * The target: file and daemon together at most 100 bytes a name beyond
+ * the payload, at a million names and more.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,6 +28,25 @@
 #include <unistd.h>
 
 #include "bench.h"
+
+/* PID's anonymous memory in bytes, from /proc/PID/smaps_rollup; 0 if it
+ * cannot be read. */
+static uint64_t anon_bytes(pid_t pid)
+{
+	char path[64], line[256];
+	uint64_t kb = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Anonymous: %llu kB", (unsigned long long *)&kb) == 1)
+			break;
+	fclose(f);
+	return kb * 1024;
+}
 
 int cmd_memory(void)
 {
@@ -59,10 +83,10 @@ int cmd_memory(void)
 			"metadata; table in %s\n", q.s, strlen(q.s), meta_of(meta, sizeof(meta), 0),
 			env_dir());
 	}
-	hprintf("\n%12s %11s %11s %11s %12s %11s %11s %9s\n", "names", "arena_used", "arena_top",
-		"file", "index", "in-process", "payload", "file");
-	hprintf("%12s %11s %11s %11s %12s %11s %11s %9s\n", "", "B/name", "B/name", "B/name",
-		"slots", "B/name", "B/name", "MiB");
+	hprintf("\n%12s %11s %11s %11s %9s %12s %11s %11s %11s %9s\n", "names", "arena_used",
+		"arena_top", "file", "daemon", "index", "in-process", "payload", "overhead", "file");
+	hprintf("%12s %11s %11s %11s %9s %12s %11s %11s %11s %9s\n", "", "B/name", "B/name",
+		"B/name", "B/name", "slots", "B/name", "B/name", "B/name", "MiB");
 	j_str("subcommand", "memory");
 	j_arr("sizes");
 	for (int i = 0; i < bo.nnames; i++) {
@@ -72,7 +96,8 @@ int cmd_memory(void)
 		struct qname *names;
 		struct oa_table *oa;
 		int64_t got;
-		double payload = 0;
+		double payload = 0, overhead;
+		uint64_t anon;
 
 		if (n < have) {
 			fprintf(stderr, "procreg-bench: memory: --names must grow\n");
@@ -98,10 +123,13 @@ int cmd_memory(void)
 		free(names);
 		if (!oa)
 			goto out;
-		hprintf("%12s %11.1f %11.1f %11.1f %12s %11.1f %11.1f %9.1f\n", fmt_count(n),
-			(double)st.arena_used / (double)n, (double)st.arena_top / (double)n,
-			(double)sb.st_blocks * 512 / (double)n, fmt_count(st.index_capacity),
-			(double)oa_bytes(oa) / (double)n, payload / (double)n,
+		anon = anon_bytes(d.pid);
+		overhead = ((double)sb.st_blocks * 512 + (double)anon - payload) / (double)n;
+		hprintf("%12s %11.1f %11.1f %11.1f %9.1f %12s %11.1f %11.1f %11.1f %9.1f\n",
+			fmt_count(n), (double)st.arena_used / (double)n,
+			(double)st.arena_top / (double)n, (double)sb.st_blocks * 512 / (double)n,
+			(double)anon / (double)n, fmt_count(st.index_capacity),
+			(double)oa_bytes(oa) / (double)n, payload / (double)n, overhead,
 			(double)sb.st_blocks * 512 / 1048576.0);
 		j_obj(NULL);
 		j_int("names", n);
@@ -115,10 +143,21 @@ int cmd_memory(void)
 		j_num("file_bytes_per_name", (double)sb.st_blocks * 512 / (double)n);
 		j_num("inprocess_bytes_per_name", (double)oa_bytes(oa) / (double)n);
 		j_num("payload_bytes_per_name", payload / (double)n);
+		j_int("daemon_anon_bytes", anon);
+		j_num("overhead_bytes_per_name", overhead);
 		j_end();
+		if (n >= 1000000) {
+			char what[160];
+
+			snprintf(what, sizeof(what),
+				 "memory beyond name and metadata, %s names (table + daemon)",
+				 fmt_count(n));
+			target(what, overhead, "<=", 100, " B/name");
+		}
 		oa_free(oa);
 	}
 	j_end();
+	targets_report();
 	hprintf("\ntotal %.1f s\n", (double)(pr_mono_ns() - t_start) / 1e9);
 	j_num("seconds", (double)(pr_mono_ns() - t_start) / 1e9);
 	rc = 0;
