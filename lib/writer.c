@@ -686,9 +686,9 @@ static int init_table(struct pr_writer *w, int fd, uint64_t size, uint32_t reade
 
 	if (ftruncate(fd, (off_t)size) < 0)
 		return -errno;
-	h = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (h == MAP_FAILED)
-		return -errno;
+	err = procreg__map_file(fd, (off_t)size, PROT_READ | PROT_WRITE, (void **)&h);
+	if (err)
+		return err;
 	w->map.base = (uint8_t *)h;
 	w->map.size = size;
 	w->map.hdr = h;
