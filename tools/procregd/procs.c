@@ -410,8 +410,8 @@ void procs_tell_lost(struct daemon *d)
 void procs_free_all(struct daemon *d)
 {
 	for (size_t i = 0; i < d->procs.cap; i++) {
-		if (d->procs.keys && d->procs.keys[i] > 1) {
-			struct proc *p = (struct proc *)(uintptr_t)d->procs.vals[i];
+		if (d->procs.kv && d->procs.kv[i].key > 1) {
+			struct proc *p = (struct proc *)(uintptr_t)d->procs.kv[i].val;
 
 			if (p->pidfd >= 0)
 				close(p->pidfd);
