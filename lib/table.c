@@ -196,18 +196,11 @@ uint64_t procreg__record_size(const struct pr_record *r)
 	return PR_RECORD_SIZE(r->name_len, r->meta_len);
 }
 
-/* Copy a record out. Its lengths are read once and checked again here:
- * a record is immutable, but a reader does not trust the file (another
- * process with write access to the reader file could have made it be
- * freed under us), and copying by lengths read twice could overflow E. */
-int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
-			     struct procreg_entry *e)
+/* Fill E from R, whose lengths NL and ML were read once and checked (the
+ * copy goes by them, never by a second read that could differ). */
+static inline void fill_entry(const struct pr_record *r, uint16_t nl, uint16_t ml,
+			      struct procreg_entry *e)
 {
-	uint16_t nl = CMM_LOAD_SHARED(r->name_len), ml = CMM_LOAD_SHARED(r->meta_len);
-
-	if (nl > PROCREG_NAME_MAX || ml > PROCREG_META_MAX ||
-	    !pr_at(m, (uint64_t)((const uint8_t *)r - m->base), PR_RECORD_SIZE(nl, ml)))
-		return -1;
 	e->pid = (pid_t)r->pid;
 	e->node = r->node;
 	e->flags = r->flags & PR_REC_FLAGS;
@@ -220,6 +213,22 @@ int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
 	/* As much as the caller made room for; .meta_len says if it was cut. */
 	if (e->meta)
 		pr_copy(e->meta, r->data + nl + 1, ml < e->meta_size ? ml : e->meta_size);
+}
+
+/* Copy a record out. Its lengths are read once and checked again here:
+ * a record is immutable, but a reader does not trust the file (memory
+ * reused under a reader the daemon did not wait for is caught only by
+ * the validation after the copy), and copying by lengths read twice
+ * could overflow E. */
+int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
+			     struct procreg_entry *e)
+{
+	uint16_t nl = CMM_LOAD_SHARED(r->name_len), ml = CMM_LOAD_SHARED(r->meta_len);
+
+	if (nl > PROCREG_NAME_MAX || ml > PROCREG_META_MAX ||
+	    !pr_at(m, (uint64_t)((const uint8_t *)r - m->base), PR_RECORD_SIZE(nl, ml)))
+		return -1;
+	fill_entry(r, nl, ml, e);
 	return 0;
 }
 
@@ -322,6 +331,48 @@ const struct pr_record *procreg__find(const struct pr_map *m, const struct pr_ro
 	return procreg__index(m, root, &ix) ? NULL : procreg__probe(m, &ix, k, NULL);
 }
 
+/*
+ * The reader's probe for a name, and the copy-out, in one pass over the
+ * record: procreg__probe serves the writer too (the slot an insertion
+ * should take), which a lookup does not need, and a record found there
+ * and then copied out was checked twice. Here a record's lengths are
+ * read once, checked once against the mapping, and used for both the
+ * compare and the copy. A tombstone (slot word 1) has tag 0 and offset
+ * 16: a name whose tag is 0 reaches the record check, which refuses an
+ * offset in the header page, and the probe goes on.
+ */
+static inline const struct pr_record *probe_name(const struct pr_map *m, const struct pr_ixv *ix,
+						 const struct pr_key *k, struct procreg_entry *out)
+{
+	uint64_t mask = ix->cap - 1, p = k->hash >> ix->shift;
+	uint32_t tag = (uint32_t)(k->hash >> 32);
+
+	for (uint64_t n = 0; n <= mask; n++, p = (p + 1) & mask) {
+		uint64_t w = PR_LOAD_ACQ(&ix->slot[p]), off;
+		const struct pr_record *r;
+		uint16_t nl, ml;
+
+		if (w == PR_SLOT_EMPTY)
+			return NULL;
+		if (pr_slot_tag(w) != tag)
+			continue;
+		off = pr_slot_off(w);
+		r = pr_at(m, off, sizeof(*r));
+		if (!r)
+			continue;
+		nl = CMM_LOAD_SHARED(r->name_len);
+		ml = CMM_LOAD_SHARED(r->meta_len);
+		if (r->hash != k->hash || r->kind != PR_KIND_NAME || nl != k->len ||
+		    ml > PROCREG_META_MAX || !pr_at(m, off, PR_RECORD_SIZE(nl, ml)) ||
+		    !pr_bytes_eq(k->name, r->data, nl))
+			continue;
+		if (out)
+			fill_entry(r, nl, ml, out);
+		return r;
+	}
+	return NULL;
+}
+
 /* ---- public reader API ------------------------------------------------ */
 
 /* What a traced lookup measures; the untraced one passes NULL and the
@@ -339,6 +390,7 @@ static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const ch
 	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
 	const struct pr_map *m = &reg->map;
 	const struct pr_record *r;
+	struct pr_ixv ix;
 	struct pr_key k;
 	uint64_t gp;
 	int stale, tries = 0;
@@ -351,9 +403,7 @@ static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const ch
 		gp = pr_read_lock(m, s);
 		if (t && t->held)
 			t->locked_ns = procreg__mono_ns();
-		r = procreg__find(m, &m->hdr->names, &k);
-		if (r && out && procreg__record_to_entry(m, r, out))
-			r = NULL;
+		r = procreg__index(m, &m->hdr->names, &ix) ? NULL : probe_name(m, &ix, &k, out);
 		stale = pr_read_valid(m, gp);
 		if (t && t->held)
 			t->unlocked_ns = procreg__mono_ns();
@@ -480,9 +530,7 @@ static int lookup_group(procreg_t *reg, struct pr_reader_slot *s, const char *co
 
 			if (res[base + i] < 0 && res[base + i] != -ENOENT)
 				continue;
-			r = ix.slot ? procreg__probe(m, &ix, &k[i], NULL) : NULL;
-			if (r && e && procreg__record_to_entry(m, r, e))
-				r = NULL;
+			r = ix.slot ? probe_name(m, &ix, &k[i], e) : NULL;
 			res[base + i] = r ? 0 : -ENOENT;
 			found += r != NULL;
 		}

@@ -726,6 +726,81 @@ static void report(uint64_t n, uint64_t index_capacity, struct cell (*cells)[2][
 	j_end();
 }
 
+/* --fixed N: N untimed lookups of each implementation in this process,
+ * for an instruction count under valgrind --tool=callgrind (the check
+ * that a noisy machine cannot spoil): callgrind_annotate --inclusive=yes
+ * then gives the instructions of fixed_procreg, fixed_inline, ... */
+#define FIXED_LOOP(CALL)                                                        \
+	do {                                                                    \
+		uint64_t bad = 0;                                               \
+		for (uint64_t i = 0; i < bo.fixed; i++)                         \
+			bad += CALL(L.queries[i & L.qmask].s, eo) != 0;          \
+		return bad;                                                     \
+	} while (0)
+
+#ifdef __clang__
+#define SEPARATE __attribute__((noinline))
+#else
+#define SEPARATE __attribute__((noipa))
+#endif
+
+static SEPARATE uint64_t fixed_procreg(struct procreg_entry *eo)
+{
+	FIXED_LOOP(CALL_PROCREG);
+}
+
+static SEPARATE uint64_t fixed_inline(struct procreg_entry *eo)
+{
+	FIXED_LOOP(CALL_INLINE);
+}
+
+static SEPARATE uint64_t fixed_oa(struct procreg_entry *eo)
+{
+	FIXED_LOOP(CALL_OA);
+}
+
+static SEPARATE uint64_t fixed_bulk(struct bulk_state *b)
+{
+	uint64_t pos = 0, sink = 0, found = 0;
+
+	while (pos < bo.fixed)
+		found += bulk_call(b, &pos, bo.presence, &sink);
+	return pos - found;
+}
+
+static int run_fixed(void)
+{
+	struct {
+		struct procreg_entry e;
+		unsigned char meta[PROCREG_META_MAX];
+	} *em = calloc(1, sizeof(*em));
+	struct bulk_state *b = calloc(1, sizeof(*b));
+	struct procreg_entry *eo;
+	uint64_t missed;
+
+	if (!em || !b)
+		return -1;
+	em->e = (struct procreg_entry){ .sz = sizeof(em->e), .meta = em->meta,
+					.meta_size = sizeof(em->meta) };
+	for (int j = 0; j < BULK; j++)
+		b->e[j] = (struct procreg_entry){ .sz = sizeof(b->e[j]), .meta = b->meta[j],
+						  .meta_size = sizeof(b->meta[j]) };
+	eo = bo.presence ? NULL : &em->e;
+	reader_reg = bench_open(BENCH_SCOPE);
+	if (!reader_reg)
+		return -1;
+	missed = fixed_procreg(eo) + fixed_inline(eo) + fixed_oa(eo) + fixed_bulk(b);
+	hprintf("%llu lookups with each of procreg, procreg_lookup_many, inline and oa; %llu "
+		"missed\n", (unsigned long long)bo.fixed, (unsigned long long)missed);
+	j_int("fixed", bo.fixed);
+	j_int("missed", missed);
+	procreg_close(reader_reg);
+	reader_reg = NULL;
+	free(em);
+	free(b);
+	return 0;
+}
+
 /* lookup over a table of N names: procreg against the in-process
  * baselines, for each reader count of RCOUNTS (NRC of them). */
 static int run_size(uint64_t n, const int *rcounts, int nrc)
@@ -791,6 +866,10 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 		goto out_daemon;
 	}
 
+	if (bo.fixed) {
+		rc = run_fixed();
+		goto out_daemon;
+	}
 	if (measure_all(cells, rcounts, nrc, wcpu) < 0)
 		goto out_daemon;
 

@@ -61,6 +61,7 @@ static void usage(FILE *f)
 		"  --readers N           reader processes, besides 1 (default: the CPUs)\n"
 		"  --miss-rate R         share of lookups of absent names, 0..1 or N%% (default 0)\n"
 		"  --under-write-load    also measure while a writer churns registrations\n"
+		"  --fixed N             N untimed lookups of each, for valgrind --tool=callgrind\n"
 		"  --presence            test for presence only (no entry copied out)\n"
 		"register:\n"
 		"  --clients N           client processes, besides 1 (default: the CPUs)\n"
