@@ -14,6 +14,10 @@
 package procreg
 
 /*
+// -O2 here, after $CGO_CFLAGS: setting CGO_CFLAGS (as to point at a build
+// tree) drops go's default "-g -O2", and these helpers, on every lookup's
+// path, would be compiled unoptimised.
+#cgo CFLAGS: -O2
 #cgo LDFLAGS: -lprocreg
 #include <errno.h>
 #include <stdlib.h>
