@@ -396,6 +396,73 @@ impl Registry {
         }
     }
 
+    /// Look every name of NAMES up in one call of the library
+    /// (`procreg_lookup_many`), which overlaps their memory accesses: the
+    /// entries in the order of NAMES, `None` for a name not registered.
+    /// A name that could never be registered fails the whole call. Each
+    /// entry owns its metadata (allocated only if there is some).
+    pub fn lookup_many<'n, N: AsRef<[u8]>>(&self, names: &'n [N]) -> Result<Vec<Option<Entry<'n>>>> {
+        const MANY: usize = 32;
+        let mut out = Vec::with_capacity(names.len());
+        if names.is_empty() {
+            return Ok(out);
+        }
+        // Room for every name's metadata of one call, reused by the next;
+        // not zeroed (32 KiB a call would cost as much as the lookups):
+        // only the bytes the library wrote are read.
+        let mut meta = Vec::<u8>::with_capacity(MANY.min(names.len()) * META_MAX);
+        let base = meta.spare_capacity_mut().as_mut_ptr() as *mut u8;
+        for chunk in names.chunks(MANY) {
+            let mut cnames: [MaybeUninit<CName>; MANY] = [const { MaybeUninit::uninit() }; MANY];
+            let mut ptrs = [ptr::null::<c_char>(); MANY];
+            let mut res = [0 as c_int; MANY];
+            let mut es: [MaybeUninit<sys::procreg_entry>; MANY] = [const { MaybeUninit::uninit() }; MANY];
+            for (i, n) in chunk.iter().enumerate() {
+                let c = cnames[i].write(CName::new(n.as_ref())?);
+                ptrs[i] = c.ptr();
+                // As in lookup_raw: the library reads these three and
+                // fills the rest.
+                let p = es[i].as_mut_ptr();
+                unsafe {
+                    ptr::addr_of_mut!((*p).sz).write(size_of::<sys::procreg_entry>());
+                    ptr::addr_of_mut!((*p).meta).write(base.add(i * META_MAX) as *mut c_void);
+                    ptr::addr_of_mut!((*p).meta_size).write(META_MAX);
+                }
+            }
+            let err = unsafe {
+                sys::procreg_lookup_many(
+                    self.raw(),
+                    ptrs.as_ptr(),
+                    chunk.len(),
+                    es.as_mut_ptr() as *mut sys::procreg_entry,
+                    res.as_mut_ptr(),
+                )
+            };
+            check(err)?;
+            for (i, n) in chunk.iter().enumerate() {
+                let name = n.as_ref();
+                match res[i] {
+                    0 => {}
+                    err if err == -errno::ENOENT => {
+                        out.push(None);
+                        continue;
+                    }
+                    err => return Err(Error::from_neg(err)),
+                }
+                let e = unsafe { es[i].assume_init_ref() };
+                if e.meta_len > META_MAX {
+                    // A table with a larger metadata limit than this
+                    // build's: this one on its own.
+                    out.push(self.lookup(name)?);
+                    continue;
+                }
+                let m = unsafe { std::slice::from_raw_parts(base.add(i * META_MAX), e.meta_len) };
+                out.push(Some(entry_of(e, Cow::Borrowed(name), Cow::Owned(m.to_vec()))));
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether NAME is registered.
     pub fn contains<N: AsRef<[u8]> + ?Sized>(&self, name: &N) -> Result<bool> {
         let cname = CName::new(name.as_ref())?;
