@@ -488,7 +488,13 @@ func (r *Registry) LookupMany(names []string, out []Entry) (int, error) {
 		size += len(n) + 1
 	}
 	sc := manyPool.Get().(*manyScratch)
-	defer manyPool.Put(sc)
+	defer func() {
+		// A call of very many names does not leave its buffers to
+		// every later one.
+		if cap(sc.res) <= manyKeep {
+			manyPool.Put(sc)
+		}
+	}()
 	if cap(sc.res) < len(names) {
 		sc.res = make([]C.struct_go_entry, len(names))
 	}
@@ -564,6 +570,8 @@ type manyScratch struct {
 }
 
 var manyPool = sync.Pool{New: func() any { return new(manyScratch) }}
+
+const manyKeep = 4096 // names: about 450 KiB of results
 
 // Contains says whether NAME is registered.
 func (r *Registry) Contains(name string) (bool, error) {
