@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -139,6 +140,99 @@ func TestLookup(t *testing.T) {
 	}
 	if e, err := reg.Lookup("svc.empty"); err != nil || e.Meta != nil {
 		t.Fatalf("no metadata: %v %v", err, e.Meta)
+	}
+}
+
+// A hit allocates the returned Meta and nothing else; an entry without
+// metadata, nothing.
+func TestLookupAllocations(t *testing.T) {
+	_, reg := startDaemon(t)
+	if err := reg.Register("svc.alloc", []byte("unix:/run/alloc.sock")); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register("svc.bare", nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, most := range map[string]float64{"svc.alloc": 1, "svc.bare": 0} {
+		var e Entry
+		var err error
+		n := testing.AllocsPerRun(200, func() { e, err = reg.Lookup(name) })
+		if err != nil || e.Name != name {
+			t.Fatalf("lookup %s: %v %+v", name, err, e)
+		}
+		if n > most {
+			t.Errorf("lookup %s: %v allocations, want at most %v", name, n, most)
+		}
+	}
+}
+
+func TestLookupMany(t *testing.T) {
+	_, reg := startDaemon(t)
+	var names []string
+	for i := 0; i < 100; i++ { // more than one C-side batch
+		names = append(names, fmt.Sprintf("svc.many.%03d", i))
+	}
+	big := bytes.Repeat([]byte{0x5a}, MetaMax)
+	for i, n := range names {
+		if i%3 == 2 {
+			continue // left unregistered
+		}
+		meta := []byte("meta-" + n)
+		switch i % 10 {
+		case 0:
+			meta = nil
+		case 1:
+			meta = big
+		}
+		if err := reg.Register(n, meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := make([]Entry, len(names)+1)
+	out[2] = Entry{Name: "stale"} // an absent name's slot is cleared
+	found, err := reg.LookupMany(names, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for i, n := range names {
+		single, err := reg.Lookup(n)
+		if i%3 == 2 {
+			if !errors.Is(err, ErrNotFound) || out[i].Name != "" || out[i].Meta != nil {
+				t.Errorf("%s: absent, got %+v (single: %v)", n, out[i], err)
+			}
+			continue
+		}
+		want++
+		if err != nil || out[i].Name != n || out[i].PID != os.Getpid() || !bytes.Equal(out[i].Meta, single.Meta) ||
+			out[i].StartTime != single.StartTime || !out[i].Registered.Equal(single.Registered) ||
+			out[i].UID != single.UID || (len(single.Meta) == 0) != (out[i].Meta == nil) {
+			t.Errorf("%s: %+v, single lookup %+v %v", n, out[i], single, err)
+		}
+	}
+	if found != want {
+		t.Errorf("found %d, want %d", found, want)
+	}
+	// The Meta slices share memory but not room: appending to one
+	// leaves the next intact.
+	if m := append(out[3].Meta, 'x'); !bytes.Equal(out[4].Meta, []byte("meta-"+names[4])) || len(m) != len(out[3].Meta)+1 {
+		t.Errorf("append to one Meta changed another: %q", out[4].Meta)
+	}
+	if n, err := reg.LookupMany(nil, nil); n != 0 || err != nil {
+		t.Errorf("no names: %d %v", n, err)
+	}
+	if _, err := reg.LookupMany(names, out[:3]); !errors.Is(err, ErrInvalid) {
+		t.Errorf("out too short: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		want error
+	}{{"", ErrInvalid}, {"a\x00b", ErrInvalid}, {strings.Repeat("n", NameMax+1), ErrNameTooLong}} {
+		var perr *Error
+		if _, err := reg.LookupMany([]string{names[0], c.name}, out); !errors.Is(err, c.want) ||
+			!errors.As(err, &perr) || perr.Name != c.name {
+			t.Errorf("lookup many with %q: %v, want %v", c.name, err, c.want)
+		}
 	}
 }
 

@@ -8,8 +8,9 @@
 // times, round after round, one pass of hits over all the names through:
 // a map[string]Entry, a cgo call to a C function that does nothing (with
 // a lookup's arguments: the floor of any call into C), Contains (the
-// library's lookup, no result) and Lookup (the Entry, its metadata
-// allocated). Prints ns per lookup: median of the rounds, and min-max.
+// library's lookup, no result), Lookup (the Entry, its metadata
+// allocated) and LookupMany (64 names a call). Prints ns per lookup:
+// median of the rounds, and min-max.
 // A benchmark, not a test: on a shared machine the figures move.
 package main
 
@@ -31,12 +32,20 @@ import (
 
 var sink int
 
-func pass(names []string, f func(string)) float64 {
+// pass times f over every item: ns per name, of count names in all.
+func pass[T any](items []T, count int, f func(T)) float64 {
 	t := time.Now()
-	for _, n := range names {
-		f(n)
+	for _, it := range items {
+		f(it)
 	}
-	return float64(time.Since(t).Nanoseconds()) / float64(len(names))
+	return float64(time.Since(t).Nanoseconds()) / float64(count)
+}
+
+func min(a, b int) int {
+	if a < b {
+		return a
+	}
+	return b
 }
 
 func main() {
@@ -99,19 +108,28 @@ func main() {
 	// reader slot on each thread it lands on.
 	runtime.LockOSThread()
 
-	kinds := []string{"map[name]", "cgo call alone", "Contains", "Lookup"}
+	kinds := []string{"map[name]", "cgo call alone", "Contains", "Lookup", "LookupMany/64"}
+	out := make([]procreg.Entry, 64)
+	var batches [][]string
+	for i := 0; i < len(names); i += len(out) {
+		batches = append(batches, names[i:min(i+len(out), len(names))])
+	}
 	t := make([][]float64, len(kinds))
 	for r := 0; r < *rounds; r++ {
-		t[0] = append(t[0], pass(names, func(n string) { sink += m[n].PID }))
-		t[1] = append(t[1], pass(names, func(n string) { sink += cgofloor.Call(n) }))
-		t[2] = append(t[2], pass(names, func(n string) {
+		t[0] = append(t[0], pass(names, len(names), func(n string) { sink += m[n].PID }))
+		t[1] = append(t[1], pass(names, len(names), func(n string) { sink += cgofloor.Call(n) }))
+		t[2] = append(t[2], pass(names, len(names), func(n string) {
 			if ok, _ := reg.Contains(n); ok {
 				sink++
 			}
 		}))
-		t[3] = append(t[3], pass(names, func(n string) {
+		t[3] = append(t[3], pass(names, len(names), func(n string) {
 			e, _ := reg.Lookup(n)
 			sink += len(e.Meta)
+		}))
+		t[4] = append(t[4], pass(batches, len(names), func(b []string) {
+			n, _ := reg.LookupMany(b, out)
+			sink += n
 		}))
 	}
 	allocs := testingAllocs(func() { reg.Lookup(names[0]) })

@@ -96,6 +96,37 @@ def test_invalid_names(reg):
     assert reg.lookup("n" * procreg.NAME_MAX).pid == os.getpid()
 
 
+def test_lookup_many(reg):
+    names = ["svc.many.%03d" % i for i in range(100)]  # more than one library call
+    for i, n in enumerate(names):
+        if i % 3 != 2:  # the others stay unregistered
+            reg.register(n, b"x" * procreg.META_MAX if i % 10 == 1 else b"" if i % 10 == 0 else n)
+    raw = b"caf\xc3\xa9.\xff"
+    reg.register(raw, b"raw")
+    names.append(raw)
+    got = reg.lookup_many(names)
+    assert isinstance(got, list) and len(got) == len(names)
+    for n, e in zip(names, got):
+        one = reg.lookup(n)
+        if one is None:
+            assert e is None
+            continue
+        assert e.name is n
+        assert (e.pid, e.node, e.uid, e.flags, e.metadata, e.start_time, e.registered_ns) == \
+            (one.pid, one.node, one.uid, one.flags, one.metadata, one.start_time, one.registered_ns)
+    assert sum(e is not None for e in got) == 68
+    # Any iterable of names.
+    assert [e.metadata for e in reg.lookup_many(tuple(names[:2]))] == [b"", b"x" * procreg.META_MAX]
+    assert [e and e.metadata for e in reg.lookup_many(n for n in names[2:4])] == [None, names[3].encode()]
+    assert reg.lookup_many([]) == []
+    for bad, exc in (("", procreg.InvalidArgument), ("a\0b", procreg.InvalidArgument),
+                     ("n" * (procreg.NAME_MAX + 1), procreg.InvalidArgument), (42, TypeError)):
+        with pytest.raises(exc):
+            reg.lookup_many(names[:40] + [bad])
+    with pytest.raises(TypeError):
+        reg.lookup_many(42)
+
+
 def test_taken_by_another_process_and_death(daemon, reg):
     h = Holder(daemon, "name=svc.taken")
     try:

@@ -4,6 +4,8 @@
 package cgofloor
 
 /*
+// As procreg's helpers are compiled, whatever $CGO_CFLAGS says.
+#cgo CFLAGS: -O2
 #include <stdint.h>
 static inline int noop(uintptr_t p, _GoString_ s)
 {

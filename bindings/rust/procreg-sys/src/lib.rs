@@ -199,6 +199,13 @@ extern "C" {
     ) -> c_int;
     pub fn procreg_unregister(reg: *mut procreg_t, name: *const c_char) -> c_int;
     pub fn procreg_lookup(reg: *mut procreg_t, name: *const c_char, out: *mut procreg_entry) -> c_int;
+    pub fn procreg_lookup_many(
+        reg: *mut procreg_t,
+        names: *const *const c_char,
+        n: usize,
+        out: *mut procreg_entry,
+        res: *mut c_int,
+    ) -> c_int;
     pub fn procreg_foreach(reg: *mut procreg_t, cb: procreg_entry_cb, arg: *mut c_void) -> c_int;
     pub fn procreg_batch(reg: *mut procreg_t, ops: *mut procreg_op, n: usize) -> c_int;
     pub fn procreg_join(reg: *mut procreg_t, group: *const c_char, meta: *const c_void, meta_len: usize) -> c_int;

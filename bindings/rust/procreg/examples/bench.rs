@@ -9,7 +9,8 @@
 //! through: HashMap::get (std's SipHash map of String to (pid, metadata)),
 //! contains (the library's lookup, no result), lookup_in (the entry and
 //! metadata into the caller's buffer: no allocation) and lookup (the
-//! metadata owned: one allocation). Prints ns per lookup: median of the
+//! metadata owned: one allocation), and lookup_many of 64 names a call.
+//! Prints ns per lookup: median of the
 //! rounds, and min-max. A benchmark, not a test: on a shared machine the
 //! figures move.
 use std::collections::HashMap;
@@ -72,7 +73,7 @@ fn main() {
         assert_eq!(&*e.meta, &map[n].1[..]);
     }
 
-    let kinds = ["HashMap::get", "contains", "lookup_in", "lookup"];
+    let kinds = ["HashMap::get", "contains", "lookup_in", "lookup", "lookup_many/64"];
     let mut t: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
     for _ in 0..rounds {
         t[0].push(pass(&names, |n| {
@@ -87,13 +88,18 @@ fn main() {
         t[3].push(pass(&names, |n| {
             black_box(reg.lookup(black_box(n)).unwrap());
         }));
+        let t0 = Instant::now();
+        for b in names.chunks(64) {
+            black_box(reg.lookup_many(black_box(b)).unwrap());
+        }
+        t[4].push(t0.elapsed().as_nanos() as f64 / names.len() as f64);
     }
     println!("rust, {count} names, {rounds} rounds; ns per lookup: median (min-max)");
     let mut med = Vec::new();
     for (k, r) in kinds.iter().zip(t.iter_mut()) {
         r.sort_by(|a, b| a.partial_cmp(b).unwrap());
         med.push(r[r.len() / 2]);
-        println!("  {:<14} {:7.1}  ({:.1}-{:.1})", k, r[r.len() / 2], r[0], r[r.len() - 1]);
+        println!("  {:<15} {:7.1}  ({:.1}-{:.1})", k, r[r.len() / 2], r[0], r[r.len() - 1]);
     }
     println!("  lookup_in / HashMap::get  {:.2}x", med[2] / med[0]);
     println!("  lookup / HashMap::get     {:.2}x", med[3] / med[0]);

@@ -342,6 +342,16 @@ impl Registry {
 
     #[inline]
     fn lookup_raw(&self, name: &[u8], meta: &mut [u8]) -> Result<Option<sys::procreg_entry>> {
+        // SAFETY: initialised bytes are valid MaybeUninit<u8>, and the
+        // library writes only bytes.
+        let meta = unsafe { &mut *(meta as *mut [u8] as *mut [MaybeUninit<u8>]) };
+        self.lookup_uninit(name, meta)
+    }
+
+    /// lookup_raw into a buffer that need not be initialised: the library
+    /// writes the first min(.meta_len, META) bytes of it.
+    #[inline]
+    fn lookup_uninit(&self, name: &[u8], meta: &mut [MaybeUninit<u8>]) -> Result<Option<sys::procreg_entry>> {
         let cname = CName::new(name)?;
         let mut e = MaybeUninit::<sys::procreg_entry>::uninit();
         // The library reads .sz, .meta and .meta_size, and fills the rest.
@@ -375,12 +385,17 @@ impl Registry {
     /// there is some), or `Ok(None)` if it is not registered.
     pub fn lookup<'n, N: AsRef<[u8]> + ?Sized>(&self, name: &'n N) -> Result<Option<Entry<'n>>> {
         let name = name.as_ref();
-        let mut buf = [0u8; META_MAX];
-        let Some(e) = self.lookup_raw(name, &mut buf)? else {
+        // Not zeroed: clearing 1 KiB was about a tenth of a lookup's time
+        // (bench: 82-107 ns to 75-97), and only what the library wrote is
+        // read.
+        let mut buf = [MaybeUninit::<u8>::uninit(); META_MAX];
+        let Some(e) = self.lookup_uninit(name, &mut buf)? else {
             return Ok(None);
         };
         if e.meta_len <= buf.len() {
-            return Ok(Some(entry_of(&e, Cow::Borrowed(name), Cow::Owned(buf[..e.meta_len].to_vec()))));
+            // SAFETY: the library wrote these meta_len bytes.
+            let meta = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u8, e.meta_len) };
+            return Ok(Some(entry_of(&e, Cow::Borrowed(name), Cow::Owned(meta.to_vec()))));
         }
         // A table made with a larger metadata limit than this build's.
         let mut big = vec![0u8; e.meta_len];
@@ -394,6 +409,73 @@ impl Registry {
                 }
             }
         }
+    }
+
+    /// Look every name of NAMES up in one call of the library
+    /// (`procreg_lookup_many`), which overlaps their memory accesses: the
+    /// entries in the order of NAMES, `None` for a name not registered.
+    /// A name that could never be registered fails the whole call. Each
+    /// entry owns its metadata (allocated only if there is some).
+    pub fn lookup_many<'n, N: AsRef<[u8]>>(&self, names: &'n [N]) -> Result<Vec<Option<Entry<'n>>>> {
+        const MANY: usize = 32;
+        let mut out = Vec::with_capacity(names.len());
+        if names.is_empty() {
+            return Ok(out);
+        }
+        // Room for every name's metadata of one call, reused by the next;
+        // not zeroed (32 KiB a call would cost as much as the lookups):
+        // only the bytes the library wrote are read.
+        let mut meta = Vec::<u8>::with_capacity(MANY.min(names.len()) * META_MAX);
+        let base = meta.spare_capacity_mut().as_mut_ptr() as *mut u8;
+        for chunk in names.chunks(MANY) {
+            let mut cnames: [MaybeUninit<CName>; MANY] = [const { MaybeUninit::uninit() }; MANY];
+            let mut ptrs = [ptr::null::<c_char>(); MANY];
+            let mut res = [0 as c_int; MANY];
+            let mut es: [MaybeUninit<sys::procreg_entry>; MANY] = [const { MaybeUninit::uninit() }; MANY];
+            for (i, n) in chunk.iter().enumerate() {
+                let c = cnames[i].write(CName::new(n.as_ref())?);
+                ptrs[i] = c.ptr();
+                // As in lookup_raw: the library reads these three and
+                // fills the rest.
+                let p = es[i].as_mut_ptr();
+                unsafe {
+                    ptr::addr_of_mut!((*p).sz).write(size_of::<sys::procreg_entry>());
+                    ptr::addr_of_mut!((*p).meta).write(base.add(i * META_MAX) as *mut c_void);
+                    ptr::addr_of_mut!((*p).meta_size).write(META_MAX);
+                }
+            }
+            let err = unsafe {
+                sys::procreg_lookup_many(
+                    self.raw(),
+                    ptrs.as_ptr(),
+                    chunk.len(),
+                    es.as_mut_ptr() as *mut sys::procreg_entry,
+                    res.as_mut_ptr(),
+                )
+            };
+            check(err)?;
+            for (i, n) in chunk.iter().enumerate() {
+                let name = n.as_ref();
+                match res[i] {
+                    0 => {}
+                    err if err == -errno::ENOENT => {
+                        out.push(None);
+                        continue;
+                    }
+                    err => return Err(Error::from_neg(err)),
+                }
+                let e = unsafe { es[i].assume_init_ref() };
+                if e.meta_len > META_MAX {
+                    // A table with a larger metadata limit than this
+                    // build's: this one on its own.
+                    out.push(self.lookup(name)?);
+                    continue;
+                }
+                let m = unsafe { std::slice::from_raw_parts(base.add(i * META_MAX), e.meta_len) };
+                out.push(Some(entry_of(e, Cow::Borrowed(name), Cow::Owned(m.to_vec()))));
+            }
+        }
+        Ok(out)
     }
 
     /// Whether NAME is registered.

@@ -178,3 +178,39 @@ fn no_such_scope() {
     let err = Registry::open_with(&procreg::Options { scope: Some("nosuch"), dir: Some(&d.dir) }).err().unwrap();
     assert!(err.is_not_found());
 }
+
+#[test]
+fn lookup_many_matches_lookup() {
+    let d = Daemon::start();
+    let reg = d.open().unwrap();
+    // More than one library call's worth; every third left unregistered.
+    let names: Vec<String> = (0..100).map(|i| format!("svc.many.{i:03}")).collect();
+    let big = vec![0x5au8; procreg::META_MAX];
+    for (i, n) in names.iter().enumerate() {
+        let meta: &[u8] = match i % 10 {
+            0 => b"",
+            1 => &big,
+            _ => n.as_bytes(),
+        };
+        if i % 3 != 2 {
+            reg.register(n, meta).unwrap();
+        }
+    }
+    let got = reg.lookup_many(&names).unwrap();
+    assert_eq!(got.len(), names.len());
+    for (n, e) in names.iter().zip(&got) {
+        assert_eq!(e, &reg.lookup(n).unwrap(), "{n}");
+    }
+    assert_eq!(got.iter().filter(|e| e.is_some()).count(), 67);
+    // Byte-string names too, and none at all.
+    let raw: [&[u8]; 2] = [b"svc.many.000", b"svc.many.002"];
+    let two = reg.lookup_many(&raw).unwrap();
+    assert_eq!((two[0].as_ref().map(|e| e.meta.len()), two[1].is_none()), (Some(0), true));
+    assert!(reg.lookup_many::<&str>(&[]).unwrap().is_empty());
+    let long = "n".repeat(procreg::NAME_MAX + 1);
+    for (bad, code) in [("", errno::EINVAL), ("a\0b", errno::EINVAL), (long.as_str(), errno::ENAMETOOLONG)] {
+        let mut v: Vec<&str> = names.iter().take(40).map(String::as_str).collect();
+        v.push(bad);
+        assert_eq!(reg.lookup_many(&v).unwrap_err().errno(), code, "{bad:?}");
+    }
+}
