@@ -627,6 +627,43 @@ static void test_slot_per_thread(void **state)
 /* More threads than a page holds: a second page, made as needed. */
 #define MANY ((int)PR_RPAGE_SLOTS + 5)
 
+/* Two handles read by one thread, turn about: each read takes its own
+ * handle's slot (the thread keeps the last one in a thread-local cache,
+ * which a read through the other handle must not reuse), and a handle
+ * closed and another opened never inherit the cache. */
+static void test_slot_two_handles(void **state)
+{
+	struct fx *f = *state;
+	procreg_t *a = open_reader(f->dir), *b = open_reader(f->dir), *c;
+	const struct pr_reader_slot *sa, *sb;
+
+	assert_non_null(a);
+	assert_non_null(b);
+	sa = procreg__rcu_slot(&a->rcu);
+	sb = procreg__rcu_slot(&b->rcu);
+	assert_ptr_not_equal(sa, sb);
+	for (int i = 0; i < 10; i++) {
+		assert_int_equal(procreg_lookup(a, "no-such-name", NULL), -ENOENT);
+		assert_int_equal(procreg_lookup(b, "no-such-name", NULL), -ENOENT);
+		assert_int_equal(procreg_lookup(b, "no-such-name", NULL), -ENOENT);
+	}
+	assert_int_equal(CMM_LOAD_SHARED(sa->lookups), 10);
+	assert_int_equal(CMM_LOAD_SHARED(sb->lookups), 20);
+	assert_ptr_equal(procreg__rcu_slot(&a->rcu), sa);
+	assert_ptr_equal(procreg__rcu_slot(&b->rcu), sb);
+	/* B closed, C opened: C's first read claims a slot of its own. */
+	procreg_close(b);
+	c = open_reader(f->dir);
+	assert_non_null(c);
+	assert_int_equal(procreg_lookup(c, "no-such-name", NULL), -ENOENT);
+	assert_int_equal(CMM_LOAD_SHARED(procreg__rcu_slot(&c->rcu)->lookups), 1);
+	assert_int_equal(CMM_LOAD_SHARED(procreg__rcu_slot(&c->rcu)->owner), self_tid());
+	assert_int_equal(procreg_lookup(a, "no-such-name", NULL), -ENOENT);
+	assert_int_equal(CMM_LOAD_SHARED(sa->lookups), 11);
+	procreg_close(c);
+	procreg_close(a);
+}
+
 static void test_second_page(void **state)
 {
 	struct fx *f = *state;
@@ -1011,6 +1048,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_page_checks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_page_sealed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slot_per_thread, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_slot_two_handles, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_second_page, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slot_after_fork, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_retired_not_reused, setup, teardown),
