@@ -90,8 +90,10 @@ static void fill(struct fields *f, const char *name, size_t meta_len, pid_t pid)
 	f->meta_len = (uint16_t)meta_len;
 }
 
-/* procreg__record_to_entry, for our records. */
-static inline void to_entry(const struct fields *f, const char *data, struct procreg_entry *e)
+/* procreg__record_to_entry, for our records: the fields F, the name at
+ * NAME and the metadata at META. */
+static inline void to_entry(const struct fields *f, const char *name, const char *meta,
+			    struct procreg_entry *e)
 {
 	e->pid = (pid_t)f->pid;
 	e->node = f->node;
@@ -100,11 +102,10 @@ static inline void to_entry(const struct fields *f, const char *data, struct pro
 	e->registered_ns = f->registered_ns;
 	e->uid = f->uid;
 	e->meta_len = f->meta_len;
-	pr_copy(e->name, data, f->name_len);
+	pr_copy(e->name, name, f->name_len);
 	e->name[f->name_len] = 0;
 	if (e->meta)
-		pr_copy(e->meta, data + f->name_len + 1,
-			f->meta_len < e->meta_size ? f->meta_len : e->meta_size);
+		pr_copy(e->meta, meta, f->meta_len < e->meta_size ? f->meta_len : e->meta_size);
 }
 
 static inline int check_name(const char *name, size_t *len)
@@ -134,50 +135,78 @@ static void *table_mem(size_t len)
 	return p;
 }
 
+/* A baseline's memory: its slots, and an arena of records after an
+ * unused first 16 bytes (offset 0 means none). */
+struct tmem {
+	void *slot;
+	uint8_t *arena;
+	size_t slot_bytes, arena_size, arena_map;
+};
+
+static int tmem_alloc(struct tmem *m, size_t slot_bytes, size_t arena_bytes)
+{
+	m->slot_bytes = slot_bytes;
+	m->arena_map = PR_ALIGN + arena_bytes;
+	m->arena_size = PR_ALIGN;
+	m->slot = table_mem(m->slot_bytes);
+	m->arena = table_mem(m->arena_map);
+	if (m->slot != MAP_FAILED && m->arena != MAP_FAILED)
+		return 0;
+	if (m->slot != MAP_FAILED)
+		munmap(m->slot, m->slot_bytes);
+	if (m->arena != MAP_FAILED)
+		munmap(m->arena, m->arena_map);
+	return -1;
+}
+
+static void tmem_free(struct tmem *m)
+{
+	munmap(m->slot, m->slot_bytes);
+	munmap(m->arena, m->arena_map);
+}
+
+/* The capacity of a table of N names given procreg's CAPACITY: the same,
+ * unless it could not hold them. */
+static uint64_t capacity_for(uint64_t n, uint64_t capacity)
+{
+	while (capacity <= n || capacity < 16)
+		capacity *= 2;
+	return capacity;
+}
+
 /* ---- open addressing ---------------------------------------------------- */
 
 struct oa_table {
-	uint64_t *slot;
+	struct tmem m;              /* slots: 64-bit words; arena: records */
 	uint64_t mask;
 	uint32_t shift;
-	uint8_t *arena;             /* records, 16-byte aligned; offset 0 unused */
-	size_t arena_size, arena_map, slot_bytes;
 };
 
 struct oa_table *oa_build(const struct qname *names, uint64_t n, uint64_t capacity, pid_t pid)
 {
 	struct oa_table *t = calloc(1, sizeof(*t));
-	size_t off = PR_ALIGN;
 	char meta[64];
 
-	if (!t)
-		return NULL;
-	while (capacity <= n || capacity < 16)
-		capacity *= 2;
-	t->mask = capacity - 1;
-	t->shift = 64 - (uint32_t)__builtin_ctzll(capacity);
-	t->slot_bytes = capacity * 8;
-	t->arena_map = PR_ALIGN + n * PR_RECORD_SIZE(15, 40);
-	t->slot = table_mem(t->slot_bytes);
-	t->arena = table_mem(t->arena_map);
-	if (t->slot == MAP_FAILED || t->arena == MAP_FAILED) {
+	capacity = capacity_for(n, capacity);
+	if (!t || tmem_alloc(&t->m, capacity * 8, n * PR_RECORD_SIZE(15, 40)) < 0) {
 		free(t);
 		return NULL;
 	}
+	t->mask = capacity - 1;
+	t->shift = 64 - (uint32_t)__builtin_ctzll(capacity);
 	for (uint64_t i = 0; i < n; i++) {
-		struct oa_rec *r = (struct oa_rec *)(t->arena + off);
-		size_t ml = meta_of(meta, sizeof(meta), i);
-		uint64_t p;
+		size_t off = t->m.arena_size, ml = meta_of(meta, sizeof(meta), i);
+		struct oa_rec *r = (struct oa_rec *)(t->m.arena + off);
+		uint64_t *slot = t->m.slot, p;
 
 		fill(&r->f, names[i].s, ml, pid);
 		memcpy(r->data, names[i].s, r->f.name_len + 1);
 		memcpy(r->data + r->f.name_len + 1, meta, ml);
-		for (p = r->f.hash >> t->shift; t->slot[p]; p = (p + 1) & t->mask)
+		for (p = r->f.hash >> t->shift; slot[p]; p = (p + 1) & t->mask)
 			;
-		t->slot[p] = pr_slot_word(r->f.hash, off);
-		off += PR_RECORD_SIZE(r->f.name_len, ml);
+		slot[p] = pr_slot_word(r->f.hash, off);
+		t->m.arena_size += PR_RECORD_SIZE(r->f.name_len, ml);
 	}
-	t->arena_size = off;
 	return t;
 }
 
@@ -194,17 +223,17 @@ __attribute__((noinline)) int oa_lookup(struct oa_table *t, const char *name,
 	h = bench_hash(name, len);
 	tag = (uint32_t)(h >> 32);
 	for (p = h >> t->shift;; p = (p + 1) & t->mask) {
-		uint64_t w = t->slot[p];
+		uint64_t w = ((const uint64_t *)t->m.slot)[p];
 		const struct oa_rec *r;
 
 		if (w == 0)
 			return -ENOENT;
 		if (pr_slot_tag(w) != tag)
 			continue;
-		r = (const struct oa_rec *)(t->arena + pr_slot_off(w));
+		r = (const struct oa_rec *)(t->m.arena + pr_slot_off(w));
 		if (r->f.hash == h && r->f.name_len == len && pr_bytes_eq(name, r->data, len)) {
 			if (out)
-				to_entry(&r->f, r->data, out);
+				to_entry(&r->f, r->data, r->data + len + 1, out);
 			return 0;
 		}
 	}
@@ -212,15 +241,14 @@ __attribute__((noinline)) int oa_lookup(struct oa_table *t, const char *name,
 
 size_t oa_bytes(const struct oa_table *t)
 {
-	return t->slot_bytes + t->arena_size;
+	return t->m.slot_bytes + t->m.arena_size;
 }
 
 void oa_free(struct oa_table *t)
 {
 	if (!t)
 		return;
-	munmap(t->slot, t->slot_bytes);
-	munmap(t->arena, t->arena_map);
+	tmem_free(&t->m);
 	free(t);
 }
 
@@ -228,26 +256,20 @@ void oa_free(struct oa_table *t)
 
 #define IL_KEY 16
 
+/* The record's fields, hash first (0: an empty slot; a hash of 0 is
+ * stored as 1), .aux the arena offset of the name, NUL and metadata;
+ * then the name itself when it fits. */
 struct il_slot {
-	uint64_t hash;              /* 0: empty (a hash of 0 is stored as 1) */
-	uint32_t pid, uid;
-	uint64_t start_time, registered_ns;
-	uint16_t node;
-	uint8_t flags, name_len;
-	uint16_t meta_len;
-	uint16_t pad;
-	uint64_t ext;               /* arena offset: the name, NUL, the metadata */
-	char key[IL_KEY];           /* the name, when it fits */
+	struct fields f;
+	char key[IL_KEY];
 };
 
 _Static_assert(sizeof(struct il_slot) == 64, "one slot, one cache line");
 
 struct il_table {
-	struct il_slot *slot;
+	struct tmem m;              /* slots: struct il_slot; arena: name, NUL, metadata */
 	uint64_t mask;
 	uint32_t shift;
-	uint8_t *arena;
-	size_t slot_bytes, arena_size, arena_map;
 };
 
 static inline uint64_t il_hash(const char *s, size_t n)
@@ -260,56 +282,41 @@ static inline uint64_t il_hash(const char *s, size_t n)
 struct il_table *il_build(const struct qname *names, uint64_t n, uint64_t capacity, pid_t pid)
 {
 	struct il_table *t = calloc(1, sizeof(*t));
-	size_t off = PR_ALIGN;
 	char meta[64];
 
-	if (!t)
-		return NULL;
-	while (capacity <= n || capacity < 16)
-		capacity *= 2;
-	t->mask = capacity - 1;
-	t->shift = 64 - (uint32_t)__builtin_ctzll(capacity);
-	t->slot_bytes = capacity * sizeof(struct il_slot);
-	t->arena_map = PR_ALIGN + n * 80;
-	t->slot = table_mem(t->slot_bytes);
-	t->arena = table_mem(t->arena_map);
-	if (t->slot == MAP_FAILED || t->arena == MAP_FAILED) {
+	capacity = capacity_for(n, capacity);
+	if (!t || tmem_alloc(&t->m, capacity * sizeof(struct il_slot), n * 80) < 0) {
 		free(t);
 		return NULL;
 	}
+	t->mask = capacity - 1;
+	t->shift = 64 - (uint32_t)__builtin_ctzll(capacity);
 	for (uint64_t i = 0; i < n; i++) {
-		struct fields f;
-		size_t ml = meta_of(meta, sizeof(meta), i);
-		uint64_t h = il_hash(names[i].s, strlen(names[i].s)), p;
-		struct il_slot *sl;
+		struct il_slot *slot = t->m.slot, *sl;
+		size_t ml = meta_of(meta, sizeof(meta), i), off = t->m.arena_size, nl;
+		uint64_t p, h;
 
-		fill(&f, names[i].s, ml, pid);
-		for (p = h >> t->shift; t->slot[p].hash; p = (p + 1) & t->mask)
+		nl = strlen(names[i].s);
+		h = il_hash(names[i].s, nl);
+		for (p = h >> t->shift; slot[p].f.hash; p = (p + 1) & t->mask)
 			;
-		sl = &t->slot[p];
-		sl->hash = h;
-		sl->pid = f.pid;
-		sl->uid = f.uid;
-		sl->start_time = f.start_time;
-		sl->registered_ns = f.registered_ns;
-		sl->node = f.node;
-		sl->flags = f.flags;
-		sl->name_len = (uint8_t)f.name_len;
-		sl->meta_len = f.meta_len;
-		if (f.name_len <= IL_KEY)
-			memcpy(sl->key, names[i].s, f.name_len);
-		sl->ext = off;
-		memcpy(t->arena + off, names[i].s, f.name_len + 1);
-		memcpy(t->arena + off + f.name_len + 1, meta, ml);
-		off += (f.name_len + 1 + ml + PR_ALIGN - 1) & ~(size_t)(PR_ALIGN - 1);
+		sl = &slot[p];
+		fill(&sl->f, names[i].s, ml, pid);
+		sl->f.hash = h;
+		sl->f.aux = off;
+		if (nl <= IL_KEY)
+			memcpy(sl->key, names[i].s, nl);
+		memcpy(t->m.arena + off, names[i].s, nl + 1);
+		memcpy(t->m.arena + off + nl + 1, meta, ml);
+		t->m.arena_size += (nl + 1 + ml + PR_ALIGN - 1) & ~(size_t)(PR_ALIGN - 1);
 	}
-	t->arena_size = off;
 	return t;
 }
 
 __attribute__((noinline)) int il_lookup(struct il_table *t, const char *name,
 					struct procreg_entry *out)
 {
+	const struct il_slot *slot = t->m.slot;
 	size_t len;
 	uint64_t h, p;
 	int err = check_name(name, &len);
@@ -318,45 +325,33 @@ __attribute__((noinline)) int il_lookup(struct il_table *t, const char *name,
 		return err;
 	h = il_hash(name, len);
 	for (p = h >> t->shift;; p = (p + 1) & t->mask) {
-		const struct il_slot *sl = &t->slot[p];
-		const char *ext;
+		const struct il_slot *sl = &slot[p];
+		const char *ext, *key;
 
-		if (sl->hash == 0)
+		if (sl->f.hash == 0)
 			return -ENOENT;
-		if (sl->hash != h || sl->name_len != len)
+		if (sl->f.hash != h || sl->f.name_len != len)
 			continue;
-		ext = (const char *)t->arena + sl->ext;
-		if (!pr_bytes_eq(name, len <= IL_KEY ? sl->key : ext, len))
+		ext = (const char *)t->m.arena + sl->f.aux;
+		key = len <= IL_KEY ? sl->key : ext;
+		if (!pr_bytes_eq(name, key, len))
 			continue;
-		if (out) {
-			out->pid = (pid_t)sl->pid;
-			out->node = sl->node;
-			out->flags = sl->flags;
-			out->start_time = sl->start_time;
-			out->registered_ns = sl->registered_ns;
-			out->uid = sl->uid;
-			out->meta_len = sl->meta_len;
-			pr_copy(out->name, len <= IL_KEY ? sl->key : ext, len);
-			out->name[len] = 0;
-			if (out->meta)
-				pr_copy(out->meta, ext + len + 1,
-					sl->meta_len < out->meta_size ? sl->meta_len : out->meta_size);
-		}
+		if (out)
+			to_entry(&sl->f, key, ext + len + 1, out);
 		return 0;
 	}
 }
 
 size_t il_bytes(const struct il_table *t)
 {
-	return t->slot_bytes + t->arena_size;
+	return t->m.slot_bytes + t->m.arena_size;
 }
 
 void il_free(struct il_table *t)
 {
 	if (!t)
 		return;
-	munmap(t->slot, t->slot_bytes);
-	munmap(t->arena, t->arena_map);
+	tmem_free(&t->m);
 	free(t);
 }
 
@@ -446,7 +441,7 @@ __attribute__((noinline)) int lfht_lookup(struct lfht_table *t, const char *name
 	if (node && out) {
 		const struct lfht_node *n = caa_container_of(node, struct lfht_node, node);
 
-		to_entry(&n->f, n->data, out);
+		to_entry(&n->f, n->data, n->data + n->f.name_len + 1, out);
 	}
 	rcu_read_unlock();
 	return node ? 0 : -ENOENT;
