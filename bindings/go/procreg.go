@@ -10,7 +10,8 @@
 // takes Go strings as they are (_GoString_) and returns its result by
 // value: a Go pointer handed to C escapes to the heap, so a lookup that
 // passed one would allocate on every call. A lookup allocates only the
-// metadata slice of the Entry it returns.
+// metadata slice of the Entry it returns; LookupInto, which fills an
+// Entry of the caller's and reuses its Meta, allocates nothing on a hit.
 package procreg
 
 /*
@@ -304,6 +305,9 @@ const (
 	EntryUnhealthy   = C.PROCREG_ENTRY_UNHEALTHY
 )
 
+// The inline buffer's size, for the tests, which cannot use cgo.
+const metaInline = C.GO_META_INLINE
+
 // The errors, comparable with errors.Is (an *Error unwraps to its errno,
 // which also matches io/fs's ErrExist, ErrNotExist, ErrPermission).
 var (
@@ -461,6 +465,70 @@ func (r *Registry) Lookup(name string) (Entry, error) {
 		}
 		n = int(res.meta_len)
 	}
+}
+
+// LookupInto is Lookup for a caller that looks names up again and again:
+// it fills *E in place, the metadata into E.Meta's room (capacity), which
+// it replaces with a larger slice only when the metadata does not fit. A
+// hit that fits, or a miss, allocates nothing. On a hit, *E is what Lookup
+// returns, but that without metadata E.Meta is emptied (nil only if it
+// had no room), not set to nil; E.Meta's bytes are overwritten in place,
+// so a slice of them kept from before changes too. A name not registered
+// is false and a nil error. On a miss or an error, *E is the zero Entry
+// but for E.Meta, emptied with its room kept: the library may have copied
+// into that room before finding the name gone.
+func (r *Registry) LookupInto(name string, e *Entry) (bool, error) {
+	meta := e.Meta[:cap(e.Meta)]
+	var res C.struct_go_entry
+	for {
+		// Room past the inline buffer: C writes there directly, one
+		// copy. A Go pointer to pointer-free memory may be passed for
+		// the call; it escapes, but it is the caller's and on the heap
+		// already. Taken apart from the call: written in the call,
+		// &meta[0] makes cgo check the whole slice, as an interface,
+		// which allocates.
+		if len(meta) > C.GO_META_INLINE {
+			p := unsafe.Pointer(&meta[0])
+			res = C.go_lookup(r.h, name, p, C.size_t(len(meta)))
+		} else {
+			res = C.go_lookup(r.h, name, nil, 0)
+		}
+		if res.err != 0 {
+			*e = Entry{Meta: meta[:0]}
+			if res.err == -C.ENOENT {
+				return false, nil
+			}
+			return false, errOf("lookup", name, res.err)
+		}
+		n := int(res.meta_len)
+		if len(meta) > C.GO_META_INLINE {
+			if n <= len(meta) {
+				meta = meta[:n]
+				break
+			}
+		} else if n <= C.GO_META_INLINE {
+			if n > len(meta) {
+				meta = make([]byte, n)
+			}
+			meta = meta[:n]
+			copy(meta, (*[C.GO_META_INLINE]byte)(unsafe.Pointer(&res.meta))[:n])
+			break
+		}
+		// Cut: again with room for all of it. It may have grown
+		// meanwhile, whence the loop.
+		meta = make([]byte, n)
+	}
+	*e = Entry{
+		Name:       name,
+		PID:        int(res.pid),
+		Node:       uint32(res.node),
+		UID:        uint32(res.uid),
+		Flags:      uint32(res.flags),
+		StartTime:  uint64(res.start_time),
+		Registered: time.Unix(0, int64(res.registered_ns)),
+		Meta:       meta,
+	}
+	return true, nil
 }
 
 // LookupMany looks every name of NAMES up in one call into the library

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -163,6 +164,144 @@ func TestLookupAllocations(t *testing.T) {
 		if n > most {
 			t.Errorf("lookup %s: %v allocations, want at most %v", name, n, most)
 		}
+	}
+}
+
+// sameEntry fails unless GOT is WANT, every field, but that an empty Meta
+// may stand for a nil one.
+func sameEntry(t *testing.T, what string, got, want Entry) {
+	t.Helper()
+	g, w := got, want
+	g.Meta, w.Meta = nil, nil
+	if !reflect.DeepEqual(g, w) || !bytes.Equal(got.Meta, want.Meta) {
+		t.Errorf("%s: %+v, want %+v", what, got, want)
+	}
+}
+
+// Cleared as documented: the zero Entry, but for Meta emptied with its
+// room.
+func cleared(t *testing.T, what string, e Entry, room int) {
+	t.Helper()
+	if !reflect.DeepEqual(e, Entry{Meta: e.Meta}) || len(e.Meta) != 0 || cap(e.Meta) != room {
+		t.Errorf("%s: %+v (room %d), want it cleared with room %d", what, e, cap(e.Meta), room)
+	}
+}
+
+func TestLookupInto(t *testing.T) {
+	_, reg := startDaemon(t)
+	// No metadata, inline-sized, just past the inline buffer, the most.
+	metas := map[string][]byte{
+		"svc.into.bare":  nil,
+		"svc.into.small": []byte("unix:/run/into.sock"),
+		"svc.into.mid":   bytes.Repeat([]byte{0x3c}, metaInline+1),
+		"svc.into.big":   bytes.Repeat([]byte{0xc3}, MetaMax),
+	}
+	names := []string{"svc.into.bare", "svc.into.small", "svc.into.mid", "svc.into.big"}
+	for _, n := range names {
+		if err := reg.Register(n, metas[n]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]Entry{}
+	for _, n := range names {
+		e, err := reg.Lookup(n)
+		if err != nil || !bytes.Equal(e.Meta, metas[n]) {
+			t.Fatalf("lookup %s: %v %+v", n, err, e)
+		}
+		want[n] = e
+	}
+
+	for _, n := range names {
+		// From no room, then from the room that left: equal both
+		// times, and the second without an allocation.
+		var e Entry
+		if ok, err := reg.LookupInto(n, &e); !ok || err != nil {
+			t.Fatalf("lookup into %s: %v %v", n, ok, err)
+		}
+		sameEntry(t, n+" from no room", e, want[n])
+		var ok bool
+		var err error
+		allocs := testing.AllocsPerRun(200, func() { ok, err = reg.LookupInto(n, &e) })
+		if !ok || err != nil {
+			t.Fatalf("lookup into %s again: %v %v", n, ok, err)
+		}
+		sameEntry(t, n+" again", e, want[n])
+		if allocs != 0 {
+			t.Errorf("lookup into %s with room: %v allocations, want 0", n, allocs)
+		}
+	}
+
+	// One Entry through every name, in both orders of size: smaller
+	// metadata goes into the room already there, larger grows it.
+	var e Entry
+	for _, order := range [][]string{names, {names[3], names[2], names[1], names[0], names[1]}} {
+		for _, n := range order {
+			room := cap(e.Meta)
+			if ok, err := reg.LookupInto(n, &e); !ok || err != nil {
+				t.Fatalf("lookup into %s: %v %v", n, ok, err)
+			}
+			sameEntry(t, n+" reusing one Entry", e, want[n])
+			if len(metas[n]) <= room && cap(e.Meta) != room {
+				t.Errorf("%s: room %d became %d, with %d bytes to fit", n, room, cap(e.Meta), len(metas[n]))
+			}
+		}
+	}
+
+	// Room of the caller's is written in place, whichever way the
+	// metadata comes back, and a slice too short for it is replaced.
+	for _, c := range []struct {
+		name string
+		room int
+	}{{"svc.into.small", metaInline}, {"svc.into.small", 200}, {"svc.into.mid", metaInline + 1},
+		{"svc.into.big", MetaMax}, {"svc.into.small", 5}, {"svc.into.mid", metaInline}, {"svc.into.big", 100}} {
+		buf := make([]byte, 0, c.room)
+		e := Entry{Meta: buf}
+		if ok, err := reg.LookupInto(c.name, &e); !ok || err != nil {
+			t.Fatalf("lookup into %s, room %d: %v %v", c.name, c.room, ok, err)
+		}
+		sameEntry(t, fmt.Sprintf("%s, room %d", c.name, c.room), e, want[c.name])
+		fits := len(metas[c.name]) <= c.room
+		if in := &buf[:1][0] == &e.Meta[:1][0]; in != fits {
+			t.Errorf("%s, room %d: written in the caller's room %v, want %v", c.name, c.room, in, fits)
+		}
+	}
+
+	// A miss, with an Entry full of a hit: false and no error, the
+	// Entry cleared and its room kept, without an allocation.
+	if ok, err := reg.LookupInto("svc.into.big", &e); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	room := cap(e.Meta)
+	var ok bool
+	var err error
+	allocs := testing.AllocsPerRun(100, func() { ok, err = reg.LookupInto("svc.into.absent", &e) })
+	if ok || err != nil {
+		t.Fatalf("lookup into an absent name: %v %v", ok, err)
+	}
+	cleared(t, "after a miss", e, room)
+	if allocs != 0 {
+		t.Errorf("a miss: %v allocations, want 0", allocs)
+	}
+	// Gone since: a miss too.
+	if err := reg.Unregister("svc.into.small"); err != nil {
+		t.Fatal(err)
+	}
+	reg.LookupInto("svc.into.mid", &e)
+	if ok, err := reg.LookupInto("svc.into.small", &e); ok || err != nil {
+		t.Fatalf("lookup into an unregistered name: %v %v", ok, err)
+	}
+	cleared(t, "after an unregistered name", e, room)
+	// A name that could never be registered is an error, not a miss,
+	// and clears the Entry the same.
+	for _, c := range []struct {
+		name string
+		want error
+	}{{"", ErrInvalid}, {"a\x00b", ErrInvalid}, {strings.Repeat("n", NameMax+1), ErrNameTooLong}} {
+		reg.LookupInto("svc.into.mid", &e)
+		if ok, err := reg.LookupInto(c.name, &e); ok || !errors.Is(err, c.want) {
+			t.Errorf("lookup into %q: %v %v, want %v", c.name, ok, err, c.want)
+		}
+		cleared(t, fmt.Sprintf("after %q", c.name), e, room)
 	}
 }
 

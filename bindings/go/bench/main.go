@@ -9,8 +9,9 @@
 // a map[string]Entry, a cgo call to a C function that does nothing (with
 // a lookup's arguments: the floor of any call into C), Contains (the
 // library's lookup, no result), Lookup (the Entry, its metadata
-// allocated) and LookupMany (64 names a call). Prints ns per lookup:
-// median of the rounds, and min-max.
+// allocated), LookupInto (one Entry filled again and again, its Meta
+// reused) and LookupMany (64 names a call). Prints ns per lookup: median
+// of the rounds, and min-max.
 // A benchmark, not a test: on a shared machine the figures move.
 package main
 
@@ -108,7 +109,8 @@ func main() {
 	// reader slot on each thread it lands on.
 	runtime.LockOSThread()
 
-	kinds := []string{"map[name]", "cgo call alone", "Contains", "Lookup", "LookupMany/64"}
+	kinds := []string{"map[name]", "cgo call alone", "Contains", "Lookup", "LookupInto", "LookupMany/64"}
+	var into procreg.Entry
 	out := make([]procreg.Entry, 64)
 	var batches [][]string
 	for i := 0; i < len(names); i += len(out) {
@@ -127,12 +129,17 @@ func main() {
 			e, _ := reg.Lookup(n)
 			sink += len(e.Meta)
 		}))
-		t[4] = append(t[4], pass(batches, len(names), func(b []string) {
+		t[4] = append(t[4], pass(names, len(names), func(n string) {
+			reg.LookupInto(n, &into)
+			sink += len(into.Meta)
+		}))
+		t[5] = append(t[5], pass(batches, len(names), func(b []string) {
 			n, _ := reg.LookupMany(b, out)
 			sink += n
 		}))
 	}
 	allocs := testingAllocs(func() { reg.Lookup(names[0]) })
+	allocsInto := testingAllocs(func() { reg.LookupInto(names[0], &into) })
 	fmt.Printf("go %s, %d names, %d rounds; ns per lookup: median (min-max)\n", runtime.Version(), len(names), *rounds)
 	med := make([]float64, len(kinds))
 	for i, k := range kinds {
@@ -142,6 +149,8 @@ func main() {
 	}
 	fmt.Printf("  Lookup / map[name]  %.2fx; Lookup minus the cgo call %.1f ns; allocations per Lookup %.0f\n",
 		med[3]/med[0], med[3]-med[1], allocs)
+	fmt.Printf("  LookupInto / map[name]  %.2fx; LookupInto minus the cgo call %.1f ns; allocations per LookupInto %.0f\n",
+		med[4]/med[0], med[4]-med[1], allocsInto)
 }
 
 // testingAllocs counts the heap allocations of one call of f, averaged.
