@@ -563,3 +563,44 @@ uint64_t rng_next(uint64_t *s)
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return z ^ (z >> 31);
 }
+
+/* PID's CPU time so far, in clock ticks (utime + stime); 0 if unknown. */
+static uint64_t cpu_ticks(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut = 0, st = 0;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* After the command name, which may hold spaces: fields 14 and 15. */
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return 0;
+	return ut + st;
+}
+
+double wait_idle(pid_t pid, int max_ms)
+{
+	uint64_t t0 = pr_mono_ns(), last = cpu_ticks(pid);
+	int quiet = 0;
+
+	/* Quiet: no tick for three 20 ms looks in a row. */
+	while (quiet < 3) {
+		uint64_t now;
+
+		sleep_ms(20);
+		now = cpu_ticks(pid);
+		quiet = now == last ? quiet + 1 : 0;
+		last = now;
+		if (pr_mono_ns() - t0 > (uint64_t)max_ms * 1000000)
+			return -1;
+	}
+	return (double)(pr_mono_ns() - t0) / 1e6;
+}

@@ -848,9 +848,20 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 			goto out_daemon;
 		}
 		procreg_stats(reg, &st);
-		hprintf("\n%s names: table built in %.0f ms (index %s slots, %.0f%% full)\n",
+		hprintf("\n%s names: table built in %.0f ms (index %s slots, %.0f%% full)",
 			fmt_count(n), (double)(pr_mono_ns() - t0) / 1e6, fmt_count(st.index_capacity),
 			100.0 * (double)n / (double)st.index_capacity);
+		/* The daemon may still be at work on the build (grace
+		 * periods, retired index blocks): a reader sharing its CPU
+		 * would be measured against it. Wait until it is idle. */
+		{
+			double idle = wait_idle(d.pid, 10000);
+
+			if (idle < 0)
+				hprintf("; the daemon did not go idle in 10 s\n");
+			else
+				hprintf("; daemon idle after %.0f ms\n", idle);
+		}
 	}
 
 	L.ctl = shared_alloc(sizeof(struct ctl));
