@@ -135,11 +135,13 @@ static int allocate_pages(int fd, uint64_t from, uint64_t to)
  */
 static int back_pages(struct pr_writer *w, uint64_t end)
 {
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), need, ahead;
+	uint64_t page, need, ahead;
 	int err;
 
+	/* Nearly every call: what is asked for is backed already. */
 	if (end <= w->backed)
 		return 0;
+	page = (uint64_t)sysconf(_SC_PAGESIZE);
 	need = (end + page - 1) / page * page;
 	ahead = (end + PR_BACK_CHUNK - 1) / PR_BACK_CHUNK * PR_BACK_CHUNK;
 	/* Never past the end: that would lengthen the file. */
