@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procreg.h - the public interface of libprocreg, a process registry for
  * one Linux host.

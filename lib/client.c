@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * client.c - the handle, and the client side of the daemon protocol.
  *

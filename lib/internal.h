@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * internal.h - what the library's files, procregd and the tests share
  * beyond the public header. Nothing here is API: every symbol carries the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_bridge.c - replication between real procregd daemons on one
  * machine: each node has its own directory (table, socket), its own

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_cli.c - process-level tests of the procreg command-line interface
  * against a real procregd: exit statuses, and the exact text and JSON it

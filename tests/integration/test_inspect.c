@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_inspect.c - process-level tests of the inspection commands (top,
  * readers, check, stats --format prometheus) and of run/join starting a

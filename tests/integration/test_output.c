@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_output.c - safe output: names, groups and metadata chosen by an
  * unprivileged user, read back by root through every output.

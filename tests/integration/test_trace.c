@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_trace.c - procreg-trace against a live procregd and clients doing
  * known work: what it counts and reports must match what was done.

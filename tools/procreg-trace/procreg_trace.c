@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procreg-trace - eBPF tracing of procreg's hot paths through its USDT
  * probes (lib/probes.h): latency histograms, the hottest names, and a live

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * autostart.c - run and join start procregd when no daemon serves the
  * scope, as gpg-agent and dbus autolaunch do.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * cli.h - what the procreg CLI's files share: options, exit statuses,
  * output helpers.

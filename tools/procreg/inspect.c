@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * inspect.c - procreg top, procreg readers, procreg stats --format
  * prometheus.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * daemon.h - procregd's private state, shared by its files:
  *   main.c     options, start-up, the epoll loop, shutdown

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procregd - the registry daemon: the one writer of a scope's table.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procs.c - the processes that hold names, and their deaths.
  *

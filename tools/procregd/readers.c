@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * readers.c - the reader processes whose pages grace periods wait for.
  *

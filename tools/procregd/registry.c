@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * registry.c - every change to the table's names and memberships, with its
  * side effects in one order (registry.h says which, and why).

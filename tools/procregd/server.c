@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * server.c - the listening socket, client connections and requests.
  *
