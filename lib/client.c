@@ -162,6 +162,7 @@ PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 	}
 	pthread_mutex_init(&reg->io, NULL);
 	reg->lost_tail = &reg->lost;
+	reg->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 0;
 	return reg;
 }
 
@@ -218,6 +219,8 @@ static int send_packet(int fd, const void *buf, size_t len, int pass_fd, int fla
 	do
 		n = sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
 	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !(flags & MSG_DONTWAIT))
+		return -ETIMEDOUT; /* SO_SNDTIMEO ran out: the daemon reads nothing */
 	if (n < 0)
 		return errno == EPIPE ? -ECONNRESET : -errno;
 	return 0;
@@ -232,6 +235,8 @@ static ssize_t recv_packet(int fd, void *buf)
 	while (n < 0 && errno == EINTR);
 	if (n == 0)
 		return -ECONNRESET;
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return -ETIMEDOUT; /* SO_RCVTIMEO ran out: no reply */
 	return n < 0 ? -errno : n;
 }
 
@@ -264,11 +269,24 @@ static int exchange(int fd, const uint8_t *frame, size_t len, int pass_fd, uint8
 	return f.h.status;
 }
 
+/* Bound every wait on FD (connect, send, receive) to TIMEOUT_MS (> 0):
+ * a stopped or hung daemon then costs a caller that long, not forever. */
+static int set_timeouts(int fd, int timeout_ms)
+{
+	struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = timeout_ms % 1000 * 1000 };
+
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+		return -errno;
+	return 0;
+}
+
 /* A connected socket to the daemon (FLAGS: SOCK_NONBLOCK or 0), or a
  * negative errno; the path goes to PATH. Only a daemon of the table's
  * owner is talked to: a socket anyone else bound at that path (in a
- * shared directory, say) is refused with -EPERM. */
-static int connect_to(procreg_t *reg, int flags, char path[PR_SOCKET_PATH_MAX])
+ * shared directory, say) is refused with -EPERM. Blocking waits on it
+ * end after TIMEOUT_MS (0: never). */
+static int connect_to(procreg_t *reg, int flags, char path[PR_SOCKET_PATH_MAX], int timeout_ms)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct ucred cred;
@@ -290,8 +308,16 @@ static int connect_to(procreg_t *reg, int flags, char path[PR_SOCKET_PATH_MAX])
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | flags, 0);
 	if (fd < 0)
 		return -errno;
+	err = timeout_ms > 0 ? set_timeouts(fd, timeout_ms) : 0;
+	if (err) {
+		close(fd);
+		return err;
+	}
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		err = errno == ENOENT ? -ECONNREFUSED : -errno;
+		/* EAGAIN, blocking: the listen backlog stayed full for the
+		 * whole of SO_SNDTIMEO. */
+		err = errno == ENOENT ? -ECONNREFUSED
+		      : (errno == EAGAIN && !(flags & SOCK_NONBLOCK)) ? -ETIMEDOUT : -errno;
 		close(fd);
 		return err;
 	}
@@ -355,7 +381,7 @@ static int hand_over_pages(procreg_t *reg)
 	/* A process that never read has no page: no connection for it. */
 	if (!procreg__rcu_page_fds(&reg->rcu, &any, 1))
 		return 0;
-	fd = connect_to(reg, SOCK_NONBLOCK, path);
+	fd = connect_to(reg, SOCK_NONBLOCK, path, 0);
 	if (fd < 0)
 		return fd;
 	err = say_hello(fd, false, buf, 0);
@@ -372,7 +398,7 @@ static int hand_over_pages(procreg_t *reg)
  * of each page. Under reg->io (it uses reg->in). */
 static int dial(procreg_t *reg, uint32_t flags)
 {
-	int fd = connect_to(reg, 0, reg->socket), err;
+	int fd = connect_to(reg, 0, reg->socket, reg->timeout_ms), err;
 
 	if (fd < 0)
 		return fd;
@@ -727,6 +753,29 @@ PROCREG_API int procreg_join_pidfd(procreg_t *reg, int pidfd, const char *group,
 PROCREG_API int procreg_leave(procreg_t *reg, const char *group)
 {
 	return name_request(reg, PR_OP_LEAVE, group, NULL, 0);
+}
+
+PROCREG_API int procreg_ping(procreg_t *reg, int timeout_ms)
+{
+	char path[PR_SOCKET_PATH_MAX];
+	uint8_t *buf;
+	int fd, err;
+
+	if (timeout_ms == 0 || timeout_ms < -1)
+		return -EINVAL;
+	/* A connection of its own, not the handle's: no wait behind a
+	 * request of another thread's, and nothing it reads is a reply or a
+	 * notice the handle's calls expect. The HELLO is the round trip: the
+	 * daemon answers it from its event loop, like any request. */
+	buf = malloc(PR_PACKET_MAX);
+	if (!buf)
+		return -ENOMEM;
+	fd = connect_to(reg, 0, path, timeout_ms > 0 ? timeout_ms : 0);
+	err = fd < 0 ? fd : say_hello(fd, true, buf, 0);
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return err;
 }
 
 PROCREG_API int procreg_sync(procreg_t *reg)

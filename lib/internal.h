@@ -501,6 +501,7 @@ struct procreg {
 	int fd;                   /* -1 until the first call that needs it */
 	pid_t fd_pid;             /* the process that made fd: a forked child reconnects */
 	uint32_t next_id;
+	int timeout_ms;           /* procreg_opts' .timeout_ms: 0, no limit */
 	char socket[PR_SOCKET_PATH_MAX];
 	uint8_t *out, *in;        /* PR_PACKET_MAX bytes each */
 	/* Notices of names lost, read from fd between replies and not yet

@@ -881,6 +881,9 @@ static void expect_stats(struct fx *f, int json, pid_t daemon)
 			p = expect_decimal(p, 3);
 		else
 			p = expect_prefix(p, "0.000");
+		/* A round trip's answer, not the table's pid. */
+		p = expect_prefix(p, daemon ? ",\"daemon_health\":\"answering\""
+					    : ",\"daemon_health\":\"not running\"");
 		snprintf(buf, sizeof(buf), ",\"table\":\"%s/procreg.default\"}\n", f->dir);
 		p = expect_prefix(p, buf);
 	} else {
@@ -897,6 +900,8 @@ static void expect_stats(struct fx *f, int json, pid_t daemon)
 		} else {
 			p = expect_prefix(p, "daemon_pid         not running\n");
 		}
+		p = expect_prefix(p, daemon ? "daemon_health      answering\n"
+					    : "daemon_health      not running\n");
 		snprintf(buf, sizeof(buf), "table              %s/procreg.default\n", f->dir);
 		p = expect_prefix(p, buf);
 	}

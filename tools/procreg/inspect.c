@@ -199,9 +199,11 @@ void stats_prometheus(procreg_t *reg, const struct cli *c)
 		printf("# HELP procreg_%s %s\n# TYPE procreg_%s %s\nprocreg_%s{scope=\"%s\"} %llu\n",
 		       f[i].name, f[i].help, f[i].name, f[i].type, f[i].name, scope,
 		       (unsigned long long)*(const uint64_t *)((const char *)&s + f[i].off));
-	printf("# HELP procreg_daemon_up Whether procregd serves the scope.\n"
+	/* Up means it answered (procreg ping), not that the table names a
+	 * pid: a stopped or hung daemon is down for whoever depends on it. */
+	printf("# HELP procreg_daemon_up Whether procregd answered a round trip (procreg ping).\n"
 	       "# TYPE procreg_daemon_up gauge\nprocreg_daemon_up{scope=\"%s\"} %d\n",
-	       scope, s.daemon_pid ? 1 : 0);
+	       scope, procreg_ping(reg, c->timeout_ms) == 0 ? 1 : 0);
 	bridge_prometheus(reg, scope);
 }
 

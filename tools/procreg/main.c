@@ -59,7 +59,8 @@ const char *scope_name(const struct cli *c)
 
 procreg_t *open_or_die(const struct cli *c)
 {
-	PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir);
+	PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir,
+		     .timeout_ms = c->timeout_ms);
 	procreg_t *reg = procreg_open(&o);
 
 	if (!reg) {
@@ -81,6 +82,17 @@ procreg_t *open_or_die(const struct cli *c)
 		exit(EXIT_ERR);
 	}
 	return reg;
+}
+
+const char *daemon_strerror(const struct cli *c, int err)
+{
+	static char buf[160];
+
+	if (err != -ETIMEDOUT)
+		return procreg_strerror(err);
+	snprintf(buf, sizeof(buf), "procregd did not answer within %.1fs (stopped or hung? "
+		 "'procreg ping' checks; --timeout waits longer)", c->timeout_ms / 1000.0);
+	return buf;
 }
 
 /* ---- output ----------------------------------------------------------- */
@@ -377,7 +389,7 @@ static int name_cmd(struct cli *c, const char *what, int argc, char **argv,
 	}
 	if (err) {
 		fprintf(stderr, "%s: %s %s: %s\n", prog, what, cli_name(argv[0]),
-			err == -EINVAL && einval_why ? einval_why : procreg_strerror(err));
+			err == -EINVAL && einval_why ? einval_why : daemon_strerror(c, err));
 		return EXIT_ERR;
 	}
 	return 0;
@@ -386,6 +398,42 @@ static int name_cmd(struct cli *c, const char *what, int argc, char **argv,
 static int cmd_unregister(struct cli *c, int argc, char **argv)
 {
 	return name_cmd(c, "unregister", argc, argv, procreg_unregister, NULL);
+}
+
+/* What procreg_ping() said, in one word (stats). */
+static const char *health_word(int err)
+{
+	return !err ? "answering" : err == -ETIMEDOUT ? "not answering"
+		    : err == -ECONNREFUSED ? "not running" : "unreachable";
+}
+
+static int cmd_ping(struct cli *c, int argc, char **argv)
+{
+	PROCREG_OPTS(procreg_stats, s);
+	procreg_t *reg;
+	int err;
+
+	if (argc != 0)
+		die_usage("ping: unexpected argument", argv[0]);
+	reg = open_or_die(c);
+	err = procreg_ping(reg, c->timeout_ms);
+	procreg_stats(reg, &s);
+	procreg_close(reg);
+	if (c->json) {
+		printf("{\"scope\":\"%s\",\"daemon_pid\":%d,\"answered\":%s,\"health\":\"%s\"}\n",
+		       scope_name(c), (int)s.daemon_pid, err ? "false" : "true",
+		       health_word(err));
+	} else if (!err) {
+		printf("procregd pid %d answered (scope %s)\n", (int)s.daemon_pid,
+		       cli_name(scope_name(c)));
+	} else if (err == -ETIMEDOUT) {
+		fprintf(stderr, "%s: ping: procregd pid %d did not answer within %.1fs (stopped or "
+			"hung?)\n", prog, (int)s.daemon_pid, c->timeout_ms / 1000.0);
+	} else {
+		fprintf(stderr, "%s: ping: scope %s: %s\n", prog, cli_name(scope_name(c)),
+			procreg_strerror(err));
+	}
+	return err == -ETIMEDOUT || err == -ECONNREFUSED ? EXIT_NO : err ? EXIT_ERR : 0;
 }
 
 static int cmd_stats(struct cli *c, int argc, char **argv)
@@ -398,6 +446,7 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 	uint64_t now_ns;
 	procreg_t *reg;
 	double up = 0;
+	int health;
 
 	if (argc != 0)
 		die_usage("stats: unexpected argument", argv[0]);
@@ -413,6 +462,8 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 	}
 	procreg_stats(reg, &s);
 	procreg_reader_check(reg, &rs);
+	/* The table says a daemon started; a round trip says it works. */
+	health = s.daemon_pid ? procreg_ping(reg, c->timeout_ms) : -ECONNREFUSED;
 	/* Bridge counters, when the daemon replicates. */
 	bridged = procreg_bridge(reg, &b, NULL, NULL) == 0;
 	clock_gettime(CLOCK_REALTIME, &now);
@@ -435,7 +486,8 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 		       rs.stalled, (unsigned long long)rs.stalls, (unsigned long long)rs.refused,
 		       (unsigned)rs.last_stall_pid, rs.last_stall_uid,
 		       (unsigned long long)rs.last_stall_ns);
-		printf("\"daemon_pid\":%d,\"daemon_uptime_s\":%.3f,\"table\":", (int)s.daemon_pid, up);
+		printf("\"daemon_pid\":%d,\"daemon_uptime_s\":%.3f,\"daemon_health\":\"%s\","
+		       "\"table\":", (int)s.daemon_pid, up, health_word(health));
 		procreg__json_str(stdout, procreg_table_path(reg), strlen(procreg_table_path(reg)));
 		if (bridged) {
 			printf(",\"bridge\":{");
@@ -462,6 +514,11 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 			printf("%-18s %d (up %.1fs)\n", "daemon_pid", (int)s.daemon_pid, up);
 		else
 			printf("%-18s not running\n", "daemon_pid");
+		if (health == -ETIMEDOUT)
+			printf("%-18s not answering (no reply within %.1fs)\n", "daemon_health",
+			       c->timeout_ms / 1000.0);
+		else
+			printf("%-18s %s\n", "daemon_health", health_word(health));
 		printf("%-18s %s\n", "table", procreg_table_path(reg));
 	}
 	if (!c->json && bridged)
@@ -544,7 +601,7 @@ static int claim(procreg_t *reg, const char *what, char **names, int n, const st
 					cli_name(names[i]), (int)e.pid);
 			else
 				fprintf(stderr, "%s: %s: register '%s': %s\n", prog, what,
-					cli_name(names[i]), procreg_strerror(err));
+					cli_name(names[i]), daemon_strerror(c, err));
 		}
 		unclaim(reg, names, i, c, 0);
 		return err == -EEXIST ? EXIT_NO : EXIT_ERR;
@@ -554,7 +611,7 @@ static int claim(procreg_t *reg, const char *what, char **names, int n, const st
 		if (!err)
 			continue;
 		fprintf(stderr, "%s: %s: join '%s': %s\n", prog, what, cli_name(c->groups[g]),
-			procreg_strerror(err));
+			daemon_strerror(c, err));
 		unclaim(reg, names, n, c, g);
 		return EXIT_ERR;
 	}
@@ -943,6 +1000,9 @@ static const struct command {
 	  "  ls [--json]         list every name\n" },
 	{ "unregister", cmd_unregister, "NAME", false,
 	  "  unregister NAME     remove a name (its owner, its owner's uid, or root)\n" },
+	{ "ping", cmd_ping, "NAME", false,
+	  "  ping [--json]       a round trip to procregd: exit 0 if it answered within\n"
+	  "                      --timeout (default 1 s), 1 if it did not or none runs\n" },
 	{ "stats", cmd_stats, "NAME", false,
 	  "  stats [--json] [--format text|json|prometheus]\n"
 	  "                      table and daemon counters; prometheus: the text\n"
@@ -990,6 +1050,10 @@ static void usage(FILE *f)
 	      "  -s, --scope NAME    scope (default: $PROCREG_SCOPE or \"default\")\n"
 	      "  -d, --dir DIR       table directory (default: $PROCREG_DIR or /dev/shm)\n"
 	      "  -j, --json          JSON output\n"
+	      "  -t, --timeout SECONDS\n"
+	      "                      how long to wait for each answer of procregd (run,\n"
+	      "                      join, refresh, unregister: default 10 s; ping, stats:\n"
+	      "                      1 s); wait: how long to wait in all\n"
 	      "  -e, --escaped       NAME, GROUP, PATTERN, --group and --meta are in the\n"
 	      "                      escaped form that text output uses: \\\\, \\n, \\t, \\r\n"
 	      "                      and \\xHH stand for the bytes they escape\n"
@@ -1134,6 +1198,29 @@ static int cmd_words(struct cli *c, bool claims, int argc, char **argv, int firs
 	return -1;
 }
 
+/* The library's timeout for command NAME: --timeout (but for wait, whose
+ * own limit it is), else the command's default. 0, or -1 after saying
+ * why. */
+static int daemon_timeout(struct cli *c, const char *name)
+{
+	bool quick = !strcmp(name, "ping") || !strcmp(name, "stats");
+	char *end;
+	double s;
+
+	c->timeout_ms = quick ? 1000 : 10000;
+	if (!c->timeout || !strcmp(name, "wait"))
+		return 0;
+	errno = 0;
+	s = strtod(c->timeout, &end);
+	if (errno || end == c->timeout || *end || !(s >= 0.001) || s > 2e6) {
+		fprintf(stderr, "%s: %s: --timeout %s: want seconds, at least 0.001\n", prog, name,
+			cli_name(c->timeout));
+		return -1;
+	}
+	c->timeout_ms = (int)(s * 1000 + 0.5);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli c = { 0 };
@@ -1160,6 +1247,8 @@ int main(int argc, char **argv)
 			st = EXIT_ERR;
 		else if (!cmd)
 			die_usage("unknown command", word);
+		else if (daemon_timeout(&c, cmd->name) < 0)
+			st = EXIT_ERR;
 		else
 			st = cmd->run(&c, k, args);
 	}
