@@ -1074,7 +1074,22 @@ static void test_help_and_usage(void **state)
 	assert_string_equal(r->err, "procreg: unknown option -x\nTry 'procreg --help'.\n");
 	expect_st(cli(r, f->dir, A("--frob", "ls")), 2);
 	assert_string_equal(r->out, "");
-	assert_non_null(strstr(r->err, help)); /* getopt's complaint, then the usage */
+	assert_string_equal(r->err, "procreg: unknown option --frob\nTry 'procreg --help'.\n");
+	expect_st(cli(r, f->dir, A("ls", "--json=yes")), 2);
+	assert_string_equal(r->err,
+			    "procreg: option takes no argument: --json=yes\nTry 'procreg --help'.\n");
+
+	/* An option given to a command it does not apply to is refused, before
+	 * the command word or after it. */
+	expect_st(cli(r, f->dir, A("get", "--queue", "--ttl", "3", "db")), 2);
+	assert_string_equal(r->out, "");
+	assert_string_equal(r->err,
+			    "procreg: get: --queue does not apply to get\nTry 'procreg --help'.\n");
+	expect_st(cli(r, f->dir, A("--once", "ls")), 2);
+	assert_string_equal(r->err, "procreg: ls: --once does not apply to ls\nTry 'procreg --help'.\n");
+	expect_st(cli(r, f->dir, A("unregister", "--meta", "m", "db")), 2);
+	assert_string_equal(r->err, "procreg: unregister: --meta does not apply to unregister\n"
+			    "Try 'procreg --help'.\n");
 	expect_st(cli(r, f->dir, A("ls", "--dir")), 2);
 	assert_string_equal(r->err,
 			    "procreg: option requires an argument: --dir\nTry 'procreg --help'.\n");
@@ -1095,6 +1110,10 @@ static void test_help_and_usage(void **state)
 			assert_string_equal(expect_entry_json(r->out, &e, "m"), "\n");
 		}
 	}
+	/* Any command's options before its word, as procreg(1) allows. */
+	expect_st(cli(r, f->dir, A("--no-autostart", "--timeout", "5", "run", "pre.opts", "--",
+				   "true")), 0);
+	assert_string_equal(r->err, "");
 	/* --dir after the command word. */
 	expect_st(cli(r, NULL, A("get", "db", "--dir", f->dir, "--json")), 0);
 	assert_string_equal(expect_entry_json(r->out, &e, "m"), "\n");
