@@ -6,6 +6,7 @@
  * their format only).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -481,7 +482,7 @@ static void test_run_name_taken(void **state)
 	snprintf(script, sizeof(script), "touch %s", ran);
 	holder = spawn_cli(f, A("run", "held", "--meta", "h", "--", "sleep", "30"));
 	wait_owned(f, f->reg, "held", holder);
-	snprintf(msg, sizeof(msg), "procreg: run: name 'held' is held by pid %d\n", (int)holder);
+	snprintf(msg, sizeof(msg), "procreg: run: name 'held' is held by pid %d on this node\n", (int)holder);
 
 	/* The free name first: it is registered, then taken back. */
 	expect_st(cli(r, f->dir, A("run", "free", "held", "--", "sh", "-c", script)), 1);
@@ -514,7 +515,7 @@ static void test_run_name_taken(void **state)
 	/* Also when the holder is the test process (another owner, same uid). */
 	reg_name(f->reg, "mine", "");
 	expect_st(cli(r, f->dir, A("run", "mine", "--", "true")), 1);
-	snprintf(msg, sizeof(msg), "procreg: run: name 'mine' is held by pid %d\n", (int)getpid());
+	snprintf(msg, sizeof(msg), "procreg: run: name 'mine' is held by pid %d on this node\n", (int)getpid());
 	assert_string_equal(r->err, msg);
 	kill_kid(f, holder);
 }
@@ -1153,6 +1154,70 @@ static void test_no_table(void **state)
 	/* Looking did not create anything. */
 	assert_int_equal(rmdir(f->dir), 0);
 	assert_int_equal(mkdir(f->dir, 0700), 0);
+}
+
+/* Every file of DIR whose name starts with "procreg.": their names, each
+ * followed by a space, into OUT. */
+static void procreg_files(const char *dir, char *out, size_t len)
+{
+	struct dirent *de;
+	DIR *d = opendir(dir);
+
+	assert_non_null(d);
+	out[0] = 0;
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, "procreg.", 8)) {
+			strncat(out, de->d_name, len - strlen(out) - 2);
+			strcat(out, " ");
+		}
+	closedir(d);
+}
+
+/* procregd's refusals to start: each says why, and leaves nothing it
+ * made behind. */
+static void test_daemon_refuses(void **state)
+{
+	struct fx *f = *state;
+	struct th_out *o = calloc(1, sizeof(*o));
+	char path[600], want[700], files[1024];
+	struct stat st;
+
+	assert_non_null(o);
+	/* A directory that does not exist is not made (a typo would put
+	 * the table on the root filesystem). */
+	snprintf(path, sizeof(path), "%s/missing", f->dir);
+	assert_int_equal(th_run(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", path)), 1);
+	snprintf(want, sizeof(want), "table directory %s: No such file or directory (procregd "
+		 "does not create it)\n", path);
+	if (!strstr(o->err, want))
+		fail_msg("expected '%s' in:\n%s", want, o->err);
+	assert_int_equal(stat(path, &st), -1);
+
+	/* Another daemon serves the scope: it is named by its pid. */
+	assert_int_equal(th_run(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir)), 1);
+	snprintf(want, sizeof(want), "another procregd serves this scope (pid %d)\n",
+		 (int)f->d.pid);
+	if (!strstr(o->err, want))
+		fail_msg("expected '%s' in:\n%s", want, o->err);
+
+	/* A start that fails after making its table takes it away again
+	 * (and a table it re-attached to stays). */
+	snprintf(path, sizeof(path), "%s/fresh", f->dir);
+	assert_int_equal(mkdir(path, 0700), 0);
+	assert_int_equal(th_run(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", path,
+					   "--reserved-size", "999999999999")), 1);
+	if (!strstr(o->err, "--reserved-size 999999999999: want at most half the table"))
+		fail_msg("unexpected:\n%s", o->err);
+	procreg_files(path, files, sizeof(files));
+	assert_string_equal(files, "");
+	assert_int_equal(th_daemon_stop(&f->d), 0);
+	procreg_files(f->dir, files, sizeof(files));
+	assert_int_equal(th_run(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir,
+					   "--reserved-size", "999999999999")), 1);
+	procreg_files(f->dir, want, sizeof(want));
+	assert_string_equal(want, files);
+	assert_non_null(strstr(files, "procreg.default "));
+	free(o);
 }
 
 static void test_daemon_stopped(void **state)
@@ -1865,6 +1930,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_help_and_usage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_table, setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_daemon_stopped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_daemon_refuses, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_execs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_usage_and_failures, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_run_group, setup, teardown),

@@ -577,13 +577,22 @@ static int claim(procreg_t *reg, const char *what, char **names, int n, const st
 			continue;
 		{
 			PROCREG_OPTS(procreg_entry, e);
+			char node[PROCREG_NODE_NAME_MAX + 1], where[PROCREG_NODE_NAME_MAX * 4 + 32];
 
-			if (err == -EEXIST && procreg_lookup(reg, names[i], &e) == 0)
-				fprintf(stderr, "%s: %s: name '%s' is held by pid %d\n", prog, what,
-					cli_name(names[i]), (int)e.pid);
-			else
+			if (err == -EEXIST && procreg_lookup(reg, names[i], &e) == 0) {
+				/* A pid means something on its own node only. */
+				if (e.node == 0)
+					snprintf(where, sizeof(where), "this node");
+				else if (procreg_node_name(reg, e.node, node, sizeof(node)) == 0)
+					snprintf(where, sizeof(where), "node '%s'", cli_name(node));
+				else
+					snprintf(where, sizeof(where), "node %u", e.node);
+				fprintf(stderr, "%s: %s: name '%s' is held by pid %d on %s\n", prog,
+					what, cli_name(names[i]), (int)e.pid, where);
+			} else {
 				fprintf(stderr, "%s: %s: register '%s': %s\n", prog, what,
 					cli_name(names[i]), daemon_strerror(c, err));
+			}
 		}
 		unclaim(reg, names, i, c, 0);
 		return err == -EEXIST ? EXIT_NO : EXIT_ERR;

@@ -36,6 +36,7 @@
 #include "output.h"
 #include "procreg/backend.h"
 #include "nats_opts.h"
+#include "nodes_file.h"
 
 #define RECLAIM_TICK_NS (2 * 1000000ull)    /* while memory waits for a grace period */
 #define IDLE_TICK_NS (1000 * 1000000ull)    /* reader checks when nothing else is due */
@@ -502,6 +503,62 @@ static int mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
+/* The table's directory must exist. Made here, a mistyped --dir would put
+ * a table of up to --max-size on whatever filesystem holds that path (the
+ * root's, say) rather than the tmpfs meant. 0, or a negative errno after
+ * saying why. */
+static int table_dir_check(const char *dir)
+{
+	struct stat st;
+
+	if (stat(dir, &st) < 0) {
+		int err = -errno;
+
+		log_msg("table directory %s: %s (procregd does not create it)", dir,
+			strerror(-err));
+		return err;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		log_msg("table directory %s: not a directory", dir);
+		return -ENOTDIR;
+	}
+	return 0;
+}
+
+/* The pid of the daemon that holds the scope's lock, as its table says
+ * (0: not published yet). Read from the file, which is not mapped when
+ * the lock is refused. */
+static uint32_t serving_pid(const char *table)
+{
+	uint32_t pid = 0;
+	int fd = open(table, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	if (pread(fd, &pid, sizeof(pid), offsetof(struct pr_table_hdr, daemon_pid)) !=
+	    (ssize_t)sizeof(pid))
+		pid = 0;
+	close(fd);
+	return pid;
+}
+
+/* A start that failed leaves nothing it made behind: a table it created,
+ * with the journal of owners and the nodes file beside it; never one it
+ * re-attached to, which holds the names of live processes. Under the
+ * scope's lock, so no other daemon uses these files. */
+static void undo_start(struct daemon *d)
+{
+	static const char *const suffix[] = { "", ".owners", PR_NODES_SUFFIX };
+	char path[PR_PATH_MAX + 16];
+
+	if (!d->w.map.hdr || d->w.attached)
+		return;
+	for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+		snprintf(path, sizeof(path), "%s%s", d->paths.table, suffix[i]);
+		unlink(path);
+	}
+}
+
 static void arm_timer(struct daemon *d, uint64_t ns)
 {
 	struct itimerspec its = { .it_value = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) } };
@@ -569,7 +626,9 @@ static int setup(struct daemon *d)
 		log_msg("socket path too long");
 		return err;
 	}
-	err = mkdir_p(d->paths.dir, 0755);
+	err = table_dir_check(d->paths.dir);
+	if (err)
+		return err;
 	snprintf(sockdir, sizeof(sockdir), "%s", d->socket_path);
 	if (!err && strrchr(sockdir, '/') && strrchr(sockdir, '/') != sockdir) {
 		*strrchr(sockdir, '/') = 0;
@@ -588,9 +647,11 @@ static int setup(struct daemon *d)
 
 	err = procreg__writer_open(&d->w, &d->paths, &wo, &why);
 	if (err) {
-		if (err == -EBUSY)
-			log_msg("%s: %s (pid %u)", d->paths.table, why,
-				d->w.map.hdr ? d->w.map.hdr->daemon_pid : 0);
+		if (err == -EBUSY && serving_pid(d->paths.table))
+			log_msg("%s: %s (pid %u)", d->paths.table, why, serving_pid(d->paths.table));
+		else if (err == -EBUSY)
+			log_msg("%s: %s (starting: its pid is not in the table yet)",
+				d->paths.table, why);
 		else
 			log_msg("%s: %s%s%s", d->paths.table, why ? why : "", why ? ": " : "",
 				strerror(-err));
@@ -876,6 +937,8 @@ int main(int argc, char **argv)
 	}
 	if (!err)
 		run(&d);
+	else
+		undo_start(&d);
 	teardown(&d);
 	if (!err)
 		log_msg("stopped");
