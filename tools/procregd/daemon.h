@@ -137,6 +137,7 @@ struct daemon_opts {
 	uint64_t reserved_size;        /* the last arena bytes */
 	bool reserved_size_set;        /* else 1/32 of the table */
 	bool foreground;
+	const char *log_file;          /* --log-file: messages go there */
 	int verbose;
 	int listen_fd;            /* passed by systemd (LISTEN_FDS), else -1 */
 	/* The bridge (bridge.c): all NULL/0 without --node. */
@@ -212,8 +213,24 @@ static inline const struct pr_record *rec(const struct daemon *d, uint64_t off)
 	return (const struct pr_record *)(d->w.map.base + off);
 }
 
+/* log.c. Levels are syslog(3)'s: LOG_ERR (the daemon cannot start, or
+ * stops), LOG_WARNING (a request or peer refused, a limit hit), LOG_INFO
+ * (log_msg: start, stop, recovery), LOG_DEBUG (--verbose). */
+#include <stdarg.h>
+#include <syslog.h>
+/* Where messages go from now on: FILE (--log-file), else stderr (the
+ * journal's, if JOURNAL_STREAM says so). 0, or a negative errno after
+ * saying why on stderr. */
+int log_open(const char *file);
+/* After detaching: stderr is let go (to /dev/null), and messages not
+ * going to a --log-file go to syslog. */
+void log_detached(void);
+void log_at(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void log_vat(int prio, const char *fmt, va_list ap);
 void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-#define LOGV(d, ...) do { if ((d)->o.verbose) log_msg(__VA_ARGS__); } while (0)
+#define log_err(...) log_at(LOG_ERR, __VA_ARGS__)
+#define log_warn(...) log_at(LOG_WARNING, __VA_ARGS__)
+#define LOGV(d, ...) do { if ((d)->o.verbose) log_at(LOG_DEBUG, __VA_ARGS__); } while (0)
 
 /* epoll helpers (main.c) */
 int ev_add(struct daemon *d, int fd, uint32_t events, struct ev *ev);

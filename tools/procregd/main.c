@@ -51,34 +51,6 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-/*
- * Messages quote names, group names and node names, which any local user
- * (or another node) chooses: the whole message is written in the escaped
- * form (tools/common/output.h), so that it stays one line of printable
- * text on an administrator's terminal or in the journal, whatever they
- * hold, and the bytes can still be read back from it.
- */
-void log_msg(const char *fmt, ...)
-{
-	char buf[2048], line[4 * sizeof(buf)];
-	va_list ap;
-	struct timespec ts;
-	struct tm tm;
-	int n;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	localtime_r(&ts.tv_sec, &tm);
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		n = 0;
-	procreg__text_cut(line, sizeof(line), buf, strnlen(buf, sizeof(buf)), SIZE_MAX);
-	fprintf(stderr, "%02d:%02d:%02d.%03ld procregd[%d]: %s%s\n", tm.tm_hour, tm.tm_min,
-		tm.tm_sec, ts.tv_nsec / 1000000, (int)getpid(), line,
-		(size_t)n >= sizeof(buf) ? "...[cut]" : "");
-}
-
 void log_limited(struct pr_ratelimit *rl, const char *what, const char *fmt, ...)
 {
 	uint64_t held;
@@ -88,11 +60,11 @@ void log_limited(struct pr_ratelimit *rl, const char *what, const char *fmt, ...
 	if (!pr_ratelimit_pass(rl, procreg__mono_ns(), &held))
 		return;
 	if (held)
-		log_msg("(%llu more %s in the last second)", (unsigned long long)held, what);
+		log_warn("(%llu more %s in the last second)", (unsigned long long)held, what);
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	log_msg("%s", buf);
+	log_warn("%s", buf);
 }
 
 int ev_add(struct daemon *d, int fd, uint32_t events, struct ev *ev)
@@ -164,6 +136,10 @@ static const struct opt opt_table[] = {
 		  "or /run/procreg, + /procreg.SCOPE.sock)" },
 	{ .name = "foreground", .shortc = 'f', .kind = OPT_FLAG, OPT_AT(foreground),
 	  .help = "stay in the foreground (default: detach once ready)" },
+	{ STR_OPT("log-file", 0, log_file, "PATH"),
+	  .help = "messages to PATH (default: stderr in the\n"
+		  "foreground, with <N> levels for the journal under\n"
+		  "systemd; syslog once detached)" },
 	{ NUM_OPT("max-size", max_size, "BYTES", 1024, 2u << 20, PR_MAX_FILE_SIZE, 1ull << 30,
 		  "2M..64G"),
 	  .help = "table file size, fixed when it is created; sparse\n"
@@ -514,12 +490,12 @@ static int table_dir_check(const char *dir)
 	if (stat(dir, &st) < 0) {
 		int err = -errno;
 
-		log_msg("table directory %s: %s (procregd does not create it)", dir,
+		log_err("table directory %s: %s (procregd does not create it)", dir,
 			strerror(-err));
 		return err;
 	}
 	if (!S_ISDIR(st.st_mode)) {
-		log_msg("table directory %s: not a directory", dir);
+		log_err("table directory %s: not a directory", dir);
 		return -ENOTDIR;
 	}
 	return 0;
@@ -598,7 +574,7 @@ static void raise_fd_limit(void)
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-			log_msg("cannot raise the open files limit: %s", strerror(errno));
+			log_warn("cannot raise the open files limit: %s", strerror(errno));
 	}
 }
 
@@ -616,14 +592,14 @@ static int setup(struct daemon *d)
 	d->no_peerpidfd = getenv("PROCREG_NO_PEERPIDFD") != NULL;
 	err = procreg__paths(&d->paths, d->o.scope, d->o.dir, d->o.socket);
 	if (err) {
-		log_msg("scope or directory: %s", strerror(-err));
+		log_err("scope or directory: %s", strerror(-err));
 		return err;
 	}
 	if (d->paths.socket[0])
 		snprintf(d->socket_path, sizeof(d->socket_path), "%s", d->paths.socket);
 	else if ((err = procreg__default_socket(d->socket_path, sizeof(d->socket_path),
 						 d->paths.scope, d->o.dir)) < 0) {
-		log_msg("socket path too long");
+		log_err("socket path too long");
 		return err;
 	}
 	err = table_dir_check(d->paths.dir);
@@ -635,7 +611,7 @@ static int setup(struct daemon *d)
 		err = mkdir_p(sockdir, 0755);
 	}
 	if (err) {
-		log_msg("cannot create directories for %s, %s: %s", d->paths.dir, d->socket_path,
+		log_err("cannot create directories for %s, %s: %s", d->paths.dir, d->socket_path,
 			strerror(-err));
 		return err;
 	}
@@ -648,12 +624,12 @@ static int setup(struct daemon *d)
 	err = procreg__writer_open(&d->w, &d->paths, &wo, &why);
 	if (err) {
 		if (err == -EBUSY && serving_pid(d->paths.table))
-			log_msg("%s: %s (pid %u)", d->paths.table, why, serving_pid(d->paths.table));
+			log_err("%s: %s (pid %u)", d->paths.table, why, serving_pid(d->paths.table));
 		else if (err == -EBUSY)
-			log_msg("%s: %s (starting: its pid is not in the table yet)",
+			log_err("%s: %s (starting: its pid is not in the table yet)",
 				d->paths.table, why);
 		else
-			log_msg("%s: %s%s%s", d->paths.table, why ? why : "", why ? ": " : "",
+			log_err("%s: %s%s%s", d->paths.table, why ? why : "", why ? ": " : "",
 				strerror(-err));
 		return err;
 	}
@@ -661,7 +637,7 @@ static int setup(struct daemon *d)
 	 * size: it is a threshold, not a part of the file. */
 	d->w.reserve = d->o.reserved_size_set ? d->o.reserved_size : d->w.map.size / 32;
 	if (d->w.reserve > d->w.map.size / 2) {
-		log_msg("%s: --reserved-size %llu: want at most half the table (%llu bytes)",
+		log_err("%s: --reserved-size %llu: want at most half the table (%llu bytes)",
 			d->paths.table, (unsigned long long)d->w.reserve,
 			(unsigned long long)d->w.map.size);
 		return -EINVAL;
@@ -669,12 +645,12 @@ static int setup(struct daemon *d)
 	if (d->w.attached) {
 		err = procreg__w_recover(&d->w);
 		if (err == -ENOSPC) {
-			log_msg("%s: cannot allocate the table's pages: %s (the filesystem of %s is full)",
+			log_err("%s: cannot allocate the table's pages: %s (the filesystem of %s is full)",
 				d->paths.table, strerror(-err), d->paths.dir);
 			return err;
 		}
 		if (err) {
-			log_msg("%s: cannot recover the table: %s; move it away to start afresh",
+			log_err("%s: cannot recover the table: %s; move it away to start afresh",
 				d->paths.table, strerror(-err));
 			return err;
 		}
@@ -709,7 +685,12 @@ static int setup(struct daemon *d)
 	raise_fd_limit();
 	err = server_listen(d);
 	if (err) {
-		log_msg("%s: cannot listen: %s", d->socket_path, strerror(-err));
+		if (err == -EADDRINUSE)
+			log_err("%s: a live socket is bound there (systemd's procregd@%s.socket, "
+				"or another daemon's): not replaced; start procregd@%s.service, or "
+				"give --socket", d->socket_path, d->paths.scope, d->paths.scope);
+		else
+			log_err("%s: cannot listen: %s", d->socket_path, strerror(-err));
 		return err;
 	}
 	if (d->o.node && (err = bridge_start(d)) < 0)
@@ -717,7 +698,7 @@ static int setup(struct daemon *d)
 
 	readers_start(d);
 	if (d->o.max_readers > d->w.map.hdr->readers_cap) {
-		log_msg("--max-readers %u: the table's reader registry has %u entries, fixed "
+		log_warn("--max-readers %u: the table's reader registry has %u entries, fixed "
 			"when it was made: %u it is", d->o.max_readers, d->w.map.hdr->readers_cap,
 			d->w.map.hdr->readers_cap);
 		d->o.max_readers = d->w.map.hdr->readers_cap;
@@ -746,7 +727,7 @@ static void note_space(struct daemon *d)
 		return;
 	d->fs_full_logged = d->w.fs_full;
 	if (d->w.fs_full)
-		log_msg("%s: the filesystem of %s is full: writes that need more of the table fail with ENOSPC until space is freed",
+		log_warn("%s: the filesystem of %s is full: writes that need more of the table fail with ENOSPC until space is freed",
 			d->paths.table, d->paths.dir);
 	else
 		log_msg("%s: space is back: the table grows again", d->paths.table);
@@ -764,7 +745,7 @@ static void run(struct daemon *d)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			log_msg("epoll_wait: %s", strerror(errno));
+			log_err("epoll_wait: %s", strerror(errno));
 			break;
 		}
 		procreg__w_batch_begin(&d->w);
@@ -911,7 +892,7 @@ int main(int argc, char **argv)
 	static struct daemon d;
 	int notify = -1, err;
 
-	if (parse_opts(&d.o, argc, argv) < 0)
+	if (parse_opts(&d.o, argc, argv) < 0 || log_open(d.o.log_file) < 0)
 		return 2;
 	/* Before detaching: LISTEN_PID names this pid, not our child's. */
 	d.o.listen_fd = server_inherited_fd();
@@ -934,6 +915,10 @@ int main(int argc, char **argv)
 			dup2(devnull, 1);
 			close(devnull);
 		}
+		/* Whoever started us may be gone, and a pipe of theirs (the
+		 * CLI's autostart reads one till it closes) must close. */
+		if (!err)
+			log_detached();
 	}
 	if (!err)
 		run(&d);

@@ -1,0 +1,278 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * test_service.c - procregd as a host's service: where its messages go
+ * (levels for the journal, a log file when detached, never the stream it
+ * was started from once detached), what the CLI's autostart does when
+ * the daemon fails (its reason passed through) or when the runtime
+ * directory cannot be used (a socket beside the table), and a live
+ * socket at the daemon's path (a service manager's) never replaced.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define A(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+struct fx {
+	char *dir;
+	struct th_out *o;
+	pid_t adopted;          /* a detached daemon, reparented to us */
+	char shm_scope[64];     /* a scope of /dev/shm to clean up, or "" */
+};
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	f->o = calloc(1, sizeof(*f->o));
+	assert_non_null(f->o);
+	f->dir = th_mkdtemp();
+	/* Detached daemons are reparented to us, to be reaped. */
+	assert_int_equal(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	int st = 0;
+
+	if (f->adopted) {
+		kill(f->adopted, SIGTERM);
+		st = th_wait(f->adopted);
+	}
+	if (f->shm_scope[0]) {
+		static const char *const sfx[] = { "", ".owners", ".sock" };
+
+		for (size_t i = 0; i < 3; i++) {
+			char path[128];
+
+			snprintf(path, sizeof(path), "/dev/shm/procreg.%s%s", f->shm_scope, sfx[i]);
+			unlink(path);
+		}
+	}
+	th_rmrf(f->dir);
+	free(f->dir);
+	free(f->o);
+	free(f);
+	assert_int_equal(st, 0);
+	return 0;
+}
+
+static char *slurp(const char *path)
+{
+	FILE *fp = fopen(path, "r");
+	char *buf = calloc(1, 1 << 16);
+	size_t n;
+
+	assert_non_null(buf);
+	if (!fp)
+		return buf;
+	n = fread(buf, 1, (1 << 16) - 1, fp);
+	buf[n] = 0;
+	fclose(fp);
+	return buf;
+}
+
+static void expect_in(const char *hay, const char *needle)
+{
+	if (!strstr(hay, needle))
+		fail_msg("expected '%s' in:\n%s", needle, hay);
+}
+
+/* The daemon pid the table of SCOPE in DIR names (0: none). */
+static pid_t daemon_of(const char *dir, const char *scope)
+{
+	PROCREG_OPTS(procreg_stats, s);
+	procreg_t *reg = th_open_scope(dir, scope);
+
+	if (!reg)
+		return 0;
+	procreg_stats(reg, &s);
+	procreg_close(reg);
+	return s.daemon_pid;
+}
+
+/* ---- logging ---------------------------------------------------------- */
+
+/* Under systemd, stderr is the journal's stream, which JOURNAL_STREAM
+ * names by device and inode: each line then carries its level, <N>. */
+static void test_journal_levels(void **state)
+{
+	struct fx *f = *state;
+	struct th_daemon d = { 0 }, d2 = { 0 };
+	char log[600], env[128], *text;
+	struct stat st;
+	int fd;
+
+	snprintf(log, sizeof(log), "%s/journal", f->dir);
+	fd = open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	close(fd);
+	snprintf(env, sizeof(env), "JOURNAL_STREAM=%llu:%llu", (unsigned long long)st.st_dev,
+		 (unsigned long long)st.st_ino);
+	assert_int_equal(th_daemon_start_log(&d, f->dir, log, NULL, A(env)), 0);
+	/* An error: a second daemon for the scope, its stderr the same. */
+	assert_int_not_equal(th_daemon_start_log(&d2, f->dir, log, NULL, A(env)), 0);
+	assert_int_equal(th_daemon_stop(&d), 0);
+	text = slurp(log);
+	expect_in(text, "<6>serving scope 'default': table ");
+	expect_in(text, "\n<3>");
+	expect_in(text, "another procregd serves this scope (pid ");
+	expect_in(text, "\n<6>stopped\n");
+	/* Nothing else: no time, no pid, no level word (the journal's). */
+	for (const char *p = text; *p; p = strchr(p, '\n') + 1)
+		if (p[0] != '<' || p[2] != '>')
+			fail_msg("a line without its level:\n%s", text);
+	free(text);
+
+	/* Not the journal's stream (another file): plain lines, with the
+	 * date and the level's word. */
+	snprintf(log, sizeof(log), "%s/plain", f->dir);
+	assert_int_equal(th_daemon_start_log(&d, f->dir, log, NULL, A(env)), 0);
+	assert_int_not_equal(th_daemon_start_log(&d2, f->dir, log, NULL, NULL), 0);
+	assert_int_equal(th_daemon_stop(&d), 0);
+	text = slurp(log);
+	assert_true(text[0] == '2' && text[4] == '-' && text[7] == '-' && text[10] == ' ');
+	expect_in(text, "]: serving scope 'default'");
+	expect_in(text, "]: error: ");
+	assert_null(strstr(text, "<6>"));
+	free(text);
+}
+
+/* Detached, procregd lets go of the stream it was started with (th_run
+ * reads it to its end: a daemon that kept it would never let it end),
+ * and logs to --log-file. */
+static void test_detached_log_file(void **state)
+{
+	struct fx *f = *state;
+	char log[600], *text;
+
+	snprintf(log, sizeof(log), "%s/procregd.log", f->dir);
+	assert_int_equal(th_run(f->o, NULL, A(PROCREGD_PATH, "--dir", f->dir, "--log-file", log)),
+			 0);
+	assert_string_equal(f->o->err, "");
+	f->adopted = daemon_of(f->dir, NULL);
+	assert_true(f->adopted > 0);
+	assert_int_equal(kill(f->adopted, SIGTERM), 0);
+	assert_int_equal(th_wait(f->adopted), 0);
+	f->adopted = 0;
+	text = slurp(log);
+	expect_in(text, "]: serving scope 'default'");
+	expect_in(text, "]: stopped\n");
+	free(text);
+
+	/* A log file that cannot be opened: said on stderr, exit 2. */
+	assert_int_equal(th_run(f->o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir,
+					      "--log-file", "/nonexistent/procregd.log")), 2);
+	expect_in(f->o->err, "procregd: --log-file /nonexistent/procregd.log: No such file or "
+			     "directory\n");
+}
+
+/* ---- autostart -------------------------------------------------------- */
+
+static void test_autostart_says_why(void **state)
+{
+	struct fx *f = *state;
+	char missing[600], want[700];
+
+	snprintf(missing, sizeof(missing), "%s/missing", f->dir);
+	{
+		const char *argv[16];
+
+		th_cli_argv(argv, 16, missing, A("run", "as.x", "--", "true"));
+		assert_int_equal(th_run(f->o, A("PROCREG_NO_AUTOSTART"), argv), 2);
+	}
+	expect_in(f->o->err, "but it did not serve (exit status 1); it said:\n");
+	snprintf(want, sizeof(want), "]: error: table directory %s: No such file or directory "
+		 "(procregd does not create it)\n", missing);
+	expect_in(f->o->err, want);
+}
+
+/* No usable runtime directory (XDG_RUNTIME_DIR not a directory here; for
+ * a user, /run/procreg is root's): the socket goes beside the table. */
+static void test_autostart_fallback_socket(void **state)
+{
+	struct fx *f = *state;
+	char rt[600], env[700], want[128];
+	const char *argv[16];
+	procreg_t *reg;
+
+	snprintf(f->shm_scope, sizeof(f->shm_scope), "svc-fallback-%d", (int)getpid());
+	snprintf(rt, sizeof(rt), "%s/not-a-dir", f->dir);
+	th_write_file(rt, "", 0600);
+	snprintf(env, sizeof(env), "XDG_RUNTIME_DIR=%s", rt);
+	th_cli_argv(argv, 16, NULL, A("--scope", f->shm_scope, "run", "fb.x", "--", "true"));
+	if (th_run(f->o, A("PROCREG_NO_AUTOSTART", env), argv) != 0)
+		fail_msg("procreg run: %s", f->o->err);
+	f->adopted = daemon_of("/dev/shm", f->shm_scope);
+	assert_true(f->adopted > 0);
+	reg = th_open_scope("/dev/shm", f->shm_scope);
+	assert_non_null(reg);
+	snprintf(want, sizeof(want), "/dev/shm/procreg.%s.sock", f->shm_scope);
+	assert_string_equal(procreg_socket_path(reg), want);
+	assert_int_equal(procreg_ping(reg, -1), 0);
+	procreg_close(reg);
+}
+
+/* ---- the socket ------------------------------------------------------- */
+
+/* A socket that accepts connections at the daemon's path is someone's
+ * (a service manager's): procregd refuses to start rather than replace
+ * it, and what it made goes. */
+static void test_live_socket_kept(void **state)
+{
+	struct fx *f = *state;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, c;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", f->dir);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(fd, 16), 0);
+	assert_int_equal(th_run(f->o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir)), 1);
+	expect_in(f->o->err, "procreg.default.sock: a live socket is bound there");
+	assert_int_equal(stat(sa.sun_path, &st), 0);
+	c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(c, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(c);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default", f->dir);
+	assert_int_equal(stat(sa.sun_path, &st), -1);
+	close(fd);
+
+	/* Once nobody listens there, it is a dead daemon's: replaced. */
+	assert_int_equal(th_run(f->o, NULL, A(PROCREGD_PATH, "--dir", f->dir)), 0);
+	f->adopted = daemon_of(f->dir, NULL);
+	assert_true(f->adopted > 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_journal_levels, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_detached_log_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_autostart_says_why, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_autostart_fallback_socket, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_live_socket_kept, setup, teardown),
+	};
+
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
