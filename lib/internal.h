@@ -503,6 +503,9 @@ struct procreg {
 	uint32_t next_id;
 	int timeout_ms;           /* procreg_opts' .timeout_ms: 0, no limit */
 	char socket[PR_SOCKET_PATH_MAX];
+	/* Where a daemon would bind with no socket given: the path to dial
+	 * when none has published one (socket activation). */
+	char default_socket[PR_SOCKET_PATH_MAX];
 	uint8_t *out, *in;        /* PR_PACKET_MAX bytes each */
 	/* Notices of names lost, read from fd between replies and not yet
 	 * taken by procreg_lost(): oldest first. Under io. */

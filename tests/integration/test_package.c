@@ -239,8 +239,10 @@ static void test_installed_package(void **state)
 	/* The service runs the installed daemon, one per scope. */
 	snprintf(path, sizeof(path), "%s/lib/systemd/system/procregd@.service", prefix);
 	text = read_file(path);
-	snprintf(cmd, sizeof(cmd), "\nExecStart=%s/sbin/procregd --foreground --scope %%i\n", prefix);
+	snprintf(cmd, sizeof(cmd),
+		 "\nExecStart=%s/sbin/procregd --foreground --scope %%i $PROCREGD_OPTS\n", prefix);
 	expect_in(text, cmd);
+	expect_in(text, "\nType=notify\n");
 	free(text);
 	snprintf(path, sizeof(path), "%s/lib/systemd/system/procregd@.socket", prefix);
 	text = read_file(path);

@@ -6,10 +6,17 @@
  * the daemon fails (its reason passed through) or when the runtime
  * directory cannot be used (a socket beside the table), and a live
  * socket at the daemon's path (a service manager's) never replaced.
+ * And systemd's two protocols, each through a stand-in for it: socket
+ * activation (a process that holds the socket and becomes procregd,
+ * LISTEN_FDS, on the first connection), with no table yet and with a
+ * table but no daemon; readiness and the watchdog (a NOTIFY_SOCKET the
+ * test reads).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,6 +269,218 @@ static void test_live_socket_kept(void **state)
 	assert_true(f->adopted > 0);
 }
 
+
+/* ---- socket activation ------------------------------------------------ */
+
+/* systemd's procregd@.socket, in small: a child that waits for the first
+ * connection on LFD, then becomes procregd with LFD as fd 3, LISTEN_FDS=1
+ * and LISTEN_PID its own pid. */
+static pid_t stand_in(const char *dir, int lfd)
+{
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct pollfd p = { .fd = lfd, .events = POLLIN };
+		char log[600], buf[32];
+		int fd;
+
+		while (poll(&p, 1, -1) < 0)
+			;
+		snprintf(log, sizeof(log), "%s/procregd.log", dir);
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd >= 0)
+			dup2(fd, 2);
+		/* dup2() onto itself would leave FD_CLOEXEC set. */
+		if (lfd == 3)
+			fcntl(3, F_SETFD, 0);
+		else
+			dup2(lfd, 3);
+		snprintf(buf, sizeof(buf), "%d", (int)getpid());
+		setenv("LISTEN_PID", buf, 1);
+		setenv("LISTEN_FDS", "1", 1);
+		unsetenv("PROCREG_DIR");
+		unsetenv("PROCREG_SCOPE");
+		execl(PROCREGD_PATH, "procregd", "--foreground", "--dir", dir, (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+static void stop_adopted(struct fx *f)
+{
+	assert_int_equal(kill(f->adopted, SIGTERM), 0);
+	assert_int_equal(th_wait(f->adopted), 0);
+	f->adopted = 0;
+}
+
+static void test_socket_activation(void **state)
+{
+	struct fx *f = *state;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	PROCREG_OPTS(procreg_opts, o, .dir = f->dir, .timeout_ms = 20000);
+	PROCREG_OPTS(procreg_stats, s);
+	struct stat before, after;
+	procreg_t *reg;
+	int lfd;
+
+	/* The default path for --dir DIR, held as systemd holds
+	 * /run/procreg/procreg.SCOPE.sock. */
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", f->dir);
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 64), 0);
+	assert_int_equal(stat(sa.sun_path, &before), 0);
+
+	/* A fresh boot: no table. Opening the registry connects, which
+	 * starts the daemon; the open waits for its table. */
+	f->adopted = stand_in(f->dir, lfd);
+	reg = procreg_open(&o);
+	if (!reg) {
+		char log[600], *text;
+
+		snprintf(log, sizeof(log), "%s/procregd.log", f->dir);
+		text = slurp(log);
+		fail_msg("procreg_open: %s; procregd's log:\n%s", strerror(errno), text);
+	}
+	assert_int_equal(procreg_register(reg, "act.a", "x", 1), 0);
+	assert_int_equal(procreg_stats(reg, &s), 0);
+	assert_int_equal(s.daemon_pid, f->adopted);
+
+	/* A table, but its daemon stopped: the next request connects to the
+	 * socket the table names, which starts another. */
+	stop_adopted(f);
+	assert_int_equal(procreg_stats(reg, &s), 0);
+	assert_int_equal(s.daemon_pid, 0);
+	f->adopted = stand_in(f->dir, lfd);
+	assert_int_equal(procreg_register(reg, "act.b", "x", 1), 0);
+	assert_int_equal(procreg_stats(reg, &s), 0);
+	assert_int_equal(s.daemon_pid, f->adopted);
+	procreg_close(reg);
+
+	/* The CLI's autostart uses the socket rather than start a daemon of
+	 * its own (which would take the socket's path away). */
+	stop_adopted(f);
+	f->adopted = stand_in(f->dir, lfd);
+	{
+		const char *argv[16];
+
+		th_cli_argv(argv, 16, f->dir, A("run", "act.c", "--", "true"));
+		if (th_run(f->o, A("PROCREG_NO_AUTOSTART"), argv) != 0)
+			fail_msg("procreg run: %s", f->o->err);
+	}
+	assert_int_equal(daemon_of(f->dir, NULL), f->adopted);
+	assert_int_equal(stat(sa.sun_path, &after), 0);
+	assert_true(after.st_ino == before.st_ino);
+	close(lfd);
+}
+
+/* ---- readiness and the watchdog --------------------------------------- */
+
+/* The next notification on FD into BUF; fails the test after 20 s. */
+static void next_note(int fd, char *buf, size_t len)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	ssize_t n;
+
+	if (poll(&p, 1, 20000) != 1)
+		fail_msg("no notification");
+	n = recv(fd, buf, len - 1, 0);
+	assert_true(n > 0);
+	buf[n] = 0;
+}
+
+/* Notifications until one holds WANT. */
+static void note_until(int fd, const char *want, char *buf, size_t len)
+{
+	do
+		next_note(fd, buf, len);
+	while (!strstr(buf, want));
+}
+
+static int stopped(void *arg)
+{
+	char path[64], buf[512], *p;
+	FILE *fp;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", *(int *)arg);
+	fp = fopen(path, "r");
+	if (!fp)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] == 'T';
+}
+
+static void test_notify_watchdog(void **state)
+{
+	struct fx *f = *state;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct th_daemon d = { 0 };
+	char env[700], buf[512], want[64];
+	int fd, pid;
+	procreg_t *reg;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/notify", f->dir);
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	snprintf(env, sizeof(env), "NOTIFY_SOCKET=%s", sa.sun_path);
+	assert_int_equal(th_daemon_start(&d, f->dir, NULL, A(env, "WATCHDOG_USEC=100000")), 0);
+	pid = d.pid;
+
+	/* READY once it serves, from the pid that serves. */
+	note_until(fd, "READY=1", buf, sizeof(buf));
+	snprintf(want, sizeof(want), "MAINPID=%d", pid);
+	expect_in(buf, want);
+	reg = th_open(f->dir);
+	assert_non_null(reg);
+	assert_int_equal(procreg_ping(reg, -1), 0);
+	procreg_close(reg);
+
+	/* The watchdog, from the event loop: silent while it is stopped,
+	 * back when it runs. */
+	note_until(fd, "WATCHDOG=1", buf, sizeof(buf));
+	note_until(fd, "WATCHDOG=1", buf, sizeof(buf));
+	assert_int_equal(kill(pid, SIGSTOP), 0);
+	assert_true(th_until(stopped, &pid, 10000));
+	while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+		;
+	{
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		/* Ten watchdog periods: a running daemon would have sent. */
+		assert_int_equal(poll(&p, 1, 500), 0);
+	}
+	assert_int_equal(kill(pid, SIGCONT), 0);
+	note_until(fd, "WATCHDOG=1", buf, sizeof(buf));
+
+	assert_int_equal(th_daemon_stop(&d), 0);
+	note_until(fd, "STOPPING=1", buf, sizeof(buf));
+	close(fd);
+
+	/* An abstract socket ('@'), and no watchdog unless asked for. */
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "procreg-test-notify-%d", (int)getpid());
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa,
+			      (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+					  strlen(sa.sun_path + 1))), 0);
+	snprintf(env, sizeof(env), "NOTIFY_SOCKET=@%s", sa.sun_path + 1);
+	assert_int_equal(th_daemon_start(&d, f->dir, NULL, A(env)), 0);
+	note_until(fd, "READY=1", buf, sizeof(buf));
+	assert_int_equal(th_daemon_stop(&d), 0);
+	next_note(fd, buf, sizeof(buf));
+	expect_in(buf, "STOPPING=1");
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -270,6 +489,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_autostart_says_why, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_autostart_fallback_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_live_socket_kept, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_socket_activation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_notify_watchdog, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

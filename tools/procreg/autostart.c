@@ -34,17 +34,23 @@
 
 #include "cli.h"
 
+/* Served: the table names a daemon, or a round trip reaches one. The
+ * second is a socket systemd holds for the scope (procregd@.socket): our
+ * connection starts its daemon, and no other may be started beside it. */
 static bool serving(const struct cli *c)
 {
-	PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir);
+	PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir,
+		     .timeout_ms = c->timeout_ms);
 	PROCREG_OPTS(procreg_stats, s);
 	procreg_t *reg = procreg_open(&o);
+	bool up;
 
 	if (!reg)
 		return false;
 	procreg_stats(reg, &s);
+	up = s.daemon_pid != 0 || procreg_ping(reg, c->timeout_ms) == 0;
 	procreg_close(reg);
-	return s.daemon_pid != 0; /* checked against its start time */
+	return up; /* daemon_pid: checked against its start time */
 }
 
 static bool executable(const char *path)

@@ -41,7 +41,9 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include "clock.h"
 #include "internal.h"
@@ -55,7 +57,7 @@ void log_limited(struct pr_ratelimit *rl, const char *what, const char *fmt, ...
 	__attribute__((format(printf, 3, 4)));
 
 /* What an epoll event refers to: the first member of each watched object. */
-enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_BRIDGE, EV_READER };
+enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_BRIDGE, EV_READER, EV_WATCHDOG };
 
 struct ev {
 	enum ev_kind kind;
@@ -162,6 +164,12 @@ struct daemon {
 	char socket_path[PR_SOCKET_PATH_MAX];
 	int epfd;
 	struct ev listen_ev, signal_ev, timer_ev;
+	/* The service manager's notifications (notify.c): -1 without. */
+	int notify_fd, watchdog_fd;
+	struct sockaddr_un notify_sa;
+	socklen_t notify_len;
+	struct ev watchdog_ev;
+	struct pr_ratelimit notify_rl;
 	int lfd, sigfd, timerfd;
 	/* Held open to be given up when accept() finds no fd left: the
 	 * connection is then taken and closed, not left to wake us forever
@@ -231,6 +239,14 @@ void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define log_err(...) log_at(LOG_ERR, __VA_ARGS__)
 #define log_warn(...) log_at(LOG_WARNING, __VA_ARGS__)
 #define LOGV(d, ...) do { if ((d)->o.verbose) log_at(LOG_DEBUG, __VA_ARGS__); } while (0)
+
+/* notify.c: sd_notify(3)'s protocol, without libsystemd. notify_init()
+ * reads $NOTIFY_SOCKET and $WATCHDOG_USEC (and arms the watchdog timer
+ * in the event loop); without them every call does nothing. */
+int notify_init(struct daemon *d);
+void notify_send(struct daemon *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void notify_watchdog(struct daemon *d);
+void notify_close(struct daemon *d);
 
 /* epoll helpers (main.c) */
 int ev_add(struct daemon *d, int fd, uint32_t events, struct ev *ev);

@@ -588,6 +588,7 @@ static int setup(struct daemon *d)
 	int err;
 
 	d->lfd = d->sigfd = d->timerfd = d->epfd = d->spare_fd = -1;
+	d->notify_fd = d->watchdog_fd = -1;
 	d->uid = geteuid();
 	d->no_peerpidfd = getenv("PROCREG_NO_PEERPIDFD") != NULL;
 	err = procreg__paths(&d->paths, d->o.scope, d->o.dir, d->o.socket);
@@ -683,6 +684,11 @@ static int setup(struct daemon *d)
 	    (err = ev_add(d, d->timerfd, EPOLLIN, &d->timer_ev)) < 0)
 		return err;
 	raise_fd_limit();
+	err = notify_init(d);
+	if (err) {
+		log_err("NOTIFY_SOCKET: %s", strerror(-err));
+		return err;
+	}
 	err = server_listen(d);
 	if (err) {
 		if (err == -EADDRINUSE)
@@ -799,6 +805,9 @@ static void run(struct daemon *d)
 				break;
 			case EV_READER:
 				readers_gone(d, (struct reader *)e);
+				break;
+			case EV_WATCHDOG:
+				notify_watchdog(d);
 				break;
 			}
 			if (d->w.retired_bytes > RECLAIM_BYTES)
@@ -920,10 +929,16 @@ int main(int argc, char **argv)
 		if (!err)
 			log_detached();
 	}
-	if (!err)
+	if (!err) {
+		/* After the detach: MAINPID is the pid that serves. */
+		notify_send(&d, "READY=1\nSTATUS=serving scope '%s'\nMAINPID=%d", d.paths.scope,
+			    (int)getpid());
 		run(&d);
-	else
+		notify_send(&d, "STOPPING=1\nSTATUS=stopping");
+	} else {
 		undo_start(&d);
+	}
+	notify_close(&d);
 	teardown(&d);
 	if (!err)
 		log_msg("stopped");
