@@ -943,6 +943,13 @@ static void test_cli_nodes(void **state)
 	p.needles[2] = "# TYPE procreg_bridge_conflicts_total counter";
 	if (!th_until(th_probe_cli, &p, WAIT_MS))
 		fail_msg("procreg stats --format prometheus: %s", p.out);
+	/* Each node it is connected to, a series of its own. */
+	p.needles[0] = "\nprocreg_bridge_peer_up{scope=\"default\",node=\"nodeb\",peer=\"nodea\"} 1\n";
+	p.needles[1] = "\nprocreg_bridge_peer_up{scope=\"default\",node=\"nodeb\",peer=\"nodec\"} 1\n";
+	p.needles[2] = "\nprocreg_bridge_peer_up_since_seconds{scope=\"default\",node=\"nodeb\","
+		       "peer=\"nodea\"} 1";
+	if (!th_until(th_probe_cli, &p, WAIT_MS))
+		fail_msg("procreg stats --format prometheus: %s", p.out);
 
 	/* A daemon without --node does not replicate: exit 1. */
 	th_daemon_kill(&c->n[0].d);
