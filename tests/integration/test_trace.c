@@ -257,7 +257,33 @@ static void test_top_counts_lookups_and_misses(void **state)
 	    !strstr(out, " trace.absent (not in the table)\n"))
 		fail_msg("names missing from procreg-trace top's output:\n%s", out);
 	assert_non_null(strstr(out, pid));
+	/* The process's row names its command (the worker: a fork of ours). */
+	if (!strstr(out, "  COMM\n") || !strstr(out, "  test_trace\n"))
+		fail_msg("no COMM column in procreg-trace top's output:\n%s", out);
 	free(out);
+}
+
+/* Options refused before anything is loaded, and --version. */
+static void test_options(void **state)
+{
+	struct th_out *o = calloc(1, sizeof(*o));
+	char want[64];
+
+	(void)state;
+	assert_non_null(o);
+	assert_int_equal(th_run(o, NULL, (const char *const[]){ PROCREG_TRACE_PATH, "--version",
+								 NULL }), 0);
+	snprintf(want, sizeof(want), "procreg-trace %s\n", procreg_version());
+	assert_string_equal(o->out, want);
+	assert_int_equal(th_run(o, NULL, (const char *const[]){ PROCREG_TRACE_PATH, "lat",
+								 "--interval", "0", NULL }), 2);
+	assert_string_equal(o->err, "procreg-trace: --interval 0: want at least 0.01 seconds\n");
+	assert_int_equal(th_run(o, NULL, (const char *const[]){ PROCREG_TRACE_PATH, "lat", "--lib",
+								 "/nonexistent/libprocreg.so", NULL }),
+			 2);
+	assert_string_equal(o->err, "procreg-trace: --lib /nonexistent/libprocreg.so: No such file "
+				    "or directory\n");
+	free(o);
 }
 
 /* A line of OUT that holds every one of the NULL-terminated WORDS (its
@@ -759,6 +785,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_top_counts_lookups_and_misses, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_events_show_a_killed_process, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_events_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lat_histograms, setup, teardown),

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,6 +42,7 @@
 #include "clock.h"
 #include "output.h"
 #include "procreg.h"
+#include "procreg/version.h"
 #include "procreg_trace.h"
 #include "procreg_trace.skel.h"
 
@@ -115,6 +117,7 @@ static void usage(FILE *f)
 		"      --scope NAME    the registry's scope (default $PROCREG_SCOPE or 'default')\n"
 		"      --dir DIR       its directory (default $PROCREG_DIR)\n"
 		"  -v, --verbose       libbpf's messages\n"
+		"  -V, --version       print the version\n"
 		"\n"
 		"See procreg-trace(8) and README.md (\"Tracing\") for the probes.\n");
 }
@@ -146,6 +149,7 @@ static void parse(int argc, char **argv)
 		{ "dir", required_argument, NULL, O_DIR },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
 	const char *cmd;
@@ -153,7 +157,7 @@ static void parse(int argc, char **argv)
 	size_t i;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "p:i:d:n:vh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:i:d:n:vhV", lo, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			opt.pid = (pid_t)strtol(optarg, &end, 10);
@@ -163,9 +167,13 @@ static void parse(int argc, char **argv)
 			}
 			break;
 		case 'i':
+			/* 0 would report without pause, and spin. */
 			opt.interval = parse_secs("--interval", optarg);
-			if (opt.interval < 0.01)
-				opt.interval = 0.01;
+			if (opt.interval < 0.01) {
+				fprintf(stderr, "procreg-trace: --interval %s: want at least 0.01 "
+					"seconds\n", optarg);
+				exit(2);
+			}
 			break;
 		case 'd': opt.duration = parse_secs("--duration", optarg); break;
 		case 'n':
@@ -180,12 +188,24 @@ static void parse(int argc, char **argv)
 				fprintf(stderr, "procreg-trace: too many --lib\n");
 				exit(2);
 			}
+			/* Said now, not as a failure to attach later. */
+			{
+				struct stat st;
+
+				if (stat(optarg, &st) < 0 || !S_ISREG(st.st_mode)) {
+					fprintf(stderr, "procreg-trace: --lib %s: %s\n", optarg,
+						stat(optarg, &st) < 0 ? strerror(errno)
+								      : "not a regular file");
+					exit(2);
+				}
+			}
 			opt.libs[opt.nlibs++] = optarg;
 			break;
 		case O_SCOPE: opt.scope = optarg; break;
 		case O_DIR: opt.dir = optarg; break;
 		case 'v': opt.verbose = true; break;
 		case 'h': usage(stdout); exit(0);
+		case 'V': printf("procreg-trace %s\n", PROCREG_VERSION_STRING); exit(0);
 		default: usage(stderr); exit(2);
 		}
 	}
@@ -570,6 +590,22 @@ static size_t node_len(const char *node)
 
 /* S[0..N) for a line of text, escaped (output.h). The last four results
  * stay valid. */
+/* PID's command name (/proc/PID/comm) into BUF; "" once it has exited. */
+static void proc_comm(pid_t pid, char *buf, size_t len)
+{
+	char path[64];
+	FILE *f;
+
+	buf[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return;
+	if (fgets(buf, (int)len, f))
+		buf[strcspn(buf, "\n")] = 0;
+	fclose(f);
+}
+
 static const char *txt(const char *s, size_t n)
 {
 	static char buf[4][PROCREG_TEXT_NAME_BUF];
@@ -728,12 +764,17 @@ static void print_top(struct procreg_trace *skel, double secs)
 	if (n > opt.rows)
 		n = opt.rows;
 	if (n) {
-		printf("%12s %12s %12s %14s\n", "PID", "LOOKUPS", "MISSES", "LOOKUPS/S");
-		for (int i = 0; i < n; i++)
-			printf("%12llu %12llu %12llu %14.0f\n", (unsigned long long)rows[i].key,
+		printf("%12s %12s %12s %14s  %s\n", "PID", "LOOKUPS", "MISSES", "LOOKUPS/S", "COMM");
+		for (int i = 0; i < n; i++) {
+			char comm[64];
+
+			proc_comm((pid_t)rows[i].key, comm, sizeof(comm));
+			printf("%12llu %12llu %12llu %14.0f  %s\n", (unsigned long long)rows[i].key,
 			       (unsigned long long)rows[i].c.lookups,
 			       (unsigned long long)rows[i].c.misses,
-			       secs > 0 ? (double)rows[i].c.lookups / secs : 0.0);
+			       secs > 0 ? (double)rows[i].c.lookups / secs : 0.0,
+			       comm[0] ? txt(comm, strlen(comm)) : "?");
+		}
 	}
 	free(rows);
 	printf("\n");
