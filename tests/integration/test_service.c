@@ -481,6 +481,120 @@ static void test_notify_watchdog(void **state)
 	close(fd);
 }
 
+/* ---- as a user of its own --------------------------------------------- */
+
+struct unpriv {
+	const char *dir;
+	struct th_user daemon_user, client_user;
+};
+
+/* As CLIENT_USER: what the daemon's uid does not change. The exit status
+ * says which check failed (0: none). */
+static int unpriv_client(void *arg)
+{
+	struct unpriv *u = arg;
+	PROCREG_OPTS(procreg_opts, o, .dir = u->dir, .trust_uid = u->daemon_user.uid);
+	PROCREG_OPTS(procreg_opts, untrusting, .dir = u->dir);
+	TH_ENTRY(e);
+	procreg_t *reg;
+
+	th_become(&u->client_user);
+	/* A table of another user's is refused unless trusted. */
+	if (procreg_open(&untrusting) || errno != EPERM)
+		return 10;
+	reg = procreg_open(&o);
+	if (!reg)
+		return 11;
+	if (procreg_register(reg, "up.u1", "x", 1) || procreg_register(reg, "up.u2", "x", 1))
+		return 12;
+	/* --max-names-per-uid 2, counted by the client's own uid. */
+	if (procreg_register(reg, "up.u3", "x", 1) != -EDQUOT)
+		return 13;
+	if (procreg_lookup(reg, "up.u1", &e) || e.uid != u->client_user.uid || e.pid != getpid())
+		return 14;
+	procreg_close(reg);
+	return 0;
+}
+
+/* procregd as an unprivileged user of its own: peer credentials, pidfds
+ * of other users' processes and per-uid quotas work as under root. Its
+ * table is that user's, so clients must trust it (.trust_uid,
+ * PROCREG_TRUST_UID): why the unit keeps root (README, "As a system
+ * service"). */
+static void test_unprivileged_daemon(void **state)
+{
+	struct fx *f = *state;
+	struct unpriv u = { 0 };
+	char sub[600], log[600];
+	PROCREG_OPTS(procreg_opts, o, .dir = sub, .trust_uid = 0);
+	TH_ENTRY(e);
+	procreg_t *reg = NULL;
+	pid_t child;
+
+	th_user_new(&u.daemon_user);
+	th_user_new(&u.client_user);
+	assert_int_equal(chmod(f->dir, 0755), 0);
+	snprintf(sub, sizeof(sub), "%s/unpriv", f->dir);
+	snprintf(log, sizeof(log), "%s/procregd.log", f->dir);
+	assert_int_equal(mkdir(sub, 0755), 0);
+	assert_int_equal(chown(sub, u.daemon_user.uid, u.daemon_user.gid), 0);
+	u.dir = sub;
+	o.trust_uid = u.daemon_user.uid;
+
+	f->adopted = fork();
+	assert_true(f->adopted >= 0);
+	if (f->adopted == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+		if (fd >= 0)
+			dup2(fd, 2);
+		th_become(&u.daemon_user);
+		execl(PROCREGD_PATH, "procregd", "--foreground", "--dir", sub,
+		      "--max-names-per-uid", "2", (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 2000 && !reg; i++) {
+		PROCREG_OPTS(procreg_stats, s);
+
+		reg = procreg_open(&o);
+		if (reg && (procreg_stats(reg, &s) || s.daemon_pid != f->adopted)) {
+			procreg_close(reg);
+			reg = NULL;
+		}
+		if (!reg)
+			usleep(10000);
+	}
+	if (!reg) {
+		char *text = slurp(log);
+
+		fail_msg("procregd as %s did not serve:\n%s", u.daemon_user.name, text);
+	}
+
+	/* Root's requests: its uid from the peer's credentials, no quota. */
+	for (int i = 0; i < 3; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "up.root%d", i);
+		assert_int_equal(procreg_register(reg, name, "x", 1), 0);
+	}
+	assert_int_equal(procreg_lookup(reg, "up.root0", &e), 0);
+	assert_int_equal(e.uid, 0);
+	assert_int_equal(e.pid, getpid());
+
+	/* Another user's process: its names go with it (the daemon's pidfd
+	 * of a process not its own). */
+	child = th_fork(unpriv_client, &u);
+	assert_int_equal(th_wait(child), 0);
+	assert_int_equal(procreg_sync(reg), 0);
+	assert_int_equal(procreg_lookup(reg, "up.u1", &e), -ENOENT);
+	assert_int_equal(procreg_lookup(reg, "up.u2", &e), -ENOENT);
+	procreg_close(reg);
+
+	stop_adopted(f);
+	th_user_del(&u.client_user);
+	th_user_del(&u.daemon_user);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -491,6 +605,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_live_socket_kept, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_socket_activation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_notify_watchdog, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unprivileged_daemon, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))
