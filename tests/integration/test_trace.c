@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "cluster.h"
@@ -206,6 +207,28 @@ static pid_t worker_start(struct fixture *f, struct worker *w)
 	return th_fork(worker_main, w);
 }
 
+/* The same worker in a process of its own image (this program again,
+ * TRACE_WORKER_DIR set): a fork would share the test's mappings, the
+ * test's registry's table among them. */
+static pid_t worker_exec(struct fixture *f, struct worker *w)
+{
+	pid_t pid;
+
+	w->dir = f->dir;
+	assert_int_equal(pipe(w->go), 0);
+	assert_int_equal(pipe(w->done), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(w->go[0], 0);
+		dup2(w->done[1], 1);
+		setenv("TRACE_WORKER_DIR", f->dir, 1);
+		execl("/proc/self/exe", "test_trace", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
 static void worker_run(struct worker *w)
 {
 	assert_int_equal(write(w->go[1], "x", 1), 1);
@@ -261,6 +284,78 @@ static void test_top_counts_lookups_and_misses(void **state)
 	if (!strstr(out, "  COMM\n") || !strstr(out, "  test_trace\n"))
 		fail_msg("no COMM column in procreg-trace top's output:\n%s", out);
 	free(out);
+}
+
+
+/* PID's mappings hold the table of DIR. */
+struct mapping {
+	pid_t pid;
+	const char *dir;
+};
+
+static int maps_table_of(void *arg)
+{
+	struct mapping *m = arg;
+	char path[64], want[600], *maps;
+	int found;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)m->pid);
+	snprintf(want, sizeof(want), "%s/procreg.default\n", m->dir);
+	maps = slurp(path);
+	found = strstr(maps, want) != NULL;
+	free(maps);
+	return found;
+}
+
+/* Without -p, top traces the processes of the registry it is pointed
+ * at, and not those of another registry, which load the same library. */
+static void test_top_scoped_to_registry(void **state)
+{
+	struct fixture *f = *state;
+	struct worker w = { 0 }, other = { 0 };
+	struct th_daemon d2 = { 0 };
+	unsigned long long lookups = 0, misses = 0;
+	char *dir2 = th_mkdtemp(), pid[16], opid[32], *out, *t;
+	struct fixture f2 = { .dir = dir2 };
+	procreg_t *r2;
+	pid_t child, ochild;
+
+	assert_int_equal(th_daemon_start(&d2, dir2, NULL, NULL), 0);
+	r2 = th_open(dir2);
+	assert_non_null(r2);
+	assert_int_equal(procreg_register(r2, "trace.a", "a", 1), 0);
+	assert_int_equal(procreg_register(r2, "trace.b", "b", 1), 0);
+	/* Closed before the other worker starts: it must map registry B's
+	 * table only once it runs as itself, after its exec. */
+	procreg_close(r2);
+	register_names(f);
+	child = worker_start(f, &w);
+	ochild = worker_exec(&f2, &other);
+	assert_true(th_until(maps_table_of, &(struct mapping){ child, f->dir }, 20000));
+	assert_true(th_until(maps_table_of, &(struct mapping){ ochild, dir2 }, 20000));
+	assert_false(maps_table_of(&(struct mapping){ ochild, f->dir }));
+	tracer_start(f, (const char *const[]){ "top", "--interval", "600", NULL });
+	worker_run(&w);
+	worker_run(&other);
+	out = tracer_stop(f);
+	worker_end(&w, child);
+	worker_end(&other, ochild);
+
+	t = strstr(out, "total: ");
+	if (!t || sscanf(t, "total: lookups %llu, misses %llu", &lookups, &misses) != 2)
+		fail_msg("no totals in procreg-trace top's output:\n%s", out);
+	/* The worker of this registry only. */
+	assert_int_equal(lookups, HITS + MISSES);
+	assert_int_equal(misses, MISSES);
+	snprintf(pid, sizeof(pid), "%12d ", (int)child);
+	snprintf(opid, sizeof(opid), "%12d ", (int)ochild);
+	if (!strstr(out, pid) || strstr(out, opid))
+		fail_msg("procreg-trace top without -p: pid %d wanted, pid %d not:\n%s", (int)child,
+			 (int)ochild, out);
+	free(out);
+	assert_int_equal(th_daemon_stop(&d2), 0);
+	th_rmrf(dir2);
+	free(dir2);
 }
 
 /* Options refused before anything is loaded, and --version. */
@@ -783,9 +878,18 @@ static void test_bridge_probes(void **state)
 
 int main(void)
 {
+	/* worker_exec()'s worker: its registry's lookups, told by fds 0, 1. */
+	if (getenv("TRACE_WORKER_DIR")) {
+		struct worker w = { .dir = getenv("TRACE_WORKER_DIR"), .go = { 0, -1 },
+				    .done = { -1, 1 } };
+
+		return worker_main(&w);
+	}
+
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_top_counts_lookups_and_misses, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_options, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_top_scoped_to_registry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_events_show_a_killed_process, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_events_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lat_histograms, setup, teardown),
