@@ -38,6 +38,9 @@ struct fixture {
 	procreg_t *reg;
 	pid_t tracer;
 	char out[512], err[512];     /* the tracer's stdout and stderr files */
+	struct th_daemon d2;         /* a second registry's daemon, in dir2 */
+	char *dir2;
+	pid_t workers[2];            /* workers still running */
 };
 
 static int setup(void **state)
@@ -63,8 +66,17 @@ static int teardown(void **state)
 		kill(f->tracer, SIGKILL);
 		th_wait(f->tracer);
 	}
+	for (int i = 0; i < 2; i++)
+		if (f->workers[i] > 0)
+			th_kill_wait(&f->workers[i]);
 	procreg_close(f->reg);
 	th_daemon_stop(&f->d);
+	if (f->dir2) {
+		if (f->d2.pid)
+			th_daemon_stop(&f->d2);
+		th_rmrf(f->dir2);
+		free(f->dir2);
+	}
 	th_rmrf(f->dir);
 	free(f->dir);
 	free(f);
@@ -313,14 +325,13 @@ static void test_top_scoped_to_registry(void **state)
 {
 	struct fixture *f = *state;
 	struct worker w = { 0 }, other = { 0 };
-	struct th_daemon d2 = { 0 };
 	unsigned long long lookups = 0, misses = 0;
-	char *dir2 = th_mkdtemp(), pid[16], opid[32], *out, *t;
+	char *dir2 = f->dir2 = th_mkdtemp(), pid[16], opid[32], *out, *t;
 	struct fixture f2 = { .dir = dir2 };
 	procreg_t *r2;
 	pid_t child, ochild;
 
-	assert_int_equal(th_daemon_start(&d2, dir2, NULL, NULL), 0);
+	assert_int_equal(th_daemon_start(&f->d2, dir2, NULL, NULL), 0);
 	r2 = th_open(dir2);
 	assert_non_null(r2);
 	assert_int_equal(procreg_register(r2, "trace.a", "a", 1), 0);
@@ -329,8 +340,8 @@ static void test_top_scoped_to_registry(void **state)
 	 * table only once it runs as itself, after its exec. */
 	procreg_close(r2);
 	register_names(f);
-	child = worker_start(f, &w);
-	ochild = worker_exec(&f2, &other);
+	child = f->workers[0] = worker_start(f, &w);
+	ochild = f->workers[1] = worker_exec(&f2, &other);
 	assert_true(th_until(maps_table_of, &(struct mapping){ child, f->dir }, 20000));
 	assert_true(th_until(maps_table_of, &(struct mapping){ ochild, dir2 }, 20000));
 	assert_false(maps_table_of(&(struct mapping){ ochild, f->dir }));
@@ -340,6 +351,7 @@ static void test_top_scoped_to_registry(void **state)
 	out = tracer_stop(f);
 	worker_end(&w, child);
 	worker_end(&other, ochild);
+	f->workers[0] = f->workers[1] = 0;
 
 	t = strstr(out, "total: ");
 	if (!t || sscanf(t, "total: lookups %llu, misses %llu", &lookups, &misses) != 2)
@@ -353,9 +365,7 @@ static void test_top_scoped_to_registry(void **state)
 		fail_msg("procreg-trace top without -p: pid %d wanted, pid %d not:\n%s", (int)child,
 			 (int)ochild, out);
 	free(out);
-	assert_int_equal(th_daemon_stop(&d2), 0);
-	th_rmrf(dir2);
-	free(dir2);
+	assert_int_equal(th_daemon_stop(&f->d2), 0);
 }
 
 /* Options refused before anything is loaded, and --version. */
