@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procreg.h - the public interface of libprocreg, a process registry for
  * one Linux host.
@@ -116,6 +117,15 @@ struct procreg_opts {
 	const char *socket; /* NULL: the path the daemon published in the table */
 	uint32_t trust_uid; /* also trust a table of this user (0: root's and
 			     * our own only); else $PROCREG_TRUST_UID */
+	/* Since 0.2. How long a call that talks to procregd waits for each
+	 * thing it waits on (the connection, room to send, the reply), in
+	 * ms; 0: no limit. A call that runs out fails with -ETIMEDOUT and
+	 * drops the handle's connection (the next call makes a new one): a
+	 * request already sent may still take effect, when the daemon gets
+	 * to it. Reads never wait for the daemon, and the calls that wait
+	 * for an event (procreg_wait(), procreg_lost(), ...) keep their own
+	 * timeouts. */
+	int timeout_ms;
 };
 
 /*
@@ -500,6 +510,14 @@ PROCREG_API int procreg_lost(procreg_t *reg, struct procreg_lost *out, int timeo
  * After -ECONNRESET it is another: ask again. The fd, or a negative errno
  * (-ECONNREFUSED without a daemon). */
 PROCREG_API int procreg_lost_fd(procreg_t *reg);
+
+/* Since 0.2. A round trip to procregd on a connection of its own: 0 if it
+ * answered within TIMEOUT_MS (-1: no limit), -ETIMEDOUT if not (it runs,
+ * but is stopped, hung or overloaded), -ECONNREFUSED if none serves the
+ * scope, -EINVAL for a TIMEOUT_MS of 0 or below -1. The table's record of
+ * a daemon says only that one started and did not stop cleanly; this says
+ * it works. */
+PROCREG_API int procreg_ping(procreg_t *reg, int timeout_ms);
 
 /* Return once the daemon has processed every request and every process
  * death that happened before the call. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * bridge_envelope.c - seal and open NATS envelopes on byte buffers (the
  * format: bridge_envelope.h). The input comes from anyone on the NATS

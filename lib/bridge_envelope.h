@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * bridge_envelope.h - the envelope the NATS bridge backend
  * (tools/procregd/nats.c) wraps replication frames in: one NATS message,

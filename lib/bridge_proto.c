@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * bridge_proto.c - encode and decode replication frames on byte buffers.
  * No I/O, no crypto: see bridge_proto.h for the format. The input comes

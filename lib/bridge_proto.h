@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * bridge_proto.h - the replication protocol between procregd nodes,
  * version 3.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * bridge_sec.c - the mesh's handshake and encrypted records (bridge_sec.h
  * has the format). No I/O.

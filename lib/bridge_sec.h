@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * bridge_sec.h - the mesh's secure channel: the handshake that proves two
  * nodes hold the cluster's cookie and agrees on keys, and the encrypted

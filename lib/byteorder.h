@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * byteorder.h - little-endian integers in byte buffers, for the formats
  * that cross hosts (bridge_proto.c's frames, bridge_envelope.c's NATS

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * client.c - the handle, and the client side of the daemon protocol.
  *
@@ -123,6 +124,66 @@ static uid_t trust_of(uint32_t opt)
 	return *end || errno || v > UINT32_MAX ? 0 : (uid_t)v;
 }
 
+static int activation_dial(const char *path, uid_t trust, int timeout_ms);
+static int set_timeouts(int fd, int timeout_ms);
+
+/*
+ * No table: on a fresh boot, with systemd holding the scope's socket
+ * (procregd@.socket), no daemon has run yet. A connection to that socket
+ * starts one; then wait for its table, up to TIMEOUT_MS (0: 10 s). A
+ * socket nobody holds refuses at once, and the open fails with ENOENT as
+ * before. Only a socket of root's, ours or the trusted user's is waited
+ * on.
+ */
+#define ACTIVATION_WAIT_MS 10000
+
+static int activate(procreg_t *reg, uid_t trust, int timeout_ms)
+{
+	const char *path = reg->paths.socket[0] ? reg->paths.socket : reg->default_socket;
+	uint64_t deadline;
+	int fd, err = -ENOENT;
+
+	if (timeout_ms <= 0)
+		timeout_ms = ACTIVATION_WAIT_MS;
+	fd = activation_dial(path, trust, timeout_ms);
+	if (fd < 0)
+		return -ENOENT;
+	deadline = procreg__mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+	/* The table appears whole (the daemon makes it aside and links it
+	 * in); a header not yet as expected is retried all the same. */
+	while (procreg__mono_ns() < deadline) {
+		err = procreg__map_reader(&reg->map, &reg->paths, trust, NULL);
+		if (err != -ENOENT && err != -EPROTO)
+			break;
+		poll(NULL, 0, 10);
+	}
+	close(fd);
+	return err;
+}
+
+static int activation_dial(const char *path, uid_t trust, int timeout_ms)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct ucred cred;
+	socklen_t clen = sizeof(cred);
+	int fd;
+
+	if (!path[0] || strlen(path) >= sizeof(sa.sun_path))
+		return -ENOENT;
+	memcpy(sa.sun_path, path, strlen(path));
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (set_timeouts(fd, timeout_ms) < 0 ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
+	    (cred.uid != 0 && cred.uid != getuid() && (!trust || cred.uid != trust))) {
+		close(fd);
+		return -ENOENT;
+	}
+	return fd;
+}
+
 PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 {
 	struct procreg_opts o;
@@ -141,8 +202,14 @@ PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 	}
 	reg->fd = -1;
 	err = procreg__paths(&reg->paths, o.scope, o.dir, o.socket);
+	/* Too long a path for a socket: no default to dial, nothing else. */
+	if (!err && procreg__default_socket(reg->default_socket, sizeof(reg->default_socket),
+					    reg->paths.scope, o.dir) < 0)
+		reg->default_socket[0] = 0;
 	if (!err)
 		err = procreg__map_reader(&reg->map, &reg->paths, trust_of(o.trust_uid), &why);
+	if (err == -ENOENT)
+		err = activate(reg, trust_of(o.trust_uid), o.timeout_ms);
 	if (!err)
 		err = procreg__rcu_init(&reg->rcu, &reg->map);
 	if (!err) {
@@ -161,6 +228,7 @@ PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 	}
 	pthread_mutex_init(&reg->io, NULL);
 	reg->lost_tail = &reg->lost;
+	reg->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 0;
 	return reg;
 }
 
@@ -217,6 +285,8 @@ static int send_packet(int fd, const void *buf, size_t len, int pass_fd, int fla
 	do
 		n = sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
 	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !(flags & MSG_DONTWAIT))
+		return -ETIMEDOUT; /* SO_SNDTIMEO ran out: the daemon reads nothing */
 	if (n < 0)
 		return errno == EPIPE ? -ECONNRESET : -errno;
 	return 0;
@@ -231,6 +301,8 @@ static ssize_t recv_packet(int fd, void *buf)
 	while (n < 0 && errno == EINTR);
 	if (n == 0)
 		return -ECONNRESET;
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return -ETIMEDOUT; /* SO_RCVTIMEO ran out: no reply */
 	return n < 0 ? -errno : n;
 }
 
@@ -263,11 +335,31 @@ static int exchange(int fd, const uint8_t *frame, size_t len, int pass_fd, uint8
 	return f.h.status;
 }
 
+/* Bound every wait on FD (connect, send, receive) to TIMEOUT_MS (> 0):
+ * a stopped or hung daemon then costs a caller that long, not forever. */
+static int set_timeouts(int fd, int timeout_ms)
+{
+	struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = timeout_ms % 1000 * 1000 };
+
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+		return -errno;
+	return 0;
+}
+
 /* A connected socket to the daemon (FLAGS: SOCK_NONBLOCK or 0), or a
  * negative errno; the path goes to PATH. Only a daemon of the table's
- * owner is talked to: a socket anyone else bound at that path (in a
- * shared directory, say) is refused with -EPERM. */
-static int connect_to(procreg_t *reg, int flags, char path[PR_SOCKET_PATH_MAX])
+ * owner (or root's socket: a service manager's) is talked to: a socket
+ * anyone else bound at that path (in a shared directory, say) is refused
+ * with -EPERM. Blocking waits on it end after TIMEOUT_MS (0: never).
+ *
+ * ACTIVATE: dial the socket even when the table says no daemon runs, as
+ * a client of systemd's procregd@.socket must: the connection is what
+ * starts the daemon. The path is then the one the last daemon published
+ * (or the one given), else the default; a socket nobody holds refuses at
+ * once. Reads never activate (they must not wait, nor start anything). */
+static int connect_to(procreg_t *reg, int flags, char path[PR_SOCKET_PATH_MAX], int timeout_ms,
+		      bool activate)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct ucred cred;
@@ -275,7 +367,7 @@ static int connect_to(procreg_t *reg, int flags, char path[PR_SOCKET_PATH_MAX])
 	int fd, err;
 
 	/* Acquire: the daemon writes its socket path before its pid. */
-	if (!PR_LOAD_ACQ(&reg->map.hdr->daemon_pid))
+	if (!PR_LOAD_ACQ(&reg->map.hdr->daemon_pid) && !activate)
 		return -ECONNREFUSED;
 	if (reg->paths.socket[0]) {
 		memcpy(path, reg->paths.socket, PR_SOCKET_PATH_MAX);
@@ -283,19 +375,29 @@ static int connect_to(procreg_t *reg, int flags, char path[PR_SOCKET_PATH_MAX])
 		memcpy(path, reg->map.hdr->socket_path, PR_SOCKET_PATH_MAX);
 		path[PR_SOCKET_PATH_MAX - 1] = 0;
 	}
+	if (!path[0] && activate)
+		memcpy(path, reg->default_socket, PR_SOCKET_PATH_MAX);
 	if (!path[0])
 		return -ECONNREFUSED;
 	memcpy(sa.sun_path, path, sizeof(sa.sun_path));
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | flags, 0);
 	if (fd < 0)
 		return -errno;
+	err = timeout_ms > 0 ? set_timeouts(fd, timeout_ms) : 0;
+	if (err) {
+		close(fd);
+		return err;
+	}
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		err = errno == ENOENT ? -ECONNREFUSED : -errno;
+		/* EAGAIN, blocking: the listen backlog stayed full for the
+		 * whole of SO_SNDTIMEO. */
+		err = errno == ENOENT ? -ECONNREFUSED
+		      : (errno == EAGAIN && !(flags & SOCK_NONBLOCK)) ? -ETIMEDOUT : -errno;
 		close(fd);
 		return err;
 	}
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
-	    cred.uid != reg->map.owner) {
+	    (cred.uid != reg->map.owner && cred.uid != 0)) {
 		close(fd);
 		return -EPERM;
 	}
@@ -354,7 +456,7 @@ static int hand_over_pages(procreg_t *reg)
 	/* A process that never read has no page: no connection for it. */
 	if (!procreg__rcu_page_fds(&reg->rcu, &any, 1))
 		return 0;
-	fd = connect_to(reg, SOCK_NONBLOCK, path);
+	fd = connect_to(reg, SOCK_NONBLOCK, path, 0, false);
 	if (fd < 0)
 		return fd;
 	err = say_hello(fd, false, buf, 0);
@@ -371,7 +473,7 @@ static int hand_over_pages(procreg_t *reg)
  * of each page. Under reg->io (it uses reg->in). */
 static int dial(procreg_t *reg, uint32_t flags)
 {
-	int fd = connect_to(reg, 0, reg->socket), err;
+	int fd = connect_to(reg, 0, reg->socket, reg->timeout_ms, true), err;
 
 	if (fd < 0)
 		return fd;
@@ -726,6 +828,29 @@ PROCREG_API int procreg_join_pidfd(procreg_t *reg, int pidfd, const char *group,
 PROCREG_API int procreg_leave(procreg_t *reg, const char *group)
 {
 	return name_request(reg, PR_OP_LEAVE, group, NULL, 0);
+}
+
+PROCREG_API int procreg_ping(procreg_t *reg, int timeout_ms)
+{
+	char path[PR_SOCKET_PATH_MAX];
+	uint8_t *buf;
+	int fd, err;
+
+	if (timeout_ms == 0 || timeout_ms < -1)
+		return -EINVAL;
+	/* A connection of its own, not the handle's: no wait behind a
+	 * request of another thread's, and nothing it reads is a reply or a
+	 * notice the handle's calls expect. The HELLO is the round trip: the
+	 * daemon answers it from its event loop, like any request. */
+	buf = malloc(PR_PACKET_MAX);
+	if (!buf)
+		return -ENOMEM;
+	fd = connect_to(reg, 0, path, timeout_ms > 0 ? timeout_ms : 0, true);
+	err = fd < 0 ? fd : say_hello(fd, true, buf, 0);
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return err;
 }
 
 PROCREG_API int procreg_sync(procreg_t *reg)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * feed.c - the change feed: a ring of events in the table, written by the
  * daemon, followed by anyone.

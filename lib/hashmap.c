@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * hashmap.c - a private open-addressing map from u64 to u64, for the
  * daemon's own indexes (never in shared memory). Keys 0 and 1 are reserved

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * hlc.h - a hybrid logical clock for replication stamps, kept in one
  * 64-bit nanosecond value so that a stamp still reads as a wall-clock time

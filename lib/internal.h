@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * internal.h - what the library's files, procregd and the tests share
  * beyond the public header. Nothing here is API: every symbol carries the
@@ -540,7 +541,11 @@ struct procreg {
 	int fd;                   /* -1 until the first call that needs it */
 	pid_t fd_pid;             /* the process that made fd: a forked child reconnects */
 	uint32_t next_id;
+	int timeout_ms;           /* procreg_opts' .timeout_ms: 0, no limit */
 	char socket[PR_SOCKET_PATH_MAX];
+	/* Where a daemon would bind with no socket given: the path to dial
+	 * when none has published one (socket activation). */
+	char default_socket[PR_SOCKET_PATH_MAX];
 	uint8_t *out, *in;        /* PR_PACKET_MAX bytes each */
 	/* Notices of names lost, read from fd between replies and not yet
 	 * taken by procreg_lost(): oldest first. Under io. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * introspect.c - what operators' tools read: the table's header, its
  * reader registry, a verification of the whole table, the replication

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * layout.h - every structure procreg keeps in shared memory.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * nodes_file.h - the replication status file, DIR/procreg.SCOPE.nodes.
  *

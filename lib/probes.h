@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * probes.h - USDT probes (<sys/sdt.h>) on the library's and procregd's
  * hot paths, for procreg-trace and any other USDT consumer.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * proto.c - encode and decode daemon protocol frames on byte buffers.
  * No I/O here: see proto.h for the format.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * table.c - the reader side of the shared table: mapping, lookup,
  * iteration, counters.

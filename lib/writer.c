@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * writer.c - the writer side of the shared table: creation and attachment,
  * mutation, the arena allocator, deferred reclamation and recovery.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * bridge_backend_null.c - a bridge backend in a shared object, for
  * test_bridge: it connects to nobody. Its fd is an eventfd that never

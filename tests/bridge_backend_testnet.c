@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * bridge_backend_testnet.c - a bridge backend in a shared object that
  * carries frames through the test switch (testnet.c) instead of TCP: the

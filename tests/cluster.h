@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * cluster.h - what the bridge tests share: nodes (a procregd each, in its
  * own directory under one base, with one cookie), bridged daemons on a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * getaddrinfo_stall.c - preloaded into procregd by test_bridge: a name
  * under "stall.test" looked up for real (not AI_NUMERICHOST) never

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * harness.h - what the process-level tests share: temporary table
  * directories, real procregd processes, child processes, the CLI.

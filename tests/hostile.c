@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * hostile.c - hostile names and the checks of safe output (hostile.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * hostile.h - what the tests of safe output share: names, groups and
  * metadata an unprivileged user registers to attack whoever reads them,

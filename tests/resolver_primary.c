@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * resolver_primary.c - a conflict resolver in a shared object, for
  * test_bridge: the registration whose metadata is "primary" keeps the

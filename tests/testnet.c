@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * testnet.c - the test transport's switch (testnet.h): a poll loop in a
  * thread of the test process, relaying frames between the daemons

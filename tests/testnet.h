@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * testnet.h - the test transport's switch: daemons started with
  * --bridge-backend bridge_backend_testnet.so and PROCREG_TESTNET set to

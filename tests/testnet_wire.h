@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * testnet_wire.h - the messages between the test transport's switch
  * (testnet.c, inside a test process) and the bridge backend each daemon

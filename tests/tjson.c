@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * tjson.c - the strict JSON reader of the tests (tjson.h).
  */

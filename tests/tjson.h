@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * tjson.h - a strict JSON reader for the tests: what the tools print under
  * --json must be exactly one RFC 8259 value in valid UTF-8, and the bytes

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-2-Clause
 # A short tour of procreg on the default scope: starts procregd if it is not
 # running, registers a service, looks it up, kills it and shows the name go.
 # Usage: tools/demo.sh [BUILD_DIR]   (default: build)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procreg/backend.h - the boundary between procregd's replication logic (bridge.c)
  * and the transport that carries it between nodes (a backend).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procreg/resolver.h - a custom rule for name conflicts between nodes, from a
  * shared object (procregd --resolver PATH): it exports

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_bridge.c - replication between real procregd daemons on one
  * machine: each node has its own directory (table, socket), its own
@@ -940,6 +941,13 @@ static void test_cli_nodes(void **state)
 	p.needles[0] = "procreg_bridge_nodes_up{scope=\"default\",node=\"nodeb\"} 2";
 	p.needles[1] = "procreg_bridge_changes_out_total{scope=\"default\",node=\"nodeb\"} 1";
 	p.needles[2] = "# TYPE procreg_bridge_conflicts_total counter";
+	if (!th_until(th_probe_cli, &p, WAIT_MS))
+		fail_msg("procreg stats --format prometheus: %s", p.out);
+	/* Each node it is connected to, a series of its own. */
+	p.needles[0] = "\nprocreg_bridge_peer_up{scope=\"default\",node=\"nodeb\",peer=\"nodea\"} 1\n";
+	p.needles[1] = "\nprocreg_bridge_peer_up{scope=\"default\",node=\"nodeb\",peer=\"nodec\"} 1\n";
+	p.needles[2] = "\nprocreg_bridge_peer_up_since_seconds{scope=\"default\",node=\"nodeb\","
+		       "peer=\"nodea\"} 1";
 	if (!th_until(th_probe_cli, &p, WAIT_MS))
 		fail_msg("procreg stats --format prometheus: %s", p.out);
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_bridge_nats.c - replication over NATS (procregd --bridge nats)
  * between real daemons and a real nats-server on loopback, with user and

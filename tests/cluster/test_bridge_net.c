@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_bridge_net.c - the TCP mesh on a hostile network, on loopback:
  *  - an off-path host that can reach two nodes' ports, relaying one

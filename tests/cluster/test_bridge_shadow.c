@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_bridge_shadow.c - a conflict seen from a third node: one real
  * daemon (node a) and two hand-made nodes (b, c) speaking the replication

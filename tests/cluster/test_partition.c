@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_partition.c - replication through partitions: three real daemons
  * whose frames go through the test switch (testnet.h), which cuts and

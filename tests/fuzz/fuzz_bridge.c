@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * fuzz_bridge.c - libFuzzer harness for the bridge's frame decoder and the
  * mesh's secure channel (bridge_proto.c, bridge_sec.c).

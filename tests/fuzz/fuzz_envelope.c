@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * fuzz_envelope.c - libFuzzer harness for the NATS backend's envelope
  * codec (bridge_envelope.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * fuzz_proto.c - libFuzzer harness for the daemon's request decoder.
  *

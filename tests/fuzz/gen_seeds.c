@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * gen_seeds.c - writes the fuzzers' seed corpora (tests/fuzz/corpus/).
  *

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Run each libFuzzer harness of BUILD_DIR (configured with -DPROCREG_FUZZ=ON)
 # for SECONDS, starting from its seed corpus in tests/fuzz/corpus/. New
 # inputs go to a scratch directory, not into the tree. Fails on any crash,

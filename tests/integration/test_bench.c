@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_bench.c - procreg-bench in quick mode: every subcommand runs once,
  * prints one well-formed JSON object, did the work it measures (counts,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_cli.c - process-level tests of the procreg command-line interface
  * against a real procregd: exit statuses, and the exact text and JSON it
@@ -5,6 +6,7 @@
  * their format only).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -480,7 +482,7 @@ static void test_run_name_taken(void **state)
 	snprintf(script, sizeof(script), "touch %s", ran);
 	holder = spawn_cli(f, A("run", "held", "--meta", "h", "--", "sleep", "30"));
 	wait_owned(f, f->reg, "held", holder);
-	snprintf(msg, sizeof(msg), "procreg: run: name 'held' is held by pid %d\n", (int)holder);
+	snprintf(msg, sizeof(msg), "procreg: run: name 'held' is held by pid %d on this node\n", (int)holder);
 
 	/* The free name first: it is registered, then taken back. */
 	expect_st(cli(r, f->dir, A("run", "free", "held", "--", "sh", "-c", script)), 1);
@@ -513,7 +515,7 @@ static void test_run_name_taken(void **state)
 	/* Also when the holder is the test process (another owner, same uid). */
 	reg_name(f->reg, "mine", "");
 	expect_st(cli(r, f->dir, A("run", "mine", "--", "true")), 1);
-	snprintf(msg, sizeof(msg), "procreg: run: name 'mine' is held by pid %d\n", (int)getpid());
+	snprintf(msg, sizeof(msg), "procreg: run: name 'mine' is held by pid %d on this node\n", (int)getpid());
 	assert_string_equal(r->err, msg);
 	kill_kid(f, holder);
 }
@@ -880,6 +882,9 @@ static void expect_stats(struct fx *f, int json, pid_t daemon)
 			p = expect_decimal(p, 3);
 		else
 			p = expect_prefix(p, "0.000");
+		/* A round trip's answer, not the table's pid. */
+		p = expect_prefix(p, daemon ? ",\"daemon_health\":\"answering\""
+					    : ",\"daemon_health\":\"not running\"");
 		snprintf(buf, sizeof(buf), ",\"table\":\"%s/procreg.default\"}\n", f->dir);
 		p = expect_prefix(p, buf);
 	} else {
@@ -896,6 +901,8 @@ static void expect_stats(struct fx *f, int json, pid_t daemon)
 		} else {
 			p = expect_prefix(p, "daemon_pid         not running\n");
 		}
+		p = expect_prefix(p, daemon ? "daemon_health      answering\n"
+					    : "daemon_health      not running\n");
 		snprintf(buf, sizeof(buf), "table              %s/procreg.default\n", f->dir);
 		p = expect_prefix(p, buf);
 	}
@@ -1068,7 +1075,22 @@ static void test_help_and_usage(void **state)
 	assert_string_equal(r->err, "procreg: unknown option -x\nTry 'procreg --help'.\n");
 	expect_st(cli(r, f->dir, A("--frob", "ls")), 2);
 	assert_string_equal(r->out, "");
-	assert_non_null(strstr(r->err, help)); /* getopt's complaint, then the usage */
+	assert_string_equal(r->err, "procreg: unknown option --frob\nTry 'procreg --help'.\n");
+	expect_st(cli(r, f->dir, A("ls", "--json=yes")), 2);
+	assert_string_equal(r->err,
+			    "procreg: option takes no argument: --json=yes\nTry 'procreg --help'.\n");
+
+	/* An option given to a command it does not apply to is refused, before
+	 * the command word or after it. */
+	expect_st(cli(r, f->dir, A("get", "--queue", "--ttl", "3", "db")), 2);
+	assert_string_equal(r->out, "");
+	assert_string_equal(r->err,
+			    "procreg: get: --queue does not apply to get\nTry 'procreg --help'.\n");
+	expect_st(cli(r, f->dir, A("--once", "ls")), 2);
+	assert_string_equal(r->err, "procreg: ls: --once does not apply to ls\nTry 'procreg --help'.\n");
+	expect_st(cli(r, f->dir, A("unregister", "--meta", "m", "db")), 2);
+	assert_string_equal(r->err, "procreg: unregister: --meta does not apply to unregister\n"
+			    "Try 'procreg --help'.\n");
 	expect_st(cli(r, f->dir, A("ls", "--dir")), 2);
 	assert_string_equal(r->err,
 			    "procreg: option requires an argument: --dir\nTry 'procreg --help'.\n");
@@ -1089,6 +1111,10 @@ static void test_help_and_usage(void **state)
 			assert_string_equal(expect_entry_json(r->out, &e, "m"), "\n");
 		}
 	}
+	/* Any command's options before its word, as procreg(1) allows. */
+	expect_st(cli(r, f->dir, A("--no-autostart", "--timeout", "5", "run", "pre.opts", "--",
+				   "true")), 0);
+	assert_string_equal(r->err, "");
 	/* --dir after the command word. */
 	expect_st(cli(r, NULL, A("get", "db", "--dir", f->dir, "--json")), 0);
 	assert_string_equal(expect_entry_json(r->out, &e, "m"), "\n");
@@ -1128,6 +1154,70 @@ static void test_no_table(void **state)
 	/* Looking did not create anything. */
 	assert_int_equal(rmdir(f->dir), 0);
 	assert_int_equal(mkdir(f->dir, 0700), 0);
+}
+
+/* Every file of DIR whose name starts with "procreg.": their names, each
+ * followed by a space, into OUT. */
+static void procreg_files(const char *dir, char *out, size_t len)
+{
+	struct dirent *de;
+	DIR *d = opendir(dir);
+
+	assert_non_null(d);
+	out[0] = 0;
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, "procreg.", 8)) {
+			strncat(out, de->d_name, len - strlen(out) - 2);
+			strcat(out, " ");
+		}
+	closedir(d);
+}
+
+/* procregd's refusals to start: each says why, and leaves nothing it
+ * made behind. */
+static void test_daemon_refuses(void **state)
+{
+	struct fx *f = *state;
+	struct th_out *o = calloc(1, sizeof(*o));
+	char path[600], want[700], files[1024];
+	struct stat st;
+
+	assert_non_null(o);
+	/* A directory that does not exist is not made (a typo would put
+	 * the table on the root filesystem). */
+	snprintf(path, sizeof(path), "%s/missing", f->dir);
+	assert_int_equal(th_run(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", path)), 1);
+	snprintf(want, sizeof(want), "table directory %s: No such file or directory (procregd "
+		 "does not create it)\n", path);
+	if (!strstr(o->err, want))
+		fail_msg("expected '%s' in:\n%s", want, o->err);
+	assert_int_equal(stat(path, &st), -1);
+
+	/* Another daemon serves the scope: it is named by its pid. */
+	assert_int_equal(th_run(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir)), 1);
+	snprintf(want, sizeof(want), "another procregd serves this scope (pid %d)\n",
+		 (int)f->d.pid);
+	if (!strstr(o->err, want))
+		fail_msg("expected '%s' in:\n%s", want, o->err);
+
+	/* A start that fails after making its table takes it away again
+	 * (and a table it re-attached to stays). */
+	snprintf(path, sizeof(path), "%s/fresh", f->dir);
+	assert_int_equal(mkdir(path, 0700), 0);
+	assert_int_equal(th_run(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", path,
+					   "--reserved-size", "999999999999")), 1);
+	if (!strstr(o->err, "--reserved-size 999999999999: want at most half the table"))
+		fail_msg("unexpected:\n%s", o->err);
+	procreg_files(path, files, sizeof(files));
+	assert_string_equal(files, "");
+	assert_int_equal(th_daemon_stop(&f->d), 0);
+	procreg_files(f->dir, files, sizeof(files));
+	assert_int_equal(th_run(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir,
+					   "--reserved-size", "999999999999")), 1);
+	procreg_files(f->dir, want, sizeof(want));
+	assert_string_equal(want, files);
+	assert_non_null(strstr(files, "procreg.default "));
+	free(o);
 }
 
 static void test_daemon_stopped(void **state)
@@ -1840,6 +1930,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_help_and_usage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_table, setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_daemon_stopped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_daemon_refuses, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_execs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_usage_and_failures, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_run_group, setup, teardown),

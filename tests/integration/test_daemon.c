@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_daemon.c - process-level tests against a real procregd: writes,
  * deaths, permissions, limits, hostile input, crash and restart.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_feed.c - the change feed and waiting, against a real daemon.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_groups.c - groups: a group index beside the name index, and one
  * member index per group.

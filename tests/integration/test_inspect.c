@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_inspect.c - process-level tests of the inspection commands (top,
  * readers, check, stats --format prometheus) and of run/join starting a
@@ -543,6 +544,22 @@ static void test_check(void **state)
 
 /* ---- stats --format prometheus ---------------------------------------- */
 
+/* This process is in the table's reader registry. */
+static int reader_known_cb(const struct procreg_reader *r, void *arg)
+{
+	(void)arg;
+	return r->pid == getpid();
+}
+
+static int reader_known(void *p)
+{
+	struct fx *f = p;
+	PROCREG_OPTS(procreg_entry, e);
+
+	procreg_lookup(f->reg, "p.one", &e);
+	return procreg_readers(f->reg, reader_known_cb, NULL) == 1;
+}
+
 static void test_prometheus(void **state)
 {
 	struct fx *f = *state;
@@ -554,14 +571,38 @@ static void test_prometheus(void **state)
 	expect_in(f->o->out, "# TYPE procreg_registrations_total counter\n"
 			     "procreg_registrations_total{scope=\"default\"} 1\n");
 	expect_in(f->o->out, "procreg_daemon_up{scope=\"default\"} 1\n");
-	/* Every sample line is NAME{scope="default"} VALUE. */
+	/* Sizes in bytes say so; when the daemon started; each reader
+	 * process's lookups (this one's, once the daemon has its pages). */
+	expect_in(f->o->out, "# TYPE procreg_arena_size_bytes gauge\n"
+			     "procreg_arena_size_bytes{scope=\"default\"} ");
+	expect_in(f->o->out, "\nprocreg_arena_used_bytes{scope=\"default\"} ");
+	expect_in(f->o->out, "\nprocreg_arena_top_bytes{scope=\"default\"} ");
+	assert_null(strstr(f->o->out, "procreg_arena_size{"));
+	{
+		PROCREG_OPTS(procreg_stats, st);
+		char want[160];
+
+		assert_int_equal(procreg_stats(f->reg, &st), 0);
+		snprintf(want, sizeof(want), "\nprocreg_daemon_start_time_seconds{scope=\"default\"} "
+			 "%.3f\n", (double)st.daemon_started_ns / 1e9);
+		expect_in(f->o->out, want);
+		assert_true(th_until(reader_known, f, WAIT_MS));
+		expect_st(f, cli(f, A("stats", "--format", "prometheus")), 0);
+		snprintf(want, sizeof(want), "\nprocreg_reader_lookups_total{scope=\"default\","
+			 "pid=\"%d\"} ", (int)getpid());
+		expect_in(f->o->out, want);
+	}
+	/* Every sample line is NAME{scope="default"[,pid="N"]} VALUE. */
 	for (char *l = f->o->out; *l; l = strchr(l, '\n') + 1) {
-		unsigned long long v;
-		char name[128];
+		char name[128], rest[64];
+		double v;
+		int pid;
 
 		if (*l == '#')
 			continue;
-		if (sscanf(l, "procreg_%127[a-z_]{scope=\"default\"} %llu\n", name, &v) != 2)
+		if (sscanf(l, "procreg_%127[a-z_]{scope=\"default\"} %lf\n", name, &v) != 2 &&
+		    (sscanf(l, "procreg_%127[a-z_]{scope=\"default\",pid=\"%d\"} %63s", name, &pid,
+			    rest) != 3 || strcmp(name, "reader_lookups_total")))
 			fail_msg("not a sample line: %.*s", (int)strcspn(l, "\n"), l);
 	}
 	expect_st(f, cli(f, A("stats", "--format=json")), 0);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_introspect.c - the introspection API (lib/introspect.c) against a
  * real daemon: the header's figures, the name hash, the reader registry

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_output.c - safe output: names, groups and metadata chosen by an
  * unprivileged user, read back by root through every output.
@@ -852,13 +853,14 @@ static void test_daemon_log(void **state)
 		fail_msg("procregd's log: unsafe byte 0x%02x at %zu:\n%s", (unsigned char)log[at], at,
 			 log);
 	for (char *l = log, *end; (end = strchr(l, '\n')); l = end + 1) {
-		char *p = memmem(l, (size_t)(end - l), "]: name '", 9), *q;
+		/* --verbose's lines: the debug level. */
+		char *p = memmem(l, (size_t)(end - l), "]: debug: name '", 16), *q;
 		int k;
 
 		q = memmem(l, (size_t)(end - l), needle, strlen(needle));
 		if (!p || !q)
 			continue;
-		p += 9;
+		p += 16;
 		k = th_find(th_hostile_names, TH_NHOSTILE, buf, th_decode(p, (size_t)(q - p), buf, sizeof(buf)));
 		if (k < 0)
 			fail_msg("procregd's log: a name not registered: %.*s", (int)(end - l), l);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_owners.c - standby owners (queues), replacement and leases,
  * against a real daemon.

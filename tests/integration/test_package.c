@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_package.c - procreg as an installed package: cmake --install into a
  * temporary prefix, a small program built against it with pkg-config and
@@ -163,6 +164,55 @@ static void run_prog(struct fx *f, const char *prog, const char *name)
 	expect_in(f->o->out, want);
 }
 
+/* The installed tree as a distribution's package would have it. */
+static void installed_layout(struct fx *f, const char *prefix)
+{
+	char cmd[4096], path[700], *text;
+	struct stat st;
+
+	/* The benchmark is no command for the PATH. */
+	snprintf(path, sizeof(path), "%s/bin/procreg-bench", prefix);
+	assert_int_equal(stat(path, &st), -1);
+
+	/* The SONAME is the ABI number, not the version (README, "ABI"). */
+	snprintf(cmd, sizeof(cmd), "objdump -p '%s/lib/libprocreg.so' | grep -w SONAME", prefix);
+	sh(f, NULL, cmd);
+	expect_in(f->o->out, " libprocreg.so." PROCREG_ABI "\n");
+
+	/* Nothing of the build tree in the installed bench's constants, and
+	 * it finds the installed procregd and library from its own place. */
+	snprintf(cmd, sizeof(cmd),
+		 "objcopy -O binary -j .rodata '%s/libexec/procreg/procreg-bench' '%s/bench.rodata' && "
+		 "! grep -a -F -q '%s' '%s/bench.rodata' && test -s '%s/bench.rodata'",
+		 prefix, f->dir, PROCREG_BUILD_DIR, f->dir, f->dir);
+	sh(f, NULL, cmd);
+	snprintf(cmd, sizeof(cmd), "'%s/libexec/procreg/procreg-bench' memory --quick --tmpdir '%s'",
+		 prefix, f->dir);
+	sh(f, A("ASAN_OPTIONS=detect_leaks=0"), cmd);
+	expect_in(f->o->out, "names like");
+
+	/* A system prefix (a package built with DESTDIR): absolute paths in
+	 * procreg.pc, which pkg-config then knows for the system's own. */
+	snprintf(cmd, sizeof(cmd), "DESTDIR='%s/destdir' cmake --install '%s' --prefix /usr",
+		 f->dir, PROCREG_BUILD_DIR);
+	sh(f, NULL, cmd);
+	snprintf(path, sizeof(path), "%s/destdir/usr/lib/pkgconfig/procreg.pc", f->dir);
+	text = read_file(path);
+	expect_in(text, "\nprefix=/usr\n");
+	assert_null(strstr(text, "pcfiledir"));
+	free(text);
+	snprintf(cmd, sizeof(cmd), "PKG_CONFIG_PATH='%s/destdir/usr/lib/pkgconfig' "
+		 "pkg-config --cflags --libs procreg", f->dir);
+	sh(f, NULL, cmd);
+	assert_string_equal(f->o->out, "-lprocreg \n");
+
+	/* Any other prefix: relative to the file's own place. */
+	snprintf(path, sizeof(path), "%s/lib/pkgconfig/procreg.pc", prefix);
+	text = read_file(path);
+	expect_in(text, "\nprefix=${pcfiledir}/../..\n");
+	free(text);
+}
+
 static void test_installed_package(void **state)
 {
 	struct fx *f = *state;
@@ -174,6 +224,8 @@ static void test_installed_package(void **state)
 		"share/man/man3/procreg.3", "share/man/man8/procregd.8",
 		"share/bash-completion/completions/procreg", "share/bash-completion/completions/procregd",
 		"lib/systemd/system/procregd@.service", "lib/systemd/system/procregd@.socket",
+		"libexec/procreg/procreg-bench", "libexec/procreg/libprocreg_noprobes.so",
+		"share/doc/procreg/LICENSE",
 	};
 	char cmd[4096], prefix[512], src[512], path[700], env_pc[700], *text;
 
@@ -182,12 +234,15 @@ static void test_installed_package(void **state)
 	sh(f, NULL, cmd);
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
 		expect_file(prefix, files[i]);
+	installed_layout(f, prefix);
 
 	/* The service runs the installed daemon, one per scope. */
 	snprintf(path, sizeof(path), "%s/lib/systemd/system/procregd@.service", prefix);
 	text = read_file(path);
-	snprintf(cmd, sizeof(cmd), "\nExecStart=%s/sbin/procregd --foreground --scope %%i\n", prefix);
+	snprintf(cmd, sizeof(cmd),
+		 "\nExecStart=%s/sbin/procregd --foreground --scope %%i $PROCREGD_OPTS\n", prefix);
 	expect_in(text, cmd);
+	expect_in(text, "\nType=notify\n");
 	free(text);
 	snprintf(path, sizeof(path), "%s/lib/systemd/system/procregd@.socket", prefix);
 	text = read_file(path);

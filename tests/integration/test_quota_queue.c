@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_quota_queue.c - places in owner queues (PROCREG_QUEUE) count
  * against the per-uid quota (--max-names-per-uid), like names and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_readme.c - the README's C example, built from the README itself,
  * runs against a real daemon and does what the README says.

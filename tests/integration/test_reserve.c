@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_reserve.c - fair shares with headroom: several unprivileged uids
  * fill every per-uid quota they have, connections and names, until the

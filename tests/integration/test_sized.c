@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_sized.c - the sized-struct rule of the API (procreg.h, "Sized
  * structs") on every function that takes a struct: .sz 0 or too small

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_threads.c - one handle, many threads: lookups, walks, counters,
  * the feed, registrations, joins and removals all at once, while another

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_trace.c - procreg-trace against a live procregd and clients doing
  * known work: what it counts and reports must match what was done.
@@ -22,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "cluster.h"
@@ -36,6 +38,9 @@ struct fixture {
 	procreg_t *reg;
 	pid_t tracer;
 	char out[512], err[512];     /* the tracer's stdout and stderr files */
+	struct th_daemon d2;         /* a second registry's daemon, in dir2 */
+	char *dir2;
+	pid_t workers[2];            /* workers still running */
 };
 
 static int setup(void **state)
@@ -61,8 +66,17 @@ static int teardown(void **state)
 		kill(f->tracer, SIGKILL);
 		th_wait(f->tracer);
 	}
+	for (int i = 0; i < 2; i++)
+		if (f->workers[i] > 0)
+			th_kill_wait(&f->workers[i]);
 	procreg_close(f->reg);
 	th_daemon_stop(&f->d);
+	if (f->dir2) {
+		if (f->d2.pid)
+			th_daemon_stop(&f->d2);
+		th_rmrf(f->dir2);
+		free(f->dir2);
+	}
 	th_rmrf(f->dir);
 	free(f->dir);
 	free(f);
@@ -205,6 +219,28 @@ static pid_t worker_start(struct fixture *f, struct worker *w)
 	return th_fork(worker_main, w);
 }
 
+/* The same worker in a process of its own image (this program again,
+ * TRACE_WORKER_DIR set): a fork would share the test's mappings, the
+ * test's registry's table among them. */
+static pid_t worker_exec(struct fixture *f, struct worker *w)
+{
+	pid_t pid;
+
+	w->dir = f->dir;
+	assert_int_equal(pipe(w->go), 0);
+	assert_int_equal(pipe(w->done), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(w->go[0], 0);
+		dup2(w->done[1], 1);
+		setenv("TRACE_WORKER_DIR", f->dir, 1);
+		execl("/proc/self/exe", "test_trace", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
 static void worker_run(struct worker *w)
 {
 	assert_int_equal(write(w->go[1], "x", 1), 1);
@@ -256,7 +292,103 @@ static void test_top_counts_lookups_and_misses(void **state)
 	    !strstr(out, " trace.absent (not in the table)\n"))
 		fail_msg("names missing from procreg-trace top's output:\n%s", out);
 	assert_non_null(strstr(out, pid));
+	/* The process's row names its command (the worker: a fork of ours). */
+	if (!strstr(out, "  COMM\n") || !strstr(out, "  test_trace\n"))
+		fail_msg("no COMM column in procreg-trace top's output:\n%s", out);
 	free(out);
+}
+
+
+/* PID's mappings hold the table of DIR. */
+struct mapping {
+	pid_t pid;
+	const char *dir;
+};
+
+static int maps_table_of(void *arg)
+{
+	struct mapping *m = arg;
+	char path[64], want[600], *maps;
+	int found;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)m->pid);
+	snprintf(want, sizeof(want), "%s/procreg.default\n", m->dir);
+	maps = slurp(path);
+	found = strstr(maps, want) != NULL;
+	free(maps);
+	return found;
+}
+
+/* Without -p, top traces the processes of the registry it is pointed
+ * at, and not those of another registry, which load the same library. */
+static void test_top_scoped_to_registry(void **state)
+{
+	struct fixture *f = *state;
+	struct worker w = { 0 }, other = { 0 };
+	unsigned long long lookups = 0, misses = 0;
+	char *dir2 = f->dir2 = th_mkdtemp(), pid[16], opid[32], *out, *t;
+	struct fixture f2 = { .dir = dir2 };
+	procreg_t *r2;
+	pid_t child, ochild;
+
+	assert_int_equal(th_daemon_start(&f->d2, dir2, NULL, NULL), 0);
+	r2 = th_open(dir2);
+	assert_non_null(r2);
+	assert_int_equal(procreg_register(r2, "trace.a", "a", 1), 0);
+	assert_int_equal(procreg_register(r2, "trace.b", "b", 1), 0);
+	/* Closed before the other worker starts: it must map registry B's
+	 * table only once it runs as itself, after its exec. */
+	procreg_close(r2);
+	register_names(f);
+	child = f->workers[0] = worker_start(f, &w);
+	ochild = f->workers[1] = worker_exec(&f2, &other);
+	assert_true(th_until(maps_table_of, &(struct mapping){ child, f->dir }, 20000));
+	assert_true(th_until(maps_table_of, &(struct mapping){ ochild, dir2 }, 20000));
+	assert_false(maps_table_of(&(struct mapping){ ochild, f->dir }));
+	tracer_start(f, (const char *const[]){ "top", "--interval", "600", NULL });
+	worker_run(&w);
+	worker_run(&other);
+	out = tracer_stop(f);
+	worker_end(&w, child);
+	worker_end(&other, ochild);
+	f->workers[0] = f->workers[1] = 0;
+
+	t = strstr(out, "total: ");
+	if (!t || sscanf(t, "total: lookups %llu, misses %llu", &lookups, &misses) != 2)
+		fail_msg("no totals in procreg-trace top's output:\n%s", out);
+	/* The worker of this registry only. */
+	assert_int_equal(lookups, HITS + MISSES);
+	assert_int_equal(misses, MISSES);
+	snprintf(pid, sizeof(pid), "%12d ", (int)child);
+	snprintf(opid, sizeof(opid), "%12d ", (int)ochild);
+	if (!strstr(out, pid) || strstr(out, opid))
+		fail_msg("procreg-trace top without -p: pid %d wanted, pid %d not:\n%s", (int)child,
+			 (int)ochild, out);
+	free(out);
+	assert_int_equal(th_daemon_stop(&f->d2), 0);
+}
+
+/* Options refused before anything is loaded, and --version. */
+static void test_options(void **state)
+{
+	struct th_out *o = calloc(1, sizeof(*o));
+	char want[64];
+
+	(void)state;
+	assert_non_null(o);
+	assert_int_equal(th_run(o, NULL, (const char *const[]){ PROCREG_TRACE_PATH, "--version",
+								 NULL }), 0);
+	snprintf(want, sizeof(want), "procreg-trace %s\n", procreg_version());
+	assert_string_equal(o->out, want);
+	assert_int_equal(th_run(o, NULL, (const char *const[]){ PROCREG_TRACE_PATH, "lat",
+								 "--interval", "0", NULL }), 2);
+	assert_string_equal(o->err, "procreg-trace: --interval 0: want at least 0.01 seconds\n");
+	assert_int_equal(th_run(o, NULL, (const char *const[]){ PROCREG_TRACE_PATH, "lat", "--lib",
+								 "/nonexistent/libprocreg.so", NULL }),
+			 2);
+	assert_string_equal(o->err, "procreg-trace: --lib /nonexistent/libprocreg.so: No such file "
+				    "or directory\n");
+	free(o);
 }
 
 /* A line of OUT that holds every one of the NULL-terminated WORDS (its
@@ -756,8 +888,18 @@ static void test_bridge_probes(void **state)
 
 int main(void)
 {
+	/* worker_exec()'s worker: its registry's lookups, told by fds 0, 1. */
+	if (getenv("TRACE_WORKER_DIR")) {
+		struct worker w = { .dir = getenv("TRACE_WORKER_DIR"), .go = { 0, -1 },
+				    .done = { -1, 1 } };
+
+		return worker_main(&w);
+	}
+
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_top_counts_lookups_and_misses, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_options, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_top_scoped_to_registry, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_events_show_a_killed_process, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_events_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lat_histograms, setup, teardown),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_crash.c - procregd SIGKILLed at random points of a write storm,
  * many times over, and restarted each time.

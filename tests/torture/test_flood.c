@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_flood.c - peers that push and do not pull: a local client that
  * floods requests and never reads a reply, connections to the bridge port

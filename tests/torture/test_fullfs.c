@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_fullfs.c - the table's filesystem runs out of space: a small tmpfs
  * the test mounts, under a daemon whose --max-size is larger than it. The

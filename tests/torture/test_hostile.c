@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_hostile.c - an unprivileged local user against a root daemon and
  * root readers and writers: what the files and the reader pages let it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_soak.c - a bounded soak: three bridged daemons, with readers,
  * writers, deaths and random disconnects, for PROCREG_SOAK_SECONDS

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_stress.c - readers and writers at once, in separate processes,
  * against a real procregd.

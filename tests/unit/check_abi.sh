@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-2-Clause
 # check_abi.sh LIB MAP HEADER - the library's exported symbols, the version
 # script and the public header must name the same functions: a function
 # exported but not listed (or listed under no version), listed but not

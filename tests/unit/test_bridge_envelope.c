@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_bridge_envelope.c - the NATS backend's envelope codec
  * (lib/bridge_envelope.c) on byte buffers: a round trip, every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_bridge_proto.c - the replication codec (lib/bridge_proto.c) on byte
  * buffers: round trips, streams cut anywhere, and hostile input.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_bridge_sec.c - the mesh's secure channel (lib/bridge_sec.c) on
  * byte buffers: two ends taken through the handshake by hand, then

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_hashmap.c - the daemon's private u64 -> u64 map (lib/hashmap.c).
  *

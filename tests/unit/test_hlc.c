@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_hlc.c - the hybrid logical clock of replication stamps (lib/hlc.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_proto.c - encoding and decoding daemon protocol frames
  * (lib/proto.c) on byte buffers, without sockets.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_rcu.c - the cross-process RCU (lib/rcu.c), with real processes.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_table.c - the shared table without a daemon: the writer API
  * (lib/writer.c) driven directly, the way procregd's do_register and

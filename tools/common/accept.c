@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* accept.c - see accept.h. */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * accept.h - accepting connections when the process is out of file
  * descriptors: procregd's client socket (server.c) and the bridge's TCP

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /* args.c - see args.h. */
 #include <errno.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * clock.h - the tools' monotonic clock, and the rate limit of a log line
  * that others can provoke. Header only: procreg-bridge-nats.so, which

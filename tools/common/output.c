@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * output.c - the escaped text form and the lossless JSON form of names
  * and metadata (output.h says what each is).

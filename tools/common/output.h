@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * output.h - how every procreg tool prints what other users chose: names,
  * group names, node names, metadata, process names. One writer for the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * baseline.c - the in-process tables procreg's lookups are measured
  * against:

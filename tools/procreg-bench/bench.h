@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * bench.h - what procreg-bench's files share.
  *
@@ -98,6 +99,8 @@ void futex_wake_all(int *addr);
 /* Create the private directory and install the clean-up handlers. */
 int env_init(void);
 const char *env_dir(void);
+/* The directory of the procreg-bench executable. */
+const char *bench_self_dir(void);
 /* Remove everything we started or created. Safe to call twice. */
 void env_cleanup(void);
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * cluster.c - procreg-bench stress --nodes K (or procreg-bench cluster):
  * replication between K procregd on loopback, beside baselines run in the

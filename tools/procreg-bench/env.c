@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * env.c - the bench's private world: a temporary directory, the procregd
  * processes it starts there, the children it forks, CPU pinning, and the
@@ -349,29 +350,38 @@ int env_init(void)
 
 /* ---- procregd ---------------------------------------------------------- */
 
-static const char *find_procregd(void)
+/* The directory procreg-bench runs from ("" if it cannot be read). */
+const char *bench_self_dir(void)
 {
-	static char path[PATH_MAX];
-	char self[PATH_MAX - 32];
+	static char self[PATH_MAX - 64];
 	ssize_t n;
 	char *slash;
 
-	if (bo.procregd)
-		return bo.procregd;
+	if (self[0])
+		return self;
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0)
-		return NULL;
+		return "";
 	self[n] = 0;
 	slash = strrchr(self, '/');
-	if (!slash)
-		return NULL;
-	*slash = 0;
+	if (slash)
+		*slash = 0;
+	return self;
+}
+
+static const char *find_procregd(void)
+{
+	static char path[PATH_MAX];
+
+	if (bo.procregd)
+		return bo.procregd;
 	/* In the build tree both sit in one directory; installed, the bench
-	 * is in bin/ and the daemon in sbin/. */
-	snprintf(path, sizeof(path), "%s/procregd", self);
+	 * is in LIBEXECDIR/procreg and the daemon where this relative path
+	 * from there says (SBINDIR). */
+	snprintf(path, sizeof(path), "%s/procregd", bench_self_dir());
 	if (access(path, X_OK) == 0)
 		return path;
-	snprintf(path, sizeof(path), "%s/../sbin/procregd", self);
+	snprintf(path, sizeof(path), "%s/%s/procregd", bench_self_dir(), PROCREG_BENCH_SBIN_RELDIR);
 	if (access(path, X_OK) == 0)
 		return path;
 	return NULL;
@@ -393,7 +403,8 @@ int daemon_start(struct daemon_proc *d, const char *scope, const char *const *ar
 	memset(d, 0, sizeof(*d));
 	snprintf(d->scope, sizeof(d->scope), "%s", scope);
 	if (!exe) {
-		fprintf(stderr, "procreg-bench: procregd not found next to procreg-bench: use --procregd PATH\n");
+		fprintf(stderr, "procreg-bench: procregd not found next to procreg-bench, nor in %s/%s: use --procregd PATH\n",
+			bench_self_dir(), PROCREG_BENCH_SBIN_RELDIR);
 		return -ENOENT;
 	}
 	for (int i = 0; i < 16; i++)

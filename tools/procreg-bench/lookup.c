@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * lookup.c - procreg-bench lookup [--under-write-load]
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procreg-bench - measures procreg beside baselines run on the same
  * machine in the same run, and checks the targets of DESIGN.md.
@@ -85,7 +86,7 @@ static void usage(FILE *f)
 		"  --names N             table size (default 10000)\n"
 		"  --rounds N            alternating rounds per build (default 7)\n"
 		"  --fixed N             N untimed lookups per build, for valgrind --tool=callgrind\n"
-		"  --noprobes-lib PATH   the build without probes (default: the one built here)\n"
+		"  --noprobes-lib PATH   the build without probes (default: beside procreg-bench)\n"
 		"memory:\n"
 		"  --names N[,N...]      sizes, growing (default 10000,100000,1000000)\n"
 		"\n"

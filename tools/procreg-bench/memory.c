@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * memory.c - procreg-bench memory: bytes of table per name.
  *

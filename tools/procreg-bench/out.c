@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * out.c - what the bench prints: a human table as it goes, and with
  * --json one JSON object at the end (built as the figures come in), with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * probes.c - procreg-bench probes: what the USDT probes cost a lookup when
  * no tracer is attached.
@@ -18,6 +19,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +89,8 @@ int cmd_probes(void)
 {
 	const uint64_t n = bo.nnames ? bo.names_list[0] : (bo.quick ? 1000 : 10000);
 	const uint64_t qn = 1u << 16;
-	const char *lib = bo.noprobes_lib ? bo.noprobes_lib : PROCREG_BENCH_NOPROBES_LIB;
+	char deflib[PATH_MAX];
+	const char *lib = bo.noprobes_lib ? bo.noprobes_lib : deflib;
 	struct build b[2] = { { .label = "probes compiled in, not attached" },
 			      { .label = "probes compiled out" } };
 	struct daemon_proc d;
@@ -102,6 +105,8 @@ int cmd_probes(void)
 
 	if (rounds > 64)
 		rounds = 64;
+	/* Beside procreg-bench, in the build tree as installed. */
+	snprintf(deflib, sizeof(deflib), "%s/libprocreg_noprobes.so", bench_self_dir());
 	h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		fprintf(stderr, "procreg-bench: %s\n", dlerror());

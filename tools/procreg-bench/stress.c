@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * stress.c - procreg-bench stress: the reference stress test of process
  * registries, for Linux processes.

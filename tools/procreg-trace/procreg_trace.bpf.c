@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * procreg_trace.bpf.c - the kernel side of procreg-trace: handlers for the
  * USDT probes of libprocreg and procregd (lib/probes.h; their arguments
@@ -19,6 +19,9 @@
 
 #include "procreg_trace.h"
 
+/* The kernel lets a program call GPL-only helpers (bpf_probe_read_user_str
+ * and the like) only if this string is GPL-compatible: "Dual BSD/GPL" is,
+ * and says what the SPDX line above says. */
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Set by the loader through skel->rodata before load. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procreg-trace - eBPF tracing of procreg's hot paths through its USDT
  * probes (lib/probes.h): latency histograms, the hottest names, and a live
@@ -20,6 +21,7 @@
  * probes are attached in the daemon that serves the scope.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -31,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,6 +43,7 @@
 #include "clock.h"
 #include "output.h"
 #include "procreg.h"
+#include "procreg/version.h"
 #include "procreg_trace.h"
 #include "procreg_trace.skel.h"
 
@@ -103,17 +107,20 @@ static void usage(FILE *f)
 		"            entries applied, and a histogram of the time to apply a frame\n"
 		"\n"
 		"Options:\n"
-		"  -p, --pid PID       trace one process (default: every process that maps\n"
-		"                      libprocreg.so); procregd is traced either way\n"
+		"  -p, --pid PID       trace one process (default: the processes that have\n"
+		"                      the registry open, looked for every second);\n"
+		"                      procregd is traced either way\n"
 		"  -i, --interval S    seconds between reports of lat and top (default 1)\n"
 		"  -d, --duration S    stop after S seconds (default: at SIGINT or SIGTERM)\n"
 		"  -n, --rows N        top: names and processes shown (default 10)\n"
 		"      --json          events, bridge: one JSON object per line\n"
 		"      --changes       bridge: also a line per change sent and entry applied\n"
-		"      --lib PATH      without -p: trace processes that map PATH (repeatable)\n"
+		"      --lib PATH      without -p: trace every process that maps PATH\n"
+		"                      (repeatable), whatever registry it uses\n"
 		"      --scope NAME    the registry's scope (default $PROCREG_SCOPE or 'default')\n"
 		"      --dir DIR       its directory (default $PROCREG_DIR)\n"
 		"  -v, --verbose       libbpf's messages\n"
+		"  -V, --version       print the version\n"
 		"\n"
 		"See procreg-trace(8) and README.md (\"Tracing\") for the probes.\n");
 }
@@ -145,6 +152,7 @@ static void parse(int argc, char **argv)
 		{ "dir", required_argument, NULL, O_DIR },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
 	const char *cmd;
@@ -152,7 +160,7 @@ static void parse(int argc, char **argv)
 	size_t i;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "p:i:d:n:vh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:i:d:n:vhV", lo, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			opt.pid = (pid_t)strtol(optarg, &end, 10);
@@ -162,9 +170,13 @@ static void parse(int argc, char **argv)
 			}
 			break;
 		case 'i':
+			/* 0 would report without pause, and spin. */
 			opt.interval = parse_secs("--interval", optarg);
-			if (opt.interval < 0.01)
-				opt.interval = 0.01;
+			if (opt.interval < 0.01) {
+				fprintf(stderr, "procreg-trace: --interval %s: want at least 0.01 "
+					"seconds\n", optarg);
+				exit(2);
+			}
 			break;
 		case 'd': opt.duration = parse_secs("--duration", optarg); break;
 		case 'n':
@@ -179,12 +191,24 @@ static void parse(int argc, char **argv)
 				fprintf(stderr, "procreg-trace: too many --lib\n");
 				exit(2);
 			}
+			/* Said now, not as a failure to attach later. */
+			{
+				struct stat st;
+
+				if (stat(optarg, &st) < 0 || !S_ISREG(st.st_mode)) {
+					fprintf(stderr, "procreg-trace: --lib %s: %s\n", optarg,
+						stat(optarg, &st) < 0 ? strerror(errno)
+								      : "not a regular file");
+					exit(2);
+				}
+			}
 			opt.libs[opt.nlibs++] = optarg;
 			break;
 		case O_SCOPE: opt.scope = optarg; break;
 		case O_DIR: opt.dir = optarg; break;
 		case 'v': opt.verbose = true; break;
 		case 'h': usage(stdout); exit(0);
+		case 'V': printf("procreg-trace %s\n", PROCREG_VERSION_STRING); exit(0);
 		default: usage(stderr); exit(2);
 		}
 	}
@@ -345,7 +369,98 @@ static int mapped_objects(pid_t pid, const char *match, char objs[][PATH_MAX], i
 
 static char objs[MAX_OBJECTS][PATH_MAX];
 
-/* Library probes: in -p PID's objects, or in the library for everyone. */
+/*
+ * Without -p or --lib, the registry's own processes: each process whose
+ * mappings hold this scope's table (readers and writers alike: opening
+ * the registry maps it), traced on its own, in every object it maps that
+ * carries the probes. A uprobe for one pid touches no other process, so
+ * another registry's users, and other users' processes that merely load
+ * the library, are left alone. The processes are found again every
+ * second (scan_registry() from the report loop): one that comes and goes
+ * between two scans (a short procreg command) is not seen; -p, or --lib
+ * (every process that maps that library) for those.
+ */
+#define MAX_TRACED 256
+
+static procreg_t *reg;
+
+static pid_t traced[MAX_TRACED];
+static int ntraced;
+static pid_t traced_daemon;
+static char table_real[PATH_MAX];
+static bool links_full_said;
+
+static bool scoped(void)
+{
+	return !opt.pid && !opt.nlibs;
+}
+
+/* Whether PID maps the file TABLE_REAL. */
+static bool maps_table(pid_t pid)
+{
+	char path[64], line[PATH_MAX + 256];
+	size_t n = strlen(table_real);
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		size_t l = strcspn(line, "\n");
+
+		line[l] = 0;
+		found = l > n && line[l - n - 1] == ' ' && !strcmp(line + l - n, table_real);
+	}
+	fclose(f);
+	return found;
+}
+
+/* Attach to the registry's processes not traced yet: how many probes. */
+static int scan_registry(struct procreg_trace *skel)
+{
+	struct dirent *de;
+	DIR *d;
+	int n = 0, err = 0;
+
+	if (!table_real[0] && !realpath(procreg_table_path(reg), table_real))
+		return 0;
+	d = opendir("/proc");
+	if (!d)
+		return 0;
+	while ((de = readdir(d)) && ntraced < MAX_TRACED) {
+		char *end;
+		long pid = strtol(de->d_name, &end, 10);
+		bool seen = false;
+		int nobj;
+
+		/* Not ourselves (we map the table to name what we see), not
+		 * procregd (attach_daemon()). */
+		if (*end || pid <= 0 || pid == getpid() || pid == traced_daemon)
+			continue;
+		for (int i = 0; i < ntraced && !seen; i++)
+			seen = traced[i] == pid;
+		if (seen || !maps_table((pid_t)pid))
+			continue;
+		traced[ntraced++] = (pid_t)pid;
+		nobj = mapped_objects((pid_t)pid, NULL, objs, MAX_OBJECTS);
+		quiet_libbpf = true;
+		for (int i = 0; i < nobj; i++)
+			n += attach_object(skel, false, (pid_t)pid, objs[i], &err);
+		quiet_libbpf = false;
+	}
+	closedir(d);
+	if ((nlinks == MAX_LINKS || ntraced == MAX_TRACED) && !links_full_said) {
+		fprintf(stderr, "procreg-trace: tracing as many processes as it can: later ones "
+			"are not traced\n");
+		links_full_said = true;
+	}
+	return n;
+}
+
+/* Library probes: in -p PID's objects, in the --lib objects for
+ * everyone, or in the registry's processes. */
 static int attach_library(struct procreg_trace *skel)
 {
 	int n = 0, nobj, err = -ENOENT;
@@ -369,15 +484,11 @@ static int attach_library(struct procreg_trace *skel)
 		}
 		return n;
 	}
-	if (opt.nlibs) {
-		nobj = opt.nlibs;
-		for (int i = 0; i < nobj; i++)
-			snprintf(objs[i], PATH_MAX, "%s", opt.libs[i]);
-	} else {
-		/* The library this program itself resolved: the one the
-		 * dynamic linker gives every other program too. */
-		nobj = mapped_objects(0, "libprocreg.so", objs, MAX_OBJECTS);
-	}
+	if (scoped())
+		return scan_registry(skel);
+	nobj = opt.nlibs;
+	for (int i = 0; i < nobj; i++)
+		snprintf(objs[i], PATH_MAX, "%s", opt.libs[i]);
 	for (int i = 0; i < nobj; i++) {
 		int k = attach_object(skel, false, -1, objs[i], &err);
 
@@ -387,10 +498,6 @@ static int attach_library(struct procreg_trace *skel)
 			return err;
 		}
 		n += k;
-	}
-	if (!n) {
-		fprintf(stderr, "procreg-trace: no libprocreg.so to trace: give --lib PATH or -p PID\n");
-		return -ENOENT;
 	}
 	return n;
 }
@@ -569,6 +676,22 @@ static size_t node_len(const char *node)
 
 /* S[0..N) for a line of text, escaped (output.h). The last four results
  * stay valid. */
+/* PID's command name (/proc/PID/comm) into BUF; "" once it has exited. */
+static void proc_comm(pid_t pid, char *buf, size_t len)
+{
+	char path[64];
+	FILE *f;
+
+	buf[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return;
+	if (fgets(buf, (int)len, f))
+		buf[strcspn(buf, "\n")] = 0;
+	fclose(f);
+}
+
 static const char *txt(const char *s, size_t n)
 {
 	static char buf[4][PROCREG_TEXT_NAME_BUF];
@@ -639,7 +762,6 @@ static int by_lookups(const void *a, const void *b)
 
 /* Name hashes to names: every name in the table, hashed by the library
  * as the procreg:lookup probe reports it. */
-static procreg_t *reg;
 
 struct resolve {
 	struct row *rows;
@@ -727,12 +849,17 @@ static void print_top(struct procreg_trace *skel, double secs)
 	if (n > opt.rows)
 		n = opt.rows;
 	if (n) {
-		printf("%12s %12s %12s %14s\n", "PID", "LOOKUPS", "MISSES", "LOOKUPS/S");
-		for (int i = 0; i < n; i++)
-			printf("%12llu %12llu %12llu %14.0f\n", (unsigned long long)rows[i].key,
+		printf("%12s %12s %12s %14s  %s\n", "PID", "LOOKUPS", "MISSES", "LOOKUPS/S", "COMM");
+		for (int i = 0; i < n; i++) {
+			char comm[64];
+
+			proc_comm((pid_t)rows[i].key, comm, sizeof(comm));
+			printf("%12llu %12llu %12llu %14.0f  %s\n", (unsigned long long)rows[i].key,
 			       (unsigned long long)rows[i].c.lookups,
 			       (unsigned long long)rows[i].c.misses,
-			       secs > 0 ? (double)rows[i].c.lookups / secs : 0.0);
+			       secs > 0 ? (double)rows[i].c.lookups / secs : 0.0,
+			       comm[0] ? txt(comm, strlen(comm)) : "?");
+		}
 	}
 	free(rows);
 	printf("\n");
@@ -971,16 +1098,24 @@ static int attach_all(struct procreg_trace *skel)
 	PROCREG_OPTS(procreg_stats, st);
 	int nlib = 0, nd = 0;
 
+	procreg_stats(reg, &st);
+	traced_daemon = st.daemon_pid;
 	if (wants(false) && (nlib = attach_library(skel)) < 0)
 		return nlib;
-	procreg_stats(reg, &st);
 	if (wants(true) && (nd = attach_daemon(skel, st.daemon_pid)) < 0)
 		return nd;
-	fprintf(stderr, "procreg-trace: tracing %d probe%s (library: %s; procregd: %s, pid %d); "
-			"Ctrl-C to stop\n",
-		nlib + nd, nlib + nd == 1 ? "" : "s",
-		!nlib ? "none" : opt.pid ? "one process" : "every process", nd ? "yes" : "no",
-		(int)st.daemon_pid);
+	if (wants(false) && scoped())
+		fprintf(stderr, "procreg-trace: tracing %d probe%s (library: %d process%s of the "
+				"registry, looked for every second; procregd: %s, pid %d); Ctrl-C "
+				"to stop\n",
+			nlib + nd, nlib + nd == 1 ? "" : "s", ntraced, ntraced == 1 ? "" : "es",
+			nd ? "yes" : "no", (int)st.daemon_pid);
+	else
+		fprintf(stderr, "procreg-trace: tracing %d probe%s (library: %s; procregd: %s, "
+				"pid %d); Ctrl-C to stop\n",
+			nlib + nd, nlib + nd == 1 ? "" : "s",
+			!nlib ? "none" : opt.pid ? "one process" : "every process that maps --lib",
+			nd ? "yes" : "no", (int)st.daemon_pid);
 	return 0;
 }
 
@@ -999,7 +1134,7 @@ static void report(struct procreg_trace *skel, double secs)
  * a signal or --duration. *LAST: when the last report was made. */
 static int trace_loop(struct ring_buffer *rb, struct procreg_trace *skel, double *last)
 {
-	double start = now_s(), next = start + opt.interval;
+	double start = now_s(), next = start + opt.interval, next_scan = start + 1;
 	int err;
 
 	*last = start;
@@ -1026,6 +1161,10 @@ static int trace_loop(struct ring_buffer *rb, struct procreg_trace *skel, double
 		now = now_s();
 		if (opt.duration && now >= start + opt.duration)
 			break;
+		if (wants(false) && scoped() && now >= next_scan) {
+			scan_registry(skel);
+			next_scan = now + 1;
+		}
 		if (now >= next && opt.cmd != CMD_EVENTS) {
 			report(skel, now - *last);
 			*last = now;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procreg_trace.h - what the BPF side (procreg_trace.bpf.c) and the loader
  * (procreg_trace.c) share: the event record of the ring buffer, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * autostart.c - run and join start procregd when no daemon serves the
  * scope, as gpg-agent and dbus autolaunch do.
@@ -7,7 +8,14 @@
  * /usr/local/sbin, /usr/sbin, /sbin. It is started without --foreground,
  * so it returns only once it serves (or has failed), and detaches into a
  * session of its own: it outlives the command that started it. Its
- * standard streams go to /dev/null, so that it holds none of ours.
+ * stdin and stdout are /dev/null; its stderr is a pipe we read until it
+ * closes (procregd lets it go once detached), so that a daemon that
+ * fails says why through us.
+ *
+ * Its socket goes where procregd puts it ($XDG_RUNTIME_DIR, else
+ * /run/procreg), unless that directory cannot be used by this user (no
+ * XDG_RUNTIME_DIR under cron, su or in a container, and /run/procreg is
+ * root's): then beside the table, which clients find in the table.
  *
  * Two commands racing to start a daemon for one scope are safe: the
  * scope's lock lets one daemon in, the other exits, and both commands
@@ -26,17 +34,23 @@
 
 #include "cli.h"
 
+/* Served: the table names a daemon, or a round trip reaches one. The
+ * second is a socket systemd holds for the scope (procregd@.socket): our
+ * connection starts its daemon, and no other may be started beside it. */
 static bool serving(const struct cli *c)
 {
-	PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir);
+	PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir,
+		     .timeout_ms = c->timeout_ms);
 	PROCREG_OPTS(procreg_stats, s);
 	procreg_t *reg = procreg_open(&o);
+	bool up;
 
 	if (!reg)
 		return false;
 	procreg_stats(reg, &s);
+	up = s.daemon_pid != 0 || procreg_ping(reg, c->timeout_ms) == 0;
 	procreg_close(reg);
-	return s.daemon_pid != 0; /* checked against its start time */
+	return up; /* daemon_pid: checked against its start time */
 }
 
 static bool executable(const char *path)
@@ -88,11 +102,69 @@ static bool disabled(const struct cli *c)
 	return c->no_autostart || (e && *e && strcmp(e, "0"));
 }
 
+/* Whether procregd, as this user, could bind a socket in DIR (making DIR
+ * if it is missing, as it does). */
+static bool sockdir_usable(const char *dir)
+{
+	char parent[PATH_MAX], *slash;
+	struct stat st;
+
+	if (stat(dir, &st) == 0)
+		return S_ISDIR(st.st_mode) && access(dir, W_OK | X_OK) == 0;
+	if (errno != ENOENT || snprintf(parent, sizeof(parent), "%s", dir) >= (int)sizeof(parent))
+		return false;
+	slash = strrchr(parent, '/');
+	if (!slash)
+		return false;
+	if (slash == parent)
+		slash[1] = 0;
+	else
+		*slash = 0;
+	return sockdir_usable(parent);
+}
+
+/* The socket path procregd is to use instead of its default, into OUT:
+ * false if the default will do. */
+static bool fallback_socket(const struct cli *c, char *out, size_t len)
+{
+	const char *rt = getenv("XDG_RUNTIME_DIR"), *dir = getenv("PROCREG_DIR");
+
+	/* --dir and PROCREG_DIR put the socket beside the table already;
+	 * PROCREG_SOCKET is the user's own choice. */
+	if (c->dir || (dir && *dir) || getenv("PROCREG_SOCKET"))
+		return false;
+	if (sockdir_usable(rt && *rt ? rt : "/run/procreg"))
+		return false;
+	return snprintf(out, len, "/dev/shm/procreg.%s.sock", scope_name(c)) < (int)len;
+}
+
+/* Read FD till it closes: the first LEN-1 bytes into OUT, NUL-ended. */
+static void read_all(int fd, char *out, size_t len)
+{
+	size_t got = 0;
+	char skip[512];
+	ssize_t r;
+
+	for (;;) {
+		char *to = got < len - 1 ? out + got : skip;
+		size_t room = got < len - 1 ? len - 1 - got : sizeof(skip);
+
+		r = read(fd, to, room);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		if (to != skip)
+			got += (size_t)r;
+	}
+	out[got] = 0;
+}
+
 int autostart(const struct cli *c, const char *what)
 {
-	char daemon[PATH_MAX];
-	const char *argv[8];
-	int n = 0, st;
+	char daemon[PATH_MAX], sock[PATH_MAX], said[4096];
+	const char *argv[10];
+	int n = 0, st, p[2];
 	pid_t pid;
 
 	if (disabled(c) || serving(c))
@@ -111,25 +183,36 @@ int autostart(const struct cli *c, const char *what)
 		argv[n++] = "--dir";
 		argv[n++] = c->dir;
 	}
+	if (fallback_socket(c, sock, sizeof(sock))) {
+		argv[n++] = "--socket";
+		argv[n++] = sock;
+	}
 	argv[n] = NULL;
-	pid = fork();
-	if (pid < 0) {
+	if (pipe2(p, O_CLOEXEC) < 0) {
 		fprintf(stderr, "%s: %s: cannot start procregd: %s\n", prog, what, strerror(errno));
 		return EXIT_ERR;
 	}
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "%s: %s: cannot start procregd: %s\n", prog, what, strerror(errno));
+		close(p[0]);
+		close(p[1]);
+		return EXIT_ERR;
+	}
 	if (pid == 0) {
-		int null = open("/dev/null", O_RDWR);
+		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 
 		if (null >= 0) {
 			dup2(null, 0);
 			dup2(null, 1);
-			dup2(null, 2);
-			if (null > 2)
-				close(null);
 		}
+		dup2(p[1], 2);
 		execv(daemon, (char **)argv);
 		_exit(127);
 	}
+	close(p[1]);
+	read_all(p[0], said, sizeof(said));
+	close(p[0]);
 	while (waitpid(pid, &st, 0) < 0)
 		if (errno != EINTR) {
 			st = -1;
@@ -139,9 +222,7 @@ int autostart(const struct cli *c, const char *what)
 	if (serving(c))
 		return 0;
 	fprintf(stderr, "%s: %s: started %s for scope '%s', but it did not serve (exit status "
-		"%d); run '%s --foreground%s%s%s%s' to see why\n", prog, what, daemon, scope_name(c),
-		st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1, daemon,
-		c->scope ? " --scope " : "", c->scope ? c->scope : "", c->dir ? " --dir " : "",
-		c->dir ? c->dir : "");
+		"%d)%s\n%s", prog, what, daemon, cli_name(scope_name(c)),
+		st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1, said[0] ? "; it said:" : "", said);
 	return EXIT_ERR;
 }

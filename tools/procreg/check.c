@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * check.c - procreg check: verify a scope's table without writing it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * cli.h - what the procreg CLI's files share: options, exit statuses,
  * output helpers.
@@ -31,7 +32,9 @@ struct cli {
 	bool escaped;                     /* --escaped: operands in the escaped form */
 	char *groups[MAX_GROUPS];         /* run --group G */
 	int ngroups;
-	const char *timeout;              /* wait --timeout SECONDS */
+	const char *timeout;              /* --timeout SECONDS: wait's limit, else each
+					   * wait for procregd's answer */
+	int timeout_ms;                   /* ...for the library (procreg_opts) */
 	const char *count;                /* wait --count N */
 	const char *ttl;                  /* run --ttl SECONDS */
 	const char *on_lost;              /* run --on-lost SIGNAL|none */
@@ -48,6 +51,9 @@ extern const char *prog;
 
 void die_usage(const char *msg, const char *arg) __attribute__((noreturn));
 procreg_t *open_or_die(const struct cli *c);
+/* ERR from a call that talks to procregd, as a message: -ETIMEDOUT says
+ * how long it waited. */
+const char *daemon_strerror(const struct cli *c, int err);
 /* NAME (or any word a user gave) for a message: escaped (output.h), and
  * no more than PROCREG_NAME_MAX of its bytes shown. Each call has a buffer
  * of its own; the last four results stay valid. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * inspect.c - procreg top, procreg readers, procreg stats --format
  * prometheus.
@@ -161,6 +162,7 @@ int cmd_readers(struct cli *c, int argc, char **argv)
 /* ---- stats --format prometheus ---------------------------------------- */
 
 static void bridge_prometheus(procreg_t *reg, const char *scope);
+static int reader_lookups(const struct procreg_reader *r, void *arg);
 
 void stats_prometheus(procreg_t *reg, const struct cli *c)
 {
@@ -169,14 +171,16 @@ void stats_prometheus(procreg_t *reg, const struct cli *c)
 		size_t off;
 	} f[] = {
 #define G(n, h) { #n, "gauge", h, offsetof(struct procreg_stats, n) }
+/* Sizes carry their unit in the name, as Prometheus names them. */
+#define GB(n, h) { #n "_bytes", "gauge", h, offsetof(struct procreg_stats, n) }
 #define C(n, h) { #n "_total", "counter", h, offsetof(struct procreg_stats, n) }
 		G(names, "Names registered."),
 		G(groups, "Groups with at least one member."),
 		G(memberships, "Group memberships, over all groups."),
 		G(processes, "Processes holding at least one name or membership."),
-		G(arena_size, "Bytes the table's arena may grow to."),
-		G(arena_used, "Bytes of the arena in live blocks."),
-		G(arena_top, "High-water mark of the arena, in bytes."),
+		GB(arena_size, "Bytes the table's arena may grow to."),
+		GB(arena_used, "Bytes of the arena in live blocks."),
+		GB(arena_top, "High-water mark of the arena, in bytes."),
 		G(index_capacity, "Slots in the name index."),
 		G(reader_slots, "Reader processes procregd can wait for (--max-readers)."),
 		G(reader_slots_used, "Reader processes whose pages procregd holds."),
@@ -187,6 +191,7 @@ void stats_prometheus(procreg_t *reg, const struct cli *c)
 		C(deaths, "Owner processes whose exit removed names."),
 		C(grace_periods, "RCU grace periods completed by the daemon."),
 #undef G
+#undef GB
 #undef C
 	};
 	PROCREG_OPTS(procreg_stats, s);
@@ -198,10 +203,31 @@ void stats_prometheus(procreg_t *reg, const struct cli *c)
 		printf("# HELP procreg_%s %s\n# TYPE procreg_%s %s\nprocreg_%s{scope=\"%s\"} %llu\n",
 		       f[i].name, f[i].help, f[i].name, f[i].type, f[i].name, scope,
 		       (unsigned long long)*(const uint64_t *)((const char *)&s + f[i].off));
-	printf("# HELP procreg_daemon_up Whether procregd serves the scope.\n"
+	/* Up means it answered (procreg ping), not that the table names a
+	 * pid: a stopped or hung daemon is down for whoever depends on it. */
+	printf("# HELP procreg_daemon_up Whether procregd answered a round trip (procreg ping).\n"
 	       "# TYPE procreg_daemon_up gauge\nprocreg_daemon_up{scope=\"%s\"} %d\n",
-	       scope, s.daemon_pid ? 1 : 0);
+	       scope, procreg_ping(reg, c->timeout_ms) == 0 ? 1 : 0);
+	printf("# HELP procreg_daemon_start_time_seconds When procregd started, in seconds since "
+	       "the epoch (0: none runs).\n"
+	       "# TYPE procreg_daemon_start_time_seconds gauge\n"
+	       "procreg_daemon_start_time_seconds{scope=\"%s\"} %.3f\n", scope,
+	       s.daemon_pid ? (double)s.daemon_started_ns / 1e9 : 0.0);
+	/* Each reader process counts its own lookups: a series per process
+	 * (a pid's counter starts again with a new process, as a counter of
+	 * a restarted job does). */
+	printf("# HELP procreg_reader_lookups_total Lookups by a reader process, as procregd last "
+	       "summed them.\n# TYPE procreg_reader_lookups_total counter\n");
+	procreg_readers(reg, reader_lookups, (void *)scope);
 	bridge_prometheus(reg, scope);
+}
+
+static int reader_lookups(const struct procreg_reader *r, void *arg)
+{
+	if (!(r->flags & PROCREG_READER_GONE))
+		printf("procreg_reader_lookups_total{scope=\"%s\",pid=\"%d\"} %llu\n",
+		       (const char *)arg, (int)r->pid, (unsigned long long)r->lookups);
+	return 0;
 }
 
 /* The bridge's counters, when the daemon replicates (procregd --node).
@@ -231,6 +257,20 @@ static void bridge_prometheus(procreg_t *reg, const char *scope)
 	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
 		printf("# HELP procreg_%s %s\n# TYPE procreg_%s %s\nprocreg_%s{scope=\"%s\",node=\"%s\"} %llu\n",
 		       f[i].name, f[i].help, f[i].name, f[i].type, f[i].name, scope, ni.self, f[i].v);
+	/* Each other node the daemon is connected to: up, and since when. A
+	 * node that is down is not listed by procreg_bridge(): its series
+	 * end, and procreg_bridge_nodes_down_total counts it. */
+	printf("# HELP procreg_bridge_peer_up Another node this one is connected to.\n"
+	       "# TYPE procreg_bridge_peer_up gauge\n");
+	for (size_t i = 0; i < ni.n; i++)
+		printf("procreg_bridge_peer_up{scope=\"%s\",node=\"%s\",peer=\"%s\"} 1\n", scope,
+		       ni.self, ni.v[i].name);
+	printf("# HELP procreg_bridge_peer_up_since_seconds When the connection to another node "
+	       "came up, in seconds since the epoch.\n"
+	       "# TYPE procreg_bridge_peer_up_since_seconds gauge\n");
+	for (size_t i = 0; i < ni.n; i++)
+		printf("procreg_bridge_peer_up_since_seconds{scope=\"%s\",node=\"%s\",peer=\"%s\"} "
+		       "%.3f\n", scope, ni.self, ni.v[i].name, (double)ni.v[i].up_since_ns / 1e9);
 	nodes_free(&ni);
 }
 

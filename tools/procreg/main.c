@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procreg - the command-line interface.
  *
@@ -11,7 +12,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fnmatch.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -34,23 +34,6 @@ void die_usage(const char *msg, const char *arg)
 	exit(EXIT_ERR);
 }
 
-/* The value of option LNG or -SHRT at argv[*i], given as "--lng VALUE",
- * "--lng=VALUE" or "-SHRT VALUE" (*i then moves past it); NULL if argv[*i]
- * is not that option. */
-static char *opt_value(int argc, char **argv, int *i, const char *lng, char shrt)
-{
-	char *a = argv[*i];
-	size_t n = strlen(lng);
-
-	if (!strncmp(a, lng, n) && a[n] == '=')
-		return a + n + 1;
-	if (strcmp(a, lng) && (!shrt || a[0] != '-' || a[1] != shrt || a[2]))
-		return NULL;
-	if (*i + 1 >= argc)
-		die_usage("option requires an argument:", a);
-	return argv[++*i];
-}
-
 const char *scope_name(const struct cli *c)
 {
 	return c->scope ? c->scope : (getenv("PROCREG_SCOPE") ?: "default");
@@ -58,7 +41,8 @@ const char *scope_name(const struct cli *c)
 
 procreg_t *open_or_die(const struct cli *c)
 {
-	PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir);
+	PROCREG_OPTS(procreg_opts, o, .scope = c->scope, .dir = c->dir,
+		     .timeout_ms = c->timeout_ms);
 	procreg_t *reg = procreg_open(&o);
 
 	if (!reg) {
@@ -80,6 +64,17 @@ procreg_t *open_or_die(const struct cli *c)
 		exit(EXIT_ERR);
 	}
 	return reg;
+}
+
+const char *daemon_strerror(const struct cli *c, int err)
+{
+	static char buf[160];
+
+	if (err != -ETIMEDOUT)
+		return procreg_strerror(err);
+	snprintf(buf, sizeof(buf), "procregd did not answer within %.1fs (stopped or hung? "
+		 "'procreg ping' checks; --timeout waits longer)", c->timeout_ms / 1000.0);
+	return buf;
 }
 
 /* ---- output ----------------------------------------------------------- */
@@ -376,7 +371,7 @@ static int name_cmd(struct cli *c, const char *what, int argc, char **argv,
 	}
 	if (err) {
 		fprintf(stderr, "%s: %s %s: %s\n", prog, what, cli_name(argv[0]),
-			err == -EINVAL && einval_why ? einval_why : procreg_strerror(err));
+			err == -EINVAL && einval_why ? einval_why : daemon_strerror(c, err));
 		return EXIT_ERR;
 	}
 	return 0;
@@ -385,6 +380,42 @@ static int name_cmd(struct cli *c, const char *what, int argc, char **argv,
 static int cmd_unregister(struct cli *c, int argc, char **argv)
 {
 	return name_cmd(c, "unregister", argc, argv, procreg_unregister, NULL);
+}
+
+/* What procreg_ping() said, in one word (stats). */
+static const char *health_word(int err)
+{
+	return !err ? "answering" : err == -ETIMEDOUT ? "not answering"
+		    : err == -ECONNREFUSED ? "not running" : "unreachable";
+}
+
+static int cmd_ping(struct cli *c, int argc, char **argv)
+{
+	PROCREG_OPTS(procreg_stats, s);
+	procreg_t *reg;
+	int err;
+
+	if (argc != 0)
+		die_usage("ping: unexpected argument", argv[0]);
+	reg = open_or_die(c);
+	err = procreg_ping(reg, c->timeout_ms);
+	procreg_stats(reg, &s);
+	procreg_close(reg);
+	if (c->json) {
+		printf("{\"scope\":\"%s\",\"daemon_pid\":%d,\"answered\":%s,\"health\":\"%s\"}\n",
+		       scope_name(c), (int)s.daemon_pid, err ? "false" : "true",
+		       health_word(err));
+	} else if (!err) {
+		printf("procregd pid %d answered (scope %s)\n", (int)s.daemon_pid,
+		       cli_name(scope_name(c)));
+	} else if (err == -ETIMEDOUT) {
+		fprintf(stderr, "%s: ping: procregd pid %d did not answer within %.1fs (stopped or "
+			"hung?)\n", prog, (int)s.daemon_pid, c->timeout_ms / 1000.0);
+	} else {
+		fprintf(stderr, "%s: ping: scope %s: %s\n", prog, cli_name(scope_name(c)),
+			procreg_strerror(err));
+	}
+	return err == -ETIMEDOUT || err == -ECONNREFUSED ? EXIT_NO : err ? EXIT_ERR : 0;
 }
 
 static int cmd_stats(struct cli *c, int argc, char **argv)
@@ -397,6 +428,7 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 	uint64_t now_ns;
 	procreg_t *reg;
 	double up = 0;
+	int health;
 
 	if (argc != 0)
 		die_usage("stats: unexpected argument", argv[0]);
@@ -412,6 +444,8 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 	}
 	procreg_stats(reg, &s);
 	procreg_reader_check(reg, &rs);
+	/* The table says a daemon started; a round trip says it works. */
+	health = s.daemon_pid ? procreg_ping(reg, c->timeout_ms) : -ECONNREFUSED;
 	/* Bridge counters, when the daemon replicates. */
 	bridged = procreg_bridge(reg, &b, NULL, NULL) == 0;
 	clock_gettime(CLOCK_REALTIME, &now);
@@ -434,7 +468,8 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 		       rs.stalled, (unsigned long long)rs.stalls, (unsigned long long)rs.refused,
 		       (unsigned)rs.last_stall_pid, rs.last_stall_uid,
 		       (unsigned long long)rs.last_stall_ns);
-		printf("\"daemon_pid\":%d,\"daemon_uptime_s\":%.3f,\"table\":", (int)s.daemon_pid, up);
+		printf("\"daemon_pid\":%d,\"daemon_uptime_s\":%.3f,\"daemon_health\":\"%s\","
+		       "\"table\":", (int)s.daemon_pid, up, health_word(health));
 		procreg__json_str(stdout, procreg_table_path(reg), strlen(procreg_table_path(reg)));
 		if (bridged) {
 			printf(",\"bridge\":{");
@@ -461,6 +496,11 @@ static int cmd_stats(struct cli *c, int argc, char **argv)
 			printf("%-18s %d (up %.1fs)\n", "daemon_pid", (int)s.daemon_pid, up);
 		else
 			printf("%-18s not running\n", "daemon_pid");
+		if (health == -ETIMEDOUT)
+			printf("%-18s not answering (no reply within %.1fs)\n", "daemon_health",
+			       c->timeout_ms / 1000.0);
+		else
+			printf("%-18s %s\n", "daemon_health", health_word(health));
 		printf("%-18s %s\n", "table", procreg_table_path(reg));
 	}
 	if (!c->json && bridged)
@@ -537,13 +577,22 @@ static int claim(procreg_t *reg, const char *what, char **names, int n, const st
 			continue;
 		{
 			PROCREG_OPTS(procreg_entry, e);
+			char node[PROCREG_NODE_NAME_MAX + 1], where[PROCREG_NODE_NAME_MAX * 4 + 32];
 
-			if (err == -EEXIST && procreg_lookup(reg, names[i], &e) == 0)
-				fprintf(stderr, "%s: %s: name '%s' is held by pid %d\n", prog, what,
-					cli_name(names[i]), (int)e.pid);
-			else
+			if (err == -EEXIST && procreg_lookup(reg, names[i], &e) == 0) {
+				/* A pid means something on its own node only. */
+				if (e.node == 0)
+					snprintf(where, sizeof(where), "this node");
+				else if (procreg_node_name(reg, e.node, node, sizeof(node)) == 0)
+					snprintf(where, sizeof(where), "node '%s'", cli_name(node));
+				else
+					snprintf(where, sizeof(where), "node %u", e.node);
+				fprintf(stderr, "%s: %s: name '%s' is held by pid %d on %s\n", prog,
+					what, cli_name(names[i]), (int)e.pid, where);
+			} else {
 				fprintf(stderr, "%s: %s: register '%s': %s\n", prog, what,
-					cli_name(names[i]), procreg_strerror(err));
+					cli_name(names[i]), daemon_strerror(c, err));
+			}
 		}
 		unclaim(reg, names, i, c, 0);
 		return err == -EEXIST ? EXIT_NO : EXIT_ERR;
@@ -553,7 +602,7 @@ static int claim(procreg_t *reg, const char *what, char **names, int n, const st
 		if (!err)
 			continue;
 		fprintf(stderr, "%s: %s: join '%s': %s\n", prog, what, cli_name(c->groups[g]),
-			procreg_strerror(err));
+			daemon_strerror(c, err));
 		unclaim(reg, names, n, c, g);
 		return EXIT_ERR;
 	}
@@ -942,6 +991,9 @@ static const struct command {
 	  "  ls [--json]         list every name\n" },
 	{ "unregister", cmd_unregister, "NAME", false,
 	  "  unregister NAME     remove a name (its owner, its owner's uid, or root)\n" },
+	{ "ping", cmd_ping, "NAME", false,
+	  "  ping [--json]       a round trip to procregd: exit 0 if it answered within\n"
+	  "                      --timeout (default 1 s), 1 if it did not or none runs\n" },
 	{ "stats", cmd_stats, "NAME", false,
 	  "  stats [--json] [--format text|json|prometheus]\n"
 	  "                      table and daemon counters; prometheus: the text\n"
@@ -985,10 +1037,15 @@ static void usage(FILE *f)
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fputs(commands[i].help, f);
 	fputs("\n"
-	      "Options (every command):\n"
+	      "Options, before or after the command word (a command refuses one that\n"
+	      "does not apply to it):\n"
 	      "  -s, --scope NAME    scope (default: $PROCREG_SCOPE or \"default\")\n"
 	      "  -d, --dir DIR       table directory (default: $PROCREG_DIR or /dev/shm)\n"
 	      "  -j, --json          JSON output\n"
+	      "  -t, --timeout SECONDS\n"
+	      "                      how long to wait for each answer of procregd (run,\n"
+	      "                      join, refresh, unregister: default 10 s; ping, stats:\n"
+	      "                      1 s); wait: how long to wait in all\n"
 	      "  -e, --escaped       NAME, GROUP, PATTERN, --group and --meta are in the\n"
 	      "                      escaped form that text output uses: \\\\, \\n, \\t, \\r\n"
 	      "                      and \\xHH stand for the bytes they escape\n"
@@ -1004,164 +1061,240 @@ static void usage(FILE *f)
 	      "(check), 2 error; run and join: 126 or 127 when CMD cannot be run.\n", f);
 }
 
-/* The options before the command word (getopt's). -1 to go on, else the
- * exit status. */
-static int global_opts(struct cli *c, int argc, char **argv)
-{
-	static const struct option lo[] = {
-		{ "scope", required_argument, NULL, 's' },
-		{ "dir", required_argument, NULL, 'd' },
-		{ "meta", required_argument, NULL, 'm' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "escaped", no_argument, NULL, 'e' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ 0 },
-	};
-	int o;
+/*
+ * The options: one table, each with the commands it applies to, as
+ * --help and procreg(1) list them. Options may come before or after the
+ * command word and mean the same either way; one given to a command it
+ * does not apply to is refused, not ignored.
+ */
+enum {
+	O_SCOPE, O_DIR, O_JSON, O_ESCAPED, O_META, O_GROUP, O_QUEUE, O_REPLACE, O_REPLACEABLE,
+	O_LEASE_MARK, O_TTL, O_ON_LOST, O_TIMEOUT, O_COUNT, O_ONCE, O_INTERVAL, O_FORMAT,
+	O_NO_AUTOSTART, O_HELP, O_VERSION,
+};
 
-	/* '+': stop at the first non-option, so "run ... -- CMD -x" keeps -x
-	 * for CMD. Options may come before or after the command word. */
-	while ((o = getopt_long(argc, argv, "+s:d:m:jehV", lo, NULL)) != -1) {
-		switch (o) {
-		case 's': c->scope = optarg; break;
-		case 'd': c->dir = optarg; break;
-		case 'm': c->meta = optarg; break;
-		case 'j': c->json = 1; break;
-		case 'e': c->escaped = true; break;
-		case 'h': usage(stdout); return 0;
-		case 'V': printf("procreg %s\n", procreg_version()); return 0;
-		default: usage(stderr); return EXIT_ERR;
-		}
-	}
-	if (optind >= argc) {
-		usage(stderr);
-		return EXIT_ERR;
-	}
-	return -1;
-}
+static const struct option_def {
+	const char *name;  /* --NAME */
+	char shrt;         /* -C, or 0 */
+	bool arg;          /* takes a value: "--name V", "--name=V", "-C V" */
+	int id;
+	const char *cmds;  /* the commands it applies to; NULL: every one */
+} options[] = {
+	{ "scope", 's', true, O_SCOPE, NULL },
+	{ "dir", 'd', true, O_DIR, NULL },
+	{ "json", 'j', false, O_JSON, "get ls members groups watch stats top readers check nodes ping" },
+	{ "escaped", 'e', false, O_ESCAPED, "run join refresh members watch wait get unregister" },
+	{ "meta", 'm', true, O_META, "run join" },
+	{ "group", 'g', true, O_GROUP, "run wait" },
+	{ "queue", 0, false, O_QUEUE, "run" },
+	{ "replace", 0, false, O_REPLACE, "run" },
+	{ "replaceable", 0, false, O_REPLACEABLE, "run" },
+	{ "lease-mark", 0, false, O_LEASE_MARK, "run" },
+	{ "ttl", 0, true, O_TTL, "run" },
+	{ "on-lost", 0, true, O_ON_LOST, "run" },
+	{ "timeout", 't', true, O_TIMEOUT, "run join refresh unregister wait ping stats" },
+	{ "count", 'n', true, O_COUNT, "wait" },
+	{ "once", 0, false, O_ONCE, "top" },
+	{ "interval", 'i', true, O_INTERVAL, "top" },
+	{ "format", 'f', true, O_FORMAT, "stats" },
+	{ "no-autostart", 0, false, O_NO_AUTOSTART, "run join" },
+	{ "help", 'h', false, O_HELP, NULL },
+	{ "version", 'V', false, O_VERSION, NULL },
+};
 
-/* One option after the command word, at argv[*i] (*i moves past its
- * value): true if it was one. */
-static bool cmd_opt(struct cli *c, int argc, char **argv, int *i)
+/* The option at argv[*i], its value in *VALUE (*i moves past a value
+ * given as the next word); NULL if the table has no such option. */
+static const struct option_def *find_option(int argc, char **argv, int *i, char **value)
 {
 	const char *a = argv[*i];
-	char *v;
 
-	if (!strcmp(a, "--json") || !strcmp(a, "-j"))
-		c->json = 1;
-	else if (!strcmp(a, "--escaped") || !strcmp(a, "-e"))
-		c->escaped = true;
-	else if ((v = opt_value(argc, argv, i, "--meta", 'm')))
-		c->meta = v;
-	else if ((v = opt_value(argc, argv, i, "--group", 'g'))) {
+	for (size_t k = 0; k < sizeof(options) / sizeof(options[0]); k++) {
+		const struct option_def *o = &options[k];
+		size_t n = strlen(o->name);
+
+		if (a[1] == '-') {
+			if (strncmp(a + 2, o->name, n) || (a[2 + n] && a[2 + n] != '='))
+				continue;
+			if (a[2 + n] == '=') {
+				if (!o->arg)
+					die_usage("option takes no argument:", a);
+				*value = (char *)a + 3 + n;
+				return o;
+			}
+		} else if (!o->shrt || a[1] != o->shrt || a[2]) {
+			continue;
+		}
+		if (o->arg) {
+			if (*i + 1 >= argc)
+				die_usage("option requires an argument:", a);
+			*value = argv[++*i];
+		}
+		return o;
+	}
+	return NULL;
+}
+
+static bool applies(const struct option_def *o, const char *cmd)
+{
+	size_t n = strlen(cmd);
+
+	if (!o->cmds)
+		return true;
+	for (const char *p = o->cmds; (p = strstr(p, cmd)); p += n)
+		if ((p == o->cmds || p[-1] == ' ') && (!p[n] || p[n] == ' '))
+			return true;
+	return false;
+}
+
+static void set_option(struct cli *c, const struct option_def *o, char *v)
+{
+	switch (o->id) {
+	case O_SCOPE: c->scope = v; break;
+	case O_DIR: c->dir = v; break;
+	case O_JSON: c->json = 1; break;
+	case O_ESCAPED: c->escaped = true; break;
+	case O_META: c->meta = v; break;
+	case O_GROUP:
 		if (c->ngroups == MAX_GROUPS)
 			die_usage("too many --group options; at most", "64");
 		c->groups[c->ngroups++] = v;
-	} else if (!strcmp(a, "--queue"))
-		c->reg_flags |= PROCREG_QUEUE;
-	else if (!strcmp(a, "--replace"))
-		c->reg_flags |= PROCREG_REPLACE;
-	else if (!strcmp(a, "--replaceable"))
-		c->reg_flags |= PROCREG_REPLACEABLE;
-	else if (!strcmp(a, "--lease-mark"))
-		c->reg_flags |= PROCREG_LEASE_MARK;
-	else if ((v = opt_value(argc, argv, i, "--ttl", 0)))
-		c->ttl = v;
-	else if ((v = opt_value(argc, argv, i, "--on-lost", 0)))
-		c->on_lost = v;
-	else if ((v = opt_value(argc, argv, i, "--timeout", 't')))
-		c->timeout = v;
-	else if ((v = opt_value(argc, argv, i, "--count", 'n')))
-		c->count = v;
-	else if ((v = opt_value(argc, argv, i, "--scope", 's')))
-		c->scope = v;
-	else if ((v = opt_value(argc, argv, i, "--dir", 'd')))
-		c->dir = v;
-	else if (!strcmp(a, "--once"))
-		c->once = true;
-	else if ((v = opt_value(argc, argv, i, "--interval", 'i')))
-		c->interval = v;
-	else if ((v = opt_value(argc, argv, i, "--format", 'f')))
-		c->format = v;
-	else if (!strcmp(a, "--no-autostart"))
-		c->no_autostart = true;
-	else
-		return false;
-	return true;
+		break;
+	case O_QUEUE: c->reg_flags |= PROCREG_QUEUE; break;
+	case O_REPLACE: c->reg_flags |= PROCREG_REPLACE; break;
+	case O_REPLACEABLE: c->reg_flags |= PROCREG_REPLACEABLE; break;
+	case O_LEASE_MARK: c->reg_flags |= PROCREG_LEASE_MARK; break;
+	case O_TTL: c->ttl = v; break;
+	case O_ON_LOST: c->on_lost = v; break;
+	case O_TIMEOUT: c->timeout = v; break;
+	case O_COUNT: c->count = v; break;
+	case O_ONCE: c->once = true; break;
+	case O_INTERVAL: c->interval = v; break;
+	case O_FORMAT: c->format = v; break;
+	case O_NO_AUTOSTART: c->no_autostart = true; break;
+	}
 }
 
-/* The words after the command word, from argv[first]: options up to
- * "--" into C, operands into ARGS (*k of them). After "--", every word is
- * an operand (a name may begin with '-'); run and join (CLAIMS) take the
+/* "--" at argv[*i], after the command word: every word after it is an
+ * operand (a name may begin with '-'); run and join (CLAIMS) take the
  * words after it as CMD, or, when no name came before it and a second
- * "--" follows, the words between as names. -1 to go on, else the exit
- * status (--help). */
-static int cmd_words(struct cli *c, bool claims, int argc, char **argv, int first,
-		     char **args, int *k)
+ * "--" follows, the words between as names. */
+static void end_of_options(struct cli *c, bool claims, int argc, char **argv, int *i,
+			   char **args, int *k)
 {
-	for (int i = first; i < argc; i++) {
-		char *a = argv[i];
+	int next = *i + 1;
 
-		if (!strcmp(a, "--")) {
-			int next = i + 1;
-
-			while (claims && *k == 0 && next < argc && strcmp(argv[next], "--"))
-				next++;
-			if (claims && *k == 0 && next < argc) {
-				/* "-- NAME... -- CMD" */
-				while (++i < next)
-					args[(*k)++] = argv[i];
-			}
-			if (claims)
-				c->cmd = &argv[i + 1];
-			else
-				while (++i < argc)
-					args[(*k)++] = argv[i];
-			break;
-		}
-		if (cmd_opt(c, argc, argv, &i))
-			continue;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage(stdout);
-			return 0;
-		}
-		if (a[0] == '-' && a[1])
-			die_usage("unknown option", a);
-		args[(*k)++] = a;
+	while (claims && *k == 0 && next < argc && strcmp(argv[next], "--"))
+		next++;
+	if (claims && *k == 0 && next < argc) {
+		/* "-- NAME... -- CMD" */
+		while (++*i < next)
+			args[(*k)++] = argv[*i];
 	}
-	return -1;
+	if (claims)
+		c->cmd = &argv[*i + 1];
+	else
+		while (++*i < argc)
+			args[(*k)++] = argv[*i];
+	*i = argc;
+}
+
+/* The library's timeout for command NAME: --timeout (but for wait, whose
+ * own limit it is), else the command's default. 0, or -1 after saying
+ * why. */
+static int daemon_timeout(struct cli *c, const char *name)
+{
+	bool quick = !strcmp(name, "ping") || !strcmp(name, "stats");
+	char *end;
+	double s;
+
+	c->timeout_ms = quick ? 1000 : 10000;
+	if (!c->timeout || !strcmp(name, "wait"))
+		return 0;
+	errno = 0;
+	s = strtod(c->timeout, &end);
+	if (errno || end == c->timeout || *end || !(s >= 0.001) || s > 2e6) {
+		fprintf(stderr, "%s: %s: --timeout %s: want seconds, at least 0.001\n", prog, name,
+			cli_name(c->timeout));
+		return -1;
+	}
+	c->timeout_ms = (int)(s * 1000 + 0.5);
+	return 0;
 }
 
 int main(int argc, char **argv)
 {
+	const struct option_def **seen;
 	struct cli c = { 0 };
-	const struct command *cmd;
-	const char *word;
+	const struct command *cmd = NULL;
+	const char *word = NULL;
 	char **args;
-	int k = 0, st;
+	int k = 0, nseen = 0, st = EXIT_ERR;
 
-	st = global_opts(&c, argc, argv);
-	if (st >= 0)
-		return st;
-	word = argv[optind++];
-	cmd = command(word);
-	args = calloc((size_t)(argc - optind) + 1, sizeof(char *));
-	if (!args)
+	args = calloc((size_t)argc + 1, sizeof(char *));
+	seen = calloc((size_t)argc + 1, sizeof(*seen));
+	if (!args || !seen)
 		return EXIT_ERR;
+	for (int i = 1; i < argc; i++) {
+		const struct option_def *o;
+		char *a = argv[i], *v = NULL;
+
+		if (!strcmp(a, "--") && word) {
+			end_of_options(&c, cmd && cmd->claims, argc, argv, &i, args, &k);
+			break;
+		}
+		if (!strcmp(a, "--")) {
+			/* Before the command word: the word follows. */
+			if (i + 1 < argc)
+				cmd = command(word = argv[++i]);
+			continue;
+		}
+		if (a[0] != '-' || !a[1]) {
+			if (!word)
+				cmd = command(word = a);
+			else
+				args[k++] = a;
+			continue;
+		}
+		o = find_option(argc, argv, &i, &v);
+		if (!o)
+			die_usage("unknown option", a);
+		if (o->id == O_HELP) {
+			usage(stdout);
+			st = 0;
+			goto out;
+		}
+		if (o->id == O_VERSION) {
+			printf("procreg %s\n", procreg_version());
+			st = 0;
+			goto out;
+		}
+		set_option(&c, o, v);
+		seen[nseen++] = o;
+	}
+	if (!word) {
+		usage(stderr);
+		goto out;
+	}
 	/* An unknown command is told after the options are read, so that a
 	 * bad option is the error named when both are wrong. */
-	st = cmd_words(&c, cmd && cmd->claims, argc, argv, optind, args, &k);
-	if (st < 0) {
-		if (c.meta)
-			c.meta_len = strlen(c.meta);
-		if (c.escaped && unescape_args(&c, cmd ? cmd->operand : "NAME", k, args))
-			st = EXIT_ERR;
-		else if (!cmd)
-			die_usage("unknown command", word);
-		else
-			st = cmd->run(&c, k, args);
-	}
+	if (!cmd)
+		die_usage("unknown command", word);
+	for (int j = 0; j < nseen; j++)
+		if (!applies(seen[j], cmd->name)) {
+			fprintf(stderr, "%s: %s: --%s does not apply to %s\nTry 'procreg --help'.\n",
+				prog, cmd->name, seen[j]->name, cmd->name);
+			goto out;
+		}
+	if (c.meta)
+		c.meta_len = strlen(c.meta);
+	if (c.escaped && unescape_args(&c, cmd->operand, k, args))
+		st = EXIT_ERR;
+	else if (daemon_timeout(&c, cmd->name) < 0)
+		st = EXIT_ERR;
+	else
+		st = cmd->run(&c, k, args);
+out:
+	free(seen);
 	free(args);
 	return st;
 }

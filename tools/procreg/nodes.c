@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * nodes.c - procreg nodes, and the node names and bridge counters that get
  * and stats show: what procregd --node last published, read through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * bridge.c - replication: other nodes' names and memberships in this
  * node's table, and this node's changes out to them.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * daemon.h - procregd's private state, shared by its files:
  *   main.c     options, start-up, the epoll loop, shutdown
@@ -40,7 +41,9 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include "clock.h"
 #include "internal.h"
@@ -54,7 +57,7 @@ void log_limited(struct pr_ratelimit *rl, const char *what, const char *fmt, ...
 	__attribute__((format(printf, 3, 4)));
 
 /* What an epoll event refers to: the first member of each watched object. */
-enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_BRIDGE, EV_READER };
+enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_BRIDGE, EV_READER, EV_WATCHDOG };
 
 struct ev {
 	enum ev_kind kind;
@@ -136,6 +139,7 @@ struct daemon_opts {
 	uint64_t reserved_size;        /* the last arena bytes */
 	bool reserved_size_set;        /* else 1/32 of the table */
 	bool foreground;
+	const char *log_file;          /* --log-file: messages go there */
 	int verbose;
 	int listen_fd;            /* passed by systemd (LISTEN_FDS), else -1 */
 	/* The bridge (bridge.c): all NULL/0 without --node. */
@@ -160,6 +164,12 @@ struct daemon {
 	char socket_path[PR_SOCKET_PATH_MAX];
 	int epfd;
 	struct ev listen_ev, signal_ev, timer_ev;
+	/* The service manager's notifications (notify.c): -1 without. */
+	int notify_fd, watchdog_fd;
+	struct sockaddr_un notify_sa;
+	socklen_t notify_len;
+	struct ev watchdog_ev;
+	struct pr_ratelimit notify_rl;
 	int lfd, sigfd, timerfd;
 	/* Held open to be given up when accept() finds no fd left: the
 	 * connection is then taken and closed, not left to wake us forever
@@ -211,8 +221,32 @@ static inline const struct pr_record *rec(const struct daemon *d, uint64_t off)
 	return (const struct pr_record *)(d->w.map.base + off);
 }
 
+/* log.c. Levels are syslog(3)'s: LOG_ERR (the daemon cannot start, or
+ * stops), LOG_WARNING (a request or peer refused, a limit hit), LOG_INFO
+ * (log_msg: start, stop, recovery), LOG_DEBUG (--verbose). */
+#include <stdarg.h>
+#include <syslog.h>
+/* Where messages go from now on: FILE (--log-file), else stderr (the
+ * journal's, if JOURNAL_STREAM says so). 0, or a negative errno after
+ * saying why on stderr. */
+int log_open(const char *file);
+/* After detaching: stderr is let go (to /dev/null), and messages not
+ * going to a --log-file go to syslog. */
+void log_detached(void);
+void log_at(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void log_vat(int prio, const char *fmt, va_list ap);
 void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-#define LOGV(d, ...) do { if ((d)->o.verbose) log_msg(__VA_ARGS__); } while (0)
+#define log_err(...) log_at(LOG_ERR, __VA_ARGS__)
+#define log_warn(...) log_at(LOG_WARNING, __VA_ARGS__)
+#define LOGV(d, ...) do { if ((d)->o.verbose) log_at(LOG_DEBUG, __VA_ARGS__); } while (0)
+
+/* notify.c: sd_notify(3)'s protocol, without libsystemd. notify_init()
+ * reads $NOTIFY_SOCKET and $WATCHDOG_USEC (and arms the watchdog timer
+ * in the event loop); without them every call does nothing. */
+int notify_init(struct daemon *d);
+void notify_send(struct daemon *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void notify_watchdog(struct daemon *d);
+void notify_close(struct daemon *d);
 
 /* epoll helpers (main.c) */
 int ev_add(struct daemon *d, int fd, uint32_t events, struct ev *ev);

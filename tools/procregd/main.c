@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procregd - the registry daemon: the one writer of a scope's table.
  *
@@ -35,6 +36,7 @@
 #include "output.h"
 #include "procreg/backend.h"
 #include "nats_opts.h"
+#include "nodes_file.h"
 
 #define RECLAIM_TICK_NS (2 * 1000000ull)    /* while memory waits for a grace period */
 #define IDLE_TICK_NS (1000 * 1000000ull)    /* reader checks when nothing else is due */
@@ -49,34 +51,6 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-/*
- * Messages quote names, group names and node names, which any local user
- * (or another node) chooses: the whole message is written in the escaped
- * form (tools/common/output.h), so that it stays one line of printable
- * text on an administrator's terminal or in the journal, whatever they
- * hold, and the bytes can still be read back from it.
- */
-void log_msg(const char *fmt, ...)
-{
-	char buf[2048], line[4 * sizeof(buf)];
-	va_list ap;
-	struct timespec ts;
-	struct tm tm;
-	int n;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	localtime_r(&ts.tv_sec, &tm);
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		n = 0;
-	procreg__text_cut(line, sizeof(line), buf, strnlen(buf, sizeof(buf)), SIZE_MAX);
-	fprintf(stderr, "%02d:%02d:%02d.%03ld procregd[%d]: %s%s\n", tm.tm_hour, tm.tm_min,
-		tm.tm_sec, ts.tv_nsec / 1000000, (int)getpid(), line,
-		(size_t)n >= sizeof(buf) ? "...[cut]" : "");
-}
-
 void log_limited(struct pr_ratelimit *rl, const char *what, const char *fmt, ...)
 {
 	uint64_t held;
@@ -86,11 +60,11 @@ void log_limited(struct pr_ratelimit *rl, const char *what, const char *fmt, ...
 	if (!pr_ratelimit_pass(rl, procreg__mono_ns(), &held))
 		return;
 	if (held)
-		log_msg("(%llu more %s in the last second)", (unsigned long long)held, what);
+		log_warn("(%llu more %s in the last second)", (unsigned long long)held, what);
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	log_msg("%s", buf);
+	log_warn("%s", buf);
 }
 
 int ev_add(struct daemon *d, int fd, uint32_t events, struct ev *ev)
@@ -162,6 +136,10 @@ static const struct opt opt_table[] = {
 		  "or /run/procreg, + /procreg.SCOPE.sock)" },
 	{ .name = "foreground", .shortc = 'f', .kind = OPT_FLAG, OPT_AT(foreground),
 	  .help = "stay in the foreground (default: detach once ready)" },
+	{ STR_OPT("log-file", 0, log_file, "PATH"),
+	  .help = "messages to PATH (default: stderr in the\n"
+		  "foreground, with <N> levels for the journal under\n"
+		  "systemd; syslog once detached)" },
 	{ NUM_OPT("max-size", max_size, "BYTES", 1024, 2u << 20, PR_MAX_FILE_SIZE, 1ull << 30,
 		  "2M..64G"),
 	  .help = "table file size, fixed when it is created; sparse\n"
@@ -501,6 +479,62 @@ static int mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
+/* The table's directory must exist. Made here, a mistyped --dir would put
+ * a table of up to --max-size on whatever filesystem holds that path (the
+ * root's, say) rather than the tmpfs meant. 0, or a negative errno after
+ * saying why. */
+static int table_dir_check(const char *dir)
+{
+	struct stat st;
+
+	if (stat(dir, &st) < 0) {
+		int err = -errno;
+
+		log_err("table directory %s: %s (procregd does not create it)", dir,
+			strerror(-err));
+		return err;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		log_err("table directory %s: not a directory", dir);
+		return -ENOTDIR;
+	}
+	return 0;
+}
+
+/* The pid of the daemon that holds the scope's lock, as its table says
+ * (0: not published yet). Read from the file, which is not mapped when
+ * the lock is refused. */
+static uint32_t serving_pid(const char *table)
+{
+	uint32_t pid = 0;
+	int fd = open(table, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	if (pread(fd, &pid, sizeof(pid), offsetof(struct pr_table_hdr, daemon_pid)) !=
+	    (ssize_t)sizeof(pid))
+		pid = 0;
+	close(fd);
+	return pid;
+}
+
+/* A start that failed leaves nothing it made behind: a table it created,
+ * with the journal of owners and the nodes file beside it; never one it
+ * re-attached to, which holds the names of live processes. Under the
+ * scope's lock, so no other daemon uses these files. */
+static void undo_start(struct daemon *d)
+{
+	static const char *const suffix[] = { "", ".owners", PR_NODES_SUFFIX };
+	char path[PR_PATH_MAX + 16];
+
+	if (!d->w.map.hdr || d->w.attached)
+		return;
+	for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+		snprintf(path, sizeof(path), "%s%s", d->paths.table, suffix[i]);
+		unlink(path);
+	}
+}
+
 static void arm_timer(struct daemon *d, uint64_t ns)
 {
 	struct itimerspec its = { .it_value = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) } };
@@ -540,7 +574,7 @@ static void raise_fd_limit(void)
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-			log_msg("cannot raise the open files limit: %s", strerror(errno));
+			log_warn("cannot raise the open files limit: %s", strerror(errno));
 	}
 }
 
@@ -554,28 +588,31 @@ static int setup(struct daemon *d)
 	int err;
 
 	d->lfd = d->sigfd = d->timerfd = d->epfd = d->spare_fd = -1;
+	d->notify_fd = d->watchdog_fd = -1;
 	d->uid = geteuid();
 	d->no_peerpidfd = getenv("PROCREG_NO_PEERPIDFD") != NULL;
 	err = procreg__paths(&d->paths, d->o.scope, d->o.dir, d->o.socket);
 	if (err) {
-		log_msg("scope or directory: %s", strerror(-err));
+		log_err("scope or directory: %s", strerror(-err));
 		return err;
 	}
 	if (d->paths.socket[0])
 		snprintf(d->socket_path, sizeof(d->socket_path), "%s", d->paths.socket);
 	else if ((err = procreg__default_socket(d->socket_path, sizeof(d->socket_path),
 						 d->paths.scope, d->o.dir)) < 0) {
-		log_msg("socket path too long");
+		log_err("socket path too long");
 		return err;
 	}
-	err = mkdir_p(d->paths.dir, 0755);
+	err = table_dir_check(d->paths.dir);
+	if (err)
+		return err;
 	snprintf(sockdir, sizeof(sockdir), "%s", d->socket_path);
 	if (!err && strrchr(sockdir, '/') && strrchr(sockdir, '/') != sockdir) {
 		*strrchr(sockdir, '/') = 0;
 		err = mkdir_p(sockdir, 0755);
 	}
 	if (err) {
-		log_msg("cannot create directories for %s, %s: %s", d->paths.dir, d->socket_path,
+		log_err("cannot create directories for %s, %s: %s", d->paths.dir, d->socket_path,
 			strerror(-err));
 		return err;
 	}
@@ -587,11 +624,13 @@ static int setup(struct daemon *d)
 
 	err = procreg__writer_open(&d->w, &d->paths, &wo, &why);
 	if (err) {
-		if (err == -EBUSY)
-			log_msg("%s: %s (pid %u)", d->paths.table, why,
-				d->w.map.hdr ? d->w.map.hdr->daemon_pid : 0);
+		if (err == -EBUSY && serving_pid(d->paths.table))
+			log_err("%s: %s (pid %u)", d->paths.table, why, serving_pid(d->paths.table));
+		else if (err == -EBUSY)
+			log_err("%s: %s (starting: its pid is not in the table yet)",
+				d->paths.table, why);
 		else
-			log_msg("%s: %s%s%s", d->paths.table, why ? why : "", why ? ": " : "",
+			log_err("%s: %s%s%s", d->paths.table, why ? why : "", why ? ": " : "",
 				strerror(-err));
 		return err;
 	}
@@ -599,7 +638,7 @@ static int setup(struct daemon *d)
 	 * size: it is a threshold, not a part of the file. */
 	d->w.reserve = d->o.reserved_size_set ? d->o.reserved_size : d->w.map.size / 32;
 	if (d->w.reserve > d->w.map.size / 2) {
-		log_msg("%s: --reserved-size %llu: want at most half the table (%llu bytes)",
+		log_err("%s: --reserved-size %llu: want at most half the table (%llu bytes)",
 			d->paths.table, (unsigned long long)d->w.reserve,
 			(unsigned long long)d->w.map.size);
 		return -EINVAL;
@@ -607,12 +646,12 @@ static int setup(struct daemon *d)
 	if (d->w.attached) {
 		err = procreg__w_recover(&d->w);
 		if (err == -ENOSPC) {
-			log_msg("%s: cannot allocate the table's pages: %s (the filesystem of %s is full)",
+			log_err("%s: cannot allocate the table's pages: %s (the filesystem of %s is full)",
 				d->paths.table, strerror(-err), d->paths.dir);
 			return err;
 		}
 		if (err) {
-			log_msg("%s: cannot recover the table: %s; move it away to start afresh",
+			log_err("%s: cannot recover the table: %s; move it away to start afresh",
 				d->paths.table, strerror(-err));
 			return err;
 		}
@@ -645,9 +684,19 @@ static int setup(struct daemon *d)
 	    (err = ev_add(d, d->timerfd, EPOLLIN, &d->timer_ev)) < 0)
 		return err;
 	raise_fd_limit();
+	err = notify_init(d);
+	if (err) {
+		log_err("NOTIFY_SOCKET: %s", strerror(-err));
+		return err;
+	}
 	err = server_listen(d);
 	if (err) {
-		log_msg("%s: cannot listen: %s", d->socket_path, strerror(-err));
+		if (err == -EADDRINUSE)
+			log_err("%s: a live socket is bound there (systemd's procregd@%s.socket, "
+				"or another daemon's): not replaced; start procregd@%s.service, or "
+				"give --socket", d->socket_path, d->paths.scope, d->paths.scope);
+		else
+			log_err("%s: cannot listen: %s", d->socket_path, strerror(-err));
 		return err;
 	}
 	if (d->o.node && (err = bridge_start(d)) < 0)
@@ -655,7 +704,7 @@ static int setup(struct daemon *d)
 
 	readers_start(d);
 	if (d->o.max_readers > d->w.map.hdr->readers_cap) {
-		log_msg("--max-readers %u: the table's reader registry has %u entries, fixed "
+		log_warn("--max-readers %u: the table's reader registry has %u entries, fixed "
 			"when it was made: %u it is", d->o.max_readers, d->w.map.hdr->readers_cap,
 			d->w.map.hdr->readers_cap);
 		d->o.max_readers = d->w.map.hdr->readers_cap;
@@ -684,7 +733,7 @@ static void note_space(struct daemon *d)
 		return;
 	d->fs_full_logged = d->w.fs_full;
 	if (d->w.fs_full)
-		log_msg("%s: the filesystem of %s is full: writes that need more of the table fail with ENOSPC until space is freed",
+		log_warn("%s: the filesystem of %s is full: writes that need more of the table fail with ENOSPC until space is freed",
 			d->paths.table, d->paths.dir);
 	else
 		log_msg("%s: space is back: the table grows again", d->paths.table);
@@ -702,7 +751,7 @@ static void run(struct daemon *d)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			log_msg("epoll_wait: %s", strerror(errno));
+			log_err("epoll_wait: %s", strerror(errno));
 			break;
 		}
 		procreg__w_batch_begin(&d->w);
@@ -756,6 +805,9 @@ static void run(struct daemon *d)
 				break;
 			case EV_READER:
 				readers_gone(d, (struct reader *)e);
+				break;
+			case EV_WATCHDOG:
+				notify_watchdog(d);
 				break;
 			}
 			if (d->w.retired_bytes > RECLAIM_BYTES)
@@ -849,7 +901,7 @@ int main(int argc, char **argv)
 	static struct daemon d;
 	int notify = -1, err;
 
-	if (parse_opts(&d.o, argc, argv) < 0)
+	if (parse_opts(&d.o, argc, argv) < 0 || log_open(d.o.log_file) < 0)
 		return 2;
 	/* Before detaching: LISTEN_PID names this pid, not our child's. */
 	d.o.listen_fd = server_inherited_fd();
@@ -872,9 +924,21 @@ int main(int argc, char **argv)
 			dup2(devnull, 1);
 			close(devnull);
 		}
+		/* Whoever started us may be gone, and a pipe of theirs (the
+		 * CLI's autostart reads one till it closes) must close. */
+		if (!err)
+			log_detached();
 	}
-	if (!err)
+	if (!err) {
+		/* After the detach: MAINPID is the pid that serves. */
+		notify_send(&d, "READY=1\nSTATUS=serving scope '%s'\nMAINPID=%d", d.paths.scope,
+			    (int)getpid());
 		run(&d);
+		notify_send(&d, "STOPPING=1\nSTATUS=stopping");
+	} else {
+		undo_start(&d);
+	}
+	notify_close(&d);
 	teardown(&d);
 	if (!err)
 		log_msg("stopped");

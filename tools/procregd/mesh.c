@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * mesh.c - the built-in bridge backend: a TCP full mesh.
  *

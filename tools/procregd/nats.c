@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * nats.c - a bridge backend over NATS (procreg-bridge-nats.so, loaded by
  * procregd --bridge nats). The nodes do not connect to each other: each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * nats_opts.h - the NATS backend's options, in one place: nats.c takes
  * each as --bridge-opt KEY=VALUE (and refuses any other key), and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * owners.c - standby owners and leases: the daemon's private bookkeeping
  * for who owns a name next, and until when.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procs.c - the processes that hold names, and their deaths.
  *
@@ -361,7 +362,7 @@ void proc_lost_name(struct daemon *d, uint64_t off, const char *node, pid_t winn
 	struct proc *p = owner_of(d, off, &idx);
 
 	if (!n) {
-		log_msg("name '%.*s': out of memory: its owner pid %u is not told it lost it",
+		log_warn("name '%.*s': out of memory: its owner pid %u is not told it lost it",
 			(int)r->name_len, r->data, r->pid);
 		return;
 	}

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * readers.c - the reader processes whose pages grace periods wait for.
  *
@@ -292,7 +293,7 @@ static void stall(struct daemon *d, struct reader *r, uint64_t held_ns)
 	CMM_STORE_SHARED(h->last_stall_uid, r->uid);
 	CMM_STORE_SHARED(h->last_stall_ns, now);
 	count_live(d);
-	log_msg("reader pid %d (uid %u) has held a grace period up for %llu ms "
+	log_warn("reader pid %d (uid %u) has held a grace period up for %llu ms "
 		"(--reader-timeout-ms %u): no longer waited for; its lookups check for "
 		"reused memory instead", (int)r->pid, (unsigned)r->uid,
 		(unsigned long long)(held_ns / 1000000), d->o.reader_timeout_ms);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * registry.c - every change to the table's names and memberships, with its
  * side effects in one order (registry.h says which, and why).
@@ -384,7 +385,7 @@ uint64_t registry_apply_remove_all(struct daemon *d, registry_match_fn match, vo
 	 * the index being walked. */
 	procreg__w_walk(&d->w, remove_one, &c);
 	if (c.lost)
-		log_msg("out of memory: names removed with their node not offered to the next in line");
+		log_warn("out of memory: names removed with their node not offered to the next in line");
 	pass_on(d, c.names.v, c.names.n);
 	procreg__vec_free(&c.names);
 	return c.removed;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * registry.h - the one path by which names and memberships enter and
  * leave the table (registry.c).

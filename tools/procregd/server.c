@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * server.c - the listening socket, client connections and requests.
  *
@@ -64,14 +65,14 @@ int server_inherited_fd(void)
 	if (*end || n < 1)
 		return -1;
 	if (n > 1)
-		log_msg("LISTEN_FDS=%ld: using the first socket, closing the others", n);
+		log_warn("LISTEN_FDS=%ld: using the first socket, closing the others", n);
 	for (int fd = SD_LISTEN_FDS_START + 1; fd < SD_LISTEN_FDS_START + n; fd++)
 		close(fd);
 	if (getsockopt(SD_LISTEN_FDS_START, SOL_SOCKET, SO_DOMAIN, &fam, &len) < 0 ||
 	    getsockopt(SD_LISTEN_FDS_START, SOL_SOCKET, SO_TYPE, &type, &len) < 0 ||
 	    getsockopt(SD_LISTEN_FDS_START, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len) < 0 ||
 	    fam != AF_UNIX || type != SOCK_SEQPACKET || !acc) {
-		log_msg("LISTEN_FDS: fd %d is not a listening unix SOCK_SEQPACKET socket "
+		log_err("LISTEN_FDS: fd %d is not a listening unix SOCK_SEQPACKET socket "
 			"(ListenSequentialPacket= in the .socket unit)", SD_LISTEN_FDS_START);
 		return -EBADF;
 	}
@@ -89,7 +90,7 @@ static int listen_inherited(struct daemon *d, int fd)
 	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
 		return -errno;
 	if (len <= offsetof(struct sockaddr_un, sun_path) || !sa.sun_path[0]) {
-		log_msg("LISTEN_FDS: the socket has no path: clients could not find it");
+		log_err("LISTEN_FDS: the socket has no path: clients could not find it");
 		return -EINVAL;
 	}
 	snprintf(d->socket_path, sizeof(d->socket_path), "%.*s",
@@ -101,6 +102,20 @@ static int listen_inherited(struct daemon *d, int fd)
 	d->socket_inherited = true;
 	d->listen_ev.kind = EV_LISTEN;
 	return ev_add(d, fd, EPOLLIN, &d->listen_ev);
+}
+
+/* Whether a socket at SA accepts connections: someone's live socket. */
+static bool live_socket(const struct sockaddr_un *sa)
+{
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), rc;
+
+	if (fd < 0)
+		return false;
+	rc = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
+	/* EAGAIN: its backlog is full, but it listens. */
+	rc = rc == 0 || errno == EAGAIN;
+	close(fd);
+	return rc;
 }
 
 int server_listen(struct daemon *d)
@@ -118,9 +133,17 @@ int server_listen(struct daemon *d)
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	/* We hold the scope's lock, so a socket file left here belongs to a
-	 * daemon that is gone (or is something planted: unlink removes a
-	 * symbolic link itself, never what it points to). */
+	/* We hold the scope's lock, so a socket file left here that refuses
+	 * connections belongs to a daemon that is gone (or is something
+	 * planted: unlink removes a symbolic link itself, never what it
+	 * points to). One that accepts them is live: systemd's
+	 * (procregd@.socket, whose service we are not), or a daemon's of
+	 * another scope given the same path. Replacing it would cut its
+	 * owner off for good: refused. */
+	if (live_socket(&sa)) {
+		close(fd);
+		return -EADDRINUSE;
+	}
 	unlink(d->socket_path);
 	/* The mode comes from the umask at bind: a chmod by path afterwards
 	 * would follow whatever someone put at that path meanwhile. Every
@@ -248,7 +271,7 @@ void server_accept(struct daemon *d)
 		}
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				log_msg("accept: %s", strerror(errno));
+				log_warn("accept: %s", strerror(errno));
 			return;
 		}
 		if (d->nclients >= d->o.max_clients) {
