@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # bindings/test.sh LANG BUILD_DIR: build the LANG binding (python, rust or
 # go) against the libprocreg of the CMake build tree BUILD_DIR, and run its
 # tests, its README example among them. ctest runs it once per language

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: BSD-2-Clause
+
 // Package procreg is procreg, the process registry, from Go: a cgo
 // binding of libprocreg.
 //

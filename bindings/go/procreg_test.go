@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: BSD-2-Clause
+
 package procreg
 
 import (
@@ -567,6 +569,8 @@ func TestReadmeExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The file's licence line is the tree's, not the example's.
+	src = bytes.TrimPrefix(src, []byte("// SPDX-License-Identifier: BSD-2-Clause\n\n"))
 	if !bytes.Equal(m[1], src) {
 		t.Fatal("README.md's Go example and bindings/go/example/main.go differ")
 	}

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """Lookup through procreg beside a dict lookup of the same names.
 
     PROCREG_BUILD_DIR=build python3 bindings/python/bench.py [--names N] [--rounds R]

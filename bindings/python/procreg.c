@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * procreg.c - the CPython module procreg: libprocreg for Python.
  *

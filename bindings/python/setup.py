@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """Build the procreg extension against libprocreg.
 
 Where libprocreg is found, first match wins:

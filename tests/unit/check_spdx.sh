@@ -27,7 +27,7 @@ bpf=tools/procreg-trace/procreg_trace.bpf.c
 n=0
 for f in $(list); do
 	case $f in
-	*/corpus/*|*.md|LICENSE|.gitignore) continue ;;
+	*/corpus/*|*.md|LICENSE|.gitignore|*/.gitignore|*/Cargo.lock) continue ;;
 	esac
 	n=$((n + 1))
 	want='SPDX-License-Identifier: BSD-2-Clause'

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: BSD-2-Clause
+
 // Command bench times a lookup through procreg beside a Go map lookup of
 // the same names, and a bare cgo call.
 //

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """A private procregd for each test: its own directory and scope, never
 the host's registry. PROCREG_BUILD_DIR names the CMake build tree whose
 procregd runs."""

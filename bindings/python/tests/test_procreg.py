@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 import asyncio
 import errno
 import os

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 //! Where libprocreg is: PROCREG_BUILD_DIR (a CMake build tree of procreg,
 //! whose libprocreg.so is linked and whose headers the layout probe
 //! reads), else the system's paths.

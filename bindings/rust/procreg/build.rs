@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 //! The README's Rust example, for tests/readme.rs to build and run: it
 //! cannot rot. Without the README (the crate outside its repository) the
 //! file is a compile error, which only that test includes.

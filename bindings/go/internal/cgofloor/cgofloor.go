@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: BSD-2-Clause
+
 // Package cgofloor is the cost of a cgo call alone, for the benchmark: a
 // C function that does nothing, called with the arguments of a lookup (a
 // pointer and a Go string).

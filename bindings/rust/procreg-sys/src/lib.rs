@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 //! The FFI declarations of libprocreg (`include/procreg.h`), by hand and
 //! std-only: the core API (handles, names, groups, the change feed, lost
 //! names, batches, stats). The introspection calls whose structs are not

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 //! Lookup through procreg beside a HashMap lookup of the same names.
 //!
 //!     PROCREG_BUILD_DIR=build LD_LIBRARY_PATH=build \

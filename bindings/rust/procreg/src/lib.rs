@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 //! procreg, the process registry, from Rust: a safe layer over libprocreg
 //! (the `procreg-sys` crate).
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 //! The README's Rust example (extracted by build.rs), run as a process of
 //! its own against a private daemon: this test binary, started again with
 //! PROCREG_README_CHILD set, runs the example's main().

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 //! A private procregd for a test: its own directory and scope, never the
 //! host's registry. PROCREG_BUILD_DIR names the build tree whose procregd
 //! and procreg (the CLI, for other processes that hold names) run.
