@@ -863,3 +863,32 @@ size_t th_adopt_page(struct pr_writer *w, pid_t pid, int fdnum)
 	assert_int_equal(procreg__w_reader_add(w, &ref), 0);
 	return w->readers.n - 1;
 }
+
+char *th_read_file(const char *path, bool must)
+{
+	FILE *fp = fopen(path, "re"), *m;
+	char *buf = NULL;
+	size_t len = 0;
+	int c;
+
+	if (!fp) {
+		if (must)
+			fail_msg("%s: %s", path, strerror(errno));
+		buf = strdup("");
+		assert_non_null(buf);
+		return buf;
+	}
+	m = open_memstream(&buf, &len);
+	assert_non_null(m);
+	while ((c = getc(fp)) != EOF)
+		putc(c, m);
+	fclose(fp);
+	assert_int_equal(fclose(m), 0);
+	return buf;
+}
+
+void th_expect_in(const char *hay, const char *needle)
+{
+	if (!strstr(hay, needle))
+		fail_msg("expected '%s' in:\n%s", needle, hay);
+}

@@ -12,6 +12,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -55,6 +56,11 @@ struct th_daemon {
 
 /* A fresh directory; the caller frees the string after th_rmrf(). */
 char *th_mkdtemp(void);
+/* The whole of file PATH, NUL-terminated (free it). A file that cannot be
+ * read fails the test if MUST, else reads as "". */
+char *th_read_file(const char *path, bool must);
+/* Fail the test, showing HAY, unless NEEDLE is in it. */
+void th_expect_in(const char *hay, const char *needle);
 void th_rmrf(const char *dir);
 
 /* Start procregd --foreground --dir DIR [ARGS...] (NULL-terminated), with

@@ -77,12 +77,6 @@ static int cli(struct th_out *o, const char *dir, const char *const *args)
 	return th_run(o, NULL, argv);
 }
 
-static void expect_in(const char *hay, const char *needle)
-{
-	if (!strstr(hay, needle))
-		fail_msg("expected '%s' in:\n%s", needle, hay);
-}
-
 static void test_stopped_daemon(void **state)
 {
 	struct fx *f = *state;
@@ -97,7 +91,7 @@ static void test_stopped_daemon(void **state)
 	assert_int_equal(procreg_register(reg, "h.one", "x", 1), 0);
 	assert_int_equal(cli(o, f->dir, (const char *const[]){ "ping", NULL }), 0);
 	snprintf(want, sizeof(want), "procregd pid %d answered", (int)f->d.pid);
-	expect_in(o->out, want);
+	th_expect_in(o->out, want);
 
 	assert_int_equal(kill(f->d.pid, SIGSTOP), 0);
 	assert_true(th_until(stopped, &f->d.pid, 10000));
@@ -121,22 +115,22 @@ static void test_stopped_daemon(void **state)
 
 	assert_int_equal(cli(o, f->dir, (const char *const[]){ "ping", "--timeout", "0.2", NULL }), 1);
 	snprintf(want, sizeof(want), "procregd pid %d did not answer within 0.2s", (int)f->d.pid);
-	expect_in(o->err, want);
+	th_expect_in(o->err, want);
 	assert_int_equal(cli(o, f->dir, (const char *const[]){ "ping", "--json", "--timeout", "0.2",
 							       NULL }), 1);
-	expect_in(o->out, "\"answered\":false,\"health\":\"not answering\"");
+	th_expect_in(o->out, "\"answered\":false,\"health\":\"not answering\"");
 	assert_int_equal(cli(o, f->dir, (const char *const[]){ "unregister", "h.one", "--timeout",
 							       "0.2", NULL }), 2);
-	expect_in(o->err, "unregister h.one: procregd did not answer within 0.2s");
+	th_expect_in(o->err, "unregister h.one: procregd did not answer within 0.2s");
 	assert_int_equal(cli(o, f->dir, (const char *const[]){ "stats", "--timeout", "0.2", NULL }),
 			 0);
-	expect_in(o->out, "\ndaemon_health      not answering (no reply within 0.2s)\n");
+	th_expect_in(o->out, "\ndaemon_health      not answering (no reply within 0.2s)\n");
 	assert_int_equal(cli(o, f->dir, (const char *const[]){ "stats", "--format", "prometheus",
 							       "--timeout", "0.2", NULL }), 0);
-	expect_in(o->out, "\nprocreg_daemon_up{scope=\"default\"} 0\n");
+	th_expect_in(o->out, "\nprocreg_daemon_up{scope=\"default\"} 0\n");
 	assert_int_equal(cli(o, f->dir, (const char *const[]){ "stats", "--json", "--timeout",
 							       "0.2", NULL }), 0);
-	expect_in(o->out, "\"daemon_health\":\"not answering\"");
+	th_expect_in(o->out, "\"daemon_health\":\"not answering\"");
 
 	/* Running again: the same handle reconnects and is answered. */
 	assert_int_equal(kill(f->d.pid, SIGCONT), 0);
@@ -144,10 +138,10 @@ static void test_stopped_daemon(void **state)
 	assert_int_equal(procreg_register(reg, "h.three", "x", 1), 0);
 	assert_int_equal(procreg_sync(reg), 0);
 	assert_int_equal(cli(o, f->dir, (const char *const[]){ "stats", NULL }), 0);
-	expect_in(o->out, "\ndaemon_health      answering\n");
+	th_expect_in(o->out, "\ndaemon_health      answering\n");
 	assert_int_equal(cli(o, f->dir, (const char *const[]){ "stats", "--format", "prometheus",
 							       NULL }), 0);
-	expect_in(o->out, "\nprocreg_daemon_up{scope=\"default\"} 1\n");
+	th_expect_in(o->out, "\nprocreg_daemon_up{scope=\"default\"} 1\n");
 	procreg_close(reg);
 	free(o);
 }
@@ -165,11 +159,11 @@ static void test_no_daemon(void **state)
 	assert_int_equal(procreg_ping(reg, 200), -ECONNREFUSED);
 	assert_int_equal(procreg_register(reg, "h.none", "x", 1), -ECONNREFUSED);
 	assert_int_equal(cli(o, f->dir, (const char *const[]){ "ping", NULL }), 1);
-	expect_in(o->err, "procreg: ping: scope default: procregd is not running for this scope");
+	th_expect_in(o->err, "procreg: ping: scope default: procregd is not running for this scope");
 	assert_int_equal(cli(o, f->dir, (const char *const[]){ "stats", NULL }), 0);
-	expect_in(o->out, "\ndaemon_health      not running\n");
+	th_expect_in(o->out, "\ndaemon_health      not running\n");
 	assert_int_equal(cli(o, f->dir, (const char *const[]){ "ping", "--timeout", "0", NULL }), 2);
-	expect_in(o->err, "ping: --timeout 0: want seconds, at least 0.001");
+	th_expect_in(o->err, "ping: --timeout 0: want seconds, at least 0.001");
 	procreg_close(reg);
 	free(o);
 }

@@ -125,12 +125,6 @@ static char *object_with(const char *s, const char *key)
 	return strndup(b, (size_t)(e - b + 1));
 }
 
-static void expect_in(const char *hay, const char *needle)
-{
-	if (!strstr(hay, needle))
-		fail_msg("expected '%s' in:\n%s", needle, hay);
-}
-
 /* ---- a reader child --------------------------------------------------- */
 
 struct reader_arg {
@@ -221,35 +215,35 @@ static void test_top_once_json(void **state)
 	assert_int_equal(f->o->out[0], '{');
 	assert_non_null(strchr(f->o->out, '\n'));
 	assert_string_equal(strchr(f->o->out, '\n'), "\n");
-	expect_in(f->o->out, "\"interval_s\":");
-	expect_in(f->o->out, "\"scope\":\"default\",");
+	th_expect_in(f->o->out, "\"interval_s\":");
+	th_expect_in(f->o->out, "\"scope\":\"default\",");
 	snprintf(key, sizeof(key), "\"daemon_pid\":%d,", (int)f->d.pid);
-	expect_in(f->o->out, key);
-	expect_in(f->o->out, ",\"names\":2,");
-	expect_in(f->o->out, ",\"groups\":1,");
-	expect_in(f->o->out, ",\"memberships\":1,");
-	expect_in(f->o->out, ",\"processes\":1,");
-	expect_in(f->o->out, ",\"registrations\":2,\"registrations_per_s\":");
-	expect_in(f->o->out, ",\"deaths\":0,\"deaths_per_s\":");
-	expect_in(f->o->out, ",\"grace_periods_per_s\":");
-	expect_in(f->o->out, ",\"arena_used\":");
-	expect_in(f->o->out, ",\"lookups_per_s\":");
+	th_expect_in(f->o->out, key);
+	th_expect_in(f->o->out, ",\"names\":2,");
+	th_expect_in(f->o->out, ",\"groups\":1,");
+	th_expect_in(f->o->out, ",\"memberships\":1,");
+	th_expect_in(f->o->out, ",\"processes\":1,");
+	th_expect_in(f->o->out, ",\"registrations\":2,\"registrations_per_s\":");
+	th_expect_in(f->o->out, ",\"deaths\":0,\"deaths_per_s\":");
+	th_expect_in(f->o->out, ",\"grace_periods_per_s\":");
+	th_expect_in(f->o->out, ",\"arena_used\":");
+	th_expect_in(f->o->out, ",\"lookups_per_s\":");
 	/* The reader process, with its own lookups counted in its slot. */
 	snprintf(key, sizeof(key), "{\"pid\":%d,", (int)r1);
 	obj = object_with(f->o->out, key);
 	if (!obj)
 		fail_msg("reader %d not in top's readers:\n%s", (int)r1, f->o->out);
-	expect_in(obj, "\"comm\":\"test_inspect\",\"threads\":1,\"lookups\":1000,\"lookups_per_s\":");
+	th_expect_in(obj, "\"comm\":\"test_inspect\",\"threads\":1,\"lookups\":1000,\"lookups_per_s\":");
 	free(obj);
 
 	/* Text: one frame, the same numbers. */
 	expect_st(f, cli(f, A("top", "--once", "--interval", "0.05")), 0);
-	expect_in(f->o->out, "names 2  groups 1  memberships 1  processes 1\n");
-	expect_in(f->o->out, "registrations/s ");
-	expect_in(f->o->out, "deaths/s ");
-	expect_in(f->o->out, "grace periods/s ");
+	th_expect_in(f->o->out, "names 2  groups 1  memberships 1  processes 1\n");
+	th_expect_in(f->o->out, "registrations/s ");
+	th_expect_in(f->o->out, "deaths/s ");
+	th_expect_in(f->o->out, "grace periods/s ");
 	snprintf(key, sizeof(key), "%8d %7u %14llu ", (int)r1, 1u, 1000ull);
-	expect_in(f->o->out, key);
+	th_expect_in(f->o->out, key);
 	assert_null(strstr(f->o->out, "\033[")); /* piped: no screen control */
 
 	expect_st(f, cli(f, A("top", "--interval", "0")), 2);
@@ -333,18 +327,18 @@ static void test_readers(void **state)
 	wait_entry(f, held, 7, true, false);
 
 	expect_st(f, cli(f, A("readers", "--json")), 0);
-	expect_in(f->o->out, "{\"max_readers\":4096,\"stalls\":1,\"refused\":0,\"readers\":[");
+	th_expect_in(f->o->out, "{\"max_readers\":4096,\"stalls\":1,\"refused\":0,\"readers\":[");
 	snprintf(key, sizeof(key), "{\"pid\":%d,", (int)idle);
 	obj = object_with(f->o->out, key);
 	assert_non_null(obj);
-	expect_in(obj, "\"uid\":0,\"comm\":\"test_inspect\",\"threads\":1,"
+	th_expect_in(obj, "\"uid\":0,\"comm\":\"test_inspect\",\"threads\":1,"
 		       "\"in_critical_section\":0,\"pages\":1,\"lookups\":500,\"stalled\":false,"
 		       "\"stalled_ns\":0,");
 	free(obj);
 	snprintf(key, sizeof(key), "{\"pid\":%d,", (int)held);
 	obj = object_with(f->o->out, key);
 	assert_non_null(obj);
-	expect_in(obj, "\"uid\":0,\"comm\":\"test_inspect\",\"threads\":1,"
+	th_expect_in(obj, "\"uid\":0,\"comm\":\"test_inspect\",\"threads\":1,"
 		       "\"in_critical_section\":1,\"pages\":1,\"lookups\":7,\"stalled\":true,");
 	assert_null(strstr(obj, "\"stalled_ns\":0,"));
 	free(obj);
@@ -354,21 +348,21 @@ static void test_readers(void **state)
 	assert_true(th_log_has(f->d.log, key));
 	expect_st(f, cli(f, A("stats")), 0);
 	snprintf(key, sizeof(key), "reader_stalls      1 (last: pid %d, uid 0, ", (int)held);
-	expect_in(f->o->out, key);
-	expect_in(f->o->out, "readers_stalled    1\n");
+	th_expect_in(f->o->out, key);
+	th_expect_in(f->o->out, "readers_stalled    1\n");
 	expect_st(f, cli(f, A("stats", "--json")), 0);
 	snprintf(key, sizeof(key), "\"readers_stalled\":1,\"reader_stalls\":1,"
 		 "\"readers_refused\":0,\"last_stall\":{\"pid\":%d,\"uid\":0,", (int)held);
-	expect_in(f->o->out, key);
+	th_expect_in(f->o->out, key);
 
 	/* Text, piped: no header, one line per reader process. */
 	expect_st(f, cli(f, A("readers")), 0);
 	snprintf(key, sizeof(key), "%8d %8u %7u %4u %5u %12llu %-7s  test_inspect\n", (int)idle, 0u,
 		 1u, 0u, 1u, 500ull, "-");
-	expect_in(f->o->out, key);
+	th_expect_in(f->o->out, key);
 	snprintf(key, sizeof(key), "%8d %8u %7u %4u %5u %12llu %-7s  test_inspect\n", (int)held, 0u,
 		 1u, 1u, 1u, 7ull, "yes");
-	expect_in(f->o->out, key);
+	th_expect_in(f->o->out, key);
 
 	/* A reader that exits is dropped, inside its section or not. */
 	kill_kid(f, held);
@@ -377,7 +371,7 @@ static void test_readers(void **state)
 	 * the reader reads on. */
 	assert_int_equal(th_daemon_stop(&f->d), 0);
 	expect_st(f, cli(f, A("readers", "--json")), 0);
-	expect_in(f->o->out, "\"readers\":[]}\n");
+	th_expect_in(f->o->out, "\"readers\":[]}\n");
 	expect_st(f, cli(f, A("readers", "x")), 2);
 	kill_kid(f, idle);
 }
@@ -500,13 +494,13 @@ static void test_check(void **state)
 	expect_st(f, cli(f, A("check")), 0);
 	snprintf(msg, sizeof(msg), "%s/procreg.default: ok: 7 names, 2 groups, 2 memberships, ",
 		 f->dir);
-	expect_in(f->o->out, msg);
-	expect_in(f->o->out, "; counters agree, owners alive\n");
+	th_expect_in(f->o->out, msg);
+	th_expect_in(f->o->out, "; counters agree, owners alive\n");
 	expect_st(f, cli(f, A("check", "--json")), 0);
-	expect_in(f->o->out, "{\"ok\":true,\"table\":");
-	expect_in(f->o->out, ",\"names\":7,\"groups\":2,\"memberships\":2,");
-	expect_in(f->o->out, ",\"processes\":1,");
-	expect_in(f->o->out, "\"problems\":[],\"problems_not_shown\":0}\n");
+	th_expect_in(f->o->out, "{\"ok\":true,\"table\":");
+	th_expect_in(f->o->out, ",\"names\":7,\"groups\":2,\"memberships\":2,");
+	th_expect_in(f->o->out, ",\"processes\":1,");
+	th_expect_in(f->o->out, "\"problems\":[],\"problems_not_shown\":0}\n");
 
 	/* A copy (no daemon there): healthy too. */
 	th_copy_table(f->dir, "copy1", table, sizeof(table));
@@ -516,11 +510,11 @@ static void test_check(void **state)
 	/* Damage 1: a counter that disagrees with the index. */
 	th_poke_u64(table, offsetof(struct pr_table_hdr, names.live), 9);
 	expect_st(f, cli_env(f, d1, NULL, A("check")), 1);
-	expect_in(f->o->out, "name index: counter says 9 live entries, the walk found 7\n");
-	expect_in(f->o->out, ": DAMAGED: 7 names");
+	th_expect_in(f->o->out, "name index: counter says 9 live entries, the walk found 7\n");
+	th_expect_in(f->o->out, ": DAMAGED: 7 names");
 	expect_st(f, cli_env(f, d1, NULL, A("check", "--json")), 1);
-	expect_in(f->o->out, "{\"ok\":false,");
-	expect_in(f->o->out, "\"problems\":[\"name index: counter says 9 live entries, the walk found 7\"]");
+	th_expect_in(f->o->out, "{\"ok\":false,");
+	th_expect_in(f->o->out, "\"problems\":[\"name index: counter says 9 live entries, the walk found 7\"]");
 
 	/* Damage 2: a slot word that points past the arena. */
 	th_copy_table(f->dir, "copy2", table, sizeof(table));
@@ -535,9 +529,9 @@ static void test_check(void **state)
 	     pr_slot_word(w, peek(table, offsetof(struct pr_table_hdr, file_size)) + 4096));
 	expect_st(f, cli_env(f, d2, NULL, A("check")), 1);
 	snprintf(msg, sizeof(msg), "name index slot %llu: record offset ", (unsigned long long)p);
-	expect_in(f->o->out, msg);
-	expect_in(f->o->out, "outside the arena");
-	expect_in(f->o->out, "name index: counter says 7 live entries, the walk found 6\n");
+	th_expect_in(f->o->out, msg);
+	th_expect_in(f->o->out, "outside the arena");
+	th_expect_in(f->o->out, "name index: counter says 7 live entries, the walk found 6\n");
 
 	expect_st(f, cli(f, A("check", "x")), 2);
 }
@@ -566,17 +560,17 @@ static void test_prometheus(void **state)
 
 	reg_name(f->reg, "p.one");
 	expect_st(f, cli(f, A("stats", "--format", "prometheus")), 0);
-	expect_in(f->o->out, "# HELP procreg_names Names registered.\n# TYPE procreg_names gauge\n"
+	th_expect_in(f->o->out, "# HELP procreg_names Names registered.\n# TYPE procreg_names gauge\n"
 			     "procreg_names{scope=\"default\"} 1\n");
-	expect_in(f->o->out, "# TYPE procreg_registrations_total counter\n"
+	th_expect_in(f->o->out, "# TYPE procreg_registrations_total counter\n"
 			     "procreg_registrations_total{scope=\"default\"} 1\n");
-	expect_in(f->o->out, "procreg_daemon_up{scope=\"default\"} 1\n");
+	th_expect_in(f->o->out, "procreg_daemon_up{scope=\"default\"} 1\n");
 	/* Sizes in bytes say so; when the daemon started; each reader
 	 * process's lookups (this one's, once the daemon has its pages). */
-	expect_in(f->o->out, "# TYPE procreg_arena_size_bytes gauge\n"
+	th_expect_in(f->o->out, "# TYPE procreg_arena_size_bytes gauge\n"
 			     "procreg_arena_size_bytes{scope=\"default\"} ");
-	expect_in(f->o->out, "\nprocreg_arena_used_bytes{scope=\"default\"} ");
-	expect_in(f->o->out, "\nprocreg_arena_top_bytes{scope=\"default\"} ");
+	th_expect_in(f->o->out, "\nprocreg_arena_used_bytes{scope=\"default\"} ");
+	th_expect_in(f->o->out, "\nprocreg_arena_top_bytes{scope=\"default\"} ");
 	assert_null(strstr(f->o->out, "procreg_arena_size{"));
 	{
 		PROCREG_OPTS(procreg_stats, st);
@@ -585,12 +579,12 @@ static void test_prometheus(void **state)
 		assert_int_equal(procreg_stats(f->reg, &st), 0);
 		snprintf(want, sizeof(want), "\nprocreg_daemon_start_time_seconds{scope=\"default\"} "
 			 "%.3f\n", (double)st.daemon_started_ns / 1e9);
-		expect_in(f->o->out, want);
+		th_expect_in(f->o->out, want);
 		assert_true(th_until(reader_known, f, WAIT_MS));
 		expect_st(f, cli(f, A("stats", "--format", "prometheus")), 0);
 		snprintf(want, sizeof(want), "\nprocreg_reader_lookups_total{scope=\"default\","
 			 "pid=\"%d\"} ", (int)getpid());
-		expect_in(f->o->out, want);
+		th_expect_in(f->o->out, want);
 	}
 	/* Every sample line is NAME{scope="default"[,pid="N"]} VALUE. */
 	for (char *l = f->o->out; *l; l = strchr(l, '\n') + 1) {
@@ -606,7 +600,7 @@ static void test_prometheus(void **state)
 			fail_msg("not a sample line: %.*s", (int)strcspn(l, "\n"), l);
 	}
 	expect_st(f, cli(f, A("stats", "--format=json")), 0);
-	expect_in(f->o->out, "\"names\":1,");
+	th_expect_in(f->o->out, "\"names\":1,");
 	expect_st(f, cli(f, A("stats", "--format", "xml")), 2);
 }
 
@@ -656,7 +650,7 @@ static void test_autostart(void **state)
 
 	/* Turned off: no daemon, no table, the old error. */
 	expect_st(f, cli_env(f, f->dir, A("PROCREG_NO_AUTOSTART=1"), A("run", "x", "--", "true")), 2);
-	expect_in(f->o->err, "no registry for scope 'default'");
+	th_expect_in(f->o->err, "no registry for scope 'default'");
 	expect_st(f, cli_env(f, f->dir, A("PROCREG_NO_AUTOSTART"),
 			     A("run", "--no-autostart", "x", "--", "true")), 2);
 	assert_int_equal(access(table, F_OK), -1);

@@ -80,27 +80,6 @@ static void write_file(const char *path, const char *text)
 	assert_int_equal(fclose(fp), 0);
 }
 
-static char *read_file(const char *path)
-{
-	FILE *fp = fopen(path, "r");
-	char *buf = calloc(1, 1 << 20);
-	size_t n;
-
-	if (!fp)
-		fail_msg("%s: %s", path, strerror(errno));
-	assert_non_null(buf);
-	n = fread(buf, 1, (1 << 20) - 1, fp);
-	buf[n] = 0;
-	fclose(fp);
-	return buf;
-}
-
-static void expect_in(const char *hay, const char *needle)
-{
-	if (!strstr(hay, needle))
-		fail_msg("expected '%s' in:\n%s", needle, hay);
-}
-
 /* ---- the installed package -------------------------------------------- */
 
 static const char prog_c[] =
@@ -161,7 +140,7 @@ static void run_prog(struct fx *f, const char *prog, const char *name)
 	snprintf(want, sizeof(want), "%s ", name);
 	assert_memory_equal(f->o->out, want, strlen(want));
 	snprintf(want, sizeof(want), " 1 pkg %s\n", procreg_version());
-	expect_in(f->o->out, want);
+	th_expect_in(f->o->out, want);
 }
 
 /* The installed tree as a distribution's package would have it. */
@@ -177,7 +156,7 @@ static void installed_layout(struct fx *f, const char *prefix)
 	/* The SONAME is the ABI number, not the version (README, "ABI"). */
 	snprintf(cmd, sizeof(cmd), "objdump -p '%s/lib/libprocreg.so' | grep -w SONAME", prefix);
 	sh(f, NULL, cmd);
-	expect_in(f->o->out, " libprocreg.so." PROCREG_ABI "\n");
+	th_expect_in(f->o->out, " libprocreg.so." PROCREG_ABI "\n");
 
 	/* Nothing of the build tree in the installed bench's constants, and
 	 * it finds the installed procregd and library from its own place. */
@@ -189,7 +168,7 @@ static void installed_layout(struct fx *f, const char *prefix)
 	snprintf(cmd, sizeof(cmd), "'%s/libexec/procreg/procreg-bench' memory --quick --tmpdir '%s'",
 		 prefix, f->dir);
 	sh(f, A("ASAN_OPTIONS=detect_leaks=0"), cmd);
-	expect_in(f->o->out, "names like");
+	th_expect_in(f->o->out, "names like");
 
 	/* A system prefix (a package built with DESTDIR): absolute paths in
 	 * procreg.pc, which pkg-config then knows for the system's own. */
@@ -197,8 +176,8 @@ static void installed_layout(struct fx *f, const char *prefix)
 		 f->dir, PROCREG_BUILD_DIR);
 	sh(f, NULL, cmd);
 	snprintf(path, sizeof(path), "%s/destdir/usr/lib/pkgconfig/procreg.pc", f->dir);
-	text = read_file(path);
-	expect_in(text, "\nprefix=/usr\n");
+	text = th_read_file(path, true);
+	th_expect_in(text, "\nprefix=/usr\n");
 	assert_null(strstr(text, "pcfiledir"));
 	free(text);
 	snprintf(cmd, sizeof(cmd), "PKG_CONFIG_PATH='%s/destdir/usr/lib/pkgconfig' "
@@ -208,8 +187,8 @@ static void installed_layout(struct fx *f, const char *prefix)
 
 	/* Any other prefix: relative to the file's own place. */
 	snprintf(path, sizeof(path), "%s/lib/pkgconfig/procreg.pc", prefix);
-	text = read_file(path);
-	expect_in(text, "\nprefix=${pcfiledir}/../..\n");
+	text = th_read_file(path, true);
+	th_expect_in(text, "\nprefix=${pcfiledir}/../..\n");
 	free(text);
 }
 
@@ -238,16 +217,16 @@ static void test_installed_package(void **state)
 
 	/* The service runs the installed daemon, one per scope. */
 	snprintf(path, sizeof(path), "%s/lib/systemd/system/procregd@.service", prefix);
-	text = read_file(path);
+	text = th_read_file(path, true);
 	snprintf(cmd, sizeof(cmd),
 		 "\nExecStart=%s/sbin/procregd --foreground --scope %%i $PROCREGD_OPTS\n", prefix);
-	expect_in(text, cmd);
-	expect_in(text, "\nType=notify\n");
+	th_expect_in(text, cmd);
+	th_expect_in(text, "\nType=notify\n");
 	free(text);
 	snprintf(path, sizeof(path), "%s/lib/systemd/system/procregd@.socket", prefix);
-	text = read_file(path);
-	expect_in(text, "\nListenSequentialPacket=/run/procreg/procreg.%i.sock\n");
-	expect_in(text, "\nService=procregd@%i.service\n");
+	text = th_read_file(path, true);
+	th_expect_in(text, "\nListenSequentialPacket=/run/procreg/procreg.%i.sock\n");
+	th_expect_in(text, "\nService=procregd@%i.service\n");
 	free(text);
 
 	/* A daemon, from the installed package, for the programs to use. */
@@ -330,7 +309,7 @@ static void test_installed_package(void **state)
 	assert_int_not_equal(th_run(f->o, NULL, A(cmd, "--foreground", "--dir", src, "--node", "x",
 						  "--cookie-file", path, "--bridge", "nats",
 						  "--bridge-opt", "bogus=1")), 0);
-	expect_in(f->o->err, "unknown option 'bogus'");
+	th_expect_in(f->o->err, "unknown option 'bogus'");
 #endif
 }
 
@@ -440,14 +419,14 @@ static void test_help_matches_man(void **state)
 	assert_int_equal(th_run(f->o, NULL, A(PROCREG_CLI_PATH, "--help")), 0);
 	help = strdup(f->o->out);
 	help_commands(help, from_help, sizeof(from_help));
-	man = read_file(PROCREG_BUILD_DIR "/man/procreg.1");
+	man = th_read_file(PROCREG_BUILD_DIR "/man/procreg.1", true);
 	man_commands(man, from_man, sizeof(from_man));
 	sort_words(from_help);
 	sort_words(from_man);
 	assert_string_equal(from_help, from_man);
-	expect_in(from_help, "check ");
-	expect_in(from_help, "readers ");
-	expect_in(from_help, "top ");
+	th_expect_in(from_help, "check ");
+	th_expect_in(from_help, "readers ");
+	th_expect_in(from_help, "top ");
 	/* The options each names. */
 	long_options(help, opts_help, sizeof(opts_help));
 	long_options(man, opts_man, sizeof(opts_man));
@@ -470,7 +449,7 @@ static void test_help_matches_man(void **state)
 	/* procregd: the options of --help and of procregd(8). */
 	assert_int_equal(th_run(f->o, NULL, A(PROCREGD_PATH, "--help")), 0);
 	long_options(f->o->out, opts_help, sizeof(opts_help));
-	man = read_file(PROCREG_BUILD_DIR "/man/procregd.8");
+	man = th_read_file(PROCREG_BUILD_DIR "/man/procregd.8", true);
 	/* The man page's options: its OPTIONS section. */
 	*strstr(strstr(man, "\n.SH OPTIONS\n") + 1, "\n.SH ") = 0;
 	long_options(strstr(man, "\n.SH OPTIONS\n"), opts_man, sizeof(opts_man));

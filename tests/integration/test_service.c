@@ -79,27 +79,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-static char *slurp(const char *path)
-{
-	FILE *fp = fopen(path, "r");
-	char *buf = calloc(1, 1 << 16);
-	size_t n;
-
-	assert_non_null(buf);
-	if (!fp)
-		return buf;
-	n = fread(buf, 1, (1 << 16) - 1, fp);
-	buf[n] = 0;
-	fclose(fp);
-	return buf;
-}
-
-static void expect_in(const char *hay, const char *needle)
-{
-	if (!strstr(hay, needle))
-		fail_msg("expected '%s' in:\n%s", needle, hay);
-}
-
 /* The daemon pid the table of SCOPE in DIR names (0: none). */
 static pid_t daemon_of(const char *dir, const char *scope)
 {
@@ -136,11 +115,11 @@ static void test_journal_levels(void **state)
 	/* An error: a second daemon for the scope, its stderr the same. */
 	assert_int_not_equal(th_daemon_start_log(&d2, f->dir, log, NULL, A(env)), 0);
 	assert_int_equal(th_daemon_stop(&d), 0);
-	text = slurp(log);
-	expect_in(text, "<6>serving scope 'default': table ");
-	expect_in(text, "\n<3>");
-	expect_in(text, "another procregd serves this scope (pid ");
-	expect_in(text, "\n<6>stopped\n");
+	text = th_read_file(log, false);
+	th_expect_in(text, "<6>serving scope 'default': table ");
+	th_expect_in(text, "\n<3>");
+	th_expect_in(text, "another procregd serves this scope (pid ");
+	th_expect_in(text, "\n<6>stopped\n");
 	/* Nothing else: no time, no pid, no level word (the journal's). */
 	for (const char *p = text; *p; p = strchr(p, '\n') + 1)
 		if (p[0] != '<' || p[2] != '>')
@@ -153,10 +132,10 @@ static void test_journal_levels(void **state)
 	assert_int_equal(th_daemon_start_log(&d, f->dir, log, NULL, A(env)), 0);
 	assert_int_not_equal(th_daemon_start_log(&d2, f->dir, log, NULL, NULL), 0);
 	assert_int_equal(th_daemon_stop(&d), 0);
-	text = slurp(log);
+	text = th_read_file(log, false);
 	assert_true(text[0] == '2' && text[4] == '-' && text[7] == '-' && text[10] == ' ');
-	expect_in(text, "]: serving scope 'default'");
-	expect_in(text, "]: error: ");
+	th_expect_in(text, "]: serving scope 'default'");
+	th_expect_in(text, "]: error: ");
 	assert_null(strstr(text, "<6>"));
 	free(text);
 }
@@ -178,15 +157,15 @@ static void test_detached_log_file(void **state)
 	assert_int_equal(kill(f->adopted, SIGTERM), 0);
 	assert_int_equal(th_wait(f->adopted), 0);
 	f->adopted = 0;
-	text = slurp(log);
-	expect_in(text, "]: serving scope 'default'");
-	expect_in(text, "]: stopped\n");
+	text = th_read_file(log, false);
+	th_expect_in(text, "]: serving scope 'default'");
+	th_expect_in(text, "]: stopped\n");
 	free(text);
 
 	/* A log file that cannot be opened: said on stderr, exit 2. */
 	assert_int_equal(th_run(f->o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir,
 					      "--log-file", "/nonexistent/procregd.log")), 2);
-	expect_in(f->o->err, "procregd: --log-file /nonexistent/procregd.log: No such file or "
+	th_expect_in(f->o->err, "procregd: --log-file /nonexistent/procregd.log: No such file or "
 			     "directory\n");
 }
 
@@ -204,10 +183,10 @@ static void test_autostart_says_why(void **state)
 		th_cli_argv(argv, 16, missing, A("run", "as.x", "--", "true"));
 		assert_int_equal(th_run(f->o, A("PROCREG_NO_AUTOSTART"), argv), 2);
 	}
-	expect_in(f->o->err, "but it did not serve (exit status 1); it said:\n");
+	th_expect_in(f->o->err, "but it did not serve (exit status 1); it said:\n");
 	snprintf(want, sizeof(want), "]: error: table directory %s: No such file or directory "
 		 "(procregd does not create it)\n", missing);
-	expect_in(f->o->err, want);
+	th_expect_in(f->o->err, want);
 }
 
 /* No usable runtime directory (XDG_RUNTIME_DIR not a directory here; for
@@ -254,7 +233,7 @@ static void test_live_socket_kept(void **state)
 	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	assert_int_equal(listen(fd, 16), 0);
 	assert_int_equal(th_run(f->o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir)), 1);
-	expect_in(f->o->err, "procreg.default.sock: a live socket is bound there");
+	th_expect_in(f->o->err, "procreg.default.sock: a live socket is bound there");
 	assert_int_equal(stat(sa.sun_path, &st), 0);
 	c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	assert_int_equal(connect(c, (struct sockaddr *)&sa, sizeof(sa)), 0);
@@ -341,7 +320,7 @@ static void test_socket_activation(void **state)
 		char log[600], *text;
 
 		snprintf(log, sizeof(log), "%s/procregd.log", f->dir);
-		text = slurp(log);
+		text = th_read_file(log, false);
 		fail_msg("procreg_open: %s; procregd's log:\n%s", strerror(errno), text);
 	}
 	assert_int_equal(procreg_register(reg, "act.a", "x", 1), 0);
@@ -436,7 +415,7 @@ static void test_notify_watchdog(void **state)
 	/* READY once it serves, from the pid that serves. */
 	note_until(fd, "READY=1", buf, sizeof(buf));
 	snprintf(want, sizeof(want), "MAINPID=%d", pid);
-	expect_in(buf, want);
+	th_expect_in(buf, want);
 	reg = th_open(f->dir);
 	assert_non_null(reg);
 	assert_int_equal(procreg_ping(reg, -1), 0);
@@ -477,7 +456,7 @@ static void test_notify_watchdog(void **state)
 	note_until(fd, "READY=1", buf, sizeof(buf));
 	assert_int_equal(th_daemon_stop(&d), 0);
 	next_note(fd, buf, sizeof(buf));
-	expect_in(buf, "STOPPING=1");
+	th_expect_in(buf, "STOPPING=1");
 	close(fd);
 }
 
@@ -565,7 +544,7 @@ static void test_unprivileged_daemon(void **state)
 			usleep(10000);
 	}
 	if (!reg) {
-		char *text = slurp(log);
+		char *text = th_read_file(log, false);
 
 		fail_msg("procregd as %s did not serve:\n%s", u.daemon_user.name, text);
 	}
