@@ -116,7 +116,7 @@ struct pr_map {
 	size_t size;
 	struct pr_table_hdr *hdr;
 	uid_t owner;              /* the table file's owner: the daemon's uid */
-	/* The last index found whole by procreg__index: its offset / 16
+	/* The name index as last found whole by procreg__index: offset / 16
 	 * and log2 of its capacity, (off / 16) << 6 | log2. An index whose
 	 * offset and capacity match it is not checked again: a lookup pays
 	 * two compares for a check that was a dozen. Any thread of the

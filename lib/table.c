@@ -259,7 +259,12 @@ int procreg__index(const struct pr_map *m, const struct pr_root *root, struct pr
 	    !pr_at(m, off, sizeof(*ix) + cap * 8))
 		return -1;
 	lg = (uint32_t)__builtin_ctzll(cap);
-	PR_STORE_RELAXED(&((struct pr_map *)m)->ix_seen, (off / PR_ALIGN) << 6 | lg);
+	/* The name index only, the one lookups read: remembering every
+	 * index checked would have threads walking groups and threads
+	 * looking names up overwrite it in turn, a store to the line that
+	 * holds the mapping's base, which every lookup reads. */
+	if (root == &m->hdr->names)
+		PR_STORE_RELAXED(&((struct pr_map *)m)->ix_seen, (off / PR_ALIGN) << 6 | lg);
 whole:
 	v->slot = ix->slot;
 	v->cap = cap;
@@ -494,6 +499,7 @@ static int lookup_group(procreg_t *reg, struct pr_reader_slot *s, const char *co
 {
 	const struct pr_map *m = &reg->map;
 	struct pr_key k[PR_BULK];
+	bool valid[PR_BULK];        /* a name that could be registered: looked up */
 	const struct pr_record *r;
 	struct pr_ixv ix;
 	int stale, tries = 0, found;
@@ -502,7 +508,8 @@ static int lookup_group(procreg_t *reg, struct pr_reader_slot *s, const char *co
 		size_t len;
 
 		res[base + i] = procreg__check_name(names[base + i], &len);
-		if (res[base + i] == 0)
+		valid[i] = res[base + i] == 0;
+		if (valid[i])
 			pr_key_name(&k[i], PR_KIND_NAME, names[base + i], len, m->hdr->hash_seed);
 	}
 	do {
@@ -510,28 +517,24 @@ static int lookup_group(procreg_t *reg, struct pr_reader_slot *s, const char *co
 
 		found = 0;
 		if (procreg__index(m, &m->hdr->names, &ix) == 0) {
-			uint64_t mask = ix.cap - 1;
-
 			for (size_t i = 0; i < n; i++)
-				if (res[base + i] >= 0)
+				if (valid[i])
 					__builtin_prefetch(&ix.slot[k[i].hash >> ix.shift]);
 			for (size_t i = 0; i < n; i++) {
-				uint64_t w, p = k[i].hash >> ix.shift;
+				uint64_t w;
 
-				if (res[base + i] < 0 && res[base + i] != -ENOENT)
+				if (!valid[i])
 					continue;
-				w = CMM_LOAD_SHARED(ix.slot[p & mask]);
+				w = CMM_LOAD_SHARED(ix.slot[k[i].hash >> ix.shift]);
 				if (pr_slot_live(w) && pr_slot_tag(w) == (uint32_t)(k[i].hash >> 32) &&
 				    pr_slot_off(w) < m->size)
 					__builtin_prefetch(m->base + pr_slot_off(w));
 			}
 		}
 		for (size_t i = 0; i < n; i++) {
-			struct procreg_entry *e = nth_entry(out, stride, base + i);
-
-			if (res[base + i] < 0 && res[base + i] != -ENOENT)
+			if (!valid[i])
 				continue;
-			r = ix.slot ? probe_name(m, &ix, &k[i], e) : NULL;
+			r = ix.slot ? probe_name(m, &ix, &k[i], nth_entry(out, stride, base + i)) : NULL;
 			res[base + i] = r ? 0 : -ENOENT;
 			found += r != NULL;
 		}
@@ -542,7 +545,7 @@ static int lookup_group(procreg_t *reg, struct pr_reader_slot *s, const char *co
 	} while (caa_unlikely(stale) && ++tries < PR_READ_TRIES);
 	if (caa_unlikely(stale)) {
 		for (size_t i = 0; i < n; i++)
-			if (res[base + i] == 0 || res[base + i] == -ENOENT)
+			if (valid[i])
 				res[base + i] = -ESTALE;
 		return 0;
 	}
