@@ -26,7 +26,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -816,6 +818,81 @@ static void test_files_locked_down(void **state)
 	assert_int_equal(procreg_lookup(f->reg, "leased", NULL), 0);
 }
 
+/* ---- a squatted socket ------------------------------------------------ */
+
+struct sock_squat_arg {
+	const char *dir;
+	struct th_user *u;
+	int ready;                  /* write end: one byte once listening */
+};
+
+/* Another user's listener at the scope's socket path, where a service
+ * manager's would be: 0 if every client that came hung up at once, 1 if
+ * one stayed to talk or wait, 2 if none came, 3 on a setup failure. */
+static int sock_squat_main(void *p)
+{
+	struct sock_squat_arg *a = p;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int lfd, c, came = 0;
+
+	th_become(a->u);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/procreg.default.sock", a->dir);
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 8) < 0)
+		return 3;
+	if (write(a->ready, "r", 1) != 1)
+		return 3;
+	for (;;) {
+		struct pollfd pl = { .fd = lfd, .events = POLLIN };
+		char buf[256];
+
+		if (poll(&pl, 1, came ? 2000 : 20000) <= 0)
+			return came ? 0 : 2;
+		c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (c < 0)
+			return 3;
+		came++;
+		/* A client that trusted us would say HELLO, or stay and wait
+		 * for the table it expects us to make. */
+		pl = (struct pollfd){ .fd = c, .events = POLLIN };
+		if (poll(&pl, 1, 5000) <= 0 || recv(c, buf, sizeof(buf), MSG_DONTWAIT) != 0)
+			return 1;
+		close(c);
+	}
+}
+
+/*
+ * A client that finds no table dials the scope's socket path, where a
+ * service manager would hold the socket and start procregd on the first
+ * connection. Another user may have bound that path first (in a shared
+ * directory): the client must hang up on a listener that is not root's,
+ * its own or trusted, and fail at once, not talk to it or wait on it.
+ */
+static void test_squatted_socket(void **state)
+{
+	struct fx *f = *state;
+	struct th_user *u = user(f);
+	PROCREG_OPTS(procreg_opts, o, .dir = f->dir, .scope = "default", .timeout_ms = 60000);
+	int pfd[2];
+	char b;
+	pid_t pid;
+	procreg_t *r;
+
+	assert_int_equal(pipe2(pfd, O_CLOEXEC), 0);
+	{
+		struct sock_squat_arg a = { f->dir, u, pfd[1] };
+
+		pid = th_fork(sock_squat_main, &a);
+	}
+	assert_true(pid > 0);
+	close(pfd[1]);
+	assert_int_equal(read(pfd[0], &b, 1), 1);
+	close(pfd[0]);
+	r = procreg_open(&o);
+	assert_null(r);
+	assert_int_equal(th_wait(pid), 0);
+}
+
 /* ---- a squatted scope ------------------------------------------------- */
 
 struct squat_arg {
@@ -981,6 +1058,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_own_slot_cleared, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_take_every_slot, setup_quota, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_scope, setup_bare, teardown),
+		cmocka_unit_test_setup_teardown(test_squatted_socket, setup_bare, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
