@@ -339,6 +339,15 @@ static inline void pr_key_member(struct pr_key *k, uint32_t pid, uint64_t start,
 	k->hash = pr_member_hash(pid, start, node, seed);
 }
 
+/* A record's full hash, from its key (records do not keep it): the NL
+ * bytes of its name (NL read once and bounded by the caller), or a
+ * membership's identity. The slot word's tag is its top half. */
+static inline uint64_t pr_record_hash(const struct pr_record *r, size_t nl, uint64_t seed)
+{
+	return r->kind == PR_KIND_MEMBER ? pr_member_hash(r->pid, r->start_time, r->node, seed)
+					 : pr_hash(r->data, nl, seed);
+}
+
 /* A checked view of an index: its capacity and shift as read once. */
 struct pr_ixv {
 	const uint64_t *slot;
