@@ -399,6 +399,22 @@ int procreg__u64map_get(const struct pr_u64map *m, uint64_t key, uint64_t *val);
 int procreg__u64map_del(struct pr_u64map *m, uint64_t key);
 void procreg__u64map_free(struct pr_u64map *m);
 
+/* The same for u32 -> u32 in 8-byte entries; key 0 is reserved. */
+struct pr_u32kv {
+	uint32_t key;     /* 0 = empty; callers' keys are >= 1 */
+	uint32_t val;
+};
+
+struct pr_u32map {
+	struct pr_u32kv *kv;
+	size_t cap, used;
+};
+
+int procreg__u32map_put(struct pr_u32map *m, uint32_t key, uint32_t val);
+int procreg__u32map_get(const struct pr_u32map *m, uint32_t key, uint32_t *val);
+int procreg__u32map_del(struct pr_u32map *m, uint32_t key);
+void procreg__u32map_free(struct pr_u32map *m);
+
 /* ---- the writer (writer.c): procregd only ----------------------------- */
 
 struct pr_writer_opts {
