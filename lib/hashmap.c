@@ -108,6 +108,13 @@
 		return 0;                                                                     \
 	}                                                                                     \
                                                                                               \
+	val_t *procreg__##pfx##_ref(map_t *m, key_t key)                                      \
+	{                                                                                     \
+		size_t p = pfx##_find(m, key);                                                \
+                                                                                              \
+		return p == SIZE_MAX ? NULL : &m->kv[p].val;                                  \
+	}                                                                                     \
+                                                                                              \
 	/* Close the hole: an entry further along the run moves back into it if             \
 	 * its home is not between the hole and where it sits (it would                      \
 	 * otherwise be cut off from its home by the empty slot); the run ends               \

@@ -396,6 +396,8 @@ struct pr_u64map {
 
 int procreg__u64map_put(struct pr_u64map *m, uint64_t key, uint64_t val);
 int procreg__u64map_get(const struct pr_u64map *m, uint64_t key, uint64_t *val);
+/* KEY's value in place, or NULL: valid until the next put or del. */
+uint64_t *procreg__u64map_ref(struct pr_u64map *m, uint64_t key);
 int procreg__u64map_del(struct pr_u64map *m, uint64_t key);
 void procreg__u64map_free(struct pr_u64map *m);
 
@@ -412,6 +414,7 @@ struct pr_u32map {
 
 int procreg__u32map_put(struct pr_u32map *m, uint32_t key, uint32_t val);
 int procreg__u32map_get(const struct pr_u32map *m, uint32_t key, uint32_t *val);
+uint32_t *procreg__u32map_ref(struct pr_u32map *m, uint32_t key);
 int procreg__u32map_del(struct pr_u32map *m, uint32_t key);
 void procreg__u32map_free(struct pr_u32map *m);
 

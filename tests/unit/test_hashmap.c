@@ -65,6 +65,15 @@ static void test_put_get_del(void **state)
 	assert_int_equal(v, 8);
 	assert_int_equal(m.used, 3);
 
+	/* A value changed in place, and none for an absent key. */
+	assert_null(procreg__u64map_ref(&m, 43));
+	assert_null(procreg__u64map_ref(&m, 1));
+	assert_non_null(procreg__u64map_ref(&m, 42));
+	*procreg__u64map_ref(&m, 42) = 9;
+	assert_int_equal(procreg__u64map_get(&m, 42, &v), 0);
+	assert_int_equal(v, 9);
+	assert_int_equal(m.used, 3);
+
 	procreg__u64map_free(&m);
 	assert_null(m.kv);
 	assert_int_equal(m.cap, 0);
@@ -353,6 +362,10 @@ static void test_churn_u32(void **state)
 	assert_int_equal(v, 11);
 	assert_int_equal(procreg__u32map_get(&m, UINT32_MAX, &v), 0);
 	assert_true(v == UINT32_MAX);
+	*procreg__u32map_ref(&m, 1) = 12;
+	assert_null(procreg__u32map_ref(&m, 2));
+	assert_int_equal(procreg__u32map_get(&m, 1, &v), 0);
+	assert_int_equal(v, 12);
 	assert_int_equal(procreg__u32map_del(&m, 1), 0);
 	assert_int_equal(procreg__u32map_del(&m, UINT32_MAX), 0);
 	assert_int_equal(m.used, 0);

@@ -140,13 +140,20 @@ uint64_t uid_count(const struct pr_u64map *m, uid_t uid)
 
 void uid_adjust(struct pr_u64map *m, uid_t uid, int64_t delta)
 {
-	uint64_t v = uid_count(m, uid) + (uint64_t)delta;
+	/* In place: one probe of the map on every registration and removal,
+	 * not a get and then a put. */
+	uint64_t *ref = procreg__u64map_ref(m, (uint64_t)uid + 2);
+	uint64_t v = (ref ? *ref : 0) + (uint64_t)delta;
 
 	/* A failed put (no memory) loses count: the quota errs generous. */
-	if ((int64_t)v <= 0)
-		procreg__u64map_del(m, (uint64_t)uid + 2);
-	else
+	if ((int64_t)v <= 0) {
+		if (ref)
+			procreg__u64map_del(m, (uint64_t)uid + 2);
+	} else if (ref) {
+		*ref = v;
+	} else {
 		procreg__u64map_put(m, (uint64_t)uid + 2, v);
+	}
 }
 
 bool uid_may_add(const struct daemon *d, const struct proc *p)
