@@ -443,6 +443,10 @@ struct pr_writer {
 	bool membarrier;              /* we issue global expedited membarriers */
 	uint64_t gp;                  /* the grace-period counter: ours, copied out */
 	bool feed_pending;            /* events published since the last wake */
+	/* The change feed's ring, checked once: its place and size are
+	 * fixed at creation, and this writer alone changes the file. */
+	struct pr_event *feed;
+	uint64_t feed_cap;
 
 
 	/* Allocator: private, rebuilt from the table on attach. */
