@@ -48,6 +48,12 @@ PR_PROBE_DEFINE(procregd, change);
 
 void procreg__w_emit(struct pr_writer *w, uint32_t type, const struct pr_record *r)
 {
+	procreg__w_emit_at(w, type, r, procreg__now_ns());
+}
+
+void procreg__w_emit_at(struct pr_writer *w, uint32_t type, const struct pr_record *r,
+			uint64_t time_ns)
+{
 	struct pr_table_hdr *h = w->map.hdr;
 	uint64_t s = h->feed_head + 1;
 	struct pr_event *e;
@@ -61,7 +67,7 @@ void procreg__w_emit(struct pr_writer *w, uint32_t type, const struct pr_record 
 	e = w->feed + (s & (w->feed_cap - 1));
 	CMM_STORE_SHARED(e->seq, 0);
 	cmm_smp_wmb(); /* the slot reads as reused before any byte changes */
-	e->time_ns = procreg__now_ns();
+	e->time_ns = time_ns;
 	e->type = type;
 	e->kind = r->kind;
 	e->pid = r->pid;

@@ -541,6 +541,10 @@ uint64_t procreg__record_size(const struct pr_record *r);
 
 /* Append an event about R to the change feed (feed.c). */
 void procreg__w_emit(struct pr_writer *w, uint32_t type, const struct pr_record *r);
+/* The same, stamped TIME_NS (CLOCK_REALTIME) that the caller has just
+ * read: a registration's own stamp, saving a second clock read. */
+void procreg__w_emit_at(struct pr_writer *w, uint32_t type, const struct pr_record *r,
+			uint64_t time_ns);
 /* Wake followers if events were emitted since the last call: once per
  * batch of work. */
 void procreg__w_feed_wake(struct pr_writer *w);

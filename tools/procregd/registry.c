@@ -192,7 +192,12 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	proc_release_if_empty(d, loser);
 	if (name && !rq->lease_ms)
 		owners_lease_set(d, rq->name, rq->name_len, 0, false);
-	procreg__w_emit(&d->w, ev, rec(d, off));
+	/* A new registration's stamp is the clock read just now, unless a
+	 * bridge's clock made it. */
+	if (!mine && !d->bridge)
+		procreg__w_emit_at(&d->w, ev, rec(d, off), e.registered_ns);
+	else
+		procreg__w_emit(&d->w, ev, rec(d, off));
 	bridge_note(d, 0, off);
 	if (!handover)
 		count(name ? &d->w.map.hdr->registrations : &d->w.map.hdr->joins, 1);
