@@ -132,8 +132,8 @@ static int set_timeouts(int fd, int timeout_ms);
  * (procregd@.socket), no daemon has run yet. A connection to that socket
  * starts one; then wait for its table, up to TIMEOUT_MS (0: 10 s). A
  * socket nobody holds refuses at once, and the open fails with ENOENT as
- * before. Only a socket of root's, ours or the trusted user's is waited
- * on.
+ * before. Only a socket whose listener's user we would trust a table of
+ * (procreg__trusted_owner()) is waited on.
  */
 #define ACTIVATION_WAIT_MS 10000
 
@@ -177,7 +177,7 @@ static int activation_dial(const char *path, uid_t trust, int timeout_ms)
 	if (set_timeouts(fd, timeout_ms) < 0 ||
 	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
 	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
-	    (cred.uid != 0 && cred.uid != getuid() && (!trust || cred.uid != trust))) {
+	    !procreg__trusted_owner(cred.uid, trust)) {
 		close(fd);
 		return -ENOENT;
 	}

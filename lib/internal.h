@@ -129,8 +129,16 @@ struct pr_map {
 int procreg__check_table_hdr(const struct pr_table_hdr *h, size_t file_size,
 			     const char **why);
 
+/* Whether a client trusts a table, or a socket's listener, of OWNER:
+ * root, itself (its effective uid), TRUST (.trust_uid or
+ * $PROCREG_TRUST_UID; 0: none), or the system user procregd runs as
+ * ($PROCREG_DAEMON_USER, else PROCREG_DAEMON_USER_DEFAULT), looked up in
+ * the user database only when OWNER is none of the others. At open and
+ * on activation, never on a lookup. */
+bool procreg__trusted_owner(uid_t owner, uid_t trust);
+
 /* Map a scope's table read-only, if its owner is one this process trusts
- * (root, itself, or TRUST_UID: pass 0 for none). -EPERM with the reason
+ * (procreg__trusted_owner(); TRUST_UID 0: none). -EPERM with the reason
  * in *why otherwise. */
 int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, uid_t trust_uid,
 			const char **why);

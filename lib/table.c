@@ -19,6 +19,8 @@
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
+#include <pwd.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -59,16 +61,62 @@ int procreg__check_table_hdr(const struct pr_table_hdr *h, size_t file_size,
 	return w ? -EPROTO : 0;
 }
 
+/* Longer than any user name a system accepts (useradd's limit is 32):
+ * a longer one is not looked up at all. */
+#define PR_USER_NAME_MAX 256
+/* The most a passwd entry may take before the lookup is given up. */
+#define PR_PWBUF_MAX (1u << 20)
+
+/* Whether OWNER is the system user procregd runs as: $PROCREG_DAEMON_USER
+ * (the caller's own environment, ignored in a set-user-ID program; empty:
+ * no such user), else the build's PROCREG_DAEMON_USER_DEFAULT. A user that
+ * does not exist, a failed lookup (NSS down, out of memory) or a name that
+ * resolves to root trusts no one more. */
+static bool is_daemon_user(uid_t owner)
+{
+	const char *name = secure_getenv("PROCREG_DAEMON_USER");
+	char small[1024], *buf = small, *big = NULL;
+	struct passwd pw, *res = NULL;
+	size_t len = sizeof(small);
+	bool yes;
+	int err;
+
+	if (!name)
+		name = PROCREG_DAEMON_USER_DEFAULT;
+	if (!*name || strnlen(name, PR_USER_NAME_MAX + 1) > PR_USER_NAME_MAX)
+		return false;
+	while ((err = getpwnam_r(name, &pw, buf, len, &res)) == ERANGE && len < PR_PWBUF_MAX) {
+		len *= 4;
+		free(big);
+		big = buf = malloc(len);
+		if (!buf) {
+			err = ENOMEM;
+			break;
+		}
+	}
+	yes = !err && res && res->pw_uid == owner && owner != 0 && owner != (uid_t)-1;
+	free(big);
+	return yes;
+}
+
+bool procreg__trusted_owner(uid_t owner, uid_t trust)
+{
+	if (owner == 0 || owner == geteuid() || (trust != 0 && owner == trust))
+		return true;
+	/* The slow path, only for an owner none of those: at open, never on
+	 * a lookup. */
+	return is_daemon_user(owner);
+}
+
 /* Open PATH for reading if it is a table this process may trust: a
- * regular file (not through a symbolic link), owned by root, by us or by
- * TRUST, and writable by its owner only. Anyone else's file in a shared
- * directory could say anything. */
+ * regular file (not through a symbolic link), owned by a user
+ * procreg__trusted_owner() names, and writable by its owner only. Anyone
+ * else's file in a shared directory could say anything. */
 static int open_trusted(const char *path, uid_t trust, struct stat *st, const char **why)
 {
 	/* O_NONBLOCK: a FIFO planted at the path would otherwise hold the
 	 * open until someone writes to it; it is refused below instead. */
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	uid_t me = geteuid();
 
 	if (fd < 0) {
 		if (errno != ELOOP)
@@ -87,9 +135,10 @@ static int open_trusted(const char *path, uid_t trust, struct stat *st, const ch
 		close(fd);
 		return -EPROTO;
 	}
-	if (st->st_uid != 0 && st->st_uid != me && (trust == 0 || st->st_uid != trust)) {
-		*why = "the table belongs to a user this process does not trust "
-		       "(only root's, its own, or PROCREG_TRUST_UID's)";
+	if (!procreg__trusted_owner(st->st_uid, trust)) {
+		*why = "the table belongs to a user this process does not trust (only root's, "
+		       "its own, the daemon's system user's (" PROCREG_DAEMON_USER_DEFAULT
+		       ", or $PROCREG_DAEMON_USER), or .trust_uid's / $PROCREG_TRUST_UID's)";
 		close(fd);
 		return -EPERM;
 	}
