@@ -802,32 +802,47 @@ static int map_rw(int fd, void **base, size_t *size)
 	return err;
 }
 
-int procreg__owned_file_check(int fd, const char **why)
+/* procreg__owned_file_check() on ST, the file's status. */
+static int owned_stat_check(const struct stat *st, const char **why)
 {
-	struct stat st;
-
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	if (!S_ISREG(st.st_mode)) {
+	if (!S_ISREG(st->st_mode)) {
 		*why = "not a regular file: refused";
 		return -EPERM;
 	}
-	if (st.st_uid != geteuid()) {
+	/* Root's, to a daemon that is not root: most likely left by a
+	 * procregd that ran as root, before its service ran it as a system
+	 * user. Not taken over: a file of root's in a shared directory is
+	 * not a system user's to take, and only root could give it. */
+	if (st->st_uid == 0 && geteuid() != 0) {
+		*why = "owned by root (left by a procregd that ran as root?): refused (remove it "
+		       "as root, and its names with it, or use another --dir or --scope)";
+		return -EPERM;
+	}
+	if (st->st_uid != geteuid()) {
 		*why = "owned by another user: refused (remove it, as root or as its owner, "
 		       "or use another --dir or --scope)";
 		return -EPERM;
 	}
 	/* We create it with one name: a file with more is one someone linked
 	 * here (or ours linked elsewhere), not the table of this scope. */
-	if (st.st_nlink != 1) {
+	if (st->st_nlink != 1) {
 		*why = "has other hard links: refused";
 		return -EPERM;
 	}
-	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+	if (st->st_mode & (S_IWGRP | S_IWOTH)) {
 		*why = "writable by other users: refused";
 		return -EPERM;
 	}
 	return 0;
+}
+
+int procreg__owned_file_check(int fd, const char **why)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	return owned_stat_check(&st, why);
 }
 
 int procreg__dir_check(const char *dir, const char **why)
@@ -903,6 +918,15 @@ int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 		if (errno == ELOOP) {
 			*why = "is a symbolic link: refused (remove it)";
 			return -ELOOP;
+		}
+		/* Another user's file we may not write (a table a procregd
+		 * that ran as root left): say whose. */
+		if (errno == EACCES) {
+			struct stat st;
+
+			if (lstat(p->table, &st) == 0 && owned_stat_check(&st, why) < 0)
+				return -EPERM;
+			return -EACCES;
 		}
 		if (errno != ENOENT)
 			return -errno;
