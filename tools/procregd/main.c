@@ -695,6 +695,10 @@ static int setup(struct daemon *d)
 			log_err("%s: a live socket is bound there (systemd's procregd@%s.socket, "
 				"or another daemon's): not replaced; start procregd@%s.service, or "
 				"give --socket", d->socket_path, d->paths.scope, d->paths.scope);
+		else if (err == -EACCES)
+			log_err("%s: a socket this user (uid %u) may not connect to is bound there "
+				"(another user's, live or not): not replaced; remove it as its "
+				"owner, or give --socket", d->socket_path, (unsigned)geteuid());
 		else
 			log_err("%s: cannot listen: %s", d->socket_path, strerror(-err));
 		return err;

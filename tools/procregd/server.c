@@ -104,16 +104,19 @@ static int listen_inherited(struct daemon *d, int fd)
 	return ev_add(d, fd, EPOLLIN, &d->listen_ev);
 }
 
-/* Whether a socket at SA accepts connections: someone's live socket. */
-static bool live_socket(const struct sockaddr_un *sa)
+/* Whether a socket at SA may be someone's live socket: 0 if not (it
+ * refuses connections, or there is none), -EADDRINUSE if it accepts them,
+ * -EACCES if we may not connect to it (another user's socket, closed to
+ * ours: live or not, we cannot tell). */
+static int live_socket(const struct sockaddr_un *sa)
 {
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), rc;
 
 	if (fd < 0)
-		return false;
+		return 0;
 	rc = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
 	/* EAGAIN: its backlog is full, but it listens. */
-	rc = rc == 0 || errno == EAGAIN;
+	rc = rc == 0 || errno == EAGAIN ? -EADDRINUSE : errno == EACCES ? -EACCES : 0;
 	close(fd);
 	return rc;
 }
@@ -121,7 +124,7 @@ static bool live_socket(const struct sockaddr_un *sa)
 int server_listen(struct daemon *d)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd;
+	int fd, err;
 
 	d->spare_fd = pr_accept_spare();
 	if (d->o.listen_fd >= 0)
@@ -139,10 +142,13 @@ int server_listen(struct daemon *d)
 	 * points to). One that accepts them is live: systemd's
 	 * (procregd@.socket, whose service we are not), or a daemon's of
 	 * another scope given the same path. Replacing it would cut its
-	 * owner off for good: refused. */
-	if (live_socket(&sa)) {
+	 * owner off for good: refused. So is one we may not connect to (a
+	 * daemon run as a system user, finding root's socket closed to
+	 * it), which may be live all the same. */
+	err = live_socket(&sa);
+	if (err) {
 		close(fd);
-		return -EADDRINUSE;
+		return err;
 	}
 	unlink(d->socket_path);
 	/* The mode comes from the umask at bind: a chmod by path afterwards
