@@ -6,6 +6,7 @@
 #include <ftw.h>
 #include <grp.h>
 #include <pwd.h>
+#include <linux/capability.h>
 #include <sys/prctl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -130,6 +131,7 @@ int th_daemon_start_log(struct th_daemon *d, const char *dir, const char *log,
 int th_daemon_start_scope(struct th_daemon *d, const char *dir, const char *scope,
 			  const char *log, const char *const *args, const char *const *env)
 {
+	const struct th_user *du;
 	const char *argv[64];
 	int n = 0;
 
@@ -149,6 +151,9 @@ int th_daemon_start_scope(struct th_daemon *d, const char *dir, const char *scop
 		argv[n++] = args[i];
 	argv[n] = NULL;
 
+	du = th_daemon_user();
+	if (du)
+		th_daemon_user_dir(dir, du);
 	d->pid = fork();
 	if (d->pid < 0)
 		return -errno;
@@ -162,6 +167,8 @@ int th_daemon_start_scope(struct th_daemon *d, const char *dir, const char *scop
 		unsetenv("PROCREG_SOCKET");
 		for (int i = 0; env && env[i]; i++)
 			putenv((char *)env[i]);
+		if (du)
+			th_become_kill(du);
 		execv(argv[0], (char **)argv);
 		_exit(127);
 	}
@@ -379,13 +386,39 @@ void th_poke_u64(const char *path, uint64_t off, uint64_t v)
 	close(fd);
 }
 
+static int run_as(char *out, size_t outcap, char *err, size_t errcap, int limit_ms,
+		  const char *const *env, const char *const *argv, const struct th_user *as);
+
 int th_run(struct th_out *o, const char *const *env, const char *const *argv)
 {
 	return th_run_into(o->out, sizeof(o->out), o->err, sizeof(o->err), 60000, env, argv);
 }
 
+int th_run_daemon(struct th_out *o, const char *const *env, const char *const *argv)
+{
+	const struct th_user *du = th_daemon_user();
+
+	for (int i = 0; du && argv[i]; i++)
+		if (!strcmp(argv[i], "--dir") && argv[i + 1])
+			th_daemon_user_dir(argv[i + 1], du);
+	return th_run_as(o, du, env, argv);
+}
+
+int th_run_as(struct th_out *o, const struct th_user *as, const char *const *env,
+	      const char *const *argv)
+{
+	return run_as(o->out, sizeof(o->out), o->err, sizeof(o->err), 60000, env, argv, as);
+}
+
 int th_run_into(char *out, size_t outcap, char *err, size_t errcap, int limit_ms,
 		const char *const *env, const char *const *argv)
+{
+	return run_as(out, outcap, err, errcap, limit_ms, env, argv, NULL);
+}
+
+/* th_run_into, as AS (th_become_kill) unless it is NULL. */
+static int run_as(char *out, size_t outcap, char *err, size_t errcap, int limit_ms,
+		  const char *const *env, const char *const *argv, const struct th_user *as)
 {
 	int po[2], pe[2], oo = 1, eo = 1;
 	size_t go = 0, ge = 0;
@@ -402,6 +435,8 @@ int th_run_into(char *out, size_t outcap, char *err, size_t errcap, int limit_ms
 		unsetenv("PROCREG_SCOPE");
 		unsetenv("PROCREG_SOCKET");
 		th_apply_env(env);
+		if (as)
+			th_become_kill(as);
 		execv(argv[0], (char **)argv);
 		_exit(127);
 	}
@@ -718,17 +753,90 @@ static uint64_t th_cap_eff(void)
 	return v;
 }
 
-void th_become(const struct th_user *u)
+/* Become U for good; with KILL, keep CAP_KILL (ambient and bounding)
+ * and nothing else, else no capability at all. */
+static void th_become_as(const struct th_user *u, bool kill)
 {
-	if (setgroups(0, NULL) < 0 || setresgid(u->gid, u->gid, u->gid) < 0 ||
-	    setresuid(u->uid, u->uid, u->uid) < 0)
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct c[2];
+
+	/* procregd@.service's bounding set, while still root (dropping
+	 * takes CAP_SETPCAP): CAP_KILL alone, up to the last the kernel
+	 * knows. */
+	for (int cap = 0; kill && prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++)
+		if (cap != CAP_KILL && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0)
+			_exit(99);
+	if ((kill && prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0) || setgroups(0, NULL) < 0 ||
+	    setresgid(u->gid, u->gid, u->gid) < 0 || setresuid(u->uid, u->uid, u->uid) < 0)
 		_exit(99);
-	/* A uid change from root drops every capability: check rather than
-	 * trust it, and that there is no way back. */
-	if (geteuid() != u->uid || getuid() != u->uid || setuid(0) == 0 || th_cap_eff() != 0)
+	/* Kept in the permitted set through the uid change; made effective,
+	 * inheritable and ambient, so that what it execs has it too. */
+	memset(c, 0, sizeof(c));
+	c[0].effective = c[0].permitted = c[0].inheritable = 1u << CAP_KILL;
+	if (kill && (syscall(SYS_capset, &h, c) < 0 ||
+		     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_KILL, 0, 0) < 0 ||
+		     prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) < 0))
+		_exit(99);
+	/* Without KEEPCAPS a uid change from root drops every capability:
+	 * check rather than trust it, and that there is no way back. */
+	if (geteuid() != u->uid || getuid() != u->uid || setuid(0) == 0 ||
+	    th_cap_eff() != (kill ? 1ull << CAP_KILL : 0))
 		_exit(99);
 	/* setuid cleared it; tests read our /proc files. */
 	prctl(PR_SET_DUMPABLE, 1);
+}
+
+void th_become(const struct th_user *u)
+{
+	th_become_as(u, false);
+}
+
+void th_become_kill(const struct th_user *u)
+{
+	th_become_as(u, true);
+}
+
+const struct th_user *th_daemon_user(void)
+{
+	static struct th_user u;
+	const char *mode = getenv("PROCREG_TEST_SYSUSER");
+
+	if (!mode || !*mode || !strcmp(mode, "0"))
+		return NULL;
+	if (!u.name[0]) {
+		th_user_new(&u);
+		/* Inherited by every client this process starts, and read by
+		 * its own procreg_open() from now on. */
+		if (setenv("PROCREG_DAEMON_USER", u.name, 1) < 0)
+			fail_msg("setenv PROCREG_DAEMON_USER: %s", strerror(errno));
+	}
+	return &u;
+}
+
+void th_daemon_user_dir(const char *dir, const struct th_user *u)
+{
+	struct stat st;
+
+	/* A shared sticky directory (/dev/shm's kind) stays as it is. */
+	if (stat(dir, &st) < 0 || st.st_uid != 0 || (st.st_mode & S_ISVTX))
+		return;
+	if (chown(dir, u->uid, u->gid) < 0)
+		fail_msg("chown %s to %s: %s", dir, u->name, strerror(errno));
+}
+
+void th_daemon_own(const char *path)
+{
+	const struct th_user *du = th_daemon_user();
+
+	if (du && lchown(path, du->uid, du->gid) < 0)
+		fail_msg("chown %s to %s: %s", path, du->name, strerror(errno));
+}
+
+uid_t th_daemon_uid(void)
+{
+	const struct th_user *du = th_daemon_user();
+
+	return du ? du->uid : geteuid();
 }
 
 int th_reader_pages(procreg_t *reg, pid_t pid, unsigned pages)

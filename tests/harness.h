@@ -188,6 +188,39 @@ void th_user_del(struct th_user *u);
  * as root by mistake. */
 void th_become(const struct th_user *u);
 
+/* In a child: become U as procregd@.service runs it: CAP_KILL its only
+ * capability, ambient (what it execs keeps it), and bounding. Exits with
+ * status 99 if any step fails. */
+void th_become_kill(const struct th_user *u);
+
+/*
+ * Daemons as a system user. With PROCREG_TEST_SYSUSER set (not empty or
+ * 0: the integration tests' "_sysuser" entries), th_daemon_start*() run
+ * procregd as an unprivileged user the test process creates once
+ * (th_user_new), with CAP_KILL alone, ambient, as procregd@.service does,
+ * after giving it the table directory (th_daemon_user_dir). Clients trust
+ * its tables by the rule procregd@.service relies on: PROCREG_DAEMON_USER,
+ * set in this process's environment (so in every child's), names it. No
+ * PROCREG_TRUST_UID is involved.
+ */
+/* That user, or NULL when daemons run as the test (root). */
+const struct th_user *th_daemon_user(void);
+/* Hand DIR (a test's own directory, root's) to U, which procregd
+ * requires of a table directory that is not root's shared, sticky one. */
+void th_daemon_user_dir(const char *dir, const struct th_user *u);
+/* Give PATH, a file the test made for its daemon to use as its own (a
+ * journal, a notify socket), to that user; nothing when daemons run as
+ * the test. */
+void th_daemon_own(const char *path);
+/* The uid daemons run as: the daemon user's, else ours. */
+uid_t th_daemon_uid(void);
+/* th_run of procregd (ARGV) as th_daemon_start runs it: as the daemon
+ * user, if there is one, its --dir handed over. */
+int th_run_daemon(struct th_out *o, const char *const *env, const char *const *argv);
+/* th_run as AS (th_become_kill), or as the test if AS is NULL. */
+int th_run_as(struct th_out *o, const struct th_user *as, const char *const *env,
+	      const char *const *argv);
+
 /* Wait (up to 20 s) until the daemon serving REG holds PID's reader pages
  * (its registry in the table lists PID): reader pages are handed over
  * without waiting, so a test that counts the daemon's fds or readers

@@ -1186,7 +1186,7 @@ static void test_daemon_refuses(void **state)
 	/* A directory that does not exist is not made (a typo would put
 	 * the table on the root filesystem). */
 	snprintf(path, sizeof(path), "%s/missing", f->dir);
-	assert_int_equal(th_run(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", path)), 1);
+	assert_int_equal(th_run_daemon(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", path)), 1);
 	snprintf(want, sizeof(want), "table directory %s: No such file or directory (procregd "
 		 "does not create it)\n", path);
 	if (!strstr(o->err, want))
@@ -1194,7 +1194,7 @@ static void test_daemon_refuses(void **state)
 	assert_int_equal(stat(path, &st), -1);
 
 	/* Another daemon serves the scope: it is named by its pid. */
-	assert_int_equal(th_run(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir)), 1);
+	assert_int_equal(th_run_daemon(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir)), 1);
 	snprintf(want, sizeof(want), "another procregd serves this scope (pid %d)\n",
 		 (int)f->d.pid);
 	if (!strstr(o->err, want))
@@ -1204,16 +1204,16 @@ static void test_daemon_refuses(void **state)
 	 * (and a table it re-attached to stays). */
 	snprintf(path, sizeof(path), "%s/fresh", f->dir);
 	assert_int_equal(mkdir(path, 0700), 0);
-	assert_int_equal(th_run(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", path,
-					   "--reserved-size", "999999999999")), 1);
+	assert_int_equal(th_run_daemon(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", path,
+						  "--reserved-size", "999999999999")), 1);
 	if (!strstr(o->err, "--reserved-size 999999999999: want at most half the table"))
 		fail_msg("unexpected:\n%s", o->err);
 	procreg_files(path, files, sizeof(files));
 	assert_string_equal(files, "");
 	assert_int_equal(th_daemon_stop(&f->d), 0);
 	procreg_files(f->dir, files, sizeof(files));
-	assert_int_equal(th_run(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir,
-					   "--reserved-size", "999999999999")), 1);
+	assert_int_equal(th_run_daemon(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir,
+						  "--reserved-size", "999999999999")), 1);
 	procreg_files(f->dir, want, sizeof(want));
 	assert_string_equal(want, files);
 	assert_non_null(strstr(files, "procreg.default "));
