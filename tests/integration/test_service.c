@@ -149,7 +149,8 @@ static void test_detached_log_file(void **state)
 	char log[600], *text;
 
 	snprintf(log, sizeof(log), "%s/procregd.log", f->dir);
-	assert_int_equal(th_run(f->o, NULL, A(PROCREGD_PATH, "--dir", f->dir, "--log-file", log)),
+	assert_int_equal(th_run_daemon(f->o, NULL,
+				       A(PROCREGD_PATH, "--dir", f->dir, "--log-file", log)),
 			 0);
 	assert_string_equal(f->o->err, "");
 	f->adopted = daemon_of(f->dir, NULL);
@@ -163,7 +164,7 @@ static void test_detached_log_file(void **state)
 	free(text);
 
 	/* A log file that cannot be opened: said on stderr, exit 2. */
-	assert_int_equal(th_run(f->o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir,
+	assert_int_equal(th_run_daemon(f->o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir,
 					      "--log-file", "/nonexistent/procregd.log")), 2);
 	th_expect_in(f->o->err, "procregd: --log-file /nonexistent/procregd.log: No such file or "
 			     "directory\n");
@@ -232,7 +233,19 @@ static void test_live_socket_kept(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	assert_int_equal(listen(fd, 16), 0);
-	assert_int_equal(th_run(f->o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir)), 1);
+	/* A daemon as a system user may not connect to root's socket
+	 * (0755 here): live or not, it is not replaced either. */
+	if (th_daemon_user()) {
+		assert_int_equal(chmod(sa.sun_path, 0755), 0);
+		assert_int_equal(th_run_daemon(f->o, NULL, A(PROCREGD_PATH, "--foreground", "--dir",
+							     f->dir)), 1);
+		th_expect_in(f->o->err, "procreg.default.sock: a socket this user (uid ");
+		th_expect_in(f->o->err, ") may not connect to is bound there");
+	}
+	/* Open to every user, as procregd@.socket's is (SocketMode=0666). */
+	assert_int_equal(chmod(sa.sun_path, 0666), 0);
+	assert_int_equal(th_run_daemon(f->o, NULL, A(PROCREGD_PATH, "--foreground", "--dir", f->dir)),
+			 1);
 	th_expect_in(f->o->err, "procreg.default.sock: a live socket is bound there");
 	assert_int_equal(stat(sa.sun_path, &st), 0);
 	c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -243,7 +256,7 @@ static void test_live_socket_kept(void **state)
 	close(fd);
 
 	/* Once nobody listens there, it is a dead daemon's: replaced. */
-	assert_int_equal(th_run(f->o, NULL, A(PROCREGD_PATH, "--dir", f->dir)), 0);
+	assert_int_equal(th_run_daemon(f->o, NULL, A(PROCREGD_PATH, "--dir", f->dir)), 0);
 	f->adopted = daemon_of(f->dir, NULL);
 	assert_true(f->adopted > 0);
 }
@@ -256,8 +269,12 @@ static void test_live_socket_kept(void **state)
  * and LISTEN_PID its own pid. */
 static pid_t stand_in(const char *dir, int lfd)
 {
-	pid_t pid = fork();
+	const struct th_user *du = th_daemon_user();
+	pid_t pid;
 
+	if (du)
+		th_daemon_user_dir(dir, du);
+	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		struct pollfd p = { .fd = lfd, .events = POLLIN };
@@ -280,6 +297,8 @@ static pid_t stand_in(const char *dir, int lfd)
 		setenv("LISTEN_FDS", "1", 1);
 		unsetenv("PROCREG_DIR");
 		unsetenv("PROCREG_SCOPE");
+		if (du)
+			th_become_kill(du);
 		execl(PROCREGD_PATH, "procregd", "--foreground", "--dir", dir, (char *)NULL);
 		_exit(127);
 	}
@@ -408,6 +427,8 @@ static void test_notify_watchdog(void **state)
 	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	assert_true(fd >= 0);
 	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	/* As systemd's is to the services it runs: theirs to send to. */
+	th_daemon_own(sa.sun_path);
 	snprintf(env, sizeof(env), "NOTIFY_SOCKET=%s", sa.sun_path);
 	assert_int_equal(th_daemon_start(&d, f->dir, NULL, A(env, "WATCHDOG_USEC=100000")), 0);
 	pid = d.pid;
@@ -495,31 +516,21 @@ static int unpriv_client(void *arg)
 	return 0;
 }
 
-/* procregd as an unprivileged user of its own: peer credentials, pidfds
- * of other users' processes and per-uid quotas work as under root. Its
- * table is that user's, so clients must trust it (.trust_uid,
- * PROCREG_TRUST_UID): why the unit keeps root (README, "As a system
- * service"). */
-static void test_unprivileged_daemon(void **state)
+/* Start procregd --foreground --dir DIR ARGS... as U (with CAP_KILL, as
+ * procregd@.service runs it, if KILL) into f->adopted, and wait until it
+ * serves: a handle of root's on its table (trusted by .trust_uid, not by
+ * the environment, which may name the test's own daemon user). */
+static procreg_t *start_as(struct fx *f, const struct th_user *u, bool kill, const char *dir,
+			   const char *const *args)
 {
-	struct fx *f = *state;
-	struct unpriv u = { 0 };
-	char sub[600], log[600];
-	PROCREG_OPTS(procreg_opts, o, .dir = sub, .trust_uid = 0);
-	TH_ENTRY(e);
+	PROCREG_OPTS(procreg_opts, o, .dir = dir, .trust_uid = u->uid);
+	const char *argv[16] = { PROCREGD_PATH, "--foreground", "--dir", dir };
+	char log[600];
 	procreg_t *reg = NULL;
-	pid_t child;
 
-	th_user_new(&u.daemon_user);
-	th_user_new(&u.client_user);
-	assert_int_equal(chmod(f->dir, 0755), 0);
-	snprintf(sub, sizeof(sub), "%s/unpriv", f->dir);
+	for (int i = 0, n = 4; args && args[i] && n < 15; i++)
+		argv[n++] = args[i];
 	snprintf(log, sizeof(log), "%s/procregd.log", f->dir);
-	assert_int_equal(mkdir(sub, 0755), 0);
-	assert_int_equal(chown(sub, u.daemon_user.uid, u.daemon_user.gid), 0);
-	u.dir = sub;
-	o.trust_uid = u.daemon_user.uid;
-
 	f->adopted = fork();
 	assert_true(f->adopted >= 0);
 	if (f->adopted == 0) {
@@ -527,9 +538,11 @@ static void test_unprivileged_daemon(void **state)
 
 		if (fd >= 0)
 			dup2(fd, 2);
-		th_become(&u.daemon_user);
-		execl(PROCREGD_PATH, "procregd", "--foreground", "--dir", sub,
-		      "--max-names-per-uid", "2", (char *)NULL);
+		if (kill)
+			th_become_kill(u);
+		else
+			th_become(u);
+		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	for (int i = 0; i < 2000 && !reg; i++) {
@@ -546,8 +559,39 @@ static void test_unprivileged_daemon(void **state)
 	if (!reg) {
 		char *text = th_read_file(log, false);
 
-		fail_msg("procregd as %s did not serve:\n%s", u.daemon_user.name, text);
+		fail_msg("procregd as %s did not serve:\n%s", u->name, text);
 	}
+	return reg;
+}
+
+/* A directory DIR/SUB for a daemon of U's. */
+static void user_dir(const struct fx *f, const char *sub, const struct th_user *u, char *dir,
+		     size_t len)
+{
+	assert_int_equal(chmod(f->dir, 0755), 0);
+	snprintf(dir, len, "%s/%s", f->dir, sub);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	assert_int_equal(chown(dir, u->uid, u->gid), 0);
+}
+
+/* procregd as an unprivileged user of its own: peer credentials, pidfds
+ * of other users' processes and per-uid quotas work as under root, and
+ * without a capability. Clients that trust its user by uid (.trust_uid)
+ * map its table; test_system_user has them trust it as the daemon's. */
+static void test_unprivileged_daemon(void **state)
+{
+	struct fx *f = *state;
+	struct unpriv u = { 0 };
+	char sub[600];
+	TH_ENTRY(e);
+	procreg_t *reg;
+	pid_t child;
+
+	th_user_new(&u.daemon_user);
+	th_user_new(&u.client_user);
+	user_dir(f, "unpriv", &u.daemon_user, sub, sizeof(sub));
+	u.dir = sub;
+	reg = start_as(f, &u.daemon_user, false, sub, A("--max-names-per-uid", "2"));
 
 	/* Root's requests: its uid from the peer's credentials, no quota. */
 	for (int i = 0; i < 3; i++) {
@@ -574,6 +618,134 @@ static void test_unprivileged_daemon(void **state)
 	th_user_del(&u.daemon_user);
 }
 
+/* ---- as the system user of procregd@.service ---------------------------- */
+
+struct sysuser {
+	char dir[500], other_dir[520];  /* the daemon's table; a table of OTHER's */
+	struct th_user daemon_user, client_user, other_user;
+};
+
+/* procreg_open() of DIR with PROCREG_DAEMON_USER set to NAME (NULL:
+ * unset): 0 if it maps the table, else errno. */
+static int open_naming(const char *dir, const char *name)
+{
+	PROCREG_OPTS(procreg_opts, o, .dir = dir);
+	procreg_t *reg;
+
+	if (name)
+		setenv("PROCREG_DAEMON_USER", name, 1);
+	else
+		unsetenv("PROCREG_DAEMON_USER");
+	reg = procreg_open(&o);
+	if (!reg)
+		return errno;
+	procreg_close(reg);
+	return 0;
+}
+
+/* As CLIENT_USER, with no PROCREG_TRUST_UID: which tables it maps, by
+ * what PROCREG_DAEMON_USER says. The exit status says which check failed
+ * (0: none). */
+static int sysuser_client(void *arg)
+{
+	struct sysuser *s = arg;
+	PROCREG_OPTS(procreg_opts, o, .dir = s->dir);
+	char longname[400];
+	TH_ENTRY(e);
+	procreg_t *reg;
+
+	th_become(&s->client_user);
+	unsetenv("PROCREG_TRUST_UID");
+	memset(longname, 'x', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = 0;
+	/* Names that trust no one more: none, the build's (not this user),
+	 * root, ourselves, a user that does not exist, a name longer than
+	 * any, another unprivileged user. */
+	if (open_naming(s->dir, "") != EPERM || open_naming(s->dir, NULL) != EPERM)
+		return 10;
+	if (open_naming(s->dir, "root") != EPERM || open_naming(s->dir, "0") != EPERM)
+		return 11;
+	if (open_naming(s->dir, s->client_user.name) != EPERM)
+		return 12;
+	if (open_naming(s->dir, "prt-no-such-user") != EPERM || open_naming(s->dir, longname) != EPERM)
+		return 13;
+	if (open_naming(s->dir, s->other_user.name) != EPERM)
+		return 14;
+	/* A table of another unprivileged user's stays refused while the
+	 * daemon's user is named; naming its owner instead maps it (so the
+	 * owner alone made the difference). */
+	if (open_naming(s->other_dir, s->daemon_user.name) != EPERM)
+		return 15;
+	if (open_naming(s->other_dir, s->other_user.name) != 0)
+		return 16;
+	/* The daemon's user named: its table maps, and its daemon serves. */
+	if (open_naming(s->dir, s->daemon_user.name) != 0)
+		return 17;
+	reg = procreg_open(&o);
+	if (!reg)
+		return 18;
+	if (procreg_register(reg, "su.client", "x", 1) || procreg_lookup(reg, "su.client", &e) ||
+	    e.uid != s->client_user.uid || e.pid != getpid())
+		return 19;
+	procreg_close(reg);
+	return 0;
+}
+
+/* procregd as procregd@.service runs it: a system user with CAP_KILL. A
+ * client of a third user's maps its table because PROCREG_DAEMON_USER
+ * names that user, and for no other name; a table of some other
+ * unprivileged user's is still refused; and a table of root's left where
+ * the daemon would make its own is refused, with the reason. */
+static void test_system_user(void **state)
+{
+	struct fx *f = *state;
+	struct sysuser *s = calloc(1, sizeof(*s));
+	char table[700], root_dir[520];
+	struct th_out *o = f->o;
+	procreg_t *reg;
+
+	assert_non_null(s);
+	th_user_new(&s->daemon_user);
+	th_user_new(&s->client_user);
+	th_user_new(&s->other_user);
+	user_dir(f, "sys", &s->daemon_user, s->dir, sizeof(s->dir));
+	reg = start_as(f, &s->daemon_user, true, s->dir, NULL);
+
+	/* Some other user's table: a copy of the daemon's, given to OTHER. */
+	th_copy_table(s->dir, "other", table, sizeof(table));
+	snprintf(s->other_dir, sizeof(s->other_dir), "%s/other", s->dir);
+	assert_int_equal(chmod(s->other_dir, 0755), 0);
+	assert_int_equal(chown(table, s->other_user.uid, s->other_user.gid), 0);
+	assert_int_equal(chmod(table, 0644), 0);
+
+	assert_int_equal(th_wait(th_fork(sysuser_client, s)), 0);
+	assert_int_equal(procreg_sync(reg), 0);
+	procreg_close(reg);
+	stop_adopted(f);
+
+	/* A table a procregd run as root left: the system user's daemon
+	 * refuses it, saying whose it is and what to do. */
+	snprintf(root_dir, sizeof(root_dir), "%s/rootleft", s->dir);
+	assert_int_equal(mkdir(root_dir, 0755), 0);
+	snprintf(table, sizeof(table), "%s/procreg.default", root_dir);
+	{
+		char from[700];
+		struct stat st;
+
+		snprintf(from, sizeof(from), "%s/procreg.default", s->dir);
+		th_copy_file(from, table);
+		assert_int_equal(chown(root_dir, s->daemon_user.uid, s->daemon_user.gid), 0);
+		assert_int_equal(th_run_as(o, &s->daemon_user, NULL,
+					   A(PROCREGD_PATH, "--foreground", "--dir", root_dir)), 1);
+		th_expect_in(o->err, "procreg.default: owned by root (left by a procregd that ran as "
+			     "root?): refused (remove it as root");
+		/* Left as it was. */
+		assert_int_equal(stat(table, &st), 0);
+		assert_int_equal(st.st_uid, 0);
+	}
+	free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -585,6 +757,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_socket_activation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_notify_watchdog, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unprivileged_daemon, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_system_user, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))
