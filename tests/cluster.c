@@ -26,6 +26,12 @@ char *th_nodes_make(struct th_node *n, int count, const char *prefix, char *cook
 	snprintf(cookie, cap, "%s/cookie", base);
 	snprintf(line, sizeof(line), "%s\n", text);
 	th_write_file(cookie, line, 0600);
+	/* Daemons run as a system user (harness.h) reach their directories
+	 * through BASE, and read the cookie as their own (0600, theirs). */
+	if (th_daemon_user()) {
+		assert_int_equal(chmod(base, 0755), 0);
+		th_daemon_own(cookie);
+	}
 	for (int i = 0; i < count; i++) {
 		snprintf(n[i].name, sizeof(n[i].name), "%s%c", prefix, 'a' + i);
 		snprintf(n[i].dir, sizeof(n[i].dir), "%s/%s%c", base, prefix, 'a' + i);

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <linux/capability.h>
 
 #include "cluster.h"
 #include "internal.h"
@@ -424,6 +425,30 @@ static pid_t run_cli(const char *dir, const char *name, const char *on_lost)
 	return pid;
 }
 
+/* The "Uid:" (real) or "CapEff:" (hex) of PID's status, as a number; -1
+ * if it cannot be read. */
+static long long proc_status(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	long long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, strlen(field))) {
+			v = strtoll(line + strlen(field), NULL, strcmp(field, "Uid:") ? 16 : 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+/* With daemons run as a system user (ctest's test_bridge_sysuser): b's
+ * daemon signals the loser, a process of root's (this test's), with
+ * CAP_KILL alone, as procregd@.service runs it. */
 static void test_run_loser_signalled(void **state)
 {
 	struct cluster *c = *state;
@@ -433,6 +458,11 @@ static void test_run_loser_signalled(void **state)
 
 	start_node(c, 0, NULL);
 	start_node(c, 1, NULL);
+	if (th_daemon_user()) {
+		assert_int_equal(proc_status(c->n[1].d.pid, "Uid:"), th_daemon_user()->uid);
+		assert_int_equal(proc_status(c->n[1].d.pid, "CapEff:"), 1ll << CAP_KILL);
+		assert_int_equal(getuid(), 0);
+	}
 	winner1 = spawn_holder(c->n[0].dir, "svc-default");
 	winner2 = spawn_holder(c->n[0].dir, "svc-spared");
 	th_msleep(5);
@@ -1116,5 +1146,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_flush_bytes_zero, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flush_bytes_one, setup, teardown),
 	};
+	/* TEST_FILTER=test_run_loser_signalled (a glob) runs one test. */
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
