@@ -61,9 +61,15 @@
  * opens its own connection on first use.
  *
  * Trust. procreg_open() maps a table only if it belongs to root, to the
- * calling user, or to the user named by .trust_uid or $PROCREG_TRUST_UID,
- * and is writable by its owner alone; it talks only to a daemon of the
- * table's owner. Anything else fails with EPERM: in a shared directory such
+ * calling user (its effective uid), to the system user procregd@.service
+ * runs procregd as ("procreg", the build's PROCREG_DAEMON_USER; the
+ * caller's own $PROCREG_DAEMON_USER names another, empty: none; ignored in
+ * a set-user-ID program), or to the user named by .trust_uid or
+ * $PROCREG_TRUST_UID, and is writable by its owner alone; it talks only to
+ * a daemon of the table's owner (or root's: a socket systemd holds). That
+ * user is looked up (getpwnam_r) only when a table's owner is none of the
+ * others, at open: a user that does not exist, or a failed lookup, trusts
+ * no one more. Anything else fails with EPERM: in a shared directory such
  * as /dev/shm, any user could have made the file.
  *
  * Limits (each enforced, with the error named):
@@ -115,8 +121,9 @@ struct procreg_opts {
 	const char *scope;  /* NULL: $PROCREG_SCOPE, else "default" */
 	const char *dir;    /* NULL: $PROCREG_DIR, else "/dev/shm" */
 	const char *socket; /* NULL: the path the daemon published in the table */
-	uint32_t trust_uid; /* also trust a table of this user (0: root's and
-			     * our own only); else $PROCREG_TRUST_UID */
+	uint32_t trust_uid; /* also trust a table of this user (0: none but
+			     * root's, our own and the daemon's system
+			     * user's); else $PROCREG_TRUST_UID */
 	/* Since 0.2. How long a call that talks to procregd waits for each
 	 * thing it waits on (the connection, room to send, the reply), in
 	 * ms; 0: no limit. A call that runs out fails with -ETIMEDOUT and

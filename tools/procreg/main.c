@@ -54,8 +54,10 @@ procreg_t *open_or_die(const struct cli *c)
 				cli_name(c->dir ? c->dir : (getenv("PROCREG_DIR") ?: "/dev/shm")));
 		else if (e == EPERM)
 			fprintf(stderr, "%s: the registry of scope '%s' in %s is not one this user "
-				"trusts: it belongs to a user other than root or you, is writable by "
-				"others, or is a symbolic link (see PROCREG_TRUST_UID in procreg(1))\n",
+				"trusts: it belongs to a user other than root, you or procregd's "
+				"system user (" PROCREG_DAEMON_USER_DEFAULT "), is writable by "
+				"others, or is a symbolic link (see PROCREG_DAEMON_USER and "
+				"PROCREG_TRUST_UID in procreg(1))\n",
 				prog, cli_name(scope_name(c)),
 				cli_name(c->dir ? c->dir : (getenv("PROCREG_DIR") ?: "/dev/shm")));
 		else
