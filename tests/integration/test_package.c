@@ -222,6 +222,15 @@ static void test_installed_package(void **state)
 		 "\nExecStart=%s/sbin/procregd --foreground --scope %%i $PROCREGD_OPTS\n", prefix);
 	th_expect_in(text, cmd);
 	th_expect_in(text, "\nType=notify\n");
+	/* As the system user the sysusers file makes, not root, with
+	 * CAP_KILL alone. */
+	th_expect_in(text, "\nUser=" PROCREG_DAEMON_USER_DEFAULT "\n");
+	th_expect_in(text, "\nAmbientCapabilities=CAP_KILL\n");
+	th_expect_in(text, "\nCapabilityBoundingSet=CAP_KILL\n");
+	free(text);
+	snprintf(path, sizeof(path), "%s/lib/sysusers.d/procreg.conf", prefix);
+	text = th_read_file(path, true);
+	th_expect_in(text, "\nu " PROCREG_DAEMON_USER_DEFAULT " - ");
 	free(text);
 	snprintf(path, sizeof(path), "%s/lib/systemd/system/procregd@.socket", prefix);
 	text = th_read_file(path, true);
