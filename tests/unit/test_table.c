@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -2073,6 +2074,31 @@ static void test_bad_header(void **state)
 		unsetenv("PROCREG_TRUST_UID");
 		assert_non_null(r);
 		procreg_close(r);
+	}
+	/* ...or it is the daemon's system user, by PROCREG_DAEMON_USER's
+	 * name; no other name (none, root, a user that does not exist) makes
+	 * another user's table trusted. */
+	{
+		struct passwd *pw = getpwnam("nobody");
+		static const char *const untrusting[] = { "", "root", "prt-no-such-user", "4242" };
+
+		assert_non_null(pw);
+		assert_int_equal(chown(p2.table, pw->pw_uid, pw->pw_gid), 0);
+		assert_int_equal(setenv("PROCREG_DAEMON_USER", "nobody", 1), 0);
+		assert_true(procreg__trusted_owner(pw->pw_uid, 0));
+		r = r_open(dir2);
+		assert_non_null(r);
+		procreg_close(r);
+		for (size_t i = 0; i < sizeof(untrusting) / sizeof(untrusting[0]); i++) {
+			assert_int_equal(setenv("PROCREG_DAEMON_USER", untrusting[i], 1), 0);
+			assert_false(procreg__trusted_owner(pw->pw_uid, 0));
+			expect_open_fails(dir2, EPERM);
+		}
+		/* Root and ourselves, whatever it names. */
+		assert_true(procreg__trusted_owner(0, 0));
+		assert_true(procreg__trusted_owner(geteuid(), 0));
+		unsetenv("PROCREG_DAEMON_USER");
+		assert_int_equal(chown(p2.table, 0, 0), 0);
 	}
 	assert_int_equal(chown(p2.table, 0, 0), 0);
 	assert_int_equal(chmod(p2.table, 0666), 0);
