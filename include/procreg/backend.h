@@ -139,6 +139,13 @@ struct pr_bridge_node_info {
 	uint64_t bytes_in, bytes_out;
 };
 
+/* One peer the config named (peers[]), for procreg stats: it has a
+ * series whether or not it is connected. */
+struct pr_bridge_peer_info {
+	const char *addr;           /* as the config gave it */
+	const char *node;           /* the node last authenticated there, "" before any */
+	bool up;                    /* a connection to it is up now */
+};
 struct pr_bridge_backend {
 	size_t sz;
 	const char *name;
@@ -157,6 +164,13 @@ struct pr_bridge_backend {
 	/* Call CB for every node that is up. */
 	void (*nodes)(void *b, void (*cb)(void *arg, const struct pr_bridge_node_info *n), void *arg);
 	void (*close)(void *b);
+	/* Added later: the daemon checks sz before calling them. */
+	/* Call CB for every peer the config named, connected or not, once
+	 * each, in the config's order; a peer found to be this node itself
+	 * is left out. NULL: the backend has no peers of that kind (its
+	 * nodes find each other some other way). */
+	void (*peers)(void *b, void (*cb)(void *arg, const struct pr_bridge_peer_info *p),
+		      void *arg);
 };
 
 /* The members a backend must fill: everything up to close. */

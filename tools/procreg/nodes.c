@@ -41,6 +41,21 @@ static int add_node(const struct procreg_node *pn, void *arg)
 	return 0;
 }
 
+static int add_peer(const struct procreg_peer *p, void *arg)
+{
+	struct nodes_info *ni = arg;
+	struct procreg_peer *v;
+
+	if (ni->npeers >= NODES_MAX)
+		return 0;
+	v = realloc(ni->peers, (ni->npeers + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	ni->peers = v;
+	ni->peers[ni->npeers++] = *p;
+	return 0;
+}
+
 int nodes_read(procreg_t *reg, struct nodes_info *ni)
 {
 	PROCREG_OPTS(procreg_bridge, b);
@@ -48,8 +63,11 @@ int nodes_read(procreg_t *reg, struct nodes_info *ni)
 
 	memset(ni, 0, sizeof(*ni));
 	err = procreg_bridge(reg, &b, add_node, ni);
+	if (!err)
+		err = procreg_bridge_peers(reg, add_peer, ni);
 	if (err) {
 		free(ni->v);
+		free(ni->peers);
 		memset(ni, 0, sizeof(*ni));
 		return err;
 	}
@@ -69,6 +87,8 @@ void nodes_free(struct nodes_info *ni)
 {
 	free(ni->v);
 	ni->v = NULL;
+	free(ni->peers);
+	ni->peers = NULL;
 }
 
 static int by_name(const void *a, const void *b)

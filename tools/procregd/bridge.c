@@ -1106,9 +1106,18 @@ static void nf_node(void *arg, const struct pr_bridge_node_info *ni)
 		(unsigned long long)ni->bytes_in, (unsigned long long)ni->bytes_out);
 }
 
+static void nf_peer(void *arg, const struct pr_bridge_peer_info *pi)
+{
+	struct nf_ctx *c = arg;
+
+	fprintf(c->f, PR_NODES_PEER_FMT, pi->up ? 1 : 0, pi->addr,
+		pi->node[0] ? pi->node : PR_NODES_NO_NAME);
+}
+
 /* DIR/procreg.SCOPE.nodes (nodes_file.h), replaced atomically: what
  * procreg_bridge() reads for procreg nodes and procreg stats. One "self"
- * line, one "stats" line, one "node" line per node that is up. */
+ * line, one "stats" line, one "node" line per node that is up, one "peer"
+ * line per --peer, connected or not (a backend that has them). */
 static void write_nodes_file(struct bridge *br)
 {
 	char tmp[sizeof(br->nodes_path) + 8];
@@ -1131,6 +1140,8 @@ static void write_nodes_file(struct bridge *br)
 		(unsigned long long)br->changes_in, (unsigned long long)br->conflicts,
 		(unsigned long long)br->nodes_down, (unsigned long long)br->refused);
 	br->be->nodes(br->b, nf_node, &c);
+	if (br->be->sz > offsetof(struct pr_bridge_backend, peers) && br->be->peers)
+		br->be->peers(br->b, nf_peer, &c);
 	if (fclose(c.f) == 0)
 		rename(tmp, br->nodes_path);
 	else

@@ -306,7 +306,12 @@ static int opt_add(struct daemon_opts *o, const struct opt *p, const char *arg)
 	if (p->kind == OPT_PEER) {
 		const char **pp = realloc(o->peers, (o->npeers + 1) * sizeof(*pp));
 
-		if (!pp || strlen(arg) > PR_BP_ADDR_MAX || !strchr(arg, ':')) {
+		bool word = true;
+
+		/* One word of printable ASCII, as the nodes file carries it. */
+		for (const char *c = arg; *c; c++)
+			word &= *c > ' ' && *c <= '~';
+		if (!pp || strlen(arg) > PR_BP_ADDR_MAX || !strchr(arg, ':') || !word) {
 			fprintf(stderr, "procregd: --peer %s: want HOST:PORT\n", arg);
 			return -1;
 		}

@@ -125,6 +125,10 @@ struct conn {
 struct target {
 	char addr[PR_BP_ADDR_MAX + 1];
 	char node[PR_BP_NODE_MAX + 1];    /* learned on connect */
+	/* The node last authenticated at this address, whichever side
+	 * dialed and whichever connection stayed: what procreg stats names
+	 * the peer by. */
+	char seen[PR_BP_NODE_MAX + 1];
 	struct conn *conn;
 	uint64_t next_try_ns;
 	uint32_t backoff_ms;
@@ -181,6 +185,7 @@ struct mesh {
 	size_t nconns;
 	struct target *targets;
 	size_t ntargets;
+	size_t nconfigured;               /* targets[0..nconfigured) came from --peer */
 	struct resolver *res;         /* NULL until the first host name */
 	struct obj res_o;
 };
@@ -811,6 +816,8 @@ static void established(struct mesh *m, struct conn *c)
 {
 	struct conn *old = up_conn(m, c->peer);
 
+	if (c->target)
+		snprintf(c->target->seen, sizeof(c->target->seen), "%s", c->peer);
 	if (old) {
 		if (keeper(m, old) && !keeper(m, c) && old->peer_inc == c->peer_inc) {
 			conn_kill(m, c, NULL);
@@ -1323,6 +1330,25 @@ static void mesh_nodes(void *b, void (*cb)(void *arg, const struct pr_bridge_nod
 	}
 }
 
+/* The peers of --peer: the first targets, in order (PEERS adds the
+ * others after them). */
+static void mesh_peers(void *b, void (*cb)(void *arg, const struct pr_bridge_peer_info *p),
+		       void *arg)
+{
+	struct mesh *m = b;
+
+	for (size_t i = 0; i < m->nconfigured; i++) {
+		const struct target *t = &m->targets[i];
+		struct pr_bridge_peer_info pi = { t->addr, t->seen, false };
+
+		if (!strcmp(t->node, m->node))
+			continue; /* ourselves, in a --peer list every node shares */
+		pi.up = (t->conn && !t->conn->dead && t->conn->state == C_UP) ||
+			(t->seen[0] && up_conn(m, t->seen));
+		cb(arg, &pi);
+	}
+}
+
 static int mesh_fd(void *b)
 {
 	return ((struct mesh *)b)->epfd;
@@ -1432,6 +1458,7 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 			*err = -EINVAL;
 			goto fail_err;
 		}
+	m->nconfigured = m->ntargets; /* a repeated --peer is one */
 	*err = 0;
 	return m;
 fail:
@@ -1451,4 +1478,5 @@ const struct pr_bridge_backend pr_mesh_backend = {
 	.flush = mesh_flush,
 	.nodes = mesh_nodes,
 	.close = mesh_close,
+	.peers = mesh_peers,
 };
