@@ -1005,6 +1005,35 @@ static void test_peer_series_when_down(void **state)
 	expect_peer_up(c, "nodeb", b->listen, 0);
 }
 
+/* Levels: at the default level a daemon's log carries another node
+ * coming up and going down (notice), and not the routine steps of a
+ * session (debug), which --verbose adds. */
+static void test_log_levels(void **state)
+{
+	struct cluster *c = *state;
+	const char *a_log = c->n[0].d.log;
+
+	start_node(c, 0, NULL);
+	c->extra = (const char *const[]){ "--verbose", NULL };
+	start_node(c, 1, (const int[]){ 0, -1 });
+	c->extra = NULL;
+	/* b's change comes after its snapshot: a has applied both. */
+	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
+	expect_name(c->n[0].reg, "on-b", getpid(), true);
+	th_expect_log(c->n[1].d.log, "debug: bridge: node nodea: snapshot applied", WAIT_MS);
+	th_expect_log(a_log, "notice: bridge: node nodeb: up (", WAIT_MS);
+	procreg_close(c->n[1].reg);
+	c->n[1].reg = NULL;
+	assert_int_equal(th_daemon_stop(&c->n[1].d), 0);
+	th_expect_log(a_log, "bridge: node nodeb: down (", WAIT_MS);
+	th_expect_log(a_log, "notice: bridge: node nodeb: 1 entries removed", WAIT_MS);
+	if (th_log_count(a_log, "snapshot applied") || th_log_count(a_log, "debug: ")) {
+		char *log = th_read_file(a_log, true);
+
+		fail_msg("debug lines in the log of a daemon without --verbose:\n%s", log);
+	}
+}
+
 /* A --peer list shared by every node names each node itself too: a node
  * that dials itself is refused by itself, says so once, and does not dial
  * that address again. */
@@ -1147,6 +1176,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_custom_resolver, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_series_when_down, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_log_levels, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_is_self, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_by_name, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_unresolvable, setup, teardown),

@@ -908,6 +908,7 @@ int main(int argc, char **argv)
 
 	if (parse_opts(&d.o, argc, argv) < 0 || log_open(d.o.log_file) < 0)
 		return 2;
+	log_set_level(d.o.verbose ? LOG_DEBUG : LOG_INFO);
 	/* Before detaching: LISTEN_PID names this pid, not our child's. */
 	d.o.listen_fd = server_inherited_fd();
 	if (d.o.listen_fd < -1)
