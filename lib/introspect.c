@@ -575,21 +575,22 @@ static int nodes_open(procreg_t *reg, FILE **f)
 	return 0;
 }
 
-/* Append X (SZ bytes) to the array *V of *N, *CAP elements. */
-static int grow_append(void **v, size_t *n, size_t *cap, const void *x, size_t sz)
+/* V, an array of N elements of SZ bytes with room for *CAP, with X
+ * stored at N: the array (moved, perhaps), or NULL for want of memory
+ * (V untouched). */
+static void *grow_append(void *v, size_t n, size_t *cap, const void *x, size_t sz)
 {
-	if (*n == *cap) {
-		size_t nc = *cap ? 2 * *cap : 16;
-		void *nv = realloc(*v, nc * sz);
+	char *a = v;
 
-		if (!nv)
-			return -ENOMEM;
-		*v = nv;
+	if (n == *cap) {
+		size_t nc = *cap ? 2 * *cap : 16;
+
+		if (!(a = realloc(v, nc * sz)))
+			return NULL;
 		*cap = nc;
 	}
-	memcpy((char *)*v + *n * sz, x, sz);
-	(*n)++;
-	return 0;
+	memcpy(a + n * sz, x, sz);
+	return a;
 }
 
 /* Read the whole file: *OUT (may be NULL), then CB for each node line
@@ -639,14 +640,26 @@ static int nodes_read(procreg_t *reg, struct procreg_bridge *out, procreg_node_c
 			if (!strcmp(x.addr, PR_NODES_NO_ADDR))
 				x.addr[0] = 0;
 			b.nodes++;
-			if (cb)
-				err = grow_append((void **)&v, &n, &cap, &x, sizeof(x));
+			if (cb) {
+				void *nv = grow_append(v, n, &cap, &x, sizeof(x));
+
+				if (!nv)
+					err = -ENOMEM;
+				else
+					v = nv, n++;
+			}
 		} else if (sscanf(line, PR_NODES_PEER_SCAN, &up, p.addr, p.node) == 3) {
 			p.up = up == 1;
 			if (!strcmp(p.node, PR_NODES_NO_NAME))
 				p.node[0] = 0;
-			if (pcb)
-				err = grow_append((void **)&pv, &np, &pcap, &p, sizeof(p));
+			if (pcb) {
+				void *nv = grow_append(pv, np, &pcap, &p, sizeof(p));
+
+				if (!nv)
+					err = -ENOMEM;
+				else
+					pv = nv, np++;
+			}
 		}
 	}
 	fclose(f);

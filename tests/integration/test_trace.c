@@ -299,6 +299,23 @@ static void test_top_counts_lookups_and_misses(void **state)
 }
 
 
+/* Another registry (f->d2, in f->dir2, returned) holding the same names
+ * as register_names() registers; no handle of this process left open on
+ * it. */
+static char *second_registry(struct fixture *f)
+{
+	procreg_t *r2;
+
+	f->dir2 = th_mkdtemp();
+	assert_int_equal(th_daemon_start(&f->d2, f->dir2, NULL, NULL), 0);
+	r2 = th_open(f->dir2);
+	assert_non_null(r2);
+	assert_int_equal(procreg_register(r2, "trace.a", "a", 1), 0);
+	assert_int_equal(procreg_register(r2, "trace.b", "b", 1), 0);
+	procreg_close(r2);
+	return f->dir2;
+}
+
 /* PID's mappings hold the table of DIR. */
 struct mapping {
 	pid_t pid;
@@ -326,19 +343,12 @@ static void test_top_scoped_to_registry(void **state)
 	struct fixture *f = *state;
 	struct worker w = { 0 }, other = { 0 };
 	unsigned long long lookups = 0, misses = 0;
-	char *dir2 = f->dir2 = th_mkdtemp(), pid[16], opid[32], *out, *t;
+	/* Registry B's handle is closed before the other worker starts: it
+	 * must map B's table only once it runs as itself, after its exec. */
+	char *dir2 = second_registry(f), pid[16], opid[32], *out, *t;
 	struct fixture f2 = { .dir = dir2 };
-	procreg_t *r2;
 	pid_t child, ochild;
 
-	assert_int_equal(th_daemon_start(&f->d2, dir2, NULL, NULL), 0);
-	r2 = th_open(dir2);
-	assert_non_null(r2);
-	assert_int_equal(procreg_register(r2, "trace.a", "a", 1), 0);
-	assert_int_equal(procreg_register(r2, "trace.b", "b", 1), 0);
-	/* Closed before the other worker starts: it must map registry B's
-	 * table only once it runs as itself, after its exec. */
-	procreg_close(r2);
 	register_names(f);
 	child = f->workers[0] = worker_start(f, &w);
 	ochild = f->workers[1] = worker_exec(&f2, &other);
@@ -399,16 +409,9 @@ static void test_top_counts_short_lived_clients(void **state)
 {
 	struct fixture *f = *state;
 	unsigned long long lookups = 0, misses = 0;
-	char *dir2 = f->dir2 = th_mkdtemp(), *out, *t;
+	char *dir2 = second_registry(f), *out, *t;
 	char got[256];
-	procreg_t *r2;
 
-	assert_int_equal(th_daemon_start(&f->d2, dir2, NULL, NULL), 0);
-	r2 = th_open(dir2);
-	assert_non_null(r2);
-	assert_int_equal(procreg_register(r2, "trace.a", "a", 1), 0);
-	assert_int_equal(procreg_register(r2, "trace.b", "b", 1), 0);
-	procreg_close(r2);
 	register_names(f);
 	tracer_start(f, (const char *const[]){ "top", "--interval", "600", NULL });
 	for (int round = 0; round < 2; round++) {
