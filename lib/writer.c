@@ -99,7 +99,9 @@ static int free_block(struct pr_writer *w, uint64_t off, uint64_t size)
 	return err;
 }
 
-/* First fit from the list of large free blocks. */
+/* First fit from the list of large free blocks: the front of the first
+ * that holds SIZE. What is left of it stays in its place on the list, or
+ * goes to its class when it is that small. */
 static int alloc_large(struct pr_writer *w, uint64_t size, uint64_t *off)
 {
 	for (size_t i = 0; i < w->large.n; i += 2) {
@@ -107,11 +109,16 @@ static int alloc_large(struct pr_writer *w, uint64_t size, uint64_t *off)
 
 		if (s < size)
 			continue;
-		w->large.v[i] = w->large.v[w->large.n - 2];
-		w->large.v[i + 1] = w->large.v[w->large.n - 1];
-		w->large.n -= 2;
-		if (s > size)
-			free_block(w, o + size, s - size);
+		if (s - size > CLASS_MAX) {
+			w->large.v[i] = o + size;
+			w->large.v[i + 1] = s - size;
+		} else {
+			w->large.v[i] = w->large.v[w->large.n - 2];
+			w->large.v[i + 1] = w->large.v[w->large.n - 1];
+			w->large.n -= 2;
+			if (s > size)
+				free_block(w, o + size, s - size);
+		}
 		*off = o;
 		return 0;
 	}
@@ -194,12 +201,15 @@ static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
 			*off = c->v[--c->n];
 			goto got;
 		}
-	} else if (!alloc_large(w, size, off)) {
-		/* Large blocks (index blocks) are reused before fresh arena
-		 * is touched: otherwise every rebuild would push arena_top,
-		 * and the file's resident pages, on until the arena ran out. */
-		goto got;
 	}
+	/* Then large free blocks, before fresh arena is touched: otherwise
+	 * every rebuild would push arena_top, and the file's pages, on until
+	 * the arena ran out. Records too: the large blocks are old indexes,
+	 * which only a bigger index would fit otherwise (at 10^6 names,
+	 * 16 MiB of them, 17 bytes a name of the file, lay idle below the
+	 * top while new records pushed it on). */
+	if (!alloc_large(w, size, off))
+		goto got;
 	err = -ENOSPC;
 	if (size <= end - top) {
 		err = back_pages(w, top + size);
@@ -209,8 +219,6 @@ static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
 			goto got;
 		}
 	}
-	if (!alloc_large(w, size, off))
-		goto got;
 	if (size > end - top && size <= w->map.size - top)
 		w->reserve_hit = true; /* the reserve had room for it */
 	return err;

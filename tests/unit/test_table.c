@@ -2315,6 +2315,65 @@ static void test_hostile_feed(void **state)
 	free(dir);
 }
 
+/* ---- old index blocks hold records --------------------------------- */
+
+/*
+ * An index that grows leaves its old block free, and only a bigger index
+ * would fit there if records were not carved from it: the file grew by
+ * every new record while the old indexes (at 10^6 names, 16 MiB of them)
+ * lay idle below the top. New records come from them first.
+ */
+static void test_records_reuse_old_indexes(void **state)
+{
+	char *dir = th_mkdtemp(), name[32];
+	struct pr_writer w;
+	uint64_t old_off[2] = { 0, 0 }, old_cap[2] = { 0, 0 }, top, free_large = 0, pos, off;
+	int n = 0, k = 0, placed = 0;
+
+	(void)state;
+	w_open_at(&w, dir, 64 * MB);
+	/* Names until the index has grown twice past 8192 slots: blocks of
+	 * 8192 and 16384 slots retired. */
+	while (k < 2) {
+		uint64_t ioff = w.map.hdr->names.index_off, cap = w_index(&w)->capacity;
+
+		snprintf(name, sizeof(name), "n%06d", n++);
+		assert_int_equal(put(&w, name, 1), 0);
+		if (w.map.hdr->names.index_off != ioff && cap >= 8192) {
+			old_off[k] = ioff;
+			old_cap[k++] = cap;
+		}
+	}
+	drain(&w);
+	top = w.map.hdr->arena_top;
+	for (size_t i = 1; i < w.large.n; i += 2)
+		free_large += w.large.v[i];
+	assert_true(free_large >= index_bytes(old_cap[0]) + index_bytes(old_cap[1]));
+
+	/* As many more as those blocks hold (the index does not grow: it
+	 * has 32768 slots for 24576 names), but for the last few KiB of
+	 * each, which go to the free list of their size. */
+	free_large -= w.large.n / 2 * 4096;
+	for (uint64_t used = 0; used + 2 * PR_RECORD_SIZE(7, 64) < free_large; n++) {
+		snprintf(name, sizeof(name), "n%06d", n);
+		assert_int_equal(put(&w, name, 1), 0);
+		off = procreg__w_find_name(&w, name, strlen(name), &pos);
+		used += procreg__record_size(procreg__record_at(&w.map, w_index(&w)->slot[pos]));
+		for (int i = 0; i < 2; i++)
+			placed += off >= old_off[i] && off < old_off[i] + index_bytes(old_cap[i]);
+	}
+	assert_int_equal(w_index(&w)->capacity, 32768);
+	assert_int_equal(w.map.hdr->arena_top, top);
+	assert_true(placed > 0);
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "n%06d", i);
+		assert_true(procreg__w_find_name(&w, name, strlen(name), &pos) != 0);
+	}
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2333,6 +2392,7 @@ int main(void)
 		cmocka_unit_test(test_readonly_mapping),
 		cmocka_unit_test(test_hostile_feed),
 		cmocka_unit_test(test_reclaim_in_batch),
+		cmocka_unit_test(test_records_reuse_old_indexes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
