@@ -48,16 +48,26 @@ PR_PROBE_DEFINE(procregd, change);
 
 void procreg__w_emit(struct pr_writer *w, uint32_t type, const struct pr_record *r)
 {
-	struct pr_table_hdr *h = w->map.hdr;
-	uint64_t cap, s = h->feed_head + 1;
-	struct pr_event *e = (struct pr_event *)ring(&w->map, &cap);
+	procreg__w_emit_at(w, type, r, procreg__now_ns());
+}
 
-	if (!e)
+void procreg__w_emit_at(struct pr_writer *w, uint32_t type, const struct pr_record *r,
+			uint64_t time_ns)
+{
+	struct pr_table_hdr *h = w->map.hdr;
+	uint64_t s = h->feed_head + 1;
+	struct pr_event *e;
+
+	/* Checked on the first event, not on every one (30 of a
+	 * registration's instructions). */
+	if (!w->feed)
+		w->feed = (struct pr_event *)ring(&w->map, &w->feed_cap);
+	if (!w->feed)
 		return;
-	e += s & (cap - 1);
+	e = w->feed + (s & (w->feed_cap - 1));
 	CMM_STORE_SHARED(e->seq, 0);
 	cmm_smp_wmb(); /* the slot reads as reused before any byte changes */
-	e->time_ns = procreg__now_ns();
+	e->time_ns = time_ns;
 	e->type = type;
 	e->kind = r->kind;
 	e->pid = r->pid;

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * hashmap.c - a private open-addressing map from u64 to u64, for the
- * daemon's own indexes (never in shared memory). Keys 0 and 1 are reserved
- * (empty, and deleted in maps of an older build: none is ever made now).
+ * hashmap.c - private open-addressing maps for the daemon's own indexes
+ * (never in shared memory): u64 -> u64, and u32 -> u32 in half the
+ * memory, for the map of owned records, which holds an entry a name (at
+ * 10^6 names, 16-byte entries were 34 bytes a name of the daemon's
+ * memory). Key 0 is reserved (empty), and 1 too in the u64 map (deleted,
+ * in maps of an older build: none is ever made now).
  *
  * Linear probing with deletion by backward shift (Knuth's Algorithm R):
  * a removal moves the entries after it back into the hole, so the map
@@ -11,6 +14,8 @@
  * with them between rebuilds, and a registration's search for a key that
  * is not there (every new name) walked long runs of them: a quarter of a
  * pipelined registration's time went there.
+ *
+ * Both maps are one code, instantiated by MAP_DEFINE for each entry type.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -19,113 +24,125 @@
 #include "internal.h"
 
 #define K_EMPTY 0
-#define K_DEL 1
 
-static size_t slot_of(const struct pr_u64map *m, uint64_t key)
-{
-	return (size_t)(pr_mix(key) & (m->cap - 1));
-}
-
-static int grow(struct pr_u64map *m)
-{
-	size_t cap = m->cap ? m->cap : 64;
-	struct pr_u64map n = { 0 };
-
-	while ((m->used + 1) * 2 > cap)
-		cap *= 2;
-	n.kv = calloc(cap, sizeof(*n.kv));
-	if (!n.kv)
-		return -ENOMEM;
-	n.cap = cap;
-	for (size_t i = 0; i < m->cap; i++) {
-		size_t p;
-
-		if (m->kv[i].key <= K_DEL)
-			continue;
-		for (p = slot_of(&n, m->kv[i].key); n.kv[p].key != K_EMPTY; p = (p + 1) & (cap - 1))
-			;
-		n.kv[p] = m->kv[i];
-		n.used++;
+#define MAP_DEFINE(pfx, map_t, kv_t, key_t, val_t, KEY_MIN)                                   \
+	static size_t pfx##_slot(const map_t *m, key_t key)                                  \
+	{                                                                                     \
+		return (size_t)(pr_mix(key) & (m->cap - 1));                                  \
+	}                                                                                     \
+                                                                                              \
+	static int pfx##_grow(map_t *m)                                                       \
+	{                                                                                     \
+		size_t cap = m->cap ? m->cap : 64;                                            \
+		map_t n = { 0 };                                                              \
+                                                                                              \
+		while ((m->used + 1) * 2 > cap)                                               \
+			cap *= 2;                                                             \
+		n.kv = calloc(cap, sizeof(*n.kv));                                            \
+		if (!n.kv)                                                                    \
+			return -ENOMEM;                                                       \
+		n.cap = cap;                                                                  \
+		for (size_t i = 0; i < m->cap; i++) {                                         \
+			size_t p;                                                             \
+                                                                                              \
+			if (m->kv[i].key < (KEY_MIN))                                         \
+				continue;                                                     \
+			for (p = pfx##_slot(&n, m->kv[i].key); n.kv[p].key != K_EMPTY;        \
+			     p = (p + 1) & (cap - 1))                                         \
+				;                                                             \
+			n.kv[p] = m->kv[i];                                                   \
+			n.used++;                                                             \
+		}                                                                             \
+		free(m->kv);                                                                  \
+		*m = n;                                                                       \
+		return 0;                                                                     \
+	}                                                                                     \
+                                                                                              \
+	/* The reserved keys are the slot markers: compared as keys they would              \
+	 * "find" an empty or deleted slot. */                                                \
+	static size_t pfx##_find(const map_t *m, key_t key)                                  \
+	{                                                                                     \
+		if (!m->cap || key < (KEY_MIN))                                               \
+			return SIZE_MAX;                                                      \
+		for (size_t p = pfx##_slot(m, key), n = 0; n < m->cap;                        \
+		     n++, p = (p + 1) & (m->cap - 1)) {                                       \
+			if (m->kv[p].key == key)                                              \
+				return p;                                                     \
+			if (m->kv[p].key == K_EMPTY)                                          \
+				return SIZE_MAX;                                              \
+		}                                                                             \
+		return SIZE_MAX;                                                              \
+	}                                                                                     \
+                                                                                              \
+	int procreg__##pfx##_put(map_t *m, key_t key, val_t val)                              \
+	{                                                                                     \
+		size_t p;                                                                     \
+                                                                                              \
+		if (key < (KEY_MIN))                                                          \
+			return -EINVAL;                                                       \
+		if ((m->used + 1) * 4 > m->cap * 3) {                                         \
+			int err = pfx##_grow(m);                                              \
+                                                                                              \
+			if (err)                                                              \
+				return err;                                                   \
+		}                                                                             \
+		for (p = pfx##_slot(m, key); m->kv[p].key != K_EMPTY; p = (p + 1) & (m->cap - 1)) { \
+			if (m->kv[p].key == key) {                                            \
+				m->kv[p].val = val;                                           \
+				return 0;                                                     \
+			}                                                                     \
+		}                                                                             \
+		m->kv[p].key = key;                                                           \
+		m->kv[p].val = val;                                                           \
+		m->used++;                                                                    \
+		return 0;                                                                     \
+	}                                                                                     \
+                                                                                              \
+	int procreg__##pfx##_get(const map_t *m, key_t key, val_t *val)                       \
+	{                                                                                     \
+		size_t p = pfx##_find(m, key);                                                \
+                                                                                              \
+		if (p == SIZE_MAX)                                                            \
+			return -ENOENT;                                                       \
+		*val = m->kv[p].val;                                                          \
+		return 0;                                                                     \
+	}                                                                                     \
+                                                                                              \
+	val_t *procreg__##pfx##_ref(map_t *m, key_t key)                                      \
+	{                                                                                     \
+		size_t p = pfx##_find(m, key);                                                \
+                                                                                              \
+		return p == SIZE_MAX ? NULL : &m->kv[p].val;                                  \
+	}                                                                                     \
+                                                                                              \
+	/* Close the hole: an entry further along the run moves back into it if             \
+	 * its home is not between the hole and where it sits (it would                      \
+	 * otherwise be cut off from its home by the empty slot); the run ends               \
+	 * at an empty slot. */                                                               \
+	int procreg__##pfx##_del(map_t *m, key_t key)                                         \
+	{                                                                                     \
+		size_t mask = m->cap - 1, hole = pfx##_find(m, key);                          \
+                                                                                              \
+		if (hole == SIZE_MAX)                                                         \
+			return -ENOENT;                                                       \
+		for (size_t j = (hole + 1) & mask; m->kv[j].key != K_EMPTY; j = (j + 1) & mask) { \
+			size_t home = pfx##_slot(m, m->kv[j].key);                            \
+                                                                                              \
+			if (((j - home) & mask) >= ((j - hole) & mask)) {                     \
+				m->kv[hole] = m->kv[j];                                       \
+				hole = j;                                                     \
+			}                                                                     \
+		}                                                                             \
+		m->kv[hole].key = K_EMPTY;                                                    \
+		m->used--;                                                                    \
+		return 0;                                                                     \
+	}                                                                                     \
+                                                                                              \
+	void procreg__##pfx##_free(map_t *m)                                                  \
+	{                                                                                     \
+		free(m->kv);                                                                  \
+		memset(m, 0, sizeof(*m));                                                     \
 	}
-	free(m->kv);
-	*m = n;
-	return 0;
-}
 
-static size_t find(const struct pr_u64map *m, uint64_t key)
-{
-	/* The reserved keys are the slot markers: compared as keys they
-	 * would "find" an empty or deleted slot. */
-	if (!m->cap || key <= K_DEL)
-		return SIZE_MAX;
-	for (size_t p = slot_of(m, key), n = 0; n < m->cap; n++, p = (p + 1) & (m->cap - 1)) {
-		if (m->kv[p].key == key)
-			return p;
-		if (m->kv[p].key == K_EMPTY)
-			return SIZE_MAX;
-	}
-	return SIZE_MAX;
-}
-
-int procreg__u64map_put(struct pr_u64map *m, uint64_t key, uint64_t val)
-{
-	size_t p;
-
-	if (key <= K_DEL)
-		return -EINVAL;
-	if ((m->used + 1) * 4 > m->cap * 3) {
-		int err = grow(m);
-
-		if (err)
-			return err;
-	}
-	for (p = slot_of(m, key); m->kv[p].key != K_EMPTY; p = (p + 1) & (m->cap - 1)) {
-		if (m->kv[p].key == key) {
-			m->kv[p].val = val;
-			return 0;
-		}
-	}
-	m->kv[p].key = key;
-	m->kv[p].val = val;
-	m->used++;
-	return 0;
-}
-
-int procreg__u64map_get(const struct pr_u64map *m, uint64_t key, uint64_t *val)
-{
-	size_t p = find(m, key);
-
-	if (p == SIZE_MAX)
-		return -ENOENT;
-	*val = m->kv[p].val;
-	return 0;
-}
-
-int procreg__u64map_del(struct pr_u64map *m, uint64_t key)
-{
-	size_t mask = m->cap - 1, hole = find(m, key);
-
-	if (hole == SIZE_MAX)
-		return -ENOENT;
-	/* Close the hole: an entry further along the run moves back into it
-	 * if its home is not between the hole and where it sits (it would
-	 * otherwise be cut off from its home by the empty slot); the run
-	 * ends at an empty slot. */
-	for (size_t j = (hole + 1) & mask; m->kv[j].key != K_EMPTY; j = (j + 1) & mask) {
-		size_t home = slot_of(m, m->kv[j].key);
-
-		if (((j - home) & mask) >= ((j - hole) & mask)) {
-			m->kv[hole] = m->kv[j];
-			hole = j;
-		}
-	}
-	m->kv[hole].key = K_EMPTY;
-	m->used--;
-	return 0;
-}
-
-void procreg__u64map_free(struct pr_u64map *m)
-{
-	free(m->kv);
-	memset(m, 0, sizeof(*m));
-}
+MAP_DEFINE(u64map, struct pr_u64map, struct pr_u64kv, uint64_t, uint64_t, 2)
+MAP_DEFINE(u32map, struct pr_u32map, struct pr_u32kv, uint32_t, uint32_t, 1)

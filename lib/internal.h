@@ -343,6 +343,15 @@ static inline void pr_key_member(struct pr_key *k, uint32_t pid, uint64_t start,
 	k->hash = pr_member_hash(pid, start, node, seed);
 }
 
+/* A record's full hash, from its key (records do not keep it): the NL
+ * bytes of its name (NL read once and bounded by the caller), or a
+ * membership's identity. The slot word's tag is its top half. */
+static inline uint64_t pr_record_hash(const struct pr_record *r, size_t nl, uint64_t seed)
+{
+	return r->kind == PR_KIND_MEMBER ? pr_member_hash(r->pid, r->start_time, r->node, seed)
+					 : pr_hash(r->data, nl, seed);
+}
+
 /* A checked view of an index: its capacity and shift as read once. */
 struct pr_ixv {
 	const uint64_t *slot;
@@ -391,8 +400,27 @@ struct pr_u64map {
 
 int procreg__u64map_put(struct pr_u64map *m, uint64_t key, uint64_t val);
 int procreg__u64map_get(const struct pr_u64map *m, uint64_t key, uint64_t *val);
+/* KEY's value in place, or NULL: valid until the next put or del. */
+uint64_t *procreg__u64map_ref(struct pr_u64map *m, uint64_t key);
 int procreg__u64map_del(struct pr_u64map *m, uint64_t key);
 void procreg__u64map_free(struct pr_u64map *m);
+
+/* The same for u32 -> u32 in 8-byte entries; key 0 is reserved. */
+struct pr_u32kv {
+	uint32_t key;     /* 0 = empty; callers' keys are >= 1 */
+	uint32_t val;
+};
+
+struct pr_u32map {
+	struct pr_u32kv *kv;
+	size_t cap, used;
+};
+
+int procreg__u32map_put(struct pr_u32map *m, uint32_t key, uint32_t val);
+int procreg__u32map_get(const struct pr_u32map *m, uint32_t key, uint32_t *val);
+uint32_t *procreg__u32map_ref(struct pr_u32map *m, uint32_t key);
+int procreg__u32map_del(struct pr_u32map *m, uint32_t key);
+void procreg__u32map_free(struct pr_u32map *m);
 
 /* ---- the writer (writer.c): procregd only ----------------------------- */
 
@@ -419,6 +447,10 @@ struct pr_writer {
 	bool membarrier;              /* we issue global expedited membarriers */
 	uint64_t gp;                  /* the grace-period counter: ours, copied out */
 	bool feed_pending;            /* events published since the last wake */
+	/* The change feed's ring, checked once: its place and size are
+	 * fixed at creation, and this writer alone changes the file. */
+	struct pr_event *feed;
+	uint64_t feed_cap;
 
 
 	/* Allocator: private, rebuilt from the table on attach. */
@@ -513,6 +545,10 @@ uint64_t procreg__record_size(const struct pr_record *r);
 
 /* Append an event about R to the change feed (feed.c). */
 void procreg__w_emit(struct pr_writer *w, uint32_t type, const struct pr_record *r);
+/* The same, stamped TIME_NS (CLOCK_REALTIME) that the caller has just
+ * read: a registration's own stamp, saving a second clock read. */
+void procreg__w_emit_at(struct pr_writer *w, uint32_t type, const struct pr_record *r,
+			uint64_t time_ns);
 /* Wake followers if events were emitted since the last call: once per
  * batch of work. */
 void procreg__w_feed_wake(struct pr_writer *w);

@@ -60,7 +60,7 @@
 
 #define PR_TABLE_MAGIC   0x31474552434f5250ull /* "PROCREG1", little-endian */
 #define PR_RPAGE_MAGIC 0x32444552434f5250ull /* "PROCRED2" */
-#define PR_LAYOUT_VERSION 2u
+#define PR_LAYOUT_VERSION 3u
 
 #define PR_CACHELINE 64
 #define PR_ALIGN 16u              /* every arena block is 16-byte aligned */
@@ -230,7 +230,6 @@ enum pr_kind { PR_KIND_NAME = 1, PR_KIND_GROUP = 2, PR_KIND_MEMBER = 3 };
 #define PR_REC_FLAGS (PROCREG_ENTRY_REPLACEABLE | PROCREG_ENTRY_LEASED | PROCREG_ENTRY_UNHEALTHY)
 
 struct pr_record {
-	uint64_t hash;
 	uint16_t name_len;          /* without the NUL */
 	uint16_t meta_len;
 	uint8_t kind;               /* enum pr_kind */
@@ -245,8 +244,11 @@ struct pr_record {
 	char data[];                /* name, NUL, meta */
 };
 
-/* 48 bytes: a short name shares the header's cache line, and a lookup of
- * one with short metadata touches two lines of record at most. */
+/* 40 bytes: a short name shares the header's cache line, and a lookup of
+ * one with short metadata touches two lines of record at most. No hash:
+ * the slot word's tag is its top half, and the writer, an iteration or a
+ * check that wants all of it computes it from the key (pr_record_hash);
+ * keeping it cost 8 bytes a name, 16 where it crossed a 16-byte step. */
 #define PR_RECORD_SIZE(nlen, mlen) \
 	(((sizeof(struct pr_record) + (nlen) + 1 + (mlen)) + PR_ALIGN - 1) & ~(size_t)(PR_ALIGN - 1))
 
@@ -334,8 +336,8 @@ struct pr_reader_info {
 _Static_assert(sizeof(struct pr_table_hdr) <= PR_HDR_SIZE, "header fits its page");
 _Static_assert(offsetof(struct pr_table_hdr, names) % PR_CACHELINE == 0,
 	       "daemon-written fields start a cache line");
-_Static_assert(sizeof(struct pr_record) == 48, "record header size is part of the layout");
-_Static_assert(offsetof(struct pr_record, data) == 48, "record data offset");
+_Static_assert(sizeof(struct pr_record) == 40, "record header size is part of the layout");
+_Static_assert(offsetof(struct pr_record, data) == 40, "record data offset");
 _Static_assert(sizeof(struct pr_root) == 2 * PR_CACHELINE, "root: index_off, then counts, a line each");
 _Static_assert(sizeof(struct pr_event) == 320, "an event is five cache lines");
 _Static_assert(sizeof(struct pr_index) == 16, "index header");

@@ -284,7 +284,7 @@ const struct pr_root *procreg__group_root(const struct pr_map *m, const struct p
 
 static int key_matches(const struct pr_record *r, const struct pr_key *k)
 {
-	if (r->hash != k->hash || r->kind != k->kind)
+	if (r->kind != k->kind)
 		return 0;
 	if (k->kind == PR_KIND_MEMBER)
 		return r->pid == k->pid && r->start_time == k->start && r->node == k->node;
@@ -370,7 +370,7 @@ static inline const struct pr_record *probe_name(const struct pr_map *m, const s
 			continue;
 		nl = CMM_LOAD_SHARED(r->name_len);
 		ml = CMM_LOAD_SHARED(r->meta_len);
-		if (r->hash != k->hash || r->kind != PR_KIND_NAME || nl != k->len ||
+		if (r->kind != PR_KIND_NAME || nl != k->len ||
 		    ml > PROCREG_META_MAX || !pr_at(m, off, PR_RECORD_SIZE(nl, ml)) ||
 		    !pr_bytes_eq(k->name, r->data, nl))
 			continue;
@@ -637,13 +637,21 @@ struct chunk {
 static int take(const struct pr_map *m, const struct pr_ixv *ix, uint64_t p,
 		bool wrapped, const struct walk *wk, struct chunk *c)
 {
-	uint64_t w = PR_LOAD_ACQ(&ix->slot[p]);
+	uint64_t w = PR_LOAD_ACQ(&ix->slot[p]), h;
 	const struct pr_record *r;
+	uint16_t nl;
 
 	if (!pr_slot_live(w))
 		return 0;
 	r = procreg__record_at(m, w);
-	if (!r || r->hash < c->lo || ((r->hash >> ix->shift) > p) != wrapped)
+	if (!r)
+		return 0;
+	/* The length read once, and bounded, for the hash. */
+	nl = CMM_LOAD_SHARED(r->name_len);
+	if (nl > PROCREG_NAME_MAX || !pr_at(m, pr_slot_off(w), PR_RECORD_SIZE(nl, 0)))
+		return 0;
+	h = pr_record_hash(r, nl, m->hdr->hash_seed);
+	if (h < c->lo || ((h >> ix->shift) > p) != wrapped)
 		return 0;
 	if (c->n == c->cap)
 		return -1;

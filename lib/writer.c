@@ -492,7 +492,7 @@ void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos,
 	uint64_t old = ix->slot[pos];
 
 	/* Release: the record's bytes before the word that reaches them. */
-	PR_STORE_REL(&ix->slot[pos], pr_slot_word(r->hash, off));
+	PR_STORE_REL(&ix->slot[pos], pr_slot_word(pr_record_hash(r, r->name_len, H(w)->hash_seed), off));
 	PR_TRACE(procregd, publish, r->kind, (const char *)r->data, r->name_len, r->pid, off);
 	if (pr_slot_live(old)) {
 		retire(w, pr_slot_off(old), procreg__record_size(rec_at(w, pr_slot_off(old))));
@@ -582,7 +582,6 @@ int procreg__w_group(struct pr_writer *w, const char *name, size_t len, bool cre
 	gr = (struct pr_root *)(w->map.base + root_off);
 	memset(gr, 0, sizeof(*gr));
 	gr->index_off = ioff;
-	t.hash = k.hash;
 	t.registered_ns = procreg__now_ns();
 	t.aux = root_off;
 	t.kind = PR_KIND_GROUP;
@@ -1027,9 +1026,8 @@ static int record_sound(struct pr_writer *w, uint64_t wd, uint8_t kind)
 	    pr_slot_off(wd) + procreg__record_size(r) > H(w)->arena_top ||
 	    memchr(r->data, 0, r->name_len) || r->data[r->name_len] != 0)
 		return 0;
-	h = kind == PR_KIND_MEMBER ? pr_member_hash(r->pid, r->start_time, r->node, H(w)->hash_seed)
-				   : pr_hash(r->data, r->name_len, H(w)->hash_seed);
-	if (h != r->hash || (h & 0xffffffff00000000ull) != (wd & 0xffffffff00000000ull))
+	h = pr_record_hash(r, r->name_len, H(w)->hash_seed);
+	if ((h & 0xffffffff00000000ull) != (wd & 0xffffffff00000000ull))
 		return 0;
 	if (kind == PR_KIND_GROUP)
 		return r->aux % PR_ALIGN == 0 && r->aux >= H(w)->arena_off &&

@@ -184,7 +184,6 @@ static void publish(struct pr_writer *w, struct pr_root *root, const struct pr_k
 	if (procreg__w_reserve(w, root) < 0)
 		exit(1);
 	procreg__w_find(w, root, k, &pos);
-	t.hash = k->hash;
 	t.kind = k->kind;
 	t.pid = pid;
 	t.start_time = 1000 + pid;

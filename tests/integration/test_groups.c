@@ -307,7 +307,6 @@ static int w_join_raw(struct pr_writer *w, const char *group, uint32_t pid, uint
 			err = -EOVERFLOW; /* the index is full: reserve failed its job */
 	}
 	if (!err) {
-		t.hash = k.hash;
 		t.kind = PR_KIND_MEMBER;
 		t.start_time = start;
 		t.registered_ns = procreg__now_ns();
@@ -379,7 +378,6 @@ static int w_register(struct pr_writer *w, const char *name, uint32_t pid, uint6
 	if (err)
 		return err;
 	old = procreg__w_find_name(w, name, len, &pos);
-	t.hash = pr_hash(name, len, w->map.hdr->hash_seed);
 	t.start_time = start;
 	t.registered_ns = procreg__now_ns();
 	t.pid = pid;
@@ -1155,7 +1153,6 @@ static void test_w_recovery(void **state)
 		assert_non_null(w_group_root(&w, "delta"));
 	}
 	/* A membership the crash cut short: filled, never published. */
-	t.hash = pr_member_hash(7777, 1, 0, w.map.hdr->hash_seed);
 	t.pid = 7777;
 	t.start_time = 1;
 	t.name_len = 5;

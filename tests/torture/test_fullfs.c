@@ -113,9 +113,11 @@ static int owner_main(void *arg)
 				res.err = procreg_unregister(r, name);
 			}
 			/* The removed records are freed after a grace period:
-			 * the next registration needing room waits for it. */
+			 * the next registration needing room waits for it.
+			 * Names as long as those removed ("anew" and "fill"),
+			 * so that their records are of the same size. */
 			for (int i = 0; i < CHURN && !res.err; i++, res.count++) {
-				snprintf(name, sizeof(name), "again.%d", i);
+				snprintf(name, sizeof(name), "anew.%d", i);
 				res.err = procreg_register(r, name, meta, sizeof(meta));
 			}
 		}
@@ -245,7 +247,7 @@ static void test_full_filesystem(void **state)
 	assert_int_equal(churn.err, 0);
 	assert_int_equal(churn.count, CHURN);
 	assert_int_equal(looks_up(r, "fill", 0, CHURN), 0);
-	assert_int_equal(looks_up(r, "again", 0, CHURN), CHURN);
+	assert_int_equal(looks_up(r, "anew", 0, CHURN), CHURN);
 	assert_int_equal(looks_up(r, "fill", CHURN, fill.count), fill.count - CHURN);
 
 	/* Leases are journaled before they are granted: with the table's
@@ -280,7 +282,7 @@ static void test_full_filesystem(void **state)
 	th_kill_wait(&owner);
 	assert_int_equal(procreg_sync(r), 0);
 	assert_int_equal(looks_up(r, "fill", 0, fill.count), 0);
-	assert_int_equal(looks_up(r, "again", 0, CHURN), 0);
+	assert_int_equal(looks_up(r, "anew", 0, CHURN), 0);
 	assert_int_equal(looks_up(r, "lease", 0, lease.count), 0);
 	assert_int_equal(procreg_stats(r, &st), 0);
 	assert_int_equal(st.names, 0);

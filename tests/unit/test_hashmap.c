@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * test_hashmap.c - the daemon's private u64 -> u64 map (lib/hashmap.c).
+ * test_hashmap.c - the daemon's private maps (lib/hashmap.c): u64 -> u64,
+ * and u32 -> u32 (the same code on 8-byte entries), through the churn
+ * test both.
  *
  * Every test checks the map against a plain model (an array indexed by a
  * key number), so a lost, duplicated or stale entry shows up as a
@@ -61,6 +63,15 @@ static void test_put_get_del(void **state)
 	assert_int_equal(procreg__u64map_put(&m, 42, 8), 0);
 	assert_int_equal(procreg__u64map_get(&m, 42, &v), 0);
 	assert_int_equal(v, 8);
+	assert_int_equal(m.used, 3);
+
+	/* A value changed in place, and none for an absent key. */
+	assert_null(procreg__u64map_ref(&m, 43));
+	assert_null(procreg__u64map_ref(&m, 1));
+	assert_non_null(procreg__u64map_ref(&m, 42));
+	*procreg__u64map_ref(&m, 42) = 9;
+	assert_int_equal(procreg__u64map_get(&m, 42, &v), 0);
+	assert_int_equal(v, 9);
 	assert_int_equal(m.used, 3);
 
 	procreg__u64map_free(&m);
@@ -185,35 +196,79 @@ static void test_growth(void **state)
  * small. */
 #define UNIVERSE 5000
 
+/* Either map, through one set of calls: the churn below runs on both. */
+struct map_ops {
+	int (*put)(void *m, uint64_t key, uint64_t val);
+	int (*get)(void *m, uint64_t key, uint64_t *val);
+	int (*del)(void *m, uint64_t key);
+	/* The key in slot I (0: empty), and the map's counts. */
+	uint64_t (*slot_key)(void *m, size_t i);
+	void (*counts)(void *m, size_t *used, size_t *cap);
+	void (*free)(void *m);
+	uint64_t val_mask;
+};
+
+static int put64(void *m, uint64_t k, uint64_t v) { return procreg__u64map_put(m, k, v); }
+static int get64(void *m, uint64_t k, uint64_t *v) { return procreg__u64map_get(m, k, v); }
+static int del64(void *m, uint64_t k) { return procreg__u64map_del(m, k); }
+static uint64_t key64(void *m, size_t i) { return ((struct pr_u64map *)m)->kv[i].key; }
+static void counts64(void *m, size_t *used, size_t *cap)
+{
+	*used = ((struct pr_u64map *)m)->used;
+	*cap = ((struct pr_u64map *)m)->cap;
+}
+static void free64(void *m) { procreg__u64map_free(m); }
+
+static int put32(void *m, uint64_t k, uint64_t v) { return procreg__u32map_put(m, (uint32_t)k, (uint32_t)v); }
+static int get32(void *m, uint64_t k, uint64_t *v)
+{
+	uint32_t x;
+	int e = procreg__u32map_get(m, (uint32_t)k, &x);
+
+	if (!e)
+		*v = x;
+	return e;
+}
+static int del32(void *m, uint64_t k) { return procreg__u32map_del(m, (uint32_t)k); }
+static uint64_t key32(void *m, size_t i) { return ((struct pr_u32map *)m)->kv[i].key; }
+static void counts32(void *m, size_t *used, size_t *cap)
+{
+	*used = ((struct pr_u32map *)m)->used;
+	*cap = ((struct pr_u32map *)m)->cap;
+}
+static void free32(void *m) { procreg__u32map_free(m); }
+
+static const struct map_ops ops64 = { put64, get64, del64, key64, counts64, free64, UINT64_MAX };
+static const struct map_ops ops32 = { put32, get32, del32, key32, counts32, free32, UINT32_MAX };
+
 /* The shape a removal by backward shift must keep: no deleted-slot
  * marker anywhere, and every entry reachable from its home slot without
  * crossing an empty one (a probe stops at the first empty slot). */
-static void check_runs(const struct pr_u64map *m)
+static void check_runs(const struct map_ops *o, void *m)
 {
-	size_t live = 0;
+	size_t live = 0, used, cap;
 
-	for (size_t i = 0; i < m->cap; i++) {
-		uint64_t k = m->kv[i].key;
+	o->counts(m, &used, &cap);
+	for (size_t i = 0; i < cap; i++) {
+		uint64_t k = o->slot_key(m, i);
 
-		assert_true(k != 1);
+		assert_true(k != 1 || o == &ops32);
 		if (k == 0)
 			continue;
 		live++;
-		for (size_t p = (size_t)(pr_mix(k) & (m->cap - 1)); p != i; p = (p + 1) & (m->cap - 1))
-			assert_true(m->kv[p].key != 0);
+		for (size_t p = (size_t)(pr_mix(k) & (cap - 1)); p != i; p = (p + 1) & (cap - 1))
+			assert_true(o->slot_key(m, p) != 0);
 	}
-	assert_int_equal(live, m->used);
+	assert_int_equal(live, used);
 }
 
-static void test_churn(void **state)
+static void churn(const struct map_ops *o, void *m)
 {
-	struct pr_u64map m = { 0 };
 	uint64_t seed = 0xdecafbad, v;
 	uint64_t *val = calloc(UNIVERSE, sizeof(*val));
 	bool *present = calloc(UNIVERSE, sizeof(*present));
-	size_t live = 0, max_cap = 0;
+	size_t live = 0, max_cap = 0, used, cap;
 
-	(void)state;
 	assert_non_null(val);
 	assert_non_null(present);
 	for (int round = 0; round < 400000; round++) {
@@ -224,29 +279,30 @@ static void test_churn(void **state)
 		int ins = (r >> 32) % 100 < (live < UNIVERSE / 3 ? 70 : live > 2 * UNIVERSE / 3 ? 30 : 50);
 
 		if (ins) {
-			uint64_t nv = r >> 8;
+			uint64_t nv = (r >> 8) & o->val_mask;
 
-			assert_int_equal(procreg__u64map_put(&m, key_of(i), nv), 0);
+			assert_int_equal(o->put(m, key_of(i), nv), 0);
 			if (!present[i])
 				live++;
 			present[i] = true;
 			val[i] = nv;
 		} else {
-			int e = procreg__u64map_del(&m, key_of(i));
+			int e = o->del(m, key_of(i));
 
 			assert_int_equal(e, present[i] ? 0 : -ENOENT);
 			if (present[i])
 				live--;
 			present[i] = false;
 		}
-		assert_int_equal(m.used, live);
-		assert_true(m.used * 4 <= m.cap * 3);
-		if (m.cap > max_cap)
-			max_cap = m.cap;
+		o->counts(m, &used, &cap);
+		assert_int_equal(used, live);
+		assert_true(used * 4 <= cap * 3);
+		if (cap > max_cap)
+			max_cap = cap;
 		if (round % 5000 == 0) {
-			check_runs(&m);
+			check_runs(o, m);
 			for (uint64_t k = 0; k < UNIVERSE; k++) {
-				int e = procreg__u64map_get(&m, key_of(k), &v);
+				int e = o->get(m, key_of(k), &v);
 
 				assert_int_equal(e, present[k] ? 0 : -ENOENT);
 				if (present[k])
@@ -255,7 +311,7 @@ static void test_churn(void **state)
 		}
 	}
 	for (uint64_t k = 0; k < UNIVERSE; k++) {
-		int e = procreg__u64map_get(&m, key_of(k), &v);
+		int e = o->get(m, key_of(k), &v);
 
 		assert_int_equal(e, present[k] ? 0 : -ENOENT);
 		if (present[k])
@@ -267,19 +323,54 @@ static void test_churn(void **state)
 	/* Delete everything, then everything is absent and reinsertable. */
 	for (uint64_t k = 0; k < UNIVERSE; k++)
 		if (present[k])
-			assert_int_equal(procreg__u64map_del(&m, key_of(k)), 0);
-	assert_int_equal(m.used, 0);
+			assert_int_equal(o->del(m, key_of(k)), 0);
+	o->counts(m, &used, &cap);
+	assert_int_equal(used, 0);
 	for (uint64_t k = 0; k < UNIVERSE; k++)
-		assert_int_equal(procreg__u64map_get(&m, key_of(k), &v), -ENOENT);
+		assert_int_equal(o->get(m, key_of(k), &v), -ENOENT);
 	for (uint64_t k = 0; k < UNIVERSE; k++)
-		assert_int_equal(procreg__u64map_put(&m, key_of(k), k), 0);
+		assert_int_equal(o->put(m, key_of(k), k), 0);
 	for (uint64_t k = 0; k < UNIVERSE; k++) {
-		assert_int_equal(procreg__u64map_get(&m, key_of(k), &v), 0);
+		assert_int_equal(o->get(m, key_of(k), &v), 0);
 		assert_true(v == k);
 	}
 	free(val);
 	free(present);
-	procreg__u64map_free(&m);
+	o->free(m);
+}
+
+static void test_churn(void **state)
+{
+	struct pr_u64map m = { 0 };
+
+	(void)state;
+	churn(&ops64, &m);
+}
+
+/* The u32 map: key 0 is its only reserved key; 1 and UINT32_MAX are keys. */
+static void test_churn_u32(void **state)
+{
+	struct pr_u32map m = { 0 };
+	uint32_t v = 0;
+
+	(void)state;
+	assert_int_equal(procreg__u32map_put(&m, 0, 1), -EINVAL);
+	assert_int_equal(procreg__u32map_get(&m, 0, &v), -ENOENT);
+	assert_int_equal(procreg__u32map_put(&m, 1, 11), 0);
+	assert_int_equal(procreg__u32map_put(&m, UINT32_MAX, UINT32_MAX), 0);
+	assert_int_equal(procreg__u32map_get(&m, 1, &v), 0);
+	assert_int_equal(v, 11);
+	assert_int_equal(procreg__u32map_get(&m, UINT32_MAX, &v), 0);
+	assert_true(v == UINT32_MAX);
+	*procreg__u32map_ref(&m, 1) = 12;
+	assert_null(procreg__u32map_ref(&m, 2));
+	assert_int_equal(procreg__u32map_get(&m, 1, &v), 0);
+	assert_int_equal(v, 12);
+	assert_int_equal(procreg__u32map_del(&m, 1), 0);
+	assert_int_equal(procreg__u32map_del(&m, UINT32_MAX), 0);
+	assert_int_equal(m.used, 0);
+	assert_int_equal(sizeof(*m.kv), 8);
+	churn(&ops32, &m);
 }
 
 int main(void)
@@ -290,6 +381,7 @@ int main(void)
 		cmocka_unit_test(test_reserved_keys),
 		cmocka_unit_test(test_growth),
 		cmocka_unit_test(test_churn),
+		cmocka_unit_test(test_churn_u32),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -813,7 +813,6 @@ static uint64_t w_insert(struct pr_writer *w, const char *name)
 	make_meta(name, meta);
 	t.name_len = (uint16_t)strlen(name);
 	t.meta_len = META_LEN;
-	t.hash = pr_hash(name, t.name_len, w->map.hdr->hash_seed);
 	t.pid = (uint32_t)getpid();
 	t.start_time = 12345;
 	t.registered_ns = procreg__now_ns();

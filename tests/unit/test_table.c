@@ -115,7 +115,7 @@ static int put_raw(struct pr_writer *w, const char *name, uint32_t pid, uint64_t
 {
 	struct pr_record t = { .kind = PR_KIND_NAME };
 	size_t len = strlen(name);
-	uint64_t h = pr_hash(name, len, w->map.hdr->hash_seed), pos, old, off;
+	uint64_t pos, old, off;
 	int err = procreg__w_reserve(w, &w->map.hdr->names);
 
 	if (err)
@@ -123,7 +123,6 @@ static int put_raw(struct pr_writer *w, const char *name, uint32_t pid, uint64_t
 	old = procreg__w_find_name(w, name, len, &pos);
 	if (pos == UINT64_MAX)
 		return -EOVERFLOW; /* the index is full: reserve failed its job */
-	t.hash = h;
 	t.start_time = start;
 	t.registered_ns = procreg__now_ns();
 	t.pid = pid;
@@ -1437,7 +1436,6 @@ static void test_recovery(void **state)
 		assert_int_equal(del(&w, name), 0);
 	}
 	/* A request the crash cut short: a record filled, never published. */
-	t.hash = pr_hash("ghost", 5, w.map.hdr->hash_seed);
 	t.name_len = 5;
 	t.meta_len = 3;
 	assert_int_equal(procreg__w_new_record(&w, &t, "ghost", "boo", &off), 0);
@@ -1761,7 +1759,6 @@ static int damage_child(void *p)
 
 			if (procreg__probe(&m, &iv, &key, &pos)) {
 				memset(fake, 0, 96);
-				fake->hash = hh;
 				fake->kind = PR_KIND_NAME;
 				fake->name_len = (uint16_t)nl;
 				fake->meta_len = PROCREG_META_MAX;
@@ -2196,11 +2193,10 @@ static void test_readonly_mapping(void **state)
 
 #define FILL_META 40
 
-static void fill_record(struct pr_writer *w, struct pr_record *t, const char *name)
+static void fill_record(struct pr_record *t, const char *name)
 {
 	memset(t, 0, sizeof(*t));
 	t->kind = PR_KIND_NAME;
-	t->hash = pr_hash(name, strlen(name), w->map.hdr->hash_seed);
 	t->pid = 77;
 	t->start_time = 7;
 	t->name_len = (uint16_t)strlen(name);
@@ -2243,7 +2239,7 @@ static void test_reclaim_in_batch(void **state)
 		assert_int_equal(err, 0);
 	}
 	assert_true(n > 1000);
-	fill_record(&w, &t, "g00000");
+	fill_record(&t, "g00000");
 	while (procreg__w_new_record(&w, &t, "g00000", meta, &off) == 0)
 		;
 	drain(&w);

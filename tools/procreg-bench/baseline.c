@@ -58,7 +58,6 @@ uint64_t bench_hash(const char *s, size_t n)
 
 /* The record fields procreg stores and copies out. */
 struct fields {
-	uint64_t hash;
 	uint16_t name_len;
 	uint16_t meta_len;
 	uint8_t kind;
@@ -80,7 +79,6 @@ _Static_assert(sizeof(struct oa_rec) == sizeof(struct pr_record), "same record h
 
 static void fill(struct fields *f, const char *name, size_t meta_len, pid_t pid)
 {
-	f->hash = bench_hash(name, strlen(name));
 	f->start_time = 12345;
 	f->aux = 0;
 	f->registered_ns = (uint64_t)time(NULL) * 1000000000ull;
@@ -198,14 +196,15 @@ struct oa_table *oa_build(const struct qname *names, uint64_t n, uint64_t capaci
 	for (uint64_t i = 0; i < n; i++) {
 		size_t off = t->m.arena_size, ml = meta_of(meta, sizeof(meta), i);
 		struct oa_rec *r = (struct oa_rec *)(t->m.arena + off);
-		uint64_t *slot = t->m.slot, p;
+		uint64_t *slot = t->m.slot, p, h;
 
 		fill(&r->f, names[i].s, ml, pid);
 		memcpy(r->data, names[i].s, r->f.name_len + 1);
 		memcpy(r->data + r->f.name_len + 1, meta, ml);
-		for (p = r->f.hash >> t->shift; slot[p]; p = (p + 1) & t->mask)
+		h = bench_hash(names[i].s, r->f.name_len);
+		for (p = h >> t->shift; slot[p]; p = (p + 1) & t->mask)
 			;
-		slot[p] = pr_slot_word(r->f.hash, off);
+		slot[p] = pr_slot_word(h, off);
 		t->m.arena_size += PR_RECORD_SIZE(r->f.name_len, ml);
 	}
 	return t;
@@ -232,7 +231,7 @@ __attribute__((noinline)) int oa_lookup(struct oa_table *t, const char *name,
 		if (pr_slot_tag(w) != tag)
 			continue;
 		r = (const struct oa_rec *)(t->m.arena + pr_slot_off(w));
-		if (r->f.hash == h && r->f.name_len == len && pr_bytes_eq(name, r->data, len)) {
+		if (r->f.name_len == len && pr_bytes_eq(name, r->data, len)) {
 			if (out)
 				to_entry(&r->f, r->data, r->data + len + 1, out);
 			return 0;
@@ -257,10 +256,11 @@ void oa_free(struct oa_table *t)
 
 #define IL_KEY 16
 
-/* The record's fields, hash first (0: an empty slot; a hash of 0 is
- * stored as 1), .aux the arena offset of the name, NUL and metadata;
- * then the name itself when it fits. */
+/* The hash (0: an empty slot; a hash of 0 is stored as 1), the record's
+ * fields, .aux the arena offset of the name, NUL and metadata; then the
+ * name itself when it fits. */
 struct il_slot {
+	uint64_t hash;
 	struct fields f;
 	char key[IL_KEY];
 };
@@ -299,11 +299,11 @@ struct il_table *il_build(const struct qname *names, uint64_t n, uint64_t capaci
 
 		nl = strlen(names[i].s);
 		h = il_hash(names[i].s, nl);
-		for (p = h >> t->shift; slot[p].f.hash; p = (p + 1) & t->mask)
+		for (p = h >> t->shift; slot[p].hash; p = (p + 1) & t->mask)
 			;
 		sl = &slot[p];
 		fill(&sl->f, names[i].s, ml, pid);
-		sl->f.hash = h;
+		sl->hash = h;
 		sl->f.aux = off;
 		if (nl <= IL_KEY)
 			memcpy(sl->key, names[i].s, nl);
@@ -329,9 +329,9 @@ __attribute__((noinline)) int il_lookup(struct il_table *t, const char *name,
 		const struct il_slot *sl = &slot[p];
 		const char *ext, *key;
 
-		if (sl->f.hash == 0)
+		if (sl->hash == 0)
 			return -ENOENT;
-		if (sl->f.hash != h || sl->f.name_len != len)
+		if (sl->hash != h || sl->f.name_len != len)
 			continue;
 		ext = (const char *)t->m.arena + sl->f.aux;
 		key = len <= IL_KEY ? sl->key : ext;
@@ -411,7 +411,7 @@ struct lfht_table *lfht_build(const struct qname *names, uint64_t n, pid_t pid)
 		memcpy(node->data, names[i].s, nl + 1);
 		memcpy(node->data + nl + 1, meta, ml);
 		rcu_read_lock();
-		cds_lfht_add(t->ht, node->f.hash, &node->node);
+		cds_lfht_add(t->ht, bench_hash(names[i].s, nl), &node->node);
 		rcu_read_unlock();
 	}
 	/* Readers are forked children: each registers itself. The parent's

@@ -182,7 +182,7 @@ struct daemon {
 	bool fs_full_logged;      /* the table's filesystem full, as last logged */
 
 	struct pr_u64map procs;   /* pid -> struct proc * */
-	struct pr_u64map owned;   /* record offset -> index in its proc's names */
+	struct pr_u32map owned;   /* record offset / 16 -> index in its proc's names */
 	struct client *clients;
 	uint32_t nclients;
 	uint32_t nsubscribers;

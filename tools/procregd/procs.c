@@ -140,13 +140,20 @@ uint64_t uid_count(const struct pr_u64map *m, uid_t uid)
 
 void uid_adjust(struct pr_u64map *m, uid_t uid, int64_t delta)
 {
-	uint64_t v = uid_count(m, uid) + (uint64_t)delta;
+	/* In place: one probe of the map on every registration and removal,
+	 * not a get and then a put. */
+	uint64_t *ref = procreg__u64map_ref(m, (uint64_t)uid + 2);
+	uint64_t v = (ref ? *ref : 0) + (uint64_t)delta;
 
 	/* A failed put (no memory) loses count: the quota errs generous. */
-	if ((int64_t)v <= 0)
-		procreg__u64map_del(m, (uint64_t)uid + 2);
-	else
+	if ((int64_t)v <= 0) {
+		if (ref)
+			procreg__u64map_del(m, (uint64_t)uid + 2);
+	} else if (ref) {
+		*ref = v;
+	} else {
 		procreg__u64map_put(m, (uint64_t)uid + 2, v);
+	}
 }
 
 bool uid_may_add(const struct daemon *d, const struct proc *p)
@@ -154,12 +161,20 @@ bool uid_may_add(const struct daemon *d, const struct proc *p)
 	return uid_privileged(d, p->uid) || uid_count(&d->uid_names, p->uid) < d->o.max_names_per_uid;
 }
 
+/* The owned map's key: a record's offset in 16-byte units, which fits 32
+ * bits (the table is at most 64 GiB) and is never 0 (records lie past the
+ * header page). */
+static uint32_t owned_key(uint64_t off)
+{
+	return (uint32_t)(off / PR_ALIGN);
+}
+
 int proc_add_name(struct daemon *d, struct proc *p, uint64_t off)
 {
 	int err = procreg__vec_push(&p->names, off);
 
 	if (!err)
-		err = procreg__u64map_put(&d->owned, off, p->names.n - 1);
+		err = procreg__u32map_put(&d->owned, owned_key(off), (uint32_t)(p->names.n - 1));
 	if (err && p->names.n && p->names.v[p->names.n - 1] == off)
 		p->names.n--;
 	if (!err)
@@ -167,12 +182,12 @@ int proc_add_name(struct daemon *d, struct proc *p, uint64_t off)
 	return err;
 }
 
-static struct proc *owner_of(struct daemon *d, uint64_t off, uint64_t *idx)
+static struct proc *owner_of(struct daemon *d, uint64_t off, uint32_t *idx)
 {
 	const struct pr_record *r = rec(d, off);
 	struct proc *p = proc_get(d, (pid_t)r->pid);
 
-	if (!p || procreg__u64map_get(&d->owned, off, idx) < 0 || *idx >= p->names.n ||
+	if (!p || procreg__u32map_get(&d->owned, owned_key(off), idx) < 0 || *idx >= p->names.n ||
 	    p->names.v[*idx] != off)
 		return NULL;
 	return p;
@@ -180,20 +195,21 @@ static struct proc *owner_of(struct daemon *d, uint64_t off, uint64_t *idx)
 
 void proc_replace_name(struct daemon *d, uint64_t old_off, uint64_t new_off)
 {
-	uint64_t idx;
+	uint32_t idx;
 	struct proc *p = owner_of(d, old_off, &idx);
 
 	if (!p)
 		return;
 	p->names.v[idx] = new_off;
-	procreg__u64map_del(&d->owned, old_off);
-	procreg__u64map_put(&d->owned, new_off, idx);
+	procreg__u32map_del(&d->owned, owned_key(old_off));
+	procreg__u32map_put(&d->owned, owned_key(new_off), idx);
 }
 
 /* Forget OFF in its owner's list: swap the last name into its place. */
 static struct proc *unlink_name(struct daemon *d, uint64_t off)
 {
-	uint64_t idx, last;
+	uint64_t last;
+	uint32_t idx;
 	struct proc *p = owner_of(d, off, &idx);
 
 	if (!p)
@@ -201,9 +217,9 @@ static struct proc *unlink_name(struct daemon *d, uint64_t off)
 	last = p->names.v[--p->names.n];
 	if (idx < p->names.n) {
 		p->names.v[idx] = last;
-		procreg__u64map_put(&d->owned, last, idx);
+		procreg__u32map_put(&d->owned, owned_key(last), idx);
 	}
-	procreg__u64map_del(&d->owned, off);
+	procreg__u32map_del(&d->owned, owned_key(off));
 	uid_adjust(&d->uid_names, p->uid, -1);
 	return p;
 }
@@ -216,7 +232,7 @@ struct proc *proc_forget_name(struct daemon *d, uint64_t off)
 void proc_forget_all(struct daemon *d, struct proc *p)
 {
 	for (size_t i = 0; i < p->names.n; i++)
-		procreg__u64map_del(&d->owned, p->names.v[i]);
+		procreg__u32map_del(&d->owned, owned_key(p->names.v[i]));
 	uid_adjust(&d->uid_names, p->uid, -(int64_t)p->names.n);
 	p->names.n = 0;
 }
@@ -358,7 +374,7 @@ void proc_lost_name(struct daemon *d, uint64_t off, const char *node, pid_t winn
 {
 	const struct pr_record *r = rec(d, off);
 	struct lost_notice *n = calloc(1, sizeof(*n));
-	uint64_t idx;
+	uint32_t idx;
 	struct proc *p = owner_of(d, off, &idx);
 
 	if (!n) {
@@ -421,7 +437,7 @@ void procs_free_all(struct daemon *d)
 		}
 	}
 	procreg__u64map_free(&d->procs);
-	procreg__u64map_free(&d->owned);
+	procreg__u32map_free(&d->owned);
 	procs_reap(d);
 	procreg__u64map_free(&d->uid_names);
 	procreg__u64map_free(&d->uid_clients);

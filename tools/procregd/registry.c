@@ -36,13 +36,12 @@ static int slot_for(struct daemon *d, struct pr_root *root, const struct pr_key 
 	return err;
 }
 
-/* The one record template: E's content, owned as E says, keyed by K. */
-static int new_record(struct daemon *d, const struct pr_key *k, const struct reg_remote *e,
+/* The one record template: E's content, owned as E says. */
+static int new_record(struct daemon *d, const struct reg_remote *e,
 		      uint64_t ino, uint64_t *off)
 {
 	struct pr_record t = { 0 };
 
-	t.hash = k->hash;
 	t.kind = e->kind;
 	t.flags = e->flags;
 	t.node = e->node;
@@ -163,7 +162,7 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 			  (rq->lease_ms ? PROCREG_ENTRY_LEASED : 0);
 	else
 		e.flags = rq->lease_ms ? PROCREG_ENTRY_LEASED : 0;
-	err = new_record(d, &k, &e, id->ino, &off);
+	err = new_record(d, &e, id->ino, &off);
 	if (err)
 		return err;
 	if (!mine && (err = proc_add_name(d, p, off)) < 0) {
@@ -193,7 +192,12 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	proc_release_if_empty(d, loser);
 	if (name && !rq->lease_ms)
 		owners_lease_set(d, rq->name, rq->name_len, 0, false);
-	procreg__w_emit(&d->w, ev, rec(d, off));
+	/* A new registration's stamp is the clock read just now, unless a
+	 * bridge's clock made it. */
+	if (!mine && !d->bridge)
+		procreg__w_emit_at(&d->w, ev, rec(d, off), e.registered_ns);
+	else
+		procreg__w_emit(&d->w, ev, rec(d, off));
 	bridge_note(d, 0, off);
 	if (!handover)
 		count(name ? &d->w.map.hdr->registrations : &d->w.map.hdr->joins, 1);
@@ -301,7 +305,7 @@ int registry_set_flags(struct daemon *d, uint64_t off, uint8_t flags, uint32_t e
 	pr_key_name(&k, PR_KIND_NAME, r->data, r->name_len, d->w.map.hdr->hash_seed);
 	err = slot_for(d, &d->w.map.hdr->names, &k, &pos, &old);
 	if (!err)
-		err = new_record(d, &k, &e, r->aux, &noff);
+		err = new_record(d, &e, r->aux, &noff);
 	if (err)
 		return err;
 	procreg__w_publish(&d->w, &d->w.map.hdr->names, pos, noff);
@@ -329,7 +333,7 @@ int registry_apply(struct daemon *d, const struct reg_remote *e, uint64_t *off_o
 		pr_key_name(&k, PR_KIND_NAME, e->name, e->name_len, d->w.map.hdr->hash_seed);
 	err = slot_for(d, root, &k, &pos, &old);
 	if (!err)
-		err = new_record(d, &k, e, 0, &off);
+		err = new_record(d, e, 0, &off);
 	if (err) {
 		if (member)
 			procreg__w_drop_group_if_empty(&d->w, e->name, e->name_len);
