@@ -745,6 +745,25 @@ typedef int (*procreg_node_cb)(const struct procreg_node *n, void *arg);
 PROCREG_API int procreg_bridge(procreg_t *reg, struct procreg_bridge *out, procreg_node_cb cb,
 			       void *arg);
 
+/* A peer the daemon was told to connect to (procregd --peer), connected
+ * or not: what an operator alerts on when one is down, or never came up. */
+struct procreg_peer {
+	size_t sz;                 /* the library's sizeof(struct procreg_peer) */
+	char addr[PROCREG_NODE_ADDR_MAX + 1]; /* "host:port", as given to --peer */
+	char node[PROCREG_NODE_NAME_MAX + 1]; /* the node last authenticated there, "" before any */
+	int up;                    /* 1 while a connection to it is up, else 0 */
+};
+
+typedef int (*procreg_peer_cb)(const struct procreg_peer *p, void *arg);
+
+/* CB for every --peer of the daemon, up or not, in the order given (one
+ * that turned out to be this node itself is left out), as the daemon
+ * last published them: 0, CB's non-zero value, -ENOENT if the daemon
+ * does not replicate, -EPROTO, -EPERM, -EINVAL as procreg_bridge(). A
+ * backend whose nodes find each other without addresses (NATS) has no
+ * such peers: CB is not called. */
+PROCREG_API int procreg_bridge_peers(procreg_t *reg, procreg_peer_cb cb, void *arg);
+
 /* The name of node ID (0: this node) into BUF: 0, -ENOENT for an id not
  * known (or no replication), -ERANGE if LEN is too small. */
 PROCREG_API int procreg_node_name(procreg_t *reg, uint32_t id, char *buf, size_t len);

@@ -678,9 +678,10 @@ static int traced_roundtrip(procreg_t *reg, uint16_t op, const char *name, size_
 	uint64_t t0 = PR_TRACE_CLOCK(procreg, request_done);
 	int err;
 
-	PR_TRACE(procreg, request, op, name, name_len, id);
+	PR_TRACE(procreg, request, op, name, name_len, id, reg->map.dev, reg->map.ino);
 	err = roundtrip(reg, len, id, pass_fd);
-	PR_TRACE(procreg, request_done, op, name, name_len, err, t0 ? procreg__mono_ns() - t0 : 0);
+	PR_TRACE(procreg, request_done, op, name, name_len, err, t0 ? procreg__mono_ns() - t0 : 0,
+		 reg->map.dev, reg->map.ino);
 	return err;
 }
 
@@ -1016,7 +1017,8 @@ PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n)
 			op_at(ops, stride, next)->result = -ECANCELED;
 	}
 	pthread_mutex_unlock(&reg->io);
-	PR_TRACE(procreg, batch, n, err, t0 ? procreg__mono_ns() - t0 : 0);
+	PR_TRACE(procreg, batch, n, err, t0 ? procreg__mono_ns() - t0 : 0, reg->map.dev,
+		 reg->map.ino);
 	return err;
 }
 

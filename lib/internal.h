@@ -116,6 +116,10 @@ struct pr_map {
 	size_t size;
 	struct pr_table_hdr *hdr;
 	uid_t owner;              /* the table file's owner: the daemon's uid */
+	/* The table file's st_dev and st_ino: which registry this is, as the
+	 * library's probes report it (a tracer pointed at one registry keeps
+	 * the events of that registry's users, whatever program fires them). */
+	uint64_t dev, ino;
 	/* The name index as last found whole by procreg__index: offset / 16
 	 * and log2 of its capacity, (off / 16) << 6 | log2. An index whose
 	 * offset and capacity match it is not checked again: a lookup pays

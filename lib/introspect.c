@@ -575,14 +575,34 @@ static int nodes_open(procreg_t *reg, FILE **f)
 	return 0;
 }
 
-/* Read the whole file: *OUT (may be NULL), then CB for each node line.
- * The file is read to its end before CB is first called, so that -EPROTO
- * comes before any node. */
-static int nodes_read(procreg_t *reg, struct procreg_bridge *out, procreg_node_cb cb, void *arg)
+/* V, an array of N elements of SZ bytes with room for *CAP, with X
+ * stored at N: the array (moved, perhaps), or NULL for want of memory
+ * (V untouched). */
+static void *grow_append(void *v, size_t n, size_t *cap, const void *x, size_t sz)
+{
+	char *a = v;
+
+	if (n == *cap) {
+		size_t nc = *cap ? 2 * *cap : 16;
+
+		if (!(a = realloc(v, nc * sz)))
+			return NULL;
+		*cap = nc;
+	}
+	memcpy(a + n * sz, x, sz);
+	return a;
+}
+
+/* Read the whole file: *OUT (may be NULL), then CB for each node line
+ * and PCB for each peer line. The file is read to its end before a
+ * callback is first called, so that -EPROTO comes before any node. */
+static int nodes_read(procreg_t *reg, struct procreg_bridge *out, procreg_node_cb cb, void *arg,
+		      procreg_peer_cb pcb, void *parg)
 {
 	struct procreg_bridge b;
 	struct procreg_node *v = NULL;
-	size_t n = 0, cap = 0;
+	struct procreg_peer *pv = NULL;
+	size_t n = 0, cap = 0, np = 0, pcap = 0;
 	char line[512], inc[17];
 	bool ok = false;
 	FILE *f = NULL;
@@ -591,11 +611,14 @@ static int nodes_read(procreg_t *reg, struct procreg_bridge *out, procreg_node_c
 	if (err)
 		return err;
 	memset(&b, 0, sizeof(b));
-	while (fgets(line, sizeof(line), f)) {
+	while (!err && fgets(line, sizeof(line), f)) {
 		struct procreg_node x;
+		struct procreg_peer p;
 		unsigned long long u[5];
+		int up;
 
 		memset(&x, 0, sizeof(x));
+		memset(&p, 0, sizeof(p));
 		if (!strncmp(line, PR_NODES_MAGIC, strlen(PR_NODES_MAGIC))) {
 			ok = true;
 		} else if (sscanf(line, PR_NODES_SELF_SCAN, b.node, inc, &u[0]) == 3) {
@@ -617,20 +640,26 @@ static int nodes_read(procreg_t *reg, struct procreg_bridge *out, procreg_node_c
 			if (!strcmp(x.addr, PR_NODES_NO_ADDR))
 				x.addr[0] = 0;
 			b.nodes++;
-			if (!cb)
-				continue;
-			if (n == cap) {
-				struct procreg_node *nv;
+			if (cb) {
+				void *nv = grow_append(v, n, &cap, &x, sizeof(x));
 
-				cap = cap ? 2 * cap : 16;
-				nv = realloc(v, cap * sizeof(*v));
-				if (!nv) {
+				if (!nv)
 					err = -ENOMEM;
-					break;
-				}
-				v = nv;
+				else
+					v = nv, n++;
 			}
-			v[n++] = x;
+		} else if (sscanf(line, PR_NODES_PEER_SCAN, &up, p.addr, p.node) == 3) {
+			p.up = up == 1;
+			if (!strcmp(p.node, PR_NODES_NO_NAME))
+				p.node[0] = 0;
+			if (pcb) {
+				void *nv = grow_append(pv, np, &pcap, &p, sizeof(p));
+
+				if (!nv)
+					err = -ENOMEM;
+				else
+					pv = nv, np++;
+			}
 		}
 	}
 	fclose(f);
@@ -643,7 +672,12 @@ static int nodes_read(procreg_t *reg, struct procreg_bridge *out, procreg_node_c
 		v[i].sz = sizeof(v[i]);
 		err = cb(&v[i], arg);
 	}
+	for (size_t i = 0; !err && i < np; i++) {
+		pv[i].sz = sizeof(pv[i]);
+		err = pcb(&pv[i], parg);
+	}
 	free(v);
+	free(pv);
 	return err;
 }
 
@@ -656,7 +690,14 @@ PROCREG_API int procreg_bridge(procreg_t *reg, struct procreg_bridge *out, procr
 		return -EINVAL;
 	if (out)
 		err = PR_SIZED(out, procreg_bridge, nodes);
-	return err ? err : nodes_read(reg, out, cb, arg);
+	return err ? err : nodes_read(reg, out, cb, arg, NULL, NULL);
+}
+
+PROCREG_API int procreg_bridge_peers(procreg_t *reg, procreg_peer_cb cb, void *arg)
+{
+	if (!reg)
+		return -EINVAL;
+	return nodes_read(reg, NULL, NULL, NULL, cb, arg);
 }
 
 struct name_of {
@@ -685,7 +726,7 @@ PROCREG_API int procreg_node_name(procreg_t *reg, uint32_t id, char *buf, size_t
 
 	if (!reg || !buf)
 		return -EINVAL;
-	err = nodes_read(reg, id == 0 ? &b : NULL, id == 0 ? NULL : name_of_node, &w);
+	err = nodes_read(reg, id == 0 ? &b : NULL, id == 0 ? NULL : name_of_node, &w, NULL, NULL);
 	if (err < 0)
 		return err;
 	if (id != 0)

@@ -202,6 +202,8 @@ int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, uid_t trust,
 	m->size = (size_t)st.st_size;
 	m->hdr = t;
 	m->owner = st.st_uid;
+	m->dev = (uint64_t)st.st_dev;
+	m->ino = (uint64_t)st.st_ino;
 	return 0;
 }
 
@@ -486,10 +488,11 @@ static __attribute__((noinline, cold)) int lookup_traced(procreg_t *reg, const c
 	int err = lookup(reg, name, len, out, &t);
 	uint64_t ns = t0 ? procreg__mono_ns() - t0 : 0;
 
-	PR_TRACE(procreg, lookup, t.hash, name, len, err);
-	PR_TRACE(procreg, lookup_latency, t.hash, ns, err);
+	PR_TRACE(procreg, lookup, t.hash, name, len, err, reg->map.dev, reg->map.ino);
+	PR_TRACE(procreg, lookup_latency, t.hash, ns, err, reg->map.dev, reg->map.ino);
 	if (t.held && err != -ENOMEM)
-		PR_PROBE(procreg, read_held, HELD_LOOKUP, t.unlocked_ns - t.locked_ns);
+		PR_PROBE(procreg, read_held, HELD_LOOKUP, t.unlocked_ns - t.locked_ns, reg->map.dev,
+			 reg->map.ino);
 	return err;
 }
 
@@ -769,7 +772,7 @@ static int walk(procreg_t *reg, const struct walk *wk, walk_cb cb, void *arg)
 			held = procreg__mono_ns() - held;
 		pr_read_unlock(s);
 		if (timed)
-			PR_PROBE(procreg, read_held, wk->kind, held);
+			PR_PROBE(procreg, read_held, wk->kind, held, reg->map.dev, reg->map.ino);
 		chunks++;
 		if (stale) {
 			/* Memory under the chunk was reused: do it again from
@@ -804,7 +807,8 @@ static int walk(procreg_t *reg, const struct walk *wk, walk_cb cb, void *arg)
 		entries += c.n;
 	}
 	free(c.buf);
-	PR_TRACE(procreg, walk, wk->kind, entries, chunks, t0 ? procreg__mono_ns() - t0 : 0, ret);
+	PR_TRACE(procreg, walk, wk->kind, entries, chunks, t0 ? procreg__mono_ns() - t0 : 0, ret,
+		 reg->map.dev, reg->map.ino);
 	return ret;
 }
 

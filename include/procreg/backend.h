@@ -40,11 +40,13 @@
 #define PROCREG_BACKEND_H
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <syslog.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -103,6 +105,12 @@ struct pr_bridge_up {
 	 * else went to it for heartbeat_ms, so that a lost last change is
 	 * noticed. */
 	int (*heartbeat)(void *ctx, uint8_t *buf, size_t cap);
+	/* Log at LEVEL, syslog(3)'s: LOG_DEBUG for what an operator sees
+	 * only with --verbose (each connection's coming and going, retries),
+	 * LOG_NOTICE for a node's state (up, down), LOG_WARNING for a node
+	 * refused or data not carried, LOG_ERR for a backend that cannot go
+	 * on. log() above is LOG_INFO. Call it through pr_bridge_log(). */
+	void (*vlog)(int level, const char *fmt, va_list ap);
 };
 
 struct pr_bridge_config {
@@ -139,6 +147,13 @@ struct pr_bridge_node_info {
 	uint64_t bytes_in, bytes_out;
 };
 
+/* One peer the config named (peers[]), for procreg stats: it has a
+ * series whether or not it is connected. */
+struct pr_bridge_peer_info {
+	const char *addr;           /* as the config gave it */
+	const char *node;           /* the node last authenticated there, "" before any */
+	bool up;                    /* a connection to it is up now */
+};
 struct pr_bridge_backend {
 	size_t sz;
 	const char *name;
@@ -157,6 +172,13 @@ struct pr_bridge_backend {
 	/* Call CB for every node that is up. */
 	void (*nodes)(void *b, void (*cb)(void *arg, const struct pr_bridge_node_info *n), void *arg);
 	void (*close)(void *b);
+	/* Added later: the daemon checks sz before calling them. */
+	/* Call CB for every peer the config named, connected or not, once
+	 * each, in the config's order; a peer found to be this node itself
+	 * is left out. NULL: the backend has no peers of that kind (its
+	 * nodes find each other some other way). */
+	void (*peers)(void *b, void (*cb)(void *arg, const struct pr_bridge_peer_info *p),
+		      void *arg);
 };
 
 /* The members a backend must fill: everything up to close. */
@@ -182,6 +204,29 @@ static inline void pr_bridge_up_take(struct pr_bridge_up *dst, const struct pr_b
 {
 	memset(dst, 0, sizeof(*dst));
 	memcpy(dst, up, up->sz < sizeof(*dst) ? up->sz : sizeof(*dst));
+}
+
+/* Log through UP at LEVEL (LOG_*): with vlog() where the daemon offers
+ * it, else with log(), at the daemon's LOG_INFO. */
+static inline void pr_bridge_log(const struct pr_bridge_up *up, int level, const char *fmt, ...)
+#ifdef __GNUC__
+	__attribute__((format(printf, 3, 4)))
+#endif
+	;
+static inline void pr_bridge_log(const struct pr_bridge_up *up, int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (up->sz > offsetof(struct pr_bridge_up, vlog) && up->vlog) {
+		up->vlog(level, fmt, ap);
+	} else if (up->log) {
+		char buf[1024];
+
+		vsnprintf(buf, sizeof(buf), fmt, ap);
+		up->log("%s", buf);
+	}
+	va_end(ap);
 }
 
 /* Whether OPT ("KEY=VALUE") is for KEY. */

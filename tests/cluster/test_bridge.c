@@ -932,7 +932,7 @@ static void test_cli_nodes(void **state)
 {
 	struct cluster *c = *state;
 	struct th_cliprobe p = { 0 };
-	char out[4096];
+	char out[4096], want[3][256];
 
 	start_three(c);
 	p.dir = c->n[0].dir;
@@ -973,11 +973,17 @@ static void test_cli_nodes(void **state)
 	p.needles[2] = "# TYPE procreg_bridge_conflicts_total counter";
 	if (!th_until(th_probe_cli, &p, WAIT_MS))
 		fail_msg("procreg stats --format prometheus: %s", p.out);
-	/* Each node it is connected to, a series of its own. */
-	p.needles[0] = "\nprocreg_bridge_peer_up{scope=\"default\",node=\"nodeb\",peer=\"nodea\"} 1\n";
-	p.needles[1] = "\nprocreg_bridge_peer_up{scope=\"default\",node=\"nodeb\",peer=\"nodec\"} 1\n";
-	p.needles[2] = "\nprocreg_bridge_peer_up_since_seconds{scope=\"default\",node=\"nodeb\","
-		       "peer=\"nodea\"} 1";
+	/* Each node it is connected to, a series of its own: a, its --peer,
+	 * by the address it was given; c, which a told it of, by the
+	 * address c advertises (its --listen). */
+	snprintf(want[0], sizeof(want[0]), "\nprocreg_bridge_peer_up{scope=\"default\","
+		 "node=\"nodeb\",peer=\"nodea\",addr=\"%s\"} 1\n", c->n[0].listen);
+	snprintf(want[1], sizeof(want[1]), "\nprocreg_bridge_peer_up{scope=\"default\","
+		 "node=\"nodeb\",peer=\"nodec\",addr=\"%s\"} 1\n", c->n[2].listen);
+	snprintf(want[2], sizeof(want[2]), "\nprocreg_bridge_peer_up_since_seconds{scope="
+		 "\"default\",node=\"nodeb\",peer=\"nodea\",addr=\"%s\"} 1", c->n[0].listen);
+	for (int i = 0; i < 3; i++)
+		p.needles[i] = want[i];
 	if (!th_until(th_probe_cli, &p, WAIT_MS))
 		fail_msg("procreg stats --format prometheus: %s", p.out);
 
@@ -988,6 +994,74 @@ static void test_cli_nodes(void **state)
 	unlink(strcat(strcpy(out, c->n[0].dir), "/procreg.default.nodes"));
 	assert_int_equal(th_daemon_start(&c->n[0].d, c->n[0].dir, NULL, NULL), 0);
 	assert_int_equal(th_cli(c->n[0].dir, out, sizeof(out), (const char *const[]){ "nodes", NULL }), 1);
+}
+
+/* procreg_bridge_peer_up of node a for its --peer ADDR, the node there
+ * known as NODE ("" before any), is UP: within WAIT_MS, or the test
+ * fails. */
+static void expect_peer_up(struct cluster *c, const char *node, const char *addr, int up)
+{
+	struct th_cliprobe p = { .dir = c->n[0].dir,
+				 .args = (const char *const[]){ "stats", "--format", "prometheus",
+								NULL } };
+	char want[256];
+
+	snprintf(want, sizeof(want), "\nprocreg_bridge_peer_up{scope=\"default\",node=\"nodea\","
+		 "peer=\"%s\",addr=\"%s\"} %d\n", node, addr, up);
+	p.needles[0] = want;
+	if (!th_until(th_probe_cli, &p, WAIT_MS))
+		fail_msg("procreg stats --format prometheus: no '%s':\n%s", want + 1, p.out);
+}
+
+/* Every --peer has its procreg_bridge_peer_up series whether connected or
+ * not, so that an operator can alert on it: 0 for a peer that is not
+ * listening (never reached: no node name yet), 1 once it is up, 0 again
+ * when it goes down, by the name it had. */
+static void test_peer_series_when_down(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *b = &c->n[1];
+
+	snprintf(b->listen, sizeof(b->listen), "127.0.0.1:%d", th_free_port());
+	start_node(c, 0, (const int[]){ 1, -1 });
+	expect_peer_up(c, "", b->listen, 0);
+	/* b where a's --peer points. */
+	assert_int_equal(th_daemon_start(&b->d, b->dir,
+					 (const char *const[]){ "--node", b->name, "--cookie-file",
+								c->cookie, "--listen", b->listen,
+								NULL }, NULL), 0);
+	expect_peer_up(c, "nodeb", b->listen, 1);
+	assert_int_equal(th_daemon_stop(&b->d), 0);
+	expect_peer_up(c, "nodeb", b->listen, 0);
+}
+
+/* Levels: at the default level a daemon's log carries another node
+ * coming up and going down (notice), and not the routine steps of a
+ * session (debug), which --verbose adds. */
+static void test_log_levels(void **state)
+{
+	struct cluster *c = *state;
+	const char *a_log = c->n[0].d.log;
+
+	start_node(c, 0, NULL);
+	c->extra = (const char *const[]){ "--verbose", NULL };
+	start_node(c, 1, (const int[]){ 0, -1 });
+	c->extra = NULL;
+	/* b's change comes after its snapshot: a has applied both. */
+	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
+	expect_name(c->n[0].reg, "on-b", getpid(), true);
+	th_expect_log(c->n[1].d.log, "debug: bridge: node nodea: snapshot applied", WAIT_MS);
+	th_expect_log(a_log, "notice: bridge: node nodeb: up (", WAIT_MS);
+	procreg_close(c->n[1].reg);
+	c->n[1].reg = NULL;
+	assert_int_equal(th_daemon_stop(&c->n[1].d), 0);
+	th_expect_log(a_log, "bridge: node nodeb: down (", WAIT_MS);
+	th_expect_log(a_log, "notice: bridge: node nodeb: 1 entries removed", WAIT_MS);
+	if (th_log_count(a_log, "snapshot applied") || th_log_count(a_log, "debug: ")) {
+		char *log = th_read_file(a_log, true);
+
+		fail_msg("debug lines in the log of a daemon without --verbose:\n%s", log);
+	}
 }
 
 /* A --peer list shared by every node names each node itself too: a node
@@ -1131,6 +1205,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_run_loser_signalled, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_custom_resolver, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peer_series_when_down, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_log_levels, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_is_self, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_by_name, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_unresolvable, setup, teardown),

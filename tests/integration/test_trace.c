@@ -299,6 +299,23 @@ static void test_top_counts_lookups_and_misses(void **state)
 }
 
 
+/* Another registry (f->d2, in f->dir2, returned) holding the same names
+ * as register_names() registers; no handle of this process left open on
+ * it. */
+static char *second_registry(struct fixture *f)
+{
+	procreg_t *r2;
+
+	f->dir2 = th_mkdtemp();
+	assert_int_equal(th_daemon_start(&f->d2, f->dir2, NULL, NULL), 0);
+	r2 = th_open(f->dir2);
+	assert_non_null(r2);
+	assert_int_equal(procreg_register(r2, "trace.a", "a", 1), 0);
+	assert_int_equal(procreg_register(r2, "trace.b", "b", 1), 0);
+	procreg_close(r2);
+	return f->dir2;
+}
+
 /* PID's mappings hold the table of DIR. */
 struct mapping {
 	pid_t pid;
@@ -326,19 +343,12 @@ static void test_top_scoped_to_registry(void **state)
 	struct fixture *f = *state;
 	struct worker w = { 0 }, other = { 0 };
 	unsigned long long lookups = 0, misses = 0;
-	char *dir2 = f->dir2 = th_mkdtemp(), pid[16], opid[32], *out, *t;
+	/* Registry B's handle is closed before the other worker starts: it
+	 * must map B's table only once it runs as itself, after its exec. */
+	char *dir2 = second_registry(f), pid[16], opid[32], *out, *t;
 	struct fixture f2 = { .dir = dir2 };
-	procreg_t *r2;
 	pid_t child, ochild;
 
-	assert_int_equal(th_daemon_start(&f->d2, dir2, NULL, NULL), 0);
-	r2 = th_open(dir2);
-	assert_non_null(r2);
-	assert_int_equal(procreg_register(r2, "trace.a", "a", 1), 0);
-	assert_int_equal(procreg_register(r2, "trace.b", "b", 1), 0);
-	/* Closed before the other worker starts: it must map registry B's
-	 * table only once it runs as itself, after its exec. */
-	procreg_close(r2);
 	register_names(f);
 	child = f->workers[0] = worker_start(f, &w);
 	ochild = f->workers[1] = worker_exec(&f2, &other);
@@ -364,6 +374,66 @@ static void test_top_scoped_to_registry(void **state)
 	if (!strstr(out, pid) || strstr(out, opid))
 		fail_msg("procreg-trace top without -p: pid %d wanted, pid %d not:\n%s", (int)child,
 			 (int)ochild, out);
+	free(out);
+	assert_int_equal(th_daemon_stop(&f->d2), 0);
+}
+
+/* A client that lives only to look up: opens DIR's registry, HITS
+ * lookups that hit and MISSES that miss, closes it, exits. */
+static int short_client(void *arg)
+{
+	const char *dir = arg;
+	TH_ENTRY(e);
+	procreg_t *reg = th_open(dir);
+	int bad = 0;
+
+	if (!reg)
+		return 1;
+	for (int i = 0; i < HITS; i++)
+		bad |= procreg_lookup(reg, i % 2 ? "trace.a" : "trace.b", &e) != 0;
+	for (int i = 0; i < MISSES; i++)
+		bad |= procreg_lookup(reg, "trace.absent", &e) != -ENOENT;
+	procreg_close(reg);
+	return bad;
+}
+
+/* Without -p, the lookups of clients that start and exit while
+ * procreg-trace runs (between two of its looks for the registry's
+ * processes) are counted, every one: a fork of this program, which
+ * carries the probes itself (the static library), and a run of the
+ * procreg command (libprocreg.so). The same clients of another registry
+ * on this host, during the same run, are not counted: this program's
+ * forks still map this registry's table (the fixture's handle), so only
+ * the table each lookup went to tells them apart. */
+static void test_top_counts_short_lived_clients(void **state)
+{
+	struct fixture *f = *state;
+	unsigned long long lookups = 0, misses = 0;
+	char *dir2 = second_registry(f), *out, *t;
+	char got[256];
+
+	register_names(f);
+	tracer_start(f, (const char *const[]){ "top", "--interval", "600", NULL });
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(th_wait(th_fork(short_client, f->dir)), 0);
+		assert_int_equal(th_wait(th_fork(short_client, dir2)), 0);
+		assert_int_equal(th_cli(dir2, got, sizeof(got),
+					(const char *const[]){ "get", "trace.a", NULL }), 0);
+	}
+	assert_int_equal(th_cli(f->dir, got, sizeof(got),
+				(const char *const[]){ "get", "trace.b", NULL }), 0);
+	assert_int_equal(th_cli(f->dir, got, sizeof(got),
+				(const char *const[]){ "get", "trace.absent", NULL }), 1);
+	out = tracer_stop(f);
+
+	t = strstr(out, "total: ");
+	if (!t || sscanf(t, "total: lookups %llu, misses %llu", &lookups, &misses) != 2)
+		fail_msg("no totals in procreg-trace top's output:\n%s", out);
+	/* Two forks and two commands of this registry: one lookup each for
+	 * the commands, one of them a miss. */
+	if (lookups != 2 * (HITS + MISSES) + 2 || misses != 2 * MISSES + 1)
+		fail_msg("procreg-trace top without -p: %llu lookups, %llu misses; wanted %d, %d:\n%s",
+			 lookups, misses, 2 * (HITS + MISSES) + 2, 2 * MISSES + 1, out);
 	free(out);
 	assert_int_equal(th_daemon_stop(&f->d2), 0);
 }
@@ -900,6 +970,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_top_counts_lookups_and_misses, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_top_scoped_to_registry, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_top_counts_short_lived_clients, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_events_show_a_killed_process, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_events_json, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lat_histograms, setup, teardown),

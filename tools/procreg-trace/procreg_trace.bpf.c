@@ -28,6 +28,17 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 const volatile bool top_names = false;   /* count lookups per name hash */
 const volatile bool top_procs = false;   /* count lookups per process */
 const volatile bool bridge_changes = false; /* a record per change out and entry applied */
+/* Library probes: count only those of one registry, the table whose file
+ * is (reg_dev, reg_ino). Without -p or --lib the library's probes are
+ * attached for every process that maps an object carrying them, so that
+ * a process is traced however briefly it lives; this keeps the other
+ * registries' users out. */
+const volatile bool one_registry = false;
+
+/* The registry's table file, set by the loader before the first attach
+ * and again if the file is replaced (a table made anew): .bss, which the
+ * loader may write while the programs run. */
+__u64 reg_dev = 0, reg_ino = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -164,12 +175,22 @@ static __always_inline void emit(__u32 type, __u32 pid, const char *name, __u64 
 
 /* ---- library ---------------------------------------------------------- */
 
+/* Whether a library probe fired on the registry traced (the probes'
+ * last two arguments are the table file's device and inode). */
+static __always_inline bool ours(__u64 dev, __u64 ino)
+{
+	return !one_registry || (dev == reg_dev && ino == reg_ino);
+}
+
 SEC("usdt")
-int BPF_USDT(on_lookup, __u64 hash, const char *name, __u64 len, int result)
+int BPF_USDT(on_lookup, __u64 hash, const char *name, __u64 len, int result, __u64 dev,
+	     __u64 ino)
 {
 	bool miss = result == -2; /* -ENOENT */
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
+	if (!ours(dev, ino))
+		return 0;
 	count(PT_C_LOOKUPS);
 	if (miss)
 		count(PT_C_MISSES);
@@ -189,15 +210,20 @@ int BPF_USDT(on_lookup, __u64 hash, const char *name, __u64 len, int result)
 }
 
 SEC("usdt")
-int BPF_USDT(on_lookup_latency, __u64 hash, __u64 ns, int result)
+int BPF_USDT(on_lookup_latency, __u64 hash, __u64 ns, int result, __u64 dev, __u64 ino)
 {
+	if (!ours(dev, ino))
+		return 0;
 	hist(PT_H_LOOKUP, ns);
 	return 0;
 }
 
 SEC("usdt")
-int BPF_USDT(on_request_done, int op, const char *name, __u64 len, int status, __u64 ns)
+int BPF_USDT(on_request_done, int op, const char *name, __u64 len, int status, __u64 ns,
+	     __u64 dev, __u64 ino)
 {
+	if (!ours(dev, ino))
+		return 0;
 	hist(PT_H_REQUEST, ns);
 	return 0;
 }

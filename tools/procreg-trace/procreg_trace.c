@@ -16,9 +16,11 @@
  *
  * Library probes are attached in the objects of one process (-p PID:
  * every object it maps that carries procreg probes, libprocreg.so or a
- * program linked with the static library), or for every process that maps
- * libprocreg.so (the one this program resolves, or --lib PATH). procregd's
- * probes are attached in the daemon that serves the scope.
+ * program linked with the static library), for every process that maps
+ * --lib PATH, or by default for every process, in the objects the
+ * registry's users run, counting only the calls to the registry's table
+ * ("Without -p or --lib" below). procregd's probes are attached in the
+ * daemon that serves the scope.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -107,8 +109,8 @@ static void usage(FILE *f)
 		"            entries applied, and a histogram of the time to apply a frame\n"
 		"\n"
 		"Options:\n"
-		"  -p, --pid PID       trace one process (default: the processes that have\n"
-		"                      the registry open, looked for every second);\n"
+		"  -p, --pid PID       trace one process (default: every process's calls\n"
+		"                      to the registry, however short-lived);\n"
 		"                      procregd is traced either way\n"
 		"  -i, --interval S    seconds between reports of lat and top (default 1)\n"
 		"  -d, --duration S    stop after S seconds (default: at SIGINT or SIGTERM)\n"
@@ -335,13 +337,18 @@ static bool wants(bool daemon)
 }
 
 /* The distinct executable file mappings of PID (self for 0), or only
- * those whose name contains MATCH. */
-static int mapped_objects(pid_t pid, const char *match, char objs[][PATH_MAX], int max)
+ * those whose name contains MATCH. *HAS_TABLE (if not NULL): whether PID
+ * maps the file TABLE (its real path) as well. */
+static int mapped_objects(pid_t pid, const char *match, char objs[][PATH_MAX], int max,
+			  const char *table, bool *has_table)
 {
 	char path[64], line[PATH_MAX + 256];
+	size_t tlen = table ? strlen(table) : 0;
 	FILE *f;
 	int n = 0;
 
+	if (has_table)
+		*has_table = false;
 	if (pid)
 		snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
 	else
@@ -349,13 +356,17 @@ static int mapped_objects(pid_t pid, const char *match, char objs[][PATH_MAX], i
 	f = fopen(path, "re");
 	if (!f)
 		return -errno;
-	while (n < max && fgets(line, sizeof(line), f)) {
+	while (fgets(line, sizeof(line), f)) {
 		char perms[8], *file = strchr(line, '/');
+		size_t l = strcspn(line, "\n");
 		bool seen = false;
 
-		if (sscanf(line, "%*s %7s", perms) != 1 || !strchr(perms, 'x') || !file)
+		line[l] = 0;
+		if (has_table && tlen && l > tlen && line[l - tlen - 1] == ' ' &&
+		    !strcmp(line + l - tlen, table))
+			*has_table = true;
+		if (n == max || sscanf(line, "%*s %7s", perms) != 1 || !strchr(perms, 'x') || !file)
 			continue;
-		file[strcspn(file, "\n")] = 0;
 		if (strstr(file, " (deleted)") || (match && !strstr(file, match)))
 			continue;
 		for (int i = 0; i < n && !seen; i++)
@@ -370,24 +381,40 @@ static int mapped_objects(pid_t pid, const char *match, char objs[][PATH_MAX], i
 static char objs[MAX_OBJECTS][PATH_MAX];
 
 /*
- * Without -p or --lib, the registry's own processes: each process whose
- * mappings hold this scope's table (readers and writers alike: opening
- * the registry maps it), traced on its own, in every object it maps that
- * carries the probes. A uprobe for one pid touches no other process, so
- * another registry's users, and other users' processes that merely load
- * the library, are left alone. The processes are found again every
- * second (scan_registry() from the report loop): one that comes and goes
- * between two scans (a short procreg command) is not seen; -p, or --lib
- * (every process that maps that library) for those.
+ * Without -p or --lib: the registry's users, however briefly they live.
+ * A uprobe on a file for no pid in particular fires in every process
+ * that maps the file, from the moment it maps it, so the library's
+ * probes are attached that way in every object a user of the registry
+ * may run them from: libprocreg.so as this program resolves it, at
+ * once, and each object that carries the probes in a process found with
+ * the table in its mappings (a program linked with the static library,
+ * a binding's module), looked for when tracing starts and every second
+ * after. Every process that maps those objects fires the probes then,
+ * another registry's users too: the library's probes carry the device
+ * and inode of the table the call went to, and the BPF side counts only
+ * this registry's (one_registry, reg_dev, reg_ino). A process that comes
+ * and goes between two looks is counted all the same if its probes are
+ * in an object already attached (libprocreg.so, or a program a user of
+ * the registry was seen running); only a program linked statically and
+ * never seen running with the table mapped is missed until it is.
  */
-#define MAX_TRACED 256
+#define MAX_EXAMINED 1024
 
 static procreg_t *reg;
 
-static pid_t traced[MAX_TRACED];
-static int ntraced;
 static pid_t traced_daemon;
 static char table_real[PATH_MAX];
+static struct stat table_st;        /* the table file the BPF side counts */
+static int nusers;                  /* processes found with the table mapped */
+static int nattached;               /* objects whose probes are attached for everyone */
+/* Objects looked at already, by file: each is attached once (twice
+ * would count each event twice), and one without probes is not tried
+ * again every second. */
+static struct {
+	dev_t dev;
+	ino_t ino;
+} examined[MAX_EXAMINED];
+static int nexamined;
 static bool links_full_said;
 
 static bool scoped(void)
@@ -395,68 +422,96 @@ static bool scoped(void)
 	return !opt.pid && !opt.nlibs;
 }
 
-/* Whether PID maps the file TABLE_REAL. */
-static bool maps_table(pid_t pid)
+/* Point the BPF side at the registry's table file, again if it was made
+ * anew since. */
+static void follow_table(struct procreg_trace *skel)
 {
-	char path[64], line[PATH_MAX + 256];
-	size_t n = strlen(table_real);
-	bool found = false;
-	FILE *f;
+	struct stat st;
 
-	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f)) {
-		size_t l = strcspn(line, "\n");
-
-		line[l] = 0;
-		found = l > n && line[l - n - 1] == ' ' && !strcmp(line + l - n, table_real);
-	}
-	fclose(f);
-	return found;
+	if (stat(procreg_table_path(reg), &st) < 0 ||
+	    (st.st_dev == table_st.st_dev && st.st_ino == table_st.st_ino))
+		return;
+	if (!realpath(procreg_table_path(reg), table_real))
+		table_real[0] = 0;
+	table_st = st;
+	skel->bss->reg_dev = (uint64_t)st.st_dev;
+	skel->bss->reg_ino = (uint64_t)st.st_ino;
 }
 
-/* Attach to the registry's processes not traced yet: how many probes. */
+/* Attach the library's probes in PATH for every process, unless PATH was
+ * looked at before: how many probes. */
+static int attach_everywhere(struct procreg_trace *skel, const char *path)
+{
+	struct stat st;
+	int n, err = 0;
+
+	if (stat(path, &st) < 0)
+		return 0;
+	for (int i = 0; i < nexamined; i++)
+		if (examined[i].dev == st.st_dev && examined[i].ino == st.st_ino)
+			return 0;
+	if (nexamined == MAX_EXAMINED || nlinks == MAX_LINKS) {
+		if (!links_full_said)
+			fprintf(stderr, "procreg-trace: tracing as many programs as it can: "
+					"later ones are not traced\n");
+		links_full_said = true;
+		return 0;
+	}
+	examined[nexamined].dev = st.st_dev;
+	examined[nexamined++].ino = st.st_ino;
+	quiet_libbpf = true;
+	n = attach_object(skel, false, -1, path, &err);
+	quiet_libbpf = false;
+	nattached += n > 0;
+	return n;
+}
+
+/* Look for the registry's users, and attach in the objects they map
+ * that are new: how many probes. */
 static int scan_registry(struct procreg_trace *skel)
 {
 	struct dirent *de;
 	DIR *d;
-	int n = 0, err = 0;
+	int n = 0;
 
-	if (!table_real[0] && !realpath(procreg_table_path(reg), table_real))
+	follow_table(skel);
+	if (!table_real[0])
 		return 0;
 	d = opendir("/proc");
 	if (!d)
 		return 0;
-	while ((de = readdir(d)) && ntraced < MAX_TRACED) {
+	while ((de = readdir(d))) {
 		char *end;
 		long pid = strtol(de->d_name, &end, 10);
-		bool seen = false;
+		bool has_table;
 		int nobj;
 
-		/* Not ourselves (we map the table to name what we see), not
+		/* Not ourselves (libprocreg.so is attached already), not
 		 * procregd (attach_daemon()). */
 		if (*end || pid <= 0 || pid == getpid() || pid == traced_daemon)
 			continue;
-		for (int i = 0; i < ntraced && !seen; i++)
-			seen = traced[i] == pid;
-		if (seen || !maps_table((pid_t)pid))
+		nobj = mapped_objects((pid_t)pid, NULL, objs, MAX_OBJECTS, table_real, &has_table);
+		if (nobj <= 0 || !has_table)
 			continue;
-		traced[ntraced++] = (pid_t)pid;
-		nobj = mapped_objects((pid_t)pid, NULL, objs, MAX_OBJECTS);
-		quiet_libbpf = true;
+		nusers++;
 		for (int i = 0; i < nobj; i++)
-			n += attach_object(skel, false, (pid_t)pid, objs[i], &err);
-		quiet_libbpf = false;
+			n += attach_everywhere(skel, objs[i]);
 	}
 	closedir(d);
-	if ((nlinks == MAX_LINKS || ntraced == MAX_TRACED) && !links_full_said) {
-		fprintf(stderr, "procreg-trace: tracing as many processes as it can: later ones "
-			"are not traced\n");
-		links_full_said = true;
-	}
 	return n;
+}
+
+/* The first look: libprocreg.so as this program maps it, then the
+ * registry's users. */
+static int attach_registry(struct procreg_trace *skel)
+{
+	int n = 0, nobj;
+
+	follow_table(skel); /* before the first probe can fire */
+	nobj = mapped_objects(0, "libprocreg", objs, MAX_OBJECTS, NULL, NULL);
+	for (int i = 0; i < nobj; i++)
+		n += attach_everywhere(skel, objs[i]);
+	return n + scan_registry(skel);
 }
 
 /* Library probes: in -p PID's objects, in the --lib objects for
@@ -466,7 +521,7 @@ static int attach_library(struct procreg_trace *skel)
 	int n = 0, nobj, err = -ENOENT;
 
 	if (opt.pid) {
-		nobj = mapped_objects(opt.pid, NULL, objs, MAX_OBJECTS);
+		nobj = mapped_objects(opt.pid, NULL, objs, MAX_OBJECTS, NULL, NULL);
 		if (nobj < 0) {
 			fprintf(stderr, "procreg-trace: pid %d: %s\n", (int)opt.pid, strerror(-nobj));
 			return nobj;
@@ -485,7 +540,7 @@ static int attach_library(struct procreg_trace *skel)
 		return n;
 	}
 	if (scoped())
-		return scan_registry(skel);
+		return attach_registry(skel);
 	nobj = opt.nlibs;
 	for (int i = 0; i < nobj; i++)
 		snprintf(objs[i], PATH_MAX, "%s", opt.libs[i]);
@@ -1081,6 +1136,7 @@ static int load_bpf(struct procreg_trace **skelp)
 	skel->rodata->top_names = opt.cmd == CMD_TOP;
 	skel->rodata->top_procs = opt.cmd == CMD_TOP;
 	skel->rodata->bridge_changes = opt.changes;
+	skel->rodata->one_registry = scoped();
 	err = procreg_trace__load(skel);
 	if (err)
 		fprintf(stderr,
@@ -1105,11 +1161,12 @@ static int attach_all(struct procreg_trace *skel)
 	if (wants(true) && (nd = attach_daemon(skel, st.daemon_pid)) < 0)
 		return nd;
 	if (wants(false) && scoped())
-		fprintf(stderr, "procreg-trace: tracing %d probe%s (library: %d process%s of the "
-				"registry, looked for every second; procregd: %s, pid %d); Ctrl-C "
-				"to stop\n",
-			nlib + nd, nlib + nd == 1 ? "" : "s", ntraced, ntraced == 1 ? "" : "es",
-			nd ? "yes" : "no", (int)st.daemon_pid);
+		fprintf(stderr, "procreg-trace: tracing %d probe%s (library: in %d object%s, for "
+				"every process that maps one, the registry's calls only; %d process%s "
+				"of the registry now, looked for every second; procregd: %s, pid %d); "
+				"Ctrl-C to stop\n",
+			nlib + nd, nlib + nd == 1 ? "" : "s", nattached, nattached == 1 ? "" : "s",
+			nusers, nusers == 1 ? "" : "es", nd ? "yes" : "no", (int)st.daemon_pid);
 	else
 		fprintf(stderr, "procreg-trace: tracing %d probe%s (library: %s; procregd: %s, "
 				"pid %d); Ctrl-C to stop\n",

@@ -84,6 +84,8 @@ struct nodes_info {
 	unsigned long long seq, changes_out, changes_in, conflicts, nodes_down, refused;
 	struct node_info *v;
 	size_t n;
+	struct procreg_peer *peers;   /* every --peer, connected or not */
+	size_t npeers;
 };
 /* 0, or negative (no file: the daemon does not replicate). */
 int nodes_read(procreg_t *reg, struct nodes_info *ni);

@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,6 +231,44 @@ static int reader_lookups(const struct procreg_reader *r, void *arg)
 	return 0;
 }
 
+/* The --peer through which node NAME is connected, or NULL. */
+static const struct procreg_peer *configured_peer(const struct nodes_info *ni, const char *name)
+{
+	for (size_t i = 0; i < ni->npeers; i++)
+		if (ni->peers[i].up && !strcmp(ni->peers[i].node, name))
+			return &ni->peers[i];
+	return NULL;
+}
+
+/* The addr label of node N: its --peer as given, else the address it
+ * advertises ("" if none). */
+static const char *node_addr(const struct nodes_info *ni, const struct node_info *n)
+{
+	const struct procreg_peer *p = configured_peer(ni, n->name);
+
+	return p ? p->addr : strcmp(n->addr, "-") ? n->addr : "";
+}
+
+/* METRIC{scope,node,peer,addr} and its value (FMT). Node names are
+ * [A-Za-z0-9_.@-]; an address is printable ASCII, whose backslashes and
+ * double quotes a label value escapes. */
+static void peer_series(const char *metric, const char *scope, const char *self,
+			const char *peer, const char *addr, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
+static void peer_series(const char *metric, const char *scope, const char *self,
+			const char *peer, const char *addr, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%s{scope=\"%s\",node=\"%s\",peer=\"%s\",addr=\"", metric, scope, self, peer);
+	for (const char *c = addr; *c; c++)
+		printf(*c == '\\' || *c == '"' ? "\\%c" : "%c", *c);
+	printf("\"} ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+}
+
 /* The bridge's counters, when the daemon replicates (procregd --node).
  * Node names are [A-Za-z0-9_.@-]: label values that need no escaping. */
 static void bridge_prometheus(procreg_t *reg, const char *scope)
@@ -257,20 +296,27 @@ static void bridge_prometheus(procreg_t *reg, const char *scope)
 	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
 		printf("# HELP procreg_%s %s\n# TYPE procreg_%s %s\nprocreg_%s{scope=\"%s\",node=\"%s\"} %llu\n",
 		       f[i].name, f[i].help, f[i].name, f[i].type, f[i].name, scope, ni.self, f[i].v);
-	/* Each other node the daemon is connected to: up, and since when. A
-	 * node that is down is not listed by procreg_bridge(): its series
-	 * end, and procreg_bridge_nodes_down_total counts it. */
-	printf("# HELP procreg_bridge_peer_up Another node this one is connected to.\n"
+	/* One series per peer: every --peer, connected or not, so that an
+	 * operator can alert on a 0 (a peer down, or never reached), then
+	 * every other node connected (it dialed in, or a peer told of it).
+	 * Labels: peer, the node's name ("" for a --peer never reached);
+	 * addr, the --peer as given, else the address the node advertises. */
+	printf("# HELP procreg_bridge_peer_up Whether another node is connected: every --peer, "
+	       "and every other node connected.\n"
 	       "# TYPE procreg_bridge_peer_up gauge\n");
+	for (size_t i = 0; i < ni.npeers; i++)
+		peer_series("procreg_bridge_peer_up", scope, ni.self, ni.peers[i].node,
+			    ni.peers[i].addr, "%d\n", ni.peers[i].up ? 1 : 0);
 	for (size_t i = 0; i < ni.n; i++)
-		printf("procreg_bridge_peer_up{scope=\"%s\",node=\"%s\",peer=\"%s\"} 1\n", scope,
-		       ni.self, ni.v[i].name);
+		if (!configured_peer(&ni, ni.v[i].name))
+			peer_series("procreg_bridge_peer_up", scope, ni.self, ni.v[i].name,
+				    node_addr(&ni, &ni.v[i]), "1\n");
 	printf("# HELP procreg_bridge_peer_up_since_seconds When the connection to another node "
 	       "came up, in seconds since the epoch.\n"
 	       "# TYPE procreg_bridge_peer_up_since_seconds gauge\n");
 	for (size_t i = 0; i < ni.n; i++)
-		printf("procreg_bridge_peer_up_since_seconds{scope=\"%s\",node=\"%s\",peer=\"%s\"} "
-		       "%.3f\n", scope, ni.self, ni.v[i].name, (double)ni.v[i].up_since_ns / 1e9);
+		peer_series("procreg_bridge_peer_up_since_seconds", scope, ni.self, ni.v[i].name,
+			    node_addr(&ni, &ni.v[i]), "%.3f\n", (double)ni.v[i].up_since_ns / 1e9);
 	nodes_free(&ni);
 }
 

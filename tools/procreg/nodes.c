@@ -16,28 +16,53 @@
 
 #define NODES_MAX 4096
 
+/* V, an array of N elements of SZ bytes, grown by one holding X: the
+ * new array, or NULL (V untouched) for want of memory. */
+static void *append(void *v, size_t n, const void *x, size_t sz)
+{
+	char *nv = realloc(v, (n + 1) * sz);
+
+	if (nv)
+		memcpy(nv + n * sz, x, sz);
+	return nv;
+}
+
 static int add_node(const struct procreg_node *pn, void *arg)
 {
 	struct nodes_info *ni = arg;
-	struct node_info *v, *n;
+	struct node_info n;
+	void *v;
 
+	memset(&n, 0, sizeof(n));
+	n.id = pn->id;
+	snprintf(n.name, sizeof(n.name), "%s", pn->name);
+	snprintf(n.addr, sizeof(n.addr), "%s", pn->addr[0] ? pn->addr : "-");
+	snprintf(n.incarnation, sizeof(n.incarnation), "%016llx",
+		 (unsigned long long)pn->incarnation);
+	n.up_since_ns = pn->up_since_ns;
+	n.changes_in = pn->changes_in;
+	n.bytes_in = pn->bytes_in;
+	n.bytes_out = pn->bytes_out;
 	if (ni->n >= NODES_MAX)
 		return 0;
-	v = realloc(ni->v, (ni->n + 1) * sizeof(*v));
-	if (!v)
+	if (!(v = append(ni->v, ni->n, &n, sizeof(n))))
 		return -ENOMEM;
 	ni->v = v;
-	n = &ni->v[ni->n++];
-	memset(n, 0, sizeof(*n));
-	n->id = pn->id;
-	snprintf(n->name, sizeof(n->name), "%s", pn->name);
-	snprintf(n->addr, sizeof(n->addr), "%s", pn->addr[0] ? pn->addr : "-");
-	snprintf(n->incarnation, sizeof(n->incarnation), "%016llx",
-		 (unsigned long long)pn->incarnation);
-	n->up_since_ns = pn->up_since_ns;
-	n->changes_in = pn->changes_in;
-	n->bytes_in = pn->bytes_in;
-	n->bytes_out = pn->bytes_out;
+	ni->n++;
+	return 0;
+}
+
+static int add_peer(const struct procreg_peer *p, void *arg)
+{
+	struct nodes_info *ni = arg;
+	void *v;
+
+	if (ni->npeers >= NODES_MAX)
+		return 0;
+	if (!(v = append(ni->peers, ni->npeers, p, sizeof(*p))))
+		return -ENOMEM;
+	ni->peers = v;
+	ni->npeers++;
 	return 0;
 }
 
@@ -48,8 +73,11 @@ int nodes_read(procreg_t *reg, struct nodes_info *ni)
 
 	memset(ni, 0, sizeof(*ni));
 	err = procreg_bridge(reg, &b, add_node, ni);
+	if (!err)
+		err = procreg_bridge_peers(reg, add_peer, ni);
 	if (err) {
 		free(ni->v);
+		free(ni->peers);
 		memset(ni, 0, sizeof(*ni));
 		return err;
 	}
@@ -69,6 +97,8 @@ void nodes_free(struct nodes_info *ni)
 {
 	free(ni->v);
 	ni->v = NULL;
+	free(ni->peers);
+	ni->peers = NULL;
 }
 
 static int by_name(const void *a, const void *b)

@@ -303,8 +303,8 @@ static void shadows_promote(struct bridge *br)
 			return;
 		br->recheck = true; /* others may be marked still */
 		if (apply_name(br, s->id, &s->e) < 0)
-			log_msg("bridge: node %s: claim to '%.*s' not restored", node_name(br, s->id),
-				(int)s->e.name_len, s->e.name);
+			log_warn("bridge: node %s: claim to '%.*s' not restored", node_name(br, s->id),
+				 (int)s->e.name_len, s->e.name);
 		free(s);
 	}
 }
@@ -526,9 +526,9 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 				 * sees ours, if it ever does. Where ours is
 				 * local, say so: the other node logs its side. */
 				if (r->node == 0)
-					log_msg("bridge: name '%.*s': node %s's registration (pid %u) "
-						"loses to ours (pid %u), the earlier: kept", (int)e->name_len,
-						e->name, origin, e->pid, r->pid);
+					log_notice("bridge: name '%.*s': node %s's registration (pid %u) "
+						   "loses to ours (pid %u), the earlier: kept", (int)e->name_len,
+						   e->name, origin, e->pid, r->pid);
 				shadow_put(br, id, e);
 				return 0;
 			}
@@ -542,9 +542,9 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 				/* Our registration lost: tell its owner (the feed,
 				 * and at the end of the batch its connections and
 				 * its signal), the other nodes (DEL), then make way. */
-				log_msg("bridge: name '%.*s': node %s's registration (pid %u), the "
-					"earlier, wins: local pid %u loses it", (int)e->name_len, e->name,
-					origin, e->pid, r->pid);
+				log_warn("bridge: name '%.*s': node %s's registration (pid %u), the "
+					 "earlier, wins: local pid %u loses it", (int)e->name_len, e->name,
+					 origin, e->pid, r->pid);
 				registry_lose(d, old, origin, (pid_t)e->pid); /* sends the DEL */
 			}
 		}
@@ -593,15 +593,15 @@ static int apply(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 	if (e->op == PR_BP_PUT &&
 	    pr_hlc_observe(&br->hlc, e->registered_ns, wall_ns(br), HLC_MAX_AHEAD_NS) < 0 &&
 	    br->hlc_ahead++ == 0)
-		log_msg("bridge: node %s: a registration stamped more than 60 s ahead of our clock "
-			"(clocks out of step?)", node_name(br, id));
+		log_warn("bridge: node %s: a registration stamped more than 60 s ahead of our clock "
+			 "(clocks out of step?)", node_name(br, id));
 	err = e->kind == PR_KIND_NAME ? apply_name(br, id, e) : apply_member(br, id, e);
 	PR_TRACE(procregd, bridge_apply, node_name(br, id), e->op, e->kind, e->name, e->name_len, err);
 	if (err && err != -ENOSPC)
 		return err;
 	if (err)
-		log_msg("bridge: node %s: table full, entry '%.*s' not replicated", node_name(br, id),
-			(int)e->name_len, e->name);
+		log_warn("bridge: node %s: table full, entry '%.*s' not replicated", node_name(br, id),
+			 (int)e->name_len, e->name);
 	return 0;
 }
 
@@ -758,7 +758,7 @@ static int refuse(struct bridge *br, const char *name, const char *fmt, ...)
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
 	br->refused++;
-	log_msg("bridge: node %s: %s: resyncing", name, why);
+	log_warn("bridge: node %s: %s: resyncing", name, why);
 	return -EPROTO;
 }
 
@@ -793,6 +793,8 @@ static int apply_part(struct bridge *br, struct node *n, uint16_t id, const stru
 	if (f->flags & PR_BP_SNAP_LAST) {
 		n->synced = true;
 		n->next_seq = f->seq + 1;
+		log_debug("bridge: node %s: snapshot applied, %u part%s as of change %llu", n->name,
+			  n->snap_part, n->snap_part == 1 ? "" : "s", (unsigned long long)f->seq);
 		if (n->linger_until_ns)
 			finish_resync(br, n, id);
 	}
@@ -1038,7 +1040,7 @@ static void node_gone(struct bridge *br, struct node *n, uint16_t id)
 	if (!back)
 		shadow_drop_node(br, id);
 	PR_TRACE(procregd, bridge_node, n->name, 0, n->incarnation, removed);
-	log_msg("bridge: node %s: %llu entries removed", n->name, (unsigned long long)removed);
+	log_notice("bridge: node %s: %llu entries removed", n->name, (unsigned long long)removed);
 }
 
 /* Its snapshot is complete: what it did not confirm, it lost while the
@@ -1049,8 +1051,8 @@ static void finish_resync(struct bridge *br, struct node *n, uint16_t id)
 
 	end_resync(n);
 	n->linger_until_ns = 0;
-	log_msg("bridge: node %s: resynced, %llu entries gone meanwhile", n->name,
-		(unsigned long long)removed);
+	log_notice("bridge: node %s: resynced, %llu entries gone meanwhile", n->name,
+		   (unsigned long long)removed);
 }
 
 static void up_node_down(void *ctx, const char *name)
@@ -1106,9 +1108,18 @@ static void nf_node(void *arg, const struct pr_bridge_node_info *ni)
 		(unsigned long long)ni->bytes_in, (unsigned long long)ni->bytes_out);
 }
 
+static void nf_peer(void *arg, const struct pr_bridge_peer_info *pi)
+{
+	struct nf_ctx *c = arg;
+
+	fprintf(c->f, PR_NODES_PEER_FMT, pi->up ? 1 : 0, pi->addr,
+		pi->node[0] ? pi->node : PR_NODES_NO_NAME);
+}
+
 /* DIR/procreg.SCOPE.nodes (nodes_file.h), replaced atomically: what
  * procreg_bridge() reads for procreg nodes and procreg stats. One "self"
- * line, one "stats" line, one "node" line per node that is up. */
+ * line, one "stats" line, one "node" line per node that is up, one "peer"
+ * line per --peer, connected or not (a backend that has them). */
 static void write_nodes_file(struct bridge *br)
 {
 	char tmp[sizeof(br->nodes_path) + 8];
@@ -1131,6 +1142,8 @@ static void write_nodes_file(struct bridge *br)
 		(unsigned long long)br->changes_in, (unsigned long long)br->conflicts,
 		(unsigned long long)br->nodes_down, (unsigned long long)br->refused);
 	br->be->nodes(br->b, nf_node, &c);
+	if (br->be->sz > offsetof(struct pr_bridge_backend, peers) && br->be->peers)
+		br->be->peers(br->b, nf_peer, &c);
 	if (fclose(c.f) == 0)
 		rename(tmp, br->nodes_path);
 	else
@@ -1147,16 +1160,16 @@ static int read_cookie(const char *path, uint8_t *buf, size_t cap, size_t *len)
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 
 	if (fd < 0) {
-		log_msg("--cookie-file %s: %s", path, strerror(errno));
+		log_err("--cookie-file %s: %s", path, strerror(errno));
 		return -errno;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		log_msg("--cookie-file %s: not a regular file", path);
+		log_err("--cookie-file %s: not a regular file", path);
 		close(fd);
 		return -EINVAL;
 	}
 	if ((st.st_mode & 077) || st.st_uid != geteuid()) {
-		log_msg("--cookie-file %s: mode %03o, owner %u: must be 0600 and ours", path,
+		log_err("--cookie-file %s: mode %03o, owner %u: must be 0600 and ours", path,
 			(unsigned)(st.st_mode & 0777), (unsigned)st.st_uid);
 		close(fd);
 		return -EACCES;
@@ -1166,7 +1179,7 @@ static int read_cookie(const char *path, uint8_t *buf, size_t cap, size_t *len)
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
 		n--;
 	if (n < 8) {
-		log_msg("--cookie-file %s: want at least 8 bytes of secret", path);
+		log_err("--cookie-file %s: want at least 8 bytes of secret", path);
 		return -EINVAL;
 	}
 	*len = (size_t)n;
@@ -1180,18 +1193,18 @@ static const struct pr_bridge_backend *load_backend(const char *path, void **dl)
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 
 	if (!h) {
-		log_msg("--bridge-backend %s: %s", path, dlerror());
+		log_err("--bridge-backend %s: %s", path, dlerror());
 		return NULL;
 	}
 	be = dlsym(h, PR_BRIDGE_BACKEND_SYMBOL);
 	if (!be) {
-		log_msg("--bridge-backend %s: no symbol %s", path, PR_BRIDGE_BACKEND_SYMBOL);
+		log_err("--bridge-backend %s: no symbol %s", path, PR_BRIDGE_BACKEND_SYMBOL);
 	} else if (be->sz < PR_BRIDGE_BACKEND_MIN_SZ) {
-		log_msg("--bridge-backend %s: interface size %zu, want at least %zu", path, be->sz,
+		log_err("--bridge-backend %s: interface size %zu, want at least %zu", path, be->sz,
 			(size_t)PR_BRIDGE_BACKEND_MIN_SZ);
 	} else if (!be->open || !be->fd || !be->dispatch || !be->broadcast || !be->flush ||
 		   !be->nodes || !be->close) {
-		log_msg("--bridge-backend %s: a required function is missing", path);
+		log_err("--bridge-backend %s: a required function is missing", path);
 	} else {
 		*dl = h;
 		return be;
@@ -1214,7 +1227,7 @@ static const struct pr_bridge_backend *find_backend(const char *name, void **dl)
 	if (!strcmp(name, "tcp"))
 		return &pr_mesh_backend;
 	if (!procreg__bp_valid_node(name, strlen(name)) || strchr(name, '/') || name[0] == '.') {
-		log_msg("--bridge %s: want a backend's name (or --bridge-backend PATH)", name);
+		log_err("--bridge %s: want a backend's name (or --bridge-backend PATH)", name);
 		return NULL;
 	}
 	if (n > 0) {
@@ -1231,7 +1244,7 @@ static const struct pr_bridge_backend *find_backend(const char *name, void **dl)
 		if (access(path, R_OK) == 0)
 			return load_backend(path, dl);
 	}
-	log_msg("--bridge %s: no procreg-bridge-%s.so beside procregd or in %s", name, name,
+	log_err("--bridge %s: no procreg-bridge-%s.so beside procregd or in %s", name, name,
 		PROCREG_BACKEND_DIR);
 	return NULL;
 }
@@ -1241,12 +1254,12 @@ static int load_resolver(struct bridge *br, const char *path)
 {
 	br->resolver_dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!br->resolver_dl) {
-		log_msg("--resolver %s: %s", path, dlerror());
+		log_err("--resolver %s: %s", path, dlerror());
 		return -EINVAL;
 	}
 	br->resolver = (pr_resolver_fn)(uintptr_t)dlsym(br->resolver_dl, PR_RESOLVER_SYMBOL);
 	if (!br->resolver) {
-		log_msg("--resolver %s: no symbol %s", path, PR_RESOLVER_SYMBOL);
+		log_err("--resolver %s: no symbol %s", path, PR_RESOLVER_SYMBOL);
 		dlclose(br->resolver_dl);
 		br->resolver_dl = NULL;
 		return -EINVAL;
@@ -1263,7 +1276,7 @@ int bridge_start(struct daemon *d)
 	struct pr_bridge_up up = {
 		.sz = sizeof(up), .node_up = up_node_up, .node_down = up_node_down,
 		.deliver = up_deliver, .snapshot = up_snapshot, .seq = up_seq, .log = log_fwd,
-		.deliver_bytes = up_deliver_bytes, .heartbeat = up_heartbeat,
+		.deliver_bytes = up_deliver_bytes, .heartbeat = up_heartbeat, .vlog = log_vat,
 	};
 	int err;
 
@@ -1274,11 +1287,11 @@ int bridge_start(struct daemon *d)
 	 * has since dropped that clean-up). The process is ending anyway. */
 	OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
 	if (!procreg__bp_valid_node(d->o.node, strlen(d->o.node))) {
-		log_msg("--node %s: want 1..63 of [A-Za-z0-9_.@-]", d->o.node);
+		log_err("--node %s: want 1..63 of [A-Za-z0-9_.@-]", d->o.node);
 		return -EINVAL;
 	}
 	if (!d->o.cookie_file) {
-		log_msg("--node needs --cookie-file");
+		log_err("--node needs --cookie-file");
 		return -EINVAL;
 	}
 	err = read_cookie(d->o.cookie_file, cookie, sizeof(cookie), &cookie_len);
@@ -1338,7 +1351,7 @@ int bridge_start(struct daemon *d)
 	br->b = br->be->open(&cfg, &up, &err);
 	memset(cookie, 0, sizeof(cookie));
 	if (!br->b) {
-		log_msg("bridge: %s: %s", br->be->name, strerror(-err));
+		log_err("bridge: %s: %s", br->be->name, strerror(-err));
 		bridge_stop(d);
 		return err ? err : -EIO;
 	}

@@ -222,8 +222,11 @@ static inline const struct pr_record *rec(const struct daemon *d, uint64_t off)
 }
 
 /* log.c. Levels are syslog(3)'s: LOG_ERR (the daemon cannot start, or
- * stops), LOG_WARNING (a request or peer refused, a limit hit), LOG_INFO
- * (log_msg: start, stop, recovery), LOG_DEBUG (--verbose). */
+ * stops; what was to be kept is lost), LOG_WARNING (a request or peer
+ * refused, a limit hit, data of another node's or of a client's not
+ * taken), LOG_NOTICE (another node up, down, or back; a state that
+ * clears), LOG_INFO (log_msg: start, stop, recovery), LOG_DEBUG
+ * (--verbose only: every connection, death, routine step of a session). */
 #include <stdarg.h>
 #include <syslog.h>
 /* Where messages go from now on: FILE (--log-file), else stderr (the
@@ -238,6 +241,10 @@ void log_vat(int prio, const char *fmt, va_list ap);
 void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define log_err(...) log_at(LOG_ERR, __VA_ARGS__)
 #define log_warn(...) log_at(LOG_WARNING, __VA_ARGS__)
+#define log_notice(...) log_at(LOG_NOTICE, __VA_ARGS__)
+#define log_debug(...) log_at(LOG_DEBUG, __VA_ARGS__)
+/* Drop messages less urgent than LEVEL (LOG_INFO unless --verbose). */
+void log_set_level(int level);
 #define LOGV(d, ...) do { if ((d)->o.verbose) log_at(LOG_DEBUG, __VA_ARGS__); } while (0)
 
 /* notify.c: sd_notify(3)'s protocol, without libsystemd. notify_init()

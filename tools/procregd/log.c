@@ -36,6 +36,14 @@
 
 static enum { TO_STDERR, TO_JOURNAL, TO_FILE, TO_SYSLOG } target = TO_STDERR;
 static int log_fd = 2;
+/* Messages above this level (less urgent) are dropped: LOG_DEBUG with
+ * --verbose, LOG_INFO otherwise. */
+static int max_level = LOG_INFO;
+
+void log_set_level(int level)
+{
+	max_level = level;
+}
 
 /* Whether FD is the stream JOURNAL_STREAM ("DEV:INO") names. */
 static bool is_journal(int fd)
@@ -89,6 +97,7 @@ static const char *level_word(int prio)
 	switch (prio) {
 	case LOG_ERR: return "error: ";
 	case LOG_WARNING: return "warning: ";
+	case LOG_NOTICE: return "notice: ";
 	case LOG_DEBUG: return "debug: ";
 	default: return "";
 	}
@@ -102,6 +111,8 @@ void log_vat(int prio, const char *fmt, va_list ap)
 	struct tm tm;
 	int n, saved = errno;
 
+	if (prio > max_level)
+		return;
 	n = vsnprintf(buf, sizeof(buf), fmt, ap);
 	if (n < 0)
 		n = 0;

@@ -306,7 +306,12 @@ static int opt_add(struct daemon_opts *o, const struct opt *p, const char *arg)
 	if (p->kind == OPT_PEER) {
 		const char **pp = realloc(o->peers, (o->npeers + 1) * sizeof(*pp));
 
-		if (!pp || strlen(arg) > PR_BP_ADDR_MAX || !strchr(arg, ':')) {
+		bool word = true;
+
+		/* One word of printable ASCII, as the nodes file carries it. */
+		for (const char *c = arg; *c; c++)
+			word &= *c > ' ' && *c <= '~';
+		if (!pp || strlen(arg) > PR_BP_ADDR_MAX || !strchr(arg, ':') || !word) {
 			fprintf(stderr, "procregd: --peer %s: want HOST:PORT\n", arg);
 			return -1;
 		}
@@ -907,6 +912,7 @@ int main(int argc, char **argv)
 
 	if (parse_opts(&d.o, argc, argv) < 0 || log_open(d.o.log_file) < 0)
 		return 2;
+	log_set_level(d.o.verbose ? LOG_DEBUG : LOG_INFO);
 	/* Before detaching: LISTEN_PID names this pid, not our child's. */
 	d.o.listen_fd = server_inherited_fd();
 	if (d.o.listen_fd < -1)

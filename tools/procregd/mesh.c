@@ -125,6 +125,10 @@ struct conn {
 struct target {
 	char addr[PR_BP_ADDR_MAX + 1];
 	char node[PR_BP_NODE_MAX + 1];    /* learned on connect */
+	/* The node last authenticated at this address, whichever side
+	 * dialed and whichever connection stayed: what procreg stats names
+	 * the peer by. */
+	char seen[PR_BP_NODE_MAX + 1];
 	struct conn *conn;
 	uint64_t next_try_ns;
 	uint32_t backoff_ms;
@@ -181,6 +185,7 @@ struct mesh {
 	size_t nconns;
 	struct target *targets;
 	size_t ntargets;
+	size_t nconfigured;               /* targets[0..nconfigured) came from --peer */
 	struct resolver *res;         /* NULL until the first host name */
 	struct obj res_o;
 };
@@ -374,7 +379,12 @@ static void backoff(struct target *t)
 	t->backoff_ms = t->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : t->backoff_ms * 2;
 }
 
-static void conn_kill(struct mesh *m, struct conn *c, const char *why)
+/* End connection C, saying WHY (NULL: quietly) at LEVEL: LOG_WARNING
+ * for a fault (conn_kill()), LOG_NOTICE for a node that goes down in the
+ * ordinary way (closed, silent, replaced), LOG_DEBUG for a connection
+ * that never came up and was closed from the other side (one of two
+ * dials that crossed, a retry). */
+static void conn_kill_at(struct mesh *m, struct conn *c, int level, const char *why)
 {
 	if (c->dead)
 		return;
@@ -383,17 +393,23 @@ static void conn_kill(struct mesh *m, struct conn *c, const char *why)
 	close(c->fd);
 	c->fd = -1;
 	if (c->state == C_UP) {
-		m->up.log("bridge: node %s: down (%s)", c->peer, why);
+		pr_bridge_log(&m->up, level, "bridge: node %s: down (%s)", c->peer, why);
 		m->up.node_down(m->up.ctx, c->peer);
 	} else if (why) {
-		m->up.log("bridge: connection %s %s%s%s%s: dropped (%s)", c->outbound ? "to" : "from",
-			  c->remote, c->peer[0] ? " (node " : "", c->peer, c->peer[0] ? ")" : "", why);
+		pr_bridge_log(&m->up, level, "bridge: connection %s %s%s%s%s: dropped (%s)",
+			      c->outbound ? "to" : "from", c->remote, c->peer[0] ? " (node " : "",
+			      c->peer, c->peer[0] ? ")" : "", why);
 	}
 	if (c->target) {
 		c->target->conn = NULL;
 		backoff(c->target);
 		c->target = NULL;
 	}
+}
+
+static void conn_kill(struct mesh *m, struct conn *c, const char *why)
+{
+	conn_kill_at(m, c, LOG_WARNING, why);
 }
 
 /* Free the connections killed during a dispatch: nothing refers to them
@@ -637,8 +653,9 @@ static void resolve_failed(struct mesh *m, struct target *t, const char *why)
 	/* Retried every RETRY_MAX_MS at most, for as long as it fails: the
 	 * log says so once a minute, with a count. */
 	if (!t->resolve_logged_ns || now - t->resolve_logged_ns >= RESOLVE_LOG_NS) {
-		m->up.log("bridge: peer %s: cannot resolve: %s (%llu failed so far); retrying",
-			  t->addr, why, (unsigned long long)t->resolve_fails);
+		pr_bridge_log(&m->up, LOG_WARNING,
+			      "bridge: peer %s: cannot resolve: %s (%llu failed so far); retrying",
+			      t->addr, why, (unsigned long long)t->resolve_fails);
 		t->resolve_logged_ns = now;
 	}
 	backoff(t);
@@ -728,7 +745,7 @@ static void on_resolved(struct mesh *m)
 			t->naddrs = l->naddrs;
 			t->next_addr = 0;
 			if (t->resolve_fails)
-				m->up.log("bridge: peer %s: resolved", t->addr);
+				pr_bridge_log(&m->up, LOG_NOTICE, "bridge: peer %s: resolved", t->addr);
 			t->resolve_fails = 0;
 			t->resolve_logged_ns = 0;
 			if (want_dial(m, t))
@@ -811,12 +828,14 @@ static void established(struct mesh *m, struct conn *c)
 {
 	struct conn *old = up_conn(m, c->peer);
 
+	if (c->target)
+		snprintf(c->target->seen, sizeof(c->target->seen), "%s", c->peer);
 	if (old) {
 		if (keeper(m, old) && !keeper(m, c) && old->peer_inc == c->peer_inc) {
 			conn_kill(m, c, NULL);
 			return;
 		}
-		conn_kill(m, old, "replaced by a newer connection");
+		conn_kill_at(m, old, LOG_NOTICE, "replaced by a newer connection");
 	}
 	if (conn_grow(c) < 0) {
 		conn_kill(m, c, "out of memory");
@@ -833,9 +852,9 @@ static void established(struct mesh *m, struct conn *c)
 		/* Once this connection ends, the name is looked up afresh. */
 		c->target->naddrs = c->target->next_addr = 0;
 	}
-	m->up.log("bridge: node %s: up (incarnation %llx, %s %s)", c->peer,
-		  (unsigned long long)c->peer_inc, c->outbound ? "dialed" : "accepted from",
-		  c->remote);
+	pr_bridge_log(&m->up, LOG_NOTICE, "bridge: node %s: up (incarnation %llx, %s %s)", c->peer,
+		      (unsigned long long)c->peer_inc, c->outbound ? "dialed" : "accepted from",
+		      c->remote);
 	if (m->up.snapshot(m->up.ctx, snap_send, c) < 0) {
 		conn_kill(m, c, "snapshot");
 		return;
@@ -870,7 +889,9 @@ static void refuse(struct mesh *m, struct conn *c, uint8_t reason, const char *t
 		conn_queue_clear(c, buf, pos);
 		(void)conn_send_some(c);
 	}
-	conn_kill(m, c, why);
+	/* A node that dialed itself (a --peer list every node shares) is
+	 * configuration, said once; anything else refused is a fault. */
+	conn_kill_at(m, c, reason == PR_BP_REFUSE_NAME ? LOG_INFO : LOG_WARNING, why);
 }
 
 static const char *refuse_reason(uint8_t reason)
@@ -910,7 +931,7 @@ static void on_handshake(struct mesh *m, struct conn *c, const uint8_t *raw,
 		 * again. */
 		if (f->reason == PR_BP_REFUSE_NAME && c->target)
 			snprintf(c->target->node, sizeof(c->target->node), "%s", m->node);
-		conn_kill(m, c, why);
+		conn_kill_at(m, c, f->reason == PR_BP_REFUSE_NAME ? LOG_INFO : LOG_WARNING, why);
 		return;
 	}
 	r = procreg__bs_handshake(c->bs, raw, f, out, sizeof(out), &pos);
@@ -936,9 +957,9 @@ static void on_handshake(struct mesh *m, struct conn *c, const uint8_t *raw,
 		       "it is this node");
 		return;
 	case -EACCES:
-		m->up.log("bridge: connection %s %s (node %s): authentication failed "
-			  "(another cookie, or a proof made for another connection)",
-			  c->outbound ? "to" : "from", c->remote, c->peer);
+		pr_bridge_log(&m->up, LOG_WARNING, "bridge: connection %s %s (node %s): "
+			      "authentication failed (another cookie, or a proof made for another "
+			      "connection)", c->outbound ? "to" : "from", c->remote, c->peer);
 		refuse(m, c, PR_BP_REFUSE_AUTH, "authentication failed", NULL);
 		return;
 	case -EPROTO:
@@ -985,9 +1006,10 @@ static void other_version(struct mesh *m, struct conn *c, const struct pr_bp_fra
 
 	snprintf(text, sizeof(text), "this node speaks bridge protocol version %u, not %u",
 		 PR_BP_VERSION, f->version);
-	m->up.log("bridge: connection %s %s: the other side speaks bridge protocol version %u, "
-		  "this node version %u: refused (run one version on every node)",
-		  c->outbound ? "to" : "from", c->remote, f->version, PR_BP_VERSION);
+	pr_bridge_log(&m->up, LOG_WARNING, "bridge: connection %s %s: the other side speaks bridge "
+		      "protocol version %u, this node version %u: refused (run one version on "
+		      "every node)", c->outbound ? "to" : "from", c->remote, f->version,
+		      PR_BP_VERSION);
 	refuse(m, c, PR_BP_REFUSE_VERSION, text, NULL);
 }
 
@@ -1074,7 +1096,7 @@ static void conn_read(struct mesh *m, struct conn *c)
 			return;
 		}
 		if (n == 0) {
-			conn_kill(m, c, "closed by peer");
+			conn_kill_at(m, c, c->state == C_UP ? LOG_NOTICE : LOG_DEBUG, "closed by peer");
 			return;
 		}
 		c->in_len += (size_t)n;
@@ -1128,9 +1150,10 @@ static void log_refused(struct mesh *m, const char *why)
 	if (!pr_ratelimit_pass(&m->refused_log, now_ns(), &held))
 		return;
 	if (held)
-		m->up.log("bridge: (%llu more connections refused in the last second)",
-			  (unsigned long long)held);
-	m->up.log("bridge: connection refused: %s", why);
+		pr_bridge_log(&m->up, LOG_WARNING,
+			      "bridge: (%llu more connections refused in the last second)",
+			      (unsigned long long)held);
+	pr_bridge_log(&m->up, LOG_WARNING, "bridge: connection refused: %s", why);
 }
 
 static size_t handshakes(const struct mesh *m)
@@ -1220,7 +1243,7 @@ static void tick(struct mesh *m)
 			continue;
 		}
 		if (now - c->last_rx_ns > to) {
-			conn_kill(m, c, "silent");
+			conn_kill_at(m, c, LOG_NOTICE, "silent");
 			continue;
 		}
 		if (now - c->last_tx_ns >= hb) {
@@ -1323,6 +1346,25 @@ static void mesh_nodes(void *b, void (*cb)(void *arg, const struct pr_bridge_nod
 	}
 }
 
+/* The peers of --peer: the first targets, in order (PEERS adds the
+ * others after them). */
+static void mesh_peers(void *b, void (*cb)(void *arg, const struct pr_bridge_peer_info *p),
+		       void *arg)
+{
+	struct mesh *m = b;
+
+	for (size_t i = 0; i < m->nconfigured; i++) {
+		const struct target *t = &m->targets[i];
+		struct pr_bridge_peer_info pi = { t->addr, t->seen, false };
+
+		if (!strcmp(t->node, m->node))
+			continue; /* ourselves, in a --peer list every node shares */
+		pi.up = (t->conn && !t->conn->dead && t->conn->state == C_UP) ||
+			(t->seen[0] && up_conn(m, t->seen));
+		cb(arg, &pi);
+	}
+}
+
 static int mesh_fd(void *b)
 {
 	return ((struct mesh *)b)->epfd;
@@ -1375,7 +1417,8 @@ static int mesh_listen(struct mesh *m, const char *addr)
 	setsockopt(m->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(m->lfd, (struct sockaddr *)&ss, len) < 0 || listen(m->lfd, 128) < 0) {
 		err = -errno;
-		m->up.log("bridge: cannot listen on %s: %s", addr, strerror(errno));
+		pr_bridge_log(&m->up, LOG_ERR, "bridge: cannot listen on %s: %s", addr,
+			      strerror(errno));
 		return err;
 	}
 	m->listen_o.kind = O_LISTEN;
@@ -1432,6 +1475,7 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 			*err = -EINVAL;
 			goto fail_err;
 		}
+	m->nconfigured = m->ntargets; /* a repeated --peer is one */
 	*err = 0;
 	return m;
 fail:
@@ -1451,4 +1495,5 @@ const struct pr_bridge_backend pr_mesh_backend = {
 	.flush = mesh_flush,
 	.nodes = mesh_nodes,
 	.close = mesh_close,
+	.peers = mesh_peers,
 };

@@ -201,8 +201,9 @@ static int publish(struct nb *m, const char *subj, uint8_t type, uint8_t flags, 
 		 * long outage fails every publish: a line a second at most. */
 		m->publish_errors++;
 		if (pr_ratelimit_pass(&m->pub_err_log, pr_mono_ns(), NULL))
-			m->up.log("bridge: nats: publish on %s: %s (%llu failed so far)", subj,
-				  natsStatus_GetText(s), (unsigned long long)m->publish_errors);
+			pr_bridge_log(&m->up, LOG_WARNING,
+				      "bridge: nats: publish on %s: %s (%llu failed so far)", subj,
+				      natsStatus_GetText(s), (unsigned long long)m->publish_errors);
 		return -EIO;
 	}
 	m->bytes_out += pos;
@@ -277,7 +278,7 @@ static void peer_down(struct nb *m, struct peer *p, const char *why)
 	if (!p->up)
 		return;
 	p->up = false;
-	m->up.log("bridge: node %s: down (%s)", p->name, why);
+	pr_bridge_log(&m->up, LOG_NOTICE, "bridge: node %s: down (%s)", p->name, why);
 	m->up.node_down(m->up.ctx, p->name);
 }
 
@@ -293,12 +294,14 @@ static void request_snapshot(struct nb *m, struct peer *p)
 static void peer_up(struct nb *m, struct peer *p)
 {
 	if (m->up.node_up(m->up.ctx, p->name, p->inc, "nats") < 0) {
-		m->up.log("bridge: node %s: refused by the replication layer", p->name);
+		pr_bridge_log(&m->up, LOG_WARNING,
+			      "bridge: node %s: refused by the replication layer", p->name);
 		return;
 	}
 	p->up = true;
-	m->up.log("bridge: node %s: up (incarnation %llx, over NATS)", p->name,
-		  (unsigned long long)p->inc);
+	pr_bridge_log(&m->up, LOG_NOTICE,
+		      "bridge: node %s: up (incarnation %llx, over NATS)", p->name,
+		      (unsigned long long)p->inc);
 	request_snapshot(m, p);
 	/* It learns of us from our heartbeat: no need to wait a period. */
 	m->hb_soon = true;
@@ -323,8 +326,9 @@ static void forged(struct nb *m, const char *subj, const char *why)
 	if (!pr_ratelimit_pass(&m->forged_log, pr_mono_ns(), NULL))
 		return;
 	m->last_forged_why = why;
-	m->up.log("bridge: nats: message on %s dropped: %s (%llu so far)", subj, why,
-		  (unsigned long long)m->forged);
+	pr_bridge_log(&m->up, LOG_WARNING,
+		      "bridge: nats: message on %s dropped: %s (%llu so far)", subj, why,
+		      (unsigned long long)m->forged);
 }
 
 /* Why procreg__env_open() refused an envelope, for the log. */
@@ -469,7 +473,8 @@ static void on_snapreq(struct nb *m, const struct peer *sender, const struct pr_
 	subject(m, m->serving_to, "inbox", sender->name);
 	m->serving_req = e->req;
 	if (m->up.snapshot(m->up.ctx, snap_send, m) < 0)
-		m->up.log("bridge: node %s: snapshot not sent", sender->name);
+		pr_bridge_log(&m->up, LOG_WARNING,
+			      "bridge: node %s: snapshot not sent", sender->name);
 }
 
 /* A part of P's snapshot, answering request E->req. */
@@ -633,7 +638,8 @@ static void nb_dispatch(void *b)
 		m->qlost = false;
 		pthread_mutex_unlock(&m->mu);
 		if (lost) {
-			m->up.log("bridge: nats: messages dropped (this node fell behind): resyncing");
+			pr_bridge_log(&m->up, LOG_WARNING,
+				      "bridge: nats: messages dropped (this node fell behind): resyncing");
 			for (size_t i = 0; i < m->npeers; i++)
 				if (m->peers[i].up)
 					resync(m, &m->peers[i], "messages lost");
@@ -656,8 +662,8 @@ static void nb_dispatch(void *b)
 				if (!m->nc || natsConnection_GetConnectedUrl(m->nc, url, sizeof(url)) !=
 						      NATS_OK || !url[0])
 					snprintf(url, sizeof(url), "?");
-				m->up.log("bridge: nats: connected to %s",
-					  without_userinfo(url, shown, sizeof(shown)));
+				pr_bridge_log(&m->up, LOG_NOTICE, "bridge: nats: connected to %s",
+					      without_userinfo(url, shown, sizeof(shown)));
 			}
 			m->connected = true;
 			m->announce = true;
@@ -668,17 +674,22 @@ static void nb_dispatch(void *b)
 			 * gives up on some failures (credentials refused
 			 * while it retried a first connect, for one). Say so,
 			 * or the node runs alone without a word. */
-			m->up.log("bridge: nats: connection closed for good: %s", conn_error(m));
+			pr_bridge_log(&m->up, LOG_ERR,
+				      "bridge: nats: connection closed for good: %s",
+				      conn_error(m));
 			/* fall through */
 		case I_DISCONNECTED:
 			if (m->connected)
-				m->up.log("bridge: nats: %s the server: every other node is down "
-					  "until it is back", it->kind == I_CLOSED ? "closed" : "lost");
+				pr_bridge_log(&m->up, LOG_WARNING,
+					      "bridge: nats: %s the server: every other node is down "
+					      "until it is back",
+					      it->kind == I_CLOSED ? "closed" : "lost");
 			m->connected = false;
 			all_down(m, "no NATS server");
 			break;
 		case I_LOST:
-			m->up.log("bridge: nats: slow consumer: messages lost, resyncing");
+			pr_bridge_log(&m->up, LOG_WARNING,
+				      "bridge: nats: slow consumer: messages lost, resyncing");
 			for (size_t i = 0; i < m->npeers; i++)
 				if (m->peers[i].up)
 					resync(m, &m->peers[i], "messages lost");
@@ -1051,16 +1062,19 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 	if (s == NATS_OK) {
 		enqueue(m, I_CONNECTED, NULL);
 	} else if (s == NATS_NOT_YET_CONNECTED) {
-		m->up.log("bridge: nats: no server of %s answers yet: retrying",
-			  urls_shown(m, shown, sizeof(shown)));
+		pr_bridge_log(&m->up, LOG_WARNING,
+			      "bridge: nats: no server of %s answers yet: retrying",
+			      urls_shown(m, shown, sizeof(shown)));
 	} else {
 		/* A server that wants a client certificate and gets none
 		 * just closes the connection: say what that may mean. */
-		m->up.log("bridge: nats: %s: %s%s", urls_shown(m, shown, sizeof(shown)),
-			  nats_GetLastError(NULL),
-			  tls && !opt(c, NOPT_TLS_CERT) ? " (a server that wants a client certificate "
-						       "ends the connection so: --nats-tls-cert, "
-						       "--nats-tls-key)" : "");
+		pr_bridge_log(&m->up, LOG_ERR,
+			      "bridge: nats: %s: %s%s", urls_shown(m, shown, sizeof(shown)),
+			      nats_GetLastError(NULL),
+			      tls && !opt(c,
+			      NOPT_TLS_CERT) ? " (a server that wants a client certificate "
+			      "ends the connection so: --nats-tls-cert, "
+			      "--nats-tls-key)" : "");
 		return -EIO;
 	}
 	for (int i = 0; i < 3; i++) {
@@ -1072,8 +1086,9 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 			subject(m, subj, kind[i], m->node);
 		s = natsConnection_Subscribe(&m->subs[i], m->nc, subj, cb_msg, m);
 		if (s != NATS_OK) {
-			m->up.log("bridge: nats: subscribe %s: %s (connection: %s)", subj,
-				  nats_GetLastError(NULL), conn_error(m));
+			pr_bridge_log(&m->up, LOG_ERR,
+				      "bridge: nats: subscribe %s: %s (connection: %s)", subj,
+				      nats_GetLastError(NULL), conn_error(m));
 			return -EIO;
 		}
 	}

@@ -244,10 +244,10 @@ static int journal_room(struct daemon *d, uint64_t len)
 		return 0;
 	err = journal_allocate(d, end);
 	if (err == -ENOSPC && !d->owners->full) {
-		log_msg("owners journal: the filesystem is full: places in line and leases are refused (ENOSPC) until space is freed");
+		log_warn("owners journal: the filesystem is full: places in line and leases are refused (ENOSPC) until space is freed");
 		d->owners->full = true;
 	} else if (!err && d->owners->full) {
-		log_msg("owners journal: space is back");
+		log_notice("owners journal: space is back");
 		d->owners->full = false;
 	}
 	return err;
@@ -281,7 +281,7 @@ static void journal(struct daemon *d, const uint8_t *rec, size_t len)
 		return;
 	n = write(d->owners->fd, rec, len);
 	if (n != (ssize_t)len) {
-		log_msg("owners journal: %s", n < 0 ? strerror(errno) : "short write");
+		log_err("owners journal: %s", n < 0 ? strerror(errno) : "short write");
 		/* Whatever went in part way is cut off at the next replay; a
 		 * rewrite starts a whole file again. Without one, no journal
 		 * rather than a stale one: replayed at the next start, it
@@ -542,8 +542,8 @@ void owners_name_gone(struct daemon *d, const char *name, size_t len)
 		journal_rec(d, J_UNWAIT, q->name, q->len,
 			    &(struct jrec){ .pid = w->id.pid, .start = w->id.start });
 		if (err)
-			log_msg("name '%s': next in line, pid %d: %s", q->name, (int)w->p->pid,
-				strerror(-err));
+			log_warn("name '%s': next in line, pid %d: %s", q->name, (int)w->p->pid,
+				 strerror(-err));
 		proc_release_if_empty(d, w->p);
 		free(w);
 		if (!err)
@@ -743,7 +743,7 @@ static void journal_off(struct daemon *d, const char *why)
 	char path[PR_PATH_MAX + 16];
 
 	journal_path(d, path, sizeof(path), "");
-	log_msg("owners journal %s: %s", path, why);
+	log_err("owners journal %s: %s", path, why);
 	unlink(path);
 	if (d->owners->open) {
 		close(d->owners->fd);
@@ -809,7 +809,7 @@ static int journal_rewrite(struct daemon *d)
 	journal_allocate(d, bytes + d->owners->owed);
 	return 0;
 fail:
-	log_msg("owners journal %s: cannot rewrite it: %s", path, strerror(-err));
+	log_warn("owners journal %s: cannot rewrite it: %s", path, strerror(-err));
 	if (fd >= 0) {
 		close(fd);
 		unlink(tmp);
@@ -888,16 +888,16 @@ static size_t replay(struct daemon *d, struct jwait **waits)
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		if (errno != ENOENT)
-			log_msg("owners journal %s: %s: queues and leases start empty", path,
-				errno == ELOOP ? "a symbolic link, not ours" : strerror(errno));
+			log_warn("owners journal %s: %s: queues and leases start empty", path,
+				 errno == ELOOP ? "a symbolic link, not ours" : strerror(errno));
 		return 0;
 	}
 	{
 		const char *why = NULL;
 
 		if (procreg__owned_file_check(fd, &why) < 0) {
-			log_msg("owners journal %s: %s: not read, queues and leases start empty",
-				path, why);
+			log_warn("owners journal %s: %s: not read, queues and leases start empty",
+				 path, why);
 			close(fd);
 			return 0;
 		}
@@ -905,15 +905,16 @@ static size_t replay(struct daemon *d, struct jwait **waits)
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < sizeof(h) ||
 	    !(buf = malloc((size_t)st.st_size)) ||
 	    pread(fd, buf, (size_t)st.st_size, 0) != st.st_size) {
-		log_msg("owners journal %s: not a journal, or unreadable: queues and leases start empty",
-			path);
+		log_warn("owners journal %s: not a journal, or unreadable: queues and leases start empty",
+			 path);
 		goto out;
 	}
 	memcpy(&h, buf, sizeof(h));
 	procreg__boot_id(boot);
 	if (h.magic != JOURNAL_MAGIC || memcmp(h.boot_id, boot, sizeof(boot))) {
-		log_msg("owners journal %s: %s: not used", path,
-			h.magic != JOURNAL_MAGIC ? "not a journal" : "of another boot");
+		/* Of another boot: its processes are gone, as expected. */
+		log_at(h.magic != JOURNAL_MAGIC ? LOG_WARNING : LOG_INFO, "owners journal %s: %s: not used",
+		       path, h.magic != JOURNAL_MAGIC ? "not a journal" : "of another boot");
 		off = 0;
 		goto out;
 	}
@@ -957,8 +958,8 @@ static size_t replay(struct daemon *d, struct jwait **waits)
 		goto out;
 cut:
 	/* The one write a crash interrupted: it was never answered. */
-	log_msg("owners journal %s: cut short at byte %zu of %lld: the rest ignored", path, off,
-		(long long)st.st_size);
+	log_notice("owners journal %s: cut short at byte %zu of %lld: the rest ignored", path, off,
+		   (long long)st.st_size);
 out:
 	free(buf);
 	close(fd);
@@ -992,7 +993,7 @@ static int journal_reuse(struct daemon *d, size_t len)
 	 * (a sound journal was not shortened): it held what removing
 	 * everything would take, and more than we kept. */
 	journal_allocate(d, len + d->owners->owed);
-	log_msg("owners journal %s: kept as it was, and appended to", path);
+	log_notice("owners journal %s: kept as it was, and appended to", path);
 	return 0;
 }
 
