@@ -148,6 +148,24 @@ size_t meta_of(char *buf, size_t len, uint64_t i);
 int64_t register_range(procreg_t *reg, const char *prefix, uint64_t first, uint64_t n,
 		       bool unregister);
 
+/* The names PREFIX.FIRST .. and their metadata, formatted before a timed
+ * step, and the batch of requests for them: a step that formatted them
+ * itself would measure snprintf, which takes more instructions than a
+ * pipelined registration does. */
+struct prepared {
+	struct procreg_op *ops;
+	struct qname *names;
+	char (*metas)[40];
+	size_t *meta_lens;
+	size_t n;
+};
+
+int prepare(struct prepared *p, const char *prefix, uint64_t first, size_t n);
+/* Register (or remove) them all in one procreg_batch: how many were, or a
+ * negative errno. */
+int64_t prepared_batch(procreg_t *reg, struct prepared *p, bool unregister);
+void prepared_free(struct prepared *p);
+
 uint64_t rng_next(uint64_t *s);
 
 /* ---- output (out.c) --------------------------------------------------- */

@@ -522,53 +522,80 @@ size_t meta_of(char *buf, size_t len, uint64_t i)
 	return (size_t)snprintf(buf, len, "unix:/run/svc.%08llu.sock", (unsigned long long)i);
 }
 
+int prepare(struct prepared *p, const char *prefix, uint64_t first, size_t n)
+{
+	size_t room = n ? n : 1;
+
+	p->n = n;
+	p->ops = calloc(room, sizeof(*p->ops));
+	p->names = calloc(room, sizeof(*p->names));
+	p->metas = calloc(room, 40);
+	p->meta_lens = calloc(room, sizeof(*p->meta_lens));
+	if (!p->ops || !p->names || !p->metas || !p->meta_lens) {
+		prepared_free(p);
+		return -ENOMEM;
+	}
+	for (size_t j = 0; j < n; j++) {
+		name_of(&p->names[j], prefix, first + j);
+		p->meta_lens[j] = meta_of(p->metas[j], 40, first + j);
+		p->ops[j].sz = sizeof(p->ops[j]);
+		p->ops[j].name = p->names[j].s;
+		p->ops[j].meta = p->metas[j];
+	}
+	return 0;
+}
+
+int64_t prepared_batch(procreg_t *reg, struct prepared *p, bool unregister)
+{
+	int64_t done = 0;
+	int err;
+
+	for (size_t j = 0; j < p->n; j++) {
+		p->ops[j].kind = unregister ? PROCREG_OP_UNREGISTER : PROCREG_OP_REGISTER;
+		p->ops[j].meta_len = unregister ? 0 : p->meta_lens[j];
+	}
+	err = procreg_batch(reg, p->ops, p->n);
+	if (err)
+		return err;
+	for (size_t j = 0; j < p->n; j++)
+		done += p->ops[j].result == 0;
+	return done;
+}
+
+void prepared_free(struct prepared *p)
+{
+	free(p->ops);
+	free(p->names);
+	free(p->metas);
+	free(p->meta_lens);
+	memset(p, 0, sizeof(*p));
+}
+
 int64_t register_range(procreg_t *reg, const char *prefix, uint64_t first, uint64_t n,
 		       bool unregister)
 {
 	enum { CHUNK = 65536 };
-	/* As much room as N takes, not a whole chunk: a process registering
-	 * a hundred names would otherwise have calloc clear megabytes on
-	 * every call once glibc serves them from its heap (after the first
-	 * free it raises its mmap threshold), and the bench would measure
-	 * its own memset (it did: re-registering 100k names over 1,000
-	 * processes took 30 s instead of 1). */
-	size_t room = n < CHUNK ? (size_t)(n ? n : 1) : CHUNK;
-	struct procreg_op *ops = calloc(room, sizeof(*ops));
-	struct qname *names = calloc(room, sizeof(*names));
-	char (*metas)[40] = calloc(room, 40);
 	int64_t done = 0;
 
-	if (!ops || !names || !metas) {
-		free(ops);
-		free(names);
-		free(metas);
-		return -ENOMEM;
-	}
+	/* A chunk at a time, each as much room as it takes: a process
+	 * registering a hundred names would otherwise have calloc clear
+	 * megabytes on every call once glibc serves them from its heap
+	 * (after the first free it raises its mmap threshold), and the bench
+	 * would measure its own memset (it did: re-registering 100k names
+	 * over 1,000 processes took 30 s instead of 1). */
 	for (uint64_t base = 0; base < n; base += CHUNK) {
 		size_t k = n - base < CHUNK ? (size_t)(n - base) : CHUNK;
-		int err;
+		struct prepared p;
+		int64_t got;
 
-		for (size_t j = 0; j < k; j++) {
-			uint64_t i = first + base + j;
-
-			name_of(&names[j], prefix, i);
-			ops[j].sz = sizeof(ops[j]);
-			ops[j].kind = unregister ? PROCREG_OP_UNREGISTER : PROCREG_OP_REGISTER;
-			ops[j].name = names[j].s;
-			ops[j].meta = metas[j];
-			ops[j].meta_len = unregister ? 0 : meta_of(metas[j], 40, i);
-		}
-		err = procreg_batch(reg, ops, k);
-		if (err) {
-			done = err;
-			break;
-		}
-		for (size_t j = 0; j < k; j++)
-			done += ops[j].result == 0;
+		if (prepare(&p, prefix, first + base, k) < 0)
+			return -ENOMEM;
+		got = prepared_batch(reg, &p, unregister);
+		prepared_free(&p);
+		if (got < 0)
+			return got;
+		done += got;
 	}
-	free(ops);
-	free(names);
-	free(metas);
 	return done;
 }
 

@@ -198,38 +198,31 @@ static int client_main(void *arg)
 			goto fail;
 	}
 	if (cur_mode == M_SYNC) {
-		struct qname *names = calloc(n, sizeof(*names));
+		struct prepared p;
 
-		if (!names)
+		/* Names and metadata formatted before the clock starts. */
+		if (prepare(&p, prefix, 0, (size_t)n) < 0)
 			goto fail;
-		for (uint64_t i = 0; i < n; i++)
-			name_of(&names[i], prefix, i);
 		__atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
 		wait_go();
 		r->t0 = pr_mono_ns();
-		for (uint64_t i = 0; i < n; i++) {
-			meta_of(meta, sizeof(meta), i);
-			r->ok1 += procreg_register(reg, names[i].s, meta, ml) == 0;
-		}
+		for (uint64_t i = 0; i < n; i++)
+			r->ok1 += procreg_register(reg, p.names[i].s, p.metas[i], p.meta_lens[i]) == 0;
 		r->t1 = pr_mono_ns();
 		for (uint64_t i = 0; i < n; i++)
-			r->ok2 += procreg_unregister(reg, names[i].s) == 0;
+			r->ok2 += procreg_unregister(reg, p.names[i].s) == 0;
 		r->t2 = pr_mono_ns();
-		free(names);
+		prepared_free(&p);
 	} else {
-		struct procreg_op *ops = calloc(n, sizeof(*ops));
-		struct qname *names = calloc(n, sizeof(*names));
-		char (*metas)[40] = calloc(n, 40);
+		struct prepared p;
+		struct procreg_op *ops;
 
-		if (!ops || !names || !metas)
+		if (prepare(&p, prefix, 0, (size_t)n) < 0)
 			goto fail;
+		ops = p.ops;
 		for (uint64_t i = 0; i < n; i++) {
-			name_of(&names[i], prefix, i);
-			ops[i].sz = sizeof(ops[i]);
 			ops[i].kind = PROCREG_OP_REGISTER;
-			ops[i].name = names[i].s;
-			ops[i].meta = metas[i];
-			ops[i].meta_len = meta_of(metas[i], 40, i);
+			ops[i].meta_len = p.meta_lens[i];
 		}
 		__atomic_store_n(&r->ready, 1, __ATOMIC_RELEASE);
 		wait_go();
@@ -252,6 +245,7 @@ static int client_main(void *arg)
 		}
 		for (uint64_t i = 0; i < n; i++)
 			r->ok2 += ops[i].result == 0;
+		prepared_free(&p);
 	}
 	procreg_close(reg);
 	return 0;

@@ -84,27 +84,25 @@ static void step_done(int ph, int failed, int err)
 		futex_wake_all(&S->done[ph]);
 }
 
-static int do_names(procreg_t *reg, uint64_t first, uint64_t n, bool unreg, int *err)
+/* A process's names were formatted before the steps (prepare): a step
+ * times procreg, not snprintf. */
+static int do_names(procreg_t *reg, struct prepared *p, bool unreg, int *err)
 {
-	char meta[64];
 	int bad = 0;
 
 	if (bo.pipelined) {
-		int64_t k = register_range(reg, "s", first, n, unreg);
+		int64_t k = prepared_batch(reg, p, unreg);
 
-		if (k != (int64_t)n) {
+		if (k != (int64_t)p->n) {
 			*err = k < 0 ? (int)-k : EEXIST;
 			bad = 1;
 		}
 		return bad;
 	}
-	for (uint64_t i = first; i < first + n; i++) {
-		struct qname q;
-		int r;
+	for (size_t j = 0; j < p->n; j++) {
+		int r = unreg ? procreg_unregister(reg, p->names[j].s)
+			      : procreg_register(reg, p->names[j].s, p->metas[j], p->meta_lens[j]);
 
-		name_of(&q, "s", i);
-		r = unreg ? procreg_unregister(reg, q.s)
-			  : procreg_register(reg, q.s, meta, meta_of(meta, sizeof(meta), i));
 		if (r) {
 			*err = -r;
 			bad = 1;
@@ -118,9 +116,10 @@ static int proc_main(void *arg)
 	int id = (int)(intptr_t)arg, err = 0;
 	uint64_t first, n;
 	procreg_t *reg = bench_open(BENCH_SCOPE);
+	struct prepared p;
 
 	range_of(id, &first, &n);
-	if (!reg || procreg_sync(reg) < 0) {
+	if (!reg || procreg_sync(reg) < 0 || prepare(&p, "s", first, (size_t)n) < 0) {
 		step_done(ST_LAUNCH, 1, errno ? errno : EIO);
 		return 1;
 	}
@@ -130,7 +129,7 @@ static int proc_main(void *arg)
 
 		while ((cur = __atomic_load_n(&S->phase, __ATOMIC_ACQUIRE)) < ph)
 			futex_wait(&S->phase, cur);
-		step_done(ph, do_names(reg, first, n, ph == ST_UNREG, &err), err);
+		step_done(ph, do_names(reg, &p, ph == ST_UNREG, &err), err);
 	}
 	/* Hold the names until we are killed. */
 	for (;;)
