@@ -331,13 +331,25 @@ const struct pr_root *procreg__group_root(const struct pr_map *m, const struct p
 	return pr_at(m, g->aux, sizeof(struct pr_root));
 }
 
-static int key_matches(const struct pr_record *r, const struct pr_key *k)
+/* The name length of R, reached by slot word W: read once and bounded by
+ * the mapping, since a block reused under a reader the daemon stopped
+ * waiting for may hold another length at a second read. -1 if the name
+ * does not fit. */
+static int record_name_len(const struct pr_map *m, uint64_t w, const struct pr_record *r)
+{
+	uint16_t nl = CMM_LOAD_SHARED(r->name_len);
+
+	return nl <= PROCREG_NAME_MAX && pr_at(m, pr_slot_off(w), PR_RECORD_SIZE(nl, 0)) ? nl : -1;
+}
+
+static int key_matches(const struct pr_map *m, uint64_t w, const struct pr_record *r,
+		       const struct pr_key *k)
 {
 	if (r->kind != k->kind)
 		return 0;
 	if (k->kind == PR_KIND_MEMBER)
 		return r->pid == k->pid && r->start_time == k->start && r->node == k->node;
-	return r->name_len == k->len && pr_bytes_eq(k->name, r->data, k->len);
+	return record_name_len(m, w, r) == (int)k->len && pr_bytes_eq(k->name, r->data, k->len);
 }
 
 /*
@@ -369,7 +381,7 @@ const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_i
 		if (pr_slot_tag(w) != tag)
 			continue;
 		r = procreg__record_at(m, w);
-		if (r && key_matches(r, k)) {
+		if (r && key_matches(m, w, r, k)) {
 			if (pos)
 				*pos = p;
 			return r;
@@ -688,18 +700,14 @@ static int take(const struct pr_map *m, const struct pr_ixv *ix, uint64_t p,
 {
 	uint64_t w = PR_LOAD_ACQ(&ix->slot[p]), h;
 	const struct pr_record *r;
-	uint16_t nl;
+	int nl;
 
 	if (!pr_slot_live(w))
 		return 0;
 	r = procreg__record_at(m, w);
-	if (!r)
+	if (!r || (nl = record_name_len(m, w, r)) < 0)
 		return 0;
-	/* The length read once, and bounded, for the hash. */
-	nl = CMM_LOAD_SHARED(r->name_len);
-	if (nl > PROCREG_NAME_MAX || !pr_at(m, pr_slot_off(w), PR_RECORD_SIZE(nl, 0)))
-		return 0;
-	h = pr_record_hash(r, nl, m->hdr->hash_seed);
+	h = pr_record_hash(r, (size_t)nl, m->hdr->hash_seed);
 	if (h < c->lo || ((h >> ix->shift) > p) != wrapped)
 		return 0;
 	if (c->n == c->cap)
