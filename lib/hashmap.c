@@ -4,8 +4,8 @@
  * (never in shared memory): u64 -> u64, and u32 -> u32 in half the
  * memory, for the map of owned records, which holds an entry a name (at
  * 10^6 names, 16-byte entries were 34 bytes a name of the daemon's
- * memory). Key 0 is reserved (empty), and 1 too in the u64 map (deleted,
- * in maps of an older build: none is ever made now).
+ * memory). Key 0 is reserved (empty); the u64 map refuses 1 as well, its
+ * callers' keys being offset by 2.
  *
  * Linear probing with deletion by backward shift (Knuth's Algorithm R):
  * a removal moves the entries after it back into the hole, so the map
@@ -25,8 +25,8 @@
 
 #define K_EMPTY 0
 
-#define MAP_DEFINE(pfx, map_t, kv_t, key_t, val_t, KEY_MIN)                                   \
-	static size_t pfx##_slot(const map_t *m, key_t key)                                  \
+#define MAP_DEFINE(pfx, map_t, key_t, val_t, KEY_MIN)                                         \
+	static size_t pfx##_slot(const map_t *m, key_t key)                                   \
 	{                                                                                     \
 		return (size_t)(pr_mix(key) & (m->cap - 1));                                  \
 	}                                                                                     \
@@ -58,9 +58,9 @@
 		return 0;                                                                     \
 	}                                                                                     \
                                                                                               \
-	/* The reserved keys are the slot markers: compared as keys they would              \
-	 * "find" an empty or deleted slot. */                                                \
-	static size_t pfx##_find(const map_t *m, key_t key)                                  \
+	/* The reserved keys are the slot markers: compared as keys they would                \
+	 * "find" an empty slot. */                                                           \
+	static size_t pfx##_find(const map_t *m, key_t key)                                   \
 	{                                                                                     \
 		if (!m->cap || key < (KEY_MIN))                                               \
 			return SIZE_MAX;                                                      \
@@ -115,9 +115,9 @@
 		return p == SIZE_MAX ? NULL : &m->kv[p].val;                                  \
 	}                                                                                     \
                                                                                               \
-	/* Close the hole: an entry further along the run moves back into it if             \
-	 * its home is not between the hole and where it sits (it would                      \
-	 * otherwise be cut off from its home by the empty slot); the run ends               \
+	/* Close the hole: an entry further along the run moves back into it if               \
+	 * its home is not between the hole and where it sits (it would                       \
+	 * otherwise be cut off from its home by the empty slot); the run ends                \
 	 * at an empty slot. */                                                               \
 	int procreg__##pfx##_del(map_t *m, key_t key)                                         \
 	{                                                                                     \
@@ -144,5 +144,5 @@
 		memset(m, 0, sizeof(*m));                                                     \
 	}
 
-MAP_DEFINE(u64map, struct pr_u64map, struct pr_u64kv, uint64_t, uint64_t, 2)
-MAP_DEFINE(u32map, struct pr_u32map, struct pr_u32kv, uint32_t, uint32_t, 1)
+MAP_DEFINE(u64map, struct pr_u64map, uint64_t, uint64_t, 2)
+MAP_DEFINE(u32map, struct pr_u32map, uint32_t, uint32_t, 1)

@@ -397,7 +397,7 @@ int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
  * array (measured: the daemon's map of owned records took 14% of a
  * pipelined registration's time, split over two misses). */
 struct pr_u64kv {
-	uint64_t key;     /* 0 = empty, 1 = deleted; callers' keys are >= 2 */
+	uint64_t key;     /* 0 = empty; 1 refused; callers' keys are >= 2 */
 	uint64_t val;
 };
 

@@ -103,7 +103,6 @@ int procreg__rcu_use_membarrier;
 /* Our pid, refreshed in the child after fork(): a slot or connection made
  * by the parent is never used by the child. Read without a syscall. */
 pid_t procreg__pid;
-#define self_pid procreg__pid
 static uint64_t self_start;
 static uint64_t rcu_ids;          /* the last handle id given out */
 
@@ -145,8 +144,8 @@ static void register_membarrier(void)
 
 static void refresh_self(void)
 {
-	self_pid = getpid();
-	if (procreg__proc_start_time(self_pid, &self_start) < 0)
+	procreg__pid = getpid();
+	if (procreg__proc_start_time(procreg__pid, &self_start) < 0)
 		self_start = 0;
 	register_membarrier();
 }
@@ -165,7 +164,7 @@ static void init_once(void)
 pid_t procreg__self_pid(void)
 {
 	pthread_once(&once, init_once);
-	return self_pid;
+	return procreg__pid;
 }
 
 static struct pr_reader_slot *page_slots(const struct pr_rpage_hdr *h)
@@ -185,7 +184,7 @@ static void thread_exit(void *p)
 	struct pr_rcu_thread *t = p, **pp;
 	struct pr_rcu *r = t->rcu;
 
-	if (t->pid == self_pid && t->slot && t->slot != &t->spare)
+	if (t->pid == procreg__pid && t->slot && t->slot != &t->spare)
 		release_slot(t->slot);
 	/* A key destructor of someone else's that runs after ours and reads
 	 * must not find the slot just given back. */
@@ -210,7 +209,7 @@ int procreg__rcu_init(struct pr_rcu *r, struct pr_map *m)
 	memset(r, 0, sizeof(*r));
 	r->map = m;
 	r->id = uatomic_add_return(&rcu_ids, 1);
-	r->pages_pid = self_pid;
+	r->pages_pid = procreg__pid;
 	err = pthread_key_create(&r->key, thread_exit);
 	if (err)
 		return -err;
@@ -244,12 +243,12 @@ void procreg__rcu_fini(struct pr_rcu *r)
 	pthread_key_delete(r->key);
 	for (t = r->threads; t; t = n) {
 		n = t->next;
-		if (t->pid == self_pid && t->slot && t->slot != &t->spare)
+		if (t->pid == procreg__pid && t->slot && t->slot != &t->spare)
 			release_slot(t->slot);
 		free(t);
 	}
 	r->threads = NULL;
-	drop_pages(r, r->pages_pid == self_pid);
+	drop_pages(r, r->pages_pid == procreg__pid);
 	pthread_mutex_destroy(&r->lock);
 }
 
@@ -322,10 +321,10 @@ static struct pr_reader_slot *claim(struct pr_rcu *r)
 	struct pr_reader_slot *s;
 	struct pr_rpage *p;
 
-	if (r->pages_pid != self_pid) {
+	if (r->pages_pid != procreg__pid) {
 		/* A child of fork(): the pages are the parent's. */
 		drop_pages(r, false);
-		r->pages_pid = self_pid;
+		r->pages_pid = procreg__pid;
 		PR_STORE_REL(&r->announced, 0);
 	}
 	for (p = r->pages; p; p = p->next)
@@ -347,7 +346,7 @@ static struct pr_reader_slot *claim(struct pr_rcu *r)
 static struct pr_reader_slot *remember(struct pr_rcu *r, struct pr_reader_slot *s)
 {
 	procreg__tls_slot.slot = s;
-	procreg__tls_slot.pid = self_pid;
+	procreg__tls_slot.pid = procreg__pid;
 	procreg__tls_slot.rcu_id = r->id;
 	return s;
 }
@@ -356,7 +355,7 @@ struct pr_reader_slot *procreg__rcu_slot_slow(struct pr_rcu *r)
 {
 	struct pr_rcu_thread *t = pthread_getspecific(r->key);
 
-	if (caa_likely(t && t->pid == self_pid))
+	if (caa_likely(t && t->pid == procreg__pid))
 		return remember(r, t->slot);
 	if (!t) {
 		t = calloc(1, sizeof(*t));
@@ -370,7 +369,7 @@ struct pr_reader_slot *procreg__rcu_slot_slow(struct pr_rcu *r)
 		pthread_setspecific(r->key, t);
 	}
 	/* New thread, or the child of a fork holding its parent's record. */
-	t->pid = self_pid;
+	t->pid = procreg__pid;
 	pthread_mutex_lock(&r->lock);
 	t->slot = claim(r);
 	pthread_mutex_unlock(&r->lock);
@@ -384,7 +383,7 @@ int procreg__rcu_page_fds(struct pr_rcu *r, int *fds, int max)
 	int n = 0;
 
 	pthread_mutex_lock(&r->lock);
-	if (r->pages_pid == self_pid)
+	if (r->pages_pid == procreg__pid)
 		for (struct pr_rpage *p = r->pages; p && n < max; p = p->next)
 			fds[n++] = p->fd;
 	pthread_mutex_unlock(&r->lock);

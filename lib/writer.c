@@ -1051,7 +1051,7 @@ static int record_sound(struct pr_writer *w, uint64_t wd, uint8_t kind)
 	    memchr(r->data, 0, r->name_len) || r->data[r->name_len] != 0)
 		return 0;
 	h = pr_record_hash(r, r->name_len, H(w)->hash_seed);
-	if ((h & 0xffffffff00000000ull) != (wd & 0xffffffff00000000ull))
+	if ((uint32_t)(h >> 32) != pr_slot_tag(wd))
 		return 0;
 	if (kind == PR_KIND_GROUP)
 		return r->aux % PR_ALIGN == 0 && r->aux >= H(w)->arena_off &&
