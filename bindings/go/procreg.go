@@ -820,17 +820,17 @@ func entriesOf(items []C.struct_go_item) []Entry {
 
 // Members returns the members of GROUP (none if it has none).
 func (r *Registry) Members(group string) ([]Entry, error) {
-	items, free, err := r.walk(C.GO_MEMBERS, "members", group)
-	if err != nil {
-		return nil, err
-	}
-	defer free()
-	return entriesOf(items), nil
+	return r.walkEntries(C.GO_MEMBERS, "members", group)
 }
 
 // Entries returns every registered name.
 func (r *Registry) Entries() ([]Entry, error) {
-	items, free, err := r.walk(C.GO_ENTRIES, "entries", "")
+	return r.walkEntries(C.GO_ENTRIES, "entries", "")
+}
+
+// walkEntries copies out the entries of a walk that yields entries.
+func (r *Registry) walkEntries(what C.int, op, group string) ([]Entry, error) {
+	items, free, err := r.walk(what, op, group)
 	if err != nil {
 		return nil, err
 	}
