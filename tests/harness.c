@@ -972,6 +972,24 @@ size_t th_adopt_page(struct pr_writer *w, pid_t pid, int fdnum)
 	return w->readers.n - 1;
 }
 
+int th_stopped(void *pid)
+{
+	char path[64], buf[512], *p;
+	FILE *fp;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)*(pid_t *)pid);
+	fp = fopen(path, "r");
+	if (!fp)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = 0;
+	/* After the command name, which may hold spaces and parentheses. */
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] == 'T';
+}
+
 char *th_read_file(const char *path, bool must)
 {
 	FILE *fp = fopen(path, "re"), *m;

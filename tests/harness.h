@@ -274,5 +274,8 @@ size_t th_adopt_page(struct pr_writer *w, pid_t pid, int fdnum);
 void th_msleep(int ms);
 /* Poll COND-like function until it returns non-zero, up to MS ms. */
 int th_until(int (*fn)(void *), void *arg, int ms);
+/* For th_until: whether the process *(pid_t *)PID is stopped (state 'T'
+ * in /proc/PID/stat). */
+int th_stopped(void *pid);
 
 #endif

@@ -45,29 +45,6 @@ static procreg_t *open_timeout(const char *dir, int timeout_ms)
 	return reg;
 }
 
-/* The process state letter of /proc/PID/stat ('T': stopped). */
-static char proc_state(pid_t pid)
-{
-	char path[64], buf[512], *p;
-	FILE *fp;
-	size_t n;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fp = fopen(path, "r");
-	if (!fp)
-		return 0;
-	n = fread(buf, 1, sizeof(buf) - 1, fp);
-	fclose(fp);
-	buf[n] = 0;
-	p = strrchr(buf, ')');
-	return p && p[1] == ' ' ? p[2] : 0;
-}
-
-static int stopped(void *arg)
-{
-	return proc_state(*(pid_t *)arg) == 'T';
-}
-
 /* The CLI with --dir DIR and ARGS; its stdout and stderr in O. */
 static int cli(struct th_out *o, const char *dir, const char *const *args)
 {
@@ -94,7 +71,7 @@ static void test_stopped_daemon(void **state)
 	th_expect_in(o->out, want);
 
 	assert_int_equal(kill(f->d.pid, SIGSTOP), 0);
-	assert_true(th_until(stopped, &f->d.pid, 10000));
+	assert_true(th_until(th_stopped, &f->d.pid, 10000));
 
 	/* The table still says a daemon runs; a round trip says otherwise. */
 	assert_int_equal(procreg_stats(reg, &s), 0);

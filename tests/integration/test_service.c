@@ -397,23 +397,6 @@ static void note_until(int fd, const char *want, char *buf, size_t len)
 	while (!strstr(buf, want));
 }
 
-static int stopped(void *arg)
-{
-	char path[64], buf[512], *p;
-	FILE *fp;
-	size_t n;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", *(int *)arg);
-	fp = fopen(path, "r");
-	if (!fp)
-		return 0;
-	n = fread(buf, 1, sizeof(buf) - 1, fp);
-	fclose(fp);
-	buf[n] = 0;
-	p = strrchr(buf, ')');
-	return p && p[1] == ' ' && p[2] == 'T';
-}
-
 static void test_notify_watchdog(void **state)
 {
 	struct fx *f = *state;
@@ -447,7 +430,7 @@ static void test_notify_watchdog(void **state)
 	note_until(fd, "WATCHDOG=1", buf, sizeof(buf));
 	note_until(fd, "WATCHDOG=1", buf, sizeof(buf));
 	assert_int_equal(kill(pid, SIGSTOP), 0);
-	assert_true(th_until(stopped, &pid, 10000));
+	assert_true(th_until(th_stopped, &pid, 10000));
 	while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
 		;
 	{
