@@ -421,6 +421,20 @@ func (r *Registry) Close() error {
 	return nil
 }
 
+// entryFrom is the Entry of a lookup's answer RES for NAME, with META.
+func entryFrom(name string, res *C.struct_go_entry, meta []byte) Entry {
+	return Entry{
+		Name:       name,
+		PID:        int(res.pid),
+		Node:       uint32(res.node),
+		UID:        uint32(res.uid),
+		Flags:      uint32(res.flags),
+		StartTime:  uint64(res.start_time),
+		Registered: time.Unix(0, int64(res.registered_ns)),
+		Meta:       meta,
+	}
+}
+
 // Lookup returns NAME's entry, or an error that matches ErrNotFound if it
 // is not registered. It reads the shared table (no system call) and
 // allocates only the returned Meta, when there is metadata.
@@ -429,15 +443,7 @@ func (r *Registry) Lookup(name string) (Entry, error) {
 	if res.err != 0 {
 		return Entry{}, errOf("lookup", name, res.err)
 	}
-	e := Entry{
-		Name:       name,
-		PID:        int(res.pid),
-		Node:       uint32(res.node),
-		UID:        uint32(res.uid),
-		Flags:      uint32(res.flags),
-		StartTime:  uint64(res.start_time),
-		Registered: time.Unix(0, int64(res.registered_ns)),
-	}
+	e := entryFrom(name, &res, nil)
 	n := int(res.meta_len)
 	if n <= C.GO_META_INLINE {
 		if n > 0 {
@@ -461,9 +467,7 @@ func (r *Registry) Lookup(name string) (Entry, error) {
 			return Entry{}, errOf("lookup", name, res.err)
 		}
 		if int(res.meta_len) <= n {
-			e.PID, e.Node, e.UID, e.Flags = int(res.pid), uint32(res.node), uint32(res.uid), uint32(res.flags)
-			e.StartTime, e.Registered = uint64(res.start_time), time.Unix(0, int64(res.registered_ns))
-			return e, nil
+			return entryFrom(name, &res, e.Meta), nil
 		}
 		n = int(res.meta_len)
 	}
@@ -520,16 +524,7 @@ func (r *Registry) LookupInto(name string, e *Entry) (bool, error) {
 		// meanwhile, whence the loop.
 		meta = make([]byte, n)
 	}
-	*e = Entry{
-		Name:       name,
-		PID:        int(res.pid),
-		Node:       uint32(res.node),
-		UID:        uint32(res.uid),
-		Flags:      uint32(res.flags),
-		StartTime:  uint64(res.start_time),
-		Registered: time.Unix(0, int64(res.registered_ns)),
-		Meta:       meta,
-	}
+	*e = entryFrom(name, &res, meta)
 	return true, nil
 }
 
