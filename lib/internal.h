@@ -536,6 +536,9 @@ void procreg__w_drop_group_if_empty(struct pr_writer *w, const char *name, size_
 /* Remove the published record at OFF from its index: a name, or a
  * membership (and its group, once empty). -ENOENT if it is not there. */
 int procreg__w_unpublish(struct pr_writer *w, uint64_t off);
+/* The same for OFF, which a probe of ROOT found at slot POS: no second
+ * hash and probe when the slot still holds it (else looked up). */
+int procreg__w_unpublish_at(struct pr_writer *w, uint64_t off, struct pr_root *root, uint64_t pos);
 /* Run reclamation: start a grace period if memory is retired, free what a
  * finished one covered. Returns 1 while work remains (call again soon).
  * Memory retired by the batch under way is not touched. */

@@ -617,6 +617,16 @@ void procreg__w_drop_group_if_empty(struct pr_writer *w, const char *name, size_
 	procreg__w_remove(w, &H(w)->groups, pos);
 }
 
+/* Take the published entry R out of ROOT's slot POS, which holds it. */
+static void unpublish_slot(struct pr_writer *w, const struct pr_record *r, struct pr_root *root,
+			   uint64_t pos)
+{
+	procreg__w_remove(w, root, pos);
+	/* Retired, not freed: its bytes still name the group. */
+	if (r->kind == PR_KIND_MEMBER)
+		procreg__w_drop_group_if_empty(w, r->data, r->name_len);
+}
+
 int procreg__w_unpublish(struct pr_writer *w, uint64_t off)
 {
 	const struct pr_record *r = rec_at(w, off);
@@ -635,13 +645,20 @@ int procreg__w_unpublish(struct pr_writer *w, uint64_t off)
 	}
 	if (procreg__w_find(w, root, &k, &pos) != off)
 		return -ENOENT;
-	if (r->kind != PR_KIND_MEMBER) {
-		procreg__w_remove(w, root, pos);
-		return 0;
-	}
-	procreg__w_remove(w, root, pos);
-	/* Retired, not freed: its bytes still name the group. */
-	procreg__w_drop_group_if_empty(w, r->data, r->name_len);
+	unpublish_slot(w, r, root, pos);
+	return 0;
+}
+
+int procreg__w_unpublish_at(struct pr_writer *w, uint64_t off, struct pr_root *root, uint64_t pos)
+{
+	const struct pr_index *ix = index_at(w, root);
+	uint64_t wd = pos < ix->capacity ? ix->slot[pos] : PR_SLOT_EMPTY;
+
+	/* The slot word is the proof: a live word holding OFF is OFF's one
+	 * slot in this index, whatever happened since the probe. */
+	if (!pr_slot_live(wd) || pr_slot_off(wd) != off)
+		return procreg__w_unpublish(w, off);
+	unpublish_slot(w, rec_at(w, off), root, pos);
 	return 0;
 }
 

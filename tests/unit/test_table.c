@@ -2396,6 +2396,77 @@ static void test_records_reuse_old_indexes(void **state)
 	free(dir);
 }
 
+/* ---- removal where a probe found the entry ------------------------- */
+
+/*
+ * procreg__w_unpublish_at takes the slot a probe found, the daemon's way
+ * of removing what it has just looked up without a second probe. The slot
+ * is a hint: one that no longer holds the record (a rebuild moved it,
+ * another name sits there, or it is out of the index) falls back to the
+ * lookup, and the record named goes, never the one at the slot.
+ */
+static void test_unpublish_at(void **state)
+{
+	char *dir = th_mkdtemp(), name[32];
+	struct pr_writer w;
+	struct pr_root *names;
+	uint64_t pos, pos2, off, off2, cap;
+	int n;
+
+	(void)state;
+	w_open_at(&w, dir, 16 * MB);
+	names = &w.map.hdr->names;
+	for (n = 0; n < 100; n++) {
+		snprintf(name, sizeof(name), "u%04d", n);
+		assert_int_equal(put(&w, name, 1), 0);
+	}
+
+	/* The slot found: removed there. */
+	off = procreg__w_find_name(&w, "u0000", 5, &pos);
+	assert_true(off != 0);
+	assert_int_equal(procreg__w_unpublish_at(&w, off, names, pos), 0);
+	assert_int_equal(procreg__w_find_name(&w, "u0000", 5, &pos), 0);
+	assert_int_equal(names->live, 99);
+
+	/* Another name's slot: u0001 goes, u0002 stays. */
+	off = procreg__w_find_name(&w, "u0001", 5, &pos);
+	off2 = procreg__w_find_name(&w, "u0002", 5, &pos2);
+	assert_true(off && off2 && pos != pos2);
+	assert_int_equal(procreg__w_unpublish_at(&w, off, names, pos2), 0);
+	assert_int_equal(procreg__w_find_name(&w, "u0001", 5, &pos), 0);
+	assert_int_equal(procreg__w_find_name(&w, "u0002", 5, &pos2), off2);
+
+	/* Out of the index, and a slot across it. */
+	cap = w_index(&w)->capacity;
+	assert_int_equal(procreg__w_unpublish_at(&w, off2, names, cap + 5), 0);
+	assert_int_equal(procreg__w_find_name(&w, "u0002", 5, &pos2), 0);
+	off = procreg__w_find_name(&w, "u0003", 5, &pos);
+	assert_true(off != 0);
+	assert_int_equal(procreg__w_unpublish_at(&w, off, names, (pos + cap / 2) & (cap - 1)), 0);
+	assert_int_equal(procreg__w_find_name(&w, "u0003", 5, &pos), 0);
+
+	/* A position found before the index was rebuilt. */
+	off = procreg__w_find_name(&w, "u0099", 5, &pos);
+	assert_true(off != 0);
+	for (; w_index(&w)->capacity == cap; n++) {
+		snprintf(name, sizeof(name), "u%04d", n);
+		assert_int_equal(put(&w, name, 1), 0);
+	}
+	assert_int_equal(procreg__w_unpublish_at(&w, off, names, pos), 0);
+	assert_int_equal(procreg__w_find_name(&w, "u0099", 5, &pos), 0);
+
+	/* Not published any more: -ENOENT, nothing else touched. */
+	assert_int_equal(procreg__w_unpublish_at(&w, off, names, pos), -ENOENT);
+	assert_int_equal(names->live, (uint64_t)n - 5);
+	for (int i = 4; i < n; i++) {
+		snprintf(name, sizeof(name), "u%04d", i);
+		assert_int_equal(procreg__w_find_name(&w, name, strlen(name), &pos) != 0, i != 99);
+	}
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2415,6 +2486,7 @@ int main(void)
 		cmocka_unit_test(test_hostile_feed),
 		cmocka_unit_test(test_reclaim_in_batch),
 		cmocka_unit_test(test_records_reuse_old_indexes),
+		cmocka_unit_test(test_unpublish_at),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -664,13 +664,13 @@ uint64_t owners_tick(struct daemon *d)
 		if (l->pid) {
 			LOGV(d, "group '%s': pid %d: lease expired, left", l->name, (int)l->pid);
 			/* Leaving drops the lease. */
-			registry_remove(d, off, PROCREG_EV_LEFT);
+			registry_remove(d, off, NULL, PROCREG_EV_LEFT);
 			lp = &d->owners->leases;
 			continue;
 		}
 		LOGV(d, "name '%s': lease expired, released", l->name);
 		/* Releasing drops the lease (and may hand the name on). */
-		registry_remove(d, off, PROCREG_EV_EXPIRED);
+		registry_remove(d, off, NULL, PROCREG_EV_EXPIRED);
 		lp = &d->owners->leases; /* the list changed under us: start over */
 	}
 	return next == UINT64_MAX ? UINT64_MAX : next - now;

@@ -555,36 +555,37 @@ static int may_remove(const struct client *c, const struct pr_record *r)
 
 static int do_unregister(struct daemon *d, struct client *c, const struct pr_frame *f)
 {
-	uint64_t pos, off;
+	struct reg_where at = { &d->w.map.hdr->names, 0 };
+	uint64_t off;
 	int err = procreg__proto_check_name(f);
 
 	if (err)
 		return err;
-	off = procreg__w_find_name(&d->w, f->name, f->name_len, &pos);
+	off = procreg__w_find_name(&d->w, f->name, f->name_len, &at.pos);
 	if (!off)
 		return -ENOENT;
 	if (!may_remove(c, rec(d, off)))
 		return -EPERM;
-	registry_remove(d, off, PROCREG_EV_UNREGISTERED);
+	registry_remove(d, off, &at, PROCREG_EV_UNREGISTERED);
 	return 0;
 }
 
 static int do_leave(struct daemon *d, struct client *c, const struct pr_frame *f)
 {
-	struct pr_root *root;
+	struct reg_where at = { NULL, 0 };
 	struct pr_key k;
-	uint64_t pos, off;
+	uint64_t off;
 	int err = procreg__proto_check_name(f);
 
 	if (err)
 		return err;
-	if (procreg__w_group(&d->w, f->name, f->name_len, false, &root) < 0)
+	if (procreg__w_group(&d->w, f->name, f->name_len, false, &at.root) < 0)
 		return -ENOENT;
 	pr_key_member(&k, (uint32_t)c->id.pid, c->id.start, 0, d->w.map.hdr->hash_seed);
-	off = procreg__w_find(&d->w, root, &k, &pos);
+	off = procreg__w_find(&d->w, at.root, &k, &at.pos);
 	if (!off)
 		return -ENOENT;
-	registry_remove(d, off, PROCREG_EV_LEFT);
+	registry_remove(d, off, &at, PROCREG_EV_LEFT);
 	return 0;
 }
 
