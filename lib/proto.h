@@ -86,6 +86,7 @@
 #ifndef PROCREG_PROTO_H
 #define PROCREG_PROTO_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -163,6 +164,19 @@ int procreg__proto_check_name(const struct pr_frame *f);
 int procreg__proto_put(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
 		       uint32_t id, int32_t status, const void *a, size_t alen,
 		       const void *b, size_t blen);
+/* A frame of a header alone, as nearly every reply is: procreg__proto_put
+ * without a call, on the daemon's path for every request. */
+static inline int procreg__proto_put_status(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
+					    int32_t status)
+{
+	const struct pr_frame_hdr h = { .op = op, .len = PR_FRAME_HDR, .id = id, .status = status };
+
+	if (PR_FRAME_HDR > PR_PACKET_MAX - *pos)
+		return -ENOBUFS;
+	__builtin_memcpy(buf + *pos, &h, PR_FRAME_HDR);
+	*pos += PR_FRAME_HDR;
+	return 0;
+}
 /* HELLO (op PR_OP_HELLO) or its reply (PR_OP_HELLO | PR_OP_REPLY). */
 int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
 			     int32_t status);

@@ -219,7 +219,7 @@ void server_notify_feed(struct daemon *d)
 
 	if (!d->nsubscribers)
 		return;
-	procreg__proto_put(frame, &pos, PR_OP_NOTIFY | PR_OP_REPLY, 0, 0, 0, NULL, 0, NULL, 0);
+	procreg__proto_put_status(frame, &pos, PR_OP_NOTIFY | PR_OP_REPLY, 0, 0);
 	/* Best effort and never queued: a notification that finds the
 	 * socket full is redundant with the ones already in it. */
 	for (struct client *c = d->clients; c; c = c->next)
@@ -672,8 +672,8 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 			procreg__proto_put_hello(d->out, &out, PR_OP_HELLO | PR_OP_REPLY, f.h.id,
 						 status);
 		else
-			procreg__proto_put(d->out, &out, (uint16_t)(f.h.op | PR_OP_REPLY), 0,
-					   f.h.id, status, NULL, 0, NULL, 0);
+			procreg__proto_put_status(d->out, &out, (uint16_t)(f.h.op | PR_OP_REPLY),
+						  f.h.id, status);
 		if (!c->hello_done)
 			break; /* a failed HELLO ends the conversation */
 	}
