@@ -119,12 +119,10 @@
 	 * its home is not between the hole and where it sits (it would                       \
 	 * otherwise be cut off from its home by the empty slot); the run ends                \
 	 * at an empty slot. */                                                               \
-	int procreg__##pfx##_del(map_t *m, key_t key)                                         \
+	static void pfx##_remove_at(map_t *m, size_t hole)                                    \
 	{                                                                                     \
-		size_t mask = m->cap - 1, hole = pfx##_find(m, key);                          \
+		size_t mask = m->cap - 1;                                                     \
                                                                                               \
-		if (hole == SIZE_MAX)                                                         \
-			return -ENOENT;                                                       \
 		for (size_t j = (hole + 1) & mask; m->kv[j].key != K_EMPTY; j = (j + 1) & mask) { \
 			size_t home = pfx##_slot(m, m->kv[j].key);                            \
                                                                                               \
@@ -135,6 +133,26 @@
 		}                                                                             \
 		m->kv[hole].key = K_EMPTY;                                                    \
 		m->used--;                                                                    \
+	}                                                                                     \
+                                                                                              \
+	int procreg__##pfx##_del(map_t *m, key_t key)                                         \
+	{                                                                                     \
+		size_t p = pfx##_find(m, key);                                                \
+                                                                                              \
+		if (p == SIZE_MAX)                                                            \
+			return -ENOENT;                                                       \
+		pfx##_remove_at(m, p);                                                        \
+		return 0;                                                                     \
+	}                                                                                     \
+                                                                                              \
+	int procreg__##pfx##_take(map_t *m, key_t key, val_t *val)                            \
+	{                                                                                     \
+		size_t p = pfx##_find(m, key);                                                \
+                                                                                              \
+		if (p == SIZE_MAX)                                                            \
+			return -ENOENT;                                                       \
+		*val = m->kv[p].val;                                                          \
+		pfx##_remove_at(m, p);                                                        \
 		return 0;                                                                     \
 	}                                                                                     \
                                                                                               \

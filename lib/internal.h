@@ -411,6 +411,8 @@ int procreg__u64map_get(const struct pr_u64map *m, uint64_t key, uint64_t *val);
 /* KEY's value in place, or NULL: valid until the next put or del. */
 uint64_t *procreg__u64map_ref(struct pr_u64map *m, uint64_t key);
 int procreg__u64map_del(struct pr_u64map *m, uint64_t key);
+/* Remove KEY, its value into *VAL: one probe where get and del take two. */
+int procreg__u64map_take(struct pr_u64map *m, uint64_t key, uint64_t *val);
 void procreg__u64map_free(struct pr_u64map *m);
 
 /* The same for u32 -> u32 in 8-byte entries; key 0 is reserved. */
@@ -428,6 +430,7 @@ int procreg__u32map_put(struct pr_u32map *m, uint32_t key, uint32_t val);
 int procreg__u32map_get(const struct pr_u32map *m, uint32_t key, uint32_t *val);
 uint32_t *procreg__u32map_ref(struct pr_u32map *m, uint32_t key);
 int procreg__u32map_del(struct pr_u32map *m, uint32_t key);
+int procreg__u32map_take(struct pr_u32map *m, uint32_t key, uint32_t *val);
 void procreg__u32map_free(struct pr_u32map *m);
 
 /* ---- the writer (writer.c): procregd only ----------------------------- */
