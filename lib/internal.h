@@ -526,6 +526,11 @@ int procreg__w_new_record(struct pr_writer *w, const struct pr_record *tmpl,
 /* Publish OFF at POS of ROOT (empty, tombstone or live slot; a live one's
  * record is retired). */
 void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off);
+/* The same, for the record of key K, found at POS by procreg__w_find with
+ * K: the slot word's tag comes from K's hash, not from hashing the record
+ * again. */
+void procreg__w_publish_key(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off,
+			    const struct pr_key *k);
 /* Remove the entry at POS of ROOT and retire its record. */
 void procreg__w_remove(struct pr_writer *w, struct pr_root *root, uint64_t pos);
 /* Give back an unpublished record (a request that failed after allocation). */

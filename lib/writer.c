@@ -73,6 +73,25 @@ void procreg__vec_free(struct pr_vec *v)
 	memset(v, 0, sizeof(*v));
 }
 
+/* Append the pair (A, B), both or neither: a vector of pairs never holds
+ * half of one. One check for room, where two pushes made two calls. */
+static int push_pair(struct pr_vec *v, uint64_t a, uint64_t b)
+{
+	if (v->cap - v->n < 2) {
+		size_t cap = v->cap ? v->cap * 2 : 64;
+		uint64_t *n = realloc(v->v, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		v->v = n;
+		v->cap = cap;
+	}
+	v->v[v->n] = a;
+	v->v[v->n + 1] = b;
+	v->n += 2;
+	return 0;
+}
+
 /* ---- allocator -------------------------------------------------------- */
 
 PR_PROBE_DEFINE(procregd, publish);
@@ -92,8 +111,8 @@ static int free_block(struct pr_writer *w, uint64_t off, uint64_t size)
 
 	if (size <= CLASS_MAX)
 		err = procreg__vec_push(&w->classes[size / PR_ALIGN - 1], off);
-	else if (!(err = procreg__vec_push(&w->large, off)))
-		err = procreg__vec_push(&w->large, size);
+	else
+		err = push_pair(&w->large, off, size);
 	/* Out of private memory: the block leaks until the next restart's
 	 * recovery finds it; the table stays consistent. */
 	return err;
@@ -236,10 +255,6 @@ static void release_block(struct pr_writer *w, uint64_t off, uint64_t size)
 
 /* ---- reclamation ------------------------------------------------------ */
 
-static int push_pair(struct pr_vec *v, uint64_t off, uint64_t size)
-{
-	return procreg__vec_push(v, off) ?: procreg__vec_push(v, size);
-}
 
 /*
  * Retire epochs. The daemon works in batches (one wake-up of its loop)
@@ -256,7 +271,7 @@ static void retire(struct pr_writer *w, uint64_t off, uint64_t size)
 {
 	struct pr_vec *v = w->in_batch ? &w->current : &w->retired;
 
-	if (procreg__vec_push(v, off) || procreg__vec_push(v, size))
+	if (push_pair(v, off, size))
 		return; /* leaks until recovery; never frees early */
 	if (w->in_batch)
 		w->current_bytes += size;
@@ -485,14 +500,16 @@ static const struct pr_record *rec_at(struct pr_writer *w, uint64_t off)
 	return (const struct pr_record *)(w->map.base + off);
 }
 
-void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off)
+/* Publish OFF, whose key hashes to HASH, at ROOT's slot POS. */
+static void publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off,
+		    uint64_t hash)
 {
 	struct pr_index *ix = index_at(w, root);
 	const struct pr_record *r = rec_at(w, off);
 	uint64_t old = ix->slot[pos];
 
 	/* Release: the record's bytes before the word that reaches them. */
-	PR_STORE_REL(&ix->slot[pos], pr_slot_word(pr_record_hash(r, r->name_len, H(w)->hash_seed), off));
+	PR_STORE_REL(&ix->slot[pos], pr_slot_word(hash, off));
 	PR_TRACE(procregd, publish, r->kind, (const char *)r->data, r->name_len, r->pid, off);
 	if (pr_slot_live(old)) {
 		retire(w, pr_slot_off(old), procreg__record_size(rec_at(w, pr_slot_off(old))));
@@ -506,6 +523,19 @@ void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos,
 			CMM_STORE_SHARED(H(w)->memberships, H(w)->memberships + 1);
 	}
 	bump_generation(w);
+}
+
+void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off)
+{
+	const struct pr_record *r = rec_at(w, off);
+
+	publish(w, root, pos, off, pr_record_hash(r, r->name_len, H(w)->hash_seed));
+}
+
+void procreg__w_publish_key(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off,
+			    const struct pr_key *k)
+{
+	publish(w, root, pos, off, k->hash);
 }
 
 void procreg__w_remove(struct pr_writer *w, struct pr_root *root, uint64_t pos)

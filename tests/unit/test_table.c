@@ -2467,6 +2467,57 @@ static void test_unpublish_at(void **state)
 	free(dir);
 }
 
+/* procreg__w_publish_key tags the slot word with the key's hash, which
+ * must be the one the record itself hashes to: what a lookup and a
+ * rebuild compute. Names and memberships. */
+static void test_publish_key(void **state)
+{
+	char *dir = th_mkdtemp(), name[32];
+	struct pr_writer w;
+	struct pr_record t = { .kind = PR_KIND_NAME, .pid = 42, .start_time = 7, .uid = 1000 };
+	struct pr_root *names, *group;
+	const struct pr_index *ix;
+	struct pr_key k;
+	uint64_t pos, off, seed;
+
+	(void)state;
+	w_open_at(&w, dir, 16 * MB);
+	names = &w.map.hdr->names;
+	seed = w.map.hdr->hash_seed;
+	for (int n = 0; n < 300; n++) {
+		size_t len = (size_t)snprintf(name, sizeof(name), "k%.*s%d", n % 20, "xxxxxxxxxxxxxxxxxxxx", n);
+
+		assert_int_equal(procreg__w_reserve(&w, names), 0);
+		pr_key_name(&k, PR_KIND_NAME, name, len, seed);
+		assert_int_equal(procreg__w_find(&w, names, &k, &pos), 0);
+		t.name_len = (uint16_t)len;
+		assert_int_equal(procreg__w_new_record(&w, &t, name, NULL, &off), 0);
+		procreg__w_publish_key(&w, names, pos, off, &k);
+		ix = w_index(&w);
+		assert_true(ix->slot[pos] ==
+			    pr_slot_word(pr_record_hash(procreg__record_at(&w.map, ix->slot[pos]), len, seed), off));
+	}
+	for (int n = 0; n < 300; n++) {
+		size_t len = (size_t)snprintf(name, sizeof(name), "k%.*s%d", n % 20, "xxxxxxxxxxxxxxxxxxxx", n);
+
+		assert_true(procreg__w_find_name(&w, name, len, &pos) != 0);
+	}
+	assert_int_equal(procreg__w_group(&w, "grp", 3, true, &group), 0);
+	t.kind = PR_KIND_MEMBER;
+	t.name_len = 3;
+	pr_key_member(&k, t.pid, t.start_time, 0, seed);
+	assert_int_equal(procreg__w_reserve(&w, group), 0);
+	assert_int_equal(procreg__w_find(&w, group, &k, &pos), 0);
+	assert_int_equal(procreg__w_new_record(&w, &t, "grp", NULL, &off), 0);
+	procreg__w_publish_key(&w, group, pos, off, &k);
+	assert_int_equal(procreg__w_find(&w, group, &k, &pos), off);
+	ix = (const struct pr_index *)(w.map.base + group->index_off);
+	assert_true(ix->slot[pos] == pr_slot_word(pr_record_hash(procreg__record_at(&w.map, ix->slot[pos]), 3, seed), off));
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2487,6 +2538,7 @@ int main(void)
 		cmocka_unit_test(test_reclaim_in_batch),
 		cmocka_unit_test(test_records_reuse_old_indexes),
 		cmocka_unit_test(test_unpublish_at),
+		cmocka_unit_test(test_publish_key),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -195,7 +195,7 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	if (old && !mine)
 		loser = proc_forget_name(d, old);
 	/* Replies come after this store: an acknowledged write is published. */
-	procreg__w_publish(&d->w, root, pos, off);
+	procreg__w_publish_key(&d->w, root, pos, off, &k);
 	if (mine)
 		proc_replace_name(d, old, off);
 	proc_release_if_empty(d, loser);
