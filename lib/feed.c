@@ -48,7 +48,7 @@ PR_PROBE_DEFINE(procregd, change);
 
 void procreg__w_emit(struct pr_writer *w, uint32_t type, const struct pr_record *r)
 {
-	procreg__w_emit_at(w, type, r, procreg__now_ns());
+	procreg__w_emit_at(w, type, r, procreg__w_now(w));
 }
 
 void procreg__w_emit_at(struct pr_writer *w, uint32_t type, const struct pr_record *r,

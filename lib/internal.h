@@ -493,7 +493,34 @@ struct pr_writer {
 	uint32_t gp_waited;           /* slots it waits for, while procregd:grace_period is traced */
 
 	struct pr_rpages readers;     /* the reader pages grace periods wait for */
+
+	/* CLOCK_REALTIME as read once for the packet of requests under way
+	 * (procreg__w_clock_hold), at its first stamp; 0 before it, and
+	 * outside a packet. Its registrations and events share one stamp,
+	 * which keeps the feed's times in order, instead of reading the
+	 * clock for each. */
+	bool clock_held;
+	uint64_t clock_ns;
 };
+
+/* Now for a stamp the writer puts in the table: the packet's clock, if
+ * one is held. */
+static inline uint64_t procreg__w_now(struct pr_writer *w)
+{
+	if (!w->clock_held)
+		return procreg__now_ns();
+	if (!w->clock_ns)
+		w->clock_ns = procreg__now_ns();
+	return w->clock_ns;
+}
+
+/* From here on, one clock read for every stamp (HOLD), until called
+ * with !HOLD: around one packet of requests. */
+static inline void procreg__w_clock_hold(struct pr_writer *w, bool hold)
+{
+	w->clock_held = hold;
+	w->clock_ns = 0;
+}
 
 /* Create the scope's table, or attach to an existing one (then
  * w->attached is true and the caller must recover). Takes the scope's

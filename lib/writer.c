@@ -614,7 +614,7 @@ int procreg__w_group(struct pr_writer *w, const char *name, size_t len, bool cre
 	gr = (struct pr_root *)(w->map.base + root_off);
 	memset(gr, 0, sizeof(*gr));
 	gr->index_off = ioff;
-	t.registered_ns = procreg__now_ns();
+	t.registered_ns = procreg__w_now(w);
 	t.aux = root_off;
 	t.kind = PR_KIND_GROUP;
 	t.name_len = (uint16_t)len;

@@ -2518,6 +2518,47 @@ static void test_publish_key(void **state)
 	free(dir);
 }
 
+/* ---- one clock read per packet ------------------------------------- */
+
+/* While the writer holds the clock (around a packet of requests), every
+ * stamp is the one read at the first: a registration's and its events'
+ * alike, so the feed's times stay in order. Released, each stamp is read
+ * afresh; held again, the clock is read again, never earlier. */
+static void test_clock_hold(void **state)
+{
+	char *dir = th_mkdtemp();
+	struct pr_writer w;
+	struct pr_record t = { .kind = PR_KIND_NAME, .pid = 1, .name_len = 1 };
+	const struct pr_event *e;
+	uint64_t a, b, c, off;
+
+	(void)state;
+	w_open_at(&w, dir, 4 * MB);
+	procreg__w_clock_hold(&w, true);
+	a = procreg__w_now(&w);
+	usleep(2000);
+	assert_true(procreg__w_now(&w) == a);
+	assert_int_equal(procreg__w_new_record(&w, &t, "x", NULL, &off), 0);
+	procreg__w_emit(&w, PROCREG_EV_REGISTERED, (const struct pr_record *)(w.map.base + off));
+	e = w.feed + (w.map.hdr->feed_head & (w.feed_cap - 1));
+	assert_true(e->time_ns == a);
+	procreg__w_clock_hold(&w, false);
+	b = procreg__w_now(&w);
+	assert_true(b > a);
+	usleep(2000);
+	assert_true(procreg__w_now(&w) > b);
+	procreg__w_clock_hold(&w, true);
+	c = procreg__w_now(&w);
+	assert_true(c > b);
+	procreg__w_emit(&w, PROCREG_EV_UNREGISTERED, (const struct pr_record *)(w.map.base + off));
+	e = w.feed + (w.map.hdr->feed_head & (w.feed_cap - 1));
+	assert_true(e->time_ns == c);
+	procreg__w_clock_hold(&w, false);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2539,6 +2580,7 @@ int main(void)
 		cmocka_unit_test(test_records_reuse_old_indexes),
 		cmocka_unit_test(test_unpublish_at),
 		cmocka_unit_test(test_publish_key),
+		cmocka_unit_test(test_clock_hold),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -165,7 +165,7 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	if (mine)
 		e.registered_ns = rec(d, old)->registered_ns;
 	else
-		e.registered_ns = d->bridge ? bridge_stamp(d) : procreg__now_ns();
+		e.registered_ns = d->bridge ? bridge_stamp(d) : procreg__w_now(&d->w);
 	if (name)
 		e.flags = (rq->flags & PROCREG_REPLACEABLE ? PROCREG_ENTRY_REPLACEABLE : 0) |
 			  (rq->lease_ms ? PROCREG_ENTRY_LEASED : 0);

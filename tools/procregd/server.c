@@ -778,7 +778,9 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 				    (int)c->id.pid, (unsigned)c->id.uid, nfds, want);
 			err = -EBADMSG;
 		} else {
+			procreg__w_clock_hold(&d->w, true);
 			err = handle_packet(d, c, (size_t)n, nfds ? fds[0] : -1);
+			procreg__w_clock_hold(&d->w, false);
 		}
 		/* A request that keeps a passed fd keeps a dup of it. */
 		for (int k = 0; k < nfds; k++)
