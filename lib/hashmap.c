@@ -25,7 +25,7 @@
 
 #define K_EMPTY 0
 
-#define MAP_DEFINE(pfx, map_t, key_t, val_t, KEY_MIN)                                         \
+#define MAP_DEFINE(pfx, map_t, key_t, val_t, KEY_MIN, HINT)                                         \
 	static size_t pfx##_slot(const map_t *m, key_t key)                                   \
 	{                                                                                     \
 		return (size_t)(pr_mix(key) & (m->cap - 1));                                  \
@@ -64,6 +64,8 @@
 	{                                                                                     \
 		if (!m->cap || key < (KEY_MIN))                                               \
 			return SIZE_MAX;                                                      \
+		if (HINT && m->kv[m->hint].key == key)                                        \
+			return m->hint;                                                       \
 		for (size_t p = pfx##_slot(m, key), n = 0; n < m->cap;                        \
 		     n++, p = (p + 1) & (m->cap - 1)) {                                       \
 			if (m->kv[p].key == key)                                              \
@@ -95,6 +97,8 @@
 		m->kv[p].key = key;                                                           \
 		m->kv[p].val = val;                                                           \
 		m->used++;                                                                    \
+		if (HINT)                                                                     \
+			m->hint = p;                                                          \
 		return 0;                                                                     \
 	}                                                                                     \
                                                                                               \
@@ -112,7 +116,11 @@
 	{                                                                                     \
 		size_t p = pfx##_find(m, key);                                                \
                                                                                               \
-		return p == SIZE_MAX ? NULL : &m->kv[p].val;                                  \
+		if (p == SIZE_MAX)                                                            \
+			return NULL;                                                          \
+		if (HINT)                                                                     \
+			m->hint = p;                                                          \
+		return &m->kv[p].val;                                                         \
 	}                                                                                     \
                                                                                               \
 	/* Close the hole: an entry further along the run moves back into it if               \
@@ -162,5 +170,10 @@
 		memset(m, 0, sizeof(*m));                                                     \
 	}
 
-MAP_DEFINE(u64map, struct pr_u64map, uint64_t, uint64_t, 2)
-MAP_DEFINE(u32map, struct pr_u32map, uint32_t, uint32_t, 1)
+/* The u64 maps are small and asked for one key many times in a row (a
+ * uid's counts, on every registration and removal): a find tries the
+ * slot the last ref or put took first. A guess only, checked by its key:
+ * entries move, and the slot may hold another key or none. The owned
+ * map is asked for another key every time: no hint. */
+MAP_DEFINE(u64map, struct pr_u64map, uint64_t, uint64_t, 2, 1)
+MAP_DEFINE(u32map, struct pr_u32map, uint32_t, uint32_t, 1, 0)

@@ -404,6 +404,7 @@ struct pr_u64kv {
 struct pr_u64map {
 	struct pr_u64kv *kv;
 	size_t cap, used;
+	size_t hint;            /* the slot a ref or put took last: a guess (hashmap.c) */
 };
 
 int procreg__u64map_put(struct pr_u64map *m, uint64_t key, uint64_t val);
@@ -424,6 +425,7 @@ struct pr_u32kv {
 struct pr_u32map {
 	struct pr_u32kv *kv;
 	size_t cap, used;
+	size_t hint;            /* unused: the owned map takes no hint */
 };
 
 int procreg__u32map_put(struct pr_u32map *m, uint32_t key, uint32_t val);
