@@ -372,6 +372,12 @@ struct pr_ixv {
 int procreg__index(const struct pr_map *m, const struct pr_root *root, struct pr_ixv *v);
 const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_ixv *ix,
 				       const struct pr_key *k, uint64_t *pos);
+/* The same for the writer, in its own table: a slot word leads to a whole
+ * record (recovery checked every record it reaches, and only the writer
+ * wrote any since, as the rest of writer.c assumes), so no record is
+ * checked against the mapping before it is compared. */
+const struct pr_record *procreg__probe_trusted(const struct pr_map *m, const struct pr_ixv *ix,
+					       const struct pr_key *k, uint64_t *pos);
 const struct pr_record *procreg__find(const struct pr_map *m, const struct pr_root *root,
 				      const struct pr_key *k);
 static inline const struct pr_record *procreg__find_name(const struct pr_map *m,

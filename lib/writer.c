@@ -451,7 +451,7 @@ uint64_t procreg__w_find(struct pr_writer *w, const struct pr_root *root,
 {
 	const struct pr_index *ix = index_at(w, root);
 	struct pr_ixv v = { ix->slot, ix->capacity, ix->shift };
-	const struct pr_record *r = procreg__probe(&w->map, &v, k, pos);
+	const struct pr_record *r = procreg__probe_trusted(&w->map, &v, k, pos);
 
 	return r ? (uint64_t)((const uint8_t *)r - w->map.base) : 0;
 }
