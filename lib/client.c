@@ -945,7 +945,12 @@ static size_t batch_pack(procreg_t *reg, struct procreg_op *ops, size_t stride, 
 		int meta;
 		uint16_t wire;
 
-		procreg__sized_in(&o, sizeof(o), op);
+		/* The library's copy of the op, checked and sent; one of the
+		 * size this build knows (nearly always) in a fixed-size copy. */
+		if (stride == sizeof(o))
+			memcpy(&o, op, sizeof(o));
+		else
+			procreg__sized_in(&o, sizeof(o), op);
 		meta = carries_meta(o.kind);
 		op->result = batch_check(&o, &len, &wire);
 		if (op->result)

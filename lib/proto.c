@@ -192,15 +192,29 @@ int procreg__proto_put_name_arg(uint8_t *buf, size_t *pos, uint16_t op, uint16_t
 				uint32_t id, const char *name, size_t name_len,
 				const void *meta, size_t meta_len, uint32_t arg)
 {
-	uint8_t body[sizeof(struct name_body) + PROCREG_NAME_MAX];
 	struct name_body nb = { (uint16_t)name_len, (uint16_t)meta_len, arg };
+	size_t body = PR_FRAME_HDR + sizeof(nb), len;
+	struct pr_frame_hdr h;
+	uint8_t *p;
 
 	if (name_len > PROCREG_NAME_MAX || meta_len > PROCREG_META_MAX)
 		return -EINVAL;
-	memcpy(body, &nb, sizeof(nb));
-	memcpy(body + sizeof(nb), name, name_len);
-	return procreg__proto_put(buf, pos, op, flags, id, 0, body, sizeof(nb) + name_len,
-				  meta, meta_len);
+	len = ALIGN8(body + name_len + meta_len);
+	if (len > PR_PACKET_MAX - *pos)
+		return -ENOBUFS;
+	h = (struct pr_frame_hdr){ .op = op, .flags = flags, .len = (uint32_t)len, .id = id };
+	/* Straight into the packet, every request of a batch passes here:
+	 * the padding (fewer than 8 bytes, all in the frame's last 8) is
+	 * cleared first, and the header, name and metadata written over. */
+	p = buf + *pos;
+	memset(p + len - 8, 0, 8);
+	memcpy(p, &h, PR_FRAME_HDR);
+	memcpy(p + PR_FRAME_HDR, &nb, sizeof(nb));
+	memcpy(p + body, name, name_len);
+	if (meta_len)
+		memcpy(p + body + name_len, meta, meta_len);
+	*pos += len;
+	return 0;
 }
 
 int procreg__proto_put_name(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,

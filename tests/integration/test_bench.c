@@ -424,13 +424,13 @@ static void test_register(void **state)
 	check_clean(&r);
 }
 
-static void test_stress(void **state)
+/* One stress run (ARGS after "stress"), every step checked. */
+static void stress_run(const char *const *args)
 {
 	struct run r;
 	double names;
 
-	(void)state;
-	bench(&r, 0, (const char *const[]){ "stress", NULL });
+	bench(&r, 0, args);
 	check_ok(&r);
 	names = num(r.out, "names");
 	assert_true(names > 0);
@@ -442,6 +442,12 @@ static void test_stress(void **state)
 	assert_true(num(r.out, "unreg_per_s") > 0);
 	assert_true(num(r.out, "rereg_per_s") > 0);
 	assert_true(num(r.out, "kill_to_all_gone_ms") >= 0);
+	/* Registration beside its floor, an echo server answering the same
+	 * processes' requests, measured before steps 2 and 6. */
+	assert_true(num(r.out, "floor_per_s") > 0);
+	assert_true(num(r.out, "floor2_per_s") > 0);
+	assert_true(num(r.out, "reg_vs_floor") > 0);
+	assert_true(num(r.out, "rereg_vs_floor") > 0);
 	/* The deaths beside their floor: both timed, from either end of the
 	 * kill loop. */
 	{
@@ -455,6 +461,13 @@ static void test_stress(void **state)
 		assert_true(num_after(d, "ratio_first_kill") > 0);
 	}
 	check_clean(&r);
+}
+
+static void test_stress(void **state)
+{
+	(void)state;
+	stress_run((const char *const[]){ "stress", NULL });
+	stress_run((const char *const[]){ "stress", "--pipelined", NULL });
 }
 
 /* stress --nodes 3: three bridged daemons; every name reached every

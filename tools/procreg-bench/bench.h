@@ -9,7 +9,8 @@
  *   baseline.c  the in-process tables procreg is measured against: an
  *               open-addressing hash table and liburcu's cds_lfht
  *   lookup.c    procreg-bench lookup [--under-write-load]
- *   register.c  procreg-bench register, and the unix-socket echo baseline
+ *   register.c  procreg-bench register
+ *   echo.c      the unix-socket echo server, the baseline of register and stress
  *   stress.c    procreg-bench stress
  *   cluster.c   procreg-bench stress --nodes K: replication between daemons
  *   memory.c    procreg-bench memory
@@ -167,6 +168,18 @@ int64_t prepared_batch(procreg_t *reg, struct prepared *p, bool unregister);
 void prepared_free(struct prepared *p);
 
 uint64_t rng_next(uint64_t *s);
+
+/* ---- the unix-socket echo server (echo.c) ---------------------------- */
+
+/* Start it listening at PATH: its pid, or -1 (said on stderr). */
+pid_t echo_start(const char *path);
+/* A connection to it: the fd, or -1. */
+int echo_connect(const char *path);
+/* N requests of FRAME bytes each, as procreg_batch sends them
+ * (PIPELINED: packets of as many as fit, four in flight) or as
+ * procreg_register does (one a packet, waiting for each answer); 0 once
+ * every one is answered, -1 on an error. */
+int echo_batch(int fd, size_t frame, uint64_t n, bool pipelined);
 
 /* ---- output (out.c) --------------------------------------------------- */
 

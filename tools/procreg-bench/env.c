@@ -449,7 +449,7 @@ int daemon_start(struct daemon_proc *d, const char *scope, const char *const *ar
 		_exit(127);
 	}
 	daemons[slot] = d->pid;
-	for (int i = 0; i < 20000; i++) {
+	for (uint64_t end = pr_mono_ns() + 20000000000ull; pr_mono_ns() < end;) {
 		procreg_t *r = bench_open(scope);
 		int st;
 
@@ -470,6 +470,12 @@ int daemon_start(struct daemon_proc *d, const char *scope, const char *const *ar
 		}
 		sleep_ms(1);
 	}
+	/* A --procregd wrapper that forks the daemon (perf record does)
+	 * rather than exec'ing it in place (valgrind, exec) serves a daemon
+	 * whose pid is not the one we started: this is where it ends. */
+	fprintf(stderr, "procreg-bench: no procregd of pid %d answered on scope %s within 20 s "
+		"(a --procregd program must exec the daemon in place)\n", (int)d->pid, scope);
+	daemon_dump_log(d);
 	return -ETIMEDOUT;
 }
 

@@ -505,17 +505,27 @@ static void reader_cpus(int nr, int *rcpu)
 
 /* Each reader count of RCOUNTS (NRC of them), each implementation,
  * idle and (--under-write-load) loaded, --rounds times: the medians in
- * CELLS. The writer and the daemon on WCPU. */
+ * CELLS. The writer and the daemon on WCPU.
+ *
+ * Within a round, one implementation's figures at every reader count are
+ * taken back to back before the next implementation's: a scaling is the
+ * ratio of an implementation's N-reader figure to its 1-reader one, and
+ * on this kind of machine the speed of a CPU drifts over seconds (a
+ * vCPU's share of its host, kernel threads that wake in bursts). With
+ * every 1-reader round measured first and every N-reader round after, a
+ * round's scaling compared figures taken seconds apart, and a burst in
+ * one of procreg's two windows but in neither of inline's (or the
+ * reverse) showed as a slow round of one and not the other. */
 static int measure_all(struct cell (*cells)[2][NIMPL], const int *rcounts, int nrc, int wcpu)
 {
-	for (int c = 0; c < nrc; c++) {
-		int nr = rcounts[c], rcpu[MAX_READERS];
+	for (int round = 0; round < bo.rounds; round++) {
+		for (int k = 0; k < NIMPL; k++) {
+			enum impl im = (enum impl)((k + round) % NIMPL);
 
-		reader_cpus(nr, rcpu);
-		for (int round = 0; round < bo.rounds; round++) {
-			for (int k = 0; k < NIMPL; k++) {
-				enum impl im = (enum impl)((k + round) % NIMPL);
+			for (int c = 0; c < nrc; c++) {
+				int nr = rcounts[c], rcpu[MAX_READERS];
 
+				reader_cpus(nr, rcpu);
 				for (int ld = 0; ld < (bo.under_write_load ? 2 : 1); ld++) {
 					struct figure f;
 					struct cell *cl = &cells[c][ld][im];
@@ -532,10 +542,11 @@ static int measure_all(struct cell (*cells)[2][NIMPL], const int *rcounts, int n
 				}
 			}
 		}
+	}
+	for (int c = 0; c < nrc; c++)
 		for (int ld = 0; ld < 2; ld++)
 			for (int k = 0; k < NIMPL; k++)
 				finish(&cells[c][ld][k], bo.rounds);
-	}
 	return 0;
 }
 

@@ -8,11 +8,10 @@
  * measured in the same run and the same arrangement.
  *
  * THE BASELINE. An echo server shaped like procregd's loop minus the
- * table: one process, one epoll set, level-triggered; per readable client
- * it reads packets with recv(MSG_DONTWAIT) until EAGAIN (at most 16) and
- * answers each with a 16-byte reply frame. The client sends a packet of
- * the size of a REGISTER frame for our names (header, name, metadata) and
- * blocks in recv for the reply, as procreg_register does. So
+ * table (echo.c), answering each request with a 16-byte reply frame. The
+ * client sends a packet of the size of a REGISTER frame for our names
+ * (header, name, metadata) and blocks in recv for the reply, as
+ * procreg_register does. So
  * ratio_vs_socket_rtt is what the daemon's work (and the library's
  * encoding) costs on top of the transport they must use anyway.
  *
@@ -28,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -61,81 +59,7 @@ static enum mode cur_mode;
 static uint64_t cur_ops;
 static size_t req_size;
 
-/* ---- the echo server --------------------------------------------------- */
-
-static int echo_main(void *arg)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct epoll_event ev, evs[64];
-	uint8_t *buf = malloc(65536);
-	int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	int ep = epoll_create1(EPOLL_CLOEXEC);
-	int *ready = arg;
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", echo_path);
-	if (!buf || lfd < 0 || ep < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    listen(lfd, 512) < 0) {
-		__atomic_store_n(ready, -1, __ATOMIC_RELEASE);
-		return 1;
-	}
-	ev.events = EPOLLIN;
-	ev.data.fd = lfd;
-	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
-	__atomic_store_n(ready, 1, __ATOMIC_RELEASE);
-	for (;;) {
-		int n = epoll_wait(ep, evs, 64, -1);
-
-		for (int i = 0; i < n; i++) {
-			int fd = evs[i].data.fd;
-
-			if (fd == lfd) {
-				int c;
-
-				while ((c = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-					ev.events = EPOLLIN;
-					ev.data.fd = c;
-					epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
-				}
-				continue;
-			}
-			for (int k = 0; k < 16; k++) {
-				ssize_t got = recv(fd, buf, 65536, MSG_DONTWAIT);
-				uint8_t reply[16];
-
-				if (got < 0)
-					break;
-				if (got == 0 || got < 16) {
-					epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
-					close(fd);
-					break;
-				}
-				/* A reply frame: the request's header, op | REPLY,
-				 * length 16, status 0. */
-				memcpy(reply, buf, 16);
-				reply[1] |= 0x80;
-				memset(reply + 4, 0, 4);
-				reply[4] = 16;
-				memset(reply + 12, 0, 4);
-				send(fd, reply, 16, MSG_DONTWAIT | MSG_NOSIGNAL);
-			}
-		}
-	}
-	return 0;
-}
-
-static int echo_connect(void)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", echo_path);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	return fd;
-}
+/* ---- the echo baseline (echo.c) ---------------------------------------- */
 
 static int echo_rtt(int fd, uint8_t *req, uint32_t id)
 {
@@ -167,7 +91,7 @@ static int client_main(void *arg)
 	snprintf(prefix, sizeof(prefix), "r%d", id);
 	if (cur_mode == M_ECHO) {
 		uint8_t req[128] = { 2, 0 };
-		int fd = echo_connect();
+		int fd = echo_connect(echo_path);
 
 		if (fd < 0)
 			goto fail;
@@ -357,26 +281,6 @@ static int arrangements(struct arrangement *ar, int nclients)
 	return nar;
 }
 
-/* The echo server, started and ready; -1 if it did not start. */
-static pid_t echo_start(void)
-{
-	int *ready = shared_alloc(64), echo_ready = 0;
-	pid_t echo = spawn(echo_main, ready, -1);
-
-	for (int k = 0; k < 100000 && !(echo_ready = __atomic_load_n(ready, __ATOMIC_ACQUIRE)); k++)
-		usleep(100);
-	shared_free(ready, 64);
-	if (echo < 0 || echo_ready <= 0) {
-		fprintf(stderr, "procreg-bench: the echo server did not start\n");
-		if (echo > 0) {
-			kill_child(echo);
-			reap(echo);
-		}
-		return -1;
-	}
-	return echo;
-}
-
 /* Every mode, --rounds times, for arrangement A, with procregd (DAEMON)
  * and the echo server (ECHO) on its server CPU: the medians in A. */
 static int measure_arrangement(struct arrangement *A, pid_t daemon, pid_t echo,
@@ -486,7 +390,7 @@ int cmd_register(void)
 	C = shared_alloc(sizeof(*C));
 	if (daemon_start(&d, BENCH_SCOPE, args) < 0)
 		return 2;
-	if ((echo = echo_start()) < 0)
+	if ((echo = echo_start(echo_path)) < 0)
 		goto out;
 	if (bo.prefill) {
 		/* The table the registrations go into: --prefill names held by

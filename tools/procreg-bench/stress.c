@@ -7,7 +7,7 @@
  * remainder to the first ones), in nine steps:
  *
  *   1 launch the P processes (fork; each opens the registry and connects
- *     to procregd)
+ *     to procregd, and to the echo server of the floor)
  *   2 every process registers its names, all at once (procreg_register,
  *     one call per name; --pipelined: one procreg_batch per process)
  *   3 wait until the table shows every name
@@ -17,6 +17,15 @@
  *   7 wait until every name is visible
  *   8 SIGKILL all P processes
  *   9 time from the last kill until every name is gone
+ *
+ * Registration beside its floor: before steps 2 and 6 the same processes,
+ * released the same way, send as many requests of the same size, the same
+ * way (a round trip each, or --pipelined packets as procreg_batch packs
+ * them), to an echo server shaped like procregd's loop that answers each
+ * with a reply frame and does nothing else (echo.c). What the machine
+ * charges for a thousand processes waking, sending and being woken by
+ * one server, the registry cannot undercut; the ratio to it is what
+ * procreg's own work costs on top.
  *
  * Then deaths beside their floor, --rounds times (default 7): P fresh
  * processes of the same shape as the registering ones (registry open,
@@ -51,7 +60,12 @@
 
 #include "bench.h"
 
-enum { ST_LAUNCH, ST_REG, ST_UNREG, ST_REREG, ST_PARK, NPHASE };
+enum { ST_LAUNCH, ST_FLOOR, ST_REG, ST_UNREG, ST_FLOOR2, ST_REREG, ST_PARK, NPHASE };
+
+static bool is_floor(int ph)
+{
+	return ph == ST_FLOOR || ph == ST_FLOOR2;
+}
 
 struct sctl {
 	int phase;                 /* futex: the step the processes are to do */
@@ -64,6 +78,8 @@ struct sctl {
 static struct sctl *S;
 static uint64_t S_names;
 static int S_procs;
+static char S_echo[108];
+static double S_floor[2];          /* the floor's names/s before steps 2 and 6 */
 
 static void range_of(int i, uint64_t *first, uint64_t *n)
 {
@@ -116,20 +132,33 @@ static int proc_main(void *arg)
 	int id = (int)(intptr_t)arg, err = 0;
 	uint64_t first, n;
 	procreg_t *reg = bench_open(BENCH_SCOPE);
+	int efd = echo_connect(S_echo);
 	struct prepared p;
+	size_t frame = 0;
 
 	range_of(id, &first, &n);
-	if (!reg || procreg_sync(reg) < 0 || prepare(&p, "s", first, (size_t)n) < 0) {
+	if (!reg || efd < 0 || procreg_sync(reg) < 0 || prepare(&p, "s", first, (size_t)n) < 0) {
 		step_done(ST_LAUNCH, 1, errno ? errno : EIO);
 		return 1;
 	}
+	/* The floor's request: the size of this process's first REGISTER
+	 * frame (ALIGN8 of the frame header, the name body's header, name
+	 * and metadata: lib/proto.c). */
+	if (n)
+		frame = (16 + 8 + strlen(p.names[0].s) + p.meta_lens[0] + 7) & ~(size_t)7;
 	step_done(ST_LAUNCH, 0, 0);
-	for (int ph = ST_REG; ph <= ST_REREG; ph++) {
-		int cur;
+	for (int ph = ST_FLOOR; ph <= ST_REREG; ph++) {
+		int cur, bad;
 
 		while ((cur = __atomic_load_n(&S->phase, __ATOMIC_ACQUIRE)) < ph)
 			futex_wait(&S->phase, cur);
-		step_done(ph, do_names(reg, &p, ph == ST_UNREG, &err), err);
+		if (is_floor(ph)) {
+			bad = n && echo_batch(efd, frame, n, bo.pipelined) < 0;
+			err = bad ? EIO : 0;
+		} else {
+			bad = do_names(reg, &p, ph == ST_UNREG, &err);
+		}
+		step_done(ph, bad, err);
 	}
 	/* Hold the names until we are killed. */
 	for (;;)
@@ -194,6 +223,25 @@ static uint64_t count_visible(procreg_t *reg)
 	return found;
 }
 
+/* Release every process into step PH and wait until all are through it
+ * (*T0 and *T1: when it started and ended): 0, or -1 (said on stderr) if
+ * one died or failed to VERB. */
+static int release(int ph, const pid_t *pids, const char *verb, uint64_t *t0, uint64_t *t1)
+{
+	*t0 = pr_mono_ns();
+	__atomic_store_n(&S->phase, ph, __ATOMIC_RELEASE);
+	futex_wake_all(&S->phase);
+	if (wait_step(ph, pids) < 0)
+		return -1;
+	*t1 = pr_mono_ns();
+	if (S->failed[ph]) {
+		fprintf(stderr, "procreg-bench: %d processes failed to %s: %s\n", S->failed[ph],
+			verb, strerror(S->first_err));
+		return -1;
+	}
+	return 0;
+}
+
 struct row {
 	const char *what;
 	double ms;
@@ -209,25 +257,20 @@ struct row {
 static int run_phase(int ph, const pid_t *pids, procreg_t *reg, struct row *rows, int *nrows,
 		     char (*label)[96], uint64_t *visible)
 {
-	static const char *const verb[] = { NULL, "register", "unregister", "re-register" };
-	static const char *const key[] = { NULL, "reg_per_s", "unreg_per_s", "rereg_per_s" };
-	static const char *const key_ms[] = { NULL, "reg_ms", "unreg_ms", "rereg_ms" };
-	static const char *const wkey[] = { NULL, "wait_visible_ms", "wait_gone_ms",
-					    "wait_revisible_ms" };
+	static const char *const verb[] = { [ST_REG] = "register", [ST_UNREG] = "unregister",
+					    [ST_REREG] = "re-register" };
+	static const char *const key[] = { [ST_REG] = "reg_per_s", [ST_UNREG] = "unreg_per_s",
+					   [ST_REREG] = "rereg_per_s" };
+	static const char *const key_ms[] = { [ST_REG] = "reg_ms", [ST_UNREG] = "unreg_ms",
+					      [ST_REREG] = "rereg_ms" };
+	static const char *const wkey[] = { [ST_REG] = "wait_visible_ms",
+					    [ST_UNREG] = "wait_gone_ms",
+					    [ST_REREG] = "wait_revisible_ms" };
 	uint64_t want = ph == ST_UNREG ? 0 : S_names, t0, t1, w;
 	int li = *nrows;
 
-	t0 = pr_mono_ns();
-	__atomic_store_n(&S->phase, ph, __ATOMIC_RELEASE);
-	futex_wake_all(&S->phase);
-	if (wait_step(ph, pids) < 0)
+	if (release(ph, pids, verb[ph], &t0, &t1) < 0)
 		return -1;
-	t1 = pr_mono_ns();
-	if (S->failed[ph]) {
-		fprintf(stderr, "procreg-bench: %d processes failed to %s: %s\n",
-			S->failed[ph], verb[ph], strerror(S->first_err));
-		return -1;
-	}
 	snprintf(label[li], 96, "%s %s names", verb[ph], fmt_count(S_names));
 	rows[(*nrows)++] = (struct row){ label[li], (double)(t1 - t0) / 1e6,
 					 (double)S_names * 1e9 / (double)(t1 - t0), "names/s",
@@ -264,6 +307,15 @@ static void report_rows(const struct row *rows, int nrows, const uint64_t *visib
 	}
 	hprintf("lookups after steps 3 and 7 found %s and %s of %s names\n", fmt_count(visible[0]),
 		fmt_count(visible[1]), fmt_count(S_names));
+	hprintf("\nregistration beside its floor: the same processes send as many requests of the "
+		"same size, %s, to an echo server that only answers\n",
+		bo.pipelined ? "packed as procreg_batch packs them" : "a round trip each");
+	hprintf("  before step 2: %s requests/s; register %s names/s, %.2fx the floor's rate\n",
+		fmt_count((uint64_t)(S_floor[0] + 0.5)), fmt_count((uint64_t)(rows[1].rate + 0.5)),
+		rows[1].rate / S_floor[0]);
+	hprintf("  before step 6: %s requests/s; re-register %s names/s, %.2fx\n",
+		fmt_count((uint64_t)(S_floor[1] + 0.5)), fmt_count((uint64_t)(rows[5].rate + 0.5)),
+		rows[5].rate / S_floor[1]);
 
 	j_str("subcommand", "stress");
 	j_int("names", S_names);
@@ -276,6 +328,10 @@ static void report_rows(const struct row *rows, int nrows, const uint64_t *visib
 			j_num(rows[i].key_rate, rows[i].rate);
 		j_num(rows[i].key_ms, rows[i].ms);
 	}
+	j_num("floor_per_s", S_floor[0]);
+	j_num("floor2_per_s", S_floor[1]);
+	j_num("reg_vs_floor", rows[1].rate / S_floor[0]);
+	j_num("rereg_vs_floor", rows[5].rate / S_floor[1]);
 	j_int("visible_after_register", visible[0]);
 	j_int("visible_after_reregister", visible[1]);
 	j_bool("all_gone", gone_ms >= 0);
@@ -523,6 +579,7 @@ int cmd_stress(void)
 	uint64_t t_start = pr_mono_ns(), t0, t1, w, visible[2] = { 0, 0 };
 	pid_t *pids;
 	procreg_t *reg = NULL;
+	pid_t echo = -1;
 	struct row rows[9];
 	char label[9][96];
 	int rc = 2, nrows = 0;
@@ -537,8 +594,9 @@ int cmd_stress(void)
 	snprintf(maxc, sizeof(maxc), "%d", S_procs + 64);
 	if (!pids || daemon_start(&d, BENCH_SCOPE, args) < 0)
 		return 2;
+	snprintf(S_echo, sizeof(S_echo), "%s/echo.sock", env_dir());
 	reg = bench_open(BENCH_SCOPE);
-	if (!reg)
+	if (!reg || (echo = echo_start(S_echo)) < 0)
 		goto out;
 	hprintf("procreg-bench stress: %s names over %s processes (%s each), %s, 1 node, "
 		"%d CPUs, processes and daemon unpinned\n", fmt_count(S_names),
@@ -562,9 +620,16 @@ int cmd_stress(void)
 	rows[nrows++] = (struct row){ label[0], (double)(t1 - t0) / 1e6,
 				      S_procs * 1e9 / (double)(t1 - t0), "procs/s", NULL, "launch_ms" };
 
-	for (int ph = ST_REG; ph <= ST_REREG; ph++)
-		if (run_phase(ph, pids, reg, rows, &nrows, label, visible) < 0)
+	for (int ph = ST_FLOOR; ph <= ST_REREG; ph++) {
+		if (!is_floor(ph)) {
+			if (run_phase(ph, pids, reg, rows, &nrows, label, visible) < 0)
+				goto failed;
+			continue;
+		}
+		if (release(ph, pids, "send to the echo server", &t0, &t1) < 0)
 			goto failed;
+		S_floor[ph == ST_FLOOR2] = (double)S_names * 1e9 / (double)(t1 - t0);
+	}
 
 	/* 8 kill, 9 gone */
 	t0 = pr_mono_ns();
@@ -604,6 +669,10 @@ out:
 			kill_child(pids[i]);
 		for (int i = 0; i < S_procs && pids[i] > 0; i++)
 			reap(pids[i]);
+	}
+	if (echo > 0) {
+		kill_child(echo);
+		reap(echo);
 	}
 	if (reg)
 		procreg_close(reg);
