@@ -143,16 +143,6 @@
 		m->used--;                                                                    \
 	}                                                                                     \
                                                                                               \
-	int procreg__##pfx##_del(map_t *m, key_t key)                                         \
-	{                                                                                     \
-		size_t p = pfx##_find(m, key);                                                \
-                                                                                              \
-		if (p == SIZE_MAX)                                                            \
-			return -ENOENT;                                                       \
-		pfx##_remove_at(m, p);                                                        \
-		return 0;                                                                     \
-	}                                                                                     \
-                                                                                              \
 	int procreg__##pfx##_take(map_t *m, key_t key, val_t *val)                            \
 	{                                                                                     \
 		size_t p = pfx##_find(m, key);                                                \
@@ -162,6 +152,13 @@
 		*val = m->kv[p].val;                                                          \
 		pfx##_remove_at(m, p);                                                        \
 		return 0;                                                                     \
+	}                                                                                     \
+                                                                                              \
+	int procreg__##pfx##_del(map_t *m, key_t key)                                         \
+	{                                                                                     \
+		val_t val;                                                                    \
+                                                                                              \
+		return procreg__##pfx##_take(m, key, &val);                                   \
 	}                                                                                     \
                                                                                               \
 	void procreg__##pfx##_free(map_t *m)                                                  \

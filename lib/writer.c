@@ -52,17 +52,24 @@
 
 /* ---- vectors ---------------------------------------------------------- */
 
+/* V with room for two more at least (doubled, or 64 to start with): the
+ * rare path, kept out of the pushes. */
+static __attribute__((noinline)) int vec_grow(struct pr_vec *v)
+{
+	size_t cap = v->cap ? v->cap * 2 : 64;
+	uint64_t *n = realloc(v->v, cap * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	v->v = n;
+	v->cap = cap;
+	return 0;
+}
+
 int procreg__vec_push(struct pr_vec *v, uint64_t x)
 {
-	if (v->n == v->cap) {
-		size_t cap = v->cap ? v->cap * 2 : 64;
-		uint64_t *n = realloc(v->v, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		v->v = n;
-		v->cap = cap;
-	}
+	if (v->n == v->cap && vec_grow(v))
+		return -ENOMEM;
 	v->v[v->n++] = x;
 	return 0;
 }
@@ -77,15 +84,8 @@ void procreg__vec_free(struct pr_vec *v)
  * half of one. One check for room, where two pushes made two calls. */
 static int push_pair(struct pr_vec *v, uint64_t a, uint64_t b)
 {
-	if (v->cap - v->n < 2) {
-		size_t cap = v->cap ? v->cap * 2 : 64;
-		uint64_t *n = realloc(v->v, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		v->v = n;
-		v->cap = cap;
-	}
+	if (v->cap - v->n < 2 && vec_grow(v))
+		return -ENOMEM;
 	v->v[v->n] = a;
 	v->v[v->n + 1] = b;
 	v->n += 2;
