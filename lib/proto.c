@@ -225,13 +225,3 @@ int procreg__proto_put_name(uint8_t *buf, size_t *pos, uint16_t op, uint16_t fla
 					   meta_len, 0);
 }
 
-int procreg__proto_check_name(const struct pr_frame *f)
-{
-	if (f->name_len == 0 || memchr(f->name, 0, f->name_len))
-		return -EINVAL;
-	if (f->name_len > PROCREG_NAME_MAX)
-		return -ENAMETOOLONG;
-	if (f->meta_len > PROCREG_META_MAX)
-		return -EMSGSIZE;
-	return 0;
-}

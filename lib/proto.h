@@ -156,8 +156,17 @@ int procreg__proto_next(const uint8_t *buf, size_t len, size_t *pos, struct pr_f
 
 /* The daemon's check of a decoded REGISTER/UNREGISTER/JOIN/LEAVE/REFRESH
  * frame's name and metadata: 0, -EINVAL (empty, or holds a NUL),
- * -ENAMETOOLONG, -EMSGSIZE. */
-int procreg__proto_check_name(const struct pr_frame *f);
+ * -ENAMETOOLONG, -EMSGSIZE. Inline: every request passes here. */
+static inline int procreg__proto_check_name(const struct pr_frame *f)
+{
+	if (f->name_len == 0 || __builtin_memchr(f->name, 0, f->name_len))
+		return -EINVAL;
+	if (f->name_len > PROCREG_NAME_MAX)
+		return -ENAMETOOLONG;
+	if (f->meta_len > PROCREG_META_MAX)
+		return -EMSGSIZE;
+	return 0;
+}
 
 /* Append a frame to BUF (capacity PR_PACKET_MAX) at *pos. -ENOBUFS when
  * it does not fit (the caller starts a new packet). */

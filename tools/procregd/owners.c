@@ -520,6 +520,9 @@ void owners_name_gone(struct daemon *d, const char *name, size_t len)
 	struct queue **qp;
 	struct queue *q;
 
+	/* The common case, on every removal: no lease to end, no line. */
+	if (!d->owners->leases && !d->owners->queues)
+		return;
 	owners_lease_set(d, name, len, 0, false);
 	qp = find_queue(d, name, len);
 	q = *qp;
