@@ -480,13 +480,13 @@ static struct lease *lease_put(struct daemon *d, const char *name, size_t len, i
 	return l;
 }
 
-static int lease_set(struct daemon *d, const char *name, size_t len, int32_t pid,
-		     uint64_t start, uint32_t lease_ms, bool mark)
+/* lease_set() when there is a lease to set or, maybe, to end. */
+static __attribute__((noinline)) int lease_change(struct daemon *d, const char *name, size_t len,
+						   int32_t pid, uint64_t start, uint32_t lease_ms,
+						   bool mark)
 {
 	struct lease **lp, *l;
 
-	if (!lease_ms && !d->owners->leases)
-		return 0; /* the common case: no lease here, none anywhere */
 	if (!lease_ms) {
 		lp = find_lease(d, name, len, pid, start);
 		if (*lp)
@@ -504,6 +504,14 @@ static int lease_set(struct daemon *d, const char *name, size_t len, int32_t pid
 	return 0;
 }
 
+static inline int lease_set(struct daemon *d, const char *name, size_t len, int32_t pid,
+			    uint64_t start, uint32_t lease_ms, bool mark)
+{
+	if (!lease_ms && !d->owners->leases)
+		return 0; /* the common case: no lease here, none anywhere */
+	return lease_change(d, name, len, pid, start, lease_ms, mark);
+}
+
 int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
 		     bool mark)
 {
@@ -515,14 +523,12 @@ int owners_member_lease_set(struct daemon *d, const struct pr_record *r, uint32_
 	return lease_set(d, r->data, r->name_len, (int32_t)r->pid, r->start_time, lease_ms, false);
 }
 
-void owners_name_gone(struct daemon *d, const char *name, size_t len)
+/* owners_name_gone() when a lease or a line may be concerned. */
+static __attribute__((noinline)) void name_gone(struct daemon *d, const char *name, size_t len)
 {
 	struct queue **qp;
 	struct queue *q;
 
-	/* The common case, on every removal: no lease to end, no line. */
-	if (!d->owners->leases && !d->owners->queues)
-		return;
 	owners_lease_set(d, name, len, 0, false);
 	qp = find_queue(d, name, len);
 	q = *qp;
@@ -556,6 +562,14 @@ void owners_name_gone(struct daemon *d, const char *name, size_t len)
 		*qp = q->next;
 		free(q);
 	}
+}
+
+void owners_name_gone(struct daemon *d, const char *name, size_t len)
+{
+	/* The common case, on every removal: no lease to end, no line to
+	 * pass the name on to (and no registers for name_gone to save). */
+	if (d->owners->leases || d->owners->queues)
+		name_gone(d, name, len);
 }
 
 static uint64_t find_name(struct daemon *d, const char *name, size_t len)
