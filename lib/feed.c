@@ -48,7 +48,7 @@ PR_PROBE_DEFINE(procregd, change);
 
 void procreg__w_emit(struct pr_writer *w, uint32_t type, const struct pr_record *r)
 {
-	procreg__w_emit_at(w, type, r, procreg__now_ns());
+	procreg__w_emit_at(w, type, r, procreg__w_now(w));
 }
 
 void procreg__w_emit_at(struct pr_writer *w, uint32_t type, const struct pr_record *r,
@@ -75,7 +75,7 @@ void procreg__w_emit_at(struct pr_writer *w, uint32_t type, const struct pr_reco
 	e->uid = r->uid;
 	e->start_time = r->start_time;
 	e->name_len = r->name_len;
-	memcpy(e->name, r->data, r->name_len);
+	pr_copy(e->name, r->data, r->name_len);
 	e->name[r->name_len] = 0;
 	PR_STORE_REL(&e->seq, s);
 	PR_STORE_REL(&h->feed_head, s);

@@ -25,13 +25,14 @@
 
 #define K_EMPTY 0
 
-#define MAP_DEFINE(pfx, map_t, key_t, val_t, KEY_MIN)                                         \
+#define MAP_DEFINE(pfx, map_t, key_t, val_t, KEY_MIN, HINT)                                         \
 	static size_t pfx##_slot(const map_t *m, key_t key)                                   \
 	{                                                                                     \
 		return (size_t)(pr_mix(key) & (m->cap - 1));                                  \
 	}                                                                                     \
                                                                                               \
-	static int pfx##_grow(map_t *m)                                                       \
+	/* Out of line: inlined, it had every put save six registers. */                      \
+	static __attribute__((noinline)) int pfx##_grow(map_t *m)                             \
 	{                                                                                     \
 		size_t cap = m->cap ? m->cap : 64;                                            \
 		map_t n = { 0 };                                                              \
@@ -64,6 +65,8 @@
 	{                                                                                     \
 		if (!m->cap || key < (KEY_MIN))                                               \
 			return SIZE_MAX;                                                      \
+		if (HINT && m->kv[m->hint].key == key)                                        \
+			return m->hint;                                                       \
 		for (size_t p = pfx##_slot(m, key), n = 0; n < m->cap;                        \
 		     n++, p = (p + 1) & (m->cap - 1)) {                                       \
 			if (m->kv[p].key == key)                                              \
@@ -95,6 +98,8 @@
 		m->kv[p].key = key;                                                           \
 		m->kv[p].val = val;                                                           \
 		m->used++;                                                                    \
+		if (HINT)                                                                     \
+			m->hint = p;                                                          \
 		return 0;                                                                     \
 	}                                                                                     \
                                                                                               \
@@ -112,19 +117,21 @@
 	{                                                                                     \
 		size_t p = pfx##_find(m, key);                                                \
                                                                                               \
-		return p == SIZE_MAX ? NULL : &m->kv[p].val;                                  \
+		if (p == SIZE_MAX)                                                            \
+			return NULL;                                                          \
+		if (HINT)                                                                     \
+			m->hint = p;                                                          \
+		return &m->kv[p].val;                                                         \
 	}                                                                                     \
                                                                                               \
 	/* Close the hole: an entry further along the run moves back into it if               \
 	 * its home is not between the hole and where it sits (it would                       \
 	 * otherwise be cut off from its home by the empty slot); the run ends                \
 	 * at an empty slot. */                                                               \
-	int procreg__##pfx##_del(map_t *m, key_t key)                                         \
+	static void pfx##_remove_at(map_t *m, size_t hole)                                    \
 	{                                                                                     \
-		size_t mask = m->cap - 1, hole = pfx##_find(m, key);                          \
+		size_t mask = m->cap - 1;                                                     \
                                                                                               \
-		if (hole == SIZE_MAX)                                                         \
-			return -ENOENT;                                                       \
 		for (size_t j = (hole + 1) & mask; m->kv[j].key != K_EMPTY; j = (j + 1) & mask) { \
 			size_t home = pfx##_slot(m, m->kv[j].key);                            \
                                                                                               \
@@ -135,7 +142,24 @@
 		}                                                                             \
 		m->kv[hole].key = K_EMPTY;                                                    \
 		m->used--;                                                                    \
+	}                                                                                     \
+                                                                                              \
+	int procreg__##pfx##_take(map_t *m, key_t key, val_t *val)                            \
+	{                                                                                     \
+		size_t p = pfx##_find(m, key);                                                \
+                                                                                              \
+		if (p == SIZE_MAX)                                                            \
+			return -ENOENT;                                                       \
+		*val = m->kv[p].val;                                                          \
+		pfx##_remove_at(m, p);                                                        \
 		return 0;                                                                     \
+	}                                                                                     \
+                                                                                              \
+	int procreg__##pfx##_del(map_t *m, key_t key)                                         \
+	{                                                                                     \
+		val_t val;                                                                    \
+                                                                                              \
+		return procreg__##pfx##_take(m, key, &val);                                   \
 	}                                                                                     \
                                                                                               \
 	void procreg__##pfx##_free(map_t *m)                                                  \
@@ -144,5 +168,10 @@
 		memset(m, 0, sizeof(*m));                                                     \
 	}
 
-MAP_DEFINE(u64map, struct pr_u64map, uint64_t, uint64_t, 2)
-MAP_DEFINE(u32map, struct pr_u32map, uint32_t, uint32_t, 1)
+/* The u64 maps are small and asked for one key many times in a row (a
+ * uid's counts, on every registration and removal): a find tries the
+ * slot the last ref or put took first. A guess only, checked by its key:
+ * entries move, and the slot may hold another key or none. The owned
+ * map is asked for another key every time: no hint. */
+MAP_DEFINE(u64map, struct pr_u64map, uint64_t, uint64_t, 2, 1)
+MAP_DEFINE(u32map, struct pr_u32map, uint32_t, uint32_t, 1, 0)

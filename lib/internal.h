@@ -372,6 +372,12 @@ struct pr_ixv {
 int procreg__index(const struct pr_map *m, const struct pr_root *root, struct pr_ixv *v);
 const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_ixv *ix,
 				       const struct pr_key *k, uint64_t *pos);
+/* The same for the writer, in its own table: a slot word leads to a whole
+ * record (recovery checked every record it reaches, and only the writer
+ * wrote any since, as the rest of writer.c assumes), so no record is
+ * checked against the mapping before it is compared. */
+const struct pr_record *procreg__probe_trusted(const struct pr_map *m, const struct pr_ixv *ix,
+					       const struct pr_key *k, uint64_t *pos);
 const struct pr_record *procreg__find(const struct pr_map *m, const struct pr_root *root,
 				      const struct pr_key *k);
 static inline const struct pr_record *procreg__find_name(const struct pr_map *m,
@@ -404,6 +410,7 @@ struct pr_u64kv {
 struct pr_u64map {
 	struct pr_u64kv *kv;
 	size_t cap, used;
+	size_t hint;            /* the slot a ref or put took last: a guess (hashmap.c) */
 };
 
 int procreg__u64map_put(struct pr_u64map *m, uint64_t key, uint64_t val);
@@ -411,6 +418,8 @@ int procreg__u64map_get(const struct pr_u64map *m, uint64_t key, uint64_t *val);
 /* KEY's value in place, or NULL: valid until the next put or del. */
 uint64_t *procreg__u64map_ref(struct pr_u64map *m, uint64_t key);
 int procreg__u64map_del(struct pr_u64map *m, uint64_t key);
+/* Remove KEY, its value into *VAL: one probe where get and del take two. */
+int procreg__u64map_take(struct pr_u64map *m, uint64_t key, uint64_t *val);
 void procreg__u64map_free(struct pr_u64map *m);
 
 /* The same for u32 -> u32 in 8-byte entries; key 0 is reserved. */
@@ -422,12 +431,14 @@ struct pr_u32kv {
 struct pr_u32map {
 	struct pr_u32kv *kv;
 	size_t cap, used;
+	size_t hint;            /* unused: the owned map takes no hint */
 };
 
 int procreg__u32map_put(struct pr_u32map *m, uint32_t key, uint32_t val);
 int procreg__u32map_get(const struct pr_u32map *m, uint32_t key, uint32_t *val);
 uint32_t *procreg__u32map_ref(struct pr_u32map *m, uint32_t key);
 int procreg__u32map_del(struct pr_u32map *m, uint32_t key);
+int procreg__u32map_take(struct pr_u32map *m, uint32_t key, uint32_t *val);
 void procreg__u32map_free(struct pr_u32map *m);
 
 /* ---- the writer (writer.c): procregd only ----------------------------- */
@@ -490,7 +501,34 @@ struct pr_writer {
 	uint32_t gp_waited;           /* slots it waits for, while procregd:grace_period is traced */
 
 	struct pr_rpages readers;     /* the reader pages grace periods wait for */
+
+	/* CLOCK_REALTIME as read once for the packet of requests under way
+	 * (procreg__w_clock_hold), at its first stamp; 0 before it, and
+	 * outside a packet. Its registrations and events share one stamp,
+	 * which keeps the feed's times in order, instead of reading the
+	 * clock for each. */
+	bool clock_held;
+	uint64_t clock_ns;
 };
+
+/* Now for a stamp the writer puts in the table: the packet's clock, if
+ * one is held. */
+static inline uint64_t procreg__w_now(struct pr_writer *w)
+{
+	if (!w->clock_held)
+		return procreg__now_ns();
+	if (!w->clock_ns)
+		w->clock_ns = procreg__now_ns();
+	return w->clock_ns;
+}
+
+/* From here on, one clock read for every stamp (HOLD), until called
+ * with !HOLD: around one packet of requests. */
+static inline void procreg__w_clock_hold(struct pr_writer *w, bool hold)
+{
+	w->clock_held = hold;
+	w->clock_ns = 0;
+}
 
 /* Create the scope's table, or attach to an existing one (then
  * w->attached is true and the caller must recover). Takes the scope's
@@ -523,6 +561,11 @@ int procreg__w_new_record(struct pr_writer *w, const struct pr_record *tmpl,
 /* Publish OFF at POS of ROOT (empty, tombstone or live slot; a live one's
  * record is retired). */
 void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off);
+/* The same, for the record of key K, found at POS by procreg__w_find with
+ * K: the slot word's tag comes from K's hash, not from hashing the record
+ * again. */
+void procreg__w_publish_key(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off,
+			    const struct pr_key *k);
 /* Remove the entry at POS of ROOT and retire its record. */
 void procreg__w_remove(struct pr_writer *w, struct pr_root *root, uint64_t pos);
 /* Give back an unpublished record (a request that failed after allocation). */
@@ -536,6 +579,9 @@ void procreg__w_drop_group_if_empty(struct pr_writer *w, const char *name, size_
 /* Remove the published record at OFF from its index: a name, or a
  * membership (and its group, once empty). -ENOENT if it is not there. */
 int procreg__w_unpublish(struct pr_writer *w, uint64_t off);
+/* The same for OFF, which a probe of ROOT found at slot POS: no second
+ * hash and probe when the slot still holds it (else looked up). */
+int procreg__w_unpublish_at(struct pr_writer *w, uint64_t off, struct pr_root *root, uint64_t pos);
 /* Run reclamation: start a grace period if memory is retired, free what a
  * finished one covered. Returns 1 while work remains (call again soon).
  * Memory retired by the batch under way is not touched. */

@@ -86,6 +86,7 @@
 #ifndef PROCREG_PROTO_H
 #define PROCREG_PROTO_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -155,14 +156,36 @@ int procreg__proto_next(const uint8_t *buf, size_t len, size_t *pos, struct pr_f
 
 /* The daemon's check of a decoded REGISTER/UNREGISTER/JOIN/LEAVE/REFRESH
  * frame's name and metadata: 0, -EINVAL (empty, or holds a NUL),
- * -ENAMETOOLONG, -EMSGSIZE. */
-int procreg__proto_check_name(const struct pr_frame *f);
+ * -ENAMETOOLONG, -EMSGSIZE. Inline: every request passes here. */
+static inline int procreg__proto_check_name(const struct pr_frame *f)
+{
+	if (f->name_len == 0 || __builtin_memchr(f->name, 0, f->name_len))
+		return -EINVAL;
+	if (f->name_len > PROCREG_NAME_MAX)
+		return -ENAMETOOLONG;
+	if (f->meta_len > PROCREG_META_MAX)
+		return -EMSGSIZE;
+	return 0;
+}
 
 /* Append a frame to BUF (capacity PR_PACKET_MAX) at *pos. -ENOBUFS when
  * it does not fit (the caller starts a new packet). */
 int procreg__proto_put(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
 		       uint32_t id, int32_t status, const void *a, size_t alen,
 		       const void *b, size_t blen);
+/* A frame of a header alone, as nearly every reply is: procreg__proto_put
+ * without a call, on the daemon's path for every request. */
+static inline int procreg__proto_put_status(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
+					    int32_t status)
+{
+	const struct pr_frame_hdr h = { .op = op, .len = PR_FRAME_HDR, .id = id, .status = status };
+
+	if (PR_FRAME_HDR > PR_PACKET_MAX - *pos)
+		return -ENOBUFS;
+	__builtin_memcpy(buf + *pos, &h, PR_FRAME_HDR);
+	*pos += PR_FRAME_HDR;
+	return 0;
+}
 /* HELLO (op PR_OP_HELLO) or its reply (PR_OP_HELLO | PR_OP_REPLY). */
 int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
 			     int32_t status);

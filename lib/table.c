@@ -342,24 +342,26 @@ static int record_name_len(const struct pr_map *m, uint64_t w, const struct pr_r
 	return nl <= PROCREG_NAME_MAX && pr_at(m, pr_slot_off(w), PR_RECORD_SIZE(nl, 0)) ? nl : -1;
 }
 
-static int key_matches(const struct pr_map *m, uint64_t w, const struct pr_record *r,
-		       const struct pr_key *k)
+/* Whether R, reached by slot word W, is K's. TRUSTED: the writer's own
+ * table, whose records recovery checked and only it wrote since: no
+ * bound to check. */
+static inline int key_matches(const struct pr_map *m, uint64_t w, const struct pr_record *r,
+			      const struct pr_key *k, bool trusted)
 {
 	if (r->kind != k->kind)
 		return 0;
 	if (k->kind == PR_KIND_MEMBER)
 		return r->pid == k->pid && r->start_time == k->start && r->node == k->node;
+	if (trusted)
+		return r->name_len == k->len && pr_bytes_eq(k->name, r->data, k->len);
 	return record_name_len(m, w, r) == (int)k->len && pr_bytes_eq(k->name, r->data, k->len);
 }
 
-/*
- * Probe for K. Returns its record, or NULL. *pos gets the record's slot
- * or, when absent, the slot an insertion should take (the first tombstone
- * on the way, else the empty slot that ended the probe; UINT64_MAX if the
- * index is full, which the writer never lets happen).
- */
-const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_ixv *ix,
-				       const struct pr_key *k, uint64_t *pos)
+/* procreg__probe, for a reader (every record checked before it is read)
+ * or, TRUSTED, for the writer. */
+static inline __attribute__((always_inline)) const struct pr_record *
+probe(const struct pr_map *m, const struct pr_ixv *ix, const struct pr_key *k, uint64_t *pos,
+      bool trusted)
 {
 	uint64_t mask = ix->cap - 1, p = k->hash >> ix->shift, first_tomb = UINT64_MAX;
 	uint32_t tag = (uint32_t)(k->hash >> 32);
@@ -380,8 +382,9 @@ const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_i
 		}
 		if (pr_slot_tag(w) != tag)
 			continue;
-		r = procreg__record_at(m, w);
-		if (r && key_matches(m, w, r, k)) {
+		r = trusted ? (const struct pr_record *)(m->base + pr_slot_off(w))
+			    : procreg__record_at(m, w);
+		if (r && key_matches(m, w, r, k, trusted)) {
 			if (pos)
 				*pos = p;
 			return r;
@@ -390,6 +393,24 @@ const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_i
 	if (pos)
 		*pos = first_tomb;
 	return NULL;
+}
+
+/*
+ * Probe for K. Returns its record, or NULL. *pos gets the record's slot
+ * or, when absent, the slot an insertion should take (the first tombstone
+ * on the way, else the empty slot that ended the probe; UINT64_MAX if the
+ * index is full, which the writer never lets happen).
+ */
+const struct pr_record *procreg__probe(const struct pr_map *m, const struct pr_ixv *ix,
+				       const struct pr_key *k, uint64_t *pos)
+{
+	return probe(m, ix, k, pos, false);
+}
+
+const struct pr_record *procreg__probe_trusted(const struct pr_map *m, const struct pr_ixv *ix,
+					       const struct pr_key *k, uint64_t *pos)
+{
+	return probe(m, ix, k, pos, true);
 }
 
 const struct pr_record *procreg__find(const struct pr_map *m, const struct pr_root *root,

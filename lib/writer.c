@@ -52,17 +52,24 @@
 
 /* ---- vectors ---------------------------------------------------------- */
 
+/* V with room for two more at least (doubled, or 64 to start with): the
+ * rare path, kept out of the pushes. */
+static __attribute__((noinline)) int vec_grow(struct pr_vec *v)
+{
+	size_t cap = v->cap ? v->cap * 2 : 64;
+	uint64_t *n = realloc(v->v, cap * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	v->v = n;
+	v->cap = cap;
+	return 0;
+}
+
 int procreg__vec_push(struct pr_vec *v, uint64_t x)
 {
-	if (v->n == v->cap) {
-		size_t cap = v->cap ? v->cap * 2 : 64;
-		uint64_t *n = realloc(v->v, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		v->v = n;
-		v->cap = cap;
-	}
+	if (v->n == v->cap && vec_grow(v))
+		return -ENOMEM;
 	v->v[v->n++] = x;
 	return 0;
 }
@@ -71,6 +78,18 @@ void procreg__vec_free(struct pr_vec *v)
 {
 	free(v->v);
 	memset(v, 0, sizeof(*v));
+}
+
+/* Append the pair (A, B), both or neither: a vector of pairs never holds
+ * half of one. One check for room, where two pushes made two calls. */
+static int push_pair(struct pr_vec *v, uint64_t a, uint64_t b)
+{
+	if (v->cap - v->n < 2 && vec_grow(v))
+		return -ENOMEM;
+	v->v[v->n] = a;
+	v->v[v->n + 1] = b;
+	v->n += 2;
+	return 0;
 }
 
 /* ---- allocator -------------------------------------------------------- */
@@ -92,8 +111,8 @@ static int free_block(struct pr_writer *w, uint64_t off, uint64_t size)
 
 	if (size <= CLASS_MAX)
 		err = procreg__vec_push(&w->classes[size / PR_ALIGN - 1], off);
-	else if (!(err = procreg__vec_push(&w->large, off)))
-		err = procreg__vec_push(&w->large, size);
+	else
+		err = push_pair(&w->large, off, size);
 	/* Out of private memory: the block leaks until the next restart's
 	 * recovery finds it; the table stays consistent. */
 	return err;
@@ -236,10 +255,6 @@ static void release_block(struct pr_writer *w, uint64_t off, uint64_t size)
 
 /* ---- reclamation ------------------------------------------------------ */
 
-static int push_pair(struct pr_vec *v, uint64_t off, uint64_t size)
-{
-	return procreg__vec_push(v, off) ?: procreg__vec_push(v, size);
-}
 
 /*
  * Retire epochs. The daemon works in batches (one wake-up of its loop)
@@ -256,7 +271,7 @@ static void retire(struct pr_writer *w, uint64_t off, uint64_t size)
 {
 	struct pr_vec *v = w->in_batch ? &w->current : &w->retired;
 
-	if (procreg__vec_push(v, off) || procreg__vec_push(v, size))
+	if (push_pair(v, off, size))
 		return; /* leaks until recovery; never frees early */
 	if (w->in_batch)
 		w->current_bytes += size;
@@ -436,7 +451,7 @@ uint64_t procreg__w_find(struct pr_writer *w, const struct pr_root *root,
 {
 	const struct pr_index *ix = index_at(w, root);
 	struct pr_ixv v = { ix->slot, ix->capacity, ix->shift };
-	const struct pr_record *r = procreg__probe(&w->map, &v, k, pos);
+	const struct pr_record *r = procreg__probe_trusted(&w->map, &v, k, pos);
 
 	return r ? (uint64_t)((const uint8_t *)r - w->map.base) : 0;
 }
@@ -455,15 +470,17 @@ int procreg__w_new_record(struct pr_writer *w, const struct pr_record *tmpl,
 	if (err)
 		return err;
 	r = (struct pr_record *)(w->map.base + *off);
-	*r = *tmpl;
-	memcpy(r->data, name, tmpl->name_len);
-	r->data[tmpl->name_len] = 0;
-	if (tmpl->meta_len)
-		memcpy(r->data + tmpl->name_len + 1, meta, tmpl->meta_len);
 	/* Padding too: a record's bytes are all defined, so a table file
-	 * never carries stale memory out of the daemon. */
-	memset(r->data + tmpl->name_len + 1 + tmpl->meta_len, 0,
-	       size - sizeof(*r) - tmpl->name_len - 1 - tmpl->meta_len);
+	 * never carries stale memory out of the daemon. The padding is
+	 * less than PR_ALIGN bytes at the end, and every record is longer
+	 * than 16 bytes: zero its last 16 first, then write the rest over
+	 * them (no call for a handful of bytes). */
+	_Static_assert(PR_ALIGN <= 16 && sizeof(*r) >= 16, "a record's padding lies in its last 16 bytes");
+	memset((uint8_t *)r + size - 16, 0, 16);
+	*r = *tmpl;
+	pr_copy(r->data, name, tmpl->name_len);
+	r->data[tmpl->name_len] = 0;
+	pr_copy(r->data + tmpl->name_len + 1, meta, tmpl->meta_len);
 	return 0;
 }
 
@@ -485,14 +502,16 @@ static const struct pr_record *rec_at(struct pr_writer *w, uint64_t off)
 	return (const struct pr_record *)(w->map.base + off);
 }
 
-void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off)
+/* Publish OFF, whose key hashes to HASH, at ROOT's slot POS. */
+static void publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off,
+		    uint64_t hash)
 {
 	struct pr_index *ix = index_at(w, root);
 	const struct pr_record *r = rec_at(w, off);
 	uint64_t old = ix->slot[pos];
 
 	/* Release: the record's bytes before the word that reaches them. */
-	PR_STORE_REL(&ix->slot[pos], pr_slot_word(pr_record_hash(r, r->name_len, H(w)->hash_seed), off));
+	PR_STORE_REL(&ix->slot[pos], pr_slot_word(hash, off));
 	PR_TRACE(procregd, publish, r->kind, (const char *)r->data, r->name_len, r->pid, off);
 	if (pr_slot_live(old)) {
 		retire(w, pr_slot_off(old), procreg__record_size(rec_at(w, pr_slot_off(old))));
@@ -506,6 +525,19 @@ void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos,
 			CMM_STORE_SHARED(H(w)->memberships, H(w)->memberships + 1);
 	}
 	bump_generation(w);
+}
+
+void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off)
+{
+	const struct pr_record *r = rec_at(w, off);
+
+	publish(w, root, pos, off, pr_record_hash(r, r->name_len, H(w)->hash_seed));
+}
+
+void procreg__w_publish_key(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off,
+			    const struct pr_key *k)
+{
+	publish(w, root, pos, off, k->hash);
 }
 
 void procreg__w_remove(struct pr_writer *w, struct pr_root *root, uint64_t pos)
@@ -582,7 +614,7 @@ int procreg__w_group(struct pr_writer *w, const char *name, size_t len, bool cre
 	gr = (struct pr_root *)(w->map.base + root_off);
 	memset(gr, 0, sizeof(*gr));
 	gr->index_off = ioff;
-	t.registered_ns = procreg__now_ns();
+	t.registered_ns = procreg__w_now(w);
 	t.aux = root_off;
 	t.kind = PR_KIND_GROUP;
 	t.name_len = (uint16_t)len;
@@ -617,6 +649,16 @@ void procreg__w_drop_group_if_empty(struct pr_writer *w, const char *name, size_
 	procreg__w_remove(w, &H(w)->groups, pos);
 }
 
+/* Take the published entry R out of ROOT's slot POS, which holds it. */
+static void unpublish_slot(struct pr_writer *w, const struct pr_record *r, struct pr_root *root,
+			   uint64_t pos)
+{
+	procreg__w_remove(w, root, pos);
+	/* Retired, not freed: its bytes still name the group. */
+	if (r->kind == PR_KIND_MEMBER)
+		procreg__w_drop_group_if_empty(w, r->data, r->name_len);
+}
+
 int procreg__w_unpublish(struct pr_writer *w, uint64_t off)
 {
 	const struct pr_record *r = rec_at(w, off);
@@ -635,13 +677,20 @@ int procreg__w_unpublish(struct pr_writer *w, uint64_t off)
 	}
 	if (procreg__w_find(w, root, &k, &pos) != off)
 		return -ENOENT;
-	if (r->kind != PR_KIND_MEMBER) {
-		procreg__w_remove(w, root, pos);
-		return 0;
-	}
-	procreg__w_remove(w, root, pos);
-	/* Retired, not freed: its bytes still name the group. */
-	procreg__w_drop_group_if_empty(w, r->data, r->name_len);
+	unpublish_slot(w, r, root, pos);
+	return 0;
+}
+
+int procreg__w_unpublish_at(struct pr_writer *w, uint64_t off, struct pr_root *root, uint64_t pos)
+{
+	const struct pr_index *ix = index_at(w, root);
+	uint64_t wd = pos < ix->capacity ? ix->slot[pos] : PR_SLOT_EMPTY;
+
+	/* The slot word is the proof: a live word holding OFF is OFF's one
+	 * slot in this index, whatever happened since the probe. */
+	if (!pr_slot_live(wd) || pr_slot_off(wd) != off)
+		return procreg__w_unpublish(w, off);
+	unpublish_slot(w, rec_at(w, off), root, pos);
 	return 0;
 }
 

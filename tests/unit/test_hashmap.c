@@ -201,6 +201,7 @@ struct map_ops {
 	int (*put)(void *m, uint64_t key, uint64_t val);
 	int (*get)(void *m, uint64_t key, uint64_t *val);
 	int (*del)(void *m, uint64_t key);
+	int (*take)(void *m, uint64_t key, uint64_t *val);
 	/* The key in slot I (0: empty), and the map's counts. */
 	uint64_t (*slot_key)(void *m, size_t i);
 	void (*counts)(void *m, size_t *used, size_t *cap);
@@ -211,6 +212,7 @@ struct map_ops {
 static int put64(void *m, uint64_t k, uint64_t v) { return procreg__u64map_put(m, k, v); }
 static int get64(void *m, uint64_t k, uint64_t *v) { return procreg__u64map_get(m, k, v); }
 static int del64(void *m, uint64_t k) { return procreg__u64map_del(m, k); }
+static int take64(void *m, uint64_t k, uint64_t *v) { return procreg__u64map_take(m, k, v); }
 static uint64_t key64(void *m, size_t i) { return ((struct pr_u64map *)m)->kv[i].key; }
 static void counts64(void *m, size_t *used, size_t *cap)
 {
@@ -230,6 +232,15 @@ static int get32(void *m, uint64_t k, uint64_t *v)
 	return e;
 }
 static int del32(void *m, uint64_t k) { return procreg__u32map_del(m, (uint32_t)k); }
+static int take32(void *m, uint64_t k, uint64_t *v)
+{
+	uint32_t x;
+	int e = procreg__u32map_take(m, (uint32_t)k, &x);
+
+	if (!e)
+		*v = x;
+	return e;
+}
 static uint64_t key32(void *m, size_t i) { return ((struct pr_u32map *)m)->kv[i].key; }
 static void counts32(void *m, size_t *used, size_t *cap)
 {
@@ -238,8 +249,8 @@ static void counts32(void *m, size_t *used, size_t *cap)
 }
 static void free32(void *m) { procreg__u32map_free(m); }
 
-static const struct map_ops ops64 = { put64, get64, del64, key64, counts64, free64, UINT64_MAX };
-static const struct map_ops ops32 = { put32, get32, del32, key32, counts32, free32, UINT32_MAX };
+static const struct map_ops ops64 = { put64, get64, del64, take64, key64, counts64, free64, UINT64_MAX };
+static const struct map_ops ops32 = { put32, get32, del32, take32, key32, counts32, free32, UINT32_MAX };
 
 /* The shape a removal by backward shift must keep: no deleted-slot
  * marker anywhere, and every entry reachable from its home slot without
@@ -286,10 +297,20 @@ static void churn(const struct map_ops *o, void *m)
 				live++;
 			present[i] = true;
 			val[i] = nv;
-		} else {
+		} else if ((r >> 40) & 1) {
 			int e = o->del(m, key_of(i));
 
 			assert_int_equal(e, present[i] ? 0 : -ENOENT);
+			if (present[i])
+				live--;
+			present[i] = false;
+		} else {
+			/* Half the removals take the value with the entry. */
+			int e = o->take(m, key_of(i), &v);
+
+			assert_int_equal(e, present[i] ? 0 : -ENOENT);
+			if (present[i])
+				assert_true(v == val[i]);
 			if (present[i])
 				live--;
 			present[i] = false;

@@ -681,6 +681,72 @@ static void test_garbage(void **state)
 	assert_true(clean > 100);
 }
 
+/* The daemon's check of a request's name: a NUL anywhere refuses it,
+ * whatever the length (and before the length is held against the limit);
+ * bytes next to the name are not the name's. */
+static void test_check_name(void **state)
+{
+	char buf[PROCREG_NAME_MAX + 64];
+	struct pr_frame f = { 0 };
+
+	(void)state;
+	f.name = buf;
+	f.name_len = 0;
+	assert_int_equal(procreg__proto_check_name(&f), -EINVAL);
+	for (size_t n = 1; n <= 40; n++) {
+		memset(buf, 'a', sizeof(buf));
+		buf[n] = 0; /* just past the name: not the name's */
+		f.name_len = n;
+		assert_int_equal(procreg__proto_check_name(&f), 0);
+		for (size_t i = 0; i < n; i++) {
+			buf[i] = 0;
+			assert_int_equal(procreg__proto_check_name(&f), -EINVAL);
+			buf[i] = (char)0x80; /* a top bit set is no NUL */
+			assert_int_equal(procreg__proto_check_name(&f), 0);
+			buf[i] = 1;
+			assert_int_equal(procreg__proto_check_name(&f), 0);
+			buf[i] = 'a';
+		}
+	}
+	memset(buf, 'b', sizeof(buf));
+	f.name_len = PROCREG_NAME_MAX;
+	assert_int_equal(procreg__proto_check_name(&f), 0);
+	f.name_len = PROCREG_NAME_MAX + 1;
+	assert_int_equal(procreg__proto_check_name(&f), -ENAMETOOLONG);
+	buf[PROCREG_NAME_MAX + 30] = 0;
+	f.name_len = PROCREG_NAME_MAX + 31;
+	assert_int_equal(procreg__proto_check_name(&f), -EINVAL);
+	f.name_len = 5;
+	f.meta_len = PROCREG_META_MAX + 1;
+	assert_int_equal(procreg__proto_check_name(&f), -EMSGSIZE);
+}
+
+/* A reply of a header alone reads back as procreg__proto_put writes it,
+ * and is refused when the packet is full. */
+static void test_put_status(void **state)
+{
+	static uint8_t a[PR_PACKET_MAX], b[PR_PACKET_MAX];
+	size_t pa = 0, pb = 0, rpos = 0;
+	struct pr_frame f;
+
+	(void)state;
+	assert_int_equal(procreg__proto_put_status(a, &pa, PR_OP_REGISTER | PR_OP_REPLY, 77, -EEXIST), 0);
+	assert_int_equal(procreg__proto_put(b, &pb, PR_OP_REGISTER | PR_OP_REPLY, 0, 77, -EEXIST,
+					    NULL, 0, NULL, 0), 0);
+	assert_int_equal(pa, PR_FRAME_HDR);
+	assert_int_equal(pb, pa);
+	assert_memory_equal(a, b, pa);
+	assert_int_equal(procreg__proto_next(a, pa, &rpos, &f), 1);
+	assert_int_equal(f.h.op, PR_OP_REGISTER | PR_OP_REPLY);
+	assert_int_equal(f.h.id, 77);
+	assert_int_equal(f.h.status, -EEXIST);
+	pa = PR_PACKET_MAX - PR_FRAME_HDR;
+	assert_int_equal(procreg__proto_put_status(a, &pa, PR_OP_SYNC | PR_OP_REPLY, 1, 0), 0);
+	assert_int_equal(pa, PR_PACKET_MAX);
+	assert_int_equal(procreg__proto_put_status(a, &pa, PR_OP_SYNC | PR_OP_REPLY, 2, 0), -ENOBUFS);
+	assert_int_equal(pa, PR_PACKET_MAX);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -692,6 +758,8 @@ int main(void)
 		cmocka_unit_test(test_unknown_op),
 		cmocka_unit_test(test_packet_full),
 		cmocka_unit_test(test_garbage),
+		cmocka_unit_test(test_check_name),
+		cmocka_unit_test(test_put_status),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

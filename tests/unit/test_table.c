@@ -2396,6 +2396,169 @@ static void test_records_reuse_old_indexes(void **state)
 	free(dir);
 }
 
+/* ---- removal where a probe found the entry ------------------------- */
+
+/*
+ * procreg__w_unpublish_at takes the slot a probe found, the daemon's way
+ * of removing what it has just looked up without a second probe. The slot
+ * is a hint: one that no longer holds the record (a rebuild moved it,
+ * another name sits there, or it is out of the index) falls back to the
+ * lookup, and the record named goes, never the one at the slot.
+ */
+static void test_unpublish_at(void **state)
+{
+	char *dir = th_mkdtemp(), name[32];
+	struct pr_writer w;
+	struct pr_root *names;
+	uint64_t pos, pos2, off, off2, cap;
+	int n;
+
+	(void)state;
+	w_open_at(&w, dir, 16 * MB);
+	names = &w.map.hdr->names;
+	for (n = 0; n < 100; n++) {
+		snprintf(name, sizeof(name), "u%04d", n);
+		assert_int_equal(put(&w, name, 1), 0);
+	}
+
+	/* The slot found: removed there. */
+	off = procreg__w_find_name(&w, "u0000", 5, &pos);
+	assert_true(off != 0);
+	assert_int_equal(procreg__w_unpublish_at(&w, off, names, pos), 0);
+	assert_int_equal(procreg__w_find_name(&w, "u0000", 5, &pos), 0);
+	assert_int_equal(names->live, 99);
+
+	/* Another name's slot: u0001 goes, u0002 stays. */
+	off = procreg__w_find_name(&w, "u0001", 5, &pos);
+	off2 = procreg__w_find_name(&w, "u0002", 5, &pos2);
+	assert_true(off && off2 && pos != pos2);
+	assert_int_equal(procreg__w_unpublish_at(&w, off, names, pos2), 0);
+	assert_int_equal(procreg__w_find_name(&w, "u0001", 5, &pos), 0);
+	assert_int_equal(procreg__w_find_name(&w, "u0002", 5, &pos2), off2);
+
+	/* Out of the index, and a slot across it. */
+	cap = w_index(&w)->capacity;
+	assert_int_equal(procreg__w_unpublish_at(&w, off2, names, cap + 5), 0);
+	assert_int_equal(procreg__w_find_name(&w, "u0002", 5, &pos2), 0);
+	off = procreg__w_find_name(&w, "u0003", 5, &pos);
+	assert_true(off != 0);
+	assert_int_equal(procreg__w_unpublish_at(&w, off, names, (pos + cap / 2) & (cap - 1)), 0);
+	assert_int_equal(procreg__w_find_name(&w, "u0003", 5, &pos), 0);
+
+	/* A position found before the index was rebuilt. */
+	off = procreg__w_find_name(&w, "u0099", 5, &pos);
+	assert_true(off != 0);
+	for (; w_index(&w)->capacity == cap; n++) {
+		snprintf(name, sizeof(name), "u%04d", n);
+		assert_int_equal(put(&w, name, 1), 0);
+	}
+	assert_int_equal(procreg__w_unpublish_at(&w, off, names, pos), 0);
+	assert_int_equal(procreg__w_find_name(&w, "u0099", 5, &pos), 0);
+
+	/* Not published any more: -ENOENT, nothing else touched. */
+	assert_int_equal(procreg__w_unpublish_at(&w, off, names, pos), -ENOENT);
+	assert_int_equal(names->live, (uint64_t)n - 5);
+	for (int i = 4; i < n; i++) {
+		snprintf(name, sizeof(name), "u%04d", i);
+		assert_int_equal(procreg__w_find_name(&w, name, strlen(name), &pos) != 0, i != 99);
+	}
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+/* procreg__w_publish_key tags the slot word with the key's hash, which
+ * must be the one the record itself hashes to: what a lookup and a
+ * rebuild compute. Names and memberships. */
+static void test_publish_key(void **state)
+{
+	char *dir = th_mkdtemp(), name[32];
+	struct pr_writer w;
+	struct pr_record t = { .kind = PR_KIND_NAME, .pid = 42, .start_time = 7, .uid = 1000 };
+	struct pr_root *names, *group;
+	const struct pr_index *ix;
+	struct pr_key k;
+	uint64_t pos, off, seed;
+
+	(void)state;
+	w_open_at(&w, dir, 16 * MB);
+	names = &w.map.hdr->names;
+	seed = w.map.hdr->hash_seed;
+	for (int n = 0; n < 300; n++) {
+		size_t len = (size_t)snprintf(name, sizeof(name), "k%.*s%d", n % 20, "xxxxxxxxxxxxxxxxxxxx", n);
+
+		assert_int_equal(procreg__w_reserve(&w, names), 0);
+		pr_key_name(&k, PR_KIND_NAME, name, len, seed);
+		assert_int_equal(procreg__w_find(&w, names, &k, &pos), 0);
+		t.name_len = (uint16_t)len;
+		assert_int_equal(procreg__w_new_record(&w, &t, name, NULL, &off), 0);
+		procreg__w_publish_key(&w, names, pos, off, &k);
+		ix = w_index(&w);
+		assert_true(ix->slot[pos] ==
+			    pr_slot_word(pr_record_hash(procreg__record_at(&w.map, ix->slot[pos]), len, seed), off));
+	}
+	for (int n = 0; n < 300; n++) {
+		size_t len = (size_t)snprintf(name, sizeof(name), "k%.*s%d", n % 20, "xxxxxxxxxxxxxxxxxxxx", n);
+
+		assert_true(procreg__w_find_name(&w, name, len, &pos) != 0);
+	}
+	assert_int_equal(procreg__w_group(&w, "grp", 3, true, &group), 0);
+	t.kind = PR_KIND_MEMBER;
+	t.name_len = 3;
+	pr_key_member(&k, t.pid, t.start_time, 0, seed);
+	assert_int_equal(procreg__w_reserve(&w, group), 0);
+	assert_int_equal(procreg__w_find(&w, group, &k, &pos), 0);
+	assert_int_equal(procreg__w_new_record(&w, &t, "grp", NULL, &off), 0);
+	procreg__w_publish_key(&w, group, pos, off, &k);
+	assert_int_equal(procreg__w_find(&w, group, &k, &pos), off);
+	ix = (const struct pr_index *)(w.map.base + group->index_off);
+	assert_true(ix->slot[pos] == pr_slot_word(pr_record_hash(procreg__record_at(&w.map, ix->slot[pos]), 3, seed), off));
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+/* ---- one clock read per packet ------------------------------------- */
+
+/* While the writer holds the clock (around a packet of requests), every
+ * stamp is the one read at the first: a registration's and its events'
+ * alike, so the feed's times stay in order. Released, each stamp is read
+ * afresh; held again, the clock is read again, never earlier. */
+static void test_clock_hold(void **state)
+{
+	char *dir = th_mkdtemp();
+	struct pr_writer w;
+	struct pr_record t = { .kind = PR_KIND_NAME, .pid = 1, .name_len = 1 };
+	const struct pr_event *e;
+	uint64_t a, b, c, off;
+
+	(void)state;
+	w_open_at(&w, dir, 4 * MB);
+	procreg__w_clock_hold(&w, true);
+	a = procreg__w_now(&w);
+	usleep(2000);
+	assert_true(procreg__w_now(&w) == a);
+	assert_int_equal(procreg__w_new_record(&w, &t, "x", NULL, &off), 0);
+	procreg__w_emit(&w, PROCREG_EV_REGISTERED, (const struct pr_record *)(w.map.base + off));
+	e = w.feed + (w.map.hdr->feed_head & (w.feed_cap - 1));
+	assert_true(e->time_ns == a);
+	procreg__w_clock_hold(&w, false);
+	b = procreg__w_now(&w);
+	assert_true(b > a);
+	usleep(2000);
+	assert_true(procreg__w_now(&w) > b);
+	procreg__w_clock_hold(&w, true);
+	c = procreg__w_now(&w);
+	assert_true(c > b);
+	procreg__w_emit(&w, PROCREG_EV_UNREGISTERED, (const struct pr_record *)(w.map.base + off));
+	e = w.feed + (w.map.hdr->feed_head & (w.feed_cap - 1));
+	assert_true(e->time_ns == c);
+	procreg__w_clock_hold(&w, false);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2415,6 +2578,9 @@ int main(void)
 		cmocka_unit_test(test_hostile_feed),
 		cmocka_unit_test(test_reclaim_in_batch),
 		cmocka_unit_test(test_records_reuse_old_indexes),
+		cmocka_unit_test(test_unpublish_at),
+		cmocka_unit_test(test_publish_key),
+		cmocka_unit_test(test_clock_hold),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

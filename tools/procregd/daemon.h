@@ -182,6 +182,9 @@ struct daemon {
 	bool fs_full_logged;      /* the table's filesystem full, as last logged */
 
 	struct pr_u64map procs;   /* pid -> struct proc * */
+	/* The entry of procs proc_get() found last (NULL: none): a client's
+	 * requests come in runs for one process. Cleared when it is freed. */
+	struct proc *last_proc;
 	struct pr_u32map owned;   /* record offset / 16 -> index in its proc's names */
 	struct client *clients;
 	uint32_t nclients;

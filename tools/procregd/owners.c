@@ -480,13 +480,13 @@ static struct lease *lease_put(struct daemon *d, const char *name, size_t len, i
 	return l;
 }
 
-static int lease_set(struct daemon *d, const char *name, size_t len, int32_t pid,
-		     uint64_t start, uint32_t lease_ms, bool mark)
+/* lease_set() when there is a lease to set or, maybe, to end. */
+static __attribute__((noinline)) int lease_change(struct daemon *d, const char *name, size_t len,
+						   int32_t pid, uint64_t start, uint32_t lease_ms,
+						   bool mark)
 {
 	struct lease **lp, *l;
 
-	if (!lease_ms && !d->owners->leases)
-		return 0; /* the common case: no lease here, none anywhere */
 	if (!lease_ms) {
 		lp = find_lease(d, name, len, pid, start);
 		if (*lp)
@@ -504,6 +504,14 @@ static int lease_set(struct daemon *d, const char *name, size_t len, int32_t pid
 	return 0;
 }
 
+static inline int lease_set(struct daemon *d, const char *name, size_t len, int32_t pid,
+			    uint64_t start, uint32_t lease_ms, bool mark)
+{
+	if (!lease_ms && !d->owners->leases)
+		return 0; /* the common case: no lease here, none anywhere */
+	return lease_change(d, name, len, pid, start, lease_ms, mark);
+}
+
 int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
 		     bool mark)
 {
@@ -515,7 +523,8 @@ int owners_member_lease_set(struct daemon *d, const struct pr_record *r, uint32_
 	return lease_set(d, r->data, r->name_len, (int32_t)r->pid, r->start_time, lease_ms, false);
 }
 
-void owners_name_gone(struct daemon *d, const char *name, size_t len)
+/* owners_name_gone() when a lease or a line may be concerned. */
+static __attribute__((noinline)) void name_gone(struct daemon *d, const char *name, size_t len)
 {
 	struct queue **qp;
 	struct queue *q;
@@ -553,6 +562,14 @@ void owners_name_gone(struct daemon *d, const char *name, size_t len)
 		*qp = q->next;
 		free(q);
 	}
+}
+
+void owners_name_gone(struct daemon *d, const char *name, size_t len)
+{
+	/* The common case, on every removal: no lease to end, no line to
+	 * pass the name on to (and no registers for name_gone to save). */
+	if (d->owners->leases || d->owners->queues)
+		name_gone(d, name, len);
 }
 
 static uint64_t find_name(struct daemon *d, const char *name, size_t len)
@@ -664,13 +681,13 @@ uint64_t owners_tick(struct daemon *d)
 		if (l->pid) {
 			LOGV(d, "group '%s': pid %d: lease expired, left", l->name, (int)l->pid);
 			/* Leaving drops the lease. */
-			registry_remove(d, off, PROCREG_EV_LEFT);
+			registry_remove(d, off, NULL, PROCREG_EV_LEFT);
 			lp = &d->owners->leases;
 			continue;
 		}
 		LOGV(d, "name '%s': lease expired, released", l->name);
 		/* Releasing drops the lease (and may hand the name on). */
-		registry_remove(d, off, PROCREG_EV_EXPIRED);
+		registry_remove(d, off, NULL, PROCREG_EV_EXPIRED);
 		lp = &d->owners->leases; /* the list changed under us: start over */
 	}
 	return next == UINT64_MAX ? UINT64_MAX : next - now;

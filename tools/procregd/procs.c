@@ -41,14 +41,19 @@ struct proc *proc_get(struct daemon *d, pid_t pid)
 {
 	uint64_t v;
 
+	if (d->last_proc && d->last_proc->pid == pid)
+		return d->last_proc;
 	/* Keys 0 and 1 are reserved by the map; pids start at 1. */
 	if (procreg__u64map_get(&d->procs, (uint64_t)pid + 2, &v) < 0)
 		return NULL;
-	return (struct proc *)(uintptr_t)v;
+	d->last_proc = (struct proc *)(uintptr_t)v;
+	return d->last_proc;
 }
 
 static void proc_free(struct daemon *d, struct proc *p)
 {
+	if (d->last_proc == p)
+		d->last_proc = NULL;
 	procreg__u64map_del(&d->procs, (uint64_t)p->pid + 2);
 	if (p->pidfd >= 0) {
 		epoll_ctl(d->epfd, EPOLL_CTL_DEL, p->pidfd, NULL);
@@ -205,21 +210,32 @@ void proc_replace_name(struct daemon *d, uint64_t old_off, uint64_t new_off)
 	procreg__u32map_put(&d->owned, owned_key(new_off), idx);
 }
 
-/* Forget OFF in its owner's list: swap the last name into its place. */
+/* Forget OFF in its owner's list: swap the last name into its place.
+ * Two probes of the owned map, where owner_of() and then a removal would
+ * take three: OFF's entry is taken out as it is found, and put back in
+ * the one case it does not name OFF's place (which never happens while
+ * the owned map and the lists agree). */
 static struct proc *unlink_name(struct daemon *d, uint64_t off)
 {
+	struct proc *p = proc_get(d, (pid_t)rec(d, off)->pid);
 	uint64_t last;
-	uint32_t idx;
-	struct proc *p = owner_of(d, off, &idx);
+	uint32_t idx, *ref;
 
-	if (!p)
+	if (!p || procreg__u32map_take(&d->owned, owned_key(off), &idx) < 0)
 		return NULL;
+	if (idx >= p->names.n || p->names.v[idx] != off) {
+		procreg__u32map_put(&d->owned, owned_key(off), idx);
+		return NULL;
+	}
 	last = p->names.v[--p->names.n];
 	if (idx < p->names.n) {
 		p->names.v[idx] = last;
-		procreg__u32map_put(&d->owned, owned_key(last), idx);
+		ref = procreg__u32map_ref(&d->owned, owned_key(last));
+		if (ref)
+			*ref = idx;
+		else
+			procreg__u32map_put(&d->owned, owned_key(last), idx);
 	}
-	procreg__u32map_del(&d->owned, owned_key(off));
 	uid_adjust(&d->uid_names, p->uid, -1);
 	return p;
 }
@@ -437,6 +453,7 @@ void procs_free_all(struct daemon *d)
 		}
 	}
 	procreg__u64map_free(&d->procs);
+	d->last_proc = NULL;
 	procreg__u32map_free(&d->owned);
 	procs_reap(d);
 	procreg__u64map_free(&d->uid_names);

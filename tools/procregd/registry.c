@@ -68,12 +68,21 @@ static int root_for(struct daemon *d, uint8_t kind, const char *name, size_t len
 }
 
 /* The published entry OFF leaves the table: the store, the event (the
- * record, retired, is still whole), the bridge. */
-static void take_out(struct daemon *d, uint64_t off, uint32_t ev)
+ * record, retired, is still whole), the bridge. AT: where a probe of this
+ * request found it, or NULL. */
+static void take_out_at(struct daemon *d, uint64_t off, const struct reg_where *at, uint32_t ev)
 {
-	procreg__w_unpublish(&d->w, off);
+	if (at)
+		procreg__w_unpublish_at(&d->w, off, at->root, at->pos);
+	else
+		procreg__w_unpublish(&d->w, off);
 	procreg__w_emit(&d->w, ev, rec(d, off));
 	bridge_note(d, 1, off);
+}
+
+static void take_out(struct daemon *d, uint64_t off, uint32_t ev)
+{
+	take_out_at(d, off, NULL, ev);
 }
 
 /* After names left the table: each goes to the next in line, if anyone
@@ -156,7 +165,7 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	if (mine)
 		e.registered_ns = rec(d, old)->registered_ns;
 	else
-		e.registered_ns = d->bridge ? bridge_stamp(d) : procreg__now_ns();
+		e.registered_ns = d->bridge ? bridge_stamp(d) : procreg__w_now(&d->w);
 	if (name)
 		e.flags = (rq->flags & PROCREG_REPLACEABLE ? PROCREG_ENTRY_REPLACEABLE : 0) |
 			  (rq->lease_ms ? PROCREG_ENTRY_LEASED : 0);
@@ -186,7 +195,7 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	if (old && !mine)
 		loser = proc_forget_name(d, old);
 	/* Replies come after this store: an acknowledged write is published. */
-	procreg__w_publish(&d->w, root, pos, off);
+	procreg__w_publish_key(&d->w, root, pos, off, &k);
 	if (mine)
 		proc_replace_name(d, old, off);
 	proc_release_if_empty(d, loser);
@@ -227,14 +236,15 @@ int registry_put(struct daemon *d, struct proc *p, const struct ident *id,
 	return err;
 }
 
-/* Remove the local entry OFF with event EV; LOST: it lost to another
- * node (its lease ends, nobody is handed it). */
-static void remove_local(struct daemon *d, uint64_t off, uint32_t ev, bool lost)
+/* Remove the local entry OFF (found AT, or NULL) with event EV; LOST: it
+ * lost to another node (its lease ends, nobody is handed it). */
+static void remove_local(struct daemon *d, uint64_t off, const struct reg_where *at, uint32_t ev,
+			 bool lost)
 {
 	const struct pr_record *r = rec(d, off);
 	struct proc *p = proc_forget_name(d, off);
 
-	take_out(d, off, ev);
+	take_out_at(d, off, at, ev);
 	proc_release_if_empty(d, p);
 	if (ev == PROCREG_EV_UNREGISTERED)
 		count(&d->w.map.hdr->unregistrations, 1);
@@ -250,16 +260,16 @@ static void remove_local(struct daemon *d, uint64_t off, uint32_t ev, bool lost)
 		owners_name_gone(d, r->data, r->name_len);
 }
 
-void registry_remove(struct daemon *d, uint64_t off, uint32_t ev)
+void registry_remove(struct daemon *d, uint64_t off, const struct reg_where *at, uint32_t ev)
 {
-	remove_local(d, off, ev, false);
+	remove_local(d, off, at, ev, false);
 }
 
 void registry_lose(struct daemon *d, uint64_t off, const char *node, pid_t winner)
 {
 	/* Noted while the record still has its owner's place in procs.c. */
 	proc_lost_name(d, off, node, winner);
-	remove_local(d, off, PROCREG_EV_CONFLICT, true);
+	remove_local(d, off, NULL, PROCREG_EV_CONFLICT, true);
 }
 
 size_t registry_died(struct daemon *d, struct proc *p)

@@ -80,10 +80,18 @@ struct reg_remote {
 int registry_put(struct daemon *d, struct proc *p, const struct ident *id,
 		 const struct reg_request *rq, bool handover);
 
+/* Where a probe of this request found an entry: its index's root and its
+ * slot. A hint only: the removal checks the slot still holds the entry. */
+struct reg_where {
+	struct pr_root *root;
+	uint64_t pos;
+};
+
 /* Remove the local entry OFF with event EV: UNREGISTERED (a request),
  * LEFT (a membership), EXPIRED (its lease ran out). A name goes to the
- * next in line. */
-void registry_remove(struct daemon *d, uint64_t off, uint32_t ev);
+ * next in line. AT: where the caller's probe found OFF (the removal then
+ * probes no second time), or NULL. */
+void registry_remove(struct daemon *d, uint64_t off, const struct reg_where *at, uint32_t ev);
 
 /* The local name OFF loses to NODE's registration by WINNER: removed with
  * a CONFLICT event, its owner told at the end of the batch; its lease

@@ -219,7 +219,7 @@ void server_notify_feed(struct daemon *d)
 
 	if (!d->nsubscribers)
 		return;
-	procreg__proto_put(frame, &pos, PR_OP_NOTIFY | PR_OP_REPLY, 0, 0, 0, NULL, 0, NULL, 0);
+	procreg__proto_put_status(frame, &pos, PR_OP_NOTIFY | PR_OP_REPLY, 0, 0);
 	/* Best effort and never queued: a notification that finds the
 	 * socket full is redundant with the ones already in it. */
 	for (struct client *c = d->clients; c; c = c->next)
@@ -555,36 +555,37 @@ static int may_remove(const struct client *c, const struct pr_record *r)
 
 static int do_unregister(struct daemon *d, struct client *c, const struct pr_frame *f)
 {
-	uint64_t pos, off;
+	struct reg_where at = { &d->w.map.hdr->names, 0 };
+	uint64_t off;
 	int err = procreg__proto_check_name(f);
 
 	if (err)
 		return err;
-	off = procreg__w_find_name(&d->w, f->name, f->name_len, &pos);
+	off = procreg__w_find_name(&d->w, f->name, f->name_len, &at.pos);
 	if (!off)
 		return -ENOENT;
 	if (!may_remove(c, rec(d, off)))
 		return -EPERM;
-	registry_remove(d, off, PROCREG_EV_UNREGISTERED);
+	registry_remove(d, off, &at, PROCREG_EV_UNREGISTERED);
 	return 0;
 }
 
 static int do_leave(struct daemon *d, struct client *c, const struct pr_frame *f)
 {
-	struct pr_root *root;
+	struct reg_where at = { NULL, 0 };
 	struct pr_key k;
-	uint64_t pos, off;
+	uint64_t off;
 	int err = procreg__proto_check_name(f);
 
 	if (err)
 		return err;
-	if (procreg__w_group(&d->w, f->name, f->name_len, false, &root) < 0)
+	if (procreg__w_group(&d->w, f->name, f->name_len, false, &at.root) < 0)
 		return -ENOENT;
 	pr_key_member(&k, (uint32_t)c->id.pid, c->id.start, 0, d->w.map.hdr->hash_seed);
-	off = procreg__w_find(&d->w, root, &k, &pos);
+	off = procreg__w_find(&d->w, at.root, &k, &at.pos);
 	if (!off)
 		return -ENOENT;
-	registry_remove(d, off, PROCREG_EV_LEFT);
+	registry_remove(d, off, &at, PROCREG_EV_LEFT);
 	return 0;
 }
 
@@ -671,8 +672,8 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 			procreg__proto_put_hello(d->out, &out, PR_OP_HELLO | PR_OP_REPLY, f.h.id,
 						 status);
 		else
-			procreg__proto_put(d->out, &out, (uint16_t)(f.h.op | PR_OP_REPLY), 0,
-					   f.h.id, status, NULL, 0, NULL, 0);
+			procreg__proto_put_status(d->out, &out, (uint16_t)(f.h.op | PR_OP_REPLY),
+						  f.h.id, status);
 		if (!c->hello_done)
 			break; /* a failed HELLO ends the conversation */
 	}
@@ -777,7 +778,9 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 				    (int)c->id.pid, (unsigned)c->id.uid, nfds, want);
 			err = -EBADMSG;
 		} else {
+			procreg__w_clock_hold(&d->w, true);
 			err = handle_packet(d, c, (size_t)n, nfds ? fds[0] : -1);
+			procreg__w_clock_hold(&d->w, false);
 		}
 		/* A request that keeps a passed fd keeps a dup of it. */
 		for (int k = 0; k < nfds; k++)
