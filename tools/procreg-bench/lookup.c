@@ -19,13 +19,19 @@
  * must be found), says it is ready, and goes on looking up until the
  * parent opens the timed window; it then counts lookups until the window
  * closes, checking the shared phase word every 256 lookups, and times
- * itself. Queries come from one shuffled buffer of fixed-width names, the
+ * itself: the CPU time it had in the window (CLOCK_THREAD_CPUTIME_ID), so
+ * that the figure is what a lookup costs, not how much of the window
+ * other work on the machine (a kernel thread waking on the reader's CPU)
+ * left it; the share of the window it had is reported beside, and a
+ * lookup involves no other process (the daemon is idle, and checked to
+ * be, before the first figure). Queries come from one shuffled buffer of fixed-width names, the
  * same for every implementation, each reader starting at its own offset;
  * every result is consumed (found count and a checksum of the entry
  * copied out). A figure is the median of --rounds measurements; the order
  * of the implementations rotates from round to round.
  *
- * Reported per reader count: ns per lookup (per reader) of each, and
+ * Reported per reader count: ns of CPU time per lookup (per reader) of each, the least share of
+ * its window a reader ran, and
  * procreg's time as a multiple of each baseline's. A ratio is taken per
  * round, between figures measured back to back, and the median of the
  * rounds' ratios is reported with their range (min-max): on a shared,
@@ -69,8 +75,10 @@ enum { PH_WARM, PH_RUN, PH_STOP };
 struct reader_res {
 	int ready;                 /* 1 ready, -1 failed */
 	int err;
-	uint64_t count, found, ns, sink;
-	uint8_t pad[64 - 40];
+	uint64_t count, found, sink;
+	uint64_t ns;               /* the reader's CPU time in the window */
+	uint64_t wall_ns;          /* the window's length, as the reader saw it */
+	uint8_t pad[64 - 48];
 };
 
 struct ctl {
@@ -116,6 +124,7 @@ static struct {
 		/* At least one block, even for a reader the scheduler kept   \
 		 * off the CPU for the whole run: a figure, not a failure. */   \
 		t0 = pr_mono_ns();                                                  \
+		c0 = cpu_ns();                                                  \
 		do {                                                            \
 			for (int k = 0; k < BLOCK; k++) {                       \
 				if (CALL(L.queries[pos++ & L.qmask].s, eo) == 0) { \
@@ -126,10 +135,20 @@ static struct {
 			}                                                       \
 			count += BLOCK;                                         \
 		} while (__atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE) == PH_RUN); \
+		c1 = cpu_ns();                                                  \
 		t1 = pr_mono_ns();                                                  \
 	} while (0)
 
 static procreg_t *reader_reg;
+
+static uint64_t cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 #define CALL_PROCREG(q, e) procreg_lookup(reader_reg, (q), (e))
 #define CALL_INLINE(q, e) il_lookup(L.il, (q), (e))
 #define CALL_OA(q, e) oa_lookup(L.oa, (q), (e))
@@ -163,7 +182,7 @@ static uint64_t bulk_call(struct bulk_state *b, uint64_t *pos, bool presence, ui
 static int bulk_reader(struct reader_res *res, uint64_t pos)
 {
 	struct bulk_state *b = calloc(1, sizeof(*b));
-	uint64_t count = 0, found = 0, sink = 0, t0, t1;
+	uint64_t count = 0, found = 0, sink = 0, t0, t1, c0, c1;
 
 	if (!b)
 		return -1;
@@ -185,15 +204,18 @@ static int bulk_reader(struct reader_res *res, uint64_t pos)
 	while (__atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE) == PH_WARM)
 		bulk_call(b, &pos, bo.presence, &sink);
 	t0 = pr_mono_ns();
+	c0 = cpu_ns();
 	do {
 		for (int k = 0; k < BLOCK / BULK; k++)
 			found += bulk_call(b, &pos, bo.presence, &sink);
 		count += BLOCK;
 	} while (__atomic_load_n(&L.ctl->phase, __ATOMIC_ACQUIRE) == PH_RUN);
+	c1 = cpu_ns();
 	t1 = pr_mono_ns();
 	res->count = count;
 	res->found = found;
-	res->ns = t1 - t0;
+	res->ns = c1 - c0;
+	res->wall_ns = t1 - t0;
 	res->sink = sink;
 	free(b);
 	return 0;
@@ -211,7 +233,7 @@ static int reader_main(void *arg)
 	} *em = calloc(1, sizeof(*em));
 	struct procreg_entry *e = em ? &em->e : NULL, *eo = bo.presence ? NULL : e;
 	uint64_t pos = (L.qmask + 1) / (uint64_t)L.nreaders * (uint64_t)id;
-	uint64_t count = 0, found = 0, sink = 0, missing = 0, t0 = 0, t1 = 0;
+	uint64_t count = 0, found = 0, sink = 0, missing = 0, t0 = 0, t1 = 0, c0 = 0, c1 = 0;
 
 	if (!e)
 		goto fail;
@@ -243,7 +265,8 @@ static int reader_main(void *arg)
 	}
 	res->count = count;
 	res->found = found;
-	res->ns = t1 - t0;
+	res->ns = c1 - c0;
+	res->wall_ns = t1 - t0;
 	res->sink = sink;
 	return 0;
 fail:
@@ -316,11 +339,12 @@ static int writer_main(void *arg)
 
 struct figure {
 	double rate;               /* lookups/s, all readers */
-	double ns;                 /* ns per lookup, per reader (mean) */
+	double ns;                 /* CPU ns per lookup, per reader (mean) */
 	uint64_t lookups, found;
 	double writer_rate;        /* under load: writer ops/s */
 	double gp_rate;            /* grace periods/s the daemon ran in the window */
 	double ipi_rate;           /* function-call IPIs/s on the first reader's CPU */
+	double cpu_share;          /* the least share of the window a reader ran */
 };
 
 static procreg_t *parent_reg;      /* the parent's handle, for the counters */
@@ -431,8 +455,10 @@ static int measure(enum impl impl, int nreaders, const int *rcpu, bool load, int
 	for (int r = 0; r < nreaders; r++) {
 		struct reader_res *res = &L.ctl->r[r];
 
-		if (!res->count || !res->ns)
+		if (!res->count || !res->ns || !res->wall_ns)
 			return -1;
+		if (r == 0 || (double)res->ns / (double)res->wall_ns < f->cpu_share)
+			f->cpu_share = (double)res->ns / (double)res->wall_ns;
 		f->rate += (double)res->count * 1e9 / (double)res->ns;
 		f->ns += (double)res->ns / (double)res->count / nreaders;
 		f->lookups += res->count;
@@ -449,7 +475,7 @@ static int measure(enum impl impl, int nreaders, const int *rcpu, bool load, int
 /* ---- one table size -------------------------------------------------------- */
 
 struct cell {                      /* one implementation, one reader count, idle or loaded */
-	double rate[64], ns[64], wrate[64], gp[64], ipi[64];
+	double rate[64], ns[64], wrate[64], gp[64], ipi[64], share[64];
 	uint64_t lookups, found;
 	double med_rate, med_ns, med_wrate, med_gp, med_ipi;
 };
@@ -537,6 +563,7 @@ static int measure_all(struct cell (*cells)[2][NIMPL], const int *rcounts, int n
 					cl->wrate[round] = f.writer_rate;
 					cl->gp[round] = f.gp_rate;
 					cl->ipi[round] = f.ipi_rate;
+					cl->share[round] = f.cpu_share;
 					cl->lookups += f.lookups;
 					cl->found += f.found;
 				}
@@ -600,11 +627,17 @@ static void report_run(uint64_t n, int nr, struct cell *idle, struct cell *ld, i
 	struct spread bulk = ratios(use[IMPL_BULK].rate, use[IMPL_INLINE].rate, bo.rounds);
 	int rcpu[MAX_READERS];
 	char what[160];
+	double share = 1;
 
+	/* The least share of its window any reader of any figure ran. */
+	for (int k = 0; k < NIMPL; k++)
+		for (int r = 0; r < bo.rounds; r++)
+			share = use[k].share[r] < share ? use[k].share[r] : share;
 	reader_cpus(nr, rcpu);
 	j_obj(NULL);
 	j_int("readers", (uint64_t)nr);
 	j_str("cpus", cpus_of(rcpu, nr));
+	j_num("least_cpu_share", share);
 	for (int k = 0; k < NIMPL; k++) {
 		char key[64];
 
@@ -626,10 +659,10 @@ static void report_run(uint64_t n, int nr, struct cell *idle, struct cell *ld, i
 		j_int(impl_key[k], use[k].found + (bo.under_write_load ? idle[k].found : 0));
 	j_end();
 	if (!bo.under_write_load) {
-		hprintf("%-8d %-5s %8.1f %8.1f %8.1f %8.1f %8.1f  %-20s %-20s %-20s\n", nr,
+		hprintf("%-8d %-5s %8.1f %8.1f %8.1f %8.1f %8.1f  %-20s %-20s %-20s %5.1f%%\n", nr,
 			cpus_of(rcpu, nr), idle[IMPL_PROCREG].med_ns, idle[IMPL_BULK].med_ns,
 			idle[IMPL_INLINE].med_ns, idle[IMPL_OA].med_ns, idle[IMPL_LFHT].med_ns,
-			fmt_spread(vs_il), fmt_spread(vs_oa), fmt_spread(bulk));
+			fmt_spread(vs_il), fmt_spread(vs_oa), fmt_spread(bulk), share * 100);
 	} else {
 		double pr = ld[IMPL_PROCREG].med_rate / idle[IMPL_PROCREG].med_rate;
 		double ir = ld[IMPL_INLINE].med_rate / idle[IMPL_INLINE].med_rate;
@@ -716,11 +749,12 @@ static void report(uint64_t n, uint64_t index_capacity, struct cell (*cells)[2][
 	j_int("index_capacity", index_capacity);
 	j_str("daemon_cpu", cpu_label(wcpu));
 	if (!bo.under_write_load) {
-		hprintf("%-8s %-5s %8s %8s %8s %8s %8s  %-20s %-20s %-20s\n", "readers", "cpus",
+		hprintf("%-8s %-5s %8s %8s %8s %8s %8s  %-20s %-20s %-20s %6s\n", "readers", "cpus",
 			"procreg", "bulk", "inline", "oa", "lfht", "procreg time",
-			"procreg time", "bulk rate");
-		hprintf("%-8s %-5s %8s %8s %8s %8s %8s  %-20s %-20s %-20s\n", "", "", "ns", "ns",
-			"ns", "ns", "ns", "x inline (range)", "x oa (range)", "x inline (range)");
+			"procreg time", "bulk rate", "on CPU");
+		hprintf("%-8s %-5s %8s %8s %8s %8s %8s  %-20s %-20s %-20s %6s\n", "", "", "ns", "ns",
+			"ns", "ns", "ns", "x inline (range)", "x oa (range)", "x inline (range)",
+			"least");
 	} else {
 		hprintf("%-8s %-6s %-6s %10s %10s %9s %10s %10s %9s  %-20s %11s\n", "readers",
 			"cpus", "writer", "procreg", "procreg", "procreg", "inline", "inline",
