@@ -58,6 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -76,6 +77,7 @@ struct sctl {
 	int ready;                 /* processes launched and connected */
 	int done[NPHASE];          /* processes through each step (futex words) */
 	int failed[NPHASE];        /* of which some op failed */
+	uint64_t minflt[NPHASE];   /* page faults the processes took in each step */
 	int first_err;
 };
 
@@ -138,6 +140,7 @@ static int proc_main(void *arg)
 	procreg_t *reg = bench_open(BENCH_SCOPE);
 	int efd = echo_connect(S_echo);
 	struct prepared p;
+	struct rusage ru0, ru1;
 	size_t frame = 0;
 
 	range_of(id, &first, &n);
@@ -156,12 +159,16 @@ static int proc_main(void *arg)
 
 		while ((cur = __atomic_load_n(&S->phase, __ATOMIC_ACQUIRE)) < ph)
 			futex_wait(&S->phase, cur);
+		getrusage(RUSAGE_SELF, &ru0);
 		if (is_floor(ph)) {
 			bad = n && echo_batch(efd, frame, n, bo.pipelined) < 0;
 			err = bad ? EIO : 0;
 		} else {
 			bad = do_names(reg, &p, ph == ST_UNREG, &err);
 		}
+		getrusage(RUSAGE_SELF, &ru1);
+		__atomic_fetch_add(&S->minflt[ph], (uint64_t)(ru1.ru_minflt - ru0.ru_minflt),
+				   __ATOMIC_RELAXED);
 		step_done(ph, bad, err);
 	}
 	/* Hold the names until we are killed. */
@@ -320,6 +327,11 @@ static void report_rows(const struct row *rows, int nrows, const uint64_t *visib
 	hprintf("  before step 6: %s requests/s; re-register %s names/s, %.2fx\n",
 		fmt_count((uint64_t)(S_floor[1] + 0.5)), fmt_count((uint64_t)(rows[5].rate + 0.5)),
 		rows[5].rate / S_floor[1]);
+	hprintf("  page faults a process took: floor's first run %.1f, then %.1f; register %.1f, "
+		"unregister %.1f, re-register %.1f\n",
+		(double)S->minflt[ST_WARM] / S_procs, (double)S->minflt[ST_FLOOR] / S_procs,
+		(double)S->minflt[ST_REG] / S_procs, (double)S->minflt[ST_UNREG] / S_procs,
+		(double)S->minflt[ST_REREG] / S_procs);
 
 	j_str("subcommand", "stress");
 	j_int("names", S_names);
@@ -336,6 +348,8 @@ static void report_rows(const struct row *rows, int nrows, const uint64_t *visib
 	j_num("floor2_per_s", S_floor[1]);
 	j_num("reg_vs_floor", rows[1].rate / S_floor[0]);
 	j_num("rereg_vs_floor", rows[5].rate / S_floor[1]);
+	j_num("faults_per_proc_register", (double)S->minflt[ST_REG] / S_procs);
+	j_num("faults_per_proc_reregister", (double)S->minflt[ST_REREG] / S_procs);
 	j_int("visible_after_register", visible[0]);
 	j_int("visible_after_reregister", visible[1]);
 	j_bool("all_gone", gone_ms >= 0);
