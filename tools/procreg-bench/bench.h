@@ -171,6 +171,9 @@ uint64_t rng_next(uint64_t *s);
 
 /* ---- the unix-socket echo server (echo.c) ---------------------------- */
 
+/* The size of the REGISTER frame for a name and metadata of these
+ * lengths: what the echo baselines send for one. */
+size_t echo_frame_size(size_t name_len, size_t meta_len);
 /* Start it listening at PATH: its pid, or -1 (said on stderr). */
 pid_t echo_start(const char *path);
 /* A connection to it: the fd, or -1. */

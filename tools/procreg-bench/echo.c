@@ -115,6 +115,13 @@ static int echo_main(void *arg)
 	return 0;
 }
 
+size_t echo_frame_size(size_t name_len, size_t meta_len)
+{
+	/* ALIGN8(frame header + name body header + name + metadata), as the
+	 * protocol frames a REGISTER (lib/proto.c). */
+	return (ECHO_REPLY + 8 + name_len + meta_len + 7) & ~(size_t)7;
+}
+
 pid_t echo_start(const char *path)
 {
 	struct echo_arg *a = shared_alloc(sizeof(*a));

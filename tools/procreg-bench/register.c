@@ -379,9 +379,7 @@ int cmd_register(void)
 
 		name_of(&q, "r0", 0);
 		snprintf(name_s, sizeof(name_s), "%s", q.s);
-		/* ALIGN8(frame header + name body header + name + meta), as
-		 * the protocol frames a REGISTER (lib/proto.c). */
-		req_size = (16 + 8 + strlen(name_s) + meta_of(meta, sizeof(meta), 0) + 7) & ~(size_t)7;
+		req_size = echo_frame_size(strlen(name_s), meta_of(meta, sizeof(meta), 0));
 	}
 	snprintf(maxn, sizeof(maxn), "%llu",
 		 (unsigned long long)(batch_ops + sync_ops + bo.prefill + 1024));

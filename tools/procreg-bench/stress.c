@@ -149,10 +149,9 @@ static int proc_main(void *arg)
 		return 1;
 	}
 	/* The floor's request: the size of this process's first REGISTER
-	 * frame (ALIGN8 of the frame header, the name body's header, name
-	 * and metadata: lib/proto.c). */
+	 * frame. */
 	if (n)
-		frame = (16 + 8 + strlen(p.names[0].s) + p.meta_lens[0] + 7) & ~(size_t)7;
+		frame = echo_frame_size(strlen(p.names[0].s), p.meta_lens[0]);
 	step_done(ST_LAUNCH, 0, 0);
 	for (int ph = ST_WARM; ph <= ST_REREG; ph++) {
 		int cur, bad;
