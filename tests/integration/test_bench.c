@@ -418,6 +418,9 @@ static void test_register(void **state)
 		assert_true(num_after(p, "pipelined_registered") == ep);
 		assert_true(num_after(p, "pipelined_unregistered") == ep);
 		assert_true(num_after(p, "ratio_vs_socket_rtt") > 0);
+		/* procregd's CPU time a pipelined registration, from its CPU
+		 * clock around the registrations. */
+		assert_true(num_after(p, "pipelined_daemon_cpu_ns") > 0);
 		runs++;
 	}
 	assert_true(runs >= 1);
