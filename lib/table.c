@@ -216,21 +216,6 @@ void procreg__unmap(struct pr_map *m)
 
 /* ---- records ---------------------------------------------------------- */
 
-int procreg__check_name(const char *name, size_t *len)
-{
-	size_t n;
-
-	if (!name)
-		return -EINVAL;
-	n = strnlen(name, PROCREG_NAME_MAX + 1);
-	if (n == 0)
-		return -EINVAL;
-	if (n > PROCREG_NAME_MAX)
-		return -ENAMETOOLONG;
-	*len = n;
-	return 0;
-}
-
 const struct pr_record *procreg__record_at(const struct pr_map *m, uint64_t w)
 {
 	uint64_t off = pr_slot_off(w);

@@ -2405,6 +2405,51 @@ static void test_records_reuse_old_indexes(void **state)
  * another name sits there, or it is out of the index) falls back to the
  * lookup, and the record named goes, never the one at the slot.
  */
+/* The inline name scan against libc's strnlen: every length around the
+ * limit, every alignment, the name's NUL on the last byte of a page whose
+ * next page is unmapped (a load past that word would fault), and bytes
+ * before the name and after its NUL that look like a NUL or not. */
+static void test_name_len(void **state)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint8_t *two = mmap(NULL, (size_t)pg * 2, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *end;
+
+	(void)state;
+	assert_true(two != MAP_FAILED);
+	assert_int_equal(mprotect(two + pg, (size_t)pg, PROT_NONE), 0);
+	end = (char *)two + pg; /* the first byte that faults */
+	for (int fill = 0; fill < 2; fill++) {
+		memset(two, fill ? 'x' : 0, (size_t)pg);
+		for (size_t n = 0; n <= PROCREG_NAME_MAX + 3; n++) {
+			for (size_t a = 0; a < 8; a++) {
+				/* Ends at the page's end, moved back by A. */
+				char *name = end - 1 - n - a;
+				size_t want = n <= PROCREG_NAME_MAX ? n : PROCREG_NAME_MAX + 1, len = 0;
+
+				memset(name - 8 < (char *)two ? (char *)two : name - 8, fill ? 0 : 'y',
+				       name - 8 < (char *)two ? (size_t)(name - (char *)two) : 8);
+				memset(name, 'n', n);
+				name[n] = 0;
+				memset(name + n + 1, fill ? 0 : 'z', a);
+				assert_int_equal(pr_name_len(name), want);
+				assert_int_equal(strnlen(name, PROCREG_NAME_MAX + 1), want);
+				assert_int_equal(procreg__check_name(name, &len),
+						 n == 0 ? -EINVAL : n > PROCREG_NAME_MAX ? -ENAMETOOLONG : 0);
+				if (n && n <= PROCREG_NAME_MAX)
+					assert_int_equal(len, n);
+			}
+		}
+	}
+	/* No NUL for a page: the scan stops at the limit. */
+	memset(two, 'q', (size_t)pg);
+	for (size_t a = 0; a < 8; a++)
+		assert_int_equal(pr_name_len((char *)two + a), PROCREG_NAME_MAX + 1);
+	assert_int_equal(procreg__check_name(NULL, &(size_t){ 0 }), -EINVAL);
+	munmap(two, (size_t)pg * 2);
+}
+
 static void test_unpublish_at(void **state)
 {
 	char *dir = th_mkdtemp(), name[32];
@@ -2578,6 +2623,7 @@ int main(void)
 		cmocka_unit_test(test_hostile_feed),
 		cmocka_unit_test(test_reclaim_in_batch),
 		cmocka_unit_test(test_records_reuse_old_indexes),
+		cmocka_unit_test(test_name_len),
 		cmocka_unit_test(test_unpublish_at),
 		cmocka_unit_test(test_publish_key),
 		cmocka_unit_test(test_clock_hold),
