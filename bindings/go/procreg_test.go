@@ -480,9 +480,19 @@ func TestWaitFromAnotherGoroutine(t *testing.T) {
 	if ok, err := reg.Wait("svc.late", 20*time.Millisecond); ok || err != nil {
 		t.Fatalf("wait for an absent name: %v %v", ok, err)
 	}
+	registered := make(chan error, 1)
 	go func() {
 		time.Sleep(50 * time.Millisecond)
-		reg.Register("svc.late", []byte("here"))
+		registered <- reg.Register("svc.late", []byte("here"))
+	}()
+	// The name is in the table before its reply reaches the goroutine,
+	// so Wait may return while Register is still inside the library:
+	// the cleanup's Close must not free the handle under it. Deferred,
+	// this runs before the cleanups, however the test ends.
+	defer func() {
+		if err := <-registered; err != nil {
+			t.Errorf("register from another goroutine: %v", err)
+		}
 	}()
 	if ok, err := reg.Wait("svc.late", -1); !ok || err != nil {
 		t.Fatalf("wait: %v %v", ok, err)
