@@ -547,6 +547,42 @@ func TestWatch(t *testing.T) {
 	}
 }
 
+// Close ends the watches of the handle, whose goroutines call into it,
+// before it frees it: here one whose context never ends, with more events
+// than its channel holds and none read, so that it may be waiting to send.
+func TestCloseEndsWatch(t *testing.T) {
+	d, reg := startDaemon(t)
+	other, err := Open(&Options{Scope: d.scope, Dir: d.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := other.Watch(context.Background())
+	const n = 100
+	for i := 0; i < n; i++ {
+		if err := reg.Register(fmt.Sprintf("svc.close.%03d", i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The watch had ended when Close returned: the events it sent are
+	// there to read, in order, and then the channel is closed.
+	for i := 0; ; i++ {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				return
+			}
+			if want := fmt.Sprintf("svc.close.%03d", i); ev.Kind != EventRegistered || ev.Name != want {
+				t.Fatalf("event %d: %+v, want %s registered", i, ev, want)
+			}
+		default:
+			t.Fatalf("the channel was open after Close returned, %d events read", i)
+		}
+	}
+}
+
 func TestClosedAndNoScope(t *testing.T) {
 	d, _ := startDaemon(t)
 	if _, err := Open(&Options{Scope: "nosuch", Dir: d.dir}); !errors.Is(err, ErrNotFound) {
