@@ -418,6 +418,9 @@ static void test_register(void **state)
 		assert_true(num_after(p, "pipelined_registered") == ep);
 		assert_true(num_after(p, "pipelined_unregistered") == ep);
 		assert_true(num_after(p, "ratio_vs_socket_rtt") > 0);
+		/* procregd's CPU time a pipelined registration, from its CPU
+		 * clock around the registrations. */
+		assert_true(num_after(p, "pipelined_daemon_cpu_ns") > 0);
 		runs++;
 	}
 	assert_true(runs >= 1);
@@ -448,6 +451,12 @@ static void stress_run(const char *const *args)
 	assert_true(num(r.out, "floor2_per_s") > 0);
 	assert_true(num(r.out, "reg_vs_floor") > 0);
 	assert_true(num(r.out, "rereg_vs_floor") > 0);
+	/* Where the time went: the processes' CPU time, and the server's
+	 * (procregd's, the echo server's) read from its CPU clock. */
+	assert_true(num(r.out, "cpu_ms_procs_register") > 0);
+	assert_true(num(r.out, "cpu_ms_server_register") > 0);
+	assert_true(num(r.out, "cpu_ms_server_floor") > 0);
+	assert_true(num(r.out, "cpu_ms_server_reregister") > 0);
 	/* The deaths beside their floor: both timed, from either end of the
 	 * kill loop. */
 	{

@@ -637,6 +637,18 @@ static uint64_t cpu_ticks(pid_t pid)
 	return ut + st;
 }
 
+uint64_t proc_cpu_ns(pid_t pid)
+{
+	clockid_t c;
+	struct timespec ts;
+
+	/* The process's CPU clock: every thread's, to the nanosecond (the
+	 * ticks of /proc/PID/stat are 10 ms, as long as a step). */
+	if (clock_getcpuclockid(pid, &c) || clock_gettime(c, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 double wait_idle(pid_t pid, int max_ms)
 {
 	uint64_t t0 = pr_mono_ns(), last = cpu_ticks(pid);

@@ -78,6 +78,7 @@ struct sctl {
 	int done[NPHASE];          /* processes through each step (futex words) */
 	int failed[NPHASE];        /* of which some op failed */
 	uint64_t minflt[NPHASE];   /* page faults the processes took in each step */
+	uint64_t cpu_ns[NPHASE];   /* CPU time the processes took in each step */
 	int first_err;
 };
 
@@ -86,6 +87,8 @@ static uint64_t S_names;
 static int S_procs;
 static char S_echo[108];
 static double S_floor[2];          /* the floor's names/s before steps 2 and 6 */
+static uint64_t S_server_ns[NPHASE]; /* CPU time of the server (procregd or echo) in each step */
+static pid_t S_daemon_pid, S_echo_pid;
 
 static void range_of(int i, uint64_t *first, uint64_t *n)
 {
@@ -133,6 +136,12 @@ static int do_names(procreg_t *reg, struct prepared *p, bool unreg, int *err)
 	return bad;
 }
 
+static uint64_t rusage_ns(const struct rusage *ru)
+{
+	return (uint64_t)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) * 1000000000ull +
+	       (uint64_t)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) * 1000ull;
+}
+
 static int proc_main(void *arg)
 {
 	int id = (int)(intptr_t)arg, err = 0;
@@ -167,6 +176,8 @@ static int proc_main(void *arg)
 		}
 		getrusage(RUSAGE_SELF, &ru1);
 		__atomic_fetch_add(&S->minflt[ph], (uint64_t)(ru1.ru_minflt - ru0.ru_minflt),
+				   __ATOMIC_RELAXED);
+		__atomic_fetch_add(&S->cpu_ns[ph], rusage_ns(&ru1) - rusage_ns(&ru0),
 				   __ATOMIC_RELAXED);
 		step_done(ph, bad, err);
 	}
@@ -238,12 +249,16 @@ static uint64_t count_visible(procreg_t *reg)
  * one died or failed to VERB. */
 static int release(int ph, const pid_t *pids, const char *verb, uint64_t *t0, uint64_t *t1)
 {
+	pid_t server = is_floor(ph) ? S_echo_pid : S_daemon_pid;
+	uint64_t c0 = proc_cpu_ns(server);
+
 	*t0 = pr_mono_ns();
 	__atomic_store_n(&S->phase, ph, __ATOMIC_RELEASE);
 	futex_wake_all(&S->phase);
 	if (wait_step(ph, pids) < 0)
 		return -1;
 	*t1 = pr_mono_ns();
+	S_server_ns[ph] = proc_cpu_ns(server) - c0;
 	if (S->failed[ph]) {
 		fprintf(stderr, "procreg-bench: %d processes failed to %s: %s\n", S->failed[ph],
 			verb, strerror(S->first_err));
@@ -331,6 +346,15 @@ static void report_rows(const struct row *rows, int nrows, const uint64_t *visib
 		(double)S->minflt[ST_WARM] / S_procs, (double)S->minflt[ST_FLOOR] / S_procs,
 		(double)S->minflt[ST_REG] / S_procs, (double)S->minflt[ST_UNREG] / S_procs,
 		(double)S->minflt[ST_REREG] / S_procs);
+	/* Where the time went: a step's wall time against what the
+	 * processes and the server spent on CPU in it (two CPUs: up to twice
+	 * the wall time between them). */
+	hprintf("  CPU time, processes + server: floor %.1f + %.1f ms, register %.1f + %.1f, "
+		"unregister %.1f + %.1f, floor %.1f + %.1f, re-register %.1f + %.1f\n",
+		S->cpu_ns[ST_FLOOR] / 1e6, S_server_ns[ST_FLOOR] / 1e6, S->cpu_ns[ST_REG] / 1e6,
+		S_server_ns[ST_REG] / 1e6, S->cpu_ns[ST_UNREG] / 1e6, S_server_ns[ST_UNREG] / 1e6,
+		S->cpu_ns[ST_FLOOR2] / 1e6, S_server_ns[ST_FLOOR2] / 1e6, S->cpu_ns[ST_REREG] / 1e6,
+		S_server_ns[ST_REREG] / 1e6);
 
 	j_str("subcommand", "stress");
 	j_int("names", S_names);
@@ -347,6 +371,12 @@ static void report_rows(const struct row *rows, int nrows, const uint64_t *visib
 	j_num("floor2_per_s", S_floor[1]);
 	j_num("reg_vs_floor", rows[1].rate / S_floor[0]);
 	j_num("rereg_vs_floor", rows[5].rate / S_floor[1]);
+	j_num("cpu_ms_procs_floor", S->cpu_ns[ST_FLOOR] / 1e6);
+	j_num("cpu_ms_server_floor", S_server_ns[ST_FLOOR] / 1e6);
+	j_num("cpu_ms_procs_register", S->cpu_ns[ST_REG] / 1e6);
+	j_num("cpu_ms_server_register", S_server_ns[ST_REG] / 1e6);
+	j_num("cpu_ms_procs_reregister", S->cpu_ns[ST_REREG] / 1e6);
+	j_num("cpu_ms_server_reregister", S_server_ns[ST_REREG] / 1e6);
 	j_num("faults_per_proc_register", (double)S->minflt[ST_REG] / S_procs);
 	j_num("faults_per_proc_reregister", (double)S->minflt[ST_REREG] / S_procs);
 	j_int("visible_after_register", visible[0]);
@@ -615,6 +645,8 @@ int cmd_stress(void)
 	reg = bench_open(BENCH_SCOPE);
 	if (!reg || (echo = echo_start(S_echo)) < 0)
 		goto out;
+	S_daemon_pid = d.pid;
+	S_echo_pid = echo;
 	hprintf("procreg-bench stress: %s names over %s processes (%s each), %s, 1 node, "
 		"%d CPUs, processes and daemon unpinned\n", fmt_count(S_names),
 		fmt_count((uint64_t)S_procs), fmt_count(S_names / (uint64_t)S_procs),
