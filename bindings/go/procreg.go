@@ -382,14 +382,18 @@ type RegisterOptions struct {
 }
 
 // Registry is a handle on one scope's registry, safe for concurrent use.
-// Close it when done (no other goroutine may be using it then); the names
-// stay registered: they belong to the process.
+// Close it when done (no other goroutine may be in a call on it then);
+// the names stay registered: they belong to the process.
 type Registry struct {
 	c *C.procreg_t
 	// The same, as an integer for the lookup helpers: cgo's check of a
 	// pointer argument costs a heap allocation per call.
 	h      C.uintptr_t
 	closed atomic.Bool
+	// Closed by Close, which then waits for the goroutines of Watch:
+	// they call into the handle, which it is about to free.
+	done    chan struct{}
+	watches sync.WaitGroup
 }
 
 // Open the registry of opts (nil: the defaults). ErrNotFound if no daemon
@@ -409,14 +413,17 @@ func Open(opts *Options) (*Registry, error) {
 	if c == nil {
 		return nil, errOf("open", "", err)
 	}
-	return &Registry{c: c, h: C.uintptr_t(uintptr(unsafe.Pointer(c)))}, nil
+	return &Registry{c: c, h: C.uintptr_t(uintptr(unsafe.Pointer(c))), done: make(chan struct{})}, nil
 }
 
-// Close releases the handle.
+// Close ends the handle's watches (their channels are closed when it
+// returns) and releases the handle.
 func (r *Registry) Close() error {
 	if r.closed.Swap(true) {
 		return ErrClosed
 	}
+	close(r.done)
+	r.watches.Wait()
 	C.procreg_close(r.c)
 	return nil
 }

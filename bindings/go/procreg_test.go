@@ -480,9 +480,19 @@ func TestWaitFromAnotherGoroutine(t *testing.T) {
 	if ok, err := reg.Wait("svc.late", 20*time.Millisecond); ok || err != nil {
 		t.Fatalf("wait for an absent name: %v %v", ok, err)
 	}
+	registered := make(chan error, 1)
 	go func() {
 		time.Sleep(50 * time.Millisecond)
-		reg.Register("svc.late", []byte("here"))
+		registered <- reg.Register("svc.late", []byte("here"))
+	}()
+	// The name is in the table before its reply reaches the goroutine,
+	// so Wait may return while Register is still inside the library:
+	// the cleanup's Close must not free the handle under it. Deferred,
+	// this runs before the cleanups, however the test ends.
+	defer func() {
+		if err := <-registered; err != nil {
+			t.Errorf("register from another goroutine: %v", err)
+		}
 	}()
 	if ok, err := reg.Wait("svc.late", -1); !ok || err != nil {
 		t.Fatalf("wait: %v %v", ok, err)
@@ -534,6 +544,42 @@ func TestWatch(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the channel stayed open after the context ended")
+	}
+}
+
+// Close ends the watches of the handle, whose goroutines call into it,
+// before it frees it: here one whose context never ends, with more events
+// than its channel holds and none read, so that it may be waiting to send.
+func TestCloseEndsWatch(t *testing.T) {
+	d, reg := startDaemon(t)
+	other, err := Open(&Options{Scope: d.scope, Dir: d.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := other.Watch(context.Background())
+	const n = 100
+	for i := 0; i < n; i++ {
+		if err := reg.Register(fmt.Sprintf("svc.close.%03d", i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The watch had ended when Close returned: the events it sent are
+	// there to read, in order, and then the channel is closed.
+	for i := 0; ; i++ {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				return
+			}
+			if want := fmt.Sprintf("svc.close.%03d", i); ev.Kind != EventRegistered || ev.Name != want {
+				t.Fatalf("event %d: %+v, want %s registered", i, ev, want)
+			}
+		default:
+			t.Fatalf("the channel was open after Close returned, %d events read", i)
+		}
 	}
 }
 

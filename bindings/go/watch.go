@@ -50,20 +50,35 @@ type Event struct {
 }
 
 // Watch follows the change feed from now on: every event after the call,
-// in order, on the channel, until ctx is done (then the channel is
-// closed). It waits on the feed's descriptor in Go's poller, so a watch
-// holds no thread while nothing happens; without a daemon to give one, it
-// waits on the table's futex instead, in slices of a quarter second so
-// that it sees ctx end.
+// in order, on the channel, until ctx is done or the Registry is closed
+// (then the channel is closed). It waits on the feed's descriptor in Go's
+// poller, so a watch holds no thread while nothing happens; without a
+// daemon to give one, it waits on the table's futex instead, in slices of
+// a quarter second so that it sees ctx end (and Close may wait that long
+// for it).
 func (r *Registry) Watch(ctx context.Context) <-chan Event {
 	ch := make(chan Event, 64)
 	cursor := uint64(C.procreg_feed_head(r.c))
-	go r.watch(ctx, ch, cursor)
+	r.watches.Add(1)
+	go func() {
+		defer r.watches.Done()
+		r.watch(ctx, ch, cursor)
+	}()
 	return ch
 }
 
 func (r *Registry) watch(ctx context.Context, ch chan<- Event, cursor uint64) {
 	defer close(ch)
+	// Close ends the watch as ctx does.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	var f *os.File
 	if fd := C.procreg_feed_fd(r.c); fd >= 0 {
 		f = os.NewFile(uintptr(fd), "procreg-feed")

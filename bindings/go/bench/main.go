@@ -18,6 +18,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -55,18 +56,26 @@ func main() {
 	count := flag.Int("names", 10000, "names registered and looked up")
 	rounds := flag.Int("rounds", 21, "passes over all the names, per kind")
 	flag.Parse()
+	// log.Fatal exits without running deferred calls: only here, once
+	// bench has stopped its daemon and removed its directory.
+	if err := bench(*count, *rounds); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func bench(count, rounds int) error {
 	build := os.Getenv("PROCREG_BUILD_DIR")
 	if build == "" {
-		log.Fatal("set PROCREG_BUILD_DIR to the build tree with procregd")
+		return errors.New("set PROCREG_BUILD_DIR to the build tree with procregd")
 	}
 	dir, err := os.MkdirTemp("", "procreg-go-bench.")
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer os.RemoveAll(dir)
 	d := exec.Command(filepath.Join(build, "procregd"), "--foreground", "--scope", "bench", "--dir", dir)
 	if err := d.Start(); err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer func() { d.Process.Signal(syscall.SIGTERM); d.Wait() }()
 	var reg *procreg.Registry
@@ -78,22 +87,22 @@ func main() {
 			reg.Close()
 		}
 		if time.Now().After(deadline) {
-			log.Fatalf("procregd did not start: %v", err)
+			return fmt.Errorf("procregd did not start: %v", err)
 		}
 	}
 	defer reg.Close()
 
-	names := make([]string, 0, *count)
-	m := make(map[string]procreg.Entry, *count)
-	for i := 0; i < *count; i++ {
+	names := make([]string, 0, count)
+	m := make(map[string]procreg.Entry, count)
+	for i := 0; i < count; i++ {
 		n := fmt.Sprintf("svc.%06d.example", i)
 		meta := []byte(fmt.Sprintf("unix:/run/%-14s", n[4:10]))
 		if err := reg.Register(n, meta); err != nil {
-			log.Fatal(err)
+			return err
 		}
 		e, err := reg.Lookup(n)
 		if err != nil || string(e.Meta) != string(meta) {
-			log.Fatalf("lookup %s: %v", n, err)
+			return fmt.Errorf("lookup %s: %v", n, err)
 		}
 		m[n] = e
 		names = append(names, n)
@@ -119,7 +128,7 @@ func main() {
 		batches = append(batches, names[i:min(i+len(out), len(names))])
 	}
 	t := make([][]float64, len(kinds))
-	for r := 0; r < *rounds; r++ {
+	for r := 0; r < rounds; r++ {
 		t[0] = append(t[0], pass(names, len(names), func(n string) { sink += m[n].PID }))
 		t[1] = append(t[1], pass(names, len(names), func(n string) { sink += cgofloor.Call(n) }))
 		t[2] = append(t[2], pass(names, len(names), func(n string) {
@@ -142,7 +151,7 @@ func main() {
 	}
 	allocs := testingAllocs(func() { reg.Lookup(names[0]) })
 	allocsInto := testingAllocs(func() { reg.LookupInto(names[0], &into) })
-	fmt.Printf("go %s, %d names, %d rounds; ns per lookup: median (min-max)\n", runtime.Version(), len(names), *rounds)
+	fmt.Printf("go %s, %d names, %d rounds; ns per lookup: median (min-max)\n", runtime.Version(), len(names), rounds)
 	med := make([]float64, len(kinds))
 	for i, k := range kinds {
 		sort.Float64s(t[i])
@@ -153,6 +162,7 @@ func main() {
 		med[3]/med[0], med[3]-med[1], allocs)
 	fmt.Printf("  LookupInto / map[name]  %.2fx; LookupInto minus the cgo call %.1f ns; allocations per LookupInto %.0f\n",
 		med[4]/med[0], med[4]-med[1], allocsInto)
+	return nil
 }
 
 // testingAllocs counts the heap allocations of one call of f, averaged.
