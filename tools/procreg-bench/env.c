@@ -615,24 +615,34 @@ uint64_t rng_next(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-/* PID's CPU time so far, in clock ticks (utime + stime); 0 if unknown. */
-static uint64_t cpu_ticks(pid_t pid)
+/* The fields of /proc/PID/stat after the command name (which may hold
+ * spaces), into BUF: a pointer to the state field, or NULL. */
+static const char *stat_fields(pid_t pid, char *buf, size_t size)
 {
-	char path[64], buf[1024], *p;
-	unsigned long long ut = 0, st = 0;
+	char path[64], *p;
 	FILE *f;
 	size_t n;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	f = fopen(path, "r");
 	if (!f)
-		return 0;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
+		return NULL;
+	n = fread(buf, 1, size - 1, f);
 	fclose(f);
 	buf[n] = 0;
-	/* After the command name, which may hold spaces: fields 14 and 15. */
 	p = strrchr(buf, ')');
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+	return p && p[1] == ' ' ? p + 2 : NULL;
+}
+
+/* PID's CPU time so far, in clock ticks (utime + stime); 0 if unknown. */
+static uint64_t cpu_ticks(pid_t pid)
+{
+	char buf[1024];
+	const char *p = stat_fields(pid, buf, sizeof(buf));
+	unsigned long long ut = 0, st = 0;
+
+	/* Fields 14 and 15. */
+	if (!p || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
 		return 0;
 	return ut + st;
 }
@@ -641,9 +651,18 @@ uint64_t proc_cpu_ns(pid_t pid)
 {
 	clockid_t c;
 	struct timespec ts;
+	char buf[1024];
+	const char *st;
 
 	/* The process's CPU clock: every thread's, to the nanosecond (the
-	 * ticks of /proc/PID/stat are 10 ms, as long as a step). */
+	 * ticks of /proc/PID/stat are 10 ms, as long as a step). The kernel
+	 * brings another process's clock up to date only when that process
+	 * is switched out, or at a tick: read while it runs on another CPU,
+	 * the clock still says what it said at its last switch (a short
+	 * burst of work could read as none at all). So it is read once the
+	 * process sleeps, waiting 20 ms at most. */
+	for (int i = 0; i < 400 && (st = stat_fields(pid, buf, sizeof(buf))) && *st == 'R'; i++)
+		usleep(50);
 	if (clock_getcpuclockid(pid, &c) || clock_gettime(c, &ts))
 		return 0;
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
