@@ -126,11 +126,11 @@ int daemon_start(struct daemon_proc *d, const char *scope, const char *const *ar
 void daemon_dump_log(const struct daemon_proc *d);
 /* Stop it (SIGTERM, wait) and remove its scope's files. */
 void daemon_stop(struct daemon_proc *d);
-/* Wait until process PID has used no CPU time for a while (at most
- * MAX_MS): the ms that took, or -1 if it never went quiet. */
 /* PID's CPU time so far, every thread's, in ns, read once it sleeps
  * (20 ms at most); 0 if unknown. */
 uint64_t proc_cpu_ns(pid_t pid);
+/* Wait until process PID has used no CPU time for a while (at most
+ * MAX_MS): the ms that took, or -1 if it never went quiet. */
 double wait_idle(pid_t pid, int max_ms);
 /* Open a handle on a scope in the private directory. */
 procreg_t *bench_open(const char *scope);
