@@ -157,6 +157,18 @@ static double num(const char *json, const char *key)
 	return num_after(json, key);
 }
 
+/* Every figure KEYS names (up to a NULL) is in JSON and above zero; a
+ * failure names the figure. */
+static void all_positive(const char *json, const char *const *keys)
+{
+	for (; *keys; keys++) {
+		double v = num(json, *keys);
+
+		if (!(v > 0))
+			fail_msg("%s is %g, not above zero", *keys, v);
+	}
+}
+
 static bool has(const char *json, const char *key)
 {
 	char pat[128];
@@ -441,22 +453,17 @@ static void stress_run(const char *const *args)
 	assert_true(num(r.out, "visible_after_register") == names);
 	assert_true(num(r.out, "visible_after_reregister") == names);
 	assert_non_null(strstr(r.out, "\"all_gone\":true"));
-	assert_true(num(r.out, "reg_per_s") > 0);
-	assert_true(num(r.out, "unreg_per_s") > 0);
-	assert_true(num(r.out, "rereg_per_s") > 0);
+	all_positive(r.out, (const char *const[]){ "reg_per_s", "unreg_per_s", "rereg_per_s", NULL });
 	assert_true(num(r.out, "kill_to_all_gone_ms") >= 0);
 	/* Registration beside its floor, an echo server answering the same
 	 * processes' requests, measured before steps 2 and 6. */
-	assert_true(num(r.out, "floor_per_s") > 0);
-	assert_true(num(r.out, "floor2_per_s") > 0);
-	assert_true(num(r.out, "reg_vs_floor") > 0);
-	assert_true(num(r.out, "rereg_vs_floor") > 0);
+	all_positive(r.out, (const char *const[]){ "floor_per_s", "floor2_per_s", "reg_vs_floor",
+						   "rereg_vs_floor", NULL });
 	/* Where the time went: the processes' CPU time, and the server's
 	 * (procregd's, the echo server's) read from its CPU clock. */
-	assert_true(num(r.out, "cpu_ms_procs_register") > 0);
-	assert_true(num(r.out, "cpu_ms_server_register") > 0);
-	assert_true(num(r.out, "cpu_ms_server_floor") > 0);
-	assert_true(num(r.out, "cpu_ms_server_reregister") > 0);
+	all_positive(r.out, (const char *const[]){ "cpu_ms_procs_register", "cpu_ms_server_register",
+						   "cpu_ms_server_floor", "cpu_ms_server_reregister",
+						   NULL });
 	/* The deaths beside their floor: both timed, from either end of the
 	 * kill loop. */
 	{
@@ -500,15 +507,11 @@ static void test_stress_nodes(void **state)
 	assert_true(num_after(strstr(r.out, "\"delay_us_n2\""), "median") > 0);
 	assert_true(num_after(strstr(r.out, "\"tcp_rtt_us\""), "median") > 0);
 	assert_true(num_after(strstr(r.out, "\"solo_sync_register_us\""), "median") > 0);
-	assert_true(num(r.out, "delay_to_tcp_rtt") > 0);
-	assert_true(num(r.out, "one_writer_per_s") > 0);
-	assert_true(num(r.out, "solo_one_writer_per_s") > 0);
-	assert_true(num(r.out, "one_writer_ratio") > 0);
-	assert_true(num(r.out, "all_writers_per_s") > 0);
-	assert_true(num(r.out, "all_writers_ratio") > 0);
-	assert_true(num(r.out, "one_writer_sync_per_s") > 0);
-	assert_true(num(r.out, "all_writers_sync_per_s") > 0);
-	assert_true(num(r.out, "solo_all_writers_sync_per_s") > 0);
+	all_positive(r.out, (const char *const[]){ "delay_to_tcp_rtt", "one_writer_per_s",
+						   "solo_one_writer_per_s", "one_writer_ratio",
+						   "all_writers_per_s", "all_writers_ratio",
+						   "one_writer_sync_per_s", "all_writers_sync_per_s",
+						   "solo_all_writers_sync_per_s", NULL });
 	check_clean(&r);
 }
 
@@ -559,9 +562,7 @@ static void test_probes(void **state)
 	(void)state;
 	bench(&r, 0, (const char *const[]){ "probes", NULL });
 	check_ok(&r);
-	assert_true(num(r.out, "ns_probes") > 0);
-	assert_true(num(r.out, "ns_noprobes") > 0);
-	assert_true(num(r.out, "ratio") > 0);
+	all_positive(r.out, (const char *const[]){ "ns_probes", "ns_noprobes", "ratio", NULL });
 	check_clean(&r);
 }
 
