@@ -400,17 +400,19 @@ void th_propagation_figures(procreg_t *a, procreg_t *b, procreg_t *c, const char
 	       label, t_reg / 1e6, t_b / 1e6, t_c / 1e6);
 }
 
-void th_list_fds(pid_t pid)
+char *th_fds_text(pid_t pid)
 {
-	char path[64], link[600], target[512];
+	char path[64], link[600], target[512], *text = NULL;
+	size_t size = 0;
 	struct dirent *e;
+	FILE *f = open_memstream(&text, &size);
 	DIR *d;
 
+	if (!f)
+		return NULL;
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
 	d = opendir(path);
-	if (!d)
-		return;
-	while ((e = readdir(d))) {
+	while (d && (e = readdir(d))) {
 		ssize_t n;
 
 		if (e->d_name[0] == '.')
@@ -418,9 +420,21 @@ void th_list_fds(pid_t pid)
 		snprintf(link, sizeof(link), "%s/%s", path, e->d_name);
 		n = readlink(link, target, sizeof(target) - 1);
 		target[n > 0 ? n : 0] = 0;
-		printf("  fd %s -> %s\n", e->d_name, target);
+		fprintf(f, "  fd %s -> %s\n", e->d_name, target);
 	}
-	closedir(d);
+	if (d)
+		closedir(d);
+	fclose(f);
+	return text;
+}
+
+void th_list_fds(pid_t pid)
+{
+	char *text = th_fds_text(pid);
+
+	if (text)
+		fputs(text, stdout);
+	free(text);
 }
 
 long th_count_fds(pid_t pid)

@@ -157,6 +157,8 @@ long th_status_kb(pid_t pid, const char *key);
 long th_count_fds(pid_t pid);
 /* Print PID's open fds and what they are (on failure, to see which). */
 void th_list_fds(pid_t pid);
+/* The same as text (malloc'd; NULL if out of memory). */
+char *th_fds_text(pid_t pid);
 
 /* Scenarios the bridge's tests run over every transport, on three started
  * nodes N[0..2], waiting up to MS for each change to show:

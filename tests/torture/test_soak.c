@@ -109,6 +109,7 @@ struct soak {
 struct sample {
 	long rss_kb, anon_kb, fds;
 	uint64_t file_bytes, arena_top, feed_head;
+	char *fd_list;             /* which they were (th_fds_text) */
 };
 
 static void bad(struct shared *sh, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -990,6 +991,7 @@ static void take_sample(struct soak *s, int i, struct sample *m)
 	m->rss_kb = th_status_kb(s->n[i].d.pid, "VmRSS");
 	m->anon_kb = th_status_kb(s->n[i].d.pid, "RssAnon");
 	m->fds = th_count_fds(s->n[i].d.pid);
+	m->fd_list = th_fds_text(s->n[i].d.pid);
 	fd = open(procreg_table_path(s->n[i].reg), O_RDONLY | O_CLOEXEC);
 	assert_true(fd >= 0);
 	assert_int_equal(fstat(fd, &sb), 0);
@@ -1003,6 +1005,7 @@ static void take_sample(struct soak *s, int i, struct sample *m)
 struct fdwait {
 	struct soak *s;
 	const long *want;
+	bool or_fewer;             /* a count below WANT will do */
 };
 
 static int fds_settled(void *arg)
@@ -1010,10 +1013,15 @@ static int fds_settled(void *arg)
 	struct fdwait *w = arg;
 	struct idmap ids;
 
-	for (int i = 0; i < NODES; i++)
-		if (read_nodes(&w->s->n[i], &ids) != NODES - 1 ||
-		    th_count_fds(w->s->n[i].d.pid) != w->want[i])
+	for (int i = 0; i < NODES; i++) {
+		long n;
+
+		if (read_nodes(&w->s->n[i], &ids) != NODES - 1)
 			return 0;
+		n = th_count_fds(w->s->n[i].d.pid);
+		if (w->or_fewer ? n > w->want[i] : n != w->want[i])
+			return 0;
+	}
 	return 1;
 }
 
@@ -1022,7 +1030,7 @@ static int fds_settled(void *arg)
 static void baseline(struct soak *s, struct sample *b)
 {
 	long want[NODES];
-	struct fdwait w = { s, want };
+	struct fdwait w = { s, want, false };
 	int stable = 0;
 
 	for (uint64_t t = now_ms(); stable < 20; th_msleep(100)) {
@@ -1046,9 +1054,13 @@ static void print_sample(const char *when, const struct th_node *n, const struct
 
 /*
  * The bounds, per daemon, end against warm-up:
- *  - fds: equal. Quiesced, a daemon holds its fixed set (table, sockets,
- *    epoll, timers), one connection per other node and one for the test's
- *    handle; no pidfd (no process holds a name) and no other client.
+ *  - fds: no more than after the warm-up. Quiesced, a daemon holds its
+ *    fixed set (table, sockets, epoll, timers), one connection per other
+ *    node and one for the test's handle; no pidfd of a process holding a
+ *    name (none does) and no other client. After the warm-up it may still
+ *    hold one fd more for a while, which is gone by the end (a run had 23
+ *    then, 22 at the end): fewer at the end is no leak, and a leak, one
+ *    a write or a connection, makes many more.
  *  - arena high-water mark: at most 2 x LIVE_MAX x RECORD_MAX, plus two
  *    smallest index blocks per index (the name and group indexes and one
  *    per group). The allocator reuses freed blocks of the same size; at
@@ -1076,11 +1088,16 @@ static void check_growth(struct soak *s, const struct sample *b, const struct sa
 		       s->n[i].name, (long long)(e[i].arena_top - b[i].arena_top),
 		       (unsigned long long)arena_bound, (long long)(e[i].file_bytes - b[i].file_bytes),
 		       (unsigned long long)file_bound, (long long)drss, (unsigned long long)rss_bound);
-		if (e[i].fds != b[i].fds) {
-			th_list_fds(s->n[i].d.pid);
+		if (e[i].fds > b[i].fds) {
+			printf("%s's fds after the warm-up:\n%s%s's at the end:\n%s", s->n[i].name,
+			       b[i].fd_list ? b[i].fd_list : "", s->n[i].name,
+			       e[i].fd_list ? e[i].fd_list : "");
 			fail_msg("%s: %ld fds at the end, %ld after the warm-up", s->n[i].name, e[i].fds,
 				 b[i].fds);
 		}
+		if (e[i].fds < b[i].fds)
+			printf("soak %s: %ld fds at the end, %ld after the warm-up; then they were:\n%s",
+			       s->n[i].name, e[i].fds, b[i].fds, b[i].fd_list ? b[i].fd_list : "");
 		assert_true(e[i].arena_top <= b[i].arena_top + arena_bound);
 		assert_true(e[i].file_bytes <= b[i].file_bytes + file_bound);
 		if (TH_SANITIZED)
@@ -1134,7 +1151,7 @@ static void test_soak(void **state)
 	int seconds = env ? atoi(env) : 60, warm;
 	struct sample b[NODES], e[NODES];
 	long want[NODES];
-	struct fdwait fw = { s, want };
+	struct fdwait fw = { s, want, true };
 	uint64_t ops_warm;
 
 	if (seconds < 5)
@@ -1173,8 +1190,8 @@ static void test_soak(void **state)
 	s->sh->ops = s->sh->reads = s->sh->checked = s->sh->deaths = s->sh->cuts = 0;
 	run_round(s, seconds, "run");
 
-	/* Settled: the mesh whole and every fd count back (or the figures
-	 * below say which is not). */
+	/* Settled: the mesh whole and every fd count back, or lower (or the
+	 * figures below say which is not). */
 	for (int i = 0; i < NODES; i++)
 		want[i] = b[i].fds;
 	for (uint64_t t = now_ms(); !fds_settled(&fw) && now_ms() - t < SETTLE_MS;)
@@ -1190,6 +1207,10 @@ static void test_soak(void **state)
 	       (unsigned long long)get(&s->sh->deaths), (unsigned long long)get(&s->sh->cuts));
 	fflush(stdout);
 	check_growth(s, b, e);
+	for (int i = 0; i < NODES; i++) {
+		free(b[i].fd_list);
+		free(e[i].fd_list);
+	}
 	/* Enough happened for the bounds to mean something: a leak per
 	 * write would have outgrown them. */
 	assert_true(get(&s->sh->ops) >= 20 * LIVE_MAX);
