@@ -251,6 +251,8 @@ struct pr_record {
  * keeping it cost 8 bytes a name, 16 where it crossed a 16-byte step. */
 #define PR_RECORD_SIZE(nlen, mlen) \
 	(((sizeof(struct pr_record) + (nlen) + 1 + (mlen)) + PR_ALIGN - 1) & ~(size_t)(PR_ALIGN - 1))
+/* The smallest record: two records start at least this far apart. */
+#define PR_RECORD_MIN PR_RECORD_SIZE(0, 0)
 
 /* The daemon issues membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) before
  * every grace-period scan: registered readers may order their slot store

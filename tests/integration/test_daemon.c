@@ -422,6 +422,202 @@ static void test_names_per_process(void **state)
 	assert_int_equal(procreg_register(f->reg, "q10", NULL, 0), 0);
 }
 
+/*
+ * The daemon keeps each process's names in a list, and where each record
+ * sits in its owner's list: an unregistration swaps the list's last name
+ * into the hole, a metadata update puts the new record in the old one's
+ * place. Two processes churn their names side by side (their records
+ * interleave in the table), then the per-process limit, each unregistration
+ * and each death must still agree with the names they hold: a list that
+ * lost track of a record would keep counting it against the limit, and
+ * at the death would leave it behind or take another's.
+ */
+enum { CHURN_LIMIT = 200, CHURN_FIRST = 198, CHURN_DROPPED = 100 };
+
+struct churner {
+	const char *dir;
+	char prefix;
+	int ready_fd, go_fd;    /* a byte out when a phase is done; one in to go on */
+};
+
+/* The first names' order of removal: a permutation of 0..CHURN_FIRST-1. */
+static int churn_victim(int i)
+{
+	return (i * 5 + 3) % CHURN_FIRST;
+}
+
+static bool churn_dropped(int k)
+{
+	for (int i = 0; i < CHURN_DROPPED; i++)
+		if (churn_victim(i) == k)
+			return true;
+	return false;
+}
+
+static int churn_reg(procreg_t *r, char prefix, const char *kind, int k, const char *meta)
+{
+	char name[32];
+
+	snprintf(name, sizeof(name), "%c.%s%d", prefix, kind, k);
+	return procreg_register(r, name, meta, strlen(meta));
+}
+
+static int churner_main(void *arg)
+{
+	struct churner *c = arg;
+	procreg_t *r = th_open(c->dir);
+	char name[32], group[16], b = 0;
+	int k;
+
+	if (!r)
+		return 10;
+	snprintf(group, sizeof(group), "g.%c", c->prefix);
+	/* 198 names and two memberships: the limit. */
+	for (k = 0; k < CHURN_FIRST; k++)
+		if (churn_reg(r, c->prefix, "n", k, "v1") != 0)
+			return 11;
+	if (procreg_join(r, group, NULL, 0) != 0 || procreg_join(r, "g.both", NULL, 0) != 0)
+		return 12;
+	if (churn_reg(r, c->prefix, "x", 0, "v1") != -EDQUOT)
+		return 13;
+	/* Half of them go, in an order that moves names all over the list;
+	 * the rest get new metadata (a new record in the old one's place). */
+	for (int i = 0; i < CHURN_DROPPED; i++) {
+		snprintf(name, sizeof(name), "%c.n%d", c->prefix, churn_victim(i));
+		if (procreg_unregister(r, name) != 0)
+			return 14;
+	}
+	for (k = 0; k < CHURN_FIRST; k++)
+		if (!churn_dropped(k) && churn_reg(r, c->prefix, "n", k, "v2") != 0)
+			return 15;
+	if (procreg_leave(r, group) != 0)
+		return 16;
+	/* 98 names and one membership: exactly 101 more fit. */
+	for (k = 0; k < CHURN_LIMIT - (CHURN_FIRST - CHURN_DROPPED) - 1; k++)
+		if (churn_reg(r, c->prefix, "m", k, "v1") != 0)
+			return 17;
+	if (churn_reg(r, c->prefix, "x", 0, "v1") != -EDQUOT)
+		return 18;
+	if (write(c->ready_fd, &b, 1) != 1 || read(c->go_fd, &b, 1) != 1)
+		return 19;
+	/* Everything goes, one by one, in yet another order: then the whole
+	 * limit fits again. */
+	for (k = CHURN_FIRST - 1; k >= 0; k--) {
+		snprintf(name, sizeof(name), "%c.n%d", c->prefix, k);
+		if (procreg_unregister(r, name) != (churn_dropped(k) ? -ENOENT : 0))
+			return 20;
+	}
+	for (k = 0; k < CHURN_LIMIT - (CHURN_FIRST - CHURN_DROPPED) - 1; k++) {
+		snprintf(name, sizeof(name), "%c.m%d", c->prefix, k);
+		if (procreg_unregister(r, name) != 0)
+			return 21;
+	}
+	if (procreg_leave(r, "g.both") != 0)
+		return 22;
+	for (k = 0; k < CHURN_LIMIT; k++)
+		if (churn_reg(r, c->prefix, "z", k, "v3") != 0)
+			return 23;
+	if (churn_reg(r, c->prefix, "x", 0, "v1") != -EDQUOT)
+		return 24;
+	if (write(c->ready_fd, &b, 1) != 1 || read(c->go_fd, &b, 1) != 1)
+		return 25;
+	procreg_close(r);
+	return 0;
+}
+
+/* Whether NAME is registered, to a process with metadata META. */
+static bool churn_has(procreg_t *reg, char prefix, const char *kind, int k, const char *meta)
+{
+	PROCREG_OPTS(procreg_entry, e);
+	char name[32], got[8] = "";
+
+	snprintf(name, sizeof(name), "%c.%s%d", prefix, kind, k);
+	e.meta = got;
+	e.meta_size = sizeof(got) - 1;
+	if (procreg_lookup(reg, name, &e) != 0)
+		return false;
+	return e.meta_len == strlen(meta) && memcmp(got, meta, e.meta_len) == 0;
+}
+
+static void check_churned(procreg_t *reg, char prefix)
+{
+	for (int k = 0; k < CHURN_FIRST; k++) {
+		if (churn_dropped(k))
+			assert_false(churn_has(reg, prefix, "n", k, "v1") ||
+				     churn_has(reg, prefix, "n", k, "v2"));
+		else
+			assert_true(churn_has(reg, prefix, "n", k, "v2"));
+	}
+	for (int k = 0; k < CHURN_LIMIT - (CHURN_FIRST - CHURN_DROPPED) - 1; k++)
+		assert_true(churn_has(reg, prefix, "m", k, "v1"));
+}
+
+static void test_churn_then_death(void **state)
+{
+	struct fx *f = *state;
+	struct churner c[2] = { { f->dir, 'a', -1, -1 }, { f->dir, 'b', -1, -1 } };
+	int ready[2][2], go[2][2];
+	pid_t kid[2];
+	PROCREG_OPTS(procreg_stats, st);
+	char b = 0;
+
+	/* Each child's pipes made just before it, its ends closed here right
+	 * after: a child's "ready" pipe has no writer but that child, and a
+	 * child that fails shows as end of file, not as a hang. */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(pipe2(ready[i], O_CLOEXEC), 0);
+		assert_int_equal(pipe2(go[i], O_CLOEXEC), 0);
+		c[i].ready_fd = ready[i][1];
+		c[i].go_fd = go[i][0];
+		kid[i] = th_fork(churner_main, &c[i]);
+		close(ready[i][1]);
+		close(go[i][0]);
+	}
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(read(ready[i][0], &b, 1), 1);
+	check_churned(f->reg, 'a');
+	check_churned(f->reg, 'b');
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 2 * (CHURN_LIMIT - 1));
+
+	/* a dies: every name of its goes, and nothing of b's. */
+	kill(kid[0], SIGKILL);
+	assert_int_equal(th_wait(kid[0]), 128 + SIGKILL);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	for (int k = 0; k < CHURN_FIRST; k++)
+		assert_false(churn_has(f->reg, 'a', "n", k, "v2"));
+	for (int k = 0; k < CHURN_LIMIT - (CHURN_FIRST - CHURN_DROPPED) - 1; k++)
+		assert_false(churn_has(f->reg, 'a', "m", k, "v1"));
+	check_churned(f->reg, 'b');
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, CHURN_LIMIT - 1);
+	assert_int_equal(st.processes, 1);
+
+	/* b empties its list and fills it to the limit again. */
+	assert_int_equal(write(go[1][1], &b, 1), 1);
+	assert_int_equal(read(ready[1][0], &b, 1), 1);
+	for (int k = 0; k < CHURN_LIMIT; k++)
+		assert_true(churn_has(f->reg, 'b', "z", k, "v3"));
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, CHURN_LIMIT);
+	assert_int_equal(write(go[1][1], &b, 1), 1);
+	assert_int_equal(th_wait(kid[1]), 0);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 0);
+	assert_int_equal(st.processes, 0);
+	for (int i = 0; i < 2; i++) {
+		close(go[i][1]);
+		close(ready[i][0]);
+	}
+}
+
+static int setup_churn(void **state)
+{
+	static const char *const args[] = { "--max-names-per-proc", "200", NULL };
+	return th_fx_start(state, args, NULL);
+}
+
 /* ---- per-uid quotas ---------------------------------------------------- */
 
 static int setup_uid_quota(void **state)
@@ -1133,6 +1329,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_other_uid_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_name_and_meta_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_per_process, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_churn_then_death, setup_churn, teardown),
 		cmocka_unit_test_setup_teardown(test_uid_quotas, setup_uid_quota, teardown),
 		cmocka_unit_test_setup_teardown(test_table_full, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_max_clients, setup_small, teardown),

@@ -185,7 +185,10 @@ struct daemon {
 	/* The entry of procs proc_get() found last (NULL: none): a client's
 	 * requests come in runs for one process. Cleared when it is freed. */
 	struct proc *last_proc;
-	struct pr_u32map owned;   /* record offset / 16 -> index in its proc's names */
+	/* Record offset / PR_RECORD_MIN -> its place in its owner's names
+	 * (procs.c): owned_cap elements, or NULL. */
+	uint32_t *owned;
+	size_t owned_cap;
 	struct client *clients;
 	uint32_t nclients;
 	uint32_t nsubscribers;
@@ -370,7 +373,12 @@ int proc_attach(struct daemon *d, const struct ident *id, struct proc **out);
 /* At start: the live process PID started at START (pidfs inode INO, 0 if
  * unknown) as a proc, or -ESRCH if that process is gone. */
 int proc_verify(struct daemon *d, pid_t pid, uint64_t start, uint64_t ino, struct proc **out);
+/* Room for the record at OFF in the map of owned records: made with every
+ * record (registry.c's new_record), so that proc_replace_name(), which
+ * comes after the record is published, cannot fail. */
+int proc_owned_room(struct daemon *d, uint64_t off);
 int proc_add_name(struct daemon *d, struct proc *p, uint64_t off);
+/* NEW_OFF's room was made (proc_owned_room). */
 void proc_replace_name(struct daemon *d, uint64_t old_off, uint64_t new_off);
 /* Forget OFF in its owner's list (the table is registry.c's); returns
  * the owner, NULL if none. */

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -166,35 +167,86 @@ bool uid_may_add(const struct daemon *d, const struct proc *p)
 	return uid_privileged(d, p->uid) || uid_count(&d->uid_names, p->uid) < d->o.max_names_per_uid;
 }
 
-/* The owned map's key: a record's offset in 16-byte units, which fits 32
- * bits (the table is at most 64 GiB) and is never 0 (records lie past the
- * header page). */
-static uint32_t owned_key(uint64_t off)
+/*
+ * Where each owned record is in its owner's list of names: one u32 per
+ * PR_RECORD_MIN bytes of table, the record at OFF's at OFF / PR_RECORD_MIN.
+ * No two records share an element: records never overlap and none is
+ * shorter than PR_RECORD_MIN, so two of them start at least that far apart.
+ * An element is believed only where the list it names holds OFF at that
+ * place: a removed record's element is left as it was, and read back it
+ * names a place that holds something else (or nothing).
+ *
+ * Not a hash map from offset to place: that took a cache miss at a
+ * random line for each new name and each removal, where records are
+ * allocated in address order and so are their elements here. Into a table
+ * of 10^6 names, procregd's CPU time a pipelined registration went from
+ * 397-583 ns to 240-370, and the daemon's memory from 25.7 to 15.4 bytes
+ * a name (procreg-bench register --prefill 1000000; memory).
+ *
+ * Private anonymous memory, grown by mremap (page tables move; nothing is
+ * copied); only the pages of elements ever written are backed: 4 bytes
+ * for each PR_RECORD_MIN bytes of records, at most.
+ */
+static uint32_t *owned_at(struct daemon *d, uint64_t off)
 {
-	return (uint32_t)(off / PR_ALIGN);
+	uint64_t i = off / PR_RECORD_MIN;
+
+	return i < d->owned_cap ? &d->owned[i] : NULL;
+}
+
+int proc_owned_room(struct daemon *d, uint64_t off)
+{
+	size_t need = (size_t)(off / PR_RECORD_MIN) + 1, cap, bytes;
+	void *p;
+
+	if (need <= d->owned_cap)
+		return 0;
+	cap = d->owned_cap ? d->owned_cap : (size_t)sysconf(_SC_PAGESIZE) / sizeof(uint32_t);
+	while (cap < need)
+		cap *= 2;
+	bytes = cap * sizeof(uint32_t);
+	if (d->owned)
+		p = mremap(d->owned, d->owned_cap * sizeof(uint32_t), bytes, MREMAP_MAYMOVE);
+	else
+		p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	d->owned = p;
+	d->owned_cap = cap;
+	return 0;
+}
+
+static void owned_free(struct daemon *d)
+{
+	if (d->owned)
+		munmap(d->owned, d->owned_cap * sizeof(uint32_t));
+	d->owned = NULL;
+	d->owned_cap = 0;
 }
 
 int proc_add_name(struct daemon *d, struct proc *p, uint64_t off)
 {
-	int err = procreg__vec_push(&p->names, off);
+	int err = proc_owned_room(d, off);
 
 	if (!err)
-		err = procreg__u32map_put(&d->owned, owned_key(off), (uint32_t)(p->names.n - 1));
-	if (err && p->names.n && p->names.v[p->names.n - 1] == off)
-		p->names.n--;
-	if (!err)
-		uid_adjust(&d->uid_names, p->uid, 1);
-	return err;
+		err = procreg__vec_push(&p->names, off);
+	if (err)
+		return err;
+	*owned_at(d, off) = (uint32_t)(p->names.n - 1);
+	uid_adjust(&d->uid_names, p->uid, 1);
+	return 0;
 }
 
+/* OFF's owner, and OFF's place in its list (*IDX); NULL if no process
+ * holds OFF. */
 static struct proc *owner_of(struct daemon *d, uint64_t off, uint32_t *idx)
 {
-	const struct pr_record *r = rec(d, off);
-	struct proc *p = proc_get(d, (pid_t)r->pid);
+	struct proc *p = proc_get(d, (pid_t)rec(d, off)->pid);
+	const uint32_t *at = owned_at(d, off);
 
-	if (!p || procreg__u32map_get(&d->owned, owned_key(off), idx) < 0 || *idx >= p->names.n ||
-	    p->names.v[*idx] != off)
+	if (!p || !at || *at >= p->names.n || p->names.v[*at] != off)
 		return NULL;
+	*idx = *at;
 	return p;
 }
 
@@ -206,35 +258,22 @@ void proc_replace_name(struct daemon *d, uint64_t old_off, uint64_t new_off)
 	if (!p)
 		return;
 	p->names.v[idx] = new_off;
-	procreg__u32map_del(&d->owned, owned_key(old_off));
-	procreg__u32map_put(&d->owned, owned_key(new_off), idx);
+	*owned_at(d, new_off) = idx;
 }
 
-/* Forget OFF in its owner's list: swap the last name into its place.
- * Two probes of the owned map, where owner_of() and then a removal would
- * take three: OFF's entry is taken out as it is found, and put back in
- * the one case it does not name OFF's place (which never happens while
- * the owned map and the lists agree). */
+/* Forget OFF in its owner's list: swap the last name into its place. */
 static struct proc *unlink_name(struct daemon *d, uint64_t off)
 {
-	struct proc *p = proc_get(d, (pid_t)rec(d, off)->pid);
+	uint32_t idx;
+	struct proc *p = owner_of(d, off, &idx);
 	uint64_t last;
-	uint32_t idx, *ref;
 
-	if (!p || procreg__u32map_take(&d->owned, owned_key(off), &idx) < 0)
+	if (!p)
 		return NULL;
-	if (idx >= p->names.n || p->names.v[idx] != off) {
-		procreg__u32map_put(&d->owned, owned_key(off), idx);
-		return NULL;
-	}
 	last = p->names.v[--p->names.n];
 	if (idx < p->names.n) {
 		p->names.v[idx] = last;
-		ref = procreg__u32map_ref(&d->owned, owned_key(last));
-		if (ref)
-			*ref = idx;
-		else
-			procreg__u32map_put(&d->owned, owned_key(last), idx);
+		*owned_at(d, last) = idx;
 	}
 	uid_adjust(&d->uid_names, p->uid, -1);
 	return p;
@@ -247,8 +286,6 @@ struct proc *proc_forget_name(struct daemon *d, uint64_t off)
 
 void proc_forget_all(struct daemon *d, struct proc *p)
 {
-	for (size_t i = 0; i < p->names.n; i++)
-		procreg__u32map_del(&d->owned, owned_key(p->names.v[i]));
 	uid_adjust(&d->uid_names, p->uid, -(int64_t)p->names.n);
 	p->names.n = 0;
 }
@@ -454,7 +491,7 @@ void procs_free_all(struct daemon *d)
 	}
 	procreg__u64map_free(&d->procs);
 	d->last_proc = NULL;
-	procreg__u32map_free(&d->owned);
+	owned_free(d);
 	procs_reap(d);
 	procreg__u64map_free(&d->uid_names);
 	procreg__u64map_free(&d->uid_clients);

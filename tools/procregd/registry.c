@@ -36,11 +36,13 @@ static int slot_for(struct daemon *d, struct pr_root *root, const struct pr_key 
 	return err;
 }
 
-/* The one record template: E's content, owned as E says. */
+/* The one record template: E's content, owned as E says; with room in the
+ * map of owned records. */
 static int new_record(struct daemon *d, const struct reg_remote *e,
 		      uint64_t ino, uint64_t *off)
 {
 	struct pr_record t = { 0 };
+	int err;
 
 	t.kind = e->kind;
 	t.flags = e->flags;
@@ -52,7 +54,10 @@ static int new_record(struct daemon *d, const struct reg_remote *e,
 	t.aux = ino;
 	t.name_len = (uint16_t)e->name_len;
 	t.meta_len = (uint16_t)e->meta_len;
-	return procreg__w_new_record(&d->w, &t, e->name, e->meta, off);
+	err = procreg__w_new_record(&d->w, &t, e->name, e->meta, off);
+	if (!err && (err = proc_owned_room(d, *off)) < 0)
+		procreg__w_discard(&d->w, *off);
+	return err;
 }
 
 /* The root K's entry goes in: the name index, or group NAME's member
