@@ -465,8 +465,7 @@ int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
 
 /* A key and its value side by side: a lookup in a map too big for the
  * caches misses once, not once in a key array and again in a value
- * array (measured: the daemon's map of owned records took 14% of a
- * pipelined registration's time, split over two misses). */
+ * array. */
 struct pr_u64kv {
 	uint64_t key;     /* 0 = empty; 1 refused; callers' keys are >= 2 */
 	uint64_t val;
@@ -487,24 +486,6 @@ int procreg__u64map_del(struct pr_u64map *m, uint64_t key);
 int procreg__u64map_take(struct pr_u64map *m, uint64_t key, uint64_t *val);
 void procreg__u64map_free(struct pr_u64map *m);
 
-/* The same for u32 -> u32 in 8-byte entries; key 0 is reserved. */
-struct pr_u32kv {
-	uint32_t key;     /* 0 = empty; callers' keys are >= 1 */
-	uint32_t val;
-};
-
-struct pr_u32map {
-	struct pr_u32kv *kv;
-	size_t cap, used;
-	size_t hint;            /* unused: the owned map takes no hint */
-};
-
-int procreg__u32map_put(struct pr_u32map *m, uint32_t key, uint32_t val);
-int procreg__u32map_get(const struct pr_u32map *m, uint32_t key, uint32_t *val);
-uint32_t *procreg__u32map_ref(struct pr_u32map *m, uint32_t key);
-int procreg__u32map_del(struct pr_u32map *m, uint32_t key);
-int procreg__u32map_take(struct pr_u32map *m, uint32_t key, uint32_t *val);
-void procreg__u32map_free(struct pr_u32map *m);
 
 /* ---- the writer (writer.c): procregd only ----------------------------- */
 

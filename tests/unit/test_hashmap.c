@@ -1,8 +1,6 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * test_hashmap.c - the daemon's private maps (lib/hashmap.c): u64 -> u64,
- * and u32 -> u32 (the same code on 8-byte entries), through the churn
- * test both.
+ * test_hashmap.c - the daemon's private maps (lib/hashmap.c): u64 -> u64.
  *
  * Every test checks the map against a plain model (an array indexed by a
  * key number), so a lost, duplicated or stale entry shows up as a
@@ -221,36 +219,7 @@ static void counts64(void *m, size_t *used, size_t *cap)
 }
 static void free64(void *m) { procreg__u64map_free(m); }
 
-static int put32(void *m, uint64_t k, uint64_t v) { return procreg__u32map_put(m, (uint32_t)k, (uint32_t)v); }
-static int get32(void *m, uint64_t k, uint64_t *v)
-{
-	uint32_t x;
-	int e = procreg__u32map_get(m, (uint32_t)k, &x);
-
-	if (!e)
-		*v = x;
-	return e;
-}
-static int del32(void *m, uint64_t k) { return procreg__u32map_del(m, (uint32_t)k); }
-static int take32(void *m, uint64_t k, uint64_t *v)
-{
-	uint32_t x;
-	int e = procreg__u32map_take(m, (uint32_t)k, &x);
-
-	if (!e)
-		*v = x;
-	return e;
-}
-static uint64_t key32(void *m, size_t i) { return ((struct pr_u32map *)m)->kv[i].key; }
-static void counts32(void *m, size_t *used, size_t *cap)
-{
-	*used = ((struct pr_u32map *)m)->used;
-	*cap = ((struct pr_u32map *)m)->cap;
-}
-static void free32(void *m) { procreg__u32map_free(m); }
-
 static const struct map_ops ops64 = { put64, get64, del64, take64, key64, counts64, free64, UINT64_MAX };
-static const struct map_ops ops32 = { put32, get32, del32, take32, key32, counts32, free32, UINT32_MAX };
 
 /* The shape a removal by backward shift must keep: no deleted-slot
  * marker anywhere, and every entry reachable from its home slot without
@@ -263,7 +232,7 @@ static void check_runs(const struct map_ops *o, void *m)
 	for (size_t i = 0; i < cap; i++) {
 		uint64_t k = o->slot_key(m, i);
 
-		assert_true(k != 1 || o == &ops32);
+		assert_true(k != 1);
 		if (k == 0)
 			continue;
 		live++;
@@ -368,32 +337,6 @@ static void test_churn(void **state)
 	churn(&ops64, &m);
 }
 
-/* The u32 map: key 0 is its only reserved key; 1 and UINT32_MAX are keys. */
-static void test_churn_u32(void **state)
-{
-	struct pr_u32map m = { 0 };
-	uint32_t v = 0;
-
-	(void)state;
-	assert_int_equal(procreg__u32map_put(&m, 0, 1), -EINVAL);
-	assert_int_equal(procreg__u32map_get(&m, 0, &v), -ENOENT);
-	assert_int_equal(procreg__u32map_put(&m, 1, 11), 0);
-	assert_int_equal(procreg__u32map_put(&m, UINT32_MAX, UINT32_MAX), 0);
-	assert_int_equal(procreg__u32map_get(&m, 1, &v), 0);
-	assert_int_equal(v, 11);
-	assert_int_equal(procreg__u32map_get(&m, UINT32_MAX, &v), 0);
-	assert_true(v == UINT32_MAX);
-	*procreg__u32map_ref(&m, 1) = 12;
-	assert_null(procreg__u32map_ref(&m, 2));
-	assert_int_equal(procreg__u32map_get(&m, 1, &v), 0);
-	assert_int_equal(v, 12);
-	assert_int_equal(procreg__u32map_del(&m, 1), 0);
-	assert_int_equal(procreg__u32map_del(&m, UINT32_MAX), 0);
-	assert_int_equal(m.used, 0);
-	assert_int_equal(sizeof(*m.kv), 8);
-	churn(&ops32, &m);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -402,7 +345,6 @@ int main(void)
 		cmocka_unit_test(test_reserved_keys),
 		cmocka_unit_test(test_growth),
 		cmocka_unit_test(test_churn),
-		cmocka_unit_test(test_churn_u32),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
