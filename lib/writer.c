@@ -465,6 +465,14 @@ uint64_t procreg__w_find(struct pr_writer *w, const struct pr_root *root,
 	return r ? (uint64_t)((const uint8_t *)r - w->map.base) : 0;
 }
 
+void procreg__w_prefetch_name(struct pr_writer *w, const char *name, size_t len)
+{
+	const struct pr_index *ix = index_at(w, &w->map.hdr->names);
+	uint64_t h = pr_hash(name, len, w->map.hdr->hash_seed);
+
+	__builtin_prefetch(&ix->slot[h >> ix->shift], 1, 3);
+}
+
 int procreg__w_new_record(struct pr_writer *w, const struct pr_record *tmpl,
 			  const char *name, const void *meta, uint64_t *off)
 {

@@ -639,14 +639,42 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 	}
 }
 
+/*
+ * The requests of a packet touch the name index at random places: in a
+ * big table, each is a cache and TLB miss that the writer waits for. The
+ * packet holds the next requests already: the home slots of their names
+ * are prefetched PREFETCH_AHEAD frames ahead of the one handled, so that
+ * their misses overlap the work on the ones before. Into a table of 10^6
+ * names, one client on the daemon's CPU: procregd's CPU a pipelined
+ * registration 284-310 ns without, 146-155 with; registrations 2.8-3.1
+ * M/s without, 5.2-5.5 with; removals 3.5 M/s, 6.4-6.6 (procreg-bench
+ * register --prefill 1000000). Two frames ahead did about as well as four.
+ *
+ * A hint: it changes nothing but timing, whatever the frame says (the
+ * slot it asks for is in the index, wherever the name hashes).
+ */
+#define PREFETCH_AHEAD 4
+
+static void prefetch_next(struct daemon *d, const struct client *c, size_t len, size_t *ahead)
+{
+	struct pr_frame f;
+
+	if (c->hello_done && procreg__proto_next(d->in, len, ahead, &f) == 1 &&
+	    (f.h.op == PR_OP_REGISTER || f.h.op == PR_OP_UNREGISTER))
+		procreg__w_prefetch_name(&d->w, f.name, f.name_len);
+}
+
 /* Returns <0 when the connection must close. */
 static int handle_packet(struct daemon *d, struct client *c, size_t len, int passed_fd)
 {
 	struct pr_frame f;
-	size_t pos = 0, out = 0;
+	size_t pos = 0, out = 0, ahead = 0;
 	int r, status, frames = 0, err;
 
+	for (int i = 0; i < PREFETCH_AHEAD; i++)
+		prefetch_next(d, c, len, &ahead);
 	while ((r = procreg__proto_next(d->in, len, &pos, &f)) != 0) {
+		prefetch_next(d, c, len, &ahead);
 		if (r == -EBADMSG) {
 			log_limited(&d->dropped_log, "clients closed",
 				    "client pid %d uid %u: unframeable packet, closing", (int)c->id.pid,
