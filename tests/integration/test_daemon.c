@@ -433,6 +433,8 @@ static void test_names_per_process(void **state)
  * at the death would leave it behind or take another's.
  */
 enum { CHURN_LIMIT = 200, CHURN_FIRST = 198, CHURN_DROPPED = 100 };
+/* What fits once half the first names and one membership are gone. */
+#define CHURN_MORE (CHURN_LIMIT - (CHURN_FIRST - CHURN_DROPPED) - 1)
 
 struct churner {
 	const char *dir;
@@ -460,6 +462,15 @@ static int churn_reg(procreg_t *r, char prefix, const char *kind, int k, const c
 
 	snprintf(name, sizeof(name), "%c.%s%d", prefix, kind, k);
 	return procreg_register(r, name, meta, strlen(meta));
+}
+
+/* N names of KIND registered, then the limit: 0, or -1. */
+static int churn_fill(procreg_t *r, char prefix, const char *kind, int n, const char *meta)
+{
+	for (int k = 0; k < n; k++)
+		if (churn_reg(r, prefix, kind, k, meta) != 0)
+			return -1;
+	return churn_reg(r, prefix, "x", 0, meta) == -EDQUOT ? 0 : -1;
 }
 
 static int churner_main(void *arg)
@@ -493,34 +504,28 @@ static int churner_main(void *arg)
 	if (procreg_leave(r, group) != 0)
 		return 16;
 	/* 98 names and one membership: exactly 101 more fit. */
-	for (k = 0; k < CHURN_LIMIT - (CHURN_FIRST - CHURN_DROPPED) - 1; k++)
-		if (churn_reg(r, c->prefix, "m", k, "v1") != 0)
-			return 17;
-	if (churn_reg(r, c->prefix, "x", 0, "v1") != -EDQUOT)
-		return 18;
+	if (churn_fill(r, c->prefix, "m", CHURN_MORE, "v1") != 0)
+		return 17;
 	if (write(c->ready_fd, &b, 1) != 1 || read(c->go_fd, &b, 1) != 1)
-		return 19;
+		return 18;
 	/* Everything goes, one by one, in yet another order: then the whole
 	 * limit fits again. */
 	for (k = CHURN_FIRST - 1; k >= 0; k--) {
 		snprintf(name, sizeof(name), "%c.n%d", c->prefix, k);
 		if (procreg_unregister(r, name) != (churn_dropped(k) ? -ENOENT : 0))
-			return 20;
+			return 19;
 	}
-	for (k = 0; k < CHURN_LIMIT - (CHURN_FIRST - CHURN_DROPPED) - 1; k++) {
+	for (k = 0; k < CHURN_MORE; k++) {
 		snprintf(name, sizeof(name), "%c.m%d", c->prefix, k);
 		if (procreg_unregister(r, name) != 0)
-			return 21;
+			return 20;
 	}
 	if (procreg_leave(r, "g.both") != 0)
+		return 21;
+	if (churn_fill(r, c->prefix, "z", CHURN_LIMIT, "v3") != 0)
 		return 22;
-	for (k = 0; k < CHURN_LIMIT; k++)
-		if (churn_reg(r, c->prefix, "z", k, "v3") != 0)
-			return 23;
-	if (churn_reg(r, c->prefix, "x", 0, "v1") != -EDQUOT)
-		return 24;
 	if (write(c->ready_fd, &b, 1) != 1 || read(c->go_fd, &b, 1) != 1)
-		return 25;
+		return 23;
 	procreg_close(r);
 	return 0;
 }
@@ -548,7 +553,7 @@ static void check_churned(procreg_t *reg, char prefix)
 		else
 			assert_true(churn_has(reg, prefix, "n", k, "v2"));
 	}
-	for (int k = 0; k < CHURN_LIMIT - (CHURN_FIRST - CHURN_DROPPED) - 1; k++)
+	for (int k = 0; k < CHURN_MORE; k++)
 		assert_true(churn_has(reg, prefix, "m", k, "v1"));
 }
 
@@ -586,7 +591,7 @@ static void test_churn_then_death(void **state)
 	assert_int_equal(procreg_sync(f->reg), 0);
 	for (int k = 0; k < CHURN_FIRST; k++)
 		assert_false(churn_has(f->reg, 'a', "n", k, "v2"));
-	for (int k = 0; k < CHURN_LIMIT - (CHURN_FIRST - CHURN_DROPPED) - 1; k++)
+	for (int k = 0; k < CHURN_MORE; k++)
 		assert_false(churn_has(f->reg, 'a', "m", k, "v1"));
 	check_churned(f->reg, 'b');
 	procreg_stats(f->reg, &st);
