@@ -557,12 +557,16 @@ static void check_churned(procreg_t *reg, char prefix)
 		assert_true(churn_has(reg, prefix, "m", k, "v1"));
 }
 
+/* The churners, for the teardown to kill if an assertion ends the test
+ * while they wait for it. */
+static pid_t churn_kid[2];
+
 static void test_churn_then_death(void **state)
 {
 	struct fx *f = *state;
 	struct churner c[2] = { { f->dir, 'a', -1, -1 }, { f->dir, 'b', -1, -1 } };
 	int ready[2][2], go[2][2];
-	pid_t kid[2];
+	pid_t *kid = churn_kid;
 	PROCREG_OPTS(procreg_stats, st);
 	char b = 0;
 
@@ -588,6 +592,7 @@ static void test_churn_then_death(void **state)
 	/* a dies: every name of its goes, and nothing of b's. */
 	kill(kid[0], SIGKILL);
 	assert_int_equal(th_wait(kid[0]), 128 + SIGKILL);
+	kid[0] = 0;
 	assert_int_equal(procreg_sync(f->reg), 0);
 	for (int k = 0; k < CHURN_FIRST; k++)
 		assert_false(churn_has(f->reg, 'a', "n", k, "v2"));
@@ -607,6 +612,7 @@ static void test_churn_then_death(void **state)
 	assert_int_equal(st.names, CHURN_LIMIT);
 	assert_int_equal(write(go[1][1], &b, 1), 1);
 	assert_int_equal(th_wait(kid[1]), 0);
+	kid[1] = 0;
 	assert_int_equal(procreg_sync(f->reg), 0);
 	procreg_stats(f->reg, &st);
 	assert_int_equal(st.names, 0);
@@ -621,6 +627,18 @@ static int setup_churn(void **state)
 {
 	static const char *const args[] = { "--max-names-per-proc", "200", NULL };
 	return th_fx_start(state, args, NULL);
+}
+
+static int teardown_churn(void **state)
+{
+	for (int i = 0; i < 2; i++) {
+		if (churn_kid[i] > 0) {
+			kill(churn_kid[i], SIGKILL);
+			th_wait(churn_kid[i]);
+		}
+		churn_kid[i] = 0;
+	}
+	return teardown(state);
 }
 
 /* ---- per-uid quotas ---------------------------------------------------- */
@@ -1334,7 +1352,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_other_uid_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_name_and_meta_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_per_process, setup_small, teardown),
-		cmocka_unit_test_setup_teardown(test_churn_then_death, setup_churn, teardown),
+		cmocka_unit_test_setup_teardown(test_churn_then_death, setup_churn, teardown_churn),
 		cmocka_unit_test_setup_teardown(test_uid_quotas, setup_uid_quota, teardown),
 		cmocka_unit_test_setup_teardown(test_table_full, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_max_clients, setup_small, teardown),

@@ -196,14 +196,22 @@ static uint32_t *owned_at(struct daemon *d, uint64_t off)
 
 int proc_owned_room(struct daemon *d, uint64_t off)
 {
+	/* No record starts past the table's end: the array never needs to
+	 * be longer, and doubling stops there (it is all charged against
+	 * the commit limit where the system keeps one). */
 	size_t need = (size_t)(off / PR_RECORD_MIN) + 1, cap, bytes;
+	size_t most = (size_t)(d->w.map.size / PR_RECORD_MIN) + 1;
 	void *p;
 
 	if (need <= d->owned_cap)
 		return 0;
+	if (need > most)
+		return -EINVAL;
 	cap = d->owned_cap ? d->owned_cap : (size_t)sysconf(_SC_PAGESIZE) / sizeof(uint32_t);
 	while (cap < need)
 		cap *= 2;
+	if (cap > most)
+		cap = most;
 	bytes = cap * sizeof(uint32_t);
 	if (d->owned)
 		p = mremap(d->owned, d->owned_cap * sizeof(uint32_t), bytes, MREMAP_MAYMOVE);

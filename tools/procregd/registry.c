@@ -36,8 +36,8 @@ static int slot_for(struct daemon *d, struct pr_root *root, const struct pr_key 
 	return err;
 }
 
-/* The one record template: E's content, owned as E says; with room in the
- * map of owned records. */
+/* The one record template: E's content, owned as E says; a local one with
+ * room in the map of owned records. */
 static int new_record(struct daemon *d, const struct reg_remote *e,
 		      uint64_t ino, uint64_t *off)
 {
@@ -55,7 +55,8 @@ static int new_record(struct daemon *d, const struct reg_remote *e,
 	t.name_len = (uint16_t)e->name_len;
 	t.meta_len = (uint16_t)e->meta_len;
 	err = procreg__w_new_record(&d->w, &t, e->name, e->meta, off);
-	if (!err && (err = proc_owned_room(d, *off)) < 0)
+	/* Another node's entries are owned by no process here. */
+	if (!err && e->node == 0 && (err = proc_owned_room(d, *off)) < 0)
 		procreg__w_discard(&d->w, *off);
 	return err;
 }

@@ -660,7 +660,8 @@ static void prefetch_next(struct daemon *d, const struct client *c, size_t len, 
 	struct pr_frame f;
 
 	if (c->hello_done && procreg__proto_next(d->in, len, ahead, &f) == 1 &&
-	    (f.h.op == PR_OP_REGISTER || f.h.op == PR_OP_UNREGISTER))
+	    (f.h.op == PR_OP_REGISTER || f.h.op == PR_OP_UNREGISTER) &&
+	    f.name_len <= PROCREG_NAME_MAX)
 		procreg__w_prefetch_name(&d->w, f.name, f.name_len);
 }
 
@@ -674,6 +675,10 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 	for (int i = 0; i < PREFETCH_AHEAD; i++)
 		prefetch_next(d, c, len, &ahead);
 	while ((r = procreg__proto_next(d->in, len, &pos, &f)) != 0) {
+		/* Behind the frame handled only after a HELLO in this packet
+		 * (nothing is prefetched before it). */
+		if (ahead < pos)
+			ahead = pos;
 		prefetch_next(d, c, len, &ahead);
 		if (r == -EBADMSG) {
 			log_limited(&d->dropped_log, "clients closed",
