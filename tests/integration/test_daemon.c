@@ -433,6 +433,7 @@ static void test_names_per_process(void **state)
  * at the death would leave it behind or take another's.
  */
 enum { CHURN_LIMIT = 200, CHURN_FIRST = 198, CHURN_DROPPED = 100 };
+static const char *const churn_args[] = { "--max-names-per-proc", "200", NULL };
 /* What fits once half the first names and one membership are gone. */
 #define CHURN_MORE (CHURN_LIMIT - (CHURN_FIRST - CHURN_DROPPED) - 1)
 
@@ -589,6 +590,13 @@ static void test_churn_then_death(void **state)
 	procreg_stats(f->reg, &st);
 	assert_int_equal(st.names, 2 * (CHURN_LIMIT - 1));
 
+	/* A new daemon rebuilds every list from the table: what follows
+	 * holds for its lists as for the ones it replaces. */
+	th_daemon_kill(&f->d);
+	assert_int_equal(th_daemon_start(&f->d, f->dir, churn_args, NULL), 0);
+	check_churned(f->reg, 'a');
+	check_churned(f->reg, 'b');
+
 	/* a dies: every name of its goes, and nothing of b's. */
 	kill(kid[0], SIGKILL);
 	assert_int_equal(th_wait(kid[0]), 128 + SIGKILL);
@@ -625,8 +633,7 @@ static void test_churn_then_death(void **state)
 
 static int setup_churn(void **state)
 {
-	static const char *const args[] = { "--max-names-per-proc", "200", NULL };
-	return th_fx_start(state, args, NULL);
+	return th_fx_start(state, churn_args, NULL);
 }
 
 static int teardown_churn(void **state)
