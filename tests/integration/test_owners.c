@@ -514,9 +514,13 @@ static void test_lease_mark_unhealthy(void **state)
 {
 	struct fx *f = *state;
 	PROCREG_OPTS(procreg_register_opts, o, .flags = PROCREG_LEASE_MARK, .lease_ms = 50);
+	PROCREG_OPTS(procreg_stats, st);
 	uint64_t cur = procreg_feed_head(f->reg);
 	TH_ENTRY(e);
 
+	/* A name before it: the marked one is not the first in its owner's
+	 * list. */
+	assert_int_equal(procreg_register(f->reg, "well", NULL, 0), 0);
 	assert_int_equal(procreg_register_opts(f->reg, "sick", "m", 1, &o), 0);
 	await(f->reg, &cur, PROCREG_EV_EXPIRED, "sick");
 	/* Kept, marked. */
@@ -528,6 +532,13 @@ static void test_lease_mark_unhealthy(void **state)
 	assert_int_equal(procreg_lookup(f->reg, "sick", &e), 0);
 	assert_int_equal(e.flags & PROCREG_ENTRY_UNHEALTHY, 0);
 	assert_true(e.flags & PROCREG_ENTRY_LEASED);
+	/* Each mark put a new record in the old one's place, in the owner's
+	 * list too: once it lets the name go, the owner holds nothing. */
+	assert_int_equal(procreg_unregister(f->reg, "sick"), 0);
+	assert_int_equal(procreg_unregister(f->reg, "well"), 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.names, 0);
+	assert_int_equal(st.processes, 0);
 }
 
 static void test_lease_hands_over(void **state)
