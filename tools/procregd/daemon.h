@@ -374,8 +374,8 @@ int proc_attach(struct daemon *d, const struct ident *id, struct proc **out);
  * unknown) as a proc, or -ESRCH if that process is gone. */
 int proc_verify(struct daemon *d, pid_t pid, uint64_t start, uint64_t ino, struct proc **out);
 /* Room for the record at OFF in the map of owned records: made with every
- * record (registry.c's new_record), so that proc_replace_name(), which
- * comes after the record is published, cannot fail. */
+ * local record (registry.c's new_record), so that proc_replace_name(),
+ * which comes after the record is published, cannot fail. */
 int proc_owned_room(struct daemon *d, uint64_t off);
 int proc_add_name(struct daemon *d, struct proc *p, uint64_t off);
 /* NEW_OFF's room was made (proc_owned_room). */
