@@ -373,7 +373,7 @@ int proc_attach(struct daemon *d, const struct ident *id, struct proc **out);
 /* At start: the live process PID started at START (pidfs inode INO, 0 if
  * unknown) as a proc, or -ESRCH if that process is gone. */
 int proc_verify(struct daemon *d, pid_t pid, uint64_t start, uint64_t ino, struct proc **out);
-/* Room for the record at OFF in the map of owned records: made with every
+/* Room for the record at OFF in the owned records' array: made with every
  * local record (registry.c's new_record), so that proc_replace_name(),
  * which comes after the record is published, cannot fail. */
 int proc_owned_room(struct daemon *d, uint64_t off);

@@ -37,7 +37,7 @@ static int slot_for(struct daemon *d, struct pr_root *root, const struct pr_key 
 }
 
 /* The one record template: E's content, owned as E says; a local one with
- * room in the map of owned records. */
+ * room in the owned records' array. */
 static int new_record(struct daemon *d, const struct reg_remote *e,
 		      uint64_t ino, uint64_t *off)
 {
