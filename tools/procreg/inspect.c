@@ -470,18 +470,10 @@ static void frame_text(const struct cli *c, const struct sample *cur, const stru
 	}
 }
 
-static volatile sig_atomic_t top_stop;
-
-static void top_signal(int sig)
-{
-	(void)sig;
-	top_stop = 1;
-}
-
 int cmd_top(struct cli *c, int argc, char **argv)
 {
-	struct sigaction sa = { .sa_handler = top_signal };
 	struct sample prev = { 0 }, cur = { 0 };
+	sigset_t stop;
 	double interval = 1.0;
 	procreg_t *reg;
 	bool tty = isatty(1);
@@ -502,15 +494,21 @@ int cmd_top(struct cli *c, int argc, char **argv)
 		procreg_close(reg);
 		return EXIT_ERR;
 	}
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	while (!top_stop) {
+	/* SIGINT and SIGTERM blocked, and taken as the wait between frames:
+	 * one that comes while a frame is drawn ends the next wait at once.
+	 * With a handler and a flag, one landing between the flag's check and
+	 * the sleep was not seen until the sleep ended (up to --interval). */
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGTERM);
+	sigprocmask(SIG_BLOCK, &stop, NULL);
+	for (;;) {
 		struct timespec ts = { (time_t)interval,
 				       (long)((interval - (double)(time_t)interval) * 1e9) };
 		double dt, lookups;
 
 		/* Rates need two samples: even --once waits one interval. */
-		if (nanosleep(&ts, NULL) < 0 && top_stop)
+		if (sigtimedwait(&stop, NULL, &ts) > 0)
 			break;
 		if (take_sample(reg, &cur) < 0) {
 			fprintf(stderr, "%s: top: out of memory\n", prog);

@@ -781,6 +781,12 @@ static const char *event_name(int type)
 
 static volatile sig_atomic_t interrupted;
 
+/* The longest one wait for an event lasts. A signal ends the wait it
+ * lands in (no SA_RESTART), but one that lands after the loop's check and
+ * before the wait begins would leave the watch waiting for the next event,
+ * maybe for ever: the check comes round again at least this often. */
+#define WATCH_TICK_MS 200
+
 static void on_signal(int sig)
 {
 	(void)sig;
@@ -803,9 +809,13 @@ static int cmd_watch(struct cli *c, int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	cursor = procreg_feed_head(reg);
 	while (!interrupted) {
-		err = procreg_next_event(reg, &cursor, &ev, -1);
+		err = procreg_next_event(reg, &cursor, &ev, WATCH_TICK_MS);
 		if (err == -EINTR)
 			break;
+		if (err == -ETIMEDOUT) {
+			err = 0;
+			continue;
+		}
 		if (err == -EOVERFLOW) {
 			/* Said on both streams: a script reading JSON sees it. */
 			fprintf(stderr, "%s: watch: lapped: events up to %llu were overwritten before "
