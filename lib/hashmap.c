@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * hashmap.c - private open-addressing maps, u64 -> u64, for the daemon's
- * own indexes (never in shared memory): processes by pid, counts by uid.
+ * own indexes (never in shared memory): processes by pid, counts by uid,
+ * the records a peer has confirmed by offset.
  *
  * Linear probing with deletion by backward shift (Knuth's Algorithm R):
  * a removal moves the entries after it back into the hole, so the map

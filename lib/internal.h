@@ -486,7 +486,6 @@ int procreg__u64map_del(struct pr_u64map *m, uint64_t key);
 int procreg__u64map_take(struct pr_u64map *m, uint64_t key, uint64_t *val);
 void procreg__u64map_free(struct pr_u64map *m);
 
-
 /* ---- the writer (writer.c): procregd only ----------------------------- */
 
 struct pr_writer_opts {
