@@ -505,16 +505,20 @@ int procreg__rpage_map(int fd, struct pr_rpage_ref *ref, const char **why)
 	void *p;
 
 	memset(ref, 0, sizeof(*ref));
+	/* The seals first: only a memfd (or another shmem file) has them,
+	 * and asking does not reach the file's own operations. fstat() of
+	 * any file a client passes could wait: on a FUSE mount, on its
+	 * server. */
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || (seals & PAGE_SEALS) != PAGE_SEALS) {
+		*why = "reader page not sealed against shrinking, growing and writes";
+		return -EPERM;
+	}
 	if (fstat(fd, &st) < 0)
 		return -errno;
 	if (!S_ISREG(st.st_mode) || st.st_size != PR_RPAGE_SIZE) {
 		*why = "not a reader page (a file of one page)";
 		return -EBADF;
-	}
-	seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0 || (seals & PAGE_SEALS) != PAGE_SEALS) {
-		*why = "reader page not sealed against shrinking, growing and writes";
-		return -EPERM;
 	}
 	/* Sealed, a hole stays a hole: reading one would need a page the
 	 * kernel might not find. The header's store made the only page
