@@ -527,6 +527,218 @@ static void test_passed_fds(void **state)
 	th_user_del(&u);
 }
 
+/* ---- an unprivileged user passing files whose close waits --------------- */
+
+/* A TCP socket whose last close waits: data queued that its peer never
+ * takes, and SO_LINGER for an hour. *PEER gets the accepted end, which
+ * must stay open (closed, it would end the wait). -1 on failure. */
+static int lingering_socket(int *peer)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct linger hour = { 1, 3600 };
+	socklen_t al = sizeof(a);
+	int small = 4096, lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), fd;
+	static char junk[65536];
+
+	if (lfd < 0 || setsockopt(lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) < 0 ||
+	    bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 1) < 0 ||
+	    getsockname(lfd, (struct sockaddr *)&a, &al) < 0)
+		return -1;
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) < 0 ||
+	    connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+		return -1;
+	*peer = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	close(lfd);
+	if (*peer < 0)
+		return -1;
+	/* Until neither end has room: the peer never reads. */
+	while (send(fd, junk, sizeof(junk), MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
+		;
+	if (errno != EAGAIN && errno != EWOULDBLOCK)
+		return -1;
+	return setsockopt(fd, SOL_SOCKET, SO_LINGER, &hour, sizeof(hour)) < 0 ? -1 : fd;
+}
+
+/* How a lingering socket reaches the daemon: each leaves it holding the
+ * last reference, on a path of its own. */
+enum { LG_REFUSED, LG_NOT_PIDFD, LG_HANGUP, LG_AT_ACCEPT, LG_NWAYS };
+
+static const char *const lg_what[LG_NWAYS] = {
+	"on a SYNC, which takes no fd (the connection is closed)",
+	"as the pidfd of a REGISTER (refused: not a pidfd)",
+	"with a packet sent just before hanging up",
+	"queued on a connection refused at accept (the uid's quota is full)",
+};
+
+/* The daemon of test_lingering_files lets a uid hold this many
+ * connections. */
+#define LG_CONNS 2
+
+struct lg_arg {
+	const struct th_user *u;
+	int ready;                 /* a pipe's write end: one byte once all are sent */
+};
+
+/* Connections until one takes PKT (LEN bytes) with fd S before the daemon
+ * refuses it: the packet is then queued on a connection the daemon
+ * closes. -1 if none did in many tries. */
+static int queue_at_accept(const uint8_t *pkt, size_t len, int s)
+{
+	for (int i = 0; i < 1000; i++) {
+		int fd = th_raw_try_connect(getenv("FLOOD_DIR"));
+		ssize_t n = fd < 0 ? -1 : send_fds(fd, pkt, len, &s, 1, 1, false, MSG_DONTWAIT);
+
+		if (fd >= 0)
+			close(fd);
+		if (n == (ssize_t)len)
+			return 0;
+	}
+	return -1;
+}
+
+/* A connection and its HELLO, tried again while the daemon refuses it:
+ * the uid's quota is LG_CONNS, and a connection closed a moment ago may
+ * not be counted out yet. -1 if none was had. */
+static int lg_connect(void)
+{
+	for (int i = 0; i < 500; i++) {
+		int fd = th_raw_try_connect(getenv("FLOOD_DIR"));
+
+		if (fd >= 0 && th_raw_try_hello(fd) == 0)
+			return fd;
+		if (fd >= 0)
+			close(fd);
+		usleep(10000);
+	}
+	return -1;
+}
+
+static int pass_lingering(void *arg)
+{
+	static uint8_t pkt[256];
+	const struct lg_arg *a = arg;
+	int peers[LG_NWAYS], held[LG_CONNS];
+
+	th_become(a->u);
+	for (int w = 0; w < LG_NWAYS; w++) {
+		int fd = -1, s = lingering_socket(&peers[w]);
+		size_t len = 0;
+
+		if (s < 0)
+			return 30 + w;
+		if (w == LG_NOT_PIDFD)
+			procreg__proto_put_name(pkt, &len, PR_OP_REGISTER, PR_F_PIDFD, 2, "lg.name", 7,
+						"m", 1);
+		else
+			procreg__proto_put(pkt, &len, PR_OP_SYNC, 0, 2, 0, NULL, 0, NULL, 0);
+		if (w == LG_AT_ACCEPT) {
+			/* The uid's quota taken, by connections that stay. */
+			for (int k = 0; k < LG_CONNS; k++)
+				if ((held[k] = lg_connect()) < 0)
+					return 40 + w;
+			if (queue_at_accept(pkt, len, s) < 0)
+				return 50 + w;
+			close(s);
+			continue;
+		}
+		fd = lg_connect();
+		if (fd < 0)
+			return 40 + w;
+		if (send_fds(fd, pkt, len, &s, 1, 1, false, 0) != (ssize_t)len)
+			return 60 + w;
+		close(s);
+		if (w == LG_NOT_PIDFD) {
+			int32_t st[1];
+
+			if (replies(fd, st, 1) != 1 || st[0] != -EBADF)
+				return 70 + w;
+		}
+		close(fd);
+	}
+	if (write(a->ready, "", 1) != 1)
+		return 80;
+	/* The peers stay open, the sockets' data unsent, until we are
+	 * killed. */
+	pause();
+	return 0;
+}
+
+static int setup_lingering(void **state)
+{
+	static const char *const args[] = { "--max-clients-per-uid", "2", NULL };
+
+	_Static_assert(LG_CONNS == 2, "the daemon's --max-clients-per-uid");
+	return th_fx_start(state, args, NULL);
+}
+
+/*
+ * An unprivileged user passes the daemon TCP sockets whose last close
+ * waits an hour (unsent data, SO_LINGER), in each way that leaves the
+ * daemon the last reference. The daemon still serves another client at
+ * once, and, once the sockets are closed, holds no more fds than before.
+ */
+static void test_lingering_files(void **state)
+{
+	struct th_fx *f = *state;
+	struct fdcount c = { f->d.pid, 0 };
+	PROCREG_OPTS(procreg_opts, o);
+	struct th_user u;
+	struct lg_arg a;
+	int ready[2], errs[3];
+	struct pollfd p;
+	procreg_t *reg;
+	pid_t kid;
+	char b;
+
+	th_user_new(&u);
+	setenv("FLOOD_DIR", f->dir, 1);
+	serves(f->reg, "warm");
+	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
+	c.want = th_count_fds(f->d.pid);
+	/* A daemon that waited on a close would answer no one: this handle
+	 * gives up after 20 s instead of waiting with it. */
+	o.dir = f->dir;
+	o.timeout_ms = 20000;
+	reg = procreg_open(&o);
+	assert_non_null(reg);
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	a = (struct lg_arg){ &u, ready[1] };
+	kid = th_fork(pass_lingering, &a);
+	close(ready[1]);
+	/* On any failure the attacker goes first: its end of each TCP
+	 * connection closed, a daemon waiting on a close is let go, and the
+	 * teardown does not wait an hour. */
+	p = (struct pollfd){ ready[0], POLLIN, 0 };
+	if (poll(&p, 1, WAIT_MS) != 1 || read(ready[0], &b, 1) != 1) {
+		int st;
+
+		kill(kid, SIGKILL);
+		st = th_wait(kid);
+		th_daemon_dump_log(&f->d);
+		fail_msg("the attacker did not get its sockets through in %d s (it exited %d; %d: killed, stuck waiting on the daemon)",
+			 WAIT_MS / 1000, st, 128 + SIGKILL);
+	}
+	close(ready[0]);
+	for (int w = 0; w < LG_NWAYS; w++)
+		printf("passed a socket whose close waits an hour: %s\n", lg_what[w]);
+	/* Another client, served while the sockets still wait. */
+	errs[0] = procreg_register(reg, "lg.after", "m", 1);
+	errs[1] = procreg_lookup(reg, "lg.after", NULL);
+	errs[2] = procreg_unregister(reg, "lg.after");
+	procreg_close(reg);
+	th_kill_wait(&kid);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(errs[i], 0);
+	if (!th_until(fds_back, &c, WAIT_MS)) {
+		th_list_fds(f->d.pid);
+		fail_msg("the daemon holds %ld fds, %ld before", th_count_fds(f->d.pid), c.want);
+	}
+	assert_int_equal(kill(f->d.pid, 0), 0);
+	serves(f->reg, "after");
+	th_user_del(&u);
+}
+
 /* ---- an unprivileged user feeding the socket garbage -------------------- */
 
 #define ATTACKERS 4
@@ -802,6 +1014,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bridge_half_frames, setup_node, teardown_node),
 		cmocka_unit_test_setup_teardown(test_out_of_fds, setup_node, teardown_node),
 		cmocka_unit_test_setup_teardown(test_passed_fds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lingering_files, setup_lingering, teardown),
 		cmocka_unit_test_setup_teardown(test_random_frames, setup, teardown),
 	};
 

@@ -57,7 +57,8 @@ void log_limited(struct pr_ratelimit *rl, const char *what, const char *fmt, ...
 	__attribute__((format(printf, 3, 4)));
 
 /* What an epoll event refers to: the first member of each watched object. */
-enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_BRIDGE, EV_READER, EV_WATCHDOG };
+enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_BRIDGE, EV_READER, EV_WATCHDOG,
+	       EV_CLOSER };
 
 struct ev {
 	enum ev_kind kind;
@@ -102,6 +103,8 @@ struct client {
 	bool peer_pidfd;          /* identity from SO_PEERPIDFD, not from HELLO */
 	bool peer_gone;           /* it closed, or asked for quiet (PR_F_QUIET): handle
 				   * what it sent, reply to nobody */
+	bool parked;              /* out of the epoll set while its uid's passed
+				   * files wait to be closed (closer.c) */
 	uint64_t accept_ticks;    /* when accepted, in /proc start-time ticks */
 	struct ident id;
 	struct out_packet *pending, **pending_tail; /* replies the socket would not take */
@@ -197,6 +200,9 @@ struct daemon {
 	struct pr_u64map uid_names;   /* names, memberships and places in line held */
 	struct pr_u64map uid_clients; /* connections */
 	struct pr_u64map uid_readers; /* reader processes */
+	struct pr_u64map uid_closing; /* passed files waiting for the closer (closer.c) */
+	uint32_t nparked;         /* clients parked for it */
+	struct ev closer_ev;
 	/* Refusals, each kind logged on its own (log_limited): */
 	struct pr_ratelimit refused_log;       /* connections: --max-clients, no fd */
 	struct pr_ratelimit refused_uid_log;   /* connections: --max-clients-per-uid */
@@ -261,6 +267,22 @@ void notify_send(struct daemon *d, const char *fmt, ...) __attribute__((format(p
 void notify_watchdog(struct daemon *d);
 void notify_close(struct daemon *d);
 
+/* closer.c: the last close of files clients passed, off this thread. */
+/* A uid with this many files waiting to be closed is not read from: what
+ * its packets can make the daemon hold is bounded (closer.c). */
+#define CLOSER_PER_UID 1024
+int closer_start(struct daemon *d);
+/* Close FD, which a process of UID passed: now if that cannot wait, else
+ * on the closer's thread. */
+void closer_put(struct daemon *d, int fd, uid_t uid);
+/* The closer's eventfd is readable: account for what it closed. */
+void closer_event(struct daemon *d);
+/* Whether UID has too many files waiting (never for a privileged uid). */
+bool closer_over(const struct daemon *d, uid_t uid);
+/* Close a client connection of UID (shut down, its queued files
+ * drained into closer_put(), then closed). */
+void closer_sock_close(struct daemon *d, int fd, uid_t uid);
+
 /* epoll helpers (main.c) */
 int ev_add(struct daemon *d, int fd, uint32_t events, struct ev *ev);
 int ev_mod(struct daemon *d, int fd, uint32_t events, struct ev *ev);
@@ -275,6 +297,9 @@ int server_listen(struct daemon *d);
 void server_accept(struct daemon *d);
 void server_client_event(struct daemon *d, struct client *c, uint32_t events);
 void server_close_all(struct daemon *d);
+/* Take back into the epoll set the parked clients whose uid is no longer
+ * over CLOSER_PER_UID. */
+void server_unpark(struct daemon *d);
 /* After a batch that published events: tell the subscribed connections. */
 void server_notify_feed(struct daemon *d);
 /* Send N to every connection of its loser that takes notices. */

@@ -694,6 +694,12 @@ static int setup(struct daemon *d)
 		log_err("NOTIFY_SOCKET: %s", strerror(-err));
 		return err;
 	}
+	/* Before the first client: what clients pass is closed there. */
+	err = closer_start(d);
+	if (err) {
+		log_err("the closer's thread: %s", strerror(-err));
+		return err;
+	}
 	err = server_listen(d);
 	if (err) {
 		if (err == -EADDRINUSE)
@@ -817,6 +823,9 @@ static void run(struct daemon *d)
 				break;
 			case EV_WATCHDOG:
 				notify_watchdog(d);
+				break;
+			case EV_CLOSER:
+				closer_event(d);
 				break;
 			}
 			if (d->w.retired_bytes > RECLAIM_BYTES)

@@ -503,6 +503,7 @@ void procs_free_all(struct daemon *d)
 	procs_reap(d);
 	procreg__u64map_free(&d->uid_names);
 	procreg__u64map_free(&d->uid_clients);
+	procreg__u64map_free(&d->uid_closing);
 	while (d->lost) {
 		struct lost_notice *n = d->lost;
 

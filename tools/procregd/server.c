@@ -175,8 +175,11 @@ static void client_close(struct daemon *d, struct client *c)
 {
 	struct out_packet *o, *n;
 
-	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	close(c->fd);
+	if (c->parked)
+		d->nparked--;
+	else
+		epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	closer_sock_close(d, c->fd, c->id.uid);
 	if (c->id.pidfd >= 0)
 		close(c->id.pidfd);
 	for (o = c->pending; o; o = n) {
@@ -194,6 +197,20 @@ static void client_close(struct daemon *d, struct client *c)
 	d->nclients--;
 	uid_adjust(&d->uid_clients, c->id.uid, -1);
 	free(c);
+}
+
+void server_unpark(struct daemon *d)
+{
+	for (struct client *c = d->clients, *next; c && d->nparked; c = next) {
+		next = c->next;
+		if (!c->parked || closer_over(d, c->id.uid))
+			continue;
+		c->parked = false;
+		d->nparked--;
+		/* Replies it would not take keep it to EPOLLOUT, as before. */
+		if (ev_add(d, c->fd, c->pending ? EPOLLOUT : EPOLLIN, &c->ev) < 0)
+			client_close(d, c);
+	}
 }
 
 void server_close_all(struct daemon *d)
@@ -280,15 +297,17 @@ void server_accept(struct daemon *d)
 				log_warn("accept: %s", strerror(errno));
 			return;
 		}
+		/* Who it is first: a refused connection may have packets queued
+		 * already, whose files are charged to it (closer.c). */
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+			closer_sock_close(d, fd, (uid_t)-1);
+			continue;
+		}
 		if (d->nclients >= d->o.max_clients) {
 			log_limited(&d->refused_log, "connections refused",
 				    "client refused: %u clients connected (--max-clients %u)",
 				    d->nclients, d->o.max_clients);
-			close(fd);
-			continue;
-		}
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
-			close(fd);
+			closer_sock_close(d, fd, cred.uid);
 			continue;
 		}
 		if (!uid_privileged(d, cred.uid) &&
@@ -297,7 +316,7 @@ void server_accept(struct daemon *d)
 				    "client refused: uid %u pid %d: %u clients connected, the last %u of --max-clients %u kept for root and uid %u (--reserved-clients)",
 				    (unsigned)cred.uid, (int)cred.pid, d->nclients, d->o.reserved_clients,
 				    d->o.max_clients, (unsigned)d->uid);
-			close(fd);
+			closer_sock_close(d, fd, cred.uid);
 			continue;
 		}
 		if (!uid_privileged(d, cred.uid) &&
@@ -306,7 +325,7 @@ void server_accept(struct daemon *d)
 				    "client refused: uid %u has %u connections (--max-clients-per-uid), pid %d",
 				    (unsigned)cred.uid, (unsigned)uid_count(&d->uid_clients, cred.uid),
 				    (int)cred.pid);
-			close(fd);
+			closer_sock_close(d, fd, cred.uid);
 			continue;
 		}
 		len = sizeof(pidfd);
@@ -315,7 +334,7 @@ void server_accept(struct daemon *d)
 			pidfd = -1;
 		c = calloc(1, sizeof(*c));
 		if (!c) {
-			close(fd);
+			closer_sock_close(d, fd, cred.uid);
 			if (pidfd >= 0)
 				close(pidfd);
 			continue;
@@ -328,8 +347,13 @@ void server_accept(struct daemon *d)
 		c->id.uid = cred.uid;
 		c->id.pidfd = pidfd;
 		c->pending_tail = &c->pending;
-		if (ev_add(d, fd, EPOLLIN, &c->ev) < 0) {
-			close(fd);
+		/* A uid whose passed files wait to be closed is not read
+		 * from until they are: its new connection waits parked. */
+		if (closer_over(d, cred.uid)) {
+			c->parked = true;
+			d->nparked++;
+		} else if (ev_add(d, fd, EPOLLIN, &c->ev) < 0) {
+			closer_sock_close(d, fd, cred.uid);
 			if (pidfd >= 0)
 				close(pidfd);
 			free(c);
@@ -786,8 +810,19 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 		struct iovec iov = { d->in, PR_PACKET_MAX };
 		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
 				      .msg_control = u.b, .msg_controllen = sizeof(u.b) };
-		ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		ssize_t n;
 		int nfds, want;
+
+		/* Its uid has as many passed files waiting to be closed as it
+		 * may: nothing more is read from it until they are (the
+		 * packets wait in its socket, charged to it). */
+		if (closer_over(d, c->id.uid)) {
+			epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+			c->parked = true;
+			d->nparked++;
+			return;
+		}
+		n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
@@ -815,9 +850,10 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 			err = handle_packet(d, c, (size_t)n, nfds ? fds[0] : -1);
 			procreg__w_clock_hold(&d->w, false);
 		}
-		/* A request that keeps a passed fd keeps a dup of it. */
+		/* A request that keeps a passed fd keeps a dup of it. One not
+		 * kept is ours alone: its close may wait (closer.c). */
 		for (int k = 0; k < nfds; k++)
-			close(fds[k]);
+			closer_put(d, fds[k], c->id.uid);
 		if (err)
 			break;
 	}
