@@ -1053,6 +1053,39 @@ static void test_malformed_messages(void **state)
 	pos = 0;
 	procreg__proto_put_hello(pkt, &pos, PR_OP_HELLO, 15, 0);
 	assert_int_equal(raw_exchange(fd, pkt, pos), -EBADMSG);
+	/* A packet full of HELLOs without a body, then a REGISTER: a reply
+	 * to every frame, the REGISTER's last (a HELLO's reply is longer
+	 * than a bodyless HELLO; the replies to a full packet of them did
+	 * not fit, and the last were dropped). */
+	{
+		static uint8_t in[PR_PACKET_MAX];
+		struct pr_frame rf;
+		size_t n = 0, rpos = 0, hellos = 0;
+		uint32_t last = 0;
+		ssize_t got;
+		int r;
+
+		pos = 0;
+		for (; pos + 2 * PR_FRAME_HDR + 64 <= PR_PACKET_MAX; hellos++)
+			procreg__proto_put(pkt, &pos, PR_OP_HELLO, 0, 100, 0, NULL, 0, NULL, 0);
+		procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, 0, 101, "after.hellos", 12, NULL, 0);
+		assert_int_equal(send(fd, pkt, pos, MSG_NOSIGNAL), (ssize_t)pos);
+		got = recv(fd, in, sizeof(in), 0);
+		assert_true(got > 0);
+		/* The HELLOs' replies carry their status alone, as their
+		 * requests had no body: framed, not a well-formed HELLO. */
+		while ((r = procreg__proto_next(in, (size_t)got, &rpos, &rf)) == 1 || r == -EPROTO) {
+			n++;
+			last = rf.h.id;
+			if (rf.h.id == 101)
+				assert_int_equal(rf.h.status, 0);
+			else
+				assert_int_equal(rf.h.status, -EBADMSG);
+		}
+		assert_int_equal(n, hellos + 1);
+		assert_int_equal(last, 101);
+		assert_int_equal(procreg_lookup(f->reg, "after.hellos", NULL), 0);
+	}
 	/* A frame length past the packet: unframeable, closed. */
 	h = (struct pr_frame_hdr){ PR_OP_SYNC, 0, 4096, 16, 0 };
 	memcpy(pkt, &h, sizeof(h));

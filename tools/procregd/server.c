@@ -725,7 +725,11 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 			status = handle_frame(d, c, &f, passed_fd);
 		PR_TRACE(procregd, reply, f.h.op, c->id.pid, status, t0 ? procreg__mono_ns() - t0 : 0,
 			 f.h.id);
-		if (f.h.op == PR_OP_HELLO && !(f.h.op & PR_OP_REPLY))
+		/* A HELLO with its body has a HELLO back; one without (no
+		 * client sends it) only its status, so that no reply is
+		 * longer than its request: a packet of them fits d->out as
+		 * every packet does, one reply to each frame. */
+		if (f.h.op == PR_OP_HELLO && f.body_len >= 2 * sizeof(uint32_t))
 			procreg__proto_put_hello(d->out, &out, PR_OP_HELLO | PR_OP_REPLY, f.h.id,
 						 status);
 		else
