@@ -202,6 +202,7 @@ struct daemon {
 	struct pr_u64map uid_readers; /* reader processes */
 	struct pr_u64map uid_closing; /* passed files waiting for the closer (closer.c) */
 	uint32_t nparked;         /* clients parked for it */
+	bool synced;              /* deaths drained for a SYNC of this packet */
 	struct ev closer_ev;
 	/* Refusals, each kind logged on its own (log_limited): */
 	struct pr_ratelimit refused_log;       /* connections: --max-clients, no fd */

@@ -648,7 +648,14 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 	case PR_OP_REFRESH:
 		return procreg__proto_check_name(f) ?: owners_refresh(d, c, f);
 	case PR_OP_SYNC:
-		procs_drain_deaths(d);
+		/* Once a packet: the deaths a SYNC must show are those before
+		 * its packet was sent, and a later SYNC of the same packet
+		 * was sent with it. Once a frame, a packet of 4,096 SYNCs
+		 * cost as many rounds of epoll_wait, and held the others up. */
+		if (!d->synced) {
+			procs_drain_deaths(d);
+			d->synced = true;
+		}
 		return 0;
 	case PR_OP_READERS:
 		return readers_add(d, &c->id, passed_fd);
@@ -696,6 +703,7 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 	size_t pos = 0, out = 0, ahead = 0;
 	int r, status, frames = 0, err;
 
+	d->synced = false;
 	for (int i = 0; i < PREFETCH_AHEAD; i++)
 		prefetch_next(d, c, len, &ahead);
 	while ((r = procreg__proto_next(d->in, len, &pos, &f)) != 0) {
