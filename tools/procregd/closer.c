@@ -37,7 +37,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -46,6 +45,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "thread.h"
 
 struct closing {
 	int fd;
@@ -92,9 +92,6 @@ static void *closer_main(void *arg)
 
 int closer_start(struct daemon *d)
 {
-	pthread_attr_t attr;
-	sigset_t all, old;
-	pthread_t tid;
 	int err;
 
 	cl.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -102,18 +99,10 @@ int closer_start(struct daemon *d)
 		return -errno;
 	d->closer_ev.kind = EV_CLOSER;
 	err = ev_add(d, cl.efd, EPOLLIN, &d->closer_ev);
-	if (err < 0)
-		return err;
-	/* Signals are taken through a signalfd: blocked in every thread. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_attr_init(&attr);
 	/* Detached and never joined: at exit it may be waiting on a file
 	 * that will not close, and the exit must not wait for it. */
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	err = -pthread_create(&tid, &attr, closer_main, NULL);
-	pthread_attr_destroy(&attr);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!err)
+		err = pr_thread_start(closer_main, NULL);
 	if (err)
 		return err;
 	cl.running = true;

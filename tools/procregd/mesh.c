@@ -46,7 +46,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +63,7 @@
 #include "bridge_sec.h"
 #include "clock.h"
 #include "internal.h"
+#include "thread.h"
 
 #define TICK_MS 100
 #define HANDSHAKE_MS 5000
@@ -547,9 +547,6 @@ static int resolver_start(struct mesh *m)
 {
 	struct resolver *r = calloc(1, sizeof(*r));
 	struct epoll_event e = { .events = EPOLLIN, .data.ptr = &m->res_o };
-	pthread_attr_t attr;
-	sigset_t all, old;
-	pthread_t tid;
 	int err;
 
 	if (!r)
@@ -564,15 +561,7 @@ static int resolver_start(struct mesh *m)
 		err = -errno;
 		goto fail;
 	}
-	/* The daemon takes SIGTERM and SIGINT through a signalfd: blocked
-	 * in every thread, or the kernel could deliver one here. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	err = -pthread_create(&tid, &attr, resolver_main, r);
-	pthread_attr_destroy(&attr);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	err = pr_thread_start(resolver_main, r);
 	if (err)
 		goto fail;
 	m->res = r;
