@@ -15,17 +15,26 @@
  *  - a passed file procregd does not keep goes to closer_put(), which
  *    closes at once only what cannot wait (a memfd, a pidfd: all that a
  *    well-behaved client passes) and hands the rest to a thread that does
- *    nothing but close;
- *  - a client's connection is shut down and emptied before it is closed
- *    (closer_sock_close()): the packets still queued on it hold files
- *    too, and closing the socket would release them on this thread.
+ *    nothing but close, resetting a socket (SO_LINGER 0) first;
+ *  - a client's connection is shut down, then handed to the same thread
+ *    (closer_sock_close()), which takes the files off the packets still
+ *    queued on it and closes them the same way before closing the socket.
+ *    Once shut down, nothing more can be queued on it (the peer's send
+ *    checks for that and queues under one lock), but how much is queued
+ *    cannot be told without reading it all: an empty packet reads as the
+ *    end, as does a pending error, with packets still behind them. So the
+ *    thread reads past both, until more reads of nothing than the socket
+ *    can hold packets (net.unix.max_dgram_qlen).
  *
- * Bound. The thread can be held up itself, by one such file; files then
- * wait behind it. Each waiting file is charged to the uid that passed it,
- * and a uid with CLOSER_PER_UID of them waiting is not read from until
- * they are closed (server.c parks its connections; a uid privileged as
- * the daemon's is not charged). What one uid can make the daemon hold is
- * then its connections' worth: a packet brings 253 files at most.
+ * Bound. The thread can be held up itself (by a file on a FUSE mount
+ * whose server does not answer, or by a sender that sets SO_LINGER again
+ * between our reset and our close through a descriptor it kept and closes
+ * just then); everything waits behind it meanwhile. Each waiting file or
+ * connection is charged to the uid it came from, and a uid with
+ * CLOSER_PER_UID of them waiting is not read from until they are closed
+ * (server.c parks its connections; a uid privileged as the daemon's is
+ * charged but never parked). While the thread is held up, connections
+ * that end wait for it too, and each keeps its descriptor until then.
  *
  * The queue: a ring of put - told entries, under mu. The daemon's thread
  * appends (put) and, once told through the eventfd, retires what was
@@ -37,11 +46,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -50,6 +61,7 @@
 struct closing {
 	int fd;
 	uid_t uid;
+	bool sock;                /* a client connection, shut down: drained first */
 };
 
 static struct {
@@ -59,28 +71,71 @@ static struct {
 	size_t cap;
 	uint64_t put, closed, told; /* told <= closed <= put */
 	int efd;                  /* the thread adds 1 per file closed */
+	long qlen;                /* net.unix.max_dgram_qlen: packets a socket can hold */
 	bool running;
 } cl = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .efd = -1 };
+
+/* A linger of 0: a socket's close resets it and returns. */
+static void close_now(int fd)
+{
+	static const struct linger now = { 1, 0 };
+
+	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+	close(fd);
+}
+
+/* Every file on the packets queued on shut-down socket FD, closed. An
+ * empty packet, the end and a pending error all read as nothing; reads of
+ * nothing one more than the socket can hold packets mean it is empty. */
+static void drain(int fd)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(253 * sizeof(int))];
+	} u;
+	char byte;
+
+	for (long empty = 0; empty <= cl.qlen + 1;) {
+		struct iovec iov = { &byte, 1 };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+				      .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+		ssize_t n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		bool files = false;
+
+		if (n < 0 && (errno == EAGAIN || errno == EBADF || errno == ENOTSOCK))
+			return;
+		for (struct cmsghdr *h = n >= 0 ? CMSG_FIRSTHDR(&msg) : NULL; h;
+		     h = CMSG_NXTHDR(&msg, h)) {
+			if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS ||
+			    h->cmsg_len < CMSG_LEN(0))
+				continue;
+			for (size_t k = 0; k < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+				int pfd;
+
+				memcpy(&pfd, CMSG_DATA(h) + k * sizeof(int), sizeof(pfd));
+				close_now(pfd);
+				files = true;
+			}
+		}
+		empty = n > 0 || files ? 0 : empty + 1;
+	}
+}
 
 static void *closer_main(void *arg)
 {
 	(void)arg;
 	pthread_mutex_lock(&cl.mu);
 	for (;;) {
-		/* A linger of 0: a socket's close resets it and returns. Its
-		 * sender may set another linger through a descriptor it kept,
-		 * but then ours is not the last close, or it is, and only
-		 * this thread waits. */
-		static const struct linger now = { 1, 0 };
+		struct closing c;
 		uint64_t one = 1;
-		int fd;
 
 		while (cl.closed == cl.put)
 			pthread_cond_wait(&cl.cv, &cl.mu);
-		fd = cl.q[cl.closed & (cl.cap - 1)].fd;
+		c = cl.q[cl.closed & (cl.cap - 1)];
 		pthread_mutex_unlock(&cl.mu);
-		(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
-		close(fd);
+		if (c.sock)
+			drain(c.fd);
+		close_now(c.fd);
 		pthread_mutex_lock(&cl.mu);
 		cl.closed++;
 		if (write(cl.efd, &one, sizeof(one)) < 0) {
@@ -90,10 +145,26 @@ static void *closer_main(void *arg)
 	return NULL;
 }
 
+/* net.unix.max_dgram_qlen, the packets a unix socket's queue holds (one
+ * more, in fact): 512 unless set, read once at start. */
+static long max_qlen(void)
+{
+	FILE *f = fopen("/proc/sys/net/unix/max_dgram_qlen", "re");
+	long v = 0;
+
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = 0;
+		fclose(f);
+	}
+	return v > 0 && v < (1l << 24) ? v : 512;
+}
+
 int closer_start(struct daemon *d)
 {
 	int err;
 
+	cl.qlen = max_qlen();
 	cl.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (cl.efd < 0)
 		return -errno;
@@ -110,18 +181,17 @@ int closer_start(struct daemon *d)
 }
 
 /* Whether closing FD now cannot wait on anything: a memfd or any other
- * shmem file (the only files F_GET_SEALS answers for), or a pidfd. Asked
- * without touching the file's own operations: fstat() of a FUSE file
- * would wait on its server. */
+ * shmem file (the only files F_GET_SEALS answers for), or a pidfd
+ * (pidfd_send_signal() with no signal answers EBADF for anything else).
+ * Neither question reaches the file's own operations: fstat() of a FUSE
+ * file waits on its server, and reading /proc/self/fdinfo of an epoll
+ * file takes a lock its owner can hold. */
 static bool closes_at_once(int fd)
 {
-	pid_t pid;
-	int err;
-
 	if (fcntl(fd, F_GET_SEALS) >= 0)
 		return true;
-	err = procreg__pidfd_pid(fd, &pid);
-	return err == 0 || err == -ESRCH;
+	return syscall(SYS_pidfd_send_signal, fd, 0, NULL, 0) == 0 || errno == ESRCH ||
+	       errno == EPERM;
 }
 
 /* Room for one more in the ring, under mu: false if there is none. */
@@ -143,24 +213,32 @@ static bool room(void)
 	return true;
 }
 
-void closer_put(struct daemon *d, int fd, uid_t uid)
+/* FD to the thread, charged to UID: false if it could not be queued. */
+static bool queue(struct daemon *d, int fd, uid_t uid, bool sock)
 {
 	bool queued = false;
 
-	if (fd < 0)
-		return;
-	if (cl.running && !closes_at_once(fd)) {
-		pthread_mutex_lock(&cl.mu);
-		if ((queued = room())) {
-			cl.q[cl.put & (cl.cap - 1)] = (struct closing){ fd, uid };
-			cl.put++;
-			pthread_cond_signal(&cl.cv);
-		}
-		pthread_mutex_unlock(&cl.mu);
+	if (!cl.running)
+		return false;
+	pthread_mutex_lock(&cl.mu);
+	if ((queued = room())) {
+		cl.q[cl.put & (cl.cap - 1)] = (struct closing){ fd, uid, sock };
+		cl.put++;
+		pthread_cond_signal(&cl.cv);
 	}
+	pthread_mutex_unlock(&cl.mu);
 	if (queued)
 		uid_adjust(&d->uid_closing, uid, 1);
-	else
+	return queued;
+}
+
+void closer_put(struct daemon *d, int fd, uid_t uid)
+{
+	if (fd < 0)
+		return;
+	/* Out of memory for the ring, or before the thread runs: closed
+	 * here, as it was before there was a thread. */
+	if (closes_at_once(fd) || !queue(d, fd, uid, false))
 		close(fd);
 }
 
@@ -182,48 +260,11 @@ bool closer_over(const struct daemon *d, uid_t uid)
 	return !uid_privileged(d, uid) && uid_count(&d->uid_closing, uid) >= CLOSER_PER_UID;
 }
 
-/* Every file queued on socket FD's packets, handed to closer_put() as
- * UID's, until none is left. */
-static void drain(struct daemon *d, int fd, uid_t uid)
-{
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(253 * sizeof(int))];
-	} u;
-	char byte;
-
-	for (;;) {
-		struct iovec iov = { &byte, 1 };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
-				      .msg_control = u.b, .msg_controllen = sizeof(u.b) };
-		ssize_t n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		for (struct cmsghdr *h = n >= 0 ? CMSG_FIRSTHDR(&msg) : NULL; h;
-		     h = CMSG_NXTHDR(&msg, h)) {
-			if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS ||
-			    h->cmsg_len < CMSG_LEN(0))
-				continue;
-			for (size_t k = 0; k < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
-				int pfd;
-
-				memcpy(&pfd, CMSG_DATA(h) + k * sizeof(int), sizeof(pfd));
-				closer_put(d, pfd, uid);
-			}
-		}
-		if (n <= 0)
-			return;
-	}
-}
-
 void closer_sock_close(struct daemon *d, int fd, uid_t uid)
 {
-	/* Shut down first: the peer's sends fail from here on (the check
-	 * and the queueing are one step under the socket's lock), so once
-	 * drained, the queue stays empty and the close releases nothing of
-	 * the peer's. */
-	if (shutdown(fd, SHUT_RDWR) == 0)
-		drain(d, fd, uid);
-	close(fd);
+	/* Shut down first: the peer's sends fail from here on, so what the
+	 * thread drains is all there will be. */
+	(void)shutdown(fd, SHUT_RDWR);
+	if (!queue(d, fd, uid, true))
+		close(fd);
 }

@@ -268,20 +268,22 @@ void notify_send(struct daemon *d, const char *fmt, ...) __attribute__((format(p
 void notify_watchdog(struct daemon *d);
 void notify_close(struct daemon *d);
 
-/* closer.c: the last close of files clients passed, off this thread. */
-/* A uid with this many files waiting to be closed is not read from: what
- * its packets can make the daemon hold is bounded (closer.c). */
+/* closer.c: the last close of files clients passed, and of client
+ * connections, off this thread. */
+/* A uid with this many files and connections waiting to be closed is not
+ * read from: what its packets can make the daemon hold is bounded. */
 #define CLOSER_PER_UID 1024
 int closer_start(struct daemon *d);
-/* Close FD, which a process of UID passed: now if that cannot wait, else
- * on the closer's thread. */
+/* Close FD, which a process of UID passed: now if that cannot wait (a
+ * memfd, a pidfd, or no memory to queue it), else on the closer's
+ * thread. */
 void closer_put(struct daemon *d, int fd, uid_t uid);
 /* The closer's eventfd is readable: account for what it closed. */
 void closer_event(struct daemon *d);
-/* Whether UID has too many files waiting (never for a privileged uid). */
+/* Whether UID has too many waiting (never for a privileged uid). */
 bool closer_over(const struct daemon *d, uid_t uid);
-/* Close a client connection of UID (shut down, its queued files
- * drained into closer_put(), then closed). */
+/* Close a client connection of UID: shut down here, drained of its
+ * queued files and closed on the closer's thread. */
 void closer_sock_close(struct daemon *d, int fd, uid_t uid);
 
 /* epoll helpers (main.c) */
