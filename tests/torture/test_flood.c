@@ -565,14 +565,14 @@ static int lingering_socket(int *peer)
 
 /* How a lingering socket reaches the daemon: each leaves it holding the
  * last reference, on a path of its own. */
-enum { LG_REFUSED, LG_NOT_PIDFD, LG_HANGUP, LG_BEHIND_EMPTY, LG_AT_ACCEPT, LG_NWAYS };
+enum { LG_REFUSED, LG_NOT_PIDFD, LG_HANGUP, LG_AT_ACCEPT, LG_BEHIND_EMPTY, LG_NWAYS };
 
 static const char *const lg_what[LG_NWAYS] = {
 	"on a SYNC, which takes no fd (the connection is closed)",
 	"as the pidfd of a REGISTER (refused: not a pidfd)",
 	"with a packet sent just before hanging up",
-	"queued behind two empty packets (the first reads as the end)",
 	"queued on a connection refused at accept (the uid's quota is full)",
+	"queued there behind two empty packets (an empty packet reads as the end)",
 };
 
 /* The daemon of test_lingering_files lets a uid hold this many
@@ -584,15 +584,20 @@ struct lg_arg {
 	int ready;                 /* a pipe's write end: one byte once all are sent */
 };
 
-/* Connections until one takes PKT (LEN bytes) with fd S before the daemon
- * refuses it: the packet is then queued on a connection the daemon
- * closes. -1 if none did in many tries. */
-static int queue_at_accept(const uint8_t *pkt, size_t len, int s)
+/* Connections until one takes PKT (LEN bytes) with fd S (after two empty
+ * packets, if EMPTIES) before the daemon refuses it: the packets are then
+ * queued on a connection the daemon closes. -1 if none did in many
+ * tries. */
+static int queue_at_accept(const uint8_t *pkt, size_t len, int s, bool empties)
 {
 	for (int i = 0; i < 1000; i++) {
 		int fd = th_raw_try_connect(getenv("FLOOD_DIR"));
-		ssize_t n = fd < 0 ? -1 : send_fds(fd, pkt, len, &s, 1, 1, false, MSG_DONTWAIT);
+		ssize_t n = fd < 0 ? -1 : 0;
 
+		for (int k = 0; empties && k < 2 && n == 0; k++)
+			n = send(fd, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n == 0)
+			n = send_fds(fd, pkt, len, &s, 1, 1, false, MSG_DONTWAIT);
 		if (fd >= 0)
 			close(fd);
 		if (n == (ssize_t)len)
@@ -636,26 +641,14 @@ static int pass_lingering(void *arg)
 						"m", 1);
 		else
 			procreg__proto_put(pkt, &len, PR_OP_SYNC, 0, 2, 0, NULL, 0, NULL, 0);
-		if (w == LG_AT_ACCEPT) {
+		if (w == LG_AT_ACCEPT || w == LG_BEHIND_EMPTY) {
 			/* The uid's quota taken, by connections that stay. */
-			for (int k = 0; k < LG_CONNS; k++)
+			for (int k = 0; w == LG_AT_ACCEPT && k < LG_CONNS; k++)
 				if ((held[k] = lg_connect()) < 0)
 					return 40 + w;
-			if (queue_at_accept(pkt, len, s) < 0)
+			if (queue_at_accept(pkt, len, s, w == LG_BEHIND_EMPTY) < 0)
 				return 50 + w;
 			close(s);
-			continue;
-		}
-		if (w == LG_BEHIND_EMPTY) {
-			/* No HELLO: the first empty packet ends the connection,
-			 * the second stands between its close and the socket. */
-			fd = th_raw_try_connect(getenv("FLOOD_DIR"));
-			if (fd < 0 || send(fd, "", 0, MSG_NOSIGNAL) != 0 ||
-			    send(fd, "", 0, MSG_NOSIGNAL) != 0 ||
-			    send_fds(fd, "x", 1, &s, 1, 1, false, 0) != 1)
-				return 40 + w;
-			close(s);
-			close(fd);
 			continue;
 		}
 		fd = lg_connect();

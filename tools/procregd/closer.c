@@ -84,46 +84,75 @@ static void close_now(int fd)
 	close(fd);
 }
 
-/* Every file on the packets queued on shut-down socket FD, closed. An
- * empty packet, the end and a pending error all read as nothing; reads of
- * nothing one more than the socket can hold packets mean it is empty. */
-static void drain(int fd)
-{
+/* The closer thread's buffers for drain(): a vector of DRAIN_MAX reads
+ * (a batch is one recvmmsg() call: a connection that ended with nothing
+ * queued, as a client's does, costs one call, not one per packet it could
+ * hold), each with room for a packet's 253 files. */
+#define DRAIN_MAX 1024
+struct drain_buf {
+	struct mmsghdr mm[DRAIN_MAX];
+	struct iovec iov[DRAIN_MAX];
+	char byte[DRAIN_MAX];
 	union {
 		struct cmsghdr h;
 		char b[CMSG_SPACE(253 * sizeof(int))];
-	} u;
-	char byte;
+	} u[DRAIN_MAX];
+};
 
-	for (long empty = 0; empty <= cl.qlen + 1;) {
-		struct iovec iov = { &byte, 1 };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
-				      .msg_control = u.b, .msg_controllen = sizeof(u.b) };
-		ssize_t n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-		bool files = false;
+/* Close the files a read brought. Whether there were any. */
+static bool close_passed(struct msghdr *msg)
+{
+	bool files = false;
 
-		if (n < 0 && (errno == EAGAIN || errno == EBADF || errno == ENOTSOCK))
-			return;
-		for (struct cmsghdr *h = n >= 0 ? CMSG_FIRSTHDR(&msg) : NULL; h;
-		     h = CMSG_NXTHDR(&msg, h)) {
-			if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS ||
-			    h->cmsg_len < CMSG_LEN(0))
-				continue;
-			for (size_t k = 0; k < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
-				int pfd;
+	for (struct cmsghdr *h = CMSG_FIRSTHDR(msg); h; h = CMSG_NXTHDR(msg, h)) {
+		if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS ||
+		    h->cmsg_len < CMSG_LEN(0))
+			continue;
+		for (size_t k = 0; k < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+			int pfd;
 
-				memcpy(&pfd, CMSG_DATA(h) + k * sizeof(int), sizeof(pfd));
-				close_now(pfd);
-				files = true;
-			}
+			memcpy(&pfd, CMSG_DATA(h) + k * sizeof(int), sizeof(pfd));
+			close_now(pfd);
+			files = true;
 		}
-		empty = n > 0 || files ? 0 : empty + 1;
+	}
+	return files;
+}
+
+/* Every file on the packets queued on shut-down socket FD, closed. An
+ * empty packet, the end and a pending error all read as nothing; reads of
+ * nothing one more than the socket can hold packets mean it is empty. */
+static void drain(struct drain_buf *b, int fd)
+{
+	long empty = 0;
+
+	while (empty <= cl.qlen + 1) {
+		unsigned v = (unsigned)(cl.qlen + 2 - empty < DRAIN_MAX ? cl.qlen + 2 - empty
+									 : DRAIN_MAX);
+		int n;
+
+		for (unsigned i = 0; i < v; i++) {
+			b->iov[i] = (struct iovec){ &b->byte[i], 1 };
+			b->mm[i].msg_hdr = (struct msghdr){ .msg_iov = &b->iov[i], .msg_iovlen = 1,
+							    .msg_control = b->u[i].b,
+							    .msg_controllen = sizeof(b->u[i].b) };
+		}
+		n = recvmmsg(fd, b->mm, v, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EBADF || errno == ENOTSOCK || errno == ENOMEM)
+				return;
+			empty++; /* a pending error, reported once: read on */
+			continue;
+		}
+		for (int i = 0; i < n; i++)
+			empty = close_passed(&b->mm[i].msg_hdr) || b->mm[i].msg_len > 0 ? 0 : empty + 1;
 	}
 }
 
 static void *closer_main(void *arg)
 {
-	(void)arg;
+	struct drain_buf *b = arg;
+
 	pthread_mutex_lock(&cl.mu);
 	for (;;) {
 		struct closing c;
@@ -134,7 +163,7 @@ static void *closer_main(void *arg)
 		c = cl.q[cl.closed & (cl.cap - 1)];
 		pthread_mutex_unlock(&cl.mu);
 		if (c.sock)
-			drain(c.fd);
+			drain(b, c.fd);
 		close_now(c.fd);
 		pthread_mutex_lock(&cl.mu);
 		cl.closed++;
@@ -170,10 +199,15 @@ int closer_start(struct daemon *d)
 		return -errno;
 	d->closer_ev.kind = EV_CLOSER;
 	err = ev_add(d, cl.efd, EPOLLIN, &d->closer_ev);
-	/* Detached and never joined: at exit it may be waiting on a file
-	 * that will not close, and the exit must not wait for it. */
-	if (!err)
-		err = pr_thread_start(closer_main, NULL);
+	/* Its buffers live as long as the process: the thread is detached
+	 * and never joined (at exit it may be waiting on a file that will not
+	 * close, and the exit must not wait for it). */
+	if (!err) {
+		static struct drain_buf *b;
+
+		b = malloc(sizeof(*b));
+		err = b ? pr_thread_start(closer_main, b) : -ENOMEM;
+	}
 	if (err)
 		return err;
 	cl.running = true;
