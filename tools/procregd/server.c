@@ -199,6 +199,16 @@ static void client_close(struct daemon *d, struct client *c)
 	free(c);
 }
 
+/* Out of the epoll set while its uid's files wait for the closer
+ * (closer.c): nothing more is read from it, its packets wait in its
+ * socket, charged to it. */
+static void park(struct daemon *d, struct client *c)
+{
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	c->parked = true;
+	d->nparked++;
+}
+
 void server_unpark(struct daemon *d)
 {
 	for (struct client *c = d->clients, *next; c && d->nparked; c = next) {
@@ -350,8 +360,7 @@ void server_accept(struct daemon *d)
 		/* A uid whose passed files wait to be closed is not read
 		 * from until they are: its new connection waits parked. */
 		if (closer_over(d, cred.uid)) {
-			c->parked = true;
-			d->nparked++;
+			park(d, c);
 		} else if (ev_add(d, fd, EPOLLIN, &c->ev) < 0) {
 			closer_sock_close(d, fd, cred.uid);
 			if (pidfd >= 0)
@@ -825,17 +834,12 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 		ssize_t n;
 		int nfds, want;
 
-		/* Its uid has as many passed files waiting to be closed as it
-		 * may: nothing more is read from it until they are (the
-		 * packets wait in its socket, charged to it). */
+		/* Its uid has as many files waiting to be closed as it may. */
 		if (closer_over(d, c->id.uid)) {
-			epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-			c->parked = true;
-			d->nparked++;
+			park(d, c);
 			return;
 		}
 		n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
 				return;
