@@ -82,11 +82,24 @@ int procreg__proc_uid(pid_t pid, uid_t *uid)
 	return 0;
 }
 
+bool procreg__is_pidfd(int fd)
+{
+	return syscall(SYS_pidfd_send_signal, fd, 0, NULL, 0) == 0 || errno == ESRCH ||
+	       errno == EPERM;
+}
+
 int procreg__pidfd_pid(int pidfd, pid_t *pid)
 {
 	char path[64], buf[1024], *p;
 	int n;
 
+	/* Asked first, because the fdinfo read below reaches the file's own
+	 * operations: an epoll file's takes its mutex, which the process
+	 * that made it can hold as long as it likes (an epoll_wait() whose
+	 * copy-out faults on memory it handles itself). The daemon calls
+	 * this on files its clients pass it. */
+	if (!procreg__is_pidfd(pidfd))
+		return -EBADF;
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
 	n = read_small(path, buf, sizeof(buf));
 	if (n < 0)

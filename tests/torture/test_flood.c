@@ -13,12 +13,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <linux/userfaultfd.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -748,6 +752,171 @@ static void test_lingering_files(void **state)
 	th_user_del(&u);
 }
 
+/* ---- an unprivileged user passing an epoll file whose lock is held ----- */
+
+/*
+ * Reading /proc/self/fdinfo of an epoll file takes the epoll's mutex, and
+ * the process that made the epoll can hold that as long as it likes: an
+ * epoll_wait() holds it while it copies events out, and a copy that
+ * faults on memory a userfaultfd handles waits for that handler. Here the
+ * test, as root, makes such an epoll and leaves the fault unanswered (an
+ * unprivileged user needs vm.unprivileged_userfaultfd or /dev/userfaultfd
+ * for that; any other way of holding the mutex would do as well); the
+ * unprivileged attacker inherits it and passes it where the daemon wants
+ * a pidfd.
+ */
+struct held_epoll {
+	int uffd, epfd, evfd;
+	void *page;
+	pthread_t waiter;
+};
+
+static void *held_wait(void *arg)
+{
+	struct held_epoll *h = arg;
+
+	/* Returns once the fault on h->page is answered. */
+	(void)epoll_wait(h->epfd, h->page, 1, -1);
+	return NULL;
+}
+
+/* The epoll made and its mutex held: 0, or -1 with errno set. */
+static int held_epoll_start(struct held_epoll *h)
+{
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register r = { .mode = UFFDIO_REGISTER_MODE_MISSING };
+	struct epoll_event ev = { .events = EPOLLIN };
+	int err;
+
+	h->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	if (h->uffd < 0 || ioctl(h->uffd, UFFDIO_API, &api) < 0)
+		return -1;
+	h->page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (h->page == MAP_FAILED)
+		return -1;
+	r.range.start = (unsigned long)h->page;
+	r.range.len = 4096;
+	h->epfd = epoll_create1(EPOLL_CLOEXEC);
+	h->evfd = (int)syscall(SYS_eventfd2, 1, O_CLOEXEC); /* readable: an event to copy out */
+	if (ioctl(h->uffd, UFFDIO_REGISTER, &r) < 0 || h->epfd < 0 || h->evfd < 0 ||
+	    epoll_ctl(h->epfd, EPOLL_CTL_ADD, h->evfd, &ev) < 0)
+		return -1;
+	err = pthread_create(&h->waiter, NULL, held_wait, h);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return 0;
+}
+
+/* Whether the waiter is in its fault, holding the mutex: a pending
+ * fault message on the userfaultfd says so. */
+static int held_epoll_faulted(void *arg)
+{
+	struct held_epoll *h = arg;
+	struct pollfd p = { h->uffd, POLLIN, 0 };
+
+	return poll(&p, 1, 0) == 1;
+}
+
+/* The fault answered (closing the userfaultfd lets it complete), the
+ * mutex let go, the waiter joined. */
+static void held_epoll_stop(struct held_epoll *h)
+{
+	close(h->uffd);
+	pthread_join(h->waiter, NULL);
+	close(h->epfd);
+	close(h->evfd);
+	munmap(h->page, 4096);
+}
+
+struct he_arg {
+	const struct th_user *u;
+	int epfd;
+};
+
+/* As the unprivileged user: the held epoll passed as the pidfd of a
+ * HELLO (the daemon takes the client's identity from it where it has no
+ * SO_PEERPIDFD, as set up for this test), then as the pidfd of a
+ * REGISTER on a connection that said HELLO properly. Each is refused. */
+static int pass_held_epoll(void *arg)
+{
+	const struct he_arg *a = arg;
+	uint8_t pkt[256];
+	int32_t st[1];
+	size_t len = 0;
+	int fd;
+
+	th_become(a->u);
+	fd = th_raw_try_connect(getenv("FLOOD_DIR"));
+	if (fd < 0)
+		return 20;
+	procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 1, 0);
+	if (send_fds(fd, pkt, len, &a->epfd, 1, 1, false, 0) != (ssize_t)len)
+		return 21;
+	if (replies(fd, st, 1) != 1)
+		return 22;
+	if (st[0] != -EPERM)
+		return 23;
+	close(fd);
+	fd = th_raw_try_connect(getenv("FLOOD_DIR"));
+	if (fd < 0 || th_raw_try_hello(fd) < 0)
+		return 30;
+	len = 0;
+	procreg__proto_put_name(pkt, &len, PR_OP_REGISTER, PR_F_PIDFD, 2, "he.name", 7, "m", 1);
+	if (send_fds(fd, pkt, len, &a->epfd, 1, 1, false, 0) != (ssize_t)len)
+		return 31;
+	if (replies(fd, st, 1) != 1)
+		return 32;
+	if (st[0] != -EBADF)
+		return 33;
+	close(fd);
+	return 0;
+}
+
+static int setup_no_peerpidfd(void **state)
+{
+	static const char *const env[] = { "PROCREG_NO_PEERPIDFD=1", NULL };
+
+	return th_fx_start(state, NULL, env);
+}
+
+static void test_held_epoll(void **state)
+{
+	struct th_fx *f = *state;
+	struct held_epoll h;
+	struct he_arg a;
+	struct th_user u;
+	int st;
+
+	if (held_epoll_start(&h) < 0)
+		fail_msg("cannot hold an epoll's mutex (userfaultfd, as root): %s", strerror(errno));
+	if (!th_until(held_epoll_faulted, &h, WAIT_MS)) {
+		held_epoll_stop(&h);
+		fail_msg("the epoll_wait() never faulted on its userfaultfd page");
+	}
+	th_user_new(&u);
+	setenv("FLOOD_DIR", f->dir, 1);
+	serves(f->reg, "warm");
+	a = (struct he_arg){ &u, h.epfd };
+	/* A daemon that read the epoll's fdinfo waits in the kernel until
+	 * the mutex is let go: the attacker then gets no reply (replies()
+	 * gives up after WAIT_MS), and the test lets the mutex go before
+	 * failing, so the daemon can be stopped. */
+	st = th_wait(th_fork(pass_held_epoll, &a));
+	if (st == 0)
+		serves(f->reg, "during");
+	held_epoll_stop(&h);
+	if (st != 0) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("the attacker exited %d (22 or 32: no reply, the daemon held up)", st);
+	}
+	printf("an epoll whose mutex was held, passed as a HELLO's and a REGISTER's pidfd: both refused\n");
+	assert_int_equal(kill(f->d.pid, 0), 0);
+	serves(f->reg, "after");
+	th_user_del(&u);
+}
+
 /* ---- an unprivileged user feeding the socket garbage -------------------- */
 
 #define ATTACKERS 4
@@ -1024,6 +1193,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_out_of_fds, setup_node, teardown_node),
 		cmocka_unit_test_setup_teardown(test_passed_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lingering_files, setup_lingering, teardown),
+		cmocka_unit_test_setup_teardown(test_held_epoll, setup_no_peerpidfd, teardown),
 		cmocka_unit_test_setup_teardown(test_random_frames, setup, teardown),
 	};
 

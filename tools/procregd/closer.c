@@ -52,7 +52,6 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -224,8 +223,7 @@ static bool closes_at_once(int fd)
 {
 	if (fcntl(fd, F_GET_SEALS) >= 0)
 		return true;
-	return syscall(SYS_pidfd_send_signal, fd, 0, NULL, 0) == 0 || errno == ESRCH ||
-	       errno == EPERM;
+	return procreg__is_pidfd(fd);
 }
 
 /* Room for one more in the ring, under mu: false if there is none. */
