@@ -229,6 +229,28 @@ static int hung_up(int fd, int ms)
 #define HOLDERS 64
 #define TCP_HOLDERS 16
 
+/* The daemon PID's fd limit lowered to WANT + 8 (*OLD gets the one it
+ * had), and connections made to it and held, into HOLDERS, until one is
+ * refused: each accepted one holds an fd, with no deadline. Returns how
+ * many are held. */
+static int exhaust_fds(pid_t pid, const char *dir, long want, struct rlimit *old, int *holders)
+{
+	struct rlimit low;
+	int n = 0, refused = 0;
+
+	assert_int_equal(prlimit(pid, RLIMIT_NOFILE, NULL, old), 0);
+	low = (struct rlimit){ (rlim_t)want + 8, old->rlim_max };
+	assert_int_equal(prlimit(pid, RLIMIT_NOFILE, &low, NULL), 0);
+	while (n < HOLDERS && !refused) {
+		holders[n] = th_raw_connect(dir);
+		refused = hung_up(holders[n++], 100);
+	}
+	for (int i = 0; i < n && !refused; i++)
+		refused = hung_up(holders[i], WAIT_MS / HOLDERS);
+	assert_true(refused);
+	return n;
+}
+
 /* The daemon out of file descriptors (its limit lowered under it): a
  * connection it cannot take, local or to the bridge, is closed at once
  * (logged once a second at most), not left queued to wake the loop
@@ -238,26 +260,14 @@ static void test_out_of_fds(void **state)
 	struct th_bridged_fx *f = *state;
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct fdcount c = { f->d.pid, 0 };
-	struct rlimit old, low;
-	int holders[HOLDERS], n = 0, tcp[TCP_HOLDERS], ntcp, refused = 0;
+	struct rlimit old;
+	int holders[HOLDERS], n, tcp[TCP_HOLDERS], ntcp;
 
 	serves(f->reg, "warm");
 	/* Our reader page costs the daemon a pidfd for as long as we live. */
 	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
 	c.want = th_count_fds(f->d.pid);
-	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, NULL, &old), 0);
-	low = (struct rlimit){ (rlim_t)c.want + 8, old.rlim_max };
-	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &low, NULL), 0);
-
-	/* Local connections, until one is refused: each accepted one holds
-	 * an fd, with no deadline. */
-	while (n < HOLDERS && !refused) {
-		holders[n] = th_raw_connect(f->dir);
-		refused = hung_up(holders[n++], 100);
-	}
-	for (int i = 0; i < n && !refused; i++)
-		refused = hung_up(holders[i], WAIT_MS / HOLDERS);
-	assert_true(refused);
+	n = exhaust_fds(f->d.pid, f->dir, c.want, &old, holders);
 	/* The bridge port too. The daemon's fds come and go (a client's
 	 * pidfd is held only while it is looked at), so one may be free
 	 * now: connections are held, as the local ones were, until one is
@@ -752,6 +762,136 @@ static void test_lingering_files(void **state)
 	th_user_del(&u);
 }
 
+/* Whether FD's connection ended within MS ms with nothing to read: the
+ * end (the daemon shut it down) or a reset (it closed it with packets
+ * unread). */
+static bool ended(int fd, int ms)
+{
+	struct pollfd p = { fd, POLLIN, 0 };
+	char b[64];
+	ssize_t n;
+
+	if (poll(&p, 1, ms) != 1)
+		return false;
+	n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* As the unprivileged user: a socket whose close waits an hour, passed
+ * with a HELLO on connections to a daemon out of fds, our copy closed
+ * at once, until a connection is shed at accept (it ends with no reply;
+ * one the daemon took instead would have been answered). Each try takes
+ * a socket of its own, sent before it is closed: closing one not passed
+ * would wait the hour here. */
+#define SHED_TRIES 100
+
+static int shed_lingering(void *arg)
+{
+	const struct lg_arg *a = arg;
+	int peers[SHED_TRIES], np = 0, s = -1;
+	uint8_t pkt[64];
+	size_t len = 0;
+
+	th_become(a->u);
+	procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 1, 0);
+	for (int i = 0; i < SHED_TRIES; i++) {
+		int fd = th_raw_try_connect(getenv("FLOOD_DIR"));
+		bool sent;
+
+		if (s < 0 && (s = lingering_socket(&peers[np++])) < 0)
+			return 20;
+		if (fd < 0) {
+			usleep(10000);
+			continue;
+		}
+		sent = send_fds(fd, pkt, len, &s, 1, 1, false, MSG_DONTWAIT) == (ssize_t)len;
+		if (sent) {
+			close(s);
+			s = -1;
+		}
+		if (sent && ended(fd, WAIT_MS)) {
+			close(fd);
+			if (write(a->ready, "", 1) != 1)
+				return 22;
+			/* The peers stay open, the data unsent, until we are
+			 * killed. */
+			pause();
+			return 0;
+		}
+		close(fd);
+	}
+	return 21;
+}
+
+/*
+ * The daemon out of fds sheds a connection at accept (pr_accept): an
+ * unprivileged user has queued a packet on it carrying a socket whose
+ * last close waits an hour. Once fds are free again, another client is
+ * served at once, while that socket still waits.
+ */
+static void test_shed_lingering(void **state)
+{
+	struct th_fx *f = *state;
+	struct fdcount c = { f->d.pid, 0 };
+	PROCREG_OPTS(procreg_opts, o);
+	struct th_user u;
+	struct rlimit old;
+	struct lg_arg a;
+	int holders[HOLDERS], n, ready[2], errs[3];
+	struct pollfd p;
+	procreg_t *reg;
+	pid_t kid;
+	char b;
+
+	th_user_new(&u);
+	setenv("FLOOD_DIR", f->dir, 1);
+	serves(f->reg, "warm");
+	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
+	/* A daemon that waited on a close would answer no one: this handle
+	 * gives up after 20 s instead of waiting with it. Connected before
+	 * the count, which it is part of. */
+	o.dir = f->dir;
+	o.timeout_ms = 20000;
+	reg = procreg_open(&o);
+	assert_non_null(reg);
+	assert_int_equal(procreg_sync(reg), 0);
+	c.want = th_count_fds(f->d.pid);
+	n = exhaust_fds(f->d.pid, f->dir, c.want, &old, holders);
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	a = (struct lg_arg){ &u, ready[1] };
+	kid = th_fork(shed_lingering, &a);
+	close(ready[1]);
+	p = (struct pollfd){ ready[0], POLLIN, 0 };
+	if (poll(&p, 1, WAIT_MS) != 1 || read(ready[0], &b, 1) != 1) {
+		int st;
+
+		kill(kid, SIGKILL);
+		st = th_wait(kid);
+		th_daemon_dump_log(&f->d);
+		fail_msg("no connection of the attacker's was shed in %d s (it exited %d)",
+			 WAIT_MS / 1000, st);
+	}
+	close(ready[0]);
+	printf("passed a socket whose close waits an hour on a connection shed at accept\n");
+	for (int i = 0; i < n; i++)
+		close(holders[i]);
+	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &old, NULL), 0);
+	errs[0] = procreg_register(reg, "shed.after", "m", 1);
+	errs[1] = procreg_lookup(reg, "shed.after", NULL);
+	errs[2] = procreg_unregister(reg, "shed.after");
+	th_kill_wait(&kid);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(errs[i], 0);
+	assert_true(th_log_has(f->d.log, "client refused: out of file descriptors"));
+	procreg_close(reg);
+	if (!th_until(fds_back, &c, WAIT_MS)) {
+		th_list_fds(f->d.pid);
+		fail_msg("the daemon holds %ld fds, %ld before", th_count_fds(f->d.pid), c.want);
+	}
+	serves(f->reg, "after");
+	th_user_del(&u);
+}
+
 /* ---- an unprivileged user passing an epoll file whose lock is held ----- */
 
 /*
@@ -1194,6 +1334,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_passed_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lingering_files, setup_lingering, teardown),
 		cmocka_unit_test_setup_teardown(test_held_epoll, setup_no_peerpidfd, teardown),
+		cmocka_unit_test_setup_teardown(test_shed_lingering, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_random_frames, setup, teardown),
 	};
 

@@ -12,7 +12,8 @@ int pr_accept_spare(void)
 	return open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
-int pr_accept(int lfd, struct sockaddr *sa, socklen_t *len, int flags, int *spare)
+int pr_accept(int lfd, struct sockaddr *sa, socklen_t *len, int flags, int *spare,
+	      void (*shed)(int fd, void *arg), void *arg)
 {
 	int fd = accept4(lfd, sa, len, flags), err;
 
@@ -21,7 +22,9 @@ int pr_accept(int lfd, struct sockaddr *sa, socklen_t *len, int flags, int *spar
 	close(*spare);
 	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 	err = errno;
-	if (fd >= 0)
+	if (fd >= 0 && shed)
+		shed(fd, arg);
+	else if (fd >= 0)
 		close(fd);
 	*spare = pr_accept_spare();
 	if (fd >= 0)

@@ -285,6 +285,7 @@ void closer_event(struct daemon *d)
 		uid_adjust(&d->uid_closing, cl.q[cl.told & (cl.cap - 1)].uid, -1);
 	pthread_mutex_unlock(&cl.mu);
 	server_unpark(d);
+	server_accept_resume(d);
 }
 
 bool closer_over(const struct daemon *d, uid_t uid)

@@ -180,6 +180,7 @@ struct daemon {
 	int spare_fd;
 	bool stop;
 	bool no_peerpidfd;        /* PROCREG_NO_PEERPIDFD: test the 6.1 path */
+	bool accept_paused;       /* lfd out of the epoll set: out of fds, no spare */
 	bool socket_inherited;    /* lfd came from LISTEN_FDS: not ours to unlink */
 	uid_t uid;                /* ours: privileged like root (uid_privileged) */
 	bool fs_full_logged;      /* the table's filesystem full, as last logged */
@@ -206,6 +207,7 @@ struct daemon {
 	struct ev closer_ev;
 	/* Refusals, each kind logged on its own (log_limited): */
 	struct pr_ratelimit refused_log;       /* connections: --max-clients, no fd */
+	struct pr_ratelimit paused_log;        /* accepting paused: no fd */
 	struct pr_ratelimit refused_uid_log;   /* connections: --max-clients-per-uid */
 	struct pr_ratelimit refused_res_log;   /* connections: --reserved-clients */
 	struct pr_ratelimit dropped_log;       /* connections closed for what they sent */
@@ -298,6 +300,9 @@ int ev_mod(struct daemon *d, int fd, uint32_t events, struct ev *ev);
 int server_inherited_fd(void);
 int server_listen(struct daemon *d);
 void server_accept(struct daemon *d);
+/* The listening socket back in the epoll set if server_accept() took it
+ * out for want of fds. */
+void server_accept_resume(struct daemon *d);
 void server_client_event(struct daemon *d, struct client *c, uint32_t events);
 void server_close_all(struct daemon *d);
 /* Take back into the epoll set the parked clients whose uid is no longer

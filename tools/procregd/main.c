@@ -555,6 +555,10 @@ static void tick(struct daemon *d)
 
 	/* Readers that hold a grace period up too long; the registry. */
 	readers_tick(d);
+	/* An fd may have been freed other than by the closer (a process's
+	 * pidfd on its death): accepting, if paused for want of one, is
+	 * tried again. */
+	server_accept_resume(d);
 	pending = d->w.gp_target != 0 || d->w.retired.n != 0;
 	if (d->bridge && now - d->bridge_tick_ns > IDLE_TICK_NS / 4) {
 		bridge_tick(d);

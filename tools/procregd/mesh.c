@@ -1175,7 +1175,7 @@ static void do_accept(struct mesh *m)
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		int one = 1, fd = pr_accept(m->lfd, (struct sockaddr *)&ss, &sl,
-					    SOCK_NONBLOCK | SOCK_CLOEXEC, &m->spare);
+					    SOCK_NONBLOCK | SOCK_CLOEXEC, &m->spare, NULL, NULL);
 		struct epoll_event e = { .events = EPOLLIN };
 		char remote[PR_BP_ADDR_MAX + 1];
 		struct conn *c;

@@ -287,20 +287,57 @@ static uint64_t boot_ticks(void)
 	return (uint64_t)ts.tv_sec * (uint64_t)hz + (uint64_t)ts.tv_nsec / (1000000000ull / (uint64_t)hz);
 }
 
+/* A connection pr_accept() took without an fd to keep it: closed as any
+ * refused one is, on the closer's thread, since packets queued on it may
+ * carry files whose close waits. SO_PEERCRED needs no fd. */
+static void shed(int fd, void *arg)
+{
+	struct daemon *d = arg;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	closer_sock_close(d, fd,
+			  getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ? (uid_t)-1 : cred.uid);
+}
+
+void server_accept_resume(struct daemon *d)
+{
+	if (d->accept_paused && ev_mod(d, d->lfd, EPOLLIN, &d->listen_ev) == 0)
+		d->accept_paused = false;
+}
+
 void server_accept(struct daemon *d)
 {
 	for (;;) {
 		struct ucred cred;
 		socklen_t len = sizeof(cred);
 		struct client *c;
-		int fd = pr_accept(d->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC, &d->spare_fd),
-		    pidfd = -1;
+		int fd, pidfd = -1;
 
+		/* The last shed connection's fd is free again once the closer
+		 * has closed it. */
+		if (d->spare_fd < 0)
+			d->spare_fd = pr_accept_spare();
+		fd = pr_accept(d->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC, &d->spare_fd, shed, d);
 		if (fd == PR_ACCEPT_SHED) {
 			log_limited(&d->refused_log, "connections refused",
 				    "client refused: out of file descriptors (%u clients connected, --max-clients %u)",
 				    d->nclients, d->o.max_clients);
 			continue;
+		}
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+			/* Out of fds and nothing shed (no spare: the last shed
+			 * connection still waits for the closer). The socket
+			 * stays readable, so it leaves the epoll set until the
+			 * closer or the timer may have freed one
+			 * (server_accept_resume), rather than wake the loop
+			 * for nothing. */
+			log_limited(&d->paused_log, "pauses",
+				    "accepting paused: out of file descriptors (%u clients connected)",
+				    d->nclients);
+			if (ev_mod(d, d->lfd, 0, &d->listen_ev) == 0)
+				d->accept_paused = true;
+			return;
 		}
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
