@@ -892,6 +892,98 @@ static void test_shed_lingering(void **state)
 	th_user_del(&u);
 }
 
+/* As the unprivileged user: sockets whose close waits an hour, each
+ * passed with a HELLO on a connection of its own to a daemon out of fds
+ * and closed here at once, without waiting for an answer: the first may
+ * be shed, the rest wait in the listening socket's backlog. */
+#define BACKLOG_CONNS 4
+
+static int queue_lingering(void *arg)
+{
+	const struct lg_arg *a = arg;
+	int peers[BACKLOG_CONNS], conns[BACKLOG_CONNS];
+	uint8_t pkt[64];
+	size_t len = 0;
+
+	th_become(a->u);
+	procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 1, 0);
+	for (int i = 0; i < BACKLOG_CONNS; i++) {
+		int s = lingering_socket(&peers[i]);
+
+		conns[i] = th_raw_try_connect(getenv("FLOOD_DIR"));
+		if (s < 0 || conns[i] < 0)
+			return 20;
+		if (send_fds(conns[i], pkt, len, &s, 1, 1, false, MSG_DONTWAIT) != (ssize_t)len)
+			return 21;
+		close(s);
+	}
+	if (write(a->ready, "", 1) != 1)
+		return 22;
+	pause();
+	return 0;
+}
+
+static int exited(void *arg)
+{
+	pid_t *pid = arg;
+	int st;
+
+	return waitpid(*pid, &st, WNOHANG) == *pid;
+}
+
+/*
+ * SIGTERM while connections not yet accepted hold packets carrying
+ * sockets whose close waits an hour (the daemon out of fds, so that they
+ * stay in the backlog): procregd exits at once all the same.
+ */
+static void test_shutdown_lingering(void **state)
+{
+	struct th_fx *f = *state;
+	struct th_user u;
+	struct rlimit old;
+	struct lg_arg a;
+	int holders[HOLDERS], n, ready[2];
+	struct pollfd p;
+	pid_t kid;
+	bool gone;
+	char b;
+
+	th_user_new(&u);
+	setenv("FLOOD_DIR", f->dir, 1);
+	serves(f->reg, "warm");
+	n = exhaust_fds(f->d.pid, f->dir, th_count_fds(f->d.pid), &old, holders);
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	a = (struct lg_arg){ &u, ready[1] };
+	kid = th_fork(queue_lingering, &a);
+	close(ready[1]);
+	p = (struct pollfd){ ready[0], POLLIN, 0 };
+	if (poll(&p, 1, WAIT_MS) != 1 || read(ready[0], &b, 1) != 1) {
+		int st;
+
+		kill(kid, SIGKILL);
+		st = th_wait(kid);
+		fail_msg("the attacker did not queue its sockets (it exited %d)", st);
+	}
+	close(ready[0]);
+	kill(f->d.pid, SIGTERM);
+	gone = th_until(exited, &f->d.pid, 20000);
+	/* Its peers closed, the attacker's sockets close at once: a daemon
+	 * still waiting on one is let go. */
+	th_kill_wait(&kid);
+	if (!gone)
+		th_wait(f->d.pid);
+	f->d.pid = 0;
+	for (int i = 0; i < n; i++)
+		close(holders[i]);
+	if (!gone) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("procregd did not exit within 20 s of SIGTERM");
+	}
+	printf("SIGTERM with %d sockets whose close waits an hour queued on unaccepted connections: exited at once\n",
+	       BACKLOG_CONNS);
+	th_user_del(&u);
+}
+
 /* ---- an unprivileged user passing an epoll file whose lock is held ----- */
 
 /*
@@ -1335,6 +1427,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lingering_files, setup_lingering, teardown),
 		cmocka_unit_test_setup_teardown(test_held_epoll, setup_no_peerpidfd, teardown),
 		cmocka_unit_test_setup_teardown(test_shed_lingering, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shutdown_lingering, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_random_frames, setup, teardown),
 	};
 

@@ -231,12 +231,13 @@ void server_close_all(struct daemon *d)
 		close(d->spare_fd);
 		d->spare_fd = -1;
 	}
-	if (d->lfd >= 0) {
-		close(d->lfd);
-		if (!d->socket_inherited)
-			unlink(d->socket_path);
-		d->lfd = -1;
-	}
+	/* The listening socket is left for the exit to close: closing it
+	 * releases connections not yet accepted, and the files of packets
+	 * queued on them, whose last close may wait (a socket lingering
+	 * over unsent data) unless the process is exiting, when the kernel
+	 * does not linger. */
+	if (d->lfd >= 0 && !d->socket_inherited)
+		unlink(d->socket_path);
 }
 
 void server_notify_feed(struct daemon *d)
