@@ -695,6 +695,58 @@ static int setup_lingering(void **state)
 	return th_fx_start(state, args, NULL);
 }
 
+/* A handle that gives up after 20 s: a daemon that waited on a close
+ * would answer no one, and a test must not wait with it. */
+static procreg_t *impatient_handle(const char *dir)
+{
+	PROCREG_OPTS(procreg_opts, o);
+	procreg_t *reg;
+
+	o.dir = dir;
+	o.timeout_ms = 20000;
+	reg = procreg_open(&o);
+	assert_non_null(reg);
+	return reg;
+}
+
+/* FN(A) forked as the attacker, back once it has written its ready byte
+ * to A->ready. On any failure the attacker goes first: its end of each
+ * TCP connection closed, a daemon waiting on a close is let go, and the
+ * teardown does not wait an hour. */
+static pid_t attack(struct th_fx *f, int (*fn)(void *), struct lg_arg *a)
+{
+	int ready[2];
+	struct pollfd p;
+	pid_t kid;
+	char b;
+
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	a->ready = ready[1];
+	kid = th_fork(fn, a);
+	close(ready[1]);
+	p = (struct pollfd){ ready[0], POLLIN, 0 };
+	if (poll(&p, 1, WAIT_MS) != 1 || read(ready[0], &b, 1) != 1) {
+		int st;
+
+		kill(kid, SIGKILL);
+		st = th_wait(kid);
+		th_daemon_dump_log(&f->d);
+		fail_msg("the attacker was not ready in %d s (it exited %d; %d: killed, stuck waiting on the daemon)",
+			 WAIT_MS / 1000, st, 128 + SIGKILL);
+	}
+	close(ready[0]);
+	return kid;
+}
+
+/* A name registered, looked up and removed through REG: the three
+ * results into ERRS. */
+static void try_serving(procreg_t *reg, const char *name, int errs[3])
+{
+	errs[0] = procreg_register(reg, name, "m", 1);
+	errs[1] = procreg_lookup(reg, name, NULL);
+	errs[2] = procreg_unregister(reg, name);
+}
+
 /*
  * An unprivileged user passes the daemon TCP sockets whose last close
  * waits an hour (unsent data, SO_LINGER), in each way that leaves the
@@ -705,50 +757,24 @@ static void test_lingering_files(void **state)
 {
 	struct th_fx *f = *state;
 	struct fdcount c = { f->d.pid, 0 };
-	PROCREG_OPTS(procreg_opts, o);
 	struct th_user u;
 	struct lg_arg a;
-	int ready[2], errs[3];
-	struct pollfd p;
+	int errs[3];
 	procreg_t *reg;
 	pid_t kid;
-	char b;
 
 	th_user_new(&u);
 	setenv("FLOOD_DIR", f->dir, 1);
 	serves(f->reg, "warm");
 	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
 	c.want = th_count_fds(f->d.pid);
-	/* A daemon that waited on a close would answer no one: this handle
-	 * gives up after 20 s instead of waiting with it. */
-	o.dir = f->dir;
-	o.timeout_ms = 20000;
-	reg = procreg_open(&o);
-	assert_non_null(reg);
-	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-	a = (struct lg_arg){ &u, ready[1] };
-	kid = th_fork(pass_lingering, &a);
-	close(ready[1]);
-	/* On any failure the attacker goes first: its end of each TCP
-	 * connection closed, a daemon waiting on a close is let go, and the
-	 * teardown does not wait an hour. */
-	p = (struct pollfd){ ready[0], POLLIN, 0 };
-	if (poll(&p, 1, WAIT_MS) != 1 || read(ready[0], &b, 1) != 1) {
-		int st;
-
-		kill(kid, SIGKILL);
-		st = th_wait(kid);
-		th_daemon_dump_log(&f->d);
-		fail_msg("the attacker did not get its sockets through in %d s (it exited %d; %d: killed, stuck waiting on the daemon)",
-			 WAIT_MS / 1000, st, 128 + SIGKILL);
-	}
-	close(ready[0]);
+	reg = impatient_handle(f->dir);
+	a = (struct lg_arg){ .u = &u };
+	kid = attack(f, pass_lingering, &a);
 	for (int w = 0; w < LG_NWAYS; w++)
 		printf("passed a socket whose close waits an hour: %s\n", lg_what[w]);
 	/* Another client, served while the sockets still wait. */
-	errs[0] = procreg_register(reg, "lg.after", "m", 1);
-	errs[1] = procreg_lookup(reg, "lg.after", NULL);
-	errs[2] = procreg_unregister(reg, "lg.after");
+	try_serving(reg, "lg.after", errs);
 	procreg_close(reg);
 	th_kill_wait(&kid);
 	for (int i = 0; i < 3; i++)
@@ -777,48 +803,65 @@ static bool ended(int fd, int ms)
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
-/* As the unprivileged user: a socket whose close waits an hour, passed
- * with a HELLO on connections to a daemon out of fds, our copy closed
- * at once, until a connection is shed at accept (it ends with no reply;
- * one the daemon took instead would have been answered). Each try takes
- * a socket of its own, sent before it is closed: closing one not passed
- * would wait the hour here. */
-#define SHED_TRIES 100
+/* As the unprivileged user, to a daemon out of fds: a socket whose close
+ * waits an hour, passed with a HELLO (PKT, LEN) on a new connection and
+ * closed here at once, tried again on another connection while the
+ * daemon sheds them before the packet is in (closing a socket not
+ * passed would wait the hour here). The connection, or -1 if none took
+ * the packet in many tries. The sockets' peers go to PEERS[*NP], which
+ * must stay open. */
+#define PEERS_MAX 256
 
+static int pass_lingering_hello(const uint8_t *pkt, size_t len, int *peers, int *np)
+{
+	static int s = -1;
+
+	for (int i = 0; i < 100; i++) {
+		int fd = th_raw_try_connect(getenv("FLOOD_DIR"));
+
+		if (s < 0 && (*np >= PEERS_MAX || (s = lingering_socket(&peers[(*np)++])) < 0))
+			return -1;
+		if (fd < 0) {
+			usleep(10000);
+			continue;
+		}
+		if (send_fds(fd, pkt, len, &s, 1, 1, false, MSG_DONTWAIT) == (ssize_t)len) {
+			close(s);
+			s = -1;
+			return fd;
+		}
+		close(fd);
+	}
+	return -1;
+}
+
+/* As the unprivileged user: such sockets passed until a connection is
+ * shed at accept (it ends with no reply; one the daemon took instead
+ * would have been answered). */
 static int shed_lingering(void *arg)
 {
 	const struct lg_arg *a = arg;
-	int peers[SHED_TRIES], np = 0, s = -1;
+	int peers[PEERS_MAX], np = 0;
 	uint8_t pkt[64];
 	size_t len = 0;
 
 	th_become(a->u);
 	procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 1, 0);
-	for (int i = 0; i < SHED_TRIES; i++) {
-		int fd = th_raw_try_connect(getenv("FLOOD_DIR"));
-		bool sent;
+	for (int i = 0; i < 100; i++) {
+		int fd = pass_lingering_hello(pkt, len, peers, &np);
+		bool shed;
 
-		if (s < 0 && (s = lingering_socket(&peers[np++])) < 0)
+		if (fd < 0)
 			return 20;
-		if (fd < 0) {
-			usleep(10000);
-			continue;
-		}
-		sent = send_fds(fd, pkt, len, &s, 1, 1, false, MSG_DONTWAIT) == (ssize_t)len;
-		if (sent) {
-			close(s);
-			s = -1;
-		}
-		if (sent && ended(fd, WAIT_MS)) {
-			close(fd);
-			if (write(a->ready, "", 1) != 1)
-				return 22;
-			/* The peers stay open, the data unsent, until we are
-			 * killed. */
-			pause();
-			return 0;
-		}
+		shed = ended(fd, WAIT_MS);
 		close(fd);
+		if (!shed)
+			continue;
+		if (write(a->ready, "", 1) != 1)
+			return 22;
+		/* The peers stay open, the data unsent, until we are killed. */
+		pause();
+		return 0;
 	}
 	return 21;
 }
@@ -833,52 +876,29 @@ static void test_shed_lingering(void **state)
 {
 	struct th_fx *f = *state;
 	struct fdcount c = { f->d.pid, 0 };
-	PROCREG_OPTS(procreg_opts, o);
 	struct th_user u;
 	struct rlimit old;
 	struct lg_arg a;
-	int holders[HOLDERS], n, ready[2], errs[3];
-	struct pollfd p;
+	int holders[HOLDERS], n, errs[3];
 	procreg_t *reg;
 	pid_t kid;
-	char b;
 
 	th_user_new(&u);
 	setenv("FLOOD_DIR", f->dir, 1);
 	serves(f->reg, "warm");
 	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
-	/* A daemon that waited on a close would answer no one: this handle
-	 * gives up after 20 s instead of waiting with it. Connected before
-	 * the count, which it is part of. */
-	o.dir = f->dir;
-	o.timeout_ms = 20000;
-	reg = procreg_open(&o);
-	assert_non_null(reg);
+	/* Connected before the count, which it is part of. */
+	reg = impatient_handle(f->dir);
 	assert_int_equal(procreg_sync(reg), 0);
 	c.want = th_count_fds(f->d.pid);
 	n = exhaust_fds(f->d.pid, f->dir, c.want, &old, holders);
-	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-	a = (struct lg_arg){ &u, ready[1] };
-	kid = th_fork(shed_lingering, &a);
-	close(ready[1]);
-	p = (struct pollfd){ ready[0], POLLIN, 0 };
-	if (poll(&p, 1, WAIT_MS) != 1 || read(ready[0], &b, 1) != 1) {
-		int st;
-
-		kill(kid, SIGKILL);
-		st = th_wait(kid);
-		th_daemon_dump_log(&f->d);
-		fail_msg("no connection of the attacker's was shed in %d s (it exited %d)",
-			 WAIT_MS / 1000, st);
-	}
-	close(ready[0]);
+	a = (struct lg_arg){ .u = &u };
+	kid = attack(f, shed_lingering, &a);
 	printf("passed a socket whose close waits an hour on a connection shed at accept\n");
 	for (int i = 0; i < n; i++)
 		close(holders[i]);
 	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &old, NULL), 0);
-	errs[0] = procreg_register(reg, "shed.after", "m", 1);
-	errs[1] = procreg_lookup(reg, "shed.after", NULL);
-	errs[2] = procreg_unregister(reg, "shed.after");
+	try_serving(reg, "shed.after", errs);
 	th_kill_wait(&kid);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(errs[i], 0);
@@ -892,31 +912,24 @@ static void test_shed_lingering(void **state)
 	th_user_del(&u);
 }
 
-/* As the unprivileged user: sockets whose close waits an hour, each
- * passed with a HELLO on a connection of its own to a daemon out of fds
- * and closed here at once, without waiting for an answer: the first may
- * be shed, the rest wait in the listening socket's backlog. */
+/* As the unprivileged user: BACKLOG_CONNS connections to a daemon out
+ * of fds, each with such a socket queued on it (pass_lingering_hello);
+ * the first may be shed, the rest wait in the listening socket's
+ * backlog. */
 #define BACKLOG_CONNS 4
 
 static int queue_lingering(void *arg)
 {
 	const struct lg_arg *a = arg;
-	int peers[BACKLOG_CONNS], conns[BACKLOG_CONNS];
+	int peers[PEERS_MAX], np = 0, conns[BACKLOG_CONNS];
 	uint8_t pkt[64];
 	size_t len = 0;
 
 	th_become(a->u);
 	procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 1, 0);
-	for (int i = 0; i < BACKLOG_CONNS; i++) {
-		int s = lingering_socket(&peers[i]);
-
-		conns[i] = th_raw_try_connect(getenv("FLOOD_DIR"));
-		if (s < 0 || conns[i] < 0)
+	for (int i = 0; i < BACKLOG_CONNS; i++)
+		if ((conns[i] = pass_lingering_hello(pkt, len, peers, &np)) < 0)
 			return 20;
-		if (send_fds(conns[i], pkt, len, &s, 1, 1, false, MSG_DONTWAIT) != (ssize_t)len)
-			return 21;
-		close(s);
-	}
 	if (write(a->ready, "", 1) != 1)
 		return 22;
 	pause();
@@ -942,29 +955,16 @@ static void test_shutdown_lingering(void **state)
 	struct th_user u;
 	struct rlimit old;
 	struct lg_arg a;
-	int holders[HOLDERS], n, ready[2];
-	struct pollfd p;
+	int holders[HOLDERS], n;
 	pid_t kid;
 	bool gone;
-	char b;
 
 	th_user_new(&u);
 	setenv("FLOOD_DIR", f->dir, 1);
 	serves(f->reg, "warm");
 	n = exhaust_fds(f->d.pid, f->dir, th_count_fds(f->d.pid), &old, holders);
-	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-	a = (struct lg_arg){ &u, ready[1] };
-	kid = th_fork(queue_lingering, &a);
-	close(ready[1]);
-	p = (struct pollfd){ ready[0], POLLIN, 0 };
-	if (poll(&p, 1, WAIT_MS) != 1 || read(ready[0], &b, 1) != 1) {
-		int st;
-
-		kill(kid, SIGKILL);
-		st = th_wait(kid);
-		fail_msg("the attacker did not queue its sockets (it exited %d)", st);
-	}
-	close(ready[0]);
+	a = (struct lg_arg){ .u = &u };
+	kid = attack(f, queue_lingering, &a);
 	kill(f->d.pid, SIGTERM);
 	gone = th_until(exited, &f->d.pid, 20000);
 	/* Its peers closed, the attacker's sockets close at once: a daemon
