@@ -596,6 +596,7 @@ static const char *const lg_what[LG_NWAYS] = {
 struct lg_arg {
 	const struct th_user *u;
 	int ready;                 /* a pipe's write end: one byte once all are sent */
+	int go, done;              /* test_ctrunc_lingering's second step: pipe ends */
 };
 
 /* Connections until one takes PKT (LEN bytes) with fd S (after two empty
@@ -981,6 +982,102 @@ static void test_shutdown_lingering(void **state)
 	}
 	printf("SIGTERM with %d sockets whose close waits an hour queued on unaccepted connections: exited at once\n",
 	       BACKLOG_CONNS);
+	th_user_del(&u);
+}
+
+/* As the unprivileged user: a connection, HELLO said; once told to go,
+ * a REGISTER by "pidfd" with a socket whose close waits an hour, closed
+ * here at once; then it waits for the daemon to end the connection. */
+static int ctrunc_lingering(void *arg)
+{
+	const struct lg_arg *a = arg;
+	uint8_t pkt[256];
+	size_t len = 0;
+	int fd, s, peer;
+	char b;
+
+	th_become(a->u);
+	fd = th_raw_try_connect(getenv("FLOOD_DIR"));
+	if (fd < 0 || th_raw_try_hello(fd) < 0)
+		return 20;
+	s = lingering_socket(&peer);
+	if (s < 0)
+		return 21;
+	if (write(a->ready, "", 1) != 1 || read(a->go, &b, 1) != 1)
+		return 22;
+	procreg__proto_put_name(pkt, &len, PR_OP_REGISTER, PR_F_PIDFD, 2, "ct.name", 7, "m", 1);
+	if (send_fds(fd, pkt, len, &s, 1, 1, false, 0) != (ssize_t)len)
+		return 23;
+	close(s);
+	if (!ended(fd, WAIT_MS))
+		return 24;
+	if (write(a->done, "", 1) != 1)
+		return 25;
+	/* The peer stays open, the data unsent, until we are killed. */
+	pause();
+	return 0;
+}
+
+/*
+ * A client already connected passes a socket whose close waits an hour
+ * while the daemon has no fd to receive it into (its limit lowered to
+ * 0 under it): the kernel drops what it cannot install, and that drop
+ * must not be the file's last reference on the serving thread. The
+ * daemon ends that connection, and once it has fds again serves another
+ * client at once, the socket still waiting.
+ */
+static void test_ctrunc_lingering(void **state)
+{
+	struct th_fx *f = *state;
+	struct fdcount c = { f->d.pid, 0 };
+	struct th_user u;
+	struct rlimit old, none;
+	struct lg_arg a;
+	int go[2], done[2], errs[3];
+	struct pollfd p;
+	procreg_t *reg;
+	bool ended_ok;
+	pid_t kid;
+	char b;
+
+	th_user_new(&u);
+	setenv("FLOOD_DIR", f->dir, 1);
+	serves(f->reg, "warm");
+	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
+	reg = impatient_handle(f->dir);
+	assert_int_equal(procreg_sync(reg), 0);
+	c.want = th_count_fds(f->d.pid);
+	assert_int_equal(pipe2(go, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(done, O_CLOEXEC), 0);
+	a = (struct lg_arg){ .u = &u, .go = go[0], .done = done[1] };
+	kid = attack(f, ctrunc_lingering, &a);
+	close(go[0]);
+	close(done[1]);
+	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, NULL, &old), 0);
+	none = (struct rlimit){ 0, old.rlim_max };
+	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &none, NULL), 0);
+	assert_int_equal(write(go[1], "", 1), 1);
+	p = (struct pollfd){ done[0], POLLIN, 0 };
+	ended_ok = poll(&p, 1, WAIT_MS) == 1 && read(done[0], &b, 1) == 1;
+	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &old, NULL), 0);
+	if (ended_ok)
+		try_serving(reg, "ct.after", errs);
+	th_kill_wait(&kid);
+	close(go[1]);
+	close(done[0]);
+	if (!ended_ok) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("the daemon did not end the connection in %d s", WAIT_MS / 1000);
+	}
+	printf("passed a socket whose close waits an hour to a daemon with no fd to take it\n");
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(errs[i], 0);
+	procreg_close(reg);
+	if (!th_until(fds_back, &c, WAIT_MS)) {
+		th_list_fds(f->d.pid);
+		fail_msg("the daemon holds %ld fds, %ld before", th_count_fds(f->d.pid), c.want);
+	}
+	serves(f->reg, "after");
 	th_user_del(&u);
 }
 
@@ -1428,6 +1525,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_held_epoll, setup_no_peerpidfd, teardown),
 		cmocka_unit_test_setup_teardown(test_shed_lingering, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shutdown_lingering, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ctrunc_lingering, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_random_frames, setup, teardown),
 	};
 

@@ -877,7 +877,15 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 			park(d, c);
 			return;
 		}
-		n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		/* Peeked, then taken. A file the kernel cannot install (the
+		 * daemon out of fds) it drops, and were that its last
+		 * reference, its close would run on this thread, where it may
+		 * wait (closer.c). A peek installs copies and the packet keeps
+		 * its own references: once every file is installed, taking the
+		 * packet drops only references that are not the last. One
+		 * that is not (MSG_CTRUNC) is left queued, for the closer's
+		 * thread to drain with the connection. */
+		n = recvmsg(c->fd, &msg, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
 				return;
@@ -887,7 +895,10 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 		/* Before anything else: an empty packet, which reads as the
 		 * end of the connection, may carry fds too. */
 		nfds = passed_fds(&msg, fds);
-		if (n == 0) {
+		if (n > 0 && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
+		    recv(c->fd, NULL, 0, MSG_DONTWAIT) < 0) {
+			err = -errno;
+		} else if (n == 0) {
 			err = -ECONNRESET;
 		} else if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
 			log_limited(&d->dropped_log, "clients closed",
