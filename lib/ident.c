@@ -100,6 +100,11 @@ int procreg__pidfd_pid(int pidfd, pid_t *pid)
 	 * this on files its clients pass it. */
 	if (!procreg__is_pidfd(pidfd))
 		return -EBADF;
+	/* A thread's pidfd (PIDFD_THREAD, O_EXCL among its flags) names a
+	 * thread: its Pid is the thread's id, and it reports that thread's
+	 * exit. Names belong to processes. */
+	if (fcntl(pidfd, F_GETFL) & O_EXCL)
+		return -EBADF;
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
 	n = read_small(path, buf, sizeof(buf));
 	if (n < 0)

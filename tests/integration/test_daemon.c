@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -279,6 +280,50 @@ static void test_names_survive_exec(void **state)
 
 /* ---- register another process ----------------------------------------- */
 
+struct parked_thread {
+	int pipe[2];
+	pid_t tid;
+};
+
+static void *park_thread(void *arg)
+{
+	struct parked_thread *t = arg;
+	char b;
+
+	__atomic_store_n(&t->tid, gettid(), __ATOMIC_RELEASE);
+	(void)read(t->pipe[0], &b, 1);
+	return NULL;
+}
+
+static int thread_started(void *arg)
+{
+	return __atomic_load_n(&((struct parked_thread *)arg)->tid, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* A pidfd of one of our threads (PIDFD_THREAD, kernels from 6.9) names a
+ * thread, not a process: refused. */
+static void thread_pidfd_refused(procreg_t *reg)
+{
+	struct parked_thread t = { .tid = 0 };
+	pthread_t th;
+	int fd;
+
+	assert_int_equal(pipe2(t.pipe, O_CLOEXEC), 0);
+	assert_int_equal(pthread_create(&th, NULL, park_thread, &t), 0);
+	assert_true(th_until(thread_started, &t, 10000));
+	fd = (int)syscall(SYS_pidfd_open, t.tid, O_EXCL /* PIDFD_THREAD */);
+	if (fd >= 0)
+		assert_int_equal(procreg_register_pidfd(reg, fd, "thread", NULL, 0), -EBADF);
+	else
+		printf("no thread pidfds on this kernel (pidfd_open: %s)\n", strerror(errno));
+	assert_int_equal(write(t.pipe[1], "", 1), 1);
+	pthread_join(th, NULL);
+	if (fd >= 0)
+		close(fd);
+	close(t.pipe[0]);
+	close(t.pipe[1]);
+}
+
 static void test_register_pidfd(void **state)
 {
 	struct fx *f = *state;
@@ -287,6 +332,9 @@ static void test_register_pidfd(void **state)
 	int pidfd;
 
 	if (kid == 0) {
+		/* Gone with the test process, should a failure skip the
+		 * kill below. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		pause();
 		_exit(0);
 	}
@@ -298,6 +346,7 @@ static void test_register_pidfd(void **state)
 	assert_int_equal(procreg_register_pidfd(f->reg, -1, "x", NULL, 0), -EBADF);
 	/* A descriptor that is not a pidfd. */
 	assert_int_equal(procreg_register_pidfd(f->reg, 0, "x", NULL, 0), -EBADF);
+	thread_pidfd_refused(f->reg);
 	kill(kid, SIGKILL);
 	th_wait(kid);
 	assert_int_equal(procreg_sync(f->reg), 0);
