@@ -303,6 +303,11 @@ static void shed(int fd, void *arg)
 
 void server_accept_resume(struct daemon *d)
 {
+	/* The spare first, before anything else takes the fd just freed:
+	 * with it, the next connection the daemon has no fd for is shed
+	 * rather than left waiting for the next resume. */
+	if (d->spare_fd < 0)
+		d->spare_fd = pr_accept_spare();
 	if (d->accept_paused && ev_mod(d, d->lfd, EPOLLIN, &d->listen_ev) == 0)
 		d->accept_paused = false;
 }
