@@ -748,6 +748,41 @@ static void try_serving(procreg_t *reg, const char *name, int errs[3])
 	errs[2] = procreg_unregister(reg, name);
 }
 
+/* The start of an attack: the attacker's user made, the daemon warm and
+ * holding our reader page, an impatient handle connected; the daemon's
+ * fd count then into *C. The handle. */
+static procreg_t *attack_begin(struct th_fx *f, struct th_user *u, struct fdcount *c)
+{
+	procreg_t *reg;
+
+	th_user_new(u);
+	setenv("FLOOD_DIR", f->dir, 1);
+	serves(f->reg, "warm");
+	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
+	reg = impatient_handle(f->dir);
+	assert_int_equal(procreg_sync(reg), 0);
+	*c = (struct fdcount){ f->d.pid, th_count_fds(f->d.pid) };
+	return reg;
+}
+
+/* The end, the attacker gone: REG was served (ERRS, try_serving), the
+ * daemon's fds are back where they were once REG is closed, and it
+ * serves. */
+static void attack_end(struct th_fx *f, struct th_user *u, procreg_t *reg, const int errs[3],
+		       struct fdcount *c)
+{
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(errs[i], 0);
+	procreg_close(reg);
+	if (!th_until(fds_back, c, WAIT_MS)) {
+		th_list_fds(f->d.pid);
+		fail_msg("the daemon holds %ld fds, %ld before", th_count_fds(f->d.pid), c->want);
+	}
+	assert_int_equal(kill(f->d.pid, 0), 0);
+	serves(f->reg, "after");
+	th_user_del(u);
+}
+
 /*
  * An unprivileged user passes the daemon TCP sockets whose last close
  * waits an hour (unsent data, SO_LINGER), in each way that leaves the
@@ -757,36 +792,21 @@ static void try_serving(procreg_t *reg, const char *name, int errs[3])
 static void test_lingering_files(void **state)
 {
 	struct th_fx *f = *state;
-	struct fdcount c = { f->d.pid, 0 };
+	struct fdcount c;
 	struct th_user u;
 	struct lg_arg a;
 	int errs[3];
-	procreg_t *reg;
+	procreg_t *reg = attack_begin(f, &u, &c);
 	pid_t kid;
 
-	th_user_new(&u);
-	setenv("FLOOD_DIR", f->dir, 1);
-	serves(f->reg, "warm");
-	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
-	c.want = th_count_fds(f->d.pid);
-	reg = impatient_handle(f->dir);
 	a = (struct lg_arg){ .u = &u };
 	kid = attack(f, pass_lingering, &a);
 	for (int w = 0; w < LG_NWAYS; w++)
 		printf("passed a socket whose close waits an hour: %s\n", lg_what[w]);
 	/* Another client, served while the sockets still wait. */
 	try_serving(reg, "lg.after", errs);
-	procreg_close(reg);
 	th_kill_wait(&kid);
-	for (int i = 0; i < 3; i++)
-		assert_int_equal(errs[i], 0);
-	if (!th_until(fds_back, &c, WAIT_MS)) {
-		th_list_fds(f->d.pid);
-		fail_msg("the daemon holds %ld fds, %ld before", th_count_fds(f->d.pid), c.want);
-	}
-	assert_int_equal(kill(f->d.pid, 0), 0);
-	serves(f->reg, "after");
-	th_user_del(&u);
+	attack_end(f, &u, reg, errs, &c);
 }
 
 /* Whether FD's connection ended within MS ms with nothing to read: the
@@ -876,22 +896,14 @@ static int shed_lingering(void *arg)
 static void test_shed_lingering(void **state)
 {
 	struct th_fx *f = *state;
-	struct fdcount c = { f->d.pid, 0 };
+	struct fdcount c;
 	struct th_user u;
 	struct rlimit old;
 	struct lg_arg a;
 	int holders[HOLDERS], n, errs[3];
-	procreg_t *reg;
+	procreg_t *reg = attack_begin(f, &u, &c);
 	pid_t kid;
 
-	th_user_new(&u);
-	setenv("FLOOD_DIR", f->dir, 1);
-	serves(f->reg, "warm");
-	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
-	/* Connected before the count, which it is part of. */
-	reg = impatient_handle(f->dir);
-	assert_int_equal(procreg_sync(reg), 0);
-	c.want = th_count_fds(f->d.pid);
 	n = exhaust_fds(f->d.pid, f->dir, c.want, &old, holders);
 	a = (struct lg_arg){ .u = &u };
 	kid = attack(f, shed_lingering, &a);
@@ -901,16 +913,8 @@ static void test_shed_lingering(void **state)
 	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &old, NULL), 0);
 	try_serving(reg, "shed.after", errs);
 	th_kill_wait(&kid);
-	for (int i = 0; i < 3; i++)
-		assert_int_equal(errs[i], 0);
 	assert_true(th_log_has(f->d.log, "client refused: out of file descriptors"));
-	procreg_close(reg);
-	if (!th_until(fds_back, &c, WAIT_MS)) {
-		th_list_fds(f->d.pid);
-		fail_msg("the daemon holds %ld fds, %ld before", th_count_fds(f->d.pid), c.want);
-	}
-	serves(f->reg, "after");
-	th_user_del(&u);
+	attack_end(f, &u, reg, errs, &c);
 }
 
 /* As the unprivileged user: BACKLOG_CONNS connections to a daemon out
@@ -1029,24 +1033,17 @@ static int ctrunc_lingering(void *arg)
 static void test_ctrunc_lingering(void **state)
 {
 	struct th_fx *f = *state;
-	struct fdcount c = { f->d.pid, 0 };
+	struct fdcount c;
 	struct th_user u;
 	struct rlimit old, none;
 	struct lg_arg a;
 	int go[2], done[2], errs[3];
 	struct pollfd p;
-	procreg_t *reg;
+	procreg_t *reg = attack_begin(f, &u, &c);
 	bool ended_ok;
 	pid_t kid;
 	char b;
 
-	th_user_new(&u);
-	setenv("FLOOD_DIR", f->dir, 1);
-	serves(f->reg, "warm");
-	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
-	reg = impatient_handle(f->dir);
-	assert_int_equal(procreg_sync(reg), 0);
-	c.want = th_count_fds(f->d.pid);
 	assert_int_equal(pipe2(go, O_CLOEXEC), 0);
 	assert_int_equal(pipe2(done, O_CLOEXEC), 0);
 	a = (struct lg_arg){ .u = &u, .go = go[0], .done = done[1] };
@@ -1070,15 +1067,7 @@ static void test_ctrunc_lingering(void **state)
 		fail_msg("the daemon did not end the connection in %d s", WAIT_MS / 1000);
 	}
 	printf("passed a socket whose close waits an hour to a daemon with no fd to take it\n");
-	for (int i = 0; i < 3; i++)
-		assert_int_equal(errs[i], 0);
-	procreg_close(reg);
-	if (!th_until(fds_back, &c, WAIT_MS)) {
-		th_list_fds(f->d.pid);
-		fail_msg("the daemon holds %ld fds, %ld before", th_count_fds(f->d.pid), c.want);
-	}
-	serves(f->reg, "after");
-	th_user_del(&u);
+	attack_end(f, &u, reg, errs, &c);
 }
 
 /* ---- an unprivileged user passing an epoll file whose lock is held ----- */
