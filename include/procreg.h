@@ -215,7 +215,8 @@ PROCREG_API int procreg_refresh(procreg_t *reg, const char *name);
 PROCREG_API int procreg_wait_owner(procreg_t *reg, const char *name, int timeout_ms);
 
 /* Register NAME for the process PIDFD refers to (from pidfd_open(2)). The
- * caller must have that process's uid, or be root: -EPERM otherwise.
+ * caller must have that process's uid, or be root: -EPERM otherwise;
+ * -EBADF for a file that is no process's pidfd (a thread's included).
  * Shorthand for procreg_register_opts() with PROCREG_PIDFD. */
 PROCREG_API int procreg_register_pidfd(procreg_t *reg, int pidfd,
 				       const char *name, const void *meta,
