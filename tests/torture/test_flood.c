@@ -1157,37 +1157,42 @@ struct he_arg {
  * HELLO (the daemon takes the client's identity from it where it has no
  * SO_PEERPIDFD, as set up for this test), then as the pidfd of a
  * REGISTER on a connection that said HELLO properly. Each is refused. */
+/* PKT (LEN bytes) sent on FD with PASS attached, one reply read: 0 if
+ * its status is WANT; 1 if the send failed, 2 if no reply came (the
+ * daemon held up), 3 if the status was another. */
+static int pass_expect(int fd, const uint8_t *pkt, size_t len, int pass, int32_t want)
+{
+	int32_t st[1];
+
+	if (send_fds(fd, pkt, len, &pass, 1, 1, false, 0) != (ssize_t)len)
+		return 1;
+	if (replies(fd, st, 1) != 1)
+		return 2;
+	return st[0] == want ? 0 : 3;
+}
+
 static int pass_held_epoll(void *arg)
 {
 	const struct he_arg *a = arg;
 	uint8_t pkt[256];
-	int32_t st[1];
 	size_t len = 0;
-	int fd;
+	int fd, r;
 
 	th_become(a->u);
 	fd = th_raw_try_connect(getenv("FLOOD_DIR"));
 	if (fd < 0)
 		return 20;
 	procreg__proto_put_hello(pkt, &len, PR_OP_HELLO, 1, 0);
-	if (send_fds(fd, pkt, len, &a->epfd, 1, 1, false, 0) != (ssize_t)len)
-		return 21;
-	if (replies(fd, st, 1) != 1)
-		return 22;
-	if (st[0] != -EPERM)
-		return 23;
+	if ((r = pass_expect(fd, pkt, len, a->epfd, -EPERM)))
+		return 20 + r;
 	close(fd);
 	fd = th_raw_try_connect(getenv("FLOOD_DIR"));
 	if (fd < 0 || th_raw_try_hello(fd) < 0)
 		return 30;
 	len = 0;
 	procreg__proto_put_name(pkt, &len, PR_OP_REGISTER, PR_F_PIDFD, 2, "he.name", 7, "m", 1);
-	if (send_fds(fd, pkt, len, &a->epfd, 1, 1, false, 0) != (ssize_t)len)
-		return 31;
-	if (replies(fd, st, 1) != 1)
-		return 32;
-	if (st[0] != -EBADF)
-		return 33;
+	if ((r = pass_expect(fd, pkt, len, a->epfd, -EBADF)))
+		return 30 + r;
 	close(fd);
 	return 0;
 }

@@ -94,28 +94,18 @@ struct drain_buf {
 	char byte[DRAIN_MAX];
 	union {
 		struct cmsghdr h;
-		char b[CMSG_SPACE(253 * sizeof(int))];
+		char b[CMSG_SPACE(PASSED_FDS_MAX * sizeof(int))];
 	} u[DRAIN_MAX];
 };
 
 /* Close the files a read brought. Whether there were any. */
 static bool close_passed(struct msghdr *msg)
 {
-	bool files = false;
+	int fds[PASSED_FDS_MAX], n = passed_fds(msg, fds);
 
-	for (struct cmsghdr *h = CMSG_FIRSTHDR(msg); h; h = CMSG_NXTHDR(msg, h)) {
-		if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS ||
-		    h->cmsg_len < CMSG_LEN(0))
-			continue;
-		for (size_t k = 0; k < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
-			int pfd;
-
-			memcpy(&pfd, CMSG_DATA(h) + k * sizeof(int), sizeof(pfd));
-			close_now(pfd);
-			files = true;
-		}
-	}
-	return files;
+	for (int k = 0; k < n; k++)
+		close_now(fds[k]);
+	return n > 0;
 }
 
 /* Every file on the packets queued on shut-down socket FD, closed. An

@@ -270,6 +270,15 @@ void notify_send(struct daemon *d, const char *fmt, ...) __attribute__((format(p
 void notify_watchdog(struct daemon *d);
 void notify_close(struct daemon *d);
 
+/* The most fds one sendmsg can pass (the kernel's SCM_MAX_FD). A control
+ * buffer has room for all of them, so that every fd a packet brings is
+ * seen, and closed unless a request keeps it: a buffer too small for them
+ * would still have the kernel install those that fit. */
+#define PASSED_FDS_MAX 253
+/* Every fd the kernel installed for MSG, in any number of SCM_RIGHTS
+ * messages, into FDS (PASSED_FDS_MAX at most): how many. */
+int passed_fds(struct msghdr *msg, int *fds);
+
 /* closer.c: the last close of files clients passed, and of client
  * connections, off this thread. */
 /* A uid with this many files and connections waiting to be closed is not

@@ -809,12 +809,6 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 	return c->hello_done ? 0 : -EPERM;
 }
 
-/* The most fds one sendmsg can pass (the kernel's SCM_MAX_FD). The control
- * buffer has room for all of them, so that every fd a packet brings is
- * seen, and closed unless a request keeps it: a buffer too small for them
- * would still have the kernel install those that fit. */
-#define PASSED_FDS_MAX 253
-
 /* How many fds the frames of a packet may take: one if a frame is a HELLO,
  * a READERS, or a REGISTER or JOIN whose owner is the pidfd passed
  * (PR_F_PIDFD). */
@@ -831,9 +825,7 @@ static int fds_wanted(const uint8_t *buf, size_t len)
 	return 0;
 }
 
-/* Every fd the kernel installed for MSG, in any number of SCM_RIGHTS
- * messages, into FDS: how many. */
-static int passed_fds(struct msghdr *msg, int *fds)
+int passed_fds(struct msghdr *msg, int *fds)
 {
 	int n = 0;
 
