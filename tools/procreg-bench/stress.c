@@ -18,6 +18,12 @@
  *   8 SIGKILL all P processes
  *   9 time from the last kill until every name is gone
  *
+ * Steps 1-9 are one sequence; the bench runs --rounds of them (default
+ * 7), each with fresh processes, and reports every step's median time and
+ * its range. A registration figure needs rounds as much as any other, and
+ * a first registration happens once in a process's life: one sequence
+ * measured it once, and two runs of it differed by a third.
+ *
  * Registration beside its floor: before steps 2 and 6 the same processes,
  * released the same way, send as many requests of the same size, the same
  * way (a round trip each, or --pipelined packets as procreg_batch packs
@@ -31,7 +37,7 @@
  * to be the best the transport does, so it runs warm; procreg's first
  * registration (step 2) is its processes' first call, and pays it.
  *
- * Then deaths beside their floor, --rounds times (default 7): P fresh
+ * Then deaths beside their floor, --rounds times as well: P fresh
  * processes of the same shape as the registering ones (registry open,
  * connection made) but holding no names, watched by bare pidfds in this
  * process (one epoll set), are all killed and timed until every pidfd has
@@ -86,8 +92,6 @@ static struct sctl *S;
 static uint64_t S_names;
 static int S_procs;
 static char S_echo[108];
-static double S_floor[2];          /* the floor's names/s before steps 2 and 6 */
-static uint64_t S_server_ns[NPHASE]; /* CPU time of the server (procregd or echo) in each step */
 static pid_t S_daemon_pid, S_echo_pid;
 
 static void range_of(int i, uint64_t *first, uint64_t *n)
@@ -244,10 +248,45 @@ static uint64_t count_visible(procreg_t *reg)
 	return found;
 }
 
+/* The rows of the steps' table: steps 1-9 of one sequence. */
+enum { R_LAUNCH, R_REG, R_REG_WAIT, R_UNREG, R_UNREG_WAIT, R_REREG, R_REREG_WAIT, R_KILL, R_GONE,
+       NROWS };
+
+static const struct rowdef {
+	const char *what;           /* a format: %s is the count of procs or names */
+	const char *unit;           /* of its rate; NULL: the row has none */
+	const char *key_rate, *key_ms;
+} rowdef[NROWS] = {
+	[R_LAUNCH] = { "launch %s processes", "procs/s", NULL, "launch_ms" },
+	[R_REG] = { "register %s names", "names/s", "reg_per_s", "reg_ms" },
+	[R_REG_WAIT] = { "wait until all visible", NULL, NULL, "wait_visible_ms" },
+	[R_UNREG] = { "unregister %s names", "names/s", "unreg_per_s", "unreg_ms" },
+	[R_UNREG_WAIT] = { "wait until all gone", NULL, NULL, "wait_gone_ms" },
+	[R_REREG] = { "re-register %s names", "names/s", "rereg_per_s", "rereg_ms" },
+	[R_REREG_WAIT] = { "wait until all visible", NULL, NULL, "wait_revisible_ms" },
+	[R_KILL] = { "kill %s processes (SIGKILL)", NULL, NULL, "kill_ms" },
+	[R_GONE] = { "every name gone, after the last kill", NULL, NULL, "kill_to_all_gone_ms" },
+};
+
+/* One sequence of steps 1-9, with fresh processes, and what it measured.
+ * A first registration happens once in a process's life, so each round
+ * of the figure is a sequence of its own; a single one swings by a third
+ * either way on this kind of machine. */
+struct seq {
+	double ms[NROWS];
+	double floor[2];            /* the floor's requests/s before steps 2 and 6 */
+	uint64_t visible[2];        /* names lookups found after steps 3 and 7 */
+	uint64_t cpu_ns[NPHASE];    /* CPU time of the processes in each step */
+	uint64_t server_ns[NPHASE]; /* of the server (procregd or the echo server) */
+	uint64_t minflt[NPHASE];    /* page faults of the processes */
+};
+
 /* Release every process into step PH and wait until all are through it
- * (*T0 and *T1: when it started and ended): 0, or -1 (said on stderr) if
- * one died or failed to VERB. */
-static int release(int ph, const pid_t *pids, const char *verb, uint64_t *t0, uint64_t *t1)
+ * (*T0 and *T1: when it started and ended; Q->server_ns[PH] the server's
+ * CPU time in it): 0, or -1 (said on stderr) if one died or failed to
+ * VERB. */
+static int release(int ph, const pid_t *pids, const char *verb, struct seq *q, uint64_t *t0,
+		   uint64_t *t1)
 {
 	pid_t server = is_floor(ph) ? S_echo_pid : S_daemon_pid;
 	uint64_t c0 = proc_cpu_ns(server);
@@ -258,7 +297,7 @@ static int release(int ph, const pid_t *pids, const char *verb, uint64_t *t0, ui
 	if (wait_step(ph, pids) < 0)
 		return -1;
 	*t1 = pr_mono_ns();
-	S_server_ns[ph] = proc_cpu_ns(server) - c0;
+	q->server_ns[ph] = proc_cpu_ns(server) - c0;
 	if (S->failed[ph]) {
 		fprintf(stderr, "procreg-bench: %d processes failed to %s: %s\n", S->failed[ph],
 			verb, strerror(S->first_err));
@@ -267,94 +306,203 @@ static int release(int ph, const pid_t *pids, const char *verb, uint64_t *t0, ui
 	return 0;
 }
 
-struct row {
-	const char *what;
-	double ms;
-	double rate;               /* per second, 0: no rate */
-	const char *unit;
-	const char *key_rate, *key_ms;
-};
-
 /* Step PH (register, unregister, re-register) in every process, then
- * the wait until the table shows it: two rows more in ROWS (*NROWS of
- * them, their labels in LABEL), and after a (re-)registration how many
- * names lookups find in VISIBLE. */
-static int run_phase(int ph, const pid_t *pids, procreg_t *reg, struct row *rows, int *nrows,
-		     char (*label)[96], uint64_t *visible)
+ * the wait until the table shows it, into Q; after a (re-)registration,
+ * how many names lookups find. */
+static int run_phase(int ph, const pid_t *pids, procreg_t *reg, struct seq *q)
 {
 	static const char *const verb[] = { [ST_REG] = "register", [ST_UNREG] = "unregister",
 					    [ST_REREG] = "re-register" };
-	static const char *const key[] = { [ST_REG] = "reg_per_s", [ST_UNREG] = "unreg_per_s",
-					   [ST_REREG] = "rereg_per_s" };
-	static const char *const key_ms[] = { [ST_REG] = "reg_ms", [ST_UNREG] = "unreg_ms",
-					      [ST_REREG] = "rereg_ms" };
-	static const char *const wkey[] = { [ST_REG] = "wait_visible_ms",
-					    [ST_UNREG] = "wait_gone_ms",
-					    [ST_REREG] = "wait_revisible_ms" };
+	static const int row[] = { [ST_REG] = R_REG, [ST_UNREG] = R_UNREG, [ST_REREG] = R_REREG };
 	uint64_t want = ph == ST_UNREG ? 0 : S_names, t0, t1, w;
-	int li = *nrows;
 
-	if (release(ph, pids, verb[ph], &t0, &t1) < 0)
+	if (release(ph, pids, verb[ph], q, &t0, &t1) < 0)
 		return -1;
-	snprintf(label[li], 96, "%s %s names", verb[ph], fmt_count(S_names));
-	rows[(*nrows)++] = (struct row){ label[li], (double)(t1 - t0) / 1e6,
-					 (double)S_names * 1e9 / (double)(t1 - t0), "names/s",
-					 key[ph], key_ms[ph] };
+	q->ms[row[ph]] = (double)(t1 - t0) / 1e6;
 	w = wait_names(reg, want, 10000000000ull);
 	if (w == UINT64_MAX) {
 		fprintf(stderr, "procreg-bench: the table shows %llu names, not %llu\n",
 			(unsigned long long)names_now(reg), (unsigned long long)want);
 		return -1;
 	}
-	snprintf(label[li + 1], 96, "wait until all %s", ph == ST_UNREG ? "gone" : "visible");
-	rows[(*nrows)++] = (struct row){ label[li + 1], (double)w / 1e6, 0, "", NULL, wkey[ph] };
+	q->ms[row[ph] + 1] = (double)w / 1e6;
 	if (ph != ST_UNREG)
-		visible[ph == ST_REREG] = count_visible(reg);
+		q->visible[ph == ST_REREG] = count_visible(reg);
 	return 0;
 }
 
-/* The steps' table, the JSON and the target; GONE_MS: the time until
- * every name of the killed processes was gone, -1: never. */
-static void report_rows(const struct row *rows, int nrows, const uint64_t *visible,
-			double gone_ms)
+/* Steps 1-9 once, into Q: 0, or -1 (said on stderr). The processes are
+ * reaped, and PIDS[0] left 0, unless it fails. */
+static int sequence(procreg_t *reg, pid_t *pids, struct seq *q)
 {
-	hprintf("\n%-4s %-44s %12s %14s\n", "step", "", "time", "rate");
-	for (int i = 0; i < nrows; i++) {
-		char rate[48] = "";
+	uint64_t t0, t1, w;
 
-		if (rows[i].rate > 0)
-			snprintf(rate, sizeof(rate), "%s", fmt_count((uint64_t)(rows[i].rate + 0.5)));
-		if (rows[i].ms < 0)
-			hprintf("%-4d %-44s %12s %14s\n", i + 1, rows[i].what, "never", "");
-		else
-			hprintf("%-4d %-44s %9.1f ms %14s %s\n", i + 1, rows[i].what, rows[i].ms, rate,
-				rows[i].rate > 0 ? rows[i].unit : "");
+	memset(S, 0, sizeof(*S));
+	/* 1 launch */
+	t0 = pr_mono_ns();
+	for (int i = 0; i < S_procs; i++) {
+		pids[i] = spawn(proc_main, (void *)(intptr_t)i, -1);
+		if (pids[i] < 0) {
+			fprintf(stderr, "procreg-bench: fork: %s\n", strerror((int)-pids[i]));
+			return -1;
+		}
 	}
-	hprintf("lookups after steps 3 and 7 found %s and %s of %s names\n", fmt_count(visible[0]),
-		fmt_count(visible[1]), fmt_count(S_names));
+	if (wait_step(ST_LAUNCH, pids) < 0 || S->failed[ST_LAUNCH])
+		return -1;
+	t1 = pr_mono_ns();
+	q->ms[R_LAUNCH] = (double)(t1 - t0) / 1e6;
+
+	for (int ph = ST_WARM; ph <= ST_REREG; ph++) {
+		if (!is_floor(ph)) {
+			if (run_phase(ph, pids, reg, q) < 0)
+				return -1;
+			continue;
+		}
+		if (release(ph, pids, "send to the echo server", q, &t0, &t1) < 0)
+			return -1;
+		if (ph != ST_WARM)
+			q->floor[ph == ST_FLOOR2] = (double)S_names * 1e9 / (double)(t1 - t0);
+	}
+	memcpy(q->cpu_ns, S->cpu_ns, sizeof(q->cpu_ns));
+	memcpy(q->minflt, S->minflt, sizeof(q->minflt));
+
+	/* 8 kill, 9 gone */
+	t0 = pr_mono_ns();
+	for (int i = 0; i < S_procs; i++)
+		kill_child(pids[i]);
+	t1 = pr_mono_ns();
+	w = wait_names(reg, 0, 60000000000ull);
+	q->ms[R_KILL] = (double)(t1 - t0) / 1e6;
+	q->ms[R_GONE] = w != UINT64_MAX ? (double)w / 1e6 : -1;
+	for (int i = 0; i < S_procs; i++)
+		reap(pids[i]);
+	pids[0] = 0;
+	if (w == UINT64_MAX) {
+		fprintf(stderr, "procreg-bench: names left after the kill: %llu\n",
+			(unsigned long long)names_now(reg));
+		return -1;
+	}
+	return 0;
+}
+
+/* The median over N sequences of what GET picks out of each, and its
+ * range. */
+struct spread {
+	double med, lo, hi;
+};
+
+static struct spread spread_of(const struct seq *q, int n, double (*get)(const struct seq *, int),
+			       int arg)
+{
+	double v[64];
+	struct spread s = { 0, 1e300, -1e300 };
+
+	n = n > 64 ? 64 : n;
+	for (int i = 0; i < n; i++) {
+		v[i] = get(&q[i], arg);
+		s.lo = v[i] < s.lo ? v[i] : s.lo;
+		s.hi = v[i] > s.hi ? v[i] : s.hi;
+	}
+	s.med = median(v, n);
+	return s;
+}
+
+static double get_ms(const struct seq *q, int row)
+{
+	return q->ms[row];
+}
+
+static double get_floor(const struct seq *q, int i)
+{
+	return q->floor[i];
+}
+
+/* Registration's rate over the floor's before it, in one sequence. */
+static double get_vs_floor(const struct seq *q, int i)
+{
+	return (double)S_names * 1e3 / q->ms[i ? R_REREG : R_REG] / q->floor[i];
+}
+
+static double get_cpu(const struct seq *q, int ph)
+{
+	return q->cpu_ns[ph] / 1e6;
+}
+
+static double get_server(const struct seq *q, int ph)
+{
+	return q->server_ns[ph] / 1e6;
+}
+
+static double get_faults(const struct seq *q, int ph)
+{
+	return (double)q->minflt[ph] / S_procs;
+}
+
+/* The steps' table over N sequences (medians, and their range where
+ * there are several), the JSON and the target. */
+static void report_seqs(const struct seq *q, int n)
+{
+	struct spread reg[2] = { spread_of(q, n, get_vs_floor, 0), spread_of(q, n, get_vs_floor, 1) };
+	struct spread fl[2] = { spread_of(q, n, get_floor, 0), spread_of(q, n, get_floor, 1) };
+	static const int cpu_ph[] = { ST_FLOOR, ST_REG, ST_UNREG, ST_FLOOR2, ST_REREG };
+	static const char *const cpu_what[] = { "floor", "register", "unregister", "floor",
+						"re-register" };
+	uint64_t visible[2] = { UINT64_MAX, UINT64_MAX };
+	double rate[NROWS];
+
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < 2; k++)
+			visible[k] = q[i].visible[k] < visible[k] ? q[i].visible[k] : visible[k];
+	hprintf("\n%-4s %-44s %12s %14s", "step", "", "time", "rate");
+	if (n > 1)
+		hprintf("          time: median of %d sequences (range)", n);
+	hprintf("\n");
+	for (int r = 0; r < NROWS; r++) {
+		struct spread s = spread_of(q, n, get_ms, r);
+		char what[96], rs[48] = "";
+
+		snprintf(what, sizeof(what), rowdef[r].what,
+			 fmt_count(r == R_LAUNCH || r == R_KILL ? (uint64_t)S_procs : S_names));
+		rate[r] = rowdef[r].unit && s.med > 0 ?
+				  (r == R_LAUNCH ? S_procs : (double)S_names) * 1e3 / s.med : 0;
+		if (rate[r] > 0)
+			snprintf(rs, sizeof(rs), "%s %s", fmt_count((uint64_t)(rate[r] + 0.5)),
+				 rowdef[r].unit);
+		hprintf("%-4d %-44s %9.1f ms %22s", r + 1, what, s.med, rs);
+		if (n > 1)
+			hprintf("  (%.1f-%.1f)", s.lo, s.hi);
+		hprintf("\n");
+		if (rowdef[r].key_rate)
+			j_num(rowdef[r].key_rate, rate[r]);
+		j_num(rowdef[r].key_ms, s.med);
+	}
+	hprintf("lookups after steps 3 and 7 found %s and %s of %s names%s\n",
+		fmt_count(visible[0]), fmt_count(visible[1]), fmt_count(S_names),
+		n > 1 ? " (the fewest of any sequence)" : "");
 	hprintf("\nregistration beside its floor: the same processes send as many requests of the "
-		"same size, %s, to an echo server that only answers\n",
+		"same size, %s, to an echo server that only answers; ratios: the median of the "
+		"sequences' own, and their range\n",
 		bo.pipelined ? "packed as procreg_batch packs them" : "a round trip each");
-	hprintf("  before step 2: %s requests/s; register %s names/s, %.2fx the floor's rate\n",
-		fmt_count((uint64_t)(S_floor[0] + 0.5)), fmt_count((uint64_t)(rows[1].rate + 0.5)),
-		rows[1].rate / S_floor[0]);
-	hprintf("  before step 6: %s requests/s; re-register %s names/s, %.2fx\n",
-		fmt_count((uint64_t)(S_floor[1] + 0.5)), fmt_count((uint64_t)(rows[5].rate + 0.5)),
-		rows[5].rate / S_floor[1]);
+	hprintf("  before step 2: %s requests/s; register %s names/s, %.2fx the floor's rate "
+		"(%.2f-%.2f)\n", fmt_count((uint64_t)(fl[0].med + 0.5)),
+		fmt_count((uint64_t)(rate[R_REG] + 0.5)), reg[0].med, reg[0].lo, reg[0].hi);
+	hprintf("  before step 6: %s requests/s; re-register %s names/s, %.2fx (%.2f-%.2f)\n",
+		fmt_count((uint64_t)(fl[1].med + 0.5)), fmt_count((uint64_t)(rate[R_REREG] + 0.5)),
+		reg[1].med, reg[1].lo, reg[1].hi);
 	hprintf("  page faults a process took: floor's first run %.1f, then %.1f; register %.1f, "
 		"unregister %.1f, re-register %.1f\n",
-		(double)S->minflt[ST_WARM] / S_procs, (double)S->minflt[ST_FLOOR] / S_procs,
-		(double)S->minflt[ST_REG] / S_procs, (double)S->minflt[ST_UNREG] / S_procs,
-		(double)S->minflt[ST_REREG] / S_procs);
+		spread_of(q, n, get_faults, ST_WARM).med, spread_of(q, n, get_faults, ST_FLOOR).med,
+		spread_of(q, n, get_faults, ST_REG).med, spread_of(q, n, get_faults, ST_UNREG).med,
+		spread_of(q, n, get_faults, ST_REREG).med);
 	/* Where the time went: a step's wall time against what the
 	 * processes and the server spent on CPU in it (two CPUs: up to twice
 	 * the wall time between them). */
-	hprintf("  CPU time, processes + server: floor %.1f + %.1f ms, register %.1f + %.1f, "
-		"unregister %.1f + %.1f, floor %.1f + %.1f, re-register %.1f + %.1f\n",
-		S->cpu_ns[ST_FLOOR] / 1e6, S_server_ns[ST_FLOOR] / 1e6, S->cpu_ns[ST_REG] / 1e6,
-		S_server_ns[ST_REG] / 1e6, S->cpu_ns[ST_UNREG] / 1e6, S_server_ns[ST_UNREG] / 1e6,
-		S->cpu_ns[ST_FLOOR2] / 1e6, S_server_ns[ST_FLOOR2] / 1e6, S->cpu_ns[ST_REREG] / 1e6,
-		S_server_ns[ST_REREG] / 1e6);
+	hprintf("  CPU time, processes + server:");
+	for (size_t i = 0; i < sizeof(cpu_ph) / sizeof(*cpu_ph); i++)
+		hprintf("%s %s %.1f + %.1f%s", i ? "," : "", cpu_what[i],
+			spread_of(q, n, get_cpu, cpu_ph[i]).med,
+			spread_of(q, n, get_server, cpu_ph[i]).med, i ? "" : " ms");
+	hprintf("\n");
 
 	j_str("subcommand", "stress");
 	j_int("names", S_names);
@@ -362,26 +510,24 @@ static void report_rows(const struct row *rows, int nrows, const uint64_t *visib
 	j_int("nodes", 1);
 	j_int("ncpus", (uint64_t)ncpus);
 	j_bool("pipelined", bo.pipelined);
-	for (int i = 0; i < nrows; i++) {
-		if (rows[i].key_rate)
-			j_num(rows[i].key_rate, rows[i].rate);
-		j_num(rows[i].key_ms, rows[i].ms);
-	}
-	j_num("floor_per_s", S_floor[0]);
-	j_num("floor2_per_s", S_floor[1]);
-	j_num("reg_vs_floor", rows[1].rate / S_floor[0]);
-	j_num("rereg_vs_floor", rows[5].rate / S_floor[1]);
-	j_num("cpu_ms_procs_floor", S->cpu_ns[ST_FLOOR] / 1e6);
-	j_num("cpu_ms_server_floor", S_server_ns[ST_FLOOR] / 1e6);
-	j_num("cpu_ms_procs_register", S->cpu_ns[ST_REG] / 1e6);
-	j_num("cpu_ms_server_register", S_server_ns[ST_REG] / 1e6);
-	j_num("cpu_ms_procs_reregister", S->cpu_ns[ST_REREG] / 1e6);
-	j_num("cpu_ms_server_reregister", S_server_ns[ST_REREG] / 1e6);
-	j_num("faults_per_proc_register", (double)S->minflt[ST_REG] / S_procs);
-	j_num("faults_per_proc_reregister", (double)S->minflt[ST_REREG] / S_procs);
+	j_int("sequences", (uint64_t)n);
+	j_num("floor_per_s", fl[0].med);
+	j_num("floor2_per_s", fl[1].med);
+	j_num("reg_vs_floor", reg[0].med);
+	j_num("reg_vs_floor_min", reg[0].lo);
+	j_num("reg_vs_floor_max", reg[0].hi);
+	j_num("rereg_vs_floor", reg[1].med);
+	j_num("cpu_ms_procs_floor", spread_of(q, n, get_cpu, ST_FLOOR).med);
+	j_num("cpu_ms_server_floor", spread_of(q, n, get_server, ST_FLOOR).med);
+	j_num("cpu_ms_procs_register", spread_of(q, n, get_cpu, ST_REG).med);
+	j_num("cpu_ms_server_register", spread_of(q, n, get_server, ST_REG).med);
+	j_num("cpu_ms_procs_reregister", spread_of(q, n, get_cpu, ST_REREG).med);
+	j_num("cpu_ms_server_reregister", spread_of(q, n, get_server, ST_REREG).med);
+	j_num("faults_per_proc_register", spread_of(q, n, get_faults, ST_REG).med);
+	j_num("faults_per_proc_reregister", spread_of(q, n, get_faults, ST_REREG).med);
 	j_int("visible_after_register", visible[0]);
 	j_int("visible_after_reregister", visible[1]);
-	j_bool("all_gone", gone_ms >= 0);
+	j_bool("all_gone", true);
 	/* Pipelined, the rate from many processes at once: 2 M/s is the
 	 * target (one procreg_register per name is a round trip each and
 	 * has its own target, in procreg-bench register). */
@@ -390,7 +536,7 @@ static void report_rows(const struct row *rows, int nrows, const uint64_t *visib
 
 		snprintf(what, sizeof(what), "pipelined registration from %s processes",
 			 fmt_count((uint64_t)S_procs));
-		target(what, rows[1].rate / 1e6, ">=", 2.0, " M/s");
+		target(what, rate[R_REG] / 1e6, ">=", 2.0, " M/s");
 	}
 }
 
@@ -623,14 +769,13 @@ int cmd_stress(void)
 	struct daemon_proc d;
 	char maxc[32];
 	const char *args[] = { "--max-clients", maxc, NULL };
-	uint64_t t_start = pr_mono_ns(), t0, t1, w, visible[2] = { 0, 0 };
+	uint64_t t_start = pr_mono_ns();
+	int nseq = bo.rounds > 64 ? 64 : bo.rounds;
+	struct seq *seqs = calloc((size_t)nseq, sizeof(*seqs));
 	pid_t *pids;
 	procreg_t *reg = NULL;
 	pid_t echo = -1;
-	struct row rows[9];
-	char label[9][96];
-	int rc = 2, nrows = 0;
-	bool all_gone = false;
+	int rc = 2;
 
 	S_names = bo.stress_names ? bo.stress_names : (bo.quick ? 2000 : 100000);
 	S_procs = bo.procs ? bo.procs : (bo.quick ? 20 : 1000);
@@ -639,8 +784,10 @@ int cmd_stress(void)
 	pids = calloc((size_t)S_procs, sizeof(*pids));
 	S = shared_alloc(sizeof(*S));
 	snprintf(maxc, sizeof(maxc), "%d", S_procs + 64);
-	if (!pids || daemon_start(&d, BENCH_SCOPE, args) < 0)
+	if (!pids || !seqs || daemon_start(&d, BENCH_SCOPE, args) < 0) {
+		free(seqs);
 		return 2;
+	}
 	snprintf(S_echo, sizeof(S_echo), "%s/echo.sock", env_dir());
 	reg = bench_open(BENCH_SCOPE);
 	if (!reg || (echo = echo_start(S_echo)) < 0)
@@ -653,53 +800,10 @@ int cmd_stress(void)
 		bo.pipelined ? "procreg_batch per process" : "one procreg_register per name",
 		ncpus);
 
-	/* 1 launch */
-	t0 = pr_mono_ns();
-	for (int i = 0; i < S_procs; i++) {
-		pids[i] = spawn(proc_main, (void *)(intptr_t)i, -1);
-		if (pids[i] < 0) {
-			fprintf(stderr, "procreg-bench: fork: %s\n", strerror((int)-pids[i]));
-			goto out;
-		}
-	}
-	if (wait_step(ST_LAUNCH, pids) < 0 || S->failed[ST_LAUNCH])
-		goto failed;
-	t1 = pr_mono_ns();
-	snprintf(label[0], 96, "launch %s processes", fmt_count((uint64_t)S_procs));
-	rows[nrows++] = (struct row){ label[0], (double)(t1 - t0) / 1e6,
-				      S_procs * 1e9 / (double)(t1 - t0), "procs/s", NULL, "launch_ms" };
-
-	for (int ph = ST_WARM; ph <= ST_REREG; ph++) {
-		if (!is_floor(ph)) {
-			if (run_phase(ph, pids, reg, rows, &nrows, label, visible) < 0)
-				goto failed;
-			continue;
-		}
-		if (release(ph, pids, "send to the echo server", &t0, &t1) < 0)
+	for (int r = 0; r < nseq; r++)
+		if (sequence(reg, pids, &seqs[r]) < 0)
 			goto failed;
-		if (ph != ST_WARM)
-			S_floor[ph == ST_FLOOR2] = (double)S_names * 1e9 / (double)(t1 - t0);
-	}
-
-	/* 8 kill, 9 gone */
-	t0 = pr_mono_ns();
-	for (int i = 0; i < S_procs; i++)
-		kill_child(pids[i]);
-	t1 = pr_mono_ns();
-	w = wait_names(reg, 0, 60000000000ull);
-	all_gone = w != UINT64_MAX;
-	snprintf(label[7], 96, "kill %s processes (SIGKILL)", fmt_count((uint64_t)S_procs));
-	rows[nrows++] = (struct row){ label[7], (double)(t1 - t0) / 1e6, 0, "", NULL, "kill_ms" };
-	snprintf(label[8], 96, "every name gone, after the last kill");
-	rows[nrows++] = (struct row){ label[8], all_gone ? (double)w / 1e6 : -1, 0, "", NULL,
-				      "kill_to_all_gone_ms" };
-	for (int i = 0; i < S_procs; i++)
-		reap(pids[i]);
-	pids[0] = 0;
-
-	report_rows(rows, nrows, visible, all_gone ? (double)w / 1e6 : -1);
-	if (!all_gone)
-		goto failed;
+	report_seqs(seqs, nseq);
 	hprintf("\ndeaths beside their floor: %s processes of the same shape, no names, "
 		"watched by bare pidfds, then %s processes holding the names\n",
 		fmt_count((uint64_t)S_procs), fmt_count((uint64_t)S_procs));
@@ -729,5 +833,6 @@ out:
 	daemon_stop(&d);
 	shared_free(S, sizeof(*S));
 	free(pids);
+	free(seqs);
 	return rc;
 }
