@@ -278,15 +278,44 @@ void registry_lose(struct daemon *d, uint64_t off, const char *node, pid_t winne
 	remove_local(d, off, NULL, PROCREG_EV_CONFLICT, true);
 }
 
+/*
+ * A dead process's records, and the index slots that hold them, are
+ * rarely in cache any more: each removal would wait for a miss on the
+ * record (to hash its name), then one on the slot. The record DIED_AHEAD
+ * names ahead is prefetched, and the home slot of the one half as far
+ * ahead, whose record came in meanwhile, so that the misses overlap the
+ * removals before them. A hint: it changes nothing but timing.
+ */
+#define DIED_AHEAD 8
+
+static void died_prefetch(struct daemon *d, const uint64_t *offs, size_t n, size_t i)
+{
+	if (i + DIED_AHEAD < n)
+		__builtin_prefetch(rec(d, offs[i + DIED_AHEAD]));
+	if (i + DIED_AHEAD / 2 < n) {
+		const struct pr_record *r = rec(d, offs[i + DIED_AHEAD / 2]);
+
+		if (r->kind == PR_KIND_NAME)
+			procreg__w_prefetch_name(&d->w, r->data, r->name_len);
+	}
+}
+
 size_t registry_died(struct daemon *d, struct proc *p)
 {
 	const uint64_t *offs = p->names.v;
 	size_t n = p->names.n;
+	bool held = d->w.clock_held;
 
 	owners_proc_gone(d, p);
+	/* One stamp for all the events of one death, as for one packet's. */
+	if (!held)
+		procreg__w_clock_hold(&d->w, true);
+	for (size_t i = 0; i < DIED_AHEAD / 2 && i < n; i++)
+		__builtin_prefetch(rec(d, offs[i]));
 	/* Names and memberships alike, in one pass of the event loop: no
 	 * request is served between the first removal and the last. */
 	for (size_t i = 0; i < n; i++) {
+		died_prefetch(d, offs, n, i);
 		take_out(d, offs[i], PROCREG_EV_DIED);
 		/* After the record is out, as remove_local() does: the
 		 * journal's end of the lease never precedes it. The record is
@@ -294,6 +323,8 @@ size_t registry_died(struct daemon *d, struct proc *p)
 		if (rec(d, offs[i])->kind == PR_KIND_MEMBER)
 			owners_member_lease_set(d, rec(d, offs[i]), 0);
 	}
+	if (!held)
+		procreg__w_clock_hold(&d->w, false);
 	/* P's list is emptied, its memory kept: OFFS stays valid (P is in no
 	 * line any more, so nothing below gives it a name). */
 	proc_forget_all(d, p);
