@@ -101,6 +101,8 @@ struct conn {
 	bool dead;
 	struct target *target;        /* outbound: what we dialed */
 	char remote[PR_BP_ADDR_MAX + 1]; /* the address dialed or accepted from, for the log */
+	struct sockaddr_storage dialed;   /* outbound: the address dialed */
+	socklen_t dialed_len;
 	char peer[PR_BP_NODE_MAX + 1];
 	char peer_addr[PR_BP_ADDR_MAX + 1];
 	uint64_t peer_inc;
@@ -671,6 +673,8 @@ static void dial_addr(struct mesh *m, struct target *t, const struct sockaddr_st
 		return;
 	}
 	c->target = t;
+	memcpy(&c->dialed, ss, len);
+	c->dialed_len = len;
 	t->conn = c;
 	e.data.ptr = &c->o;
 	if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &e) < 0)
@@ -901,6 +905,39 @@ static const char *refuse_reason(uint8_t reason)
 	}
 }
 
+/* Whether outbound connection C went to this very node: the address it
+ * dialed is the socket's own local address (the kernel answers a local
+ * destination from itself) with the port this node listens on. What the
+ * other end says (a REFUSE "it has this node's name", a HELLO with this
+ * node's name) is unauthenticated and proves nothing: anyone at the
+ * address dialed, or on the path, can say it, and a target taken for
+ * this node is never dialed again. */
+static bool dialed_self(const struct mesh *m, const struct conn *c)
+{
+	struct sockaddr_storage ls, loc;
+	socklen_t ll = sizeof(ls), lcl = sizeof(loc);
+	const struct sockaddr_storage *d = &c->dialed;
+
+	if (!c->dialed_len || m->lfd < 0 || getsockname(m->lfd, (struct sockaddr *)&ls, &ll) < 0 ||
+	    getsockname(c->fd, (struct sockaddr *)&loc, &lcl) < 0 || loc.ss_family != d->ss_family)
+		return false;
+	if (d->ss_family == AF_INET) {
+		const struct sockaddr_in *a = (const void *)d, *l = (const void *)&loc;
+
+		return a->sin_addr.s_addr == l->sin_addr.s_addr &&
+		       a->sin_port == (ls.ss_family == AF_INET ? ((struct sockaddr_in *)&ls)->sin_port
+							       : ((struct sockaddr_in6 *)&ls)->sin6_port);
+	}
+	if (d->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const void *)d, *l = (const void *)&loc;
+
+		return !memcmp(&a->sin6_addr, &l->sin6_addr, sizeof(a->sin6_addr)) &&
+		       a->sin6_port == (ls.ss_family == AF_INET ? ((struct sockaddr_in *)&ls)->sin_port
+								: ((struct sockaddr_in6 *)&ls)->sin6_port);
+	}
+	return false;
+}
+
 /* A frame of the handshake, RAW[0..f->len) in clear. */
 static void on_handshake(struct mesh *m, struct conn *c, const uint8_t *raw,
 			 const struct pr_bp_frame *f)
@@ -918,7 +955,7 @@ static void on_handshake(struct mesh *m, struct conn *c, const uint8_t *raw,
 			 f->version, refuse_reason(f->reason), (int)f->text_len, f->text);
 		/* We dialed ourselves (a --peer list shared by every node): not
 		 * again. */
-		if (f->reason == PR_BP_REFUSE_NAME && c->target)
+		if (f->reason == PR_BP_REFUSE_NAME && c->target && dialed_self(m, c))
 			snprintf(c->target->node, sizeof(c->target->node), "%s", m->node);
 		conn_kill_at(m, c, f->reason == PR_BP_REFUSE_NAME ? LOG_INFO : LOG_WARNING, why);
 		return;
@@ -940,7 +977,7 @@ static void on_handshake(struct mesh *m, struct conn *c, const uint8_t *raw,
 		established(m, c);
 		return;
 	case -ELOOP:
-		if (c->target)
+		if (c->target && dialed_self(m, c))
 			snprintf(c->target->node, sizeof(c->target->node), "%s", m->node);
 		refuse(m, c, PR_BP_REFUSE_NAME, "a node with this name is at the other end",
 		       "it is this node");
