@@ -1024,5 +1024,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_netns_tcp, setup, teardown),
 	};
 
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,11 +81,16 @@
  * overtook, short enough that a frame a transport lost costs a couple
  * of seconds. PROCREG_TEST_LATE_MS overrides it for tests. */
 #define HOLD_MAX_BYTES (64u << 20)
+/* How far from the newest held frame one that comes early may go: what a
+ * transport reorders is a frame or two; a node that sends frames further
+ * out of order than this is refused, so that holding one costs the
+ * daemon's thread a few steps, not a walk of everything held. */
+#define HOLD_WALK_MAX 64
 #define LATE_NS (2000 * 1000000ull)
 
 /* A frame that came early, held until its turn (sequencing, below). */
 struct held {
-	struct held *next;
+	struct held *next, *prev;
 	uint64_t key;               /* a snapshot part's number, a change's seq */
 	size_t len;
 	uint8_t frame[];
@@ -671,26 +676,34 @@ static void hold_reset(struct bridge *br, struct node *n)
  * what is allocated, header included: small changes are mostly header. */
 static int hold(struct bridge *br, struct hold_list *l, uint64_t key, size_t len)
 {
-	struct held **hp = &l->head, *h;
+	struct held *after = l->tail, *h;
+	int steps = 0;
 
-	if (l->tail && l->tail->key < key) {
-		hp = &l->tail->next;
-	} else {
-		while (*hp && (*hp)->key < key)
-			hp = &(*hp)->next;
-		if (*hp && (*hp)->key == key)
-			return -EEXIST;
+	/* Most come in order: after the tail. Else a few steps back from
+	 * it, no more (HOLD_WALK_MAX). */
+	while (after && after->key > key) {
+		if (++steps > HOLD_WALK_MAX)
+			return -ERANGE;
+		after = after->prev;
 	}
+	if (after && after->key == key)
+		return -EEXIST;
 	if (!len || br->held_bytes + sizeof(*h) + len > HOLD_MAX_BYTES ||
 	    !(h = malloc(sizeof(*h) + len)))
 		return -ENOBUFS;
 	h->key = key;
 	h->len = len;
 	memcpy(h->frame, br->hold_buf, len);
-	h->next = *hp;
-	*hp = h;
-	if (!h->next)
+	h->prev = after;
+	h->next = after ? after->next : l->head;
+	if (h->next)
+		h->next->prev = h;
+	else
 		l->tail = h;
+	if (after)
+		after->next = h;
+	else
+		l->head = h;
 	br->held_bytes += sizeof(*h) + len;
 	return 0;
 }
@@ -701,7 +714,9 @@ static struct held *unhold(struct bridge *br, struct hold_list *l)
 	struct held *h = l->head;
 
 	l->head = h->next;
-	if (!l->head)
+	if (l->head)
+		l->head->prev = NULL;
+	else
 		l->tail = NULL;
 	br->held_bytes -= sizeof(*h) + h->len;
 	return h;
@@ -767,6 +782,9 @@ static int hold_refused(struct bridge *br, const char *name, int err, const char
 {
 	if (err == -EEXIST)
 		return refuse(br, name, "%s %llu repeated", what, (unsigned long long)key);
+	if (err == -ERANGE)
+		return refuse(br, name, "%s %llu more than %d out of order", what,
+			      (unsigned long long)key, HOLD_WALK_MAX);
 	return refuse(br, name, "more than %u MiB held waiting for what is missing",
 		      HOLD_MAX_BYTES >> 20);
 }
