@@ -126,6 +126,15 @@ struct node {
 	struct pr_u64map confirmed;
 };
 
+#define SHADOW_BUCKETS 4096u
+
+/* A name whose shadows are marked (shadow_mark). */
+struct marked {
+	struct marked *next;
+	size_t len;
+	char name[];
+};
+
 /* Another node's claim to a name, beaten here by the table's entry. */
 struct shadow {
 	struct shadow *next;
@@ -151,8 +160,14 @@ struct bridge {
 	struct node *nodes;         /* id = index + 1 */
 	size_t nnodes;
 	uint64_t linger_ns;
-	struct shadow *shadows;     /* few: only claims that lost a conflict */
-	bool recheck;               /* some shadow is marked */
+	/* Claims that lost a conflict, hashed by name (SHADOW_BUCKETS
+	 * chains, allocated with the first): a node may send as many as
+	 * the table has names, and each is found by its name. */
+	struct shadow **shadows;
+	size_t nshadows;
+	/* Names whose entry went, with shadows marked for another try at
+	 * the end of the batch. */
+	struct marked *marked;
 	uint8_t *buf;               /* one frame */
 	uint8_t *hold_buf;          /* one frame, re-encoded to be held */
 	size_t held_bytes;          /* every node's held frames: HOLD_MAX_BYTES at most */
@@ -224,17 +239,29 @@ static bool same_name(const struct pr_bp_entry *e, const char *name, size_t len)
 	return e->name_len == len && !memcmp(e->name, name, len);
 }
 
+static struct shadow **bucket(struct bridge *br, const char *name, size_t len)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (uint8_t)name[i]) * 1099511628211ull;
+	return &br->shadows[h & (SHADOW_BUCKETS - 1)];
+}
+
 /* Forget node ID's claim to NAME (any, if PID is 0; else only that
  * owner's). */
 static void shadow_drop(struct bridge *br, uint16_t id, const char *name, size_t len,
 			uint32_t pid, uint64_t start_time)
 {
-	for (struct shadow **sp = &br->shadows; *sp;) {
+	if (!br->nshadows)
+		return;
+	for (struct shadow **sp = bucket(br, name, len); *sp;) {
 		struct shadow *s = *sp;
 
 		if (s->id == id && same_name(&s->e, name, len) &&
 		    (!pid || (s->e.pid == pid && s->e.start_time == start_time))) {
 			*sp = s->next;
+			br->nshadows--;
 			free(s);
 		} else {
 			sp = &s->next;
@@ -244,11 +271,13 @@ static void shadow_drop(struct bridge *br, uint16_t id, const char *name, size_t
 
 static void shadow_put(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 {
-	struct shadow *s = malloc(sizeof(*s) + e->name_len + e->meta_len);
+	struct shadow *s, **b;
 
 	shadow_drop(br, id, e->name, e->name_len, 0, 0);
-	if (!s)
+	if (!br->shadows && !(br->shadows = calloc(SHADOW_BUCKETS, sizeof(*br->shadows))))
 		return; /* the claim is lost here until its node resyncs */
+	if (!(s = malloc(sizeof(*s) + e->name_len + e->meta_len)))
+		return;
 	s->id = id;
 	s->recheck = false;
 	s->e = *e;
@@ -256,33 +285,44 @@ static void shadow_put(struct bridge *br, uint16_t id, const struct pr_bp_entry 
 	memcpy(s->data + e->name_len, e->meta, e->meta_len);
 	s->e.name = s->data;
 	s->e.meta = s->data + e->name_len;
-	s->next = br->shadows;
-	br->shadows = s;
+	b = bucket(br, e->name, e->name_len);
+	s->next = *b;
+	*b = s;
+	br->nshadows++;
 }
 
 /* NAME's entry left the table: its shadows get another chance at the
  * end of the batch (bridge_flush), once the removal is complete. */
 static void shadow_mark(struct bridge *br, const char *name, size_t len)
 {
-	for (struct shadow *s = br->shadows; s; s = s->next)
-		if (same_name(&s->e, name, len)) {
-			s->recheck = true;
-			br->recheck = true;
-		}
+	bool any = false;
+	struct marked *m;
+
+	for (struct shadow *s = *bucket(br, name, len); s; s = s->next)
+		if (same_name(&s->e, name, len))
+			any = s->recheck = true;
+	if (!any || !(m = malloc(sizeof(*m) + len)))
+		return;
+	m->len = len;
+	memcpy(m->name, name, len);
+	m->next = br->marked;
+	br->marked = m;
 }
 
 static void shadow_drop_node(struct bridge *br, uint16_t id)
 {
-	for (struct shadow **sp = &br->shadows; *sp;) {
-		struct shadow *s = *sp;
+	for (size_t i = 0; br->nshadows && i < SHADOW_BUCKETS; i++)
+		for (struct shadow **sp = &br->shadows[i]; *sp;) {
+			struct shadow *s = *sp;
 
-		if (s->id == id) {
-			*sp = s->next;
-			free(s);
-		} else {
-			sp = &s->next;
+			if (s->id == id) {
+				*sp = s->next;
+				br->nshadows--;
+				free(s);
+			} else {
+				sp = &s->next;
+			}
 		}
-	}
 }
 
 static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *e);
@@ -292,21 +332,24 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
  * aside. */
 static void shadows_promote(struct bridge *br)
 {
-	while (br->recheck) {
-		struct shadow **sp = &br->shadows, *s = NULL;
+	while (br->marked) {
+		struct marked *m = br->marked;
+		struct shadow **sp, *s = NULL;
 
-		br->recheck = false;
-		while (*sp) {
-			if ((*sp)->recheck) {
+		for (sp = br->nshadows ? bucket(br, m->name, m->len) : NULL; sp && *sp;
+		     sp = &(*sp)->next)
+			if ((*sp)->recheck && same_name(&(*sp)->e, m->name, m->len)) {
 				s = *sp;
 				*sp = s->next;
+				br->nshadows--;
 				break;
 			}
-			sp = &(*sp)->next;
+		if (!s) {
+			/* None (left) under this name. */
+			br->marked = m->next;
+			free(m);
+			continue;
 		}
-		if (!s)
-			return;
-		br->recheck = true; /* others may be marked still */
 		if (apply_name(br, s->id, &s->e) < 0)
 			log_warn("bridge: node %s: claim to '%.*s' not restored", node_name(br, s->id),
 				 (int)s->e.name_len, s->e.name);
@@ -351,7 +394,7 @@ void bridge_local_change(struct daemon *d, int del, uint64_t off)
 
 	/* Any node's name that leaves gives the claims kept aside for it
 	 * another chance; only local changes go out. */
-	if (del && r->kind == PR_KIND_NAME && br->shadows)
+	if (del && r->kind == PR_KIND_NAME && br->nshadows)
 		shadow_mark(br, r->data, r->name_len);
 	if (r->node != 0 || (r->kind != PR_KIND_NAME && r->kind != PR_KIND_MEMBER))
 		return;
@@ -1433,11 +1476,19 @@ void bridge_stop(struct daemon *d)
 		hold_reset(br, &br->nodes[i]);
 		end_resync(&br->nodes[i]);
 	}
-	while (br->shadows) {
-		struct shadow *s = br->shadows;
+	for (size_t i = 0; br->shadows && i < SHADOW_BUCKETS; i++)
+		while (br->shadows[i]) {
+			struct shadow *s = br->shadows[i];
 
-		br->shadows = s->next;
-		free(s);
+			br->shadows[i] = s->next;
+			free(s);
+		}
+	free(br->shadows);
+	while (br->marked) {
+		struct marked *m = br->marked;
+
+		br->marked = m->next;
+		free(m);
 	}
 	free(br->nodes);
 	free(br->buf);
