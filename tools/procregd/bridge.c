@@ -126,7 +126,11 @@ struct node {
 	struct pr_u64map confirmed;
 };
 
-#define SHADOW_BUCKETS 4096u
+/* Claims set aside, for all nodes: what a node may make this one keep by
+ * claiming names the table holds (a snapshot may claim them all). */
+#define SHADOW_MAX_BYTES (64u << 20)
+#define SHADOW_BUCKET_BITS 12
+#define SHADOW_BUCKETS (1u << SHADOW_BUCKET_BITS)
 
 /* A name whose shadows are marked (shadow_mark). */
 struct marked {
@@ -165,9 +169,13 @@ struct bridge {
 	 * the table has names, and each is found by its name. */
 	struct shadow **shadows;
 	size_t nshadows;
+	size_t shadow_bytes;        /* theirs, with names and metadata: SHADOW_MAX_BYTES */
 	/* Names whose entry went, with shadows marked for another try at
 	 * the end of the batch. */
 	struct marked *marked;
+	/* A node decides how many conflicts it starts (a snapshot may claim
+	 * every name here): a line a second for each outcome, and a count. */
+	struct pr_ratelimit kept_log, lost_log, shadow_log;
 	uint8_t *buf;               /* one frame */
 	uint8_t *hold_buf;          /* one frame, re-encoded to be held */
 	size_t held_bytes;          /* every node's held frames: HOLD_MAX_BYTES at most */
@@ -239,13 +247,26 @@ static bool same_name(const struct pr_bp_entry *e, const char *name, size_t len)
 	return e->name_len == len && !memcmp(e->name, name, len);
 }
 
+/* NAME's chain. Keyed by the table's seed, as the table's own index is:
+ * names come from other nodes, and a node could otherwise send claims
+ * chosen to share one chain, each then walking all the others. */
 static struct shadow **bucket(struct bridge *br, const char *name, size_t len)
 {
-	uint64_t h = 1469598103934665603ull;
+	uint64_t h = pr_hash(name, len, br->d->w.map.hdr->hash_seed);
 
-	for (size_t i = 0; i < len; i++)
-		h = (h ^ (uint8_t)name[i]) * 1099511628211ull;
-	return &br->shadows[h & (SHADOW_BUCKETS - 1)];
+	return &br->shadows[h >> (64 - SHADOW_BUCKET_BITS)];
+}
+
+static size_t shadow_size(const struct pr_bp_entry *e)
+{
+	return sizeof(struct shadow) + e->name_len + e->meta_len;
+}
+
+/* S is out of its chain (and about to be freed or applied). */
+static void shadow_unlinked(struct bridge *br, const struct shadow *s)
+{
+	br->nshadows--;
+	br->shadow_bytes -= shadow_size(&s->e);
 }
 
 /* Forget node ID's claim to NAME (any, if PID is 0; else only that
@@ -261,7 +282,7 @@ static void shadow_drop(struct bridge *br, uint16_t id, const char *name, size_t
 		if (s->id == id && same_name(&s->e, name, len) &&
 		    (!pid || (s->e.pid == pid && s->e.start_time == start_time))) {
 			*sp = s->next;
-			br->nshadows--;
+			shadow_unlinked(br, s);
 			free(s);
 		} else {
 			sp = &s->next;
@@ -274,9 +295,18 @@ static void shadow_put(struct bridge *br, uint16_t id, const struct pr_bp_entry 
 	struct shadow *s, **b;
 
 	shadow_drop(br, id, e->name, e->name_len, 0, 0);
+	/* Past the bound, or out of memory, the claim is lost here until its
+	 * node resyncs: if the name's entry goes, the name stays free. */
+	if (br->shadow_bytes + shadow_size(e) > SHADOW_MAX_BYTES) {
+		log_limited(&br->shadow_log, "claims not kept",
+			    "bridge: node %s: claim to '%.*s' not kept: the claims set aside "
+			    "take %u MiB", node_name(br, id), (int)e->name_len, e->name,
+			    SHADOW_MAX_BYTES >> 20);
+		return;
+	}
 	if (!br->shadows && !(br->shadows = calloc(SHADOW_BUCKETS, sizeof(*br->shadows))))
-		return; /* the claim is lost here until its node resyncs */
-	if (!(s = malloc(sizeof(*s) + e->name_len + e->meta_len)))
+		return;
+	if (!(s = malloc(shadow_size(e))))
 		return;
 	s->id = id;
 	s->recheck = false;
@@ -289,6 +319,7 @@ static void shadow_put(struct bridge *br, uint16_t id, const struct pr_bp_entry 
 	s->next = *b;
 	*b = s;
 	br->nshadows++;
+	br->shadow_bytes += shadow_size(e);
 }
 
 /* NAME's entry left the table: its shadows get another chance at the
@@ -317,7 +348,7 @@ static void shadow_drop_node(struct bridge *br, uint16_t id)
 
 			if (s->id == id) {
 				*sp = s->next;
-				br->nshadows--;
+				shadow_unlinked(br, s);
 				free(s);
 			} else {
 				sp = &s->next;
@@ -341,7 +372,7 @@ static void shadows_promote(struct bridge *br)
 			if ((*sp)->recheck && same_name(&(*sp)->e, m->name, m->len)) {
 				s = *sp;
 				*sp = s->next;
-				br->nshadows--;
+				shadow_unlinked(br, s);
 				break;
 			}
 		if (!s) {
@@ -574,9 +605,10 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 				 * sees ours, if it ever does. Where ours is
 				 * local, say so: the other node logs its side. */
 				if (r->node == 0)
-					log_notice("bridge: name '%.*s': node %s's registration (pid %u) "
-						   "loses to ours (pid %u), the earlier: kept", (int)e->name_len,
-						   e->name, origin, e->pid, r->pid);
+					log_limited(&br->kept_log, "conflicts won here",
+						    "bridge: name '%.*s': node %s's registration (pid %u) "
+						    "loses to ours (pid %u), the earlier: kept",
+						    (int)e->name_len, e->name, origin, e->pid, r->pid);
 				shadow_put(br, id, e);
 				return 0;
 			}
@@ -590,9 +622,10 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 				/* Our registration lost: tell its owner (the feed,
 				 * and at the end of the batch its connections and
 				 * its signal), the other nodes (DEL), then make way. */
-				log_warn("bridge: name '%.*s': node %s's registration (pid %u), the "
-					 "earlier, wins: local pid %u loses it", (int)e->name_len, e->name,
-					 origin, e->pid, r->pid);
+				log_limited(&br->lost_log, "conflicts lost here",
+					    "bridge: name '%.*s': node %s's registration (pid %u), the "
+					    "earlier, wins: local pid %u loses it", (int)e->name_len,
+					    e->name, origin, e->pid, r->pid);
 				registry_lose(d, old, origin, (pid_t)e->pid); /* sends the DEL */
 			}
 		}
