@@ -1,0 +1,466 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * test_bridge_hostile.c - what a hostile party on the network can make of
+ * procregd's replication: one real daemon, and an attacker speaking the
+ * protocol to it by hand.
+ *
+ *  - Whoever answers at a --peer address (before the real node is there,
+ *    or on the path) with an unauthenticated REFUSE "it has this node's
+ *    name", or a HELLO carrying the dialer's own name, must not make the
+ *    node take that address for itself and stop dialing it.
+ *  - A node with the cookie that sends its changes out of order, or claims
+ *    names the table holds already, must not hold the daemon's thread:
+ *    each costs a bounded amount of work (bridge.c's held frames and
+ *    shadows), and local clients are answered meanwhile.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "internal.h"
+#include "bridge_proto.h"
+
+#define NODES 3
+#define WAIT_MS 10000
+/* A local client that waits longer for a reply than this gets -ETIMEDOUT:
+ * the daemon's thread was held. Generous, for sanitizer builds. */
+#define ANSWER_MS 20000
+#define COOKIE "a-hostile-cookie-0123456789"
+
+struct cluster {
+	char *base;
+	char cookie[512];
+	struct th_node n[NODES];
+};
+
+static int setup(void **state)
+{
+	struct cluster *c = calloc(1, sizeof(*c));
+
+	assert_non_null(c);
+	c->base = th_nodes_make(c->n, NODES, "node", c->cookie, sizeof(c->cookie), COOKIE);
+	*state = c;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct cluster *c = *state;
+	int bad = th_nodes_stop(c->n, NODES);
+
+	th_rmrf(c->base);
+	free(c->base);
+	free(c);
+	return bad;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- 1: one unauthenticated frame stops dials for good ------------------ */
+
+/* Whatever answers at a --peer address once with an unauthenticated
+ * REFUSE "it has this node's name" (or a HELLO with the dialer's own node
+ * name) makes the node treat that address as itself: it is never dialed
+ * again, though the real node comes up there later. */
+enum answer { ANSWER_CLOSE, ANSWER_REFUSE, ANSWER_HELLO };
+
+static void refuse_name_then_real_node(void **state, enum answer how)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0], *b = &c->n[1];
+	int port = th_free_port(), lfd, fd, one = 1;
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				  .sin_port = htons((uint16_t)port) };
+	char peer[32], listen_b[32];
+	uint8_t buf[1024];
+	size_t pos = 0;
+	struct pollfd pfd;
+	uint64_t t0;
+	bool seen = false;
+
+	snprintf(peer, sizeof(peer), "127.0.0.1:%d", port);
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+
+	/* Node a, told to dial PEER. */
+	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){ "--peer", peer, NULL },
+				       NULL), 0);
+	pfd = (struct pollfd){ .fd = lfd, .events = POLLIN };
+	assert_int_equal(poll(&pfd, 1, WAIT_MS), 1);
+	fd = accept(lfd, NULL, NULL);
+	assert_true(fd >= 0);
+	(void)!read(fd, buf, sizeof(buf)); /* a's HELLO */
+	if (how == ANSWER_HELLO) {
+		uint8_t nonce[PR_BP_NONCE] = { 1 }, key[PR_BP_KEY] = { 9 };
+
+		assert_int_equal(procreg__bp_put_hello(buf, sizeof(buf), &pos, 1, nonce, key,
+						       a->name, ""), 0);
+	} else if (how == ANSWER_REFUSE) {
+		assert_int_equal(procreg__bp_put_refuse(buf, sizeof(buf), &pos, PR_BP_REFUSE_NAME,
+							"x"), 0);
+	}
+	assert_int_equal(write(fd, buf, pos), (ssize_t)pos);
+	if (how != ANSWER_CLOSE)
+		th_expect_log(a->d.log, how == ANSWER_HELLO ? "dropped (it is this node)"
+							    : "it has this node's name", WAIT_MS);
+	close(fd);
+	close(lfd);
+
+	/* The real node b comes up at PEER (it dials nobody: one --peer is
+	 * enough, the README says). */
+	snprintf(listen_b, sizeof(listen_b), "%s", peer);
+	assert_int_equal(th_daemon_start(&b->d, b->dir,
+					 (const char *const[]){ "--node", b->name, "--cookie-file",
+								c->cookie, "--listen", listen_b,
+								NULL }, NULL), 0);
+	b->reg = th_open(b->dir);
+	assert_non_null(b->reg);
+	assert_int_equal(procreg_register(b->reg, "on-b", NULL, 0), 0);
+
+	/* a's dials back off to 2 s at most: within 10 s it should be there. */
+	t0 = mono_ms();
+	while (mono_ms() - t0 < WAIT_MS && !seen) {
+		struct procreg_entry e = { .sz = sizeof(e) };
+
+		seen = procreg_lookup(a->reg, "on-b", &e) == 0;
+		th_msleep(100);
+	}
+	if (!seen)
+		fail_msg("node a never dialed %s again after one unauthenticated %s there "
+			 "(log of a: %s)", peer, how == ANSWER_HELLO ? "HELLO with its own name"
+				: how == ANSWER_REFUSE ? "REFUSE(name)" : "close", a->d.log);
+}
+
+/* Control: the same, the first answer a plain close: a dials again. */
+static void test_close_then_real_node(void **state)
+{
+	refuse_name_then_real_node(state, ANSWER_CLOSE);
+}
+
+static void test_refuse_name_stops_dialing(void **state)
+{
+	refuse_name_then_real_node(state, ANSWER_REFUSE);
+}
+
+static void test_hello_own_name_stops_dialing(void **state)
+{
+	refuse_name_then_real_node(state, ANSWER_HELLO);
+}
+
+/* ---- 2: held changes, a quadratic walk on the daemon's thread ---------- */
+
+struct sender {
+	struct th_peer *p;
+	uint8_t *buf;
+	size_t len;
+	volatile int done;
+};
+
+/* Like th_peer_send(), but the daemon may drop the connection midway
+ * (a fixed daemon refuses the node): then the rest is not sent. */
+static void *send_main(void *arg)
+{
+	static uint8_t rec[PR_BS_REC_MAX];
+	struct sender *s = arg;
+	const uint8_t *b = s->buf;
+	size_t len = s->len;
+
+	while (len) {
+		size_t n = len > PR_BS_PT_MAX ? PR_BS_PT_MAX : len, off = 0;
+
+		if (procreg__bs_seal(s->p->bs, b, n, rec) < 0)
+			break;
+		while (off < n + PR_BS_OVERHEAD) {
+			ssize_t w = send(s->p->fd, rec + off, n + PR_BS_OVERHEAD - off, MSG_NOSIGNAL);
+
+			if (w <= 0)
+				goto out;
+			off += (size_t)w;
+		}
+		b += n;
+		len -= n;
+	}
+out:
+	s->done = 1;
+	return NULL;
+}
+
+static size_t change(uint8_t *buf, size_t cap, uint64_t seq, const char *name)
+{
+	size_t pos = 0;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = name,
+				 .name_len = strlen(name) };
+
+	assert_int_equal(procreg__bp_put_change(buf, cap, &pos, 7, seq, "fake", &e), 0);
+	return pos;
+}
+
+/* While the attack's frames arrive, and for a second after, a local
+ * client registers and removes a name again and again, on a handle that
+ * gives up after TIMEOUT_MS: every request must be answered. */
+static void answered_while(const char *dir, struct sender *s, int timeout_ms)
+{
+	PROCREG_OPTS(procreg_opts, o, .dir = dir, .timeout_ms = timeout_ms);
+	procreg_t *reg = procreg_open(&o);
+	pthread_t t;
+	int after = 0, err;
+
+	assert_non_null(reg);
+	assert_int_equal(pthread_create(&t, NULL, send_main, s), 0);
+	while (!s->done || after++ < 50) {
+		err = procreg_register(reg, "probe", NULL, 0);
+		if (!err)
+			err = procreg_unregister(reg, "probe");
+		if (err) {
+			pthread_join(t, NULL);
+			fail_msg("a local request failed while a node's frames came in: %s "
+				 "(-ETIMEDOUT: not answered in %d ms)", procreg_strerror(err),
+				 timeout_ms);
+		}
+		th_msleep(s->done ? 20 : 5);
+	}
+	pthread_join(t, NULL);
+	procreg_close(reg);
+}
+
+/* Node "fake" (authenticated) sends an empty snapshot, then HELD changes:
+ * in order, or each above the last but below one sent far ahead, so that
+ * all are held until the missing ones come (they never do), with one in
+ * order every 500 so that the node is never late. Each held frame used
+ * to be placed by a walk from the head of everything held, on the
+ * daemon's thread: at 60,000 a local request waited 9 to 15 s, and the
+ * wait grows with their number. */
+static size_t changes(uint8_t **out, size_t held, bool in_order)
+{
+	size_t cap = 128 + held * 80 + (held / 500 + 2) * 80, pos = 0, start;
+	uint8_t *buf = malloc(cap);
+	uint64_t next = 1;
+	const uint64_t far = 1ull << 40;
+
+	assert_non_null(buf);
+	assert_int_equal(procreg__bp_begin(buf, cap, &pos, PR_BP_SNAP, 7, 0, 0, &start), 0);
+	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
+	if (!in_order)
+		pos += change(buf + pos, cap - pos, far, "h");
+	for (size_t i = 0; i < held; i++) {
+		if (i % 500 == 0)
+			pos += change(buf + pos, cap - pos, next++, "x");
+		pos += change(buf + pos, cap - pos, in_order ? next++ : (far >> 1) + i, "h");
+	}
+	*out = buf;
+	return pos;
+}
+
+#define HELD 180000
+
+static void held_changes(void **state, bool in_order)
+{
+	struct cluster *c = *state;
+	static struct th_peer p;
+	struct sender s = { .p = &p };
+
+	assert_int_equal(th_node_start(&c->n[0], c->cookie, NULL, NULL), 0);
+	assert_int_equal(th_peer_connect(&p, c->n[0].listen, "fake", 7, COOKIE), 0);
+	s.len = changes(&s.buf, HELD, in_order);
+	answered_while(c->n[0].dir, &s, ANSWER_MS);
+	if (in_order) {
+		struct procreg_entry e = { .sz = sizeof(e) };
+
+		/* All applied, and the node never refused: the last change is
+		 * there. */
+		for (int i = 0; i < WAIT_MS / 100 && procreg_lookup(c->n[0].reg, "h", &e); i++)
+			th_msleep(100);
+		assert_int_equal(procreg_lookup(c->n[0].reg, "h", &e), 0);
+		assert_int_equal(e.pid, 99);
+	}
+	assert_int_equal(th_log_count(c->n[0].d.log, "resyncing"), 0);
+	th_peer_close(&p);
+	free(s.buf);
+}
+
+static void test_changes_in_order(void **state)
+{
+	held_changes(state, true);
+}
+
+static void test_changes_held(void **state)
+{
+	held_changes(state, false);
+}
+
+/* A change that comes further out of order than a transport reorders
+ * (below 100 held ones) is refused, and the node resyncs: placing it
+ * would cost a walk of what is held. */
+static void test_change_far_out_of_order(void **state)
+{
+	struct cluster *c = *state;
+	static struct th_peer p;
+	uint8_t *buf, one[256];
+	size_t len = changes(&buf, 100, false);
+
+	assert_int_equal(th_node_start(&c->n[0], c->cookie, NULL, NULL), 0);
+	assert_int_equal(th_peer_connect(&p, c->n[0].listen, "fake", 7, COOKIE), 0);
+	th_peer_send(&p, buf, len);
+	th_peer_send(&p, one, change(one, sizeof(one), 1ull << 38, "h"));
+	th_expect_log(c->n[0].d.log, "out of order: resyncing", WAIT_MS);
+	th_peer_close(&p);
+	free(buf);
+}
+
+/* Node "fake"'s snapshot claiming N names PREFIX0.. stamped STAMP, in as
+ * many parts as it takes, into a buffer (returned, length in *LEN). */
+static uint8_t *claim_snapshot(const char *prefix, int n, size_t meta_len, uint64_t stamp,
+			       size_t *len)
+{
+	static const char meta[PROCREG_META_MAX];
+	size_t cap = (size_t)n * (64 + meta_len) + 65536, pos = 0, start;
+	uint8_t *buf = malloc(cap);
+	uint32_t part = 0;
+
+	assert_non_null(buf);
+	assert_int_equal(procreg__bp_begin(buf, cap, &pos, PR_BP_SNAP, 7, 0, part, &start), 0);
+	for (int i = 0; i < n; i++) {
+		char name[64];
+		struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+					 .registered_ns = stamp, .name = name, .meta = meta,
+					 .meta_len = meta_len };
+
+		snprintf(name, sizeof(name), "%s%d", prefix, i);
+		e.name_len = strlen(name);
+		if (procreg__bp_add_entry(buf, cap, &pos, start, &e) == -ENOBUFS) {
+			procreg__bp_end(buf, pos, start, 0);
+			assert_int_equal(procreg__bp_begin(buf, cap, &pos, PR_BP_SNAP, 7, 0, ++part,
+							   &start), 0);
+			assert_int_equal(procreg__bp_add_entry(buf, cap, &pos, start, &e), 0);
+		}
+	}
+	procreg__bp_end(buf, pos, start, PR_BP_SNAP_LAST);
+	*len = pos;
+	return buf;
+}
+
+/* A node claims CLAIMS names the table holds already, each stamped later
+ * than the table's: every claim loses and is set aside (a shadow), to be
+ * promoted if the name's entry goes. Each shadow set aside used to scan
+ * every other one; at this many, the daemon's thread was held for
+ * seconds at a time (measured: a local request waited 2.0 s at 30,000
+ * claims, and the wait grows with their number). Then the first names go
+ * here, and the node's claims to them must take their place. */
+#define CLAIMS 200000
+#define SHADOW_ANSWER_MS 10000
+
+static void test_claims_set_aside(void **state)
+{
+	struct cluster *c = *state;
+	static struct th_peer p;
+	struct sender s = { .p = &p };
+
+	assert_int_equal(th_node_start(&c->n[0], c->cookie,
+				       (const char *const[]){ "--max-names-per-proc", "250000", NULL },
+				       NULL), 0);
+	th_register_bulk(c->n[0].reg, "s", CLAIMS, "");
+	assert_int_equal(th_peer_connect(&p, c->n[0].listen, "fake", 7, COOKIE), 0);
+	s.buf = claim_snapshot("s", CLAIMS, 0, procreg__now_ns() + 1000000000ull, &s.len);
+	answered_while(c->n[0].dir, &s, SHADOW_ANSWER_MS);
+	/* The snapshot is in: a later change of the node's says so. */
+	{
+		uint8_t buf[256];
+
+		th_peer_send(&p, buf, change(buf, sizeof(buf), 1, "fake-done"));
+	}
+	for (int i = 0; i < WAIT_MS / 100 && procreg_lookup(c->n[0].reg, "fake-done", NULL); i++)
+		th_msleep(100);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-done", NULL), 0);
+	/* Each loss said once a second at most, with a count. */
+	assert_true(th_log_count(c->n[0].d.log, "loses to ours") < 100);
+	for (int i = 0; i < 100; i++) {
+		char name[32];
+		struct procreg_entry e = { .sz = sizeof(e) };
+
+		snprintf(name, sizeof(name), "s%d", i * (CLAIMS / 100));
+		assert_int_equal(procreg_lookup(c->n[0].reg, name, &e), 0);
+		assert_int_equal(e.pid, getpid());
+		assert_int_equal(procreg_unregister(c->n[0].reg, name), 0);
+	}
+	for (int i = 0; i < 100; i++) {
+		char name[32];
+		struct procreg_entry e = { .sz = sizeof(e) };
+		int tries = 0;
+
+		snprintf(name, sizeof(name), "s%d", i * (CLAIMS / 100));
+		while (procreg_lookup(c->n[0].reg, name, &e) && tries++ < WAIT_MS / 100)
+			th_msleep(100);
+		assert_int_equal(procreg_lookup(c->n[0].reg, name, &e), 0);
+		assert_int_equal(e.pid, 99);
+		assert_int_not_equal(e.node, 0);
+	}
+	th_peer_close(&p);
+	free(s.buf);
+}
+
+/* Claims set aside are bounded (64 MiB for all nodes): a node claiming
+ * more keeps only what fits, says so, and costs no more memory. */
+#define BIG_CLAIMS 70000
+
+static void test_claims_bounded(void **state)
+{
+	struct cluster *c = *state;
+	static struct th_peer p;
+	struct sender s = { .p = &p };
+	uint8_t buf[256];
+
+	assert_int_equal(th_node_start(&c->n[0], c->cookie,
+				       (const char *const[]){ "--max-names-per-proc", "250000", NULL },
+				       NULL), 0);
+	th_register_bulk(c->n[0].reg, "s", BIG_CLAIMS, "");
+	assert_int_equal(th_peer_connect(&p, c->n[0].listen, "fake", 7, COOKIE), 0);
+	s.buf = claim_snapshot("s", BIG_CLAIMS, 1000, procreg__now_ns() + 1000000000ull, &s.len);
+	answered_while(c->n[0].dir, &s, ANSWER_MS);
+	th_peer_send(&p, buf, change(buf, sizeof(buf), 1, "fake-done"));
+	for (int i = 0; i < WAIT_MS / 100 && procreg_lookup(c->n[0].reg, "fake-done", NULL); i++)
+		th_msleep(100);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-done", NULL), 0);
+	th_expect_log(c->n[0].d.log, "not kept: the claims set aside take 64 MiB", WAIT_MS);
+	/* Said once a second, not once a claim. */
+	assert_true(th_log_count(c->n[0].d.log, "not kept") < 100);
+	assert_true(th_log_count(c->n[0].d.log, "loses to ours") < 100);
+	th_peer_close(&p);
+	free(s.buf);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_close_then_real_node, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refuse_name_stops_dialing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hello_own_name_stops_dialing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_changes_in_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_changes_held, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_change_far_out_of_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_claims_set_aside, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_claims_bounded, setup, teardown),
+	};
+
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
