@@ -447,6 +447,57 @@ static void test_claims_bounded(void **state)
 	free(s.buf);
 }
 
+/* A node with the cookie tells of a thousand addresses where nothing
+ * answers (every slot for targets, and more), then of a real node, b.
+ * The dead ones are dropped after their tries (2 here, 16 by default):
+ * the slots they held go to what is told of later, and b is dialed. */
+static void test_told_of_dead_peers(void **state)
+{
+	struct cluster *c = *state;
+	static struct th_peer p;
+	struct th_node *a = &c->n[0], *b = &c->n[1];
+	static uint8_t buf[PR_BP_FRAME_MAX];
+	size_t pos = 0, start;
+	int dead = th_free_port();
+	bool seen = false;
+
+	assert_int_equal(th_node_start(a, c->cookie, NULL,
+				       (const char *const[]){ "PROCREG_TEST_LEARNED_TRIES=2", NULL }),
+			 0);
+	assert_int_equal(th_peer_connect(&p, a->listen, "fake", 7, COOKIE), 0);
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_PEERS, 0, 0, 0, &start), 0);
+	for (unsigned i = 0; i < PR_BP_PEERS_MAX; i++) {
+		char name[32], addr[48];
+
+		/* One port where nothing listens, a thousand loopback hosts. */
+		snprintf(name, sizeof(name), "ghost%u", i);
+		snprintf(addr, sizeof(addr), "127.0.%u.%u:%d", 1 + i / 250, 1 + i % 250, dead);
+		assert_int_equal(procreg__bp_add_peer(buf, sizeof(buf), &pos, start, name, addr), 0);
+	}
+	procreg__bp_end(buf, pos, start, 0);
+	th_peer_send(&p, buf, pos);
+	th_expect_log(a->d.log, "dials failed, dropped", WAIT_MS);
+
+	/* The real node b, dialing nobody; a hears of it from "fake". */
+	assert_int_equal(th_node_start(b, c->cookie, NULL, NULL), 0);
+	assert_int_equal(procreg_register(b->reg, "on-b", NULL, 0), 0);
+	pos = 0;
+	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_PEERS, 0, 0, 0, &start), 0);
+	assert_int_equal(procreg__bp_add_peer(buf, sizeof(buf), &pos, start, b->name, b->listen), 0);
+	procreg__bp_end(buf, pos, start, 0);
+	for (int i = 0; i < WAIT_MS / 500 && !seen; i++) {
+		th_peer_send(&p, buf, pos);
+		for (int k = 0; k < 5 && !seen; k++) {
+			seen = procreg_lookup(a->reg, "on-b", NULL) == 0;
+			th_msleep(100);
+		}
+	}
+	if (!seen)
+		fail_msg("node a never dialed b, told of after a thousand dead peers (log: %s)",
+			 a->d.log);
+	th_peer_close(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -458,6 +509,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_change_far_out_of_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claims_set_aside, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claims_bounded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_told_of_dead_peers, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

@@ -76,6 +76,13 @@
 #define WIRE_HANDSHAKE 1024u
 #define WIRE_CAP (PR_BS_REC_MAX + WIRE_HANDSHAKE)
 #define TARGETS_MAX 1024
+/* A target another node told of (PEERS) is dropped after this many dials
+ * in a row that did not authenticate, about 25 s of tries: its slot goes to
+ * the next one told of. Otherwise any node with the cookie could fill
+ * every slot for good with addresses where nothing answers, so that the
+ * nodes told of later are never dialed, and have this one dial them all
+ * for as long as it runs. A --peer is tried for ever. */
+#define LEARNED_TRIES 16
 #define CONNS_MAX 1024              /* connections, handshakes included */
 /* Accepted connections not yet authenticated: anyone who can reach the
  * port can open them, and each costs an fd until HANDSHAKE_MS is up, so
@@ -134,6 +141,7 @@ struct target {
 	struct conn *conn;
 	uint64_t next_try_ns;
 	uint32_t backoff_ms;
+	uint32_t tries;                   /* dials since one last authenticated */
 	/* A host name's latest answer: the addresses not tried yet are
 	 * addrs[next_addr..naddrs). */
 	bool resolving;                   /* asked the resolver, no answer yet */
@@ -188,6 +196,8 @@ struct mesh {
 	struct target *targets;
 	size_t ntargets;
 	size_t nconfigured;               /* targets[0..nconfigured) came from --peer */
+	uint32_t learned_tries;           /* LEARNED_TRIES, or PROCREG_TEST_LEARNED_TRIES */
+	struct pr_ratelimit forgot_log;
 	struct resolver *res;         /* NULL until the first host name */
 	struct obj res_o;
 };
@@ -377,6 +387,7 @@ static struct conn *up_conn(struct mesh *m, const char *node)
 /* The next dial of T no sooner than its backoff, which doubles. */
 static void backoff(struct target *t)
 {
+	t->tries++;
 	t->next_try_ns = now_ns() + (uint64_t)t->backoff_ms * 1000000ull;
 	t->backoff_ms = t->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : t->backoff_ms * 2;
 }
@@ -632,7 +643,7 @@ static int resolver_ask(struct mesh *m, struct target *t)
 
 static bool want_dial(struct mesh *m, const struct target *t)
 {
-	return !t->conn && !t->resolving && strcmp(t->node, m->node) &&
+	return t->addr[0] && !t->conn && !t->resolving && strcmp(t->node, m->node) &&
 	       !(t->node[0] && up_conn(m, t->node));
 }
 
@@ -758,9 +769,16 @@ static struct target *target_add(struct mesh *m, const char *addr, size_t len)
 	for (size_t i = 0; i < m->ntargets; i++)
 		if (strlen(m->targets[i].addr) == len && !memcmp(m->targets[i].addr, addr, len))
 			return &m->targets[i];
-	if (m->ntargets >= TARGETS_MAX)
+	/* A slot a dropped target left (never one of --peer's), else a new
+	 * one. */
+	t = NULL;
+	for (size_t i = m->nconfigured; i < m->ntargets && !t; i++)
+		if (!m->targets[i].addr[0])
+			t = &m->targets[i];
+	if (!t && m->ntargets < TARGETS_MAX)
+		t = &m->targets[m->ntargets++];
+	if (!t)
 		return NULL;
-	t = &m->targets[m->ntargets++];
 	memset(t, 0, sizeof(*t));
 	memcpy(t->addr, addr, len);
 	t->backoff_ms = RETRY_MIN_MS;
@@ -821,8 +839,11 @@ static void established(struct mesh *m, struct conn *c)
 {
 	struct conn *old = up_conn(m, c->peer);
 
-	if (c->target)
+	if (c->target) {
 		snprintf(c->target->seen, sizeof(c->target->seen), "%s", c->peer);
+		/* A node with the cookie is there: whichever connection stays. */
+		c->target->tries = 0;
+	}
 	if (old) {
 		if (keeper(m, old) && !keeper(m, c) && old->peer_inc == c->peer_inc) {
 			conn_kill(m, c, NULL);
@@ -1285,6 +1306,20 @@ static void tick(struct mesh *m)
 	for (size_t i = 0; i < m->ntargets; i++) {
 		struct target *t = &m->targets[i];
 
+		if (i >= m->nconfigured && t->addr[0] && t->tries >= m->learned_tries && !t->conn &&
+		    !t->resolving) {
+			uint64_t held;
+
+			/* Not while a look-up runs: its answer names the slot.
+			 * A line a second: a node may tell of a thousand. */
+			if (pr_ratelimit_pass(&m->forgot_log, now, &held))
+				pr_bridge_log(&m->up, LOG_NOTICE,
+					      "bridge: peer %s (told of by another node): %u dials "
+					      "failed, dropped (and %llu more since the last such line)",
+					      t->addr, t->tries, (unsigned long long)held);
+			memset(t, 0, sizeof(*t));
+			continue;
+		}
 		if (now >= t->next_try_ns && want_dial(m, t))
 			dial(m, t);
 	}
@@ -1481,6 +1516,9 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 		snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", cfg->listen ? cfg->listen : "");
 	m->cookie = malloc(cfg->cookie_len);
 	m->targets = calloc(TARGETS_MAX, sizeof(*m->targets));
+	m->learned_tries = getenv("PROCREG_TEST_LEARNED_TRIES")
+				   ? (uint32_t)strtoul(getenv("PROCREG_TEST_LEARNED_TRIES"), NULL, 10)
+				   : LEARNED_TRIES;
 	m->epfd = epoll_create1(EPOLL_CLOEXEC);
 	m->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (!m->cookie || !m->targets || m->epfd < 0 || m->tfd < 0)
