@@ -427,6 +427,10 @@ int proc_verify(struct daemon *d, pid_t pid, uint64_t start, uint64_t ino, struc
  * local record (registry.c's new_record), so that proc_replace_name(),
  * which comes after the record is published, cannot fail. */
 int proc_owned_room(struct daemon *d, uint64_t off);
+/* At start, once the table is open: the owned records' array reserved
+ * whole, where that costs no commit charge, so that no registration
+ * needs a new mapping for it. */
+void procs_start(struct daemon *d);
 int proc_add_name(struct daemon *d, struct proc *p, uint64_t off);
 /* NEW_OFF's room was made (proc_owned_room). */
 void proc_replace_name(struct daemon *d, uint64_t old_off, uint64_t new_off);

@@ -675,6 +675,7 @@ static int setup(struct daemon *d)
 			return err;
 		}
 	}
+	procs_start(d);
 	err = owners_new(d);
 	if (err)
 		return err;
