@@ -1160,7 +1160,8 @@ PROCREG_API const char *procreg_strerror(int err)
 	case ESTALE:
 		return "the table changed under every try of this read (a damaged table?)";
 	case EUSERS:
-		return "too many reader processes (procregd --max-readers-per-uid, --max-readers)";
+		return "too many reader processes or pages (procregd --max-readers-per-uid, --max-readers, "
+		       "--max-reader-pages-per-uid, --max-reader-pages)";
 	case ESRCH:
 		return "no such process (it has exited)";
 	case EBADMSG:

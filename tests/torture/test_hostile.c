@@ -34,6 +34,7 @@
 
 #include "harness.h"
 #include "internal.h"
+#include "proto.h"
 
 #define NAMES 64
 #define WAIT_MS 30000
@@ -107,6 +108,16 @@ static int setup_quota(void **state)
 {
 	static const char *const args[] = { "--max-readers", "16", "--max-readers-per-uid", "4",
 					    NULL };
+
+	return start(state, args);
+}
+
+/* A page budget small enough to fill: 32 pages, 4 of them kept for root,
+ * 8 a uid. */
+static int setup_pages(void **state)
+{
+	static const char *const args[] = { "--max-reader-pages", "32",
+					    "--max-reader-pages-per-uid", "8", NULL };
 
 	return start(state, args);
 }
@@ -719,6 +730,307 @@ static void test_take_every_slot(void **state)
 	assert_int_equal(th_held_release(&h), 0);
 }
 
+/* ---- reader pages: a mapping each in the daemon ------------------------ */
+
+#define PAGE_HANDLES 12
+
+struct pages_arg {
+	const char *dir;
+	const struct th_user *u;   /* NULL: root */
+	int handles;
+};
+
+/* A reader process with HANDLES handles, each of which makes a page of
+ * its own at its first read and hands it over: whether or not the daemon
+ * takes it, every read through every handle is right, and every handle
+ * registers. */
+static int pages_main(void *p, int phase)
+{
+	static procreg_t *r[PAGE_HANDLES];
+	struct pages_arg *a = p;
+	char name[64];
+
+	if (phase == 0) {
+		if (a->u)
+			th_become(a->u);
+		for (int i = 0; i < a->handles; i++) {
+			r[i] = open_dir(a->dir);
+			if (!r[i] || procreg_lookup(r[i], "root.name", NULL) != 0)
+				return 10;
+		}
+		return 0;
+	}
+	for (int i = 0; i < a->handles; i++) {
+		snprintf(name, sizeof(name), "pages.%d.%d", (int)getpid(), i);
+		if (procreg_register(r[i], name, NULL, 0) != 0)
+			return 11;
+	}
+	for (int k = 0; k < 100; k++) {
+		for (int i = 0; i < a->handles; i++) {
+			snprintf(name, sizeof(name), "pages.%d.%d", (int)getpid(),
+				 (i + k) % a->handles);
+			if (procreg_lookup(r[i], "root.name", NULL) != 0 ||
+			    procreg_lookup(r[i], name, NULL) != 0 ||
+			    procreg_lookup(r[i], "nobody", NULL) != -ENOENT)
+				return 12;
+		}
+	}
+	for (int i = 0; i < a->handles; i++)
+		procreg_close(r[i]);
+	return 0;
+}
+
+/* Pages the daemon holds for processes of UID (-1: of every uid but
+ * root), by the table's reader registry. */
+static unsigned pages_of(struct fx *f, long uid)
+{
+	const struct pr_table_hdr *h = f->reg->map.hdr;
+	const struct pr_reader_info *v =
+		(const struct pr_reader_info *)(f->reg->map.base + h->readers_off);
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < h->readers_cap; i++) {
+		uint32_t u = CMM_LOAD_SHARED(v[i].uid);
+
+		if (CMM_LOAD_SHARED(v[i].pid) && (uid < 0 ? u != 0 : u == (uint32_t)uid))
+			n += CMM_LOAD_SHARED(v[i].pages);
+	}
+	return n;
+}
+
+/* Pages PID has at the daemon (0: none, or no entry). */
+static unsigned pages_of_pid(struct fx *f, pid_t pid)
+{
+	const struct pr_table_hdr *h = f->reg->map.hdr;
+	const struct pr_reader_info *v =
+		(const struct pr_reader_info *)(f->reg->map.base + h->readers_off);
+
+	for (uint32_t i = 0; i < h->readers_cap; i++)
+		if (CMM_LOAD_SHARED(v[i].pid) == (uint32_t)pid)
+			return CMM_LOAD_SHARED(v[i].pages);
+	return 0;
+}
+
+struct pages_want {
+	struct fx *f;
+	long uid;
+	unsigned pages;
+	uint64_t refused;
+};
+
+static int pages_at_least(void *p)
+{
+	struct pages_want *w = p;
+
+	return pages_of(w->f, w->uid) >= w->pages &&
+	       CMM_LOAD_SHARED(w->f->reg->map.hdr->readers_refused) >= w->refused;
+}
+
+static long maps_of(pid_t pid)
+{
+	char path[64], line[512];
+	long n = 0;
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	fp = fopen(path, "re");
+	assert_non_null(fp);
+	while (fgets(line, sizeof(line), fp))
+		n++;
+	fclose(fp);
+	return n;
+}
+
+/* A reader page as rcu.c's page_new() makes it: its fd. */
+static int raw_page(void)
+{
+	int fd = memfd_create("procreg-reader", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	struct pr_rpage_hdr *h;
+
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, PR_RPAGE_SIZE), 0);
+	assert_int_equal(fallocate(fd, 0, 0, PR_RPAGE_SIZE), 0);
+	h = mmap(NULL, PR_RPAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(h != MAP_FAILED);
+	h->layout_version = PR_LAYOUT_VERSION;
+	h->nslots = PR_RPAGE_SLOTS;
+	h->size_desc = PR_SIZE_DESC;
+	h->magic = PR_RPAGE_MAGIC;
+	munmap(h, PR_RPAGE_SIZE);
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+			       F_SEAL_FUTURE_WRITE | F_SEAL_SEAL), 0);
+	return fd;
+}
+
+/* One READERS with a new page, on the raw connection S: the status. */
+static int raw_send_page(int s)
+{
+	uint8_t pkt[64], in[256];
+	size_t len = 0, pos = 0;
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u = { 0 };
+	struct iovec iov = { pkt, 0 };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+			      .msg_controllen = sizeof(u.b) };
+	struct pr_frame fr;
+	int fd = raw_page();
+	ssize_t n;
+
+	procreg__proto_put(pkt, &len, PR_OP_READERS, 0, 7, 0, NULL, 0, NULL, 0);
+	iov.iov_len = len;
+	u.h.cmsg_level = SOL_SOCKET;
+	u.h.cmsg_type = SCM_RIGHTS;
+	u.h.cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(&u.h), &fd, sizeof(int));
+	assert_int_equal(sendmsg(s, &msg, MSG_NOSIGNAL), (ssize_t)len);
+	close(fd);
+	n = recv(s, in, sizeof(in), 0);
+	assert_true(n > 0);
+	assert_int_equal(procreg__proto_next(in, (size_t)n, &pos, &fr), 1);
+	return fr.h.status;
+}
+
+/*
+ * Each reader page is a mapping of the daemon's, and a process may have
+ * only vm.max_map_count of them: past that every mmap and mremap of the
+ * daemon's fails, root's registrations' too. So pages are budgeted
+ * (--max-reader-pages 32 here, --max-reader-pages-per-uid 8): four users
+ * with a process of twelve handles each, a page each, get eight pages a
+ * uid at most and leave four to root, whose pages get in to the last of
+ * the budget; the next is refused. Every process reads and registers
+ * right, its pages taken or not, and root's registrations all succeed.
+ */
+static void test_take_every_page(void **state)
+{
+	struct fx *f = *state;
+	struct pages_arg a = { .dir = f->dir, .handles = PAGE_HANDLES };
+	struct pages_want w = { .f = f, .uid = -1, .pages = 27, .refused = 4 * PAGE_HANDLES - 27 };
+	static struct procreg_op ops[2048];
+	static char names[2048][32];
+	long maps0, maps1;
+	uint64_t refused;
+	procreg_t *extra;
+	pid_t rootkid;
+	struct th_held h;
+	int s;
+
+	assert_true(th_log_has(f->d.log, "and 32 reader pages"));
+	assert_int_equal(procreg_register(f->reg, "root.name", NULL, 0), 0);
+	assert_int_equal(procreg_lookup(f->reg, "root.name", NULL), 0);
+	assert_int_equal(th_reader_pages(f->reg, getpid(), 1), 0);
+	maps0 = maps_of(f->d.pid);
+
+	/* Theirs: 32 - 32/8 = 28 pages with root's one, 8 a uid. */
+	th_held_init(&h);
+	for (int k = 0; k < 4; k++) {
+		a.u = user(f);
+		th_held_start(&h, pages_main, &a);
+	}
+	th_held_ready(&h, WAIT_MS);
+	if (!th_until(pages_at_least, &w, WAIT_MS)) {
+		th_held_kill(&h);
+		th_daemon_dump_log(&f->d);
+		fail_msg("pages of other uids %u, refused %llu", pages_of(f, -1),
+			 (unsigned long long)f->reg->map.hdr->readers_refused);
+	}
+	th_msleep(200);
+	assert_int_equal(pages_of(f, -1), 27);
+	for (int k = 0; k < 4; k++)
+		assert_true(pages_of(f, f->u[k].uid) <= 8);
+	/* Logged, one line a second at most. */
+	assert_true(th_log_has(f->d.log, "refused: its uid has --max-reader-pages-per-uid pages") ||
+		    th_log_has(f->d.log, "refused: the reader pages of other users fill all but "
+				   "the eighth of --max-reader-pages kept for root"));
+
+	/* Root's: four more get in, to the budget's last. */
+	a.u = NULL;
+	a.handles = 4;
+	rootkid = th_held_start(&h, pages_main, &a);
+	th_held_ready(&h, WAIT_MS);
+	if (th_reader_pages(f->reg, rootkid, 4) != 0) {
+		th_held_kill(&h);
+		th_daemon_dump_log(&f->d);
+		fail_msg("root's pages were kept out: %u of 4", pages_of_pid(f, rootkid));
+	}
+	assert_int_equal(pages_of(f, 0), 5);
+
+	/* The budget is spent: root's next page is refused (a raw one, for
+	 * the status; then a handle's), and the handle works all the same. */
+	refused = f->reg->map.hdr->readers_refused;
+	s = th_raw_connect(f->dir);
+	th_raw_hello(s);
+	assert_int_equal(raw_send_page(s), -EUSERS);
+	extra = open_dir(f->dir);
+	assert_non_null(extra);
+	assert_int_equal(procreg_lookup(extra, "root.name", NULL), 0);
+	w.uid = 0;
+	w.pages = 5;
+	w.refused = refused + 2;
+	assert_true(th_until(pages_at_least, &w, WAIT_MS));
+	assert_int_equal(pages_of_pid(f, getpid()), 1);
+	assert_int_equal(procreg_register(extra, "root.extra", NULL, 0), 0);
+	for (int i = 0; i < 1000; i++) {
+		assert_int_equal(procreg_lookup(extra, "root.name", NULL), 0);
+		assert_int_equal(procreg_lookup(extra, "root.extra", NULL), 0);
+		assert_int_equal(procreg_lookup(extra, "nobody", NULL), -ENOENT);
+	}
+
+	/* The daemon's mappings grew by the budget at most; root's
+	 * registrations, pipelined, all succeed, and so do updates that
+	 * retire memory for grace periods to wait on. */
+	maps1 = maps_of(f->d.pid);
+	printf("daemon mappings %ld -> %ld\n", maps0, maps1);
+	assert_true(maps1 - maps0 <= 31 + 16);
+	for (int round = 0; round < 2; round++) {
+		for (int j = 0; j < 2048; j++) {
+			snprintf(names[j], sizeof(names[j]), "root.%d", j);
+			ops[j] = (struct procreg_op){ .sz = sizeof(ops[j]),
+						     .kind = PROCREG_OP_REGISTER, .name = names[j],
+						     .meta = round ? "updated" : NULL,
+						     .meta_len = round ? 7 : 0 };
+		}
+		assert_int_equal(procreg_batch(f->reg, ops, 2048), 0);
+		for (int j = 0; j < 2048; j++)
+			assert_int_equal(ops[j].result, 0);
+	}
+	assert_int_equal(th_held_release(&h), 0);
+	procreg_close(extra);
+
+	/* Pages of processes gone are given back: root's raw page gets in. */
+	for (int t = 0; t < 2000 && pages_of(f, -1) + pages_of(f, 0) > 1; t++)
+		th_msleep(10);
+	assert_int_equal(raw_send_page(s), 0);
+	close(s);
+}
+
+static long max_map_count(void)
+{
+	char *t = th_read_file("/proc/sys/vm/max_map_count", true);
+	long v = strtol(t, NULL, 10);
+
+	free(t);
+	return v;
+}
+
+/* The page budget is half of vm.max_map_count, read at start: asked for
+ * more, the daemon says so and keeps to that half. */
+static void test_page_budget_default(void **state)
+{
+	struct fx *f = *state;
+	static const char *const args[] = { "--max-reader-pages", "4000000000", NULL };
+	long mmc = max_map_count();
+	char want[160];
+
+	assert_int_equal(th_daemon_start(&f->d, f->dir, args, NULL), 0);
+	snprintf(want, sizeof(want), "--max-reader-pages 4000000000: each page is a mapping, and "
+		 "vm.max_map_count is %ld: %ld (half of it) it is", mmc, mmc / 2);
+	assert_true(th_log_has(f->d.log, want));
+	snprintf(want, sizeof(want), "up to 4096 reader processes and %ld reader pages", mmc / 2);
+	assert_true(th_log_has(f->d.log, want));
+}
+
 /* ---- the files -------------------------------------------------------- */
 
 struct files_arg {
@@ -1057,6 +1369,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_scribbled_own_page, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_own_slot_cleared, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_take_every_slot, setup_quota, teardown),
+		cmocka_unit_test_setup_teardown(test_take_every_page, setup_pages, teardown),
+		cmocka_unit_test_setup_teardown(test_page_budget_default, setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_scope, setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_socket, setup_bare, teardown),
 	};

@@ -131,6 +131,9 @@ struct daemon_opts {
 	uint64_t max_size;
 	uint32_t max_readers;          /* reader processes; the registry's size at creation */
 	uint32_t max_readers_per_uid;
+	uint32_t max_reader_pages;     /* pages mapped: at most half of vm.max_map_count */
+	bool max_reader_pages_set;     /* else that half */
+	uint32_t max_reader_pages_per_uid;
 	uint32_t reader_timeout_ms;    /* a grace period held up this long stops waiting */
 	uint32_t max_names_per_proc;
 	uint32_t max_clients;
@@ -201,6 +204,7 @@ struct daemon {
 	struct pr_u64map uid_names;   /* names, memberships and places in line held */
 	struct pr_u64map uid_clients; /* connections */
 	struct pr_u64map uid_readers; /* reader processes */
+	struct pr_u64map uid_rpages;  /* their reader pages */
 	struct pr_u64map uid_closing; /* passed files waiting for the closer (closer.c) */
 	uint32_t nparked;         /* clients parked for it */
 	bool synced;              /* deaths drained for a SYNC of this packet */
@@ -219,6 +223,9 @@ struct daemon {
 	struct pr_u64map readers; /* pid -> struct reader * */
 	struct reader *reader_list, *readers_gone;
 	uint32_t nreaders, nreaders_stalled;
+	/* Reader pages mapped at most (each is a mapping of its own): set
+	 * at start from --max-reader-pages and vm.max_map_count. */
+	uint32_t rpages_max;
 	struct pr_ratelimit readers_log;  /* reader pages refused */
 	uint64_t readers_refresh_ns;
 
@@ -368,7 +375,8 @@ void readers_refresh(struct daemon *d);
 /* Free the readers released during the batch just handled. */
 void readers_reap(struct daemon *d);
 void readers_free_all(struct daemon *d);
-/* At start: the table's registry emptied (we hold no page yet). */
+/* At start: the table's registry emptied (we hold no page yet), and
+ * the page budget set. */
 void readers_start(struct daemon *d);
 
 /* bridge.c: replication to and from other nodes (--node). */
@@ -419,6 +427,10 @@ int proc_verify(struct daemon *d, pid_t pid, uint64_t start, uint64_t ino, struc
  * local record (registry.c's new_record), so that proc_replace_name(),
  * which comes after the record is published, cannot fail. */
 int proc_owned_room(struct daemon *d, uint64_t off);
+/* At start, once the table is open: the owned records' array reserved
+ * whole, where that costs no commit charge, so that no registration
+ * needs a new mapping for it. */
+void procs_start(struct daemon *d);
 int proc_add_name(struct daemon *d, struct proc *p, uint64_t off);
 /* NEW_OFF's room was made (proc_owned_room). */
 void proc_replace_name(struct daemon *d, uint64_t old_off, uint64_t new_off);

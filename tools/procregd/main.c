@@ -152,6 +152,16 @@ static const struct opt opt_table[] = {
 	{ COUNT_OPT("max-readers-per-uid", max_readers_per_uid, 256),
 	  .help = "reader processes of one uid (default 256;\n"
 		  "root: no limit)" },
+	{ NUM_OPT("max-reader-pages", max_reader_pages, "N", 0, 1, UINT32_MAX, 0,
+		  "a positive number"),
+	  OPT_SET(max_reader_pages_set),
+	  .help = "reader pages mapped, one mapping each (default\n"
+		  "and most: half of vm.max_map_count, read at\n"
+		  "start; an eighth is kept for root and\n"
+		  "procregd's own user)" },
+	{ COUNT_OPT("max-reader-pages-per-uid", max_reader_pages_per_uid, 1024),
+	  .help = "reader pages of one uid's processes (default\n"
+		  "1024; root and procregd's own uid: no limit)" },
 	{ NUM_OPT("reader-timeout-ms", reader_timeout_ms, "N", 0, 1, 3600000, 1000, "1..3600000"),
 	  .help = "a reader that holds a grace period up this long\n"
 		  "is no longer waited for (default 1000)" },
@@ -665,6 +675,7 @@ static int setup(struct daemon *d)
 			return err;
 		}
 	}
+	procs_start(d);
 	err = owners_new(d);
 	if (err)
 		return err;
@@ -738,8 +749,9 @@ static int setup(struct daemon *d)
 	PR_STORE_REL(&d->w.map.hdr->daemon_pid, (uint32_t)getpid());
 	PR_STORE_REL(&d->w.map.hdr->daemon_gen, d->w.map.hdr->daemon_gen + 1);
 	arm_timer(d, RECLAIM_TICK_NS);
-	log_msg("serving scope '%s': table %s, socket %s, up to %u reader processes%s",
-		d->paths.scope, d->paths.table, d->socket_path, d->o.max_readers,
+	log_msg("serving scope '%s': table %s, socket %s, up to %u reader processes and "
+		"%u reader pages%s",
+		d->paths.scope, d->paths.table, d->socket_path, d->o.max_readers, d->rpages_max,
 		d->w.membarrier ? "" : " (no membarrier: readers use full barriers)");
 	return 0;
 }

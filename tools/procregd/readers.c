@@ -19,6 +19,19 @@
  * other uids together leave an eighth of --max-readers to root and to the
  * daemon's own user. A refused page leaves its process reading
  * unprotected, never wrong.
+ *
+ * Pages are budgeted too, not only processes: each page is a mapping of
+ * its own (pages of different memfds never merge), and a process may
+ * have vm.max_map_count of them (65530 by default), past which every
+ * mmap and moving mremap of the daemon's fails: the table's, malloc's,
+ * root's registrations'. So at most --max-reader-pages pages are mapped,
+ * half of vm.max_map_count as read at start (or fewer, if asked): the
+ * other half is for the daemon's own mappings. Other uids together leave
+ * an eighth of it to root and the daemon's user, and a uid has at most
+ * --max-reader-pages-per-uid (root and the daemon's user: no limit but
+ * the budget). 4096 processes with 64 pages each would be 262144
+ * mappings; legitimate readers have one page for each 63 reading threads
+ * of each handle, so the budget is generous for them.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -49,6 +62,12 @@ struct reader {
 };
 
 #define REFRESH_NS 1000000000ull
+/* A page refused for want of room first drops the pages marked closed
+ * (readers_refresh, a pass over every page), but not more often than
+ * this: a client that keeps sending pages over its limit must not have
+ * the daemon scan all pages for each. */
+#define REFRESH_FORCED_NS 100000000ull
+#define DEFAULT_MAX_MAP_COUNT 65530
 
 static struct pr_reader_info *info_at(struct daemon *d, uint32_t i)
 {
@@ -101,6 +120,39 @@ static void log_refused(struct daemon *d, const struct ident *id, const char *wh
 	log_limited(&d->readers_log, "reader pages refused",
 		    "reader page of pid %d (uid %u) refused: %s; its lookups stay correct, "
 		    "unprotected", (int)id->pid, (unsigned)id->uid, why);
+}
+
+/* The entry for the process ID names, if there is one. */
+static struct reader *reader_of(struct daemon *d, const struct ident *id)
+{
+	uint64_t v;
+	struct reader *r;
+
+	if (procreg__u64map_get(&d->readers, (uint64_t)id->pid + 2, &v) < 0)
+		return NULL;
+	r = (struct reader *)(uintptr_t)v;
+	return r->start == id->start ? r : NULL;
+}
+
+/* Why one more page of ID's may not be mapped, or NULL if it may. */
+static const char *page_refusal(struct daemon *d, const struct ident *id)
+{
+	const struct reader *r = reader_of(d, id);
+	size_t n = d->w.readers.n;
+
+	if (r && r->pages >= PR_RPAGES_MAX)
+		return "the process has 64 pages (4032 reading threads) already";
+	if (!uid_privileged(d, id->uid)) {
+		if (uid_count(&d->uid_rpages, id->uid) >= d->o.max_reader_pages_per_uid)
+			return "its uid has --max-reader-pages-per-uid pages";
+		if (n >= d->rpages_max - d->rpages_max / 8)
+			return "the reader pages of other users fill all but the eighth of "
+			       "--max-reader-pages kept for root and procregd's user";
+	}
+	if (n >= d->rpages_max)
+		return "--max-reader-pages pages (each a mapping, half of vm.max_map_count "
+		       "at most)";
+	return NULL;
 }
 
 /* The entry for the process ID names, made if need be: NULL and *why when
@@ -188,14 +240,14 @@ int readers_add(struct daemon *d, const struct ident *id, int fd)
 			return -EEXIST; /* announced again: we have it */
 		}
 	}
-	r = reader_for(d, id, &why);
-	if (r && r->pages >= PR_RPAGES_MAX) {
-		readers_refresh(d); /* pages it has closed make room */
-		if (r->pages >= PR_RPAGES_MAX) {
-			why = "the process has 64 pages (4032 reading threads) already";
-			r = NULL;
-		}
+	/* The page budget before the process's entry: a process none of
+	 * whose pages is taken takes no entry either. */
+	why = page_refusal(d, id);
+	if (why && procreg__mono_ns() - d->readers_refresh_ns > REFRESH_FORCED_NS) {
+		readers_refresh(d); /* pages closed make room */
+		why = page_refusal(d, id);
 	}
+	r = why ? NULL : reader_for(d, id, &why);
 	if (!r) {
 		procreg__rpage_unmap(&ref);
 		log_refused(d, id, why);
@@ -209,10 +261,21 @@ int readers_add(struct daemon *d, const struct ident *id, int fd)
 		return err;
 	}
 	r->pages++;
+	uid_adjust(&d->uid_rpages, r->uid, 1);
 	info_write(d, r);
 	LOGV(d, "reader pid %d uid %u: page %u handed over", (int)r->pid, (unsigned)r->uid,
 	     r->pages);
 	return 0;
+}
+
+/* Drop page I (the last one moves to its place). */
+static void drop_page(struct daemon *d, size_t i)
+{
+	struct reader *r = d->w.readers.v[i].owner;
+
+	procreg__w_reader_drop(&d->w, i);
+	r->pages--;
+	uid_adjust(&d->uid_rpages, r->uid, -1);
 }
 
 /* Drop every page of R. */
@@ -220,8 +283,7 @@ static void drop_pages(struct daemon *d, struct reader *r)
 {
 	for (size_t i = 0; i < d->w.readers.n;) {
 		if (d->w.readers.v[i].owner == r) {
-			procreg__w_reader_drop(&d->w, i);
-			r->pages--;
+			drop_page(d, i);
 			continue; /* the last one moved here */
 		}
 		i++;
@@ -336,8 +398,7 @@ void readers_refresh(struct daemon *d)
 	for (size_t i = 0; i < rp->n;) {
 		r = rp->v[i].owner;
 		if (CMM_LOAD_SHARED(rp->v[i].hdr->closed)) {
-			procreg__w_reader_drop(&d->w, i);
-			r->pages--;
+			drop_page(d, i);
 			continue;
 		}
 		procreg__rpage_count(&rp->v[i], &r->slots, &r->active, &r->lookups);
@@ -357,9 +418,44 @@ void readers_refresh(struct daemon *d)
 	procreg__w_reclaim(&d->w);
 }
 
+/* vm.max_map_count: how many mappings the kernel lets a process have. */
+static long max_map_count(void)
+{
+	char buf[32] = "";
+	long v = -1;
+	int fd = open("/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		if (read(fd, buf, sizeof(buf) - 1) > 0)
+			v = strtol(buf, NULL, 10);
+		close(fd);
+	}
+	return v > 0 ? v : -1;
+}
+
 void readers_start(struct daemon *d)
 {
 	struct pr_table_hdr *h = d->w.map.hdr;
+	long mmc = max_map_count();
+	uint32_t most;
+
+	if (mmc < 0) {
+		log_warn("cannot read /proc/sys/vm/max_map_count: taking the default, %d",
+			 DEFAULT_MAX_MAP_COUNT);
+		mmc = DEFAULT_MAX_MAP_COUNT;
+	}
+	most = mmc / 2 > UINT32_MAX ? UINT32_MAX : (uint32_t)(mmc / 2);
+	if (most < 1)
+		most = 1;
+	d->rpages_max = most;
+	if (d->o.max_reader_pages_set) {
+		if (d->o.max_reader_pages > most)
+			log_warn("--max-reader-pages %u: each page is a mapping, and "
+				 "vm.max_map_count is %ld: %u (half of it) it is",
+				 d->o.max_reader_pages, mmc, most);
+		else
+			d->rpages_max = d->o.max_reader_pages;
+	}
 
 	/* A daemon killed without a word left its registry behind; this one
 	 * holds no page yet. */
@@ -382,4 +478,5 @@ void readers_free_all(struct daemon *d)
 	readers_reap(d);
 	procreg__u64map_free(&d->readers);
 	procreg__u64map_free(&d->uid_readers);
+	procreg__u64map_free(&d->uid_rpages);
 }
