@@ -680,6 +680,34 @@ static void test_old_version_refused(void **state)
 	assert_int_equal(procreg_lookup(c->n[1].reg, "anything", NULL), -ENOENT);
 }
 
+/* Connections that each send a frame of garbage and go: a line each in
+ * the log would let anyone who reaches the port fill it. A few lines a
+ * second at most, and one that says how many were held back. */
+static void test_unauthenticated_log_limited(void **state)
+{
+	struct cluster *c = *state;
+	int n = 1000, lines;
+
+	start_node(c, 0, NULL);
+	for (int i = 0; i < n; i++) {
+		int fd = th_dial(c->n[0].listen);
+		char buf[8] = { 8, 0, 0, 0, 99, 3, 0, 0 };
+
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, buf, sizeof(buf)), 8);
+		/* The daemon's close: no limit on connections applies. */
+		(void)!read(fd, buf, sizeof(buf));
+		close(fd);
+	}
+	lines = th_log_count(c->n[0].d.log, "malformed frame");
+	print_message("%d garbage connections: %d log lines\n", n, lines);
+	/* Ten lines a second: the test takes a few seconds at most. */
+	if (lines > n / 10)
+		fail_msg("%d log lines for %d unauthenticated connections", lines, n);
+	expect_log(c->n[0].d.log, "malformed frame");
+	expect_log(c->n[0].d.log, "more lines about unauthenticated connections held back");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -688,6 +716,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_proxy_injects_frame, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_passive_relay_sees_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_old_version_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unauthenticated_log_limited, setup, teardown),
 	};
+
+	/* TEST_FILTER=test_old_version_refused (a glob) runs one test. */
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
