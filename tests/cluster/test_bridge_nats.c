@@ -1338,6 +1338,72 @@ static void test_url_list(void **state)
 	expect_name(c->n[on == 0 ? 1 : 0].reg, "after-failover", getpid(), true);
 }
 
+/* A node with the cookie asks node a for its snapshot over and over,
+ * each request with a fresh counter (no replay): a builds the whole
+ * table on its thread for a snapshot, so it serves a sender's newest
+ * request only, one per tick at most, not one snapshot per request. The
+ * newest is answered (a resync still gets its snapshot). */
+static void test_snapreq_flood_coalesced(void **state)
+{
+	struct cluster *c = *state;
+	static struct fake k;
+	natsSubscription *inbox = NULL;
+	struct pr_env_key *key = NULL;
+	const int reqs = 400;
+	const uint64_t first = 1000, newest = first + reqs - 1;
+	uint64_t last = 0;
+	int answered = 0;
+	bool got_newest = false;
+
+	(void)fake_up(c, &k);
+	th_register_bulk(c->n[0].reg, "s", 2000, "0123456789abcdef");
+	assert_int_equal(natsConnection_SubscribeSync(&inbox, k.nc, "procreg.default.inbox.fake"),
+			 NATS_OK);
+	assert_int_equal(natsConnection_Flush(k.nc), NATS_OK);
+	for (int i = 0; i < reqs; i++) {
+		size_t n = envelope_t(k.env, sizeof(k.env), "procreg.default.snap.nodea",
+				      PR_ENV_SNAPREQ, first + (uint64_t)i, "fake", 7, ++k.ctr, NULL,
+				      0, COOKIE);
+
+		assert_int_equal(natsConnection_Publish(k.nc, "procreg.default.snap.nodea", k.env,
+							(int)n), NATS_OK);
+	}
+	assert_int_equal(natsConnection_Flush(k.nc), NATS_OK);
+	/* The answers (each a snapshot in one part or more, tagged with the
+	 * request's id), until the newest is answered and nothing more
+	 * comes. */
+	assert_int_equal(procreg__env_key_new((const uint8_t *)COOKIE, strlen(COOKIE), &key), 0);
+	for (;;) {
+		natsMsg *msg = NULL;
+		struct pr_env e;
+
+		if (natsSubscription_NextMsg(&msg, inbox, got_newest ? 1000 : WAIT_MS) != NATS_OK)
+			break;
+		assert_int_equal(procreg__env_open(key, natsMsg_GetSubject(msg),
+						   (const uint8_t *)natsMsg_GetData(msg),
+						   (size_t)natsMsg_GetDataLength(msg), &e), 0);
+		assert_int_equal(e.type, PR_ENV_SNAP);
+		assert_true(e.req >= first && e.req <= newest);
+		if (e.req != last)
+			answered++;
+		last = e.req;
+		got_newest |= e.req == newest;
+		natsMsg_Destroy(msg);
+	}
+	procreg__env_key_free(key);
+	natsSubscription_Destroy(inbox);
+	print_message("%d snapshot requests: %d answered\n", reqs, answered);
+	if (!got_newest)
+		fail_msg("the newest snapshot request was not answered");
+	if (answered > reqs / 4)
+		fail_msg("%d snapshots sent for %d requests from one node", answered, reqs);
+	expect_log(c->n[0].d.log, "node fake: snapshot request coalesced");
+	/* And node a serves its clients. */
+	assert_int_equal(procreg_register(c->n[0].reg, "after-flood", NULL, 0), 0);
+	natsSubscription_Destroy(k.req);
+	natsConnection_Destroy(k.nc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1350,6 +1416,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_forged_and_replayed_ignored, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_order_and_gaps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_part_lost, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_snapreq_flood_coalesced, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_auth, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nkey_auth, setup, teardown),
