@@ -1404,6 +1404,45 @@ static void test_snapreq_flood_coalesced(void **state)
 	natsConnection_Destroy(k.nc);
 }
 
+/* Node a keeps track of two other nodes here (PROCREG_TEST_PEERS_MAX):
+ * nodes with the cookie under throwaway names, each heard from once and
+ * then silent, do not shut out the nodes that come after them: one
+ * silent longer than a node may be makes room for node b, a real one. */
+static void test_peers_reused(void **state)
+{
+	struct cluster *c = *state;
+	natsConnection *nc;
+	uint8_t env[512];
+
+	setenv("PROCREG_TEST_PEERS_MAX", "2", 1);
+	start_node(c, 0);
+	unsetenv("PROCREG_TEST_PEERS_MAX");
+	nc = test_client(c, true);
+	assert_non_null(nc);
+	for (int i = 0; i < 2; i++) {
+		char name[16], subj[64];
+		uint8_t hb[64];
+		size_t pos = 0, n;
+
+		snprintf(name, sizeof(name), "ghost%d", i);
+		snprintf(subj, sizeof(subj), "procreg.default.node.%s", name);
+		assert_int_equal(procreg__bp_put_heartbeat(hb, sizeof(hb), &pos, 7, 0), 0);
+		n = envelope(env, sizeof(env), subj, name, 7, 1, hb, pos, COOKIE);
+		assert_int_equal(natsConnection_Publish(nc, subj, env, (int)n), NATS_OK);
+	}
+	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+	expect_log(c->n[0].d.log, "node ghost0: up");
+	expect_log(c->n[0].d.log, "node ghost1: up");
+	expect_log(c->n[0].d.log, "node ghost0: down (silent)");
+	expect_log(c->n[0].d.log, "node ghost1: down (silent)");
+	start_node(c, 1);
+	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
+	expect_name(c->n[0].reg, "on-b", getpid(), true);
+	assert_int_equal(procreg_register(c->n[0].reg, "on-a", NULL, 0), 0);
+	expect_name(c->n[1].reg, "on-a", getpid(), true);
+	natsConnection_Destroy(nc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1417,6 +1456,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_snapshot_order_and_gaps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_part_lost, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapreq_flood_coalesced, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peers_reused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_auth, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nkey_auth, setup, teardown),

@@ -93,7 +93,7 @@
 
 
 #define SUBJECT_MAX 384
-#define PEERS_MAX 4096
+#define PEERS_MAX 4096 /* nodes heard from, then one long silent makes room (peer_evict()) */
 #define QUEUE_MAX_BYTES (256u << 20) /* the daemon this far behind: drop, resync all */
 #define ITEMS_PER_DISPATCH 4096      /* the daemon's clients get a turn in between */
 #define SERVERS_MAX 64
@@ -157,6 +157,7 @@ struct nb {
 	struct pr_ratelimit pub_err_log;
 	struct peer *peers;
 	size_t npeers;
+	size_t peers_max;           /* PEERS_MAX; PROCREG_TEST_PEERS_MAX for tests */
 	uint8_t *out;               /* one envelope */
 	uint8_t *batch;             /* stream frames not yet published */
 	size_t batch_len;
@@ -267,6 +268,27 @@ static int snap_send(void *sctx, const uint8_t *frame, size_t len)
 
 /* ---- peers -------------------------------------------------------------- */
 
+/* The slot of a node heard from before, not up and silent for longer than
+ * a node may be (the one silent the longest), for another: NULL if there
+ * is none. What it forgets is the counters that kept the node's old
+ * messages from being replayed: one replayed now can at most bring up a
+ * node that then times out (see replayed()). */
+static struct peer *peer_evict(struct nb *m)
+{
+	uint64_t now = pr_mono_ns(), to = (uint64_t)m->c.timeout_ms * 1000000ull;
+	struct peer *old = NULL;
+
+	for (size_t i = 0; i < m->npeers; i++) {
+		struct peer *p = &m->peers[i];
+
+		if (p->up || p->snap_pending || now - p->last_rx_ns <= to)
+			continue;
+		if (!old || p->last_rx_ns < old->last_rx_ns)
+			old = p;
+	}
+	return old;
+}
+
 static struct peer *peer_get(struct nb *m, const char *name)
 {
 	struct peer *p;
@@ -274,9 +296,10 @@ static struct peer *peer_get(struct nb *m, const char *name)
 	for (size_t i = 0; i < m->npeers; i++)
 		if (!strcmp(m->peers[i].name, name))
 			return &m->peers[i];
-	if (m->npeers >= PEERS_MAX)
+	if (m->npeers < m->peers_max)
+		p = &m->peers[m->npeers++];
+	else if (!(p = peer_evict(m)))
 		return NULL;
-	p = &m->peers[m->npeers++];
 	memset(p, 0, sizeof(*p));
 	snprintf(p->name, sizeof(p->name), "%s", name);
 	return p;
@@ -1186,6 +1209,12 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	}
 	subject(m, m->my_stream, "node", m->node);
 	m->peers = calloc(PEERS_MAX, sizeof(*m->peers));
+	m->peers_max = PEERS_MAX;
+	if (getenv("PROCREG_TEST_PEERS_MAX")) {
+		m->peers_max = strtoull(getenv("PROCREG_TEST_PEERS_MAX"), NULL, 10);
+		if (m->peers_max < 1 || m->peers_max > PEERS_MAX)
+			m->peers_max = PEERS_MAX;
+	}
 	m->out = malloc(PR_ENV_MAX);
 	m->batch = malloc(PR_BP_FRAME_MAX);
 	m->epfd = epoll_create1(EPOLL_CLOEXEC);
