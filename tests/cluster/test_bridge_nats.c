@@ -1338,6 +1338,111 @@ static void test_url_list(void **state)
 	expect_name(c->n[on == 0 ? 1 : 0].reg, "after-failover", getpid(), true);
 }
 
+/* A node with the cookie asks node a for its snapshot over and over,
+ * each request with a fresh counter (no replay): a builds the whole
+ * table on its thread for a snapshot, so it serves a sender's newest
+ * request only, one per tick at most, not one snapshot per request. The
+ * newest is answered (a resync still gets its snapshot). */
+static void test_snapreq_flood_coalesced(void **state)
+{
+	struct cluster *c = *state;
+	static struct fake k;
+	natsSubscription *inbox = NULL;
+	struct pr_env_key *key = NULL;
+	const int reqs = 400;
+	const uint64_t first = 1000, newest = first + reqs - 1;
+	uint64_t last = 0;
+	int answered = 0;
+	bool got_newest = false;
+
+	(void)fake_up(c, &k);
+	th_register_bulk(c->n[0].reg, "s", 2000, "0123456789abcdef");
+	assert_int_equal(natsConnection_SubscribeSync(&inbox, k.nc, "procreg.default.inbox.fake"),
+			 NATS_OK);
+	assert_int_equal(natsConnection_Flush(k.nc), NATS_OK);
+	for (int i = 0; i < reqs; i++) {
+		size_t n = envelope_t(k.env, sizeof(k.env), "procreg.default.snap.nodea",
+				      PR_ENV_SNAPREQ, first + (uint64_t)i, "fake", 7, ++k.ctr, NULL,
+				      0, COOKIE);
+
+		assert_int_equal(natsConnection_Publish(k.nc, "procreg.default.snap.nodea", k.env,
+							(int)n), NATS_OK);
+	}
+	assert_int_equal(natsConnection_Flush(k.nc), NATS_OK);
+	/* The answers (each a snapshot in one part or more, tagged with the
+	 * request's id), until the newest is answered and nothing more
+	 * comes. */
+	assert_int_equal(procreg__env_key_new((const uint8_t *)COOKIE, strlen(COOKIE), &key), 0);
+	for (;;) {
+		natsMsg *msg = NULL;
+		struct pr_env e;
+
+		if (natsSubscription_NextMsg(&msg, inbox, got_newest ? 1000 : WAIT_MS) != NATS_OK)
+			break;
+		assert_int_equal(procreg__env_open(key, natsMsg_GetSubject(msg),
+						   (const uint8_t *)natsMsg_GetData(msg),
+						   (size_t)natsMsg_GetDataLength(msg), &e), 0);
+		assert_int_equal(e.type, PR_ENV_SNAP);
+		assert_true(e.req >= first && e.req <= newest);
+		if (e.req != last)
+			answered++;
+		last = e.req;
+		got_newest |= e.req == newest;
+		natsMsg_Destroy(msg);
+	}
+	procreg__env_key_free(key);
+	natsSubscription_Destroy(inbox);
+	print_message("%d snapshot requests: %d answered\n", reqs, answered);
+	if (!got_newest)
+		fail_msg("the newest snapshot request was not answered");
+	if (answered > reqs / 4)
+		fail_msg("%d snapshots sent for %d requests from one node", answered, reqs);
+	expect_log(c->n[0].d.log, "node fake: snapshot request coalesced");
+	/* And node a serves its clients. */
+	assert_int_equal(procreg_register(c->n[0].reg, "after-flood", NULL, 0), 0);
+	natsSubscription_Destroy(k.req);
+	natsConnection_Destroy(k.nc);
+}
+
+/* Node a keeps track of two other nodes here (PROCREG_TEST_PEERS_MAX):
+ * nodes with the cookie under throwaway names, each heard from once and
+ * then silent, do not shut out the nodes that come after them: one
+ * silent longer than a node may be makes room for node b, a real one. */
+static void test_peers_reused(void **state)
+{
+	struct cluster *c = *state;
+	natsConnection *nc;
+	uint8_t env[512];
+
+	setenv("PROCREG_TEST_PEERS_MAX", "2", 1);
+	start_node(c, 0);
+	unsetenv("PROCREG_TEST_PEERS_MAX");
+	nc = test_client(c, true);
+	assert_non_null(nc);
+	for (int i = 0; i < 2; i++) {
+		char name[16], subj[64];
+		uint8_t hb[64];
+		size_t pos = 0, n;
+
+		snprintf(name, sizeof(name), "ghost%d", i);
+		snprintf(subj, sizeof(subj), "procreg.default.node.%s", name);
+		assert_int_equal(procreg__bp_put_heartbeat(hb, sizeof(hb), &pos, 7, 0), 0);
+		n = envelope(env, sizeof(env), subj, name, 7, 1, hb, pos, COOKIE);
+		assert_int_equal(natsConnection_Publish(nc, subj, env, (int)n), NATS_OK);
+	}
+	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+	expect_log(c->n[0].d.log, "node ghost0: up");
+	expect_log(c->n[0].d.log, "node ghost1: up");
+	expect_log(c->n[0].d.log, "node ghost0: down (silent)");
+	expect_log(c->n[0].d.log, "node ghost1: down (silent)");
+	start_node(c, 1);
+	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
+	expect_name(c->n[0].reg, "on-b", getpid(), true);
+	assert_int_equal(procreg_register(c->n[0].reg, "on-a", NULL, 0), 0);
+	expect_name(c->n[1].reg, "on-a", getpid(), true);
+	natsConnection_Destroy(nc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1350,6 +1455,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_forged_and_replayed_ignored, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_order_and_gaps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_part_lost, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_snapreq_flood_coalesced, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peers_reused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_auth, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nkey_auth, setup, teardown),

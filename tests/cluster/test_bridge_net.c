@@ -680,6 +680,116 @@ static void test_old_version_refused(void **state)
 	assert_int_equal(procreg_lookup(c->n[1].reg, "anything", NULL), -ENOENT);
 }
 
+/* Connections that each send a frame of garbage and go: a line each in
+ * the log would let anyone who reaches the port fill it. A few lines a
+ * second at most, and one that says how many were held back. */
+static void test_unauthenticated_log_limited(void **state)
+{
+	struct cluster *c = *state;
+	int n = 1000, lines;
+
+	start_node(c, 0, NULL);
+	for (int i = 0; i < n; i++) {
+		int fd = th_dial(c->n[0].listen);
+		char buf[8] = { 8, 0, 0, 0, 99, 3, 0, 0 };
+
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, buf, sizeof(buf)), 8);
+		/* The daemon's close: no limit on connections applies. */
+		(void)!read(fd, buf, sizeof(buf));
+		close(fd);
+	}
+	lines = th_log_count(c->n[0].d.log, "malformed frame");
+	print_message("%d garbage connections: %d log lines\n", n, lines);
+	/* Ten lines a second: the test takes a few seconds at most. */
+	if (lines > n / 10)
+		fail_msg("%d log lines for %d unauthenticated connections", lines, n);
+	expect_log(c->n[0].d.log, "malformed frame");
+	expect_log(c->n[0].d.log, "more lines about unauthenticated connections held back");
+}
+
+/* Node FAKE (a node with the cookie, made by hand) comes up on node a
+ * with the snapshot holding NAME; true if a shows NAME as FAKE's within
+ * MS. */
+static bool fake_node_up(struct cluster *c, struct th_peer *p, const char *fake,
+			 const char *name, int ms)
+{
+	uint8_t buf[512], rec[512 + PR_BS_OVERHEAD];
+	size_t len;
+
+	/* A daemon that refuses the node may close before the handshake's
+	 * end: not up. */
+	if (th_peer_connect(p, c->n[0].listen, fake, 7, COOKIE))
+		return false;
+	len = th_fake_snap(buf, sizeof(buf), 7, 0, procreg__now_ns(),
+			   (const char *const[]){ name, NULL }, true);
+	assert_int_equal(procreg__bs_seal(p->bs, buf, len, rec), 0);
+	/* Not checked: a daemon that refused the node has closed. */
+	(void)!send(p->fd, rec, len + PR_BS_OVERHEAD, MSG_NOSIGNAL);
+	return th_name_within(c->n[0].reg, name, 99, true, ms);
+}
+
+/* The node NAME in node a's table: its node's name, per a's nodes. */
+static void expect_node_of(struct cluster *c, const char *name, const char *node)
+{
+	struct procreg_entry e = { .sz = sizeof(e) };
+	char got[64] = "";
+
+	assert_int_equal(procreg_lookup(c->n[0].reg, name, &e), 0);
+	assert_int_equal(procreg_node_name(c->n[0].reg, e.node, got, sizeof(got)), 0);
+	assert_string_equal(got, node);
+}
+
+/* Node ids are given back: a node gone (its grace over, its entries
+ * removed) leaves its id to the next new node, so that a node with the
+ * cookie coming up under name after name cannot use them all up and shut
+ * out every node after it. Ids of nodes up (or within their grace) are
+ * not taken. Node a's table of nodes made 2 long (PROCREG_TEST_NODES_MAX). */
+static void test_node_ids_reused(void **state)
+{
+	struct cluster *c = *state;
+	static struct th_peer keeper, ghost, extra;
+	const char *const env[] = { "PROCREG_TEST_NODES_MAX=2", "PROCREG_TEST_LINGER_MS=100", NULL };
+	char name[32], fake[32], line[96];
+
+	assert_int_equal(th_node_start(&c->n[0], c->cookie,
+				       (const char *const[]){ "--node-timeout-ms", "60000", NULL },
+				       env), 0);
+	/* Id 1: the keeper, up all along. */
+	assert_true(fake_node_up(c, &keeper, "keeper", "kept", WAIT_MS));
+	/* Id 2, for one node after another. */
+	for (int i = 0; i < 4; i++) {
+		snprintf(fake, sizeof(fake), "ghost%d", i);
+		snprintf(name, sizeof(name), "ghost%d-name", i);
+		if (!fake_node_up(c, &ghost, fake, name, WAIT_MS))
+			fail_msg("node %s (the %s new node, a node gone before it) was not taken", fake,
+				 i == 0 ? "2nd" : i == 1 ? "3rd" : "next");
+		expect_node_of(c, name, fake);
+		if (i == 3)
+			break;
+		th_peer_close(&ghost);
+		snprintf(line, sizeof(line), "bridge: node %s: 1 entries removed", fake);
+		expect_log(c->n[0].d.log, line);
+		th_expect_name(c->n[0].reg, name, 0, true, WAIT_MS);
+	}
+	/* Both ids are nodes' that are up: a third is refused, and neither
+	 * loses anything. */
+	assert_false(fake_node_up(c, &extra, "extra", "extra-name", 1000));
+	expect_log(c->n[0].d.log, "bridge: node extra refused");
+	th_peer_close(&extra);
+	expect_node_of(c, "kept", "keeper");
+	expect_node_of(c, "ghost3-name", "ghost3");
+	/* The last ghost gone, a real node b comes up in its place. */
+	th_peer_close(&ghost);
+	expect_log(c->n[0].d.log, "bridge: node ghost3: 1 entries removed");
+	start_node(c, 1, (const char *const[]){ "--peer", c->n[0].listen, NULL });
+	assert_int_equal(procreg_register(c->n[1].reg, "on-b", NULL, 0), 0);
+	th_expect_name(c->n[0].reg, "on-b", getpid(), true, WAIT_MS);
+	expect_node_of(c, "on-b", "nodeb");
+	expect_node_of(c, "kept", "keeper");
+	th_peer_close(&keeper);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -688,6 +798,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_proxy_injects_frame, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_passive_relay_sees_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_old_version_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unauthenticated_log_limited, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_node_ids_reused, setup, teardown),
 	};
+
+	/* TEST_FILTER=test_old_version_refused (a glob) runs one test. */
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,6 +66,11 @@
 #include "probes.h"
 #include "nodes_file.h"
 
+/* Node ids (a record's 16-bit node field): this many nodes known at
+ * once, up, lingering or gone. A gone node's id (its grace over, its
+ * entries removed) is given to a new node once the table and the shadows
+ * are seen not to refer to it (node_new()). PROCREG_TEST_NODES_MAX
+ * lowers it for tests. */
 #define NODES_MAX 4096
 #define HLC_MAX_AHEAD_NS (60 * 1000000000ull) /* a peer's stamp further ahead is not taken */
 /* A node whose connection went keeps its entries this long: a reconnect
@@ -124,6 +129,9 @@ struct node {
 	/* Up again, same incarnation: the records its snapshot confirmed. */
 	bool resync;
 	struct pr_u64map confirmed;
+	/* Gone (down, its grace over, its entries removed): the order it
+	 * went in (br->gone_seq), 0 while up or lingering. */
+	uint64_t gone_order;
 };
 
 /* Claims set aside, for all nodes: what a node may make this one keep by
@@ -163,6 +171,14 @@ struct bridge {
 	int64_t skew_ns;            /* PROCREG_TEST_CLOCK_SKEW_NS: a node whose clock is off */
 	struct node *nodes;         /* id = index + 1 */
 	size_t nnodes;
+	size_t nodes_max;           /* NODES_MAX */
+	/* Ids of gone nodes that nothing referred to when last looked
+	 * (node_new()), the oldest gone last. */
+	uint16_t free_ids[NODES_MAX];
+	size_t nfree;
+	uint64_t gone_seq;          /* nodes gone so far */
+	uint64_t ids_checked_at;    /* gone_seq when the free ids were last looked for */
+	struct pr_ratelimit full_log;   /* nodes refused: no id free */
 	uint64_t linger_ns;
 	/* Claims that lost a conflict, hashed by name (SHADOW_BUCKETS
 	 * chains, allocated with the first): a node may send as many as
@@ -688,6 +704,7 @@ static int apply(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 
 static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f);
 static void node_gone(struct bridge *br, struct node *n, uint16_t id);
+static void end_resync(struct node *n);
 static void finish_resync(struct bridge *br, struct node *n, uint16_t id);
 
 /* A frame in, timed for the bridge_in probe while it is traced. */
@@ -1047,19 +1064,109 @@ static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
 	return check_late(br, n, n->next_seq != next_seq || n->snap_part != snap_part);
 }
 
+/* ---- node ids ---------------------------------------------------------- */
+
+static bool node_is_gone(const struct node *n)
+{
+	return !n->up && !n->linger_until_ns && n->gone_order;
+}
+
+struct ids_used {
+	uint8_t bits[NODES_MAX / 8 + 1];
+};
+
+static void id_mark(struct ids_used *u, uint16_t id)
+{
+	if (id <= NODES_MAX)
+		u->bits[id / 8] |= (uint8_t)(1u << (id % 8));
+}
+
+static bool id_marked(const struct ids_used *u, uint16_t id)
+{
+	return id <= NODES_MAX && (u->bits[id / 8] & (1u << (id % 8)));
+}
+
+static int id_in_table(uint64_t off, const struct pr_record *r, void *arg)
+{
+	(void)off;
+	id_mark(arg, r->node);
+	return 0;
+}
+
+static int by_gone_order(const void *a, const void *b, void *arg)
+{
+	const struct bridge *br = arg;
+	uint64_t x = br->nodes[*(const uint16_t *)a - 1].gone_order,
+		 y = br->nodes[*(const uint16_t *)b - 1].gone_order;
+
+	return x < y ? 1 : x > y ? -1 : 0; /* newest first: the oldest is popped first */
+}
+
+/* The ids of gone nodes that no record in the table and no shadow refers
+ * to, into br->free_ids. One walk of the table, done only when a new
+ * node finds every id taken and some node went since the last one: a
+ * walk finds every gone node's id at once. */
+static void find_free_ids(struct bridge *br)
+{
+	struct ids_used used;
+
+	memset(&used, 0, sizeof(used));
+	br->nfree = 0;
+	br->ids_checked_at = br->gone_seq;
+	if (procreg__w_walk(&br->d->w, id_in_table, &used) != 0)
+		return; /* not seen whole: none taken */
+	for (size_t i = 0; br->shadows && i < SHADOW_BUCKETS; i++)
+		for (const struct shadow *s = br->shadows[i]; s; s = s->next)
+			id_mark(&used, s->id);
+	for (size_t i = 0; i < br->nnodes; i++)
+		if (node_is_gone(&br->nodes[i]) && !id_marked(&used, (uint16_t)(i + 1)))
+			br->free_ids[br->nfree++] = (uint16_t)(i + 1);
+	qsort_r(br->free_ids, br->nfree, sizeof(br->free_ids[0]), by_gone_order, br);
+}
+
+/* A slot for the node NAME, first seen: a fresh id while there are some,
+ * then the id of the node gone the longest that nothing refers to; NULL
+ * if every id is a node's that is up or lingering. */
+static struct node *node_new(struct bridge *br, const char *name, uint16_t *id)
+{
+	struct node *n = NULL;
+
+	if (br->nnodes < br->nodes_max) {
+		*id = (uint16_t)++br->nnodes;
+		n = &br->nodes[*id - 1];
+	} else {
+		if (!br->nfree && br->ids_checked_at != br->gone_seq)
+			find_free_ids(br);
+		while (br->nfree && !n) {
+			*id = br->free_ids[--br->nfree];
+			/* Back since (it kept its id), or gone again: then
+			 * its entries were removed again. */
+			if (node_is_gone(&br->nodes[*id - 1]))
+				n = &br->nodes[*id - 1];
+		}
+		if (!n)
+			return NULL;
+		log_at(LOG_INFO, "bridge: node id %u: node %s's (gone), now node %s's", (unsigned)*id,
+		       n->name, name);
+		hold_reset(br, n);
+		end_resync(n);
+	}
+	memset(n, 0, sizeof(*n));
+	snprintf(n->name, sizeof(n->name), "%s", name);
+	return n;
+}
+
 static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *addr)
 {
 	struct bridge *br = ctx;
 	uint16_t id;
 	struct node *n = node_by_name(br, name, &id);
 
-	if (!n) {
-		if (br->nnodes >= NODES_MAX)
-			return -ENOSPC;
-		n = &br->nodes[br->nnodes++];
-		id = (uint16_t)br->nnodes;
-		memset(n, 0, sizeof(*n));
-		snprintf(n->name, sizeof(n->name), "%s", name);
+	if (!n && !(n = node_new(br, name, &id))) {
+		log_limited(&br->full_log, "nodes refused",
+			    "bridge: node %s refused: %zu nodes known, each up or within its grace",
+			    name, br->nnodes);
+		return -ENOSPC;
 	}
 	if (n->up)
 		return -EEXIST;
@@ -1073,6 +1180,7 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 	}
 	hold_reset(br, n);
 	n->up = true;
+	n->gone_order = 0;
 	n->synced = false;
 	n->snap_part = 0;
 	n->snap_seq = 0;
@@ -1131,8 +1239,11 @@ static void node_gone(struct bridge *br, struct node *n, uint16_t id)
 	br->nodes_down++;
 	removed = remove_entries(br, id, back ? &n->confirmed : NULL, true);
 	end_resync(n);
-	if (!back)
+	if (!back) {
 		shadow_drop_node(br, id);
+		if (!n->up)
+			n->gone_order = ++br->gone_seq; /* its id may go to another */
+	}
 	PR_TRACE(procregd, bridge_node, n->name, 0, n->incarnation, removed);
 	log_notice("bridge: node %s: %llu entries removed", n->name, (unsigned long long)removed);
 }
@@ -1415,6 +1526,12 @@ int bridge_start(struct daemon *d)
 		return -EINVAL;
 	}
 	snprintf(br->node, sizeof(br->node), "%s", d->o.node);
+	br->nodes_max = NODES_MAX;
+	if (getenv("PROCREG_TEST_NODES_MAX")) {
+		br->nodes_max = strtoull(getenv("PROCREG_TEST_NODES_MAX"), NULL, 10);
+		if (br->nodes_max < 1 || br->nodes_max > NODES_MAX)
+			br->nodes_max = NODES_MAX;
+	}
 	br->linger_ns = LINGER_NS;
 	if (getenv("PROCREG_TEST_LINGER_MS"))
 		br->linger_ns = strtoull(getenv("PROCREG_TEST_LINGER_MS"), NULL, 10) * 1000000ull;

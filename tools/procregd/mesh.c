@@ -90,6 +90,7 @@
 #define HANDSHAKES_MAX 64
 #define ADDRS_MAX 8                 /* of one name's answer, tried in turn */
 #define RESOLVE_LOG_NS (60 * 1000000000ull) /* a name that keeps failing: a line a minute */
+#define UNAUTH_LINES 10               /* a second, about connections never authenticated */
 
 enum conn_state { C_CONNECTING, C_HANDSHAKE, C_UP };
 enum obj_kind { O_LISTEN, O_TIMER, O_CONN, O_RESOLVED };
@@ -106,6 +107,7 @@ struct conn {
 	enum conn_state state;
 	bool outbound;
 	bool dead;
+	bool authed;                  /* its handshake done: a node with the cookie */
 	struct target *target;        /* outbound: what we dialed */
 	char remote[PR_BP_ADDR_MAX + 1]; /* the address dialed or accepted from, for the log */
 	struct sockaddr_storage dialed;   /* outbound: the address dialed */
@@ -190,6 +192,11 @@ struct mesh {
 	int epfd, lfd, tfd;
 	int spare;                    /* given up to take a connection when out of fds */
 	struct pr_ratelimit refused_log;
+	/* Lines about accepted connections that never authenticated: anyone
+	 * who reaches the port causes them (unauth_pass()). */
+	uint64_t unauth_since_ns;     /* this second's start */
+	unsigned unauth_lines;        /* lines logged in it */
+	uint64_t unauth_held;         /* lines held back since the last said so */
 	struct obj listen_o, timer_o;
 	struct conn *conns;
 	size_t nconns;
@@ -392,6 +399,41 @@ static void backoff(struct target *t)
 	t->backoff_ms = t->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : t->backoff_ms * 2;
 }
 
+/* A new second for the lines about unauthenticated connections (at
+ * NOW, if the last one is over): how many were held back in it, said. */
+static void unauth_second(struct mesh *m, uint64_t now)
+{
+	if (now - m->unauth_since_ns < 1000000000ull)
+		return;
+	if (m->unauth_held)
+		pr_bridge_log(&m->up, LOG_WARNING,
+			      "bridge: (%llu more lines about unauthenticated connections held back)",
+			      (unsigned long long)m->unauth_held);
+	m->unauth_since_ns = now;
+	m->unauth_lines = 0;
+	m->unauth_held = 0;
+}
+
+/* Whether a line at LEVEL about connection C may go to the log. One
+ * about a connection accepted here that never authenticated (garbage, a
+ * wrong cookie, a handshake never finished) is anyone's to cause, a line
+ * per connection: UNAUTH_LINES of those a second at most, then a line
+ * (once the second is over) that says how many were held back. Debug
+ * lines (asked for) and lines about our own dials (the dial schedule
+ * bounds them) are not limited. */
+static bool unauth_pass(struct mesh *m, const struct conn *c, int level)
+{
+	if (c->outbound || c->state == C_UP || c->authed || level >= LOG_DEBUG)
+		return true;
+	unauth_second(m, now_ns());
+	if (m->unauth_lines < UNAUTH_LINES) {
+		m->unauth_lines++;
+		return true;
+	}
+	m->unauth_held++;
+	return false;
+}
+
 /* End connection C, saying WHY (NULL: quietly) at LEVEL: LOG_WARNING
  * for a fault (conn_kill()), LOG_NOTICE for a node that goes down in the
  * ordinary way (closed, silent, replaced), LOG_DEBUG for a connection
@@ -408,7 +450,7 @@ static void conn_kill_at(struct mesh *m, struct conn *c, int level, const char *
 	if (c->state == C_UP) {
 		pr_bridge_log(&m->up, level, "bridge: node %s: down (%s)", c->peer, why);
 		m->up.node_down(m->up.ctx, c->peer);
-	} else if (why) {
+	} else if (why && unauth_pass(m, c, level)) {
 		pr_bridge_log(&m->up, level, "bridge: connection %s %s%s%s%s: dropped (%s)",
 			      c->outbound ? "to" : "from", c->remote, c->peer[0] ? " (node " : "",
 			      c->peer, c->peer[0] ? ")" : "", why);
@@ -839,6 +881,7 @@ static void established(struct mesh *m, struct conn *c)
 {
 	struct conn *old = up_conn(m, c->peer);
 
+	c->authed = true;
 	if (c->target) {
 		snprintf(c->target->seen, sizeof(c->target->seen), "%s", c->peer);
 		/* A node with the cookie is there: whichever connection stays. */
@@ -1004,9 +1047,11 @@ static void on_handshake(struct mesh *m, struct conn *c, const uint8_t *raw,
 		       "it is this node");
 		return;
 	case -EACCES:
-		pr_bridge_log(&m->up, LOG_WARNING, "bridge: connection %s %s (node %s): "
-			      "authentication failed (another cookie, or a proof made for another "
-			      "connection)", c->outbound ? "to" : "from", c->remote, c->peer);
+		if (unauth_pass(m, c, LOG_WARNING))
+			pr_bridge_log(&m->up, LOG_WARNING, "bridge: connection %s %s (node %s): "
+				      "authentication failed (another cookie, or a proof made for "
+				      "another connection)", c->outbound ? "to" : "from", c->remote,
+				      c->peer);
 		refuse(m, c, PR_BP_REFUSE_AUTH, "authentication failed", NULL);
 		return;
 	case -EPROTO:
@@ -1053,10 +1098,11 @@ static void other_version(struct mesh *m, struct conn *c, const struct pr_bp_fra
 
 	snprintf(text, sizeof(text), "this node speaks bridge protocol version %u, not %u",
 		 PR_BP_VERSION, f->version);
-	pr_bridge_log(&m->up, LOG_WARNING, "bridge: connection %s %s: the other side speaks bridge "
-		      "protocol version %u, this node version %u: refused (run one version on "
-		      "every node)", c->outbound ? "to" : "from", c->remote, f->version,
-		      PR_BP_VERSION);
+	if (unauth_pass(m, c, LOG_WARNING))
+		pr_bridge_log(&m->up, LOG_WARNING, "bridge: connection %s %s: the other side speaks "
+			      "bridge protocol version %u, this node version %u: refused (run one "
+			      "version on every node)", c->outbound ? "to" : "from", c->remote,
+			      f->version, PR_BP_VERSION);
 	refuse(m, c, PR_BP_REFUSE_VERSION, text, NULL);
 }
 
@@ -1276,6 +1322,9 @@ static void tick(struct mesh *m)
 
 	if (read(m->tfd, &x, sizeof(x)) < 0 && errno != EAGAIN)
 		return;
+	/* Lines held back in a second that is over: said now. */
+	if (m->unauth_held)
+		unauth_second(m, now);
 	for (struct conn *c = m->conns; c; c = c->next) {
 		if (c->dead)
 			continue;

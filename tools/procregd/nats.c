@@ -93,7 +93,7 @@
 
 
 #define SUBJECT_MAX 384
-#define PEERS_MAX 4096
+#define PEERS_MAX 4096 /* nodes heard from, then one long silent makes room (peer_evict()) */
 #define QUEUE_MAX_BYTES (256u << 20) /* the daemon this far behind: drop, resync all */
 #define ITEMS_PER_DISPATCH 4096      /* the daemon's clients get a turn in between */
 #define SERVERS_MAX 64
@@ -119,6 +119,10 @@ struct peer {
 	uint64_t ctr[PR_ENV_TYPES];      /* newest counter seen per type: no replays */
 	uint64_t ctr_max;           /* newest counter seen, any incarnation */
 	uint64_t bytes_in;
+	/* Its request for our snapshot (serve_snapshot()). */
+	bool snap_pending;          /* one not served yet */
+	uint64_t snap_req;          /* its id: the newest (an older one is moot) */
+	uint64_t snap_served_ns;    /* when it was last sent one (0: never) */
 };
 
 struct nb {
@@ -153,12 +157,19 @@ struct nb {
 	struct pr_ratelimit pub_err_log;
 	struct peer *peers;
 	size_t npeers;
+	size_t peers_max;           /* PEERS_MAX; PROCREG_TEST_PEERS_MAX for tests */
 	uint8_t *out;               /* one envelope */
 	uint8_t *batch;             /* stream frames not yet published */
 	size_t batch_len;
 	uint64_t bytes_out;
 	uint64_t serving_req;       /* while a snapshot goes out */
 	char serving_to[SUBJECT_MAX];
+	/* Snapshot requests waiting (serve_snapshot()). */
+	size_t snap_waiting;        /* peers with one */
+	size_t snap_next;           /* where the next look for one starts */
+	uint64_t snap_gap_ns;       /* one sender is sent a snapshot this often at most */
+	uint64_t snapreq_coalesced;
+	struct pr_ratelimit snapreq_log;
 };
 
 /* NAME as one subject token: '.' (allowed in node and scope names,
@@ -257,6 +268,27 @@ static int snap_send(void *sctx, const uint8_t *frame, size_t len)
 
 /* ---- peers -------------------------------------------------------------- */
 
+/* The slot of a node heard from before, not up and silent for longer than
+ * a node may be (the one silent the longest), for another: NULL if there
+ * is none. What it forgets is the counters that kept the node's old
+ * messages from being replayed: one replayed now can at most bring up a
+ * node that then times out (see replayed()). */
+static struct peer *peer_evict(struct nb *m)
+{
+	uint64_t now = pr_mono_ns(), to = (uint64_t)m->c.timeout_ms * 1000000ull;
+	struct peer *old = NULL;
+
+	for (size_t i = 0; i < m->npeers; i++) {
+		struct peer *p = &m->peers[i];
+
+		if (p->up || p->snap_pending || now - p->last_rx_ns <= to)
+			continue;
+		if (!old || p->last_rx_ns < old->last_rx_ns)
+			old = p;
+	}
+	return old;
+}
+
 static struct peer *peer_get(struct nb *m, const char *name)
 {
 	struct peer *p;
@@ -264,9 +296,10 @@ static struct peer *peer_get(struct nb *m, const char *name)
 	for (size_t i = 0; i < m->npeers; i++)
 		if (!strcmp(m->peers[i].name, name))
 			return &m->peers[i];
-	if (m->npeers >= PEERS_MAX)
+	if (m->npeers < m->peers_max)
+		p = &m->peers[m->npeers++];
+	else if (!(p = peer_evict(m)))
 		return NULL;
-	p = &m->peers[m->npeers++];
 	memset(p, 0, sizeof(*p));
 	snprintf(p->name, sizeof(p->name), "%s", name);
 	return p;
@@ -466,15 +499,57 @@ static void on_stream(struct nb *m, struct peer *p, const struct pr_env *e)
 	}
 }
 
-/* SENDER asks for our snapshot: it goes to its inbox, tagged with the
- * request's id. */
-static void on_snapreq(struct nb *m, const struct peer *sender, const struct pr_env *e)
+/* SENDER asks for our snapshot: it will go to its inbox, tagged with
+ * the request's id (serve_snapshot()). A snapshot is the whole table,
+ * built and published on the daemon's thread: a node with the cookie
+ * that sends requests as fast as it can must not have one built for
+ * each. So a sender has one request waiting at most, its newest (the
+ * answer to an older one it would ignore), and serve_snapshot() sends
+ * one snapshot per dispatch, to one sender once a tick at most. */
+static void on_snapreq(struct nb *m, struct peer *sender, const struct pr_env *e)
 {
-	subject(m, m->serving_to, "inbox", sender->name);
-	m->serving_req = e->req;
-	if (m->up.snapshot(m->up.ctx, snap_send, m) < 0)
-		pr_bridge_log(&m->up, LOG_WARNING,
-			      "bridge: node %s: snapshot not sent", sender->name);
+	if (sender->snap_pending) {
+		m->snapreq_coalesced++;
+		if (pr_ratelimit_pass(&m->snapreq_log, pr_mono_ns(), NULL))
+			pr_bridge_log(&m->up, LOG_NOTICE,
+				      "bridge: node %s: snapshot request coalesced with one not "
+				      "served yet (%llu so far)", sender->name,
+				      (unsigned long long)m->snapreq_coalesced);
+	} else {
+		sender->snap_pending = true;
+		m->snap_waiting++;
+	}
+	sender->snap_req = e->req;
+}
+
+/* One waiting snapshot request served, if any is due (its sender not
+ * sent one in the last snap_gap_ns), taking the senders in turn: whether
+ * it served one and more wait. */
+static bool serve_snapshot(struct nb *m)
+{
+	uint64_t now;
+
+	if (!m->snap_waiting)
+		return false;
+	now = pr_mono_ns();
+	for (size_t k = 0; k < m->npeers; k++) {
+		size_t i = (m->snap_next + k) % m->npeers;
+		struct peer *p = &m->peers[i];
+
+		if (!p->snap_pending || (p->snap_served_ns && now - p->snap_served_ns < m->snap_gap_ns))
+			continue;
+		p->snap_pending = false;
+		p->snap_served_ns = now;
+		m->snap_waiting--;
+		m->snap_next = i + 1;
+		subject(m, m->serving_to, "inbox", p->name);
+		m->serving_req = p->snap_req;
+		if (m->up.snapshot(m->up.ctx, snap_send, m) < 0)
+			pr_bridge_log(&m->up, LOG_WARNING,
+				      "bridge: node %s: snapshot not sent", p->name);
+		return m->snap_waiting > 0;
+	}
+	return false;
 }
 
 /* A part of P's snapshot, answering request E->req. */
@@ -644,8 +719,15 @@ static void nb_dispatch(void *b)
 				if (m->peers[i].up)
 					resync(m, &m->peers[i], "messages lost");
 		}
-		if (!it)
+		if (!it) {
+			/* Nothing more queued: a snapshot, and another
+			 * dispatch soon if more wait. */
+			if (serve_snapshot(m)) {
+				x = 1;
+				(void)!write(m->efd, &x, sizeof(x));
+			}
 			return;
+		}
 		switch (it->kind) {
 		case I_MSG:
 			on_message(m, natsMsg_GetSubject(it->msg),
@@ -698,6 +780,7 @@ static void nb_dispatch(void *b)
 		free(it);
 	}
 	/* More left: come back after the daemon's other work. */
+	serve_snapshot(m);
 	x = 1;
 	(void)!write(m->efd, &x, sizeof(x));
 }
@@ -1126,6 +1209,12 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	}
 	subject(m, m->my_stream, "node", m->node);
 	m->peers = calloc(PEERS_MAX, sizeof(*m->peers));
+	m->peers_max = PEERS_MAX;
+	if (getenv("PROCREG_TEST_PEERS_MAX")) {
+		m->peers_max = strtoull(getenv("PROCREG_TEST_PEERS_MAX"), NULL, 10);
+		if (m->peers_max < 1 || m->peers_max > PEERS_MAX)
+			m->peers_max = PEERS_MAX;
+	}
 	m->out = malloc(PR_ENV_MAX);
 	m->batch = malloc(PR_BP_FRAME_MAX);
 	m->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -1137,6 +1226,7 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	/* Heartbeats and timeouts at a quarter of a heartbeat's grain. */
 	tick_ms = m->c.heartbeat_ms / 4;
 	tick_ms = tick_ms < 10 ? 10 : tick_ms > 250 ? 250 : tick_ms;
+	m->snap_gap_ns = (uint64_t)tick_ms * 1000000ull;
 	its = (struct itimerspec){ { tick_ms / 1000, (long)(tick_ms % 1000) * 1000000L },
 				   { tick_ms / 1000, (long)(tick_ms % 1000) * 1000000L } };
 	if (timerfd_settime(m->tfd, 0, &its, NULL) < 0 ||
