@@ -18,9 +18,11 @@
  * process (pid and start time), it ends the membership when it runs out,
  * as a leave would; only the member process renews it.
  *
- * Both are few in practice (contested names, leased names), so they are
- * plain lists; while both are empty, a registration or a death costs
- * nothing here.
+ * Both are found by hash: a queue by its name, a lease by its name and,
+ * for a membership's, its member (pid and start time). Names are chosen
+ * by clients, any uid's, so the hash is keyed with a secret of this
+ * daemon's (SipHash): nobody can choose names that share a chain. While
+ * both are empty, a registration or a death costs nothing here.
  *
  * The journal. The table keeps the names; only this file knows who is in
  * line and when a lease runs out. So that a daemon restarted after a crash
@@ -51,11 +53,137 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
 #include "proto.h"
+
+/* ---- keyed hash tables -------------------------------------------------
+ *
+ * Chained, the chain's links inside the entries (struct hnode first in
+ * each). The buckets double when there are more entries than buckets,
+ * and halve when there are eight times fewer; a table that cannot grow
+ * (no memory) keeps working with longer chains.
+ */
+
+struct hnode {
+	struct hnode *next;
+	uint64_t hash;
+};
+
+struct htab {
+	struct hnode **b;
+	size_t cap, n;            /* buckets (0 or a power of two), entries */
+};
+
+#define HT_MIN 64
+
+static void ht_resize(struct htab *t, size_t cap)
+{
+	struct hnode **b = calloc(cap, sizeof(*b));
+
+	if (!b)
+		return;
+	for (size_t i = 0; i < t->cap; i++) {
+		while (t->b[i]) {
+			struct hnode *e = t->b[i];
+
+			t->b[i] = e->next;
+			e->next = b[e->hash & (cap - 1)];
+			b[e->hash & (cap - 1)] = e;
+		}
+	}
+	free(t->b);
+	t->b = b;
+	t->cap = cap;
+}
+
+/* The first entry of HASH's chain (the caller compares keys). */
+static struct hnode *ht_chain(const struct htab *t, uint64_t hash)
+{
+	return t->cap ? t->b[hash & (t->cap - 1)] : NULL;
+}
+
+/* Add E (its hash set): 0, or -ENOMEM if the table has no buckets yet
+ * and none can be had. */
+static int ht_add(struct htab *t, struct hnode *e)
+{
+	size_t i;
+
+	if (t->n + 1 > t->cap)
+		ht_resize(t, t->cap ? t->cap * 2 : HT_MIN);
+	if (!t->cap)
+		return -ENOMEM;
+	i = e->hash & (t->cap - 1);
+	e->next = t->b[i];
+	t->b[i] = e;
+	t->n++;
+	return 0;
+}
+
+static void ht_del(struct htab *t, struct hnode *e)
+{
+	struct hnode **pp = &t->b[e->hash & (t->cap - 1)];
+
+	while (*pp != e)
+		pp = &(*pp)->next;
+	*pp = e->next;
+	t->n--;
+	if (t->cap > HT_MIN && t->n < t->cap / 8)
+		ht_resize(t, t->cap / 2);
+}
+
+/* Every entry of T, as E (of type TYPE, its hnode first): none may be
+ * added or removed meanwhile. */
+#define HT_EACH(t, type, e)                                                              \
+	for (size_t ht_i_ = 0; ht_i_ < (t)->cap; ht_i_++)                                 \
+		for (type *e = (type *)(t)->b[ht_i_]; e; e = (type *)((struct hnode *)e)->next)
+
+/* SipHash-2-4 of the N bytes at P with key K: a secret of this daemon's,
+ * so that clients cannot pick names that collide. */
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                               \
+	do {                                                                   \
+		v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);      \
+		v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                         \
+		v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                         \
+		v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);      \
+	} while (0)
+
+static uint64_t siphash(const uint64_t k[2], const uint8_t *p, size_t n)
+{
+	uint64_t v0 = k[0] ^ 0x736f6d6570736575ull, v1 = k[1] ^ 0x646f72616e646f6dull;
+	uint64_t v2 = k[0] ^ 0x6c7967656e657261ull, v3 = k[1] ^ 0x7465646279746573ull;
+	uint64_t m, b = (uint64_t)n << 56;
+	size_t i;
+
+	for (i = 0; i + 8 <= n; i += 8) {
+		m = 0;
+		for (int j = 0; j < 8; j++)
+			m |= (uint64_t)p[i + j] << (8 * j);
+		v3 ^= m;
+		SIPROUND;
+		SIPROUND;
+		v0 ^= m;
+	}
+	for (int j = 0; i + (size_t)j < n; j++)
+		b |= (uint64_t)p[i + (size_t)j] << (8 * j);
+	v3 ^= b;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= b;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* ---- queues and leases -------------------------------------------------- */
 
 struct waiter {
 	struct waiter *next;
@@ -68,27 +196,28 @@ struct waiter {
 };
 
 struct queue {
-	struct queue *next;
+	struct hnode h;           /* in owners->queues, by name */
 	struct waiter *head;
 	uint16_t len;
-	char name[PROCREG_NAME_MAX + 1];
+	char name[];              /* len bytes and a NUL */
 };
 
 struct lease {
-	struct lease *next;
+	struct hnode h;           /* in owners->leases, by name, pid and start */
 	uint64_t ttl_ns, deadline_ns;
 	bool mark;       /* mark unhealthy instead of releasing */
 	bool expired;    /* marked: waiting for a refresh */
 	int32_t pid;     /* a membership's member (0: the lease of a name) */
 	uint64_t start;  /* its start time */
 	uint16_t len;
-	char name[PROCREG_NAME_MAX + 1];
+	char name[];     /* len bytes and a NUL */
 };
 
 /* The daemon's owners state: only this file reads or writes it. */
 struct owners {
-	struct queue *queues;
-	struct lease *leases;
+	struct htab queues;       /* struct queue */
+	struct htab leases;       /* struct lease */
+	uint64_t key[2];          /* the hashes' (secret) */
 	int fd;                   /* the journal, when open */
 	bool open;
 	uint64_t bytes;           /* its length */
@@ -98,12 +227,39 @@ struct owners {
 	bool full;                /* no room for it, as last logged */
 };
 
+static uint64_t queue_hash(const struct owners *o, const char *name, size_t len)
+{
+	return siphash(o->key, (const uint8_t *)name, len);
+}
+
+static uint64_t lease_hash(const struct owners *o, const char *name, size_t len, int32_t pid,
+			   uint64_t start)
+{
+	uint8_t buf[PROCREG_NAME_MAX + sizeof(pid) + sizeof(start)];
+
+	memcpy(buf, name, len);
+	memcpy(buf + len, &pid, sizeof(pid));
+	memcpy(buf + len + sizeof(pid), &start, sizeof(start));
+	return siphash(o->key, buf, len + sizeof(pid) + sizeof(start));
+}
+
 int owners_new(struct daemon *d)
 {
 	d->owners = calloc(1, sizeof(*d->owners));
 	if (!d->owners)
 		return -ENOMEM;
 	d->owners->fd = -1;
+	/* The key: secret, else a client could make every name it chooses
+	 * land in one chain. Without the kernel's (too early at boot to
+	 * block for it), the clock and our pid, which are harder to guess. */
+	if (getrandom(d->owners->key, sizeof(d->owners->key), GRND_NONBLOCK) !=
+	    (ssize_t)sizeof(d->owners->key)) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		d->owners->key[0] = pr_mix((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30));
+		d->owners->key[1] = pr_mix(procreg__mono_ns() ^ (uint64_t)getpid());
+	}
 	return 0;
 }
 
@@ -143,6 +299,9 @@ struct jrec {
 };
 
 #define JREC_MAX (sizeof(struct jrec) + PROCREG_NAME_MAX + PROCREG_META_MAX)
+
+/* A marked lease whose name could not be marked is tried again after this. */
+#define LEASE_RETRY_NS (100 * 1000000ull)
 
 static uint32_t fnv1a(const uint8_t *p, size_t n)
 {
@@ -263,9 +422,9 @@ static uint64_t owed_now(const struct daemon *d)
 {
 	uint64_t owed = 0;
 
-	for (const struct lease *l = d->owners->leases; l; l = l->next)
+	HT_EACH(&d->owners->leases, const struct lease, l)
 		owed += removal_cost(l->len);
-	for (const struct queue *q = d->owners->queues; q; q = q->next)
+	HT_EACH(&d->owners->queues, const struct queue, q)
 		for (const struct waiter *w = q->head; w; w = w->next)
 			owed += place_cost(q->len);
 	return owed;
@@ -317,34 +476,52 @@ static bool same_name(const char *a, size_t alen, const char *b, size_t blen)
 	return alen == blen && !memcmp(a, b, alen);
 }
 
-static struct queue **find_queue(struct daemon *d, const char *name, size_t len)
+static struct queue *find_queue(const struct daemon *d, const char *name, size_t len)
 {
-	struct queue **q;
+	uint64_t hash;
 
-	for (q = &d->owners->queues; *q; q = &(*q)->next)
-		if (same_name((*q)->name, (*q)->len, name, len))
-			break;
-	return q;
+	if (!d->owners->queues.n)
+		return NULL;
+	hash = queue_hash(d->owners, name, len);
+	for (struct hnode *e = ht_chain(&d->owners->queues, hash); e; e = e->next) {
+		struct queue *q = (struct queue *)e;
+
+		if (e->hash == hash && same_name(q->name, q->len, name, len))
+			return q;
+	}
+	return NULL;
 }
 
 /* The lease of name NAME (PID 0), or of PID's membership of group NAME. */
-static struct lease **find_lease(struct daemon *d, const char *name, size_t len, int32_t pid,
-				 uint64_t start)
+static struct lease *find_lease(const struct daemon *d, const char *name, size_t len, int32_t pid,
+				uint64_t start)
 {
-	struct lease **l;
+	uint64_t hash;
 
-	for (l = &d->owners->leases; *l; l = &(*l)->next)
-		if ((*l)->pid == pid && (*l)->start == start &&
-		    same_name((*l)->name, (*l)->len, name, len))
-			break;
-	return l;
+	if (!d->owners->leases.n)
+		return NULL;
+	hash = lease_hash(d->owners, name, len, pid, start);
+	for (struct hnode *e = ht_chain(&d->owners->leases, hash); e; e = e->next) {
+		struct lease *l = (struct lease *)e;
+
+		if (e->hash == hash && l->pid == pid && l->start == start &&
+		    same_name(l->name, l->len, name, len))
+			return l;
+	}
+	return NULL;
+}
+
+static void queue_drop(struct daemon *d, struct queue *q)
+{
+	ht_del(&d->owners->queues, &q->h);
+	free(q);
 }
 
 bool owners_interested(const struct daemon *d, const char *name, size_t len)
 {
-	if (!d->owners->queues && !d->owners->leases)
+	if (!d->owners->queues.n && !d->owners->leases.n)
 		return false;
-	return *find_queue((struct daemon *)d, name, len) || *find_lease((struct daemon *)d, name, len, 0, 0);
+	return find_queue(d, name, len) || find_lease(d, name, len, 0, 0);
 }
 
 /* P takes (DELTA 1) or gives up (-1) a place in a line: it counts as a
@@ -358,7 +535,7 @@ static void place_taken(struct daemon *d, struct proc *p, int delta)
 int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		   const struct reg_request *rq)
 {
-	struct queue **qp = find_queue(d, rq->name, rq->name_len), *q = *qp;
+	struct queue *q = find_queue(d, rq->name, rq->name_len);
 	struct waiter *w, **wp = NULL;
 
 	/* Asking again keeps one's place, with the newer metadata. */
@@ -374,20 +551,22 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 	if (owners_room(d))
 		return -ENOSPC;
 	if (!q) {
-		q = calloc(1, sizeof(*q));
+		q = calloc(1, sizeof(*q) + rq->name_len + 1);
 		if (!q)
 			return -ENOMEM;
 		q->len = (uint16_t)rq->name_len;
 		memcpy(q->name, rq->name, rq->name_len);
-		*qp = q;
+		q->h.hash = queue_hash(d->owners, q->name, q->len);
+		if (ht_add(&d->owners->queues, &q->h) < 0) {
+			free(q);
+			return -ENOMEM;
+		}
 		wp = &q->head;
 	}
 	w = malloc(sizeof(*w) + rq->meta_len);
 	if (!w) {
-		if (!q->head) {
-			*qp = q->next;
-			free(q);
-		}
+		if (!q->head)
+			queue_drop(d, q);
 		return -ENOMEM;
 	}
 	w->p = p;
@@ -416,43 +595,46 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 
 void owners_proc_gone(struct daemon *d, struct proc *p)
 {
-	struct queue **qp = &d->owners->queues;
 	struct jrec f = { .pid = p->pid, .start = p->start };
 
 	if (!p->waiting)
 		return;
-	while (*qp) {
-		struct queue *q = *qp;
+	/* Queues left empty are unlinked in place, the table not resized
+	 * under the walk. */
+	for (size_t i = 0; i < d->owners->queues.cap; i++) {
+		for (struct hnode **qp = &d->owners->queues.b[i]; *qp;) {
+			struct queue *q = (struct queue *)*qp;
 
-		for (struct waiter **wp = &q->head; *wp;) {
-			struct waiter *w = *wp;
+			for (struct waiter **wp = &q->head; *wp;) {
+				struct waiter *w = *wp;
 
-			if (w->p == p) {
-				*wp = w->next;
-				place_taken(d, p, -1);
-				free(w);
-			} else {
-				wp = &w->next;
+				if (w->p == p) {
+					*wp = w->next;
+					place_taken(d, p, -1);
+					free(w);
+				} else {
+					wp = &w->next;
+				}
 			}
-		}
-		if (!q->head) {
-			*qp = q->next;
-			free(q);
-		} else {
-			qp = &q->next;
+			if (!q->head) {
+				*qp = q->h.next;
+				d->owners->queues.n--;
+				free(q);
+			} else {
+				qp = &q->h.next;
+			}
 		}
 	}
 	journal_rec(d, J_UNWAIT_PROC, "", 0, &f);
 }
 
-static void lease_drop(struct daemon *d, struct lease **lp)
+static void lease_drop(struct daemon *d, struct lease *l)
 {
-	struct lease *l = *lp;
 	struct jrec f = { .pid = l->pid, .start = l->start };
 
 	/* Journal after the change: a rewrite the append may set off writes
 	 * the state as it is now. */
-	*lp = l->next;
+	ht_del(&d->owners->leases, &l->h);
 	journal_rec(d, J_UNLEASE, l->name, l->len, &f);
 	free(l);
 }
@@ -460,17 +642,21 @@ static void lease_drop(struct daemon *d, struct lease **lp)
 static struct lease *lease_put(struct daemon *d, const char *name, size_t len, int32_t pid,
 			       uint64_t start, uint32_t lease_ms, bool mark)
 {
-	struct lease **lp = find_lease(d, name, len, pid, start), *l = *lp;
+	struct lease *l = find_lease(d, name, len, pid, start);
 
 	if (!l) {
-		l = calloc(1, sizeof(*l));
+		l = calloc(1, sizeof(*l) + len + 1);
 		if (!l)
 			return NULL;
 		l->pid = pid;
 		l->start = start;
 		l->len = (uint16_t)len;
 		memcpy(l->name, name, len);
-		*lp = l;
+		l->h.hash = lease_hash(d->owners, name, len, pid, start);
+		if (ht_add(&d->owners->leases, &l->h) < 0) {
+			free(l);
+			return NULL;
+		}
 		d->owners->owed += removal_cost(len);
 	}
 	l->ttl_ns = (uint64_t)lease_ms * 1000000ull;
@@ -485,12 +671,12 @@ static __attribute__((noinline)) int lease_change(struct daemon *d, const char *
 						   int32_t pid, uint64_t start, uint32_t lease_ms,
 						   bool mark)
 {
-	struct lease **lp, *l;
+	struct lease *l;
 
 	if (!lease_ms) {
-		lp = find_lease(d, name, len, pid, start);
-		if (*lp)
-			lease_drop(d, lp);
+		l = find_lease(d, name, len, pid, start);
+		if (l)
+			lease_drop(d, l);
 		return 0;
 	}
 	l = lease_put(d, name, len, pid, start, lease_ms, mark);
@@ -507,7 +693,7 @@ static __attribute__((noinline)) int lease_change(struct daemon *d, const char *
 static inline int lease_set(struct daemon *d, const char *name, size_t len, int32_t pid,
 			    uint64_t start, uint32_t lease_ms, bool mark)
 {
-	if (!lease_ms && !d->owners->leases)
+	if (!lease_ms && !d->owners->leases.n)
 		return 0; /* the common case: no lease here, none anywhere */
 	return lease_change(d, name, len, pid, start, lease_ms, mark);
 }
@@ -526,12 +712,10 @@ int owners_member_lease_set(struct daemon *d, const struct pr_record *r, uint32_
 /* owners_name_gone() when a lease or a line may be concerned. */
 static __attribute__((noinline)) void name_gone(struct daemon *d, const char *name, size_t len)
 {
-	struct queue **qp;
 	struct queue *q;
 
 	owners_lease_set(d, name, len, 0, false);
-	qp = find_queue(d, name, len);
-	q = *qp;
+	q = find_queue(d, name, len);
 	while (q && q->head) {
 		struct waiter *w = q->head;
 		struct reg_request rq = {
@@ -558,17 +742,15 @@ static __attribute__((noinline)) void name_gone(struct daemon *d, const char *na
 		if (!err)
 			break;
 	}
-	if (q && !q->head) {
-		*qp = q->next;
-		free(q);
-	}
+	if (q && !q->head)
+		queue_drop(d, q);
 }
 
 void owners_name_gone(struct daemon *d, const char *name, size_t len)
 {
 	/* The common case, on every removal: no lease to end, no line to
 	 * pass the name on to (and no registers for name_gone to save). */
-	if (d->owners->leases || d->owners->queues)
+	if (d->owners->leases.n || d->owners->queues.n)
 		name_gone(d, name, len);
 }
 
@@ -605,7 +787,7 @@ static uint64_t find_leased(struct daemon *d, const struct lease *l)
 /* Renew the lease of name NAME for client C. */
 static int refresh_name(struct daemon *d, const struct client *c, const struct pr_frame *f)
 {
-	struct lease *l = *find_lease(d, f->name, f->name_len, 0, 0);
+	struct lease *l = find_lease(d, f->name, f->name_len, 0, 0);
 	uint64_t off = find_name(d, f->name, f->name_len);
 	const struct pr_record *r;
 
@@ -633,9 +815,7 @@ static int refresh_name(struct daemon *d, const struct client *c, const struct p
  * a process renews what it holds by the name it holds it under. */
 int owners_refresh(struct daemon *d, const struct client *c, const struct pr_frame *f)
 {
-	struct lease *ml = d->owners->leases ? *find_lease(d, f->name, f->name_len, c->id.pid,
-							   c->id.start)
-					     : NULL;
+	struct lease *ml = find_lease(d, f->name, f->name_len, c->id.pid, c->id.start);
 	int err;
 
 	if (ml)
@@ -648,25 +828,33 @@ int owners_refresh(struct daemon *d, const struct client *c, const struct pr_fra
 	return err;
 }
 
+/* The lease due first, if it is due by NOW; else NULL, and *NEXT the
+ * nearest deadline (UINT64_MAX: none). */
+static struct lease *due_first(struct daemon *d, uint64_t now, uint64_t *next)
+{
+	struct lease *first = NULL;
+
+	HT_EACH(&d->owners->leases, struct lease, l)
+		if (!l->expired && (!first || l->deadline_ns < first->deadline_ns))
+			first = l;
+	*next = first ? first->deadline_ns : UINT64_MAX;
+	return first && first->deadline_ns <= now ? first : NULL;
+}
+
 uint64_t owners_tick(struct daemon *d)
 {
-	uint64_t now = procreg__mono_ns(), next = UINT64_MAX;
-	struct lease **lp = &d->owners->leases;
+	uint64_t now = procreg__mono_ns(), next;
+	struct lease *l;
 
-	while (*lp) {
-		struct lease *l = *lp;
-		uint64_t off;
+	/* Due leases in the order of their deadlines, one at a time: what
+	 * is done for one may change the table (a release drops the lease,
+	 * a hand-over may add another). */
+	while ((l = due_first(d, now, &next))) {
+		uint64_t off = find_leased(d, l);
 
-		if (l->expired || l->deadline_ns > now) {
-			if (!l->expired && l->deadline_ns < next)
-				next = l->deadline_ns;
-			lp = &l->next;
-			continue;
-		}
-		off = find_leased(d, l);
 		if (!off) {
 			/* Gone some other way already. */
-			lease_drop(d, lp);
+			lease_drop(d, l);
 			continue;
 		}
 		if (l->mark) {
@@ -675,20 +863,19 @@ uint64_t owners_tick(struct daemon *d)
 			if (registry_set_flags(d, off, r->flags | PROCREG_ENTRY_UNHEALTHY,
 					       PROCREG_EV_EXPIRED) == 0)
 				l->expired = true;
-			lp = &l->next;
+			else
+				l->deadline_ns = now + LEASE_RETRY_NS; /* tried again in a while */
 			continue;
 		}
 		if (l->pid) {
 			LOGV(d, "group '%s': pid %d: lease expired, left", l->name, (int)l->pid);
 			/* Leaving drops the lease. */
 			registry_remove(d, off, NULL, PROCREG_EV_LEFT);
-			lp = &d->owners->leases;
 			continue;
 		}
 		LOGV(d, "name '%s': lease expired, released", l->name);
 		/* Releasing drops the lease (and may hand the name on). */
 		registry_remove(d, off, NULL, PROCREG_EV_EXPIRED);
-		lp = &d->owners->leases; /* the list changed under us: start over */
 	}
 	return next == UINT64_MAX ? UINT64_MAX : next - now;
 }
@@ -697,7 +884,7 @@ uint64_t owners_next_deadline(const struct daemon *d)
 {
 	uint64_t next = UINT64_MAX;
 
-	for (const struct lease *l = d->owners->leases; l; l = l->next)
+	HT_EACH(&d->owners->leases, const struct lease, l)
 		if (!l->expired && l->deadline_ns < next)
 			next = l->deadline_ns;
 	return next;
@@ -711,24 +898,30 @@ void owners_free_all(struct daemon *d)
 		close(d->owners->fd);
 		d->owners->open = false;
 	}
-	while (d->owners->queues) {
-		struct queue *q = d->owners->queues;
+	for (size_t i = 0; i < d->owners->queues.cap; i++) {
+		while (d->owners->queues.b[i]) {
+			struct queue *q = (struct queue *)d->owners->queues.b[i];
 
-		d->owners->queues = q->next;
-		while (q->head) {
-			struct waiter *w = q->head;
+			d->owners->queues.b[i] = q->h.next;
+			while (q->head) {
+				struct waiter *w = q->head;
 
-			q->head = w->next;
-			free(w);
+				q->head = w->next;
+				free(w);
+			}
+			free(q);
 		}
-		free(q);
 	}
-	while (d->owners->leases) {
-		struct lease *l = d->owners->leases;
+	for (size_t i = 0; i < d->owners->leases.cap; i++) {
+		while (d->owners->leases.b[i]) {
+			struct hnode *e = d->owners->leases.b[i];
 
-		d->owners->leases = l->next;
-		free(l);
+			d->owners->leases.b[i] = e->next;
+			free(e);
+		}
 	}
+	free(d->owners->queues.b);
+	free(d->owners->leases.b);
 	free(d->owners);
 	d->owners = NULL;
 }
@@ -793,14 +986,14 @@ static int journal_rewrite(struct daemon *d)
 	}
 	if ((err = write_all(fd, &h, sizeof(h))) < 0)
 		goto fail;
-	for (const struct lease *l = d->owners->leases; l; l = l->next) {
+	HT_EACH(&d->owners->leases, const struct lease, l) {
 		size_t n = jrec_lease(buf, l);
 
 		if ((err = write_all(fd, buf, n)) < 0)
 			goto fail;
 		bytes += n;
 	}
-	for (const struct queue *q = d->owners->queues; q; q = q->next) {
+	HT_EACH(&d->owners->queues, const struct queue, q) {
 		for (const struct waiter *w = q->head; w; w = w->next) {
 			size_t n = jrec_waiter(buf, q, w);
 
@@ -954,10 +1147,10 @@ static size_t replay(struct daemon *d, struct jwait **waits)
 				lease_put(d, name, r.name_len, r.pid, r.start, r.lease_ms, r.mark);
 			break;
 		case J_UNLEASE: {
-			struct lease **lp = find_lease(d, name, r.name_len, r.pid, r.start);
+			struct lease *l = find_lease(d, name, r.name_len, r.pid, r.start);
 
-			if (*lp)
-				lease_drop(d, lp);
+			if (l)
+				lease_drop(d, l);
 			break;
 		}
 		case J_WAIT:
@@ -1028,26 +1221,31 @@ int owners_recover(struct daemon *d, bool attached)
 	struct jwait *waits = NULL;
 	uint64_t leases = 0, places = 0, dropped = 0;
 	char (*free_names)[PROCREG_NAME_MAX + 1] = NULL;
-	size_t nfree = 0, nqueues = 0, sound = 0;
+	size_t nfree = 0, nqueues = 0, sound = 0, ngone = 0;
+	struct lease **gone;
 
 	if (attached)
 		sound = replay(d, &waits);
 	/* A lease holds while its name (or membership) is here, ours, and
 	 * still leased. */
-	for (struct lease **lp = &d->owners->leases; *lp;) {
-		struct lease *l = *lp;
+	gone = d->owners->leases.n ? calloc(d->owners->leases.n, sizeof(*gone)) : NULL;
+	HT_EACH(&d->owners->leases, struct lease, l) {
 		uint64_t off = find_leased(d, l);
 		const struct pr_record *r = off ? rec(d, off) : NULL;
 
 		if (!r || r->node != 0 || !(r->flags & PROCREG_ENTRY_LEASED)) {
-			lease_drop(d, lp);
-			dropped++;
+			if (gone)
+				gone[ngone++] = l;
 			continue;
 		}
 		l->expired = l->mark && (r->flags & PROCREG_ENTRY_UNHEALTHY);
-		leases++;
-		lp = &l->next;
 	}
+	/* Dropped after the walk: a table that shrinks moves its entries. */
+	for (size_t i = 0; i < ngone; i++)
+		lease_drop(d, gone[i]);
+	free(gone);
+	dropped += ngone;
+	leases = d->owners->leases.n;
 	/* Processes still alive get their places back, in the same order. */
 	while (waits) {
 		struct jwait *w = waits;
@@ -1078,14 +1276,15 @@ int owners_recover(struct daemon *d, bool attached)
 	}
 	/* A name whose owner died while no daemon watched goes to the next in
 	 * line now (owners_name_gone changes the list: names first). */
-	for (const struct queue *q = d->owners->queues; q; q = q->next)
-		nqueues++;
+	nqueues = d->owners->queues.n;
 	if (nqueues)
 		free_names = calloc(nqueues, sizeof(*free_names));
-	for (const struct queue *q = d->owners->queues; q && free_names; q = q->next) {
-		if (!find_name(d, q->name, q->len)) {
-			memcpy(free_names[nfree], q->name, q->len);
-			free_names[nfree++][q->len] = 0;
+	if (free_names) {
+		HT_EACH(&d->owners->queues, const struct queue, q) {
+			if (!find_name(d, q->name, q->len)) {
+				memcpy(free_names[nfree], q->name, q->len);
+				free_names[nfree++][q->len] = 0;
+			}
 		}
 	}
 	for (size_t i = 0; i < nfree; i++)
