@@ -125,6 +125,216 @@ static void test_many_leases_by_key(void **state)
 		assert_int_equal(refresh_i(f->reg, "n", i), -ENOENT);
 }
 
+/* ---- deadlines ---------------------------------------------------------- */
+
+/* The next event about a name starting with PREFIX, waiting up to 30 s. */
+static struct procreg_event next_of(procreg_t *reg, uint64_t *cur, const char *prefix)
+{
+	PROCREG_OPTS(procreg_event, ev);
+
+	for (;;) {
+		assert_int_equal(procreg_next_event(reg, cur, &ev, 30000), 0);
+		if (!strncmp(ev.name, prefix, strlen(prefix)))
+			return ev;
+	}
+}
+
+#define NLONG 3000
+#define NSHORT 16
+#define SHORT_MS(k) (500 + 100 * (uint32_t)(k))
+
+/*
+ * Short leases among thousands of long ones, set in a shuffled order,
+ * some of them shortened from an hour, some marked: they run out in the
+ * order of their deadlines, each once, and no long one does; a marked
+ * one refreshed runs out again.
+ */
+static void test_expiry_order(void **state)
+{
+	struct fx *f = *state;
+	const size_t sz = sizeof(struct procreg_op);
+	struct procreg_op ops[NSHORT];
+	char names[NSHORT][32];
+	int order[NSHORT], seen = 0;
+	uint64_t seed = 0x9e3779b97f4a7c15ull, cur;
+	TH_ENTRY(e);
+
+	for (int k = 0; k < NSHORT; k++)
+		order[k] = k;
+	for (int k = NSHORT - 1; k > 0; k--) {
+		int j = (int)(th_xorshift(&seed) % (uint64_t)(k + 1)), t = order[k];
+
+		order[k] = order[j];
+		order[j] = t;
+	}
+	/* The long ones, and half the short ones first with an hour too
+	 * (their deadlines come closer below); every seventh long one
+	 * renewed for two hours, every eleventh let go. */
+	batch(f->reg, PROCREG_OP_REGISTER, "long", 0, NLONG, 1, HOUR, 0, 0);
+	batch(f->reg, PROCREG_OP_REGISTER, "short", 0, NSHORT, 2, HOUR, 0, 0);
+	batch(f->reg, PROCREG_OP_REGISTER, "long", 0, NLONG, 7, 2 * HOUR, 0, 0);
+	batch(f->reg, PROCREG_OP_UNREGISTER, "long", 0, NLONG, 11, 0, 0, 0);
+	cur = procreg_feed_head(f->reg);
+	for (int i = 0; i < NSHORT; i++) {
+		int k = order[i];
+
+		snprintf(names[i], sizeof(names[i]), "short.%d", k);
+		ops[i] = (struct procreg_op){ .sz = sz, .kind = PROCREG_OP_REGISTER, .name = names[i],
+					     .lease_ms = SHORT_MS(k),
+					     .flags = k % 3 == 0 ? PROCREG_LEASE_MARK : 0, .result = 99 };
+	}
+	assert_int_equal(procreg_batch(f->reg, ops, NSHORT), 0);
+	for (int i = 0; i < NSHORT; i++)
+		assert_int_equal(ops[i].result, 0);
+	while (seen < NSHORT) {
+		struct procreg_event ev = next_of(f->reg, &cur, "short.");
+		char want[32];
+
+		if (ev.type == PROCREG_EV_REGISTERED || ev.type == PROCREG_EV_UPDATED)
+			continue;
+		snprintf(want, sizeof(want), "short.%d", seen);
+		if (ev.type != PROCREG_EV_EXPIRED || strcmp(ev.name, want))
+			fail_msg("event %d about %s, want EXPIRED about %s", ev.type, ev.name, want);
+		seen++;
+	}
+	for (int k = 0; k < NSHORT; k++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "short.%d", k);
+		if (k % 3) {
+			assert_int_equal(procreg_lookup(f->reg, name, NULL), -ENOENT);
+			continue;
+		}
+		assert_int_equal(procreg_lookup(f->reg, name, &e), 0);
+		assert_true(e.flags & PROCREG_ENTRY_UNHEALTHY);
+	}
+	/* Refreshed, a marked lease runs again, and out again. */
+	assert_int_equal(procreg_refresh(f->reg, "short.0"), 0);
+	assert_int_equal(procreg_lookup(f->reg, "short.0", &e), 0);
+	assert_false(e.flags & PROCREG_ENTRY_UNHEALTHY);
+	{
+		struct procreg_event ev = next_of(f->reg, &cur, "short.0");
+
+		assert_int_equal(ev.type, PROCREG_EV_REFRESHED);
+		ev = next_of(f->reg, &cur, "short.0");
+		assert_int_equal(ev.type, PROCREG_EV_EXPIRED);
+	}
+	/* No long one ran out: all there but those let go. */
+	for (int i = 0; i < NLONG; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "long.%d", i);
+		assert_int_equal(procreg_lookup(f->reg, name, NULL), i % 11 ? 0 : -ENOENT);
+	}
+}
+
+/* ---- another uid's many leases ------------------------------------------- */
+
+/* Within --max-names-per-proc (65536). */
+#define HOG_LONG 32000
+#define HOG_SHORT 32000
+#define HOG_SHORT_MS 3000
+
+struct hog {
+	const struct th_user *u;
+	const char *dir;
+};
+
+/* N names PREFIX.i leased for LEASE_MS, in batches: 0, or 1 (said why). */
+static int hog_register(procreg_t *reg, const char *prefix, int n, uint32_t lease_ms)
+{
+	enum { CHUNK = 512 };
+	static struct procreg_op ops[CHUNK];
+	static char names[CHUNK][48];
+
+	for (int i = 0; i < n; i += CHUNK) {
+		int m = n - i < CHUNK ? n - i : CHUNK;
+
+		for (int j = 0; j < m; j++) {
+			snprintf(names[j], sizeof(names[j]), "%s.%d", prefix, i + j);
+			ops[j] = (struct procreg_op){ .sz = sizeof(ops[j]), .kind = PROCREG_OP_REGISTER,
+						     .name = names[j], .lease_ms = lease_ms };
+		}
+		if (procreg_batch(reg, ops, (size_t)m) < 0)
+			return 1;
+		for (int j = 0; j < m; j++) {
+			if (ops[j].result) {
+				fprintf(stderr, "hog: %s: %s\n", names[j], strerror(-ops[j].result));
+				return 1;
+			}
+		}
+	}
+	return 0;
+}
+
+static int lease_hog(void *arg, int phase)
+{
+	static procreg_t *reg;
+	const struct hog *a = arg;
+
+	if (phase)
+		return 0; /* its names go with it */
+	th_become(a->u);
+	reg = th_open(a->dir);
+	if (!reg)
+		return 1;
+	if (hog_register(reg, "hog.long", HOG_LONG, HOUR) ||
+	    hog_register(reg, "hog.short", HOG_SHORT, HOG_SHORT_MS))
+		return 2;
+	return 0;
+}
+
+/*
+ * An unprivileged uid holds 64,000 leased names, half of which run out
+ * meanwhile: another client's requests are all answered within its
+ * timeout. (Before, each registration without a lease and each removal
+ * walked every lease, and the expiry of each short lease walked the long
+ * ones again: the victim's requests waited seconds.)
+ */
+static void test_many_leases_other_uid(void **state)
+{
+	struct fx *f = *state;
+	struct th_user u;
+	struct hog a = { &u, f->dir };
+	PROCREG_OPTS(procreg_opts, vo, .dir = f->dir, .timeout_ms = 20000);
+	PROCREG_OPTS(procreg_register_opts, lo, .lease_ms = HOUR);
+	procreg_t *victim;
+	struct th_held h;
+	int rounds = 0;
+
+	if (geteuid() != 0)
+		fail_msg("this test needs root, to create a user (CI runs as root)");
+	th_user_new(&u);
+	victim = procreg_open(&vo);
+	assert_non_null(victim);
+	th_held_init(&h);
+	th_held_start(&h, lease_hog, &a);
+	th_held_ready(&h, 120000);
+	/* Until the short leases have run out, and a while after. */
+	for (int after = 0; after < 200; rounds++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "victim.%d", rounds);
+		assert_int_equal(procreg_register(victim, name, "v", 1), 0);
+		assert_int_equal(procreg_unregister(victim, name), 0);
+		assert_int_equal(procreg_register_opts(victim, "victim.leased", NULL, 0, &lo), 0);
+		assert_int_equal(procreg_refresh(victim, "victim.leased"), 0);
+		if (procreg_lookup(victim, "hog.short.0", NULL) == -ENOENT &&
+		    procreg_lookup(victim, "hog.short.31999", NULL) == -ENOENT)
+			after++;
+		else
+			th_msleep(1);
+	}
+	assert_true(rounds > 200);
+	assert_int_equal(procreg_lookup(victim, "hog.long.0", NULL), 0);
+	assert_int_equal(procreg_lookup(victim, "hog.long.31999", NULL), 0);
+	assert_int_equal(th_held_release(&h), 0);
+	assert_int_equal(procreg_sync(victim), 0);
+	assert_int_equal(procreg_lookup(victim, "hog.long.0", NULL), -ENOENT);
+	procreg_close(victim);
+	th_user_del(&u);
+}
+
 /* ---- queues ------------------------------------------------------------- */
 
 #define NQUEUES 2000
@@ -206,6 +416,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_many_leases_by_key, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_queues, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_expiry_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many_leases_other_uid, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,8 +12,10 @@
  *
  * Leases. A registration may carry a lease: unless its owner refreshes it
  * in time, the name is released (or, with PR_F_LEASE_MARK, republished
- * marked unhealthy), though the process lives. Deadlines are kept here and
- * checked from the daemon's timer, which is armed for the nearest one.
+ * marked unhealthy), though the process lives. Deadlines are kept here, in
+ * a binary heap (the nearest first), and checked from the daemon's timer,
+ * which is armed for the nearest one: the timer takes due leases off the
+ * top of the heap, whatever the number of others.
  * A membership may carry one too: keyed by its group and its member
  * process (pid and start time), it ends the membership when it runs out,
  * as a leave would; only the member process renews it.
@@ -204,6 +206,7 @@ struct queue {
 
 struct lease {
 	struct hnode h;           /* in owners->leases, by name, pid and start */
+	size_t heap;              /* its place in owners->due; NOT_DUE: none (expired) */
 	uint64_t ttl_ns, deadline_ns;
 	bool mark;       /* mark unhealthy instead of releasing */
 	bool expired;    /* marked: waiting for a refresh */
@@ -217,6 +220,11 @@ struct lease {
 struct owners {
 	struct htab queues;       /* struct queue */
 	struct htab leases;       /* struct lease */
+	/* The leases waiting for their deadline (all but those marked
+	 * expired), a binary heap by deadline: room for every lease, so
+	 * that putting one back never needs memory. */
+	struct lease **due;
+	size_t ndue, due_cap;
 	uint64_t key[2];          /* the hashes' (secret) */
 	int fd;                   /* the journal, when open */
 	bool open;
@@ -226,6 +234,96 @@ struct owners {
 	uint64_t owed;            /* bytes the records removing all it holds would take */
 	bool full;                /* no room for it, as last logged */
 };
+
+/* ---- lease deadlines: a binary heap, the nearest at the top ----------- */
+
+#define NOT_DUE SIZE_MAX
+
+static void heap_set(struct owners *o, size_t i, struct lease *l)
+{
+	o->due[i] = l;
+	l->heap = i;
+}
+
+static void heap_up(struct owners *o, size_t i)
+{
+	struct lease *l = o->due[i];
+
+	while (i) {
+		size_t up = (i - 1) / 2;
+
+		if (o->due[up]->deadline_ns <= l->deadline_ns)
+			break;
+		heap_set(o, i, o->due[up]);
+		i = up;
+	}
+	heap_set(o, i, l);
+}
+
+static void heap_down(struct owners *o, size_t i)
+{
+	struct lease *l = o->due[i];
+
+	for (;;) {
+		size_t c = 2 * i + 1;
+
+		if (c >= o->ndue)
+			break;
+		if (c + 1 < o->ndue && o->due[c + 1]->deadline_ns < o->due[c]->deadline_ns)
+			c++;
+		if (l->deadline_ns <= o->due[c]->deadline_ns)
+			break;
+		heap_set(o, i, o->due[c]);
+		i = c;
+	}
+	heap_set(o, i, l);
+}
+
+/* Room in the heap for N leases: 0, or -ENOMEM. */
+static int heap_room(struct owners *o, size_t n)
+{
+	size_t cap = o->due_cap ? o->due_cap : 64;
+	struct lease **due;
+
+	if (n <= o->due_cap)
+		return 0;
+	while (cap < n)
+		cap *= 2;
+	due = realloc(o->due, cap * sizeof(*due));
+	if (!due)
+		return -ENOMEM;
+	o->due = due;
+	o->due_cap = cap;
+	return 0;
+}
+
+/* L's deadline was set: its place in the heap (it is put there if it
+ * was not; heap_room() made room for it when it was made). */
+static void heap_fix(struct owners *o, struct lease *l)
+{
+	if (l->heap == NOT_DUE) {
+		heap_set(o, o->ndue++, l);
+		heap_up(o, l->heap);
+		return;
+	}
+	heap_up(o, l->heap);
+	heap_down(o, l->heap);
+}
+
+/* L out of the heap (nothing if it was not there). */
+static void heap_del(struct owners *o, struct lease *l)
+{
+	size_t i = l->heap;
+
+	if (i == NOT_DUE)
+		return;
+	l->heap = NOT_DUE;
+	if (i == --o->ndue)
+		return;
+	heap_set(o, i, o->due[o->ndue]);
+	heap_up(o, i);
+	heap_down(o, o->due[i]->heap);
+}
 
 static uint64_t queue_hash(const struct owners *o, const char *name, size_t len)
 {
@@ -635,6 +733,7 @@ static void lease_drop(struct daemon *d, struct lease *l)
 	/* Journal after the change: a rewrite the append may set off writes
 	 * the state as it is now. */
 	ht_del(&d->owners->leases, &l->h);
+	heap_del(d->owners, l);
 	journal_rec(d, J_UNLEASE, l->name, l->len, &f);
 	free(l);
 }
@@ -653,7 +752,9 @@ static struct lease *lease_put(struct daemon *d, const char *name, size_t len, i
 		l->len = (uint16_t)len;
 		memcpy(l->name, name, len);
 		l->h.hash = lease_hash(d->owners, name, len, pid, start);
-		if (ht_add(&d->owners->leases, &l->h) < 0) {
+		l->heap = NOT_DUE;
+		if (heap_room(d->owners, d->owners->leases.n + 1) < 0 ||
+		    ht_add(&d->owners->leases, &l->h) < 0) {
 			free(l);
 			return NULL;
 		}
@@ -663,6 +764,7 @@ static struct lease *lease_put(struct daemon *d, const char *name, size_t len, i
 	l->deadline_ns = procreg__mono_ns() + l->ttl_ns;
 	l->mark = mark;
 	l->expired = false;
+	heap_fix(d->owners, l);
 	return l;
 }
 
@@ -807,6 +909,7 @@ static int refresh_name(struct daemon *d, const struct client *c, const struct p
 			return err;
 		l->expired = false;
 	}
+	heap_fix(d->owners, l);
 	return 0;
 }
 
@@ -818,8 +921,10 @@ int owners_refresh(struct daemon *d, const struct client *c, const struct pr_fra
 	struct lease *ml = find_lease(d, f->name, f->name_len, c->id.pid, c->id.start);
 	int err;
 
-	if (ml)
+	if (ml) {
 		ml->deadline_ns = procreg__mono_ns() + ml->ttl_ns;
+		heap_fix(d->owners, ml);
+	}
 	err = refresh_name(d, c, f);
 	/* With a membership renewed, a name that is not there, not the
 	 * caller's or not leased is no failure. */
@@ -828,28 +933,16 @@ int owners_refresh(struct daemon *d, const struct client *c, const struct pr_fra
 	return err;
 }
 
-/* The lease due first, if it is due by NOW; else NULL, and *NEXT the
- * nearest deadline (UINT64_MAX: none). */
-static struct lease *due_first(struct daemon *d, uint64_t now, uint64_t *next)
-{
-	struct lease *first = NULL;
-
-	HT_EACH(&d->owners->leases, struct lease, l)
-		if (!l->expired && (!first || l->deadline_ns < first->deadline_ns))
-			first = l;
-	*next = first ? first->deadline_ns : UINT64_MAX;
-	return first && first->deadline_ns <= now ? first : NULL;
-}
-
 uint64_t owners_tick(struct daemon *d)
 {
+	struct owners *o = d->owners;
 	uint64_t now = procreg__mono_ns(), next;
-	struct lease *l;
 
-	/* Due leases in the order of their deadlines, one at a time: what
-	 * is done for one may change the table (a release drops the lease,
-	 * a hand-over may add another). */
-	while ((l = due_first(d, now, &next))) {
+	/* Due leases off the top of the heap, one at a time: what is done
+	 * for one may change it (a release drops the lease, a hand-over
+	 * may add another). */
+	while (o->ndue && o->due[0]->deadline_ns <= now) {
+		struct lease *l = o->due[0];
 		uint64_t off = find_leased(d, l);
 
 		if (!off) {
@@ -861,12 +954,19 @@ uint64_t owners_tick(struct daemon *d)
 			const struct pr_record *r = rec(d, off);
 
 			if (registry_set_flags(d, off, r->flags | PROCREG_ENTRY_UNHEALTHY,
-					       PROCREG_EV_EXPIRED) == 0)
+					       PROCREG_EV_EXPIRED) == 0) {
+				/* Out of the heap until refreshed. */
 				l->expired = true;
-			else
+				heap_del(o, l);
+			} else {
 				l->deadline_ns = now + LEASE_RETRY_NS; /* tried again in a while */
+				heap_fix(o, l);
+			}
 			continue;
 		}
+		/* Off the heap first: what follows drops the lease, and the
+		 * loop goes on whatever it does. */
+		heap_del(o, l);
 		if (l->pid) {
 			LOGV(d, "group '%s': pid %d: lease expired, left", l->name, (int)l->pid);
 			/* Leaving drops the lease. */
@@ -877,17 +977,13 @@ uint64_t owners_tick(struct daemon *d)
 		/* Releasing drops the lease (and may hand the name on). */
 		registry_remove(d, off, NULL, PROCREG_EV_EXPIRED);
 	}
-	return next == UINT64_MAX ? UINT64_MAX : next - now;
+	next = owners_next_deadline(d);
+	return next == UINT64_MAX ? UINT64_MAX : next > now ? next - now : 0;
 }
 
 uint64_t owners_next_deadline(const struct daemon *d)
 {
-	uint64_t next = UINT64_MAX;
-
-	HT_EACH(&d->owners->leases, const struct lease, l)
-		if (!l->expired && l->deadline_ns < next)
-			next = l->deadline_ns;
-	return next;
+	return d->owners->ndue ? d->owners->due[0]->deadline_ns : UINT64_MAX;
 }
 
 void owners_free_all(struct daemon *d)
@@ -922,6 +1018,7 @@ void owners_free_all(struct daemon *d)
 	}
 	free(d->owners->queues.b);
 	free(d->owners->leases.b);
+	free(d->owners->due);
 	free(d->owners);
 	d->owners = NULL;
 }
@@ -1239,6 +1336,8 @@ int owners_recover(struct daemon *d, bool attached)
 			continue;
 		}
 		l->expired = l->mark && (r->flags & PROCREG_ENTRY_UNHEALTHY);
+		if (l->expired)
+			heap_del(d->owners, l);
 	}
 	/* Dropped after the walk: a table that shrinks moves its entries. */
 	for (size_t i = 0; i < ngone; i++)
