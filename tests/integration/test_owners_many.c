@@ -411,11 +411,92 @@ static void test_many_queues(void **state)
 	assert_int_equal(procreg_sync(f->reg), 0);
 }
 
+/* A process in line for names PREFIX.i (FIRST <= i < FIRST + N, every
+ * STEP-th), alive until killed: its pid, once it is in every line. */
+static pid_t in_line(const char *dir, const char *prefix, int first, int n, int step)
+{
+	int p[2];
+	char c;
+	pid_t pid;
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		procreg_t *reg = th_open(dir);
+
+		close(p[0]);
+		if (!reg)
+			_exit(1);
+		batch(reg, PROCREG_OP_REGISTER, prefix, first, n, step, 0, PROCREG_QUEUE,
+		      -EINPROGRESS);
+		(void)!write(p[1], "r", 1);
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	assert_int_equal(read(p[0], &c, 1), 1);
+	close(p[0]);
+	return pid;
+}
+
+static void kill_wait(procreg_t *reg, pid_t *pid)
+{
+	th_kill_wait(pid);
+	assert_int_equal(procreg_sync(reg), 0);
+}
+
+#define NDEATH 1500
+
+/*
+ * Three processes in line for the same thousands of names, one line per
+ * name: the one in the middle dies (it leaves every line, the others
+ * keep their places), the first is handed every name, then dies too: its
+ * names go on to the last, and those the last did not wait for to
+ * nobody. Then nobody waits for anything.
+ */
+static void test_handover_after_death(void **state)
+{
+	struct fx *f = *state;
+	pid_t a, b, c;
+
+	batch(f->reg, PROCREG_OP_REGISTER, "d", 0, NDEATH, 1, 0, 0, 0);
+	a = in_line(f->dir, "d", 0, NDEATH, 1);
+	b = in_line(f->dir, "d", 0, NDEATH, 1);
+	c = in_line(f->dir, "d", 0, NDEATH, 2);
+	kill_wait(f->reg, &b);
+	batch(f->reg, PROCREG_OP_UNREGISTER, "d", 0, NDEATH, 1, 0, 0, 0);
+	for (int i = 0; i < NDEATH; i++)
+		owner_is(f->reg, "d", i, a);
+	kill_wait(f->reg, &a);
+	for (int i = 0; i < NDEATH; i++) {
+		char name[48];
+
+		if (i % 2 == 0) {
+			owner_is(f->reg, "d", i, c);
+			continue;
+		}
+		snprintf(name, sizeof(name), "d.%d", i);
+		assert_int_equal(procreg_lookup(f->reg, name, NULL), -ENOENT);
+	}
+	kill_wait(f->reg, &c);
+	/* No place left anywhere: a name let go goes to nobody. */
+	batch(f->reg, PROCREG_OP_REGISTER, "d", 0, NDEATH, 1, 0, 0, 0);
+	batch(f->reg, PROCREG_OP_UNREGISTER, "d", 0, NDEATH, 1, 0, 0, 0);
+	for (int i = 0; i < NDEATH; i++) {
+		char name[48];
+
+		snprintf(name, sizeof(name), "d.%d", i);
+		assert_int_equal(procreg_lookup(f->reg, name, NULL), -ENOENT);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_many_leases_by_key, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_queues, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_handover_after_death, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_expiry_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_leases_other_uid, setup, teardown),
 	};

@@ -74,6 +74,7 @@ struct proc {
 	int pidfd;                /* in the epoll set: readable when it exits */
 	struct pr_vec names;      /* record offsets of its names and memberships */
 	uint32_t waiting;         /* places it holds in owner queues (owners.c) */
+	struct waiter *places;    /* those places, listed (owners.c) */
 	int lost_signal;          /* sent to it when it loses a name to another node, 0: none */
 	bool gone;                /* freed in all but memory: see procs_reap() */
 	struct proc *next_gone;

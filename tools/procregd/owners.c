@@ -8,7 +8,10 @@
  * name goes — unregistered, its owner dead, its lease expired — the first
  * live process in line gets it at once, in the same turn of the event
  * loop, with a TRANSFERRED event. A process in line is watched through its
- * pidfd like an owner; if it dies first, it leaves the line.
+ * pidfd like an owner; if it dies first, it leaves the line. Each place
+ * is in two lists, its queue's (in order) and its process's (struct proc:
+ * places), and found by hash of the two: a death takes the process's own
+ * places out of their lines, whatever the number of others.
  *
  * Leases. A registration may carry a lease: unless its owner refreshes it
  * in time, the name is released (or, with PR_F_LEASE_MARK, republished
@@ -126,6 +129,18 @@ static int ht_add(struct htab *t, struct hnode *e)
 	return 0;
 }
 
+/* NEW takes OLD's place (same hash): nothing is resized. */
+static void ht_replace(struct htab *t, struct hnode *old, struct hnode *new)
+{
+	struct hnode **pp = &t->b[old->hash & (t->cap - 1)];
+
+	while (*pp != old)
+		pp = &(*pp)->next;
+	new->hash = old->hash;
+	new->next = old->next;
+	*pp = new;
+}
+
 static void ht_del(struct htab *t, struct hnode *e)
 {
 	struct hnode **pp = &t->b[e->hash & (t->cap - 1)];
@@ -188,7 +203,10 @@ static uint64_t siphash(const uint64_t k[2], const uint8_t *p, size_t n)
 /* ---- queues and leases -------------------------------------------------- */
 
 struct waiter {
-	struct waiter *next;
+	struct hnode h;           /* in owners->waiters, by queue and process */
+	struct waiter *next, *prev;   /* in its queue, in order */
+	struct waiter *pnext, *pprev; /* among its process's (proc->places) */
+	struct queue *q;
 	struct proc *p;
 	struct ident id;
 	uint16_t flags;           /* PROCREG_REPLACE, _REPLACEABLE, _LEASE_MARK */
@@ -199,7 +217,7 @@ struct waiter {
 
 struct queue {
 	struct hnode h;           /* in owners->queues, by name */
-	struct waiter *head;
+	struct waiter *head, *tail;
 	uint16_t len;
 	char name[];              /* len bytes and a NUL */
 };
@@ -220,6 +238,7 @@ struct lease {
 struct owners {
 	struct htab queues;       /* struct queue */
 	struct htab leases;       /* struct lease */
+	struct htab waiters;      /* struct waiter */
 	/* The leases waiting for their deadline (all but those marked
 	 * expired), a binary heap by deadline: room for every lease, so
 	 * that putting one back never needs memory. */
@@ -328,6 +347,13 @@ static void heap_del(struct owners *o, struct lease *l)
 static uint64_t queue_hash(const struct owners *o, const char *name, size_t len)
 {
 	return siphash(o->key, (const uint8_t *)name, len);
+}
+
+static uint64_t waiter_hash(const struct owners *o, const struct queue *q, const struct proc *p)
+{
+	const void *k[2] = { q, p };
+
+	return siphash(o->key, (const uint8_t *)k, sizeof(k));
 }
 
 static uint64_t lease_hash(const struct owners *o, const char *name, size_t len, int32_t pid,
@@ -630,20 +656,86 @@ static void place_taken(struct daemon *d, struct proc *p, int delta)
 	uid_adjust(&d->uid_names, p->uid, delta);
 }
 
+/* P's place in line Q, or NULL. */
+static struct waiter *find_waiter(const struct daemon *d, const struct queue *q,
+				  const struct proc *p)
+{
+	uint64_t hash;
+
+	if (!q || !d->owners->waiters.n)
+		return NULL;
+	hash = waiter_hash(d->owners, q, p);
+	for (struct hnode *e = ht_chain(&d->owners->waiters, hash); e; e = e->next) {
+		struct waiter *w = (struct waiter *)e;
+
+		if (e->hash == hash && w->q == q && w->p == p)
+			return w;
+	}
+	return NULL;
+}
+
+/* W out of its line, its process's places and the table (not freed, and
+ * its queue kept even if empty). */
+static void waiter_unlink(struct daemon *d, struct waiter *w)
+{
+	struct queue *q = w->q;
+
+	*(w->prev ? &w->prev->next : &q->head) = w->next;
+	*(w->next ? &w->next->prev : &q->tail) = w->prev;
+	*(w->pprev ? &w->pprev->pnext : &w->p->places) = w->pnext;
+	if (w->pnext)
+		w->pnext->pprev = w->pprev;
+	ht_del(&d->owners->waiters, &w->h);
+}
+
+/* NEW takes OLD's place everywhere; OLD is freed. */
+static void waiter_replace(struct daemon *d, struct waiter *old, struct waiter *new)
+{
+	new->q = old->q;
+	new->prev = old->prev;
+	new->next = old->next;
+	new->pprev = old->pprev;
+	new->pnext = old->pnext;
+	*(new->prev ? &new->prev->next : &new->q->head) = new;
+	*(new->next ? &new->next->prev : &new->q->tail) = new;
+	*(new->pprev ? &new->pprev->pnext : &new->p->places) = new;
+	if (new->pnext)
+		new->pnext->pprev = new;
+	ht_replace(&d->owners->waiters, &old->h, &new->h);
+	free(old);
+}
+
+/* W at the end of its line Q, and among its process's places: 0, or
+ * -ENOMEM (nothing changed). */
+static int waiter_add(struct daemon *d, struct queue *q, struct waiter *w)
+{
+	w->q = q;
+	w->h.hash = waiter_hash(d->owners, q, w->p);
+	if (ht_add(&d->owners->waiters, &w->h) < 0)
+		return -ENOMEM;
+	w->next = NULL;
+	w->prev = q->tail;
+	*(q->tail ? &q->tail->next : &q->head) = w;
+	q->tail = w;
+	w->pprev = NULL;
+	w->pnext = w->p->places;
+	if (w->pnext)
+		w->pnext->pprev = w;
+	w->p->places = w;
+	return 0;
+}
+
 int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		   const struct reg_request *rq)
 {
 	struct queue *q = find_queue(d, rq->name, rq->name_len);
-	struct waiter *w, **wp = NULL;
-
 	/* Asking again keeps one's place, with the newer metadata. */
-	if (q)
-		for (wp = &q->head; *wp && (*wp)->p != p; wp = &(*wp)->next)
-			;
+	struct waiter *old = find_waiter(d, q, p), *w;
+
 	/* A new place in line costs the daemon memory like a name does: it
 	 * counts against the same limits, per process and per uid (else one
 	 * uid could queue for names without bound). */
-	if ((!wp || !*wp) &&
+	if (!old &&
 	    (p->names.n + p->waiting >= d->o.max_names_per_proc || !uid_may_add(d, p)))
 		return -EDQUOT;
 	if (owners_room(d))
@@ -659,7 +751,6 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 			free(q);
 			return -ENOMEM;
 		}
-		wp = &q->head;
 	}
 	w = malloc(sizeof(*w) + rq->meta_len);
 	if (!w) {
@@ -674,15 +765,18 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 	w->lease_ms = rq->lease_ms;
 	w->meta_len = (uint16_t)rq->meta_len;
 	memcpy(w->meta, rq->meta, rq->meta_len);
-	if (*wp) {
-		w->next = (*wp)->next;
-		free(*wp);
+	if (old) {
+		waiter_replace(d, old, w);
 	} else {
-		w->next = NULL;
+		if (waiter_add(d, q, w) < 0) {
+			free(w);
+			if (!q->head)
+				queue_drop(d, q);
+			return -ENOMEM;
+		}
 		place_taken(d, p, 1);
 		d->owners->owed += place_cost(q->len);
 	}
-	*wp = w;
 	if (d->owners->open) {
 		uint8_t buf[JREC_MAX];
 
@@ -697,31 +791,16 @@ void owners_proc_gone(struct daemon *d, struct proc *p)
 
 	if (!p->waiting)
 		return;
-	/* Queues left empty are unlinked in place, the table not resized
-	 * under the walk. */
-	for (size_t i = 0; i < d->owners->queues.cap; i++) {
-		for (struct hnode **qp = &d->owners->queues.b[i]; *qp;) {
-			struct queue *q = (struct queue *)*qp;
+	/* Its own places only, each out of its line. */
+	while (p->places) {
+		struct waiter *w = p->places;
+		struct queue *q = w->q;
 
-			for (struct waiter **wp = &q->head; *wp;) {
-				struct waiter *w = *wp;
-
-				if (w->p == p) {
-					*wp = w->next;
-					place_taken(d, p, -1);
-					free(w);
-				} else {
-					wp = &w->next;
-				}
-			}
-			if (!q->head) {
-				*qp = q->h.next;
-				d->owners->queues.n--;
-				free(q);
-			} else {
-				qp = &q->h.next;
-			}
-		}
+		waiter_unlink(d, w);
+		place_taken(d, p, -1);
+		free(w);
+		if (!q->head)
+			queue_drop(d, q);
 	}
 	journal_rec(d, J_UNWAIT_PROC, "", 0, &f);
 }
@@ -826,7 +905,7 @@ static __attribute__((noinline)) void name_gone(struct daemon *d, const char *na
 		};
 		int err;
 
-		q->head = w->next;
+		waiter_unlink(d, w);
 		/* Given back before registry_put() checks the quotas: the place
 		 * becomes the name. */
 		place_taken(d, w->p, -1);
@@ -999,6 +1078,7 @@ void owners_free_all(struct daemon *d)
 			struct queue *q = (struct queue *)d->owners->queues.b[i];
 
 			d->owners->queues.b[i] = q->h.next;
+			/* The procs' lists of places are not read again. */
 			while (q->head) {
 				struct waiter *w = q->head;
 
@@ -1018,6 +1098,7 @@ void owners_free_all(struct daemon *d)
 	}
 	free(d->owners->queues.b);
 	free(d->owners->leases.b);
+	free(d->owners->waiters.b);
 	free(d->owners->due);
 	free(d->owners);
 	d->owners = NULL;
