@@ -41,6 +41,15 @@
  * down, and releasing a name its owner renewed meanwhile would be worse
  * than keeping it one lease longer.
  *
+ * Limits. Places in line and leases live in the daemon's memory and in the
+ * journal, not in the table: the table's size does not bound them. Each
+ * has a limit of its own, all uids together (--max-places, --max-leases),
+ * whose last 1/32 is kept for root and the daemon's uid as the last
+ * connections are (so many uids together cannot take them all from
+ * root), and places a limit per uid (--max-places-per-uid) besides the
+ * names' (--max-names-per-uid), under which they also count. A hand-over
+ * is never refused for them: the place it comes from was counted.
+ *
  * Space. The journal's file is allocated (fallocate, its length kept)
  * ahead of its end, so that an append never finds the filesystem full. A
  * request that would add a place in line or a lease makes sure first that
@@ -245,6 +254,8 @@ struct owners {
 	struct lease **due;
 	size_t ndue, due_cap;
 	uint64_t key[2];          /* the hashes' (secret) */
+	struct pr_u64map uid_places; /* uid + 2 -> its places in line */
+	struct pr_ratelimit refused_log; /* places and leases refused for a limit */
 	int fd;                   /* the journal, when open */
 	bool open;
 	uint64_t bytes;           /* its length */
@@ -654,6 +665,30 @@ static void place_taken(struct daemon *d, struct proc *p, int delta)
 {
 	p->waiting += (uint32_t)delta;
 	uid_adjust(&d->uid_names, p->uid, delta);
+	uid_adjust(&d->owners->uid_places, p->uid, delta);
+}
+
+/* Whether UID may have one more of something of which there are N, under
+ * LIMIT for all uids together: its last 1/32 is for the privileged. */
+static bool under_limit(const struct daemon *d, uid_t uid, size_t n, uint32_t limit)
+{
+	return n < limit - (uid_privileged(d, uid) ? 0 : limit / 32);
+}
+
+int owners_lease_room(struct daemon *d, const struct ident *id, const struct reg_request *rq)
+{
+	bool name = rq->kind == PR_KIND_NAME;
+
+	/* A lease set again is no new one. */
+	if (!under_limit(d, id->uid, d->owners->leases.n, d->o.max_leases) &&
+	    !find_lease(d, rq->name, rq->name_len, name ? 0 : id->pid, name ? 0 : id->start)) {
+		log_limited(&d->owners->refused_log, "places in line and leases refused",
+			    "client pid %d uid %u: lease refused (ENOSPC): %zu leases held, --max-leases %u reached%s",
+			    (int)id->pid, (unsigned)id->uid, d->owners->leases.n, d->o.max_leases,
+			    uid_privileged(d, id->uid) ? "" : " (its last 1/32 kept for root and procregd's uid)");
+		return -ENOSPC;
+	}
+	return owners_room(d) ? -ENOSPC : 0;
 }
 
 /* P's place in line Q, or NULL. */
@@ -736,8 +771,19 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 	 * counts against the same limits, per process and per uid (else one
 	 * uid could queue for names without bound). */
 	if (!old &&
-	    (p->names.n + p->waiting >= d->o.max_names_per_proc || !uid_may_add(d, p)))
+	    (p->names.n + p->waiting >= d->o.max_names_per_proc || !uid_may_add(d, p) ||
+	     (!uid_privileged(d, p->uid) &&
+	      uid_count(&d->owners->uid_places, p->uid) >= d->o.max_places_per_uid)))
 		return -EDQUOT;
+	/* And they all cost the daemon: so many and no more, all uids
+	 * together, the last for root. */
+	if (!old && !under_limit(d, p->uid, d->owners->waiters.n, d->o.max_places)) {
+		log_limited(&d->owners->refused_log, "places in line and leases refused",
+			    "pid %d uid %u: place in line refused (ENOSPC): %zu places held, --max-places %u reached%s",
+			    (int)p->pid, (unsigned)p->uid, d->owners->waiters.n, d->o.max_places,
+			    uid_privileged(d, p->uid) ? "" : " (its last 1/32 kept for root and procregd's uid)");
+		return -ENOSPC;
+	}
 	if (owners_room(d))
 		return -ENOSPC;
 	if (!q) {
@@ -1099,6 +1145,7 @@ void owners_free_all(struct daemon *d)
 	free(d->owners->queues.b);
 	free(d->owners->leases.b);
 	free(d->owners->waiters.b);
+	procreg__u64map_free(&d->owners->uid_places);
 	free(d->owners->due);
 	free(d->owners);
 	d->owners = NULL;
