@@ -1252,60 +1252,163 @@ fail:
 	return err;
 }
 
-/* A place in line read back from the journal, its process not yet checked. */
+/*
+ * The places in line read back from the journal, their processes not yet
+ * checked: in the journal's order, found by hash of name, pid and start
+ * time (J_WAIT asked again, J_UNWAIT), and listed by process
+ * (J_UNWAIT_PROC): each record costs the same, whatever the number of
+ * others.
+ */
 struct jwait {
-	struct jwait *next;
+	struct hnode h;                /* in jwaits.byname */
+	struct jwait *next, *prev;     /* in the journal's order */
+	struct jwait *pnext, *pprev;   /* its process's */
+	struct jproc *jp;
 	struct jrec r;
 	char name[PROCREG_NAME_MAX + 1];
 	uint8_t meta[];
 };
 
-static bool jwait_is(const struct jwait *w, const struct jrec *r, const char *name)
+struct jproc {
+	struct hnode h;                /* in jwaits.procs, by pid and start */
+	int32_t pid;
+	uint64_t start;
+	struct jwait *waits;
+};
+
+struct jwaits {
+	struct htab byname, procs;
+	struct jwait *head, *tail;
+};
+
+static struct jwait *jwait_find(const struct daemon *d, const struct jwaits *js,
+				const struct jrec *r, const char *name)
 {
-	return w->r.pid == r->pid && w->r.start == r->start &&
-	       (r->type == J_UNWAIT_PROC || same_name(w->name, w->r.name_len, name, r->name_len));
+	uint64_t hash = lease_hash(d->owners, name, r->name_len, r->pid, r->start);
+
+	for (struct hnode *e = ht_chain(&js->byname, hash); e; e = e->next) {
+		struct jwait *w = (struct jwait *)e;
+
+		if (e->hash == hash && w->r.pid == r->pid && w->r.start == r->start &&
+		    same_name(w->name, w->r.name_len, name, r->name_len))
+			return w;
+	}
+	return NULL;
 }
 
-static int replay_wait(struct jwait **waits, const struct jrec *r, const char *name,
-		       const uint8_t *meta)
+static struct jproc *jproc_get(const struct daemon *d, struct jwaits *js, int32_t pid,
+			       uint64_t start, bool make)
 {
-	struct jwait **wp, *w;
+	uint64_t hash = lease_hash(d->owners, "", 0, pid, start);
+	struct jproc *jp;
 
-	for (wp = waits; *wp && !jwait_is(*wp, r, name); wp = &(*wp)->next)
-		;
-	if (r->type != J_WAIT) {
-		/* J_UNWAIT drops one place, J_UNWAIT_PROC all of a process's. */
-		while (*wp) {
-			w = *wp;
-			if (jwait_is(w, r, name)) {
-				*wp = w->next;
-				free(w);
-				if (r->type == J_UNWAIT)
-					break;
-			} else {
-				wp = &w->next;
-			}
+	for (struct hnode *e = ht_chain(&js->procs, hash); e; e = e->next) {
+		jp = (struct jproc *)e;
+		if (e->hash == hash && jp->pid == pid && jp->start == start)
+			return jp;
+	}
+	if (!make || !(jp = calloc(1, sizeof(*jp))))
+		return NULL;
+	jp->pid = pid;
+	jp->start = start;
+	jp->h.hash = hash;
+	if (ht_add(&js->procs, &jp->h) < 0) {
+		free(jp);
+		return NULL;
+	}
+	return jp;
+}
+
+/* W out of every list, and freed. */
+static void jwait_drop(struct jwaits *js, struct jwait *w)
+{
+	*(w->prev ? &w->prev->next : &js->head) = w->next;
+	*(w->next ? &w->next->prev : &js->tail) = w->prev;
+	*(w->pprev ? &w->pprev->pnext : &w->jp->waits) = w->pnext;
+	if (w->pnext)
+		w->pnext->pprev = w->pprev;
+	ht_del(&js->byname, &w->h);
+	free(w);
+}
+
+static void jwaits_free(struct jwaits *js)
+{
+	while (js->head)
+		jwait_drop(js, js->head);
+	for (size_t i = 0; i < js->procs.cap; i++) {
+		while (js->procs.b[i]) {
+			struct hnode *e = js->procs.b[i];
+
+			js->procs.b[i] = e->next;
+			free(e);
 		}
+	}
+	free(js->byname.b);
+	free(js->procs.b);
+	memset(js, 0, sizeof(*js));
+}
+
+static int replay_wait(const struct daemon *d, struct jwaits *js, const struct jrec *r,
+		       const char *name, const uint8_t *meta)
+{
+	struct jwait *old, *w;
+	struct jproc *jp;
+
+	if (r->type == J_UNWAIT_PROC) {
+		/* All of a process's places. */
+		jp = jproc_get(d, js, r->pid, r->start, false);
+		while (jp && jp->waits)
+			jwait_drop(js, jp->waits);
 		return 0;
 	}
-	/* Asking again kept the place, with the newer metadata. */
+	old = jwait_find(d, js, r, name);
+	if (r->type == J_UNWAIT) {
+		if (old)
+			jwait_drop(js, old);
+		return 0;
+	}
 	w = calloc(1, sizeof(*w) + r->meta_len);
 	if (!w)
 		return -ENOMEM;
 	w->r = *r;
 	memcpy(w->name, name, r->name_len);
 	memcpy(w->meta, meta, r->meta_len);
-	if (*wp) {
-		w->next = (*wp)->next;
-		free(*wp);
+	if (old) {
+		/* Asking again kept the place, with the newer metadata. */
+		w->jp = old->jp;
+		w->prev = old->prev;
+		w->next = old->next;
+		w->pprev = old->pprev;
+		w->pnext = old->pnext;
+		*(w->prev ? &w->prev->next : &js->head) = w;
+		*(w->next ? &w->next->prev : &js->tail) = w;
+		*(w->pprev ? &w->pprev->pnext : &w->jp->waits) = w;
+		if (w->pnext)
+			w->pnext->pprev = w;
+		ht_replace(&js->byname, &old->h, &w->h);
+		free(old);
+		return 0;
 	}
-	*wp = w;
+	jp = jproc_get(d, js, r->pid, r->start, true);
+	w->h.hash = lease_hash(d->owners, name, r->name_len, r->pid, r->start);
+	if (!jp || ht_add(&js->byname, &w->h) < 0) {
+		free(w);
+		return -ENOMEM;
+	}
+	w->jp = jp;
+	w->prev = js->tail;
+	*(js->tail ? &js->tail->next : &js->head) = w;
+	js->tail = w;
+	w->pnext = jp->waits;
+	if (w->pnext)
+		w->pnext->pprev = w;
+	jp->waits = w;
 	return 0;
 }
 
 /* Replay the journal into d->owners->leases and *WAITS. Returns the length of its
  * sound part (header and whole records), or 0 if it was not used. */
-static size_t replay(struct daemon *d, struct jwait **waits)
+static size_t replay(struct daemon *d, struct jwaits *waits)
 {
 	char path[PR_PATH_MAX + 16];
 	uint8_t boot[16], *buf = NULL;
@@ -1381,7 +1484,7 @@ static size_t replay(struct daemon *d, struct jwait **waits)
 		case J_WAIT:
 		case J_UNWAIT:
 		case J_UNWAIT_PROC:
-			if (replay_wait(waits, &r, name, (const uint8_t *)name + r.name_len) < 0)
+			if (replay_wait(d, waits, &r, name, (const uint8_t *)name + r.name_len) < 0)
 				goto out;
 			break;
 		default:
@@ -1443,7 +1546,7 @@ static bool holds(struct daemon *d, const struct jwait *w)
 
 int owners_recover(struct daemon *d, bool attached)
 {
-	struct jwait *waits = NULL;
+	struct jwaits waits = { 0 };
 	uint64_t leases = 0, places = 0, dropped = 0;
 	char (*free_names)[PROCREG_NAME_MAX + 1] = NULL;
 	size_t nfree = 0, nqueues = 0, sound = 0, ngone = 0;
@@ -1474,11 +1577,10 @@ int owners_recover(struct daemon *d, bool attached)
 	dropped += ngone;
 	leases = d->owners->leases.n;
 	/* Processes still alive get their places back, in the same order. */
-	while (waits) {
-		struct jwait *w = waits;
+	while (waits.head) {
+		struct jwait *w = waits.head;
 		struct proc *p;
 
-		waits = w->next;
 		if (holds(d, w)) {
 			dropped++; /* handed the name as the last daemon died */
 		} else if (proc_verify(d, w->r.pid, w->r.start, w->r.ino, &p) == 0) {
@@ -1497,10 +1599,18 @@ int owners_recover(struct daemon *d, bool attached)
 				dropped++;
 			}
 		} else {
-			dropped++;
+			/* Its process is gone: so are all its places. */
+			struct jproc *jp = w->jp;
+
+			while (jp->waits) {
+				jwait_drop(&waits, jp->waits);
+				dropped++;
+			}
+			continue;
 		}
-		free(w);
+		jwait_drop(&waits, w);
 	}
+	jwaits_free(&waits);
 	/* A name whose owner died while no daemon watched goes to the next in
 	 * line now (owners_name_gone changes the list: names first). */
 	nqueues = d->owners->queues.n;
