@@ -228,6 +228,45 @@ static void test_expiry_order(void **state)
 	}
 }
 
+#define NTOGETHER 3000
+
+/* Thousands of leases that run out together (more than one tick takes
+ * on): every one of them runs out, once, and nothing else. */
+static void test_many_expire_together(void **state)
+{
+	struct fx *f = *state;
+	uint64_t cur = procreg_feed_head(f->reg);
+	static bool seen[NTOGETHER];
+	int n = 0;
+
+	batch(f->reg, PROCREG_OP_REGISTER, "keep", 0, 100, 1, HOUR, 0, 0);
+	batch(f->reg, PROCREG_OP_REGISTER, "t", 0, NTOGETHER, 1, 200, 0, 0);
+	while (n < NTOGETHER) {
+		struct procreg_event ev = next_of(f->reg, &cur, "t.");
+		int i = atoi(ev.name + 2);
+
+		if (ev.type == PROCREG_EV_REGISTERED)
+			continue;
+		assert_int_equal(ev.type, PROCREG_EV_EXPIRED);
+		assert_true(i >= 0 && i < NTOGETHER);
+		assert_false(seen[i]);
+		seen[i] = true;
+		n++;
+	}
+	for (int i = 0; i < NTOGETHER; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "t.%d", i);
+		assert_int_equal(procreg_lookup(f->reg, name, NULL), -ENOENT);
+	}
+	for (int i = 0; i < 100; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "keep.%d", i);
+		assert_int_equal(procreg_lookup(f->reg, name, NULL), 0);
+	}
+}
+
 /* ---- another uid's many leases ------------------------------------------- */
 
 /* Within --max-names-per-proc (65536). */
@@ -504,6 +543,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_many_queues, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_handover_after_death, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_expiry_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many_expire_together, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_leases_other_uid, setup, teardown),
 	};
 

@@ -435,6 +435,11 @@ struct jrec {
 
 #define JREC_MAX (sizeof(struct jrec) + PROCREG_NAME_MAX + PROCREG_META_MAX)
 
+/* Leases handled by one tick at most: the rest, due too, wait for the
+ * next, which comes at once, after the requests that came meanwhile
+ * (thousands of leases that run out together do not hold them up). */
+#define TICK_LEASES_MAX 256
+
 /* A marked lease whose name could not be marked is tried again after this. */
 #define LEASE_RETRY_NS (100 * 1000000ull)
 
@@ -1062,11 +1067,12 @@ uint64_t owners_tick(struct daemon *d)
 {
 	struct owners *o = d->owners;
 	uint64_t now = procreg__mono_ns(), next;
+	unsigned n = 0;
 
 	/* Due leases off the top of the heap, one at a time: what is done
 	 * for one may change it (a release drops the lease, a hand-over
 	 * may add another). */
-	while (o->ndue && o->due[0]->deadline_ns <= now) {
+	while (o->ndue && o->due[0]->deadline_ns <= now && n++ < TICK_LEASES_MAX) {
 		struct lease *l = o->due[0];
 		uint64_t off = find_leased(d, l);
 
