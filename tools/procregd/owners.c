@@ -1177,6 +1177,38 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+/* A file written through a buffer: a rewrite of tens of thousands of
+ * records is a few dozen write(2)s, not one each. Without the buffer's
+ * memory, each goes on its own. */
+#define WBUF_SIZE (64 * 1024)
+
+struct wbuf {
+	int fd;
+	uint8_t *b;               /* WBUF_SIZE bytes, or NULL */
+	size_t len;
+};
+
+static int wbuf_flush(struct wbuf *w)
+{
+	int err = w->len ? write_all(w->fd, w->b, w->len) : 0;
+
+	w->len = 0;
+	return err;
+}
+
+static int wbuf_put(struct wbuf *w, const void *p, size_t n)
+{
+	int err;
+
+	if (!w->b)
+		return write_all(w->fd, p, n);
+	if (w->len + n > WBUF_SIZE && (err = wbuf_flush(w)) < 0)
+		return err;
+	memcpy(w->b + w->len, p, n);
+	w->len += n;
+	return 0;
+}
+
 /* No journal: the daemon runs on, its queues and leases would not
  * survive a restart (logged, with WHY). */
 static void journal_off(struct daemon *d, const char *why)
@@ -1202,6 +1234,7 @@ static int journal_rewrite(struct daemon *d)
 	struct jhdr h = { .magic = JOURNAL_MAGIC };
 	uint8_t buf[JREC_MAX];
 	uint64_t bytes = sizeof(h);
+	struct wbuf wb = { .fd = -1 };
 	int fd, err;
 
 	journal_path(d, path, sizeof(path), "");
@@ -1215,12 +1248,14 @@ static int journal_rewrite(struct daemon *d)
 		err = -errno;
 		goto fail;
 	}
-	if ((err = write_all(fd, &h, sizeof(h))) < 0)
+	wb.fd = fd;
+	wb.b = malloc(WBUF_SIZE);
+	if ((err = wbuf_put(&wb, &h, sizeof(h))) < 0)
 		goto fail;
 	HT_EACH(&d->owners->leases, const struct lease, l) {
 		size_t n = jrec_lease(buf, l);
 
-		if ((err = write_all(fd, buf, n)) < 0)
+		if ((err = wbuf_put(&wb, buf, n)) < 0)
 			goto fail;
 		bytes += n;
 	}
@@ -1228,11 +1263,15 @@ static int journal_rewrite(struct daemon *d)
 		for (const struct waiter *w = q->head; w; w = w->next) {
 			size_t n = jrec_waiter(buf, q, w);
 
-			if ((err = write_all(fd, buf, n)) < 0)
+			if ((err = wbuf_put(&wb, buf, n)) < 0)
 				goto fail;
 			bytes += n;
 		}
 	}
+	if ((err = wbuf_flush(&wb)) < 0)
+		goto fail;
+	free(wb.b);
+	wb.b = NULL;
 	if (rename(tmp, path) < 0) {
 		err = -errno;
 		goto fail;
@@ -1250,6 +1289,7 @@ static int journal_rewrite(struct daemon *d)
 	journal_allocate(d, bytes + d->owners->owed);
 	return 0;
 fail:
+	free(wb.b);
 	log_warn("owners journal %s: cannot rewrite it: %s", path, strerror(-err));
 	if (fd >= 0) {
 		close(fd);
