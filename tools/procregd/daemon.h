@@ -74,6 +74,7 @@ struct proc {
 	int pidfd;                /* in the epoll set: readable when it exits */
 	struct pr_vec names;      /* record offsets of its names and memberships */
 	uint32_t waiting;         /* places it holds in owner queues (owners.c) */
+	struct waiter *places;    /* those places, listed (owners.c) */
 	int lost_signal;          /* sent to it when it loses a name to another node, 0: none */
 	bool gone;                /* freed in all but memory: see procs_reap() */
 	struct proc *next_gone;
@@ -139,6 +140,9 @@ struct daemon_opts {
 	uint32_t max_clients;
 	uint32_t max_names_per_uid;    /* names + memberships of one uid's processes */
 	uint32_t max_clients_per_uid;  /* connections of one uid */
+	uint32_t max_places;           /* places in owner queues, all uids (owners.c) */
+	uint32_t max_places_per_uid;   /* those of one uid */
+	uint32_t max_leases;           /* leases of names and memberships, all uids */
 	/* Held back for root and the daemon's own uid (uid_privileged): */
 	uint32_t reserved_clients;     /* the last connections */
 	bool reserved_clients_set;     /* else 1/32 of max_clients */
@@ -341,6 +345,9 @@ void owners_proc_gone(struct daemon *d, struct proc *p);
 /* Room in the journal for one more place in line or lease: 0, or -ENOSPC
  * (the request must then be refused before it changes anything). */
 int owners_room(struct daemon *d);
+/* Whether ID may set RQ's lease: 0, or -ENOSPC (--max-leases reached and
+ * RQ's lease not set already, or no room in the journal), logged. */
+int owners_lease_room(struct daemon *d, const struct ident *id, const struct reg_request *rq);
 /* Set (LEASE_MS > 0) or drop the lease of a name. */
 int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
 		     bool mark);

@@ -177,6 +177,17 @@ static const struct opt opt_table[] = {
 	{ COUNT_OPT("max-clients-per-uid", max_clients_per_uid, 128),
 	  .help = "connections of one uid (default 128; root and\n"
 		  "procregd's own uid: no limit)" },
+	{ COUNT_OPT("max-places", max_places, 32768),
+	  .help = "places in owner queues (PROCREG_QUEUE), all uids\n"
+		  "together (default 32768; the last 1/32 kept for\n"
+		  "root and procregd's own uid)" },
+	{ COUNT_OPT("max-places-per-uid", max_places_per_uid, 1024),
+	  .help = "places in owner queues of one uid (default 1024;\n"
+		  "root and procregd's own uid: no limit)" },
+	{ COUNT_OPT("max-leases", max_leases, 262144),
+	  .help = "leases of names and memberships, all uids\n"
+		  "together (default 262144; the last 1/32 kept for\n"
+		  "root and procregd's own uid)" },
 	{ NUM_OPT("reserved-clients", reserved_clients, "N", 0, 0, UINT32_MAX, 0, "a number"),
 	  OPT_SET(reserved_clients_set),
 	  .help = "the last N of --max-clients are for root and\n"

@@ -8,19 +8,26 @@
  * name goes — unregistered, its owner dead, its lease expired — the first
  * live process in line gets it at once, in the same turn of the event
  * loop, with a TRANSFERRED event. A process in line is watched through its
- * pidfd like an owner; if it dies first, it leaves the line.
+ * pidfd like an owner; if it dies first, it leaves the line. Each place
+ * is in two lists, its queue's (in order) and its process's (struct proc:
+ * places), and found by hash of the two: a death takes the process's own
+ * places out of their lines, whatever the number of others.
  *
  * Leases. A registration may carry a lease: unless its owner refreshes it
  * in time, the name is released (or, with PR_F_LEASE_MARK, republished
- * marked unhealthy), though the process lives. Deadlines are kept here and
- * checked from the daemon's timer, which is armed for the nearest one.
+ * marked unhealthy), though the process lives. Deadlines are kept here, in
+ * a binary heap (the nearest first), and checked from the daemon's timer,
+ * which is armed for the nearest one: the timer takes due leases off the
+ * top of the heap, whatever the number of others.
  * A membership may carry one too: keyed by its group and its member
  * process (pid and start time), it ends the membership when it runs out,
  * as a leave would; only the member process renews it.
  *
- * Both are few in practice (contested names, leased names), so they are
- * plain lists; while both are empty, a registration or a death costs
- * nothing here.
+ * Both are found by hash: a queue by its name, a lease by its name and,
+ * for a membership's, its member (pid and start time). Names are chosen
+ * by clients, any uid's, so the hash is keyed with a secret of this
+ * daemon's (SipHash): nobody can choose names that share a chain. While
+ * both are empty, a registration or a death costs nothing here.
  *
  * The journal. The table keeps the names; only this file knows who is in
  * line and when a lease runs out. So that a daemon restarted after a crash
@@ -33,6 +40,15 @@
  * restart with a fresh deadline: the daemon cannot know how long it was
  * down, and releasing a name its owner renewed meanwhile would be worse
  * than keeping it one lease longer.
+ *
+ * Limits. Places in line and leases live in the daemon's memory and in the
+ * journal, not in the table: the table's size does not bound them. Each
+ * has a limit of its own, all uids together (--max-places, --max-leases),
+ * whose last 1/32 is kept for root and the daemon's uid as the last
+ * connections are (so many uids together cannot take them all from
+ * root), and places a limit per uid (--max-places-per-uid) besides the
+ * names' (--max-names-per-uid), under which they also count. A hand-over
+ * is never refused for them: the place it comes from was counted.
  *
  * Space. The journal's file is allocated (fallocate, its length kept)
  * ahead of its end, so that an append never finds the filesystem full. A
@@ -51,14 +67,155 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
 #include "proto.h"
 
+/* ---- keyed hash tables -------------------------------------------------
+ *
+ * Chained, the chain's links inside the entries (struct hnode first in
+ * each). The buckets double when there are more entries than buckets,
+ * and halve when there are eight times fewer; a table that cannot grow
+ * (no memory) keeps working with longer chains.
+ */
+
+struct hnode {
+	struct hnode *next;
+	uint64_t hash;
+};
+
+struct htab {
+	struct hnode **b;
+	size_t cap, n;            /* buckets (0 or a power of two), entries */
+};
+
+#define HT_MIN 64
+
+static void ht_resize(struct htab *t, size_t cap)
+{
+	struct hnode **b = calloc(cap, sizeof(*b));
+
+	if (!b)
+		return;
+	for (size_t i = 0; i < t->cap; i++) {
+		while (t->b[i]) {
+			struct hnode *e = t->b[i];
+
+			t->b[i] = e->next;
+			e->next = b[e->hash & (cap - 1)];
+			b[e->hash & (cap - 1)] = e;
+		}
+	}
+	free(t->b);
+	t->b = b;
+	t->cap = cap;
+}
+
+/* The first entry of HASH's chain (the caller compares keys). */
+static struct hnode *ht_chain(const struct htab *t, uint64_t hash)
+{
+	return t->cap ? t->b[hash & (t->cap - 1)] : NULL;
+}
+
+/* Add E (its hash set): 0, or -ENOMEM if the table has no buckets yet
+ * and none can be had. */
+static int ht_add(struct htab *t, struct hnode *e)
+{
+	size_t i;
+
+	if (t->n + 1 > t->cap)
+		ht_resize(t, t->cap ? t->cap * 2 : HT_MIN);
+	if (!t->cap)
+		return -ENOMEM;
+	i = e->hash & (t->cap - 1);
+	e->next = t->b[i];
+	t->b[i] = e;
+	t->n++;
+	return 0;
+}
+
+/* NEW takes OLD's place (same hash): nothing is resized. */
+static void ht_replace(struct htab *t, struct hnode *old, struct hnode *new)
+{
+	struct hnode **pp = &t->b[old->hash & (t->cap - 1)];
+
+	while (*pp != old)
+		pp = &(*pp)->next;
+	new->hash = old->hash;
+	new->next = old->next;
+	*pp = new;
+}
+
+static void ht_del(struct htab *t, struct hnode *e)
+{
+	struct hnode **pp = &t->b[e->hash & (t->cap - 1)];
+
+	while (*pp != e)
+		pp = &(*pp)->next;
+	*pp = e->next;
+	t->n--;
+	if (t->cap > HT_MIN && t->n < t->cap / 8)
+		ht_resize(t, t->cap / 2);
+}
+
+/* Every entry of T, as E (of type TYPE, its hnode first): none may be
+ * added or removed meanwhile. */
+#define HT_EACH(t, type, e)                                                              \
+	for (size_t ht_i_ = 0; ht_i_ < (t)->cap; ht_i_++)                                 \
+		for (type *e = (type *)(t)->b[ht_i_]; e; e = (type *)((struct hnode *)e)->next)
+
+/* SipHash-2-4 of the N bytes at P with key K: a secret of this daemon's,
+ * so that clients cannot pick names that collide. */
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                               \
+	do {                                                                   \
+		v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);      \
+		v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                         \
+		v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                         \
+		v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);      \
+	} while (0)
+
+static uint64_t siphash(const uint64_t k[2], const uint8_t *p, size_t n)
+{
+	uint64_t v0 = k[0] ^ 0x736f6d6570736575ull, v1 = k[1] ^ 0x646f72616e646f6dull;
+	uint64_t v2 = k[0] ^ 0x6c7967656e657261ull, v3 = k[1] ^ 0x7465646279746573ull;
+	uint64_t m, b = (uint64_t)n << 56;
+	size_t i;
+
+	for (i = 0; i + 8 <= n; i += 8) {
+		m = 0;
+		for (int j = 0; j < 8; j++)
+			m |= (uint64_t)p[i + j] << (8 * j);
+		v3 ^= m;
+		SIPROUND;
+		SIPROUND;
+		v0 ^= m;
+	}
+	for (int j = 0; i + (size_t)j < n; j++)
+		b |= (uint64_t)p[i + (size_t)j] << (8 * j);
+	v3 ^= b;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= b;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* ---- queues and leases -------------------------------------------------- */
+
 struct waiter {
-	struct waiter *next;
+	struct hnode h;           /* in owners->waiters, by queue and process */
+	struct waiter *next, *prev;   /* in its queue, in order */
+	struct waiter *pnext, *pprev; /* among its process's (proc->places) */
+	struct queue *q;
 	struct proc *p;
 	struct ident id;
 	uint16_t flags;           /* PROCREG_REPLACE, _REPLACEABLE, _LEASE_MARK */
@@ -68,27 +225,37 @@ struct waiter {
 };
 
 struct queue {
-	struct queue *next;
-	struct waiter *head;
+	struct hnode h;           /* in owners->queues, by name */
+	struct waiter *head, *tail;
 	uint16_t len;
-	char name[PROCREG_NAME_MAX + 1];
+	char name[];              /* len bytes and a NUL */
 };
 
 struct lease {
-	struct lease *next;
+	struct hnode h;           /* in owners->leases, by name, pid and start */
+	size_t heap;              /* its place in owners->due; NOT_DUE: none (expired) */
 	uint64_t ttl_ns, deadline_ns;
 	bool mark;       /* mark unhealthy instead of releasing */
 	bool expired;    /* marked: waiting for a refresh */
 	int32_t pid;     /* a membership's member (0: the lease of a name) */
 	uint64_t start;  /* its start time */
 	uint16_t len;
-	char name[PROCREG_NAME_MAX + 1];
+	char name[];     /* len bytes and a NUL */
 };
 
 /* The daemon's owners state: only this file reads or writes it. */
 struct owners {
-	struct queue *queues;
-	struct lease *leases;
+	struct htab queues;       /* struct queue */
+	struct htab leases;       /* struct lease */
+	struct htab waiters;      /* struct waiter */
+	/* The leases waiting for their deadline (all but those marked
+	 * expired), a binary heap by deadline: room for every lease, so
+	 * that putting one back never needs memory. */
+	struct lease **due;
+	size_t ndue, due_cap;
+	uint64_t key[2];          /* the hashes' (secret) */
+	struct pr_u64map uid_places; /* uid + 2 -> its places in line */
+	struct pr_ratelimit refused_log; /* places and leases refused for a limit */
 	int fd;                   /* the journal, when open */
 	bool open;
 	uint64_t bytes;           /* its length */
@@ -98,12 +265,136 @@ struct owners {
 	bool full;                /* no room for it, as last logged */
 };
 
+/* ---- lease deadlines: a binary heap, the nearest at the top ----------- */
+
+#define NOT_DUE SIZE_MAX
+
+static void heap_set(struct owners *o, size_t i, struct lease *l)
+{
+	o->due[i] = l;
+	l->heap = i;
+}
+
+static void heap_up(struct owners *o, size_t i)
+{
+	struct lease *l = o->due[i];
+
+	while (i) {
+		size_t up = (i - 1) / 2;
+
+		if (o->due[up]->deadline_ns <= l->deadline_ns)
+			break;
+		heap_set(o, i, o->due[up]);
+		i = up;
+	}
+	heap_set(o, i, l);
+}
+
+static void heap_down(struct owners *o, size_t i)
+{
+	struct lease *l = o->due[i];
+
+	for (;;) {
+		size_t c = 2 * i + 1;
+
+		if (c >= o->ndue)
+			break;
+		if (c + 1 < o->ndue && o->due[c + 1]->deadline_ns < o->due[c]->deadline_ns)
+			c++;
+		if (l->deadline_ns <= o->due[c]->deadline_ns)
+			break;
+		heap_set(o, i, o->due[c]);
+		i = c;
+	}
+	heap_set(o, i, l);
+}
+
+/* Room in the heap for N leases: 0, or -ENOMEM. */
+static int heap_room(struct owners *o, size_t n)
+{
+	size_t cap = o->due_cap ? o->due_cap : 64;
+	struct lease **due;
+
+	if (n <= o->due_cap)
+		return 0;
+	while (cap < n)
+		cap *= 2;
+	due = realloc(o->due, cap * sizeof(*due));
+	if (!due)
+		return -ENOMEM;
+	o->due = due;
+	o->due_cap = cap;
+	return 0;
+}
+
+/* L's deadline was set: its place in the heap (it is put there if it
+ * was not; heap_room() made room for it when it was made). */
+static void heap_fix(struct owners *o, struct lease *l)
+{
+	if (l->heap == NOT_DUE) {
+		heap_set(o, o->ndue++, l);
+		heap_up(o, l->heap);
+		return;
+	}
+	heap_up(o, l->heap);
+	heap_down(o, l->heap);
+}
+
+/* L out of the heap (nothing if it was not there). */
+static void heap_del(struct owners *o, struct lease *l)
+{
+	size_t i = l->heap;
+
+	if (i == NOT_DUE)
+		return;
+	l->heap = NOT_DUE;
+	if (i == --o->ndue)
+		return;
+	heap_set(o, i, o->due[o->ndue]);
+	heap_up(o, i);
+	heap_down(o, o->due[i]->heap);
+}
+
+static uint64_t queue_hash(const struct owners *o, const char *name, size_t len)
+{
+	return siphash(o->key, (const uint8_t *)name, len);
+}
+
+static uint64_t waiter_hash(const struct owners *o, const struct queue *q, const struct proc *p)
+{
+	const void *k[2] = { q, p };
+
+	return siphash(o->key, (const uint8_t *)k, sizeof(k));
+}
+
+static uint64_t lease_hash(const struct owners *o, const char *name, size_t len, int32_t pid,
+			   uint64_t start)
+{
+	uint8_t buf[PROCREG_NAME_MAX + sizeof(pid) + sizeof(start)];
+
+	memcpy(buf, name, len);
+	memcpy(buf + len, &pid, sizeof(pid));
+	memcpy(buf + len + sizeof(pid), &start, sizeof(start));
+	return siphash(o->key, buf, len + sizeof(pid) + sizeof(start));
+}
+
 int owners_new(struct daemon *d)
 {
 	d->owners = calloc(1, sizeof(*d->owners));
 	if (!d->owners)
 		return -ENOMEM;
 	d->owners->fd = -1;
+	/* The key: secret, else a client could make every name it chooses
+	 * land in one chain. Without the kernel's (too early at boot to
+	 * block for it), the clock and our pid, which are harder to guess. */
+	if (getrandom(d->owners->key, sizeof(d->owners->key), GRND_NONBLOCK) !=
+	    (ssize_t)sizeof(d->owners->key)) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		d->owners->key[0] = pr_mix((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30));
+		d->owners->key[1] = pr_mix(procreg__mono_ns() ^ (uint64_t)getpid());
+	}
 	return 0;
 }
 
@@ -143,6 +434,14 @@ struct jrec {
 };
 
 #define JREC_MAX (sizeof(struct jrec) + PROCREG_NAME_MAX + PROCREG_META_MAX)
+
+/* Leases handled by one tick at most: the rest, due too, wait for the
+ * next, which comes at once, after the requests that came meanwhile
+ * (thousands of leases that run out together do not hold them up). */
+#define TICK_LEASES_MAX 256
+
+/* A marked lease whose name could not be marked is tried again after this. */
+#define LEASE_RETRY_NS (100 * 1000000ull)
 
 static uint32_t fnv1a(const uint8_t *p, size_t n)
 {
@@ -263,9 +562,9 @@ static uint64_t owed_now(const struct daemon *d)
 {
 	uint64_t owed = 0;
 
-	for (const struct lease *l = d->owners->leases; l; l = l->next)
+	HT_EACH(&d->owners->leases, const struct lease, l)
 		owed += removal_cost(l->len);
-	for (const struct queue *q = d->owners->queues; q; q = q->next)
+	HT_EACH(&d->owners->queues, const struct queue, q)
 		for (const struct waiter *w = q->head; w; w = w->next)
 			owed += place_cost(q->len);
 	return owed;
@@ -317,34 +616,52 @@ static bool same_name(const char *a, size_t alen, const char *b, size_t blen)
 	return alen == blen && !memcmp(a, b, alen);
 }
 
-static struct queue **find_queue(struct daemon *d, const char *name, size_t len)
+static struct queue *find_queue(const struct daemon *d, const char *name, size_t len)
 {
-	struct queue **q;
+	uint64_t hash;
 
-	for (q = &d->owners->queues; *q; q = &(*q)->next)
-		if (same_name((*q)->name, (*q)->len, name, len))
-			break;
-	return q;
+	if (!d->owners->queues.n)
+		return NULL;
+	hash = queue_hash(d->owners, name, len);
+	for (struct hnode *e = ht_chain(&d->owners->queues, hash); e; e = e->next) {
+		struct queue *q = (struct queue *)e;
+
+		if (e->hash == hash && same_name(q->name, q->len, name, len))
+			return q;
+	}
+	return NULL;
 }
 
 /* The lease of name NAME (PID 0), or of PID's membership of group NAME. */
-static struct lease **find_lease(struct daemon *d, const char *name, size_t len, int32_t pid,
-				 uint64_t start)
+static struct lease *find_lease(const struct daemon *d, const char *name, size_t len, int32_t pid,
+				uint64_t start)
 {
-	struct lease **l;
+	uint64_t hash;
 
-	for (l = &d->owners->leases; *l; l = &(*l)->next)
-		if ((*l)->pid == pid && (*l)->start == start &&
-		    same_name((*l)->name, (*l)->len, name, len))
-			break;
-	return l;
+	if (!d->owners->leases.n)
+		return NULL;
+	hash = lease_hash(d->owners, name, len, pid, start);
+	for (struct hnode *e = ht_chain(&d->owners->leases, hash); e; e = e->next) {
+		struct lease *l = (struct lease *)e;
+
+		if (e->hash == hash && l->pid == pid && l->start == start &&
+		    same_name(l->name, l->len, name, len))
+			return l;
+	}
+	return NULL;
+}
+
+static void queue_drop(struct daemon *d, struct queue *q)
+{
+	ht_del(&d->owners->queues, &q->h);
+	free(q);
 }
 
 bool owners_interested(const struct daemon *d, const char *name, size_t len)
 {
-	if (!d->owners->queues && !d->owners->leases)
+	if (!d->owners->queues.n && !d->owners->leases.n)
 		return false;
-	return *find_queue((struct daemon *)d, name, len) || *find_lease((struct daemon *)d, name, len, 0, 0);
+	return find_queue(d, name, len) || find_lease(d, name, len, 0, 0);
 }
 
 /* P takes (DELTA 1) or gives up (-1) a place in a line: it counts as a
@@ -353,41 +670,143 @@ static void place_taken(struct daemon *d, struct proc *p, int delta)
 {
 	p->waiting += (uint32_t)delta;
 	uid_adjust(&d->uid_names, p->uid, delta);
+	uid_adjust(&d->owners->uid_places, p->uid, delta);
+}
+
+/* Whether UID may have one more of something of which there are N, under
+ * LIMIT for all uids together: its last 1/32 is for the privileged. */
+static bool under_limit(const struct daemon *d, uid_t uid, size_t n, uint32_t limit)
+{
+	return n < limit - (uid_privileged(d, uid) ? 0 : limit / 32);
+}
+
+int owners_lease_room(struct daemon *d, const struct ident *id, const struct reg_request *rq)
+{
+	bool name = rq->kind == PR_KIND_NAME;
+
+	/* A lease set again is no new one. */
+	if (!under_limit(d, id->uid, d->owners->leases.n, d->o.max_leases) &&
+	    !find_lease(d, rq->name, rq->name_len, name ? 0 : id->pid, name ? 0 : id->start)) {
+		log_limited(&d->owners->refused_log, "places in line and leases refused",
+			    "client pid %d uid %u: lease refused (ENOSPC): %zu leases held, --max-leases %u reached%s",
+			    (int)id->pid, (unsigned)id->uid, d->owners->leases.n, d->o.max_leases,
+			    uid_privileged(d, id->uid) ? "" : " (its last 1/32 kept for root and procregd's uid)");
+		return -ENOSPC;
+	}
+	return owners_room(d) ? -ENOSPC : 0;
+}
+
+/* P's place in line Q, or NULL. */
+static struct waiter *find_waiter(const struct daemon *d, const struct queue *q,
+				  const struct proc *p)
+{
+	uint64_t hash;
+
+	if (!q || !d->owners->waiters.n)
+		return NULL;
+	hash = waiter_hash(d->owners, q, p);
+	for (struct hnode *e = ht_chain(&d->owners->waiters, hash); e; e = e->next) {
+		struct waiter *w = (struct waiter *)e;
+
+		if (e->hash == hash && w->q == q && w->p == p)
+			return w;
+	}
+	return NULL;
+}
+
+/* W out of its line, its process's places and the table (not freed, and
+ * its queue kept even if empty). */
+static void waiter_unlink(struct daemon *d, struct waiter *w)
+{
+	struct queue *q = w->q;
+
+	*(w->prev ? &w->prev->next : &q->head) = w->next;
+	*(w->next ? &w->next->prev : &q->tail) = w->prev;
+	*(w->pprev ? &w->pprev->pnext : &w->p->places) = w->pnext;
+	if (w->pnext)
+		w->pnext->pprev = w->pprev;
+	ht_del(&d->owners->waiters, &w->h);
+}
+
+/* NEW takes OLD's place everywhere; OLD is freed. */
+static void waiter_replace(struct daemon *d, struct waiter *old, struct waiter *new)
+{
+	new->q = old->q;
+	new->prev = old->prev;
+	new->next = old->next;
+	new->pprev = old->pprev;
+	new->pnext = old->pnext;
+	*(new->prev ? &new->prev->next : &new->q->head) = new;
+	*(new->next ? &new->next->prev : &new->q->tail) = new;
+	*(new->pprev ? &new->pprev->pnext : &new->p->places) = new;
+	if (new->pnext)
+		new->pnext->pprev = new;
+	ht_replace(&d->owners->waiters, &old->h, &new->h);
+	free(old);
+}
+
+/* W at the end of its line Q, and among its process's places: 0, or
+ * -ENOMEM (nothing changed). */
+static int waiter_add(struct daemon *d, struct queue *q, struct waiter *w)
+{
+	w->q = q;
+	w->h.hash = waiter_hash(d->owners, q, w->p);
+	if (ht_add(&d->owners->waiters, &w->h) < 0)
+		return -ENOMEM;
+	w->next = NULL;
+	w->prev = q->tail;
+	*(q->tail ? &q->tail->next : &q->head) = w;
+	q->tail = w;
+	w->pprev = NULL;
+	w->pnext = w->p->places;
+	if (w->pnext)
+		w->pnext->pprev = w;
+	w->p->places = w;
+	return 0;
 }
 
 int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		   const struct reg_request *rq)
 {
-	struct queue **qp = find_queue(d, rq->name, rq->name_len), *q = *qp;
-	struct waiter *w, **wp = NULL;
-
+	struct queue *q = find_queue(d, rq->name, rq->name_len);
 	/* Asking again keeps one's place, with the newer metadata. */
-	if (q)
-		for (wp = &q->head; *wp && (*wp)->p != p; wp = &(*wp)->next)
-			;
+	struct waiter *old = find_waiter(d, q, p), *w;
+
 	/* A new place in line costs the daemon memory like a name does: it
 	 * counts against the same limits, per process and per uid (else one
 	 * uid could queue for names without bound). */
-	if ((!wp || !*wp) &&
-	    (p->names.n + p->waiting >= d->o.max_names_per_proc || !uid_may_add(d, p)))
+	if (!old &&
+	    (p->names.n + p->waiting >= d->o.max_names_per_proc || !uid_may_add(d, p) ||
+	     (!uid_privileged(d, p->uid) &&
+	      uid_count(&d->owners->uid_places, p->uid) >= d->o.max_places_per_uid)))
 		return -EDQUOT;
+	/* And they all cost the daemon: so many and no more, all uids
+	 * together, the last for root. */
+	if (!old && !under_limit(d, p->uid, d->owners->waiters.n, d->o.max_places)) {
+		log_limited(&d->owners->refused_log, "places in line and leases refused",
+			    "pid %d uid %u: place in line refused (ENOSPC): %zu places held, --max-places %u reached%s",
+			    (int)p->pid, (unsigned)p->uid, d->owners->waiters.n, d->o.max_places,
+			    uid_privileged(d, p->uid) ? "" : " (its last 1/32 kept for root and procregd's uid)");
+		return -ENOSPC;
+	}
 	if (owners_room(d))
 		return -ENOSPC;
 	if (!q) {
-		q = calloc(1, sizeof(*q));
+		q = calloc(1, sizeof(*q) + rq->name_len + 1);
 		if (!q)
 			return -ENOMEM;
 		q->len = (uint16_t)rq->name_len;
 		memcpy(q->name, rq->name, rq->name_len);
-		*qp = q;
-		wp = &q->head;
+		q->h.hash = queue_hash(d->owners, q->name, q->len);
+		if (ht_add(&d->owners->queues, &q->h) < 0) {
+			free(q);
+			return -ENOMEM;
+		}
 	}
 	w = malloc(sizeof(*w) + rq->meta_len);
 	if (!w) {
-		if (!q->head) {
-			*qp = q->next;
-			free(q);
-		}
+		if (!q->head)
+			queue_drop(d, q);
 		return -ENOMEM;
 	}
 	w->p = p;
@@ -397,15 +816,18 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 	w->lease_ms = rq->lease_ms;
 	w->meta_len = (uint16_t)rq->meta_len;
 	memcpy(w->meta, rq->meta, rq->meta_len);
-	if (*wp) {
-		w->next = (*wp)->next;
-		free(*wp);
+	if (old) {
+		waiter_replace(d, old, w);
 	} else {
-		w->next = NULL;
+		if (waiter_add(d, q, w) < 0) {
+			free(w);
+			if (!q->head)
+				queue_drop(d, q);
+			return -ENOMEM;
+		}
 		place_taken(d, p, 1);
 		d->owners->owed += place_cost(q->len);
 	}
-	*wp = w;
 	if (d->owners->open) {
 		uint8_t buf[JREC_MAX];
 
@@ -416,43 +838,32 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 
 void owners_proc_gone(struct daemon *d, struct proc *p)
 {
-	struct queue **qp = &d->owners->queues;
 	struct jrec f = { .pid = p->pid, .start = p->start };
 
 	if (!p->waiting)
 		return;
-	while (*qp) {
-		struct queue *q = *qp;
+	/* Its own places only, each out of its line. */
+	while (p->places) {
+		struct waiter *w = p->places;
+		struct queue *q = w->q;
 
-		for (struct waiter **wp = &q->head; *wp;) {
-			struct waiter *w = *wp;
-
-			if (w->p == p) {
-				*wp = w->next;
-				place_taken(d, p, -1);
-				free(w);
-			} else {
-				wp = &w->next;
-			}
-		}
-		if (!q->head) {
-			*qp = q->next;
-			free(q);
-		} else {
-			qp = &q->next;
-		}
+		waiter_unlink(d, w);
+		place_taken(d, p, -1);
+		free(w);
+		if (!q->head)
+			queue_drop(d, q);
 	}
 	journal_rec(d, J_UNWAIT_PROC, "", 0, &f);
 }
 
-static void lease_drop(struct daemon *d, struct lease **lp)
+static void lease_drop(struct daemon *d, struct lease *l)
 {
-	struct lease *l = *lp;
 	struct jrec f = { .pid = l->pid, .start = l->start };
 
 	/* Journal after the change: a rewrite the append may set off writes
 	 * the state as it is now. */
-	*lp = l->next;
+	ht_del(&d->owners->leases, &l->h);
+	heap_del(d->owners, l);
 	journal_rec(d, J_UNLEASE, l->name, l->len, &f);
 	free(l);
 }
@@ -460,23 +871,30 @@ static void lease_drop(struct daemon *d, struct lease **lp)
 static struct lease *lease_put(struct daemon *d, const char *name, size_t len, int32_t pid,
 			       uint64_t start, uint32_t lease_ms, bool mark)
 {
-	struct lease **lp = find_lease(d, name, len, pid, start), *l = *lp;
+	struct lease *l = find_lease(d, name, len, pid, start);
 
 	if (!l) {
-		l = calloc(1, sizeof(*l));
+		l = calloc(1, sizeof(*l) + len + 1);
 		if (!l)
 			return NULL;
 		l->pid = pid;
 		l->start = start;
 		l->len = (uint16_t)len;
 		memcpy(l->name, name, len);
-		*lp = l;
+		l->h.hash = lease_hash(d->owners, name, len, pid, start);
+		l->heap = NOT_DUE;
+		if (heap_room(d->owners, d->owners->leases.n + 1) < 0 ||
+		    ht_add(&d->owners->leases, &l->h) < 0) {
+			free(l);
+			return NULL;
+		}
 		d->owners->owed += removal_cost(len);
 	}
 	l->ttl_ns = (uint64_t)lease_ms * 1000000ull;
 	l->deadline_ns = procreg__mono_ns() + l->ttl_ns;
 	l->mark = mark;
 	l->expired = false;
+	heap_fix(d->owners, l);
 	return l;
 }
 
@@ -485,12 +903,12 @@ static __attribute__((noinline)) int lease_change(struct daemon *d, const char *
 						   int32_t pid, uint64_t start, uint32_t lease_ms,
 						   bool mark)
 {
-	struct lease **lp, *l;
+	struct lease *l;
 
 	if (!lease_ms) {
-		lp = find_lease(d, name, len, pid, start);
-		if (*lp)
-			lease_drop(d, lp);
+		l = find_lease(d, name, len, pid, start);
+		if (l)
+			lease_drop(d, l);
 		return 0;
 	}
 	l = lease_put(d, name, len, pid, start, lease_ms, mark);
@@ -507,7 +925,7 @@ static __attribute__((noinline)) int lease_change(struct daemon *d, const char *
 static inline int lease_set(struct daemon *d, const char *name, size_t len, int32_t pid,
 			    uint64_t start, uint32_t lease_ms, bool mark)
 {
-	if (!lease_ms && !d->owners->leases)
+	if (!lease_ms && !d->owners->leases.n)
 		return 0; /* the common case: no lease here, none anywhere */
 	return lease_change(d, name, len, pid, start, lease_ms, mark);
 }
@@ -526,12 +944,10 @@ int owners_member_lease_set(struct daemon *d, const struct pr_record *r, uint32_
 /* owners_name_gone() when a lease or a line may be concerned. */
 static __attribute__((noinline)) void name_gone(struct daemon *d, const char *name, size_t len)
 {
-	struct queue **qp;
 	struct queue *q;
 
 	owners_lease_set(d, name, len, 0, false);
-	qp = find_queue(d, name, len);
-	q = *qp;
+	q = find_queue(d, name, len);
 	while (q && q->head) {
 		struct waiter *w = q->head;
 		struct reg_request rq = {
@@ -540,7 +956,7 @@ static __attribute__((noinline)) void name_gone(struct daemon *d, const char *na
 		};
 		int err;
 
-		q->head = w->next;
+		waiter_unlink(d, w);
 		/* Given back before registry_put() checks the quotas: the place
 		 * becomes the name. */
 		place_taken(d, w->p, -1);
@@ -558,17 +974,15 @@ static __attribute__((noinline)) void name_gone(struct daemon *d, const char *na
 		if (!err)
 			break;
 	}
-	if (q && !q->head) {
-		*qp = q->next;
-		free(q);
-	}
+	if (q && !q->head)
+		queue_drop(d, q);
 }
 
 void owners_name_gone(struct daemon *d, const char *name, size_t len)
 {
 	/* The common case, on every removal: no lease to end, no line to
 	 * pass the name on to (and no registers for name_gone to save). */
-	if (d->owners->leases || d->owners->queues)
+	if (d->owners->leases.n || d->owners->queues.n)
 		name_gone(d, name, len);
 }
 
@@ -605,7 +1019,7 @@ static uint64_t find_leased(struct daemon *d, const struct lease *l)
 /* Renew the lease of name NAME for client C. */
 static int refresh_name(struct daemon *d, const struct client *c, const struct pr_frame *f)
 {
-	struct lease *l = *find_lease(d, f->name, f->name_len, 0, 0);
+	struct lease *l = find_lease(d, f->name, f->name_len, 0, 0);
 	uint64_t off = find_name(d, f->name, f->name_len);
 	const struct pr_record *r;
 
@@ -625,6 +1039,7 @@ static int refresh_name(struct daemon *d, const struct client *c, const struct p
 			return err;
 		l->expired = false;
 	}
+	heap_fix(d->owners, l);
 	return 0;
 }
 
@@ -633,13 +1048,13 @@ static int refresh_name(struct daemon *d, const struct client *c, const struct p
  * a process renews what it holds by the name it holds it under. */
 int owners_refresh(struct daemon *d, const struct client *c, const struct pr_frame *f)
 {
-	struct lease *ml = d->owners->leases ? *find_lease(d, f->name, f->name_len, c->id.pid,
-							   c->id.start)
-					     : NULL;
+	struct lease *ml = find_lease(d, f->name, f->name_len, c->id.pid, c->id.start);
 	int err;
 
-	if (ml)
+	if (ml) {
 		ml->deadline_ns = procreg__mono_ns() + ml->ttl_ns;
+		heap_fix(d->owners, ml);
+	}
 	err = refresh_name(d, c, f);
 	/* With a membership renewed, a name that is not there, not the
 	 * caller's or not leased is no failure. */
@@ -650,57 +1065,56 @@ int owners_refresh(struct daemon *d, const struct client *c, const struct pr_fra
 
 uint64_t owners_tick(struct daemon *d)
 {
-	uint64_t now = procreg__mono_ns(), next = UINT64_MAX;
-	struct lease **lp = &d->owners->leases;
+	struct owners *o = d->owners;
+	uint64_t now = procreg__mono_ns(), next;
+	unsigned n = 0;
 
-	while (*lp) {
-		struct lease *l = *lp;
-		uint64_t off;
+	/* Due leases off the top of the heap, one at a time: what is done
+	 * for one may change it (a release drops the lease, a hand-over
+	 * may add another). */
+	while (o->ndue && o->due[0]->deadline_ns <= now && n++ < TICK_LEASES_MAX) {
+		struct lease *l = o->due[0];
+		uint64_t off = find_leased(d, l);
 
-		if (l->expired || l->deadline_ns > now) {
-			if (!l->expired && l->deadline_ns < next)
-				next = l->deadline_ns;
-			lp = &l->next;
-			continue;
-		}
-		off = find_leased(d, l);
 		if (!off) {
 			/* Gone some other way already. */
-			lease_drop(d, lp);
+			lease_drop(d, l);
 			continue;
 		}
 		if (l->mark) {
 			const struct pr_record *r = rec(d, off);
 
 			if (registry_set_flags(d, off, r->flags | PROCREG_ENTRY_UNHEALTHY,
-					       PROCREG_EV_EXPIRED) == 0)
+					       PROCREG_EV_EXPIRED) == 0) {
+				/* Out of the heap until refreshed. */
 				l->expired = true;
-			lp = &l->next;
+				heap_del(o, l);
+			} else {
+				l->deadline_ns = now + LEASE_RETRY_NS; /* tried again in a while */
+				heap_fix(o, l);
+			}
 			continue;
 		}
+		/* Off the heap first: what follows drops the lease, and the
+		 * loop goes on whatever it does. */
+		heap_del(o, l);
 		if (l->pid) {
 			LOGV(d, "group '%s': pid %d: lease expired, left", l->name, (int)l->pid);
 			/* Leaving drops the lease. */
 			registry_remove(d, off, NULL, PROCREG_EV_LEFT);
-			lp = &d->owners->leases;
 			continue;
 		}
 		LOGV(d, "name '%s': lease expired, released", l->name);
 		/* Releasing drops the lease (and may hand the name on). */
 		registry_remove(d, off, NULL, PROCREG_EV_EXPIRED);
-		lp = &d->owners->leases; /* the list changed under us: start over */
 	}
-	return next == UINT64_MAX ? UINT64_MAX : next - now;
+	next = owners_next_deadline(d);
+	return next == UINT64_MAX ? UINT64_MAX : next > now ? next - now : 0;
 }
 
 uint64_t owners_next_deadline(const struct daemon *d)
 {
-	uint64_t next = UINT64_MAX;
-
-	for (const struct lease *l = d->owners->leases; l; l = l->next)
-		if (!l->expired && l->deadline_ns < next)
-			next = l->deadline_ns;
-	return next;
+	return d->owners->ndue ? d->owners->due[0]->deadline_ns : UINT64_MAX;
 }
 
 void owners_free_all(struct daemon *d)
@@ -711,24 +1125,34 @@ void owners_free_all(struct daemon *d)
 		close(d->owners->fd);
 		d->owners->open = false;
 	}
-	while (d->owners->queues) {
-		struct queue *q = d->owners->queues;
+	for (size_t i = 0; i < d->owners->queues.cap; i++) {
+		while (d->owners->queues.b[i]) {
+			struct queue *q = (struct queue *)d->owners->queues.b[i];
 
-		d->owners->queues = q->next;
-		while (q->head) {
-			struct waiter *w = q->head;
+			d->owners->queues.b[i] = q->h.next;
+			/* The procs' lists of places are not read again. */
+			while (q->head) {
+				struct waiter *w = q->head;
 
-			q->head = w->next;
-			free(w);
+				q->head = w->next;
+				free(w);
+			}
+			free(q);
 		}
-		free(q);
 	}
-	while (d->owners->leases) {
-		struct lease *l = d->owners->leases;
+	for (size_t i = 0; i < d->owners->leases.cap; i++) {
+		while (d->owners->leases.b[i]) {
+			struct hnode *e = d->owners->leases.b[i];
 
-		d->owners->leases = l->next;
-		free(l);
+			d->owners->leases.b[i] = e->next;
+			free(e);
+		}
 	}
+	free(d->owners->queues.b);
+	free(d->owners->leases.b);
+	free(d->owners->waiters.b);
+	procreg__u64map_free(&d->owners->uid_places);
+	free(d->owners->due);
 	free(d->owners);
 	d->owners = NULL;
 }
@@ -750,6 +1174,38 @@ static int write_all(int fd, const void *buf, size_t len)
 		p += n;
 		len -= (size_t)n;
 	}
+	return 0;
+}
+
+/* A file written through a buffer: a rewrite of tens of thousands of
+ * records is a few dozen write(2)s, not one each. Without the buffer's
+ * memory, each goes on its own. */
+#define WBUF_SIZE (64 * 1024)
+
+struct wbuf {
+	int fd;
+	uint8_t *b;               /* WBUF_SIZE bytes, or NULL */
+	size_t len;
+};
+
+static int wbuf_flush(struct wbuf *w)
+{
+	int err = w->len ? write_all(w->fd, w->b, w->len) : 0;
+
+	w->len = 0;
+	return err;
+}
+
+static int wbuf_put(struct wbuf *w, const void *p, size_t n)
+{
+	int err;
+
+	if (!w->b)
+		return write_all(w->fd, p, n);
+	if (w->len + n > WBUF_SIZE && (err = wbuf_flush(w)) < 0)
+		return err;
+	memcpy(w->b + w->len, p, n);
+	w->len += n;
 	return 0;
 }
 
@@ -778,6 +1234,7 @@ static int journal_rewrite(struct daemon *d)
 	struct jhdr h = { .magic = JOURNAL_MAGIC };
 	uint8_t buf[JREC_MAX];
 	uint64_t bytes = sizeof(h);
+	struct wbuf wb = { .fd = -1 };
 	int fd, err;
 
 	journal_path(d, path, sizeof(path), "");
@@ -791,24 +1248,30 @@ static int journal_rewrite(struct daemon *d)
 		err = -errno;
 		goto fail;
 	}
-	if ((err = write_all(fd, &h, sizeof(h))) < 0)
+	wb.fd = fd;
+	wb.b = malloc(WBUF_SIZE);
+	if ((err = wbuf_put(&wb, &h, sizeof(h))) < 0)
 		goto fail;
-	for (const struct lease *l = d->owners->leases; l; l = l->next) {
+	HT_EACH(&d->owners->leases, const struct lease, l) {
 		size_t n = jrec_lease(buf, l);
 
-		if ((err = write_all(fd, buf, n)) < 0)
+		if ((err = wbuf_put(&wb, buf, n)) < 0)
 			goto fail;
 		bytes += n;
 	}
-	for (const struct queue *q = d->owners->queues; q; q = q->next) {
+	HT_EACH(&d->owners->queues, const struct queue, q) {
 		for (const struct waiter *w = q->head; w; w = w->next) {
 			size_t n = jrec_waiter(buf, q, w);
 
-			if ((err = write_all(fd, buf, n)) < 0)
+			if ((err = wbuf_put(&wb, buf, n)) < 0)
 				goto fail;
 			bytes += n;
 		}
 	}
+	if ((err = wbuf_flush(&wb)) < 0)
+		goto fail;
+	free(wb.b);
+	wb.b = NULL;
 	if (rename(tmp, path) < 0) {
 		err = -errno;
 		goto fail;
@@ -826,6 +1289,7 @@ static int journal_rewrite(struct daemon *d)
 	journal_allocate(d, bytes + d->owners->owed);
 	return 0;
 fail:
+	free(wb.b);
 	log_warn("owners journal %s: cannot rewrite it: %s", path, strerror(-err));
 	if (fd >= 0) {
 		close(fd);
@@ -834,60 +1298,163 @@ fail:
 	return err;
 }
 
-/* A place in line read back from the journal, its process not yet checked. */
+/*
+ * The places in line read back from the journal, their processes not yet
+ * checked: in the journal's order, found by hash of name, pid and start
+ * time (J_WAIT asked again, J_UNWAIT), and listed by process
+ * (J_UNWAIT_PROC): each record costs the same, whatever the number of
+ * others.
+ */
 struct jwait {
-	struct jwait *next;
+	struct hnode h;                /* in jwaits.byname */
+	struct jwait *next, *prev;     /* in the journal's order */
+	struct jwait *pnext, *pprev;   /* its process's */
+	struct jproc *jp;
 	struct jrec r;
 	char name[PROCREG_NAME_MAX + 1];
 	uint8_t meta[];
 };
 
-static bool jwait_is(const struct jwait *w, const struct jrec *r, const char *name)
+struct jproc {
+	struct hnode h;                /* in jwaits.procs, by pid and start */
+	int32_t pid;
+	uint64_t start;
+	struct jwait *waits;
+};
+
+struct jwaits {
+	struct htab byname, procs;
+	struct jwait *head, *tail;
+};
+
+static struct jwait *jwait_find(const struct daemon *d, const struct jwaits *js,
+				const struct jrec *r, const char *name)
 {
-	return w->r.pid == r->pid && w->r.start == r->start &&
-	       (r->type == J_UNWAIT_PROC || same_name(w->name, w->r.name_len, name, r->name_len));
+	uint64_t hash = lease_hash(d->owners, name, r->name_len, r->pid, r->start);
+
+	for (struct hnode *e = ht_chain(&js->byname, hash); e; e = e->next) {
+		struct jwait *w = (struct jwait *)e;
+
+		if (e->hash == hash && w->r.pid == r->pid && w->r.start == r->start &&
+		    same_name(w->name, w->r.name_len, name, r->name_len))
+			return w;
+	}
+	return NULL;
 }
 
-static int replay_wait(struct jwait **waits, const struct jrec *r, const char *name,
-		       const uint8_t *meta)
+static struct jproc *jproc_get(const struct daemon *d, struct jwaits *js, int32_t pid,
+			       uint64_t start, bool make)
 {
-	struct jwait **wp, *w;
+	uint64_t hash = lease_hash(d->owners, "", 0, pid, start);
+	struct jproc *jp;
 
-	for (wp = waits; *wp && !jwait_is(*wp, r, name); wp = &(*wp)->next)
-		;
-	if (r->type != J_WAIT) {
-		/* J_UNWAIT drops one place, J_UNWAIT_PROC all of a process's. */
-		while (*wp) {
-			w = *wp;
-			if (jwait_is(w, r, name)) {
-				*wp = w->next;
-				free(w);
-				if (r->type == J_UNWAIT)
-					break;
-			} else {
-				wp = &w->next;
-			}
+	for (struct hnode *e = ht_chain(&js->procs, hash); e; e = e->next) {
+		jp = (struct jproc *)e;
+		if (e->hash == hash && jp->pid == pid && jp->start == start)
+			return jp;
+	}
+	if (!make || !(jp = calloc(1, sizeof(*jp))))
+		return NULL;
+	jp->pid = pid;
+	jp->start = start;
+	jp->h.hash = hash;
+	if (ht_add(&js->procs, &jp->h) < 0) {
+		free(jp);
+		return NULL;
+	}
+	return jp;
+}
+
+/* W out of every list, and freed. */
+static void jwait_drop(struct jwaits *js, struct jwait *w)
+{
+	*(w->prev ? &w->prev->next : &js->head) = w->next;
+	*(w->next ? &w->next->prev : &js->tail) = w->prev;
+	*(w->pprev ? &w->pprev->pnext : &w->jp->waits) = w->pnext;
+	if (w->pnext)
+		w->pnext->pprev = w->pprev;
+	ht_del(&js->byname, &w->h);
+	free(w);
+}
+
+static void jwaits_free(struct jwaits *js)
+{
+	while (js->head)
+		jwait_drop(js, js->head);
+	for (size_t i = 0; i < js->procs.cap; i++) {
+		while (js->procs.b[i]) {
+			struct hnode *e = js->procs.b[i];
+
+			js->procs.b[i] = e->next;
+			free(e);
 		}
+	}
+	free(js->byname.b);
+	free(js->procs.b);
+	memset(js, 0, sizeof(*js));
+}
+
+static int replay_wait(const struct daemon *d, struct jwaits *js, const struct jrec *r,
+		       const char *name, const uint8_t *meta)
+{
+	struct jwait *old, *w;
+	struct jproc *jp;
+
+	if (r->type == J_UNWAIT_PROC) {
+		/* All of a process's places. */
+		jp = jproc_get(d, js, r->pid, r->start, false);
+		while (jp && jp->waits)
+			jwait_drop(js, jp->waits);
 		return 0;
 	}
-	/* Asking again kept the place, with the newer metadata. */
+	old = jwait_find(d, js, r, name);
+	if (r->type == J_UNWAIT) {
+		if (old)
+			jwait_drop(js, old);
+		return 0;
+	}
 	w = calloc(1, sizeof(*w) + r->meta_len);
 	if (!w)
 		return -ENOMEM;
 	w->r = *r;
 	memcpy(w->name, name, r->name_len);
 	memcpy(w->meta, meta, r->meta_len);
-	if (*wp) {
-		w->next = (*wp)->next;
-		free(*wp);
+	if (old) {
+		/* Asking again kept the place, with the newer metadata. */
+		w->jp = old->jp;
+		w->prev = old->prev;
+		w->next = old->next;
+		w->pprev = old->pprev;
+		w->pnext = old->pnext;
+		*(w->prev ? &w->prev->next : &js->head) = w;
+		*(w->next ? &w->next->prev : &js->tail) = w;
+		*(w->pprev ? &w->pprev->pnext : &w->jp->waits) = w;
+		if (w->pnext)
+			w->pnext->pprev = w;
+		ht_replace(&js->byname, &old->h, &w->h);
+		free(old);
+		return 0;
 	}
-	*wp = w;
+	jp = jproc_get(d, js, r->pid, r->start, true);
+	w->h.hash = lease_hash(d->owners, name, r->name_len, r->pid, r->start);
+	if (!jp || ht_add(&js->byname, &w->h) < 0) {
+		free(w);
+		return -ENOMEM;
+	}
+	w->jp = jp;
+	w->prev = js->tail;
+	*(js->tail ? &js->tail->next : &js->head) = w;
+	js->tail = w;
+	w->pnext = jp->waits;
+	if (w->pnext)
+		w->pnext->pprev = w;
+	jp->waits = w;
 	return 0;
 }
 
 /* Replay the journal into d->owners->leases and *WAITS. Returns the length of its
  * sound part (header and whole records), or 0 if it was not used. */
-static size_t replay(struct daemon *d, struct jwait **waits)
+static size_t replay(struct daemon *d, struct jwaits *waits)
 {
 	char path[PR_PATH_MAX + 16];
 	uint8_t boot[16], *buf = NULL;
@@ -954,16 +1521,16 @@ static size_t replay(struct daemon *d, struct jwait **waits)
 				lease_put(d, name, r.name_len, r.pid, r.start, r.lease_ms, r.mark);
 			break;
 		case J_UNLEASE: {
-			struct lease **lp = find_lease(d, name, r.name_len, r.pid, r.start);
+			struct lease *l = find_lease(d, name, r.name_len, r.pid, r.start);
 
-			if (*lp)
-				lease_drop(d, lp);
+			if (l)
+				lease_drop(d, l);
 			break;
 		}
 		case J_WAIT:
 		case J_UNWAIT:
 		case J_UNWAIT_PROC:
-			if (replay_wait(waits, &r, name, (const uint8_t *)name + r.name_len) < 0)
+			if (replay_wait(d, waits, &r, name, (const uint8_t *)name + r.name_len) < 0)
 				goto out;
 			break;
 		default:
@@ -1025,35 +1592,41 @@ static bool holds(struct daemon *d, const struct jwait *w)
 
 int owners_recover(struct daemon *d, bool attached)
 {
-	struct jwait *waits = NULL;
+	struct jwaits waits = { 0 };
 	uint64_t leases = 0, places = 0, dropped = 0;
 	char (*free_names)[PROCREG_NAME_MAX + 1] = NULL;
-	size_t nfree = 0, nqueues = 0, sound = 0;
+	size_t nfree = 0, nqueues = 0, sound = 0, ngone = 0;
+	struct lease **gone;
 
 	if (attached)
 		sound = replay(d, &waits);
 	/* A lease holds while its name (or membership) is here, ours, and
 	 * still leased. */
-	for (struct lease **lp = &d->owners->leases; *lp;) {
-		struct lease *l = *lp;
+	gone = d->owners->leases.n ? calloc(d->owners->leases.n, sizeof(*gone)) : NULL;
+	HT_EACH(&d->owners->leases, struct lease, l) {
 		uint64_t off = find_leased(d, l);
 		const struct pr_record *r = off ? rec(d, off) : NULL;
 
 		if (!r || r->node != 0 || !(r->flags & PROCREG_ENTRY_LEASED)) {
-			lease_drop(d, lp);
-			dropped++;
+			if (gone)
+				gone[ngone++] = l;
 			continue;
 		}
 		l->expired = l->mark && (r->flags & PROCREG_ENTRY_UNHEALTHY);
-		leases++;
-		lp = &l->next;
+		if (l->expired)
+			heap_del(d->owners, l);
 	}
+	/* Dropped after the walk: a table that shrinks moves its entries. */
+	for (size_t i = 0; i < ngone; i++)
+		lease_drop(d, gone[i]);
+	free(gone);
+	dropped += ngone;
+	leases = d->owners->leases.n;
 	/* Processes still alive get their places back, in the same order. */
-	while (waits) {
-		struct jwait *w = waits;
+	while (waits.head) {
+		struct jwait *w = waits.head;
 		struct proc *p;
 
-		waits = w->next;
 		if (holds(d, w)) {
 			dropped++; /* handed the name as the last daemon died */
 		} else if (proc_verify(d, w->r.pid, w->r.start, w->r.ino, &p) == 0) {
@@ -1072,20 +1645,29 @@ int owners_recover(struct daemon *d, bool attached)
 				dropped++;
 			}
 		} else {
-			dropped++;
+			/* Its process is gone: so are all its places. */
+			struct jproc *jp = w->jp;
+
+			while (jp->waits) {
+				jwait_drop(&waits, jp->waits);
+				dropped++;
+			}
+			continue;
 		}
-		free(w);
+		jwait_drop(&waits, w);
 	}
+	jwaits_free(&waits);
 	/* A name whose owner died while no daemon watched goes to the next in
 	 * line now (owners_name_gone changes the list: names first). */
-	for (const struct queue *q = d->owners->queues; q; q = q->next)
-		nqueues++;
+	nqueues = d->owners->queues.n;
 	if (nqueues)
 		free_names = calloc(nqueues, sizeof(*free_names));
-	for (const struct queue *q = d->owners->queues; q && free_names; q = q->next) {
-		if (!find_name(d, q->name, q->len)) {
-			memcpy(free_names[nfree], q->name, q->len);
-			free_names[nfree++][q->len] = 0;
+	if (free_names) {
+		HT_EACH(&d->owners->queues, const struct queue, q) {
+			if (!find_name(d, q->name, q->len)) {
+				memcpy(free_names[nfree], q->name, q->len);
+				free_names[nfree++][q->len] = 0;
+			}
 		}
 	}
 	for (size_t i = 0; i < nfree; i++)

@@ -671,9 +671,9 @@ static int note_refused(struct daemon *d, const struct client *c, int err)
 {
 	if (err == -EDQUOT)
 		log_limited(&d->denied_quota_log, "names refused for a quota",
-			    "client pid %d uid %u: name refused (EDQUOT): --max-names-per-proc %u or --max-names-per-uid %u reached (the uid holds %llu)",
+			    "client pid %d uid %u: name refused (EDQUOT): --max-names-per-proc %u, --max-names-per-uid %u or, for a place in line, --max-places-per-uid %u reached (the uid holds %llu)",
 			    (int)c->id.pid, (unsigned)c->id.uid, d->o.max_names_per_proc,
-			    d->o.max_names_per_uid,
+			    d->o.max_names_per_uid, d->o.max_places_per_uid,
 			    (unsigned long long)uid_count(&d->uid_names, c->id.uid));
 	else if (err == -ENOSPC && d->w.reserve_hit)
 		log_limited(&d->denied_res_log, "names refused for the reserve",
