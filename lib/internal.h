@@ -533,6 +533,7 @@ struct pr_writer {
 	uint64_t reserve;
 	bool no_reserve;              /* the request under way may not use them */
 	bool reserve_hit;             /* a request was refused for them (the caller clears it) */
+	bool place_hit;               /* one was refused by procreg__w_place_ok (the same) */
 
 	/* Deferred reclamation: pairs (off, size). */
 	struct pr_vec retired;        /* waiting for the next grace period */
@@ -605,6 +606,11 @@ void procreg__w_prefetch_name(struct pr_writer *w, const char *name, size_t len)
  * where to insert it). */
 uint64_t procreg__w_find(struct pr_writer *w, const struct pr_root *root,
 			 const struct pr_key *k, uint64_t *pos);
+/* Whether a request marked no_reserve may insert K at POS of ROOT (as
+ * procreg__w_find gave it): 0, or -ENOSPC where it would make probes long
+ * (writer.c). Any other request may. */
+int procreg__w_place_ok(struct pr_writer *w, const struct pr_root *root, const struct pr_key *k,
+			uint64_t pos);
 /* Make room for one more entry in ROOT; call before procreg__w_find when
  * inserting (it may rebuild the index, which moves slot positions). */
 int procreg__w_reserve(struct pr_writer *w, struct pr_root *root);

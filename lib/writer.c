@@ -465,6 +465,49 @@ uint64_t procreg__w_find(struct pr_writer *w, const struct pr_root *root,
 	return r ? (uint64_t)((const uint8_t *)r - w->map.base) : 0;
 }
 
+/*
+ * Names are anyone's to choose, and the hash's seed is in the table for
+ * every reader to read: a user can compute names that share a home slot
+ * and a tag, or the whole hash (pr_hash absorbs a word by xor: for any
+ * two first words, a second word makes the states equal). Inserted, they
+ * pile up in one probe run, and every probe that reaches it, readers'
+ * and the daemon's, compares a record at each of them: a thousand such
+ * names cost a lookup a thousand cache misses, and each insert of the
+ * next one walks them all. A random name lands within a few slots of its
+ * home, and shares its 32-bit tag with no live entry on the way but by a
+ * chance of one in billions, so a request marked no_reserve (a uid not
+ * privileged) is refused an insert that lands further than
+ * PR_PLACE_DIST_MAX from its home, or passes PR_PLACE_TAGS_MAX live
+ * entries with its tag. Privileged uids are not: the last of the table is
+ * theirs whatever others did to it.
+ */
+#define PR_PLACE_DIST_MAX 1024
+#define PR_PLACE_TAGS_MAX 8
+
+int procreg__w_place_ok(struct pr_writer *w, const struct pr_root *root, const struct pr_key *k,
+			uint64_t pos)
+{
+	const struct pr_index *ix = index_at(w, root);
+	uint64_t mask = ix->capacity - 1, p = k->hash >> ix->shift;
+	uint32_t tag = (uint32_t)(k->hash >> 32);
+	unsigned same = 0;
+
+	if (!w->no_reserve)
+		return 0;
+	if (((pos - p) & mask) > PR_PLACE_DIST_MAX)
+		goto refused;
+	for (; p != pos; p = (p + 1) & mask) {
+		uint64_t wd = ix->slot[p];
+
+		if (pr_slot_live(wd) && pr_slot_tag(wd) == tag && ++same > PR_PLACE_TAGS_MAX)
+			goto refused;
+	}
+	return 0;
+refused:
+	w->place_hit = true;
+	return -ENOSPC;
+}
+
 void procreg__w_prefetch_name(struct pr_writer *w, const char *name, size_t len)
 {
 	const struct pr_index *ix = index_at(w, &w->map.hdr->names);
@@ -618,6 +661,9 @@ int procreg__w_group(struct pr_writer *w, const char *name, size_t len, bool cre
 	if (err)
 		return err;
 	procreg__w_find(w, &H(w)->groups, &k, &pos); /* the reserve may move it */
+	err = procreg__w_place_ok(w, &H(w)->groups, &k, pos);
+	if (err)
+		return err;
 	/* Root block and member index first, then the record that reaches
 	 * them, then the slot word that reaches the record. */
 	err = alloc_block(w, sizeof(*gr), &root_off);

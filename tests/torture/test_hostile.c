@@ -1130,6 +1130,117 @@ static void test_files_locked_down(void **state)
 	assert_int_equal(procreg_lookup(f->reg, "leased", NULL), 0);
 }
 
+/* ---- names computed to collide ----------------------------------------- */
+
+/*
+ * The hash's seed is in the table, for readers to hash with: anyone can
+ * compute names that hash alike. pr_hash absorbs a 16-byte name a word at
+ * a time, the state a bijection of (state ^ word): for any first word, the
+ * second word that brings the state to a chosen one is that state ^ the
+ * first word's; so every first word gives a name with the same hash. Such
+ * names, inserted, pile up in one probe run where each probe compares a
+ * record at every one. An unprivileged user's are refused past a few
+ * (-ENOSPC); root's are not.
+ */
+#define COLLIDE 200
+
+static uint64_t absorb(uint64_t h, uint64_t v)
+{
+	h = (h ^ v) * 0x9fb21c651e98df25ull;
+	return h ^ (h >> 29);
+}
+
+/* N 16-byte names of one hash under SEED into NAMES (17 bytes each). */
+static void colliding_names(uint64_t seed, char (*names)[17], int n)
+{
+	uint64_t h0 = seed ^ (16 * 0x9e3779b97f4a7c15ull), w0 = 0x6161616161616161ull,
+		 w1 = 0x6262626262626262ull, target = absorb(h0, w0) ^ w1, x = 1;
+
+	for (int i = 0; i < n;) {
+		uint64_t a = w0 + x++ * 0x0101010101ull, b;
+		bool ok = true;
+
+		b = target ^ absorb(h0, a);
+		for (int k = 0; k < 8; k++)
+			ok = ok && ((a >> (8 * k)) & 0xff) && ((b >> (8 * k)) & 0xff);
+		if (!ok)
+			continue;
+		memcpy(names[i], &a, 8);
+		memcpy(names[i] + 8, &b, 8);
+		names[i][16] = 0;
+		/* That is the table's own hash: if pr_hash changes, this test
+		 * must learn the new one. */
+		assert_int_equal(pr_hash(names[i], 16, seed), pr_hash(names[0], 16, seed));
+		i++;
+	}
+}
+
+struct collide_arg {
+	const char *dir;
+	const struct th_user *u;
+	char (*names)[17];
+};
+
+/* As the attacker: register the names, one request each. Exit status:
+ * how many were taken (capped at 250), 251 for another error. */
+static int collide_main(void *arg)
+{
+	const struct collide_arg *a = arg;
+	procreg_t *reg;
+	int taken = 0;
+
+	th_become(a->u);
+	reg = open_dir(a->dir);
+	if (!reg)
+		return 251;
+	for (int i = 0; i < COLLIDE; i++) {
+		int err = procreg_register(reg, a->names[i], NULL, 0);
+
+		if (err == 0)
+			taken++;
+		else if (err != -ENOSPC)
+			return 251;
+	}
+	return taken > 250 ? 250 : taken;
+}
+
+static void test_colliding_names(void **state)
+{
+	struct fx *f = *state;
+	static char names[COLLIDE + 2][17];
+	struct collide_arg a = { f->dir, user(f), names };
+	const struct pr_table_hdr *h;
+	char path[512];
+	struct stat st;
+	int fd, taken;
+	void *map;
+
+	snprintf(path, sizeof(path), "%s/procreg.default", f->dir);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	assert_true(map != MAP_FAILED);
+	h = map;
+	colliding_names(h->hash_seed, names, COLLIDE + 2);
+	munmap(map, (size_t)st.st_size);
+
+	taken = th_wait(th_fork(collide_main, &a));
+	assert_int_not_equal(taken, 251);
+	/* A few, and no more: the rest were refused. */
+	assert_true(taken >= 1);
+	assert_true(taken <= 16);
+	assert_true(th_log_has(f->d.log, "names computed to collide"));
+	/* Root's are not refused (the attacker's left with it), and are
+	 * found. */
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(procreg_register(f->reg, names[COLLIDE - i], NULL, 0), 0);
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(procreg_lookup(f->reg, names[COLLIDE - i], NULL), 0);
+	assert_int_equal(procreg_lookup(f->reg, names[COLLIDE + 1], NULL), -ENOENT);
+}
+
 /* ---- a squatted socket ------------------------------------------------ */
 
 struct sock_squat_arg {
@@ -1371,6 +1482,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_take_every_slot, setup_quota, teardown),
 		cmocka_unit_test_setup_teardown(test_take_every_page, setup_pages, teardown),
 		cmocka_unit_test_setup_teardown(test_page_budget_default, setup_bare, teardown),
+		cmocka_unit_test_setup_teardown(test_colliding_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_scope, setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_socket, setup_bare, teardown),
 	};

@@ -221,6 +221,7 @@ struct daemon {
 	struct pr_ratelimit dropped_log;       /* connections closed for what they sent */
 	struct pr_ratelimit denied_quota_log;  /* names: a quota */
 	struct pr_ratelimit denied_res_log;    /* names: --reserved-size */
+	struct pr_ratelimit denied_place_log;  /* names: hashed to pile up (procreg__w_place_ok) */
 	struct owners *owners;    /* queues, leases, their journal (owners.c) */
 
 	/* readers.c */

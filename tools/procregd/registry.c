@@ -137,6 +137,8 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	else
 		pr_key_member(&k, (uint32_t)id->pid, id->start, 0, d->w.map.hdr->hash_seed);
 	err = slot_for(d, root, &k, &pos, &old);
+	if (!err && !old)
+		err = procreg__w_place_ok(&d->w, root, &k, pos);
 	if (err)
 		return err;
 	if (old) {
@@ -229,6 +231,7 @@ int registry_put(struct daemon *d, struct proc *p, const struct ident *id,
 
 	d->w.no_reserve = !uid_privileged(d, id->uid);
 	d->w.reserve_hit = false;
+	d->w.place_hit = false;
 	err = root_for(d, rq->kind, rq->name, rq->name_len, false, &root);
 	/* A new group for a process at its quota would only be made to be
 	 * dropped again. */

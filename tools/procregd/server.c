@@ -680,6 +680,11 @@ static int note_refused(struct daemon *d, const struct client *c, int err)
 			    "client pid %d uid %u: name refused (ENOSPC): the table is full but for the %llu bytes kept for root and uid %u (--reserved-size)",
 			    (int)c->id.pid, (unsigned)c->id.uid, (unsigned long long)d->w.reserve,
 			    (unsigned)d->uid);
+	else if (err == -ENOSPC && d->w.place_hit)
+		log_limited(&d->denied_place_log, "names refused for their hash",
+			    "client pid %d uid %u: name refused (ENOSPC): its hash would put it far "
+			    "from its home slot, or behind many with its tag (names computed to "
+			    "collide?)", (int)c->id.pid, (unsigned)c->id.uid);
 	return err;
 }
 
