@@ -576,6 +576,7 @@ static void tick(struct daemon *d)
 
 	/* Readers that hold a grace period up too long; the registry. */
 	readers_tick(d);
+	closer_tick(d);
 	/* An fd may have been freed other than by the closer (a process's
 	 * pidfd on its death): accepting, if paused for want of one, is
 	 * tried again. */
@@ -651,6 +652,15 @@ static int setup(struct daemon *d)
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (!d->in || !d->out || d->epfd < 0)
 		return -ENOMEM;
+	/* Before the first client: what clients pass is closed there. And
+	 * before the table is opened or mapped: the closing processes share
+	 * our descriptors, not our memory, and one held in a close must not
+	 * hold the table's file, or its lock, after we are gone. */
+	err = closer_start(d);
+	if (err) {
+		log_err("the closing processes: %s", strerror(-err));
+		return err;
+	}
 
 	err = procreg__writer_open(&d->w, &d->paths, &wo, &why);
 	if (err) {
@@ -718,12 +728,6 @@ static int setup(struct daemon *d)
 	err = notify_init(d);
 	if (err) {
 		log_err("NOTIFY_SOCKET: %s", strerror(-err));
-		return err;
-	}
-	/* Before the first client: what clients pass is closed there. */
-	err = closer_start(d);
-	if (err) {
-		log_err("the closer's thread: %s", strerror(-err));
 		return err;
 	}
 	err = server_listen(d);

@@ -235,7 +235,9 @@ void server_close_all(struct daemon *d)
 	 * releases connections not yet accepted, and the files of packets
 	 * queued on them, whose last close may wait (a socket lingering
 	 * over unsent data) unless the process is exiting, when the kernel
-	 * does not linger. */
+	 * does not linger. The closing processes share our descriptors and
+	 * outlive us a moment (closer.c): the last of them to exit closes
+	 * it, exiting too. */
 	if (d->lfd >= 0 && !d->socket_inherited)
 		unlink(d->socket_path);
 }
@@ -289,7 +291,7 @@ static uint64_t boot_ticks(void)
 }
 
 /* A connection pr_accept() took without an fd to keep it: closed as any
- * refused one is, on the closer's thread, since packets queued on it may
+ * refused one is, in a closing process, since packets queued on it may
  * carry files whose close waits. SO_PEERCRED needs no fd. */
 static void shed(int fd, void *arg)
 {
@@ -885,8 +887,8 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 		 * wait (closer.c). A peek installs copies and the packet keeps
 		 * its own references: once every file is installed, taking the
 		 * packet drops only references that are not the last. One
-		 * that is not (MSG_CTRUNC) is left queued, for the closer's
-		 * thread to drain with the connection. */
+		 * that is not (MSG_CTRUNC) is left queued, for a closing
+		 * process to drain with the connection. */
 		n = recvmsg(c->fd, &msg, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
