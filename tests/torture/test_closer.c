@@ -329,6 +329,17 @@ static int fds_back(void *arg)
 	return th_count_fds(c->pid) <= c->want;
 }
 
+struct logwait {
+	const char *log, *needle;
+};
+
+static int log_has(void *arg)
+{
+	const struct logwait *w = arg;
+
+	return th_log_has(w->log, w->needle);
+}
+
 static int setup(void **state)
 {
 	return th_fx_start(state, NULL, NULL);
@@ -344,8 +355,8 @@ static int teardown(void **state)
  * own copy: the daemon's close of it waits for ever. Another uid's
  * connections end meanwhile, more of them than a uid may have waiting to
  * be closed: each is closed (its HELLO answered, none parked), and its
- * requests are served; so are root's. Once the attacker lets go, the
- * daemon holds no more fds than before.
+ * requests are served; so are root's. The close that waits is logged.
+ * Once the attacker lets go, the daemon holds no more fds than before.
  */
 static void test_held_close_one_uid(void **state)
 {
@@ -356,7 +367,8 @@ static void test_held_close_one_uid(void **state)
 	int *served = th_shared(sizeof(int));
 	struct victim v = { &victim_user, f->dir, served };
 	struct fdcount c;
-	char file[320];
+	char file[320], line[128];
+	struct logwait slow;
 	pid_t attacker, kid;
 	int rc;
 
@@ -383,8 +395,16 @@ static void test_held_close_one_uid(void **state)
 	/* Root, too. */
 	assert_int_equal(procreg_register(f->reg, "root.name", "m", 1), 0);
 	assert_int_equal(procreg_unregister(f->reg, "root.name"), 0);
+	/* The close that waits is told, with the uid that passed the file. */
+	snprintf(line, sizeof(line), "uid %u: a file it passed has taken", (unsigned)attacker_user.uid);
+	slow.log = f->d.log;
+	slow.needle = line;
+	if (!th_until(log_has, &slow, WAIT_MS))
+		rc = rc ? rc : -2;
 	fuse_let_go(&fs);
 	th_kill_wait(&attacker);
+	if (rc == -2)
+		th_daemon_dump_log(&f->d);
 	if (rc == 0 && !th_until(fds_back, &c, WAIT_MS)) {
 		th_list_fds(f->d.pid);
 		rc = -1;

@@ -89,6 +89,8 @@
 #define HAND_MAX 64
 /* A spare closing process ends after this long idle. */
 #define CLOSER_IDLE_NS (2000 * 1000000ull)
+/* A close that has waited this long is logged (once). */
+#define CLOSER_SLOW_NS (10000 * 1000000ull)
 
 struct cmd {
 	int32_t fd;
@@ -128,6 +130,8 @@ struct worker {
 	struct uq *q;             /* the uid it works, NULL: idle */
 	uint32_t handed;
 	uint64_t idle_since;
+	uint64_t since;           /* when its close under way was handed or begun */
+	bool told;                /* that close logged as slow */
 };
 
 static struct {
@@ -143,7 +147,7 @@ static struct {
 	bool spawning;            /* a request to the spawner unanswered */
 	bool backoff;             /* the last spawn failed: none till the next tick */
 	bool running;
-	struct pr_ratelimit fail_log;
+	struct pr_ratelimit fail_log, slow_log;
 } cl = { .req = -1, .rep = -1, .spawner = -1 };
 
 /* ---- the closing processes ---------------------------------------------- */
@@ -461,6 +465,8 @@ static bool hand(const struct daemon *d, int k, struct uq *q)
 		return false;
 	w->q = q;
 	w->handed = n;
+	w->since = procreg__mono_ns();
+	w->told = false;
 	q->k = k;
 	if (!uid_privileged(d, q->uid))
 		cl.busy_unpriv++;
@@ -506,6 +512,11 @@ static void closed_one(struct daemon *d, int k)
 	q->n--;
 	w->handed--;
 	uid_adjust(&d->uid_closing, q->uid, -1);
+	if (w->told)
+		log_limited(&cl.slow_log, "slow closes", "uid %u: its close that waited is done",
+			    (unsigned)q->uid);
+	w->since = procreg__mono_ns();
+	w->told = false;
 	if (w->handed)
 		return;
 	w->q = NULL;
@@ -657,6 +668,19 @@ void closer_tick(struct daemon *d)
 				cl.used--;
 			}
 		cl.spawning = false;
+	}
+	/* Closes that wait long: a file on a FUSE mount whose server does
+	 * not answer, most likely. Only its uid's closes wait for it. */
+	for (int k = 0; k < CLOSER_PROCS_MAX; k++) {
+		struct worker *w = &cl.w[k];
+
+		if (w->state != W_UP || !w->q || w->told || now - w->since < CLOSER_SLOW_NS)
+			continue;
+		w->told = true;
+		log_limited(&cl.slow_log, "slow closes",
+			    "uid %u: a file it passed has taken %llu s to close so far (a FUSE server that does not answer?); %u more of its closes wait behind it",
+			    (unsigned)w->q->uid, (unsigned long long)((now - w->since) / 1000000000ull),
+			    w->q->n - 1);
 	}
 	/* Spares end, but one. */
 	for (int k = 0; k < CLOSER_PROCS_MAX; k++) {
