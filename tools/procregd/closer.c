@@ -244,14 +244,14 @@ static pid_t clone_files(int *pidfd)
 	return (pid_t)pid;
 }
 
-/* In a new child: die with the parent (PARENT), whose death may have come
- * already; the descriptors' limit to the hard one, as the daemon's (a
+/* In a new child, called NAME: die with the parent (PARENT), whose death
+ * may have come already; the descriptors' limit to the hard one, as the daemon's (a
  * drain installs files, and limits are a process's own). SIGTERM, SIGINT
  * and SIGHUP ignored: a service manager's stop, a terminal's ^C, reach
  * the whole group, and we must outlive the daemon's exit (while one of us
  * shares its descriptors, its exit closes none of them: it would close
  * the files still queued, and wait on them). No signal blocked. */
-static void child_init(pid_t parent)
+static void child_init(pid_t parent, const char *name)
 {
 	struct rlimit rl;
 	sigset_t none;
@@ -259,6 +259,8 @@ static void child_init(pid_t parent)
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(0);
+	/* Told apart from the daemon in ps and top. */
+	prctl(PR_SET_NAME, name);
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		(void)setrlimit(RLIMIT_NOFILE, &rl);
@@ -315,7 +317,7 @@ static _Noreturn void spawner_main(pid_t daemon, int req, int rep)
 {
 	pid_t self;
 
-	child_init(daemon);
+	child_init(daemon, "procregd-spawn");
 	signal(SIGCHLD, SIG_IGN);
 	self = getpid();
 	for (;;) {
@@ -330,7 +332,7 @@ static _Noreturn void spawner_main(pid_t daemon, int req, int rep)
 			_exit(0);
 		pid = clone_files(&pidfd);
 		if (pid == 0) {
-			child_init(self);
+			child_init(self, "procregd-close");
 			worker_main((unsigned)r.k, r.cmd, rep);
 		}
 		if (pid < 0)
