@@ -49,6 +49,7 @@ struct fuse_srv {
 	atomic_int holder;        /* the attacker's pid */
 	atomic_int held;          /* FLUSHes left unanswered */
 	atomic_bool answer_all;
+	pthread_mutex_t mu;       /* over unique[] and answer_all's change */
 	uint64_t unique[64];
 	char mnt[300];
 	pthread_t t;
@@ -135,17 +136,22 @@ static void *fuse_main_loop(void *arg)
 			fuse_reply(s->fd, h->unique, 0, &o, sizeof(o));
 			break;
 		}
-		case FUSE_FLUSH:
-			if (!atomic_load(&s->answer_all) &&
-			    tgid_of((pid_t)h->pid) != atomic_load(&s->holder)) {
-				int k = atomic_fetch_add(&s->held, 1);
+		case FUSE_FLUSH: {
+			bool hold;
 
-				if (k < 64)
-					s->unique[k] = h->unique;
-				break; /* not answered */
+			pthread_mutex_lock(&s->mu);
+			hold = !atomic_load(&s->answer_all) &&
+			       tgid_of((pid_t)h->pid) != atomic_load(&s->holder) &&
+			       atomic_load(&s->held) < 64;
+			if (hold) {
+				s->unique[atomic_load(&s->held)] = h->unique;
+				atomic_fetch_add(&s->held, 1);
 			}
-			fuse_reply(s->fd, h->unique, 0, NULL, 0);
+			pthread_mutex_unlock(&s->mu);
+			if (!hold)
+				fuse_reply(s->fd, h->unique, 0, NULL, 0);
 			break;
+		}
 		case FUSE_RELEASE:
 			fuse_reply(s->fd, h->unique, 0, NULL, 0);
 			break;
@@ -171,6 +177,7 @@ static void fuse_start(struct fuse_srv *s, const char *dir)
 	if (access("/dev/fuse", R_OK | W_OK) < 0)
 		fail_msg("test_closer needs /dev/fuse: %s", strerror(errno));
 	snprintf(s->mnt, sizeof(s->mnt), "%s/mnt", dir);
+	pthread_mutex_init(&s->mu, NULL);
 	assert_int_equal(mkdir(s->mnt, 0755), 0);
 	s->fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
 	if (s->fd < 0)
@@ -186,11 +193,16 @@ static void fuse_start(struct fuse_srv *s, const char *dir)
 /* The FLUSHes held are answered, and every one from now on. */
 static void fuse_let_go(struct fuse_srv *s)
 {
-	int n = atomic_load(&s->held);
+	uint64_t unique[64];
+	int n;
 
+	pthread_mutex_lock(&s->mu);
 	atomic_store(&s->answer_all, true);
-	for (int k = 0; k < n && k < 64; k++)
-		fuse_reply(s->fd, s->unique[k], 0, NULL, 0);
+	n = atomic_load(&s->held);
+	memcpy(unique, s->unique, sizeof(unique));
+	pthread_mutex_unlock(&s->mu);
+	for (int k = 0; k < n; k++)
+		fuse_reply(s->fd, unique[k], 0, NULL, 0);
 }
 
 /* After fuse_let_go(). */
