@@ -7,7 +7,8 @@
  * release, and some of these wait: a TCP socket with SO_LINGER set and
  * data its peer does not take waits out its linger time (for ever, if it
  * asks), a file on a FUSE mount waits for its server to answer FLUSH, on
- * every close, uninterruptibly (not even SIGKILL ends the wait). Any local
+ * every close (a signal only sends the server an INTERRUPT; then the
+ * wait goes on uninterruptibly, and not even SIGKILL ends it). Any local
  * user can pass procregd such a file with a packet (SCM_RIGHTS), and a
  * file procregd refuses is one it must close. Closed on the daemon's
  * thread, it would stop every client, death and timer for as long as its
@@ -26,22 +27,32 @@
  *    much is queued cannot be told without reading it all: an empty
  *    packet reads as the end, as does a pending error, with packets still
  *    behind them. So it reads past both, until more reads of nothing than
- *    the socket can hold packets (net.unix.max_dgram_qlen). A connection
- *    with no files on it closes at once: only the files wait.
+ *    the socket can hold packets (net.unix.max_dgram_qlen). The socket's
+ *    own close cannot wait (a unix socket has no flush, and nothing is
+ *    left queued on it): a connection waits only for the files on it,
+ *    and behind its uid's closes queued before it.
  *
  * Processes, not threads. A close that waits uninterruptibly cannot be
  * cut short, and a process does not end while one of its threads waits:
- * a thread of the daemon's held in a FLUSH kept it (its files, the
- * scope's lock among them) alive after SIGTERM, for as long as the FUSE
- * server liked. The closes run in processes of their own that share the
- * daemon's table of descriptors (CLONE_FILES, so a queued descriptor
- * needs no passing: its number is told) and nothing else. They are made
- * by a spawner, itself cloned before the table is opened or mapped, so
- * none of them holds the table's file; each dies with its parent
- * (PR_SET_PDEATHSIG), the spawner with the daemon. The daemon at SIGTERM
- * closes its own files (the table, so the lock is free for the next
- * daemon) and exits; a closing process held in a FLUSH stays, holding
- * the files still queued, until the FUSE server answers or goes.
+ * with a thread of the daemon's held in a FLUSH, SIGTERM's exit left the
+ * main thread a zombie its parent could not reap, and the held thread
+ * kept the process's files (the scope's lock among them) open, for as
+ * long as the FUSE server liked. The closes run in processes of their
+ * own that share the daemon's table of descriptors (CLONE_FILES, so a
+ * queued descriptor needs no passing: its number is told) and nothing
+ * else. They are made by a spawner, itself cloned before the table is
+ * opened or mapped, so none of them holds the table's file; each dies
+ * with its parent (PR_SET_PDEATHSIG), the spawner once the daemon has
+ * (spawner_main). The daemon at SIGTERM closes its own files (the table,
+ * so the lock is free for the next daemon) and exits; a closing process
+ * held in a FLUSH stays, holding the files still queued, until the FUSE
+ * server answers or goes. The daemon's exit closes none of the files it
+ * shares with them: the spawner outlives it a moment (it ends once every
+ * thread of the daemon has, each having let go of the table of
+ * descriptors), so the last of the closing processes to exit closes what
+ * is left, exiting too (the kernel does not linger over a socket then).
+ * A process that cannot be made (a limit on processes) is logged, and
+ * tried again each tick; until then the uids waiting for one wait.
  *
  * Per uid. Each uid's closes queue on their own, and a uid's queue is
  * worked by one closing process at a time (HAND_MAX closes handed at
@@ -251,12 +262,13 @@ static pid_t clone_files(int *pidfd)
  * the whole group, and we must outlive the daemon's exit (while one of us
  * shares its descriptors, its exit closes none of them: it would close
  * the files still queued, and wait on them). No signal blocked. */
-static void child_init(pid_t parent, const char *name)
+static void child_init(pid_t parent, const char *name, bool pdeath)
 {
 	struct rlimit rl;
 	sigset_t none;
 
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (pdeath)
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(0);
 	/* Told apart from the daemon in ps and top. */
@@ -312,27 +324,45 @@ struct spawn_req {
 };
 
 /* The spawner: a closing process made for each request on REQ, its pidfd
- * reported on REP. Children it does not wait for (SIGCHLD ignored). */
+ * reported on REP. Children it does not wait for (SIGCHLD ignored). It
+ * ends once the daemon has, every thread of it: its death signal
+ * (PR_SET_PDEATHSIG) would come when the daemon's first thread is gone,
+ * and were we all gone before its last, that thread's exit would be
+ * the last holder of the table of descriptors, and close (wait on) the
+ * files still queued. A pidfd reads as ended once the whole process has
+ * (each of its threads' files let go of by then). The closing processes
+ * die with the spawner. */
 static _Noreturn void spawner_main(pid_t daemon, int req, int rep)
 {
+	int dfd = (int)syscall(SYS_pidfd_open, daemon, 0);
 	pid_t self;
 
-	child_init(daemon, "procregd-spawn");
+	/* Without pidfd_open (before Linux 5.3), the death signal. */
+	child_init(daemon, "procregd-spawn", dfd < 0);
 	signal(SIGCHLD, SIG_IGN);
 	self = getpid();
 	for (;;) {
+		struct pollfd p[2] = { { req, POLLIN, 0 }, { dfd, POLLIN, 0 } };
 		struct spawn_req r;
-		ssize_t n = read(req, &r, sizeof(r));
 		int pidfd = -1;
+		ssize_t n;
 		pid_t pid;
 
+		if (poll(p, dfd < 0 ? 1 : 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			_exit(0);
+		}
+		if (p[1].revents)
+			_exit(0);
+		n = read(req, &r, sizeof(r));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n != (ssize_t)sizeof(r))
 			_exit(0);
 		pid = clone_files(&pidfd);
 		if (pid == 0) {
-			child_init(self, "procregd-close");
+			child_init(self, "procregd-close", true);
 			worker_main((unsigned)r.k, r.cmd, rep);
 		}
 		if (pid < 0)
