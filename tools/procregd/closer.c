@@ -77,6 +77,7 @@
  * read end, and only once it has read the end of it.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
@@ -319,9 +320,26 @@ static _Noreturn void worker_main(unsigned k, int cmd, int rep)
 }
 
 struct spawn_req {
-	int32_t k;
+	int32_t k;                /* -1: CMD is a listening socket of the daemon's */
 	int32_t cmd;              /* the process's end of its pipe */
 };
+
+/* The daemon's listening sockets, shut down (not closed: that could wait
+ * on the files of connections not yet accepted) once it is gone: a new
+ * daemon's connections, its socket path's check and its bind of a port
+ * must not meet them, live for as long as a close here is held. */
+#define LISTENERS_MAX 8
+static void shut_listeners(const int *fds, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int on = 0;
+		socklen_t len = sizeof(on);
+
+		/* Still a listening socket: the number is not another's. */
+		if (getsockopt(fds[i], SOL_SOCKET, SO_ACCEPTCONN, &on, &len) == 0 && on)
+			(void)shutdown(fds[i], SHUT_RDWR);
+	}
+}
 
 /* The spawner: a closing process made for each request on REQ, its pidfd
  * reported on REP. Children it does not wait for (SIGCHLD ignored). It
@@ -334,7 +352,7 @@ struct spawn_req {
  * die with the spawner. */
 static _Noreturn void spawner_main(pid_t daemon, int req, int rep)
 {
-	int dfd = (int)syscall(SYS_pidfd_open, daemon, 0);
+	int dfd = (int)syscall(SYS_pidfd_open, daemon, 0), listeners[LISTENERS_MAX], nl = 0;
 	pid_t self;
 
 	/* Without pidfd_open (before Linux 5.3), the death signal. */
@@ -353,13 +371,20 @@ static _Noreturn void spawner_main(pid_t daemon, int req, int rep)
 				continue;
 			_exit(0);
 		}
-		if (p[1].revents)
+		if (p[1].revents) {
+			shut_listeners(listeners, nl);
 			_exit(0);
+		}
 		n = read(req, &r, sizeof(r));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n != (ssize_t)sizeof(r))
 			_exit(0);
+		if (r.k < 0) {
+			if (nl < LISTENERS_MAX)
+				listeners[nl++] = r.cmd;
+			continue;
+		}
 		pid = clone_files(&pidfd);
 		if (pid == 0) {
 			child_init(self, "procregd-close", true);
@@ -651,6 +676,32 @@ int closer_start(struct daemon *d)
 		spawn(d, &none);
 	}
 	return cl.spawning ? 0 : -EAGAIN;
+}
+
+void closer_listeners(const struct daemon *d)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	if (!dir || cl.spawner < 0) {
+		if (dir)
+			closedir(dir);
+		return;
+	}
+	/* Before any client: every descriptor is our own. */
+	while ((e = readdir(dir))) {
+		struct spawn_req r = { -1, atoi(e->d_name) };
+		int on = 0;
+		socklen_t len = sizeof(on);
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9' || r.cmd == dirfd(dir) ||
+		    (d->socket_inherited && r.cmd == d->lfd) ||
+		    getsockopt(r.cmd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) < 0 || !on)
+			continue;
+		if (write(cl.req, &r, sizeof(r)) != (ssize_t)sizeof(r))
+			break;
+	}
+	closedir(dir);
 }
 
 /* Whether the process of pidfd FD has ended. */

@@ -307,6 +307,9 @@ int closer_start(struct daemon *d);
  * memfd, a pidfd, or no memory to queue it), else in a closing process,
  * after UID's closes queued before it. */
 void closer_put(struct daemon *d, int fd, uid_t uid);
+/* Once every listening socket is open (none inherited counts): they are
+ * shut down if the daemon dies without closing them, for the next one. */
+void closer_listeners(const struct daemon *d);
 /* The closing processes reported: account for what they closed. */
 void closer_event(struct daemon *d);
 /* From the timer: closing processes that ended, spares ended. */

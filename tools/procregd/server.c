@@ -238,8 +238,12 @@ void server_close_all(struct daemon *d)
 	 * does not linger. The closing processes share our descriptors and
 	 * outlive us a moment (closer.c): the last of them to exit closes
 	 * it, exiting too. */
-	if (d->lfd >= 0 && !d->socket_inherited)
+	if (d->lfd >= 0 && !d->socket_inherited) {
 		unlink(d->socket_path);
+		/* Refusing connections from now on (it waits, open, for the
+		 * last closing process), rather than queueing them for no one. */
+		(void)shutdown(d->lfd, SHUT_RDWR);
+	}
 }
 
 void server_notify_feed(struct daemon *d)
