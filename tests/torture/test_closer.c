@@ -492,11 +492,61 @@ static void test_held_close_sigterm(void **state)
 		assert_int_equal(errs[i], 0);
 }
 
+/*
+ * SIGKILL (a crash) while the daemon's close of a uid's FUSE file waits:
+ * no teardown closes the daemon's files, yet a new daemon serves the
+ * scope at once (the lock ends with the daemon's mapping of the table,
+ * not with the descriptors the held close still shares).
+ */
+static void test_held_close_sigkill(void **state)
+{
+	struct th_fx *f = *state;
+	struct fuse_srv fs = { .fd = -1 };
+	struct th_user attacker_user;
+	struct attack a = { &attacker_user, f->dir, NULL, -1 };
+	struct th_daemon d2 = { 0 };
+	char file[320];
+	pid_t attacker;
+	procreg_t *reg = NULL;
+	int rc, errs[3] = { -1, -1, -1 };
+
+	th_user_new(&attacker_user);
+	fuse_start(&fs, f->dir);
+	snprintf(file, sizeof(file), "%s/f", fs.mnt);
+	a.file = file;
+	attacker = attack_start(&fs, &a);
+	procreg_close(f->reg);
+	f->reg = NULL;
+	th_daemon_kill(&f->d);
+	rc = th_daemon_start(&d2, f->dir, NULL, NULL);
+	if (rc == 0 && (reg = impatient(f->dir))) {
+		errs[0] = procreg_register(reg, "new.name", "m", 1);
+		errs[1] = procreg_lookup(reg, "new.name", NULL);
+		errs[2] = procreg_unregister(reg, "new.name");
+		procreg_close(reg);
+	}
+	printf("SIGKILL to the daemon whose close of uid %u's file waits; a new daemon, the close still waiting (%s): %s\n",
+	       (unsigned)attacker_user.uid, atomic_load(&fs.answer_all) ? "no" : "yes",
+	       rc ? "does not start" : errs[0] || errs[1] || errs[2] ? "does not serve" : "serves");
+	if (rc)
+		th_daemon_dump_log(&d2);
+	fuse_let_go(&fs);
+	th_kill_wait(&attacker);
+	if (rc == 0)
+		assert_int_equal(th_daemon_stop_dump(&d2), 0);
+	fuse_stop(&fs);
+	th_user_del(&attacker_user);
+	assert_int_equal(rc, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(errs[i], 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_held_close_one_uid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_held_close_sigterm, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_held_close_sigkill, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
