@@ -51,6 +51,12 @@
  * thread of the daemon has, each having let go of the table of
  * descriptors), so the last of the closing processes to exit closes what
  * is left, exiting too (the kernel does not linger over a socket then).
+ * A crash (SIGKILL) leaves the held process the daemon's descriptors
+ * too, unclosed: the scope's lock is not among them (main.c holds it by
+ * the table's mapping alone, which ends with the daemon), and the
+ * spawner shuts down the daemon's listening sockets (closer_listeners())
+ * once the daemon is gone, so that a new daemon's check of its socket
+ * path and its bind of the bridge's port do not meet them.
  * A process that cannot be made (a limit on processes) is logged, and
  * tried again each tick; until then the uids waiting for one wait.
  *
