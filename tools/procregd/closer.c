@@ -98,6 +98,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -337,14 +338,46 @@ struct spawn_req {
 #define LISTENERS_MAX 8
 static void shut_listeners(const int *fds, int n)
 {
+	struct sockaddr_un names[LISTENERS_MAX];
+	socklen_t lens[LISTENERS_MAX];
+	int nn = 0;
+	DIR *dir;
+	struct dirent *e;
+
 	for (int i = 0; i < n; i++) {
 		int on = 0;
 		socklen_t len = sizeof(on);
 
 		/* Still a listening socket: the number is not another's. */
-		if (getsockopt(fds[i], SOL_SOCKET, SO_ACCEPTCONN, &on, &len) == 0 && on)
-			(void)shutdown(fds[i], SHUT_RDWR);
+		if (getsockopt(fds[i], SOL_SOCKET, SO_ACCEPTCONN, &on, &len) < 0 || !on)
+			continue;
+		lens[nn] = sizeof(names[nn]);
+		if (getsockname(fds[i], (struct sockaddr *)&names[nn], &lens[nn]) == 0 &&
+		    names[nn].sun_family == AF_UNIX && lens[nn] > sizeof(sa_family_t))
+			nn++;
+		(void)shutdown(fds[i], SHUT_RDWR);
 	}
+	/* And its clients' connections, which the daemon accepted on one of
+	 * them (so named as it is), ended for their peers now, not when the
+	 * last of us is gone: a client then makes a new one. Nothing passed
+	 * to the daemon is one of these. */
+	dir = nn ? opendir("/proc/self/fd") : NULL;
+	while (dir && (e = readdir(dir))) {
+		struct sockaddr_un sa;
+		socklen_t len = sizeof(sa);
+		int fd = atoi(e->d_name);
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(dir) ||
+		    getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || sa.sun_family != AF_UNIX)
+			continue;
+		for (int i = 0; i < nn; i++)
+			if (len == lens[i] && !memcmp(&sa, &names[i], len)) {
+				(void)shutdown(fd, SHUT_RDWR);
+				break;
+			}
+	}
+	if (dir)
+		closedir(dir);
 }
 
 /* The spawner: a closing process made for each request on REQ, its pidfd

@@ -146,6 +146,15 @@ int server_listen(struct daemon *d)
 	 * daemon run as a system user, finding root's socket closed to
 	 * it), which may be live all the same. */
 	err = live_socket(&sa);
+	/* A daemon of this scope that died a moment ago may leave its
+	 * socket listening until its closing processes have shut it down
+	 * (closer.c): a moment, which we wait for, a second at most. */
+	for (int i = 0; err == -EADDRINUSE && i < 100; i++) {
+		struct timespec ts = { 0, 10 * 1000000 };
+
+		nanosleep(&ts, NULL);
+		err = live_socket(&sa);
+	}
 	if (err) {
 		close(fd);
 		return err;
