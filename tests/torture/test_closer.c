@@ -496,7 +496,8 @@ static void test_held_close_sigterm(void **state)
  * SIGKILL (a crash) while the daemon's close of a uid's FUSE file waits:
  * no teardown closes the daemon's files, yet a new daemon serves the
  * scope at once (the lock ends with the daemon's mapping of the table,
- * not with the descriptors the held close still shares).
+ * not with the descriptors the held close still shares), and a handle
+ * that was connected to the old one is served by the new one.
  */
 static void test_held_close_sigkill(void **state)
 {
@@ -517,14 +518,19 @@ static void test_held_close_sigkill(void **state)
 	attacker = attack_start(&fs, &a);
 	procreg_close(f->reg);
 	f->reg = NULL;
+	/* A handle connected to the daemon that dies: it carries on with
+	 * the next one. */
+	reg = impatient(f->dir);
+	assert_non_null(reg);
+	assert_int_equal(procreg_sync(reg), 0);
 	th_daemon_kill(&f->d);
 	rc = th_daemon_start(&d2, f->dir, NULL, NULL);
-	if (rc == 0 && (reg = impatient(f->dir))) {
+	if (rc == 0) {
 		errs[0] = procreg_register(reg, "new.name", "m", 1);
 		errs[1] = procreg_lookup(reg, "new.name", NULL);
 		errs[2] = procreg_unregister(reg, "new.name");
-		procreg_close(reg);
 	}
+	procreg_close(reg);
 	printf("SIGKILL to the daemon whose close of uid %u's file waits; a new daemon, the close still waiting (%s): %s\n",
 	       (unsigned)attacker_user.uid, atomic_load(&fs.answer_all) ? "no" : "yes",
 	       rc ? "does not start" : errs[0] || errs[1] || errs[2] ? "does not serve" : "serves");
