@@ -55,8 +55,11 @@
  * too, unclosed: the scope's lock is not among them (main.c holds it by
  * the table's mapping alone, which ends with the daemon), and the
  * spawner shuts down the daemon's listening sockets (closer_listeners())
- * once the daemon is gone, so that a new daemon's check of its socket
- * path and its bind of the bridge's port do not meet them.
+ * and its clients' connections once the daemon is gone, so that a new
+ * daemon's check of its socket path and its bind of the bridge's port do
+ * not meet them, and clients reconnect. Until the spawner has run, a
+ * moment, they are open still: a new daemon waits for its socket path
+ * (server.c), a client for the table to name the new daemon (client.c).
  * A process that cannot be made (a limit on processes) is logged, and
  * tried again each tick; until then the uids waiting for one wait.
  *
