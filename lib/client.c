@@ -519,10 +519,18 @@ void procreg__announce(procreg_t *reg)
 /* Under reg->io. */
 static int connect_daemon(procreg_t *reg)
 {
+	uint32_t daemon = PR_LOAD_ACQ(&reg->map.hdr->daemon_pid);
 	int fd;
 
-	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
-		return 0;
+	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid()) {
+		/* Made to a daemon another has replaced since: its
+		 * connection may not have ended yet (procregd's closing
+		 * processes share its sockets, and outlive a crash a
+		 * moment), and a request sent on it would wait for no one. */
+		if (!reg->fd_daemon || !daemon || daemon == reg->fd_daemon)
+			return 0;
+		disconnect(reg);
+	}
 	/* A connection inherited through fork() identifies the parent: leave
 	 * it to the parent and make our own. So are the notices it read:
 	 * names the parent lost, not us. */
@@ -534,6 +542,7 @@ static int connect_daemon(procreg_t *reg)
 		return fd;
 	reg->fd = fd;
 	reg->fd_pid = procreg__self_pid();
+	reg->fd_daemon = daemon;
 	return 0;
 }
 

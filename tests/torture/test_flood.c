@@ -43,8 +43,8 @@ struct fdcount {
 	long want;
 };
 
-/* Back where it was, or below: connections are closed on the daemon's
- * closer thread, a moment after they end, so a count taken just after
+/* Back where it was, or below: connections are closed in the daemon's
+ * closing processes, a moment after they end, so a count taken just after
  * one ended may still include it. */
 static int fds_back(void *arg)
 {

@@ -1,78 +1,178 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * closer.c - the last close of files other processes hand procregd, done
- * off the daemon's thread.
+ * off the daemon's thread, and off its process.
  *
- * Closing a file's last descriptor runs its release, and some releases
- * wait: a TCP socket with SO_LINGER set and data its peer does not take
- * waits out its linger time (for ever, if it asks), a file on a FUSE mount
- * waits for its server to answer FLUSH. Any local user can pass procregd
- * such a file with a packet (SCM_RIGHTS), and a file procregd refuses is
- * one it holds the last reference to. Closed on the daemon's thread, it
- * would stop every client, death and timer for as long as its sender
- * liked. So:
+ * Closing a file's descriptor runs its flush, and its last one its
+ * release, and some of these wait: a TCP socket with SO_LINGER set and
+ * data its peer does not take waits out its linger time (for ever, if it
+ * asks), a file on a FUSE mount waits for its server to answer FLUSH, on
+ * every close (a signal only sends the server an INTERRUPT; then the
+ * wait goes on uninterruptibly, and not even SIGKILL ends it). Any local
+ * user can pass procregd such a file with a packet (SCM_RIGHTS), and a
+ * file procregd refuses is one it must close. Closed on the daemon's
+ * thread, it would stop every client, death and timer for as long as its
+ * sender liked. So:
  *
  *  - a passed file procregd does not keep goes to closer_put(), which
  *    closes at once only what cannot wait (a memfd, a pidfd: all that a
- *    well-behaved client passes) and hands the rest to a thread that does
- *    nothing but close, resetting a socket (SO_LINGER 0) first;
- *  - a client's connection is shut down, then handed to the same thread
- *    (closer_sock_close()), which takes the files off the packets still
- *    queued on it and closes them the same way before closing the socket.
- *    Once shut down, nothing more can be queued on it (the peer's send
- *    checks for that and queues under one lock), but how much is queued
- *    cannot be told without reading it all: an empty packet reads as the
- *    end, as does a pending error, with packets still behind them. So the
- *    thread reads past both, until more reads of nothing than the socket
- *    can hold packets (net.unix.max_dgram_qlen).
+ *    well-behaved client passes) and queues the rest, charged to the uid
+ *    it came from, for a closing process; a socket is reset (SO_LINGER 0)
+ *    before its close;
+ *  - a client's connection is shut down, then queued the same way
+ *    (closer_sock_close()): the closing process takes the files off the
+ *    packets still queued on it and closes them as above before closing
+ *    the socket. Once shut down, nothing more can be queued on it (the
+ *    peer's send checks for that and queues under one lock), but how
+ *    much is queued cannot be told without reading it all: an empty
+ *    packet reads as the end, as does a pending error, with packets still
+ *    behind them. So it reads past both, until more reads of nothing than
+ *    the socket can hold packets (net.unix.max_dgram_qlen). The socket's
+ *    own close cannot wait (a unix socket has no flush, and nothing is
+ *    left queued on it): a connection waits only for the files on it,
+ *    and behind its uid's closes queued before it.
  *
- * Bound. The thread can be held up itself (by a file on a FUSE mount
- * whose server does not answer, or by a sender that sets SO_LINGER again
- * between our reset and our close through a descriptor it kept and closes
- * just then); everything waits behind it meanwhile. Each waiting file or
- * connection is charged to the uid it came from, and a uid with
- * CLOSER_PER_UID of them waiting is not read from until they are closed
- * (server.c parks its connections; a uid privileged as the daemon's is
- * charged but never parked). While the thread is held up, connections
- * that end wait for it too, and each keeps its descriptor until then.
+ * Processes, not threads. A close that waits uninterruptibly cannot be
+ * cut short, and a process does not end while one of its threads waits:
+ * with a thread of the daemon's held in a FLUSH, SIGTERM's exit left the
+ * main thread a zombie its parent could not reap, and the held thread
+ * kept the process's files (the scope's lock among them) open, for as
+ * long as the FUSE server liked. The closes run in processes of their
+ * own that share the daemon's table of descriptors (CLONE_FILES, so a
+ * queued descriptor needs no passing: its number is told) and nothing
+ * else. They are made by a spawner, itself cloned before the table is
+ * opened or mapped, so none of them holds the table's file; each dies
+ * with its parent (PR_SET_PDEATHSIG), the spawner once the daemon has
+ * (spawner_main). The daemon at SIGTERM closes its own files (the table,
+ * so the lock is free for the next daemon) and exits; a closing process
+ * held in a FLUSH stays, holding the files still queued, until the FUSE
+ * server answers or goes. The daemon's exit closes none of the files it
+ * shares with them: the spawner outlives it a moment (it ends once every
+ * thread of the daemon has, each having let go of the table of
+ * descriptors), so the last of the closing processes to exit closes what
+ * is left, exiting too (the kernel does not linger over a socket then).
+ * A crash (SIGKILL) leaves the held process the daemon's descriptors
+ * too, unclosed: the scope's lock is not among them (main.c holds it by
+ * the table's mapping alone, which ends with the daemon), and the
+ * spawner shuts down the daemon's listening sockets (closer_listeners())
+ * and its clients' connections once the daemon is gone, so that a new
+ * daemon's check of its socket path and its bind of the bridge's port do
+ * not meet them, and clients reconnect. Until the spawner has run, a
+ * moment, they are open still: a new daemon waits for its socket path
+ * (server.c), a client for the table to name the new daemon (client.c).
+ * A process that cannot be made (a limit on processes) is logged, and
+ * tried again each tick; until then the uids waiting for one wait.
  *
- * The queue: a ring of put - told entries, under mu. The daemon's thread
- * appends (put) and, once told through the eventfd, retires what was
- * closed (told); the closing thread takes them in order (closed). The
- * thread never frees or moves the ring; the daemon's thread grows it
- * under mu.
+ * Per uid. Each uid's closes queue on their own, and a uid's queue is
+ * worked by one closing process at a time (HAND_MAX closes handed at
+ * once, in order). A process free takes the next uid that waits, round
+ * robin; when none is free, one more is made, up to CLOSER_PROCS_MAX,
+ * the last of them only for root and the daemon's own uid. So a uid
+ * whose close is held holds one process and its own queue, nothing of
+ * anyone else's. A uid with CLOSER_PER_UID closes waiting is not read
+ * from until they are done (server.c parks its connections; a privileged
+ * uid is charged but never parked); its connections that end meanwhile
+ * keep their descriptors until then. Spare processes end after
+ * CLOSER_IDLE_NS idle (one stays).
+ *
+ * Talk. The daemon writes a process the closes it hands on that
+ * process's pipe (struct cmd: the descriptor's number); the processes
+ * write the daemon one report per close done, and the spawner one per
+ * process made, on one pipe (struct report), each a write smaller than
+ * PIPE_BUF, so never torn. Only the daemon's thread touches the queues.
+ * A descriptor's number is the daemon's until handed, the closing
+ * process's until reported: the daemon never closes or reuses a number a
+ * process may still close, and a process closes only its own pipe's
+ * read end, and only once it has read the end of it.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "daemon.h"
-#include "thread.h"
+
+/* Closes handed to a process at once: a write to its pipe (8 bytes
+ * each) well under PIPE_BUF. */
+#define HAND_MAX 64
+/* A spare closing process ends after this long idle. */
+#define CLOSER_IDLE_NS (2000 * 1000000ull)
+/* A close that has waited this long is logged (once). */
+#define CLOSER_SLOW_NS (10000 * 1000000ull)
+
+struct cmd {
+	int32_t fd;
+	int32_t sock;             /* a client connection, shut down: drained first */
+};
+
+enum { R_CLOSED, R_UP, R_FAILED };
+
+struct report {
+	uint16_t k;               /* the process's slot */
+	uint16_t kind;
+	int32_t arg;              /* R_UP: its pidfd; R_FAILED: -errno */
+};
 
 struct closing {
 	int fd;
+	bool sock;
+};
+
+/* A uid's closes: a ring of n from head, the first w->handed of them
+ * handed to the process that works it. */
+struct uq {
 	uid_t uid;
-	bool sock;                /* a client connection, shut down: drained first */
+	struct closing *v;        /* cap entries, a power of two */
+	uint32_t cap, head, n;
+	int k;                    /* the process working it, -1: none */
+	bool ready;               /* on the list of uids waiting for one */
+	struct uq *next;
+};
+
+enum { W_FREE, W_SPAWNING, W_UP, W_RETIRING };
+
+struct worker {
+	int state;
+	int cmd, cmd_r;           /* its pipe: our end, its end */
+	int pidfd;
+	struct uq *q;             /* the uid it works, NULL: idle */
+	uint32_t handed;
+	uint64_t idle_since;
+	uint64_t since;           /* when its close under way was handed or begun */
+	bool told;                /* that close logged as slow */
 };
 
 static struct {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct closing *q;        /* cap entries, a power of two */
-	size_t cap;
-	uint64_t put, closed, told; /* told <= closed <= put */
-	int efd;                  /* the thread adds 1 per file closed */
+	struct pr_u64map uqs;     /* uid + 2 -> struct uq * */
+	struct uq *ready, **ready_tail;
+	struct worker w[CLOSER_PROCS_MAX];
+	unsigned used;            /* slots not free */
+	unsigned busy_unpriv;     /* processes working an unprivileged uid */
+	int req;                  /* the spawner's pipe, our end */
+	int rep;                  /* the reports' pipe, our end */
+	int spawner;              /* its pidfd */
 	long qlen;                /* net.unix.max_dgram_qlen: packets a socket can hold */
+	bool spawning;            /* a request to the spawner unanswered */
+	bool backoff;             /* the last spawn failed: none till the next tick */
 	bool running;
-} cl = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .efd = -1 };
+	struct pr_ratelimit fail_log, slow_log;
+} cl = { .req = -1, .rep = -1, .spawner = -1 };
+
+/* ---- the closing processes ---------------------------------------------- */
 
 /* A linger of 0: a socket's close resets it and returns. */
 static void close_now(int fd)
@@ -83,7 +183,7 @@ static void close_now(int fd)
 	close(fd);
 }
 
-/* The closer thread's buffers for drain(): a vector of DRAIN_MAX reads
+/* A closing process's buffers for drain(): a vector of DRAIN_MAX reads
  * (a batch is one recvmmsg() call: a connection that ended with nothing
  * queued, as a client's does, costs one call, not one per packet it could
  * hold), each with room for a packet's 253 files. */
@@ -138,29 +238,430 @@ static void drain(struct drain_buf *b, int fd)
 	}
 }
 
-static void *closer_main(void *arg)
+static void report(int fd, unsigned k, int kind, int32_t arg)
 {
-	struct drain_buf *b = arg;
+	struct report r = { (uint16_t)k, (uint16_t)kind, arg };
 
-	pthread_mutex_lock(&cl.mu);
+	while (write(fd, &r, sizeof(r)) < 0 && errno == EINTR)
+		;
+}
+
+/* A child sharing our descriptors (and nothing else: its memory a copy,
+ * as fork's), its pidfd into *PIDFD. As fork(): 0 in the child. Not
+ * glibc's fork(): its handlers are not for a child that shares the
+ * table. clone3() where the kernel and any seccomp filter let us, else
+ * clone(), whose pidfd goes where its parent_tid argument points. */
+static pid_t clone_files(int *pidfd)
+{
+	struct clone_args a = { .flags = CLONE_FILES | CLONE_PIDFD,
+				.pidfd = (uint64_t)(uintptr_t)pidfd, .exit_signal = SIGCHLD };
+	long pid = syscall(SYS_clone3, &a, sizeof(a));
+
+	if (pid < 0 && (errno == ENOSYS || errno == EPERM))
+#if defined(__s390__)
+		pid = syscall(SYS_clone, 0, CLONE_FILES | CLONE_PIDFD | SIGCHLD, pidfd, NULL, 0);
+#else
+		pid = syscall(SYS_clone, CLONE_FILES | CLONE_PIDFD | SIGCHLD, 0, pidfd, NULL, 0);
+#endif
+	return (pid_t)pid;
+}
+
+/* In a new child, called NAME: die with the parent (PARENT), whose death
+ * may have come already; the descriptors' limit to the hard one, as the daemon's (a
+ * drain installs files, and limits are a process's own). SIGTERM, SIGINT
+ * and SIGHUP ignored: a service manager's stop, a terminal's ^C, reach
+ * the whole group, and we must outlive the daemon's exit (while one of us
+ * shares its descriptors, its exit closes none of them: it would close
+ * the files still queued, and wait on them). No signal blocked. */
+static void child_init(pid_t parent, const char *name, bool pdeath)
+{
+	struct rlimit rl;
+	sigset_t none;
+
+	if (pdeath)
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(0);
+	/* Told apart from the daemon in ps and top. */
+	prctl(PR_SET_NAME, name);
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGINT, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* A closing process: the closes handed on pipe CMD, each reported on REP,
+ * until the daemon closes its end. */
+static _Noreturn void worker_main(unsigned k, int cmd, int rep)
+{
+	struct drain_buf *b = NULL;
+	struct cmd c[HAND_MAX];
+
 	for (;;) {
-		struct closing c;
-		uint64_t one = 1;
+		ssize_t n = read(cmd, c, sizeof(c));
 
-		while (cl.closed == cl.put)
-			pthread_cond_wait(&cl.cv, &cl.mu);
-		c = cl.q[cl.closed & (cl.cap - 1)];
-		pthread_mutex_unlock(&cl.mu);
-		if (c.sock)
-			drain(b, c.fd);
-		close_now(c.fd);
-		pthread_mutex_lock(&cl.mu);
-		cl.closed++;
-		if (write(cl.efd, &one, sizeof(one)) < 0) {
-			/* Only at 2^64 - 1 unread: never. */
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		for (size_t i = 0; i < (size_t)n / sizeof(c[0]); i++) {
+			if (c[i].sock && !b) {
+				b = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE,
+					 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+				if (b == MAP_FAILED)
+					b = NULL;
+			}
+			if (c[i].sock && b)
+				drain(b, c[i].fd);
+			close_now(c[i].fd);
+			report(rep, k, R_CLOSED, 0);
 		}
 	}
-	return NULL;
+	/* Our end of the pipe is ours to close: the daemon closed its own,
+	 * and leaves the number alone until we are gone. */
+	close(cmd);
+	_exit(0);
+}
+
+struct spawn_req {
+	int32_t k;                /* -1: CMD is a listening socket of the daemon's */
+	int32_t cmd;              /* the process's end of its pipe */
+};
+
+/* The daemon's listening sockets, shut down (not closed: that could wait
+ * on the files of connections not yet accepted) once it is gone: a new
+ * daemon's connections, its socket path's check and its bind of a port
+ * must not meet them, live for as long as a close here is held. */
+#define LISTENERS_MAX 8
+static void shut_listeners(const int *fds, int n)
+{
+	struct sockaddr_un names[LISTENERS_MAX];
+	socklen_t lens[LISTENERS_MAX];
+	int nn = 0;
+	DIR *dir;
+	struct dirent *e;
+
+	for (int i = 0; i < n; i++) {
+		int on = 0;
+		socklen_t len = sizeof(on);
+
+		/* Still a listening socket: the number is not another's. */
+		if (getsockopt(fds[i], SOL_SOCKET, SO_ACCEPTCONN, &on, &len) < 0 || !on)
+			continue;
+		lens[nn] = sizeof(names[nn]);
+		if (getsockname(fds[i], (struct sockaddr *)&names[nn], &lens[nn]) == 0 &&
+		    names[nn].sun_family == AF_UNIX && lens[nn] > sizeof(sa_family_t))
+			nn++;
+		(void)shutdown(fds[i], SHUT_RDWR);
+	}
+	/* And its clients' connections, which the daemon accepted on one of
+	 * them (so named as it is), ended for their peers now, not when the
+	 * last of us is gone: a client then makes a new one. Nothing passed
+	 * to the daemon is one of these. */
+	dir = nn ? opendir("/proc/self/fd") : NULL;
+	while (dir && (e = readdir(dir))) {
+		struct sockaddr_un sa;
+		socklen_t len = sizeof(sa);
+		int fd = atoi(e->d_name);
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(dir) ||
+		    getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || sa.sun_family != AF_UNIX)
+			continue;
+		for (int i = 0; i < nn; i++)
+			if (len == lens[i] && !memcmp(&sa, &names[i], len)) {
+				(void)shutdown(fd, SHUT_RDWR);
+				break;
+			}
+	}
+	if (dir)
+		closedir(dir);
+}
+
+/* The spawner: a closing process made for each request on REQ, its pidfd
+ * reported on REP. Children it does not wait for (SIGCHLD ignored). It
+ * ends once the daemon has, every thread of it: its death signal
+ * (PR_SET_PDEATHSIG) would come when the daemon's first thread is gone,
+ * and were we all gone before its last, that thread's exit would be
+ * the last holder of the table of descriptors, and close (wait on) the
+ * files still queued. A pidfd reads as ended once the whole process has
+ * (each of its threads' files let go of by then). The closing processes
+ * die with the spawner. */
+static _Noreturn void spawner_main(pid_t daemon, int req, int rep)
+{
+	int dfd = (int)syscall(SYS_pidfd_open, daemon, 0), listeners[LISTENERS_MAX], nl = 0;
+	pid_t self;
+
+	/* Without pidfd_open (before Linux 5.3), the death signal. */
+	child_init(daemon, "procregd-spawn", dfd < 0);
+	signal(SIGCHLD, SIG_IGN);
+	self = getpid();
+	for (;;) {
+		struct pollfd p[2] = { { req, POLLIN, 0 }, { dfd, POLLIN, 0 } };
+		struct spawn_req r;
+		int pidfd = -1;
+		ssize_t n;
+		pid_t pid;
+
+		if (poll(p, dfd < 0 ? 1 : 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			_exit(0);
+		}
+		if (p[1].revents) {
+			shut_listeners(listeners, nl);
+			_exit(0);
+		}
+		n = read(req, &r, sizeof(r));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != (ssize_t)sizeof(r))
+			_exit(0);
+		if (r.k < 0) {
+			if (nl < LISTENERS_MAX)
+				listeners[nl++] = r.cmd;
+			continue;
+		}
+		pid = clone_files(&pidfd);
+		if (pid == 0) {
+			child_init(self, "procregd-close", true);
+			worker_main((unsigned)r.k, r.cmd, rep);
+		}
+		if (pid < 0)
+			report(rep, (unsigned)r.k, R_FAILED, -errno);
+		else
+			report(rep, (unsigned)r.k, R_UP, pidfd);
+	}
+}
+
+/* ---- the daemon's side ------------------------------------------------- */
+
+static struct uq *uq_get(uid_t uid, bool make)
+{
+	uint64_t v;
+	struct uq *q;
+
+	if (procreg__u64map_get(&cl.uqs, (uint64_t)uid + 2, &v) == 0)
+		return (struct uq *)(uintptr_t)v;
+	if (!make || !(q = calloc(1, sizeof(*q))))
+		return NULL;
+	q->uid = uid;
+	q->k = -1;
+	if (procreg__u64map_put(&cl.uqs, (uint64_t)uid + 2, (uint64_t)(uintptr_t)q) < 0) {
+		free(q);
+		return NULL;
+	}
+	return q;
+}
+
+static void uq_free(struct uq *q)
+{
+	procreg__u64map_del(&cl.uqs, (uint64_t)q->uid + 2);
+	free(q->v);
+	free(q);
+}
+
+static bool uq_push(struct uq *q, int fd, bool sock)
+{
+	if (q->n == q->cap) {
+		uint32_t cap = q->cap ? q->cap * 2 : 16;
+		struct closing *v = malloc(cap * sizeof(*v));
+
+		if (!v)
+			return false;
+		for (uint32_t i = 0; i < q->n; i++)
+			v[i] = q->v[(q->head + i) & (q->cap - 1)];
+		free(q->v);
+		q->v = v;
+		q->cap = cap;
+		q->head = 0;
+	}
+	q->v[(q->head + q->n) & (q->cap - 1)] = (struct closing){ fd, sock };
+	q->n++;
+	return true;
+}
+
+static void ready_add(struct uq *q)
+{
+	q->ready = true;
+	q->next = NULL;
+	*cl.ready_tail = q;
+	cl.ready_tail = &q->next;
+}
+
+/* The first uid waiting that a process may take now: any privileged one,
+ * an unprivileged one while fewer than all but the last process work
+ * unprivileged uids. Unlinked if TAKE. */
+static struct uq *ready_pick(const struct daemon *d, bool take)
+{
+	struct uq **pp;
+
+	for (pp = &cl.ready; *pp; pp = &(*pp)->next)
+		if (uid_privileged(d, (*pp)->uid) || cl.busy_unpriv < CLOSER_PROCS_MAX - 1)
+			break;
+	if (*pp && take) {
+		struct uq *q = *pp;
+
+		*pp = q->next;
+		if (!*pp)
+			cl.ready_tail = pp;
+		q->ready = false;
+		q->next = NULL;
+		return q;
+	}
+	return *pp;
+}
+
+/* Ask the spawner for one more process, for uid Q's sake. */
+static void spawn(const struct daemon *d, const struct uq *q)
+{
+	struct spawn_req r;
+	int p[2], k;
+
+	if (cl.spawning || cl.backoff || cl.spawner < 0 ||
+	    cl.used >= CLOSER_PROCS_MAX - (uid_privileged(d, q->uid) ? 0 : 1))
+		return;
+	for (k = 0; k < CLOSER_PROCS_MAX && cl.w[k].state != W_FREE; k++)
+		;
+	if (k == CLOSER_PROCS_MAX)
+		return;
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		cl.backoff = true;
+		return;
+	}
+	(void)fcntl(p[1], F_SETFL, O_NONBLOCK);
+	r = (struct spawn_req){ k, p[0] };
+	if (write(cl.req, &r, sizeof(r)) != (ssize_t)sizeof(r)) {
+		close(p[0]);
+		close(p[1]);
+		cl.backoff = true;
+		return;
+	}
+	cl.w[k] = (struct worker){ .state = W_SPAWNING, .cmd = p[1], .cmd_r = p[0], .pidfd = -1 };
+	cl.used++;
+	cl.spawning = true;
+}
+
+/* Q's first closes, to process K. */
+static bool hand(const struct daemon *d, int k, struct uq *q)
+{
+	struct worker *w = &cl.w[k];
+	struct cmd c[HAND_MAX];
+	uint32_t n = q->n < HAND_MAX ? q->n : HAND_MAX;
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct closing *e = &q->v[(q->head + i) & (q->cap - 1)];
+
+		c[i] = (struct cmd){ e->fd, e->sock };
+	}
+	/* Its pipe holds 64 KiB, and it has nothing of ours unread. */
+	if (write(w->cmd, c, n * sizeof(c[0])) != (ssize_t)(n * sizeof(c[0])))
+		return false;
+	w->q = q;
+	w->handed = n;
+	w->since = procreg__mono_ns();
+	w->told = false;
+	q->k = k;
+	if (!uid_privileged(d, q->uid))
+		cl.busy_unpriv++;
+	return true;
+}
+
+/* Every uid waiting that can have a process, given one; one more made if
+ * one waits and none is free. */
+static void dispatch(const struct daemon *d)
+{
+	struct uq *q;
+
+	while ((q = ready_pick(d, false))) {
+		int k;
+
+		for (k = 0; k < CLOSER_PROCS_MAX; k++)
+			if (cl.w[k].state == W_UP && !cl.w[k].q)
+				break;
+		if (k == CLOSER_PROCS_MAX) {
+			spawn(d, q);
+			return;
+		}
+		q = ready_pick(d, true);
+		if (!hand(d, k, q)) {
+			/* Never (see hand): the process is taken as lost. */
+			ready_add(q);
+			close(cl.w[k].cmd);
+			cl.w[k].state = W_RETIRING;
+			return;
+		}
+	}
+}
+
+/* Process K closed the first of what it was handed. */
+static void closed_one(struct daemon *d, int k)
+{
+	struct worker *w = &cl.w[k];
+	struct uq *q = w->q;
+
+	if (!q || !w->handed)
+		return;
+	q->head = (q->head + 1) & (q->cap - 1);
+	q->n--;
+	w->handed--;
+	uid_adjust(&d->uid_closing, q->uid, -1);
+	if (w->told)
+		log_limited(&cl.slow_log, "slow closes", "uid %u: its close that waited is done",
+			    (unsigned)q->uid);
+	w->since = procreg__mono_ns();
+	w->told = false;
+	if (w->handed)
+		return;
+	w->q = NULL;
+	w->idle_since = procreg__mono_ns();
+	q->k = -1;
+	if (!uid_privileged(d, q->uid))
+		cl.busy_unpriv--;
+	if (q->n)
+		ready_add(q);
+	else
+		uq_free(q);
+}
+
+static void on_report(struct daemon *d, const struct report *r)
+{
+	struct worker *w;
+
+	if (r->k >= CLOSER_PROCS_MAX)
+		return;
+	w = &cl.w[r->k];
+	switch (r->kind) {
+	case R_CLOSED:
+		closed_one(d, r->k);
+		break;
+	case R_UP:
+		if (w->state != W_SPAWNING)
+			break;
+		w->state = W_UP;
+		w->pidfd = r->arg;
+		w->idle_since = procreg__mono_ns();
+		cl.spawning = false;
+		break;
+	case R_FAILED:
+		if (w->state != W_SPAWNING)
+			break;
+		log_limited(&cl.fail_log, "closing processes not made",
+			    "a closing process could not be made: %s (%u running)",
+			    strerror(-r->arg), cl.used - 1);
+		close(w->cmd);
+		close(w->cmd_r);
+		w->state = W_FREE;
+		cl.used--;
+		cl.spawning = false;
+		cl.backoff = true;
+		break;
+	}
 }
 
 /* net.unix.max_dgram_qlen, the packets a unix socket's queue holds (one
@@ -180,27 +681,145 @@ static long max_qlen(void)
 
 int closer_start(struct daemon *d)
 {
-	int err;
+	int req[2], rep[2], pidfd = -1, err;
+	pid_t self = getpid(), pid;
 
 	cl.qlen = max_qlen();
-	cl.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (cl.efd < 0)
+	cl.ready_tail = &cl.ready;
+	if (pipe2(req, O_CLOEXEC) < 0)
 		return -errno;
-	d->closer_ev.kind = EV_CLOSER;
-	err = ev_add(d, cl.efd, EPOLLIN, &d->closer_ev);
-	/* Its buffers live as long as the process: the thread is detached
-	 * and never joined (at exit it may be waiting on a file that will not
-	 * close, and the exit must not wait for it). */
-	if (!err) {
-		static struct drain_buf *b;
-
-		b = malloc(sizeof(*b));
-		err = b ? pr_thread_start(closer_main, b) : -ENOMEM;
+	if (pipe2(rep, O_CLOEXEC) < 0) {
+		err = -errno;
+		close(req[0]);
+		close(req[1]);
+		return err;
 	}
+	(void)fcntl(req[1], F_SETFL, O_NONBLOCK);
+	(void)fcntl(rep[0], F_SETFL, O_NONBLOCK);
+	cl.req = req[1];
+	cl.rep = rep[0];
+	d->closer_ev.kind = EV_CLOSER;
+	err = ev_add(d, cl.rep, EPOLLIN, &d->closer_ev);
 	if (err)
 		return err;
+	/* Before the table is opened or mapped, and before any thread. */
+	pid = clone_files(&pidfd);
+	if (pid == 0)
+		spawner_main(self, req[0], rep[1]);
+	if (pid < 0)
+		return -errno;
+	cl.spawner = pidfd;
 	cl.running = true;
-	return 0;
+	/* One process from the start: the first close need not wait for it
+	 * to be made, and a system that cannot make one says so now. */
+	{
+		struct uq none = { .uid = 0 };
+
+		spawn(d, &none);
+	}
+	return cl.spawning ? 0 : -EAGAIN;
+}
+
+void closer_listeners(const struct daemon *d)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	if (!dir || cl.spawner < 0) {
+		if (dir)
+			closedir(dir);
+		return;
+	}
+	/* Before any client: every descriptor is our own. */
+	while ((e = readdir(dir))) {
+		struct spawn_req r = { -1, atoi(e->d_name) };
+		int on = 0;
+		socklen_t len = sizeof(on);
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9' || r.cmd == dirfd(dir) ||
+		    (d->socket_inherited && r.cmd == d->lfd) ||
+		    getsockopt(r.cmd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) < 0 || !on)
+			continue;
+		if (write(cl.req, &r, sizeof(r)) != (ssize_t)sizeof(r))
+			break;
+	}
+	closedir(dir);
+}
+
+/* Whether the process of pidfd FD has ended. */
+static bool ended(int fd)
+{
+	struct pollfd p = { fd, POLLIN, 0 };
+
+	return fd >= 0 && poll(&p, 1, 0) == 1;
+}
+
+void closer_tick(struct daemon *d)
+{
+	uint64_t now = procreg__mono_ns();
+	unsigned idle = 0;
+
+	if (!cl.running)
+		return;
+	for (int k = 0; k < CLOSER_PROCS_MAX; k++) {
+		struct worker *w = &cl.w[k];
+
+		if ((w->state != W_UP && w->state != W_RETIRING) || !ended(w->pidfd))
+			continue;
+		/* Gone: ended as told, or killed (its closes then taken as
+		 * done, whatever became of their files). */
+		if (w->state == W_UP) {
+			log_warn("a closing process ended unasked, %u closes of uid %u with it",
+				 w->handed, w->q ? (unsigned)w->q->uid : 0);
+			while (w->q)
+				closed_one(d, k);
+			close(w->cmd);
+		}
+		close(w->cmd_r);
+		close(w->pidfd);
+		w->state = W_FREE;
+		cl.used--;
+	}
+	if (ended(cl.spawner)) {
+		log_err("the closing processes' spawner ended: no more are made");
+		close(cl.spawner);
+		cl.spawner = -1;
+		/* A request it took with it: the slot back (its end of the
+		 * pipe left alone, in case a process was made). */
+		for (int k = 0; k < CLOSER_PROCS_MAX; k++)
+			if (cl.w[k].state == W_SPAWNING) {
+				close(cl.w[k].cmd);
+				cl.w[k].state = W_FREE;
+				cl.used--;
+			}
+		cl.spawning = false;
+	}
+	/* Closes that wait long: a file on a FUSE mount whose server does
+	 * not answer, most likely. Only its uid's closes wait for it. */
+	for (int k = 0; k < CLOSER_PROCS_MAX; k++) {
+		struct worker *w = &cl.w[k];
+
+		if (w->state != W_UP || !w->q || w->told || now - w->since < CLOSER_SLOW_NS)
+			continue;
+		w->told = true;
+		log_limited(&cl.slow_log, "slow closes",
+			    "uid %u: a file it passed has taken %llu s to close so far (a FUSE server that does not answer?); %u more of its closes wait behind it",
+			    (unsigned)w->q->uid, (unsigned long long)((now - w->since) / 1000000000ull),
+			    w->q->n - 1);
+	}
+	/* Spares end, but one. */
+	for (int k = 0; k < CLOSER_PROCS_MAX; k++) {
+		struct worker *w = &cl.w[k];
+
+		if (w->state != W_UP || w->q)
+			continue;
+		if (idle++ && now - w->idle_since > CLOSER_IDLE_NS) {
+			close(w->cmd);
+			w->state = W_RETIRING;
+		}
+	}
+	cl.backoff = false;
+	dispatch(d);
 }
 
 /* Whether closing FD now cannot wait on anything: a memfd or any other
@@ -216,64 +835,44 @@ static bool closes_at_once(int fd)
 	return procreg__is_pidfd(fd);
 }
 
-/* Room for one more in the ring, under mu: false if there is none. */
-static bool room(void)
-{
-	size_t cap = cl.cap ? cl.cap * 2 : 64;
-	struct closing *q;
-
-	if (cl.put - cl.told < cl.cap)
-		return true;
-	q = malloc(cap * sizeof(*q));
-	if (!q)
-		return false;
-	for (uint64_t i = cl.told; i < cl.put; i++)
-		q[i & (cap - 1)] = cl.q[i & (cl.cap - 1)];
-	free(cl.q);
-	cl.q = q;
-	cl.cap = cap;
-	return true;
-}
-
-/* FD to the thread, charged to UID: false if it could not be queued. */
+/* FD to UID's queue: false if it could not be queued. */
 static bool queue(struct daemon *d, int fd, uid_t uid, bool sock)
 {
-	bool queued = false;
+	struct uq *q;
 
-	if (!cl.running)
+	if (!cl.running || !(q = uq_get(uid, true)))
 		return false;
-	pthread_mutex_lock(&cl.mu);
-	if ((queued = room())) {
-		cl.q[cl.put & (cl.cap - 1)] = (struct closing){ fd, uid, sock };
-		cl.put++;
-		pthread_cond_signal(&cl.cv);
+	if (!uq_push(q, fd, sock)) {
+		if (!q->n && q->k < 0)
+			uq_free(q);
+		return false;
 	}
-	pthread_mutex_unlock(&cl.mu);
-	if (queued)
-		uid_adjust(&d->uid_closing, uid, 1);
-	return queued;
+	uid_adjust(&d->uid_closing, uid, 1);
+	if (q->k < 0 && !q->ready)
+		ready_add(q);
+	dispatch(d);
+	return true;
 }
 
 void closer_put(struct daemon *d, int fd, uid_t uid)
 {
 	if (fd < 0)
 		return;
-	/* Out of memory for the ring, or before the thread runs: closed
-	 * here, as it was before there was a thread. */
+	/* Out of memory to queue it, or before the spawner runs: closed
+	 * here, as it was before there were closing processes. */
 	if (closes_at_once(fd) || !queue(d, fd, uid, false))
 		close(fd);
 }
 
 void closer_event(struct daemon *d)
 {
-	uint64_t n;
+	struct report r[512];
+	ssize_t n;
 
-	if (read(cl.efd, &n, sizeof(n)) < 0)
-		return;
-	pthread_mutex_lock(&cl.mu);
-	for (; cl.told < cl.closed; cl.told++)
-		uid_adjust(&d->uid_closing, cl.q[cl.told & (cl.cap - 1)].uid, -1);
-	pthread_mutex_unlock(&cl.mu);
+	while ((n = read(cl.rep, r, sizeof(r))) > 0)
+		for (size_t i = 0; i < (size_t)n / sizeof(r[0]); i++)
+			on_report(d, &r[i]);
+	dispatch(d);
 	server_unpark(d);
 	server_accept_resume(d);
 }
@@ -286,7 +885,7 @@ bool closer_over(const struct daemon *d, uid_t uid)
 void closer_sock_close(struct daemon *d, int fd, uid_t uid)
 {
 	/* Shut down first: the peer's sends fail from here on, so what the
-	 * thread drains is all there will be. */
+	 * closing process drains is all there will be. */
 	(void)shutdown(fd, SHUT_RDWR);
 	if (!queue(d, fd, uid, true))
 		close(fd);

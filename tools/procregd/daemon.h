@@ -292,21 +292,32 @@ void notify_close(struct daemon *d);
 int passed_fds(struct msghdr *msg, int *fds);
 
 /* closer.c: the last close of files clients passed, and of client
- * connections, off this thread. */
+ * connections, off this thread, in processes of their own, a uid at a
+ * time each. */
 /* A uid with this many files and connections waiting to be closed is not
  * read from: what its packets can make the daemon hold is bounded. */
 #define CLOSER_PER_UID 1024
+/* Closing processes at most, the last kept for privileged uids: as many
+ * uids at once can each hold one in a close that never ends. */
+#define CLOSER_PROCS_MAX 64
+/* Before the table is opened (the closing processes must not hold it),
+ * and before any thread is started. */
 int closer_start(struct daemon *d);
 /* Close FD, which a process of UID passed: now if that cannot wait (a
- * memfd, a pidfd, or no memory to queue it), else on the closer's
- * thread. */
+ * memfd, a pidfd, or no memory to queue it), else in a closing process,
+ * after UID's closes queued before it. */
 void closer_put(struct daemon *d, int fd, uid_t uid);
-/* The closer's eventfd is readable: account for what it closed. */
+/* Once every listening socket is open (none inherited counts): they are
+ * shut down if the daemon dies without closing them, for the next one. */
+void closer_listeners(const struct daemon *d);
+/* The closing processes reported: account for what they closed. */
 void closer_event(struct daemon *d);
+/* From the timer: closing processes that ended, spares ended. */
+void closer_tick(struct daemon *d);
 /* Whether UID has too many waiting (never for a privileged uid). */
 bool closer_over(const struct daemon *d, uid_t uid);
 /* Close a client connection of UID: shut down here, drained of its
- * queued files and closed on the closer's thread. */
+ * queued files and closed in a closing process, as closer_put(). */
 void closer_sock_close(struct daemon *d, int fd, uid_t uid);
 
 /* epoll helpers (main.c) */

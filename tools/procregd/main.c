@@ -576,6 +576,7 @@ static void tick(struct daemon *d)
 
 	/* Readers that hold a grace period up too long; the registry. */
 	readers_tick(d);
+	closer_tick(d);
 	/* An fd may have been freed other than by the closer (a process's
 	 * pidfd on its death): accepting, if paused for want of one, is
 	 * tried again. */
@@ -606,6 +607,30 @@ static void raise_fd_limit(void)
 		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
 			log_warn("cannot raise the open files limit: %s", strerror(errno));
 	}
+}
+
+/* The scope's lock (flock) belongs to the table's open file, which our
+ * descriptor and our mapping both hold. Our descriptors are shared with
+ * the closing processes (closer.c), one of which may outlive us, held in
+ * a close, with them: our I/O goes through another open of the file, so
+ * that the lock is held by the mapping alone and ends with this process,
+ * however it ends (SIGKILL too), letting the next daemon serve. Where
+ * /proc cannot reopen it, the descriptor is kept (and a close held then
+ * keeps the lock after a crash, not after SIGTERM, which closes it). */
+static void lock_by_mapping(struct daemon *d)
+{
+	char path[64];
+	int io;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", d->w.table_fd);
+	io = open(path, O_RDWR | O_CLOEXEC);
+	if (io < 0) {
+		log_warn("%s: cannot reopen it (%s): a crash may leave its lock held while a passed file's close waits",
+			 d->paths.table, strerror(errno));
+		return;
+	}
+	close(d->w.table_fd);
+	d->w.table_fd = io;
 }
 
 static int setup(struct daemon *d)
@@ -651,6 +676,15 @@ static int setup(struct daemon *d)
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (!d->in || !d->out || d->epfd < 0)
 		return -ENOMEM;
+	/* Before the first client: what clients pass is closed there. And
+	 * before the table is opened or mapped: the closing processes share
+	 * our descriptors, not our memory, and one held in a close must not
+	 * hold the table's file, or its lock, after we are gone. */
+	err = closer_start(d);
+	if (err) {
+		log_err("the closing processes: %s", strerror(-err));
+		return err;
+	}
 
 	err = procreg__writer_open(&d->w, &d->paths, &wo, &why);
 	if (err) {
@@ -664,6 +698,7 @@ static int setup(struct daemon *d)
 				strerror(-err));
 		return err;
 	}
+	lock_by_mapping(d);
 	/* The reserve is this daemon's to choose, whatever the table's
 	 * size: it is a threshold, not a part of the file. */
 	d->w.reserve = d->o.reserved_size_set ? d->o.reserved_size : d->w.map.size / 32;
@@ -720,12 +755,6 @@ static int setup(struct daemon *d)
 		log_err("NOTIFY_SOCKET: %s", strerror(-err));
 		return err;
 	}
-	/* Before the first client: what clients pass is closed there. */
-	err = closer_start(d);
-	if (err) {
-		log_err("the closer's thread: %s", strerror(-err));
-		return err;
-	}
 	err = server_listen(d);
 	if (err) {
 		if (err == -EADDRINUSE)
@@ -742,6 +771,9 @@ static int setup(struct daemon *d)
 	}
 	if (d->o.node && (err = bridge_start(d)) < 0)
 		return err;
+	/* Ours, the bridge's port among them: shut down should we die
+	 * leaving them to a closing process (closer.c). */
+	closer_listeners(d);
 
 	readers_start(d);
 	if (d->o.max_readers > d->w.map.hdr->readers_cap) {

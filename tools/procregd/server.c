@@ -146,6 +146,15 @@ int server_listen(struct daemon *d)
 	 * daemon run as a system user, finding root's socket closed to
 	 * it), which may be live all the same. */
 	err = live_socket(&sa);
+	/* A daemon of this scope that died a moment ago may leave its
+	 * socket listening until its closing processes have shut it down
+	 * (closer.c): a moment, which we wait for, a second at most. */
+	for (int i = 0; err == -EADDRINUSE && i < 100; i++) {
+		struct timespec ts = { 0, 10 * 1000000 };
+
+		nanosleep(&ts, NULL);
+		err = live_socket(&sa);
+	}
 	if (err) {
 		close(fd);
 		return err;
@@ -235,9 +244,15 @@ void server_close_all(struct daemon *d)
 	 * releases connections not yet accepted, and the files of packets
 	 * queued on them, whose last close may wait (a socket lingering
 	 * over unsent data) unless the process is exiting, when the kernel
-	 * does not linger. */
-	if (d->lfd >= 0 && !d->socket_inherited)
+	 * does not linger. The closing processes share our descriptors and
+	 * outlive us a moment (closer.c): the last of them to exit closes
+	 * it, exiting too. */
+	if (d->lfd >= 0 && !d->socket_inherited) {
 		unlink(d->socket_path);
+		/* Refusing connections from now on (it waits, open, for the
+		 * last closing process), rather than queueing them for no one. */
+		(void)shutdown(d->lfd, SHUT_RDWR);
+	}
 }
 
 void server_notify_feed(struct daemon *d)
@@ -289,7 +304,7 @@ static uint64_t boot_ticks(void)
 }
 
 /* A connection pr_accept() took without an fd to keep it: closed as any
- * refused one is, on the closer's thread, since packets queued on it may
+ * refused one is, in a closing process, since packets queued on it may
  * carry files whose close waits. SO_PEERCRED needs no fd. */
 static void shed(int fd, void *arg)
 {
@@ -885,8 +900,8 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 		 * wait (closer.c). A peek installs copies and the packet keeps
 		 * its own references: once every file is installed, taking the
 		 * packet drops only references that are not the last. One
-		 * that is not (MSG_CTRUNC) is left queued, for the closer's
-		 * thread to drain with the connection. */
+		 * that is not (MSG_CTRUNC) is left queued, for a closing
+		 * process to drain with the connection. */
 		n = recvmsg(c->fd, &msg, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
