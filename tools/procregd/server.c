@@ -121,6 +121,24 @@ static int live_socket(const struct sockaddr_un *sa)
 	return rc;
 }
 
+/* Whether the table names a daemon before us that is gone (a crash: a
+ * daemon that stops clears it), zombie or reaped. */
+static bool crashed_before(const struct daemon *d)
+{
+	uint32_t pid = PR_LOAD_ACQ(&d->w.map.hdr->daemon_pid);
+	int fd;
+	bool gone;
+
+	if (!pid || pid == (uint32_t)getpid())
+		return false;
+	fd = procreg__pidfd_open((pid_t)pid);
+	if (fd < 0)
+		return errno == ESRCH;
+	gone = procreg__pidfd_exited(fd);
+	close(fd);
+	return gone;
+}
+
 int server_listen(struct daemon *d)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -148,8 +166,10 @@ int server_listen(struct daemon *d)
 	err = live_socket(&sa);
 	/* A daemon of this scope that died a moment ago may leave its
 	 * socket listening until its closing processes have shut it down
-	 * (closer.c): a moment, which we wait for, a second at most. */
-	for (int i = 0; err == -EADDRINUSE && i < 100; i++) {
+	 * (closer.c): a moment, which we wait for, a second at most. Only
+	 * then: each look is a connection queued there, and a live socket
+	 * of someone else's must not have its backlog filled by us. */
+	for (int i = 0; err == -EADDRINUSE && i < 100 && crashed_before(d); i++) {
 		struct timespec ts = { 0, 10 * 1000000 };
 
 		nanosleep(&ts, NULL);
