@@ -972,6 +972,13 @@ size_t th_adopt_page(struct pr_writer *w, pid_t pid, int fdnum)
 	return w->readers.n - 1;
 }
 
+int th_exited(void *pid)
+{
+	int st;
+
+	return waitpid(*(pid_t *)pid, &st, WNOHANG) == *(pid_t *)pid;
+}
+
 int th_stopped(void *pid)
 {
 	char path[64], buf[512], *p;

@@ -277,5 +277,7 @@ int th_until(int (*fn)(void *), void *arg, int ms);
 /* For th_until: whether the process *(pid_t *)PID is stopped (state 'T'
  * in /proc/PID/stat). */
 int th_stopped(void *pid);
+/* For th_until: whether our child *(pid_t *)PID has exited (reaped). */
+int th_exited(void *pid);
 
 #endif

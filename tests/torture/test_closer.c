@@ -440,14 +440,6 @@ static void test_held_close_one_uid(void **state)
 	assert_int_equal(rc, 0);
 }
 
-static int exited(void *arg)
-{
-	pid_t *pid = arg;
-	int st;
-
-	return waitpid(*pid, &st, WNOHANG) == *pid;
-}
-
 /*
  * SIGTERM while the daemon's close of a uid's FUSE file waits for ever:
  * the daemon exits all the same, and a new daemon serves the scope (the
@@ -473,7 +465,7 @@ static void test_held_close_sigterm(void **state)
 	procreg_close(f->reg);
 	f->reg = NULL;
 	kill(f->d.pid, SIGTERM);
-	gone = th_until(exited, &f->d.pid, WAIT_MS);
+	gone = th_until(th_exited, &f->d.pid, WAIT_MS);
 	printf("SIGTERM to the daemon whose close of uid %u's file waits: %s\n",
 	       (unsigned)attacker_user.uid, gone ? "exited" : "did not exit");
 	rc = gone ? th_daemon_start(&d2, f->dir, NULL, NULL) : -1;

@@ -965,14 +965,6 @@ static int queue_lingering(void *arg)
 	return 0;
 }
 
-static int exited(void *arg)
-{
-	pid_t *pid = arg;
-	int st;
-
-	return waitpid(*pid, &st, WNOHANG) == *pid;
-}
-
 /*
  * SIGTERM while connections not yet accepted hold packets carrying
  * sockets whose close waits an hour (the daemon out of fds, so that they
@@ -995,7 +987,7 @@ static void test_shutdown_lingering(void **state)
 	a = (struct lg_arg){ .u = &u };
 	kid = attack(f, queue_lingering, &a);
 	kill(f->d.pid, SIGTERM);
-	gone = th_until(exited, &f->d.pid, 20000);
+	gone = th_until(th_exited, &f->d.pid, 20000);
 	/* Its peers closed, the attacker's sockets close at once: a daemon
 	 * still waiting on one is let go. */
 	th_kill_wait(&kid);
