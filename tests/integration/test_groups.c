@@ -2063,12 +2063,16 @@ static int storm_result(struct storm_report *h, int kind, unsigned k, int rc)
 	case PROCREG_OP_REGISTER:
 		if (rc == 0)
 			h->names |= bit;
-		else if (rc != -EEXIST || (h->names & bit))
+		else if (rc != -EEXIST || (h->names & bit)) {
+			fprintf(stderr, "storm: register of s.n%u: %s\n", k, procreg_strerror(rc));
 			return 20;
+		}
 		return 0;
 	case PROCREG_OP_UNREGISTER:
-		if (rc != 0 || !(h->names & bit))
+		if (rc != 0 || !(h->names & bit)) {
+			fprintf(stderr, "storm: unregister of s.n%u, held: %s\n", k, procreg_strerror(rc));
 			return 21;
+		}
 		h->names &= ~bit;
 		return 0;
 	case PROCREG_OP_JOIN:
