@@ -437,6 +437,13 @@ void th_list_fds(pid_t pid)
 	free(text);
 }
 
+int th_fds_back(void *count)
+{
+	const struct th_fdcount *c = count;
+
+	return th_count_fds(c->pid) <= c->want;
+}
+
 long th_count_fds(pid_t pid)
 {
 	char path[64];

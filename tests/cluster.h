@@ -155,6 +155,14 @@ void th_peer_close(struct th_peer *p);
 long th_status_kb(pid_t pid, const char *key);
 /* How many fds process PID has open. */
 long th_count_fds(pid_t pid);
+/* For th_until: whether th_count_fds(PID) is back to WANT or below (a
+ * struct th_fdcount *): a daemon closes a connection's descriptor a
+ * moment after it ends, in its closing processes. */
+struct th_fdcount {
+	pid_t pid;
+	long want;
+};
+int th_fds_back(void *count);
 /* Print PID's open fds and what they are (on failure, to see which). */
 void th_list_fds(pid_t pid);
 /* The same as text (malloc'd; NULL if out of memory). */

@@ -340,17 +340,6 @@ static int victim_main(void *arg)
 	return 0;
 }
 
-struct fdcount {
-	pid_t pid;
-	long want;
-};
-
-static int fds_back(void *arg)
-{
-	struct fdcount *c = arg;
-
-	return th_count_fds(c->pid) <= c->want;
-}
 
 struct logwait {
 	const char *log, *needle;
@@ -389,7 +378,7 @@ static void test_held_close_one_uid(void **state)
 	struct attack a = { &attacker_user, f->dir, NULL, -1 };
 	int *served = th_shared(sizeof(int));
 	struct victim v = { &victim_user, f->dir, served };
-	struct fdcount c;
+	struct th_fdcount c;
 	char file[320], line[128];
 	struct logwait slow;
 	pid_t attacker, kid;
@@ -403,7 +392,7 @@ static void test_held_close_one_uid(void **state)
 	assert_int_equal(procreg_lookup(f->reg, "warm", NULL), 0);
 	assert_int_equal(procreg_unregister(f->reg, "warm"), 0);
 	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
-	c = (struct fdcount){ f->d.pid, th_count_fds(f->d.pid) };
+	c = (struct th_fdcount){ f->d.pid, th_count_fds(f->d.pid) };
 	fuse_start(&fs, f->dir);
 	snprintf(file, sizeof(file), "%s/f", fs.mnt);
 	a.file = file;
@@ -428,7 +417,7 @@ static void test_held_close_one_uid(void **state)
 	th_kill_wait(&attacker);
 	if (rc == -2)
 		th_daemon_dump_log(&f->d);
-	if (rc == 0 && !th_until(fds_back, &c, WAIT_MS)) {
+	if (rc == 0 && !th_until(th_fds_back, &c, WAIT_MS)) {
 		th_list_fds(f->d.pid);
 		rc = -1;
 		printf("the daemon holds %ld fds, %ld before\n", th_count_fds(f->d.pid), c.want);

@@ -38,20 +38,6 @@
 
 #define WAIT_MS 60000
 
-struct fdcount {
-	pid_t pid;
-	long want;
-};
-
-/* Back where it was, or below: connections are closed in the daemon's
- * closing processes, a moment after they end, so a count taken just after
- * one ended may still include it. */
-static int fds_back(void *arg)
-{
-	struct fdcount *c = arg;
-
-	return th_count_fds(c->pid) <= c->want;
-}
 
 /* Whether the daemon serves: a registration, a lookup and a sync. */
 static void serves(procreg_t *reg, const char *name)
@@ -90,7 +76,7 @@ static void test_client_never_reads(void **state)
 {
 	struct th_fx *f = *state;
 	static uint8_t pkt[PR_PACKET_MAX];
-	struct fdcount c = { f->d.pid, 0 };
+	struct th_fdcount c = { f->d.pid, 0 };
 	long rss0, rss1, sent = 0;
 	size_t pos = 0;
 	int fd;
@@ -129,7 +115,7 @@ static void test_client_never_reads(void **state)
 	assert_true(rss1 - rss0 < 8 * 1024);
 	close(fd);
 	serves(f->reg, "after");
-	assert_true(th_until(fds_back, &c, WAIT_MS));
+	assert_true(th_until(th_fds_back, &c, WAIT_MS));
 }
 
 /* ---- the bridge port: frames begun and never finished ------------------ */
@@ -155,7 +141,7 @@ static void test_bridge_half_frames(void **state)
 	struct th_bridged_fx *f = *state;
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	static const uint8_t partial[] = { 0x40, 0, 0, 0, PR_BP_HELLO };
-	struct fdcount c = { f->d.pid, 0 };
+	struct th_fdcount c = { f->d.pid, 0 };
 	int fds[STALLED], closed = 0, refused = 0;
 	bool told[STALLED] = { false };
 
@@ -206,7 +192,7 @@ static void test_bridge_half_frames(void **state)
 		if (procreg__mono_ns() - t0 > WAIT_MS * 1000000ull)
 			fail_msg("%d of %d half-written connections still open", STALLED - closed, STALLED);
 	}
-	assert_true(th_until(fds_back, &c, WAIT_MS));
+	assert_true(th_until(th_fds_back, &c, WAIT_MS));
 	serves(f->reg, "after");
 	/* Some were taken into a handshake and timed out; the rest, past
 	 * the cap on handshakes, were closed at once, without a word. */
@@ -259,7 +245,7 @@ static void test_out_of_fds(void **state)
 {
 	struct th_bridged_fx *f = *state;
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	struct fdcount c = { f->d.pid, 0 };
+	struct th_fdcount c = { f->d.pid, 0 };
 	struct rlimit old;
 	int holders[HOLDERS], n, tcp[TCP_HOLDERS], ntcp;
 
@@ -291,7 +277,7 @@ static void test_out_of_fds(void **state)
 	for (int i = 0; i < n; i++)
 		close(holders[i]);
 	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &old, NULL), 0);
-	assert_true(th_until(fds_back, &c, WAIT_MS));
+	assert_true(th_until(th_fds_back, &c, WAIT_MS));
 	serves(f->reg, "after");
 }
 
@@ -513,7 +499,7 @@ static int pass_fds(void *arg)
 static void test_passed_fds(void **state)
 {
 	struct th_fx *f = *state;
-	struct fdcount c = { f->d.pid, 0 };
+	struct th_fdcount c = { f->d.pid, 0 };
 	struct th_user u;
 
 	th_user_new(&u);
@@ -531,7 +517,7 @@ static void test_passed_fds(void **state)
 			th_daemon_dump_log(&f->d);
 			fail_msg("%s: the attacker exited %d", fd_shapes[i].what, st);
 		}
-		if (!th_until(fds_back, &c, WAIT_MS)) {
+		if (!th_until(th_fds_back, &c, WAIT_MS)) {
 			th_list_fds(f->d.pid);
 			fail_msg("%s, %d times: the daemon holds %ld fds, %ld before", fd_shapes[i].what,
 				 REPEAT, th_count_fds(f->d.pid), c.want);
@@ -775,7 +761,7 @@ static void try_serving(procreg_t *reg, const char *name, int errs[3])
 /* The start of an attack: the attacker's user made, the daemon warm and
  * holding our reader page, an impatient handle connected; the daemon's
  * fd count then into *C. The handle. */
-static procreg_t *attack_begin(struct th_fx *f, struct th_user *u, struct fdcount *c)
+static procreg_t *attack_begin(struct th_fx *f, struct th_user *u, struct th_fdcount *c)
 {
 	procreg_t *reg;
 
@@ -785,7 +771,7 @@ static procreg_t *attack_begin(struct th_fx *f, struct th_user *u, struct fdcoun
 	assert_int_equal(th_reader_held(f->reg, getpid()), 0);
 	reg = impatient_handle(f->dir);
 	assert_int_equal(procreg_sync(reg), 0);
-	*c = (struct fdcount){ f->d.pid, th_count_fds(f->d.pid) };
+	*c = (struct th_fdcount){ f->d.pid, th_count_fds(f->d.pid) };
 	return reg;
 }
 
@@ -793,12 +779,12 @@ static procreg_t *attack_begin(struct th_fx *f, struct th_user *u, struct fdcoun
  * daemon's fds are back where they were once REG is closed, and it
  * serves. */
 static void attack_end(struct th_fx *f, struct th_user *u, procreg_t *reg, const int errs[3],
-		       struct fdcount *c)
+		       struct th_fdcount *c)
 {
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(errs[i], 0);
 	procreg_close(reg);
-	if (!th_until(fds_back, c, WAIT_MS)) {
+	if (!th_until(th_fds_back, c, WAIT_MS)) {
 		th_list_fds(f->d.pid);
 		fail_msg("the daemon holds %ld fds, %ld before", th_count_fds(f->d.pid), c->want);
 	}
@@ -816,7 +802,7 @@ static void attack_end(struct th_fx *f, struct th_user *u, procreg_t *reg, const
 static void test_lingering_files(void **state)
 {
 	struct th_fx *f = *state;
-	struct fdcount c;
+	struct th_fdcount c;
 	struct th_user u;
 	struct lg_arg a;
 	int errs[3];
@@ -920,7 +906,7 @@ static int shed_lingering(void *arg)
 static void test_shed_lingering(void **state)
 {
 	struct th_fx *f = *state;
-	struct fdcount c;
+	struct th_fdcount c;
 	struct th_user u;
 	struct rlimit old;
 	struct lg_arg a;
@@ -1049,7 +1035,7 @@ static int ctrunc_lingering(void *arg)
 static void test_ctrunc_lingering(void **state)
 {
 	struct th_fx *f = *state;
-	struct fdcount c;
+	struct th_fdcount c;
 	struct th_user u;
 	struct rlimit old, none;
 	struct lg_arg a;
@@ -1441,7 +1427,7 @@ static int fuzz_seconds(void)
 static void test_random_frames(void **state)
 {
 	struct th_fx *f = *state;
-	struct fdcount c = { f->d.pid, 0 };
+	struct th_fdcount c = { f->d.pid, 0 };
 	struct fuzz z[ATTACKERS];
 	pid_t kids[ATTACKERS];
 	struct th_user u;
@@ -1506,7 +1492,7 @@ static void test_random_frames(void **state)
 		assert_int_equal(procreg_unregister(f->reg, name), 0);
 	}
 	assert_int_equal(procreg_sync(f->reg), 0);
-	if (!th_until(fds_back, &c, WAIT_MS)) {
+	if (!th_until(th_fds_back, &c, WAIT_MS)) {
 		th_list_fds(f->d.pid);
 		fail_msg("the daemon holds %ld fds, %ld before the attack", th_count_fds(f->d.pid), c.want);
 	}
