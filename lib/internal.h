@@ -533,7 +533,8 @@ struct pr_writer {
 	uint64_t reserve;
 	bool no_reserve;              /* the request under way may not use them */
 	bool reserve_hit;             /* a request was refused for them (the caller clears it) */
-	bool place_hit;               /* one was refused by procreg__w_place_ok (the same) */
+	bool place_hit;               /* one was refused by procreg__w_place_ok (the caller
+				       * clears it, as it does reserve_hit) */
 
 	/* Deferred reclamation: pairs (off, size). */
 	struct pr_vec retired;        /* waiting for the next grace period */

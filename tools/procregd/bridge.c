@@ -1112,9 +1112,11 @@ static void find_free_ids(struct bridge *br)
 
 	memset(&used, 0, sizeof(used));
 	br->nfree = 0;
-	br->ids_checked_at = br->gone_seq;
+	/* Not seen whole: none taken, and the next node to need one walks
+	 * again. */
 	if (procreg__w_walk(&br->d->w, id_in_table, &used) != 0)
-		return; /* not seen whole: none taken */
+		return;
+	br->ids_checked_at = br->gone_seq;
 	for (size_t i = 0; br->shadows && i < SHADOW_BUCKETS; i++)
 		for (const struct shadow *s = br->shadows[i]; s; s = s->next)
 			id_mark(&used, s->id);

@@ -143,7 +143,7 @@ struct target {
 	struct conn *conn;
 	uint64_t next_try_ns;
 	uint32_t backoff_ms;
-	uint32_t tries;                   /* dials since one last authenticated */
+	uint32_t tries;                   /* failed tries (dial or look-up) since one authenticated */
 	/* A host name's latest answer: the addresses not tried yet are
 	 * addrs[next_addr..naddrs). */
 	bool resolving;                   /* asked the resolver, no answer yet */
@@ -981,23 +981,23 @@ static bool dialed_self(const struct mesh *m, const struct conn *c)
 	struct sockaddr_storage ls, loc;
 	socklen_t ll = sizeof(ls), lcl = sizeof(loc);
 	const struct sockaddr_storage *d = &c->dialed;
+	in_port_t port;
 
 	if (!c->dialed_len || m->lfd < 0 || getsockname(m->lfd, (struct sockaddr *)&ls, &ll) < 0 ||
 	    getsockname(c->fd, (struct sockaddr *)&loc, &lcl) < 0 || loc.ss_family != d->ss_family)
 		return false;
+	port = ls.ss_family == AF_INET ? ((struct sockaddr_in *)&ls)->sin_port
+				       : ((struct sockaddr_in6 *)&ls)->sin6_port;
 	if (d->ss_family == AF_INET) {
 		const struct sockaddr_in *a = (const void *)d, *l = (const void *)&loc;
 
-		return a->sin_addr.s_addr == l->sin_addr.s_addr &&
-		       a->sin_port == (ls.ss_family == AF_INET ? ((struct sockaddr_in *)&ls)->sin_port
-							       : ((struct sockaddr_in6 *)&ls)->sin6_port);
+		return a->sin_addr.s_addr == l->sin_addr.s_addr && a->sin_port == port;
 	}
 	if (d->ss_family == AF_INET6) {
 		const struct sockaddr_in6 *a = (const void *)d, *l = (const void *)&loc;
 
 		return !memcmp(&a->sin6_addr, &l->sin6_addr, sizeof(a->sin6_addr)) &&
-		       a->sin6_port == (ls.ss_family == AF_INET ? ((struct sockaddr_in *)&ls)->sin_port
-								: ((struct sockaddr_in6 *)&ls)->sin6_port);
+		       a->sin6_port == port;
 	}
 	return false;
 }
@@ -1567,7 +1567,9 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	m->targets = calloc(TARGETS_MAX, sizeof(*m->targets));
 	m->learned_tries = getenv("PROCREG_TEST_LEARNED_TRIES")
 				   ? (uint32_t)strtoul(getenv("PROCREG_TEST_LEARNED_TRIES"), NULL, 10)
-				   : LEARNED_TRIES;
+				   : 0;
+	if (m->learned_tries < 1)
+		m->learned_tries = LEARNED_TRIES;
 	m->epfd = epoll_create1(EPOLL_CLOEXEC);
 	m->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (!m->cookie || !m->targets || m->epfd < 0 || m->tfd < 0)
