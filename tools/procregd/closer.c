@@ -82,8 +82,9 @@
  * PIPE_BUF, so never torn. Only the daemon's thread touches the queues.
  * A descriptor's number is the daemon's until handed, the closing
  * process's until reported: the daemon never closes or reuses a number a
- * process may still close, and a process closes only its own pipe's
- * read end, and only once it has read the end of it.
+ * process may still close, and a process closes nothing but what it is
+ * handed (its end of its pipe, in the shared table, the daemon closes
+ * once the process is gone).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -323,9 +324,10 @@ static _Noreturn void worker_main(unsigned k, int cmd, int rep)
 			report(rep, k, R_CLOSED, 0);
 		}
 	}
-	/* Our end of the pipe is ours to close: the daemon closed its own,
-	 * and leaves the number alone until we are gone. */
-	close(cmd);
+	/* Our end of the pipe is left to the daemon, which closes it once
+	 * it sees us gone (closer_tick): closed here too, its number could
+	 * be handed out again to the daemon in between, and the daemon's
+	 * close would then close that. */
 	_exit(0);
 }
 
