@@ -519,7 +519,7 @@ void procreg__announce(procreg_t *reg)
 /* Under reg->io. */
 static int connect_daemon(procreg_t *reg)
 {
-	uint32_t daemon = PR_LOAD_ACQ(&reg->map.hdr->daemon_pid);
+	uint64_t gen = PR_LOAD_ACQ(&reg->map.hdr->daemon_gen);
 	int fd;
 
 	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid()) {
@@ -527,7 +527,7 @@ static int connect_daemon(procreg_t *reg)
 		 * connection may not have ended yet (procregd's closing
 		 * processes share its sockets, and outlive a crash a
 		 * moment), and a request sent on it would wait for no one. */
-		if (!reg->fd_daemon || !daemon || daemon == reg->fd_daemon)
+		if (!reg->fd_gen || gen == reg->fd_gen)
 			return 0;
 		disconnect(reg);
 	}
@@ -542,7 +542,7 @@ static int connect_daemon(procreg_t *reg)
 		return fd;
 	reg->fd = fd;
 	reg->fd_pid = procreg__self_pid();
-	reg->fd_daemon = daemon;
+	reg->fd_gen = gen;
 	return 0;
 }
 

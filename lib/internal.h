@@ -694,7 +694,8 @@ struct procreg {
 	pthread_mutex_t io;       /* one request stream at a time */
 	int fd;                   /* -1 until the first call that needs it */
 	pid_t fd_pid;             /* the process that made fd: a forked child reconnects */
-	uint32_t fd_daemon;       /* the table's daemon pid when fd was made (0: none) */
+	uint64_t fd_gen;          /* the table's daemon_gen when fd was made: a daemon
+				   * started since (a pid may come again) means a new fd */
 	uint32_t next_id;
 	int timeout_ms;           /* procreg_opts' .timeout_ms: 0, no limit */
 	char socket[PR_SOCKET_PATH_MAX];
