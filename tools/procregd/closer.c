@@ -41,7 +41,9 @@
  * own that share the daemon's table of descriptors (CLONE_FILES, so a
  * queued descriptor needs no passing: its number is told) and nothing
  * else. They are made by a spawner, itself cloned before the table is
- * opened or mapped, so none of them holds the table's file; each dies
+ * opened or mapped, so none of them holds its mapping (they do share
+ * its descriptor, as every other: main.c's lock_by_mapping() is what
+ * keeps the scope's lock from outliving the daemon); each dies
  * with its parent (PR_SET_PDEATHSIG), the spawner once the daemon has
  * (spawner_main). The daemon at SIGTERM closes its own files (the table,
  * so the lock is free for the next daemon) and exits; a closing process

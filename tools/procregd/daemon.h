@@ -300,8 +300,8 @@ int passed_fds(struct msghdr *msg, int *fds);
 /* Closing processes at most, the last kept for privileged uids: as many
  * uids at once can each hold one in a close that never ends. */
 #define CLOSER_PROCS_MAX 64
-/* Before the table is opened (the closing processes must not hold it),
- * and before any thread is started. */
+/* Before the table is mapped (the closing processes must not hold the
+ * mapping), and before any thread is started. */
 int closer_start(struct daemon *d);
 /* Close FD, which a process of UID passed: now if that cannot wait (a
  * memfd, a pidfd, or no memory to queue it), else in a closing process,

@@ -677,9 +677,9 @@ static int setup(struct daemon *d)
 	if (!d->in || !d->out || d->epfd < 0)
 		return -ENOMEM;
 	/* Before the first client: what clients pass is closed there. And
-	 * before the table is opened or mapped: the closing processes share
-	 * our descriptors, not our memory, and one held in a close must not
-	 * hold the table's file, or its lock, after we are gone. */
+	 * before the table is mapped: the closing processes share our
+	 * descriptors, not our memory, so none holds the mapping, which
+	 * alone holds the scope's lock (lock_by_mapping() below). */
 	err = closer_start(d);
 	if (err) {
 		log_err("the closing processes: %s", strerror(-err));
