@@ -398,7 +398,7 @@ static void shut_listeners(const int *fds, int n)
  * die with the spawner. */
 static _Noreturn void spawner_main(pid_t daemon, int req, int rep)
 {
-	int dfd = (int)syscall(SYS_pidfd_open, daemon, 0), listeners[LISTENERS_MAX], nl = 0;
+	int dfd = procreg__pidfd_open(daemon), listeners[LISTENERS_MAX], nl = 0;
 	pid_t self;
 
 	/* Without pidfd_open (before Linux 5.3), the death signal. */
@@ -751,13 +751,6 @@ void closer_listeners(const struct daemon *d)
 }
 
 /* Whether the process of pidfd FD has ended. */
-static bool ended(int fd)
-{
-	struct pollfd p = { fd, POLLIN, 0 };
-
-	return fd >= 0 && poll(&p, 1, 0) == 1;
-}
-
 void closer_tick(struct daemon *d)
 {
 	uint64_t now = procreg__mono_ns();
@@ -768,7 +761,7 @@ void closer_tick(struct daemon *d)
 	for (int k = 0; k < CLOSER_PROCS_MAX; k++) {
 		struct worker *w = &cl.w[k];
 
-		if ((w->state != W_UP && w->state != W_RETIRING) || !ended(w->pidfd))
+		if ((w->state != W_UP && w->state != W_RETIRING) || !procreg__pidfd_exited(w->pidfd))
 			continue;
 		/* Gone: ended as told, or killed (its closes then taken as
 		 * done, whatever became of their files). */
@@ -784,7 +777,7 @@ void closer_tick(struct daemon *d)
 		w->state = W_FREE;
 		cl.used--;
 	}
-	if (ended(cl.spawner)) {
+	if (cl.spawner >= 0 && procreg__pidfd_exited(cl.spawner)) {
 		log_err("the closing processes' spawner ended: no more are made");
 		close(cl.spawner);
 		cl.spawner = -1;
