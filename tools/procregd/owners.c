@@ -1590,6 +1590,25 @@ static bool holds(struct daemon *d, const struct jwait *w)
 	return r && r->node == 0 && r->pid == (uint32_t)w->r.pid && r->start_time == w->r.start;
 }
 
+/* A lease holds while its name (or membership) is here, ours, and still
+ * leased: its record, or NULL. */
+static const struct pr_record *lease_holds(struct daemon *d, struct lease *l)
+{
+	uint64_t off = find_leased(d, l);
+	const struct pr_record *r = off ? rec(d, off) : NULL;
+
+	return r && r->node == 0 && (r->flags & PROCREG_ENTRY_LEASED) ? r : NULL;
+}
+
+/* The first lease that does not hold, or NULL. */
+static struct lease *unheld_lease(struct daemon *d)
+{
+	HT_EACH(&d->owners->leases, struct lease, l)
+		if (!lease_holds(d, l))
+			return l;
+	return NULL;
+}
+
 int owners_recover(struct daemon *d, bool attached)
 {
 	struct jwaits waits = { 0 };
@@ -1600,14 +1619,11 @@ int owners_recover(struct daemon *d, bool attached)
 
 	if (attached)
 		sound = replay(d, &waits);
-	/* A lease holds while its name (or membership) is here, ours, and
-	 * still leased. */
 	gone = d->owners->leases.n ? calloc(d->owners->leases.n, sizeof(*gone)) : NULL;
 	HT_EACH(&d->owners->leases, struct lease, l) {
-		uint64_t off = find_leased(d, l);
-		const struct pr_record *r = off ? rec(d, off) : NULL;
+		const struct pr_record *r = lease_holds(d, l);
 
-		if (!r || r->node != 0 || !(r->flags & PROCREG_ENTRY_LEASED)) {
+		if (!r) {
 			if (gone)
 				gone[ngone++] = l;
 			continue;
@@ -1619,6 +1635,10 @@ int owners_recover(struct daemon *d, bool attached)
 	/* Dropped after the walk: a table that shrinks moves its entries. */
 	for (size_t i = 0; i < ngone; i++)
 		lease_drop(d, gone[i]);
+	/* No memory for the list: one at a time, a walk for each, rather
+	 * than keep a lease on a name that is not ours to release. */
+	for (struct lease *l; !gone && (l = unheld_lease(d)); ngone++)
+		lease_drop(d, l);
 	free(gone);
 	dropped += ngone;
 	leases = d->owners->leases.n;
