@@ -791,6 +791,9 @@ static int setup(struct daemon *d)
 	CMM_STORE_SHARED(d->w.map.hdr->daemon_started_ns, procreg__now_ns());
 	PR_STORE_REL(&d->w.map.hdr->daemon_pid, (uint32_t)getpid());
 	PR_STORE_REL(&d->w.map.hdr->daemon_gen, d->w.map.hdr->daemon_gen + 1);
+	/* Followers asleep on the feed said so to a daemon before us (if
+	 * any): wake them, whoever sleeps, and they say it to us. */
+	procreg__w_feed_wake_all(&d->w);
 	arm_timer(d, RECLAIM_TICK_NS);
 	log_msg("serving scope '%s': table %s, socket %s, up to %u reader processes and "
 		"%u reader pages%s",
