@@ -164,6 +164,8 @@ struct daemon_opts {
 	const char *resolver;         /* a shared object with a conflict rule (resolver.h) */
 	uint32_t bridge_flush_bytes;  /* --bridge-flush-bytes (backend.h: flush_bytes) */
 	bool bridge_flush_bytes_set;  /* given: it needs --node like the rest */
+	uint64_t max_mesh_queue;      /* --max-mesh-queue (backend.h: queue_max) */
+	bool max_mesh_queue_set;
 	const char **peers;
 	size_t npeers;
 };

@@ -254,6 +254,13 @@ static const struct opt opt_table[] = {
 	  .help = "send a node's changes mid-batch every N bytes\n"
 		  "queued for it (default 64K; 0: only at the end\n"
 		  "of each batch of work)" },
+	{ NUM_OPT("max-mesh-queue", max_mesh_queue, "BYTES", 1024, 1u << 20, 1ull << 36,
+		  256ull << 20, "1M..64G"),
+	  OPT_SET(max_mesh_queue_set),
+	  .help = "the TCP mesh: bytes queued for other nodes, all\n"
+		  "together; past it the node furthest behind is\n"
+		  "dropped, one that reads nothing first (default\n"
+		  "256M; suffixes K M G)" },
 	{ .name = "help", .shortc = 'h', .kind = OPT_HELP, .help = "this help" },
 	{ .name = "version", .shortc = 'V', .kind = OPT_VERSION, .help = "print the version" },
 };
@@ -440,8 +447,12 @@ static int check_opts(struct daemon_opts *o)
 	}
 	if (!o->node && (o->listen || o->advertise || o->npeers || o->cookie_file ||
 			 o->bridge_backend || o->resolver || o->bridge || o->nbridge_opts ||
-			 o->bridge_flush_bytes_set)) {
-		fprintf(stderr, "procregd: --listen, --advertise, --peer, --cookie-file, --bridge, --bridge-backend, the backend's options, --resolver and --bridge-flush-bytes need --node\n");
+			 o->bridge_flush_bytes_set || o->max_mesh_queue_set)) {
+		fprintf(stderr, "procregd: --listen, --advertise, --peer, --cookie-file, --bridge, --bridge-backend, the backend's options, --resolver, --bridge-flush-bytes and --max-mesh-queue need --node\n");
+		return -1;
+	}
+	if (o->max_mesh_queue_set && (o->bridge_backend || (o->bridge && strcmp(o->bridge, "tcp")))) {
+		fprintf(stderr, "procregd: --max-mesh-queue is the TCP mesh's (--bridge tcp)\n");
 		return -1;
 	}
 	if (o->bridge && o->bridge_backend) {
