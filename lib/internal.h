@@ -507,6 +507,9 @@ struct pr_vec {
 /* The writer allocates the table file's pages this far ahead of the arena's
  * top at a time (writer.c: back_pages). */
 #define PR_BACK_CHUNK (256u << 10)
+/* A huge page (x86-64, arm64 with 4 KiB pages): table mappings start on
+ * one, and procregd makes the table's allocated 2 MiB steps huge pages. */
+#define PR_HUGE_PAGE (2u << 20)
 
 struct pr_writer {
 	struct pr_map map;
@@ -541,6 +544,13 @@ struct pr_writer {
 	bool reserve_hit;             /* a request was refused for them (the caller clears it) */
 	bool place_hit;               /* one was refused by procreg__w_place_ok (the caller
 				       * clears it, as it does reserve_hit) */
+
+	/* Huge pages (procreg__w_collapse_next): the file's 2 MiB steps below
+	 * this offset have been made one, or tried; none are tried after
+	 * collapse_off (the kernel cannot, or failed too often). */
+	uint64_t collapsed;
+	unsigned collapse_fails;
+	bool collapse_off;
 
 	/* Deferred reclamation: pairs (off, size). */
 	struct pr_vec retired;        /* waiting for the next grace period */
@@ -673,6 +683,10 @@ void procreg__w_emit_at(struct pr_writer *w, uint32_t type, const struct pr_reco
  * batch of work. */
 void procreg__w_feed_wake(struct pr_writer *w);
 void procreg__w_feed_wake_all(struct pr_writer *w);
+/* Whether a 2 MiB step of the table is allocated and not yet made a huge
+ * page (or tried), and: make the next one so. */
+bool procreg__w_collapse_due(const struct pr_writer *w);
+void procreg__w_collapse_next(struct pr_writer *w);
 
 /* Conveniences for the name index. */
 static inline uint64_t procreg__w_find_name(struct pr_writer *w, const char *name, size_t len,

@@ -832,7 +832,10 @@ static void run(struct daemon *d)
 	struct epoll_event evs[64];
 
 	while (!d->stop) {
-		int n = epoll_wait(d->epfd, evs, 64, -1);
+		/* Nothing to wait for while the table has steps to make huge
+		 * pages of: one is made whenever nothing else is to do. */
+		bool collapse = procreg__w_collapse_due(&d->w);
+		int n = epoll_wait(d->epfd, evs, 64, collapse ? 0 : -1);
 
 		d->wake_ns = procs_wake_clock();
 
@@ -841,6 +844,10 @@ static void run(struct daemon *d)
 				continue;
 			log_err("epoll_wait: %s", strerror(errno));
 			break;
+		}
+		if (n == 0) {
+			procreg__w_collapse_next(&d->w);
+			continue;
 		}
 		procreg__w_batch_begin(&d->w);
 		/* Deaths first, all of them: then no request handled below
