@@ -60,7 +60,7 @@
 
 #define PR_TABLE_MAGIC   0x31474552434f5250ull /* "PROCREG1", little-endian */
 #define PR_RPAGE_MAGIC 0x32444552434f5250ull /* "PROCRED2" */
-#define PR_LAYOUT_VERSION 3u
+#define PR_LAYOUT_VERSION 4u
 
 #define PR_CACHELINE 64
 #define PR_ALIGN 16u              /* every arena block is 16-byte aligned */
@@ -230,22 +230,29 @@ enum pr_kind { PR_KIND_NAME = 1, PR_KIND_GROUP = 2, PR_KIND_MEMBER = 3 };
 #define PR_REC_FLAGS (PROCREG_ENTRY_REPLACEABLE | PROCREG_ENTRY_LEASED | PROCREG_ENTRY_UNHEALTHY)
 
 struct pr_record {
-	uint16_t name_len;          /* without the NUL */
-	uint16_t meta_len;
-	uint8_t kind;               /* enum pr_kind */
-	uint8_t flags;              /* PROCREG_ENTRY_* */
-	uint16_t node;              /* 0: this host */
 	uint32_t pid;
 	uint32_t uid;
 	uint64_t start_time;        /* owner's start time, clock ticks since boot */
 	uint64_t registered_ns;     /* CLOCK_REALTIME */
 	uint64_t aux;               /* NAME, MEMBER: the owner's pidfs inode (0 where
 				     * the kernel has none); GROUP: its root block */
+	/* What a probe compares, last, next to the name it compares. */
+	uint16_t name_len;          /* without the NUL */
+	uint16_t meta_len;
+	uint8_t kind;               /* enum pr_kind */
+	uint8_t flags;              /* PROCREG_ENTRY_* */
+	uint16_t node;              /* 0: this host */
 	char data[];                /* name, NUL, meta */
 };
 
 /* 40 bytes: a short name shares the header's cache line, and a lookup of
- * one with short metadata touches two lines of record at most. No hash:
+ * one with short metadata touches two lines of record at most. A probe
+ * that only compares (a presence test, a slot whose tag matched another
+ * name's) reads the lengths and kind and then the name: 9 bytes and the
+ * name, one line unless they straddle one. Records start on 16-byte
+ * steps, and with the lengths first and the name after 40 bytes, the
+ * common 80-byte record (a 12-byte name, 27 of metadata) had them over
+ * two lines three times in four; with them together, once in four. No hash:
  * the slot word's tag is its top half, and the writer, an iteration or a
  * check that wants all of it computes it from the key (pr_record_hash);
  * keeping it cost 8 bytes a name, 16 where it crossed a 16-byte step. */
@@ -340,6 +347,7 @@ _Static_assert(offsetof(struct pr_table_hdr, names) % PR_CACHELINE == 0,
 	       "daemon-written fields start a cache line");
 _Static_assert(sizeof(struct pr_record) == 40, "record header size is part of the layout");
 _Static_assert(offsetof(struct pr_record, data) == 40, "record data offset");
+_Static_assert(offsetof(struct pr_record, name_len) == 32, "what a probe compares sits next to the name");
 _Static_assert(sizeof(struct pr_root) == 2 * PR_CACHELINE, "root: index_off, then counts, a line each");
 _Static_assert(sizeof(struct pr_event) == 320, "an event is five cache lines");
 _Static_assert(sizeof(struct pr_index) == 16, "index header");

@@ -137,6 +137,10 @@ struct pr_bridge_config {
 	/* "host:port" other nodes should dial to reach this one, when not
 	 * listen (behind address translation, a proxy); NULL: listen. */
 	const char *advertise;
+	/* Bytes the backend may hold queued for other nodes, all of them
+	 * together, past which it drops the node furthest behind; 0: its
+	 * default (the TCP mesh: 256 MiB). */
+	uint64_t queue_max;
 };
 
 /* One node as the backend sees it, for procreg nodes. */

@@ -12,6 +12,10 @@
  *    names the table holds already, must not hold the daemon's thread:
  *    each costs a bounded amount of work (bridge.c's held frames and
  *    shadows), and local clients are answered meanwhile.
+ *  - A node with the cookie that comes up under many names and reads
+ *    nothing must not make the daemon queue a snapshot for each without
+ *    bound: the queues stay within --max-mesh-queue, and a node that does
+ *    read still joins.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -498,6 +502,212 @@ static void test_told_of_dead_peers(void **state)
 	th_peer_close(&p);
 }
 
+/* ---- 3: connections that never read ------------------------------------ */
+
+/* A node with the cookie comes up as LEECHES nodes, one connection each,
+ * and reads nothing: each is queued the table's snapshot (SNAP_NAMES
+ * names with 1000 bytes of metadata: about 8 MiB), and used to keep it,
+ * all of them (measured before the bound: the daemon's anonymous memory
+ * grew by 192 MiB). Now the queues hold 16 MiB at most
+ * (--max-mesh-queue 16M): a newcomer's snapshot that does not fit is
+ * refused, unless a queue that has sent nothing for a second can make
+ * room, and it is dropped (measured: about 16 MiB more). Then a real node
+ * joins and replicates both ways, LATE_LEECHES more coming as it joins
+ * (it may be refused until they are stalled, and joins on a retry) and
+ * as many once it is up (they do not drop it: it reads), and a local
+ * client is answered. */
+#define LEECHES 24
+#define LATE_LEECHES 4
+#define SNAP_NAMES 8000
+#define LEECH_BUDGET "16M"
+/* The daemon's anonymous memory may grow by this much: the budget, the
+ * connections' fixed buffers and the allocator's slack. */
+#define LEECH_GROWTH_KB (48 * 1024)
+
+struct leeches {
+	struct th_peer *p;
+	bool open[LEECHES + 2 * LATE_LEECHES];
+	volatile int n;           /* of them the thread keeps alive */
+	pthread_t t;
+	volatile int stop;
+};
+
+/* FRAME (a small one) to leech I sealed and sent; false once the daemon
+ * closed it. */
+static bool leech_send(struct leeches *l, int i, const uint8_t *frame, size_t len)
+{
+	uint8_t rec[1024];
+	struct th_peer *p = &l->p[i];
+	size_t off = 0;
+
+	assert_true(len + PR_BS_OVERHEAD <= sizeof(rec));
+	if (!l->open[i])
+		return false;
+	if (procreg__bs_seal(p->bs, frame, len, rec) < 0)
+		return l->open[i] = false;
+	while (off < len + PR_BS_OVERHEAD) {
+		ssize_t w = send(p->fd, rec + off, len + PR_BS_OVERHEAD - off, MSG_NOSIGNAL);
+
+		if (w <= 0)
+			return l->open[i] = false;
+		off += (size_t)w;
+	}
+	return true;
+}
+
+static void leech_heartbeats(struct leeches *l)
+{
+	for (int i = 0; i < l->n; i++) {
+		uint8_t buf[64];
+		size_t pos = 0;
+
+		assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &pos, 7, 0), 0);
+		leech_send(l, i, buf, pos);
+	}
+}
+
+/* Heartbeats, so that the daemon does not drop them as silent: they are
+ * alive, they only read nothing. */
+static void *leech_main(void *arg)
+{
+	struct leeches *l = arg;
+
+	while (!l->stop) {
+		leech_heartbeats(l);
+		th_msleep(200);
+	}
+	return NULL;
+}
+
+/* Leech I up as node "leechI" (its empty snapshot sent): whether the
+ * daemon let it (it is refused as its handshake ends when its snapshot
+ * does not fit). */
+static bool leech_connect(struct leeches *l, int i, const char *listen)
+{
+	char name[32];
+	uint8_t buf[256];
+	size_t len;
+
+	snprintf(name, sizeof(name), "leech%d", i);
+	if (th_peer_connect(&l->p[i], listen, name, 7, COOKIE) != 0)
+		return false;
+	l->open[i] = true;
+	/* An empty snapshot: a node in good standing. */
+	len = th_fake_snap(buf, sizeof(buf), 7, 0, procreg__now_ns(), (const char *[]){ NULL }, true);
+	leech_send(l, i, buf, len);
+	return true;
+}
+
+static long anon_kb(pid_t pid)
+{
+	return th_status_kb(pid, "RssAnon");
+}
+
+static void test_leeches_bounded(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0], *b = &c->n[1];
+	struct leeches l = { 0 };
+	static char meta[1001];
+	long base, peak = 0, now;
+	int up = 0;
+
+	memset(meta, 'm', sizeof(meta) - 1);
+	l.p = calloc(LEECHES + 2 * LATE_LEECHES, sizeof(*l.p));
+	l.n = LEECHES;
+	assert_non_null(l.p);
+	assert_int_equal(th_node_start(a, c->cookie,
+				       (const char *const[]){ "--max-mesh-queue", LEECH_BUDGET, NULL },
+				       NULL), 0);
+	th_register_bulk(a->reg, "q", SNAP_NAMES, meta);
+	base = anon_kb(a->d.pid);
+
+	for (int i = 0; i < LEECHES; i++) {
+		/* Some come once the first are stalled: one holding a queue
+		 * that has sent nothing for a second is dropped for a
+		 * newcomer, one that has not is not. */
+		if (i % 8 == 7) {
+			leech_heartbeats(&l);
+			th_msleep(1200);
+		}
+		up += leech_connect(&l, i, a->listen);
+		now = anon_kb(a->d.pid);
+		peak = now > peak ? now : peak;
+	}
+	/* Those that came while the queues were full were refused as
+	 * their handshake ended: not all are up. */
+	assert_true(up > 0);
+	assert_int_equal(pthread_create(&l.t, NULL, leech_main, &l), 0);
+	for (int i = 0; i < 10; i++) {
+		th_msleep(100);
+		now = anon_kb(a->d.pid);
+		peak = now > peak ? now : peak;
+	}
+	print_message("leeches: %d up; the daemon's anonymous memory %ld kB before, %ld kB at "
+		      "most after (budget %s)\n", up, base, peak, LEECH_BUDGET);
+	if (TH_SANITIZED)
+		print_message("leeches: RssAnon not bounded under AddressSanitizer (its quarantine "
+			      "keeps freed memory)\n");
+	else if (peak - base > LEECH_GROWTH_KB)
+		fail_msg("%d connections that read nothing grew the daemon's anonymous memory by "
+			 "%ld kB (at most %d kB: --max-mesh-queue %s and slack)", LEECHES,
+			 peak - base, LEECH_GROWTH_KB, LEECH_BUDGET);
+	/* Refused, dropped for newcomers, and said so, with a count. */
+	assert_true(up < LEECHES);
+	th_expect_log(a->d.log, "not reading)", WAIT_MS);
+	th_expect_log(a->d.log, "dropped for --max-mesh-queue", WAIT_MS);
+
+	/* A real node joins while they hold on, and replicates both ways;
+	 * more come meanwhile (l.n: the thread keeps them alive too once
+	 * they are all there). */
+	assert_int_equal(th_node_start(b, c->cookie, (const char *const[]){ "--peer", a->listen,
+									      NULL }, NULL), 0);
+	for (int i = LEECHES; i < LEECHES + LATE_LEECHES; i++)
+		leech_connect(&l, i, a->listen);
+	l.n = LEECHES + LATE_LEECHES;
+	assert_int_equal(procreg_register(b->reg, "on-b", NULL, 0), 0);
+	assert_int_equal(procreg_register(a->reg, "on-a", NULL, 0), 0);
+	th_expect_name(a->reg, "on-b", getpid(), true, WAIT_MS);
+	th_expect_name(b->reg, "on-a", getpid(), true, WAIT_MS);
+	th_expect_name(b->reg, "q0", getpid(), true, WAIT_MS);
+	/* More once it is up: it stays, and replicates on. */
+	for (int i = LEECHES + LATE_LEECHES; i < LEECHES + 2 * LATE_LEECHES; i++)
+		leech_connect(&l, i, a->listen);
+	l.n = LEECHES + 2 * LATE_LEECHES;
+	th_msleep(1500);
+	assert_int_equal(procreg_register(b->reg, "on-b-2", NULL, 0), 0);
+	assert_int_equal(procreg_register(a->reg, "on-a-2", NULL, 0), 0);
+	th_expect_name(a->reg, "on-b-2", getpid(), true, WAIT_MS);
+	th_expect_name(b->reg, "on-a-2", getpid(), true, WAIT_MS);
+	if (th_log_count(b->d.log, "node nodea: down")) {
+		char *t = th_read_file(b->d.log, false);
+
+		fail_msg("the real node's connection was dropped once up; its log:\n%.3000s", t);
+	}
+	/* And a local client is answered. */
+	{
+		PROCREG_OPTS(procreg_opts, o, .dir = a->dir, .timeout_ms = ANSWER_MS);
+		procreg_t *reg = procreg_open(&o);
+
+		assert_non_null(reg);
+		assert_int_equal(procreg_register(reg, "probe", NULL, 0), 0);
+		assert_int_equal(procreg_unregister(reg, "probe"), 0);
+		procreg_close(reg);
+	}
+	now = anon_kb(a->d.pid);
+	peak = now > peak ? now : peak;
+	print_message("leeches: after the real node joined, %ld kB at most\n", peak);
+	if (!TH_SANITIZED && peak - base > LEECH_GROWTH_KB)
+		fail_msg("the daemon's anonymous memory grew by %ld kB (at most %d kB)", peak - base,
+			 LEECH_GROWTH_KB);
+	l.stop = 1;
+	pthread_join(l.t, NULL);
+	for (int i = 0; i < LEECHES + 2 * LATE_LEECHES; i++)
+		if (l.p[i].bs)
+			th_peer_close(&l.p[i]);
+	free(l.p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -510,6 +720,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_claims_set_aside, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claims_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_told_of_dead_peers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_leeches_bounded, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

@@ -1555,6 +1555,7 @@ int bridge_start(struct daemon *d)
 	cfg.cookie = cookie;
 	cfg.cookie_len = cookie_len;
 	cfg.flush_bytes = d->o.bridge_flush_bytes;
+	cfg.queue_max = d->o.max_mesh_queue;
 	cfg.heartbeat_ms = d->o.bridge_heartbeat_ms;
 	cfg.timeout_ms = d->o.bridge_timeout_ms;
 	cfg.scope = d->paths.scope;

@@ -100,6 +100,7 @@ struct client {
 	int fd;
 	bool hello_done;
 	bool subscribed;          /* feed notifications on this connection */
+	bool sleeps;              /* its process sleeps on the feed's futex word (d->w.sleepers) */
 	bool notices;             /* it takes notices (names lost) between replies */
 	bool peer_pidfd;          /* identity from SO_PEERPIDFD, not from HELLO */
 	bool peer_gone;           /* it closed, or asked for quiet (PR_F_QUIET): handle
@@ -163,6 +164,8 @@ struct daemon_opts {
 	const char *resolver;         /* a shared object with a conflict rule (resolver.h) */
 	uint32_t bridge_flush_bytes;  /* --bridge-flush-bytes (backend.h: flush_bytes) */
 	bool bridge_flush_bytes_set;  /* given: it needs --node like the rest */
+	uint64_t max_mesh_queue;      /* --max-mesh-queue (backend.h: queue_max) */
+	bool max_mesh_queue_set;
 	const char **peers;
 	size_t npeers;
 };

@@ -254,6 +254,13 @@ static const struct opt opt_table[] = {
 	  .help = "send a node's changes mid-batch every N bytes\n"
 		  "queued for it (default 64K; 0: only at the end\n"
 		  "of each batch of work)" },
+	{ NUM_OPT("max-mesh-queue", max_mesh_queue, "BYTES", 1024, 1u << 20, 1ull << 36,
+		  256ull << 20, "1M..64G"),
+	  OPT_SET(max_mesh_queue_set),
+	  .help = "the TCP mesh: bytes queued for other nodes, all\n"
+		  "together; past it the node furthest behind is\n"
+		  "dropped, one that reads nothing first (default\n"
+		  "256M; suffixes K M G)" },
 	{ .name = "help", .shortc = 'h', .kind = OPT_HELP, .help = "this help" },
 	{ .name = "version", .shortc = 'V', .kind = OPT_VERSION, .help = "print the version" },
 };
@@ -440,8 +447,12 @@ static int check_opts(struct daemon_opts *o)
 	}
 	if (!o->node && (o->listen || o->advertise || o->npeers || o->cookie_file ||
 			 o->bridge_backend || o->resolver || o->bridge || o->nbridge_opts ||
-			 o->bridge_flush_bytes_set)) {
-		fprintf(stderr, "procregd: --listen, --advertise, --peer, --cookie-file, --bridge, --bridge-backend, the backend's options, --resolver and --bridge-flush-bytes need --node\n");
+			 o->bridge_flush_bytes_set || o->max_mesh_queue_set)) {
+		fprintf(stderr, "procregd: --listen, --advertise, --peer, --cookie-file, --bridge, --bridge-backend, the backend's options, --resolver, --bridge-flush-bytes and --max-mesh-queue need --node\n");
+		return -1;
+	}
+	if (o->max_mesh_queue_set && (o->bridge_backend || (o->bridge && strcmp(o->bridge, "tcp")))) {
+		fprintf(stderr, "procregd: --max-mesh-queue is the TCP mesh's (--bridge tcp)\n");
 		return -1;
 	}
 	if (o->bridge && o->bridge_backend) {
@@ -791,6 +802,9 @@ static int setup(struct daemon *d)
 	CMM_STORE_SHARED(d->w.map.hdr->daemon_started_ns, procreg__now_ns());
 	PR_STORE_REL(&d->w.map.hdr->daemon_pid, (uint32_t)getpid());
 	PR_STORE_REL(&d->w.map.hdr->daemon_gen, d->w.map.hdr->daemon_gen + 1);
+	/* Followers asleep on the feed said so to a daemon before us (if
+	 * any): wake them, whoever sleeps, and they say it to us. */
+	procreg__w_feed_wake_all(&d->w);
 	arm_timer(d, RECLAIM_TICK_NS);
 	log_msg("serving scope '%s': table %s, socket %s, up to %u reader processes and "
 		"%u reader pages%s",
@@ -818,7 +832,10 @@ static void run(struct daemon *d)
 	struct epoll_event evs[64];
 
 	while (!d->stop) {
-		int n = epoll_wait(d->epfd, evs, 64, -1);
+		/* Nothing to wait for while the table has steps to make huge
+		 * pages of: one is made whenever nothing else is to do. */
+		bool collapse = procreg__w_collapse_due(&d->w);
+		int n = epoll_wait(d->epfd, evs, 64, collapse ? 0 : -1);
 
 		d->wake_ns = procs_wake_clock();
 
@@ -827,6 +844,10 @@ static void run(struct daemon *d)
 				continue;
 			log_err("epoll_wait: %s", strerror(errno));
 			break;
+		}
+		if (n == 0) {
+			procreg__w_collapse_next(&d->w);
+			continue;
 		}
 		procreg__w_batch_begin(&d->w);
 		/* Deaths first, all of them: then no request handled below

@@ -70,6 +70,13 @@
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 2000
 #define OUT_MAX (64u << 20)         /* a peer this far behind is dropped */
+/* The queues of every connection together (--max-mesh-queue): without it,
+ * a node with the cookie could come up under a thousand names, read
+ * nothing, and have this one hold a snapshot and OUT_MAX for each. */
+#define QUEUE_MAX_DEFAULT (4 * (size_t)OUT_MAX)
+/* A queue that has sent nothing for this long is stalled: its peer does
+ * not read. Stalled ones are dropped first when the queues are full. */
+#define STALL_MS 1000
 #define IN_CAP (2 * PR_BS_REC_MAX)   /* a record and the start of the next */
 #define PT_CAP (PR_BP_FRAME_MAX + PR_BS_PT_MAX) /* a frame's start and a record */
 #define IN_CAP_HANDSHAKE 1024u      /* HELLO, AUTH, REFUSE: a few hundred bytes */
@@ -100,9 +107,11 @@ struct obj {
 };
 
 struct target;
+struct mesh;
 
 struct conn {
 	struct obj o;
+	struct mesh *m;
 	int fd;
 	enum conn_state state;
 	bool outbound;
@@ -127,6 +136,11 @@ struct conn {
 	size_t snap_bytes;            /* the snapshot's size: allowed on top of OUT_MAX */
 	bool want_out;
 	bool overflow;                /* broadcast() could not queue: drop at flush */
+	/* Dropped for the room its queue took (queue_room()): its buffer is
+	 * given back at once, the connection ends at the next flush or
+	 * dispatch (node_down writes the table, so not from broadcast()). */
+	bool evicted;
+	uint64_t pending_ns;          /* when its queue last went from empty to not */
 	size_t queued_since_send;     /* by broadcast(), since its last send (flush_bytes) */
 	uint64_t started_ns, last_rx_ns, last_tx_ns;
 	uint64_t bytes_in, bytes_out;
@@ -192,6 +206,10 @@ struct mesh {
 	int epfd, lfd, tfd;
 	int spare;                    /* given up to take a connection when out of fds */
 	struct pr_ratelimit refused_log;
+	/* Bytes of buffer the connections' queues hold (their out_cap, all
+	 * together), and the most they may: --max-mesh-queue. */
+	size_t queued, queue_max;
+	struct pr_ratelimit evict_log;
 	/* Lines about accepted connections that never authenticated: anyone
 	 * who reaches the port causes them (unauth_pass()). */
 	uint64_t unauth_since_ns;     /* this second's start */
@@ -262,19 +280,113 @@ static int lookup_addr(const char *hp, int flags, struct sockaddr_storage *ss, s
 
 /* ---- output ----------------------------------------------------------- */
 
+static size_t conn_live(const struct conn *c)
+{
+	return c->out_len - c->out_off;
+}
+
+/* Whether C's queue has sent nothing for STALL_MS while it held bytes. */
+static bool conn_stalled(const struct conn *c, uint64_t now)
+{
+	uint64_t since = c->last_tx_ns > c->pending_ns ? c->last_tx_ns : c->pending_ns;
+
+	return conn_live(c) && now - since >= (uint64_t)STALL_MS * 1000000ull;
+}
+
+static void queue_free(struct mesh *m, struct conn *c)
+{
+	m->queued -= c->out_cap;
+	free(c->out);
+	c->out = NULL;
+	c->out_cap = c->out_len = c->out_off = 0;
+}
+
+/* Drop C for the room its queue takes: its buffer now, the connection at
+ * the next flush or dispatch (kill_evicted()). Said once a second at
+ * most: a node with the cookie may cause it for a thousand connections. */
+static void evict(struct mesh *m, struct conn *c, size_t live, bool stalled, bool snap)
+{
+	uint64_t held;
+
+	if (pr_ratelimit_pass(&m->evict_log, now_ns(), &held)) {
+		if (held)
+			pr_bridge_log(&m->up, LOG_WARNING, "bridge: (%llu more nodes dropped for "
+				      "--max-mesh-queue in the last second)", (unsigned long long)held);
+		pr_bridge_log(&m->up, LOG_WARNING, "bridge: node %s: dropped: the queues for other "
+			      "nodes hold %zu bytes, --max-mesh-queue %zu, and this node is the "
+			      "furthest behind (%zu bytes queued%s)", c->peer, m->queued, m->queue_max,
+			      live, stalled ? ", not reading" : snap ? ", no room for its snapshot" : "");
+	}
+	queue_free(m, c);
+	c->evicted = true;
+}
+
+/* Whether C's queue may take EXTRA more bytes of buffer, LIVE bytes
+ * queued once it has, within --max-mesh-queue; SNAP: the bytes are of
+ * its snapshot. Room is made by giving back the buffers of empty queues
+ * (and of connections ended, not yet reaped), then by dropping the connection furthest behind: the one with the most
+ * queued among those stalled (their peers read nothing), else C if it is
+ * a newcomer queuing its snapshot (a node that does read keeps its place
+ * against any number of new connections), else the one with the most
+ * queued. C is dropped if it is that one (false). A queue alone (nothing
+ * queued for anyone else) takes what it needs: one connection's bound
+ * (a snapshot, and OUT_MAX past it) is over the budget in a big table. */
+static bool queue_room(struct mesh *m, struct conn *c, size_t extra, size_t live, bool snap)
+{
+	uint64_t now = now_ns();
+
+	if (m->queued + extra <= m->queue_max)
+		return true;
+	for (struct conn *o = m->conns; o; o = o->next)
+		if (o != c && o->out_cap && (o->dead || !conn_live(o)))
+			queue_free(m, o);
+	while (m->queued + extra > m->queue_max) {
+		struct conn *v = c;
+		size_t v_live = live;
+		int v_rank = conn_stalled(c, now) ? 2 : snap ? 1 : 0;
+		bool others = false;
+
+		for (struct conn *o = m->conns; o; o = o->next) {
+			size_t l = conn_live(o);
+			int rank;
+
+			if (o == c || o->dead || o->evicted || !l)
+				continue;
+			others = true;
+			rank = conn_stalled(o, now) ? 2 : 0;
+			if (rank > v_rank || (rank == v_rank && l > v_live)) {
+				v = o;
+				v_live = l;
+				v_rank = rank;
+			}
+		}
+		if (!others)
+			return true;
+		evict(m, v, v_live, v_rank == 2, v == c && snap);
+		if (v == c)
+			return false;
+	}
+	return true;
+}
+
 /* Queue LEN bytes of frames for C, to be sealed as the socket takes them.
  * A snapshot is queued whole, however big the table (BOUNDED false); what
- * comes after it is bounded by OUT_MAX. */
+ * comes after it is bounded by OUT_MAX. All queues together are bounded
+ * by --max-mesh-queue (queue_room()). */
 static int conn_queue_b(struct conn *c, const uint8_t *data, size_t len, bool bounded)
 {
-	if (c->dead)
+	struct mesh *m = c->m;
+
+	if (c->dead || c->evicted)
 		return -EPIPE;
-	if (bounded && c->out_len - c->out_off + len > OUT_MAX + c->snap_bytes)
+	if (bounded && conn_live(c) + len > OUT_MAX + c->snap_bytes)
 		return -ENOBUFS;
 	if (!bounded)
 		c->snap_bytes += len;
-	if (c->out_off && c->out_off == c->out_len)
+	if (c->out_off == c->out_len) {
 		c->out_off = c->out_len = 0;
+		c->pending_ns = now_ns();
+	}
 	if (c->out_len + len > c->out_cap) {
 		size_t live = c->out_len - c->out_off, cap = c->out_cap ? c->out_cap : 65536;
 		uint8_t *n;
@@ -287,9 +399,12 @@ static int conn_queue_b(struct conn *c, const uint8_t *data, size_t len, bool bo
 		while (cap < live + len)
 			cap *= 2;
 		if (cap != c->out_cap) {
+			if (!queue_room(m, c, cap - c->out_cap, live + len, !bounded))
+				return -ENOBUFS;
 			n = realloc(c->out, cap);
 			if (!n)
 				return -ENOMEM;
+			m->queued += cap - c->out_cap;
 			c->out = n;
 			c->out_cap = cap;
 		}
@@ -366,12 +481,8 @@ static void conn_flush(struct mesh *m, struct conn *c)
 		conn_kill(m, c, strerror(-err));
 		return;
 	}
-	if (c->out_off == c->out_len && c->out_cap > (1u << 20)) {
-		/* A snapshot went out: give its buffer back. */
-		free(c->out);
-		c->out = NULL;
-		c->out_cap = c->out_len = c->out_off = 0;
-	}
+	if (c->out_off == c->out_len && c->out_cap > (1u << 20))
+		queue_free(m, c); /* a snapshot went out: its buffer back */
 	want = conn_pending(c);
 	if (want != c->want_out && c->state != C_CONNECTING) {
 		struct epoll_event e = { .events = EPOLLIN | (want ? EPOLLOUT : 0), .data.ptr = &c->o };
@@ -448,7 +559,9 @@ static void conn_kill_at(struct mesh *m, struct conn *c, int level, const char *
 	close(c->fd);
 	c->fd = -1;
 	if (c->state == C_UP) {
-		pr_bridge_log(&m->up, level, "bridge: node %s: down (%s)", c->peer, why);
+		/* WHY NULL: said already (evict()). */
+		if (why)
+			pr_bridge_log(&m->up, level, "bridge: node %s: down (%s)", c->peer, why);
 		m->up.node_down(m->up.ctx, c->peer);
 	} else if (why && unauth_pass(m, c, level)) {
 		pr_bridge_log(&m->up, level, "bridge: connection %s %s%s%s%s: dropped (%s)",
@@ -479,6 +592,7 @@ static void reap(struct mesh *m)
 		if (c->dead) {
 			*cp = c->next;
 			m->nconns--;
+			m->queued -= c->out_cap;
 			procreg__bs_free(c->bs);
 			free(c->in);
 			free(c->pt);
@@ -512,6 +626,7 @@ static struct conn *conn_new(struct mesh *m, int fd, bool outbound, const char *
 	}
 	snprintf(c->remote, sizeof(c->remote), "%s", remote);
 	c->o.kind = O_CONN;
+	c->m = m;
 	c->fd = fd;
 	c->outbound = outbound;
 	c->state = outbound ? C_CONNECTING : C_HANDSHAKE;
@@ -913,7 +1028,7 @@ static void established(struct mesh *m, struct conn *c)
 		      (unsigned long long)c->peer_inc, c->outbound ? "dialed" : "accepted from",
 		      c->remote);
 	if (m->up.snapshot(m->up.ctx, snap_send, c) < 0) {
-		conn_kill(m, c, "snapshot");
+		conn_kill(m, c, c->evicted ? NULL : "snapshot");
 		return;
 	}
 	send_peers(m, c);
@@ -1374,6 +1489,14 @@ static void tick(struct mesh *m)
 	}
 }
 
+/* The connections evict() dropped, ended (quietly: it said why). */
+static void kill_evicted(struct mesh *m)
+{
+	for (struct conn *c = m->conns; c; c = c->next)
+		if (!c->dead && c->evicted)
+			conn_kill_at(m, c, LOG_NOTICE, NULL);
+}
+
 /* ---- the backend interface -------------------------------------------- */
 
 static void mesh_dispatch(void *b)
@@ -1400,6 +1523,7 @@ static void mesh_dispatch(void *b)
 			break;
 		}
 	}
+	kill_evicted(m);
 	reap(m);
 }
 
@@ -1415,7 +1539,7 @@ static int mesh_broadcast(void *b, const uint8_t *frame, size_t len)
 	 * try, so that a peer whose socket is full costs one failed send per
 	 * flush_bytes, not one per change. */
 	for (struct conn *c = m->conns; c; c = c->next) {
-		if (c->dead || c->state != C_UP || c->overflow)
+		if (c->dead || c->state != C_UP || c->overflow || c->evicted)
 			continue;
 		if (conn_queue(c, frame, len) < 0) {
 			c->overflow = true;
@@ -1433,6 +1557,7 @@ static void mesh_flush(void *b)
 {
 	struct mesh *m = b;
 
+	kill_evicted(m);
 	for (struct conn *c = m->conns; c; c = c->next) {
 		if (!c->dead && c->overflow)
 			conn_kill(m, c, "too far behind");
@@ -1565,6 +1690,7 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 		snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", cfg->listen ? cfg->listen : "");
 	m->cookie = malloc(cfg->cookie_len);
 	m->targets = calloc(TARGETS_MAX, sizeof(*m->targets));
+	m->queue_max = m->c.queue_max ? (size_t)m->c.queue_max : QUEUE_MAX_DEFAULT;
 	m->learned_tries = getenv("PROCREG_TEST_LEARNED_TRIES")
 				   ? (uint32_t)strtoul(getenv("PROCREG_TEST_LEARNED_TRIES"), NULL, 10)
 				   : 0;
