@@ -875,23 +875,40 @@ PROCREG_API int procreg_ping(procreg_t *reg, int timeout_ms)
  * so (feed.c). Once per connection: the count goes with it when it ends,
  * and a new daemon (one start, one wake for everyone) is a new
  * connection. The caller reads the futex word before calling: a daemon
- * that starts after that changes the word, and its sleep returns at once. */
-int procreg__feed_sleeping(procreg_t *reg)
+ * that starts after that changes the word, and its sleep returns at once.
+ * LIMIT_MS (> 0; -1: none): the caller waits no longer than that for an
+ * event, so no longer for the daemon either, whatever the handle's own
+ * timeout (procreg_opts' .timeout_ms, 0 by default: none). */
+int procreg__feed_sleeping(procreg_t *reg, int limit_ms)
 {
+	int saved, err = 0;
+	bool bounded;
 	size_t pos = 0;
 	uint32_t id;
-	int err = 0;
 
 	pthread_mutex_lock(&reg->io);
-	if (!connected(reg, PR_LOAD_ACQ(&reg->map.hdr->daemon_gen)) ||
-	    reg->sleeps_serial != reg->fd_serial) {
-		id = ++reg->next_id;
-		procreg__proto_put(reg->out, &pos, PR_OP_SUBSCRIBE, PR_SUB_SLEEPS, id, 0, NULL, 0,
-				   NULL, 0);
-		err = traced_roundtrip(reg, PR_OP_SUBSCRIBE, NULL, 0, pos, id, -1);
-		if (!err)
-			reg->sleeps_serial = reg->fd_serial;
+	if (connected(reg, PR_LOAD_ACQ(&reg->map.hdr->daemon_gen)) &&
+	    reg->sleeps_serial == reg->fd_serial)
+		goto out;
+	saved = reg->timeout_ms;
+	bounded = limit_ms > 0 && (!saved || limit_ms < saved);
+	if (bounded) {
+		reg->timeout_ms = limit_ms;
+		if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
+			set_timeouts(reg->fd, limit_ms);
 	}
+	id = ++reg->next_id;
+	procreg__proto_put(reg->out, &pos, PR_OP_SUBSCRIBE, PR_SUB_SLEEPS, id, 0, NULL, 0, NULL, 0);
+	err = traced_roundtrip(reg, PR_OP_SUBSCRIBE, NULL, 0, pos, id, -1);
+	if (!err)
+		reg->sleeps_serial = reg->fd_serial;
+	if (bounded) {
+		reg->timeout_ms = saved;
+		/* 0 clears the bound, as the handle had it. */
+		if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
+			set_timeouts(reg->fd, saved);
+	}
+out:
 	pthread_mutex_unlock(&reg->io);
 	return err;
 }

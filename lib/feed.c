@@ -162,30 +162,42 @@ static int read_event(const struct pr_event *rg, uint64_t cap, uint64_t s,
  * its connection failed) may not be woken: it looks again this often. */
 #define UNSAID_SLEEP_NS 1000000000L
 
+/* *LEFT := what is left until DEADLINE; -ETIMEDOUT if nothing. */
+static int time_left(const struct timespec *deadline, struct timespec *left)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	left->tv_sec = deadline->tv_sec - now.tv_sec;
+	left->tv_nsec = deadline->tv_nsec - now.tv_nsec;
+	if (left->tv_nsec < 0) {
+		left->tv_sec--;
+		left->tv_nsec += 1000000000L;
+	}
+	return left->tv_sec < 0 ? -ETIMEDOUT : 0;
+}
+
 static int sleep_on_feed(procreg_t *reg, uint64_t cursor, const struct timespec *deadline)
 {
 	struct pr_table_hdr *h = reg->map.hdr;
-	struct timespec now, rel, *tp;
+	struct timespec rel, *tp = NULL;
 	uint32_t v = CMM_LOAD_SHARED(h->feed_futex);
+	int limit_ms = -1;
 	bool said;
 	long r;
 
 	cmm_smp_mb(); /* the futex word before daemon_gen (and feed_head, below) */
-	said = procreg__feed_sleeping(reg) == 0;
-	tp = NULL;
+	/* Telling the daemon waits for it no longer than the caller would. */
 	if (deadline) {
-		struct timespec left;
-
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		left.tv_sec = deadline->tv_sec - now.tv_sec;
-		left.tv_nsec = deadline->tv_nsec - now.tv_nsec;
-		if (left.tv_nsec < 0) {
-			left.tv_sec--;
-			left.tv_nsec += 1000000000L;
-		}
-		if (left.tv_sec < 0)
+		if (time_left(deadline, &rel))
 			return -ETIMEDOUT;
-		rel = left;
+		limit_ms = rel.tv_sec > INT_MAX / 1000 - 1 ? INT_MAX
+			   : (int)(rel.tv_sec * 1000 + rel.tv_nsec / 1000000 + 1);
+	}
+	said = procreg__feed_sleeping(reg, limit_ms) == 0;
+	if (deadline) {
+		if (time_left(deadline, &rel))
+			return -ETIMEDOUT;
 		tp = &rel;
 	}
 	if (!said && (!tp || tp->tv_sec > 0)) {

@@ -733,7 +733,7 @@ struct procreg {
 };
 
 pid_t procreg__self_pid(void);
-int procreg__feed_sleeping(procreg_t *reg);
+int procreg__feed_sleeping(procreg_t *reg, int limit_ms);
 
 /* Hand this process's reader pages to the daemon now serving the table
  * (client.c), without waiting for it. */

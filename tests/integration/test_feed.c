@@ -314,6 +314,36 @@ static void test_wait_timeout(void **state)
 	assert_int_equal(procreg_wait(f->reg, "", 0), -EINVAL);
 }
 
+static int wait_briefly_main(void *arg)
+{
+	procreg_t *r = th_open(arg);
+
+	/* A handle with no timeout of its own (the default): the wait's is
+	 * the only bound. */
+	return r && procreg_wait(r, "never", 300) == -ETIMEDOUT ? 0 : 1;
+}
+
+/* A follower tells the daemon it sleeps before it first does; with the
+ * daemon stopped, that must not keep it past its own timeout. */
+static void test_wait_timeout_daemon_stopped(void **state)
+{
+	struct fx *f = *state;
+	pid_t kid;
+	struct reaped r;
+
+	assert_int_equal(kill(f->d.pid, SIGSTOP), 0);
+	kid = th_fork(wait_briefly_main, f->dir);
+	r = (struct reaped){ kid, 0 };
+	if (!th_until(reaped, &r, 10000)) {
+		th_kill_wait(&kid);
+		kill(f->d.pid, SIGCONT);
+		fail_msg("procreg_wait(..., 300) with the daemon stopped did not return in 10 s");
+	}
+	assert_int_equal(kill(f->d.pid, SIGCONT), 0);
+	assert_true(WIFEXITED(r.status));
+	assert_int_equal(WEXITSTATUS(r.status), 0);
+}
+
 /* ---- the pollable fd -------------------------------------------------- */
 
 static int readable(int fd, int ms)
@@ -465,6 +495,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_wait_across_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wait_group_count, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wait_timeout, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wait_timeout_daemon_stopped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_wait_and_watch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pollable_fd, setup, teardown),
 	};
