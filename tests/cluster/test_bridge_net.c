@@ -729,16 +729,26 @@ static bool fake_node_up(struct cluster *c, struct th_peer *p, const char *fake,
 	return th_name_within(c->n[0].reg, name, 99, true, ms);
 }
 
-/* The node NAME in node a's table: its node's name, per a's nodes. */
-static void expect_node_of(struct cluster *c, const char *name, const char *node)
+/* The node NAME in node a's table: its node's name, per a's nodes. A
+ * failure names NAME, the step that failed and the caller's LINE. */
+static void expect_node_of_at(struct cluster *c, const char *name, const char *node, int line)
 {
 	struct procreg_entry e = { .sz = sizeof(e) };
 	char got[64] = "";
+	int err;
 
-	assert_int_equal(procreg_lookup(c->n[0].reg, name, &e), 0);
-	assert_int_equal(procreg_node_name(c->n[0].reg, e.node, got, sizeof(got)), 0);
-	assert_string_equal(got, node);
+	err = procreg_lookup(c->n[0].reg, name, &e);
+	if (err)
+		fail_msg("line %d: '%s' (node %s's): lookup: %s", line, name, node, strerror(-err));
+	err = procreg_node_name(c->n[0].reg, e.node, got, sizeof(got));
+	if (err)
+		fail_msg("line %d: '%s' (node %s's): node id %u: procreg_node_name: %s", line, name,
+			 node, (unsigned)e.node, strerror(-err));
+	if (strcmp(got, node))
+		fail_msg("line %d: '%s': node id %u is node %s, not %s", line, name,
+			 (unsigned)e.node, got, node);
 }
+#define expect_node_of(c, name, node) expect_node_of_at(c, name, node, __LINE__)
 
 /* Node ids are given back: a node gone (its grace over, its entries
  * removed) leaves its id to the next new node, so that a node with the

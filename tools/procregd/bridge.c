@@ -117,6 +117,7 @@ struct node {
 	uint64_t next_seq;          /* the change expected next */
 	struct hold_list parts;     /* snapshot parts after snap_part */
 	struct hold_list changes;   /* changes after next_seq, or before the snapshot is whole */
+	bool named;                 /* its first frame since node_up came: the nodes file named it */
 	bool hb_seen;               /* a heartbeat came since node_up */
 	uint64_t hb_seq;            /* the newest one's seq: the changes it counts */
 	uint64_t late_since_ns;     /* something is missing since (CLOCK_MONOTONIC; 0: nothing) */
@@ -706,6 +707,7 @@ static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f);
 static void node_gone(struct bridge *br, struct node *n, uint16_t id);
 static void end_resync(struct node *n);
 static void finish_resync(struct bridge *br, struct node *n, uint16_t id);
+static void write_nodes_file(struct bridge *br);
 
 /* A frame in, timed for the bridge_in probe while it is traced. */
 static int up_deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
@@ -1041,6 +1043,18 @@ static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
 		return refuse(br, name, "frame %u from a node that is not up", f->type);
 	if (f->incarnation != n->incarnation)
 		return refuse(br, name, "frame %u of another incarnation", f->type);
+	/* The nodes file names a node before the table holds an entry of
+	 * its: a reader that finds one asks for its node's name there
+	 * (procreg_node_name()), and a node id may have been another's.
+	 * node_up only marks the file stale (the backend counts the node up
+	 * once it returns), and the end of the batch is too late: its
+	 * snapshot may come in the same batch. So at its first frame (once:
+	 * a file that cannot be written is tried again at the batch's end). */
+	if (!n->named) {
+		n->named = true;
+		if (br->nodes_dirty)
+			write_nodes_file(br);
+	}
 	next_seq = n->next_seq;
 	snap_part = n->snap_part;
 	switch (f->type) {
@@ -1182,6 +1196,7 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 	}
 	hold_reset(br, n);
 	n->up = true;
+	n->named = false;
 	n->gone_order = 0;
 	n->synced = false;
 	n->snap_part = 0;
