@@ -449,10 +449,7 @@ PROCREG_API uint64_t procreg_feed_head(procreg_t *reg);
  * The event after *CURSOR: 0, *EV filled (up to its .sz) and *CURSOR
  * advanced to its sequence number. Blocks up to TIMEOUT_MS milliseconds for one (0: do not
  * block; -1: no limit) on a futex in the table, without polling:
- * -ETIMEDOUT when none came. Before it first sleeps, it tells procregd
- * over the handle's connection (once per connection), which wakes the
- * futex only while someone has; with no daemon to tell, it sleeps a
- * second at a time. -EOVERFLOW when the events after *CURSOR were
+ * -ETIMEDOUT when none came. -EOVERFLOW when the events after *CURSOR were
  * overwritten before being read: *CURSOR then moves to just before the
  * oldest event still in the ring. -EINTR if a signal interrupted the wait.
  */
@@ -466,8 +463,8 @@ PROCREG_API int procreg_next_event(procreg_t *reg, uint64_t *cursor, struct proc
  * means an event published meanwhile leaves it readable, so none is
  * missed; it may also turn readable for events already read (the daemon
  * tells after publishing them), which then finds none. The fd is a
- * connection to procregd of its own (procreg_next_event's wait uses the
- * handle's); close(2) it when done. Returns the fd or
+ * connection to procregd (the futex wait of
+ * procreg_next_event needs none); close(2) it when done. Returns the fd or
  * a negative errno (-ECONNREFUSED without a daemon).
  */
 PROCREG_API int procreg_feed_fd(procreg_t *reg);

@@ -516,27 +516,21 @@ void procreg__announce(procreg_t *reg)
 	}
 }
 
-/* Whether reg->fd is this process's connection to the daemon serving the
- * table now (daemon_gen GEN). One made to a daemon another has replaced
- * since may not have ended yet (procregd's closing processes share its
- * sockets, and outlive a crash a moment), and a request sent on it would
- * wait for no one. Under reg->io. */
-static bool connected(const procreg_t *reg, uint64_t gen)
-{
-	return reg->fd >= 0 && reg->fd_pid == procreg__self_pid() &&
-	       (!reg->fd_gen || gen == reg->fd_gen);
-}
-
 /* Under reg->io. */
 static int connect_daemon(procreg_t *reg)
 {
 	uint64_t gen = PR_LOAD_ACQ(&reg->map.hdr->daemon_gen);
 	int fd;
 
-	if (connected(reg, gen))
-		return 0;
-	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
+	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid()) {
+		/* Made to a daemon another has replaced since: its
+		 * connection may not have ended yet (procregd's closing
+		 * processes share its sockets, and outlive a crash a
+		 * moment), and a request sent on it would wait for no one. */
+		if (!reg->fd_gen || gen == reg->fd_gen)
+			return 0;
 		disconnect(reg);
+	}
 	/* A connection inherited through fork() identifies the parent: leave
 	 * it to the parent and make our own. So are the notices it read:
 	 * names the parent lost, not us. */
@@ -549,7 +543,6 @@ static int connect_daemon(procreg_t *reg)
 	reg->fd = fd;
 	reg->fd_pid = procreg__self_pid();
 	reg->fd_gen = gen;
-	reg->fd_serial++;
 	return 0;
 }
 
@@ -867,49 +860,6 @@ PROCREG_API int procreg_ping(procreg_t *reg, int timeout_ms)
 	if (fd >= 0)
 		close(fd);
 	free(buf);
-	return err;
-}
-
-/* Tell the daemon, over our connection, that this process sleeps on the
- * feed's futex word: it wakes the word only while a connection has said
- * so (feed.c). Once per connection: the count goes with it when it ends,
- * and a new daemon (one start, one wake for everyone) is a new
- * connection. The caller reads the futex word before calling: a daemon
- * that starts after that changes the word, and its sleep returns at once.
- * LIMIT_MS (> 0; -1: none): the caller waits no longer than that for an
- * event, so no longer for the daemon either, whatever the handle's own
- * timeout (procreg_opts' .timeout_ms, 0 by default: none). */
-int procreg__feed_sleeping(procreg_t *reg, int limit_ms)
-{
-	int saved, err = 0;
-	bool bounded;
-	size_t pos = 0;
-	uint32_t id;
-
-	pthread_mutex_lock(&reg->io);
-	if (connected(reg, PR_LOAD_ACQ(&reg->map.hdr->daemon_gen)) &&
-	    reg->sleeps_serial == reg->fd_serial)
-		goto out;
-	saved = reg->timeout_ms;
-	bounded = limit_ms > 0 && (!saved || limit_ms < saved);
-	if (bounded) {
-		reg->timeout_ms = limit_ms;
-		if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
-			set_timeouts(reg->fd, limit_ms);
-	}
-	id = ++reg->next_id;
-	procreg__proto_put(reg->out, &pos, PR_OP_SUBSCRIBE, PR_SUB_SLEEPS, id, 0, NULL, 0, NULL, 0);
-	err = traced_roundtrip(reg, PR_OP_SUBSCRIBE, NULL, 0, pos, id, -1);
-	if (!err)
-		reg->sleeps_serial = reg->fd_serial;
-	if (bounded) {
-		reg->timeout_ms = saved;
-		/* 0 clears the bound, as the handle had it. */
-		if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
-			set_timeouts(reg->fd, saved);
-	}
-out:
-	pthread_mutex_unlock(&reg->io);
 	return err;
 }
 

@@ -6,10 +6,7 @@
  * Writer (procregd): procreg__w_emit() fills slot s % cap under a
  * seqlock-like protocol (seq = 0, payload, seq = s, feed_head = s), and
  * procreg__w_feed_wake() bumps the futex word once per batch of events
- * and wakes sleepers only while a follower has said it sleeps (over its
- * connection: w->sleepers), and procreg__w_feed_wake_all() once at the
- * daemon's start, so that followers of an earlier daemon say it to this
- * one. Followers never
+ * and wakes sleepers only when a follower says it sleeps. Followers never
  * write the table and never make the daemon wait: a follower that falls a
  * whole ring behind finds its events overwritten and is told so.
  *
@@ -91,35 +88,23 @@ static long futex(uint32_t *uaddr, int op, uint32_t val, const struct timespec *
 	return syscall(SYS_futex, uaddr, op, val, ts, NULL, 0);
 }
 
-static void bump_and_wake(struct pr_writer *w, bool wake)
+void procreg__w_feed_wake(struct pr_writer *w)
 {
 	struct pr_table_hdr *h = w->map.hdr;
 
-	/* A follower reads the futex word before it re-reads feed_head and
-	 * sleeps only while the word is unchanged: bumped after feed_head,
-	 * it either sees the new head or its FUTEX_WAIT returns at once.
-	 * The bump is a store; the wake a system call, for every sleeper on
-	 * the word, made only while a follower has said it sleeps: a
-	 * synchronous registration's round trip made one more system call
-	 * than it needed for every batch while nobody followed at all. */
-	cmm_smp_mb(); /* feed_head (and daemon_gen) before the bump, on any CPU */
-	uatomic_add(&h->feed_futex, 1);
-	if (wake)
-		futex(&h->feed_futex, FUTEX_WAKE, INT_MAX, NULL);
-}
-
-void procreg__w_feed_wake(struct pr_writer *w)
-{
 	if (!w->feed_pending)
 		return;
 	w->feed_pending = false;
-	bump_and_wake(w, w->sleepers != 0);
-}
-
-void procreg__w_feed_wake_all(struct pr_writer *w)
-{
-	w->feed_pending = false;
-	bump_and_wake(w, true);
+	/* A follower reads the futex word before it re-reads feed_head and
+	 * sleeps only while the word is unchanged: bumped after feed_head,
+	 * it either sees the new head or its FUTEX_WAIT returns at once.
+	 * Then wake everyone: the daemon cannot know who sleeps without a
+	 * count in shared memory, which any user could write, and a skipped
+	 * wake-up would stall a follower. One FUTEX_WAKE per batch of work
+	 * that published events (about 0.2 us when nobody sleeps). */
+	cmm_smp_mb(); /* feed_head before the bump, on any CPU */
+	uatomic_add(&h->feed_futex, 1);
+	futex(&h->feed_futex, FUTEX_WAKE, INT_MAX, NULL);
 }
 
 /* ---- followers -------------------------------------------------------- */
@@ -158,53 +143,30 @@ static int read_event(const struct pr_event *rg, uint64_t cap, uint64_t s,
 	return CMM_LOAD_SHARED(e->seq) == s ? 0 : -EOVERFLOW;
 }
 
-/* A follower that could not tell the daemon it sleeps (none running, or
- * its connection failed) may not be woken: it looks again this often. */
-#define UNSAID_SLEEP_NS 1000000000L
-
-/* *LEFT := what is left until DEADLINE; -ETIMEDOUT if nothing. */
-static int time_left(const struct timespec *deadline, struct timespec *left)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	left->tv_sec = deadline->tv_sec - now.tv_sec;
-	left->tv_nsec = deadline->tv_nsec - now.tv_nsec;
-	if (left->tv_nsec < 0) {
-		left->tv_sec--;
-		left->tv_nsec += 1000000000L;
-	}
-	return left->tv_sec < 0 ? -ETIMEDOUT : 0;
-}
-
 static int sleep_on_feed(procreg_t *reg, uint64_t cursor, const struct timespec *deadline)
 {
 	struct pr_table_hdr *h = reg->map.hdr;
-	struct timespec rel, *tp = NULL;
+	struct timespec now, rel, *tp;
 	uint32_t v = CMM_LOAD_SHARED(h->feed_futex);
-	int limit_ms = -1;
-	bool said;
 	long r;
 
-	cmm_smp_mb(); /* the futex word before daemon_gen (and feed_head, below) */
-	/* Telling the daemon waits for it no longer than the caller would. */
+	tp = NULL;
 	if (deadline) {
-		if (time_left(deadline, &rel))
+		struct timespec left;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		left.tv_sec = deadline->tv_sec - now.tv_sec;
+		left.tv_nsec = deadline->tv_nsec - now.tv_nsec;
+		if (left.tv_nsec < 0) {
+			left.tv_sec--;
+			left.tv_nsec += 1000000000L;
+		}
+		if (left.tv_sec < 0)
 			return -ETIMEDOUT;
-		limit_ms = rel.tv_sec > INT_MAX / 1000 - 1 ? INT_MAX
-			   : (int)(rel.tv_sec * 1000 + rel.tv_nsec / 1000000 + 1);
-	}
-	said = procreg__feed_sleeping(reg, limit_ms) == 0;
-	if (deadline) {
-		if (time_left(deadline, &rel))
-			return -ETIMEDOUT;
+		rel = left;
 		tp = &rel;
 	}
-	if (!said && (!tp || tp->tv_sec > 0)) {
-		rel.tv_sec = 0;
-		rel.tv_nsec = UNSAID_SLEEP_NS - 1;
-		tp = &rel;
-	}
+	cmm_smp_mb(); /* the futex word before feed_head */
 	/* An event published before we read the word is seen here; one
 	 * after changed the word, and FUTEX_WAIT returns at once, or wakes
 	 * us. */

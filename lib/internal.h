@@ -507,9 +507,6 @@ struct pr_vec {
 /* The writer allocates the table file's pages this far ahead of the arena's
  * top at a time (writer.c: back_pages). */
 #define PR_BACK_CHUNK (256u << 10)
-/* A huge page (x86-64, arm64 with 4 KiB pages): table mappings start on
- * one, and procregd makes the table's allocated 2 MiB steps huge pages. */
-#define PR_HUGE_PAGE (2u << 20)
 
 struct pr_writer {
 	struct pr_map map;
@@ -519,12 +516,6 @@ struct pr_writer {
 	bool membarrier;              /* we issue global expedited membarriers */
 	uint64_t gp;                  /* the grace-period counter: ours, copied out */
 	bool feed_pending;            /* events published since the last wake */
-	/* Connections whose processes said they sleep on the feed's futex
-	 * word (SUBSCRIBE, PR_SUB_SLEEPS), counted by procregd: with none,
-	 * publishing costs no FUTEX_WAKE. Readers cannot write the table,
-	 * so they say it over their connection, and one that does not is
-	 * the only one it fails to wake. */
-	uint32_t sleepers;
 	/* The change feed's ring, checked once: its place and size are
 	 * fixed at creation, and this writer alone changes the file. */
 	struct pr_event *feed;
@@ -544,13 +535,6 @@ struct pr_writer {
 	bool reserve_hit;             /* a request was refused for them (the caller clears it) */
 	bool place_hit;               /* one was refused by procreg__w_place_ok (the caller
 				       * clears it, as it does reserve_hit) */
-
-	/* Huge pages (procreg__w_collapse_next): the file's 2 MiB steps below
-	 * this offset have been made one, or tried; none are tried after
-	 * collapse_off (the kernel cannot, or failed too often). */
-	uint64_t collapsed;
-	unsigned collapse_fails;
-	bool collapse_off;
 
 	/* Deferred reclamation: pairs (off, size). */
 	struct pr_vec retired;        /* waiting for the next grace period */
@@ -682,11 +666,6 @@ void procreg__w_emit_at(struct pr_writer *w, uint32_t type, const struct pr_reco
 /* Wake followers if events were emitted since the last call: once per
  * batch of work. */
 void procreg__w_feed_wake(struct pr_writer *w);
-void procreg__w_feed_wake_all(struct pr_writer *w);
-/* Whether a 2 MiB step of the table is allocated and not yet made a huge
- * page (or tried), and: make the next one so. */
-bool procreg__w_collapse_due(const struct pr_writer *w);
-void procreg__w_collapse_next(struct pr_writer *w);
 
 /* Conveniences for the name index. */
 static inline uint64_t procreg__w_find_name(struct pr_writer *w, const char *name, size_t len,
@@ -717,9 +696,6 @@ struct procreg {
 	pid_t fd_pid;             /* the process that made fd: a forked child reconnects */
 	uint64_t fd_gen;          /* the table's daemon_gen when fd was made: a daemon
 				   * started since (a pid may come again) means a new fd */
-	uint64_t fd_serial;       /* connections made: which fd is, not what number */
-	uint64_t sleeps_serial;   /* fd_serial of the connection that said we sleep on
-				   * the feed (SUBSCRIBE, PR_SUB_SLEEPS) */
 	uint32_t next_id;
 	int timeout_ms;           /* procreg_opts' .timeout_ms: 0, no limit */
 	char socket[PR_SOCKET_PATH_MAX];
@@ -733,7 +709,6 @@ struct procreg {
 };
 
 pid_t procreg__self_pid(void);
-int procreg__feed_sleeping(procreg_t *reg, int limit_ms);
 
 /* Hand this process's reader pages to the daemon now serving the table
  * (client.c), without waiting for it. */

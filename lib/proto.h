@@ -48,13 +48,6 @@
  *               (id 0, empty) on this connection after each batch of work
  *               that published events, dropping it when the socket is full:
  *               a readable socket says "look at the feed".
- *               flags PR_SUB_SLEEPS: instead, the sender's process sleeps
- *               on the feed's futex word (FUTEX_WAIT). The daemon bumps
- *               the word after each batch that published events, and
- *               wakes it (FUTEX_WAKE, a system call) only while at least
- *               one open connection has said so; and once at its start,
- *               whoever sleeps, so that sleepers of a daemon before it
- *               come back and say so again. Other flags: -EINVAL.
  *   READERS     empty, alone in its packet, with one reader page (a sealed
  *               memfd: rcu.c) as SCM_RIGHTS. The daemon maps it and waits
  *               for its slots in every grace period until the sender exits.
@@ -128,7 +121,6 @@ enum pr_op {
 #define PR_F_SIGNAL_MASK 0x7f00
 #define PR_HELLO_NOTICES 0x1  /* HELLO flags: notices welcome */
 #define PR_HELLO_QUIET 0x2    /* HELLO flags: nothing is sent back on this connection */
-#define PR_SUB_SLEEPS 0x1     /* SUBSCRIBE flags: wake the feed's futex word, no NOTIFY */
 
 struct pr_frame_hdr {
 	uint16_t op;

@@ -150,42 +150,13 @@ static int open_trusted(const char *path, uid_t trust, struct stat *st, const ch
 	return fd;
 }
 
-/* The file mapped at an address on a PR_HUGE_PAGE boundary: a huge page
- * of the file (offsets on those boundaries too) can then be mapped whole,
- * by one page-table entry, where the kernel has one for it. A tmpfs file's
- * mapping is not aligned so unless its mount allows huge pages; procregd
- * makes huge pages of /dev/shm's too (procreg__w_collapse_next). The
- * room is reserved first and the file mapped over it, so no other
- * thread's mapping can take it between the two. */
-static void *map_aligned(int fd, size_t size, int prot)
-{
-	size_t len = (size + 4095) & ~(size_t)4095, room = len + PR_HUGE_PAGE;
-	uint8_t *r = mmap(NULL, room, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	uint8_t *a;
-	void *p;
-
-	if (r == MAP_FAILED)
-		return mmap(NULL, size, prot, MAP_SHARED, fd, 0);
-	a = (uint8_t *)(((uintptr_t)r + PR_HUGE_PAGE - 1) & ~(uintptr_t)(PR_HUGE_PAGE - 1));
-	p = mmap(a, size, prot, MAP_SHARED | MAP_FIXED, fd, 0);
-	if (p == MAP_FAILED) {
-		munmap(r, room);
-		return MAP_FAILED;
-	}
-	if (a > r)
-		munmap(r, (size_t)(a - r));
-	if (a + len < r + room)
-		munmap(a + len, (size_t)(r + room - (a + len)));
-	return p;
-}
-
 int procreg__map_file(int fd, off_t size, int prot, void **base)
 {
 	void *p;
 
 	if (size <= 0 || (uint64_t)size > PR_MAX_FILE_SIZE)
 		return -EPROTO;
-	p = map_aligned(fd, (size_t)size, prot);
+	p = mmap(NULL, (size_t)size, prot, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED)
 		return -errno;
 	/* Huge pages where the filesystem allows them (a tmpfs mounted with

@@ -197,46 +197,6 @@ static int back_pages(struct pr_writer *w, uint64_t end)
 	return 0;
 }
 
-/*
- * Huge pages for the table. At a million names a lookup's index slot and
- * record miss the TLB with 4 KiB pages nearly every time (two page walks,
- * each costlier in a virtual machine), where an in-process table in
- * transparent huge pages misses none. A tmpfs mounted without huge= (as
- * /dev/shm is) allocates 4 KiB pages only, but MADV_COLLAPSE (Linux 6.1)
- * makes a huge page of 512 of them in the file itself, whatever the
- * system's THP settings (short of "deny"), and every process whose
- * mapping is aligned (procreg__map_file) then maps it whole.
- *
- * Only steps of the file allocated in full (below w->backed) are made
- * huge: it costs no memory, and no page is allocated that was not. It
- * copies 2 MiB and may wait for the kernel to find one (1.4-5.7 ms a step,
- * measured here), so it is done while the daemon has nothing else to do
- * (run() in procregd), a step at a time: a request that comes meanwhile
- * waits for one step at most. Readers fault once more on the pages of
- * the step and see the same bytes. Failures are advice not taken: after
- * EINVAL (no kernel support, a filesystem that cannot) or eight failures
- * in a row, no more tries.
- */
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25
-#endif
-
-bool procreg__w_collapse_due(const struct pr_writer *w)
-{
-	return !w->collapse_off && w->collapsed + PR_HUGE_PAGE <= w->backed;
-}
-
-void procreg__w_collapse_next(struct pr_writer *w)
-{
-	if (!procreg__w_collapse_due(w))
-		return;
-	if (madvise(w->map.base + w->collapsed, PR_HUGE_PAGE, MADV_COLLAPSE) == 0)
-		w->collapse_fails = 0;
-	else if (errno == EINVAL || ++w->collapse_fails >= 8)
-		w->collapse_off = true;
-	w->collapsed += PR_HUGE_PAGE;
-}
-
 /* Whether a request marked no_reserve may take SIZE more bytes of the
  * arena: it must leave the reserve free, counting what is retired as in
  * use (it is, until its grace period). */

@@ -26,18 +26,13 @@
 #include "internal.h"
 #include "proto.h"
 
-char *th_mkdtemp_in(const char *parent)
-{
-	char *t = NULL;
-
-	assert_true(asprintf(&t, "%s/procreg-test.XXXXXX", parent) > 0);
-	assert_non_null(mkdtemp(t));
-	return t;
-}
-
 char *th_mkdtemp(void)
 {
-	return th_mkdtemp_in("/tmp");
+	char *t = strdup("/tmp/procreg-test.XXXXXX");
+
+	assert_non_null(t);
+	assert_non_null(mkdtemp(t));
+	return t;
 }
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
@@ -476,16 +471,10 @@ static int run_as(char *out, size_t outcap, char *err, size_t errcap, int limit_
 
 int th_fx_start(void **state, const char *const *args, const char *const *env)
 {
-	return th_fx_start_in(state, "/tmp", args, env);
-}
-
-int th_fx_start_in(void **state, const char *parent, const char *const *args,
-		   const char *const *env)
-{
 	struct th_fx *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	f->dir = th_mkdtemp_in(parent);
+	f->dir = th_mkdtemp();
 	chmod(f->dir, 0755);
 	if (th_daemon_start(&f->d, f->dir, args, env) != 0) {
 		th_daemon_dump_log(&f->d);

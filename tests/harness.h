@@ -54,10 +54,8 @@ struct th_daemon {
 	char log[300];             /* its stderr */
 };
 
-/* A fresh directory (in /tmp, or in PARENT); the caller frees the string
- * after th_rmrf(). */
+/* A fresh directory; the caller frees the string after th_rmrf(). */
 char *th_mkdtemp(void);
-char *th_mkdtemp_in(const char *parent);
 /* The whole of file PATH, NUL-terminated (free it). A file that cannot be
  * read fails the test if MUST, else reads as "". */
 char *th_read_file(const char *path, bool must);
@@ -101,9 +99,6 @@ struct th_fx {
 /* cmocka setup and teardown: *STATE is the struct th_fx. The teardown
  * stops the daemon (it must exit 0) and removes the directory. */
 int th_fx_start(void **state, const char *const *args, const char *const *env);
-/* The same, its directory made in PARENT (th_fx_start: /tmp). */
-int th_fx_start_in(void **state, const char *parent, const char *const *args,
-		   const char *const *env);
 int th_fx_stop(void **state);
 
 /* Fork a child that runs FN(ARG) and exits with its return value. */

@@ -12,8 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <limits.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -31,13 +29,6 @@
 static int setup(void **state)
 {
 	return th_fx_start(state, NULL, NULL);
-}
-
-/* In /dev/shm, a tmpfs as the default table directory is (/tmp need not
- * be one). */
-static int setup_shm(void **state)
-{
-	return th_fx_start_in(state, "/dev/shm", NULL, NULL);
 }
 
 static int teardown(void **state)
@@ -1438,100 +1429,6 @@ static void test_killed_reader_does_not_stop_reclamation(void **state)
 	unsetenv("TH_DIR");
 }
 
-
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25
-#endif
-
-/* Whether this kernel makes huge pages of a file of DIR's filesystem on
- * request (MADV_COLLAPSE: Linux 6.1, shmem_enabled not "deny"), tried on
- * a scratch file. */
-static bool kernel_collapses(const char *dir)
-{
-	size_t hp = PR_HUGE_PAGE;
-	char path[PATH_MAX];
-	uint8_t *room, *a;
-	bool yes = false;
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/collapse-probe", dir);
-	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	assert_true(fd >= 0);
-	unlink(path);
-	room = mmap(NULL, 2 * hp, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	assert_true(room != MAP_FAILED);
-	a = (uint8_t *)(((uintptr_t)room + hp - 1) & ~(uintptr_t)(hp - 1));
-	if (ftruncate(fd, (off_t)hp) == 0 && posix_fallocate(fd, 0, (off_t)hp) == 0 &&
-	    mmap(a, hp, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == a) {
-		memset(a, 1, hp);
-		yes = madvise(a, hp, MADV_COLLAPSE) == 0;
-	}
-	munmap(room, 2 * hp);
-	close(fd);
-	return yes;
-}
-
-/* kB of the table file TABLE mapped by huge pages in this process. */
-static long table_pmd_kb(const char *table)
-{
-	FILE *fp = fopen("/proc/self/smaps", "r");
-	char line[512];
-	bool in = false;
-	long kb = 0, v;
-
-	assert_non_null(fp);
-	while (fgets(line, sizeof(line), fp)) {
-		if (strchr(line, '-') && strchr(line, ':') && line[0] != ' ' &&
-		    !strstr(line, "kB"))
-			in = strstr(line, table) != NULL;
-		else if (in && sscanf(line, "ShmemPmdMapped: %ld kB", &v) == 1)
-			kb += v;
-	}
-	fclose(fp);
-	return kb;
-}
-
-/* In a table of a few megabytes on a tmpfs mounted without huge pages
- * (as /dev/shm is), procregd makes huge pages of its allocated 2 MiB
- * steps while idle, and a reader maps them whole: at a million names
- * every lookup missed the TLB twice. */
-static void test_table_huge_pages(void **state)
-{
-	struct fx *f = *state;
-	enum { N = 30000 };
-	static char names[N][24];
-	static struct procreg_op ops[N];
-	char table[PATH_MAX], meta[100];
-	PROCREG_OPTS(procreg_entry, e);
-	long kb = 0;
-
-	if (!kernel_collapses(f->dir)) {
-		print_message("this kernel makes no huge pages of tmpfs files on request "
-			      "(MADV_COLLAPSE): nothing to test\n");
-		skip();
-	}
-	memset(meta, 'm', sizeof(meta));
-	for (int i = 0; i < N; i++) {
-		snprintf(names[i], sizeof(names[i]), "huge.%06d", i);
-		ops[i] = (struct procreg_op){ .sz = sizeof(ops[i]), .kind = PROCREG_OP_REGISTER,
-					      .name = names[i], .meta = meta,
-					      .meta_len = sizeof(meta) };
-	}
-	assert_int_equal(procreg_batch(f->reg, ops, N), 0);
-	snprintf(table, sizeof(table), "%s/procreg.default", f->dir);
-	/* 30,000 records of 160 bytes: at least two whole steps. Made huge
-	 * once the daemon is idle; read again until then. */
-	for (int t = 0; t < 200 && kb < 4096; t++) {
-		for (int i = 0; i < N; i++)
-			assert_int_equal(procreg_lookup(f->reg, names[i], &e), 0);
-		kb = table_pmd_kb(table);
-		if (kb < 4096)
-			th_msleep(50);
-	}
-	if (kb < 4096)
-		fail_msg("the table is mapped by %ld kB of huge pages, not 4096", kb);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1553,7 +1450,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_daemon_crash_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_while_down, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sigterm_clean, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_table_huge_pages, setup_shm, teardown),
 		cmocka_unit_test_setup_teardown(test_fallback_identity, setup_fallback, teardown),
 		cmocka_unit_test_setup_teardown(test_killed_reader_does_not_stop_reclamation, setup,
 						teardown),

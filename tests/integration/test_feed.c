@@ -224,47 +224,6 @@ static void test_wait_wakes_on_register(void **state)
 	assert_int_equal(procreg_wait(f->reg, "late", 0), 0);
 }
 
-struct reaped {
-	pid_t pid;
-	int status;
-};
-
-/* For th_until: whether the child has exited; its status kept. */
-static int reaped(void *arg)
-{
-	struct reaped *r = arg;
-
-	return waitpid(r->pid, &r->status, WNOHANG) == r->pid;
-}
-
-/* The daemon wakes the feed's sleepers only while one has said it sleeps
- * (over its connection), and the new daemon has heard from no one: it
- * wakes them all once as it starts, and they say it again. A follower
- * asleep across a crash and restart is woken by the next registration. */
-static void test_wait_across_restart(void **state)
-{
-	struct fx *f = *state;
-	struct waiter w = { f->dir, "after", 0 };
-	pid_t kid = th_fork(wait_main, &w);
-	struct reaped r = { kid, 0 };
-
-	assert_true(th_until(asleep, &kid, 10000));
-	th_daemon_kill(&f->d);
-	assert_int_equal(th_daemon_start(&f->d, f->dir, NULL, NULL), 0);
-	/* Asleep again (it said so to the new daemon), not polling. */
-	assert_true(th_until(asleep, &kid, 10000));
-	assert_int_equal(waitpid(kid, NULL, WNOHANG), 0);
-	assert_int_equal(procreg_register(f->reg, "after", NULL, 0), 0);
-	/* Longer than the second a follower that could not say it sleeps
-	 * looks again after, and short of forever. */
-	if (!th_until(reaped, &r, 20000)) {
-		th_kill_wait(&kid);
-		fail_msg("the follower slept through the registration after a daemon restart");
-	}
-	assert_true(WIFEXITED(r.status));
-	assert_int_equal(WEXITSTATUS(r.status), 0);
-}
-
 static void test_wait_group_count(void **state)
 {
 	struct fx *f = *state;
@@ -312,36 +271,6 @@ static void test_wait_timeout(void **state)
 	assert_int_equal(procreg_wait_group(f->reg, "nogroup", 1, 50), -ETIMEDOUT);
 	assert_int_equal(procreg_wait_group(f->reg, "nogroup", 0, 0), 0);
 	assert_int_equal(procreg_wait(f->reg, "", 0), -EINVAL);
-}
-
-static int wait_briefly_main(void *arg)
-{
-	procreg_t *r = th_open(arg);
-
-	/* A handle with no timeout of its own (the default): the wait's is
-	 * the only bound. */
-	return r && procreg_wait(r, "never", 300) == -ETIMEDOUT ? 0 : 1;
-}
-
-/* A follower tells the daemon it sleeps before it first does; with the
- * daemon stopped, that must not keep it past its own timeout. */
-static void test_wait_timeout_daemon_stopped(void **state)
-{
-	struct fx *f = *state;
-	pid_t kid;
-	struct reaped r;
-
-	assert_int_equal(kill(f->d.pid, SIGSTOP), 0);
-	kid = th_fork(wait_briefly_main, f->dir);
-	r = (struct reaped){ kid, 0 };
-	if (!th_until(reaped, &r, 10000)) {
-		th_kill_wait(&kid);
-		kill(f->d.pid, SIGCONT);
-		fail_msg("procreg_wait(..., 300) with the daemon stopped did not return in 10 s");
-	}
-	assert_int_equal(kill(f->d.pid, SIGCONT), 0);
-	assert_true(WIFEXITED(r.status));
-	assert_int_equal(WEXITSTATUS(r.status), 0);
 }
 
 /* ---- the pollable fd -------------------------------------------------- */
@@ -492,10 +421,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_death_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lapped_follower, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_wait_wakes_on_register, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_wait_across_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wait_group_count, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wait_timeout, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_wait_timeout_daemon_stopped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_wait_and_watch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pollable_fd, setup, teardown),
 	};

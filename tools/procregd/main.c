@@ -802,9 +802,6 @@ static int setup(struct daemon *d)
 	CMM_STORE_SHARED(d->w.map.hdr->daemon_started_ns, procreg__now_ns());
 	PR_STORE_REL(&d->w.map.hdr->daemon_pid, (uint32_t)getpid());
 	PR_STORE_REL(&d->w.map.hdr->daemon_gen, d->w.map.hdr->daemon_gen + 1);
-	/* Followers asleep on the feed said so to a daemon before us (if
-	 * any): wake them, whoever sleeps, and they say it to us. */
-	procreg__w_feed_wake_all(&d->w);
 	arm_timer(d, RECLAIM_TICK_NS);
 	log_msg("serving scope '%s': table %s, socket %s, up to %u reader processes and "
 		"%u reader pages%s",
@@ -832,10 +829,7 @@ static void run(struct daemon *d)
 	struct epoll_event evs[64];
 
 	while (!d->stop) {
-		/* Nothing to wait for while the table has steps to make huge
-		 * pages of: one is made whenever nothing else is to do. */
-		bool collapse = procreg__w_collapse_due(&d->w);
-		int n = epoll_wait(d->epfd, evs, 64, collapse ? 0 : -1);
+		int n = epoll_wait(d->epfd, evs, 64, -1);
 
 		d->wake_ns = procs_wake_clock();
 
@@ -844,10 +838,6 @@ static void run(struct daemon *d)
 				continue;
 			log_err("epoll_wait: %s", strerror(errno));
 			break;
-		}
-		if (n == 0) {
-			procreg__w_collapse_next(&d->w);
-			continue;
 		}
 		procreg__w_batch_begin(&d->w);
 		/* Deaths first, all of them: then no request handled below

@@ -217,8 +217,6 @@ static void client_close(struct daemon *d, struct client *c)
 	}
 	if (c->subscribed)
 		d->nsubscribers--;
-	if (c->sleeps)
-		d->w.sleepers--;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -754,14 +752,7 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 	case PR_OP_READERS:
 		return readers_add(d, &c->id, passed_fd);
 	case PR_OP_SUBSCRIBE:
-		if (f->h.flags & ~PR_SUB_SLEEPS)
-			return -EINVAL;
-		if (f->h.flags & PR_SUB_SLEEPS) {
-			if (!c->sleeps) {
-				c->sleeps = true;
-				d->w.sleepers++;
-			}
-		} else if (!c->subscribed) {
+		if (!c->subscribed) {
 			c->subscribed = true;
 			d->nsubscribers++;
 		}
