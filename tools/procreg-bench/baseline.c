@@ -56,18 +56,19 @@ uint64_t bench_hash(const char *s, size_t n)
 	return pr_hash(s, n, HASH_SEED);
 }
 
-/* The record fields procreg stores and copies out. */
+/* The record fields procreg stores and copies out, in its order (what a
+ * probe compares last, next to the name: lib/layout.h). */
 struct fields {
-	uint16_t name_len;
-	uint16_t meta_len;
-	uint8_t kind;
-	uint8_t flags;
-	uint16_t node;
 	uint32_t pid;
 	uint32_t uid;
 	uint64_t start_time;
 	uint64_t registered_ns;
 	uint64_t aux;
+	uint16_t name_len;
+	uint16_t meta_len;
+	uint8_t kind;
+	uint8_t flags;
+	uint16_t node;
 };
 
 struct oa_rec {
@@ -76,6 +77,8 @@ struct oa_rec {
 };
 
 _Static_assert(sizeof(struct oa_rec) == sizeof(struct pr_record), "same record header");
+_Static_assert(offsetof(struct oa_rec, f.name_len) == offsetof(struct pr_record, name_len),
+	       "the same fields where procreg has them");
 
 static void fill(struct fields *f, const char *name, size_t meta_len, pid_t pid)
 {
