@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "harness.h"
 #include "internal.h"
 #include "proto.h"
@@ -916,7 +917,9 @@ static void test_take_every_page(void **state)
 	struct th_held h;
 	int s;
 
-	assert_true(th_log_has(f->d.log, "and 32 reader pages"));
+	/* The line that ends the daemon's start, written after it answers
+	 * (th_daemon_start returns then): waited for, not looked for once. */
+	th_expect_log(f->d.log, "and 32 reader pages", 10000);
 	assert_int_equal(procreg_register(f->reg, "root.name", NULL, 0), 0);
 	assert_int_equal(procreg_lookup(f->reg, "root.name", NULL), 0);
 	assert_int_equal(th_reader_pages(f->reg, getpid(), 1), 0);
@@ -1028,7 +1031,7 @@ static void test_page_budget_default(void **state)
 		 "vm.max_map_count is %ld: %ld (half of it) it is", mmc, mmc / 2);
 	assert_true(th_log_has(f->d.log, want));
 	snprintf(want, sizeof(want), "up to 4096 reader processes and %ld reader pages", mmc / 2);
-	assert_true(th_log_has(f->d.log, want));
+	th_expect_log(f->d.log, want, 10000);
 }
 
 /* ---- the files -------------------------------------------------------- */
