@@ -597,6 +597,23 @@ int th_raw_connect(const char *dir)
 	return fd;
 }
 
+ssize_t th_send_fd(int s, const void *buf, size_t len, int fd)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u = { 0 };
+	struct iovec iov = { (void *)buf, len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+			      .msg_controllen = sizeof(u.b) };
+
+	u.h.cmsg_level = SOL_SOCKET;
+	u.h.cmsg_type = SCM_RIGHTS;
+	u.h.cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(&u.h), &fd, sizeof(int));
+	return sendmsg(s, &msg, MSG_NOSIGNAL);
+}
+
 int th_raw_try_hello(int fd)
 {
 	uint8_t buf[256];
@@ -604,22 +621,10 @@ int th_raw_try_hello(int fd)
 	struct pr_frame f;
 	/* The kernel here may not have SO_PEERPIDFD: pass our pidfd. */
 	int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
-	} u = { 0 };
-	struct iovec iov = { buf, 0 };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-			      .msg_controllen = sizeof(u.b) };
 	ssize_t n;
 
 	procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 1, 0);
-	iov.iov_len = pos;
-	u.h.cmsg_level = SOL_SOCKET;
-	u.h.cmsg_type = SCM_RIGHTS;
-	u.h.cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(&u.h), &pidfd, sizeof(int));
-	n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+	n = th_send_fd(fd, buf, pos, pidfd);
 	close(pidfd);
 	if (n != (ssize_t)pos)
 		return -1;

@@ -166,6 +166,9 @@ void th_raw_hello(int fd);
 /* The same without cmocka (for a child): -1 when refused. */
 int th_raw_try_connect(const char *dir);
 int th_raw_try_hello(int fd);
+/* Send BUF[0..LEN) on S with FD as SCM_RIGHTS (MSG_NOSIGNAL): sendmsg's
+ * result. */
+ssize_t th_send_fd(int s, const void *buf, size_t len, int fd);
 
 /*
  * Unprivileged users for attack tests. th_user_new() creates a system

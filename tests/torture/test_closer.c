@@ -246,13 +246,6 @@ static int pass_fuse_file(void *arg)
 	uint8_t pkt[64];
 	size_t len = 0;
 	int file, s;
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
-	} u = { 0 };
-	struct iovec iov = { pkt, 0 };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-			      .msg_controllen = sizeof(u.b) };
 
 	th_become(a->u);
 	file = open(a->file, O_RDWR | O_CLOEXEC);
@@ -262,12 +255,7 @@ static int pass_fuse_file(void *arg)
 	if (s < 0 || th_raw_try_hello(s) < 0)
 		return 11;
 	procreg__proto_put(pkt, &len, PR_OP_SYNC, 0, 1, 0, NULL, 0, NULL, 0);
-	iov.iov_len = len;
-	u.h.cmsg_level = SOL_SOCKET;
-	u.h.cmsg_type = SCM_RIGHTS;
-	u.h.cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(&u.h), &file, sizeof(int));
-	if (sendmsg(s, &msg, MSG_NOSIGNAL) != (ssize_t)len)
+	if (th_send_fd(s, pkt, len, file) != (ssize_t)len)
 		return 12;
 	pause();
 	return 0;
@@ -429,6 +417,39 @@ static void test_held_close_one_uid(void **state)
 	assert_int_equal(rc, 0);
 }
 
+/* A new uid's (U, A's user) FUSE file passed to the daemon and its close
+ * held (FILE, CAP bytes, filled in): the attacker's pid. The fixture's
+ * handle is closed: a test then ends the daemon under it. */
+static pid_t held_close(struct th_fx *f, struct fuse_srv *fs, struct attack *a,
+			struct th_user *u, char *file, size_t cap)
+{
+	pid_t attacker;
+
+	th_user_new(u);
+	fuse_start(fs, f->dir);
+	snprintf(file, cap, "%s/f", fs->mnt);
+	a->file = file;
+	attacker = attack_start(fs, a);
+	procreg_close(f->reg);
+	f->reg = NULL;
+	return attacker;
+}
+
+/* A name registered, found and removed through REG: each step's result
+ * in ERRS[0..3). */
+static void serve_one(procreg_t *reg, int *errs)
+{
+	errs[0] = procreg_register(reg, "new.name", "m", 1);
+	errs[1] = procreg_lookup(reg, "new.name", NULL);
+	errs[2] = procreg_unregister(reg, "new.name");
+}
+
+/* What a new daemon did: RC its start's, ERRS serve_one's. */
+static const char *verdict(int rc, const int *errs)
+{
+	return rc ? "does not start" : errs[0] || errs[1] || errs[2] ? "does not serve" : "serves";
+}
+
 /*
  * SIGTERM while the daemon's close of a uid's FUSE file waits for ever:
  * the daemon exits all the same, and a new daemon serves the scope (the
@@ -446,27 +467,19 @@ static void test_held_close_sigterm(void **state)
 	procreg_t *reg = NULL;
 	int gone, rc, errs[3] = { -1, -1, -1 };
 
-	th_user_new(&attacker_user);
-	fuse_start(&fs, f->dir);
-	snprintf(file, sizeof(file), "%s/f", fs.mnt);
-	a.file = file;
-	attacker = attack_start(&fs, &a);
-	procreg_close(f->reg);
-	f->reg = NULL;
+	attacker = held_close(f, &fs, &a, &attacker_user, file, sizeof(file));
 	kill(f->d.pid, SIGTERM);
 	gone = th_until(th_exited, &f->d.pid, WAIT_MS);
 	printf("SIGTERM to the daemon whose close of uid %u's file waits: %s\n",
 	       (unsigned)attacker_user.uid, gone ? "exited" : "did not exit");
 	rc = gone ? th_daemon_start(&d2, f->dir, NULL, NULL) : -1;
 	if (rc == 0 && (reg = impatient(f->dir))) {
-		errs[0] = procreg_register(reg, "new.name", "m", 1);
-		errs[1] = procreg_lookup(reg, "new.name", NULL);
-		errs[2] = procreg_unregister(reg, "new.name");
+		serve_one(reg, errs);
 		procreg_close(reg);
 	}
 	printf("a new daemon for the scope, the close still waiting (%s): %s\n",
 	       atomic_load(&fs.answer_all) ? "no" : "yes",
-	       rc ? "does not start" : errs[0] || errs[1] || errs[2] ? "does not serve" : "serves");
+	       verdict(rc, errs));
 	if (rc && gone)
 		th_daemon_dump_log(&d2);
 	fuse_let_go(&fs);
@@ -503,13 +516,7 @@ static void test_held_close_sigkill(void **state)
 	procreg_t *reg = NULL;
 	int rc, errs[3] = { -1, -1, -1 };
 
-	th_user_new(&attacker_user);
-	fuse_start(&fs, f->dir);
-	snprintf(file, sizeof(file), "%s/f", fs.mnt);
-	a.file = file;
-	attacker = attack_start(&fs, &a);
-	procreg_close(f->reg);
-	f->reg = NULL;
+	attacker = held_close(f, &fs, &a, &attacker_user, file, sizeof(file));
 	/* A handle connected to the daemon that dies: it carries on with
 	 * the next one. */
 	reg = impatient(f->dir);
@@ -518,14 +525,12 @@ static void test_held_close_sigkill(void **state)
 	th_daemon_kill(&f->d);
 	rc = th_daemon_start(&d2, f->dir, NULL, NULL);
 	if (rc == 0) {
-		errs[0] = procreg_register(reg, "new.name", "m", 1);
-		errs[1] = procreg_lookup(reg, "new.name", NULL);
-		errs[2] = procreg_unregister(reg, "new.name");
+		serve_one(reg, errs);
 	}
 	procreg_close(reg);
 	printf("SIGKILL to the daemon whose close of uid %u's file waits; a new daemon, the close still waiting (%s): %s\n",
 	       (unsigned)attacker_user.uid, atomic_load(&fs.answer_all) ? "no" : "yes",
-	       rc ? "does not start" : errs[0] || errs[1] || errs[2] ? "does not serve" : "serves");
+	       verdict(rc, errs));
 	if (rc)
 		th_daemon_dump_log(&d2);
 	fuse_let_go(&fs);

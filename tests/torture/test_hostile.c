@@ -868,24 +868,12 @@ static int raw_send_page(int s)
 {
 	uint8_t pkt[64], in[256];
 	size_t len = 0, pos = 0;
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
-	} u = { 0 };
-	struct iovec iov = { pkt, 0 };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-			      .msg_controllen = sizeof(u.b) };
 	struct pr_frame fr;
 	int fd = raw_page();
 	ssize_t n;
 
 	procreg__proto_put(pkt, &len, PR_OP_READERS, 0, 7, 0, NULL, 0, NULL, 0);
-	iov.iov_len = len;
-	u.h.cmsg_level = SOL_SOCKET;
-	u.h.cmsg_type = SCM_RIGHTS;
-	u.h.cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(&u.h), &fd, sizeof(int));
-	assert_int_equal(sendmsg(s, &msg, MSG_NOSIGNAL), (ssize_t)len);
+	assert_int_equal(th_send_fd(s, pkt, len, fd), (ssize_t)len);
 	close(fd);
 	n = recv(s, in, sizeof(in), 0);
 	assert_true(n > 0);
