@@ -388,7 +388,7 @@ static int conn_queue_b(struct conn *c, const uint8_t *data, size_t len, bool bo
 		c->pending_ns = now_ns();
 	}
 	if (c->out_len + len > c->out_cap) {
-		size_t live = c->out_len - c->out_off, cap = c->out_cap ? c->out_cap : 65536;
+		size_t live = conn_live(c), cap = c->out_cap ? c->out_cap : 65536;
 		uint8_t *n;
 
 		if (c->out_off) {
@@ -441,7 +441,7 @@ static int conn_send_some(struct conn *c)
 		ssize_t n;
 
 		if (c->wire_off == c->wire_len) {
-			size_t len = c->out_len - c->out_off;
+			size_t len = conn_live(c);
 			int err;
 
 			c->wire_off = c->wire_len = 0;
