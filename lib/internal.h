@@ -31,6 +31,17 @@
  * one, which C11 (and ThreadSanitizer) count as a data race. */
 #define PR_LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define PR_STORE_RELAXED(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+/* Compare-and-swap, a full barrier, true if *P was OLD and is now NEW.
+ * Rather than liburcu's uatomic_cmpxchg() where threads of this process
+ * hand memory over through the word: that one is inline assembly, which
+ * ThreadSanitizer does not see, so it sees no order between a reader
+ * slot's last user and its next either. */
+#define PR_CAS(p, old, new)                                                         \
+	({                                                                          \
+		__typeof__(*(p)) pr_cas_old_ = (old);                               \
+		__atomic_compare_exchange_n((p), &pr_cas_old_, (new), false,        \
+					    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);    \
+	})
 
 /* ---- sized structs (client.c) ------------------------------------------ */
 

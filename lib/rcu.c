@@ -298,7 +298,7 @@ static struct pr_reader_slot *claim_in(struct pr_rpage_hdr *h, uint64_t tid)
 	for (uint32_t i = 0; i < PR_RPAGE_SLOTS; i++) {
 		uint32_t hw;
 
-		if (PR_LOAD_RELAXED(&s[i].owner) != 0 || uatomic_cmpxchg(&s[i].owner, 0, tid) != 0)
+		if (PR_LOAD_RELAXED(&s[i].owner) != 0 || !PR_CAS(&s[i].owner, 0, tid))
 			continue;
 		CMM_STORE_SHARED(s[i].ctr, 0);
 		CMM_STORE_SHARED(s[i].lookups, 0);
@@ -306,7 +306,7 @@ static struct pr_reader_slot *claim_in(struct pr_rpage_hdr *h, uint64_t tid)
 		 * barrier (the cmpxchg), so the daemon that sees the counter
 		 * scans this far. */
 		while ((hw = PR_LOAD_RELAXED(&h->hw)) < i + 1)
-			if (uatomic_cmpxchg(&h->hw, hw, i + 1) == hw)
+			if (PR_CAS(&h->hw, hw, i + 1))
 				break;
 		return &s[i];
 	}
