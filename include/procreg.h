@@ -58,7 +58,11 @@
  * of the reading process's own (a sealed memfd, 63 threads a page), which
  * it hands to procregd so that reclamation waits for its readers. A child
  * created by fork() may keep using the handle: it makes its own pages and
- * opens its own connection on first use.
+ * opens its own connection on first use, whatever the parent's other
+ * threads were doing with the handle when it forked (a request the parent
+ * had in flight stays the parent's; notices of names the parent lost are
+ * not the child's). fork() waits, at most, for another thread to finish
+ * claiming or giving back a reader slot; never for the daemon.
  *
  * Trust. procreg_open() maps a table only if it belongs to root, to the
  * calling user (its effective uid), to the system user procregd@.service

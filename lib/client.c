@@ -184,6 +184,88 @@ static int activation_dial(const char *path, uid_t trust, int timeout_ms)
 	return fd;
 }
 
+/*
+ * fork() from a process whose other threads use a handle. Only the thread
+ * that forks goes on in the child, and a lock another thread held stays
+ * held there for ever: the child's first request (io) or first read of a
+ * new thread (the reader lock) would wait on it. The reader lock is only
+ * ever held for a few steps that do not wait, so fork() takes it and both
+ * processes give it back. io is held across a whole request, which may
+ * wait for the daemon as long as the handle's timeout: fork() takes it
+ * only if it is free. Taken, what it guards is whole in the child; else
+ * the child starts io afresh and leaves alone what it guards that may be
+ * half-changed. Either way the child closes its copy of the connection
+ * (the parent's requests and replies are the parent's) and drops the
+ * notices (names the parent lost), freed only when whole.
+ */
+static pthread_mutex_t fork_lock = PTHREAD_MUTEX_INITIALIZER;
+static procreg_t *fork_handles;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&fork_lock);
+	for (procreg_t *r = fork_handles; r; r = r->fork_next) {
+		procreg__rcu_fork_lock(&r->rcu);
+		r->fork_io = pthread_mutex_trylock(&r->io) == 0;
+	}
+}
+
+static void fork_parent(void)
+{
+	for (procreg_t *r = fork_handles; r; r = r->fork_next) {
+		if (r->fork_io)
+			pthread_mutex_unlock(&r->io);
+		procreg__rcu_fork_unlock(&r->rcu);
+	}
+	pthread_mutex_unlock(&fork_lock);
+}
+
+static void fork_child(void)
+{
+	for (procreg_t *r = fork_handles; r; r = r->fork_next) {
+		procreg__rcu_fork_unlock(&r->rcu);
+		if (r->fork_io) {
+			lost_free(r);
+			pthread_mutex_unlock(&r->io);
+		} else {
+			pthread_mutex_init(&r->io, NULL);
+			r->lost = NULL;
+			r->lost_tail = &r->lost;
+		}
+		if (r->fd >= 0)
+			close(r->fd);
+		r->fd = -1;
+	}
+	pthread_mutex_init(&fork_lock, NULL);
+}
+
+static void fork_init(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+static void fork_track(procreg_t *reg)
+{
+	pthread_once(&fork_once, fork_init);
+	pthread_mutex_lock(&fork_lock);
+	reg->fork_next = fork_handles;
+	reg->fork_prev = &fork_handles;
+	if (fork_handles)
+		fork_handles->fork_prev = &reg->fork_next;
+	fork_handles = reg;
+	pthread_mutex_unlock(&fork_lock);
+}
+
+static void fork_untrack(procreg_t *reg)
+{
+	pthread_mutex_lock(&fork_lock);
+	*reg->fork_prev = reg->fork_next;
+	if (reg->fork_next)
+		reg->fork_next->fork_prev = reg->fork_prev;
+	pthread_mutex_unlock(&fork_lock);
+}
+
 PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 {
 	struct procreg_opts o;
@@ -229,6 +311,7 @@ PROCREG_API procreg_t *procreg_open(const struct procreg_opts *opts)
 	pthread_mutex_init(&reg->io, NULL);
 	reg->lost_tail = &reg->lost;
 	reg->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 0;
+	fork_track(reg);
 	return reg;
 }
 
@@ -236,6 +319,7 @@ PROCREG_API void procreg_close(procreg_t *reg)
 {
 	if (!reg)
 		return;
+	fork_untrack(reg);
 	procreg__rcu_fini(&reg->rcu);
 	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
 		close(reg->fd);

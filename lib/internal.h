@@ -226,6 +226,10 @@ extern pid_t procreg__pid;        /* getpid(), refreshed after fork */
 
 int procreg__rcu_init(struct pr_rcu *r, struct pr_map *m);
 void procreg__rcu_fini(struct pr_rcu *r);
+/* fork(): the reader lock is taken before and released after in both
+ * processes, so that the child never inherits it held (client.c). */
+void procreg__rcu_fork_lock(struct pr_rcu *r);
+void procreg__rcu_fork_unlock(struct pr_rcu *r);
 /* The calling thread's slot, claiming one on first use. Never NULL but
  * for want of memory: a thread that cannot have a slot the daemon sees
  * gets a private one, and reads unprotected (see pr_read_valid). */
@@ -717,6 +721,10 @@ struct procreg {
 	/* Notices of names lost, read from fd between replies and not yet
 	 * taken by procreg_lost(): oldest first. Under io. */
 	struct pr_lost_note *lost, **lost_tail;
+	/* Every open handle of the process, for fork() (client.c), and
+	 * whether fork() holds io. */
+	struct procreg *fork_next, **fork_prev;
+	bool fork_io;
 };
 
 pid_t procreg__self_pid(void);

@@ -217,6 +217,16 @@ int procreg__rcu_init(struct pr_rcu *r, struct pr_map *m)
 	return 0;
 }
 
+void procreg__rcu_fork_lock(struct pr_rcu *r)
+{
+	pthread_mutex_lock(&r->lock);
+}
+
+void procreg__rcu_fork_unlock(struct pr_rcu *r)
+{
+	pthread_mutex_unlock(&r->lock);
+}
+
 /* Unmap and close every page: ours (the daemon keeps its mapping of each
  * until we exit or it sees the page closed), or, in a child after fork,
  * our copies of the parent's, which the parent keeps using. */

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -201,6 +202,119 @@ static void test_many_threads(void **state)
 	procreg_close(reg);
 }
 
+/*
+ * fork() while other threads are in the middle of requests and of
+ * claiming reader slots: the child's handle must work at once. A child
+ * whose copy of the handle's locks is held by a thread that does not
+ * exist in it would wait for ever on its first request or first read;
+ * each child gets FORK_WAIT_S to register, look itself up and exit.
+ */
+#define FORKS 400
+#define FORK_WAIT_S 20
+
+struct fork_arg {
+	procreg_t *reg;
+	int id;
+	int stop;
+	int failures;
+};
+
+static void *one_read(void *p)
+{
+	procreg_lookup(p, "fork.absent", NULL);
+	return NULL;
+}
+
+static void *fork_busy(void *p)
+{
+	struct fork_arg *a = p;
+	char name[64];
+
+	for (unsigned i = 0; !__atomic_load_n(&a->stop, __ATOMIC_RELAXED); i++) {
+		pthread_t t;
+
+		/* Thread 0 keeps the handle's requests going (io held);
+		 * the others start threads whose first read claims a reader
+		 * slot and whose exit gives it back (the reader lock held). */
+		if (a->id == 0) {
+			snprintf(name, sizeof(name), "fork.busy.%u", i % 20);
+			a->failures += procreg_register(a->reg, name, NULL, 0) != 0;
+			a->failures += procreg_unregister(a->reg, name) != 0;
+		} else if (pthread_create(&t, NULL, one_read, a->reg) == 0) {
+			pthread_join(t, NULL);
+		}
+	}
+	return NULL;
+}
+
+static int fork_child(procreg_t *reg)
+{
+	char name[64];
+	TH_ENTRY(e);
+
+	snprintf(name, sizeof(name), "fork.child.%d", (int)getpid());
+	if (procreg_register(reg, name, NULL, 0) != 0)
+		return 3;
+	if (procreg_lookup(reg, name, &e) != 0 || e.pid != getpid())
+		return 4;
+	return 0;
+}
+
+/* The child's exit status, or -1 if it did not end within FORK_WAIT_S
+ * (then it is killed). */
+static int wait_child(pid_t pid)
+{
+	for (int i = 0; i < FORK_WAIT_S * 1000; i++) {
+		int st;
+		pid_t w = waitpid(pid, &st, WNOHANG);
+
+		if (w == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		usleep(1000);
+	}
+	kill(pid, SIGKILL);
+	th_wait(pid);
+	return -1;
+}
+
+static void test_fork_busy(void **state)
+{
+	struct th_fx *f = *state;
+	pthread_t th[3];
+	struct fork_arg a[3];
+	int hung = 0, bad = 0, last = 0;
+
+	for (int i = 0; i < 3; i++) {
+		a[i] = (struct fork_arg){ .reg = f->reg, .id = i };
+		assert_int_equal(pthread_create(&th[i], NULL, fork_busy, &a[i]), 0);
+	}
+	for (int k = 0; k < FORKS && !hung; k++) {
+		pid_t pid;
+		int st;
+
+		usleep(200 + (unsigned)(k % 7) * 150);
+		pid = fork();
+		if (pid == 0)
+			_exit(fork_child(f->reg));
+		assert_true(pid > 0);
+		st = wait_child(pid);
+		hung += st < 0;
+		if (st > 0) {
+			bad++;
+			last = st;
+		}
+	}
+	for (int i = 0; i < 3; i++) {
+		__atomic_store_n(&a[i].stop, 1, __ATOMIC_RELAXED);
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		assert_int_equal(a[i].failures, 0);
+	}
+	if (hung)
+		fail_msg("a child of fork() did not finish its first request in %d s", FORK_WAIT_S);
+	if (bad)
+		fail_msg("%d children of fork() failed, the last with status %d", bad, last);
+}
+
 static int setup(void **state)
 {
 	return th_fx_start(state, NULL, NULL);
@@ -216,6 +330,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_threads, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fork_busy, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
