@@ -6,7 +6,7 @@
  * Writer (procregd): procreg__w_emit() fills slot s % cap under a
  * seqlock-like protocol (seq = 0, payload, seq = s, feed_head = s), and
  * procreg__w_feed_wake() bumps the futex word once per batch of events
- * and wakes sleepers only when a follower says it sleeps. Followers never
+ * and wakes whoever sleeps on it. Followers never
  * write the table and never make the daemon wait: a follower that falls a
  * whole ring behind finds its events overwritten and is told so.
  *
