@@ -770,7 +770,9 @@ typedef int (*procreg_peer_cb)(const struct procreg_peer *p, void *arg);
 PROCREG_API int procreg_bridge_peers(procreg_t *reg, procreg_peer_cb cb, void *arg);
 
 /* The name of node ID (0: this node) into BUF: 0, -ENOENT for an id not
- * known (or no replication), -ERANGE if LEN is too small. */
+ * known (or no replication), -ERANGE if LEN is too small. A node is known
+ * while it is up, and after it goes down for as long as the table holds
+ * its entries (about a second, for it to come back). */
 PROCREG_API int procreg_node_name(procreg_t *reg, uint32_t id, char *buf, size_t len);
 
 #ifdef __cplusplus

@@ -594,10 +594,11 @@ static void *grow_append(void *v, size_t n, size_t *cap, const void *x, size_t s
 }
 
 /* Read the whole file: *OUT (may be NULL), then CB for each node line
- * and PCB for each peer line. The file is read to its end before a
- * callback is first called, so that -EPROTO comes before any node. */
-static int nodes_read(procreg_t *reg, struct procreg_bridge *out, procreg_node_cb cb, void *arg,
-		      procreg_peer_cb pcb, void *parg)
+ * (and each down line, if DOWN: its name, address and incarnation) and
+ * PCB for each peer line. The file is read to its end before a callback
+ * is first called, so that -EPROTO comes before any node. */
+static int nodes_read(procreg_t *reg, struct procreg_bridge *out, procreg_node_cb cb, bool down,
+		      void *arg, procreg_peer_cb pcb, void *parg)
 {
 	struct procreg_bridge b;
 	struct procreg_node *v = NULL;
@@ -648,6 +649,18 @@ static int nodes_read(procreg_t *reg, struct procreg_bridge *out, procreg_node_c
 				else
 					v = nv, n++;
 			}
+		} else if (down && cb &&
+			   sscanf(line, PR_NODES_DOWN_SCAN, &x.id, x.name, x.addr, inc) == 4) {
+			void *nv;
+
+			x.incarnation = strtoull(inc, NULL, 16);
+			if (!strcmp(x.addr, PR_NODES_NO_ADDR))
+				x.addr[0] = 0;
+			nv = grow_append(v, n, &cap, &x, sizeof(x));
+			if (!nv)
+				err = -ENOMEM;
+			else
+				v = nv, n++;
 		} else if (sscanf(line, PR_NODES_PEER_SCAN, &up, p.addr, p.node) == 3) {
 			p.up = up == 1;
 			if (!strcmp(p.node, PR_NODES_NO_NAME))
@@ -690,14 +703,14 @@ PROCREG_API int procreg_bridge(procreg_t *reg, struct procreg_bridge *out, procr
 		return -EINVAL;
 	if (out)
 		err = PR_SIZED(out, procreg_bridge, nodes);
-	return err ? err : nodes_read(reg, out, cb, arg, NULL, NULL);
+	return err ? err : nodes_read(reg, out, cb, false, arg, NULL, NULL);
 }
 
 PROCREG_API int procreg_bridge_peers(procreg_t *reg, procreg_peer_cb cb, void *arg)
 {
 	if (!reg)
 		return -EINVAL;
-	return nodes_read(reg, NULL, NULL, NULL, cb, arg);
+	return nodes_read(reg, NULL, NULL, false, NULL, cb, arg);
 }
 
 struct name_of {
@@ -726,7 +739,8 @@ PROCREG_API int procreg_node_name(procreg_t *reg, uint32_t id, char *buf, size_t
 
 	if (!reg || !buf)
 		return -EINVAL;
-	err = nodes_read(reg, id == 0 ? &b : NULL, id == 0 ? NULL : name_of_node, &w, NULL, NULL);
+	err = nodes_read(reg, id == 0 ? &b : NULL, id == 0 ? NULL : name_of_node, true, &w, NULL,
+			 NULL);
 	if (err < 0)
 		return err;
 	if (id != 0)

@@ -800,6 +800,52 @@ static void test_node_ids_reused(void **state)
 	th_peer_close(&keeper);
 }
 
+/* A node that goes down keeps its entries a while (the linger, for it to
+ * come back without a blink): all that while, the id in them still names
+ * it (procreg_node_name()), though it is no longer among the nodes up. */
+static void test_down_node_named(void **state)
+{
+	struct cluster *c = *state;
+	static struct th_peer leaver;
+	const char *const env[] = { "PROCREG_TEST_LINGER_MS=1500", NULL };
+	struct procreg_entry e = { .sz = sizeof(e) };
+	PROCREG_OPTS(procreg_bridge, b);
+	char got[64];
+	int checks = 0;
+
+	assert_int_equal(th_node_start(&c->n[0], c->cookie,
+				       (const char *const[]){ "--node-timeout-ms", "60000", NULL },
+				       env), 0);
+	assert_true(fake_node_up(c, &leaver, "leaver", "left-name", WAIT_MS));
+	expect_node_of(c, "left-name", "leaver");
+	th_peer_close(&leaver);
+	expect_log(c->n[0].d.log, "bridge: node leaver: down");
+	/* From its going down until its entries are removed. */
+	while (procreg_lookup(c->n[0].reg, "left-name", &e) == 0) {
+		int err = procreg_node_name(c->n[0].reg, e.node, got, sizeof(got));
+
+		if (err && procreg_lookup(c->n[0].reg, "left-name", NULL) == -ENOENT)
+			break; /* removed between the two */
+		if (err)
+			fail_msg("'left-name' lingers, node id %u: procreg_node_name: %s (check %d)",
+				 (unsigned)e.node, strerror(-err), checks);
+		assert_string_equal(got, "leaver");
+		checks++;
+		usleep(2000);
+	}
+	expect_log(c->n[0].d.log, "bridge: node leaver: 1 entries removed");
+	/* It was looked at while it lingered; it was not counted up. */
+	assert_true(checks > 0);
+	assert_int_equal(procreg_bridge(c->n[0].reg, &b, NULL, NULL), 0);
+	assert_int_equal(b.nodes, 0);
+	th_expect_name(c->n[0].reg, "left-name", 0, true, WAIT_MS);
+	/* Gone, it leaves the nodes file (just after its entries). */
+	for (int i = 0; i < WAIT_MS && procreg_node_name(c->n[0].reg, e.node, got, sizeof(got)) == 0;
+	     i++)
+		usleep(1000);
+	assert_int_equal(procreg_node_name(c->n[0].reg, e.node, got, sizeof(got)), -ENOENT);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -810,6 +856,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_old_version_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unauthenticated_log_limited, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_node_ids_reused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_down_node_named, setup, teardown),
 	};
 
 	/* TEST_FILTER=test_old_version_refused (a glob) runs one test. */

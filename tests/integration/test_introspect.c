@@ -509,7 +509,8 @@ static void test_bridge(void **state)
 		      "stats 1 2 3 4 5\n"
 		      "node 1 beta 10.0.0.2:7000 0000000000000abc 100 6 7 8\n"
 		      "something a later daemon adds\n"
-		      "node 2 gamma - 0000000000000001 200 0 0 0\n",
+		      "node 2 gamma - 0000000000000001 200 0 0 0\n"
+		      "down 3 delta 10.0.0.4:7000 0000000000000002\n",
 		      0644);
 	assert_int_equal(procreg_bridge(f->reg, &b, add_node, &s), 0);
 	assert_string_equal(b.node, "alpha");
@@ -544,7 +545,11 @@ static void test_bridge(void **state)
 	assert_string_equal(name, "alpha");
 	assert_int_equal(procreg_node_name(f->reg, 2, name, sizeof(name)), 0);
 	assert_string_equal(name, "gamma");
-	assert_int_equal(procreg_node_name(f->reg, 3, name, sizeof(name)), -ENOENT);
+	/* A node down whose entries linger is not up, but its id still
+	 * names it. */
+	assert_int_equal(procreg_node_name(f->reg, 3, name, sizeof(name)), 0);
+	assert_string_equal(name, "delta");
+	assert_int_equal(procreg_node_name(f->reg, 4, name, sizeof(name)), -ENOENT);
 	assert_int_equal(procreg_node_name(f->reg, 1, name, 4), -ERANGE);
 
 	/* Not a file of this format; a file others may write. */

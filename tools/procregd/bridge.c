@@ -1340,8 +1340,9 @@ static void nf_peer(void *arg, const struct pr_bridge_peer_info *pi)
 
 /* DIR/procreg.SCOPE.nodes (nodes_file.h), replaced atomically: what
  * procreg_bridge() reads for procreg nodes and procreg stats. One "self"
- * line, one "stats" line, one "node" line per node that is up, one "peer"
- * line per --peer, connected or not (a backend that has them). */
+ * line, one "stats" line, one "node" line per node that is up, one "down"
+ * line per node down whose entries linger, one "peer" line per --peer,
+ * connected or not (a backend that has them). */
 static void write_nodes_file(struct bridge *br)
 {
 	char tmp[sizeof(br->nodes_path) + 8];
@@ -1364,6 +1365,14 @@ static void write_nodes_file(struct bridge *br)
 		(unsigned long long)br->changes_in, (unsigned long long)br->conflicts,
 		(unsigned long long)br->nodes_down, (unsigned long long)br->refused);
 	br->be->nodes(br->b, nf_node, &c);
+	for (size_t i = 0; i < br->nnodes; i++) {
+		const struct node *n = &br->nodes[i];
+
+		if (!n->up && n->linger_until_ns)
+			fprintf(c.f, PR_NODES_DOWN_FMT, (unsigned)(i + 1), n->name,
+				n->addr[0] ? n->addr : PR_NODES_NO_ADDR,
+				(unsigned long long)n->incarnation);
+	}
 	if (br->be->sz > offsetof(struct pr_bridge_backend, peers) && br->be->peers)
 		br->be->peers(br->b, nf_peer, &c);
 	if (fclose(c.f) == 0)
