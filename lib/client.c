@@ -402,7 +402,7 @@ static void disconnect(procreg_t *reg)
  * (BUF: a scratch packet buffer, not reg->out, which may hold the request
  * we connect for). */
 static int exchange(int fd, const uint8_t *frame, size_t len, int pass_fd, uint8_t *buf,
-		    uint16_t want_op)
+		    uint16_t want_op, uint64_t *arm)
 {
 	struct pr_frame f;
 	size_t pos = 0;
@@ -416,6 +416,8 @@ static int exchange(int fd, const uint8_t *frame, size_t len, int pass_fd, uint8
 		return (int)n;
 	if (procreg__proto_next(buf, (size_t)n, &pos, &f) != 1 || f.h.op != (want_op | PR_OP_REPLY))
 		return -EPROTO;
+	if (arm)
+		*arm = f.arm;
 	return f.h.status;
 }
 
@@ -509,10 +511,10 @@ static int send_pages(procreg_t *reg, int fd)
 
 /* HELLO with FLAGS (PR_HELLO_*), and our own pidfd: it proves who we are
  * where the daemon's kernel cannot give it one (SO_PEERPIDFD arrived in
- * 6.5). WAIT: for the reply (its status); else the daemon is asked to
- * send nothing back on this connection (PR_HELLO_QUIET), which is sent
- * and left. */
-static int say_hello(int fd, bool wait, uint8_t *buf, uint32_t flags)
+ * 6.5). WAIT: for the reply (its status, and its arm in *ARM); else the
+ * daemon is asked to send nothing back on this connection
+ * (PR_HELLO_QUIET), which is sent and left. */
+static int say_hello(int fd, bool wait, uint8_t *buf, uint32_t flags, uint64_t *arm)
 {
 	int pidfd = procreg__pidfd_open(procreg__self_pid()), err;
 	uint8_t hello[64];
@@ -520,7 +522,7 @@ static int say_hello(int fd, bool wait, uint8_t *buf, uint32_t flags)
 
 	procreg__proto_put_hello_flags(hello, &pos, PR_OP_HELLO, 0, 0,
 				       wait ? flags : flags | PR_HELLO_QUIET);
-	err = wait ? exchange(fd, hello, pos, pidfd, buf, PR_OP_HELLO)
+	err = wait ? exchange(fd, hello, pos, pidfd, buf, PR_OP_HELLO, arm)
 		   : send_packet(fd, hello, pos, pidfd, MSG_DONTWAIT);
 	if (pidfd >= 0)
 		close(pidfd);
@@ -543,7 +545,7 @@ static int hand_over_pages(procreg_t *reg)
 	fd = connect_to(reg, SOCK_NONBLOCK, path, 0, false);
 	if (fd < 0)
 		return fd;
-	err = say_hello(fd, false, buf, 0);
+	err = say_hello(fd, false, buf, 0, NULL);
 	if (!err)
 		err = send_pages(reg, fd);
 	close(fd);
@@ -554,18 +556,32 @@ static int hand_over_pages(procreg_t *reg)
  * the fd, or a negative errno. Our reader pages go too, on a connection of
  * their own (replies on this one are the caller's): an announcement may
  * have failed (the daemon's backlog full, say); the daemon keeps one copy
- * of each page. Under reg->io (it uses reg->in). */
-static int dial(procreg_t *reg, uint32_t flags)
+ * of each page. With PR_HELLO_NOFILES, *FILES says whether files may be
+ * passed on it all the same (the kernel cannot refuse them). Under reg->io
+ * (it uses reg->in). */
+static int dial(procreg_t *reg, uint32_t flags, bool *files)
 {
 	int fd = connect_to(reg, 0, reg->socket, reg->timeout_ms, true), err;
+	uint64_t arm = 0;
 
 	if (fd < 0)
 		return fd;
-	err = say_hello(fd, true, reg->in, flags);
+	err = say_hello(fd, true, reg->in, flags, &arm);
+	if (!err && arm) {
+		/* We have the reply: from the packet after this one, the
+		 * daemon takes ours in one call (proto.h, server.c). */
+		uint8_t frame[PR_FRAME_HDR + sizeof(arm)];
+		size_t pos = 0;
+
+		procreg__proto_put(frame, &pos, PR_OP_ARM, 0, 0, 0, &arm, sizeof(arm), NULL, 0);
+		err = send_packet(fd, frame, pos, -1, 0);
+	}
 	if (err) {
 		close(fd);
 		return err;
 	}
+	if (files)
+		*files = !arm;
 	hand_over_pages(reg);
 	return fd;
 }
@@ -621,7 +637,7 @@ static int connect_daemon(procreg_t *reg)
 	if (reg->fd >= 0)
 		lost_free(reg);
 	reg->fd = -1;
-	fd = dial(reg, PR_HELLO_NOTICES);
+	fd = dial(reg, PR_HELLO_NOTICES | PR_HELLO_NOFILES, &reg->fd_files);
 	if (fd < 0)
 		return fd;
 	reg->fd = fd;
@@ -638,10 +654,10 @@ PROCREG_API int procreg_feed_fd(procreg_t *reg)
 
 	pthread_mutex_lock(&reg->io);
 	/* No notices here: procreg_feed_fd_clear() reads nothing it gets. */
-	fd = dial(reg, 0);
+	fd = dial(reg, 0, NULL);
 	if (fd >= 0) {
 		procreg__proto_put(frame, &pos, PR_OP_SUBSCRIBE, 0, 1, 0, NULL, 0, NULL, 0);
-		err = exchange(fd, frame, pos, -1, reg->in, PR_OP_SUBSCRIBE);
+		err = exchange(fd, frame, pos, -1, reg->in, PR_OP_SUBSCRIBE, NULL);
 		if (!err && fcntl(fd, F_SETFL, O_NONBLOCK) < 0)
 			err = -errno;
 		if (err) {
@@ -666,21 +682,55 @@ PROCREG_API int procreg_feed_fd_clear(int fd)
 	return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
 }
 
-/* Send a packet from reg->out, connecting first if needed. A connection
- * the daemon closed since our last call (it restarted) is replaced once:
- * safe, because a send that fails delivered nothing. Under reg->io. */
-static int send_fresh(procreg_t *reg, size_t len, int pass_fd)
-{
-	int err = connect_daemon(reg);
+static ssize_t recv_reply(procreg_t *reg);
 
+/* Files on reg->fd again (FILES), before a packet that passes one: since
+ * its PR_HELLO_NOFILES HELLO the kernel refuses them. Under reg->io, no
+ * reply outstanding; reg->out untouched. */
+static int allow_files(procreg_t *reg)
+{
+	uint8_t frame[PR_FRAME_HDR];
+	struct pr_frame f;
+	size_t pos = 0;
+	ssize_t n;
+	int err;
+
+	if (reg->fd_files)
+		return 0;
+	procreg__proto_put(frame, &pos, PR_OP_FILES, 0, 0, 0, NULL, 0, NULL, 0);
+	err = send_packet(reg->fd, frame, pos, -1, 0);
 	if (err)
 		return err;
-	err = send_packet(reg->fd, reg->out, len, pass_fd, 0);
-	if (err == -ECONNRESET || err == -ENOTCONN) {
-		disconnect(reg);
+	n = recv_reply(reg);
+	if (n < 0)
+		return (int)n;
+	pos = 0;
+	if (procreg__proto_next(reg->in, (size_t)n, &pos, &f) != 1 ||
+	    f.h.op != (PR_OP_FILES | PR_OP_REPLY))
+		return -EPROTO;
+	if (f.h.status)
+		return f.h.status;
+	reg->fd_files = true;
+	return 0;
+}
+
+/* Send a packet from reg->out (passing PASS_FD, if not -1), connecting
+ * first if needed. A connection the daemon closed since our last call (it
+ * restarted) is replaced once: safe, because a send that fails delivered
+ * nothing. Under reg->io. */
+static int send_fresh(procreg_t *reg, size_t len, int pass_fd)
+{
+	int err = 0;
+
+	for (int tries = 0; tries < 2; tries++) {
 		err = connect_daemon(reg);
+		if (!err && pass_fd >= 0)
+			err = allow_files(reg);
 		if (!err)
 			err = send_packet(reg->fd, reg->out, len, pass_fd, 0);
+		if (err != -ECONNRESET && err != -ENOTCONN)
+			break;
+		disconnect(reg);
 	}
 	return err;
 }
@@ -940,7 +990,7 @@ PROCREG_API int procreg_ping(procreg_t *reg, int timeout_ms)
 	if (!buf)
 		return -ENOMEM;
 	fd = connect_to(reg, 0, path, timeout_ms > 0 ? timeout_ms : 0, true);
-	err = fd < 0 ? fd : say_hello(fd, true, buf, 0);
+	err = fd < 0 ? fd : say_hello(fd, true, buf, 0, NULL);
 	if (fd >= 0)
 		close(fd);
 	free(buf);
@@ -1099,7 +1149,16 @@ PROCREG_API int procreg_batch(procreg_t *reg, struct procreg_op *ops, size_t n)
 			size_t first = next;
 
 			len = batch_pack(reg, ops, stride, n, &next, &pass_fd);
-			if (len) {
+			if (len && first > 0 && pass_fd >= 0 && !reg->fd_files) {
+				/* FILES first, which is answered in turn. */
+				while (!err && inflight) {
+					err = batch_collect(reg, ops, stride, n);
+					inflight--;
+				}
+				if (!err)
+					err = allow_files(reg);
+			}
+			if (len && !err) {
 				err = first == 0 ? send_fresh(reg, len, pass_fd)
 						 : send_packet(reg->fd, reg->out, len, pass_fd, 0);
 				inflight++;

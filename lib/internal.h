@@ -711,6 +711,7 @@ struct procreg {
 	pid_t fd_pid;             /* the process that made fd: a forked child reconnects */
 	uint64_t fd_gen;          /* the table's daemon_gen when fd was made: a daemon
 				   * started since (a pid may come again) means a new fd */
+	bool fd_files;            /* fd may pass files (else FILES first: proto.h) */
 	uint32_t next_id;
 	int timeout_ms;           /* procreg_opts' .timeout_ms: 0, no limit */
 	char socket[PR_SOCKET_PATH_MAX];

@@ -56,6 +56,13 @@ static int decode_body(struct pr_frame *f)
 			return -EPROTO;
 		memcpy(&f->version, f->body, 4);
 		memcpy(&f->arg, f->body + 4, 4);
+		if (f->body_len >= 16)
+			memcpy(&f->arm, f->body + 8, 8);
+		return 0;
+	case PR_OP_ARM:
+		if (f->body_len < 8)
+			return -EPROTO;
+		memcpy(&f->arm, f->body, 8);
 		return 0;
 	case PR_OP_LOST: {
 		struct lost_body lb;
@@ -89,6 +96,7 @@ static int decode_body(struct pr_frame *f)
 	case PR_OP_SUBSCRIBE:
 	case PR_OP_NOTIFY:
 	case PR_OP_READERS:
+	case PR_OP_FILES:
 		return 0;
 	default:
 		return -EPROTO;
@@ -96,8 +104,8 @@ static int decode_body(struct pr_frame *f)
 }
 
 /* procreg__proto_next clears a frame's fields one by one: a field added
- * after time_ns, the last it clears, must be cleared there too. */
-_Static_assert(offsetof(struct pr_frame, time_ns) + sizeof(uint64_t) == sizeof(struct pr_frame),
+ * after arm, the last it clears, must be cleared there too. */
+_Static_assert(offsetof(struct pr_frame, arm) + sizeof(uint64_t) == sizeof(struct pr_frame),
 	       "every field of a frame is cleared in procreg__proto_next");
 
 int procreg__proto_next(const uint8_t *buf, size_t len, size_t *pos, struct pr_frame *f)
@@ -120,6 +128,7 @@ int procreg__proto_next(const uint8_t *buf, size_t len, size_t *pos, struct pr_f
 	f->version = 0;
 	f->pid = 0;
 	f->time_ns = 0;
+	f->arm = 0;
 	if (f->h.len < PR_FRAME_HDR || f->h.len % 8 || f->h.len > len - p) {
 		f->body = NULL;
 		f->body_len = 0;
@@ -157,9 +166,20 @@ int procreg__proto_put(uint8_t *buf, size_t *pos, uint16_t op, uint16_t flags,
 int procreg__proto_put_hello_flags(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
 				   int32_t status, uint32_t flags)
 {
-	uint32_t body[2] = { PR_PROTO_VERSION, flags };
+	uint32_t body[4] = { PR_PROTO_VERSION, flags, 0, 0 };
 
-	return procreg__proto_put(buf, pos, op, 0, id, status, body, sizeof(body), NULL, 0);
+	return procreg__proto_put(buf, pos, op, 0, id, status, body,
+				  flags & PR_HELLO_NOFILES ? 16 : 8, NULL, 0);
+}
+
+int procreg__proto_put_hello_arm(uint8_t *buf, size_t *pos, uint32_t id, int32_t status,
+				 uint64_t arm)
+{
+	uint32_t body[4] = { PR_PROTO_VERSION, 0 };
+
+	memcpy(&body[2], &arm, sizeof(arm));
+	return procreg__proto_put(buf, pos, PR_OP_HELLO | PR_OP_REPLY, 0, id, status, body,
+				  sizeof(body), NULL, 0);
 }
 
 int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,

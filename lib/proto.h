@@ -18,14 +18,29 @@
  * cannot send, so a client that never reads only stalls itself.
  *
  * Requests:
- *   HELLO       u32 version, u32 flags. Must be the first frame of a
- *               connection, alone in its packet; may carry the client's own
- *               pidfd (pidfd_open(getpid())) as SCM_RIGHTS, which the daemon
- *               uses where the kernel lacks SO_PEERPIDFD. Reply: u32 version.
+ *   HELLO       u32 version, u32 flags[, u64 zero]. Must be the first frame
+ *               of a connection, alone in its packet; may carry the client's
+ *               own pidfd (pidfd_open(getpid())) as SCM_RIGHTS, which the
+ *               daemon uses where the kernel lacks SO_PEERPIDFD. Reply: u32
+ *               version, u32 zero[, u64 arm].
  *               flags PR_HELLO_NOTICES: the client takes notices (LOST,
  *               below) on this connection, between replies;
  *               PR_HELLO_QUIET: nothing is sent back on this connection, not
- *               even the reply to HELLO (see below).
+ *               even the reply to HELLO (see below);
+ *               PR_HELLO_NOFILES (with the u64): the client will pass no
+ *               file on this connection after its HELLO unless it sends
+ *               FILES first. Where the kernel can refuse them
+ *               (SO_PASSRIGHTS, Linux 6.16), the daemon has it do so and
+ *               answers with a random non-zero arm; else arm is 0, and
+ *               files pass as ever.
+ *   ARM         u64 arm, alone in its packet, unanswered: the first packet
+ *               after a HELLO reply whose arm is not 0, with that arm. A
+ *               packet sent after it is taken in one call instead of peeked
+ *               first (server.c): only a client that has the reply knows
+ *               the arm, and it was sent after the kernel began to refuse
+ *               files. A wrong arm closes the connection.
+ *   FILES       empty: files pass again on this connection (after a
+ *               PR_HELLO_NOFILES HELLO), from the reply on.
  *   REGISTER    u16 name_len, u16 meta_len, u32 lease_ms; name; meta.
  *               flags PR_F_PIDFD: the owner is the process of the pidfd
  *               passed as SCM_RIGHTS with this packet (one frame per packet);
@@ -108,6 +123,8 @@ enum pr_op {
 	PR_OP_NOTIFY = 9,
 	PR_OP_LOST = 10,
 	PR_OP_READERS = 11,
+	PR_OP_ARM = 12,
+	PR_OP_FILES = 13,
 	PR_OP_REPLY = 0x8000,
 };
 
@@ -121,6 +138,7 @@ enum pr_op {
 #define PR_F_SIGNAL_MASK 0x7f00
 #define PR_HELLO_NOTICES 0x1  /* HELLO flags: notices welcome */
 #define PR_HELLO_QUIET 0x2    /* HELLO flags: nothing is sent back on this connection */
+#define PR_HELLO_NOFILES 0x4  /* HELLO flags: no file passed after this HELLO */
 
 struct pr_frame_hdr {
 	uint16_t op;
@@ -146,6 +164,7 @@ struct pr_frame {
 	uint32_t version;   /* HELLO */
 	uint32_t pid;       /* LOST: the winner's */
 	uint64_t time_ns;   /* LOST */
+	uint64_t arm;       /* HELLO's reply, ARM */
 };
 
 /* Next frame of BUF[*pos..len). 1 and *f filled, 0 at the end, -EBADMSG if
@@ -189,9 +208,13 @@ static inline int procreg__proto_put_status(uint8_t *buf, size_t *pos, uint16_t 
 /* HELLO (op PR_OP_HELLO) or its reply (PR_OP_HELLO | PR_OP_REPLY). */
 int procreg__proto_put_hello(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
 			     int32_t status);
-/* The same, with the HELLO's flags (PR_HELLO_*). */
+/* The same, with the HELLO's flags (PR_HELLO_*): with PR_HELLO_NOFILES,
+ * the u64 too, so that the reply's arm makes it no longer. */
 int procreg__proto_put_hello_flags(uint8_t *buf, size_t *pos, uint16_t op, uint32_t id,
 				   int32_t status, uint32_t flags);
+/* A HELLO reply with ARM, the word of the ARM to come (0: none). */
+int procreg__proto_put_hello_arm(uint8_t *buf, size_t *pos, uint32_t id, int32_t status,
+				 uint64_t arm);
 /* A LOST notice: NAME lost to NODE's registration (pid WINNER), for REASON,
  * at TIME_NS. A decoded one: f->name, f->meta (the node), f->arg (the
  * reason), f->pid, f->time_ns. */

@@ -1429,6 +1429,209 @@ static void test_killed_reader_does_not_stop_reclamation(void **state)
 	unsetenv("TH_DIR");
 }
 
+/* ---- files refused (PR_HELLO_NOFILES, proto.h) ---------------------------- */
+
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83
+#endif
+
+/* HELLO with PR_HELLO_NOFILES (and our pidfd) on raw connection FD: its
+ * status, the reply's arm in *ARM. */
+static int hello_nofiles(int fd, uint64_t *arm)
+{
+	static uint8_t buf[PR_PACKET_MAX];
+	int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	struct pr_frame f;
+	size_t pos = 0;
+	ssize_t n;
+
+	procreg__proto_put_hello_flags(buf, &pos, PR_OP_HELLO, 1, 0, PR_HELLO_NOFILES);
+	n = th_send_fd(fd, buf, pos, pidfd);
+	close(pidfd);
+	assert_int_equal(n, (ssize_t)pos);
+	n = recv(fd, buf, sizeof(buf), 0);
+	assert_true(n > 0);
+	pos = 0;
+	assert_int_equal(procreg__proto_next(buf, (size_t)n, &pos, &f), 1);
+	assert_int_equal(f.h.op, PR_OP_HELLO | PR_OP_REPLY);
+	*arm = f.arm;
+	return f.h.status;
+}
+
+static void send_arm(int fd, uint64_t arm)
+{
+	uint8_t pkt[64];
+	size_t pos = 0;
+
+	procreg__proto_put(pkt, &pos, PR_OP_ARM, 0, 0, 0, &arm, sizeof(arm), NULL, 0);
+	assert_int_equal(send(fd, pkt, pos, MSG_NOSIGNAL), (ssize_t)pos);
+}
+
+/* NAME registered for the process of PIDFD, passed: what sendmsg() says
+ * (0, or -errno). */
+static int register_with_fd(int s, int pidfd, const char *name)
+{
+	uint8_t pkt[128];
+	size_t pos = 0;
+
+	procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, PR_F_PIDFD, 2, name, strlen(name),
+				NULL, 0);
+	return th_send_fd(s, pkt, pos, pidfd) == (ssize_t)pos ? 0 : -errno;
+}
+
+static bool kernel_refuses_files(void)
+{
+	int sv[2], off = 0;
+	bool ok;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		return false;
+	ok = setsockopt(sv[0], SOL_SOCKET, SO_PASSRIGHTS, &off, sizeof(off)) == 0;
+	close(sv[0]);
+	close(sv[1]);
+	return ok;
+}
+
+/*
+ * A client that will pass no file says so in its HELLO: the kernel then
+ * refuses its files (the daemon takes its packets in one call, not two),
+ * and a wrong ARM ends its connection. FILES lets files pass again, for a
+ * registration by pidfd; the library asks for it before one, in a call of
+ * its own or in a batch.
+ */
+static void test_files_refused(void **state)
+{
+	struct fx *f = *state;
+	static uint8_t pkt[256];
+	uint64_t arm = 0, arm2 = 0;
+	int fd, fd2, pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	size_t pos;
+	TH_ENTRY(e);
+
+	if (!kernel_refuses_files()) {
+		printf("SKIPPED: this kernel lacks SO_PASSRIGHTS (Linux 6.16): files pass as ever\n");
+		skip();
+	}
+	assert_true(pidfd >= 0);
+	/* Refused from the reply on; a request before the ARM is served. */
+	fd = th_raw_connect(f->dir);
+	assert_int_equal(hello_nofiles(fd, &arm), 0);
+	assert_true(arm != 0);
+	assert_int_equal(register_with_fd(fd, pidfd, "nofiles.refused"), -EPERM);
+	pos = 0;
+	procreg__proto_put(pkt, &pos, PR_OP_SYNC, 0, 3, 0, NULL, 0, NULL, 0);
+	assert_int_equal(raw_exchange(fd, pkt, pos), 0);
+	/* A wrong ARM: closed, unanswered. */
+	send_arm(fd, arm + 1);
+	assert_true(recv(fd, pkt, sizeof(pkt), 0) <= 0);
+	close(fd);
+
+	/* The right one: requests served as ever. */
+	fd2 = th_raw_connect(f->dir);
+	assert_int_equal(hello_nofiles(fd2, &arm2), 0);
+	assert_true(arm2 != 0 && arm2 != arm);
+	send_arm(fd2, arm2);
+	pos = 0;
+	procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, 0, 4, "nofiles.raw", 11, "m", 1);
+	assert_int_equal(raw_exchange(fd2, pkt, pos), 0);
+	assert_int_equal(procreg_lookup(f->reg, "nofiles.raw", &e), 0);
+	assert_int_equal(e.pid, getpid());
+	assert_int_equal(register_with_fd(fd2, pidfd, "nofiles.refused"), -EPERM);
+	/* FILES: a registration by pidfd goes through. */
+	pos = 0;
+	procreg__proto_put(pkt, &pos, PR_OP_FILES, 0, 5, 0, NULL, 0, NULL, 0);
+	assert_int_equal(raw_exchange(fd2, pkt, pos), 0);
+	assert_int_equal(register_with_fd(fd2, pidfd, "nofiles.pidfd"), 0);
+	assert_true(recv(fd2, pkt, sizeof(pkt), 0) > 0);
+	assert_int_equal(procreg_lookup(f->reg, "nofiles.pidfd", NULL), 0);
+	close(fd2);
+
+	/* A file sent before the daemon read the HELLO (it is stopped
+	 * meanwhile) passes: the kernel refused nothing yet, and the packet
+	 * is taken as one that may carry a file. */
+	fd = th_raw_connect(f->dir);
+	kill(f->d.pid, SIGSTOP);
+	pos = 0;
+	procreg__proto_put_hello_flags(pkt, &pos, PR_OP_HELLO, 1, 0, PR_HELLO_NOFILES);
+	assert_int_equal(send(fd, pkt, pos, MSG_NOSIGNAL), (ssize_t)pos);
+	assert_int_equal(register_with_fd(fd, pidfd, "nofiles.early"), 0);
+	kill(f->d.pid, SIGCONT);
+	assert_true(recv(fd, pkt, sizeof(pkt), 0) > 0); /* HELLO */
+	assert_true(recv(fd, pkt, sizeof(pkt), 0) > 0); /* REGISTER */
+	pos = 0;
+	{
+		struct pr_frame rf;
+
+		assert_int_equal(procreg__proto_next(pkt, sizeof(struct pr_frame_hdr), &pos, &rf), 1);
+		assert_int_equal(rf.h.status, 0);
+	}
+	assert_int_equal(procreg_lookup(f->reg, "nofiles.early", &e), 0);
+	assert_int_equal(e.pid, getpid());
+	close(fd);
+
+	/* The library: a connection made for plain requests, then one by
+	 * pidfd; then a batch whose pidfd comes after plain ones, on a
+	 * connection made anew. */
+	assert_int_equal(procreg_register(f->reg, "nofiles.lib", NULL, 0), 0);
+	assert_int_equal(procreg_register_pidfd(f->reg, pidfd, "nofiles.lib.pidfd", NULL, 0), 0);
+	{
+		procreg_t *reg = th_open(f->dir);
+		struct procreg_op ops[40];
+
+		assert_non_null(reg);
+		for (int i = 0; i < 40; i++) {
+			static char names[40][32];
+
+			snprintf(names[i], sizeof(names[i]), "nofiles.batch.%d", i);
+			ops[i] = (struct procreg_op){ .sz = sizeof(ops[i]),
+						      .kind = PROCREG_OP_REGISTER, .name = names[i],
+						      .pidfd = -1 };
+			if (i == 30) {
+				ops[i].flags = PROCREG_PIDFD;
+				ops[i].pidfd = pidfd;
+			}
+		}
+		assert_int_equal(procreg_register(reg, "nofiles.first", NULL, 0), 0);
+		assert_int_equal(procreg_batch(reg, ops, 40), 0);
+		for (int i = 0; i < 40; i++)
+			assert_int_equal(ops[i].result, 0);
+		assert_int_equal(procreg_lookup(f->reg, "nofiles.batch.30", NULL), 0);
+		procreg_close(reg);
+	}
+	close(pidfd);
+}
+
+static int setup_no_passrights(void **state)
+{
+	static const char *const env[] = { "PROCREG_NO_PASSRIGHTS=1", NULL };
+	return th_fx_start(state, NULL, env);
+}
+
+/* A daemon whose kernel cannot refuse files (before 6.16): HELLO's arm is
+ * 0, files pass, an ARM is a protocol error; the library's calls work as
+ * on any other. */
+static void test_files_not_refused(void **state)
+{
+	struct fx *f = *state;
+	uint64_t arm = 1;
+	uint8_t pkt[64];
+	int fd, pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+
+	test_register_lookup_unregister(state);
+	test_register_pidfd(state);
+	test_batch(state);
+	fd = th_raw_connect(f->dir);
+	assert_int_equal(hello_nofiles(fd, &arm), 0);
+	assert_int_equal(arm, 0);
+	assert_int_equal(register_with_fd(fd, pidfd, "passed.anyway"), 0);
+	assert_true(recv(fd, pkt, sizeof(pkt), 0) > 0);
+	assert_int_equal(procreg_lookup(f->reg, "passed.anyway", NULL), 0);
+	send_arm(fd, 42);
+	assert_true(recv(fd, pkt, sizeof(pkt), 0) <= 0);
+	close(fd);
+	close(pidfd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1451,6 +1654,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dead_while_down, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sigterm_clean, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fallback_identity, setup_fallback, teardown),
+		cmocka_unit_test_setup_teardown(test_files_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_files_not_refused, setup_no_passrights, teardown),
 		cmocka_unit_test_setup_teardown(test_killed_reader_does_not_stop_reclamation, setup,
 						teardown),
 	};

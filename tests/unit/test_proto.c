@@ -71,6 +71,39 @@ static void test_roundtrip(void **state)
 	assert_int_equal(f.arg, PR_HELLO_NOTICES);
 	free(c);
 
+	/* A HELLO that asks for files to be refused has room for the arm
+	 * its reply carries: the reply is no longer. An ARM gives it back,
+	 * and one cut short is malformed. */
+	pos = rpos = 0;
+	assert_int_equal(procreg__proto_put_hello_flags(buf, &pos, PR_OP_HELLO, 79, 0,
+							PR_HELLO_NOFILES), 0);
+	assert_int_equal(pos, PR_FRAME_HDR + 16);
+	{
+		size_t rlen = 0;
+		uint64_t arm = 0x0123456789abcdefull;
+
+		assert_int_equal(procreg__proto_put_hello_arm(buf + pos, &rlen, 79, 0, arm), 0);
+		assert_int_equal(rlen, pos);
+		c = th_exact(buf + pos, rlen);
+		assert_int_equal(procreg__proto_next(c, rlen, &rpos, &f), 1);
+		assert_int_equal(f.h.op, PR_OP_HELLO | PR_OP_REPLY);
+		assert_int_equal(f.arm, arm);
+		free(c);
+		rlen = rpos = 0;
+		assert_int_equal(procreg__proto_put(buf, &rlen, PR_OP_ARM, 0, 0, 0, &arm,
+						    sizeof(arm), NULL, 0), 0);
+		c = th_exact(buf, rlen);
+		assert_int_equal(procreg__proto_next(c, rlen, &rpos, &f), 1);
+		assert_int_equal(f.arm, arm);
+		free(c);
+		rlen = rpos = 0;
+		assert_int_equal(procreg__proto_put(buf, &rlen, PR_OP_ARM, 0, 0, 0, NULL, 0, NULL,
+						    0), 0);
+		c = th_exact(buf, rlen);
+		assert_int_equal(procreg__proto_next(c, rlen, &rpos, &f), -EPROTO);
+		free(c);
+	}
+
 	/* A LOST notice; a LOST that is no reply is malformed, and one whose
 	 * strings run past it too. */
 	pos = rpos = 0;

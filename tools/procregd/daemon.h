@@ -106,6 +106,9 @@ struct client {
 				   * what it sent, reply to nobody */
 	bool parked;              /* out of the epoll set while its uid's passed
 				   * files wait to be closed (closer.c) */
+	bool nofiles;             /* the kernel refuses it files, and it has shown
+				   * it knows (ARM): packets taken, not peeked */
+	uint64_t arm;             /* the ARM awaited (PR_HELLO_NOFILES), or 0 */
 	uint64_t accept_ticks;    /* when accepted, in /proc start-time ticks */
 	struct ident id;
 	struct out_packet *pending, **pending_tail; /* replies the socket would not take */
@@ -189,6 +192,7 @@ struct daemon {
 	int spare_fd;
 	bool stop;
 	bool no_peerpidfd;        /* PROCREG_NO_PEERPIDFD: test the 6.1 path */
+	bool no_passrights;       /* PROCREG_NO_PASSRIGHTS: test the path before 6.16 */
 	bool accept_paused;       /* lfd out of the epoll set: out of fds, no spare */
 	bool socket_inherited;    /* lfd came from LISTEN_FDS: not ours to unlink */
 	uid_t uid;                /* ours: privileged like root (uid_privileged) */

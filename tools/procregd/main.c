@@ -657,6 +657,7 @@ static int setup(struct daemon *d)
 	d->notify_fd = d->watchdog_fd = -1;
 	d->uid = geteuid();
 	d->no_peerpidfd = getenv("PROCREG_NO_PEERPIDFD") != NULL;
+	d->no_passrights = getenv("PROCREG_NO_PASSRIGHTS") != NULL;
 	err = procreg__paths(&d->paths, d->o.scope, d->o.dir, d->o.socket);
 	if (err) {
 		log_err("scope or directory: %s", strerror(-err));

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -38,6 +39,9 @@ PR_PROBE_DEFINE(procregd, reply);
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
+#endif
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83
 #endif
 
 #define MAX_PENDING_BYTES (4u << 20)
@@ -510,6 +514,49 @@ static int flush_pending(struct daemon *d, struct client *c)
 
 /* ---- requests --------------------------------------------------------- */
 
+/*
+ * A file passed with a packet is one this thread may have to close, and a
+ * close may wait (closer.c): so packets are peeked first, and taken only
+ * once every file they carry is installed (server_client_event), two calls
+ * a packet. A client that will pass none (PR_HELLO_NOFILES) has the kernel
+ * refuse them instead (SO_PASSRIGHTS, Linux 6.16: a send with a file fails
+ * with EPERM), and its packets are taken in one call, once none it sent
+ * before the refusal can be queued still: from the packet after an ARM
+ * with the word its HELLO's reply gave (proto.h), which the client could
+ * only send after that reply, and so after the refusal began. Where the
+ * kernel cannot, files pass as ever and the reply's arm is 0.
+ */
+static void refuse_files(struct daemon *d, struct client *c)
+{
+	int off = 0, on = 1;
+	uint64_t arm = 0;
+
+	if (d->no_passrights ||
+	    setsockopt(c->fd, SOL_SOCKET, SO_PASSRIGHTS, &off, sizeof(off)) < 0)
+		return;
+	/* Never blocking (a daemon started early in boot): without an arm,
+	 * files pass again. */
+	if (getrandom(&arm, sizeof(arm), GRND_NONBLOCK) != (ssize_t)sizeof(arm) || !arm) {
+		(void)setsockopt(c->fd, SOL_SOCKET, SO_PASSRIGHTS, &on, sizeof(on));
+		return;
+	}
+	c->arm = arm;
+}
+
+/* FILES: the kernel passes this client's files again, and its packets are
+ * peeked again (before the reply, so before any can carry one). */
+static int allow_files(struct client *c)
+{
+	int on = 1;
+
+	if ((c->nofiles || c->arm) &&
+	    setsockopt(c->fd, SOL_SOCKET, SO_PASSRIGHTS, &on, sizeof(on)) < 0)
+		return -errno;
+	c->nofiles = false;
+	c->arm = 0;
+	return 0;
+}
+
 static int hello(struct daemon *d, struct client *c, const struct pr_frame *f, int passed_fd)
 {
 	pid_t pid;
@@ -546,6 +593,10 @@ static int hello(struct daemon *d, struct client *c, const struct pr_frame *f, i
 			return -EPERM;
 	}
 	c->hello_done = true;
+	/* Only a HELLO with room for the arm in its reply (no reply is
+	 * longer than its request) and that wants one. */
+	if ((f->arg & PR_HELLO_NOFILES) && f->body_len >= 16 && !(f->arg & PR_HELLO_QUIET))
+		refuse_files(d, c);
 	c->notices = f->arg & PR_HELLO_NOTICES;
 	/* It sends and closes without reading (reader pages): anything we
 	 * sent would be left unread, and its close would then reset the
@@ -751,6 +802,8 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 		return 0;
 	case PR_OP_READERS:
 		return readers_add(d, &c->id, passed_fd);
+	case PR_OP_FILES:
+		return allow_files(c);
 	case PR_OP_SUBSCRIBE:
 		if (!c->subscribed) {
 			c->subscribed = true;
@@ -813,6 +866,20 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 		uint64_t t0 = PR_TRACE_CLOCK(procregd, reply);
 
 		frames++;
+		if (f.h.op == PR_OP_ARM && r == 1) {
+			/* Unanswered. Alone in its packet, with the word the
+			 * HELLO's reply gave: else the client broke the
+			 * protocol, or guesses. */
+			if (frames > 1 || pos != len || !c->arm || f.arm != c->arm) {
+				log_limited(&d->dropped_log, "clients closed",
+					    "client pid %d uid %u: ARM not as its HELLO's reply said, closing",
+					    (int)c->id.pid, (unsigned)c->id.uid);
+				return -EPROTO;
+			}
+			c->arm = 0;
+			c->nofiles = true;
+			continue;
+		}
 		PR_TRACE(procregd, request, f.h.op, c->id.pid, f.name, f.name_len, f.h.id);
 		if (r == -EPROTO || (f.h.op & PR_OP_REPLY))
 			status = -EBADMSG;
@@ -825,11 +892,15 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 			status = handle_frame(d, c, &f, passed_fd);
 		PR_TRACE(procregd, reply, f.h.op, c->id.pid, status, t0 ? procreg__mono_ns() - t0 : 0,
 			 f.h.id);
-		/* A HELLO with its body has a HELLO back; one without (no
-		 * client sends it) only its status, so that no reply is
-		 * longer than its request: a packet of them fits d->out as
-		 * every packet does, one reply to each frame. */
-		if (f.h.op == PR_OP_HELLO && f.body_len >= 2 * sizeof(uint32_t))
+		/* A HELLO with its body has a HELLO back (with the arm, if
+		 * it has room for it); one without (no client sends it) only
+		 * its status, so that no reply is longer than its request: a
+		 * packet of them fits d->out as every packet does, one reply
+		 * to each frame. */
+		if (f.h.op == PR_OP_HELLO && f.body_len >= 16)
+			procreg__proto_put_hello_arm(d->out, &out, f.h.id, status,
+						     status ? 0 : c->arm);
+		else if (f.h.op == PR_OP_HELLO && f.body_len >= 2 * sizeof(uint32_t))
 			procreg__proto_put_hello(d->out, &out, PR_OP_HELLO | PR_OP_REPLY, f.h.id,
 						 status);
 		else
@@ -908,13 +979,15 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 				      .msg_control = u.b, .msg_controllen = sizeof(u.b) };
 		ssize_t n;
 		int nfds, want;
+		bool peek;
 
 		/* Its uid has as many files waiting to be closed as it may. */
 		if (closer_over(d, c->id.uid)) {
 			park(d, c);
 			return;
 		}
-		/* Peeked, then taken. A file the kernel cannot install (the
+		/* Peeked, then taken, unless it can carry no file (nofiles:
+		 * refuse_files()). A file the kernel cannot install (the
 		 * daemon out of fds) it drops, and were that its last
 		 * reference, its close would run on this thread, where it may
 		 * wait (closer.c). A peek installs copies and the packet keeps
@@ -922,7 +995,8 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 		 * packet drops only references that are not the last. One
 		 * that is not (MSG_CTRUNC) is left queued, for a closing
 		 * process to drain with the connection. */
-		n = recvmsg(c->fd, &msg, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		peek = !c->nofiles;
+		n = recvmsg(c->fd, &msg, (peek ? MSG_PEEK : 0) | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
 				return;
@@ -932,7 +1006,7 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 		/* Before anything else: an empty packet, which reads as the
 		 * end of the connection, may carry fds too. */
 		nfds = passed_fds(&msg, fds);
-		if (n > 0 && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
+		if (n > 0 && peek && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
 		    recv(c->fd, NULL, 0, MSG_DONTWAIT) < 0) {
 			err = -errno;
 		} else if (n == 0) {
