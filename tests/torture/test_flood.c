@@ -1079,6 +1079,119 @@ static void test_ctrunc_lingering(void **state)
 	attack_end(f, &u, reg, errs, &c);
 }
 
+/* As the unprivileged user: a connection; once told to go (the daemon
+ * stopped), a HELLO that says no file will follow (PR_HELLO_NOFILES) and,
+ * before the daemon can read it, a REGISTER by "pidfd" with LG_EARLY
+ * sockets whose close waits an hour, closed here at once; then the
+ * HELLO's reply, and the end of the connection. */
+#define LG_EARLY 16
+
+static int early_lingering(void *arg)
+{
+	const struct lg_arg *a = arg;
+	int socks[LG_EARLY], peers[LG_EARLY], fd;
+	uint8_t pkt[256];
+	size_t len = 0;
+	char b;
+
+	th_become(a->u);
+	fd = th_raw_try_connect(getenv("FLOOD_DIR"));
+	if (fd < 0)
+		return 20;
+	for (int i = 0; i < LG_EARLY; i++)
+		if ((socks[i] = lingering_socket(&peers[i])) < 0)
+			return 21;
+	if (write(a->ready, "", 1) != 1 || read(a->go, &b, 1) != 1)
+		return 22;
+	procreg__proto_put_hello_flags(pkt, &len, PR_OP_HELLO, 1, 0, PR_HELLO_NOFILES);
+	if (send(fd, pkt, len, MSG_NOSIGNAL) != (ssize_t)len)
+		return 23;
+	len = 0;
+	procreg__proto_put_name(pkt, &len, PR_OP_REGISTER, PR_F_PIDFD, 2, "early.name", 10, "m", 1);
+	if (send_fds(fd, pkt, len, socks, LG_EARLY, 1, false, 0) != (ssize_t)len)
+		return 24;
+	for (int i = 0; i < LG_EARLY; i++)
+		let_go(socks[i]);
+	if (write(a->ready, "", 1) != 1)
+		return 25;
+	if (recv(fd, pkt, sizeof(pkt), 0) <= 0 || !ended(fd, WAIT_MS))
+		return 26;
+	if (write(a->done, "", 1) != 1)
+		return 27;
+	pause();
+	return 0;
+}
+
+/*
+ * The same as test_ctrunc_lingering, through the window a client that
+ * says it will pass no file has before the kernel refuses its files: a
+ * packet it sent before the daemon read its HELLO carries sockets whose
+ * close waits, and reaches a daemon with fds for only a few of them (its
+ * limit lowered while it is stopped). Such a packet must still be peeked
+ * first, not taken in one call: the kernel would drop what it cannot
+ * install, the last references, on the serving thread. The daemon ends
+ * the connection, and serves another client at once.
+ */
+static void test_ctrunc_before_arm(void **state)
+{
+	struct th_fx *f = *state;
+	struct th_fdcount c;
+	struct th_user u;
+	struct rlimit old, low;
+	struct lg_arg a;
+	int ready[2], go[2], done[2], errs[3] = { -1, -1, -1 };
+	struct pollfd p;
+	procreg_t *reg = attack_begin(f, &u, &c);
+	bool sent, ended_ok = false;
+	pid_t kid;
+	char b;
+
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(go, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(done, O_CLOEXEC), 0);
+	a = (struct lg_arg){ .u = &u, .ready = ready[1], .go = go[0], .done = done[1] };
+	kid = th_fork(early_lingering, &a);
+	assert_true(kid > 0);
+	close(ready[1]);
+	close(go[0]);
+	close(done[1]);
+	p = (struct pollfd){ ready[0], POLLIN, 0 };
+	assert_true(poll(&p, 1, WAIT_MS) == 1 && read(ready[0], &b, 1) == 1);
+	/* Stopped, the daemon reads nothing until both packets are queued;
+	 * then it may have fds for its accept, the peer's pidfd, the HELLO's
+	 * reads of /proc and two more: not for LG_EARLY. */
+	assert_int_equal(kill(f->d.pid, SIGSTOP), 0);
+	assert_int_equal(write(go[1], "", 1), 1);
+	sent = poll(&p, 1, WAIT_MS) == 1 && read(ready[0], &b, 1) == 1;
+	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, NULL, &old), 0);
+	low = (struct rlimit){ (rlim_t)th_count_fds(f->d.pid) + 5, old.rlim_max };
+	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &low, NULL), 0);
+	assert_int_equal(kill(f->d.pid, SIGCONT), 0);
+	if (sent) {
+		p = (struct pollfd){ done[0], POLLIN, 0 };
+		ended_ok = poll(&p, 1, WAIT_MS) == 1 && read(done[0], &b, 1) == 1;
+	}
+	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &old, NULL), 0);
+	if (ended_ok)
+		try_serving(reg, "early.after", errs);
+	close(ready[0]);
+	close(go[1]);
+	close(done[0]);
+	if (!ended_ok) {
+		int st;
+
+		kill(kid, SIGKILL);
+		st = th_wait(kid);
+		th_daemon_dump_log(&f->d);
+		fail_msg("the daemon did not end the connection in %d s (the attacker exited %d)",
+			 WAIT_MS / 1000, st);
+	}
+	th_kill_wait(&kid);
+	printf("passed %d sockets whose close waits an hour, before the HELLO that refuses files "
+	       "was read, to a daemon with fds for few\n", LG_EARLY);
+	attack_end(f, &u, reg, errs, &c);
+}
+
 /* ---- an unprivileged user passing an epoll file whose lock is held ----- */
 
 /*
@@ -1529,6 +1642,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_shed_lingering, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shutdown_lingering, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ctrunc_lingering, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ctrunc_before_arm, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_random_frames, setup, teardown),
 	};
 
