@@ -1024,6 +1024,38 @@ static int ctrunc_lingering(void *arg)
 	return 0;
 }
 
+/* The end of a test_ctrunc_*: once the attacker KID says (on DONE) that
+ * the daemon ended its connection, the daemon's fd limit back to OLD and
+ * another client served (ERRS); then the verdict, WHAT said. */
+static void ctrunc_end(struct th_fx *f, struct th_user *u, procreg_t *reg, struct th_fdcount *c,
+		       pid_t kid, int done, const struct rlimit *old, const char *what)
+{
+	struct pollfd p = { done, POLLIN, 0 };
+	int errs[3] = { -1, -1, -1 };
+	bool ended_ok;
+	char b;
+
+	ended_ok = poll(&p, 1, WAIT_MS) == 1 && read(done, &b, 1) == 1;
+	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, old, NULL), 0);
+	if (ended_ok)
+		try_serving(reg, "ct.after", errs);
+	close(done);
+	if (!ended_ok) {
+		/* Its exit status says which step it did not get past (20-27;
+		 * 137: still waiting, killed). */
+		int st;
+
+		kill(kid, SIGKILL);
+		st = th_wait(kid);
+		th_daemon_dump_log(&f->d);
+		fail_msg("the daemon did not end the connection in %d s (the attacker exited %d)",
+			 WAIT_MS / 1000, st);
+	}
+	th_kill_wait(&kid);
+	printf("%s\n", what);
+	attack_end(f, u, reg, errs, c);
+}
+
 /*
  * A client already connected passes a socket whose close waits an hour
  * while the daemon has no fd to receive it into (its limit lowered to
@@ -1039,12 +1071,9 @@ static void test_ctrunc_lingering(void **state)
 	struct th_user u;
 	struct rlimit old, none;
 	struct lg_arg a;
-	int go[2], done[2], errs[3];
-	struct pollfd p;
+	int go[2], done[2];
 	procreg_t *reg = attack_begin(f, &u, &c);
-	bool ended_ok;
 	pid_t kid;
-	char b;
 
 	assert_int_equal(pipe2(go, O_CLOEXEC), 0);
 	assert_int_equal(pipe2(done, O_CLOEXEC), 0);
@@ -1056,27 +1085,9 @@ static void test_ctrunc_lingering(void **state)
 	none = (struct rlimit){ 0, old.rlim_max };
 	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &none, NULL), 0);
 	assert_int_equal(write(go[1], "", 1), 1);
-	p = (struct pollfd){ done[0], POLLIN, 0 };
-	ended_ok = poll(&p, 1, WAIT_MS) == 1 && read(done[0], &b, 1) == 1;
-	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &old, NULL), 0);
-	if (ended_ok)
-		try_serving(reg, "ct.after", errs);
 	close(go[1]);
-	close(done[0]);
-	if (!ended_ok) {
-		/* Its exit status says which step it did not get past (20-25;
-		 * 137: still waiting, killed). */
-		int st;
-
-		kill(kid, SIGKILL);
-		st = th_wait(kid);
-		th_daemon_dump_log(&f->d);
-		fail_msg("the daemon did not end the connection in %d s (the attacker exited %d)",
-			 WAIT_MS / 1000, st);
-	}
-	th_kill_wait(&kid);
-	printf("passed a socket whose close waits an hour to a daemon with no fd to take it\n");
-	attack_end(f, &u, reg, errs, &c);
+	ctrunc_end(f, &u, reg, &c, kid, done[0], &old,
+		   "passed a socket whose close waits an hour to a daemon with no fd to take it");
 }
 
 /* As the unprivileged user: a connection; once told to go (the daemon
@@ -1139,10 +1150,9 @@ static void test_ctrunc_before_arm(void **state)
 	struct th_user u;
 	struct rlimit old, low;
 	struct lg_arg a;
-	int ready[2], go[2], done[2], errs[3] = { -1, -1, -1 };
+	int ready[2], go[2], done[2];
 	struct pollfd p;
 	procreg_t *reg = attack_begin(f, &u, &c);
-	bool sent, ended_ok = false;
 	pid_t kid;
 	char b;
 
@@ -1162,34 +1172,19 @@ static void test_ctrunc_before_arm(void **state)
 	 * reads of /proc and two more: not for LG_EARLY. */
 	assert_int_equal(kill(f->d.pid, SIGSTOP), 0);
 	assert_int_equal(write(go[1], "", 1), 1);
-	sent = poll(&p, 1, WAIT_MS) == 1 && read(ready[0], &b, 1) == 1;
+	/* Both sent (else the attacker's exit status will say where it
+	 * stopped). */
+	if (poll(&p, 1, WAIT_MS) != 1 || read(ready[0], &b, 1) != 1)
+		printf("the attacker did not say it sent both packets\n");
 	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, NULL, &old), 0);
 	low = (struct rlimit){ (rlim_t)th_count_fds(f->d.pid) + 5, old.rlim_max };
 	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &low, NULL), 0);
 	assert_int_equal(kill(f->d.pid, SIGCONT), 0);
-	if (sent) {
-		p = (struct pollfd){ done[0], POLLIN, 0 };
-		ended_ok = poll(&p, 1, WAIT_MS) == 1 && read(done[0], &b, 1) == 1;
-	}
-	assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &old, NULL), 0);
-	if (ended_ok)
-		try_serving(reg, "early.after", errs);
 	close(ready[0]);
 	close(go[1]);
-	close(done[0]);
-	if (!ended_ok) {
-		int st;
-
-		kill(kid, SIGKILL);
-		st = th_wait(kid);
-		th_daemon_dump_log(&f->d);
-		fail_msg("the daemon did not end the connection in %d s (the attacker exited %d)",
-			 WAIT_MS / 1000, st);
-	}
-	th_kill_wait(&kid);
-	printf("passed %d sockets whose close waits an hour, before the HELLO that refuses files "
-	       "was read, to a daemon with fds for few\n", LG_EARLY);
-	attack_end(f, &u, reg, errs, &c);
+	ctrunc_end(f, &u, reg, &c, kid, done[0], &old,
+		   "passed sockets whose close waits an hour, before the HELLO that refuses files "
+		   "was read, to a daemon with fds for few");
 }
 
 /* ---- an unprivileged user passing an epoll file whose lock is held ----- */
