@@ -631,9 +631,10 @@ static int connect_daemon(procreg_t *reg)
 			return 0;
 		disconnect(reg);
 	}
-	/* A connection inherited through fork() identifies the parent: leave
-	 * it to the parent and make our own. So are the notices it read:
-	 * names the parent lost, not us. */
+	/* A connection inherited through a fork our atfork handler did not
+	 * see (clone(2) called directly; fork_child() drops it otherwise)
+	 * identifies the parent: leave it to the parent and make our own.
+	 * So are the notices it read: names the parent lost, not us. */
 	if (reg->fd >= 0)
 		lost_free(reg);
 	reg->fd = -1;

@@ -614,7 +614,7 @@ ssize_t th_send_fd(int s, const void *buf, size_t len, int fd)
 	return sendmsg(s, &msg, MSG_NOSIGNAL);
 }
 
-int th_raw_try_hello(int fd)
+int th_raw_try_hello_flags(int fd, uint32_t flags, uint64_t *arm)
 {
 	uint8_t buf[256];
 	size_t pos = 0;
@@ -623,15 +623,24 @@ int th_raw_try_hello(int fd)
 	int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
 	ssize_t n;
 
-	procreg__proto_put_hello(buf, &pos, PR_OP_HELLO, 1, 0);
+	procreg__proto_put_hello_flags(buf, &pos, PR_OP_HELLO, 1, 0, flags);
 	n = th_send_fd(fd, buf, pos, pidfd);
 	close(pidfd);
 	if (n != (ssize_t)pos)
 		return -1;
 	n = recv(fd, buf, sizeof(buf), 0);
 	pos = 0;
-	return n > 0 && procreg__proto_next(buf, (size_t)n, &pos, &f) == 1 && f.h.status == 0 ? 0
-												: -1;
+	if (n <= 0 || procreg__proto_next(buf, (size_t)n, &pos, &f) != 1 ||
+	    f.h.op != (PR_OP_HELLO | PR_OP_REPLY) || f.h.status != 0)
+		return -1;
+	if (arm)
+		*arm = f.arm;
+	return 0;
+}
+
+int th_raw_try_hello(int fd)
+{
+	return th_raw_try_hello_flags(fd, 0, NULL);
 }
 
 void th_raw_hello(int fd)

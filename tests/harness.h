@@ -166,6 +166,9 @@ void th_raw_hello(int fd);
 /* The same without cmocka (for a child): -1 when refused. */
 int th_raw_try_connect(const char *dir);
 int th_raw_try_hello(int fd);
+/* The same, HELLO with FLAGS (PR_HELLO_*); the reply's arm into *ARM
+ * (may be NULL). */
+int th_raw_try_hello_flags(int fd, uint32_t flags, uint64_t *arm);
 /* Send BUF[0..LEN) on S with FD as SCM_RIGHTS (MSG_NOSIGNAL): sendmsg's
  * result. */
 ssize_t th_send_fd(int s, const void *buf, size_t len, int fd);

@@ -1435,29 +1435,6 @@ static void test_killed_reader_does_not_stop_reclamation(void **state)
 #define SO_PASSRIGHTS 83
 #endif
 
-/* HELLO with PR_HELLO_NOFILES (and our pidfd) on raw connection FD: its
- * status, the reply's arm in *ARM. */
-static int hello_nofiles(int fd, uint64_t *arm)
-{
-	static uint8_t buf[PR_PACKET_MAX];
-	int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-	struct pr_frame f;
-	size_t pos = 0;
-	ssize_t n;
-
-	procreg__proto_put_hello_flags(buf, &pos, PR_OP_HELLO, 1, 0, PR_HELLO_NOFILES);
-	n = th_send_fd(fd, buf, pos, pidfd);
-	close(pidfd);
-	assert_int_equal(n, (ssize_t)pos);
-	n = recv(fd, buf, sizeof(buf), 0);
-	assert_true(n > 0);
-	pos = 0;
-	assert_int_equal(procreg__proto_next(buf, (size_t)n, &pos, &f), 1);
-	assert_int_equal(f.h.op, PR_OP_HELLO | PR_OP_REPLY);
-	*arm = f.arm;
-	return f.h.status;
-}
-
 static void send_arm(int fd, uint64_t arm)
 {
 	uint8_t pkt[64];
@@ -1515,7 +1492,7 @@ static void test_files_refused(void **state)
 	assert_true(pidfd >= 0);
 	/* Refused from the reply on; a request before the ARM is served. */
 	fd = th_raw_connect(f->dir);
-	assert_int_equal(hello_nofiles(fd, &arm), 0);
+	assert_int_equal(th_raw_try_hello_flags(fd, PR_HELLO_NOFILES, &arm), 0);
 	assert_true(arm != 0);
 	assert_int_equal(register_with_fd(fd, pidfd, "nofiles.refused"), -EPERM);
 	pos = 0;
@@ -1528,7 +1505,7 @@ static void test_files_refused(void **state)
 
 	/* The right one: requests served as ever. */
 	fd2 = th_raw_connect(f->dir);
-	assert_int_equal(hello_nofiles(fd2, &arm2), 0);
+	assert_int_equal(th_raw_try_hello_flags(fd2, PR_HELLO_NOFILES, &arm2), 0);
 	assert_true(arm2 != 0 && arm2 != arm);
 	send_arm(fd2, arm2);
 	pos = 0;
@@ -1621,7 +1598,7 @@ static void test_files_not_refused(void **state)
 	test_register_pidfd(state);
 	test_batch(state);
 	fd = th_raw_connect(f->dir);
-	assert_int_equal(hello_nofiles(fd, &arm), 0);
+	assert_int_equal(th_raw_try_hello_flags(fd, PR_HELLO_NOFILES, &arm), 0);
 	assert_int_equal(arm, 0);
 	assert_int_equal(register_with_fd(fd, pidfd, "passed.anyway"), 0);
 	assert_true(recv(fd, pkt, sizeof(pkt), 0) > 0);
