@@ -1187,6 +1187,75 @@ static void test_ctrunc_before_arm(void **state)
 		   "was read, to a daemon with fds for few");
 }
 
+/* As the unprivileged user: ARMs the daemon never asked for. Each on a
+ * connection of its own must end it unanswered: a wrong word after a
+ * HELLO that asked for files to be refused; the right word sent twice;
+ * an ARM after a HELLO that asked for nothing; an ARM before any HELLO. */
+static int arm_games(void *arg)
+{
+	const struct lg_arg *a = arg;
+	uint8_t pkt[128];
+	uint64_t arm;
+	size_t len;
+	int fd;
+
+	th_become(a->u);
+	for (int k = 0; k < 4; k++) {
+		fd = th_raw_try_connect(getenv("FLOOD_DIR"));
+		arm = 0;
+		if (fd < 0 || (k < 3 && th_raw_try_hello_flags(fd, k < 2 ? PR_HELLO_NOFILES : 0,
+							     &arm) < 0))
+			return 20 + k;
+		if (k < 2 && !arm)
+			return 30 + k; /* this kernel refuses files: checked first */
+		len = 0;
+		arm = k == 0 ? arm + 1 : arm;
+		procreg__proto_put(pkt, &len, PR_OP_ARM, 0, 0, 0, &arm, sizeof(arm), NULL, 0);
+		if (send(fd, pkt, len, MSG_NOSIGNAL) != (ssize_t)len ||
+		    (k == 1 && send(fd, pkt, len, MSG_NOSIGNAL) != (ssize_t)len))
+			return 40 + k;
+		if (!ended(fd, WAIT_MS))
+			return 50 + k;
+		close(fd);
+	}
+	if (write(a->ready, "", 1) != 1)
+		return 60;
+	pause();
+	return 0;
+}
+
+/* Another uid's ARMs that do not fit its HELLOs: each connection ends,
+ * and the daemon goes on serving, its fds where they were. */
+static void test_arm_games(void **state)
+{
+	struct th_fx *f = *state;
+	struct th_fdcount c;
+	struct th_user u;
+	struct lg_arg a;
+	int errs[3] = { -1, -1, -1 };
+	procreg_t *reg;
+	pid_t kid;
+	int sv[2], off = 0;
+
+	/* The daemon arms only where the kernel refuses files. */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	if (setsockopt(sv[0], SOL_SOCKET, 83 /* SO_PASSRIGHTS */, &off, sizeof(off)) < 0) {
+		close(sv[0]);
+		close(sv[1]);
+		printf("SKIPPED: this kernel lacks SO_PASSRIGHTS (Linux 6.16)\n");
+		skip();
+	}
+	close(sv[0]);
+	close(sv[1]);
+	reg = attack_begin(f, &u, &c);
+	a = (struct lg_arg){ .u = &u };
+	kid = attack(f, arm_games, &a);
+	th_kill_wait(&kid);
+	try_serving(reg, "arm.after", errs);
+	printf("ARMs with a wrong word, twice, after a plain HELLO and before any: each connection ended\n");
+	attack_end(f, &u, reg, errs, &c);
+}
+
 /* ---- an unprivileged user passing an epoll file whose lock is held ----- */
 
 /*
@@ -1638,6 +1707,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_shutdown_lingering, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ctrunc_lingering, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ctrunc_before_arm, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_arm_games, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_random_frames, setup, teardown),
 	};
 
