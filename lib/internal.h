@@ -143,7 +143,22 @@ struct pr_map {
 	 * two compares for a check that was a dozen. Any thread of the
 	 * process may store it (relaxed: one word, consistent alone). */
 	uint64_t ix_seen;
+	/* A record at an offset OFF with OFF - PR_HDR_SIZE below it lies
+	 * whole in the mapping whatever its lengths within the limits: a
+	 * lookup bounds a record with one compare (0 when the file is too
+	 * small for any such offset). Set with the size (pr_map_sized). */
+	uint64_t rec_room;
 };
+
+/* The largest record a table can hold. */
+#define PR_RECORD_MAX PR_RECORD_SIZE(PROCREG_NAME_MAX, PROCREG_META_MAX)
+
+/* Set M's size, and what follows from it. */
+static inline void pr_map_sized(struct pr_map *m, size_t size)
+{
+	m->size = size;
+	m->rec_room = size > PR_HDR_SIZE + PR_RECORD_MAX ? size - PR_HDR_SIZE - PR_RECORD_MAX : 0;
+}
 
 /* Validate a table header against this build: -EPROTO with the reason in
  * *why when it is not a table this build can read. */

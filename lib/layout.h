@@ -484,7 +484,7 @@ static inline void pr_copy(void *d, const void *s, size_t n)
 	const unsigned char *sp = s;
 	uint64_t a, b;
 
-	if (n > 16) {
+	if (n > 32) {
 		for (size_t i = 0; i + 16 < n; i += 16) {
 			__builtin_memcpy(&a, sp + i, 8);
 			__builtin_memcpy(&b, sp + i + 8, 8);
@@ -495,6 +495,19 @@ static inline void pr_copy(void *d, const void *s, size_t n)
 		__builtin_memcpy(&b, sp + n - 8, 8);
 		__builtin_memcpy(dp + n - 16, &a, 8);
 		__builtin_memcpy(dp + n - 8, &b, 8);
+	} else if (n > 16) {
+		/* Most metadata (a socket path, an address): two overlapping
+		 * 16-byte copies, no loop. */
+		uint64_t c, e;
+
+		__builtin_memcpy(&a, sp, 8);
+		__builtin_memcpy(&b, sp + 8, 8);
+		__builtin_memcpy(&c, sp + n - 16, 8);
+		__builtin_memcpy(&e, sp + n - 8, 8);
+		__builtin_memcpy(dp, &a, 8);
+		__builtin_memcpy(dp + 8, &b, 8);
+		__builtin_memcpy(dp + n - 16, &c, 8);
+		__builtin_memcpy(dp + n - 8, &e, 8);
 	} else if (n >= 8) {
 		__builtin_memcpy(&a, sp, 8);
 		__builtin_memcpy(&b, sp + n - 8, 8);

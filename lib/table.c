@@ -199,7 +199,7 @@ int procreg__map_reader(struct pr_map *m, const struct pr_paths *p, uid_t trust,
 		return err;
 	}
 	m->base = t;
-	m->size = (size_t)st.st_size;
+	pr_map_sized(m, (size_t)st.st_size);
 	m->hdr = t;
 	m->owner = st.st_uid;
 	m->dev = (uint64_t)st.st_dev;
@@ -417,29 +417,37 @@ const struct pr_record *procreg__find(const struct pr_map *m, const struct pr_ro
  * offset in the header page, and the probe goes on.
  */
 static inline const struct pr_record *probe_name(const struct pr_map *m, const struct pr_ixv *ix,
-						 const struct pr_key *k, struct procreg_entry *out)
+						 const char *name, size_t len, uint64_t hash,
+						 struct procreg_entry *out)
 {
-	uint64_t mask = ix->cap - 1, p = k->hash >> ix->shift;
-	uint32_t tag = (uint32_t)(k->hash >> 32);
+	uint64_t mask = ix->cap - 1, p = hash >> ix->shift;
+	uint32_t tag = (uint32_t)(hash >> 32);
 
 	for (uint64_t n = 0; n <= mask; n++, p = (p + 1) & mask) {
 		uint64_t w = PR_LOAD_ACQ(&ix->slot[p]), off;
 		const struct pr_record *r;
 		uint16_t nl, ml;
+		bool room;
 
 		if (w == PR_SLOT_EMPTY)
 			return NULL;
 		if (pr_slot_tag(w) != tag)
 			continue;
 		off = pr_slot_off(w);
-		r = pr_at(m, off, sizeof(*r));
-		if (!r)
+		/* Nearly every record lies where a record of any size fits
+		 * (pr_map.rec_room): one compare bounds it, since a name of
+		 * LEN bytes and metadata within the limit are checked below.
+		 * The rest, in the last bytes of the file, are checked by
+		 * their lengths. */
+		room = off - PR_HDR_SIZE < m->rec_room;
+		if (!room && !pr_at(m, off, sizeof(*r)))
 			continue;
+		r = (const struct pr_record *)(m->base + off);
 		nl = CMM_LOAD_SHARED(r->name_len);
 		ml = CMM_LOAD_SHARED(r->meta_len);
-		if (r->kind != PR_KIND_NAME || nl != k->len ||
-		    ml > PROCREG_META_MAX || !pr_at(m, off, PR_RECORD_SIZE(nl, ml)) ||
-		    !pr_bytes_eq(k->name, r->data, nl))
+		if (r->kind != PR_KIND_NAME || nl != len || ml > PROCREG_META_MAX ||
+		    (!room && !pr_at(m, off, PR_RECORD_SIZE(nl, ml))) ||
+		    !pr_bytes_eq(name, r->data, nl))
 			continue;
 		if (out)
 			fill_entry(r, nl, ml, out);
@@ -453,32 +461,31 @@ static inline const struct pr_record *probe_name(const struct pr_map *m, const s
 /* What a traced lookup measures; the untraced one passes NULL and the
  * compiler drops every use. */
 struct lookup_trace {
-	uint64_t hash;
 	bool held;                /* procreg:read_held is traced */
 	uint64_t locked_ns, unlocked_ns;
 };
 
 static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const char *name,
-							 size_t len, struct procreg_entry *out,
+							 size_t len, uint64_t hash,
+							 struct procreg_entry *out,
 							 struct lookup_trace *t)
 {
 	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
 	const struct pr_map *m = &reg->map;
 	const struct pr_record *r;
 	struct pr_ixv ix;
-	struct pr_key k;
 	uint64_t gp;
 	int stale, tries = 0;
 
 	if (caa_unlikely(!s))
 		return -ENOMEM;
 	procreg__announce_if_new(reg);
-	pr_key_name(&k, PR_KIND_NAME, name, len, m->hdr->hash_seed);
 	do {
 		gp = pr_read_lock(m, s);
 		if (t && t->held)
 			t->locked_ns = procreg__mono_ns();
-		r = procreg__index(m, &m->hdr->names, &ix) ? NULL : probe_name(m, &ix, &k, out);
+		r = procreg__index(m, &m->hdr->names, &ix) ? NULL
+							   : probe_name(m, &ix, name, len, hash, out);
 		stale = pr_read_valid(m, gp);
 		if (t && t->held)
 			t->unlocked_ns = procreg__mono_ns();
@@ -488,8 +495,6 @@ static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const ch
 	} while (caa_unlikely(stale) && ++tries < PR_READ_TRIES);
 	/* Our own cache line: no other process writes it. */
 	CMM_STORE_SHARED(s->lookups, s->lookups + 1);
-	if (t)
-		t->hash = k.hash;
 	if (caa_unlikely(stale))
 		return -ESTALE;
 	return r ? 0 : -ENOENT;
@@ -499,19 +504,44 @@ static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const ch
  * way of the untraced one, which pays only for the test that sends it
  * here. */
 static __attribute__((noinline, cold)) int lookup_traced(procreg_t *reg, const char *name,
-							 size_t len, struct procreg_entry *out)
+							 size_t len, uint64_t hash,
+							 struct procreg_entry *out)
 {
 	struct lookup_trace t = { .held = PR_PROBE_ENABLED(procreg, read_held) };
 	uint64_t t0 = PR_TRACE_CLOCK(procreg, lookup_latency);
-	int err = lookup(reg, name, len, out, &t);
+	int err = lookup(reg, name, len, hash, out, &t);
 	uint64_t ns = t0 ? procreg__mono_ns() - t0 : 0;
 
-	PR_TRACE(procreg, lookup, t.hash, name, len, err, reg->map.dev, reg->map.ino);
-	PR_TRACE(procreg, lookup_latency, t.hash, ns, err, reg->map.dev, reg->map.ino);
+	PR_TRACE(procreg, lookup, hash, name, len, err, reg->map.dev, reg->map.ino);
+	PR_TRACE(procreg, lookup_latency, hash, ns, err, reg->map.dev, reg->map.ino);
 	if (t.held && err != -ENOMEM)
 		PR_PROBE(procreg, read_held, HELD_LOOKUP, t.unlocked_ns - t.locked_ns, reg->map.dev,
 			 reg->map.ino);
 	return err;
+}
+
+/*
+ * Start the load of K's home slot, in the index last found whole
+ * (ix_seen), before anything else a lookup does. A lookup in a table too
+ * big for the caches waits on two dependent misses, the home slot and
+ * then the record; a program looking names up one after another has the
+ * next lookup's slot miss overlap this one's record miss only if the
+ * processor reaches that load while the miss is pending, within its
+ * window of instructions in flight (a few hundred). Issued here, the
+ * slot's load begins a few dozen instructions into the lookup instead of
+ * after the reader slot, the read lock and the index checks. A hint
+ * only: ix_seen may be stale or unset and the address then anything,
+ * which a prefetch does not fault on; the probe reads the slot again,
+ * checked, under the read lock.
+ */
+static inline void prefetch_home(const struct pr_map *m, uint64_t hash)
+{
+	uint64_t seen = PR_LOAD_RELAXED(&m->ix_seen);
+	uint32_t lg = (uint32_t)(seen & 63);
+	uintptr_t at = (uintptr_t)m->base + (uintptr_t)((seen >> 6) * PR_ALIGN) +
+		       sizeof(struct pr_index) + (uintptr_t)((hash >> (63 - lg) >> 1) * 8);
+
+	__builtin_prefetch((const void *)at);
 }
 
 /* Flattened: the probe, index and copy helpers are inlined here whether
@@ -526,11 +556,14 @@ _Static_assert(PR_SZ_MIN(procreg_entry, name) == sizeof(struct procreg_entry),
 PROCREG_API __attribute__((flatten)) int procreg_lookup(procreg_t *reg, const char *name,
 							 struct procreg_entry *out)
 {
+	uint64_t hash;
 	size_t len;
 	int err = procreg__check_name(name, &len);
 
 	if (err < 0)
 		return err;
+	hash = pr_hash(name, len, reg->map.hdr->hash_seed);
+	prefetch_home(&reg->map, hash);
 	/* A caller built against another header is checked; then it too is
 	 * filled in place: every caller has all of 0.1's members (the least
 	 * .sz is the whole 0.1 struct), and a lookup writes no others. */
@@ -539,8 +572,8 @@ PROCREG_API __attribute__((flatten)) int procreg_lookup(procreg_t *reg, const ch
 		return err;
 	if (PR_PROBE_ENABLED(procreg, lookup) | PR_PROBE_ENABLED(procreg, lookup_latency) |
 	    PR_PROBE_ENABLED(procreg, read_held))
-		return lookup_traced(reg, name, len, out);
-	return lookup(reg, name, len, out, NULL);
+		return lookup_traced(reg, name, len, hash, out);
+	return lookup(reg, name, len, hash, out, NULL);
 }
 
 /*
@@ -604,7 +637,9 @@ static int lookup_group(procreg_t *reg, struct pr_reader_slot *s, const char *co
 		for (size_t i = 0; i < n; i++) {
 			if (!valid[i])
 				continue;
-			r = ix.slot ? probe_name(m, &ix, &k[i], nth_entry(out, stride, base + i)) : NULL;
+			r = ix.slot ? probe_name(m, &ix, k[i].name, k[i].len, k[i].hash,
+						 nth_entry(out, stride, base + i))
+				     : NULL;
 			res[base + i] = r ? 0 : -ENOENT;
 			found += r != NULL;
 		}

@@ -812,7 +812,7 @@ static int init_table(struct pr_writer *w, int fd, uint64_t size, uint32_t reade
 	if (err)
 		return err;
 	w->map.base = (uint8_t *)h;
-	w->map.size = size;
+	pr_map_sized(&w->map, size);
 	w->map.hdr = h;
 	w->table_fd = fd;
 	/* The header page before it is written; the feed's ring and the
@@ -1022,7 +1022,7 @@ int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 				return err;
 			}
 			w->map.base = base;
-			w->map.size = size;
+			pr_map_sized(&w->map, size);
 			w->map.hdr = base;
 			w->attached = true;
 			break;

@@ -1671,6 +1671,7 @@ static int damage_child(void *p)
 		struct pr_index *ix;
 		uint64_t cap, ioff;
 		bool damaged_rec[DNAMES] = { false };
+		unsigned moved_rec = ~0u;
 		procreg_t *r;
 		TH_ENTRY(e);
 		PROCREG_OPTS(procreg_stats, st);
@@ -1740,7 +1741,32 @@ static int damage_child(void *p)
 				}
 			}
 		}
-		if (mode == 1) {
+		if (mode == 1 && (it / 6) % 2) {
+			/* The same record moved to the last bytes of the file,
+			 * its slot pointed there: still found, whole. Lookups
+			 * bound most records with one compare that a record
+			 * this near the end fails; it is then checked by its
+			 * lengths, and must not be lost to that. */
+			unsigned i = 2 + (unsigned)(th_xorshift(&seed) % (DNAMES / 10 - 1)) * 10;
+			uint64_t pos, fo;
+			struct pr_map m = { .base = base, .size = tlen, .hdr = h };
+			const struct pr_record *rec;
+			struct pr_key key;
+			size_t nl;
+
+			name_of(name, sizeof(name), "d", i);
+			nl = strlen(name);
+			pr_key_name(&key, PR_KIND_NAME, name, nl, h->hash_seed);
+			struct pr_ixv iv = { ix->slot, ix->capacity, ix->shift };
+
+			rec = procreg__probe(&m, &iv, &key, &pos);
+			if (rec && !damaged_rec[i]) {
+				fo = tlen - procreg__record_size(rec);
+				memmove(base + fo, rec, procreg__record_size(rec));
+				ix->slot[pos] = pr_slot_word(key.hash, fo);
+				moved_rec = i;
+			}
+		} else if (mode == 1) {
 			/* A record whose lengths run past the end of the file,
 			 * reachable from a real name's slot: copying it out
 			 * unchecked would read beyond the mapping. */
@@ -1829,6 +1855,10 @@ static int damage_child(void *p)
 			if (mode == 1 && i < DNAMES && (i % 10) && !damaged_rec[i] &&
 			    (rc != 0 || !entry_ok(&e, name, 1))) {
 				kid_fail(sh, 0, "undamaged %s lost: %d", name, rc);
+				return 1;
+			}
+			if (i == moved_rec && (rc != 0 || !entry_ok(&e, name, 1))) {
+				kid_fail(sh, 0, "%s moved to the file's end lost: %d", name, rc);
 				return 1;
 			}
 			sh->lookups[rc == 0 ? 0 : 1]++;
