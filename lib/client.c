@@ -366,8 +366,11 @@ static int send_packet(int fd, const void *buf, size_t len, int pass_fd, int fla
 		u.h.cmsg_len = CMSG_LEN(sizeof(int));
 		memcpy(CMSG_DATA(&u.h), &pass_fd, sizeof(int));
 	}
+	/* send() where there is no file: the kernel need not copy in a
+	 * message header. */
 	do
-		n = sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
+		n = pass_fd >= 0 ? sendmsg(fd, &msg, MSG_NOSIGNAL | flags)
+				 : send(fd, buf, len, MSG_NOSIGNAL | flags);
 	while (n < 0 && errno == EINTR);
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !(flags & MSG_DONTWAIT))
 		return -ETIMEDOUT; /* SO_SNDTIMEO ran out: the daemon reads nothing */

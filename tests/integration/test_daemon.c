@@ -1514,6 +1514,26 @@ static void test_files_refused(void **state)
 	assert_int_equal(procreg_lookup(f->reg, "nofiles.raw", &e), 0);
 	assert_int_equal(e.pid, getpid());
 	assert_int_equal(register_with_fd(fd2, pidfd, "nofiles.refused"), -EPERM);
+	/* A packet bigger than any the daemon takes, on a connection it
+	 * reads with plain recv() since the ARM: closed, unanswered, though
+	 * its first PR_PACKET_MAX bytes are whole requests that a packet
+	 * cut to that size would have had answered. */
+	{
+		static uint8_t big[PR_PACKET_MAX + 4 * PR_FRAME_HDR];
+		int fd3 = th_raw_connect(f->dir);
+		uint64_t arm3 = 0;
+
+		assert_int_equal(th_raw_try_hello_flags(fd3, PR_HELLO_NOFILES, &arm3), 0);
+		send_arm(fd3, arm3);
+		pos = 0;
+		procreg__proto_put(big, &pos, PR_OP_SYNC, 0, 6, 0, NULL, 0, NULL, 0);
+		assert_int_equal(pos, PR_FRAME_HDR);
+		for (size_t at = pos; at < sizeof(big); at += PR_FRAME_HDR)
+			memcpy(big + at, big, PR_FRAME_HDR);
+		assert_int_equal(send(fd3, big, sizeof(big), MSG_NOSIGNAL), (ssize_t)sizeof(big));
+		assert_true(recv(fd3, pkt, sizeof(pkt), 0) <= 0);
+		close(fd3);
+	}
 	/* FILES: a registration by pidfd goes through. */
 	pos = 0;
 	procreg__proto_put(pkt, &pos, PR_OP_FILES, 0, 5, 0, NULL, 0, NULL, 0);

@@ -996,7 +996,16 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 		 * that is not (MSG_CTRUNC) is left queued, for a closing
 		 * process to drain with the connection. */
 		peek = !c->nofiles;
-		n = recvmsg(c->fd, &msg, (peek ? MSG_PEEK : 0) | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (peek) {
+			n = recvmsg(c->fd, &msg, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		} else {
+			/* Nothing but bytes can come (the kernel refuses files
+			 * and no credentials are asked for): recv(), with the
+			 * packet's whole length to tell one too big. */
+			n = recv(c->fd, d->in, PR_PACKET_MAX, MSG_DONTWAIT | MSG_TRUNC);
+			msg.msg_controllen = 0;
+			msg.msg_flags = n > (ssize_t)PR_PACKET_MAX ? MSG_TRUNC : 0;
+		}
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
 				return;
