@@ -57,8 +57,8 @@ void log_limited(struct pr_ratelimit *rl, const char *what, const char *fmt, ...
 	__attribute__((format(printf, 3, 4)));
 
 /* What an epoll event refers to: the first member of each watched object. */
-enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_BRIDGE, EV_READER, EV_WATCHDOG,
-	       EV_CLOSER };
+enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_PROCS, EV_BRIDGE, EV_READER,
+	       EV_WATCHDOG, EV_CLOSER };
 
 struct ev {
 	enum ev_kind kind;
@@ -178,7 +178,12 @@ struct daemon {
 	struct pr_writer w;
 	char socket_path[PR_SOCKET_PATH_MAX];
 	int epfd;
-	struct ev listen_ev, signal_ev, timer_ev;
+	/* The pidfds of processes holding names, in an epoll set of their
+	 * own, itself in epfd (procs_ev): the deaths a SYNC must show are
+	 * there alone, found with one wait however many clients have
+	 * requests queued (procs_drain_deaths). */
+	int procs_epfd;
+	struct ev listen_ev, signal_ev, timer_ev, procs_ev;
 	/* The service manager's notifications (notify.c): -1 without. */
 	int notify_fd, watchdog_fd;
 	struct sockaddr_un notify_sa;

@@ -653,7 +653,7 @@ static int setup(struct daemon *d)
 	char sockdir[PR_PATH_MAX];
 	int err;
 
-	d->lfd = d->sigfd = d->timerfd = d->epfd = d->spare_fd = -1;
+	d->lfd = d->sigfd = d->timerfd = d->epfd = d->procs_epfd = d->spare_fd = -1;
 	d->notify_fd = d->watchdog_fd = -1;
 	d->uid = geteuid();
 	d->no_peerpidfd = getenv("PROCREG_NO_PEERPIDFD") != NULL;
@@ -686,7 +686,10 @@ static int setup(struct daemon *d)
 	d->in = malloc(PR_PACKET_MAX);
 	d->out = malloc(PR_PACKET_MAX);
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (!d->in || !d->out || d->epfd < 0)
+	d->procs_epfd = epoll_create1(EPOLL_CLOEXEC);
+	d->procs_ev.kind = EV_PROCS;
+	if (!d->in || !d->out || d->epfd < 0 || d->procs_epfd < 0 ||
+	    ev_add(d, d->procs_epfd, EPOLLIN, &d->procs_ev) < 0)
 		return -ENOMEM;
 	/* Before the first client: what clients pass is closed there. And
 	 * before the table is mapped: the closing processes share our
@@ -844,13 +847,13 @@ static void run(struct daemon *d)
 		/* Deaths first, all of them: then no request handled below
 		 * can free a proc that is still to come in this batch (SYNC
 		 * handles pending deaths, a reused pid retires a stale entry),
-		 * and a storm of deaths costs one wait per batch, not one per
-		 * hung-up client between them. */
+		 * and a storm of deaths costs a few waits per batch, not one
+		 * per hung-up client between them. */
 		for (int i = 0; i < n; i++) {
 			struct ev *e = evs[i].data.ptr;
 
-			if (e->kind == EV_PROC) {
-				proc_died(d, (struct proc *)e);
+			if (e->kind == EV_PROCS) {
+				procs_drain_deaths(d);
 				evs[i].data.ptr = NULL;
 			}
 		}
@@ -888,6 +891,7 @@ static void run(struct daemon *d)
 				bridge_event(d);
 				break;
 			case EV_PROC:
+			case EV_PROCS:
 				break;
 			case EV_READER:
 				readers_gone(d, (struct reader *)e);
@@ -952,6 +956,8 @@ static void teardown(struct daemon *d)
 		close(d->timerfd);
 	if (d->epfd >= 0)
 		close(d->epfd);
+	if (d->procs_epfd >= 0)
+		close(d->procs_epfd);
 	free(d->in);
 	free(d->out);
 	free(d->o.peers);

@@ -57,7 +57,7 @@ static void proc_free(struct daemon *d, struct proc *p)
 		d->last_proc = NULL;
 	procreg__u64map_del(&d->procs, (uint64_t)p->pid + 2);
 	if (p->pidfd >= 0) {
-		epoll_ctl(d->epfd, EPOLL_CTL_DEL, p->pidfd, NULL);
+		epoll_ctl(d->procs_epfd, EPOLL_CTL_DEL, p->pidfd, NULL);
 		close(p->pidfd);
 		p->pidfd = -1;
 	}
@@ -124,8 +124,11 @@ int proc_attach(struct daemon *d, const struct ident *id, struct proc **out)
 		return err;
 	}
 	err = procreg__u64map_put(&d->procs, (uint64_t)p->pid + 2, (uint64_t)(uintptr_t)p);
-	if (!err)
-		err = ev_add(d, p->pidfd, EPOLLIN, &p->ev);
+	if (!err) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &p->ev };
+
+		err = epoll_ctl(d->procs_epfd, EPOLL_CTL_ADD, p->pidfd, &ev) < 0 ? -errno : 0;
+	}
 	if (err) {
 		procreg__u64map_del(&d->procs, (uint64_t)p->pid + 2);
 		close(p->pidfd);
@@ -356,22 +359,17 @@ void proc_died(struct daemon *d, struct proc *p)
 void procs_drain_deaths(struct daemon *d)
 {
 	struct epoll_event evs[64];
-	/* Level-triggered: events we skip here (clients, timers) come back
-	 * at the main loop's next wait, and successive waits rotate through
-	 * every ready descriptor, so a pass over all of them sees every
-	 * pidfd that is readable now. */
-	uint32_t rounds = (d->nclients + (uint32_t)d->procs.used) / 64 + 2;
+	/* Only pidfds are in the set: a dead process's leaves it as its
+	 * names go (proc_free), so the waits end when every pidfd readable
+	 * now has been seen. The bound is for a pidfd that would stay. */
+	uint32_t rounds = (uint32_t)d->procs.used / 64 + 2;
 	int n;
 
 	do {
-		n = epoll_wait(d->epfd, evs, 64, 0);
+		n = epoll_wait(d->procs_epfd, evs, 64, 0);
 		d->wake_ns = procs_wake_clock();
-		for (int i = 0; i < n; i++) {
-			struct ev *e = evs[i].data.ptr;
-
-			if (e->kind == EV_PROC)
-				proc_died(d, (struct proc *)e);
-		}
+		for (int i = 0; i < n; i++)
+			proc_died(d, (struct proc *)evs[i].data.ptr);
 	} while (n == 64 && --rounds);
 }
 
