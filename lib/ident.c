@@ -11,10 +11,12 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <sys/syscall.h>
@@ -26,6 +28,28 @@
 #ifndef PIDFS_MAGIC
 #define PIDFS_MAGIC 0x50494446
 #endif
+
+/* PIDFD_GET_INFO (Linux 6.13), its first version, for headers without
+ * it: the kernel fills what the size it is given holds. */
+struct pr_pidfd_info {
+	uint64_t mask;
+	uint64_t cgroupid;
+	uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+	uint32_t spare;
+};
+#define PR_PIDFD_GET_INFO _IOWR(0xFF, 11, struct pr_pidfd_info)
+#define PR_PIDFD_INFO_PID 1ull
+
+/* PROCREG_NO_PIDFS: act as a kernel without pidfs (before 6.9), so that
+ * the fallbacks can be tested on new kernels. */
+static bool pidfs_disabled(void)
+{
+	static int disabled = -1;
+
+	if (disabled < 0)
+		disabled = getenv("PROCREG_NO_PIDFS") != NULL;
+	return disabled;
+}
 
 static int read_small(const char *path, char *buf, size_t len)
 {
@@ -105,6 +129,24 @@ int procreg__pidfd_pid(int pidfd, pid_t *pid)
 	 * exit. Names belong to processes. */
 	if (fcntl(pidfd, F_GETFL) & O_EXCL)
 		return -EBADF;
+	/* One ioctl where pidfs answers it (6.13): procregd asks this of
+	 * every client that connects, and the fdinfo read below is an open,
+	 * a read and a close of a /proc path. */
+	if (!pidfs_disabled()) {
+		struct pr_pidfd_info info = { .mask = PR_PIDFD_INFO_PID };
+
+		if (ioctl(pidfd, PR_PIDFD_GET_INFO, &info) == 0) {
+			/* 0: outside our pid namespace, as fdinfo says. */
+			if (!(info.mask & PR_PIDFD_INFO_PID) || info.pid == 0 ||
+			    info.pid > INT_MAX)
+				return -ESRCH;
+			*pid = (pid_t)info.pid;
+			return 0;
+		}
+		if (errno == ESRCH)
+			return -ESRCH;
+		/* ENOTTY or EINVAL: a kernel before it. */
+	}
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
 	n = read_small(path, buf, sizeof(buf));
 	if (n < 0)
@@ -128,15 +170,12 @@ int procreg__pidfd_exited(int pidfd)
 
 uint64_t procreg__pidfs_ino(int pidfd)
 {
-	static int disabled = -1;
 	struct statfs sfs;
 	struct stat st;
 
-	if (disabled < 0)
-		disabled = getenv("PROCREG_NO_PIDFS") != NULL;
 	/* Before pidfs every pidfd shared one anonymous inode: only a pidfs
 	 * inode identifies a process. */
-	if (disabled || fstatfs(pidfd, &sfs) < 0 || sfs.f_type != PIDFS_MAGIC ||
+	if (pidfs_disabled() || fstatfs(pidfd, &sfs) < 0 || sfs.f_type != PIDFS_MAGIC ||
 	    fstat(pidfd, &st) < 0)
 		return 0;
 	return (uint64_t)st.st_ino;

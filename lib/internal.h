@@ -108,8 +108,8 @@ int procreg__proc_uid(pid_t pid, uid_t *uid);
  * pidfd_send_signal() with no signal answers EBADF for other files (a
  * /proc/PID directory passes too, and has no Pid in its fdinfo). */
 bool procreg__is_pidfd(int fd);
-/* The pid a pidfd refers to (from its fdinfo); -EBADF if FD is no pidfd
- * or a thread's, -ESRCH once it has exited. */
+/* The pid a pidfd refers to (PIDFD_GET_INFO, else its fdinfo); -EBADF if
+ * FD is no pidfd or a thread's, -ESRCH once it has exited. */
 int procreg__pidfd_pid(int pidfd, pid_t *pid);
 /* 1 if the process behind PIDFD has exited, 0 if it lives. */
 int procreg__pidfd_exited(int pidfd);
