@@ -638,6 +638,15 @@ int th_raw_try_hello_flags(int fd, uint32_t flags, uint64_t *arm)
 	return 0;
 }
 
+int th_raw_try_arm(int fd, uint64_t arm)
+{
+	uint8_t pkt[PR_FRAME_HDR + sizeof(arm)];
+	size_t pos = 0;
+
+	procreg__proto_put(pkt, &pos, PR_OP_ARM, 0, 0, 0, &arm, sizeof(arm), NULL, 0);
+	return send(fd, pkt, pos, MSG_NOSIGNAL) == (ssize_t)pos ? 0 : -1;
+}
+
 int th_raw_try_hello(int fd)
 {
 	return th_raw_try_hello_flags(fd, 0, NULL);

@@ -169,6 +169,8 @@ int th_raw_try_hello(int fd);
 /* The same, HELLO with FLAGS (PR_HELLO_*); the reply's arm into *ARM
  * (may be NULL). */
 int th_raw_try_hello_flags(int fd, uint32_t flags, uint64_t *arm);
+/* An ARM with word ARM, alone in its packet: 0, or -1 if not all sent. */
+int th_raw_try_arm(int fd, uint64_t arm);
 /* Send BUF[0..LEN) on S with FD as SCM_RIGHTS (MSG_NOSIGNAL): sendmsg's
  * result. */
 ssize_t th_send_fd(int s, const void *buf, size_t len, int fd);

@@ -1437,11 +1437,7 @@ static void test_killed_reader_does_not_stop_reclamation(void **state)
 
 static void send_arm(int fd, uint64_t arm)
 {
-	uint8_t pkt[64];
-	size_t pos = 0;
-
-	procreg__proto_put(pkt, &pos, PR_OP_ARM, 0, 0, 0, &arm, sizeof(arm), NULL, 0);
-	assert_int_equal(send(fd, pkt, pos, MSG_NOSIGNAL), (ssize_t)pos);
+	assert_int_equal(th_raw_try_arm(fd, arm), 0);
 }
 
 /* NAME registered for the process of PIDFD, passed: what sendmsg() says

@@ -1194,9 +1194,7 @@ static void test_ctrunc_before_arm(void **state)
 static int arm_games(void *arg)
 {
 	const struct lg_arg *a = arg;
-	uint8_t pkt[128];
 	uint64_t arm;
-	size_t len;
 	int fd;
 
 	th_become(a->u);
@@ -1208,11 +1206,8 @@ static int arm_games(void *arg)
 			return 20 + k;
 		if (k < 2 && !arm)
 			return 30 + k; /* this kernel refuses files: checked first */
-		len = 0;
 		arm = k == 0 ? arm + 1 : arm;
-		procreg__proto_put(pkt, &len, PR_OP_ARM, 0, 0, 0, &arm, sizeof(arm), NULL, 0);
-		if (send(fd, pkt, len, MSG_NOSIGNAL) != (ssize_t)len ||
-		    (k == 1 && send(fd, pkt, len, MSG_NOSIGNAL) != (ssize_t)len))
+		if (th_raw_try_arm(fd, arm) < 0 || (k == 1 && th_raw_try_arm(fd, arm) < 0))
 			return 40 + k;
 		if (!ended(fd, WAIT_MS))
 			return 50 + k;
