@@ -248,6 +248,11 @@ pid_t th_fork(int (*fn)(void *), void *arg)
 	return pid;
 }
 
+static int exit_status(int st)
+{
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 int th_wait(pid_t pid)
 {
 	int st;
@@ -255,9 +260,27 @@ int th_wait(pid_t pid)
 	while (waitpid(pid, &st, 0) < 0)
 		if (errno != EINTR)
 			return -1;
-	if (WIFEXITED(st))
-		return WEXITSTATUS(st);
-	return 128 + WTERMSIG(st);
+	return exit_status(st);
+}
+
+int th_wait_ms(pid_t pid, int ms)
+{
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int st;
+
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return exit_status(st);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= ms)
+			break;
+		th_msleep(1);
+	}
+	kill(pid, SIGKILL);
+	th_wait(pid);
+	return -1;
 }
 
 void th_kill_wait(pid_t *pid)

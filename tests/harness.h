@@ -105,6 +105,9 @@ int th_fx_stop(void **state);
 pid_t th_fork(int (*fn)(void *), void *arg);
 /* Wait for PID: its exit status, or 128 + signal. */
 int th_wait(pid_t pid);
+/* The same for at most MS milliseconds: then -1, PID killed and waited
+ * for. */
+int th_wait_ms(pid_t pid, int ms);
 /* SIGKILL *PID (if > 0) and wait for it; *PID is 0 after. */
 void th_kill_wait(pid_t *pid);
 

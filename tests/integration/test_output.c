@@ -29,7 +29,6 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -391,17 +390,9 @@ static pid_t start(const char *const *argv, int *out, int *err)
 
 static void finish(struct run *r, pid_t pid, int out, int err)
 {
-	int status;
-
-	for (int ms = 0; waitpid(pid, &status, WNOHANG) == 0; ms += 10) {
-		if (ms >= 60000) {
-			kill(pid, SIGKILL);
-			th_wait(pid);
-			fail_msg("a command did not finish in 60 s");
-		}
-		th_msleep(10);
-	}
-	r->st = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	r->st = th_wait_ms(pid, 60000);
+	if (r->st < 0)
+		fail_msg("a command did not finish in 60 s");
 	r->out = fd_all(out, &r->outlen);
 	r->err = fd_all(err, &r->errlen);
 	close(out);

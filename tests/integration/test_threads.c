@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -260,23 +259,6 @@ static int fork_child(procreg_t *reg)
 	return 0;
 }
 
-/* The child's exit status, or -1 if it did not end within FORK_WAIT_S
- * (then it is killed). */
-static int wait_child(pid_t pid)
-{
-	for (int i = 0; i < FORK_WAIT_S * 1000; i++) {
-		int st;
-		pid_t w = waitpid(pid, &st, WNOHANG);
-
-		if (w == pid)
-			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-		usleep(1000);
-	}
-	kill(pid, SIGKILL);
-	th_wait(pid);
-	return -1;
-}
-
 static void test_fork_busy(void **state)
 {
 	struct th_fx *f = *state;
@@ -297,7 +279,7 @@ static void test_fork_busy(void **state)
 		if (pid == 0)
 			_exit(fork_child(f->reg));
 		assert_true(pid > 0);
-		st = wait_child(pid);
+		st = th_wait_ms(pid, FORK_WAIT_S * 1000);
 		hung += st < 0;
 		if (st > 0) {
 			bad++;
