@@ -890,8 +890,8 @@ static void run(struct daemon *d)
 			case EV_BRIDGE:
 				bridge_event(d);
 				break;
-			case EV_PROC:
-			case EV_PROCS:
+			case EV_PROC:   /* in procs_epfd: procs_drain_deaths() */
+			case EV_PROCS:  /* drained above */
 				break;
 			case EV_READER:
 				readers_gone(d, (struct reader *)e);
