@@ -1190,24 +1190,34 @@ static void test_ctrunc_before_arm(void **state)
 /* As the unprivileged user: ARMs the daemon never asked for. Each on a
  * connection of its own must end it unanswered: a wrong word after a
  * HELLO that asked for files to be refused; the right word sent twice;
- * an ARM after a HELLO that asked for nothing; an ARM before any HELLO. */
+ * an ARM after a HELLO that asked for nothing; an ARM before any HELLO.
+ * And the right ARM, then a packet longer than any the daemon takes
+ * (read with recv() from then on), of whole requests to its end. */
 static int arm_games(void *arg)
 {
+	static uint8_t big[PR_PACKET_MAX + 4 * PR_FRAME_HDR];
 	const struct lg_arg *a = arg;
 	uint64_t arm;
+	size_t pos = 0;
 	int fd;
 
+	procreg__proto_put(big, &pos, PR_OP_SYNC, 0, 1, 0, NULL, 0, NULL, 0);
+	for (; pos < sizeof(big); pos += PR_FRAME_HDR)
+		memcpy(big + pos, big, PR_FRAME_HDR);
 	th_become(a->u);
-	for (int k = 0; k < 4; k++) {
+	for (int k = 0; k < 5; k++) {
+		bool nofiles = k < 2 || k == 4;
+
 		fd = th_raw_try_connect(getenv("FLOOD_DIR"));
 		arm = 0;
-		if (fd < 0 || (k < 3 && th_raw_try_hello_flags(fd, k < 2 ? PR_HELLO_NOFILES : 0,
-							     &arm) < 0))
+		if (fd < 0 || (k != 3 && th_raw_try_hello_flags(fd, nofiles ? PR_HELLO_NOFILES : 0,
+							      &arm) < 0))
 			return 20 + k;
-		if (k < 2 && !arm)
+		if (nofiles && !arm)
 			return 30 + k; /* this kernel refuses files: checked first */
 		arm = k == 0 ? arm + 1 : arm;
-		if (th_raw_try_arm(fd, arm) < 0 || (k == 1 && th_raw_try_arm(fd, arm) < 0))
+		if (th_raw_try_arm(fd, arm) < 0 || (k == 1 && th_raw_try_arm(fd, arm) < 0) ||
+		    (k == 4 && send(fd, big, sizeof(big), MSG_NOSIGNAL) != (ssize_t)sizeof(big)))
 			return 40 + k;
 		if (!ended(fd, WAIT_MS))
 			return 50 + k;
@@ -1219,8 +1229,9 @@ static int arm_games(void *arg)
 	return 0;
 }
 
-/* Another uid's ARMs that do not fit its HELLOs: each connection ends,
- * and the daemon goes on serving, its fds where they were. */
+/* Another uid's ARMs that do not fit its HELLOs, and its oversized packet
+ * after a right one: each connection ends, and the daemon goes on
+ * serving, its fds where they were. */
 static void test_arm_games(void **state)
 {
 	struct th_fx *f = *state;
@@ -1247,7 +1258,8 @@ static void test_arm_games(void **state)
 	kid = attack(f, arm_games, &a);
 	th_kill_wait(&kid);
 	try_serving(reg, "arm.after", errs);
-	printf("ARMs with a wrong word, twice, after a plain HELLO and before any: each connection ended\n");
+	printf("ARMs with a wrong word, twice, after a plain HELLO and before any, and a packet too "
+	       "big after a right one: each connection ended\n");
 	attack_end(f, &u, reg, errs, &c);
 }
 
