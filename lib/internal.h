@@ -425,18 +425,22 @@ struct pr_key {
 	uint64_t start;
 	uint16_t node;
 	uint64_t hash;
+	struct pr_skey skey;        /* what its slot holds beside the offset */
 };
 
 static inline void pr_key_name(struct pr_key *k, uint8_t kind, const char *name, size_t len,
 			       uint64_t seed)
 {
+	uint64_t first, rest;
+
 	k->kind = kind;
 	k->name = name;
 	k->len = len;
 	k->pid = 0;
 	k->start = 0;
 	k->node = 0;
-	k->hash = pr_hash(name, len, seed);
+	k->hash = pr_hash_words(name, len, seed, &first, &rest);
+	k->skey = pr_skey_words(len, first, rest, k->hash);
 }
 
 static inline void pr_key_member(struct pr_key *k, uint32_t pid, uint64_t start, uint16_t node,
@@ -449,20 +453,29 @@ static inline void pr_key_member(struct pr_key *k, uint32_t pid, uint64_t start,
 	k->start = start;
 	k->node = node;
 	k->hash = pr_member_hash(pid, start, node, seed);
+	k->skey = pr_skey_hashed(k->hash);
 }
 
 /* A record's full hash, from its key (records do not keep it): the NL
  * bytes of its name (NL read once and bounded by the caller), or a
- * membership's identity. The slot word's tag is its top half. */
+ * membership's identity. The slot of a long name or a membership keeps
+ * its top half as the tag. */
 static inline uint64_t pr_record_hash(const struct pr_record *r, size_t nl, uint64_t seed)
 {
 	return r->kind == PR_KIND_MEMBER ? pr_member_hash(r->pid, r->start_time, r->node, seed)
 					 : pr_hash(r->data, nl, seed);
 }
 
+/* What R's slot holds beside its offset, R's name being NL bytes and its
+ * hash HASH. */
+static inline struct pr_skey pr_record_skey(const struct pr_record *r, size_t nl, uint64_t hash)
+{
+	return r->kind == PR_KIND_MEMBER ? pr_skey_hashed(hash) : pr_skey_name(r->data, nl, hash);
+}
+
 /* A checked view of an index: its capacity and shift as read once. */
 struct pr_ixv {
-	const uint64_t *slot;
+	const struct pr_slot *slot;
 	uint64_t cap;
 	uint32_t shift;
 };
@@ -652,7 +665,7 @@ int procreg__w_new_record(struct pr_writer *w, const struct pr_record *tmpl,
  * record is retired). */
 void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off);
 /* The same, for the record of key K, found at POS by procreg__w_find with
- * K: the slot word's tag comes from K's hash, not from hashing the record
+ * K: the slot is filled from K's hash, not from hashing the record
  * again. */
 void procreg__w_publish_key(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off,
 			    const struct pr_key *k);

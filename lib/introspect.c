@@ -309,12 +309,12 @@ static void walk_index(struct check *k, const struct pr_root *root, uint8_t kind
 			(unsigned long long)off);
 		return;
 	}
-	if (off < m->hdr->arena_off || off + sizeof(struct pr_index) + ix.cap * 8 > k->arena_end)
+	if (off < m->hdr->arena_off || off + sizeof(struct pr_index) + ix.cap * sizeof(struct pr_slot) > k->arena_end)
 		problem(k, "%s index: block at %llu (%llu slots) outside the arena [%llu, %llu)",
 			what, (unsigned long long)off, (unsigned long long)ix.cap,
 			(unsigned long long)m->hdr->arena_off, (unsigned long long)k->arena_end);
 	for (uint64_t p = 0; p < ix.cap; p++) {
-		uint64_t w = PR_LOAD_ACQ(&ix.slot[p]), roff = pr_slot_off(w);
+		uint64_t w = PR_LOAD_ACQ(&ix.slot[p].word), roff = pr_slot_off(w);
 		const struct pr_record *r, *found;
 		struct pr_key key;
 		uint16_t nl;
@@ -355,9 +355,9 @@ static void walk_index(struct check *k, const struct pr_root *root, uint8_t kind
 			pr_key_member(&key, r->pid, r->start_time, r->node, seed);
 		else
 			pr_key_name(&key, kind, r->data, nl, seed);
-		if (pr_slot_tag(w) != (uint32_t)(key.hash >> 32)) {
-			problem(k, "%s '%.*s' (slot %llu): hash does not match its key", what, (int)nl,
-				r->data, (unsigned long long)p);
+		if (!pr_slot_is(w, CMM_LOAD_SHARED(ix.slot[p].key), key.skey)) {
+			problem(k, "%s '%.*s' (slot %llu): the slot does not hold its key", what,
+				(int)nl, r->data, (unsigned long long)p);
 			continue;
 		}
 		if (kind == PR_KIND_MEMBER && (nl != group->name_len ||

@@ -16,7 +16,7 @@
  *
  * THE TABLE. A header page, then an arena. The arena holds records (a
  * name, a group, or one process's membership of a group), index blocks (an
- * open-addressing hash index of 64-bit slot words) and groups' root blocks.
+ * open-addressing hash index of 16-byte slots) and groups' root blocks.
  * There are three kinds of index: one for names and one for groups, rooted
  * in the header, and one per group for its members, rooted in the group's
  * root block; they all work as described here. Nothing holds a
@@ -30,18 +30,36 @@
  * freed only after a grace period, so a reader that found it a moment ago
  * reads whole, unchanging bytes.
  *
- * A slot word is (tag << 32 | offset / 16): the tag is the top half of the
- * name's hash, so a probe rejects most non-matching slots without touching
- * the record, and an index rebuild finds each name's new home (the top bits
- * of its hash) without reading the record either. 0 is an empty slot (ends a probe), 1 a tombstone (a removed
- * name: the probe goes on). Slot words only ever go empty -> record,
- * record -> record, record -> tombstone and tombstone -> record, so a name
- * that stays registered is found by every probe, whatever else changes.
+ * A slot is 16 bytes, four to a cache line: a word (tag << 32 | offset /
+ * 16) and a key. 0 is an empty slot (ends a probe), 1 a tombstone (a
+ * removed name: the probe goes on). Slot words only ever go empty ->
+ * record, record -> record, record -> tombstone and tombstone -> record,
+ * so a name that stays registered is found by every probe, whatever else
+ * changes. What the rest of a live slot holds depends on the name:
+ *
+ *  - a name (or group) of at most PR_INLINE_MAX bytes is in the slot
+ *    itself: its first 8 bytes in key and the rest in the word's top
+ *    half, zero-padded (a name shorter than 8 bytes: all of it in key,
+ *    its first 4 bytes in the top half; pr_skey_words). Names hold no
+ *    NUL, so key is not 0 and no two names fill a slot alike: a presence
+ *    test compares the slot and is done, one cache line, where it used to
+ *    read the record as well.
+ *  - a longer name, and every membership, has key 0 and the top half of
+ *    its hash as the tag: a probe rejects most slots that are not its
+ *    own without touching the record, and reads the record to be sure.
+ *
+ * The daemon writes key before the word's release store; a reader loads
+ * the word with acquire, then the key, then the word again, and takes
+ * the pair only if the word did not change in between (an offset cannot
+ * come back to a slot while a reader might hold it: the record it named
+ * is freed a grace period after it left). An index rebuild finds each
+ * entry's new home (the top bits of its hash) from the slot alone, from
+ * the tag or by hashing the 12 bytes.
  *
  * The index grows (and sheds tombstones) by being rebuilt: the daemon
  * builds a new index block holding the same slot words, publishes its
  * offset in the header with one release store, and retires the old block.
- * Records do not move, so a rebuild copies 8 bytes per name. Readers that
+ * Records do not move, so a rebuild copies 16 bytes per name. Readers that
  * loaded the old index finish their probe in it; it is still whole.
  *
  * A reader trusts nothing here: every offset it follows is checked against
@@ -60,7 +78,7 @@
 
 #define PR_TABLE_MAGIC   0x31474552434f5250ull /* "PROCREG1", little-endian */
 #define PR_RPAGE_MAGIC 0x32444552434f5250ull /* "PROCRED2" */
-#define PR_LAYOUT_VERSION 4u
+#define PR_LAYOUT_VERSION 5u
 
 #define PR_CACHELINE 64
 #define PR_ALIGN 16u              /* every arena block is 16-byte aligned */
@@ -200,6 +218,16 @@ struct pr_event {
 	uint8_t pad2[16];
 };
 
+/* An index slot (see the top of this file). The daemon writes both
+ * fields: key first, then word with release. */
+struct pr_slot {
+	uint64_t word;              /* tag or name bytes 8-11 << 32 | offset / 16 */
+	uint64_t key;               /* a short name's first 8 bytes; 0: hashed */
+};
+
+/* The longest name kept whole in its slot. */
+#define PR_INLINE_MAX 12
+
 /* An index block: capacity is a power of two, and a name's home slot is
  * the top bits of its hash (hash >> shift). Top bits rather than low bits
  * keep home order equal to hash order whatever the capacity, which is what
@@ -210,7 +238,7 @@ struct pr_index {
 	uint64_t capacity;
 	uint32_t shift;             /* 64 - log2(capacity) */
 	uint32_t pad;
-	uint64_t slot[];
+	struct pr_slot slot[];
 };
 
 /*
@@ -253,9 +281,10 @@ struct pr_record {
  * steps, and with the lengths first and the name after 40 bytes, the
  * common 80-byte record (a 12-byte name, 27 of metadata) had them over
  * two lines three times in four; with them together, once in four. No hash:
- * the slot word's tag is its top half, and the writer, an iteration or a
- * check that wants all of it computes it from the key (pr_record_hash);
- * keeping it cost 8 bytes a name, 16 where it crossed a 16-byte step. */
+ * the slot holds its top half or the name itself, and the writer, an
+ * iteration or a check that wants all of it computes it from the key
+ * (pr_record_hash); keeping it cost 8 bytes a name, 16 where it crossed a
+ * 16-byte step. */
 #define PR_RECORD_SIZE(nlen, mlen) \
 	(((sizeof(struct pr_record) + (nlen) + 1 + (mlen)) + PR_ALIGN - 1) & ~(size_t)(PR_ALIGN - 1))
 /* The smallest record: two records start at least this far apart. */
@@ -351,6 +380,7 @@ _Static_assert(offsetof(struct pr_record, name_len) == 32, "what a probe compare
 _Static_assert(sizeof(struct pr_root) == 2 * PR_CACHELINE, "root: index_off, then counts, a line each");
 _Static_assert(sizeof(struct pr_event) == 320, "an event is five cache lines");
 _Static_assert(sizeof(struct pr_index) == 16, "index header");
+_Static_assert(sizeof(struct pr_slot) == 16, "four slots to a line");
 _Static_assert(offsetof(struct pr_table_hdr, gp) % PR_CACHELINE == 0, "gp starts a line");
 _Static_assert(offsetof(struct pr_table_hdr, readers_live) ==
 		       offsetof(struct pr_table_hdr, gp) + PR_CACHELINE, "gp's line is its own");
@@ -360,11 +390,6 @@ _Static_assert(PR_RPAGE_SLOTS == 63, "slots of a reader page");
 _Static_assert(sizeof(struct pr_reader_info) == PR_CACHELINE, "a registry entry, one line");
 
 /* Slot word helpers. */
-static inline uint64_t pr_slot_word(uint64_t hash, uint64_t off)
-{
-	return (hash & 0xffffffff00000000ull) | (off / PR_ALIGN);
-}
-
 static inline uint32_t pr_slot_tag(uint64_t w)
 {
 	return (uint32_t)(w >> 32);
@@ -431,24 +456,45 @@ static inline uint64_t pr_load_tail(const char *s, size_t n, size_t r)
 	return v >> (8 * (8 - r));
 }
 
-static inline uint64_t pr_hash(const char *s, size_t n, uint64_t seed)
+/* The bytes past the last whole word of the N at S, little-endian and
+ * zero-extended (0 if none), without a byte loop: 59 of a lookup's
+ * instructions once went to one. */
+static inline uint64_t pr_load_rest(const char *s, size_t n)
+{
+	size_t r = n & 7;
+
+	return !r ? 0 : n >= 8 ? pr_load_tail(s, n, r) : pr_load_short(s, n);
+}
+
+/* pr_hash, handing back two of the words it read, which are what a short
+ * name's index slot keeps (pr_skey_words): FIRST, the first 8 bytes (0 if
+ * N < 8), and REST (pr_load_rest). */
+static inline uint64_t pr_hash_words(const char *s, size_t n, uint64_t seed, uint64_t *first,
+				     uint64_t *rest)
 {
 	uint64_t h = seed ^ (n * 0x9e3779b97f4a7c15ull);
-	size_t i = 0, r = n & 7;
+	size_t i = 0;
 
+	*first = 0;
+	if (n >= 8)
+		__builtin_memcpy(first, s, 8);
 	for (; i + 8 <= n; i += 8) {
 		uint64_t v;
 		__builtin_memcpy(&v, s + i, 8);
 		h = (h ^ v) * 0x9fb21c651e98df25ull;
 		h ^= h >> 29;
 	}
-	/* The tail (the bytes past the last whole word, little-endian,
-	 * zero-extended) without a byte loop: 59 of a lookup's instructions
-	 * went to one. */
-	if (r)
-		h = (h ^ (n >= 8 ? pr_load_tail(s, n, r) : pr_load_short(s, n))) *
-		    0x9fb21c651e98df25ull;
+	*rest = pr_load_rest(s, n);
+	if (n & 7)
+		h = (h ^ *rest) * 0x9fb21c651e98df25ull;
 	return pr_mix(h);
+}
+
+static inline uint64_t pr_hash(const char *s, size_t n, uint64_t seed)
+{
+	uint64_t first, rest;
+
+	return pr_hash_words(s, n, seed, &first, &rest);
 }
 
 /* N bytes at A and B equal? Word at a time with the loads of pr_hash:
@@ -531,6 +577,81 @@ static inline void pr_copy(void *d, const void *s, size_t n)
 static inline uint64_t pr_member_hash(uint32_t pid, uint64_t start, uint32_t node, uint64_t seed)
 {
 	return pr_mix(pr_mix(seed ^ ((uint64_t)pid << 32 | node)) ^ start);
+}
+
+/*
+ * What a live slot holds beside its offset (see the top of this file):
+ * a short name's bytes, or key 0 and the top half of its hash.
+ */
+struct pr_skey {
+	uint64_t key;
+	uint32_t hi;
+};
+
+/* A name of N bytes hashing to HASH, FIRST and REST as pr_hash_words
+ * gives them. Where N is at most PR_INLINE_MAX: of 8 bytes or more, the
+ * first 8 and the rest (up to 4, zero-padded); of fewer, the name
+ * (zero-padded) and its first 4 bytes again, which is what the words
+ * give with the fewest instructions. A name holds no NUL, so the key of
+ * one is never 0, and its eighth byte says which it is. */
+static inline struct pr_skey pr_skey_words(size_t n, uint64_t first, uint64_t rest, uint64_t hash)
+{
+	struct pr_skey k = { 0, (uint32_t)(hash >> 32) };
+
+	if (n - 1 < PR_INLINE_MAX) {
+		k.key = n >= 8 ? first : rest;
+		k.hi = (uint32_t)rest;
+	}
+	return k;
+}
+
+/* The same from the N bytes at S (nothing read past S + N). */
+static inline struct pr_skey pr_skey_name(const char *s, size_t n, uint64_t hash)
+{
+	uint64_t first = 0;
+
+	if (n >= 8)
+		__builtin_memcpy(&first, s, 8);
+	return pr_skey_words(n, first, pr_load_rest(s, n), hash);
+}
+
+/* A membership's, or any key kept by its hash alone. */
+static inline struct pr_skey pr_skey_hashed(uint64_t hash)
+{
+	struct pr_skey k = { 0, (uint32_t)(hash >> 32) };
+
+	return k;
+}
+
+static inline uint64_t pr_slot_word(struct pr_skey k, uint64_t off)
+{
+	return (uint64_t)k.hi << 32 | off / PR_ALIGN;
+}
+
+/* Whether live slot word W and key KEY hold K. */
+static inline int pr_slot_is(uint64_t w, uint64_t key, struct pr_skey k)
+{
+	return pr_slot_tag(w) == k.hi && key == k.key;
+}
+
+/* The top half of the hash of the entry in a live slot (word W, key KEY):
+ * its tag, or a short name's hash, from its bytes. What an index rebuild
+ * places it by. */
+static inline uint32_t pr_slot_hash_hi(uint64_t w, uint64_t key, uint64_t seed)
+{
+	uint32_t hi = pr_slot_tag(w);
+	char b[16];
+	size_t n;
+
+	if (!key)
+		return hi;
+	__builtin_memcpy(b, &key, 8);
+	__builtin_memcpy(b + 8, &hi, 4);
+	if (!(key >> 56))
+		n = 8 - (size_t)__builtin_clzll(key) / 8;
+	else
+		n = hi ? 12 - (size_t)__builtin_clz(hi) / 8 : 8;
+	return (uint32_t)(pr_hash(b, n, seed) >> 32);
 }
 
 #endif /* PROCREG_LAYOUT_H */

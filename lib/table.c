@@ -291,8 +291,8 @@ int procreg__index(const struct pr_map *m, const struct pr_root *root, struct pr
 	 * all but follows from it. */
 	if (caa_likely(seen >> 6 == off / PR_ALIGN && cap == 1ull << lg))
 		goto whole;
-	if (cap < 2 || (cap & (cap - 1)) || cap > (m->size / 8) ||
-	    !pr_at(m, off, sizeof(*ix) + cap * 8))
+	if (cap < 2 || (cap & (cap - 1)) || cap > m->size / sizeof(struct pr_slot) ||
+	    !pr_at(m, off, sizeof(*ix) + cap * sizeof(struct pr_slot)))
 		return -1;
 	lg = (uint32_t)__builtin_ctzll(cap);
 	/* The name index only, the one lookups read: remembering every
@@ -349,10 +349,9 @@ probe(const struct pr_map *m, const struct pr_ixv *ix, const struct pr_key *k, u
       bool trusted)
 {
 	uint64_t mask = ix->cap - 1, p = k->hash >> ix->shift, first_tomb = UINT64_MAX;
-	uint32_t tag = (uint32_t)(k->hash >> 32);
 
 	for (uint64_t n = 0; n <= mask; n++, p = (p + 1) & mask) {
-		uint64_t w = PR_LOAD_ACQ(&ix->slot[p]);
+		uint64_t w = PR_LOAD_ACQ(&ix->slot[p].word);
 		const struct pr_record *r;
 
 		if (w == PR_SLOT_EMPTY) {
@@ -365,7 +364,9 @@ probe(const struct pr_map *m, const struct pr_ixv *ix, const struct pr_key *k, u
 				first_tomb = p;
 			continue;
 		}
-		if (pr_slot_tag(w) != tag)
+		/* The record is compared whatever the slot holds: this
+		 * probe serves the writer and the reader's slower paths. */
+		if (!pr_slot_is(w, CMM_LOAD_SHARED(ix->slot[p].key), k->skey))
 			continue;
 		r = trusted ? (const struct pr_record *)(m->base + pr_slot_off(w))
 			    : procreg__record_at(m, w);
@@ -412,28 +413,46 @@ const struct pr_record *procreg__find(const struct pr_map *m, const struct pr_ro
  * should take), which a lookup does not need, and a record found there
  * and then copied out was checked twice. Here a record's lengths are
  * read once, checked once against the mapping, and used for both the
- * compare and the copy. A tombstone (slot word 1) has tag 0 and offset
- * 16: a name whose tag is 0 reaches the record check, which refuses an
- * offset in the header page, and the probe goes on.
+ * compare and the copy.
+ *
+ * A short name's presence test ends at its slot, which holds the name
+ * (lib/layout.h): the word, loaded again after the key, must not have
+ * changed, or the key may be another name's, written while this probe
+ * read it; the slot is then read again (each time counted against the
+ * probe's bound, the index's capacity). A lookup that copies the entry out
+ * needs no second load: it compares the name in the record, which is
+ * immutable. SLOT_ONLY (a presence test of a short name) is a constant
+ * where this is inlined: each kind of lookup gets a loop of its own.
  */
-static inline const struct pr_record *probe_name(const struct pr_map *m, const struct pr_ixv *ix,
-						 const char *name, size_t len, uint64_t hash,
-						 struct procreg_entry *out)
+static inline __attribute__((always_inline)) const struct pr_record *
+probe_name(const struct pr_map *m, const struct pr_ixv *ix, const char *name, size_t len,
+	   uint64_t hash, struct pr_skey sk, struct procreg_entry *out, const bool slot_only)
 {
 	uint64_t mask = ix->cap - 1, p = hash >> ix->shift;
-	uint32_t tag = (uint32_t)(hash >> 32);
 
 	for (uint64_t n = 0; n <= mask; n++, p = (p + 1) & mask) {
-		uint64_t w = PR_LOAD_ACQ(&ix->slot[p]), off;
+		uint64_t w = PR_LOAD_ACQ(&ix->slot[p].word), off;
 		const struct pr_record *r;
 		uint16_t nl, ml;
 		bool room;
 
-		if (w == PR_SLOT_EMPTY)
-			return NULL;
-		if (pr_slot_tag(w) != tag)
+		/* Empty, or a tombstone, whose top half is 0 as the slot of
+		 * a name of 8 bytes has too, with a key its last name may
+		 * have left. */
+		if (caa_unlikely(w <= PR_SLOT_TOMB)) {
+			if (w == PR_SLOT_EMPTY)
+				return NULL;
+			continue;
+		}
+		if (!pr_slot_is(w, PR_LOAD_ACQ(&ix->slot[p].key), sk))
 			continue;
 		off = pr_slot_off(w);
+		if (slot_only) {
+			if (caa_likely(PR_LOAD_RELAXED(&ix->slot[p].word) == w))
+				return (const struct pr_record *)(m->base + off);
+			p = (p - 1) & mask;
+			continue;
+		}
 		/* Nearly every record lies where a record of any size fits
 		 * (pr_map.rec_room): one compare bounds it, since a name of
 		 * LEN bytes and metadata within the limit are checked below.
@@ -467,6 +486,7 @@ struct lookup_trace {
 
 static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const char *name,
 							 size_t len, uint64_t hash,
+							 struct pr_skey sk,
 							 struct procreg_entry *out,
 							 struct lookup_trace *t)
 {
@@ -485,7 +505,8 @@ static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const ch
 		if (t && t->held)
 			t->locked_ns = procreg__mono_ns();
 		r = procreg__index(m, &m->hdr->names, &ix) ? NULL
-							   : probe_name(m, &ix, name, len, hash, out);
+		    : !out && sk.key ? probe_name(m, &ix, name, len, hash, sk, NULL, true)
+				     : probe_name(m, &ix, name, len, hash, sk, out, false);
 		stale = pr_read_valid(m, gp);
 		if (t && t->held)
 			t->unlocked_ns = procreg__mono_ns();
@@ -505,11 +526,12 @@ static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const ch
  * here. */
 static __attribute__((noinline, cold)) int lookup_traced(procreg_t *reg, const char *name,
 							 size_t len, uint64_t hash,
+							 struct pr_skey sk,
 							 struct procreg_entry *out)
 {
 	struct lookup_trace t = { .held = PR_PROBE_ENABLED(procreg, read_held) };
 	uint64_t t0 = PR_TRACE_CLOCK(procreg, lookup_latency);
-	int err = lookup(reg, name, len, hash, out, &t);
+	int err = lookup(reg, name, len, hash, sk, out, &t);
 	uint64_t ns = t0 ? procreg__mono_ns() - t0 : 0;
 
 	PR_TRACE(procreg, lookup, hash, name, len, err, reg->map.dev, reg->map.ino);
@@ -539,7 +561,8 @@ static inline void prefetch_home(const struct pr_map *m, uint64_t hash)
 	uint64_t seen = PR_LOAD_RELAXED(&m->ix_seen);
 	uint32_t lg = (uint32_t)(seen & 63);
 	uintptr_t at = (uintptr_t)m->base + (uintptr_t)((seen >> 6) * PR_ALIGN) +
-		       sizeof(struct pr_index) + (uintptr_t)((hash >> (63 - lg) >> 1) * 8);
+		       sizeof(struct pr_index) +
+		       (uintptr_t)((hash >> (63 - lg) >> 1) * sizeof(struct pr_slot));
 
 	__builtin_prefetch((const void *)at);
 }
@@ -556,14 +579,16 @@ _Static_assert(PR_SZ_MIN(procreg_entry, name) == sizeof(struct procreg_entry),
 PROCREG_API __attribute__((flatten)) int procreg_lookup(procreg_t *reg, const char *name,
 							 struct procreg_entry *out)
 {
-	uint64_t hash;
+	uint64_t hash, first, rest;
+	struct pr_skey sk;
 	size_t len;
 	int err = procreg__check_name(name, &len);
 
 	if (err < 0)
 		return err;
-	hash = pr_hash(name, len, reg->map.hdr->hash_seed);
+	hash = pr_hash_words(name, len, reg->map.hdr->hash_seed, &first, &rest);
 	prefetch_home(&reg->map, hash);
+	sk = pr_skey_words(len, first, rest, hash);
 	/* A caller built against another header is checked; then it too is
 	 * filled in place: every caller has all of 0.1's members (the least
 	 * .sz is the whole 0.1 struct), and a lookup writes no others. */
@@ -572,8 +597,8 @@ PROCREG_API __attribute__((flatten)) int procreg_lookup(procreg_t *reg, const ch
 		return err;
 	if (PR_PROBE_ENABLED(procreg, lookup) | PR_PROBE_ENABLED(procreg, lookup_latency) |
 	    PR_PROBE_ENABLED(procreg, read_held))
-		return lookup_traced(reg, name, len, hash, out);
-	return lookup(reg, name, len, hash, out, NULL);
+		return lookup_traced(reg, name, len, hash, sk, out);
+	return lookup(reg, name, len, hash, sk, out, NULL);
 }
 
 /*
@@ -624,12 +649,15 @@ static int lookup_group(procreg_t *reg, struct pr_reader_slot *s, const char *co
 				if (valid[i])
 					__builtin_prefetch(&ix.slot[k[i].hash >> ix.shift]);
 			for (size_t i = 0; i < n; i++) {
+				const struct pr_slot *sl;
 				uint64_t w;
 
-				if (!valid[i])
+				/* A short name's presence test needs no record. */
+				if (!valid[i] || (!out && k[i].skey.key))
 					continue;
-				w = CMM_LOAD_SHARED(ix.slot[k[i].hash >> ix.shift]);
-				if (pr_slot_live(w) && pr_slot_tag(w) == (uint32_t)(k[i].hash >> 32) &&
+				sl = &ix.slot[k[i].hash >> ix.shift];
+				w = CMM_LOAD_SHARED(sl->word);
+				if (pr_slot_live(w) && pr_slot_is(w, CMM_LOAD_SHARED(sl->key), k[i].skey) &&
 				    pr_slot_off(w) < m->size)
 					__builtin_prefetch(m->base + pr_slot_off(w));
 			}
@@ -637,9 +665,11 @@ static int lookup_group(procreg_t *reg, struct pr_reader_slot *s, const char *co
 		for (size_t i = 0; i < n; i++) {
 			if (!valid[i])
 				continue;
-			r = ix.slot ? probe_name(m, &ix, k[i].name, k[i].len, k[i].hash,
-						 nth_entry(out, stride, base + i))
-				     : NULL;
+			r = !ix.slot ? NULL
+			    : !out && k[i].skey.key
+				? probe_name(m, &ix, k[i].name, k[i].len, k[i].hash, k[i].skey, NULL, true)
+				: probe_name(m, &ix, k[i].name, k[i].len, k[i].hash, k[i].skey,
+					     nth_entry(out, stride, base + i), false);
 			res[base + i] = r ? 0 : -ENOENT;
 			found += r != NULL;
 		}
@@ -739,7 +769,7 @@ struct chunk {
 static int take(const struct pr_map *m, const struct pr_ixv *ix, uint64_t p,
 		bool wrapped, const struct walk *wk, struct chunk *c)
 {
-	uint64_t w = PR_LOAD_ACQ(&ix->slot[p]), h;
+	uint64_t w = PR_LOAD_ACQ(&ix->slot[p].word), h;
 	const struct pr_record *r;
 	int nl;
 
@@ -773,7 +803,7 @@ static int fill_chunk(const struct pr_map *m, const struct walk *wk, struct chun
 	}
 	p0 = c->lo >> ix.shift;
 	for (p = p0; p < ix.cap; p++) {
-		if (PR_LOAD_ACQ(&ix.slot[p]) == PR_SLOT_EMPTY) {
+		if (PR_LOAD_ACQ(&ix.slot[p].word) == PR_SLOT_EMPTY) {
 			if (c->n >= c->cap / 2) {
 				c->lo = p << ix.shift;
 				return 0;
@@ -786,7 +816,7 @@ static int fill_chunk(const struct pr_map *m, const struct walk *wk, struct chun
 	/* Reached the end: the run that wraps to the start is ours too. It
 	 * may reach p0 and beyond (always, when p0 is 0): the forward scan
 	 * skipped its wrapped entries there, so follow it to its end. */
-	for (p = 0; p < ix.cap && PR_LOAD_ACQ(&ix.slot[p]) != PR_SLOT_EMPTY; p++)
+	for (p = 0; p < ix.cap && PR_LOAD_ACQ(&ix.slot[p].word) != PR_SLOT_EMPTY; p++)
 		if (take(m, &ix, p, true, wk, c) < 0)
 			return -1;
 	c->done = true;

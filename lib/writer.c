@@ -376,7 +376,7 @@ static struct pr_index *index_at(struct pr_writer *w, const struct pr_root *root
 
 static uint64_t index_bytes(uint64_t cap)
 {
-	return sizeof(struct pr_index) + cap * 8;
+	return sizeof(struct pr_index) + cap * sizeof(struct pr_slot);
 }
 
 /* Build an unpublished index of CAP slots holding every live slot word of
@@ -395,17 +395,18 @@ static int build_index(struct pr_writer *w, const struct pr_index *old, uint64_t
 	nx->capacity = cap;
 	nx->shift = shift;
 	nx->pad = 0;
-	memset(nx->slot, 0, cap * 8);
+	memset(nx->slot, 0, cap * sizeof(struct pr_slot));
 	for (uint64_t i = 0; old && i < old->capacity; i++) {
-		uint64_t wd = old->slot[i], p;
+		struct pr_slot sl = old->slot[i];
+		uint64_t p;
 
-		if (!pr_slot_live(wd))
+		if (!pr_slot_live(sl.word))
 			continue;
-		/* The tag is the hash's top half: home without the record. */
-		p = (wd >> 32) >> (shift - 32);
-		while (nx->slot[p] != PR_SLOT_EMPTY)
+		/* Home from the slot alone: no record read. */
+		p = pr_slot_hash_hi(sl.word, sl.key, H(w)->hash_seed) >> (shift - 32);
+		while (nx->slot[p].word != PR_SLOT_EMPTY)
 			p = (p + 1) & (cap - 1);
-		nx->slot[p] = wd;
+		nx->slot[p] = sl;
 	}
 	*off_out = off;
 	return 0;
@@ -489,17 +490,19 @@ int procreg__w_place_ok(struct pr_writer *w, const struct pr_root *root, const s
 {
 	const struct pr_index *ix = index_at(w, root);
 	uint64_t mask = ix->capacity - 1, p = k->hash >> ix->shift;
-	uint32_t tag = (uint32_t)(k->hash >> 32);
 	unsigned same = 0;
 
 	if (!w->no_reserve)
 		return 0;
 	if (((pos - p) & mask) > PR_PLACE_DIST_MAX)
 		goto refused;
-	for (; p != pos; p = (p + 1) & mask) {
-		uint64_t wd = ix->slot[p];
+	/* A short name's slot holds the name: no other matches it, and a
+	 * probe for it reads no record on the way. */
+	for (; !k->skey.key && p != pos; p = (p + 1) & mask) {
+		uint64_t wd = ix->slot[p].word;
 
-		if (pr_slot_live(wd) && pr_slot_tag(wd) == tag && ++same > PR_PLACE_TAGS_MAX)
+		if (pr_slot_live(wd) && pr_slot_is(wd, ix->slot[p].key, k->skey) &&
+		    ++same > PR_PLACE_TAGS_MAX)
 			goto refused;
 	}
 	return 0;
@@ -568,10 +571,15 @@ static void publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uin
 {
 	struct pr_index *ix = index_at(w, root);
 	const struct pr_record *r = rec_at(w, off);
-	uint64_t old = ix->slot[pos];
+	struct pr_skey sk = pr_record_skey(r, r->name_len, hash);
+	uint64_t old = ix->slot[pos].word;
 
-	/* Release: the record's bytes before the word that reaches them. */
-	PR_STORE_REL(&ix->slot[pos], pr_slot_word(hash, off));
+	/* The key first: a live word may be read with it (a slot taken over
+	 * from another name is not live, and a name's own slot gets its
+	 * own key again). Release: the key and the record's bytes before
+	 * the word that reaches them. */
+	CMM_STORE_SHARED(ix->slot[pos].key, sk.key);
+	PR_STORE_REL(&ix->slot[pos].word, pr_slot_word(sk, off));
 	PR_TRACE(procregd, publish, r->kind, (const char *)r->data, r->name_len, r->pid, off);
 	if (pr_slot_live(old)) {
 		retire(w, pr_slot_off(old), procreg__record_size(rec_at(w, pr_slot_off(old))));
@@ -603,7 +611,7 @@ void procreg__w_publish_key(struct pr_writer *w, struct pr_root *root, uint64_t 
 void procreg__w_remove(struct pr_writer *w, struct pr_root *root, uint64_t pos)
 {
 	struct pr_index *ix = index_at(w, root);
-	uint64_t mask = ix->capacity - 1, old = ix->slot[pos];
+	uint64_t mask = ix->capacity - 1, old = ix->slot[pos].word;
 	const struct pr_record *o = rec_at(w, pr_slot_off(old));
 
 	if (!pr_slot_live(old))
@@ -614,14 +622,15 @@ void procreg__w_remove(struct pr_writer *w, struct pr_root *root, uint64_t pos)
 	 * become empty itself, and so may the tombstones before it. Readers
 	 * mid-probe see either value and reach the same answer.
 	 */
-	if (ix->slot[(pos + 1) & mask] == PR_SLOT_EMPTY) {
-		PR_STORE_REL(&ix->slot[pos], PR_SLOT_EMPTY);
-		for (uint64_t p = (pos - 1) & mask; ix->slot[p] == PR_SLOT_TOMB; p = (p - 1) & mask) {
-			CMM_STORE_SHARED(ix->slot[p], PR_SLOT_EMPTY);
+	if (ix->slot[(pos + 1) & mask].word == PR_SLOT_EMPTY) {
+		PR_STORE_REL(&ix->slot[pos].word, PR_SLOT_EMPTY);
+		for (uint64_t p = (pos - 1) & mask; ix->slot[p].word == PR_SLOT_TOMB;
+		     p = (p - 1) & mask) {
+			CMM_STORE_SHARED(ix->slot[p].word, PR_SLOT_EMPTY);
 			CMM_STORE_SHARED(root->tombs, root->tombs - 1);
 		}
 	} else {
-		PR_STORE_REL(&ix->slot[pos], PR_SLOT_TOMB);
+		PR_STORE_REL(&ix->slot[pos].word, PR_SLOT_TOMB);
 		CMM_STORE_SHARED(root->tombs, root->tombs + 1);
 	}
 	CMM_STORE_SHARED(root->live, root->live - 1);
@@ -747,7 +756,7 @@ int procreg__w_unpublish(struct pr_writer *w, uint64_t off)
 int procreg__w_unpublish_at(struct pr_writer *w, uint64_t off, struct pr_root *root, uint64_t pos)
 {
 	const struct pr_index *ix = index_at(w, root);
-	uint64_t wd = pos < ix->capacity ? ix->slot[pos] : PR_SLOT_EMPTY;
+	uint64_t wd = pos < ix->capacity ? ix->slot[pos].word : PR_SLOT_EMPTY;
 
 	/* The slot word is the proof: a live word holding OFF is OFF's one
 	 * slot in this index, whatever happened since the probe. */
@@ -766,7 +775,7 @@ static int walk_index(struct pr_writer *w, const struct pr_root *root, pr_walk_c
 	int ret = 0;
 
 	for (uint64_t p = 0; p < ix->capacity && !ret; p++) {
-		uint64_t wd = ix->slot[p];
+		uint64_t wd = ix->slot[p].word;
 
 		if (pr_slot_live(wd))
 			ret = cb(pr_slot_off(wd), rec_at(w, pr_slot_off(wd)), arg);
@@ -1144,7 +1153,7 @@ static uint64_t sound_index(struct pr_writer *w, uint64_t ioff)
 	ix = (const struct pr_index *)(w->map.base + ioff);
 	cap = ix->capacity;
 	if (cap < 2 || (cap & (cap - 1)) || cap > INDEX_MAX ||
-	    cap > (h->arena_top - ioff - sizeof(*ix)) / 8 ||
+	    cap > (h->arena_top - ioff - sizeof(*ix)) / sizeof(struct pr_slot) ||
 	    ix->shift != 64 - (uint32_t)__builtin_ctzll(cap))
 		return 0;
 	return cap;
@@ -1153,17 +1162,18 @@ static uint64_t sound_index(struct pr_writer *w, uint64_t ioff)
 /* A record a crashed writer left reachable is whole (it was published
  * only once written); check it anyway, since the file may have been
  * damaged by something else. */
-static int record_sound(struct pr_writer *w, uint64_t wd, uint8_t kind)
+static int record_sound(struct pr_writer *w, const struct pr_slot *sl, uint8_t kind)
 {
+	uint64_t wd = sl->word;
 	const struct pr_record *r = procreg__record_at(&w->map, wd);
-	uint64_t h;
+	struct pr_skey sk;
 
 	if (!r || r->kind != kind || pr_slot_off(wd) < H(w)->arena_off ||
 	    pr_slot_off(wd) + procreg__record_size(r) > H(w)->arena_top ||
 	    memchr(r->data, 0, r->name_len) || r->data[r->name_len] != 0)
 		return 0;
-	h = pr_record_hash(r, r->name_len, H(w)->hash_seed);
-	if ((uint32_t)(h >> 32) != pr_slot_tag(wd))
+	sk = pr_record_skey(r, r->name_len, pr_record_hash(r, r->name_len, H(w)->hash_seed));
+	if (!pr_slot_is(wd, sl->key, sk))
 		return 0;
 	if (kind == PR_KIND_GROUP)
 		return r->aux % PR_ALIGN == 0 && r->aux >= H(w)->arena_off &&
@@ -1187,7 +1197,7 @@ static int recover_root(struct pr_writer *w, struct pr_root *root, uint8_t kind,
 	ix = index_at(w, root);
 	err = push_pair(blocks, root->index_off, index_bytes(cap));
 	for (uint64_t p = 0; p < cap && !err; p++) {
-		uint64_t wd = ix->slot[p];
+		uint64_t wd = ix->slot[p].word;
 		const struct pr_record *r = rec_at(w, pr_slot_off(wd));
 		size_t mark = blocks->n;
 
@@ -1195,8 +1205,8 @@ static int recover_root(struct pr_writer *w, struct pr_root *root, uint8_t kind,
 			tombs++;
 		if (!pr_slot_live(wd))
 			continue;
-		if (!record_sound(w, wd, kind)) {
-			PR_STORE_REL(&ix->slot[p], PR_SLOT_TOMB);
+		if (!record_sound(w, &ix->slot[p], kind)) {
+			PR_STORE_REL(&ix->slot[p].word, PR_SLOT_TOMB);
 			tombs++;
 			continue;
 		}
@@ -1208,7 +1218,7 @@ static int recover_root(struct pr_writer *w, struct pr_root *root, uint8_t kind,
 			if (err == -EUCLEAN || (!err && n == 0)) {
 				/* Unusable or empty: the group goes. */
 				blocks->n = mark;
-				PR_STORE_REL(&ix->slot[p], PR_SLOT_TOMB);
+				PR_STORE_REL(&ix->slot[p].word, PR_SLOT_TOMB);
 				tombs++;
 				err = 0;
 				continue;

@@ -404,7 +404,7 @@ static void drain(struct pr_writer *w)
 
 static uint64_t ix_bytes(uint64_t cap)
 {
-	return sizeof(struct pr_index) + cap * 8;
+	return sizeof(struct pr_index) + cap * sizeof(struct pr_slot);
 }
 
 static uint64_t rounded(uint64_t n)
@@ -442,11 +442,11 @@ static struct reach w_reach(struct pr_writer *w)
 	s.bytes = ix_bytes(nx->capacity) + ix_bytes(gx->capacity) +
 		  h->feed_cap * sizeof(struct pr_event) + h->readers_cap * sizeof(struct pr_reader_info);
 	for (uint64_t p = 0; p < nx->capacity; p++) {
-		if (!pr_slot_live(nx->slot[p]))
+		if (!pr_slot_live(nx->slot[p].word))
 			continue;
 		s.names++;
 		s.bytes += procreg__record_size((const struct pr_record *)(w->map.base +
-									 pr_slot_off(nx->slot[p])));
+									 pr_slot_off(nx->slot[p].word)));
 	}
 	for (uint64_t p = 0; p < gx->capacity; p++) {
 		const struct pr_record *g;
@@ -454,9 +454,9 @@ static struct reach w_reach(struct pr_writer *w)
 		const struct pr_index *mx;
 		uint64_t live = 0, local = 0;
 
-		if (!pr_slot_live(gx->slot[p]))
+		if (!pr_slot_live(gx->slot[p].word))
 			continue;
-		g = (const struct pr_record *)(w->map.base + pr_slot_off(gx->slot[p]));
+		g = (const struct pr_record *)(w->map.base + pr_slot_off(gx->slot[p].word));
 		assert_int_equal(g->kind, PR_KIND_GROUP);
 		gr = (const struct pr_root *)(w->map.base + g->aux);
 		mx = ix_at(w, gr);
@@ -465,9 +465,9 @@ static struct reach w_reach(struct pr_writer *w)
 		for (uint64_t q = 0; q < mx->capacity; q++) {
 			const struct pr_record *m;
 
-			if (!pr_slot_live(mx->slot[q]))
+			if (!pr_slot_live(mx->slot[q].word))
 				continue;
-			m = (const struct pr_record *)(w->map.base + pr_slot_off(mx->slot[q]));
+			m = (const struct pr_record *)(w->map.base + pr_slot_off(mx->slot[q].word));
 			assert_int_equal(m->kind, PR_KIND_MEMBER);
 			assert_int_equal(m->name_len, g->name_len);
 			assert_memory_equal(m->data, g->data, g->name_len);
@@ -714,11 +714,11 @@ static double mean_probe(const struct pr_writer *w, const struct pr_root *root)
 	uint64_t n = 0, dist = 0;
 
 	for (uint64_t p = 0; p < ix->capacity; p++) {
-		uint64_t wd = ix->slot[p], home;
+		uint64_t wd = ix->slot[p].word, home;
 
 		if (!pr_slot_live(wd))
 			continue;
-		home = (wd >> 32) >> (ix->shift - 32);
+		home = pr_slot_hash_hi(wd, ix->slot[p].key, w->map.hdr->hash_seed) >> (ix->shift - 32);
 		dist += (p - home) & (ix->capacity - 1);
 		n++;
 	}
@@ -810,8 +810,8 @@ static void test_w_big_group(void **state)
 		 * slots a member. */
 		assert_int_equal(w.map.hdr->arena_used - used0 - group_bytes - ix_bytes(cap),
 				 (uint64_t)BIG * rec);
-		assert_true(per_member_end <= (double)rec + 32.0);
-		assert_true(per_member_mid <= (double)rec + 32.0);
+		assert_true(per_member_end <= (double)rec + 4.0 * sizeof(struct pr_slot));
+		assert_true(per_member_mid <= (double)rec + 4.0 * sizeof(struct pr_slot));
 		assert_true(per_member_end >= (double)rec && per_member_mid >= (double)rec);
 	}
 

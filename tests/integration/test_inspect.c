@@ -522,11 +522,13 @@ static void test_check(void **state)
 	ix = peek(table, offsetof(struct pr_table_hdr, names.index_off));
 	cap = peek(table, ix + offsetof(struct pr_index, capacity));
 	for (p = 0; p < cap; p++)
-		if (pr_slot_live(w = peek(table, ix + sizeof(struct pr_index) + p * 8)))
+		if (pr_slot_live(w = peek(table, ix + sizeof(struct pr_index) +
+						    p * sizeof(struct pr_slot))))
 			break;
 	assert_true(p < cap);
-	th_poke_u64(table, ix + sizeof(struct pr_index) + p * 8,
-	     pr_slot_word(w, peek(table, offsetof(struct pr_table_hdr, file_size)) + 4096));
+	th_poke_u64(table, ix + sizeof(struct pr_index) + p * sizeof(struct pr_slot),
+		    (w & ~0xffffffffull) |
+			    (peek(table, offsetof(struct pr_table_hdr, file_size)) + 4096) / PR_ALIGN);
 	expect_st(f, cli_env(f, d2, NULL, A("check")), 1);
 	snprintf(msg, sizeof(msg), "name index slot %llu: record offset ", (unsigned long long)p);
 	th_expect_in(f->o->out, msg);

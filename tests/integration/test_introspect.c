@@ -433,6 +433,33 @@ static void test_check_damaged(void **state)
 	assert_true(ck.problems >= 2);
 	assert_non_null(strstr(p.first, "name index: offset 1099511627776 is not a whole index block"));
 	procreg_close(copy);
+
+	/* A short name's slot whose key is another's (one bit off). */
+	{
+		const struct pr_map *m = &f->reg->map;
+		const struct pr_index *ix =
+			(const struct pr_index *)(m->base + m->hdr->names.index_off);
+		uint64_t p0 = 0;
+		char want[128];
+
+		while (p0 < ix->capacity && !pr_slot_live(ix->slot[p0].word))
+			p0++;
+		assert_true(p0 < ix->capacity);
+		assert_int_not_equal(ix->slot[p0].key, 0);
+		th_copy_table(f->dir, "copy2", table, sizeof(table));
+		th_poke_u64(table, (uint64_t)((const uint8_t *)&ix->slot[p0].key - m->base),
+			    ix->slot[p0].key ^ 0x100);
+		snprintf(d, sizeof(d), "%s/copy2", f->dir);
+		copy = th_open(d);
+		assert_non_null(copy);
+		memset(&p, 0, sizeof(p));
+		assert_int_equal(procreg_check(copy, &ck, on_problem, &p), -EUCLEAN);
+		snprintf(want, sizeof(want), "(slot %llu): the slot does not hold its key",
+			 (unsigned long long)p0);
+		assert_non_null(strstr(p.first, want));
+		assert_int_equal(ck.problems, 3); /* and the live and local counts it leaves short */
+		procreg_close(copy);
+	}
 }
 
 static int count_problem(const char *problem, void *arg)
@@ -452,13 +479,16 @@ static void test_check_many_problems(void **state)
 	procreg_t *copy;
 	int shown = 0;
 
+	/* Longer than PR_INLINE_MAX: their slots hold their hashes' tags,
+	 * not the names. */
 	for (int i = 0; i < 150; i++) {
-		char name[16];
+		char name[32];
 
-		snprintf(name, sizeof(name), "m.n%d", i);
+		snprintf(name, sizeof(name), "m.not.inline.%d", i);
+		assert_true(strlen(name) > PR_INLINE_MAX);
 		reg_name(f->reg, name);
 	}
-	/* Another seed: no name's hash matches its key any more. */
+	/* Another seed: no name's hash matches its slot any more. */
 	th_copy_table(f->dir, "copy", table, sizeof(table));
 	th_poke_u64(table, offsetof(struct pr_table_hdr, hash_seed),
 		    f->reg->map.hdr->hash_seed ^ 1);

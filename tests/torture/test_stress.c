@@ -567,7 +567,9 @@ static int arena_settled(void *p)
 	/* The name index, the group index (empty, at its first size), the
 	 * change feed's ring (8192 events in a table of the default size)
 	 * and the reader registry (4096 entries by default). */
-	return st.arena_used == stable + 16 + st.index_capacity * 8 + 16 + 256 * 8 +
+	return st.arena_used == stable + sizeof(struct pr_index) +
+				st.index_capacity * sizeof(struct pr_slot) +
+				sizeof(struct pr_index) + 256 * sizeof(struct pr_slot) +
 				8192 * sizeof(struct pr_event) +
 				4096 * sizeof(struct pr_reader_info);
 }

@@ -174,7 +174,7 @@ static bool leaves_tomb(struct pr_writer *w, const char *name)
 
 	if (!procreg__w_find_name(w, name, len, &pos))
 		return false;
-	return ix->slot[(pos + 1) & (ix->capacity - 1)] != PR_SLOT_EMPTY;
+	return ix->slot[(pos + 1) & (ix->capacity - 1)].word != PR_SLOT_EMPTY;
 }
 
 /* Run reclamation to the end. Only for when no reader can be inside a
@@ -190,7 +190,7 @@ static void drain(struct pr_writer *w)
 
 static uint64_t index_bytes(uint64_t cap)
 {
-	return sizeof(struct pr_index) + cap * 8;
+	return sizeof(struct pr_index) + cap * sizeof(struct pr_slot);
 }
 
 static const struct pr_index *w_index(const struct pr_writer *w)
@@ -229,7 +229,9 @@ static struct walk_sum w_sum(struct pr_writer *w)
 	s.bytes += w->map.hdr->feed_cap * sizeof(struct pr_event) +
 		   w->map.hdr->readers_cap * sizeof(struct pr_reader_info);
 	for (uint64_t p = 0; p < ix->capacity; p++)
-		if (pr_slot_live(ix->slot[p]) && ((ix->slot[p] >> 32) >> (s.shift - 32)) != p)
+		if (pr_slot_live(ix->slot[p].word) &&
+		    (pr_slot_hash_hi(ix->slot[p].word, ix->slot[p].key, w->map.hdr->hash_seed) >>
+		     (s.shift - 32)) != p)
 			s.displaced++;
 	return s;
 }
@@ -1242,9 +1244,9 @@ static void test_foreach_quiet(void **state)
 	ws = w_sum(&w);
 	assert_int_equal(ws.n, 100);
 	assert_int_equal(ws.displaced, 99);
-	assert_true(pr_slot_live(w_index(&w)->slot[0]));   /* it did wrap */
-	assert_true(pr_slot_live(w_index(&w)->slot[43]));
-	assert_false(pr_slot_live(w_index(&w)->slot[44]));
+	assert_true(pr_slot_live(w_index(&w)->slot[0].word));   /* it did wrap */
+	assert_true(pr_slot_live(w_index(&w)->slot[43].word));
+	assert_false(pr_slot_live(w_index(&w)->slot[44].word));
 	/* Each exactly once. */
 	{
 		struct seen s2 = { .prefix = "wrap", .n = wrap[99] + 1 };
@@ -1694,12 +1696,17 @@ static int damage_child(void *p)
 		if (mode == 0 || mode == 5) {
 			/* Slot words: random, pointing anywhere in (or past) the
 			 * file, pointing at the wrong place with a right tag,
-			 * empty, tombstone. */
+			 * empty, tombstone; and keys: random, or a short
+			 * name's with a bit flipped (another name's, maybe). */
 			int n = 1 + (int)(th_xorshift(&seed) % 200);
 
 			for (int k = 0; k < n; k++) {
 				uint64_t s = th_xorshift(&seed) % cap, x = th_xorshift(&seed);
-				uint64_t wd = ix->slot[s];
+				uint64_t wd = ix->slot[s].word;
+
+				if ((x >> 40) % 3 == 0)
+					ix->slot[s].key = (x >> 42) & 1 ? th_xorshift(&seed)
+									: ix->slot[s].key ^ 1ull << (x >> 50) % 64;
 
 				switch (x % 6) {
 				case 0: wd = th_xorshift(&seed); break;
@@ -1709,7 +1716,7 @@ static int damage_child(void *p)
 				case 4: wd = (x >> 8) & 1; break;
 				default: wd = (wd & ~0xffffffffull) | ((x >> 8) % (PR_HDR_SIZE / 16)); break;
 				}
-				ix->slot[s] = wd;
+				ix->slot[s].word = wd;
 			}
 		}
 		if (mode == 1 || mode == 5) {
@@ -1763,7 +1770,7 @@ static int damage_child(void *p)
 			if (rec && !damaged_rec[i]) {
 				fo = tlen - procreg__record_size(rec);
 				memmove(base + fo, rec, procreg__record_size(rec));
-				ix->slot[pos] = pr_slot_word(key.hash, fo);
+				ix->slot[pos].word = pr_slot_word(key.skey, fo);
 				moved_rec = i;
 			}
 		} else if (mode == 1) {
@@ -1771,14 +1778,13 @@ static int damage_child(void *p)
 			 * reachable from a real name's slot: copying it out
 			 * unchecked would read beyond the mapping. */
 			unsigned i = 1 + (unsigned)(th_xorshift(&seed) % (DNAMES / 10 - 1)) * 10;
-			uint64_t hh, pos, fo = tlen - 96;
+			uint64_t pos, fo = tlen - 96;
 			struct pr_map m = { .base = base, .size = tlen, .hdr = h };
 			struct pr_record *fake = (struct pr_record *)(base + fo);
 			size_t nl;
 
 			name_of(name, sizeof(name), "d", i);
 			nl = strlen(name);
-			hh = pr_hash(name, nl, h->hash_seed);
 			struct pr_key key;
 
 			pr_key_name(&key, PR_KIND_NAME, name, nl, h->hash_seed);
@@ -1790,7 +1796,7 @@ static int damage_child(void *p)
 				fake->name_len = (uint16_t)nl;
 				fake->meta_len = PROCREG_META_MAX;
 				memcpy(fake->data, name, nl);
-				ix->slot[pos] = pr_slot_word(hh, fo);
+				ix->slot[pos].word = pr_slot_word(key.skey, fo);
 				damaged_rec[i] = true;
 			}
 		}
@@ -1864,6 +1870,22 @@ static int damage_child(void *p)
 			sh->lookups[rc == 0 ? 0 : 1]++;
 			if (i >= DNAMES && rc == 0) {
 				kid_fail(sh, 0, "absent %s found %d", name, rc);
+				return 1;
+			}
+			/* A presence test reads the slot alone for these names
+			 * (8 bytes). Where slots were not damaged (modes 1 to
+			 * 3), a name whose bytes the file never held is not
+			 * found; where only records were (mode 1), every
+			 * registered name is, damaged record or not, and no
+			 * removed one, though its key stays in a tombstone. */
+			rc = procreg_lookup(r, name, NULL);
+			if ((rc != 0 && rc != -ENOENT) ||
+			    (mode >= 1 && mode <= 3 && i >= DNAMES && rc == 0) ||
+			    (mode == 1 && i < DNAMES && (rc == 0) != (i % 10 != 0))) {
+				char what[sizeof(name) + 16];
+
+				snprintf(what, sizeof(what), "%s, mode %d", name, mode);
+				kid_fail(sh, 0, "presence of %s: %d", what, rc);
 				return 1;
 			}
 		}
@@ -2410,7 +2432,7 @@ static void test_records_reuse_old_indexes(void **state)
 		snprintf(name, sizeof(name), "n%06d", n);
 		assert_int_equal(put(&w, name, 1), 0);
 		off = procreg__w_find_name(&w, name, strlen(name), &pos);
-		used += procreg__record_size(procreg__record_at(&w.map, w_index(&w)->slot[pos]));
+		used += procreg__record_size(procreg__record_at(&w.map, w_index(&w)->slot[pos].word));
 		for (int i = 0; i < 2; i++)
 			placed += off >= old_off[i] && off < old_off[i] + index_bytes(old_cap[i]);
 	}
@@ -2542,9 +2564,218 @@ static void test_unpublish_at(void **state)
 	free(dir);
 }
 
-/* procreg__w_publish_key tags the slot word with the key's hash, which
- * must be the one the record itself hashes to: what a lookup and a
- * rebuild compute. Names and memberships. */
+/* The name of length LEN (1..PR_INLINE_MAX + 1) and number K (< 26^LEN):
+ * K in base 26, lowercase, LEN digits. */
+static void short_name(char *buf, size_t len, unsigned k)
+{
+	for (size_t i = 0; i < len; i++, k /= 26)
+		buf[len - 1 - i] = (char)('a' + k % 26);
+	buf[len] = 0;
+}
+
+/* Names of every length up to just past PR_INLINE_MAX: their slots hold
+ * the name (or, past it, the hash's tag), a presence test and a lookup
+ * find each, and no near miss (a byte changed, one more byte) is found
+ * either way. A short name whose removal leaves a tombstone is absent at
+ * once: a tombstone's word has a top half of 0, as the slot of a name of
+ * 8 bytes has, and keeps that name's key. */
+static void test_short_names(void **state)
+{
+	enum { PER_LEN = 14, LENS = PR_INLINE_MAX + 1 };
+	char *dir = th_mkdtemp(), name[32], miss[32];
+	struct pr_writer w;
+	uint64_t seed, pos;
+	unsigned tombs = 0;
+	TH_ENTRY(e);
+	procreg_t *r;
+
+	(void)state;
+	w_open_at(&w, dir, 4 * MB);
+	r = r_open(dir);
+	assert_non_null(r);
+	seed = w.map.hdr->hash_seed;
+	for (size_t len = 1; len <= LENS; len++)
+		for (unsigned k = 0; k < PER_LEN; k++) {
+			short_name(name, len, k * 7 + 3);
+			assert_int_equal(put(&w, name, 1), 0);
+		}
+	assert_int_equal(w_index(&w)->capacity, 256); /* 182 names: clusters */
+	for (size_t len = 1; len <= LENS; len++)
+		for (unsigned k = 0; k < PER_LEN; k++) {
+			const struct pr_slot *sl;
+
+			short_name(name, len, k * 7 + 3);
+			assert_true(procreg__w_find_name(&w, name, len, &pos) != 0);
+			sl = &w_index(&w)->slot[pos];
+			assert_int_equal(sl->key != 0, len <= PR_INLINE_MAX);
+			assert_int_equal(pr_slot_hash_hi(sl->word, sl->key, seed),
+					 (uint32_t)(pr_hash(name, len, seed) >> 32));
+			assert_int_equal(procreg_lookup(r, name, NULL), 0);
+			th_entry_scribble(&e, 0);
+			assert_int_equal(procreg_lookup(r, name, &e), 0);
+			assert_true(entry_ok(&e, name, 1));
+			for (size_t j = 0; j <= len; j++) {
+				memcpy(miss, name, len + 1);
+				if (j < len) {
+					miss[j] ^= 0x20; /* uppercase: no name has it */
+				} else {
+					miss[len] = 'X';
+					miss[len + 1] = 0;
+				}
+				assert_int_equal(procreg_lookup(r, miss, NULL), -ENOENT);
+				assert_int_equal(procreg_lookup(r, miss, &e), -ENOENT);
+			}
+		}
+	for (size_t len = 1; len <= 8; len++)
+		for (unsigned k = 0; k < PER_LEN; k++) {
+			short_name(name, len, k * 7 + 3);
+			tombs += len == 8 && leaves_tomb(&w, name);
+			assert_int_equal(del(&w, name), 0);
+			assert_int_equal(procreg_lookup(r, name, NULL), -ENOENT);
+			assert_int_equal(procreg_lookup(r, name, &e), -ENOENT);
+		}
+	assert_true(tombs > 0); /* of 8-byte names, whose slots' top half is 0 */
+	procreg_close(r);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+/*
+ * A presence test reads a slot's word, then its key: two loads, and the
+ * daemon may rewrite the slot between them. Here it does, from a signal
+ * handler that interrupts the lookups at random points: X (prefix P,
+ * suffix A) and Y (Q, B) take turns in one slot, and Z (P, B), whose home
+ * is that slot too, is never registered. A probe that took Y's word with
+ * X's key would find Z; the second load of the word is what stops it.
+ */
+#define TORN_TURNS 50000
+
+struct torn {
+	struct pr_writer *w;
+	char x[PR_INLINE_MAX + 1], y[PR_INLINE_MAX + 1], z[PR_INLINE_MAX + 1];
+	volatile sig_atomic_t x_in, toggles, stop;
+};
+
+static struct torn *torn_now;
+
+static void torn_toggle(int sig)
+{
+	struct torn *t = torn_now;
+
+	(void)sig;
+	if (t->stop || t->toggles >= TORN_TURNS)
+		return;
+	/* Out of the reader's way: no lookup here, only the writer, which
+	 * allocates nothing from the C heap on the way (see the caller). */
+	if (del(t->w, t->x_in ? t->x : t->y) || put(t->w, t->x_in ? t->y : t->x, 1) != 0) {
+		t->stop = 2;
+		return;
+	}
+	t->x_in = !t->x_in;
+	t->toggles++;
+}
+
+static unsigned home_of(const struct pr_writer *w, const char *s)
+{
+	return (unsigned)(pr_hash(s, strlen(s), w->map.hdr->hash_seed) >> w_index(w)->shift);
+}
+
+static void test_torn_slot(void **state)
+{
+	char *dir = th_mkdtemp();
+	struct pr_writer w;
+	struct torn t = { .w = &w };
+	struct sigaction sa = { .sa_handler = torn_toggle, .sa_flags = SA_RESTART };
+	struct sigevent sev = { .sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGALRM };
+	struct itimerspec its = { .it_interval = { 0, 20000 }, .it_value = { 0, 20000 } };
+	uint64_t lookups = 0, found_z = 0, t_end;
+	timer_t tm;
+	unsigned h = 0;
+	procreg_t *r;
+
+	(void)state;
+	w_open_at(&w, dir, 32 * MB);
+	r = r_open(dir);
+	assert_non_null(r);
+	/* P and Q, 8 bytes each; B with home(P B) == home(Q B); then A with
+	 * home(P A) the same. One in 256 each, the index having 256 slots. */
+	for (unsigned b = 0;; b++) {
+		snprintf(t.y, sizeof(t.y), "qqqqqqqq%04x", b);
+		snprintf(t.z, sizeof(t.z), "pppppppp%04x", b);
+		h = home_of(&w, t.y);
+		if (home_of(&w, t.z) == h)
+			break;
+		assert_true(b < 0xffff);
+	}
+	for (unsigned a = 0;; a++) {
+		snprintf(t.x, sizeof(t.x), "pppppppp%04x", a);
+		if (strcmp(t.x, t.z) && home_of(&w, t.x) == h)
+			break;
+		assert_true(a < 0xffff);
+	}
+	assert_int_equal(put(&w, t.x, 1), 0);
+	t.x_in = 1;
+	assert_int_equal(procreg_lookup(r, t.x, NULL), 0); /* the reader slot, claimed */
+	assert_int_equal(procreg_lookup(r, t.z, NULL), -ENOENT);
+	/* A turn retires one record onto a list the writer grows with
+	 * realloc, which a signal handler must not call: room for every
+	 * turn first (nothing is reclaimed meanwhile). */
+	{
+		size_t n0 = w.retired.n;
+
+		for (unsigned i = 0; i < 2 * (TORN_TURNS + 8); i++)
+			assert_int_equal(procreg__vec_push(&w.retired, 0), 0);
+		w.retired.n = n0;
+	}
+
+	torn_now = &t;
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGALRM, &sa, NULL), 0);
+	assert_int_equal(timer_create(CLOCK_MONOTONIC, &sev, &tm), 0);
+	assert_int_equal(timer_settime(tm, 0, &its, NULL), 0);
+	/* Two seconds, or TORN_TURNS turns: the arena holds them without
+	 * reclaiming (each turn retires one record). */
+	t_end = procreg__mono_ns() + 2000000000ull;
+	while (!t.stop && t.toggles < TORN_TURNS && procreg__mono_ns() < t_end) {
+		for (int i = 0; i < 1000; i++) {
+			int rc = procreg_lookup(r, t.z, NULL);
+
+			found_z += rc == 0;
+			lookups++;
+		}
+	}
+	t.stop = 1;
+	timer_delete(tm);
+	signal(SIGALRM, SIG_DFL);
+	print_message("%llu presence tests of Z over %llu turns of X and Y: Z found %llu times\n",
+		      (unsigned long long)lookups, (unsigned long long)t.toggles,
+		      (unsigned long long)found_z);
+	assert_int_equal(t.stop, 1); /* the writer never failed */
+	assert_true(t.toggles > 1000);
+	assert_int_equal(found_z, 0);
+	procreg_close(r);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+/* Whether slot POS of IX holds what the record at OFF, its name LEN
+ * bytes, hashes to: what a lookup and a rebuild compute. */
+static bool slot_holds(const struct pr_writer *w, const struct pr_index *ix, uint64_t pos,
+		       uint64_t off, size_t len)
+{
+	const struct pr_record *r = procreg__record_at(&w->map, ix->slot[pos].word);
+	struct pr_skey sk = pr_record_skey(r, len, pr_record_hash(r, len, w->map.hdr->hash_seed));
+
+	return ix->slot[pos].word == pr_slot_word(sk, off) && ix->slot[pos].key == sk.key &&
+	       pr_slot_hash_hi(ix->slot[pos].word, ix->slot[pos].key, w->map.hdr->hash_seed) ==
+		       (uint32_t)(pr_record_hash(r, len, w->map.hdr->hash_seed) >> 32);
+}
+
+/* procreg__w_publish_key fills the slot from the key (its hash, or a
+ * short name's bytes), which must be what the record itself gives: what
+ * a lookup and a rebuild compute. Names long and short, memberships. */
 static void test_publish_key(void **state)
 {
 	char *dir = th_mkdtemp(), name[32];
@@ -2569,8 +2800,8 @@ static void test_publish_key(void **state)
 		assert_int_equal(procreg__w_new_record(&w, &t, name, NULL, &off), 0);
 		procreg__w_publish_key(&w, names, pos, off, &k);
 		ix = w_index(&w);
-		assert_true(ix->slot[pos] ==
-			    pr_slot_word(pr_record_hash(procreg__record_at(&w.map, ix->slot[pos]), len, seed), off));
+		assert_true(slot_holds(&w, ix, pos, off, len));
+		assert_int_equal(ix->slot[pos].key != 0, len <= PR_INLINE_MAX);
 	}
 	for (int n = 0; n < 300; n++) {
 		size_t len = (size_t)snprintf(name, sizeof(name), "k%.*s%d", n % 20, "xxxxxxxxxxxxxxxxxxxx", n);
@@ -2587,7 +2818,8 @@ static void test_publish_key(void **state)
 	procreg__w_publish_key(&w, group, pos, off, &k);
 	assert_int_equal(procreg__w_find(&w, group, &k, &pos), off);
 	ix = (const struct pr_index *)(w.map.base + group->index_off);
-	assert_true(ix->slot[pos] == pr_slot_word(pr_record_hash(procreg__record_at(&w.map, ix->slot[pos]), 3, seed), off));
+	assert_true(slot_holds(&w, ix, pos, off, 3));
+	assert_int_equal(ix->slot[pos].key, 0);
 	procreg__writer_close(&w);
 	th_rmrf(dir);
 	free(dir);
@@ -2656,6 +2888,8 @@ int main(void)
 		cmocka_unit_test(test_name_len),
 		cmocka_unit_test(test_unpublish_at),
 		cmocka_unit_test(test_publish_key),
+		cmocka_unit_test(test_short_names),
+		cmocka_unit_test(test_torn_slot),
 		cmocka_unit_test(test_clock_hold),
 	};
 
