@@ -340,11 +340,28 @@ static void test_lookup(void **state)
 	assert_true(has(r.out, "oa_ns"));
 	assert_true(has(r.out, "lfht_ns"));
 	assert_true(has(r.out, "time_vs_inline"));
-	assert_true(has(r.out, "bulk_rate_vs_inline"));
+	assert_true(has(r.out, "time_vs_strongest"));
+	assert_true(has(r.out, "bulk_rate_vs_strongest"));
 	if (num(r.out, "ncpus") > 1) {
 		assert_true(has(r.out, "scaling"));
 		assert_true(has(r.out, "inline_scaling"));
 		assert_true(has(r.out, "scaling_vs_inline"));
+	}
+	/* The headline baseline of each row is the faster of inline and oa,
+	 * and its ratio is that baseline's. */
+	for (p = strstr(r.out, "\"least_cpu_share\":"); p;
+	     p = strstr(p + 1, "\"least_cpu_share\":")) {
+		const char *st = strstr(p, "\"strongest\":\"");
+		double il_ns = num_after(p, "inline_ns"), oa_ns = num_after(p, "oa_ns");
+		double vs_il = num_after(strstr(p, "\"time_vs_inline\":"), "median");
+		double vs_oa = num_after(strstr(p, "\"time_vs_oa\":"), "median");
+		double vs_st = num_after(strstr(p, "\"time_vs_strongest\":"), "median");
+		bool oa = st && !strncmp(st + strlen("\"strongest\":\""), "oa\"", 3);
+
+		assert_non_null(st);
+		assert_true(il_ns > 0 && oa_ns > 0 && vs_st > 0);
+		assert_true(oa ? oa_ns < il_ns : il_ns <= oa_ns);
+		assert_true(vs_st == (oa ? vs_oa : vs_il));
 	}
 	/* Both table sizes, and in each run every implementation did lookups
 	 * and found every name (no misses were asked for). */

@@ -4,13 +4,17 @@
  *
  * Lookups of registered names (and, with --miss-rate, of absent ones) from
  * 1..N reader processes, over tables of each --names size, beside three
- * in-process tables holding the same names (baseline.c): "inline", the
- * strongest (the key in a one-line slot), against which the headline
- * ratio is taken; "oa", procreg's own design in private memory (the same
- * work as procreg, without what sharing costs); liburcu's cds_lfht. And
- * procreg_lookup_many(), BULK names a call, beside them: a bulk lookup
- * should beat the in-process table's one-at-a-time rate in a table too
- * big for the caches. --presence looks up with out == NULL.
+ * in-process tables holding the same names (baseline.c): "inline" (the
+ * key and the entry in a one-line slot); "oa", procreg's own design in
+ * private memory (the same work as procreg, without what sharing costs);
+ * liburcu's cds_lfht. The headline ratio is taken against the faster of
+ * inline and oa in each figure, the strongest measured: inline where the
+ * entry is copied out (a hit reads one line), oa for a presence test (a
+ * short name's hit reads one 16-byte slot, and four fit a line where
+ * inline's one does). And procreg_lookup_many(), BULK names a call,
+ * beside them: a bulk lookup should beat the strongest's one-at-a-time
+ * rate in a table too big for the caches. --presence looks up with out
+ * == NULL.
  *
  * HOW A FIGURE IS MEASURED. For one implementation and one reader count,
  * the parent forks the readers, each pinned to its CPU. A reader opens
@@ -705,8 +709,11 @@ static void report_run(uint64_t n, int nr, struct cell *idle, struct cell *ld, i
 	struct spread vs_il = ratios(use[IMPL_PROCREG].ns, use[IMPL_INLINE].ns, bo.rounds);
 	struct spread vs_oa = ratios(use[IMPL_PROCREG].ns, use[IMPL_OA].ns, bo.rounds);
 	struct spread vs_lf = ratios(use[IMPL_PROCREG].ns, use[IMPL_LFHT].ns, bo.rounds);
-	/* Bulk: its rate over the in-process table's one at a time. */
-	struct spread bulk = ratios(use[IMPL_BULK].rate, use[IMPL_INLINE].rate, bo.rounds);
+	/* The strongest baseline of this figure, by median time: the
+	 * headline ratio's, and the one a bulk lookup's rate is held to. */
+	int best = use[IMPL_OA].med_ns < use[IMPL_INLINE].med_ns ? IMPL_OA : IMPL_INLINE;
+	struct spread vs_best = best == IMPL_OA ? vs_oa : vs_il;
+	struct spread bulk = ratios(use[IMPL_BULK].rate, use[best].rate, bo.rounds);
 	int rcpu[MAX_READERS];
 	char what[160];
 	double share = 1;
@@ -731,7 +738,9 @@ static void report_run(uint64_t n, int nr, struct cell *idle, struct cell *ld, i
 	j_spread("time_vs_inline", vs_il);
 	j_spread("time_vs_oa", vs_oa);
 	j_spread("time_vs_lfht", vs_lf);
-	j_spread("bulk_rate_vs_inline", bulk);
+	j_str("strongest", impl_key[best]);
+	j_spread("time_vs_strongest", vs_best);
+	j_spread("bulk_rate_vs_strongest", bulk);
 	j_spread("paired_time_vs_inline", ratios(use[IMPL_PAIR].rate2, use[IMPL_PAIR].rate, bo.rounds));
 	j_obj("lookups");
 	for (int k = 0; k < NIMPL; k++)
@@ -778,13 +787,14 @@ static void report_run(uint64_t n, int nr, struct cell *idle, struct cell *ld, i
 	/* The targets: procreg's time within 1.5x the strongest in-process
 	 * table's (1.3x for a presence test); at a million names and more, a
 	 * bulk lookup at least as fast as its one at a time. */
-	snprintf(what, sizeof(what), "lookup%s%s, %s names, %d reader%s: x inline's time",
+	snprintf(what, sizeof(what), "lookup%s%s, %s names, %d reader%s: x %s's time",
 		 bo.presence ? " (presence)" : "", bo.under_write_load ? " (loaded)" : "",
-		 fmt_count(n), nr, nr == 1 ? "" : "s");
-	target(what, vs_il.med, "<=", bo.presence ? 1.3 : 1.5, "x");
+		 fmt_count(n), nr, nr == 1 ? "" : "s", impl_key[best]);
+	target(what, vs_best.med, "<=", bo.presence ? 1.3 : 1.5, "x");
 	if (n >= 1000000 && !bo.under_write_load) {
-		snprintf(what, sizeof(what), "bulk lookup%s, %s names, %d reader%s: x inline's rate",
-			 bo.presence ? " (presence)" : "", fmt_count(n), nr, nr == 1 ? "" : "s");
+		snprintf(what, sizeof(what), "bulk lookup%s, %s names, %d reader%s: x %s's rate",
+			 bo.presence ? " (presence)" : "", fmt_count(n), nr, nr == 1 ? "" : "s",
+			 impl_key[best]);
 		target(what, bulk.med, ">=", 1.0, "x");
 	}
 	j_end();
@@ -848,7 +858,7 @@ static void report(uint64_t n, uint64_t index_capacity, struct cell (*cells)[2][
 			"procreg", "bulk", "inline", "oa", "lfht", "procreg time",
 			"procreg time", "bulk rate", "on CPU");
 		hprintf("%-8s %-5s %8s %8s %8s %8s %8s  %-20s %-20s %-20s %6s\n", "", "", "ns", "ns",
-			"ns", "ns", "ns", "x inline (range)", "x oa (range)", "x inline (range)",
+			"ns", "ns", "ns", "x inline (range)", "x oa (range)", "x strongest",
 			"least");
 	} else {
 		hprintf("%-8s %-6s %-6s %10s %10s %9s %10s %10s %9s  %-20s %11s\n", "readers",
@@ -1085,10 +1095,11 @@ int cmd_lookup(void)
 	hprintf("procreg: procreg_lookup(%s); bulk: procreg_lookup_many(), %d names a call\n",
 		bo.presence ? "NULL" : "&entry", BULK);
 	hprintf("baselines, in private memory, same names, same capacity, same hash and copy-out:\n"
-		"  inline = open addressing, the key and the entry's fields in a 64-byte slot "
-		"(the strongest; the headline ratio)\n"
-		"  oa     = procreg's design (slot words, records in an arena): the same work\n"
-		"  lfht   = liburcu cds_lfht (memb)\n");
+		"  inline = open addressing, the key and the entry's fields in a 64-byte slot\n"
+		"  oa     = procreg's design (16-byte slots, records in an arena): the same work\n"
+		"  lfht   = liburcu cds_lfht (memb)\n"
+		"the headline ratio is against the faster of inline and oa in each figure "
+		"(the strongest)\n");
 	if (bo.under_write_load)
 		hprintf("load: a writer process registers and unregisters waves of %d names "
 			"through procreg_batch, on the daemon's CPU\n", CHURN_WAVE);
