@@ -4,8 +4,8 @@
  *
  * The input is written as a scope's table file, and everything a client
  * does without the daemon runs on it:
- * procreg_open, lookup, foreach, members, group_count, groups, stats and
- * the change feed. A reader must neither crash nor loop on any file.
+ * procreg_open, lookup (copying the entry out, and a presence test),
+ * foreach, members, group_count, groups, stats and the change feed. A reader must neither crash nor loop on any file.
  *
  * So that the fuzzer spends its time past procreg__check_table_hdr, the
  * header fields that check compares with this build (magic, version,
@@ -54,6 +54,7 @@ static int on_name(const struct procreg_entry *e, void *arg)
 	PROCREG_OPTS(procreg_entry, again, .meta = meta, .meta_size = sizeof(meta));
 
 	procreg_lookup(w->reg, e->name, &again);
+	procreg_lookup(w->reg, e->name, NULL);
 	return ++w->n > 100000;
 }
 
@@ -109,6 +110,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		procreg_lookup(reg, names[i], &e);
+		procreg_lookup(reg, names[i], NULL); /* a short name: its slot alone */
 		procreg_group_count(reg, names[i], &members, &local);
 		w = (struct walk){ reg, 0 };
 		procreg_members(reg, names[i], on_member, &w);
