@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "layout.h"
 
 /* A NULL-terminated argument or environment list. */
 #define A(...) ((const char *const[]){ __VA_ARGS__, NULL })
@@ -1217,6 +1218,36 @@ static void test_daemon_refuses(void **state)
 	procreg_files(f->dir, want, sizeof(want));
 	assert_string_equal(want, files);
 	assert_non_null(strstr(files, "procreg.default "));
+
+	/* A table of another layout (an older build's, left by its daemon):
+	 * refused, saying what to do, and left as it is. */
+	{
+		uint32_t v = PR_LAYOUT_VERSION - 1, back = 0;
+		char expect[1024];
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/procreg.default", f->dir);
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		assert_true(fd >= 0);
+		assert_int_equal(pwrite(fd, &v, sizeof(v), offsetof(struct pr_table_hdr,
+								      layout_version)),
+				 sizeof(v));
+		assert_int_equal(th_run_daemon(o, NULL, A(PROCREGD_PATH, "--foreground", "--dir",
+							  f->dir)), 1);
+		snprintf(expect, sizeof(expect), "%s: table layout version differs from this build's "
+			 "(its layout %u, this build's %u); this build cannot read it or carry its "
+			 "names over: stop what uses it, move it away and start procregd again\n",
+			 path, PR_LAYOUT_VERSION - 1, PR_LAYOUT_VERSION);
+		if (!strstr(o->err, expect))
+			fail_msg("expected '%s' in:\n%s", expect, o->err);
+		assert_int_equal(pread(fd, &back, sizeof(back), offsetof(struct pr_table_hdr,
+									  layout_version)),
+				 sizeof(back));
+		assert_int_equal(back, v);
+		close(fd);
+		procreg_files(f->dir, want, sizeof(want));
+		assert_string_equal(want, files);
+	}
 	free(o);
 }
 

@@ -541,18 +541,45 @@ static int table_dir_check(const char *dir)
 /* The pid of the daemon that holds the scope's lock, as its table says
  * (0: not published yet). Read from the file, which is not mapped when
  * the lock is refused. */
+/* LEN bytes at OFF of the header of TABLE, a file the writer would not
+ * take: for the message that says why. False if they cannot be read. */
+static bool table_field(const char *table, size_t off, void *out, size_t len)
+{
+	int fd = open(table, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	bool ok = fd >= 0 && pread(fd, out, len, (off_t)off) == (ssize_t)len;
+
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
 static uint32_t serving_pid(const char *table)
 {
-	uint32_t pid = 0;
-	int fd = open(table, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	uint32_t pid;
 
-	if (fd < 0)
-		return 0;
-	if (pread(fd, &pid, sizeof(pid), offsetof(struct pr_table_hdr, daemon_pid)) !=
-	    (ssize_t)sizeof(pid))
-		pid = 0;
-	close(fd);
-	return pid;
+	return table_field(table, offsetof(struct pr_table_hdr, daemon_pid), &pid, sizeof(pid))
+		       ? pid
+		       : 0;
+}
+
+/* A table another build wrote, or something else: it holds names this
+ * build cannot read, let alone carry over, and is never overwritten
+ * (processes may still be using it, through the build that wrote it). */
+static void refuse_foreign_table(const char *table, const char *why)
+{
+	uint64_t magic = 0;
+	uint32_t version = 0;
+	char which[64] = "";
+
+	if (table_field(table, offsetof(struct pr_table_hdr, magic), &magic, sizeof(magic)) &&
+	    magic == PR_TABLE_MAGIC &&
+	    table_field(table, offsetof(struct pr_table_hdr, layout_version), &version,
+			sizeof(version)) &&
+	    version != PR_LAYOUT_VERSION)
+		snprintf(which, sizeof(which), " (its layout %u, this build's %u)", version,
+			 PR_LAYOUT_VERSION);
+	log_err("%s: %s%s; this build cannot read it or carry its names over: stop what uses "
+		"it, move it away and start procregd again", table, why, which);
 }
 
 /* A start that failed leaves nothing it made behind: a table it created,
@@ -708,6 +735,8 @@ static int setup(struct daemon *d)
 		else if (err == -EBUSY)
 			log_err("%s: %s (starting: its pid is not in the table yet)",
 				d->paths.table, why);
+		else if (err == -EPROTO)
+			refuse_foreign_table(d->paths.table, why);
 		else
 			log_err("%s: %s%s%s", d->paths.table, why ? why : "", why ? ": " : "",
 				strerror(-err));
