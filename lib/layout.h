@@ -42,22 +42,23 @@
  *    half, zero-padded (a name shorter than 8 bytes: all of it in key,
  *    its first 4 bytes in the top half; pr_skey_words). Names hold no
  *    NUL, so key is not 0 and no two names fill a slot alike: a presence
- *    test compares the slot and is done, one cache line, where it used to
- *    read the record as well.
+ *    test compares the slot and is done, one cache line rather than the
+ *    slot's and the record's.
  *  - a longer name, and every membership, has key 0 and the top half of
  *    its hash as the tag: a probe rejects most slots that are not its
  *    own without touching the record, and reads the record to be sure.
  *
- * The daemon writes key before the word's release store; a reader loads
- * the word with acquire, then the key, then the word again, and takes
- * the pair only if the word did not change in between (an offset cannot
- * come back to a slot while a reader might hold it: the record it named
- * is freed a grace period after it left). An index rebuild finds each
+ * The daemon writes key before the word's release store. A presence test
+ * loads the word with acquire, then the key, then the word again, and
+ * takes the pair only if the word did not change in between (an offset
+ * cannot come back to a slot while a reader might hold it: the record it
+ * named is freed a grace period after it left); a lookup that copies the
+ * entry out compares the name in the record instead. An index rebuild finds each
  * entry's new home (the top bits of its hash) from the slot alone, from
  * the tag or by hashing the 12 bytes.
  *
  * The index grows (and sheds tombstones) by being rebuilt: the daemon
- * builds a new index block holding the same slot words, publishes its
+ * builds a new index block holding the same slots, publishes its
  * offset in the header with one release store, and retires the old block.
  * Records do not move, so a rebuild copies 16 bytes per name. Readers that
  * loaded the old index finish their probe in it; it is still whole.
