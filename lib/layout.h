@@ -48,14 +48,15 @@
  *    its hash as the tag: a probe rejects most slots that are not its
  *    own without touching the record, and reads the record to be sure.
  *
- * The daemon writes key before the word's release store. A presence test
+ * The daemon stores the key, then the word, each with release (the key's
+ * orders it after the word that emptied the slot before). A presence test
  * loads the word with acquire, then the key, then the word again, and
  * takes the pair only if the word did not change in between (an offset
  * cannot come back to a slot while a reader might hold it: the record it
  * named is freed a grace period after it left); a lookup that copies the
- * entry out compares the name in the record instead. An index rebuild finds each
- * entry's new home (the top bits of its hash) from the slot alone, from
- * the tag or by hashing the 12 bytes.
+ * entry out compares the name in the record instead. An index rebuild
+ * finds each entry's new home (the top bits of its hash) from the slot
+ * alone, from the tag or by hashing the 12 bytes.
  *
  * The index grows (and sheds tombstones) by being rebuilt: the daemon
  * builds a new index block holding the same slots, publishes its
@@ -220,7 +221,7 @@ struct pr_event {
 };
 
 /* An index slot (see the top of this file). The daemon writes both
- * fields: key first, then word with release. */
+ * fields: key first, then word, each with release. */
 struct pr_slot {
 	uint64_t word;              /* tag or name bytes 8-11 << 32 | offset / 16 */
 	uint64_t key;               /* a short name's first 8 bytes; 0: hashed */

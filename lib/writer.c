@@ -576,9 +576,13 @@ static void publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uin
 
 	/* The key first: a live word may be read with it (a slot taken over
 	 * from another name is not live, and a name's own slot gets its
-	 * own key again). Release: the key and the record's bytes before
-	 * the word that reaches them. */
-	CMM_STORE_SHARED(ix->slot[pos].key, sk.key);
+	 * own key again). The key's store is a release too: a reader that
+	 * sees the new key must also see the tombstone or empty word stored
+	 * when the slot's last name left, or it could pair that name's word
+	 * with this key and find a name never registered (x86 keeps stores
+	 * in order anyway; ARM64 does not). The word's release: the key and
+	 * the record's bytes before the word that reaches them. */
+	PR_STORE_REL(&ix->slot[pos].key, sk.key);
 	PR_STORE_REL(&ix->slot[pos].word, pr_slot_word(sk, off));
 	PR_TRACE(procregd, publish, r->kind, (const char *)r->data, r->name_len, r->pid, off);
 	if (pr_slot_live(old)) {
