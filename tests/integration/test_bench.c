@@ -367,6 +367,10 @@ static void test_lookup(void **state)
 	 * and found every name (no misses were asked for). */
 	assert_true(num(r.out, "names") == 1000);
 	assert_non_null(strstr(r.out, "\"names\":10000"));
+	/* What of the table a reader maps, and how much of it in huge pages:
+	 * the bench's test of every name brought its index in. */
+	assert_true(num(r.out, "table_resident_kib") > 0);
+	assert_true(num(r.out, "table_huge_kib") <= num(r.out, "table_resident_kib"));
 	for (p = strstr(r.out, "\"lookups\":{"); p; p = strstr(p + 1, "\"lookups\":{")) {
 		const char *f = strstr(p, "\"found\":{");
 		const char *impls[] = { "procreg", "procreg_bulk", "inline", "oa", "lfht" };

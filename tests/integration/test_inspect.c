@@ -496,10 +496,19 @@ static void test_check(void **state)
 		 f->dir);
 	th_expect_in(f->o->out, msg);
 	th_expect_in(f->o->out, "; counters agree, owners alive\n");
+	/* What the walk read, and how much came through huge pages (which
+	 * depends on the filesystem: ext4's page cache, for one, maps a
+	 * table's first 2 MiB with one entry). */
+	snprintf(msg, sizeof(msg), "%s/procreg.default: read ", f->dir);
+	th_expect_in(f->o->out, msg);
+	th_expect_in(f->o->out, " MiB through huge pages\n");
 	expect_st(f, cli(f, A("check", "--json")), 0);
 	th_expect_in(f->o->out, "{\"ok\":true,\"table\":");
 	th_expect_in(f->o->out, ",\"names\":7,\"groups\":2,\"memberships\":2,");
 	th_expect_in(f->o->out, ",\"processes\":1,");
+	th_expect_in(f->o->out, ",\"huge_kib\":");
+	assert_non_null(strstr(f->o->out, ",\"read_kib\":"));
+	assert_null(strstr(f->o->out, ",\"read_kib\":0,"));
 	th_expect_in(f->o->out, "\"problems\":[],\"problems_not_shown\":0}\n");
 
 	/* A copy (no daemon there): healthy too. */

@@ -67,6 +67,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "maps.h"
 
 /* IMPL_PAIR: procreg and inline in one reader, taking turns (PAIR_TURN). */
 enum impl { IMPL_PROCREG, IMPL_BULK, IMPL_INLINE, IMPL_OA, IMPL_LFHT, IMPL_PAIR, NIMPL };
@@ -844,6 +845,31 @@ static void report_scaling(uint64_t n, struct cell (*cells)[2][NIMPL], const int
 	target(what, sc[IMPL_PAIR].lo, ">=", 0.9, "x");
 }
 
+/*
+ * How much of the table a reader maps in huge pages: none from /dev/shm as
+ * most systems mount it, most of it from a tmpfs mounted huge=within_size
+ * or always (--tmpdir). This process tests the presence of every name,
+ * which for the bench's names (all short) reads the index and no record,
+ * and its mapping of the table is then read off /proc/self/smaps; the
+ * readers, forked later, fault the same pages the same way. Said beside
+ * the figures because they may depend on it.
+ */
+static struct {
+	bool known;
+	uint64_t rss_kib, huge_kib;
+} TP;
+
+static void table_pages(procreg_t *reg, const struct qname *names, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		(void)procreg_lookup(reg, names[i].s, NULL);
+	TP.known = pr_mapping_pages(procreg_table_path(reg), &TP.rss_kib, &TP.huge_kib) == 0;
+	if (TP.known)
+		hprintf("a presence test of every name: %.1f MiB of the table resident in this "
+			"reader, %.1f MiB of it in huge pages\n", (double)TP.rss_kib / 1024,
+			(double)TP.huge_kib / 1024);
+}
+
 /* The report of one table size: a header, a row per reader count, the
  * scaling. */
 static void report(uint64_t n, uint64_t index_capacity, struct cell (*cells)[2][NIMPL],
@@ -852,6 +878,10 @@ static void report(uint64_t n, uint64_t index_capacity, struct cell (*cells)[2][
 	j_obj(NULL);
 	j_int("names", n);
 	j_int("index_capacity", index_capacity);
+	if (TP.known) {
+		j_int("table_resident_kib", TP.rss_kib);
+		j_int("table_huge_kib", TP.huge_kib);
+	}
 	j_str("daemon_cpu", cpu_label(wcpu));
 	if (!bo.under_write_load) {
 		hprintf("%-8s %-5s %8s %8s %8s %8s %8s  %-20s %-20s %-20s %6s\n", "readers", "cpus",
@@ -1013,6 +1043,7 @@ static int run_size(uint64_t n, const int *rcounts, int nrc)
 			else
 				hprintf("; daemon idle after %.0f ms\n", idle);
 		}
+		table_pages(reg, names, n);
 	}
 
 	L.ctl = shared_alloc(sizeof(struct ctl));

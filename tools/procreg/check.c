@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "maps.h"
 #include "output.h"
 
 struct report {
@@ -52,6 +53,7 @@ int cmd_check(struct cli *c, int argc, char **argv)
 	PROCREG_OPTS(procreg_check, k);
 	struct report r = { 0 };
 	PROCREG_OPTS(procreg_stats, st);
+	uint64_t rss, huge;
 	const char *table;
 	procreg_t *reg;
 	bool bad;
@@ -77,14 +79,20 @@ int cmd_check(struct cli *c, int argc, char **argv)
 	r.dropped = (size_t)k.problems - r.n;
 	bad = k.problems != 0;
 	procreg_stats(reg, &st);
+	/* What the walk brought into this process's mapping: every index
+	 * and record of the table. */
+	if (pr_mapping_pages(table, &rss, &huge) < 0)
+		rss = huge = 0;
 	if (c->json) {
 		printf("{\"ok\":%s,\"table\":", bad ? "false" : "true");
 		procreg__json_str(stdout, table, strlen(table));
 		printf(",\"names\":%llu,\"groups\":%llu,\"memberships\":%llu,\"tombstones\":%llu,"
-		       "\"processes\":%llu,\"daemon_pid\":%d,\"problems\":[",
+		       "\"processes\":%llu,\"daemon_pid\":%d,\"read_kib\":%llu,\"huge_kib\":%llu,"
+		       "\"problems\":[",
 		       (unsigned long long)k.names, (unsigned long long)k.groups,
 		       (unsigned long long)k.memberships, (unsigned long long)k.tombstones,
-		       (unsigned long long)k.processes, (int)st.daemon_pid);
+		       (unsigned long long)k.processes, (int)st.daemon_pid,
+		       (unsigned long long)rss, (unsigned long long)huge);
 		for (size_t i = 0; i < r.n; i++) {
 			if (i)
 				putchar(',');
@@ -100,6 +108,8 @@ int cmd_check(struct cli *c, int argc, char **argv)
 		       table, bad ? "DAMAGED" : "ok", (unsigned long long)k.names,
 		       (unsigned long long)k.groups, (unsigned long long)k.memberships,
 		       (unsigned long long)k.tombstones, bad ? "" : "; counters agree, owners alive");
+		printf("%s: read %.1f MiB of it, %.1f MiB through huge pages\n", table,
+		       (double)rss / 1024, (double)huge / 1024);
 	}
 	for (size_t i = 0; i < r.n; i++)
 		free(r.v[i]);
