@@ -515,6 +515,13 @@ static void test_check(void **state)
 	th_copy_table(f->dir, "copy1", table, sizeof(table));
 	snprintf(d1, sizeof(d1), "%s/copy1", f->dir);
 	expect_st(f, cli_env(f, d1, NULL, A("check")), 0);
+	/* Reached through a symbolic link, with a slash too many: smaps
+	 * names the file by the kernel's path, and the line is still said. */
+	snprintf(d2, sizeof(d2), "%s/link", f->dir);
+	assert_int_equal(symlink(d1, d2), 0);
+	strcat(d2, "/");
+	expect_st(f, cli_env(f, d2, NULL, A("check")), 0);
+	th_expect_in(f->o->out, " MiB through huge pages\n");
 
 	/* Damage 1: a counter that disagrees with the index. */
 	th_poke_u64(table, offsetof(struct pr_table_hdr, names.live), 9);

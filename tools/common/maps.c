@@ -3,32 +3,35 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include "maps.h"
 
 int pr_mapping_pages(const char *path, uint64_t *rss_kib, uint64_t *huge_kib)
 {
-	FILE *f = fopen("/proc/self/smaps", "re");
-	size_t plen = strlen(path);
 	bool in = false, found = false;
+	struct stat st;
 	char line[4200];
+	FILE *f;
 
 	*rss_kib = *huge_kib = 0;
-	if (!f)
+	/* By device and inode, as smaps names the file: the path it prints
+	 * is the kernel's, which need not be the one we were given (a
+	 * symbolic link on the way, a doubled slash). */
+	if (stat(path, &st) < 0 || !(f = fopen("/proc/self/smaps", "re")))
 		return -1;
 	while (fgets(line, sizeof(line), f)) {
-		char *nl = strchr(line, '\n'), *sp = strchr(line, ' '), *dash = strchr(line, '-');
-		unsigned long long kib;
-		size_t len;
+		unsigned long long kib, ino;
+		unsigned int maj, min;
+		char *sp = strchr(line, ' '), *dash = strchr(line, '-');
 
-		if (nl)
-			*nl = 0;
-		len = strlen(line);
-		/* A mapping's first line, "start-end perms offset dev inode
-		 * path", then its fields, "Name:   N kB". */
+		/* A mapping's first line, "start-end perms offset maj:min
+		 * inode path", then its fields, "Name:   N kB". */
 		if (dash && sp && dash < sp) {
-			in = len > plen && !strcmp(line + len - plen, path) &&
-			     line[len - plen - 1] == ' ';
+			in = sscanf(sp, " %*s %*s %x:%x %llu", &maj, &min, &ino) == 3 &&
+			     maj == major(st.st_dev) && min == minor(st.st_dev) &&
+			     ino == (unsigned long long)st.st_ino;
 			found |= in;
 		} else if (in && sscanf(line, "Rss: %llu kB", &kib) == 1) {
 			*rss_kib += kib;

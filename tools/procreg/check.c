@@ -56,7 +56,7 @@ int cmd_check(struct cli *c, int argc, char **argv)
 	uint64_t rss, huge;
 	const char *table;
 	procreg_t *reg;
-	bool bad;
+	bool bad, mapped;
 	int err;
 
 	if (argc != 0)
@@ -80,19 +80,20 @@ int cmd_check(struct cli *c, int argc, char **argv)
 	bad = k.problems != 0;
 	procreg_stats(reg, &st);
 	/* What the walk brought into this process's mapping: every index
-	 * and record of the table. */
-	if (pr_mapping_pages(table, &rss, &huge) < 0)
-		rss = huge = 0;
+	 * and record of the table. Not said if smaps cannot tell. */
+	mapped = pr_mapping_pages(table, &rss, &huge) == 0;
 	if (c->json) {
 		printf("{\"ok\":%s,\"table\":", bad ? "false" : "true");
 		procreg__json_str(stdout, table, strlen(table));
 		printf(",\"names\":%llu,\"groups\":%llu,\"memberships\":%llu,\"tombstones\":%llu,"
-		       "\"processes\":%llu,\"daemon_pid\":%d,\"read_kib\":%llu,\"huge_kib\":%llu,"
-		       "\"problems\":[",
+		       "\"processes\":%llu,\"daemon_pid\":%d,",
 		       (unsigned long long)k.names, (unsigned long long)k.groups,
 		       (unsigned long long)k.memberships, (unsigned long long)k.tombstones,
-		       (unsigned long long)k.processes, (int)st.daemon_pid,
-		       (unsigned long long)rss, (unsigned long long)huge);
+		       (unsigned long long)k.processes, (int)st.daemon_pid);
+		if (mapped)
+			printf("\"read_kib\":%llu,\"huge_kib\":%llu,", (unsigned long long)rss,
+			       (unsigned long long)huge);
+		printf("\"problems\":[");
 		for (size_t i = 0; i < r.n; i++) {
 			if (i)
 				putchar(',');
@@ -108,8 +109,9 @@ int cmd_check(struct cli *c, int argc, char **argv)
 		       table, bad ? "DAMAGED" : "ok", (unsigned long long)k.names,
 		       (unsigned long long)k.groups, (unsigned long long)k.memberships,
 		       (unsigned long long)k.tombstones, bad ? "" : "; counters agree, owners alive");
-		printf("%s: read %.1f MiB of it, %.1f MiB through huge pages\n", table,
-		       (double)rss / 1024, (double)huge / 1024);
+		if (mapped)
+			printf("%s: read %.1f MiB of it, %.1f MiB through huge pages\n", table,
+			       (double)rss / 1024, (double)huge / 1024);
 	}
 	for (size_t i = 0; i < r.n; i++)
 		free(r.v[i]);
