@@ -538,9 +538,6 @@ static int table_dir_check(const char *dir)
 	return 0;
 }
 
-/* The pid of the daemon that holds the scope's lock, as its table says
- * (0: not published yet). Read from the file, which is not mapped when
- * the lock is refused. */
 /* LEN bytes at OFF of the header of TABLE, a file the writer would not
  * take: for the message that says why. False if they cannot be read. */
 static bool table_field(const char *table, size_t off, void *out, size_t len)
@@ -553,6 +550,9 @@ static bool table_field(const char *table, size_t off, void *out, size_t len)
 	return ok;
 }
 
+/* The pid of the daemon that holds the scope's lock, as its table says
+ * (0: not published yet). Read from the file, which is not mapped when
+ * the lock is refused. */
 static uint32_t serving_pid(const char *table)
 {
 	uint32_t pid;
