@@ -665,8 +665,8 @@ int procreg__w_new_record(struct pr_writer *w, const struct pr_record *tmpl,
  * record is retired). */
 void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off);
 /* The same, for the record of key K, found at POS by procreg__w_find with
- * K: the slot is filled from K's hash, not from hashing the record
- * again. */
+ * K: the slot is filled from K (its hash and slot key), not from reading
+ * and hashing the record again. */
 void procreg__w_publish_key(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off,
 			    const struct pr_key *k);
 /* Remove the entry at POS of ROOT and retire its record. */

@@ -565,13 +565,12 @@ static const struct pr_record *rec_at(struct pr_writer *w, uint64_t off)
 	return (const struct pr_record *)(w->map.base + off);
 }
 
-/* Publish OFF, whose key hashes to HASH, at ROOT's slot POS. */
+/* Publish OFF, whose slot holds SK beside the offset, at ROOT's slot POS. */
 static void publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off,
-		    uint64_t hash)
+		    struct pr_skey sk)
 {
 	struct pr_index *ix = index_at(w, root);
 	const struct pr_record *r = rec_at(w, off);
-	struct pr_skey sk = pr_record_skey(r, r->name_len, hash);
 	uint64_t old = ix->slot[pos].word;
 
 	/* The key first: a live word may be read with it (a slot taken over
@@ -603,13 +602,14 @@ void procreg__w_publish(struct pr_writer *w, struct pr_root *root, uint64_t pos,
 {
 	const struct pr_record *r = rec_at(w, off);
 
-	publish(w, root, pos, off, pr_record_hash(r, r->name_len, H(w)->hash_seed));
+	publish(w, root, pos, off,
+		pr_record_skey(r, r->name_len, pr_record_hash(r, r->name_len, H(w)->hash_seed)));
 }
 
 void procreg__w_publish_key(struct pr_writer *w, struct pr_root *root, uint64_t pos, uint64_t off,
 			    const struct pr_key *k)
 {
-	publish(w, root, pos, off, k->hash);
+	publish(w, root, pos, off, k->skey);
 }
 
 void procreg__w_remove(struct pr_writer *w, struct pr_root *root, uint64_t pos)
