@@ -3,8 +3,8 @@
  * baseline.c - the in-process tables procreg's lookups are measured
  * against:
  *
- *  - inline: the strongest in-process table a C programmer would write
- *    for a lookup that copies the entry out. Open addressing over 64-byte
+ *  - inline: the in-process table a C programmer would write for a
+ *    lookup that copies the entry out. Open addressing over 64-byte
  *    slots, one cache line each, holding the name's full hash, every
  *    field of an entry and the name itself when it fits (16 bytes): a
  *    presence test, or a hit that does not want the metadata, reads one
@@ -15,10 +15,11 @@
  *    work" figure beside it: 16-byte slots (a short name's bytes, or a
  *    32-bit hash tag, and the record's offset) over records of procreg's
  *    layout in one arena, the same capacity, no read-side section and no
- *    bounds checks; a presence test of a short name reads the slot only.
- *    For a presence test it is the stronger of the two (four slots to a
- *    line and a page, where inline has one), and the headline ratio is
- *    taken against whichever of them was faster (lookup.c).
+ *    bounds checks; a presence test of a short name reads the slot only
+ *    (four slots to a line and a page, where inline has one). The
+ *    headline ratio is taken against whichever of the two measured faster
+ *    (lookup.c): on the machine these figures were taken on, oa in every
+ *    figure, copy-out lookups included.
  *  - lfht: liburcu's cds_lfht (RCU lock-free resizable hash table), memb
  *    flavor with inlined read-side lock (_LGPL_SOURCE), one malloc'd node
  *    per name, as a liburcu user would build it.

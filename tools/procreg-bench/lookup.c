@@ -8,13 +8,13 @@
  * key and the entry in a one-line slot); "oa", procreg's own design in
  * private memory (the same work as procreg, without what sharing costs);
  * liburcu's cds_lfht. The headline ratio is taken against the faster of
- * inline and oa in each figure, the strongest measured: inline where the
- * entry is copied out (a hit reads one line), oa for a presence test (a
- * short name's hit reads one 16-byte slot, and four fit a line where
- * inline's one does). And procreg_lookup_many(), BULK names a call,
- * beside them: a bulk lookup should beat the strongest's one-at-a-time
- * rate in a table too big for the caches. --presence looks up with out
- * == NULL.
+ * inline and oa in each figure, the strongest measured, whichever it is
+ * on the machine at hand: inline's hit reads one line, entry and all;
+ * oa's short name's presence test reads one 16-byte slot, four to a line
+ * where inline has one, and its copy-out reads the slot and a record.
+ * And procreg_lookup_many(), BULK names a call, beside them: a bulk
+ * lookup should beat the strongest's one-at-a-time rate in a table too
+ * big for the caches. --presence looks up with out == NULL.
  *
  * HOW A FIGURE IS MEASURED. For one implementation and one reader count,
  * the parent forks the readers, each pinned to its CPU. A reader opens
