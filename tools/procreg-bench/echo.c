@@ -6,11 +6,12 @@
  *
  * Shaped like procregd's loop minus the table: one process, one epoll
  * set, level-triggered; per readable client it reads packets with
- * recv(MSG_DONTWAIT) until EAGAIN (at most 16) and answers each. A packet
- * is a run of equal frames, as a client of procregd would send (a
- * REGISTER's header, name and metadata); the first frame's header gives
- * their length, and the answer is one 16-byte reply frame for each, as
- * procregd answers. register.c sends one frame a packet and blocks for
+ * recv(MSG_DONTWAIT) and answers each, reading on (at most 16) only after
+ * a packet of one frame, as procregd does (server_client_event says why).
+ * A packet is a run of equal frames, as a client of procregd would send
+ * (a REGISTER's header, name and metadata); the first frame's header
+ * gives their length, and the answer is one 16-byte reply frame for each,
+ * as procregd answers. register.c sends one frame a packet and blocks for
  * the reply, as procreg_register does; stress.c sends a process's frames
  * as procreg_batch does (echo_batch).
  */
@@ -37,7 +38,8 @@ struct echo_arg {
 	char path[108];
 };
 
-static void echo_answer(int fd, const uint8_t *req, size_t got, uint8_t *out)
+/* Answers the packet REQ: how many frames it held. */
+static size_t echo_answer(int fd, const uint8_t *req, size_t got, uint8_t *out)
 {
 	uint32_t flen;
 	size_t k;
@@ -54,6 +56,7 @@ static void echo_answer(int fd, const uint8_t *req, size_t got, uint8_t *out)
 	out[4] = ECHO_REPLY;
 	memset(out + 12, 0, 4);
 	send(fd, out, k * ECHO_REPLY, MSG_DONTWAIT | MSG_NOSIGNAL);
+	return k;
 }
 
 static int echo_main(void *arg)
@@ -108,7 +111,8 @@ static int echo_main(void *arg)
 					close(fd);
 					break;
 				}
-				echo_answer(fd, buf, (size_t)got, out);
+				if (echo_answer(fd, buf, (size_t)got, out) > 1)
+					break;
 			}
 		}
 	}

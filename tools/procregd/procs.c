@@ -104,11 +104,11 @@ int proc_attach(struct daemon *d, const struct ident *id, struct proc **out)
 		*out = p;
 		return 0;
 	}
-	/* A client's requests may still be queued when it dies: a process
-	 * that is already gone gets no names to lose a moment later. Once
-	 * per process, not per request. */
-	if (procreg__pidfd_exited(id->pidfd))
-		return -ESRCH;
+	/* A process already gone (it died with requests queued) is attached
+	 * like any other: its pidfd is readable as it joins the set, and
+	 * the next wake-up takes back what it was given. Asking the pidfd
+	 * first (a poll) spared that work for the rare dead process at the
+	 * cost of a system call on every process's first registration. */
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
