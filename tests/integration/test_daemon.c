@@ -1316,6 +1316,95 @@ static void test_dead_while_down(void **state)
 	assert_int_equal(st.names, 0);
 }
 
+struct waiter {
+	const char *dir;
+	int go, connected;         /* pipe ends: read "go", write "connected" */
+};
+
+/* A child that sends a batch of registrations and waits for the answers:
+ * it says "connected" once its HELLO is answered, and sends on "go". */
+static int batch_waiter(void *arg)
+{
+	struct waiter *w = arg;
+	procreg_t *r = th_open(w->dir);
+	struct procreg_op ops[50];
+	char names[50][16], c = 0;
+
+	if (!r || procreg_sync(r) != 0 || write(w->connected, &c, 1) != 1 ||
+	    read(w->go, &c, 1) != 1)
+		return 30;
+	for (int i = 0; i < 50; i++) {
+		snprintf(names[i], sizeof(names[i]), "queued.%d", i);
+		ops[i] = (struct procreg_op){ .sz = sizeof(ops[i]), .kind = PROCREG_OP_REGISTER,
+					      .name = names[i] };
+	}
+	return procreg_batch(r, ops, 50) == 0 ? 0 : 31;
+}
+
+/* The system call PID is blocked in, or -1 if it runs (/proc/PID/syscall). */
+static long blocked_in(pid_t pid)
+{
+	char path[64], buf[64] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	return buf[0] >= '0' && buf[0] <= '9' ? strtol(buf, NULL, 10) : -1;
+}
+
+/* A process that dies with its registrations still queued on its
+ * connection: the daemon takes them (it has no reason to ask first
+ * whether their sender lives), and its death, seen at once, takes them
+ * back. No name stays, and the process counts as one death. */
+static void test_dead_with_requests_queued(void **state)
+{
+	struct fx *f = *state;
+	int to_kid[2], from_kid[2];
+	struct waiter w;
+	PROCREG_OPTS(procreg_stats, st);
+	pid_t kid;
+	char c = 0;
+	int i;
+
+	assert_int_equal(pipe2(to_kid, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(from_kid, O_CLOEXEC), 0);
+	w = (struct waiter){ f->dir, to_kid[0], from_kid[1] };
+	kid = th_fork(batch_waiter, &w);
+	assert_int_equal(read(from_kid[0], &c, 1), 1);
+	/* The daemon stopped: the batch waits on its connection, unread. */
+	assert_int_equal(kill(f->d.pid, SIGSTOP), 0);
+	assert_int_equal(write(to_kid[1], &c, 1), 1);
+	for (i = 0; i < 10000 && blocked_in(kid) != SYS_recvfrom; i++)
+		usleep(1000);
+	assert_int_equal(blocked_in(kid), SYS_recvfrom);
+	kill(kid, SIGKILL);
+	assert_int_equal(th_wait(kid), 128 + SIGKILL);
+	assert_int_equal(kill(f->d.pid, SIGCONT), 0);
+	/* The batch and the death may be handled in one wake-up or two,
+	 * either before or after this connection's SYNC. */
+	for (i = 0; i < 10000; i++) {
+		assert_int_equal(procreg_sync(f->reg), 0);
+		procreg_stats(f->reg, &st);
+		if (st.deaths == 1)
+			break;
+		usleep(1000);
+	}
+	assert_int_equal(st.deaths, 1);
+	assert_int_equal(st.names, 0);
+	assert_int_equal(st.processes, 0);
+	assert_int_equal(procreg_lookup(f->reg, "queued.0", NULL), -ENOENT);
+	assert_int_equal(procreg_lookup(f->reg, "queued.49", NULL), -ENOENT);
+	for (i = 0; i < 2; i++) {
+		close(to_kid[i]);
+		close(from_kid[i]);
+	}
+}
+
 static void test_sigterm_clean(void **state)
 {
 	struct fx *f = *state;
@@ -1645,6 +1734,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_malformed_messages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_daemon_crash_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_while_down, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dead_with_requests_queued, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sigterm_clean, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fallback_identity, setup_fallback, teardown),
 		cmocka_unit_test_setup_teardown(test_files_refused, setup, teardown),
