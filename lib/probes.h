@@ -25,6 +25,14 @@
 #ifdef PROCREG_USDT
 #define _SDT_HAS_SEMAPHORES 1
 #define SDT_USE_VARIADIC 1
+/* Arguments in registers or as constants, never in memory: a memory
+ * operand may take an index register (8@352(%rsp,%rax), an argument in an
+ * array on the stack), which libbpf could not read until 2025 (Debian
+ * 12's 1.1 cannot), and procreg-trace then fails to attach to the probe.
+ * x86-64 only; elsewhere sdt.h's own choice stands. */
+#if defined(__x86_64__) && !defined(STAP_SDT_ARG_CONSTRAINT)
+#define STAP_SDT_ARG_CONSTRAINT nr
+#endif
 #include <sys/sdt.h>
 
 /* Define the semaphore of PROVIDER:NAME, once, in the file that fires it. */
