@@ -643,9 +643,9 @@ int procreg__owned_file_check(int fd, const char **why);
 int procreg__w_reader_add(struct pr_writer *w, const struct pr_rpage_ref *ref);
 void procreg__w_reader_drop(struct pr_writer *w, size_t i);
 
-/* Bring the home slot of NAME in the name index into cache, for a find
- * to come: a hint, no change to anything. */
-void procreg__w_prefetch_name(struct pr_writer *w, const char *name, size_t len);
+/* Bring the home slot of a name of hash HASH in the name index into
+ * cache, for a find to come: a hint, no change to anything. */
+void procreg__w_prefetch_hash(struct pr_writer *w, uint64_t hash);
 /* Find K in ROOT: its record offset (0 if absent) and slot position (or
  * where to insert it). */
 uint64_t procreg__w_find(struct pr_writer *w, const struct pr_root *root,

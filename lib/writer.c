@@ -511,12 +511,11 @@ refused:
 	return -ENOSPC;
 }
 
-void procreg__w_prefetch_name(struct pr_writer *w, const char *name, size_t len)
+void procreg__w_prefetch_hash(struct pr_writer *w, uint64_t hash)
 {
 	const struct pr_index *ix = index_at(w, &w->map.hdr->names);
-	uint64_t h = pr_hash(name, len, w->map.hdr->hash_seed);
 
-	__builtin_prefetch(&ix->slot[h >> ix->shift], 1, 3);
+	__builtin_prefetch(&ix->slot[hash >> ix->shift], 1, 3);
 }
 
 int procreg__w_new_record(struct pr_writer *w, const struct pr_record *tmpl,

@@ -132,7 +132,9 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	uint64_t pos, old, off;
 	int err;
 
-	if (name)
+	if (name && rq->key)
+		k = *rq->key;
+	else if (name)
 		pr_key_name(&k, PR_KIND_NAME, rq->name, rq->name_len, d->w.map.hdr->hash_seed);
 	else
 		pr_key_member(&k, (uint32_t)id->pid, id->start, 0, d->w.map.hdr->hash_seed);
@@ -300,7 +302,8 @@ static void died_prefetch(struct daemon *d, const uint64_t *offs, size_t n, size
 		const struct pr_record *r = rec(d, offs[i + DIED_AHEAD / 2]);
 
 		if (r->kind == PR_KIND_NAME)
-			procreg__w_prefetch_name(&d->w, r->data, r->name_len);
+			procreg__w_prefetch_hash(&d->w, pr_hash(r->data, r->name_len,
+							       d->w.map.hdr->hash_seed));
 	}
 }
 

@@ -55,6 +55,9 @@ struct reg_request {
 	 * PROCREG_LEASE_MARK (names only; the owners journal keeps them so) */
 	uint32_t flags;
 	uint32_t lease_ms;        /* names: 0, or the lease */
+	/* Names: the name's key, if the caller made it already (NULL: made
+	 * here). */
+	const struct pr_key *key;
 };
 
 /* Another node's entry, as that node stamped it. */
