@@ -1096,9 +1096,9 @@ static int take_packet(struct daemon *d, struct client *c)
  * each in one batch, procregd's CPU time in the step 33.5, 32.6, 38.6 and
  * 48.2 ms against 44.7, 35.1, 48.4 and 47.7 reading on after every packet
  * (with procs.c no longer polling a new process's pidfd; procreg-bench
- * stress --pipelined: a third fewer recv calls). One packet a wake-up
+ * stress --pipelined: 29% fewer recv calls). One packet a wake-up
  * whatever it holds cost the synchronous caller on the daemon's CPU:
- * 0.84x-0.87x the round trip against 0.94x-0.97x reading on (procreg-bench
+ * 0.84x-0.87x the round trip against 0.90x-0.97x reading on (procreg-bench
  * register, same-cpu), though it served two synchronous callers on two
  * CPUs faster (0.76x-0.93x against 0.59x-0.76x): reading on lets the one
  * on the daemon's CPU take turns while the other waits.
