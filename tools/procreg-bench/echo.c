@@ -7,7 +7,8 @@
  * Shaped like procregd's loop minus the table: one process, one epoll
  * set, level-triggered; per readable client it reads packets with
  * recv(MSG_DONTWAIT) and answers each, reading on (at most 16) only after
- * a packet of one frame, as procregd does (server_client_event says why).
+ * a packet of one frame from the one client ready, as procregd does
+ * (server_client_event says why).
  * A packet is a run of equal frames, as a client of procregd would send
  * (a REGISTER's header, name and metadata); the first frame's header
  * gives their length, and the answer is one 16-byte reply frame for each,
@@ -86,7 +87,10 @@ static int echo_main(void *arg)
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
 	__atomic_store_n(&a->ready, 1, __ATOMIC_RELEASE);
 	for (;;) {
-		int n = epoll_wait(ep, evs, 64, -1);
+		int n = epoll_wait(ep, evs, 64, -1), ready = 0;
+
+		for (int i = 0; i < n; i++)
+			ready += evs[i].data.fd != lfd;
 
 		for (int i = 0; i < n; i++) {
 			int fd = evs[i].data.fd;
@@ -101,7 +105,7 @@ static int echo_main(void *arg)
 				}
 				continue;
 			}
-			for (int k = 0; k < 16; k++) {
+			for (int k = 0; k < (ready > 1 ? 1 : 16); k++) {
 				ssize_t got = recv(fd, buf, ECHO_PACKET_MAX, MSG_DONTWAIT);
 
 				if (got < 0)

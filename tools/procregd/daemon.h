@@ -223,6 +223,9 @@ struct daemon {
 	struct pr_u64map uid_closing; /* passed files waiting for the closer (closer.c) */
 	uint32_t nparked;         /* clients parked for it */
 	bool synced;              /* deaths drained for a SYNC of this packet */
+	int ready_clients;        /* clients in this wake-up's events (run):
+				   * more than one, none is read on
+				   * (server_client_event) */
 	struct ev closer_ev;
 	/* Refusals, each kind logged on its own (log_limited): */
 	struct pr_ratelimit refused_log;       /* connections: --max-clients, no fd */

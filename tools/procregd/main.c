@@ -878,9 +878,11 @@ static void run(struct daemon *d)
 		 * handles pending deaths, a reused pid retires a stale entry),
 		 * and a storm of deaths costs a few waits per batch, not one
 		 * per hung-up client between them. */
+		d->ready_clients = 0;
 		for (int i = 0; i < n; i++) {
 			struct ev *e = evs[i].data.ptr;
 
+			d->ready_clients += e->kind == EV_CLIENT;
 			if (e->kind == EV_PROCS) {
 				procs_drain_deaths(d);
 				evs[i].data.ptr = NULL;

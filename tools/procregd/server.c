@@ -1081,16 +1081,19 @@ static int take_packet(struct daemon *d, struct client *c)
 }
 
 /*
- * A readable client's packets: the next is read only after a packet of
- * one request, at most 16 a wake-up, so one busy client cannot starve the
- * others or the pidfds (the set is level-triggered: what is left makes it
- * ready again). A packet of one request is a synchronous call's, and its
- * caller sends the next as soon as the reply reaches it: sharing the
- * daemon's CPU, it often has by the time send() returns, and reading on
- * saves an epoll_wait a request. A packet of many (procreg_batch) is
- * mostly its sender's last before it waits for the answers, and a read
- * after it finds the socket empty: a system call for nothing, on each of
- * a thousand processes' batches.
+ * A readable client's packets. The next is read at once only after a
+ * packet of one request, and only from a client that was the one ready in
+ * this wake-up: at most 16. A packet of one request is a synchronous
+ * call's, and its caller sends the next as soon as the reply reaches it:
+ * sharing the daemon's CPU, it often has by the time send() returns, and
+ * reading on saves an epoll_wait a request. With others ready, each has
+ * one packet read and the set is asked again (it is level-triggered: what
+ * is left makes a client ready again), or the caller on the daemon's CPU
+ * takes turn after turn while one on the other CPU waits, and that CPU
+ * idles. A packet of many requests (procreg_batch) is mostly its sender's
+ * last before it waits for the answers, and a read after it finds the
+ * socket empty: a system call for nothing, on each of a thousand
+ * processes' batches.
  *
  * Measured in alternating runs: 1,000 processes registering 100 names
  * each in one batch, procregd's CPU time in the step 33.5, 32.6, 38.6 and
@@ -1099,9 +1102,12 @@ static int take_packet(struct daemon *d, struct client *c)
  * stress --pipelined: 29% fewer recv calls). One packet a wake-up
  * whatever it holds cost the synchronous caller on the daemon's CPU:
  * 0.84x-0.87x the round trip against 0.90x-0.97x reading on (procreg-bench
- * register, same-cpu), though it served two synchronous callers on two
- * CPUs faster (0.76x-0.93x against 0.59x-0.76x): reading on lets the one
- * on the daemon's CPU take turns while the other waits.
+ * register, same-cpu). Two synchronous callers on two CPUs: 78.8-103.6 k
+ * registrations/s, 0.86x-1.06x their round trip, against 42.1-50.8 k/s,
+ * 0.55x-0.66x, when a client was read on whatever else was ready; the one
+ * caller on the daemon's CPU 0.91x-1.01x against 0.85x-1.01x (four
+ * alternating runs of procreg-bench register, its echo server reading by
+ * the same rules each time).
  */
 void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 {
@@ -1110,7 +1116,9 @@ void server_client_event(struct daemon *d, struct client *c, uint32_t events)
 	if (events & EPOLLOUT)
 		err = flush_pending(d, c);
 	if (!err && !c->pending && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
-		for (int i = 0; i < 16 && !c->pending; i++)
+		int most = d->ready_clients > 1 ? 1 : 16;
+
+		for (int i = 0; i < most && !c->pending; i++)
 			if ((r = take_packet(d, c)) != 1)
 				break;
 		if (r < 0)
