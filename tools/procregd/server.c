@@ -836,7 +836,10 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
  * hashed again in the registry, a request took 39 instructions more (the
  * daemon under callgrind, 200 processes registering 100 names each and
  * dying, one registering, removing and registering 20,000: 3.2% of the
- * requests' instructions, the parse's halved).
+ * requests' instructions, the parse's halved). A synchronous request, one
+ * frame a packet, took 1,902 instructions of the daemon's loop, and takes
+ * 1,659: four look-ahead parses a packet, three of them finding its end,
+ * went with the second parse.
  *
  * The prefetch is a hint: it changes nothing but timing, whatever the
  * frame says (the slot it asks for is in the index, wherever the name
