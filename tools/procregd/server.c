@@ -852,7 +852,7 @@ struct parsed {
 	int r;                     /* procreg__proto_next's answer */
 	size_t end;                /* where the next frame starts */
 	struct pr_frame f;
-	const struct pr_key *key;  /* &k if the name's key was made, or NULL */
+	bool keyed;                /* k is the name's key */
 	struct pr_key k;
 };
 
@@ -872,7 +872,7 @@ static void parse_ahead(struct daemon *d, const struct client *c, size_t len,
 
 		p->r = procreg__proto_next(d->in, len, &la->pos, &p->f);
 		p->end = la->pos;
-		p->key = NULL;
+		p->keyed = false;
 		if (p->r == 0 || p->r == -EBADMSG) {
 			la->done = true;
 		} else if (c->hello_done && p->r == 1 &&
@@ -883,7 +883,7 @@ static void parse_ahead(struct daemon *d, const struct client *c, size_t len,
 			pr_key_name(&p->k, PR_KIND_NAME, p->f.name, p->f.name_len,
 				    d->w.map.hdr->hash_seed);
 			procreg__w_prefetch_hash(&d->w, p->k.hash);
-			p->key = &p->k;
+			p->keyed = true;
 		}
 	}
 }
@@ -945,7 +945,7 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 			  (f->h.flags & PR_F_PIDFD)))
 			status = -EBADMSG; /* one HELLO, one fd per packet */
 		else
-			status = handle_frame(d, c, f, p->key, passed_fd);
+			status = handle_frame(d, c, f, p->keyed ? &p->k : NULL, passed_fd);
 		PR_TRACE(procregd, reply, f->h.op, c->id.pid, status, t0 ? procreg__mono_ns() - t0 : 0,
 			 f->h.id);
 		/* A HELLO with its body has a HELLO back (with the arm, if
