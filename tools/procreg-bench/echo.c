@@ -8,13 +8,12 @@
  * set, level-triggered; per readable client it reads packets with
  * recv(MSG_DONTWAIT) and answers each, reading on (at most 16) only after
  * a packet of one frame from the one client ready, as procregd does
- * (server_client_event says why).
- * A packet is a run of equal frames, as a client of procregd would send
- * (a REGISTER's header, name and metadata); the first frame's header
- * gives their length, and the answer is one 16-byte reply frame for each,
- * as procregd answers. register.c sends one frame a packet and blocks for
- * the reply, as procreg_register does; stress.c sends a process's frames
- * as procreg_batch does (echo_batch).
+ * (server_client_event says why). A packet is a run of equal frames, as a
+ * client of procregd would send (a REGISTER's header, name and metadata);
+ * the first frame's header gives their length, and the answer is one
+ * 16-byte reply frame for each, as procregd answers. register.c sends one
+ * frame a packet and blocks for the reply, as procreg_register does;
+ * stress.c sends a process's frames as procreg_batch does (echo_batch).
  */
 #define _GNU_SOURCE
 #include <errno.h>
