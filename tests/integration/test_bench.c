@@ -322,6 +322,14 @@ static void check_ok(struct run *r)
 	assert_int_equal(r->status, 0);
 	assert_true(well_formed(r->out));
 	assert_non_null(strstr(r->out, "\"ok\":true"));
+	/* Every run says how much of the CPUs' time the host took: a share,
+	 * from /proc/stat, or null where no tick passed in the run. */
+	if (!strstr(r->out, "\"host_steal_share\":null")) {
+		double steal = num(r->out, "host_steal_share");
+
+		if (!(steal >= 0 && steal <= 1))
+			fail_msg("host_steal_share is %g, not a share", steal);
+	}
 }
 
 /* ---- the subcommands ------------------------------------------------------ */

@@ -17,6 +17,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +95,9 @@ static void usage(FILE *f)
 		"  --names N[,N...]      sizes, growing (default 10000,100000,1000000)\n"
 		"\n"
 		"Nothing outside the private directory is touched: not the default scope,\n"
-		"not /dev/shm/procreg.*. SIGINT stops the bench and removes what it made.\n");
+		"not /dev/shm/procreg.*. SIGINT stops the bench and removes what it made.\n"
+		"The last line says how much of the time the CPUs had work the hypervisor\n"
+		"took (steal, /proc/stat; JSON: host_steal_share).\n");
 }
 
 /* A count: "10k" is 10000 (args.h). */
@@ -284,6 +289,58 @@ static void parse(int argc, char **argv)
 	settle_cmd();
 }
 
+/*
+ * The machine's CPU time since boot, from /proc/stat's first line, in
+ * ticks: what its CPUs had work for, whether they ran it (*wanted), and
+ * the part of that the hypervisor gave to others (*steal). False if the
+ * line cannot be read.
+ */
+static bool cpu_time(uint64_t *wanted, uint64_t *steal)
+{
+	unsigned long long v[8];
+	FILE *f = fopen("/proc/stat", "re");
+	int n = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+			   &v[3], &v[4], &v[5], &v[6], &v[7])
+		  : 0;
+
+	if (f)
+		fclose(f);
+	if (n != 8)
+		return false;
+	/* All but idle and iowait: user, nice, system, irq, softirq, steal. */
+	*wanted = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+	*steal = v[7];
+	return true;
+}
+
+#define STEAL_TICKS_MIN 50 /* half a CPU-second at USER_HZ 100: within 2% */
+
+/*
+ * Where the machine is a guest, its CPUs can be taken away while they
+ * have work (steal): a step that ran while the host took a third of that
+ * time ran on two thirds of the machine, on both sides of a ratio, and an
+ * absolute rate from it is low. Said once, for the whole run: the
+ * counters tick every 10 ms, too coarse for one step.
+ */
+static void report_steal(uint64_t wanted0, uint64_t steal0)
+{
+	uint64_t wanted, steal;
+	double share;
+
+	/* Fewer than STEAL_TICKS_MIN ticks (a --quick run can be that
+	 * short): a share of them would be a guess. */
+	if (!cpu_time(&wanted, &steal) || wanted < wanted0 + STEAL_TICKS_MIN || steal < steal0) {
+		hprintf("host: the run was too short to tell the hypervisor's share of the CPUs\n");
+		j_num("host_steal_share", NAN);
+		return;
+	}
+	share = (double)(steal - steal0) / (double)(wanted - wanted0);
+	hprintf("host: the hypervisor took %.1f%% of the time this machine's CPUs had work "
+		"(steal, /proc/stat)%s\n",
+		100 * share, share >= 0.05 ? "; rates from this run are lower than the machine's own" : "");
+	j_num("host_steal_share", share);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -298,6 +355,8 @@ int main(int argc, char **argv)
 		{ "probes", cmd_probes },
 	};
 	int (*fn)(void) = NULL;
+	uint64_t wanted0 = 0, steal0 = 0;
+	bool have_cpu;
 	int rc;
 
 	parse(argc, argv);
@@ -314,7 +373,10 @@ int main(int argc, char **argv)
 	j_obj(NULL);
 	j_str("version", procreg_version());
 	j_bool("quick", bo.quick);
+	have_cpu = cpu_time(&wanted0, &steal0);
 	rc = fn();
+	if (rc == 0 && have_cpu)
+		report_steal(wanted0, steal0);
 	j_bool("ok", rc == 0);
 	j_end();
 	if (rc == 0)
