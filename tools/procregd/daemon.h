@@ -223,9 +223,6 @@ struct daemon {
 	struct pr_u64map uid_closing; /* passed files waiting for the closer (closer.c) */
 	uint32_t nparked;         /* clients parked for it */
 	bool synced;              /* deaths drained for a SYNC of this packet */
-	int ready_clients;        /* clients in this wake-up's events (run):
-				   * more than one, none is read on
-				   * (server_client_event) */
 	struct ev closer_ev;
 	/* Refusals, each kind logged on its own (log_limited): */
 	struct pr_ratelimit refused_log;       /* connections: --max-clients, no fd */
@@ -349,7 +346,9 @@ void server_accept(struct daemon *d);
 /* The listening socket back in the epoll set if server_accept() took it
  * out for want of fds. */
 void server_accept_resume(struct daemon *d);
-void server_client_event(struct daemon *d, struct client *c, uint32_t events);
+/* C's events of this wake-up; ALONE: no other client is in them (then it
+ * may be read on: server_client_event says when). */
+void server_client_event(struct daemon *d, struct client *c, uint32_t events, bool alone);
 void server_close_all(struct daemon *d);
 /* Take back into the epoll set the parked clients whose uid is no longer
  * over CLOSER_PER_UID. */

@@ -862,7 +862,7 @@ static void run(struct daemon *d)
 	struct epoll_event evs[64];
 
 	while (!d->stop) {
-		int n = epoll_wait(d->epfd, evs, 64, -1);
+		int n = epoll_wait(d->epfd, evs, 64, -1), clients;
 
 		d->wake_ns = procs_wake_clock();
 
@@ -878,11 +878,11 @@ static void run(struct daemon *d)
 		 * handles pending deaths, a reused pid retires a stale entry),
 		 * and a storm of deaths costs a few waits per batch, not one
 		 * per hung-up client between them. */
-		d->ready_clients = 0;
+		clients = 0;
 		for (int i = 0; i < n; i++) {
 			struct ev *e = evs[i].data.ptr;
 
-			d->ready_clients += e->kind == EV_CLIENT;
+			clients += e->kind == EV_CLIENT;
 			if (e->kind == EV_PROCS) {
 				procs_drain_deaths(d);
 				evs[i].data.ptr = NULL;
@@ -916,7 +916,7 @@ static void run(struct daemon *d)
 			}
 			case EV_CLIENT:
 				/* May free this client; no other object. */
-				server_client_event(d, (struct client *)e, evs[i].events);
+				server_client_event(d, (struct client *)e, evs[i].events, clients == 1);
 				break;
 			case EV_BRIDGE:
 				bridge_event(d);

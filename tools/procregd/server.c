@@ -1112,14 +1112,14 @@ static int take_packet(struct daemon *d, struct client *c)
  * alternating runs of procreg-bench register, its echo server reading by
  * the same rules each time).
  */
-void server_client_event(struct daemon *d, struct client *c, uint32_t events)
+void server_client_event(struct daemon *d, struct client *c, uint32_t events, bool alone)
 {
 	int err = 0, r = 0;
 
 	if (events & EPOLLOUT)
 		err = flush_pending(d, c);
 	if (!err && !c->pending && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
-		int most = d->ready_clients > 1 ? 1 : 16;
+		int most = alone ? 16 : 1;
 
 		for (int i = 0; i < most && !c->pending; i++)
 			if ((r = take_packet(d, c)) != 1)
