@@ -137,11 +137,12 @@ struct pr_map {
 	 * library's probes report it (a tracer pointed at one registry keeps
 	 * the events of that registry's users, whatever program fires them). */
 	uint64_t dev, ino;
-	/* The name index as last found whole by procreg__index: offset / 16
-	 * and log2 of its capacity, (off / 16) << 6 | log2. An index whose
-	 * offset and capacity match it is not checked again: a lookup pays
-	 * two compares for a check that was a dozen. Any thread of the
-	 * process may store it (relaxed: one word, consistent alone). */
+	/* The name index as last found whole by procreg__index: its offset
+	 * and log2 of its capacity, off << 6 | log2 (an offset is below
+	 * 2^36). An index whose offset and capacity match it is not checked
+	 * again: a lookup pays two compares for a check that was a dozen.
+	 * Any thread of the process may store it (relaxed: one word,
+	 * consistent alone). */
 	uint64_t ix_seen;
 	/* A record at an offset OFF with OFF - PR_HDR_SIZE below it lies
 	 * whole in the mapping whatever its lengths within the limits: a
@@ -269,8 +270,9 @@ extern int procreg__rcu_use_membarrier;
  * compiler barrier; otherwise we pay for it ourselves. */
 static inline uint64_t pr_read_lock(const struct pr_map *m, struct pr_reader_slot *s)
 {
-	uint64_t gp = PR_LOAD_ACQ(&m->hdr->gp);
-	uint64_t wf = CMM_LOAD_SHARED(m->hdr->writer_flags);
+	const struct pr_table_hdr *h = m->hdr; /* once: the acquire makes it a reload */
+	uint64_t gp = PR_LOAD_ACQ(&h->gp);
+	uint64_t wf = CMM_LOAD_SHARED(h->writer_flags);
 
 	CMM_STORE_SHARED(s->ctr, gp);
 	if (caa_likely(procreg__rcu_use_membarrier && (wf & PR_WRITER_MEMBARRIER)))

@@ -275,22 +275,30 @@ int procreg__record_to_entry(const struct pr_map *m, const struct pr_record *r,
 int procreg__index(const struct pr_map *m, const struct pr_root *root, struct pr_ixv *v)
 {
 	uint64_t off = PR_LOAD_ACQ(&root->index_off), cap, seen = PR_LOAD_RELAXED(&m->ix_seen);
+	const struct pr_index *ix;
+	uint32_t lg = (uint32_t)(seen & 63);
+
+	/* The index last found whole (ix_seen) lies where it lay then: its
+	 * offset was checked against the mapping, whose size never changes,
+	 * and only the capacity is read again, since a block retired and
+	 * reused may hold another index at the same offset. The shift is not
+	 * read at all but follows from it. Unset, ix_seen is 0, which no
+	 * index offset is (a table saying 0 has its header read as an index,
+	 * and the magic is no power of two: the checks below turn it down). */
+	if (caa_likely(seen >> 6 == off)) {
+		ix = (const struct pr_index *)(m->base + off);
+		cap = CMM_LOAD_SHARED(ix->capacity);
+		if (caa_likely(cap == 1ull << lg))
+			goto whole;
+	}
 	/* Every arena block is PR_ALIGN-aligned: an offset that is not
 	 * cannot be an index, and reading it as one would be a misaligned
 	 * access. */
-	const struct pr_index *ix = off % PR_ALIGN ? NULL : pr_at(m, off, sizeof(*ix));
-	uint32_t lg;
-
+	ix = off % PR_ALIGN ? NULL : pr_at(m, off, sizeof(*ix));
 	v->slot = NULL;
 	if (!ix)
 		return -1;
 	cap = CMM_LOAD_SHARED(ix->capacity);
-	lg = (uint32_t)(seen & 63);
-	/* The capacity is read every time: a block retired and reused may
-	 * hold another index at the same offset. The shift is not read at
-	 * all but follows from it. */
-	if (caa_likely(seen >> 6 == off / PR_ALIGN && cap == 1ull << lg))
-		goto whole;
 	if (cap < 2 || (cap & (cap - 1)) || cap > m->size / sizeof(struct pr_slot) ||
 	    !pr_at(m, off, sizeof(*ix) + cap * sizeof(struct pr_slot)))
 		return -1;
@@ -300,7 +308,7 @@ int procreg__index(const struct pr_map *m, const struct pr_root *root, struct pr
 	 * looking names up overwrite it in turn, a store to the line that
 	 * holds the mapping's base, which every lookup reads. */
 	if (root == &m->hdr->names)
-		PR_STORE_RELAXED(&((struct pr_map *)m)->ix_seen, (off / PR_ALIGN) << 6 | lg);
+		PR_STORE_RELAXED(&((struct pr_map *)m)->ix_seen, off << 6 | lg);
 whole:
 	v->slot = ix->slot;
 	v->cap = cap;
@@ -484,6 +492,50 @@ struct lookup_trace {
 	uint64_t locked_ns, unlocked_ns;
 };
 
+/* One pass under the read lock: the record found, or NULL; *STALE
+ * whether the reads must be done again (pr_read_valid). */
+static inline __attribute__((always_inline)) const struct pr_record *
+lookup_once(procreg_t *reg, struct pr_reader_slot *s, const char *name, size_t len, uint64_t hash,
+	    struct pr_skey sk, struct procreg_entry *out, struct lookup_trace *t, int *stale)
+{
+	const struct pr_map *m = &reg->map;
+	const struct pr_record *r;
+	struct pr_ixv ix;
+	uint64_t gp = pr_read_lock(m, s);
+
+	if (t && t->held)
+		t->locked_ns = procreg__mono_ns();
+	r = procreg__index(m, &m->hdr->names, &ix) ? NULL
+	    : !out && sk.key ? probe_name(m, &ix, name, len, hash, sk, NULL, true)
+			     : probe_name(m, &ix, name, len, hash, sk, out, false);
+	*stale = pr_read_valid(m, gp);
+	if (t && t->held)
+		t->unlocked_ns = procreg__mono_ns();
+	pr_read_unlock(s);
+	if (caa_unlikely(*stale))
+		uatomic_inc(&reg->rcu.stale);
+	return r;
+}
+
+/* The passes after a stale one, out of the way of the first: the loop's
+ * count and state cost the hit path registers it spilled. */
+static __attribute__((noinline, cold)) int lookup_again(procreg_t *reg, struct pr_reader_slot *s,
+						       const char *name, size_t len,
+						       uint64_t hash, struct pr_skey sk,
+						       struct procreg_entry *out,
+						       struct lookup_trace *t)
+{
+	const struct pr_record *r;
+	int stale, tries = 1;
+
+	do
+		r = lookup_once(reg, s, name, len, hash, sk, out, t, &stale);
+	while (stale && ++tries < PR_READ_TRIES);
+	if (stale)
+		return -ESTALE;
+	return r ? 0 : -ENOENT;
+}
+
 static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const char *name,
 							 size_t len, uint64_t hash,
 							 struct pr_skey sk,
@@ -491,34 +543,20 @@ static inline __attribute__((always_inline)) int lookup(procreg_t *reg, const ch
 							 struct lookup_trace *t)
 {
 	struct pr_reader_slot *s = procreg__rcu_slot(&reg->rcu);
-	const struct pr_map *m = &reg->map;
 	const struct pr_record *r;
-	struct pr_ixv ix;
-	uint64_t gp;
-	int stale, tries = 0;
+	int stale, err;
 
 	if (caa_unlikely(!s))
 		return -ENOMEM;
 	procreg__announce_if_new(reg);
-	do {
-		gp = pr_read_lock(m, s);
-		if (t && t->held)
-			t->locked_ns = procreg__mono_ns();
-		r = procreg__index(m, &m->hdr->names, &ix) ? NULL
-		    : !out && sk.key ? probe_name(m, &ix, name, len, hash, sk, NULL, true)
-				     : probe_name(m, &ix, name, len, hash, sk, out, false);
-		stale = pr_read_valid(m, gp);
-		if (t && t->held)
-			t->unlocked_ns = procreg__mono_ns();
-		pr_read_unlock(s);
-		if (caa_unlikely(stale))
-			uatomic_inc(&reg->rcu.stale);
-	} while (caa_unlikely(stale) && ++tries < PR_READ_TRIES);
+	r = lookup_once(reg, s, name, len, hash, sk, out, t, &stale);
+	if (caa_unlikely(stale))
+		err = lookup_again(reg, s, name, len, hash, sk, out, t);
+	else
+		err = r ? 0 : -ENOENT;
 	/* Our own cache line: no other process writes it. */
 	CMM_STORE_SHARED(s->lookups, s->lookups + 1);
-	if (caa_unlikely(stale))
-		return -ESTALE;
-	return r ? 0 : -ENOENT;
+	return err;
 }
 
 /* The lookup while a tracer is attached to one of its probes: out of the
@@ -560,7 +598,7 @@ static inline void prefetch_home(const struct pr_map *m, uint64_t hash)
 {
 	uint64_t seen = PR_LOAD_RELAXED(&m->ix_seen);
 	uint32_t lg = (uint32_t)(seen & 63);
-	uintptr_t at = (uintptr_t)m->base + (uintptr_t)((seen >> 6) * PR_ALIGN) +
+	uintptr_t at = (uintptr_t)m->base + (uintptr_t)(seen >> 6) +
 		       sizeof(struct pr_index) +
 		       (uintptr_t)((hash >> (63 - lg) >> 1) * sizeof(struct pr_slot));
 
