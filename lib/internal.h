@@ -228,13 +228,12 @@ struct pr_rcu {
  * Initial-exec: a fixed offset from the thread pointer, no
  * __tls_get_addr; the library is never loaded in a way that forbids it
  * (dlopen of a library with a few bytes of static TLS is served from
- * glibc's surplus). Written by its thread only; .pid is checked against
- * procreg__pid, which the child of a fork refreshes, so a child never
- * takes its parent's slot. */
+ * glibc's surplus). Written by its thread only, and cleared in the
+ * child of a fork (its one thread is the one that forked), so a child
+ * never takes its parent's slot. */
 struct pr_tls_slot {
 	uint64_t rcu_id;
 	struct pr_reader_slot *slot;
-	pid_t pid;
 };
 #define PR_TLS_IE __attribute__((tls_model("initial-exec")))
 extern __thread struct pr_tls_slot procreg__tls_slot PR_TLS_IE;
@@ -252,7 +251,7 @@ void procreg__rcu_fork_unlock(struct pr_rcu *r);
 struct pr_reader_slot *procreg__rcu_slot_slow(struct pr_rcu *r);
 static inline struct pr_reader_slot *procreg__rcu_slot(struct pr_rcu *r)
 {
-	if (caa_likely(procreg__tls_slot.rcu_id == r->id && procreg__tls_slot.pid == procreg__pid))
+	if (caa_likely(procreg__tls_slot.rcu_id == r->id))
 		return procreg__tls_slot.slot;
 	return procreg__rcu_slot_slow(r);
 }

@@ -153,6 +153,9 @@ static void refresh_self(void)
 static void atfork_child(void)
 {
 	refresh_self();
+	/* The forking thread's, now the child's only thread: the slot it
+	 * names is the parent's. */
+	memset(&procreg__tls_slot, 0, sizeof(procreg__tls_slot));
 }
 
 static void init_once(void)
@@ -356,7 +359,6 @@ static struct pr_reader_slot *claim(struct pr_rcu *r)
 static struct pr_reader_slot *remember(struct pr_rcu *r, struct pr_reader_slot *s)
 {
 	procreg__tls_slot.slot = s;
-	procreg__tls_slot.pid = procreg__pid;
 	procreg__tls_slot.rcu_id = r->id;
 	return s;
 }
