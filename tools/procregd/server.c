@@ -870,9 +870,17 @@ static void parse_ahead(struct daemon *d, const struct client *c, size_t len,
 	while (!la->done && la->tail - la->head <= PREFETCH_AHEAD) {
 		struct parsed *p = &la->q[la->tail++ % (PREFETCH_AHEAD + 1)];
 
+		p->keyed = false;
+		/* The end, found without a call that would clear a frame no
+		 * one reads (a synchronous request's packet ends after one). */
+		if (la->pos == len) {
+			p->r = 0;
+			p->end = len;
+			la->done = true;
+			break;
+		}
 		p->r = procreg__proto_next(d->in, len, &la->pos, &p->f);
 		p->end = la->pos;
-		p->keyed = false;
 		if (p->r == 0 || p->r == -EBADMSG) {
 			la->done = true;
 		} else if (c->hello_done && p->r == 1 &&
@@ -1055,7 +1063,7 @@ static int take_packet(struct daemon *d, struct client *c)
 		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
 	/* Before anything else: an empty packet, which reads as the end of
 	 * the connection, may carry fds too. */
-	nfds = passed_fds(&msg, fds);
+	nfds = peek ? passed_fds(&msg, fds) : 0;
 	if (n > 0 && peek && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
 	    recv(c->fd, NULL, 0, MSG_DONTWAIT) < 0) {
 		err = -errno;
