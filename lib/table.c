@@ -472,12 +472,15 @@ probe_name(const struct pr_map *m, const struct pr_ixv *ix, const char *name, si
 		r = (const struct pr_record *)(m->base + off);
 		nl = CMM_LOAD_SHARED(r->name_len);
 		ml = CMM_LOAD_SHARED(r->meta_len);
+		/* Past the compare of NL with LEN, LEN serves: the caller's,
+		 * in a register, where NL would have the metadata's address
+		 * and the compare's last word wait on the record's line. */
 		if (r->kind != PR_KIND_NAME || nl != len || ml > PROCREG_META_MAX ||
-		    (!room && !pr_at(m, off, PR_RECORD_SIZE(nl, ml))) ||
-		    !pr_bytes_eq(name, r->data, nl))
+		    (!room && !pr_at(m, off, PR_RECORD_SIZE(len, ml))) ||
+		    !pr_bytes_eq(name, r->data, len))
 			continue;
 		if (out)
-			fill_entry(r, nl, ml, out);
+			fill_entry(r, (uint16_t)len, ml, out);
 		return r;
 	}
 	return NULL;
