@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -20,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "harness.h"
 #include "internal.h"
 #include "proto.h"
@@ -223,6 +225,203 @@ static void test_death_removes_names(void **state)
 	assert_int_equal(st.names, 0);
 	assert_int_equal(st.processes, 0);
 	assert_int_equal(st.deaths, P);
+}
+
+/*
+ * Idle entries (procs.c): a process whose last name goes stays watched,
+ * so that its next name costs no new watch. It is then no process of the
+ * table's count; a name taken again brings it back, and its death is
+ * seen through the same watch; dying idle, it takes nothing with it; and
+ * however many processes give their names back, the daemon keeps at most
+ * 256 such watches.
+ */
+struct giver {
+	const char *dir;
+	int i;
+	bool again;               /* take a second name after giving the first back */
+	int ready_fd, hold_fd;
+};
+
+static int giver_main(void *arg)
+{
+	struct giver *ch = arg;
+	procreg_t *r = th_open(ch->dir);
+	char name[32], c = 0;
+
+	if (!r)
+		return 10;
+	snprintf(name, sizeof(name), "idle.%d", ch->i);
+	if (procreg_register(r, name, NULL, 0) != 0 || procreg_unregister(r, name) != 0)
+		return 11;
+	snprintf(name, sizeof(name), "idle.%d.again", ch->i);
+	if (ch->again && procreg_register(r, name, NULL, 0) != 0)
+		return 12;
+	/* Without a connection: the daemon holds nothing of ours but the
+	 * watch. */
+	if (!ch->again)
+		procreg_close(r);
+	if (write(ch->ready_fd, &c, 1) != 1)
+		return 13;
+	if (read(ch->hold_fd, &c, 1) < 0)
+		return 14;
+	return 0;
+}
+
+static pid_t spawn_giver(const char *dir, int i, bool again, int *hold_w)
+{
+	int ready[2], hold[2];
+	struct giver ch = { dir, i, again, -1, -1 };
+	pid_t pid;
+	char c;
+
+	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(hold, O_CLOEXEC), 0);
+	ch.ready_fd = ready[1];
+	ch.hold_fd = hold[0];
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* Each holds the others' pipes too: should the test fail
+		 * before it kills them, its exit must. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(ready[0]);
+		close(hold[1]);
+		_exit(giver_main(&ch));
+	}
+	close(ready[1]);
+	close(hold[0]);
+	assert_int_equal(read(ready[0], &c, 1), 1);
+	close(ready[0]);
+	*hold_w = hold[1];
+	return pid;
+}
+
+/* Connected, then on the word from HOLD: one name. Exit 0, or 20 + the
+ * registration's errno. */
+static int late_main(void *arg)
+{
+	struct giver *ch = arg;
+	procreg_t *r;
+	char c = 0;
+	int err;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	r = th_open(ch->dir);
+	if (!r || procreg_sync(r) < 0)
+		return 10;
+	if (write(ch->ready_fd, &c, 1) != 1 || read(ch->hold_fd, &c, 1) != 1)
+		return 11;
+	err = procreg_register(r, "idle.late", NULL, 0);
+	return err ? 20 - err : 0;
+}
+
+/* The lowest descriptor number PID has free (above 2). */
+static long lowest_free_fd(pid_t pid)
+{
+	char path[64];
+
+	for (long fd = 3;; fd++) {
+		snprintf(path, sizeof(path), "/proc/%d/fd/%ld", (int)pid, fd);
+		if (access(path, F_OK) < 0)
+			return fd;
+	}
+}
+
+static void test_idle_owners(void **state)
+{
+	struct fx *f = *state;
+	enum { P = 300, KEPT = 256 };
+	static pid_t kids[P];
+	static int holds[P];
+	struct th_fdcount c = { f->d.pid, 0 };
+	PROCREG_OPTS(procreg_stats, st);
+	TH_ENTRY(e);
+	uint64_t deaths;
+	long base;
+	pid_t kid;
+	int hold;
+
+	/* Idle, then a name again: counted, and its death removes it. */
+	assert_int_equal(procreg_sync(f->reg), 0);
+	kid = spawn_giver(f->dir, 0, true, &hold);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.processes, 1);
+	assert_int_equal(st.names, 1);
+	assert_int_equal(procreg_lookup(f->reg, "idle.0.again", &e), 0);
+	assert_int_equal(e.pid, kid);
+	deaths = st.deaths;
+	kill(kid, SIGKILL);
+	assert_int_equal(th_wait(kid), 128 + SIGKILL);
+	close(hold);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	assert_int_equal(procreg_lookup(f->reg, "idle.0.again", NULL), -ENOENT);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.processes, 0);
+	assert_int_equal(st.deaths, deaths + 1);
+
+	/* Idle ones: not counted; dying, they remove nothing, and their
+	 * watches go with them. At most KEPT are kept. */
+	base = th_count_fds(f->d.pid);
+	for (int i = 0; i < P; i++)
+		kids[i] = spawn_giver(f->dir, i + 1, false, &holds[i]);
+	assert_int_equal(procreg_sync(f->reg), 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.processes, 0);
+	assert_int_equal(st.names, 0);
+	c.want = base + KEPT;
+	if (!th_until(th_fds_back, &c, 10000)) {
+		th_list_fds(f->d.pid);
+		fail_msg("the daemon holds %ld fds with %d idle processes, %ld before", th_count_fds(f->d.pid), P, base);
+	}
+	/* Out of descriptors, a name is worth more than an idle watch: a
+	 * connected process registers with the daemon allowed no new fd.
+	 * The test lowers the daemon's limit: its own (root) daemon's, not
+	 * the system user's, whose credentials changed. */
+	if (th_daemon_user()) {
+		printf("idle owners: the daemon out of fds is the root run's case\n");
+	} else {
+		struct giver late = { f->dir, 0, false, -1, -1 };
+		int ready[2], go[2], status;
+		struct rlimit old, low;
+		char ch;
+
+		assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+		assert_int_equal(pipe2(go, O_CLOEXEC), 0);
+		late.ready_fd = ready[1];
+		late.hold_fd = go[0];
+		kid = th_fork(late_main, &late);
+		close(ready[1]);
+		close(go[0]);
+		assert_int_equal(read(ready[0], &ch, 1), 1);
+		assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, NULL, &old), 0);
+		low = (struct rlimit){ (rlim_t)lowest_free_fd(f->d.pid), old.rlim_max };
+		assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &low, NULL), 0);
+		assert_int_equal(write(go[1], "g", 1), 1);
+		status = th_wait(kid);
+		assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &old, NULL), 0);
+		close(ready[0]);
+		close(go[1]);
+		if (status)
+			fail_msg("registering with the daemon out of fds: exit %d (20 + errno)", status);
+		assert_int_equal(procreg_sync(f->reg), 0);
+		assert_int_equal(procreg_lookup(f->reg, "idle.late", NULL), -ENOENT);
+		deaths++; /* it died holding the name */
+	}
+	for (int i = 0; i < P; i++)
+		kill(kids[i], SIGKILL);
+	for (int i = 0; i < P; i++) {
+		assert_int_equal(th_wait(kids[i]), 128 + SIGKILL);
+		close(holds[i]);
+	}
+	assert_int_equal(procreg_sync(f->reg), 0);
+	procreg_stats(f->reg, &st);
+	assert_int_equal(st.processes, 0);
+	assert_int_equal(st.deaths, deaths + 1);
+	c.want = base;
+	if (!th_until(th_fds_back, &c, 10000)) {
+		th_list_fds(f->d.pid);
+		fail_msg("the daemon holds %ld fds once the idle processes died, %ld before", th_count_fds(f->d.pid), base);
+	}
 }
 
 static int exec_child(void *arg)
@@ -1721,6 +1920,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_duplicate_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_removes_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_idle_owners, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_survive_exec, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_register_pidfd, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_other_uid_refused, setup, teardown),

@@ -78,6 +78,10 @@ struct proc {
 	int lost_signal;          /* sent to it when it loses a name to another node, 0: none */
 	bool gone;                /* freed in all but memory: see procs_reap() */
 	struct proc *next_gone;
+	/* Holding nothing, kept watched for its next name (procs.c's idle
+	 * list, oldest first): not counted among the processes. */
+	bool idle;
+	struct proc *idle_prev, *idle_next;
 };
 
 /* Identity of a peer, from SO_PEERCRED plus a pidfd. */
@@ -215,6 +219,8 @@ struct daemon {
 	uint32_t nclients;
 	uint32_t nsubscribers;
 	struct proc *gone;        /* procs to free once the current batch is done */
+	struct proc *idle_first, *idle_last; /* idle procs, oldest first (procs.c) */
+	uint32_t nidle;
 	/* Per-uid quotas (uid 0 is not limited): uid + 2 -> count. */
 	struct pr_u64map uid_names;   /* names, memberships and places in line held */
 	struct pr_u64map uid_clients; /* connections */
@@ -472,7 +478,7 @@ struct proc *proc_forget_name(struct daemon *d, uint64_t off);
 /* Forget every name of P in its lists, and in its uid's count; the vector
  * is emptied, its memory kept (registry_died reads it after). */
 void proc_forget_all(struct daemon *d, struct proc *p);
-/* Drop an entry that holds no names. */
+/* An entry that holds no names nor places goes idle (procs.c). */
 void proc_release_if_empty(struct daemon *d, struct proc *p);
 /* Its pidfd fired: remove every name it held. */
 void proc_died(struct daemon *d, struct proc *p);
