@@ -46,11 +46,25 @@ struct holder {
 	int ready_fd, hold_fd;
 };
 
+/* A child's last steps: say it is ready, then block until the parent
+ * closes the pipe or kills it. */
+static int ready_then_hold(int ready_fd, int hold_fd)
+{
+	char c = 0;
+
+	if (write(ready_fd, &c, 1) != 1)
+		return 12;
+	if (read(hold_fd, &c, 1) < 0)
+		return 13;
+	return 0;
+}
+
 static int holder_main(void *arg)
 {
 	struct holder *h = arg;
 	procreg_t *r = th_open(h->dir);
-	char name[64], c = 0;
+	char name[64];
+	int err;
 
 	if (!r)
 		return 10;
@@ -59,32 +73,34 @@ static int holder_main(void *arg)
 		if (procreg_register(r, name, name, strlen(name)) != 0)
 			return 11;
 	}
-	if (write(h->ready_fd, &c, 1) != 1)
-		return 12;
-	/* Block until the parent closes the pipe or kills us. */
-	if (read(h->hold_fd, &c, 1) < 0)
-		return 13;
+	if ((err = ready_then_hold(h->ready_fd, h->hold_fd)))
+		return err;
 	procreg_close(r);
 	return 0;
 }
 
-static pid_t spawn_holder(const char *dir, const char *prefix, int count, int *hold_w)
+/* Fork FN(ARG), whose *READY_FD (a byte when it is ready) and *HOLD_FD
+ * (its end of the pipe that holds it; ours, to write or close, in
+ * *HOLD_W) are set first; return once it is ready. It dies with us: each
+ * child holds its siblings' pipes too, and a test that fails before it
+ * kills them must not leave them waiting. */
+static pid_t spawn_ready(int (*fn)(void *), void *arg, int *ready_fd, int *hold_fd, int *hold_w)
 {
 	int ready[2], hold[2];
-	struct holder h = { dir, prefix, count, -1, -1 };
 	pid_t pid;
 	char c;
 
 	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
 	assert_int_equal(pipe2(hold, O_CLOEXEC), 0);
-	h.ready_fd = ready[1];
-	h.hold_fd = hold[0];
+	*ready_fd = ready[1];
+	*hold_fd = hold[0];
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		close(ready[0]);
 		close(hold[1]);
-		_exit(holder_main(&h));
+		_exit(fn(arg));
 	}
 	close(ready[1]);
 	close(hold[0]);
@@ -92,6 +108,24 @@ static pid_t spawn_holder(const char *dir, const char *prefix, int count, int *h
 	close(ready[0]);
 	*hold_w = hold[1];
 	return pid;
+}
+
+/* SIGKILL the N children KIDS, reap them, and close their pipes HOLDS. */
+static void kill_holders(const pid_t *kids, const int *holds, int n)
+{
+	for (int i = 0; i < n; i++)
+		kill(kids[i], SIGKILL);
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(th_wait(kids[i]), 128 + SIGKILL);
+		close(holds[i]);
+	}
+}
+
+static pid_t spawn_holder(const char *dir, const char *prefix, int count, int *hold_w)
+{
+	struct holder h = { dir, prefix, count, -1, -1 };
+
+	return spawn_ready(holder_main, &h, &h.ready_fd, &h.hold_fd, hold_w);
 }
 
 /* ---- basic writes ----------------------------------------------------- */
@@ -207,12 +241,7 @@ static void test_death_removes_names(void **state)
 	procreg_stats(f->reg, &st);
 	assert_int_equal(st.names, P * NAMES);
 	assert_int_equal(st.processes, P);
-	for (int i = 0; i < P; i++)
-		kill(kids[i], SIGKILL);
-	for (int i = 0; i < P; i++) {
-		assert_int_equal(th_wait(kids[i]), 128 + SIGKILL);
-		close(holds[i]);
-	}
+	kill_holders(kids, holds, P);
 	/* Every death before the call is processed when it returns. */
 	assert_int_equal(procreg_sync(f->reg), 0);
 	for (int i = 0; i < P; i++) {
@@ -246,7 +275,7 @@ static int giver_main(void *arg)
 {
 	struct giver *ch = arg;
 	procreg_t *r = th_open(ch->dir);
-	char name[32], c = 0;
+	char name[32];
 
 	if (!r)
 		return 10;
@@ -260,40 +289,14 @@ static int giver_main(void *arg)
 	 * watch. */
 	if (!ch->again)
 		procreg_close(r);
-	if (write(ch->ready_fd, &c, 1) != 1)
-		return 13;
-	if (read(ch->hold_fd, &c, 1) < 0)
-		return 14;
-	return 0;
+	return ready_then_hold(ch->ready_fd, ch->hold_fd);
 }
 
 static pid_t spawn_giver(const char *dir, int i, bool again, int *hold_w)
 {
-	int ready[2], hold[2];
 	struct giver ch = { dir, i, again, -1, -1 };
-	pid_t pid;
-	char c;
 
-	assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-	assert_int_equal(pipe2(hold, O_CLOEXEC), 0);
-	ch.ready_fd = ready[1];
-	ch.hold_fd = hold[0];
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		/* Each holds the others' pipes too: should the test fail
-		 * before it kills them, its exit must. */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		close(ready[0]);
-		close(hold[1]);
-		_exit(giver_main(&ch));
-	}
-	close(ready[1]);
-	close(hold[0]);
-	assert_int_equal(read(ready[0], &c, 1), 1);
-	close(ready[0]);
-	*hold_w = hold[1];
-	return pid;
+	return spawn_ready(giver_main, &ch, &ch.ready_fd, &ch.hold_fd, hold_w);
 }
 
 /* Connected, then on the word from HOLD: one name. Exit 0, or 20 + the
@@ -301,12 +304,10 @@ static pid_t spawn_giver(const char *dir, int i, bool again, int *hold_w)
 static int late_main(void *arg)
 {
 	struct giver *ch = arg;
-	procreg_t *r;
+	procreg_t *r = th_open(ch->dir);
 	char c = 0;
 	int err;
 
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	r = th_open(ch->dir);
 	if (!r || procreg_sync(r) < 0)
 		return 10;
 	if (write(ch->ready_fd, &c, 1) != 1 || read(ch->hold_fd, &c, 1) != 1)
@@ -381,38 +382,24 @@ static void test_idle_owners(void **state)
 		printf("idle owners: the daemon out of fds is the root run's case\n");
 	} else {
 		struct giver late = { f->dir, 0, false, -1, -1 };
-		int ready[2], go[2], status;
 		struct rlimit old, low;
-		char ch;
+		int go, status;
 
-		assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
-		assert_int_equal(pipe2(go, O_CLOEXEC), 0);
-		late.ready_fd = ready[1];
-		late.hold_fd = go[0];
-		kid = th_fork(late_main, &late);
-		close(ready[1]);
-		close(go[0]);
-		assert_int_equal(read(ready[0], &ch, 1), 1);
+		kid = spawn_ready(late_main, &late, &late.ready_fd, &late.hold_fd, &go);
 		assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, NULL, &old), 0);
 		low = (struct rlimit){ (rlim_t)lowest_free_fd(f->d.pid), old.rlim_max };
 		assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &low, NULL), 0);
-		assert_int_equal(write(go[1], "g", 1), 1);
+		assert_int_equal(write(go, "g", 1), 1);
 		status = th_wait(kid);
 		assert_int_equal(prlimit(f->d.pid, RLIMIT_NOFILE, &old, NULL), 0);
-		close(ready[0]);
-		close(go[1]);
+		close(go);
 		if (status)
 			fail_msg("registering with the daemon out of fds: exit %d (20 + errno)", status);
 		assert_int_equal(procreg_sync(f->reg), 0);
 		assert_int_equal(procreg_lookup(f->reg, "idle.late", NULL), -ENOENT);
 		deaths++; /* it died holding the name */
 	}
-	for (int i = 0; i < P; i++)
-		kill(kids[i], SIGKILL);
-	for (int i = 0; i < P; i++) {
-		assert_int_equal(th_wait(kids[i]), 128 + SIGKILL);
-		close(holds[i]);
-	}
+	kill_holders(kids, holds, P);
 	assert_int_equal(procreg_sync(f->reg), 0);
 	procreg_stats(f->reg, &st);
 	assert_int_equal(st.processes, 0);
