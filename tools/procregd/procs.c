@@ -63,10 +63,10 @@ struct proc *proc_get(struct daemon *d, pid_t pid)
  * runs of 100,000 requests, /proc/PID/schedstat); idle entries made it
  * 3.20-3.97. So an entry that holds nothing stays, watched, on a list of
  * at most PROCS_IDLE_MAX, the oldest freed to make room: a bound on the
- * pidfds kept for processes holding nothing, whoever makes them. An idle entry
- * is not counted in the table's processes; its process's death frees it
- * and removes nothing; its next name takes it back as it was made, the
- * signal for a lost name unset.
+ * pidfds kept for processes holding nothing, whoever makes them. An
+ * idle entry is not counted in the table's processes; its process's
+ * death frees it and removes nothing; its next name takes it back as it
+ * was made, the signal for a lost name unset.
  */
 #define PROCS_IDLE_MAX 256
 
@@ -81,6 +81,10 @@ static void idle_unlink(struct daemon *d, struct proc *p)
 
 static void proc_free(struct daemon *d, struct proc *p)
 {
+	/* Never twice, now that entries are freed for room (idle ones) as
+	 * well as for deaths: the gone list would loop. */
+	if (p->gone)
+		return;
 	if (d->last_proc == p)
 		d->last_proc = NULL;
 	if (p->idle)
