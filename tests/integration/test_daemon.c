@@ -269,14 +269,18 @@ struct giver {
 	int i;
 	bool again;               /* take a second name after giving the first back */
 	int ready_fd, hold_fd;
+	const struct th_user *as; /* NULL: root */
 };
 
 static int giver_main(void *arg)
 {
 	struct giver *ch = arg;
-	procreg_t *r = th_open(ch->dir);
+	procreg_t *r;
 	char name[32];
 
+	if (ch->as)
+		th_become(ch->as);
+	r = th_open(ch->dir);
 	if (!r)
 		return 10;
 	snprintf(name, sizeof(name), "idle.%d", ch->i);
@@ -292,9 +296,9 @@ static int giver_main(void *arg)
 	return ready_then_hold(ch->ready_fd, ch->hold_fd);
 }
 
-static pid_t spawn_giver(const char *dir, int i, bool again, int *hold_w)
+static pid_t spawn_giver(const char *dir, int i, bool again, const struct th_user *as, int *hold_w)
 {
-	struct giver ch = { dir, i, again, -1, -1 };
+	struct giver ch = { dir, i, again, -1, -1, as };
 
 	return spawn_ready(giver_main, &ch, &ch.ready_fd, &ch.hold_fd, hold_w);
 }
@@ -336,6 +340,7 @@ static void test_idle_owners(void **state)
 	static int holds[P];
 	struct th_fdcount c = { f->d.pid, 0 };
 	PROCREG_OPTS(procreg_stats, st);
+	struct th_user u;
 	TH_ENTRY(e);
 	uint64_t deaths;
 	long base;
@@ -344,7 +349,7 @@ static void test_idle_owners(void **state)
 
 	/* Idle, then a name again: counted, and its death removes it. */
 	assert_int_equal(procreg_sync(f->reg), 0);
-	kid = spawn_giver(f->dir, 0, true, &hold);
+	kid = spawn_giver(f->dir, 0, true, NULL, &hold);
 	procreg_stats(f->reg, &st);
 	assert_int_equal(st.processes, 1);
 	assert_int_equal(st.names, 1);
@@ -361,10 +366,12 @@ static void test_idle_owners(void **state)
 	assert_int_equal(st.deaths, deaths + 1);
 
 	/* Idle ones: not counted; dying, they remove nothing, and their
-	 * watches go with them. At most KEPT are kept. */
+	 * watches go with them. At most KEPT are kept, whoever makes them:
+	 * here another uid, unprivileged, making as many as it can. */
+	th_user_new(&u);
 	base = th_count_fds(f->d.pid);
 	for (int i = 0; i < P; i++)
-		kids[i] = spawn_giver(f->dir, i + 1, false, &holds[i]);
+		kids[i] = spawn_giver(f->dir, i + 1, false, &u, &holds[i]);
 	assert_int_equal(procreg_sync(f->reg), 0);
 	procreg_stats(f->reg, &st);
 	assert_int_equal(st.processes, 0);
@@ -381,7 +388,7 @@ static void test_idle_owners(void **state)
 	if (th_daemon_user()) {
 		printf("idle owners: the daemon out of fds is the root run's case\n");
 	} else {
-		struct giver late = { f->dir, 0, false, -1, -1 };
+		struct giver late = { f->dir, 0, false, -1, -1, NULL };
 		struct rlimit old, low;
 		int go, status;
 
@@ -409,6 +416,7 @@ static void test_idle_owners(void **state)
 		th_list_fds(f->d.pid);
 		fail_msg("the daemon holds %ld fds once the idle processes died, %ld before", th_count_fds(f->d.pid), base);
 	}
+	th_user_del(&u);
 }
 
 static int exec_child(void *arg)
