@@ -33,19 +33,23 @@ void th_entry_copy(struct procreg_entry *dst, const struct procreg_entry *src);
  * that a test sees what the lookup wrote; what the caller sets stays. */
 void th_entry_scribble(struct procreg_entry *e, int byte);
 
-/* Built with AddressSanitizer (as the daemon then is): its quarantine
- * holds freed memory back, so RSS says nothing about leaks; LeakSanitizer
- * does, at the daemons' exit. */
-#if defined(__SANITIZE_ADDRESS__)
+/* Built with AddressSanitizer or ThreadSanitizer (as the daemon then
+ * is): ASan's quarantine holds freed memory back, and TSan's shadow and
+ * history grow with the memory touched, so RSS says nothing about leaks;
+ * LeakSanitizer does, at the daemons' exit, in the ASan run. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define TH_SANITIZED 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define TH_SANITIZED 1
 #endif
 #endif
 #ifndef TH_SANITIZED
 #define TH_SANITIZED 0
 #endif
+/* What a test that skips its memory bound for it says. */
+#define TH_RSS_UNBOUNDED \
+	"not bounded in a sanitizer's build (ASan's quarantine keeps freed memory; TSan's shadow grows with the memory touched)"
 
 struct th_daemon {
 	pid_t pid;                 /* 0 when not running */

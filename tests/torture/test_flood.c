@@ -1693,7 +1693,7 @@ static void test_random_frames(void **state)
 	/* What the daemon holds for a client is one packet of replies at
 	 * most (64 KiB), and there were ATTACKERS * CONNS of them at once. */
 	if (TH_SANITIZED)
-		printf("fuzz: RssAnon not bounded under AddressSanitizer (its quarantine keeps freed memory)\n");
+		printf("fuzz: RssAnon " TH_RSS_UNBOUNDED "\n");
 	else
 		assert_true(rss1 - rss0 < 8 * 1024);
 	serves(f->reg, "after");

@@ -1101,8 +1101,7 @@ static void check_growth(struct soak *s, const struct sample *b, const struct sa
 		assert_true(e[i].arena_top <= b[i].arena_top + arena_bound);
 		assert_true(e[i].file_bytes <= b[i].file_bytes + file_bound);
 		if (TH_SANITIZED)
-			printf("soak: VmRSS not bounded under AddressSanitizer (its quarantine keeps "
-			       "freed memory)\n");
+			printf("soak: VmRSS " TH_RSS_UNBOUNDED "\n");
 		else
 			assert_true(drss <= (int64_t)rss_bound);
 	}
