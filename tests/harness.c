@@ -134,6 +134,7 @@ int th_daemon_start_scope(struct th_daemon *d, const char *dir, const char *scop
 	const struct th_user *du;
 	const char *argv[64];
 	int n = 0;
+	pid_t parent;
 
 	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "%s", dir);
@@ -154,6 +155,7 @@ int th_daemon_start_scope(struct th_daemon *d, const char *dir, const char *scop
 	du = th_daemon_user();
 	if (du)
 		th_daemon_user_dir(dir, du);
+	parent = getpid();
 	d->pid = fork();
 	if (d->pid < 0)
 		return -errno;
@@ -169,6 +171,13 @@ int th_daemon_start_scope(struct th_daemon *d, const char *dir, const char *scop
 			putenv((char *)env[i]);
 		if (du)
 			th_become_kill(du);
+		/* The daemon dies with the test process: one that dies first
+		 * (a crash, a sanitizer's report) would leave it running, and
+		 * holding the test's output open, which ctest then waits on
+		 * until its timeout. Set after the change of user, which
+		 * clears it. */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+			_exit(127);
 		execv(argv[0], (char **)argv);
 		_exit(127);
 	}
