@@ -1027,6 +1027,18 @@ size_t th_adopt_page(struct pr_writer *w, pid_t pid, int fdnum)
 	return w->readers.n - 1;
 }
 
+static int reader_is(const struct procreg_reader *r, void *pid)
+{
+	return r->pid == *(pid_t *)pid;
+}
+
+int th_reader_listed(void *wait)
+{
+	struct th_reader_wait *w = wait;
+
+	return procreg_readers(w->reg, reader_is, &w->pid) == 1;
+}
+
 int th_exited(void *pid)
 {
 	int st;

@@ -294,5 +294,13 @@ int th_until(int (*fn)(void *), void *arg, int ms);
 int th_stopped(void *pid);
 /* For th_until: whether our child *(pid_t *)PID has exited (reaped). */
 int th_exited(void *pid);
+/* For th_until: whether procreg_readers() on REG lists process PID. A
+ * process's first lookup hands the daemon its reader pages without
+ * waiting for it, so a reader is listed some time after that lookup. */
+struct th_reader_wait {
+	procreg_t *reg;
+	pid_t pid;
+};
+int th_reader_listed(void *wait);
 
 #endif

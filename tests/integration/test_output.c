@@ -319,6 +319,10 @@ static int setup(void **state)
 	if (read(a->ready[0], &c, 1) != 1)
 		fail_msg("the unprivileged holder did not register its names: exit status %d",
 			 th_wait(a->holder));
+	/* Its reader pages reach the daemon after its lookup, unawaited:
+	 * readers and top list it once they have. */
+	if (!th_until(th_reader_listed, &(struct th_reader_wait){ a->f->reg, a->holder }, 20000))
+		fail_msg("the holder, pid %d, is not among the readers", (int)a->holder);
 	return 0;
 }
 
