@@ -557,19 +557,13 @@ static void test_check(void **state)
 /* ---- stats --format prometheus ---------------------------------------- */
 
 /* This process is in the table's reader registry. */
-static int reader_known_cb(const struct procreg_reader *r, void *arg)
-{
-	(void)arg;
-	return r->pid == getpid();
-}
-
 static int reader_known(void *p)
 {
 	struct fx *f = p;
 	PROCREG_OPTS(procreg_entry, e);
 
 	procreg_lookup(f->reg, "p.one", &e);
-	return procreg_readers(f->reg, reader_known_cb, NULL) == 1;
+	return th_reader_listed(&(struct th_reader_wait){ f->reg, getpid() });
 }
 
 static void test_prometheus(void **state)
