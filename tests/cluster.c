@@ -287,8 +287,14 @@ void th_expect_log(const char *path, const char *needle, int ms)
 {
 	struct log_probe lp = { path, needle };
 
-	if (!th_until(probe_log, &lp, ms))
-		fail_msg("%s: no '%s'", path, needle);
+	if (!th_until(probe_log, &lp, ms)) {
+		char *t = th_read_file(path, false);
+		size_t len = t ? strlen(t) : 0;
+
+		/* The end of the log: what the daemon said instead. */
+		fail_msg("%s: no '%s'; its last lines:\n%s", path, needle,
+			 t ? t + (len > 4000 ? len - 4000 : 0) : "(unreadable)");
+	}
 }
 
 pid_t th_spawn_holding(const char *dir, int (*hold)(procreg_t *r, void *arg), void *arg,

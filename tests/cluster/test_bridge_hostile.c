@@ -616,6 +616,45 @@ static bool leech_connect(struct leeches *l, int i, const char *listen)
 	return true;
 }
 
+static int add_bytes_out(const struct procreg_node *n, void *arg)
+{
+	*(uint64_t *)arg += n->bytes_out;
+	return 0;
+}
+
+/* The daemon calls a queue stalled when it has sent nothing on it for a
+ * second (mesh.c, STALL_MS); the nodes file it rewrites every quarter of
+ * a second counts what it sent. Quiet this long, every queue it holds is
+ * stalled, however long the leeches' socket buffers took to fill (in a
+ * sanitizer's build, on a slow machine, most of a second after their
+ * snapshots were queued). */
+#define LEECHES_QUIET_MS 1600
+
+/* Until the daemon at REG has sent nothing to any node for
+ * LEECHES_QUIET_MS, the leeches heartbeating meanwhile (or they would be
+ * dropped as silent). */
+static void leeches_stalled(struct leeches *l, procreg_t *reg)
+{
+	uint64_t last = UINT64_MAX, t0 = mono_ms(), since = t0;
+
+	for (;;) {
+		uint64_t out = 0;
+
+		assert_int_equal(procreg_bridge(reg, NULL, add_bytes_out, &out), 0);
+		if (out != last) {
+			last = out;
+			since = mono_ms();
+		} else if (mono_ms() - since >= LEECHES_QUIET_MS) {
+			return;
+		}
+		if (mono_ms() - t0 > 3 * WAIT_MS)
+			fail_msg("the daemon still sends to the leeches after %d ms (%llu bytes)",
+				 3 * WAIT_MS, (unsigned long long)out);
+		leech_heartbeats(l);
+		th_msleep(100);
+	}
+}
+
 static long anon_kb(pid_t pid)
 {
 	return th_status_kb(pid, "RssAnon");
@@ -644,10 +683,8 @@ static void test_leeches_bounded(void **state)
 		/* Some come once the first are stalled: one holding a queue
 		 * that has sent nothing for a second is dropped for a
 		 * newcomer, one that has not is not. */
-		if (i % 8 == 7) {
-			leech_heartbeats(&l);
-			th_msleep(1200);
-		}
+		if (i % 8 == 7)
+			leeches_stalled(&l, a->reg);
 		up += leech_connect(&l, i, a->listen);
 		now = anon_kb(a->d.pid);
 		peak = now > peak ? now : peak;
