@@ -288,12 +288,8 @@ void th_expect_log(const char *path, const char *needle, int ms)
 	struct log_probe lp = { path, needle };
 
 	if (!th_until(probe_log, &lp, ms)) {
-		char *t = th_read_file(path, false);
-		size_t len = t ? strlen(t) : 0;
-
-		/* The end of the log: what the daemon said instead. */
-		fail_msg("%s: no '%s'; its last lines:\n%s", path, needle,
-			 t ? t + (len > 4000 ? len - 4000 : 0) : "(unreadable)");
+		th_dump_log(path); /* what the daemon said instead */
+		fail_msg("%s: no '%s' (the log is above)", path, needle);
 	}
 }
 

@@ -223,10 +223,10 @@ void th_daemon_kill(struct th_daemon *d)
 	d->pid = 0;
 }
 
-void th_daemon_dump_log(const struct th_daemon *d)
+void th_dump_log(const char *path)
 {
 	char buf[4096];
-	FILE *f = fopen(d->log, "r");
+	FILE *f = fopen(path, "r");
 	size_t n;
 
 	if (!f)
@@ -234,6 +234,11 @@ void th_daemon_dump_log(const struct th_daemon *d)
 	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
 		fwrite(buf, 1, n, stderr);
 	fclose(f);
+}
+
+void th_daemon_dump_log(const struct th_daemon *d)
+{
+	th_dump_log(d->log);
 }
 
 int th_daemon_stop_dump(struct th_daemon *d)

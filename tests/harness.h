@@ -82,7 +82,9 @@ int th_daemon_start_scope(struct th_daemon *d, const char *dir, const char *scop
 int th_daemon_stop(struct th_daemon *d);
 /* SIGKILL and wait. */
 void th_daemon_kill(struct th_daemon *d);
-/* Print the daemon's log (on failure, to see why). */
+/* Print the log at PATH to stderr (on failure, to see why). */
+void th_dump_log(const char *path);
+/* Print the daemon's log. */
 void th_daemon_dump_log(const struct th_daemon *d);
 /* th_daemon_stop() if it runs (0 if not), its log printed unless it
  * exited 0: the exit status. */
