@@ -452,7 +452,11 @@ PROCREG_API uint64_t procreg_feed_head(procreg_t *reg);
 /*
  * The event after *CURSOR: 0, *EV filled (up to its .sz) and *CURSOR
  * advanced to its sequence number. Blocks up to TIMEOUT_MS milliseconds for one (0: do not
- * block; -1: no limit) on a futex in the table, without polling:
+ * block; -1: no limit) on a futex in the table, without polling; before
+ * it first sleeps, the handle tells procregd it follows (a round trip on
+ * its connection, made if need be), so that the daemon wakes the futex
+ * only while someone may sleep on it (one it cannot reach but that runs
+ * is asked again every 100 ms):
  * -ETIMEDOUT when none came. -EOVERFLOW when the events after *CURSOR were
  * overwritten before being read: *CURSOR then moves to just before the
  * oldest event still in the ring. -EINTR if a signal interrupted the wait.
@@ -467,8 +471,7 @@ PROCREG_API int procreg_next_event(procreg_t *reg, uint64_t *cursor, struct proc
  * means an event published meanwhile leaves it readable, so none is
  * missed; it may also turn readable for events already read (the daemon
  * tells after publishing them), which then finds none. The fd is a
- * connection to procregd (the futex wait of
- * procreg_next_event needs none); close(2) it when done. Returns the fd or
+ * connection to procregd of its own; close(2) it when done. Returns the fd or
  * a negative errno (-ECONNREFUSED without a daemon).
  */
 PROCREG_API int procreg_feed_fd(procreg_t *reg);

@@ -236,6 +236,7 @@ static void fork_child(void)
 		if (r->fd >= 0)
 			close(r->fd);
 		r->fd = -1;
+		r->fd_follows = false;
 	}
 	pthread_mutex_init(&fork_lock, NULL);
 }
@@ -398,6 +399,7 @@ static void disconnect(procreg_t *reg)
 	if (reg->fd >= 0 && reg->fd_pid == procreg__self_pid())
 		close(reg->fd);
 	reg->fd = -1;
+	reg->fd_follows = false;
 }
 
 /* Under reg->io. */
@@ -645,6 +647,7 @@ static int connect_daemon(procreg_t *reg)
 	if (fd < 0)
 		return fd;
 	reg->fd = fd;
+	reg->fd_follows = false;
 	reg->fd_pid = procreg__self_pid();
 	reg->fd_gen = gen;
 	return 0;
@@ -1020,6 +1023,40 @@ PROCREG_API int procreg_sync(procreg_t *reg)
 	id = ++reg->next_id;
 	procreg__proto_put(reg->out, &pos, PR_OP_SYNC, 0, id, 0, NULL, 0, NULL, 0);
 	err = traced_roundtrip(reg, PR_OP_SYNC, NULL, 0, pos, id, -1);
+	pthread_mutex_unlock(&reg->io);
+	return err;
+}
+
+/*
+ * FOLLOW, once per connection: from its reply on, the daemon wakes the
+ * feed's sleepers after each batch of events for as long as the
+ * connection lasts (feed.c says why it asks). A connection that ended
+ * (the daemon closed it, or a new daemon serves the table: connect_daemon
+ * makes another) has not told the daemon that serves now, so it is
+ * looked at first: one poll(), before a sleep only.
+ */
+int procreg__follow(procreg_t *reg)
+{
+	struct pollfd p;
+	size_t pos = 0;
+	uint32_t id;
+	int err = 0;
+
+	pthread_mutex_lock(&reg->io);
+	if (reg->fd_follows) {
+		uint64_t gen = PR_LOAD_ACQ(&reg->map.hdr->daemon_gen);
+
+		p = (struct pollfd){ .fd = reg->fd, .events = POLLRDHUP };
+		if (reg->fd_pid != procreg__self_pid() || (reg->fd_gen && gen != reg->fd_gen) ||
+		    (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))))
+			disconnect(reg);
+	}
+	if (!reg->fd_follows) {
+		id = ++reg->next_id;
+		procreg__proto_put(reg->out, &pos, PR_OP_FOLLOW, 0, id, 0, NULL, 0, NULL, 0);
+		err = roundtrip(reg, pos, id, -1);
+		reg->fd_follows = err == 0;
+	}
 	pthread_mutex_unlock(&reg->io);
 	return err;
 }

@@ -6,13 +6,15 @@
  * Writer (procregd): procreg__w_emit() fills slot s % cap under a
  * seqlock-like protocol (seq = 0, payload, seq = s, feed_head = s), and
  * procreg__w_feed_wake() bumps the futex word once per batch of events
- * and wakes whoever sleeps on it. Followers never
+ * and wakes whoever sleeps on it, if anyone may. Followers never
  * write the table and never make the daemon wait: a follower that falls a
  * whole ring behind finds its events overwritten and is told so.
  *
  * Followers sleep on the futex word with FUTEX_WAIT on their read-only
  * shared mapping; the key is the file and offset, so the daemon's wake on
- * its own mapping reaches them.
+ * its own mapping reaches them. Before the first sleep on a connection to
+ * the daemon, a follower says FOLLOW on it (proto.h): the daemon makes the
+ * wake's system call only while such a connection is open.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -92,19 +94,26 @@ void procreg__w_feed_wake(struct pr_writer *w)
 {
 	struct pr_table_hdr *h = w->map.hdr;
 
-	if (!w->feed_pending)
+	if (!w->feed_pending && !w->feed_force)
 		return;
 	w->feed_pending = false;
 	/* A follower reads the futex word before it re-reads feed_head and
 	 * sleeps only while the word is unchanged: bumped after feed_head,
 	 * it either sees the new head or its FUTEX_WAIT returns at once.
-	 * Then wake everyone: the daemon cannot know who sleeps without a
-	 * count in shared memory, which any user could write, and a skipped
-	 * wake-up would stall a follower. One FUTEX_WAKE per batch of work
-	 * that published events (about 0.2 us when nobody sleeps). */
+	 * The bump is unconditional; the system call is not. One FUTEX_WAKE
+	 * costs 0.2-0.25 us when nobody sleeps (this machine: a loop of
+	 * them), and a synchronous registration on the daemon's CPU waits
+	 * for it, a twentieth of the round trip. So the daemon wakes only
+	 * if a connection said FOLLOW: a follower says so before it sleeps
+	 * (sleep_on_feed), having read the word, and an event published
+	 * before the daemon counted it changed the word since. Who sleeps
+	 * cannot be counted in the table: every user can write nothing
+	 * there, and a count one could write would let it stall others. */
 	cmm_smp_mb(); /* feed_head before the bump, on any CPU */
 	uatomic_add(&h->feed_futex, 1);
-	futex(&h->feed_futex, FUTEX_WAKE, INT_MAX, NULL);
+	if (w->feed_followers || w->feed_force)
+		futex(&h->feed_futex, FUTEX_WAKE, INT_MAX, NULL);
+	w->feed_force = false;
 }
 
 /* ---- followers -------------------------------------------------------- */
@@ -143,12 +152,16 @@ static int read_event(const struct pr_event *rg, uint64_t cap, uint64_t s,
 	return CMM_LOAD_SHARED(e->seq) == s ? 0 : -EOVERFLOW;
 }
 
+/* How long a follower the daemon could not be told of sleeps at a time. */
+#define FOLLOW_RETRY_MS 100
+
 static int sleep_on_feed(procreg_t *reg, uint64_t cursor, const struct timespec *deadline)
 {
 	struct pr_table_hdr *h = reg->map.hdr;
 	struct timespec now, rel, *tp;
 	uint32_t v = CMM_LOAD_SHARED(h->feed_futex);
 	long r;
+	int err;
 
 	tp = NULL;
 	if (deadline) {
@@ -169,11 +182,22 @@ static int sleep_on_feed(procreg_t *reg, uint64_t cursor, const struct timespec 
 	cmm_smp_mb(); /* the futex word before feed_head */
 	/* An event published before we read the word is seen here; one
 	 * after changed the word, and FUTEX_WAIT returns at once, or wakes
-	 * us. */
+	 * us, once the daemon counts us among the followers. Told after the
+	 * word was read, it has: an event before it did bumped the word
+	 * all the same. Where it could not be told: with no daemon (nothing
+	 * publishes; the next to start stores its pid, listens, and then
+	 * bumps the word and wakes every sleeper), sleep; else (a daemon
+	 * that does not answer, refuses us, or died leaving its pid) sleep
+	 * FOLLOW_RETRY_MS at most and tell it again. */
 	if (PR_LOAD_ACQ(&h->feed_head) > cursor)
-		r = 0;
-	else
-		r = futex(&h->feed_futex, FUTEX_WAIT, v, tp);
+		return 0;
+	err = procreg__follow(reg);
+	if (err && CMM_LOAD_SHARED(h->daemon_pid) != 0 &&
+	    (!tp || tp->tv_sec > 0 || tp->tv_nsec > FOLLOW_RETRY_MS * 1000000L)) {
+		rel = (struct timespec){ 0, FOLLOW_RETRY_MS * 1000000L };
+		tp = &rel;
+	}
+	r = futex(&h->feed_futex, FUTEX_WAIT, v, tp);
 	/* Woken, or the time ran out: the caller looks again, and the
 	 * deadline, if any, is checked on the way back in. */
 	if (r < 0 && errno == EINTR)

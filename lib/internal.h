@@ -560,6 +560,12 @@ struct pr_writer {
 	bool membarrier;              /* we issue global expedited membarriers */
 	uint64_t gp;                  /* the grace-period counter: ours, copied out */
 	bool feed_pending;            /* events published since the last wake */
+	/* Connections that said a thread of theirs may sleep on the feed's
+	 * futex (FOLLOW), and a wake owed whatever their number: a follower
+	 * whose connection the daemon ended, or any after a daemon start,
+	 * must look again (feed.c). The caller keeps both. */
+	uint32_t feed_followers;
+	bool feed_force;
 	/* The change feed's ring, checked once: its place and size are
 	 * fixed at creation, and this writer alone changes the file. */
 	struct pr_event *feed;
@@ -741,6 +747,7 @@ struct procreg {
 	uint64_t fd_gen;          /* the table's daemon_gen when fd was made: a daemon
 				   * started since (a pid may come again) means a new fd */
 	bool fd_files;            /* fd may pass files (else FILES first: proto.h) */
+	bool fd_follows;          /* FOLLOW was answered on fd (feed.c) */
 	uint32_t next_id;
 	int timeout_ms;           /* procreg_opts' .timeout_ms: 0, no limit */
 	char socket[PR_SOCKET_PATH_MAX];
@@ -758,6 +765,11 @@ struct procreg {
 };
 
 pid_t procreg__self_pid(void);
+
+/* Make sure the daemon serving the table counts this handle's connection
+ * among the feed's followers, before a thread sleeps on the futex
+ * (client.c, feed.c): 0, or a negative errno when it could not be told. */
+int procreg__follow(procreg_t *reg);
 
 /* Hand this process's reader pages to the daemon now serving the table
  * (client.c), without waiting for it. */

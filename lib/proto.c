@@ -97,6 +97,7 @@ static int decode_body(struct pr_frame *f)
 	case PR_OP_NOTIFY:
 	case PR_OP_READERS:
 	case PR_OP_FILES:
+	case PR_OP_FOLLOW:
 		return 0;
 	default:
 		return -EPROTO;

@@ -63,6 +63,11 @@
  *               (id 0, empty) on this connection after each batch of work
  *               that published events, dropping it when the socket is full:
  *               a readable socket says "look at the feed".
+ *   FOLLOW      empty. A thread of the client may sleep on the change
+ *               feed's futex (feed.c): from the reply on, and while the
+ *               connection lasts, the daemon wakes the futex after each
+ *               batch of work that published events. Without a connection
+ *               that said it, it only bumps the futex word.
  *   READERS     empty, alone in its packet, with one reader page (a sealed
  *               memfd: rcu.c) as SCM_RIGHTS. The daemon maps it and waits
  *               for its slots in every grace period until the sender exits.
@@ -125,6 +130,7 @@ enum pr_op {
 	PR_OP_READERS = 11,
 	PR_OP_ARM = 12,
 	PR_OP_FILES = 13,
+	PR_OP_FOLLOW = 14,
 	PR_OP_REPLY = 0x8000,
 };
 

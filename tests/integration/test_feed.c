@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -414,6 +415,106 @@ static void test_cli_wait_and_watch(void **state)
 	}
 }
 
+/*
+ * The daemon wakes the feed's futex only while a connection has said
+ * FOLLOW (feed.c): a follower asleep when the daemon it told dies, or
+ * asleep with no daemon at all, must be woken by the next one, or it
+ * sleeps through every event from then on.
+ */
+struct follow_arg {
+	const char *dir;
+	int ready;                  /* written once the head is taken */
+};
+
+/* Follow from the head until "after" is registered (0), or not within a
+ * minute (3). */
+static int follow_until_after(void *arg)
+{
+	const struct follow_arg *a = arg;
+	procreg_t *r = th_open(a->dir);
+	PROCREG_OPTS(procreg_event, ev);
+	uint64_t cur;
+	int err;
+
+	if (!r)
+		return 1;
+	cur = procreg_feed_head(r);
+	if (write(a->ready, "r", 1) != 1)
+		return 2;
+	while ((err = procreg_next_event(r, &cur, &ev, 60000)) == 0 || err == -EOVERFLOW)
+		if (!err && ev.type == PROCREG_EV_REGISTERED && !strcmp(ev.name, "after"))
+			return 0;
+	return 3;
+}
+
+/* Until PID's (one-threaded) process sleeps in futex(2): the system call
+ * /proc says it is in. */
+static void wait_in_futex(pid_t pid)
+{
+	char path[64], buf[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	for (int i = 0; i < 30000; i++) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+
+		if (fd >= 0)
+			close(fd);
+		if (n > 0) {
+			buf[n] = 0;
+			if (strtol(buf, NULL, 10) == SYS_futex)
+				return;
+		}
+		th_msleep(1);
+	}
+	fail_msg("process %d never slept in futex(2)", (int)pid);
+}
+
+static pid_t start_follower(struct fx *f, struct follow_arg *a)
+{
+	int p[2];
+	char c;
+	pid_t kid;
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	a->dir = f->dir;
+	a->ready = p[1];
+	kid = th_fork(follow_until_after, a);
+	assert_int_equal(read(p[0], &c, 1), 1);
+	close(p[0]);
+	close(p[1]);
+	wait_in_futex(kid);
+	return kid;
+}
+
+static void test_follower_across_restart(void **state)
+{
+	struct fx *f = *state;
+	struct follow_arg a;
+	pid_t kid = start_follower(f, &a);
+
+	/* It told the daemon before it slept; that one dies, and the next
+	 * has no connection that said FOLLOW. */
+	th_daemon_kill(&f->d);
+	assert_int_equal(th_daemon_start(&f->d, f->dir, NULL, NULL), 0);
+	assert_int_equal(procreg_register(f->reg, "after", NULL, 0), 0);
+	assert_int_equal(th_wait_ms(kid, 30000), 0);
+}
+
+static void test_follower_before_daemon(void **state)
+{
+	struct fx *f = *state;
+	struct follow_arg a;
+	pid_t kid;
+
+	/* No daemon: its FOLLOW finds no one, and it sleeps. */
+	assert_int_equal(th_daemon_stop(&f->d), 0);
+	kid = start_follower(f, &a);
+	assert_int_equal(th_daemon_start(&f->d, f->dir, NULL, NULL), 0);
+	assert_int_equal(procreg_register(f->reg, "after", NULL, 0), 0);
+	assert_int_equal(th_wait_ms(kid, 30000), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -425,6 +526,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_wait_timeout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_wait_and_watch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pollable_fd, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_follower_across_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_follower_before_daemon, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

@@ -104,6 +104,7 @@ struct client {
 	int fd;
 	bool hello_done;
 	bool subscribed;          /* feed notifications on this connection */
+	bool follows;             /* said FOLLOW: counted in d->w.feed_followers */
 	bool notices;             /* it takes notices (names lost) between replies */
 	bool peer_pidfd;          /* identity from SO_PEERPIDFD, not from HELLO */
 	bool peer_gone;           /* it closed, or asked for quiet (PR_F_QUIET): handle

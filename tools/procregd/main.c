@@ -835,6 +835,11 @@ static int setup(struct daemon *d)
 	CMM_STORE_SHARED(d->w.map.hdr->daemon_started_ns, procreg__now_ns());
 	PR_STORE_REL(&d->w.map.hdr->daemon_pid, (uint32_t)getpid());
 	PR_STORE_REL(&d->w.map.hdr->daemon_gen, d->w.map.hdr->daemon_gen + 1);
+	/* Followers asleep on the feed told the daemon before us, or none:
+	 * woken, they tell us (feed.c). After the listen: one whose connect
+	 * was refused read the futex word before this. */
+	d->w.feed_force = true;
+	procreg__w_feed_wake(&d->w);
 	arm_timer(d, RECLAIM_TICK_NS);
 	log_msg("serving scope '%s': table %s, socket %s, up to %u reader processes and "
 		"%u reader pages%s",

@@ -221,6 +221,12 @@ static void client_close(struct daemon *d, struct client *c)
 	}
 	if (c->subscribed)
 		d->nsubscribers--;
+	/* Its process may be asleep on the feed, counting on this
+	 * connection: woken, it finds it gone and says FOLLOW again. */
+	if (c->follows) {
+		d->w.feed_followers--;
+		d->w.feed_force = true;
+	}
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -808,6 +814,12 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 		return readers_add(d, &c->id, passed_fd);
 	case PR_OP_FILES:
 		return allow_files(c);
+	case PR_OP_FOLLOW:
+		if (!c->follows) {
+			c->follows = true;
+			d->w.feed_followers++;
+		}
+		return 0;
 	case PR_OP_SUBSCRIBE:
 		if (!c->subscribed) {
 			c->subscribed = true;
