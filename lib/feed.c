@@ -107,8 +107,8 @@ void procreg__w_feed_wake(struct pr_writer *w)
 	 * if a connection said FOLLOW: a follower says so before it sleeps
 	 * (sleep_on_feed), having read the word, and an event published
 	 * before the daemon counted it changed the word since. Who sleeps
-	 * cannot be counted in the table: every user can write nothing
-	 * there, and a count one could write would let it stall others. */
+	 * cannot be counted in the table: followers map it read-only, and a
+	 * count they could write would let one stall the others. */
 	cmm_smp_mb(); /* feed_head before the bump, on any CPU */
 	uatomic_add(&h->feed_futex, 1);
 	if (w->feed_followers || w->feed_force)

@@ -297,6 +297,21 @@ int th_wait_ms(pid_t pid, int ms)
 	return -1;
 }
 
+long th_blocked_in(pid_t pid)
+{
+	char path[64], buf[64] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	return buf[0] >= '0' && buf[0] <= '9' ? strtol(buf, NULL, 10) : -1;
+}
+
 void th_kill_wait(pid_t *pid)
 {
 	if (*pid > 0) {

@@ -116,6 +116,9 @@ int th_wait(pid_t pid);
 int th_wait_ms(pid_t pid, int ms);
 /* SIGKILL *PID (if > 0) and wait for it; *PID is 0 after. */
 void th_kill_wait(pid_t *pid);
+/* The system call PID (its main thread) is blocked in, or -1 if it runs
+ * (/proc/PID/syscall). */
+long th_blocked_in(pid_t pid);
 
 /* Run the CLI with DIR as --dir: ARGS is NULL-terminated. Captures up to
  * OUTLEN-1 bytes of stdout into OUT (may be NULL). Returns the exit status. */

@@ -1535,22 +1535,6 @@ static int batch_waiter(void *arg)
 	return procreg_batch(r, ops, 50) == 0 ? 0 : 31;
 }
 
-/* The system call PID is blocked in, or -1 if it runs (/proc/PID/syscall). */
-static long blocked_in(pid_t pid)
-{
-	char path[64], buf[64] = "";
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = 0;
-	fclose(f);
-	return buf[0] >= '0' && buf[0] <= '9' ? strtol(buf, NULL, 10) : -1;
-}
-
 /* A process that dies with its registrations still queued on its
  * connection: the daemon takes them (it has no reason to ask first
  * whether their sender lives), and its death, seen at once, takes them
@@ -1573,9 +1557,9 @@ static void test_dead_with_requests_queued(void **state)
 	/* The daemon stopped: the batch waits on its connection, unread. */
 	assert_int_equal(kill(f->d.pid, SIGSTOP), 0);
 	assert_int_equal(write(to_kid[1], &c, 1), 1);
-	for (i = 0; i < 10000 && blocked_in(kid) != SYS_recvfrom; i++)
+	for (i = 0; i < 10000 && th_blocked_in(kid) != SYS_recvfrom; i++)
 		usleep(1000);
-	assert_int_equal(blocked_in(kid), SYS_recvfrom);
+	assert_int_equal(th_blocked_in(kid), SYS_recvfrom);
 	kill(kid, SIGKILL);
 	assert_int_equal(th_wait(kid), 128 + SIGKILL);
 	assert_int_equal(kill(f->d.pid, SIGCONT), 0);

@@ -447,24 +447,12 @@ static int follow_until_after(void *arg)
 	return 3;
 }
 
-/* Until PID's (one-threaded) process sleeps in futex(2): the system call
- * /proc says it is in. */
+/* Until PID's (one-threaded) process sleeps in futex(2). */
 static void wait_in_futex(pid_t pid)
 {
-	char path[64], buf[64];
-
-	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
 	for (int i = 0; i < 30000; i++) {
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-
-		if (fd >= 0)
-			close(fd);
-		if (n > 0) {
-			buf[n] = 0;
-			if (strtol(buf, NULL, 10) == SYS_futex)
-				return;
-		}
+		if (th_blocked_in(pid) == SYS_futex)
+			return;
 		th_msleep(1);
 	}
 	fail_msg("process %d never slept in futex(2)", (int)pid);
