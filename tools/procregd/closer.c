@@ -65,7 +65,8 @@
  * A process that cannot be made (a limit on processes) is logged, and
  * tried again each tick; until then the uids waiting for one wait.
  *
- * Per uid. Each uid's closes queue on their own, and a uid's queue is
+ * Per uid (a subordinate uid's with its range's owner, subuid.c). Each
+ * uid's closes queue on their own, and a uid's queue is
  * worked by one closing process at a time (HAND_MAX closes handed at
  * once, in order). A process free takes the next uid that waits, round
  * robin; when none is free, one more is made, up to CLOSER_PROCS_MAX,
@@ -832,19 +833,21 @@ static bool closes_at_once(int fd)
 	return procreg__is_pidfd(fd);
 }
 
-/* FD to UID's queue: false if it could not be queued. */
+/* FD to UID's queue (its range owner's, for a subordinate uid: a queue
+ * each would let one user hold a closing process per uid it may run
+ * as): false if it could not be queued. */
 static bool queue(struct daemon *d, int fd, uid_t uid, bool sock)
 {
 	struct uq *q;
 
-	if (!cl.running || !(q = uq_get(uid, true)))
+	if (!cl.running || !(q = uq_get(subuid_owner(uid), true)))
 		return false;
 	if (!uq_push(q, fd, sock)) {
 		if (!q->n && q->k < 0)
 			uq_free(q);
 		return false;
 	}
-	uid_adjust(&d->uid_closing, uid, 1);
+	uid_adjust(&d->uid_closing, q->uid, 1);
 	if (q->k < 0 && !q->ready)
 		ready_add(q);
 	dispatch(d);

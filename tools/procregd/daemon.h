@@ -151,6 +151,7 @@ struct daemon_opts {
 	uint32_t max_places;           /* places in owner queues, all uids (owners.c) */
 	uint32_t max_places_per_uid;   /* those of one uid */
 	uint32_t max_leases;           /* leases of names and memberships, all uids */
+	const char *subuid_file;       /* --subuid-file; NULL: /etc/subuid (subuid.c) */
 	/* Held back for root and the daemon's own uid (uid_privileged): */
 	uint32_t reserved_clients;     /* the last connections */
 	bool reserved_clients_set;     /* else 1/32 of max_clients */
@@ -443,8 +444,17 @@ static inline void bridge_note(struct daemon *d, int del, uint64_t off)
 
 /* procs.c */
 /* Per-uid counters: the count for UID, and a change of it. */
+/* Per-uid counts, kept under the owner of a subordinate uid's range. */
 uint64_t uid_count(const struct pr_u64map *m, uid_t uid);
 void uid_adjust(struct pr_u64map *m, uid_t uid, int64_t delta);
+/* subuid.c: the uid whose per-uid limits UID's use counts in: the owner
+ * of a subordinate range that holds it, else UID itself. subuid_load()
+ * reads the ranges, once, before the first client; with --subuid-file,
+ * a file that cannot be read is an error. */
+uid_t subuid_owner(uid_t uid);
+/* For a log line on UID's count: "" or which owner it counts with. */
+const char *subuid_note(uid_t uid, char *buf, size_t size);
+int subuid_load(const struct daemon *d);
 /* Root and the daemon's own uid: no per-uid quota, and the reserves
  * (--reserved-clients, --reserved-size) are theirs. */
 static inline bool uid_privileged(const struct daemon *d, uid_t uid)

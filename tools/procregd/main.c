@@ -188,6 +188,10 @@ static const struct opt opt_table[] = {
 	  .help = "leases of names and memberships, all uids\n"
 		  "together (default 262144; the last 1/32 kept for\n"
 		  "root and procregd's own uid)" },
+	{ STR_OPT("subuid-file", 0, subuid_file, "PATH"),
+	  .help = "subordinate uid ranges: their uids count in their\n"
+		  "owner's per-uid limits (default /etc/subuid;\n"
+		  "\"\": none; read at start)" },
 	{ NUM_OPT("reserved-clients", reserved_clients, "N", 0, 0, UINT32_MAX, 0, "a number"),
 	  OPT_SET(reserved_clients_set),
 	  .help = "the last N of --max-clients are for root and\n"
@@ -683,6 +687,13 @@ static int setup(struct daemon *d)
 	d->lfd = d->sigfd = d->timerfd = d->epfd = d->procs_epfd = d->spare_fd = -1;
 	d->notify_fd = d->watchdog_fd = -1;
 	d->uid = geteuid();
+	/* Before anything is counted: the closings, the owners journal's
+	 * places, the first client. */
+	err = subuid_load(d);
+	if (err) {
+		log_err("--subuid-file %s: not read, not started", d->o.subuid_file);
+		return err;
+	}
 	d->no_peerpidfd = getenv("PROCREG_NO_PEERPIDFD") != NULL;
 	d->no_passrights = getenv("PROCREG_NO_PASSRIGHTS") != NULL;
 	err = procreg__paths(&d->paths, d->o.scope, d->o.dir, d->o.socket);

@@ -188,24 +188,25 @@ uint64_t uid_count(const struct pr_u64map *m, uid_t uid)
 {
 	uint64_t v = 0;
 
-	return procreg__u64map_get(m, (uint64_t)uid + 2, &v) < 0 ? 0 : v;
+	return procreg__u64map_get(m, (uint64_t)subuid_owner(uid) + 2, &v) < 0 ? 0 : v;
 }
 
 void uid_adjust(struct pr_u64map *m, uid_t uid, int64_t delta)
 {
 	/* In place: one probe of the map on every registration and removal,
 	 * not a get and then a put. */
-	uint64_t *ref = procreg__u64map_ref(m, (uint64_t)uid + 2);
+	uint64_t key = (uint64_t)subuid_owner(uid) + 2;
+	uint64_t *ref = procreg__u64map_ref(m, key);
 	uint64_t v = (ref ? *ref : 0) + (uint64_t)delta;
 
 	/* A failed put (no memory) loses count: the quota errs generous. */
 	if ((int64_t)v <= 0) {
 		if (ref)
-			procreg__u64map_del(m, (uint64_t)uid + 2);
+			procreg__u64map_del(m, key);
 	} else if (ref) {
 		*ref = v;
 	} else {
-		procreg__u64map_put(m, (uint64_t)uid + 2, v);
+		procreg__u64map_put(m, key, v);
 	}
 }
 

@@ -419,10 +419,12 @@ void server_accept(struct daemon *d)
 		}
 		if (!uid_privileged(d, cred.uid) &&
 		    uid_count(&d->uid_clients, cred.uid) >= d->o.max_clients_per_uid) {
+			char note[96];
+
 			log_limited(&d->refused_uid_log, "connections refused for a uid's quota",
-				    "client refused: uid %u has %u connections (--max-clients-per-uid), pid %d",
+				    "client refused: uid %u has %u connections%s (--max-clients-per-uid), pid %d",
 				    (unsigned)cred.uid, (unsigned)uid_count(&d->uid_clients, cred.uid),
-				    (int)cred.pid);
+				    subuid_note(cred.uid, note, sizeof(note)), (int)cred.pid);
 			closer_sock_close(d, fd, cred.uid);
 			continue;
 		}
@@ -764,12 +766,15 @@ static int do_leave(struct daemon *d, struct client *c, const struct pr_frame *f
  * and which limit (rate-limited: the client may ask again at once). */
 static int note_refused(struct daemon *d, const struct client *c, int err)
 {
+	char note[96];
+
 	if (err == -EDQUOT)
 		log_limited(&d->denied_quota_log, "names refused for a quota",
-			    "client pid %d uid %u: name refused (EDQUOT): --max-names-per-proc %u, --max-names-per-uid %u or, for a place in line, --max-places-per-uid %u reached (the uid holds %llu)",
+			    "client pid %d uid %u: name refused (EDQUOT): --max-names-per-proc %u, --max-names-per-uid %u or, for a place in line, --max-places-per-uid %u reached (the uid holds %llu%s)",
 			    (int)c->id.pid, (unsigned)c->id.uid, d->o.max_names_per_proc,
 			    d->o.max_names_per_uid, d->o.max_places_per_uid,
-			    (unsigned long long)uid_count(&d->uid_names, c->id.uid));
+			    (unsigned long long)uid_count(&d->uid_names, c->id.uid),
+			    subuid_note(c->id.uid, note, sizeof(note)));
 	else if (err == -ENOSPC && d->w.reserve_hit)
 		log_limited(&d->denied_res_log, "names refused for the reserve",
 			    "client pid %d uid %u: name refused (ENOSPC): the table is full but for the %llu bytes kept for root and uid %u (--reserved-size)",
