@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -606,6 +607,8 @@ static void test_cli_queue_and_ttl(void **state)
 		char cmd[600];
 
 		snprintf(cmd, sizeof(cmd), "echo $$ > %s; exec sleep 30", path);
+		/* Gone with the test if it fails before it kills us. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execl(PROCREG_CLI_PATH, "procreg", "--dir", f->dir, "run", "cli.lead", "--queue", "--",
 		      "sh", "-c", cmd, (char *)NULL);
 		_exit(127);
@@ -634,6 +637,7 @@ static void test_cli_queue_and_ttl(void **state)
 	 * refresh keeps it. */
 	leased = fork();
 	if (leased == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execl(PROCREG_CLI_PATH, "procreg", "--dir", f->dir, "run", "cli.lease", "--ttl", "3",
 		      "--", "sleep", "30", (char *)NULL);
 		_exit(127);
