@@ -325,6 +325,12 @@ struct pr_rpages {
  * (sealed, one whole page) and map it PROT_READ into *REF. -EPERM,
  * -EBADF or -EPROTO with the reason in *why. */
 int procreg__rpage_map(int fd, struct pr_rpage_ref *ref, const char **why);
+/* The same in two steps: the checks, noting the file (REF's dev and ino,
+ * nothing mapped: a page sent again can be known before a mapping, an
+ * mmap and a munmap, each a TLB shootdown where the process has run on
+ * several CPUs), then the mapping and its header's check. */
+int procreg__rpage_check(int fd, struct pr_rpage_ref *ref, const char **why);
+int procreg__rpage_map_checked(int fd, struct pr_rpage_ref *ref, const char **why);
 void procreg__rpage_unmap(struct pr_rpage_ref *ref);
 /* Claimed slots, those inside a section, and their lookups (added). */
 void procreg__rpage_count(const struct pr_rpage_ref *p, uint32_t *slots, uint32_t *active,

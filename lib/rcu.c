@@ -509,12 +509,10 @@ void procreg__rpage_count(const struct pr_rpage_ref *p, uint32_t *slots, uint32_
 	}
 }
 
-int procreg__rpage_map(int fd, struct pr_rpage_ref *ref, const char **why)
+int procreg__rpage_check(int fd, struct pr_rpage_ref *ref, const char **why)
 {
-	const struct pr_rpage_hdr *h;
 	struct stat st;
 	int seals;
-	void *p;
 
 	memset(ref, 0, sizeof(*ref));
 	/* The seals first: only a memfd (or another shmem file) has them,
@@ -539,7 +537,16 @@ int procreg__rpage_map(int fd, struct pr_rpage_ref *ref, const char **why)
 		*why = "reader page not backed";
 		return -EPERM;
 	}
-	p = mmap(NULL, PR_RPAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	ref->dev = st.st_dev;
+	ref->ino = st.st_ino;
+	return 0;
+}
+
+int procreg__rpage_map_checked(int fd, struct pr_rpage_ref *ref, const char **why)
+{
+	const struct pr_rpage_hdr *h;
+	void *p = mmap(NULL, PR_RPAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+
 	if (p == MAP_FAILED)
 		return -errno;
 	h = p;
@@ -550,9 +557,14 @@ int procreg__rpage_map(int fd, struct pr_rpage_ref *ref, const char **why)
 		return -EPROTO;
 	}
 	ref->hdr = h;
-	ref->dev = st.st_dev;
-	ref->ino = st.st_ino;
 	return 0;
+}
+
+int procreg__rpage_map(int fd, struct pr_rpage_ref *ref, const char **why)
+{
+	int err = procreg__rpage_check(fd, ref, why);
+
+	return err ? err : procreg__rpage_map_checked(fd, ref, why);
 }
 
 void procreg__rpage_unmap(struct pr_rpage_ref *ref)

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -862,43 +863,153 @@ static long maps_of(pid_t pid)
 	return n;
 }
 
-/* A reader page as rcu.c's page_new() makes it: its fd. */
-static int raw_page(void)
+/* A reader page as rcu.c's page_new() makes it: its fd, or -1 (no
+ * cmocka check: a kid calls it too). */
+static int make_page(void)
 {
 	int fd = memfd_create("procreg-reader", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	struct pr_rpage_hdr *h;
 
-	assert_true(fd >= 0);
-	assert_int_equal(ftruncate(fd, PR_RPAGE_SIZE), 0);
-	assert_int_equal(fallocate(fd, 0, 0, PR_RPAGE_SIZE), 0);
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, PR_RPAGE_SIZE) < 0 || fallocate(fd, 0, 0, PR_RPAGE_SIZE) < 0)
+		goto fail;
 	h = mmap(NULL, PR_RPAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	assert_true(h != MAP_FAILED);
+	if (h == MAP_FAILED)
+		goto fail;
 	h->layout_version = PR_LAYOUT_VERSION;
 	h->nslots = PR_RPAGE_SLOTS;
 	h->size_desc = PR_SIZE_DESC;
 	h->magic = PR_RPAGE_MAGIC;
 	munmap(h, PR_RPAGE_SIZE);
-	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
-			       F_SEAL_FUTURE_WRITE | F_SEAL_SEAL), 0);
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0)
+		goto fail;
 	return fd;
+fail:
+	close(fd);
+	return -1;
+}
+
+static int raw_page(void)
+{
+	int fd = make_page();
+
+	assert_true(fd >= 0);
+	return fd;
+}
+
+/* One READERS passing the page FD on the raw connection S: the status,
+ * or PAGE_NOT_SENT (no cmocka check: a kid calls it too). */
+#define PAGE_NOT_SENT 1000
+static int send_page_fd(int s, int fd)
+{
+	uint8_t pkt[64], in[256];
+	size_t len = 0, pos = 0;
+	struct pr_frame fr;
+	ssize_t n;
+
+	procreg__proto_put(pkt, &len, PR_OP_READERS, 0, 7, 0, NULL, 0, NULL, 0);
+	if (th_send_fd(s, pkt, len, fd) != (ssize_t)len)
+		return PAGE_NOT_SENT;
+	n = recv(s, in, sizeof(in), 0);
+	if (n <= 0 || procreg__proto_next(in, (size_t)n, &pos, &fr) != 1)
+		return PAGE_NOT_SENT;
+	return fr.h.status;
 }
 
 /* One READERS with a new page, on the raw connection S: the status. */
 static int raw_send_page(int s)
 {
-	uint8_t pkt[64], in[256];
-	size_t len = 0, pos = 0;
-	struct pr_frame fr;
-	int fd = raw_page();
-	ssize_t n;
+	int fd = raw_page(), st = send_page_fd(s, fd);
 
-	procreg__proto_put(pkt, &len, PR_OP_READERS, 0, 7, 0, NULL, 0, NULL, 0);
-	assert_int_equal(th_send_fd(s, pkt, len, fd), (ssize_t)len);
 	close(fd);
-	n = recv(s, in, sizeof(in), 0);
-	assert_true(n > 0);
-	assert_int_equal(procreg__proto_next(in, (size_t)n, &pos, &fr), 1);
-	return fr.h.status;
+	assert_int_not_equal(st, PAGE_NOT_SENT);
+	return st;
+}
+
+/* As U: a page sent four times (taken once, then EEXIST), then another
+ * page twice; a byte on READY_FD, and held until killed. */
+struct again_arg {
+	const char *dir;
+	const struct th_user *u;
+	int ready_fd;
+};
+
+static int page_again_main(void *p)
+{
+	const struct again_arg *a = p;
+	int s, fd, fd2;
+	char c = 0;
+
+	th_become(a->u);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() == 1)
+		return 10;
+	s = th_raw_try_connect(a->dir);
+	if (s < 0 || th_raw_try_hello(s) != 0)
+		return 11;
+	fd = make_page();
+	fd2 = make_page();
+	if (fd < 0 || fd2 < 0)
+		return 12;
+	if (send_page_fd(s, fd) != 0)
+		return 13;
+	for (int i = 0; i < 3; i++)
+		if (send_page_fd(s, fd) != -EEXIST)
+			return 14;
+	if (send_page_fd(s, fd2) != 0)
+		return 15;
+	if (send_page_fd(s, fd2) != -EEXIST)
+		return 16;
+	if (write(a->ready_fd, &c, 1) != 1)
+		return 17;
+	for (;;)
+		pause();
+}
+
+static int pages_are(void *p)
+{
+	struct pages_want *w = p;
+
+	return pages_of(w->f, w->uid) == w->pages;
+}
+
+/*
+ * A page sent again is kept once, whoever sends it and however often
+ * (each is a probe of the daemon's set of pages, not a pass over all of
+ * them). The pages of a process that died are dropped from that set
+ * too: the next process of the uid, sending the same way, gets the same
+ * answers, and its two pages held.
+ */
+static void test_page_sent_again(void **state)
+{
+	struct fx *f = *state;
+	struct th_user *u = user(f);
+	struct again_arg a = { .dir = f->dir, .u = u };
+	struct pages_want w = { .f = f, .uid = (long)u->uid, .pages = 2 };
+	int ready[2];
+	char c;
+
+	for (int round = 0; round < 2; round++) {
+		pid_t pid;
+
+		assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+		a.ready_fd = ready[1];
+		pid = kid(f, page_again_main, &a);
+		close(ready[1]);
+		if (read(ready[0], &c, 1) != 1)
+			fail_msg("round %d: the sender failed: status %d", round, kid_wait(f, pid));
+		close(ready[0]);
+		w.pages = 2;
+		if (!th_until(pages_are, &w, WAIT_MS))
+			fail_msg("round %d: %u pages of the uid held, not 2", round,
+				 pages_of(f, (long)u->uid));
+		kill(pid, SIGKILL);
+		assert_int_equal(kid_wait(f, pid), 128 + SIGKILL);
+		w.pages = 0;
+		if (!th_until(pages_are, &w, WAIT_MS))
+			fail_msg("round %d: %u pages of the uid held after its death", round,
+				 pages_of(f, (long)u->uid));
+	}
 }
 
 /*
@@ -1493,6 +1604,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_take_every_slot, setup_quota, teardown),
 		cmocka_unit_test_setup_teardown(test_take_every_page, setup_pages, teardown),
 		cmocka_unit_test_setup_teardown(test_page_budget_default, setup_bare, teardown),
+		cmocka_unit_test_setup_teardown(test_page_sent_again, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_colliding_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_scope, setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_socket, setup_bare, teardown),

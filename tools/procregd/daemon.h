@@ -245,6 +245,8 @@ struct daemon {
 
 	/* readers.c */
 	struct pr_u64map readers; /* pid -> struct reader * */
+	struct pr_u64map page_inos; /* inode + 2 of each page in d->w.readers -> its dev */
+	bool page_inos_partial;     /* a page is missing from it: pages are scanned */
 	struct reader *reader_list, *readers_gone;
 	uint32_t nreaders, nreaders_stalled;
 	/* Reader pages mapped at most (each is a mapping of its own): set

@@ -218,6 +218,50 @@ static struct reader *reader_for(struct daemon *d, const struct ident *id, const
 	return r;
 }
 
+/* The key of REF's page in d->page_inos: its inode + 2 (0 and 1 are
+ * the map's own), 0 for an inode that has none. */
+static uint64_t page_key(const struct pr_rpage_ref *ref)
+{
+	return ref->ino <= UINT64_MAX - 2 ? ref->ino + 2 : 0;
+}
+
+/*
+ * Whether we hold the page REF maps already: a page sent again is kept
+ * once. A probe of d->page_inos, not a pass over every reader's pages
+ * (up to half of vm.max_map_count of them, a megabyte and more to read):
+ * a client may send the same page as often as it likes. Every page is
+ * in the map, unless one could not be put there (an inode without a
+ * key, another page's inode on another device, no memory): then from
+ * that one on, the pages are scanned, as right and slower. Memfds are all
+ * of one filesystem, whose inode numbers are unique among the living.
+ */
+static bool page_held(const struct daemon *d, const struct pr_rpage_ref *ref)
+{
+	uint64_t key = page_key(ref), dev;
+
+	/* Not partial: a page without a key would have made it so. */
+	if (!d->page_inos_partial)
+		return key && procreg__u64map_get(&d->page_inos, key, &dev) == 0 && dev == ref->dev;
+	for (size_t i = 0; i < d->w.readers.n; i++)
+		if (d->w.readers.v[i].dev == ref->dev && d->w.readers.v[i].ino == ref->ino)
+			return true;
+	return false;
+}
+
+/* REF, just added to the pages held, into d->page_inos. */
+static void page_note(struct daemon *d, const struct pr_rpage_ref *ref)
+{
+	uint64_t key = page_key(ref), dev;
+
+	if (d->page_inos_partial)
+		return;
+	if (!key || procreg__u64map_get(&d->page_inos, key, &dev) == 0 ||
+	    procreg__u64map_put(&d->page_inos, key, ref->dev) < 0) {
+		d->page_inos_partial = true;
+		procreg__u64map_free(&d->page_inos);
+	}
+}
+
 int readers_add(struct daemon *d, const struct ident *id, int fd)
 {
 	struct pr_rpage_ref ref;
@@ -227,18 +271,17 @@ int readers_add(struct daemon *d, const struct ident *id, int fd)
 
 	if (fd < 0)
 		return -EBADF;
-	err = procreg__rpage_map(fd, &ref, &why);
+	err = procreg__rpage_check(fd, &ref, &why);
+	if (!err && page_held(d, &ref)) {
+		LOGV(d, "reader pid %d uid %u: a page we hold already", (int)id->pid,
+		     (unsigned)id->uid);
+		return -EEXIST; /* announced again: we have it */
+	}
+	if (!err)
+		err = procreg__rpage_map_checked(fd, &ref, &why);
 	if (err) {
 		log_refused(d, id, why ? why : strerror(-err));
 		return err;
-	}
-	for (size_t i = 0; i < d->w.readers.n; i++) {
-		if (d->w.readers.v[i].dev == ref.dev && d->w.readers.v[i].ino == ref.ino) {
-			procreg__rpage_unmap(&ref);
-			LOGV(d, "reader pid %d uid %u: a page we hold already", (int)id->pid,
-			     (unsigned)id->uid);
-			return -EEXIST; /* announced again: we have it */
-		}
 	}
 	/* The page budget before the process's entry: a process none of
 	 * whose pages is taken takes no entry either. */
@@ -260,6 +303,7 @@ int readers_add(struct daemon *d, const struct ident *id, int fd)
 		procreg__rpage_unmap(&ref);
 		return err;
 	}
+	page_note(d, &ref);
 	r->pages++;
 	uid_adjust(&d->uid_rpages, r->uid, 1);
 	info_write(d, r);
@@ -273,6 +317,8 @@ static void drop_page(struct daemon *d, size_t i)
 {
 	struct reader *r = d->w.readers.v[i].owner;
 
+	if (!d->page_inos_partial)
+		procreg__u64map_del(&d->page_inos, page_key(&d->w.readers.v[i]));
 	procreg__w_reader_drop(&d->w, i);
 	r->pages--;
 	uid_adjust(&d->uid_rpages, r->uid, -1);
@@ -477,6 +523,7 @@ void readers_free_all(struct daemon *d)
 		readers_gone(d, d->reader_list);
 	readers_reap(d);
 	procreg__u64map_free(&d->readers);
+	procreg__u64map_free(&d->page_inos);
 	procreg__u64map_free(&d->uid_readers);
 	procreg__u64map_free(&d->uid_rpages);
 }
