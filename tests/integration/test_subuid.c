@@ -33,6 +33,8 @@ struct fx {
 	char path[512];         /* the subuid file */
 	struct th_user owner;   /* owns the ranges */
 	uid_t sub;              /* the first subordinate uid */
+	pid_t kids[16];         /* holders, killed at the end */
+	int nkids;
 	struct th_daemon d;
 	struct th_out o;
 };
@@ -64,20 +66,21 @@ static int setup(void **state)
 	th_user_new(&f->owner);
 	f->sub = sub_base();
 	snprintf(f->path, sizeof(f->path), "%s/subuid", f->dir);
-	/* The owner's ranges by name and by uid; a comment; a line that
-	 * does not parse; root's range (ignored: it changes nothing); one
-	 * of uid 65534's that overlaps the owner's, and one of the owner's
-	 * first subordinate uid (both ignored, logged). */
+	/* The owner's ranges by name and by uid (its first uid in hex, as
+	 * shadow reads numbers); a comment; a line that does not parse;
+	 * root's range, and one of uid 65534's over it (both ignored, and
+	 * logged for the overlap: their uids count as their own); and one
+	 * of the owner's first subordinate uid (ignored, logged). */
 	snprintf(text, sizeof(text),
 		 "# subordinate uids\n"
 		 "%s:%u:2\n"
-		 "%u:%u:1\n"
+		 "%u:0x%x:1\n"
 		 "not a range\n"
 		 "root:%u:5\n"
 		 "65534:%u:4\n"
 		 "%u:%u:2\n",
 		 f->owner.name, (unsigned)f->sub, (unsigned)f->owner.uid, (unsigned)f->sub + 2,
-		 (unsigned)f->sub + 10, (unsigned)f->sub + 1, (unsigned)f->sub,
+		 (unsigned)f->sub + 10, (unsigned)f->sub + 12, (unsigned)f->sub,
 		 (unsigned)f->sub + 20);
 	write_file(f->path, text, 0644);
 	*state = f;
@@ -88,6 +91,8 @@ static int teardown(void **state)
 {
 	struct fx *f = *state;
 
+	for (int i = 0; i < f->nkids; i++)
+		th_kill_wait(&f->kids[i]);
 	if (f->d.pid)
 		assert_int_equal(th_daemon_stop_dump(&f->d), 0);
 	th_user_del(&f->owner);
@@ -149,20 +154,23 @@ static int hold(void *arg)
 		pause();
 }
 
-/* Start a holder as USER (or UID) trying N names; its report in *REP. */
-static pid_t start_holder(struct fx *f, const struct th_user *user, uid_t uid, const char *prefix,
-			  int n, struct report *rep)
+/* Start a holder as USER (or UID) trying N names; its report in *REP.
+ * It is killed at the end of the test (*PID 0 after th_kill_wait). */
+static pid_t *start_holder(struct fx *f, const struct th_user *user, uid_t uid,
+			   const char *prefix, int n, struct report *rep)
 {
 	struct holder h = { f->dir, user, uid, prefix, n, -1 };
 	int rp[2];
-	pid_t pid;
+	pid_t *pid;
 
+	assert_true(f->nkids < 16);
+	pid = &f->kids[f->nkids++];
 	assert_int_equal(pipe2(rp, O_CLOEXEC), 0);
 	h.report_fd = rp[1];
-	pid = th_fork(hold, &h);
+	*pid = th_fork(hold, &h);
 	close(rp[1]);
 	if (read(rp[0], rep, sizeof(*rep)) != (ssize_t)sizeof(*rep))
-		fail_msg("holder %s failed: status %d", prefix, th_wait(pid));
+		fail_msg("holder %s failed: status %d", prefix, th_wait(*pid));
 	close(rp[0]);
 	return pid;
 }
@@ -187,40 +195,45 @@ static void expect(const struct report *rep, int ok, int err, const char *who)
 
 /* The owner and its subordinate uids hold one quota between them; uids
  * outside its ranges keep theirs, and what goes is given back. */
+static void start(struct fx *f, const char *const *args)
+{
+	if (th_daemon_start(&f->d, f->dir, args, NULL) != 0) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("procregd did not start");
+	}
+}
+
 static void test_subuid_shares_owner_quota(void **state)
 {
 	struct fx *f = *state;
-	pid_t h[8];
 	struct report rep;
 	procreg_t *r;
 	char q[16];
 	char *log;
 
 	snprintf(q, sizeof(q), "%d", QUOTA);
-	if (th_daemon_start(&f->d, f->dir, A("--max-names-per-uid", q, "--subuid-file", f->path),
-			    NULL) != 0) {
-		th_daemon_dump_log(&f->d);
-		fail_msg("procregd did not start");
-	}
-	h[0] = start_holder(f, &f->owner, 0, "own", 2, &rep);
+	start(f, A("--max-names-per-uid", q, "--subuid-file", f->path));
+	start_holder(f, &f->owner, 0, "own", 2, &rep);
 	expect(&rep, 2, 0, "the owner");
-	h[1] = start_holder(f, NULL, f->sub, "sub0", 1, &rep);
+	start_holder(f, NULL, f->sub, "sub0", 1, &rep);
 	expect(&rep, 1, 0, "its first subordinate uid (range by name)");
-	h[2] = start_holder(f, NULL, f->sub + 2, "sub2", 1, &rep);
+	start_holder(f, NULL, f->sub + 2, "sub2", 1, &rep);
 	expect(&rep, 1, 0, "its third (range by uid)");
 	/* The quota is the owner's and full: no subordinate uid, nor the
 	 * owner, has one of its own. */
-	h[3] = start_holder(f, NULL, f->sub + 1, "sub1", 1, &rep);
+	start_holder(f, NULL, f->sub + 1, "sub1", 1, &rep);
 	expect(&rep, 0, -EDQUOT, "its second subordinate uid");
-	h[4] = start_holder(f, &f->owner, 0, "own2", 1, &rep);
+	start_holder(f, &f->owner, 0, "own2", 1, &rep);
 	expect(&rep, 0, -EDQUOT, "the owner, again");
-	/* Root's range was ignored: its uids count as their own. So was
-	 * 65534's, which overlapped: sub + 3 and 65534 are their own. */
-	h[5] = start_holder(f, NULL, f->sub + 10, "root10", QUOTA, &rep);
+	/* Root's range and 65534's over it were left out: their uids count
+	 * as their own, not as 65534's, which holds its whole quota. */
+	start_holder(f, NULL, 65534, "nobody", QUOTA, &rep);
+	expect(&rep, QUOTA, 0, "uid 65534");
+	start_holder(f, NULL, f->sub + 13, "sub13", QUOTA, &rep);
+	expect(&rep, QUOTA, 0, "a uid of 65534's range, over root's");
+	start_holder(f, NULL, f->sub + 11, "sub11", QUOTA, &rep);
 	expect(&rep, QUOTA, 0, "a uid of root's range");
-	h[6] = start_holder(f, NULL, f->sub + 3, "sub3", QUOTA, &rep);
-	expect(&rep, QUOTA, 0, "a uid of the overlapping range");
-	h[7] = start_holder(f, NULL, f->sub + 20, "sub20", QUOTA, &rep);
+	start_holder(f, NULL, f->sub + 20, "sub20", QUOTA, &rep);
 	expect(&rep, QUOTA, 0, "a uid of a subordinate uid's range");
 
 	/* The refusal names the owner; the lines ignored were logged. */
@@ -228,17 +241,18 @@ static void test_subuid_shares_owner_quota(void **state)
 	th_expect_in(log, "(the uid holds 4, with those of uid");
 	th_expect_in(log, "its range's owner (subordinate uids)");
 	th_expect_in(log, ":4: not OWNER:FIRST:COUNT");
+	th_expect_in(log, ":5: the range");
 	th_expect_in(log, ":6: the range");
-	th_expect_in(log, "overlaps");
+	th_expect_in(log, "overlaps another");
 	th_expect_in(log, ":7: the range");
-	th_expect_in(log, "itself a subordinate uid of uid");
+	th_expect_in(log, "itself in a range of uid");
 	th_expect_in(log, "subordinate uids: 2 ranges of");
 	free(log);
 
 	/* What the holders had is given back to the owner's quota when
 	 * they die. */
-	for (int i = 0; i < 8; i++)
-		th_kill_wait(&h[i]);
+	for (int i = 0; i < f->nkids; i++)
+		th_kill_wait(&f->kids[i]);
 	r = th_open(f->dir);
 	assert_non_null(r);
 	wait_gone(r, "own.0");
@@ -246,9 +260,33 @@ static void test_subuid_shares_owner_quota(void **state)
 	wait_gone(r, "sub0.0");
 	wait_gone(r, "sub2.0");
 	procreg_close(r);
-	h[0] = start_holder(f, NULL, f->sub + 1, "again", QUOTA + 1, &rep);
+	start_holder(f, NULL, f->sub + 1, "again", QUOTA + 1, &rep);
 	expect(&rep, QUOTA, -EDQUOT, "a subordinate uid after the others went");
-	th_kill_wait(&h[0]);
+}
+
+/* Connections too: the owner's and its subordinate uids' together. */
+static void test_subuid_shares_owner_connections(void **state)
+{
+	struct fx *f = *state;
+	struct report rep;
+	char *log;
+
+	start(f, A("--max-clients-per-uid", "2", "--subuid-file", f->path));
+	start_holder(f, &f->owner, 0, "own", 1, &rep);
+	expect(&rep, 1, 0, "the owner");
+	start_holder(f, NULL, f->sub + 1, "sub1", 1, &rep);
+	expect(&rep, 1, 0, "its second subordinate uid");
+	/* Two connections: the third uid of the owner's has none. */
+	start_holder(f, NULL, f->sub + 2, "sub2", 1, &rep);
+	if (rep.ok != 0 || rep.err == 0)
+		fail_msg("its third subordinate uid: %d names (%d); want a refused connection",
+			 rep.ok, rep.err);
+	/* A uid of no range has its own. */
+	start_holder(f, NULL, f->sub + 5, "sub5", 1, &rep);
+	expect(&rep, 1, 0, "a uid of no range");
+	log = th_read_file(f->d.log, true);
+	th_expect_in(log, "has 2 connections, with those of uid");
+	free(log);
 }
 
 /* A file someone else could write is not read: it would let them charge
@@ -284,6 +322,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_subuid_shares_owner_quota, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_subuid_shares_owner_connections, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_subuid_file_trusted_only, setup, teardown),
 	};
 

@@ -26,9 +26,10 @@
  * is not read (logged). Ignored: ranges of root or procregd's uid (those
  * have no per-uid limit, and their ranges give no one else anything; not
  * logged, as they are common), and, each logged, ranges holding uid 0,
- * procregd's uid or their own owner's, a range that overlaps one that
- * starts lower, and the ranges of an owner that is itself a subordinate
- * uid.
+ * procregd's uid or their own owner's, ranges that overlap (all of them,
+ * root's included: a uid in two ranges counts as itself), and the ranges
+ * of an owner that is itself a subordinate uid. Numbers are read as
+ * shadow reads them (0x hexadecimal, a leading 0 octal).
  *
  * Limits: the file up to 4 MiB (65,536 lines of 64 bytes), and 65,536
  * ranges of it (the rest is ignored, logged).
@@ -56,7 +57,8 @@
 struct range {
 	uint32_t first, last;     /* inclusive */
 	uint32_t owner;
-	uint32_t line;            /* of the file: the earlier keeps an overlap */
+	uint32_t line;            /* of the file */
+	bool privileged;          /* root's or procregd's: only while overlaps are found */
 };
 
 static struct range *ranges;      /* sorted by first; no two overlap */
@@ -92,20 +94,38 @@ const char *subuid_note(uid_t uid, char *buf, size_t size)
 	return buf;
 }
 
-/* A decimal uid or count of 1..10 digits, all of S[0..len), at most MAX. */
+/* A number, all of S[0..len), at most MAX: read as shadow reads the
+ * file's numbers (strtoul, base 0), so that a range means the uids
+ * newuidmap maps: 0x... hexadecimal, 0... octal, else decimal. */
 static int parse_u32(const char *s, size_t len, uint32_t max, uint32_t *out)
 {
+	unsigned base = 10;
 	uint64_t v = 0;
 
-	if (len == 0 || len > 10)
+	if (len > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+		base = 16;
+		s += 2;
+		len -= 2;
+	} else if (len > 1 && s[0] == '0') {
+		base = 8;
+		s++;
+		len--;
+	}
+	if (len == 0)
 		return -EINVAL;
 	for (size_t i = 0; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
+		char c = s[i];
+		unsigned dig = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+			       : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+			       : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
+						      : 16;
+
+		if (dig >= base)
 			return -EINVAL;
-		v = v * 10 + (uint64_t)(s[i] - '0');
+		v = v * base + dig;
+		if (v > max)
+			return -ERANGE;
 	}
-	if (v > max)
-		return -ERANGE;
 	*out = (uint32_t)v;
 	return 0;
 }
@@ -182,10 +202,12 @@ static int parse_line(const struct daemon *d, const char *path, unsigned line, c
 	r->first = first;
 	r->last = first + (count - 1);
 	r->line = line;
-	/* Root's ranges are common (rootful containers): quietly, as they
-	 * change nothing. */
-	if (uid_privileged(d, r->owner))
-		return 1;
+	/* Root's ranges are common (rootful containers): kept until the
+	 * overlaps are found (a range over one of root's gives its uids to
+	 * no one), then left out quietly. */
+	r->privileged = uid_privileged(d, r->owner);
+	if (r->privileged)
+		return 0;
 	if (r->first == 0 || (r->first <= d->uid && d->uid <= r->last) ||
 	    (r->first <= r->owner && r->owner <= r->last)) {
 		log_warn("%s:%u: the range %u-%u holds uid 0, procregd's own (%u) or its owner's (%u): ignored",
@@ -196,24 +218,31 @@ static int parse_line(const struct daemon *d, const char *path, unsigned line, c
 	return 0;
 }
 
-/* Overlaps would leave a uid two owners: of the sorted ranges, the one
- * that starts lower keeps it (of two that start alike, the earlier
- * line's), the other is left out. */
+/* A uid in two ranges (the same uids given to two users, or to a user
+ * and to root's containers) is counted as itself: newuidmap lets either
+ * owner run as it, and charging one's use to the other would let it
+ * exhaust the other's quotas. So ranges that overlap are left out, all
+ * of them; then root's and procregd's, which were kept for that. */
 static void drop_overlaps(const char *path)
 {
+	uint32_t reach = 0;       /* the highest uid of the ranges before */
 	size_t k = 0;
 
 	for (size_t i = 0; i < nranges; i++) {
-		const struct range *r = &ranges[i], *p = k ? &ranges[k - 1] : NULL;
+		const struct range *r = &ranges[i];
+		bool before = i && r->first <= reach, after = i + 1 < nranges &&
+							       ranges[i + 1].first <= r->last;
 
-		if (p && r->first <= p->last) {
-			log_warn("%s:%u: the range %u-%u of uid %u overlaps %u-%u of uid %u: ignored",
+		reach = i && reach > r->last ? reach : r->last;
+		if (before || after) {
+			log_warn("%s:%u: the range %u-%u of uid %u overlaps another: ignored, and its "
+				 "uids count as their own",
 				 path, (unsigned)r->line, (unsigned)r->first, (unsigned)r->last,
-				 (unsigned)r->owner, (unsigned)p->first, (unsigned)p->last,
-				 (unsigned)p->owner);
+				 (unsigned)r->owner);
 			continue;
 		}
-		ranges[k++] = *r;
+		if (!r->privileged)
+			ranges[k++] = *r;
 	}
 	nranges = k;
 	lowest = nranges ? ranges[0].first : UINT32_MAX;
@@ -238,7 +267,7 @@ static int drop_chained(const char *path)
 		const struct range *r = &ranges[i];
 
 		if (boss[i] != r->owner) {
-			log_warn("%s:%u: the range %u-%u of uid %u, itself a subordinate uid of uid %u: ignored",
+			log_warn("%s:%u: the range %u-%u of uid %u, itself in a range of uid %u: ignored",
 				 path, (unsigned)r->line, (unsigned)r->first, (unsigned)r->last,
 				 (unsigned)r->owner, (unsigned)boss[i]);
 			continue;
@@ -286,7 +315,8 @@ static int parse(const struct daemon *d, const char *path, const char *buf, size
 	if (skipped)
 		log_warn("%s: %zu ranges past the first %u: ignored", path, skipped,
 			 SUBUID_RANGES_MAX);
-	qsort(ranges, nranges, sizeof(*ranges), by_first);
+	if (nranges)
+		qsort(ranges, nranges, sizeof(*ranges), by_first);
 	drop_overlaps(path);
 	return drop_chained(path);
 }
