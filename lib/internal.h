@@ -741,6 +741,11 @@ int procreg__w_walk(struct pr_writer *w, pr_walk_cb cb, void *arg);
 int procreg__vec_push(struct pr_vec *v, uint64_t x);
 void procreg__vec_free(struct pr_vec *v);
 
+/* V, an array of N elements of SZ bytes with room for *CAP, with X
+ * stored at N: the array (moved, perhaps), or NULL for want of memory
+ * (V untouched). (introspect.c) */
+void *procreg__grow_append(void *v, size_t n, size_t *cap, const void *x, size_t sz);
+
 /* ---- the handle (client.c) ------------------------------------------ */
 
 struct procreg {

@@ -575,10 +575,7 @@ static int nodes_open(procreg_t *reg, FILE **f)
 	return 0;
 }
 
-/* V, an array of N elements of SZ bytes with room for *CAP, with X
- * stored at N: the array (moved, perhaps), or NULL for want of memory
- * (V untouched). */
-static void *grow_append(void *v, size_t n, size_t *cap, const void *x, size_t sz)
+void *procreg__grow_append(void *v, size_t n, size_t *cap, const void *x, size_t sz)
 {
 	char *a = v;
 
@@ -642,7 +639,7 @@ static int nodes_read(procreg_t *reg, struct procreg_bridge *out, procreg_node_c
 				x.addr[0] = 0;
 			b.nodes++;
 			if (cb) {
-				void *nv = grow_append(v, n, &cap, &x, sizeof(x));
+				void *nv = procreg__grow_append(v, n, &cap, &x, sizeof(x));
 
 				if (!nv)
 					err = -ENOMEM;
@@ -656,7 +653,7 @@ static int nodes_read(procreg_t *reg, struct procreg_bridge *out, procreg_node_c
 			x.incarnation = strtoull(inc, NULL, 16);
 			if (!strcmp(x.addr, PR_NODES_NO_ADDR))
 				x.addr[0] = 0;
-			nv = grow_append(v, n, &cap, &x, sizeof(x));
+			nv = procreg__grow_append(v, n, &cap, &x, sizeof(x));
 			if (!nv)
 				err = -ENOMEM;
 			else
@@ -666,7 +663,7 @@ static int nodes_read(procreg_t *reg, struct procreg_bridge *out, procreg_node_c
 			if (!strcmp(p.node, PR_NODES_NO_NAME))
 				p.node[0] = 0;
 			if (pcb) {
-				void *nv = grow_append(pv, np, &pcap, &p, sizeof(p));
+				void *nv = procreg__grow_append(pv, np, &pcap, &p, sizeof(p));
 
 				if (!nv)
 					err = -ENOMEM;

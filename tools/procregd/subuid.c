@@ -63,14 +63,13 @@ struct range {
 
 static struct range *ranges;      /* sorted by first; no two overlap */
 static size_t nranges;
-/* The lowest subordinate uid: below it (nearly every uid), no search. */
-static uint32_t lowest = UINT32_MAX;
 
 uid_t subuid_owner(uid_t uid)
 {
 	size_t lo = 0, hi = nranges;
 
-	if (uid < lowest)
+	/* Below the lowest subordinate uid (nearly every uid): no search. */
+	if (!nranges || uid < ranges[0].first)
 		return uid;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
@@ -245,7 +244,6 @@ static void drop_overlaps(const char *path)
 			ranges[k++] = *r;
 	}
 	nranges = k;
-	lowest = nranges ? ranges[0].first : UINT32_MAX;
 }
 
 /* The ranges of an owner that is itself a subordinate uid of another are
@@ -276,7 +274,6 @@ static int drop_chained(const char *path)
 	}
 	free(boss);
 	nranges = k;
-	lowest = nranges ? ranges[0].first : UINT32_MAX;
 	return 0;
 }
 
@@ -289,7 +286,7 @@ static int parse(const struct daemon *d, const char *path, const char *buf, size
 	for (const char *s = buf, *end = buf + len; s < end;) {
 		const char *nl = memchr(s, '\n', (size_t)(end - s));
 		size_t l = nl ? (size_t)(nl - s) : (size_t)(end - s);
-		struct range r;
+		struct range r, *n;
 		int rc;
 
 		line++;
@@ -301,16 +298,11 @@ static int parse(const struct daemon *d, const char *path, const char *buf, size
 			skipped++;
 			continue;
 		}
-		if (nranges == cap) {
-			size_t ncap = cap ? 2 * cap : 16;
-			struct range *n = realloc(ranges, ncap * sizeof(*n));
-
-			if (!n)
-				return -ENOMEM;
-			ranges = n;
-			cap = ncap;
-		}
-		ranges[nranges++] = r;
+		n = procreg__grow_append(ranges, nranges, &cap, &r, sizeof(r));
+		if (!n)
+			return -ENOMEM;
+		ranges = n;
+		nranges++;
 	}
 	if (skipped)
 		log_warn("%s: %zu ranges past the first %u: ignored", path, skipped,
@@ -398,7 +390,6 @@ out:
 		free(ranges);
 		ranges = NULL;
 		nranges = 0;
-		lowest = UINT32_MAX;
 		return 0;
 	}
 	return err;
