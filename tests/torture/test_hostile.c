@@ -1012,6 +1012,214 @@ static void test_page_sent_again(void **state)
 	}
 }
 
+/* ---- a connection that outlives its process --------------------------- */
+
+/* What the attacker tells the test: the pid of the process that made its
+ * connection (gone once it is set), then what the daemon answered on
+ * that connection. */
+struct reuse_sh {
+	volatile pid_t gone_pid;
+	volatile int go;
+	volatile int reg_status, unreg_status, page_status, done;
+};
+
+struct reuse_arg {
+	const char *dir;
+	const struct th_user *u;
+	struct reuse_sh *sh;
+	char name[32];
+	char other[32];             /* the attacker: the victim's name */
+};
+
+/* The connection's maker: says HELLO, hands the socket to its parent
+ * over S, exits. */
+static int reuse_maker(int s, const char *dir)
+{
+	int fd = th_raw_try_connect(dir);
+
+	if (fd < 0 || th_raw_try_hello(fd) != 0)
+		return 1;
+	return th_send_fd(s, "c", 1, fd) == 1 ? 0 : 2;
+}
+
+static int recv_one_fd(int s)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u;
+	char c;
+	struct iovec iov = { &c, 1 };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+			      .msg_controllen = sizeof(u.b) };
+	struct cmsghdr *cm;
+	int fd;
+
+	if (recvmsg(s, &msg, MSG_CMSG_CLOEXEC) != 1)
+		return -1;
+	cm = CMSG_FIRSTHDR(&msg);
+	if (!cm || cm->cmsg_type != SCM_RIGHTS)
+		return -1;
+	memcpy(&fd, CMSG_DATA(cm), sizeof(fd));
+	return fd;
+}
+
+/* One request on the raw connection S: its status, or PAGE_NOT_SENT. */
+static int raw_request(int s, const uint8_t *pkt, size_t len)
+{
+	uint8_t in[256];
+	size_t pos = 0;
+	struct pr_frame fr;
+	ssize_t n;
+
+	if (send(s, pkt, len, MSG_NOSIGNAL) != (ssize_t)len)
+		return PAGE_NOT_SENT;
+	n = recv(s, in, sizeof(in), 0);
+	if (n <= 0 || procreg__proto_next(in, (size_t)n, &pos, &fr) != 1)
+		return PAGE_NOT_SENT;
+	return fr.h.status;
+}
+
+/* As U: a connection made by a child that then exits, kept; once the
+ * test says go (by then another process has the child's pid), a REGISTER
+ * of NAME, an UNREGISTER of OTHER and a reader page on it, their
+ * statuses into the shared memory. */
+static int reuse_attacker(void *p)
+{
+	const struct reuse_arg *a = p;
+	uint8_t pkt[256];
+	size_t len = 0;
+	int sp[2], conn, page;
+	pid_t maker;
+
+	th_become(a->u);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() == 1)
+		return 10;
+	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp) < 0)
+		return 11;
+	maker = fork();
+	if (maker == 0)
+		_exit(reuse_maker(sp[1], a->dir));
+	conn = recv_one_fd(sp[0]);
+	if (conn < 0 || th_wait(maker) != 0)
+		return 12;
+	a->sh->gone_pid = maker;
+	while (!a->sh->go)
+		usleep(1000);
+	procreg__proto_put_name(pkt, &len, PR_OP_REGISTER, 0, 5, a->name, strlen(a->name), "m", 1);
+	a->sh->reg_status = raw_request(conn, pkt, len);
+	len = 0;
+	procreg__proto_put_name(pkt, &len, PR_OP_UNREGISTER, 0, 6, a->other, strlen(a->other),
+				NULL, 0);
+	a->sh->unreg_status = raw_request(conn, pkt, len);
+	page = make_page();
+	if (page < 0)
+		return 15;
+	a->sh->page_status = send_page_fd(conn, page);
+	a->sh->done = 1;
+	for (;;)
+		pause();
+}
+
+/* As U: NAME registered, a reader page handed over; then held. */
+static int reuse_victim(void *p)
+{
+	const struct reuse_arg *a = p;
+	procreg_t *r;
+
+	th_become(a->u);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() == 1)
+		return 10;
+	r = open_dir(a->dir);
+	if (!r || procreg_register(r, a->name, "v", 1) != 0)
+		return 11;
+	if (procreg_lookup(r, a->name, NULL) != 0)
+		return 12;
+	for (;;)
+		pause();
+}
+
+static void write_last_pid(pid_t pid)
+{
+	char buf[32];
+	int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+	int n = snprintf(buf, sizeof(buf), "%d", (int)pid);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, (size_t)n), n);
+	close(fd);
+}
+
+static int shared_done(void *p)
+{
+	return ((struct reuse_sh *)p)->done;
+}
+
+/*
+ * A connection's identity is that of the process that said HELLO on it.
+ * That process may exit and leave the socket to another (a child it
+ * passed it to), and its pid may then go to a process of another user.
+ * Requests on the old connection must not be taken for the successor's:
+ * the victim's names and reader pages stay, the attacker's registration,
+ * removal of the victim's name and page are refused. Twice: the victim started within the dead
+ * process's clock tick (the same start time, as /proc tells it), and
+ * well after it.
+ */
+static void test_pid_reused(void **state)
+{
+	struct fx *f = *state;
+	struct th_user *au = user(f), *vu = user(f);
+
+	for (int round = 0; round < 2; round++) {
+		struct reuse_sh *sh = th_shared(sizeof(*sh));
+		struct reuse_arg att = { .dir = f->dir, .u = au, .sh = sh };
+		struct reuse_arg vic = { .dir = f->dir, .u = vu, .sh = sh };
+		PROCREG_OPTS(procreg_entry, e);
+		pid_t victim = 0;
+
+		snprintf(att.name, sizeof(att.name), "reuse.attack%d", round);
+		snprintf(vic.name, sizeof(vic.name), "reuse.victim%d", round);
+		memcpy(att.other, vic.name, sizeof(att.other));
+		kid(f, reuse_attacker, &att);
+		for (int i = 0; i < WAIT_MS && !sh->gone_pid; i++)
+			usleep(1000);
+		if (!sh->gone_pid)
+			fail_msg("round %d: the attacker's connection was not made", round);
+		if (round == 1)
+			usleep(50 * 1000);
+		/* The next pid the kernel hands out is the one after
+		 * ns_last_pid (another fork on the host may take it first:
+		 * then again). */
+		for (int tries = 0; tries < 100 && victim != sh->gone_pid; tries++) {
+			if (victim) {
+				kill(victim, SIGKILL);
+				kid_wait(f, victim);
+			}
+			write_last_pid(sh->gone_pid - 1);
+			victim = kid(f, reuse_victim, &vic);
+		}
+		assert_int_equal(victim, sh->gone_pid);
+		assert_int_equal(th_reader_pages(f->reg, victim, 1), 0);
+		assert_int_equal(procreg_lookup(f->reg, vic.name, &e), 0);
+		assert_int_equal(e.pid, victim);
+
+		sh->go = 1;
+		if (!th_until(shared_done, sh, WAIT_MS))
+			fail_msg("round %d: the attacker did not finish", round);
+		assert_int_equal(sh->reg_status, -ESRCH);
+		assert_int_equal(sh->unreg_status, -EPERM);
+		assert_int_not_equal(sh->page_status, 0);
+		assert_int_not_equal(sh->page_status, PAGE_NOT_SENT);
+		/* The daemon has answered both: what it did to the victim is
+		 * done. */
+		assert_int_equal(procreg_lookup(f->reg, vic.name, &e), 0);
+		assert_int_equal(e.pid, victim);
+		assert_int_equal(procreg_lookup(f->reg, att.name, NULL), -ENOENT);
+		assert_int_equal(pages_of_pid(f, victim), 1);
+		munmap(sh, sizeof(*sh));
+	}
+}
+
 /*
  * Each reader page is a mapping of the daemon's, and a process may have
  * only vm.max_map_count of them: past that every mmap and mremap of the
@@ -1605,6 +1813,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_take_every_page, setup_pages, teardown),
 		cmocka_unit_test_setup_teardown(test_page_budget_default, setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_page_sent_again, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pid_reused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_colliding_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_scope, setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_socket, setup_bare, teardown),

@@ -470,6 +470,10 @@ struct proc *proc_get(struct daemon *d, pid_t pid);
 /* Find or create the entry for the process IDENT names; takes a dup of its
  * pidfd. A stale entry for a previous process with the same pid is
  * processed as a death first. */
+/* Whether ID is the process an entry made with START and INO (its pidfs
+ * inode, 0 if unknown) stands for. The start time alone, in clock ticks,
+ * is shared by a process and one given its pid within the same tick. */
+bool ident_is(const struct ident *id, uint64_t start, uint64_t ino);
 int proc_attach(struct daemon *d, const struct ident *id, struct proc **out);
 /* At start: the live process PID started at START (pidfs inode INO, 0 if
  * unknown) as a proc, or -ESRCH if that process is gone. */

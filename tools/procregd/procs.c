@@ -117,11 +117,11 @@ void procs_reap(struct daemon *d)
 	}
 }
 
-static int same_process(const struct proc *p, const struct ident *id)
+bool ident_is(const struct ident *id, uint64_t start, uint64_t ino)
 {
-	if (p->start != id->start)
-		return 0;
-	return !p->ino || !id->ino || p->ino == id->ino;
+	if (start != id->start)
+		return false;
+	return !ino || !id->ino || ino == id->ino;
 }
 
 int proc_attach(struct daemon *d, const struct ident *id, struct proc **out)
@@ -129,9 +129,14 @@ int proc_attach(struct daemon *d, const struct ident *id, struct proc **out)
 	struct proc *p = proc_get(d, id->pid);
 	int err;
 
-	if (p && !same_process(p, id)) {
-		/* The old owner of this pid is gone: its pidfd must already
-		 * be readable, we just have not read it yet. */
+	if (p && !ident_is(id, p->start, p->ino)) {
+		/* Two processes for one pid: one of them has exited. Usually
+		 * the entry's, whose pidfd we have not read yet; but a
+		 * connection outlives its process when its socket is passed
+		 * on, and then the asker is the dead one and the entry a live
+		 * process given the pid since: it keeps its names. */
+		if (!procreg__pidfd_exited(p->pidfd))
+			return -ESRCH;
 		proc_died(d, p);
 		p = NULL;
 	}

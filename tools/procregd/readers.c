@@ -47,7 +47,7 @@ struct reader {
 	struct ev ev;             /* EV_READER: its pidfd, readable at exit */
 	pid_t pid;
 	uid_t uid;
-	uint64_t start;
+	uint64_t start, ino;      /* which process: ident_is() */
 	int pidfd;
 	uint32_t info;            /* its entry in the table's registry */
 	uint32_t pages;
@@ -131,7 +131,7 @@ static struct reader *reader_of(struct daemon *d, const struct ident *id)
 	if (procreg__u64map_get(&d->readers, (uint64_t)id->pid + 2, &v) < 0)
 		return NULL;
 	r = (struct reader *)(uintptr_t)v;
-	return r->start == id->start ? r : NULL;
+	return ident_is(id, r->start, r->ino) ? r : NULL;
 }
 
 /* Why one more page of ID's may not be mapped, or NULL if it may. */
@@ -165,8 +165,14 @@ static struct reader *reader_for(struct daemon *d, const struct ident *id, const
 
 	if (procreg__u64map_get(&d->readers, (uint64_t)id->pid + 2, &v) == 0) {
 		r = (struct reader *)(uintptr_t)v;
-		if (r->start == id->start)
+		if (ident_is(id, r->start, r->ino))
 			return r;
+		/* As in proc_attach: the asker may be the one gone (its
+		 * connection passed on), the entry a live process. */
+		if (!procreg__pidfd_exited(r->pidfd)) {
+			*why = "its process has exited (a connection passed on to another)";
+			return NULL;
+		}
 		/* The pid's previous process exited unseen so far. */
 		readers_gone(d, r);
 	}
@@ -194,6 +200,7 @@ static struct reader *reader_for(struct daemon *d, const struct ident *id, const
 	r->pid = id->pid;
 	r->uid = id->uid;
 	r->start = id->start;
+	r->ino = id->ino;
 	r->pidfd = fcntl(id->pidfd, F_DUPFD_CLOEXEC, 3);
 	if (r->pidfd < 0 || ev_add(d, r->pidfd, EPOLLIN, &r->ev) < 0 ||
 	    procreg__u64map_put(&d->readers, (uint64_t)id->pid + 2, (uint64_t)(uintptr_t)r) < 0) {

@@ -721,7 +721,7 @@ static int may_remove(const struct client *c, const struct pr_record *r)
 	if (r->node != 0)
 		return 0;
 	return c->id.uid == 0 || c->id.uid == r->uid ||
-	       (r->pid == (uint32_t)c->id.pid && r->start_time == c->id.start);
+	       (r->pid == (uint32_t)c->id.pid && ident_is(&c->id, r->start_time, r->aux));
 }
 
 static int do_unregister(struct daemon *d, struct client *c, const struct pr_frame *f,
@@ -756,7 +756,9 @@ static int do_leave(struct daemon *d, struct client *c, const struct pr_frame *f
 		return -ENOENT;
 	pr_key_member(&k, (uint32_t)c->id.pid, c->id.start, 0, d->w.map.hdr->hash_seed);
 	off = procreg__w_find(&d->w, at.root, &k, &at.pos);
-	if (!off)
+	/* The key is the pid and start time: another process given the
+	 * pid within the same tick has it too, not the same inode. */
+	if (!off || !ident_is(&c->id, c->id.start, rec(d, off)->aux))
 		return -ENOENT;
 	registry_remove(d, off, &at, PROCREG_EV_LEFT);
 	return 0;
