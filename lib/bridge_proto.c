@@ -178,6 +178,10 @@ static int decode_body(struct pr_bp_frame *f, struct rd *r)
 		f->count = rd16(r);
 		f->items = r->p;
 		f->items_len = r->left;
+		/* No more than a sender may put: each item costs the reader
+		 * look-ups, and tiny items would fit 16,000 to a frame. */
+		if (f->count > PR_BP_PEERS_MAX)
+			r->bad = 1;
 		/* Never trust a count: walk every item now. */
 		for (uint32_t i = 0; i < f->count && !r->bad; i++)
 			rd_peer(r, &p);

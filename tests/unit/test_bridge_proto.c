@@ -443,12 +443,42 @@ static void test_node_names(void **state)
 	assert_false(procreg__bp_valid_node("a/b", 3));
 }
 
+/* A PEERS frame holds what a sender may put, PR_BP_PEERS_MAX items, and
+ * no more: one more (small items would fit thousands to a frame, each a
+ * look-up for the reader) is refused. */
+static void test_peers_max(void **state)
+{
+	size_t cap = 2 * PR_BP_FRAME_MAX, pos = 0, start;
+	uint8_t *buf = malloc(cap);
+	char name[16];
+
+	(void)state;
+	assert_non_null(buf);
+	assert_int_equal(procreg__bp_begin(buf, cap, &pos, PR_BP_PEERS, 0, 0, 0, &start), 0);
+	for (unsigned i = 0; i < PR_BP_PEERS_MAX; i++) {
+		snprintf(name, sizeof(name), "n%u", i);
+		assert_int_equal(procreg__bp_add_peer(buf, cap, &pos, start, name, "h:1"), 0);
+	}
+	assert_int_equal(procreg__bp_add_peer(buf, cap, &pos, start, "over", "h:1"), -ENOBUFS);
+	procreg__bp_end(buf, pos, start, 0);
+	assert_int_equal(decode_once(buf, pos), 1);
+	/* One more item, by hand: "x" with no address. */
+	buf[pos++] = 1;
+	buf[pos++] = 'x';
+	buf[pos++] = 0;
+	set16(buf + start + PR_BP_HDR, PR_BP_PEERS_MAX + 1);
+	procreg__bp_end(buf, pos, start, 0);
+	assert_int_equal(decode_once(buf, pos), -EBADMSG);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_roundtrip),
 		cmocka_unit_test(test_truncated),
 		cmocka_unit_test(test_hostile),
+		cmocka_unit_test(test_peers_max),
 		cmocka_unit_test(test_garbage),
 		cmocka_unit_test(test_snap_parts),
 		cmocka_unit_test(test_node_names),

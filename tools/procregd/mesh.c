@@ -51,6 +51,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -196,6 +197,16 @@ struct resolver {
 	int efd;
 };
 
+/* Strings to values, by a keyed 64-bit hash of each: a lookup gives the
+ * value its key was put with, which the caller checks against the string
+ * it asked for. Two strings of one key (not expected of a secret seed)
+ * leave the index partial: callers then scan what it indexes on a miss. */
+struct str_index {
+	struct pr_u64map map;
+	uint64_t seed;
+	bool partial;
+};
+
 struct mesh {
 	struct pr_bridge_config c;
 	struct pr_bridge_up up;
@@ -221,6 +232,12 @@ struct mesh {
 	struct target *targets;
 	size_t ntargets;
 	size_t nconfigured;               /* targets[0..nconfigured) came from --peer */
+	size_t ntargets_dropped;          /* slots in targets[] emptied, to reuse */
+	/* A PEERS frame names up to PR_BP_PEERS_MAX nodes, each looked up
+	 * among as many targets and connections: by these indexes, not by
+	 * a scan of all, or one frame would cost a million comparisons. */
+	struct str_index target_index;    /* address -> index in targets */
+	struct str_index up_index;        /* node -> its connection, C_UP */
 	uint32_t learned_tries;           /* LEARNED_TRIES, or PROCREG_TEST_LEARNED_TRIES */
 	struct pr_ratelimit forgot_log;
 	struct resolver *res;         /* NULL until the first host name */
@@ -230,6 +247,39 @@ struct mesh {
 static uint64_t now_ns(void)
 {
 	return procreg__mono_ns();
+}
+
+/* ---- indexes of strings ------------------------------------------------ */
+
+static uint64_t sidx_key(const struct str_index *x, const char *s, size_t n)
+{
+	uint64_t k = pr_hash(s, n, x->seed);
+
+	return k < 2 ? k + 2 : k; /* the map's keys are >= 2 */
+}
+
+/* 0 and *V, or -ENOENT. */
+static int sidx_get(const struct str_index *x, const char *s, size_t n, uint64_t *v)
+{
+	return procreg__u64map_get(&x->map, sidx_key(x, s, n), v);
+}
+
+static void sidx_put(struct str_index *x, const char *s, size_t n, uint64_t v)
+{
+	uint64_t key = sidx_key(x, s, n), old;
+
+	if (procreg__u64map_get(&x->map, key, &old) == 0 ||
+	    procreg__u64map_put(&x->map, key, v) < 0)
+		x->partial = true;
+}
+
+/* S's entry gone, if it is V's. */
+static void sidx_del(struct str_index *x, const char *s, size_t n, uint64_t v)
+{
+	uint64_t key = sidx_key(x, s, n), old;
+
+	if (procreg__u64map_get(&x->map, key, &old) == 0 && old == v)
+		procreg__u64map_del(&x->map, key);
 }
 
 /* "host:port" (the host maybe in brackets) -> HOST, *PORT pointing into HP. */
@@ -496,6 +546,16 @@ static void conn_flush(struct mesh *m, struct conn *c)
 
 static struct conn *up_conn(struct mesh *m, const char *node)
 {
+	uint64_t v;
+
+	if (sidx_get(&m->up_index, node, strlen(node), &v) == 0) {
+		struct conn *c = (struct conn *)(uintptr_t)v;
+
+		if (!c->dead && c->state == C_UP && !strcmp(c->peer, node))
+			return c;
+	}
+	if (!m->up_index.partial)
+		return NULL;
 	for (struct conn *c = m->conns; c; c = c->next)
 		if (!c->dead && c->state == C_UP && !strcmp(c->peer, node))
 			return c;
@@ -555,6 +615,8 @@ static void conn_kill_at(struct mesh *m, struct conn *c, int level, const char *
 	if (c->dead)
 		return;
 	c->dead = true;
+	if (c->state == C_UP)
+		sidx_del(&m->up_index, c->peer, strlen(c->peer), (uint64_t)(uintptr_t)c);
 	epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	c->fd = -1;
@@ -917,21 +979,49 @@ static void on_resolved(struct mesh *m)
 	}
 }
 
+static bool target_is(const struct target *t, const char *addr, size_t len)
+{
+	return strlen(t->addr) == len && !memcmp(t->addr, addr, len);
+}
+
+static struct target *target_find(struct mesh *m, const char *addr, size_t len)
+{
+	uint64_t v;
+
+	if (sidx_get(&m->target_index, addr, len, &v) == 0 && target_is(&m->targets[v], addr, len))
+		return &m->targets[v];
+	if (!m->target_index.partial)
+		return NULL;
+	for (size_t i = 0; i < m->ntargets; i++)
+		if (target_is(&m->targets[i], addr, len))
+			return &m->targets[i];
+	return NULL;
+}
+
+/* T emptied: its slot free for another. */
+static void target_drop(struct mesh *m, struct target *t)
+{
+	sidx_del(&m->target_index, t->addr, strlen(t->addr), (uint64_t)(t - m->targets));
+	memset(t, 0, sizeof(*t));
+	m->ntargets_dropped++;
+}
+
 static struct target *target_add(struct mesh *m, const char *addr, size_t len)
 {
 	struct target *t;
 
 	if (len == 0 || len > PR_BP_ADDR_MAX)
 		return NULL;
-	for (size_t i = 0; i < m->ntargets; i++)
-		if (strlen(m->targets[i].addr) == len && !memcmp(m->targets[i].addr, addr, len))
-			return &m->targets[i];
+	if ((t = target_find(m, addr, len)))
+		return t;
 	/* A slot a dropped target left (never one of --peer's), else a new
 	 * one. */
 	t = NULL;
-	for (size_t i = m->nconfigured; i < m->ntargets && !t; i++)
-		if (!m->targets[i].addr[0])
+	for (size_t i = m->nconfigured; m->ntargets_dropped && i < m->ntargets && !t; i++)
+		if (!m->targets[i].addr[0]) {
 			t = &m->targets[i];
+			m->ntargets_dropped--;
+		}
 	if (!t && m->ntargets < TARGETS_MAX)
 		t = &m->targets[m->ntargets++];
 	if (!t)
@@ -939,6 +1029,7 @@ static struct target *target_add(struct mesh *m, const char *addr, size_t len)
 	memset(t, 0, sizeof(*t));
 	memcpy(t->addr, addr, len);
 	t->backoff_ms = RETRY_MIN_MS;
+	sidx_put(&m->target_index, addr, len, (uint64_t)(t - m->targets));
 	return t;
 }
 
@@ -1018,6 +1109,7 @@ static void established(struct mesh *m, struct conn *c)
 		return;
 	}
 	c->state = C_UP;
+	sidx_put(&m->up_index, c->peer, strlen(c->peer), (uint64_t)(uintptr_t)c);
 	if (c->target) {
 		snprintf(c->target->node, sizeof(c->target->node), "%s", c->peer);
 		c->target->backoff_ms = RETRY_MIN_MS;
@@ -1481,7 +1573,7 @@ static void tick(struct mesh *m)
 					      "bridge: peer %s (told of by another node): %u dials "
 					      "failed, dropped (and %llu more since the last such line)",
 					      t->addr, t->tries, (unsigned long long)held);
-			memset(t, 0, sizeof(*t));
+			target_drop(m, t);
 			continue;
 		}
 		if (now >= t->next_try_ns && want_dial(m, t))
@@ -1632,6 +1724,8 @@ static void mesh_close(void *b)
 		free(m->cookie);
 	}
 	free(m->targets);
+	procreg__u64map_free(&m->target_index.map);
+	procreg__u64map_free(&m->up_index.map);
 	free(m);
 }
 
@@ -1690,6 +1784,12 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 		snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", cfg->listen ? cfg->listen : "");
 	m->cookie = malloc(cfg->cookie_len);
 	m->targets = calloc(TARGETS_MAX, sizeof(*m->targets));
+	/* Secret, so that no peer can choose addresses or names of one key. */
+	if (getrandom(&m->target_index.seed, sizeof(m->target_index.seed), GRND_NONBLOCK) < 0 ||
+	    getrandom(&m->up_index.seed, sizeof(m->up_index.seed), GRND_NONBLOCK) < 0) {
+		m->target_index.seed = now_ns() ^ (uint64_t)(uintptr_t)m;
+		m->up_index.seed = ~m->target_index.seed;
+	}
 	m->queue_max = m->c.queue_max ? (size_t)m->c.queue_max : QUEUE_MAX_DEFAULT;
 	m->learned_tries = getenv("PROCREG_TEST_LEARNED_TRIES")
 				   ? (uint32_t)strtoul(getenv("PROCREG_TEST_LEARNED_TRIES"), NULL, 10)
