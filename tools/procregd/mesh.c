@@ -101,7 +101,7 @@
 #define UNAUTH_LINES 10               /* a second, about connections never authenticated */
 
 enum conn_state { C_CONNECTING, C_HANDSHAKE, C_UP };
-enum obj_kind { O_LISTEN, O_TIMER, O_CONN, O_RESOLVED };
+enum obj_kind { O_LISTEN, O_TIMER, O_CONN, O_RESOLVED, O_MORE };
 
 struct obj {
 	enum obj_kind kind;
@@ -135,6 +135,10 @@ struct conn {
 	uint8_t *wire;                /* bytes for the socket: handshake frames, a record */
 	size_t wire_len, wire_off, wire_cap;
 	size_t snap_bytes;            /* the snapshot's size: allowed on top of OUT_MAX */
+	/* Up, its snapshot not written yet (serve_snapshot()): sent nothing
+	 * until then, changes and heartbeats included, as the snapshot
+	 * will hold all they would say. */
+	bool snap_due;
 	bool want_out;
 	bool overflow;                /* broadcast() could not queue: drop at flush */
 	/* Dropped for the room its queue took (queue_room()): its buffer is
@@ -227,6 +231,11 @@ struct mesh {
 	unsigned unauth_lines;        /* lines logged in it */
 	uint64_t unauth_held;         /* lines held back since the last said so */
 	struct obj listen_o, timer_o;
+	/* Snapshots due (conn.snap_due), and an eventfd kept readable while
+	 * there are, so that the daemon dispatches again. */
+	size_t snaps_due;
+	int more_fd;
+	struct obj more_o;
 	struct conn *conns;
 	size_t nconns;
 	struct target *targets;
@@ -615,6 +624,10 @@ static void conn_kill_at(struct mesh *m, struct conn *c, int level, const char *
 	if (c->dead)
 		return;
 	c->dead = true;
+	if (c->snap_due) {
+		c->snap_due = false;
+		m->snaps_due--;
+	}
 	if (c->state == C_UP)
 		sidx_del(&m->up_index, c->peer, strlen(c->peer), (uint64_t)(uintptr_t)c);
 	epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -1119,12 +1132,9 @@ static void established(struct mesh *m, struct conn *c)
 	pr_bridge_log(&m->up, LOG_NOTICE, "bridge: node %s: up (incarnation %llx, %s %s)", c->peer,
 		      (unsigned long long)c->peer_inc, c->outbound ? "dialed" : "accepted from",
 		      c->remote);
-	if (m->up.snapshot(m->up.ctx, snap_send, c) < 0) {
-		conn_kill(m, c, c->evicted ? NULL : "snapshot");
-		return;
-	}
-	send_peers(m, c);
-	conn_flush(m, c);
+	/* Its snapshot in a dispatch of its own (serve_snapshot()). */
+	c->snap_due = true;
+	m->snaps_due++;
 	/* And tell the others about it, so the mesh closes whoever dialed
 	 * whom. */
 	if (c->peer_addr[0]) {
@@ -1135,7 +1145,7 @@ static void established(struct mesh *m, struct conn *c)
 		if (procreg__bp_add_peer(buf, sizeof(buf), &pos, start, c->peer, c->peer_addr) == 0) {
 			procreg__bp_end(buf, pos, start, 0);
 			for (struct conn *o = m->conns; o; o = o->next)
-				if (o != c && !o->dead && o->state == C_UP)
+				if (o != c && !o->dead && o->state == C_UP && !o->snap_due)
 					conn_queue(o, buf, pos);
 		}
 	}
@@ -1549,7 +1559,7 @@ static void tick(struct mesh *m)
 			conn_kill_at(m, c, LOG_NOTICE, "silent");
 			continue;
 		}
-		if (now - c->last_tx_ns >= hb) {
+		if (now - c->last_tx_ns >= hb && !c->snap_due) {
 			uint8_t buf[32];
 			size_t pos = 0;
 
@@ -1591,6 +1601,42 @@ static void kill_evicted(struct mesh *m)
 
 /* ---- the backend interface -------------------------------------------- */
 
+/*
+ * A snapshot is the whole table, written out on the daemon's thread: a
+ * burst of nodes coming up (many connections with the cookie at once)
+ * would have them all written in one turn, local requests waiting the
+ * while. One is written a dispatch, the oldest first; the daemon serves
+ * its clients between two.
+ */
+static void serve_snapshot(struct mesh *m)
+{
+	struct conn *due = NULL;
+	uint64_t x;
+
+	if (!m->snaps_due)
+		return;
+	(void)!read(m->more_fd, &x, sizeof(x));
+	/* conn_kill_at() takes the dead off the count. Connections are
+	 * pushed at the head: the last due is the oldest. */
+	for (struct conn *c = m->conns; c; c = c->next)
+		if (c->snap_due)
+			due = c;
+	if (due) {
+		due->snap_due = false;
+		m->snaps_due--;
+		if (m->up.snapshot(m->up.ctx, snap_send, due) < 0) {
+			conn_kill(m, due, due->evicted ? NULL : "snapshot");
+		} else {
+			send_peers(m, due);
+			conn_flush(m, due);
+		}
+	}
+	if (m->snaps_due) {
+		x = 1;
+		(void)!write(m->more_fd, &x, sizeof(x));
+	}
+}
+
 static void mesh_dispatch(void *b)
 {
 	struct mesh *m = b;
@@ -1613,8 +1659,11 @@ static void mesh_dispatch(void *b)
 		case O_RESOLVED:
 			on_resolved(m);
 			break;
+		case O_MORE:
+			break;
 		}
 	}
+	serve_snapshot(m);
 	kill_evicted(m);
 	reap(m);
 }
@@ -1631,7 +1680,7 @@ static int mesh_broadcast(void *b, const uint8_t *frame, size_t len)
 	 * try, so that a peer whose socket is full costs one failed send per
 	 * flush_bytes, not one per change. */
 	for (struct conn *c = m->conns; c; c = c->next) {
-		if (c->dead || c->state != C_UP || c->overflow || c->evicted)
+		if (c->dead || c->state != C_UP || c->overflow || c->evicted || c->snap_due)
 			continue;
 		if (conn_queue(c, frame, len) < 0) {
 			c->overflow = true;
@@ -1717,6 +1766,8 @@ static void mesh_close(void *b)
 		close(m->spare);
 	if (m->tfd >= 0)
 		close(m->tfd);
+	if (m->more_fd >= 0)
+		close(m->more_fd);
 	if (m->epfd >= 0)
 		close(m->epfd);
 	if (m->cookie) {
@@ -1769,7 +1820,7 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	*err = -ENOMEM;
 	if (!m)
 		return NULL;
-	m->lfd = m->tfd = m->spare = -1;
+	m->lfd = m->tfd = m->spare = m->more_fd = -1;
 	pr_bridge_config_take(&m->c, cfg);
 	pr_bridge_up_take(&m->up, up);
 	/* The mesh takes no --bridge-opt: one given is a mistake to say. */
@@ -1806,6 +1857,11 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	e.data.ptr = &m->timer_o;
 	if (timerfd_settime(m->tfd, 0, &its, NULL) < 0 ||
 	    epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->tfd, &e) < 0)
+		goto fail;
+	m->more_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	m->more_o.kind = O_MORE;
+	e.data.ptr = &m->more_o;
+	if (m->more_fd < 0 || epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->more_fd, &e) < 0)
 		goto fail;
 	if (cfg->listen && (*err = mesh_listen(m, cfg->listen)) < 0)
 		goto fail_err;
