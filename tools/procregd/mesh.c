@@ -234,6 +234,7 @@ struct mesh {
 	/* Snapshots due (conn.snap_due), and an eventfd kept readable while
 	 * there are, so that the daemon dispatches again. */
 	size_t snaps_due;
+	bool snapped;                 /* one written in this dispatch */
 	int more_fd;
 	struct obj more_o;
 	struct conn *conns;
@@ -1096,6 +1097,9 @@ static int conn_grow(struct conn *c)
 	return 0;
 }
 
+static void snapshot_now(struct mesh *m, struct conn *c);
+static void wake(struct mesh *m);
+
 static void established(struct mesh *m, struct conn *c)
 {
 	struct conn *old = up_conn(m, c->peer);
@@ -1132,9 +1136,18 @@ static void established(struct mesh *m, struct conn *c)
 	pr_bridge_log(&m->up, LOG_NOTICE, "bridge: node %s: up (incarnation %llx, %s %s)", c->peer,
 		      (unsigned long long)c->peer_inc, c->outbound ? "dialed" : "accepted from",
 		      c->remote);
-	/* Its snapshot in a dispatch of its own (serve_snapshot()). */
-	c->snap_due = true;
-	m->snaps_due++;
+	/* Its snapshot now, if it is this dispatch's first; else in a
+	 * dispatch of its own (serve_snapshot()). */
+	if (!m->snapped) {
+		snapshot_now(m, c);
+	} else {
+		c->snap_due = true;
+		m->snaps_due++;
+		wake(m);
+		conn_flush(m, c); /* the handshake's last word */
+	}
+	if (c->dead)
+		return;
 	/* And tell the others about it, so the mesh closes whoever dialed
 	 * whom. */
 	if (c->peer_addr[0]) {
@@ -1605,36 +1618,47 @@ static void kill_evicted(struct mesh *m)
  * A snapshot is the whole table, written out on the daemon's thread: a
  * burst of nodes coming up (many connections with the cookie at once)
  * would have them all written in one turn, local requests waiting the
- * while. One is written a dispatch, the oldest first; the daemon serves
- * its clients between two.
+ * while. One is written a dispatch (m->snapped), the others are due
+ * (conn.snap_due) and written in later dispatches, the oldest first;
+ * the daemon serves its clients between two.
  */
+static void snapshot_now(struct mesh *m, struct conn *c)
+{
+	m->snapped = true;
+	if (m->up.snapshot(m->up.ctx, snap_send, c) < 0) {
+		conn_kill(m, c, c->evicted ? NULL : "snapshot");
+		return;
+	}
+	send_peers(m, c);
+	conn_flush(m, c);
+}
+
+/* The daemon to dispatch again soon: more_fd readable. */
+static void wake(struct mesh *m)
+{
+	uint64_t x = 1;
+
+	(void)!write(m->more_fd, &x, sizeof(x));
+}
+
 static void serve_snapshot(struct mesh *m)
 {
 	struct conn *due = NULL;
-	uint64_t x;
 
 	if (!m->snaps_due)
 		return;
-	(void)!read(m->more_fd, &x, sizeof(x));
-	/* conn_kill_at() takes the dead off the count. Connections are
-	 * pushed at the head: the last due is the oldest. */
-	for (struct conn *c = m->conns; c; c = c->next)
-		if (c->snap_due)
-			due = c;
-	if (due) {
+	if (!m->snapped) {
+		/* conn_kill_at() takes the dead off the count. Connections
+		 * are pushed at the head: the last due is the oldest. */
+		for (struct conn *c = m->conns; c; c = c->next)
+			if (c->snap_due)
+				due = c;
 		due->snap_due = false;
 		m->snaps_due--;
-		if (m->up.snapshot(m->up.ctx, snap_send, due) < 0) {
-			conn_kill(m, due, due->evicted ? NULL : "snapshot");
-		} else {
-			send_peers(m, due);
-			conn_flush(m, due);
-		}
+		snapshot_now(m, due);
 	}
-	if (m->snaps_due) {
-		x = 1;
-		(void)!write(m->more_fd, &x, sizeof(x));
-	}
+	if (m->snaps_due)
+		wake(m);
 }
 
 static void mesh_dispatch(void *b)
@@ -1643,6 +1667,7 @@ static void mesh_dispatch(void *b)
 	struct epoll_event evs[64];
 	int n = epoll_wait(m->epfd, evs, 64, 0);
 
+	m->snapped = false;
 	for (int i = 0; i < n; i++) {
 		struct obj *o = evs[i].data.ptr;
 
@@ -1659,8 +1684,12 @@ static void mesh_dispatch(void *b)
 		case O_RESOLVED:
 			on_resolved(m);
 			break;
-		case O_MORE:
+		case O_MORE: {
+			uint64_t x;
+
+			(void)!read(m->more_fd, &x, sizeof(x));
 			break;
+		}
 		}
 	}
 	serve_snapshot(m);
