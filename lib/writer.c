@@ -20,9 +20,10 @@
  * The allocator's state is private and rebuilt on attach by walking the
  * reachable blocks: what lies between them below arena_top is free. Small
  * blocks come from exact-size free lists (16-byte classes up to 4 KiB),
- * larger ones (index blocks) first-fit from a list; no coalescing, which is
- * fine while record sizes repeat, and bounded by --max-size when they do
- * not.
+ * larger ones (index blocks) first-fit from a list. When neither these
+ * nor fresh arena have room, a block of a larger class is split. No
+ * coalescing: blocks of one size freed stay that size or smaller, which
+ * is fine while record sizes repeat.
  *
  * The file is sparse, and a store through the mapping to a page the
  * filesystem cannot back (a full tmpfs) is a SIGBUS, not an error. So no
@@ -144,6 +145,28 @@ static int alloc_large(struct pr_writer *w, uint64_t size, uint64_t *off)
 	return -ENOSPC;
 }
 
+/* The front of the smallest free block of a larger class, the rest to
+ * its own class: when neither SIZE's class, nor a large block, nor fresh
+ * arena has room. Without it, memory freed in one set of sizes (a user's
+ * names of 1 KiB metadata, all gone with its process) served no other
+ * size again, and the next user's small records found the arena full
+ * with most of it free. */
+static int alloc_split(struct pr_writer *w, uint64_t size, uint64_t *off)
+{
+	for (uint64_t k = size / PR_ALIGN; k < NCLASS; k++) {
+		struct pr_vec *c = &w->classes[k];
+		uint64_t have = (k + 1) * PR_ALIGN;
+
+		if (!c->n)
+			continue;
+		*off = c->v[--c->n];
+		if (have > size)
+			free_block(w, *off + size, have - size);
+		return 0;
+	}
+	return -ENOSPC;
+}
+
 static int allocate_pages(int fd, uint64_t from, uint64_t to)
 {
 	int err;
@@ -247,6 +270,8 @@ static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
 			goto got;
 		}
 	}
+	if (size <= CLASS_MAX && !alloc_split(w, size, off))
+		goto got;
 	if (size > end - top && size <= w->map.size - top)
 		w->reserve_hit = true; /* the reserve had room for it */
 	return err;

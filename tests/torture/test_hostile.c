@@ -124,6 +124,14 @@ static int setup_pages(void **state)
 	return start(state, args);
 }
 
+/* A table small enough to fill: 4 MiB, 256 KiB of it kept for root. */
+static int setup_small(void **state)
+{
+	static const char *const args[] = { "--max-size", "4M", "--reserved-size", "256K", NULL };
+
+	return start(state, args);
+}
+
 static int setup_bare(void **state)
 {
 	return start(state, NULL);
@@ -1012,6 +1020,108 @@ static void test_page_sent_again(void **state)
 	}
 }
 
+/* ---- an arena left in pieces of one size ------------------------------- */
+
+#define FRAG_SIZES 4
+#define FRAG_VICTIM_NAMES 2000
+
+struct frag_arg {
+	const char *dir;
+	const struct th_user *u;
+	int done_fd;
+};
+
+/* As U: names with metadata of FRAG_SIZES sizes near 1 KiB (a size class
+ * each) until the daemon refuses one; their number on DONE_FD; then held
+ * until killed. */
+static int frag_attacker(void *p)
+{
+	const struct frag_arg *a = p;
+	static char meta[1024];
+	procreg_t *r;
+	char name[32];
+	int n = 0, err;
+
+	th_become(a->u);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() == 1)
+		return 10;
+	r = open_dir(a->dir);
+	if (!r)
+		return 11;
+	memset(meta, 'f', sizeof(meta));
+	do {
+		snprintf(name, sizeof(name), "frag.%d", n);
+		err = procreg_register(r, name, meta, 1000 - 16 * (size_t)(n % FRAG_SIZES));
+	} while (!err && ++n < 1000000);
+	if (write(a->done_fd, &n, sizeof(n)) != sizeof(n))
+		return 12;
+	for (;;)
+		pause();
+}
+
+/* As U: FRAG_VICTIM_NAMES names with 8 bytes of metadata; the exit
+ * status says how many were refused (at most 250). */
+static int frag_victim(void *p)
+{
+	const struct frag_arg *a = p;
+	procreg_t *r;
+	char name[32];
+	int refused = 0;
+
+	th_become(a->u);
+	r = open_dir(a->dir);
+	if (!r)
+		return 251;
+	for (int i = 0; i < FRAG_VICTIM_NAMES; i++) {
+		snprintf(name, sizeof(name), "small.%d", i);
+		if (procreg_register(r, name, "8 bytes!", 8) != 0)
+			refused++;
+	}
+	procreg_close(r);
+	return refused > 250 ? 250 : refused;
+}
+
+static int arena_mostly_free(void *p)
+{
+	const struct pr_table_hdr *h = ((struct fx *)p)->reg->map.hdr;
+
+	return PR_LOAD_ACQ(&h->arena_used) < (PR_LOAD_ACQ(&h->arena_top) - h->arena_off) / 4;
+}
+
+/*
+ * One user fills the table with names of a few sizes (all its metadata
+ * near 1 KiB), and its process is killed: the arena is free again, in
+ * blocks of those sizes. Another user's names, of another size, must
+ * find room there, not be refused for a table full of free memory.
+ */
+static void test_fragmented_arena(void **state)
+{
+	struct fx *f = *state;
+	struct frag_arg att = { .dir = f->dir, .u = user(f) };
+	struct frag_arg vic = { .dir = f->dir, .u = user(f) };
+	int done[2], n = 0;
+	pid_t pid;
+
+	assert_int_equal(pipe2(done, O_CLOEXEC), 0);
+	att.done_fd = done[1];
+	pid = kid(f, frag_attacker, &att);
+	close(done[1]);
+	if (read(done[0], &n, sizeof(n)) != sizeof(n))
+		fail_msg("the attacker failed: status %d", kid_wait(f, pid));
+	close(done[0]);
+	/* 4 MiB less root's 256 KiB, at about 1 KiB a name. */
+	assert_true(n > 2000);
+	assert_true(n < 4000);
+	kill(pid, SIGKILL);
+	assert_int_equal(kid_wait(f, pid), 128 + SIGKILL);
+	if (!th_until(arena_mostly_free, f, WAIT_MS))
+		fail_msg("the attacker's %d names were not freed", n);
+	assert_int_equal(procreg_lookup(f->reg, "frag.0", NULL), -ENOENT);
+
+	/* Its names go with it: its exit status counts the refused. */
+	assert_int_equal(kid_wait(f, kid(f, frag_victim, &vic)), 0);
+}
+
 /* ---- a connection that outlives its process --------------------------- */
 
 /* What the attacker tells the test: the pid of the process that made its
@@ -1814,6 +1924,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_page_budget_default, setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_page_sent_again, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pid_reused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fragmented_arena, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_colliding_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_scope, setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_socket, setup_bare, teardown),
