@@ -935,17 +935,20 @@ static int raw_send_page(int s)
 	return st;
 }
 
-/* As U: a page sent four times (taken once, then EEXIST), then another
- * page twice; a byte on READY_FD, and held until killed. */
-struct again_arg {
+/* What a kid acting as U is given: the table's directory, and a pipe's
+ * write end to report on. */
+struct user_arg {
 	const char *dir;
 	const struct th_user *u;
 	int ready_fd;
 };
 
+/* As U: a page sent four times (taken once, then EEXIST), then another
+ * page twice; a byte on READY_FD, and held until killed. */
+
 static int page_again_main(void *p)
 {
-	const struct again_arg *a = p;
+	const struct user_arg *a = p;
 	int s, fd, fd2;
 	char c = 0;
 
@@ -992,7 +995,7 @@ static void test_page_sent_again(void **state)
 {
 	struct fx *f = *state;
 	struct th_user *u = user(f);
-	struct again_arg a = { .dir = f->dir, .u = u };
+	struct user_arg a = { .dir = f->dir, .u = u };
 	struct pages_want w = { .f = f, .uid = (long)u->uid, .pages = 2 };
 	int ready[2];
 	char c;
@@ -1025,18 +1028,12 @@ static void test_page_sent_again(void **state)
 #define FRAG_SIZES 4
 #define FRAG_VICTIM_NAMES 2000
 
-struct frag_arg {
-	const char *dir;
-	const struct th_user *u;
-	int done_fd;
-};
-
 /* As U: names with metadata of FRAG_SIZES sizes near 1 KiB (a size class
- * each) until the daemon refuses one; their number on DONE_FD; then held
+ * each) until the daemon refuses one; their number on READY_FD; then held
  * until killed. */
 static int frag_attacker(void *p)
 {
-	const struct frag_arg *a = p;
+	const struct user_arg *a = p;
 	static char meta[1024];
 	procreg_t *r;
 	char name[32];
@@ -1053,7 +1050,7 @@ static int frag_attacker(void *p)
 		snprintf(name, sizeof(name), "frag.%d", n);
 		err = procreg_register(r, name, meta, 1000 - 16 * (size_t)(n % FRAG_SIZES));
 	} while (!err && ++n < 1000000);
-	if (write(a->done_fd, &n, sizeof(n)) != sizeof(n))
+	if (write(a->ready_fd, &n, sizeof(n)) != sizeof(n))
 		return 12;
 	for (;;)
 		pause();
@@ -1063,7 +1060,7 @@ static int frag_attacker(void *p)
  * status says how many were refused (at most 250). */
 static int frag_victim(void *p)
 {
-	const struct frag_arg *a = p;
+	const struct user_arg *a = p;
 	procreg_t *r;
 	char name[32];
 	int refused = 0;
@@ -1097,13 +1094,13 @@ static int arena_mostly_free(void *p)
 static void test_fragmented_arena(void **state)
 {
 	struct fx *f = *state;
-	struct frag_arg att = { .dir = f->dir, .u = user(f) };
-	struct frag_arg vic = { .dir = f->dir, .u = user(f) };
+	struct user_arg att = { .dir = f->dir, .u = user(f) };
+	struct user_arg vic = { .dir = f->dir, .u = user(f) };
 	int done[2], n = 0;
 	pid_t pid;
 
 	assert_int_equal(pipe2(done, O_CLOEXEC), 0);
-	att.done_fd = done[1];
+	att.ready_fd = done[1];
 	pid = kid(f, frag_attacker, &att);
 	close(done[1]);
 	if (read(done[0], &n, sizeof(n)) != sizeof(n))
