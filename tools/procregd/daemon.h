@@ -126,7 +126,7 @@ struct client {
 struct lost_notice {
 	struct lost_notice *next;
 	pid_t pid;                /* the loser */
-	uint64_t start;
+	uint64_t start, ino;      /* which process: ident_is() */
 	int pidfd;                /* a dup of its pidfd, to signal it: -1 if no signal */
 	int sig;
 	pid_t winner;

@@ -542,6 +542,7 @@ void proc_lost_name(struct daemon *d, uint64_t off, const char *node, pid_t winn
 	}
 	n->pid = (pid_t)r->pid;
 	n->start = r->start_time;
+	n->ino = r->aux;
 	n->pidfd = -1;
 	n->winner = winner;
 	n->time_ns = procreg__now_ns();

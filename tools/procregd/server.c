@@ -313,7 +313,7 @@ void server_notice_lost(struct daemon *d, const struct lost_notice *n)
 		return;
 	for (struct client *c = d->clients; c; c = next) {
 		next = c->next;
-		if (!c->notices || c->id.pid != n->pid || c->id.start != n->start)
+		if (!c->notices || c->id.pid != n->pid || !ident_is(&c->id, n->start, n->ino))
 			continue;
 		/* Queued behind its replies like one, if it must wait. */
 		if (send_reply(d, c, frame, pos) < 0)
