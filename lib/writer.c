@@ -145,28 +145,6 @@ static int alloc_large(struct pr_writer *w, uint64_t size, uint64_t *off)
 	return -ENOSPC;
 }
 
-/* The front of the smallest free block of a larger class, the rest to
- * its own class: when neither SIZE's class, nor a large block, nor fresh
- * arena has room. Without it, memory freed in one set of sizes (a user's
- * names of 1 KiB metadata, all gone with its process) served no other
- * size again, and the next user's small records found the arena full
- * with most of it free. */
-static int alloc_split(struct pr_writer *w, uint64_t size, uint64_t *off)
-{
-	for (uint64_t k = size / PR_ALIGN; k < NCLASS; k++) {
-		struct pr_vec *c = &w->classes[k];
-		uint64_t have = (k + 1) * PR_ALIGN;
-
-		if (!c->n)
-			continue;
-		*off = c->v[--c->n];
-		if (have > size)
-			free_block(w, *off + size, have - size);
-		return 0;
-	}
-	return -ENOSPC;
-}
-
 static int allocate_pages(int fd, uint64_t from, uint64_t to)
 {
 	int err;
@@ -270,14 +248,48 @@ static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
 			goto got;
 		}
 	}
-	if (size <= CLASS_MAX && !alloc_split(w, size, off))
-		goto got;
 	if (size > end - top && size <= w->map.size - top)
 		w->reserve_hit = true; /* the reserve had room for it */
 	return err;
 got:
 	CMM_STORE_SHARED(H(w)->arena_used, H(w)->arena_used + size);
 	return 0;
+}
+
+/*
+ * The last resort of a small block, once alloc_block() and a reclaim
+ * have failed: the front of a free block of a larger class, its rest to
+ * its own class. Without it, memory freed in one set of sizes (a user's
+ * names of 1 KiB metadata, all gone with its process) served no other
+ * size again, and the next user's small records found the arena full
+ * with most of it free. The block taken is the smallest that leaves a
+ * rest a record fits in; one that leaves less (lost until a restart's
+ * recovery) only if there is no other.
+ */
+static int alloc_split(struct pr_writer *w, uint64_t size, uint64_t *off)
+{
+	uint64_t first;
+
+	size = (size + PR_ALIGN - 1) & ~(uint64_t)(PR_ALIGN - 1);
+	if (size > CLASS_MAX || !reserve_allows(w, size))
+		return -ENOSPC;
+	/* classes[k] holds blocks of (k + 1) * PR_ALIGN bytes. */
+	first = (size + PR_RECORD_MIN + PR_ALIGN - 1) / PR_ALIGN - 1;
+	for (int pass = 0; pass < 2; pass++) {
+		uint64_t from = pass ? size / PR_ALIGN : first, to = pass ? first : NCLASS;
+
+		for (uint64_t k = from; k < to && k < NCLASS; k++) {
+			struct pr_vec *c = &w->classes[k];
+
+			if (!c->n)
+				continue;
+			*off = c->v[--c->n];
+			free_block(w, *off + size, (k + 1) * PR_ALIGN - size);
+			CMM_STORE_SHARED(H(w)->arena_used, H(w)->arena_used + size);
+			return 0;
+		}
+	}
+	return -ENOSPC;
 }
 
 static void release_block(struct pr_writer *w, uint64_t off, uint64_t size)
@@ -554,6 +566,8 @@ int procreg__w_new_record(struct pr_writer *w, const struct pr_record *tmpl,
 		procreg__w_reclaim(w);
 		err = alloc_block(w, size, off);
 	}
+	if (err == -ENOSPC)
+		err = alloc_split(w, size, off);
 	if (err)
 		return err;
 	r = (struct pr_record *)(w->map.base + *off);
@@ -704,6 +718,8 @@ int procreg__w_group(struct pr_writer *w, const char *name, size_t len, bool cre
 	/* Root block and member index first, then the record that reaches
 	 * them, then the slot word that reaches the record. */
 	err = alloc_block(w, sizeof(*gr), &root_off);
+	if (err == -ENOSPC)
+		err = alloc_split(w, sizeof(*gr), &root_off);
 	if (err)
 		return err;
 	err = build_index(w, NULL, MEMBER_INDEX_MIN, &ioff);
