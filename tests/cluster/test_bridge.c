@@ -397,6 +397,41 @@ static void test_conflict_loser_told(void **state)
 	th_wait(loser);
 }
 
+/* b comes up with two peers at once: c, which holds nothing, and a,
+ * which holds "job", registered before b's. A node whose snapshot is
+ * still to be written (the second to come up in one turn) is not read
+ * until it is: had b applied a's snapshot first, its losing
+ * registration would be gone from the snapshot it then sent, and a
+ * would never hear of the conflict. Both sides log it, and the loser is
+ * told, whichever node b brings up first. */
+static void test_conflict_in_burst(void **state)
+{
+	struct cluster *c = *state;
+	char line[256];
+	pid_t winner, loser;
+	int rd;
+
+	start_node(c, 0, NULL);
+	start_node(c, 2, NULL);
+	winner = spawn_holder(c->n[0].dir, "job");
+	th_msleep(5);
+	start_node(c, 1, (const int[]){ 2, 0, -1 });
+	loser = spawn_loser(c->n[1].dir, &rd);
+	for (int i = 0; i < 3; i++)
+		expect_name(c->n[i].reg, "job", winner, i != 0);
+	snprintf(line, sizeof(line), "bridge: name 'job': node nodeb's registration (pid %d) loses "
+		 "to ours (pid %d), the earlier: kept", (int)loser, (int)winner);
+	th_expect_log(c->n[0].d.log, line, WAIT_MS);
+	snprintf(line, sizeof(line), "name 'job': pid %d told it lost it to node nodea's pid %d",
+		 (int)loser, (int)winner);
+	th_expect_log(c->n[1].d.log, line, WAIT_MS);
+	close(rd);
+	kill(winner, SIGKILL);
+	kill(loser, SIGKILL);
+	th_wait(winner);
+	th_wait(loser);
+}
+
 /* procreg run NAME -- CMD on b, while a gave NAME away earlier: once they
  * meet, CMD gets SIGTERM from b's daemon (procreg run's default), or, with
  * --on-lost none, runs on. */
@@ -1202,6 +1237,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cookie_file_mode, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conflict_earlier_wins, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conflict_loser_told, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_conflict_in_burst, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_run_loser_signalled, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_custom_resolver, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),

@@ -1136,9 +1136,9 @@ static void established(struct mesh *m, struct conn *c)
 	pr_bridge_log(&m->up, LOG_NOTICE, "bridge: node %s: up (incarnation %llx, %s %s)", c->peer,
 		      (unsigned long long)c->peer_inc, c->outbound ? "dialed" : "accepted from",
 		      c->remote);
-	/* Its snapshot now, if it is this dispatch's first; else in a
-	 * dispatch of its own (serve_snapshot()). */
-	if (!m->snapped) {
+	/* Its snapshot now, if it is this dispatch's first and none waits;
+	 * else in a dispatch of its own, in turn (serve_snapshot()). */
+	if (!m->snapped && !m->snaps_due) {
 		snapshot_now(m, c);
 	} else {
 		c->snap_due = true;
@@ -1397,12 +1397,33 @@ static size_t read_records(struct mesh *m, struct conn *c, size_t pos)
 	return pos;
 }
 
+/* What C->in holds, handled: the handshake's frames, and the records
+ * that may follow the last of them in the same read; not a node's
+ * records before its snapshot is written (conn.snap_due): they could
+ * change what it says (a conflict the snapshot's writer loses, and the
+ * other side then never hears of). */
+static void conn_consume(struct mesh *m, struct conn *c)
+{
+	size_t pos = 0;
+
+	if (c->state == C_HANDSHAKE)
+		pos = read_handshake(m, c);
+	if (!c->dead && c->state == C_UP && !c->snap_due)
+		pos = read_records(m, c, pos);
+	if (c->dead)
+		return;
+	memmove(c->in, c->in + pos, c->in_len - pos);
+	c->in_len -= pos;
+	conn_flush(m, c);
+}
+
 static void conn_read(struct mesh *m, struct conn *c)
 {
 	/* A bounded amount per wake-up: one busy peer does not starve the
-	 * rest of the daemon. */
-	for (int round = 0; round < 16 && !c->dead; round++) {
-		size_t pos = 0;
+	 * rest of the daemon. A node whose snapshot is due is not read
+	 * (conn_consume()); the wake-ups it causes meanwhile each serve a
+	 * snapshot. */
+	for (int round = 0; round < 16 && !c->dead && !c->snap_due; round++) {
 		ssize_t n;
 
 		if (c->in_len == c->in_cap) {
@@ -1425,17 +1446,7 @@ static void conn_read(struct mesh *m, struct conn *c)
 		c->in_len += (size_t)n;
 		c->bytes_in += (uint64_t)n;
 		c->last_rx_ns = now_ns();
-		if (c->state == C_HANDSHAKE)
-			pos = read_handshake(m, c);
-		/* Records may follow the last handshake frame in the same
-		 * read. */
-		if (!c->dead && c->state == C_UP)
-			pos = read_records(m, c, pos);
-		if (c->dead)
-			return;
-		memmove(c->in, c->in + pos, c->in_len - pos);
-		c->in_len -= pos;
-		conn_flush(m, c);
+		conn_consume(m, c);
 	}
 }
 
@@ -1568,7 +1579,7 @@ static void tick(struct mesh *m)
 				       "handshake timed out");
 			continue;
 		}
-		if (now - c->last_rx_ns > to) {
+		if (now - c->last_rx_ns > to && !c->snap_due) {
 			conn_kill_at(m, c, LOG_NOTICE, "silent");
 			continue;
 		}
@@ -1655,7 +1666,11 @@ static void serve_snapshot(struct mesh *m)
 				due = c;
 		due->snap_due = false;
 		m->snaps_due--;
+		/* Not read while it waited: not silent. */
+		due->last_rx_ns = now_ns();
 		snapshot_now(m, due);
+		if (!due->dead && due->in_len)
+			conn_consume(m, due);
 	}
 	if (m->snaps_due)
 		wake(m);
