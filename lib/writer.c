@@ -20,10 +20,10 @@
  * The allocator's state is private and rebuilt on attach by walking the
  * reachable blocks: what lies between them below arena_top is free. Small
  * blocks come from exact-size free lists (16-byte classes up to 4 KiB),
- * larger ones (index blocks) first-fit from a list. When neither these
- * nor fresh arena have room, a block of a larger class is split. No
- * coalescing: blocks of one size freed stay that size or smaller, which
- * is fine while record sizes repeat.
+ * larger ones (index blocks) first-fit from a list. When neither these,
+ * fresh arena nor a reclaim have room, a block of a larger class is split
+ * (alloc_split()). No coalescing: blocks of one size freed stay that size
+ * or smaller, which is fine while record sizes repeat.
  *
  * The file is sparse, and a store through the mapping to a page the
  * filesystem cannot back (a full tmpfs) is a SIGBUS, not an error. So no
@@ -268,28 +268,32 @@ got:
  */
 static int alloc_split(struct pr_writer *w, uint64_t size, uint64_t *off)
 {
-	uint64_t first;
+	uint64_t k, take = NCLASS;
+	struct pr_vec *c;
 
 	size = (size + PR_ALIGN - 1) & ~(uint64_t)(PR_ALIGN - 1);
 	if (size > CLASS_MAX || !reserve_allows(w, size))
 		return -ENOSPC;
-	/* classes[k] holds blocks of (k + 1) * PR_ALIGN bytes. */
-	first = (size + PR_RECORD_MIN + PR_ALIGN - 1) / PR_ALIGN - 1;
-	for (int pass = 0; pass < 2; pass++) {
-		uint64_t from = pass ? size / PR_ALIGN : first, to = pass ? first : NCLASS;
-
-		for (uint64_t k = from; k < to && k < NCLASS; k++) {
-			struct pr_vec *c = &w->classes[k];
-
-			if (!c->n)
-				continue;
-			*off = c->v[--c->n];
-			free_block(w, *off + size, (k + 1) * PR_ALIGN - size);
-			CMM_STORE_SHARED(H(w)->arena_used, H(w)->arena_used + size);
-			return 0;
+	/* classes[k] holds blocks of (k + 1) * PR_ALIGN bytes: from the
+	 * first larger than SIZE on, the first whose rest a record fits,
+	 * else the first at all. */
+	for (k = size / PR_ALIGN; k < NCLASS; k++) {
+		if (!w->classes[k].n)
+			continue;
+		if (take == NCLASS)
+			take = k;
+		if ((k + 1) * PR_ALIGN - size >= PR_RECORD_MIN) {
+			take = k;
+			break;
 		}
 	}
-	return -ENOSPC;
+	if (take == NCLASS)
+		return -ENOSPC;
+	c = &w->classes[take];
+	*off = c->v[--c->n];
+	free_block(w, *off + size, (take + 1) * PR_ALIGN - size);
+	CMM_STORE_SHARED(H(w)->arena_used, H(w)->arena_used + size);
+	return 0;
 }
 
 static void release_block(struct pr_writer *w, uint64_t off, uint64_t size)

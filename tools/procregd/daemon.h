@@ -467,13 +467,13 @@ static inline bool uid_privileged(const struct daemon *d, uid_t uid)
  * place in an owner queue. */
 bool uid_may_add(const struct daemon *d, const struct proc *p);
 struct proc *proc_get(struct daemon *d, pid_t pid);
-/* Find or create the entry for the process IDENT names; takes a dup of its
- * pidfd. A stale entry for a previous process with the same pid is
- * processed as a death first. */
 /* Whether ID is the process an entry made with START and INO (its pidfs
  * inode, 0 if unknown) stands for. The start time alone, in clock ticks,
  * is shared by a process and one given its pid within the same tick. */
 bool ident_is(const struct ident *id, uint64_t start, uint64_t ino);
+/* Find or create the entry for the process IDENT names; takes a dup of its
+ * pidfd. A stale entry for a previous process with the same pid is
+ * processed as a death first; -ESRCH if IDENT's process is the one gone. */
 int proc_attach(struct daemon *d, const struct ident *id, struct proc **out);
 /* At start: the live process PID started at START (pidfs inode INO, 0 if
  * unknown) as a proc, or -ESRCH if that process is gone. */

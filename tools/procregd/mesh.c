@@ -554,20 +554,22 @@ static void conn_flush(struct mesh *m, struct conn *c)
 
 /* ---- connections ------------------------------------------------------ */
 
+static bool up_as(const struct conn *c, const char *node)
+{
+	return !c->dead && c->state == C_UP && !strcmp(c->peer, node);
+}
+
 static struct conn *up_conn(struct mesh *m, const char *node)
 {
 	uint64_t v;
 
-	if (sidx_get(&m->up_index, node, strlen(node), &v) == 0) {
-		struct conn *c = (struct conn *)(uintptr_t)v;
-
-		if (!c->dead && c->state == C_UP && !strcmp(c->peer, node))
-			return c;
-	}
+	if (sidx_get(&m->up_index, node, strlen(node), &v) == 0 &&
+	    up_as((struct conn *)(uintptr_t)v, node))
+		return (struct conn *)(uintptr_t)v;
 	if (!m->up_index.partial)
 		return NULL;
 	for (struct conn *c = m->conns; c; c = c->next)
-		if (!c->dead && c->state == C_UP && !strcmp(c->peer, node))
+		if (up_as(c, node))
 			return c;
 	return NULL;
 }
@@ -1098,7 +1100,6 @@ static int conn_grow(struct conn *c)
 }
 
 static void snapshot_now(struct mesh *m, struct conn *c);
-static void wake(struct mesh *m);
 
 static void established(struct mesh *m, struct conn *c)
 {
@@ -1137,14 +1138,14 @@ static void established(struct mesh *m, struct conn *c)
 		      (unsigned long long)c->peer_inc, c->outbound ? "dialed" : "accepted from",
 		      c->remote);
 	/* Its snapshot now, if it is this dispatch's first and none waits;
-	 * else in a dispatch of its own, in turn (serve_snapshot()). */
+	 * else in a dispatch of its own, in turn (serve_snapshot(), at the
+	 * end of this dispatch). The handshake's last word goes out with
+	 * conn_consume()'s flush. */
 	if (!m->snapped && !m->snaps_due) {
 		snapshot_now(m, c);
 	} else {
 		c->snap_due = true;
 		m->snaps_due++;
-		wake(m);
-		conn_flush(m, c); /* the handshake's last word */
 	}
 	if (c->dead)
 		return;
