@@ -32,6 +32,8 @@
  *   HEARTBEAT  u64 incarnation, u64 seq (the sender's newest change).
  *   PEERS      u16 count, then count x (u8 name_len, name, u8 addr_len,
  *              addr): the nodes the sender is connected to (full mesh).
+ *              An empty one is also the mesh's sign of life to a node
+ *              whose snapshot waits its turn (no HEARTBEAT before it).
  *   SNAP       u64 incarnation, u64 seq (the snapshot is as of this
  *              change), u32 part, u16 count, count entries. A snapshot
  *              is one or more SNAP frames, numbered by part from 0 up,

@@ -521,20 +521,15 @@ static void peer_consume(struct th_peer *p, size_t n)
 	p->in_len -= n;
 }
 
-int th_peer_connect(struct th_peer *p, const char *listen, const char *name, uint64_t inc,
-		    const char *cookie)
+/* The handshake from where it stands until it is over (0, or its error
+ * as th_peer_connect()), or, HOLD, until our AUTH is made: that is kept
+ * in P->held, not sent, and 0 returned. */
+static int peer_handshake(struct th_peer *p, bool hold)
 {
-	struct pr_bs_config bc = { .cookie = (const uint8_t *)cookie, .cookie_len = strlen(cookie),
-				   .node = name, .incarnation = inc, .addr = "", .dialer = true };
-	uint8_t out[PR_BS_HELLO_MAX + 64];
-	size_t pos = 0;
+	uint8_t out[sizeof(p->held)];
+	size_t pos;
 	int r;
 
-	memset(p, 0, sizeof(*p));
-	p->fd = th_dial(listen);
-	assert_int_equal(procreg__bs_new(&p->bs, &bc), 0);
-	assert_int_equal(procreg__bs_hello(p->bs, out, sizeof(out), &pos), 0);
-	assert_int_equal(write(p->fd, out, pos), (ssize_t)pos);
 	for (;;) {
 		struct pr_bp_frame f;
 		size_t fp = 0;
@@ -554,11 +549,57 @@ int th_peer_connect(struct th_peer *p, const char *listen, const char *name, uin
 		pos = 0;
 		r = procreg__bs_handshake(p->bs, p->in, &f, out, sizeof(out), &pos);
 		peer_consume(p, fp);
+		if (pos && hold && r == PR_BS_MORE) {
+			memcpy(p->held, out, pos);
+			p->held_len = pos;
+			return 0;
+		}
 		if (pos)
 			assert_int_equal(write(p->fd, out, pos), (ssize_t)pos);
 		if (r != PR_BS_MORE)
 			return r == PR_BS_UP ? 0 : r;
 	}
+}
+
+/* Dial LISTEN and send our HELLO. */
+static void peer_dial(struct th_peer *p, const char *listen, const char *name, uint64_t inc,
+		      const char *cookie)
+{
+	struct pr_bs_config bc = { .cookie = (const uint8_t *)cookie, .cookie_len = strlen(cookie),
+				   .node = name, .incarnation = inc, .addr = "", .dialer = true };
+	uint8_t out[PR_BS_HELLO_MAX + 64];
+	size_t pos = 0;
+
+	memset(p, 0, sizeof(*p));
+	p->fd = th_dial(listen);
+	assert_int_equal(procreg__bs_new(&p->bs, &bc), 0);
+	assert_int_equal(procreg__bs_hello(p->bs, out, sizeof(out), &pos), 0);
+	assert_int_equal(write(p->fd, out, pos), (ssize_t)pos);
+}
+
+int th_peer_connect(struct th_peer *p, const char *listen, const char *name, uint64_t inc,
+		    const char *cookie)
+{
+	peer_dial(p, listen, name, inc, cookie);
+	return peer_handshake(p, false);
+}
+
+int th_peer_connect_held(struct th_peer *p, const char *listen, const char *name, uint64_t inc,
+			 const char *cookie)
+{
+	peer_dial(p, listen, name, inc, cookie);
+	return peer_handshake(p, true);
+}
+
+void th_peer_release(struct th_peer *p)
+{
+	assert_int_equal(write(p->fd, p->held, p->held_len), (ssize_t)p->held_len);
+	p->held_len = 0;
+}
+
+int th_peer_finish(struct th_peer *p)
+{
+	return peer_handshake(p, false);
 }
 
 void th_peer_send(struct th_peer *p, const uint8_t *buf, size_t len)
@@ -575,7 +616,9 @@ void th_peer_send(struct th_peer *p, const uint8_t *buf, size_t len)
 	}
 }
 
-void th_peer_expect(struct th_peer *p, uint8_t type, struct pr_bp_frame *f)
+/* The next frame from the daemon, of any type, in *F (pointing into
+ * P->frame): 0, or -ECONNRESET at the connection's end. */
+int th_peer_next(struct th_peer *p, struct pr_bp_frame *f)
 {
 	for (;;) {
 		size_t fp = 0, used = 0, n = 0;
@@ -583,18 +626,13 @@ void th_peer_expect(struct th_peer *p, uint8_t type, struct pr_bp_frame *f)
 
 		assert_true(r >= 0);
 		if (r == 1) {
-			bool want = f->type == type;
+			size_t q = 0;
 
 			memcpy(p->frame, p->pt, fp);
 			memmove(p->pt, p->pt + fp, p->pt_len - fp);
 			p->pt_len -= fp;
-			if (want) {
-				size_t q = 0;
-
-				assert_int_equal(procreg__bp_next(p->frame, fp, &q, f), 1);
-				return;
-			}
-			continue;
+			assert_int_equal(procreg__bp_next(p->frame, fp, &q, f), 1);
+			return 0;
 		}
 		r = procreg__bs_open(p->bs, p->in, p->in_len, &used, p->pt + p->pt_len, &n);
 		assert_true(r >= 0);
@@ -603,8 +641,16 @@ void th_peer_expect(struct th_peer *p, uint8_t type, struct pr_bp_frame *f)
 			peer_consume(p, used);
 			continue;
 		}
-		assert_int_equal(peer_fill(p), 0);
+		if (peer_fill(p) < 0)
+			return -ECONNRESET;
 	}
+}
+
+void th_peer_expect(struct th_peer *p, uint8_t type, struct pr_bp_frame *f)
+{
+	do
+		assert_int_equal(th_peer_next(p, f), 0);
+	while (f->type != type);
 }
 
 void th_peer_close(struct th_peer *p)

@@ -132,6 +132,8 @@ struct th_peer {
 	uint8_t pt[PR_BP_FRAME_MAX + PR_BS_PT_MAX]; /* opened, not yet read as frames */
 	size_t pt_len;
 	uint8_t frame[PR_BP_FRAME_MAX]; /* the frame th_peer_expect() returned */
+	uint8_t held[PR_BS_HELLO_MAX + 64]; /* th_peer_connect_held()'s AUTH */
+	size_t held_len;
 };
 
 /* The loopback port of "host:port" LISTEN, connected to (the test fails
@@ -143,11 +145,21 @@ int th_dial(const char *listen);
  * the daemon closed the connection, a REFUSE in P->frame if it sent one). */
 int th_peer_connect(struct th_peer *p, const char *listen, const char *name, uint64_t inc,
 		    const char *cookie);
+/* th_peer_connect() in steps, for many nodes to come up at once: the
+ * handshake until our AUTH is made, kept (0, or the handshake's error);
+ * that AUTH sent; then the rest of the handshake (as th_peer_connect()). */
+int th_peer_connect_held(struct th_peer *p, const char *listen, const char *name, uint64_t inc,
+			 const char *cookie);
+void th_peer_release(struct th_peer *p);
+int th_peer_finish(struct th_peer *p);
 /* Frames BUF[0..len) to the daemon, sealed in as many records as it takes. */
 void th_peer_send(struct th_peer *p, const uint8_t *buf, size_t len);
 /* The next frame of TYPE from the daemon (others are skipped), in *F
  * (pointing into P->frame until the next call). */
 void th_peer_expect(struct th_peer *p, uint8_t type, struct pr_bp_frame *f);
+/* The next frame from the daemon, of any type (*F as th_peer_expect()
+ * makes it): 0, or -ECONNRESET at the connection's end. */
+int th_peer_next(struct th_peer *p, struct pr_bp_frame *f);
 /* Close the connection and free the channel. */
 void th_peer_close(struct th_peer *p);
 

@@ -16,6 +16,9 @@
  *    nothing must not make the daemon queue a snapshot for each without
  *    bound: the queues stay within --max-mesh-queue, and a node that does
  *    read still joins.
+ *  - Many nodes coming up at once (a partition healing) have their
+ *    snapshots written in turn: those waiting for theirs hear from the
+ *    daemon meanwhile, or their side would drop it as silent.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -780,6 +783,116 @@ static void test_leeches_bounded(void **state)
 	free(l.p);
 }
 
+/* ---- 5: a burst of nodes, kept alive while their snapshots wait ------- */
+
+#define BURST_PEERS 24
+#define BURST_NAMES 100000
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define BURST_HB_MS 10      /* as --heartbeat-ms below */
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/* One node of the burst, on a thread of its own (so that no other's
+ * wait delays its clock): its handshake finished, then its frames read
+ * until its snapshot's first; when each came, in ms from the burst. */
+struct burster {
+	struct th_peer p;
+	uint64_t t0;
+	uint64_t up_ms, alive_ms, snap_ms;  /* alive: the first PEERS */
+	int err;
+};
+
+static void *burster_main(void *arg)
+{
+	struct burster *b = arg;
+	struct pr_bp_frame f;
+
+	b->err = th_peer_finish(&b->p);
+	b->up_ms = mono_ms() - b->t0;
+	while (!b->err && !b->snap_ms) {
+		b->err = th_peer_next(&b->p, &f);
+		if (b->err)
+			break;
+		if (f.type == PR_BP_PEERS && !b->alive_ms)
+			b->alive_ms = mono_ms() - b->t0;
+		if (f.type == PR_BP_SNAP)
+			b->snap_ms = mono_ms() - b->t0;
+	}
+	return NULL;
+}
+
+/* BURST_PEERS nodes finish their handshakes at once with a daemon that
+ * holds BURST_NAMES names: it writes one snapshot a turn, so the last wait
+ * for several. One whose snapshot came later than a heartbeat interval
+ * and a few snapshots' time (their spacing, S) after it was up must have
+ * had a sign of life (an empty PEERS) before it; and the burst must have
+ * kept some waiting that long, or the test tried nothing. */
+static void test_burst_kept_alive(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	static struct burster bs[BURST_PEERS];
+	pthread_t t[BURST_PEERS];
+	uint64_t t0, sorted[BURST_PEERS], gaps[BURST_PEERS - 1], s, bound;
+	int late = 0;
+
+	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){
+					       "--heartbeat-ms", "10", "--max-names-per-proc",
+					       STR(BURST_NAMES), NULL }, NULL), 0);
+	th_register_bulk(a->reg, "burst", BURST_NAMES, "");
+	for (int i = 0; i < BURST_PEERS; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "burst%d", i);
+		assert_int_equal(th_peer_connect_held(&bs[i].p, a->listen, name, 7, COOKIE), 0);
+	}
+	for (int i = 0; i < BURST_PEERS; i++)
+		th_peer_release(&bs[i].p);
+	t0 = mono_ms();
+	for (int i = 0; i < BURST_PEERS; i++) {
+		bs[i].t0 = t0;
+		assert_int_equal(pthread_create(&t[i], NULL, burster_main, &bs[i]), 0);
+	}
+	for (int i = 0; i < BURST_PEERS; i++) {
+		pthread_join(t[i], NULL);
+		if (bs[i].err)
+			fail_msg("node burst%d was dropped before its snapshot: %s (log: %s)", i,
+				 strerror(-bs[i].err), a->d.log);
+		sorted[i] = bs[i].snap_ms;
+	}
+	qsort(sorted, BURST_PEERS, sizeof(sorted[0]), cmp_u64);
+	for (int i = 0; i + 1 < BURST_PEERS; i++)
+		gaps[i] = sorted[i + 1] - sorted[i];
+	qsort(gaps, BURST_PEERS - 1, sizeof(gaps[0]), cmp_u64);
+	s = gaps[(BURST_PEERS - 1) / 2];
+	bound = BURST_HB_MS + 4 * s + 50;
+	for (int i = 0; i < BURST_PEERS; i++) {
+		if (bs[i].snap_ms - bs[i].up_ms <= bound)
+			continue;
+		late++;
+		if (!bs[i].alive_ms || bs[i].alive_ms > bs[i].snap_ms)
+			fail_msg("node burst%d heard nothing from the daemon for %llu ms, from its "
+				 "handshake to its snapshot (heartbeats every %d ms; snapshots %llu "
+				 "ms apart)", i, (unsigned long long)(bs[i].snap_ms - bs[i].up_ms),
+				 BURST_HB_MS, (unsigned long long)s);
+	}
+	print_message("burst: %d nodes, snapshots %llu ms apart, the last %llu ms after the "
+		      "burst; %d waited over %llu ms, each kept alive\n", BURST_PEERS,
+		      (unsigned long long)s, (unsigned long long)sorted[BURST_PEERS - 1], late,
+		      (unsigned long long)bound);
+	if (!late)
+		fail_msg("no node waited over %llu ms for its snapshot (%llu ms apart): the burst "
+			 "tried nothing", (unsigned long long)bound, (unsigned long long)s);
+	for (int i = 0; i < BURST_PEERS; i++)
+		th_peer_close(&bs[i].p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -793,6 +906,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_claims_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_told_of_dead_peers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leeches_bounded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_burst_kept_alive, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

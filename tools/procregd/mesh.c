@@ -135,9 +135,9 @@ struct conn {
 	uint8_t *wire;                /* bytes for the socket: handshake frames, a record */
 	size_t wire_len, wire_off, wire_cap;
 	size_t snap_bytes;            /* the snapshot's size: allowed on top of OUT_MAX */
-	/* Up, its snapshot not written yet (serve_snapshot()): sent nothing
-	 * until then, changes and heartbeats included, as the snapshot
-	 * will hold all they would say. */
+	/* Up, its snapshot not written yet (serve_snapshot()): sent no
+	 * change and no heartbeat until then, as the snapshot will hold all
+	 * they would say; only keep_alive()'s empty PEERS. */
 	bool snap_due;
 	bool want_out;
 	bool overflow;                /* broadcast() could not queue: drop at flush */
@@ -1653,18 +1653,49 @@ static void wake(struct mesh *m)
 	(void)!write(m->more_fd, &x, sizeof(x));
 }
 
+/*
+ * A node waiting for its snapshot hears from us all the same: its side
+ * drops a node it has heard nothing from for its timeout, and a burst of
+ * nodes coming up at once (a partition healing) can keep the last of
+ * them waiting longer than that, each then dropped and dialing again
+ * into the next burst. A heartbeat would not do: it counts our changes,
+ * which the snapshot must bring first. An empty PEERS says nothing to
+ * the replication layer; the other side's mesh takes it for a sign of
+ * life.
+ */
+static void keep_alive(struct mesh *m, struct conn *c)
+{
+	uint8_t buf[PR_BP_HDR + 2];
+	size_t pos = 0, start;
+
+	if (procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_PEERS, 0, 0, 0, &start) < 0)
+		return;
+	procreg__bp_end(buf, pos, start, 0);
+	conn_queue(c, buf, pos);
+	conn_flush(m, c);
+}
+
 static void serve_snapshot(struct mesh *m)
 {
+	uint64_t now, hb = (uint64_t)m->c.heartbeat_ms * 1000000ull;
 	struct conn *due = NULL;
 
 	if (!m->snaps_due)
 		return;
-	if (!m->snapped) {
-		/* conn_kill_at() takes the dead off the count. Connections
-		 * are pushed at the head: the last due is the oldest. */
-		for (struct conn *c = m->conns; c; c = c->next)
-			if (c->snap_due)
-				due = c;
+	now = now_ns();
+	/* Every dispatch, not at the tick: a dispatch that writes a
+	 * snapshot can take longer than the tick. Connections are pushed
+	 * at the head: the last due is the oldest. */
+	for (struct conn *c = m->conns; c; c = c->next) {
+		if (!c->snap_due)
+			continue;
+		if (now - c->last_tx_ns >= hb)
+			keep_alive(m, c);
+		/* conn_kill_at() takes the dead off the count. */
+		if (c->snap_due)
+			due = c;
+	}
+	if (!m->snapped && due) {
 		due->snap_due = false;
 		m->snaps_due--;
 		/* Not read while it waited: not silent. */
