@@ -591,6 +591,12 @@ struct pr_writer {
 	bool reserve_hit;             /* a request was refused for them (the caller clears it) */
 	bool place_hit;               /* one was refused by procreg__w_place_ok (the caller
 				       * clears it, as it does reserve_hit) */
+	/* The uid of the request under way, which procreg__w_place_ok
+	 * counts entries of, and a new group's record keeps; PR_NO_UID when
+	 * no local uid asks (a replicated entry). OWNER_OF maps a uid to the
+	 * one its limits count against (NULL: itself). */
+	uint32_t req_uid;
+	uint32_t (*owner_of)(uint32_t uid);
 
 	/* Deferred reclamation: pairs (off, size). */
 	struct pr_vec retired;        /* waiting for the next grace period */
@@ -663,6 +669,7 @@ void procreg__w_prefetch_hash(struct pr_writer *w, uint64_t hash);
  * where to insert it). */
 uint64_t procreg__w_find(struct pr_writer *w, const struct pr_root *root,
 			 const struct pr_key *k, uint64_t *pos);
+#define PR_NO_UID UINT32_MAX
 /* Whether a request marked no_reserve may insert K at POS of ROOT (as
  * procreg__w_find gave it): 0, or -ENOSPC where it would make probes long
  * (writer.c). Any other request may. */

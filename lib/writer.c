@@ -522,9 +522,81 @@ uint64_t procreg__w_find(struct pr_writer *w, const struct pr_root *root,
  * PR_PLACE_DIST_MAX from its home, or passes PR_PLACE_TAGS_MAX live
  * entries with its tag. Privileged uids are not: the last of the table is
  * theirs whatever others did to it.
+ *
+ * Nor may names line up. A home slot is the top bits of the hash, so a
+ * user who hashes candidates (procreg_name_hash() is public, and the seed
+ * readable) can keep one name for each of a range of home slots: each sits
+ * at its home, and together they fill one run of occupied slots, which
+ * every probe that starts in it walks to its end. 200,000 such names made
+ * lookups of absent names 100 times slower, held the daemon 3.7 s on one
+ * packet of removals, and pushed 39% of another user's new names past
+ * PR_PLACE_DIST_MAX. So an insert into an empty slot (a tombstone taken
+ * grows no run) that would leave a run longer than PR_PLACE_RUN_MAX is
+ * refused to a uid that holds one in PR_PLACE_RUN_SHARE of the
+ * PR_PLACE_RUN_LOOK slots nearest to it in the run, tombstones counted
+ * as its own: the one who built it. Another uid's name that lands there
+ * goes in; it may join two such runs into one, so this bounds what one
+ * uid makes, not every run: only a hash nobody could compute would, and
+ * every reader holds the seed. Runs that long do not come by chance: at
+ * the highest load the index keeps (3/4), the usual estimate for linear
+ * probing puts a run past 512 slots at about e^-19 a slot.
  */
 #define PR_PLACE_DIST_MAX 1024
 #define PR_PLACE_TAGS_MAX 8
+#define PR_PLACE_RUN_MAX (PR_PLACE_DIST_MAX / 2)
+#define PR_PLACE_RUN_SHARE 8
+/* Slots looked at for their owner, nearest first: a bound on the work
+ * of an insert at the end of a long run, and enough to tell the uid that
+ * built it, which holds nearly all of them. */
+#define PR_PLACE_RUN_LOOK 256
+
+static uint32_t owner_of(const struct pr_writer *w, uint32_t uid)
+{
+	return w->owner_of ? w->owner_of(uid) : uid;
+}
+
+/* Whether slot word WD counts against the uid ME in run_ok(): its own
+ * entry, or a tombstone (nobody's: a run of them is made by inserting
+ * and removing, and a probe walks it all the same). */
+static bool run_counts(const struct pr_writer *w, uint64_t wd, uint32_t me)
+{
+	const struct pr_record *r;
+
+	if (!pr_slot_live(wd))
+		return true;
+	r = (const struct pr_record *)(w->map.base + pr_slot_off(wd));
+	return r->node == 0 && owner_of(w, r->uid) == me;
+}
+
+/* Whether the request's uid may grow the run of occupied slots around the
+ * empty slot POS (procreg__w_place_ok()). */
+static bool run_ok(const struct pr_writer *w, const struct pr_index *ix, uint64_t pos)
+{
+	uint64_t mask = ix->capacity - 1, back = 0, fwd = 0, wd;
+	unsigned looked = 0, against = 0;
+	uint32_t me;
+
+	if (ix->slot[pos].word != PR_SLOT_EMPTY || w->req_uid == PR_NO_UID)
+		return true;
+	while (back + fwd < PR_PLACE_RUN_MAX && ix->slot[(pos - back - 1) & mask].word)
+		back++;
+	while (back + fwd < PR_PLACE_RUN_MAX && ix->slot[(pos + fwd + 1) & mask].word)
+		fwd++;
+	if (back + fwd < PR_PLACE_RUN_MAX)
+		return true;
+	/* The slots nearest POS, those before it first (the run its probe
+	 * came through): the run is longer than PR_PLACE_RUN_LOOK. */
+	me = owner_of(w, w->req_uid);
+	for (uint64_t i = 1; looked < PR_PLACE_RUN_LOOK && (wd = ix->slot[(pos - i) & mask].word);
+	     i++, looked++)
+		if (run_counts(w, wd, me) && ++against * PR_PLACE_RUN_SHARE >= PR_PLACE_RUN_LOOK)
+			return false;
+	for (uint64_t i = 1; looked < PR_PLACE_RUN_LOOK && (wd = ix->slot[(pos + i) & mask].word);
+	     i++, looked++)
+		if (run_counts(w, wd, me) && ++against * PR_PLACE_RUN_SHARE >= PR_PLACE_RUN_LOOK)
+			return false;
+	return true;
+}
 
 int procreg__w_place_ok(struct pr_writer *w, const struct pr_root *root, const struct pr_key *k,
 			uint64_t pos)
@@ -535,7 +607,7 @@ int procreg__w_place_ok(struct pr_writer *w, const struct pr_root *root, const s
 
 	if (!w->no_reserve)
 		return 0;
-	if (((pos - p) & mask) > PR_PLACE_DIST_MAX)
+	if (((pos - p) & mask) > PR_PLACE_DIST_MAX || !run_ok(w, ix, pos))
 		goto refused;
 	/* A short name's slot holds the name: no other matches it, and a
 	 * probe for it reads no record on the way. */
@@ -736,6 +808,7 @@ int procreg__w_group(struct pr_writer *w, const char *name, size_t len, bool cre
 	gr->index_off = ioff;
 	t.registered_ns = procreg__w_now(w);
 	t.aux = root_off;
+	t.uid = w->req_uid == PR_NO_UID ? 0 : w->req_uid;
 	t.kind = PR_KIND_GROUP;
 	t.name_len = (uint16_t)len;
 	err = procreg__w_new_record(w, &t, name, NULL, &off);
@@ -1049,6 +1122,7 @@ int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 	memset(w, 0, sizeof(*w));
 	w->paths = *p;
 	w->table_fd = -1;
+	w->req_uid = PR_NO_UID;
 	w->classes = calloc(NCLASS, sizeof(*w->classes));
 	if (!w->classes)
 		return -ENOMEM;

@@ -1678,6 +1678,169 @@ static void test_colliding_names(void **state)
 	assert_int_equal(procreg_lookup(f->reg, names[COLLIDE + 1], NULL), -ENOENT);
 }
 
+/* ---- names in a row ---------------------------------------------------- */
+
+/*
+ * A name's home slot is the top bits of its hash, which anyone can compute
+ * (the seed is in the table): an attacker keeps one name for each of a
+ * row of home slots. Each sits at its home, passing the tests above, and
+ * together they make one run of occupied slots that every probe starting
+ * in it walks to its end. Root's names hold the index at 16,384 slots, 43%
+ * full, so that it does not grow under the row of 2,048. The attacker may
+ * not make a run longer than PR_PLACE_RUN_MAX (512): some of its names are
+ * refused, and no run is longer than that.
+ */
+#define ROW 2048
+#define ROW_PREFILL 7000
+#define ROW_RUN_MAX 512
+
+struct row_arg {
+	const char *dir;
+	const struct th_user *u;
+	char (*names)[24];
+	int n;
+	int ready_fd;               /* what it was refused */
+};
+
+/* As U: the names in one batch; on READY_FD how many were refused
+ * (-ENOSPC), or -1 for another error; then held until killed. */
+static int row_attacker(void *p)
+{
+	const struct row_arg *a = p;
+	struct procreg_op *ops = calloc((size_t)a->n, sizeof(*ops));
+	procreg_t *r;
+	int refused = 0;
+
+	th_become(a->u);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() == 1 || !ops)
+		return 10;
+	r = open_dir(a->dir);
+	if (!r)
+		return 11;
+	for (int i = 0; i < a->n; i++)
+		ops[i] = (struct procreg_op){ .sz = sizeof(ops[i]), .kind = PROCREG_OP_REGISTER,
+					      .name = a->names[i] };
+	if (procreg_batch(r, ops, (size_t)a->n) != 0)
+		refused = -1;
+	for (int i = 0; i < a->n && refused >= 0; i++)
+		refused = ops[i].result == -ENOSPC ? refused + 1 : ops[i].result ? -1 : refused;
+	if (write(a->ready_fd, &refused, sizeof(refused)) != sizeof(refused))
+		return 12;
+	for (;;)
+		pause();
+}
+
+static const struct pr_table_hdr *table_map(struct fx *f, size_t *size)
+{
+	char path[512];
+	struct stat st;
+	void *map;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/procreg.default", f->dir);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	assert_true(map != MAP_FAILED);
+	*size = (size_t)st.st_size;
+	return map;
+}
+
+static const struct pr_index *names_index(const struct pr_table_hdr *h)
+{
+	return (const struct pr_index *)((const uint8_t *)h + h->names.index_off);
+}
+
+/* N names PREFIX<hex> homed in [FROM, FROM + N) of H's names index, one
+ * a slot, into NAMES. */
+static void names_homed(const struct pr_table_hdr *h, const char *prefix, uint64_t from, int n,
+			char (*names)[24])
+{
+	const struct pr_index *ix = names_index(h);
+	bool *have = calloc((size_t)n, sizeof(bool));
+	int got = 0;
+
+	assert_non_null(have);
+	for (uint64_t x = 0; got < n; x++) {
+		struct pr_key k;
+		char name[24];
+		uint64_t home;
+
+		snprintf(name, sizeof(name), "%s%llx", prefix, (unsigned long long)x);
+		pr_key_name(&k, PR_KIND_NAME, name, strlen(name), h->hash_seed);
+		home = k.hash >> ix->shift;
+		if (home < from || home >= from + (uint64_t)n || have[home - from])
+			continue;
+		have[home - from] = true;
+		memcpy(names[got++], name, sizeof(name));
+	}
+	free(have);
+}
+
+/* The longest run of occupied slots (tombstones too: probes walk them). */
+static uint64_t longest_run(const struct pr_index *ix)
+{
+	uint64_t best = 0, run = 0, start = 0;
+
+	/* From an empty slot, so that a run across the end is one. */
+	while (start < ix->capacity && ix->slot[start].word != PR_SLOT_EMPTY)
+		start++;
+	for (uint64_t i = 1; i <= ix->capacity; i++) {
+		run = ix->slot[(start + i) % ix->capacity].word == PR_SLOT_EMPTY ? 0 : run + 1;
+		best = run > best ? run : best;
+	}
+	return best;
+}
+
+static void test_names_in_a_row(void **state)
+{
+	struct fx *f = *state;
+	static char row[ROW][24];
+	struct row_arg att = { .dir = f->dir, .u = user(f), .names = row, .n = ROW };
+	const struct pr_table_hdr *h;
+	uint64_t cap, run;
+	int done[2], refused = -2;
+	size_t size;
+	pid_t pid;
+
+	th_register_bulk(f->reg, "root.", ROW_PREFILL, "");
+	h = table_map(f, &size);
+	cap = names_index(h)->capacity;
+	assert_int_equal(cap, 16384);
+	names_homed(h, "row.", cap / 4, ROW, row);
+	munmap((void *)h, size);
+
+	assert_int_equal(pipe2(done, O_CLOEXEC), 0);
+	att.ready_fd = done[1];
+	pid = kid(f, row_attacker, &att);
+	close(done[1]);
+	if (read(done[0], &refused, sizeof(refused)) != sizeof(refused) || refused < 0)
+		fail_msg("the attacker failed: status %d", kid_wait(f, pid));
+	close(done[0]);
+	h = table_map(f, &size);
+	assert_int_equal(names_index(h)->capacity, cap);
+	run = longest_run(names_index(h));
+	munmap((void *)h, size);
+	print_message("names in a row: %d of %d refused; the longest run %llu slots\n", refused,
+		      ROW, (unsigned long long)run);
+	if (run > ROW_RUN_MAX)
+		fail_msg("one user's names made a run of %llu slots (at most %d)",
+			 (unsigned long long)run, ROW_RUN_MAX);
+	assert_true(refused >= 1);
+	assert_true(th_log_has(f->d.log, "names computed to collide"));
+	/* Root's names are all there. */
+	for (int i = 0; i < ROW_PREFILL; i += 97) {
+		char name[24];
+
+		snprintf(name, sizeof(name), "root.%d", i);
+		assert_int_equal(procreg_lookup(f->reg, name, NULL), 0);
+	}
+	kill(pid, SIGKILL);
+	assert_int_equal(kid_wait(f, pid), 128 + SIGKILL);
+}
+
 /* ---- a squatted socket ------------------------------------------------ */
 
 struct sock_squat_arg {
@@ -1923,9 +2086,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pid_reused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fragmented_arena, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_colliding_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_names_in_a_row, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_scope, setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_socket, setup_bare, teardown),
 	};
 
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

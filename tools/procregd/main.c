@@ -675,6 +675,11 @@ static void lock_by_mapping(struct daemon *d)
 	d->w.table_fd = io;
 }
 
+static uint32_t w_owner_of(uint32_t uid)
+{
+	return (uint32_t)subuid_owner((uid_t)uid);
+}
+
 static int setup(struct daemon *d)
 {
 	struct pr_writer_opts wo = { .max_size = d->o.max_size, .readers = d->o.max_readers,
@@ -757,6 +762,9 @@ static int setup(struct daemon *d)
 	/* The reserve is this daemon's to choose, whatever the table's
 	 * size: it is a threshold, not a part of the file. */
 	d->w.reserve = d->o.reserved_size_set ? d->o.reserved_size : d->w.map.size / 32;
+	/* Runs of slots are counted against the uid whose limits a uid's
+	 * names count against (procreg__w_place_ok()). */
+	d->w.owner_of = w_owner_of;
 	if (d->w.reserve > d->w.map.size / 2) {
 		log_err("%s: --reserved-size %llu: want at most half the table (%llu bytes)",
 			d->paths.table, (unsigned long long)d->w.reserve,

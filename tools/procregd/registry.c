@@ -232,6 +232,7 @@ int registry_put(struct daemon *d, struct proc *p, const struct ident *id,
 	int err;
 
 	d->w.no_reserve = !uid_privileged(d, id->uid);
+	d->w.req_uid = (uint32_t)id->uid;
 	d->w.reserve_hit = false;
 	d->w.place_hit = false;
 	err = root_for(d, rq->kind, rq->name, rq->name_len, false, &root);
@@ -245,6 +246,7 @@ int registry_put(struct daemon *d, struct proc *p, const struct ident *id,
 	if (err && rq->kind == PR_KIND_MEMBER)
 		procreg__w_drop_group_if_empty(&d->w, rq->name, rq->name_len);
 	d->w.no_reserve = was;
+	d->w.req_uid = PR_NO_UID;
 	return err;
 }
 
