@@ -1581,6 +1581,25 @@ static void test_files_locked_down(void **state)
  */
 #define COLLIDE 200
 
+/* The table of F's daemon, mapped read-only: its header (*SIZE bytes). */
+static const struct pr_table_hdr *table_map(struct fx *f, size_t *size)
+{
+	char path[512];
+	struct stat st;
+	void *map;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/procreg.default", f->dir);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	assert_true(map != MAP_FAILED);
+	*size = (size_t)st.st_size;
+	return map;
+}
+
 static uint64_t absorb(uint64_t h, uint64_t v)
 {
 	h = (h ^ v) * 0x9fb21c651e98df25ull;
@@ -1647,21 +1666,12 @@ static void test_colliding_names(void **state)
 	static char names[COLLIDE + 2][17];
 	struct collide_arg a = { f->dir, user(f), names };
 	const struct pr_table_hdr *h;
-	char path[512];
-	struct stat st;
-	int fd, taken;
-	void *map;
+	size_t size;
+	int taken;
 
-	snprintf(path, sizeof(path), "%s/procreg.default", f->dir);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	assert_int_equal(fstat(fd, &st), 0);
-	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	assert_true(map != MAP_FAILED);
-	h = map;
+	h = table_map(f, &size);
 	colliding_names(h->hash_seed, names, COLLIDE + 2);
-	munmap(map, (size_t)st.st_size);
+	munmap((void *)h, size);
 
 	taken = th_wait(th_fork(collide_main, &a));
 	assert_int_not_equal(taken, 251);
@@ -1728,24 +1738,6 @@ static int row_attacker(void *p)
 		return 12;
 	for (;;)
 		pause();
-}
-
-static const struct pr_table_hdr *table_map(struct fx *f, size_t *size)
-{
-	char path[512];
-	struct stat st;
-	void *map;
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/procreg.default", f->dir);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	assert_int_equal(fstat(fd, &st), 0);
-	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	assert_true(map != MAP_FAILED);
-	*size = (size_t)st.st_size;
-	return map;
 }
 
 static const struct pr_index *names_index(const struct pr_table_hdr *h)
