@@ -420,7 +420,7 @@ struct remove_all {
 	void *arg;
 	uint32_t ev;
 	struct pr_vec names;
-	uint64_t removed;
+	uint64_t seen, removed;
 	bool lost;              /* a name not kept for passing on: no memory */
 };
 
@@ -428,6 +428,7 @@ static int remove_one(uint64_t off, const struct pr_record *r, void *arg)
 {
 	struct remove_all *c = arg;
 
+	c->seen++;
 	if (!c->match(off, r, c->arg))
 		return 0;
 	take_out(c->d, off, remote_event(r, c->ev));
@@ -445,6 +446,10 @@ uint64_t registry_apply_remove_all(struct daemon *d, registry_match_fn match, vo
 	/* Passed on after the walk: a hand-over publishes, and may rebuild
 	 * the index being walked. */
 	procreg__w_walk(&d->w, remove_one, &c);
+	/* Each such walk costs the whole table on the daemon's only thread:
+	 * said, so that their number can be seen. */
+	LOGV(d, "removal walk: %llu of %llu entries taken", (unsigned long long)c.removed,
+	     (unsigned long long)c.seen);
 	if (c.lost)
 		log_warn("out of memory: names removed with their node not offered to the next in line");
 	pass_on(d, c.names.v, c.names.n);
