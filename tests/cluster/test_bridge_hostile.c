@@ -19,6 +19,9 @@
  *  - Many nodes coming up at once (a partition healing) have their
  *    snapshots written in turn: those waiting for theirs hear from the
  *    daemon meanwhile, or their side would drop it as silent.
+ *  - Many nodes going at once (a partition, or a node with the cookie
+ *    that came up under many names and drops them all) leave the table
+ *    in one walk of it, not one walk each.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -893,6 +896,82 @@ static void test_burst_kept_alive(void **state)
 		th_peer_close(&bs[i].p);
 }
 
+/* ---- 6: many nodes gone at once, one walk ------------------------------ */
+
+#define GONE_PEERS 64
+#define GONE_NAMES 2        /* each gone node's */
+#define GONE_LOCAL 2000
+
+/* GONE_PEERS nodes, each holding GONE_NAMES names, drop their connections
+ * at once: their grace runs out in the same tick (or two, if the closes
+ * straddle one), and their entries must go in one walk of the table per
+ * tick. Each used to cost a walk of its own on the daemon's thread: with
+ * 900 of them over 200,000 names, 13 s in which no local request was
+ * answered and the nodes still up were not heard. The walks are counted
+ * from the daemon's verbose log, not timed. Another node that stays up
+ * keeps its name, and the local ones stay. */
+static void test_gone_at_once(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	struct th_peer *p = calloc(GONE_PEERS + 1, sizeof(*p));
+	uint8_t buf[4096];
+	char names[GONE_PEERS][GONE_NAMES][32];
+	int walks;
+
+	assert_non_null(p);
+	/* Nobody dropped as silent meanwhile (the hand-made nodes send no
+	 * heartbeats, and a sanitizer build takes its time to bring them up):
+	 * they all go when their connections close. */
+	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){
+					       "-v", "--node-timeout-ms", "600000", NULL }, NULL), 0);
+	th_register_bulk(a->reg, "local", GONE_LOCAL, "");
+	for (int i = 0; i <= GONE_PEERS; i++) {
+		const char *list[GONE_NAMES + 1] = { NULL };
+		char node[32];
+
+		if (i < GONE_PEERS)
+			snprintf(node, sizeof(node), "gone%d", i);
+		else
+			snprintf(node, sizeof(node), "stays");
+		assert_int_equal(th_peer_connect(&p[i], a->listen, node, 7, COOKIE), 0);
+		if (i < GONE_PEERS) {
+			for (int k = 0; k < GONE_NAMES; k++) {
+				snprintf(names[i][k], sizeof(names[i][k]), "gone%d-%d", i, k);
+				list[k] = names[i][k];
+			}
+		} else {
+			list[0] = "stays-name";
+		}
+		th_peer_send(&p[i], buf, th_fake_snap(buf, sizeof(buf), 7, 0, procreg__now_ns(),
+							list, true));
+	}
+	th_expect_names(a->reg, GONE_LOCAL + GONE_PEERS * GONE_NAMES + 1, WAIT_MS);
+	assert_int_equal(th_log_count(a->d.log, "removal walk"), 0);
+	for (int i = 0; i < GONE_PEERS; i++)
+		th_peer_close(&p[i]);
+	for (int i = 0; i < WAIT_MS / 100 &&
+			th_log_count(a->d.log, "entries removed") < GONE_PEERS; i++)
+		th_msleep(100);
+	assert_int_equal(th_log_count(a->d.log, "entries removed"), GONE_PEERS);
+	th_expect_names(a->reg, GONE_LOCAL + 1, WAIT_MS);
+	for (int i = 0; i < GONE_PEERS; i++)
+		for (int k = 0; k < GONE_NAMES; k++)
+			assert_int_equal(procreg_lookup(a->reg, names[i][k], NULL), -ENOENT);
+	assert_int_equal(procreg_lookup(a->reg, "stays-name", NULL), 0);
+	assert_int_equal(procreg_lookup(a->reg, "local0", NULL), 0);
+	walks = th_log_count(a->d.log, "removal walk");
+	print_message("gone at once: %d nodes, %d removal walk%s\n", GONE_PEERS, walks,
+		      walks == 1 ? "" : "s");
+	/* One a tick that found some gone: the closes may be seen across a
+	 * tick or two on a loaded machine, never across one a node. */
+	if (walks < 1 || walks > GONE_PEERS / 8)
+		fail_msg("%d nodes gone at once took %d walks of the table (log: %s)", GONE_PEERS,
+			 walks, a->d.log);
+	th_peer_close(&p[GONE_PEERS]);
+	free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -907,6 +986,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_told_of_dead_peers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leeches_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_burst_kept_alive, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gone_at_once, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))
