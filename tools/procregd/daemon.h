@@ -148,6 +148,8 @@ struct daemon_opts {
 	uint32_t max_clients;
 	uint32_t max_names_per_uid;    /* names + memberships of one uid's processes */
 	uint32_t max_clients_per_uid;  /* connections of one uid */
+	uint32_t max_procs_per_uid;    /* processes of one uid watched (procs.c) */
+	bool max_procs_per_uid_set;    /* else procs_limits() sets it */
 	uint32_t max_places;           /* places in owner queues, all uids (owners.c) */
 	uint32_t max_places_per_uid;   /* those of one uid */
 	uint32_t max_leases;           /* leases of names and memberships, all uids */
@@ -225,6 +227,11 @@ struct daemon {
 	uint32_t nidle;
 	/* Per-uid quotas (uid 0 is not limited): uid + 2 -> count. */
 	struct pr_u64map uid_names;   /* names, memberships and places in line held */
+	struct pr_u64map uid_procs;   /* processes watched, idle ones not counted */
+	/* Processes of unprivileged uids watched, idle ones not counted, and
+	 * the most there may be (procs_limits). */
+	uint64_t nprocs_unpriv, procs_room;
+	bool procs_hit;           /* the last attach refused for one of those */
 	struct pr_u64map uid_clients; /* connections */
 	struct pr_u64map uid_readers; /* reader processes */
 	struct pr_u64map uid_rpages;  /* their reader pages */
@@ -239,6 +246,7 @@ struct daemon {
 	struct pr_ratelimit refused_res_log;   /* connections: --reserved-clients */
 	struct pr_ratelimit dropped_log;       /* connections closed for what they sent */
 	struct pr_ratelimit denied_quota_log;  /* names: a quota */
+	struct pr_ratelimit denied_procs_log;  /* names: their process is one too many */
 	struct pr_ratelimit denied_res_log;    /* names: --reserved-size */
 	struct pr_ratelimit denied_place_log;  /* names: hashed to pile up (procreg__w_place_ok) */
 	struct owners *owners;    /* queues, leases, their journal (owners.c) */
@@ -473,15 +481,22 @@ struct proc *proc_get(struct daemon *d, pid_t pid);
 bool ident_is(const struct ident *id, uint64_t start, uint64_t ino);
 /* Find or create the entry for the process IDENT names; takes a dup of its
  * pidfd. A stale entry for a previous process with the same pid is
- * processed as a death first; -ESRCH if IDENT's process is the one gone. */
+ * processed as a death first; -ESRCH if IDENT's process is the one gone.
+ * A new entry (or an idle one taken back) past the limits on processes:
+ * -EDQUOT (--max-procs-per-uid), -ENOSPC (procs_room), d->procs_hit set. */
 int proc_attach(struct daemon *d, const struct ident *id, struct proc **out);
 /* At start: the live process PID started at START (pidfs inode INO, 0 if
- * unknown) as a proc, or -ESRCH if that process is gone. */
+ * unknown) as a proc, or -ESRCH if that process is gone. Never refused
+ * for the limits on processes. */
 int proc_verify(struct daemon *d, pid_t pid, uint64_t start, uint64_t ino, struct proc **out);
 /* Room for the record at OFF in the owned records' array: made with every
  * local record (registry.c's new_record), so that proc_replace_name(),
  * which comes after the record is published, cannot fail. */
 int proc_owned_room(struct daemon *d, uint64_t off);
+/* At start, once the open files limit is raised and --max-readers known:
+ * how many processes unprivileged uids may have watched, together
+ * (d->procs_room) and, unless given, each (--max-procs-per-uid). */
+void procs_limits(struct daemon *d);
 /* At start, once the table is open: the owned records' array reserved
  * whole, where that costs no commit charge, so that no registration
  * needs a new mapping for it. */

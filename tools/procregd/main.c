@@ -177,6 +177,14 @@ static const struct opt opt_table[] = {
 	{ COUNT_OPT("max-clients-per-uid", max_clients_per_uid, 128),
 	  .help = "connections of one uid (default 128; root and\n"
 		  "procregd's own uid: no limit)" },
+	{ COUNT_OPT("max-procs-per-uid", max_procs_per_uid, 0),
+	  OPT_SET(max_procs_per_uid_set),
+	  .help = "processes of one uid holding names, memberships\n"
+		  "or places, each watched through a descriptor\n"
+		  "(default: a quarter of what all uids but root and\n"
+		  "procregd's own may have together: the open files\n"
+		  "limit less 2 a --max-clients, 1 a --max-readers\n"
+		  "and 512; root and procregd's own uid: no limit)" },
 	{ COUNT_OPT("max-places", max_places, 32768),
 	  .help = "places in owner queues (PROCREG_QUEUE), all uids\n"
 		  "together (default 32768; the last 1/32 kept for\n"
@@ -845,6 +853,7 @@ static int setup(struct daemon *d)
 			d->w.map.hdr->readers_cap);
 		d->o.max_readers = d->w.map.hdr->readers_cap;
 	}
+	procs_limits(d);
 	/* Tell clients where we are, then that we are, then (after the pid,
 	 * which a reader checks once it sees it) that readers should hand
 	 * their pages over. */
@@ -861,8 +870,9 @@ static int setup(struct daemon *d)
 	procreg__w_feed_wake(&d->w);
 	arm_timer(d, RECLAIM_TICK_NS);
 	log_msg("serving scope '%s': table %s, socket %s, up to %u reader processes and "
-		"%u reader pages%s",
+		"%u reader pages, processes holding names: %u a uid, %llu of all but root's%s",
 		d->paths.scope, d->paths.table, d->socket_path, d->o.max_readers, d->rpages_max,
+		d->o.max_procs_per_uid, (unsigned long long)d->procs_room,
 		d->w.membarrier ? "" : " (no membarrier: readers use full barriers)");
 	return 0;
 }

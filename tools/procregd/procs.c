@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -32,11 +33,17 @@ uint64_t procs_wake_clock(void)
 	return PR_TRACE_CLOCK(procregd, death);
 }
 
-static void count_procs(struct daemon *d, int delta)
+/* P starts (DELTA 1) or stops (-1) being counted: in the table's
+ * processes, its uid's and, for an unprivileged uid, all such uids'. Idle
+ * entries are not counted (below). */
+static void count_procs(struct daemon *d, const struct proc *p, int delta)
 {
 	struct pr_table_hdr *h = d->w.map.hdr;
 
 	CMM_STORE_SHARED(h->processes, h->processes + (uint64_t)(int64_t)delta);
+	uid_adjust(&d->uid_procs, p->uid, delta);
+	if (!uid_privileged(d, p->uid))
+		d->nprocs_unpriv += (uint64_t)(int64_t)delta;
 }
 
 struct proc *proc_get(struct daemon *d, pid_t pid)
@@ -70,6 +77,70 @@ struct proc *proc_get(struct daemon *d, pid_t pid)
  */
 #define PROCS_IDLE_MAX 256
 
+/*
+ * Descriptors. Each process watched holds one of the daemon's (its
+ * pidfd), and a process holding one name is all it takes: one uid
+ * forking 20,500 children and registering each by pidfd took a daemon
+ * whose open files limit was 20,000 to 19,999 descriptors, and from then
+ * on every new connection, root's too, was reset. So the processes of
+ * one uid (its subordinate uids with it) are capped, --max-procs-per-uid,
+ * -EDQUOT past it; and those of all uids but root's and procregd's own
+ * together, -ENOSPC past that, leaving free the descriptors that the
+ * other bounded uses take at most: two a connection (its socket, its
+ * pidfd), one a reader process, the idle entries, and FDS_OTHER for the
+ * daemon's own files, the bridge's connections and passed files on
+ * their way to the closer. Root's processes are not capped: they take
+ * what is left.
+ *
+ * Idle entries count in neither: they are PROCS_IDLE_MAX at most,
+ * whoever makes them, and counted among the descriptors kept free. One
+ * that takes a name again is counted again, and refused like a new
+ * process if its uid has no room.
+ *
+ * Processes re-attached at start (procs_recover, owners_recover) are
+ * not refused: they held their names when the daemon before us stopped,
+ * and the limits may be lower now. They count, and their uid is refused
+ * new ones until it is under.
+ */
+#define FDS_OTHER 256
+
+void procs_limits(struct daemon *d)
+{
+	struct rlimit rl;
+	uint64_t fds = 1u << 20, kept;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		fds = rl.rlim_cur;
+	kept = 2 * (uint64_t)d->o.max_clients + d->o.max_readers + PROCS_IDLE_MAX + FDS_OTHER;
+	d->procs_room = fds > kept ? fds - kept : 0;
+	if (d->procs_room < fds / 4) {
+		/* Without a bound, one uid could take them all; this one
+		 * leaves room for at least some connections. */
+		d->procs_room = fds / 4;
+		log_warn("open files limit %llu: low for --max-clients %u and --max-readers %u (%llu "
+			 "descriptors); processes of users other than root may hold %llu",
+			 (unsigned long long)fds, d->o.max_clients, d->o.max_readers,
+			 (unsigned long long)kept, (unsigned long long)d->procs_room);
+	}
+	if (!d->o.max_procs_per_uid_set)
+		d->o.max_procs_per_uid = d->procs_room / 4 ? (uint32_t)(d->procs_room / 4) : 1;
+}
+
+/* Whether one more process of UID may be watched: 0, -EDQUOT, -ENOSPC. */
+static int room_for(struct daemon *d, uid_t uid)
+{
+	int err = 0;
+
+	if (uid_privileged(d, uid))
+		return 0;
+	if (uid_count(&d->uid_procs, uid) >= d->o.max_procs_per_uid)
+		err = -EDQUOT;
+	else if (d->nprocs_unpriv >= d->procs_room)
+		err = -ENOSPC;
+	d->procs_hit = err != 0;
+	return err;
+}
+
 static void idle_unlink(struct daemon *d, struct proc *p)
 {
 	*(p->idle_prev ? &p->idle_prev->idle_next : &d->idle_first) = p->idle_next;
@@ -90,7 +161,7 @@ static void proc_free(struct daemon *d, struct proc *p)
 	if (p->idle)
 		idle_unlink(d, p);
 	else
-		count_procs(d, -1);
+		count_procs(d, p, -1);
 	procreg__u64map_del(&d->procs, (uint64_t)p->pid + 2);
 	if (p->pidfd >= 0) {
 		epoll_ctl(d->procs_epfd, EPOLL_CTL_DEL, p->pidfd, NULL);
@@ -124,11 +195,15 @@ bool ident_is(const struct ident *id, uint64_t start, uint64_t ino)
 	return !ino || !id->ino || ino == id->ino;
 }
 
-int proc_attach(struct daemon *d, const struct ident *id, struct proc **out)
+/* proc_attach(); CAPPED: refused past the limits on processes. */
+static int attach(struct daemon *d, const struct ident *id, bool capped, struct proc **out)
 {
 	struct proc *p = proc_get(d, id->pid);
 	int err;
 
+	/* Set only if this attach is refused for a limit on processes: for
+	 * the log line (server.c: note_refused). */
+	d->procs_hit = false;
 	if (p && !ident_is(id, p->start, p->ino)) {
 		/* Two processes for one pid: one of them has exited. Usually
 		 * the entry's, whose pidfd we have not read yet; but a
@@ -142,12 +217,16 @@ int proc_attach(struct daemon *d, const struct ident *id, struct proc **out)
 	}
 	if (p) {
 		if (p->idle) {
+			if (capped && (err = room_for(d, p->uid)) < 0)
+				return err; /* it stays idle */
 			idle_unlink(d, p);
-			count_procs(d, 1);
+			count_procs(d, p, 1);
 		}
 		*out = p;
 		return 0;
 	}
+	if (capped && (err = room_for(d, id->uid)) < 0)
+		return err;
 	/* A process already gone (it died with requests queued) is attached
 	 * like any other: its pidfd is readable as it joins the set, and
 	 * the next wake-up takes back what it was given. Asking the pidfd
@@ -184,9 +263,14 @@ int proc_attach(struct daemon *d, const struct ident *id, struct proc **out)
 		free(p);
 		return err;
 	}
-	count_procs(d, 1);
+	count_procs(d, p, 1);
 	*out = p;
 	return 0;
+}
+
+int proc_attach(struct daemon *d, const struct ident *id, struct proc **out)
+{
+	return attach(d, id, true, out);
 }
 
 uint64_t uid_count(const struct pr_u64map *m, uid_t uid)
@@ -399,7 +483,7 @@ void proc_release_if_empty(struct daemon *d, struct proc *p)
 	*(d->idle_last ? &d->idle_last->idle_next : &d->idle_first) = p;
 	d->idle_last = p;
 	d->nidle++;
-	count_procs(d, -1);
+	count_procs(d, p, -1);
 }
 
 void proc_died(struct daemon *d, struct proc *p)
@@ -461,7 +545,7 @@ int proc_verify(struct daemon *d, pid_t pid, uint64_t start, uint64_t ino, struc
 	    id.start == start && (!ino || !id.ino || id.ino == ino) &&
 	    procreg__proc_uid(got, &uid) == 0) {
 		id.uid = uid;
-		err = proc_attach(d, &id, out);
+		err = attach(d, &id, false, out);
 	}
 	close(id.pidfd);
 	return err;
@@ -602,6 +686,8 @@ void procs_free_all(struct daemon *d)
 	owned_free(d);
 	procs_reap(d);
 	procreg__u64map_free(&d->uid_names);
+	procreg__u64map_free(&d->uid_procs);
+	d->nprocs_unpriv = 0;
 	procreg__u64map_free(&d->uid_clients);
 	procreg__u64map_free(&d->uid_closing);
 	while (d->lost) {

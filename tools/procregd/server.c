@@ -770,7 +770,15 @@ static int note_refused(struct daemon *d, const struct client *c, int err)
 {
 	char note[96];
 
-	if (err == -EDQUOT)
+	if ((err == -EDQUOT || err == -ENOSPC) && d->procs_hit)
+		log_limited(&d->denied_procs_log, "names refused for a limit on processes",
+			    "client pid %d uid %u: name refused (%s): each process holding names costs procregd a descriptor, and the uid's hold %llu%s (--max-procs-per-uid %u), those of all uids but root and uid %u %llu (at most %llu, the rest kept for connections and readers)",
+			    (int)c->id.pid, (unsigned)c->id.uid, err == -EDQUOT ? "EDQUOT" : "ENOSPC",
+			    (unsigned long long)uid_count(&d->uid_procs, c->id.uid),
+			    subuid_note(c->id.uid, note, sizeof(note)), d->o.max_procs_per_uid,
+			    (unsigned)d->uid, (unsigned long long)d->nprocs_unpriv,
+			    (unsigned long long)d->procs_room);
+	else if (err == -EDQUOT)
 		log_limited(&d->denied_quota_log, "names refused for a quota",
 			    "client pid %d uid %u: name refused (EDQUOT): --max-names-per-proc %u, --max-names-per-uid %u or, for a place in line, --max-places-per-uid %u reached (the uid holds %llu%s)",
 			    (int)c->id.pid, (unsigned)c->id.uid, d->o.max_names_per_proc,

@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * test_hostile_load.c - an unprivileged local user against what the
+ * daemon itself has to give: its file descriptors.
+ *
+ * Each attacker is an account the test makes (th_user_new), acting in a
+ * forked child that became it (th_become); root is the victim, and so are
+ * the other users.
+ *
+ * Needs root (CI runs as root): it fails otherwise.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define USERS 5
+#define WAIT_MS 60000
+
+/* The daemon's descriptors: an open files limit of FDS, and the uses it
+ * keeps free of other uids' processes (procs.c: procs_limits): two a
+ * connection, one a reader, 512 more. */
+#define FDS 1024
+#define CLIENTS 99
+#define READERS 16
+#define ROOM (FDS - 2 * CLIENTS - READERS - 512) /* 298 */
+#define PER_UID (ROOM / 4)                        /* 74, the default */
+
+struct fx {
+	char *dir;
+	struct th_daemon d;
+	struct th_user u[USERS];
+	int nusers;
+	struct th_held h;
+};
+
+static int setup(void **state)
+{
+	static const char *const args[] = { "--max-clients", "99", "--max-readers", "16", NULL };
+	struct fx *f = calloc(1, sizeof(*f));
+
+	if (geteuid() != 0)
+		fail_msg("test_hostile_load needs root, to make its attackers (CI runs as root)");
+	assert_non_null(f);
+	f->dir = th_mkdtemp();
+	/* The users' processes connect to the socket there. */
+	assert_int_equal(chmod(f->dir, 0755), 0);
+	if (th_daemon_start(&f->d, f->dir, args, NULL)) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("procregd did not start");
+	}
+	th_held_init(&f->h);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	int st;
+
+	th_held_kill(&f->h);
+	st = th_daemon_stop_dump(&f->d);
+	for (int i = 0; i < f->nusers; i++)
+		th_user_del(&f->u[i]);
+	th_rmrf(f->dir);
+	free(f->dir);
+	free(f);
+	assert_int_equal(st, 0);
+	return 0;
+}
+
+static struct th_user *user(struct fx *f)
+{
+	assert_true(f->nusers < USERS);
+	th_user_new(&f->u[f->nusers]);
+	return &f->u[f->nusers++];
+}
+
+/* ---- processes, each holding a name ------------------------------------ */
+
+/* What a leader, as U (root if NULL), does: forks KIDS processes that
+ * wait, and registers a name for each by its pidfd; it tells how each
+ * went. */
+struct leader {
+	const char *dir;
+	const struct th_user *u;
+	const char *prefix;
+	int kids;
+	/* Results, in memory shared with the test: */
+	int ok, edquot, enospc, other, first_other;
+	int self_full;  /* its own name while its uid is full */
+	int self_idle;  /* ... once one of its processes gave its name back */
+	int idle_back;  /* that process's name again */
+};
+
+static pid_t kid_pids[1024];
+static int nkid_pids;
+static procreg_t *leader_reg;
+
+static int lead(void *arg, int phase)
+{
+	struct leader *a = arg;
+	char name[64];
+
+	if (phase) {
+		/* Its processes go with it, reaped. */
+		for (int i = 0; i < nkid_pids; i++)
+			kill(kid_pids[i], SIGKILL);
+		for (int i = 0; i < nkid_pids; i++)
+			waitpid(kid_pids[i], NULL, 0);
+		procreg_close(leader_reg);
+		return 0;
+	}
+	if (a->u)
+		th_become(a->u);
+	leader_reg = th_open(a->dir);
+	if (!leader_reg)
+		return 1;
+	for (int i = 0; i < a->kids && i < 1024; i++) {
+		pid_t pid = fork();
+		int fd, err;
+
+		if (pid < 0)
+			return 2;
+		if (pid == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			for (;;)
+				pause();
+		}
+		kid_pids[nkid_pids++] = pid;
+		fd = (int)syscall(SYS_pidfd_open, pid, 0);
+		if (fd < 0)
+			return 3;
+		snprintf(name, sizeof(name), "%s.%d", a->prefix, i);
+		err = procreg_register_pidfd(leader_reg, fd, name, NULL, 0);
+		close(fd);
+		if (err == 0)
+			a->ok++;
+		else if (err == -EDQUOT)
+			a->edquot++;
+		else if (err == -ENOSPC)
+			a->enospc++;
+		else if (!a->other++)
+			a->first_other = err;
+	}
+	/* The leader itself is one process more. */
+	snprintf(name, sizeof(name), "%s.self", a->prefix);
+	a->self_full = procreg_register(leader_reg, name, NULL, 0);
+	/* Its first process holds nothing once its name is given back: it
+	 * is no longer counted, and the leader is, in its stead. */
+	snprintf(name, sizeof(name), "%s.0", a->prefix);
+	if (a->ok && procreg_unregister(leader_reg, name) == 0) {
+		int fd = (int)syscall(SYS_pidfd_open, kid_pids[0], 0);
+
+		snprintf(name, sizeof(name), "%s.self", a->prefix);
+		a->self_idle = procreg_register(leader_reg, name, NULL, 0);
+		snprintf(name, sizeof(name), "%s.0", a->prefix);
+		a->idle_back = procreg_register_pidfd(leader_reg, fd, name, NULL, 0);
+		close(fd);
+	}
+	return 0;
+}
+
+static struct leader *leader_new(struct fx *f, const struct th_user *u, const char *prefix,
+				 int kids)
+{
+	struct leader *a = th_shared(sizeof(*a));
+
+	*a = (struct leader){ .dir = f->dir, .u = u, .prefix = prefix, .kids = kids };
+	th_held_start(&f->h, lead, a);
+	th_held_ready(&f->h, WAIT_MS);
+	printf("%s: %d registered, %d EDQUOT, %d ENOSPC, %d other (first %d)\n", prefix, a->ok,
+	       a->edquot, a->enospc, a->other, a->first_other);
+	return a;
+}
+
+/*
+ * Before: a user forking 20,500 processes that each took a name by pidfd
+ * had a daemon whose open files limit was 20,000 hold 19,999 descriptors,
+ * and every new connection, root's too, was reset until those processes
+ * died. Now one uid's processes are capped (--max-procs-per-uid, by
+ * default a quarter of what unprivileged uids may have together), with
+ * EDQUOT; another user, and root, are not held up.
+ */
+static void test_procs_per_uid(void **state)
+{
+	struct fx *f = *state;
+	struct th_user *a = user(f), *b = user(f);
+	struct leader *la, *lb, *la2;
+	char want[128];
+	procreg_t *root;
+
+	/* A's processes up to its cap; past it, each refused. */
+	la = leader_new(f, a, "a", PER_UID + 6);
+	assert_int_equal(la->other, 0);
+	assert_int_equal(la->ok, PER_UID);
+	assert_int_equal(la->edquot, 6);
+	assert_int_equal(la->self_full, -EDQUOT);
+	/* A process that gave its name back is not counted: the leader
+	 * gets in; and then that one is refused its name again. */
+	assert_int_equal(la->self_idle, 0);
+	assert_int_equal(la->idle_back, -EDQUOT);
+	assert_true(th_log_has(f->d.log, "name refused (EDQUOT): each process holding names costs"));
+
+	/* B's cap is its own. */
+	lb = leader_new(f, b, "b", PER_UID + 6);
+	assert_int_equal(lb->other, 0);
+	assert_int_equal(lb->ok, PER_UID);
+	assert_int_equal(lb->edquot, 6);
+
+	/* Root connects and registers, for itself and for processes of
+	 * its own (not counted). */
+	root = th_open(f->dir);
+	assert_non_null(root);
+	assert_int_equal(procreg_register(root, "root.name", NULL, 0), 0);
+	{
+		struct leader *lr = leader_new(f, NULL, "root", 20);
+
+		assert_int_equal(lr->ok, 20);
+		assert_int_equal(lr->self_full, 0);
+	}
+
+	/* Gone with their processes, A's are room again (the deaths seen:
+	 * a SYNC). */
+	assert_int_equal(th_held_release(&f->h), 0);
+	assert_int_equal(procreg_sync(root), 0);
+	procreg_close(root);
+	th_held_init(&f->h);
+	la2 = leader_new(f, a, "a2", 5);
+	assert_int_equal(la2->ok, 5);
+	assert_int_equal(la2->other + la2->edquot + la2->enospc, 0);
+	assert_int_equal(th_held_release(&f->h), 0);
+	/* The limits, as the start said them. */
+	snprintf(want, sizeof(want), "processes holding names: %d a uid, %d of all but root's",
+		 PER_UID, ROOM);
+	assert_true(th_log_has(f->d.log, want));
+	munmap(la, sizeof(*la));
+	munmap(lb, sizeof(*lb));
+	munmap(la2, sizeof(*la2));
+}
+
+/*
+ * Many users, each within its cap, together: they stop (ENOSPC) short of
+ * the descriptors connections need, and root still connects and
+ * registers. Before, the fifth user here took the daemon out of
+ * descriptors, and root's connection was reset.
+ */
+static void test_procs_all_uids(void **state)
+{
+	struct fx *f = *state;
+	struct leader *l[USERS];
+	procreg_t *root;
+	int got = 0;
+
+	for (int i = 0; i < USERS - 1; i++) {
+		char prefix[8];
+
+		snprintf(prefix, sizeof(prefix), "u%d", i);
+		l[i] = leader_new(f, user(f), strdup(prefix), PER_UID);
+		assert_int_equal(l[i]->ok, PER_UID);
+		got += l[i]->ok;
+	}
+	/* The last: as many processes as the daemon has descriptors. */
+	l[USERS - 1] = leader_new(f, user(f), "last", FDS);
+	assert_int_equal(l[USERS - 1]->other, 0);
+	assert_int_equal(l[USERS - 1]->ok, ROOM - got);
+	assert_int_equal(l[USERS - 1]->enospc, FDS - (ROOM - got));
+	assert_true(th_log_has(f->d.log, "name refused (ENOSPC): each process holding names costs"));
+
+	/* Root: a new connection, names, processes of its own. */
+	root = th_open(f->dir);
+	assert_non_null(root);
+	assert_int_equal(procreg_register(root, "root.name", NULL, 0), 0);
+	assert_int_equal(procreg_sync(root), 0);
+	procreg_close(root);
+	assert_int_equal(th_held_release(&f->h), 0);
+	for (int i = 0; i < USERS; i++) {
+		if (i < USERS - 1)
+			free((char *)l[i]->prefix);
+		munmap(l[i], sizeof(*l[i]));
+	}
+}
+
+int main(void)
+{
+	/* The daemons run with an open files limit of FDS, which the limits
+	 * on processes follow from: they take it from us. For good: a hard
+	 * limit lowered may not be raised again without CAP_SYS_RESOURCE,
+	 * which a container may not give. */
+	struct rlimit low = { FDS, FDS };
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_procs_per_uid, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_procs_all_uids, setup, teardown),
+	};
+
+	if (setrlimit(RLIMIT_NOFILE, &low) < 0) {
+		perror("setrlimit RLIMIT_NOFILE");
+		return 1;
+	}
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
