@@ -61,8 +61,10 @@
  *               and the sender's own membership lease of the group so named.
  *   SUBSCRIBE   empty. From then on the daemon sends a NOTIFY | REPLY frame
  *               (id 0, empty) on this connection after each batch of work
- *               that published events, dropping it when the socket is full:
- *               a readable socket says "look at the feed".
+ *               that published events: a readable socket says "look at
+ *               the feed". One that finds the socket full is dropped, and
+ *               none is sent until the socket has room again (the client
+ *               read), then one if any was dropped meanwhile.
  *   FOLLOW      empty. A thread of the client may sleep on the change
  *               feed's futex (feed.c): from the reply on, and while the
  *               connection lasts, the daemon wakes the futex after each

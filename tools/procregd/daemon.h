@@ -104,6 +104,9 @@ struct client {
 	int fd;
 	bool hello_done;
 	bool subscribed;          /* feed notifications on this connection */
+	/* A notification found its socket full: none is sent until it is
+	 * writable again (EPOLLOUT), then one if any was skipped (owed). */
+	bool feed_full, feed_owed;
 	bool follows;             /* said FOLLOW: counted in d->w.feed_followers */
 	bool notices;             /* it takes notices (names lost) between replies */
 	bool peer_pidfd;          /* identity from SO_PEERPIDFD, not from HELLO */
