@@ -22,6 +22,11 @@
  *  - Many nodes going at once (a partition, or a node with the cookie
  *    that came up under many names and drops them all) leave the table
  *    in one walk of it, not one walk each.
+ *  - A node with the cookie that tells of addresses (PEERS) must not make
+ *    the daemon dial out without bound: host names whose look-ups hang do
+ *    not hold up the look-up of a --peer's name, an address dropped after
+ *    its tries is not dialed again when told of again, and the dials to
+ *    addresses told of keep within a budget.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -463,9 +468,11 @@ static void test_claims_bounded(void **state)
 }
 
 /* A node with the cookie tells of a thousand addresses where nothing
- * answers (every slot for targets, and more), then of a real node, b.
- * The dead ones are dropped after their tries (2 here, 16 by default):
- * the slots they held go to what is told of later, and b is dialed. */
+ * answers (every slot for targets), then of a real node, b. The dead ones
+ * are dropped after their tries (1 here, 16 by default): the slots they
+ * held go to what is told of later, and b is dialed, in its turn: ten
+ * dials a tick go to addresses told of, so up to a thousand may come
+ * before it (about 10 s). */
 static void test_told_of_dead_peers(void **state)
 {
 	struct cluster *c = *state;
@@ -477,7 +484,7 @@ static void test_told_of_dead_peers(void **state)
 	bool seen = false;
 
 	assert_int_equal(th_node_start(a, c->cookie, NULL,
-				       (const char *const[]){ "PROCREG_TEST_LEARNED_TRIES=2", NULL }),
+				       (const char *const[]){ "PROCREG_TEST_LEARNED_TRIES=1", NULL }),
 			 0);
 	assert_int_equal(th_peer_connect(&p, a->listen, "fake", 7, COOKIE), 0);
 	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_PEERS, 0, 0, 0, &start), 0);
@@ -500,7 +507,7 @@ static void test_told_of_dead_peers(void **state)
 	assert_int_equal(procreg__bp_begin(buf, sizeof(buf), &pos, PR_BP_PEERS, 0, 0, 0, &start), 0);
 	assert_int_equal(procreg__bp_add_peer(buf, sizeof(buf), &pos, start, b->name, b->listen), 0);
 	procreg__bp_end(buf, pos, start, 0);
-	for (int i = 0; i < WAIT_MS / 500 && !seen; i++) {
+	for (int i = 0; i < 3 * WAIT_MS / 500 && !seen; i++) {
 		th_peer_send(&p, buf, pos);
 		for (int k = 0; k < 5 && !seen; k++) {
 			seen = procreg_lookup(a->reg, "on-b", NULL) == 0;
@@ -786,7 +793,7 @@ static void test_leeches_bounded(void **state)
 	free(l.p);
 }
 
-/* ---- 5: a burst of nodes, kept alive while their snapshots wait ------- */
+/* ---- 4: a burst of nodes, kept alive while their snapshots wait ------- */
 
 #define BURST_PEERS 24
 #define BURST_NAMES 100000
@@ -896,7 +903,7 @@ static void test_burst_kept_alive(void **state)
 		th_peer_close(&bs[i].p);
 }
 
-/* ---- 6: many nodes gone at once, one walk ------------------------------ */
+/* ---- 5: many nodes gone at once, one walk ------------------------------ */
 
 #define GONE_PEERS 64
 #define GONE_NAMES 2        /* each gone node's */
@@ -972,6 +979,234 @@ static void test_gone_at_once(void **state)
 	free(p);
 }
 
+/* ---- 6: what PEERS makes a node dial ------------------------------------- */
+
+/* Addresses for peers_frame(): item I's, with PORT. */
+typedef void addr_fn(char *out, size_t cap, int i, int port);
+
+/* A host name under stall.test: its look-up never ends. */
+static void stall_addr(char *out, size_t cap, int i, int port)
+{
+	snprintf(out, cap, "ghost%d.stall.test:%d", i, port);
+}
+
+static void loopback_addr(char *out, size_t cap, int i, int port)
+{
+	(void)i;
+	snprintf(out, cap, "127.0.0.1:%d", port);
+}
+
+/* A loopback address of its own for each item (127.0.x.y). */
+static void spread_addr(char *out, size_t cap, int i, int port)
+{
+	snprintf(out, cap, "127.0.%d.%d:%d", 1 + i / 250, 1 + i % 250, port);
+}
+
+/* The PEERS frame of a hand-made node telling of N nodes, ghost0.., at
+ * the addresses ADDR makes: its length. */
+static size_t peers_frame(uint8_t *buf, size_t cap, int n, addr_fn *addr, int port)
+{
+	size_t pos = 0, start;
+
+	assert_int_equal(procreg__bp_begin(buf, cap, &pos, PR_BP_PEERS, 0, 0, 0, &start), 0);
+	for (int i = 0; i < n; i++) {
+		char name[32], a[64];
+
+		snprintf(name, sizeof(name), "ghost%d", i);
+		addr(a, sizeof(a), i, port);
+		assert_int_equal(procreg__bp_add_peer(buf, cap, &pos, start, name, a), 0);
+	}
+	procreg__bp_end(buf, pos, start, 0);
+	return pos;
+}
+
+static int probe_exists(void *path)
+{
+	return access(path, F_OK) == 0;
+}
+
+/* A listener the test holds on ADDR (network order) and PORT, for the
+ * daemon to dial: its fd. */
+static int hold_listener(uint32_t addr, int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = addr,
+				  .sin_port = htons((uint16_t)port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+
+	assert_true(fd >= 0);
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(fd, 4096), 0);
+	return fd;
+}
+
+/* The connections made to LFD for MS ms, each accepted and closed at once
+ * (a dial that does not authenticate): how many. */
+static int accept_for(int lfd, int ms)
+{
+	uint64_t end = mono_ms() + (uint64_t)ms;
+	int n = 0;
+
+	for (uint64_t now = mono_ms(); now < end; now = mono_ms()) {
+		struct pollfd pfd = { .fd = lfd, .events = POLLIN };
+		int fd;
+
+		if (poll(&pfd, 1, (int)(end - now)) <= 0)
+			continue;
+		while ((fd = accept(lfd, NULL, NULL)) >= 0) {
+			close(fd);
+			n++;
+		}
+	}
+	return n;
+}
+
+/* Host names told of (PEERS) whose look-ups never end (a DNS server that
+ * does not answer, getaddrinfo_stall.so) must not hold up the look-up of
+ * a --peer given by name: node a dials b at localhost:PORT, b restarts
+ * after a node with the cookie told a of STALL_NAMES such names and left,
+ * and a must look localhost up again to reach b. It used to queue behind
+ * the names told of, on the one resolver thread, for good (with a DNS
+ * server that times out, 10 s each: seen 59 s for 6 names). */
+#define STALL_NAMES 4
+
+static void test_told_of_names_stall(void **state)
+{
+	struct cluster *c = *state;
+	static struct th_peer p;
+	static uint8_t buf[PR_BP_FRAME_MAX];
+	struct th_node *a = &c->n[0], *b = &c->n[1];
+	char mark[600], preload[600], mark_env[640], asan[1024], peer[64], listen_b[32];
+	const char *asan_opts = getenv("ASAN_OPTIONS");
+	int port = th_free_port();
+	const char *const b_args[] = { "--node", b->name, "--cookie-file", c->cookie, "--listen",
+				       listen_b, NULL };
+	size_t len;
+
+	snprintf(listen_b, sizeof(listen_b), "127.0.0.1:%d", port);
+	snprintf(peer, sizeof(peer), "localhost:%d", port);
+	snprintf(mark, sizeof(mark), "%s/stalled", c->base);
+	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", GETADDRINFO_STALL);
+	snprintf(mark_env, sizeof(mark_env), "PROCREG_TEST_STALL_MARK=%s", mark);
+	/* Under AddressSanitizer, its runtime must come first; the shim
+	 * preloaded ahead of it is harmless. */
+	snprintf(asan, sizeof(asan), "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
+		 asan_opts ? asan_opts : "", asan_opts && asan_opts[0] ? ":" : "");
+
+	assert_int_equal(th_daemon_start(&b->d, b->dir, b_args, NULL), 0);
+	a->may_hang = true;
+	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){ "--peer", peer, NULL },
+				       (const char *const[]){ preload, mark_env, asan, NULL }), 0);
+	b->reg = th_open(b->dir);
+	assert_non_null(b->reg);
+	assert_int_equal(procreg_register(b->reg, "on-b", NULL, 0), 0);
+	th_expect_name(a->reg, "on-b", getpid(), true, WAIT_MS);
+
+	/* a's connection to b is up: once it ends, localhost is looked up
+	 * afresh. A node with the cookie tells of the names, and goes. */
+	assert_int_equal(th_peer_connect(&p, a->listen, "fake", 7, COOKIE), 0);
+	len = peers_frame(buf, sizeof(buf), STALL_NAMES, stall_addr, 1);
+	th_peer_send(&p, buf, len);
+	if (!th_until(probe_exists, mark, WAIT_MS))
+		fail_msg("no look-up of a name told of began (log of a: %s)", a->d.log);
+	th_peer_close(&p);
+
+	/* b restarts on the same port, with a name a has not seen. */
+	procreg_close(b->reg);
+	b->reg = NULL;
+	assert_int_equal(th_daemon_stop(&b->d), 0);
+	assert_int_equal(th_daemon_start(&b->d, b->dir, b_args, NULL), 0);
+	b->reg = th_open(b->dir);
+	assert_non_null(b->reg);
+	assert_int_equal(procreg_register(b->reg, "on-b-again", NULL, 0), 0);
+	if (!th_name_within(a->reg, "on-b-again", getpid(), true, 3 * WAIT_MS))
+		fail_msg("node a never reached its --peer %s again: its look-up waits behind "
+			 "names told of that never resolve (log of a: %s)", peer, a->d.log);
+	assert_false(th_log_has(a->d.log, "cannot resolve"));
+}
+
+/* An address told of is dialed LEARNED_TRIES times (2 here) and dropped;
+ * told of again and again (REPEATS PEERS frames, 300 ms apart), it is not
+ * dialed again. It used to get its tries afresh each time: a node with the
+ * cookie could keep every node connecting to any host and port (seen: 16
+ * connections to each of 10 listeners in 30 s, each carrying a HELLO). */
+#define RETOLD_TRIES 2
+#define REPEATS 10
+
+static void test_told_of_again_not_redialed(void **state)
+{
+	struct cluster *c = *state;
+	static struct th_peer p;
+	static uint8_t buf[PR_BP_FRAME_MAX];
+	struct th_node *a = &c->n[0];
+	int port = th_free_port(), lfd = hold_listener(htonl(INADDR_LOOPBACK), port), first = 0,
+	    again = 0;
+	size_t len;
+	char tries_env[64];
+
+	snprintf(tries_env, sizeof(tries_env), "PROCREG_TEST_LEARNED_TRIES=%d", RETOLD_TRIES);
+	assert_int_equal(th_node_start(a, c->cookie, NULL, (const char *const[]){ tries_env, NULL }),
+			 0);
+	assert_int_equal(th_peer_connect(&p, a->listen, "fake", 7, COOKIE), 0);
+	len = peers_frame(buf, sizeof(buf), 1, loopback_addr, port);
+	th_peer_send(&p, buf, len);
+	for (int i = 0; i < WAIT_MS / 100 && !th_log_has(a->d.log, "dials failed, dropped"); i++)
+		first += accept_for(lfd, 100);
+	th_expect_log(a->d.log, "dials failed, dropped", 1);
+	first += accept_for(lfd, 300);
+	assert_int_equal(first, RETOLD_TRIES);
+
+	for (int i = 0; i < REPEATS; i++) {
+		th_peer_send(&p, buf, len);
+		again += accept_for(lfd, 300);
+	}
+	if (again)
+		fail_msg("an address dropped after its %d dials was dialed %d times more, told of "
+			 "again %d times (log of a: %s)", RETOLD_TRIES, again, REPEATS, a->d.log);
+	th_expect_log(a->d.log, "not dialed again for", WAIT_MS);
+	/* Said once a second at most, not once a frame. */
+	assert_true(th_log_count(a->d.log, "not dialed again for") <= 1 + REPEATS * 3 / 10 + 1);
+	th_peer_close(&p);
+	close(lfd);
+}
+
+/* A thousand addresses told of at once, all of them this test's listener
+ * (127.0.x.y: all loopback): the daemon dials at most BUDGET_TICK of them
+ * a 100 ms tick (mesh.c's LEARNED_DIALS_TICK). Counted over WINDOW_MS of
+ * the test's clock: a slow daemon dials fewer, never more. It used to dial
+ * every one at the next tick, then each again as its backoff ran out (650
+ * connections a second to wherever a node with the cookie chose). */
+#define BUDGET_TICK 10
+#define TOLD_OF 1000
+#define WINDOW_MS 1000
+
+static void test_told_of_dials_budgeted(void **state)
+{
+	struct cluster *c = *state;
+	static struct th_peer p;
+	static uint8_t buf[PR_BP_FRAME_MAX];
+	struct th_node *a = &c->n[0];
+	int port = th_free_port(), lfd = hold_listener(htonl(INADDR_ANY), port), n;
+	uint64_t t0, ms;
+	size_t len;
+
+	assert_int_equal(th_node_start(a, c->cookie, NULL, NULL), 0);
+	assert_int_equal(th_peer_connect(&p, a->listen, "fake", 7, COOKIE), 0);
+	len = peers_frame(buf, sizeof(buf), TOLD_OF, spread_addr, port);
+	t0 = mono_ms();
+	th_peer_send(&p, buf, len);
+	n = accept_for(lfd, WINDOW_MS);
+	ms = mono_ms() - t0;
+	/* A tick may fall at each end of the window. */
+	if ((uint64_t)n > BUDGET_TICK * (ms / 100 + 2))
+		fail_msg("%d dials to addresses told of in %llu ms: more than %d a tick (log of a: "
+			 "%s)", n, (unsigned long long)ms, BUDGET_TICK, a->d.log);
+	assert_true(n > 0);
+	th_expect_log(a->d.log, "wait to be dialed", WAIT_MS);
+	th_peer_close(&p);
+	close(lfd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -987,6 +1222,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_leeches_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_burst_kept_alive, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gone_at_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_told_of_names_stall, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_told_of_again_not_redialed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_told_of_dials_budgeted, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

@@ -32,12 +32,26 @@
  * Names. A peer's address may be a host name, and looking one up may wait
  * on a DNS server for seconds, or for ever: never on the daemon's thread,
  * where it would stall every registration on the host. A numeric address
- * is used as it is; a name goes to one small resolver thread, the mesh's
- * only one, started at the first name. It answers through an eventfd in
- * the mesh's epoll set, and the dial proceeds then. The answer's addresses
- * are tried in turn, one per dial, and the name is looked up again once
- * they are all tried, or after a connection made with one of them ends. A
- * name that does not resolve is retried with the dial's backoff.
+ * is used as it is; a name goes to a small resolver thread, started at the
+ * first name. There are two, one for the names of --peer and one for the
+ * names other nodes tell of, each taking its names in turn: a node with
+ * the cookie can tell of any number of names whose DNS server never
+ * answers, and those must not hold up the look-ups of the peers this node
+ * was given, which it needs to get back into the mesh. They answer
+ * through an eventfd in the mesh's epoll set, and the dial proceeds then.
+ * The answer's addresses are tried in turn, one per dial, and the name is
+ * looked up again once they are all tried, or after a connection made
+ * with one of them ends. A name that does not resolve is retried with the
+ * dial's backoff.
+ *
+ * Addresses told of. Any node with the cookie can name addresses in
+ * PEERS, and this node then dials them: a way to make every node connect
+ * out to any host and port. So such a target is dropped after
+ * LEARNED_TRIES dials that fail, its address is remembered for
+ * FORGET_NS (FORGOTTEN_MAX addresses at most, the oldest forgotten
+ * first) and not taken again meanwhile, and at most LEARNED_DIALS_TICK of
+ * those dials go out a tick, the targets taking turns. A --peer is dialed
+ * whenever due, outside that budget.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -91,6 +105,22 @@
  * nodes told of later are never dialed, and have this one dial them all
  * for as long as it runs. A --peer is tried for ever. */
 #define LEARNED_TRIES 16
+/* A target told of and dropped after its tries is not taken again when a
+ * PEERS names it within FORGET_NS: else re-sending the same PEERS would
+ * have it dialed LEARNED_TRIES times more each time. The most remembered:
+ * FORGOTTEN_MAX (16 bytes each, and as much again in the index), the
+ * oldest forgotten first. A node that really was down for a while and
+ * comes back dials in (it learns of this node from its peers), or is told
+ * of again once the time is up. */
+#define FORGOTTEN_MAX 4096
+#define FORGET_NS (10 * 60 * 1000000000ull)
+/* Dials of targets told of, a tick at most (100 a second): a node with
+ * the cookie can fill the 1,024 slots with addresses that never
+ * authenticate, and each of them is dialed LEARNED_TRIES times in about
+ * 25 s, 650 connections a second to wherever it chose. The targets take
+ * turns: those past the budget wait for the next tick. Enough for a mesh
+ * of a hundred nodes to close within a second or two. */
+#define LEARNED_DIALS_TICK 10
 #define CONNS_MAX 1024              /* connections, handshakes included */
 /* Accepted connections not yet authenticated: anyone who can reach the
  * port can open them, and each costs an fd until HANDSHAKE_MS is up, so
@@ -172,7 +202,11 @@ struct target {
 	uint64_t resolve_fails, resolve_logged_ns;
 };
 
-/* One look-up: the daemon's thread fills in the question, the resolver
+/* The resolver's queues, a thread each: --peer's names, and the names
+ * other nodes told of. */
+enum { RQ_PEER, RQ_LEARNED, RQ_N };
+
+/* One look-up: the daemon's thread fills in the question, a resolver
  * thread the answer; on a list under the resolver's mutex in between, and
  * owned by the one thread that took it off. */
 struct lookup {
@@ -186,19 +220,28 @@ struct lookup {
 	unsigned naddrs;
 };
 
-/* Shared by the daemon's thread and the resolver thread, under mu. The
+/* Shared by the daemon's thread and the resolver threads, under mu. A
  * thread is detached and never waited for: one stuck in a DNS query must
- * not hold up the daemon's exit. So the last of the two to let go of the
- * struct frees it (refs), and the thread writes efd only under mu while
- * !stop: the mesh closes efd after setting stop. */
+ * not hold up the daemon's exit. So the last of them all to let go of the
+ * struct frees it (refs), and a thread writes efd only under mu while
+ * !stop: the mesh closes efd after setting stop. Thread Q takes from
+ * todo[Q] only; started (the daemon's thread's alone) says which run. */
 struct resolver {
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct lookup *todo, **todo_tail;
+	pthread_cond_t cv[RQ_N];
+	struct lookup *todo[RQ_N], **todo_tail[RQ_N];
 	struct lookup *done;
 	bool stop;
 	int refs;
 	int efd;
+	bool started[RQ_N];
+};
+
+/* A target told of, dropped after its tries (FORGOTTEN_MAX of them, a
+ * ring): the keyed hash of its address, and when. */
+struct forgotten {
+	uint64_t key;
+	uint64_t when_ns;
 };
 
 /* Strings to values, by a keyed 64-bit hash of each: a lookup gives the
@@ -250,6 +293,17 @@ struct mesh {
 	struct str_index up_index;        /* node -> its connection, C_UP */
 	uint32_t learned_tries;           /* LEARNED_TRIES, or PROCREG_TEST_LEARNED_TRIES */
 	struct pr_ratelimit forgot_log;
+	/* Targets told of and dropped (FORGET_NS): a ring, allocated at the
+	 * first, the next to reuse at forgot_next; the index is address ->
+	 * place in the ring. */
+	struct forgotten *forgot;
+	size_t forgot_next;
+	struct str_index forgot_index;
+	struct pr_ratelimit retold_log;   /* a PEERS named one of them */
+	/* The learned target (an offset past nconfigured) whose turn is
+	 * next when LEARNED_DIALS_TICK runs out in a tick. */
+	size_t learned_turn;
+	struct pr_ratelimit budget_log;
 	struct resolver *res;         /* NULL until the first host name */
 	struct obj res_o;
 };
@@ -735,7 +789,8 @@ static void send_hello(struct mesh *m, struct conn *c)
 
 static void resolver_free(struct resolver *r)
 {
-	pthread_cond_destroy(&r->cv);
+	for (int q = 0; q < RQ_N; q++)
+		pthread_cond_destroy(&r->cv[q]);
 	pthread_mutex_destroy(&r->mu);
 	free(r);
 }
@@ -750,12 +805,11 @@ static void lookups_free(struct lookup *l)
 	}
 }
 
-/* The resolver thread: one look-up at a time, in the order asked. A name
- * whose DNS server does not answer delays the names asked after it, never
- * the daemon. */
-static void *resolver_main(void *arg)
+/* A resolver thread, for queue Q: one look-up at a time, in the order
+ * asked. A name whose DNS server does not answer delays the names asked
+ * after it in its queue, never the other queue's, never the daemon. */
+static void resolver_run(struct resolver *r, int q)
 {
-	struct resolver *r = arg;
 	bool last;
 
 	pthread_mutex_lock(&r->mu);
@@ -763,14 +817,14 @@ static void *resolver_main(void *arg)
 		struct lookup *l;
 		uint64_t one = 1;
 
-		while (!r->todo && !r->stop)
-			pthread_cond_wait(&r->cv, &r->mu);
+		while (!r->todo[q] && !r->stop)
+			pthread_cond_wait(&r->cv[q], &r->mu);
 		if (r->stop)
 			break;
-		l = r->todo;
-		r->todo = l->next;
-		if (!r->todo)
-			r->todo_tail = &r->todo;
+		l = r->todo[q];
+		r->todo[q] = l->next;
+		if (!r->todo[q])
+			r->todo_tail[q] = &r->todo[q];
 		pthread_mutex_unlock(&r->mu);
 		l->gai_err = lookup_addr(l->addr, 0, l->addrs, l->addr_lens, ADDRS_MAX, &l->naddrs);
 		if (l->gai_err == EAI_SYSTEM)
@@ -788,9 +842,21 @@ static void *resolver_main(void *arg)
 	pthread_mutex_unlock(&r->mu);
 	if (last)
 		resolver_free(r);
+}
+
+static void *resolver_peer_main(void *arg)
+{
+	resolver_run(arg, RQ_PEER);
 	return NULL;
 }
 
+static void *resolver_learned_main(void *arg)
+{
+	resolver_run(arg, RQ_LEARNED);
+	return NULL;
+}
+
+/* The shared struct and its eventfd, no thread yet (resolver_thread()). */
 static int resolver_start(struct mesh *m)
 {
 	struct resolver *r = calloc(1, sizeof(*r));
@@ -800,25 +866,42 @@ static int resolver_start(struct mesh *m)
 	if (!r)
 		return -ENOMEM;
 	pthread_mutex_init(&r->mu, NULL);
-	pthread_cond_init(&r->cv, NULL);
-	r->todo_tail = &r->todo;
-	r->refs = 2;    /* the mesh's and the thread's */
+	for (int q = 0; q < RQ_N; q++) {
+		pthread_cond_init(&r->cv[q], NULL);
+		r->todo_tail[q] = &r->todo[q];
+	}
+	r->refs = 1;    /* the mesh's; each thread adds its own */
 	r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	m->res_o.kind = O_RESOLVED;
 	if (r->efd < 0 || epoll_ctl(m->epfd, EPOLL_CTL_ADD, r->efd, &e) < 0) {
 		err = -errno;
-		goto fail;
+		if (r->efd >= 0)
+			close(r->efd);
+		resolver_free(r);
+		return err;
 	}
-	err = pr_thread_start(resolver_main, r);
-	if (err)
-		goto fail;
 	m->res = r;
 	return 0;
-fail:
-	if (r->efd >= 0)
-		close(r->efd);
-	resolver_free(r);
-	return err;
+}
+
+/* Queue Q's thread, started at its first name. The mesh holds its
+ * reference meanwhile: the struct stays. */
+static int resolver_thread(struct resolver *r, int q)
+{
+	int err;
+
+	pthread_mutex_lock(&r->mu);
+	r->refs++;
+	pthread_mutex_unlock(&r->mu);
+	err = pr_thread_start(q == RQ_PEER ? resolver_peer_main : resolver_learned_main, r);
+	if (err) {
+		pthread_mutex_lock(&r->mu);
+		r->refs--;
+		pthread_mutex_unlock(&r->mu);
+		return err;
+	}
+	r->started[q] = true;
+	return 0;
 }
 
 /* At close: look-ups not started are dropped, and one under way is left
@@ -827,7 +910,7 @@ fail:
 static void resolver_stop(struct mesh *m)
 {
 	struct resolver *r = m->res;
-	struct lookup *todo, *done;
+	struct lookup *todo[RQ_N], *done;
 	bool last;
 	int efd;
 
@@ -835,41 +918,51 @@ static void resolver_stop(struct mesh *m)
 		return;
 	pthread_mutex_lock(&r->mu);
 	r->stop = true;
-	todo = r->todo;
+	for (int q = 0; q < RQ_N; q++) {
+		todo[q] = r->todo[q];
+		r->todo[q] = NULL;
+		r->todo_tail[q] = &r->todo[q];
+		pthread_cond_signal(&r->cv[q]);
+	}
 	done = r->done;
-	r->todo = r->done = NULL;
-	r->todo_tail = &r->todo;
+	r->done = NULL;
 	efd = r->efd;
 	r->efd = -1;
-	pthread_cond_signal(&r->cv);
 	last = --r->refs == 0;
 	pthread_mutex_unlock(&r->mu);
 	epoll_ctl(m->epfd, EPOLL_CTL_DEL, efd, NULL);
 	close(efd);
-	lookups_free(todo);
+	for (int q = 0; q < RQ_N; q++)
+		lookups_free(todo[q]);
 	lookups_free(done);
 	if (last)
 		resolver_free(r);
 	m->res = NULL;
 }
 
+/* T's name to look up, on --peer's queue or on the one of names told of. */
 static int resolver_ask(struct mesh *m, struct target *t)
 {
+	size_t i = (size_t)(t - m->targets);
+	int q = i < m->nconfigured ? RQ_PEER : RQ_LEARNED, err;
+	struct resolver *r;
 	struct lookup *l;
-	int err;
 
 	if (!m->res && (err = resolver_start(m)) < 0)
+		return err;
+	r = m->res;
+	if (!r->started[q] && (err = resolver_thread(r, q)) < 0)
 		return err;
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
-	l->target = (size_t)(t - m->targets);
+	l->target = i;
 	snprintf(l->addr, sizeof(l->addr), "%s", t->addr);
-	pthread_mutex_lock(&m->res->mu);
-	*m->res->todo_tail = l;
-	m->res->todo_tail = &l->next;
-	pthread_cond_signal(&m->res->cv);
-	pthread_mutex_unlock(&m->res->mu);
+	pthread_mutex_lock(&r->mu);
+	*r->todo_tail[q] = l;
+	r->todo_tail[q] = &l->next;
+	pthread_cond_signal(&r->cv[q]);
+	pthread_mutex_unlock(&r->mu);
 	t->resolving = true;
 	return 0;
 }
@@ -1012,6 +1105,54 @@ static struct target *target_find(struct mesh *m, const char *addr, size_t len)
 		if (target_is(&m->targets[i], addr, len))
 			return &m->targets[i];
 	return NULL;
+}
+
+/* ---- targets told of, dropped and remembered (FORGET_NS) --------------- */
+
+/* ADDR[0..LEN) dropped now, after its tries: remembered in the ring, in
+ * place of the oldest when it is full. Out of memory, not remembered:
+ * a PEERS that names it again has it dialed again, as before. */
+static void forget(struct mesh *m, const char *addr, size_t len)
+{
+	uint64_t key = sidx_key(&m->forgot_index, addr, len), at;
+	struct forgotten *f;
+
+	if (!m->forgot && !(m->forgot = calloc(FORGOTTEN_MAX, sizeof(*m->forgot))))
+		return;
+	if (procreg__u64map_get(&m->forgot_index.map, key, &at) == 0 && m->forgot[at].key == key) {
+		m->forgot[at].when_ns = now_ns();
+		return;
+	}
+	at = m->forgot_next;
+	m->forgot_next = (m->forgot_next + 1) % FORGOTTEN_MAX;
+	f = &m->forgot[at];
+	if (f->key) {
+		uint64_t old;
+
+		if (procreg__u64map_get(&m->forgot_index.map, f->key, &old) == 0 && old == at)
+			procreg__u64map_del(&m->forgot_index.map, f->key);
+		f->key = 0;
+	}
+	if (procreg__u64map_put(&m->forgot_index.map, key, at) < 0)
+		return;
+	f->key = key;
+	f->when_ns = now_ns();
+}
+
+/* Whether ADDR[0..LEN) was dropped less than FORGET_NS ago: *AGO_NS, how
+ * long. By its keyed hash alone: another address of the same hash (not
+ * to be found without the secret seed) would wait out the time too. */
+static bool forgotten(struct mesh *m, const char *addr, size_t len, uint64_t *ago_ns)
+{
+	uint64_t key, at;
+
+	if (!m->forgot)
+		return false;
+	key = sidx_key(&m->forgot_index, addr, len);
+	if (procreg__u64map_get(&m->forgot_index.map, key, &at) < 0 || m->forgot[at].key != key)
+		return false;
+	*ago_ns = now_ns() - m->forgot[at].when_ns;
+	return *ago_ns < FORGET_NS;
 }
 
 /* T emptied: its slot free for another. */
@@ -1305,11 +1446,27 @@ static int on_frame(struct mesh *m, struct conn *c, const struct pr_bp_frame *f)
 		while (procreg__bp_peer(f, &ip, &p)) {
 			char name[PR_BP_NODE_MAX + 1];
 			struct target *t;
+			uint64_t ago, held;
 
 			memcpy(name, p.name, p.name_len);
 			name[p.name_len] = 0;
 			if (!strcmp(name, m->node) || up_conn(m, name) || !p.addr_len)
 				continue;
+			/* Dropped after its tries a while ago (never a --peer):
+			 * told of again, it gets no new ones. A line a second:
+			 * a node may tell of a thousand, again and again. */
+			if (forgotten(m, p.addr, p.addr_len, &ago)) {
+				if (pr_ratelimit_pass(&m->retold_log, now_ns(), &held))
+					pr_bridge_log(&m->up, LOG_NOTICE,
+						      "bridge: peer %.*s (told of by node %s): dropped "
+						      "%llu s ago, not dialed again for %llu s more (and "
+						      "%llu more such since the last such line)",
+						      (int)p.addr_len, p.addr, c->peer,
+						      (unsigned long long)(ago / 1000000000ull),
+						      (unsigned long long)((FORGET_NS - ago) / 1000000000ull),
+						      (unsigned long long)held);
+				continue;
+			}
 			t = target_add(m, p.addr, p.addr_len);
 			if (t && !t->conn)
 				t->next_try_ns = 0; /* dial at the next tick */
@@ -1556,6 +1713,50 @@ static void do_accept(struct mesh *m)
 	}
 }
 
+/* The targets told of, at a tick: those out of tries dropped (and
+ * remembered: forget()), and LEARNED_DIALS_TICK of those due dialed, in
+ * turn from where the last tick's budget ran out. */
+static void learned_tick(struct mesh *m, uint64_t now)
+{
+	size_t n = m->ntargets - m->nconfigured, budget = LEARNED_DIALS_TICK, waiting = 0;
+
+	for (size_t k = 0; k < n; k++) {
+		size_t at = (m->learned_turn + k) % n;
+		struct target *t = &m->targets[m->nconfigured + at];
+		uint64_t held;
+
+		if (t->addr[0] && t->tries >= m->learned_tries && !t->conn && !t->resolving) {
+			/* Not while a look-up runs: its answer names the slot.
+			 * A line a second: a node may tell of a thousand. */
+			if (pr_ratelimit_pass(&m->forgot_log, now, &held))
+				pr_bridge_log(&m->up, LOG_NOTICE,
+					      "bridge: peer %s (told of by another node): %u dials "
+					      "failed, dropped, not dialed again for %llu s (and %llu "
+					      "more since the last such line)", t->addr, t->tries,
+					      (unsigned long long)(FORGET_NS / 1000000000ull),
+					      (unsigned long long)held);
+			forget(m, t->addr, strlen(t->addr));
+			target_drop(m, t);
+			continue;
+		}
+		if (now < t->next_try_ns || !want_dial(m, t))
+			continue;
+		if (!budget) {
+			waiting++;
+			continue;
+		}
+		if (--budget == 0)
+			m->learned_turn = (at + 1) % n;
+		dial(m, t);
+	}
+	/* A line a second while some wait their turn: a node with the
+	 * cookie can keep it so. */
+	if (waiting && pr_ratelimit_pass(&m->budget_log, now, NULL))
+		pr_bridge_log(&m->up, LOG_NOTICE,
+			      "bridge: %zu peers told of by other nodes wait to be dialed: %d such "
+			      "dials a tick (%d ms) at most", waiting, LEARNED_DIALS_TICK, TICK_MS);
+}
+
 static void tick(struct mesh *m)
 {
 	uint64_t now = now_ns(), hb = (uint64_t)m->c.heartbeat_ms * 1000000ull,
@@ -1594,26 +1795,10 @@ static void tick(struct mesh *m)
 			conn_flush(m, c);
 		}
 	}
-	for (size_t i = 0; i < m->ntargets; i++) {
-		struct target *t = &m->targets[i];
-
-		if (i >= m->nconfigured && t->addr[0] && t->tries >= m->learned_tries && !t->conn &&
-		    !t->resolving) {
-			uint64_t held;
-
-			/* Not while a look-up runs: its answer names the slot.
-			 * A line a second: a node may tell of a thousand. */
-			if (pr_ratelimit_pass(&m->forgot_log, now, &held))
-				pr_bridge_log(&m->up, LOG_NOTICE,
-					      "bridge: peer %s (told of by another node): %u dials "
-					      "failed, dropped (and %llu more since the last such line)",
-					      t->addr, t->tries, (unsigned long long)held);
-			target_drop(m, t);
-			continue;
-		}
-		if (now >= t->next_try_ns && want_dial(m, t))
-			dial(m, t);
-	}
+	for (size_t i = 0; i < m->nconfigured; i++)
+		if (now >= m->targets[i].next_try_ns && want_dial(m, &m->targets[i]))
+			dial(m, &m->targets[i]);
+	learned_tick(m, now);
 }
 
 /* The connections evict() dropped, ended (quietly: it said why). */
@@ -1851,6 +2036,8 @@ static void mesh_close(void *b)
 		free(m->cookie);
 	}
 	free(m->targets);
+	free(m->forgot);
+	procreg__u64map_free(&m->forgot_index.map);
 	procreg__u64map_free(&m->target_index.map);
 	procreg__u64map_free(&m->up_index.map);
 	free(m);
@@ -1913,9 +2100,11 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	m->targets = calloc(TARGETS_MAX, sizeof(*m->targets));
 	/* Secret, so that no peer can choose addresses or names of one key. */
 	if (getrandom(&m->target_index.seed, sizeof(m->target_index.seed), GRND_NONBLOCK) < 0 ||
-	    getrandom(&m->up_index.seed, sizeof(m->up_index.seed), GRND_NONBLOCK) < 0) {
+	    getrandom(&m->up_index.seed, sizeof(m->up_index.seed), GRND_NONBLOCK) < 0 ||
+	    getrandom(&m->forgot_index.seed, sizeof(m->forgot_index.seed), GRND_NONBLOCK) < 0) {
 		m->target_index.seed = now_ns() ^ (uint64_t)(uintptr_t)m;
 		m->up_index.seed = ~m->target_index.seed;
+		m->forgot_index.seed = m->target_index.seed * 0x9e3779b97f4a7c15ull;
 	}
 	m->queue_max = m->c.queue_max ? (size_t)m->c.queue_max : QUEUE_MAX_DEFAULT;
 	m->learned_tries = getenv("PROCREG_TEST_LEARNED_TRIES")
