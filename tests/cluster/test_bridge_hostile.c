@@ -27,6 +27,9 @@
  *    not hold up the look-up of a --peer's name, an address dropped after
  *    its tries is not dialed again when told of again, and the dials to
  *    addresses told of keep within a budget.
+ *  - A node with the cookie that sends more entries than the table holds
+ *    has each one it cannot replicate refused, but logged no more than
+ *    once a second, with a count.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -1207,6 +1210,100 @@ static void test_told_of_dials_budgeted(void **state)
 	close(lfd);
 }
 
+/* ---- 7: a node's entries into a full table ----------------------------- */
+
+#define FILL 8000                 /* names of 1,000 bytes: twice what 4 MiB hold */
+
+static int fake_changes(const struct procreg_node *n, void *arg)
+{
+	if (!strcmp(n->name, "fake"))
+		*(uint64_t *)arg = n->changes_in;
+	return 0;
+}
+
+/* Change SEQ of node "fake": NAME, with 1,000 bytes of metadata. */
+static size_t change_big(uint8_t *buf, size_t cap, uint64_t seq, const char *name)
+{
+	static const char meta[1000];
+	size_t pos = 0;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = procreg__now_ns(), .name = name,
+				 .name_len = strlen(name), .meta = meta, .meta_len = sizeof(meta) };
+
+	assert_int_equal(procreg__bp_put_change(buf, cap, &pos, 7, seq, "fake", &e), 0);
+	return pos;
+}
+
+/* Until node a has applied (or refused) change SEQ of node "fake". */
+static void wait_change(struct th_node *a, uint64_t seq)
+{
+	uint64_t in = 0;
+
+	for (int i = 0; i < WAIT_MS / 10 && in < seq; i++) {
+		if (i)
+			th_msleep(10);
+		in = 0;
+		assert_int_equal(procreg_bridge(a->reg, NULL, fake_changes, &in), 0);
+	}
+	if (in < seq)
+		fail_msg("node fake's change %llu not applied in %d ms (log: %s)",
+			 (unsigned long long)seq, WAIT_MS, a->d.log);
+}
+
+/* Node a, with a 4 MiB table, and node "fake" (P), with the cookie,
+ * whose snapshot claims FILL names with 1,000 bytes of metadata each,
+ * then its change 1: once that is applied, the snapshot is, as far as
+ * the table had room. */
+static void fill_from_node(struct cluster *c, struct th_peer *p)
+{
+	struct th_node *a = &c->n[0];
+	uint8_t one[256], *buf;
+	size_t len;
+
+	assert_int_equal(th_node_start(a, c->cookie,
+				       (const char *const[]){ "--max-size", "4M", NULL }, NULL), 0);
+	assert_int_equal(th_peer_connect(p, a->listen, "fake", 7, COOKIE), 0);
+	buf = claim_snapshot("f", FILL, 1000, procreg__now_ns(), &len);
+	th_peer_send(p, buf, len);
+	free(buf);
+	th_peer_send(p, one, change(one, sizeof(one), 1, "fill-done"));
+	wait_change(a, 1);
+}
+
+/* Each entry a full table refused used to be a line in the log: a node
+ * with the cookie sending 200,000 changes grew it by 72 MB in 3 s. Now
+ * a line a second at most, and, once a second has passed, one that says
+ * how many were not logged. */
+static void test_full_table_log_limited(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	static struct th_peer p;
+	uint64_t seq = 1;
+	int lines;
+
+	fill_from_node(c, &p);
+	lines = th_log_count(a->d.log, "not replicated");
+	print_message("%d names sent into a 4 MiB table: %d lines about those refused\n", FILL,
+		      lines);
+	if (lines < 1 || lines > FILL / 40)
+		fail_msg("%d log lines for %d names sent into a full table (log: %s)", lines, FILL,
+			 a->d.log);
+	/* One more, refused too, over a second after the last line: it
+	 * is logged, with the count of those that were not. */
+	for (int i = 0; i < 5 && !th_log_has(a->d.log, "more entries not replicated"); i++) {
+		uint8_t one[2048];
+		char name[32];
+
+		th_msleep(1100);
+		snprintf(name, sizeof(name), "late%d", i);
+		th_peer_send(&p, one, change_big(one, sizeof(one), ++seq, name));
+		wait_change(a, seq);
+	}
+	th_expect_log(a->d.log, "more entries not replicated in the last second", WAIT_MS);
+	th_peer_close(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1225,6 +1322,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_told_of_names_stall, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_told_of_again_not_redialed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_told_of_dials_budgeted, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_full_table_log_limited, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

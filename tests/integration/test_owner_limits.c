@@ -4,14 +4,19 @@
  * daemon keeps outside the table, are bounded: per uid for places
  * (--max-places-per-uid, EDQUOT), and for all uids together (--max-places,
  * --max-leases, ENOSPC), the last 1/32 of each kept for root.
+ * A hand-over refused (the process next in line is at a limit of its
+ * own) is logged, but no more than a line a second: any user can make
+ * as many as it likes.
  *
  * Needs root: the tenants are accounts the test creates (th_user_new).
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -27,10 +32,9 @@ struct fx {
 	struct th_user u1, u2;
 };
 
-static int setup(void **state)
+/* A daemon with ARGS, two users. */
+static int setup_args(void **state, const char *const *args)
 {
-	static const char *const args[] = { "--max-places", "64", "--max-places-per-uid", "40",
-					    "--max-leases", "64", NULL };
 	struct fx *f = calloc(1, sizeof(*f));
 	void *inner = NULL;
 
@@ -43,6 +47,18 @@ static int setup(void **state)
 	th_user_new(&f->u2);
 	*state = f;
 	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_args(state, (const char *const[]){ "--max-places", "64",
+		"--max-places-per-uid", "40", "--max-leases", "64", NULL });
+}
+
+/* One name a process: a process in line that holds one is at its limit. */
+static int setup_one_name(void **state)
+{
+	return setup_args(state, (const char *const[]){ "--max-names-per-proc", "1", NULL });
 }
 
 static int teardown(void **state)
@@ -239,11 +255,140 @@ static void test_leases_bounded(void **state)
 	assert_true(th_log_count(f->fx->d.log, "lease refused (ENOSPC)") >= 1);
 }
 
+/* ---- hand-overs refused, logged within bounds -------------------------- */
+
+#define WAITERS 8
+#define ROUNDS 100
+
+/* What the holder and the waiters of test_handover_log_limited share. */
+struct rounds {
+	int round;             /* the holder holds "x" for this round (-1: stop) */
+	int ready;             /* waiters in line for it, over all rounds */
+};
+
+struct round_arg {
+	const char *dir;
+	const struct th_user *u;
+	struct rounds *sh;
+	int i;
+};
+
+/* Until *AT is at least WANT (or -1): true, or false after 30 s. */
+static bool wait_for(int *at, int want)
+{
+	for (int ms = 0; ms < 30000; ms++) {
+		int v = __atomic_load_n(at, __ATOMIC_ACQUIRE);
+
+		if (v < 0 || v >= want)
+			return true;
+		th_msleep(1);
+	}
+	return false;
+}
+
+/* A waiter, as U: each round, in line for "x", then at its one name
+ * ("w.I"), so that the hand-over it is due is refused (EDQUOT). Its
+ * place goes with the refusal: the next round it queues again. */
+static int waiter_main(void *p)
+{
+	const struct round_arg *a = p;
+	PROCREG_OPTS(procreg_register_opts, o, .flags = PROCREG_QUEUE);
+	char name[32];
+	procreg_t *reg;
+
+	th_become(a->u);
+	reg = th_open(a->dir);
+	if (!reg)
+		return 1;
+	snprintf(name, sizeof(name), "w.%d", a->i);
+	for (int r = 1; r <= ROUNDS + 1; r++) {
+		if (!wait_for(&a->sh->round, r))
+			return 2;
+		if (__atomic_load_n(&a->sh->round, __ATOMIC_ACQUIRE) < 0)
+			break;
+		(void)procreg_unregister(reg, name);
+		if (procreg_register_opts(reg, "x", NULL, 0, &o) != -EINPROGRESS ||
+		    procreg_register(reg, name, NULL, 0) != 0)
+			return 3;
+		__atomic_add_fetch(&a->sh->ready, 1, __ATOMIC_RELEASE);
+	}
+	/* Alive until the holder is done: a death would take the place
+	 * out of line before its hand-over is tried. */
+	if (!wait_for(&a->sh->round, INT_MAX))
+		return 4;
+	procreg_close(reg);
+	return 0;
+}
+
+/* The holder, as U: "x" registered, the waiters in line, "x" let go:
+ * WAITERS refused hand-overs a round. Before the last round, a pause of
+ * more than a second: its first refusal is logged, and says how many
+ * were not. */
+static int holder_main(void *p)
+{
+	const struct round_arg *a = p;
+	procreg_t *reg;
+
+	th_become(a->u);
+	reg = th_open(a->dir);
+	if (!reg)
+		return 1;
+	for (int r = 1; r <= ROUNDS + 1; r++) {
+		if (r == ROUNDS + 1)
+			th_msleep(1100);
+		if (procreg_register(reg, "x", NULL, 0) != 0)
+			return 2;
+		__atomic_store_n(&a->sh->round, r, __ATOMIC_RELEASE);
+		if (!wait_for(&a->sh->ready, r * WAITERS))
+			return 3;
+		if (procreg_unregister(reg, "x") != 0 || procreg_sync(reg) != 0)
+			return 4;
+		/* Refused by every one: nobody holds it. */
+		if (procreg_lookup(reg, "x", NULL) != -ENOENT)
+			return 5;
+	}
+	__atomic_store_n(&a->sh->round, -1, __ATOMIC_RELEASE);
+	procreg_close(reg);
+	return 0;
+}
+
+/* One user, its processes in line each holding its one name: every time
+ * the name goes, each hand-over is refused. That used to be a line each
+ * in the log, as many as the user cared to cause. Now a line a second
+ * at most, and a count of the rest. */
+static void test_handover_log_limited(void **state)
+{
+	struct fx *f = *state;
+	struct rounds *sh = th_shared(sizeof(*sh));
+	struct round_arg args[WAITERS + 1];
+	pid_t pids[WAITERS + 1];
+	int lines, refused = (ROUNDS + 1) * WAITERS;
+
+	for (int i = 0; i <= WAITERS; i++) {
+		args[i] = (struct round_arg){ f->fx->dir, &f->u1, sh, i };
+		pids[i] = th_fork(i < WAITERS ? waiter_main : holder_main, &args[i]);
+		assert_true(pids[i] > 0);
+	}
+	for (int i = 0; i <= WAITERS; i++)
+		assert_int_equal(th_wait(pids[i]), 0);
+	munmap(sh, sizeof(*sh));
+	assert_int_equal(procreg_sync(f->fx->reg), 0);
+	lines = th_log_count(f->fx->d.log, ": next in line, pid ");
+	print_message("%d hand-overs refused: %d log lines\n", refused, lines);
+	/* A line a second: the test takes seconds, not the minutes it would
+	 * take to come near this. */
+	if (lines < 1 || lines > refused / 8)
+		fail_msg("%d log lines for %d refused hand-overs", lines, refused);
+	assert_true(th_log_has(f->fx->d.log, "more hand-overs refused in the last second"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_places_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leases_bounded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_handover_log_limited, setup_one_name,
+						teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -195,6 +195,8 @@ struct bridge {
 	/* A node decides how many conflicts it starts (a snapshot may claim
 	 * every name here): a line a second for each outcome, and a count. */
 	struct pr_ratelimit kept_log, lost_log, shadow_log;
+	/* A node decides how many entries it sends into a full table too. */
+	struct pr_ratelimit full_entry_log;
 	uint8_t *buf;               /* one frame */
 	uint8_t *hold_buf;          /* one frame, re-encoded to be held */
 	size_t held_bytes;          /* every node's held frames: HOLD_MAX_BYTES at most */
@@ -728,8 +730,9 @@ static int apply(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 	if (err && err != -ENOSPC)
 		return err;
 	if (err)
-		log_warn("bridge: node %s: table full, entry '%.*s' not replicated", node_name(br, id),
-			 (int)e->name_len, e->name);
+		log_limited(&br->full_entry_log, "entries not replicated",
+			    "bridge: node %s: table full, entry '%.*s' not replicated",
+			    node_name(br, id), (int)e->name_len, e->name);
 	return 0;
 }
 

@@ -256,6 +256,9 @@ struct owners {
 	uint64_t key[2];          /* the hashes' (secret) */
 	struct pr_u64map uid_places; /* uid + 2 -> its places in line */
 	struct pr_ratelimit refused_log; /* places and leases refused for a limit */
+	/* Hand-overs refused (the process next in line at its own limit):
+	 * a user who can fill a line with such processes decides how many. */
+	struct pr_ratelimit handover_log;
 	int fd;                   /* the journal, when open */
 	bool open;
 	uint64_t bytes;           /* its length */
@@ -967,8 +970,9 @@ static __attribute__((noinline)) void name_gone(struct daemon *d, const char *na
 		journal_rec(d, J_UNWAIT, q->name, q->len,
 			    &(struct jrec){ .pid = w->id.pid, .start = w->id.start });
 		if (err)
-			log_warn("name '%s': next in line, pid %d: %s", q->name, (int)w->p->pid,
-				 strerror(-err));
+			log_limited(&d->owners->handover_log, "hand-overs refused",
+				    "name '%s': next in line, pid %d: %s", q->name, (int)w->p->pid,
+				    strerror(-err));
 		proc_release_if_empty(d, w->p);
 		free(w);
 		if (!err)
