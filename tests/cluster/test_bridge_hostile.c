@@ -29,7 +29,8 @@
  *    addresses told of keep within a budget.
  *  - A node with the cookie that sends more entries than the table holds
  *    has each one it cannot replicate refused, but logged no more than
- *    once a second, with a count.
+ *    once a second, with a count; and it cannot take the part of the
+ *    table kept for root (--reserved-size).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1304,6 +1306,69 @@ static void test_full_table_log_limited(void **state)
 	th_peer_close(&p);
 }
 
+/* As user U (a child), register NAME with 1,000 bytes of metadata on
+ * the daemon of DIR: 0 if refused with ENOSPC. */
+struct user_reg {
+	const char *dir;
+	const struct th_user *u;
+};
+
+static int user_register_main(void *p)
+{
+	static const char meta[1000];
+	const struct user_reg *a = p;
+	procreg_t *reg;
+	int err;
+
+	th_become(a->u);
+	reg = th_open(a->dir);
+	if (!reg)
+		return 1;
+	err = procreg_register(reg, "user-after", meta, sizeof(meta));
+	procreg_close(reg);
+	if (err != -ENOSPC) {
+		fprintf(stderr, "user-after: %s, want ENOSPC\n", procreg_strerror(err));
+		return 2;
+	}
+	return 0;
+}
+
+/* Another node's entries took the reserve kept for this host's root as
+ * any other space: a node with the cookie whose snapshot held more than
+ * the table (4 MiB, 5,000 names of 1 KiB) left it all but full, and root
+ * could register nothing here. Now they stop where other uids' names
+ * do: root still registers and joins, an unprivileged user does not. */
+static void test_full_table_root_registers(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	static struct th_peer p;
+	static const char meta[500];
+	struct th_user u;
+	struct user_reg ur = { a->dir, &u };
+
+	fill_from_node(c, &p);
+	assert_true(th_log_count(a->d.log, "not replicated") >= 1);
+	for (int i = 0; i < 16; i++) {
+		char name[32];
+		int err;
+
+		snprintf(name, sizeof(name), "root-after%d", i);
+		err = procreg_register(a->reg, name, meta, sizeof(meta));
+		if (err)
+			fail_msg("root's %s: %s, after a node filled the table (log: %s)", name,
+				 procreg_strerror(err), a->d.log);
+	}
+	assert_int_equal(procreg_join(a->reg, "root-group", meta, sizeof(meta)), 0);
+	/* The user reaches the socket through the base (the cookie in it
+	 * stays 0600). */
+	assert_int_equal(chmod(c->base, 0755), 0);
+	th_user_new(&u);
+	assert_int_equal(th_wait(th_fork(user_register_main, &ur)), 0);
+	th_user_del(&u);
+	th_peer_close(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1323,6 +1388,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_told_of_again_not_redialed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_told_of_dials_budgeted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_table_log_limited, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_full_table_root_registers, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

@@ -208,8 +208,9 @@ static const struct opt opt_table[] = {
 		  "a size in bytes (suffixes K M G)"),
 	  OPT_SET(reserved_size_set),
 	  .help = "the last BYTES of the table are for names of\n"
-		  "root's and procregd's uid: others get ENOSPC\n"
-		  "first (default 1/32 of the table; suffixes K M G)" },
+		  "root's and procregd's uid: others, and other\n"
+		  "nodes' entries, get ENOSPC first (default 1/32\n"
+		  "of the table; suffixes K M G)" },
 	{ .name = "verbose", .shortc = 'v', .kind = OPT_COUNT, OPT_AT(verbose),
 	  .help = "log every connection, death, and registration\n"
 		  "refused for a name held" },

@@ -374,7 +374,7 @@ int registry_set_flags(struct daemon *d, uint64_t off, uint8_t flags, uint32_t e
 
 /* ---- other nodes' entries ----------------------------------------------- */
 
-int registry_apply(struct daemon *d, const struct reg_remote *e, uint64_t *off_out)
+static int apply_remote(struct daemon *d, const struct reg_remote *e, uint64_t *off_out)
 {
 	bool member = e->kind == PR_KIND_MEMBER;
 	struct pr_root *root;
@@ -401,6 +401,22 @@ int registry_apply(struct daemon *d, const struct reg_remote *e, uint64_t *off_o
 				 : old ? PROCREG_EV_UPDATED : PROCREG_EV_REGISTERED, rec(d, off));
 	*off_out = off;
 	return 0;
+}
+
+int registry_apply(struct daemon *d, const struct reg_remote *e, uint64_t *off_out)
+{
+	bool was = d->w.no_reserve;
+	int err;
+
+	/* The reserve (--reserved-size, and the last eighth of each index)
+	 * is for this host's root and procregd's uid. Another node's
+	 * entries are whatever a node with the cookie sends: held back from
+	 * it, as an unprivileged user's are, or a node could fill the table
+	 * to the last byte and root could register nothing here. */
+	d->w.no_reserve = true;
+	err = apply_remote(d, e, off_out);
+	d->w.no_reserve = was;
+	return err;
 }
 
 static uint32_t remote_event(const struct pr_record *r, uint32_t ev)

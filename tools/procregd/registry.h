@@ -111,7 +111,8 @@ size_t registry_died(struct daemon *d, struct proc *p);
 int registry_set_flags(struct daemon *d, uint64_t off, uint8_t flags, uint32_t ev);
 
 /* Publish another node's entry E (new, or in place of what holds its
- * key: the caller has settled any conflict); *OFF gets the record. */
+ * key: the caller has settled any conflict); *OFF gets the record.
+ * -ENOSPC where only the reserve has room: it is not another node's. */
 int registry_apply(struct daemon *d, const struct reg_remote *e, uint64_t *off);
 
 /* Remove another node's entry OFF with event EV (0: UNREGISTERED for a
