@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * test_owner_limits.c - places in owner queues and leases, which the
- * daemon keeps outside the table, are bounded: per uid for places
- * (--max-places-per-uid, EDQUOT), and for all uids together (--max-places,
+ * daemon keeps outside the table, are bounded: per uid (--max-places-per-uid,
+ * --max-leases-per-uid, EDQUOT), and for all uids together (--max-places,
  * --max-leases, ENOSPC), the last 1/32 of each kept for root.
  * A hand-over refused (the process next in line is at a limit of its
  * own) is logged, but no more than a line a second: any user can make
@@ -53,6 +53,14 @@ static int setup(void **state)
 {
 	return setup_args(state, (const char *const[]){ "--max-places", "64",
 		"--max-places-per-uid", "40", "--max-leases", "64", NULL });
+}
+
+#define LEASES_PER_UID 20
+
+static int setup_lease_quota(void **state)
+{
+	return setup_args(state, (const char *const[]){ "--max-leases", "64",
+		"--max-leases-per-uid", "20", NULL });
 }
 
 /* One name a process: a process in line that holds one is at its limit. */
@@ -255,6 +263,117 @@ static void test_leases_bounded(void **state)
 	assert_true(th_log_count(f->fx->d.log, "lease refused (ENOSPC)") >= 1);
 }
 
+/* ---- leases per uid ----------------------------------------------------- */
+
+static int queue_leased(procreg_t *reg, const char *name, uint32_t lease_ms)
+{
+	PROCREG_OPTS(procreg_register_opts, o, .flags = PROCREG_QUEUE, .lease_ms = lease_ms);
+
+	return procreg_register_opts(reg, name, NULL, 0, &o);
+}
+
+/* As U: leases up to its own limit, the last a place in line that asks
+ * for one; what is refused past it, and what is still allowed. Held
+ * until let go; then a lease given back is room for another. */
+static int lease_quota(void *arg, int phase)
+{
+	static procreg_t *reg;
+	const struct liner *a = arg;
+	PROCREG_OPTS(procreg_join_opts, jo, .lease_ms = HOUR);
+
+	if (phase) {
+		if (procreg_unregister(reg, "q.0") != 0 || lease(reg, "q", a->n, HOUR) != 0)
+			return 20;
+		return lease(reg, "q", a->n + 1, HOUR) == -EDQUOT ? 0 : 21;
+	}
+	th_become(a->u);
+	reg = th_open(a->dir);
+	if (!reg)
+		return 1;
+	for (int i = 0; i < a->n - 1; i++)
+		if (lease(reg, "q", i, HOUR) != 0)
+			return 2;
+	/* The last: a place in line for root's "c.0", with a lease. */
+	if (queue_leased(reg, "c.0", HOUR) != -EINPROGRESS)
+		return 3;
+	/* No new lease: of a name, of a membership, or asked for in line. */
+	if (lease(reg, "q", a->n, HOUR) != -EDQUOT)
+		return 4;
+	if (procreg_join_opts(reg, "g", NULL, 0, &jo) != -EDQUOT)
+		return 5;
+	if (queue_leased(reg, "c.1", HOUR) != -EDQUOT)
+		return 6;
+	/* Without one, or one set again, or renewed: yes. */
+	if (lease(reg, "q", a->n, 0) != 0 || procreg_join(reg, "g", NULL, 0) != 0 ||
+	    queue_leased(reg, "c.1", 0) != -EINPROGRESS)
+		return 7;
+	if (lease(reg, "q", 0, 2 * HOUR) != 0 || procreg_refresh(reg, "q.1") != 0)
+		return 8;
+	return 0;
+}
+
+/* One lease for U (another process of it): RESULT. */
+static int lease_one(void *arg)
+{
+	const struct one_more *a = arg;
+	procreg_t *reg;
+	int err;
+
+	th_become(a->u);
+	reg = th_open(a->dir);
+	if (!reg)
+		return 1;
+	err = lease(reg, "one", a->i, HOUR);
+	if (err != a->want) {
+		fprintf(stderr, "one.%d: %s, want %s\n", a->i, strerror(-err), strerror(-a->want));
+		return 2;
+	}
+	procreg_close(reg);
+	return 0;
+}
+
+/* One unprivileged user used to be able to take every lease the others
+ * may have (--max-leases, less what is kept for root: 253,952 by
+ * default), names held with lease_ms 0xffffffff: the others' leases
+ * were refused. Now a uid has --max-leases-per-uid of them, places in
+ * line that ask for one included, and another uid still has its own. */
+static void test_leases_per_uid(void **state)
+{
+	struct fx *f = *state;
+	const char *dir = f->fx->dir;
+	struct liner a = { dir, &f->u1, 0, LEASES_PER_UID, 0 };
+	struct one_more m;
+	struct th_held h;
+	TH_ENTRY(e);
+	pid_t held;
+
+	assert_int_equal(procreg_register(f->fx->reg, "c.0", NULL, 0), 0);
+	assert_int_equal(procreg_register(f->fx->reg, "c.1", NULL, 0), 0);
+	th_held_init(&h);
+	held = th_held_start(&h, lease_quota, &a);
+	th_held_ready(&h, 30000);
+	/* The limit is the uid's, not its process's. */
+	m = (struct one_more){ dir, &f->u1, 0, -EDQUOT };
+	assert_int_equal(th_wait(th_fork(lease_one, &m)), 0);
+	/* Another uid has its own; root has no such limit. */
+	for (int i = 0; i < LEASES_PER_UID; i++) {
+		m = (struct one_more){ dir, &f->u2, i, 0 };
+		assert_int_equal(th_wait(th_fork(lease_one, &m)), 0);
+	}
+	assert_int_equal(lease(f->fx->reg, "root", 0, HOUR), 0);
+	/* The place in line becomes a lease: handed "c.0", U1 holds it with
+	 * its lease, and has no more room than before. */
+	assert_int_equal(procreg_unregister(f->fx->reg, "c.0"), 0);
+	assert_int_equal(procreg_sync(f->fx->reg), 0);
+	assert_int_equal(procreg_lookup(f->fx->reg, "c.0", &e), 0);
+	assert_int_equal(e.pid, held);
+	assert_true(e.flags & PROCREG_ENTRY_LEASED);
+	m = (struct one_more){ dir, &f->u1, 1, -EDQUOT };
+	assert_int_equal(th_wait(th_fork(lease_one, &m)), 0);
+	assert_int_equal(th_held_release(&h), 0);
+	assert_true(th_log_has(f->fx->d.log, "--max-leases-per-uid 20 reached"));
+}
+
 /* ---- hand-overs refused, logged within bounds -------------------------- */
 
 #define WAITERS 8
@@ -387,6 +506,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_places_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leases_bounded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_leases_per_uid, setup_lease_quota, teardown),
 		cmocka_unit_test_setup_teardown(test_handover_log_limited, setup_one_name,
 						teardown),
 	};

@@ -22,6 +22,14 @@ static int setup(void **state)
 	return th_fx_start(state, NULL, NULL);
 }
 
+/* Room for one uid's HOG_LONG + HOG_SHORT leases (above the default
+ * --max-leases-per-uid). */
+static int setup_hog(void **state)
+{
+	return th_fx_start(state, (const char *const[]){ "--max-leases-per-uid", "65536", NULL },
+			   NULL);
+}
+
 static int teardown(void **state)
 {
 	return th_fx_stop(state);
@@ -544,7 +552,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_handover_after_death, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_expiry_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_expire_together, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_many_leases_other_uid, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many_leases_other_uid, setup_hog, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

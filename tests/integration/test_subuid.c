@@ -110,6 +110,7 @@ struct holder {
 	const char *prefix;
 	int n;                        /* names to try */
 	int report_fd;
+	uint32_t lease_ms;            /* each with this lease (0: none) */
 };
 
 struct report {
@@ -138,10 +139,11 @@ static int hold(void *arg)
 	if (!r)
 		return 98;
 	for (int i = 0; i < h->n; i++) {
+		PROCREG_OPTS(procreg_register_opts, o, .lease_ms = h->lease_ms);
 		int err;
 
 		snprintf(name, sizeof(name), "%s.%d", h->prefix, i);
-		err = procreg_register(r, name, NULL, 0);
+		err = procreg_register_opts(r, name, NULL, 0, &o);
 		if (err) {
 			rep.err = err;
 			break;
@@ -156,10 +158,10 @@ static int hold(void *arg)
 
 /* Start a holder as USER (or UID) trying N names; its report in *REP.
  * It is killed at the end of the test (*PID 0 after th_kill_wait). */
-static pid_t *start_holder(struct fx *f, const struct th_user *user, uid_t uid,
-			   const char *prefix, int n, struct report *rep)
+static pid_t *start_leaser(struct fx *f, const struct th_user *user, uid_t uid,
+			   const char *prefix, int n, uint32_t lease_ms, struct report *rep)
 {
-	struct holder h = { f->dir, user, uid, prefix, n, -1 };
+	struct holder h = { f->dir, user, uid, prefix, n, -1, lease_ms };
 	int rp[2];
 	pid_t *pid;
 
@@ -173,6 +175,12 @@ static pid_t *start_holder(struct fx *f, const struct th_user *user, uid_t uid,
 		fail_msg("holder %s failed: status %d", prefix, th_wait(*pid));
 	close(rp[0]);
 	return pid;
+}
+
+static pid_t *start_holder(struct fx *f, const struct th_user *user, uid_t uid,
+			   const char *prefix, int n, struct report *rep)
+{
+	return start_leaser(f, user, uid, prefix, n, 0, rep);
 }
 
 /* Wait (10 s at most) until NAME is no longer registered. */
@@ -289,6 +297,34 @@ static void test_subuid_shares_owner_connections(void **state)
 	free(log);
 }
 
+/* Leases too (--max-leases-per-uid): the owner's and its subordinate
+ * uids' together. */
+static void test_subuid_shares_owner_leases(void **state)
+{
+	struct fx *f = *state;
+	struct report rep;
+	char q[16];
+	char *log;
+
+	snprintf(q, sizeof(q), "%d", QUOTA);
+	start(f, A("--max-leases-per-uid", q, "--subuid-file", f->path));
+	start_leaser(f, &f->owner, 0, "own", 2, 60000, &rep);
+	expect(&rep, 2, 0, "the owner");
+	start_leaser(f, NULL, f->sub, "sub0", QUOTA, 60000, &rep);
+	expect(&rep, QUOTA - 2, -EDQUOT, "its first subordinate uid");
+	start_leaser(f, NULL, f->sub + 1, "sub1", 1, 60000, &rep);
+	expect(&rep, 0, -EDQUOT, "its second subordinate uid");
+	/* Without a lease: no lease quota to hold. */
+	start_leaser(f, NULL, f->sub + 1, "sub1n", 1, 0, &rep);
+	expect(&rep, 1, 0, "its second subordinate uid, no lease");
+	/* A uid of no range has its own. */
+	start_leaser(f, NULL, f->sub + 5, "sub5", QUOTA, 60000, &rep);
+	expect(&rep, QUOTA, 0, "a uid of no range");
+	log = th_read_file(f->d.log, true);
+	th_expect_in(log, "its range's owner (subordinate uids), and 4 leases)");
+	free(log);
+}
+
 /* A file someone else could write is not read: it would let them charge
  * their use to another user's quota. */
 static void test_subuid_file_trusted_only(void **state)
@@ -323,6 +359,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_subuid_shares_owner_quota, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_subuid_shares_owner_connections, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_subuid_shares_owner_leases, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_subuid_file_trusted_only, setup, teardown),
 	};
 

@@ -156,6 +156,7 @@ struct daemon_opts {
 	uint32_t max_places;           /* places in owner queues, all uids (owners.c) */
 	uint32_t max_places_per_uid;   /* those of one uid */
 	uint32_t max_leases;           /* leases of names and memberships, all uids */
+	uint32_t max_leases_per_uid;   /* those of one uid, with its places that ask for one */
 	const char *subuid_file;       /* --subuid-file; NULL: /etc/subuid (subuid.c) */
 	/* Held back for root and the daemon's own uid (uid_privileged): */
 	uint32_t reserved_clients;     /* the last connections */
@@ -383,7 +384,8 @@ void server_notice_lost(struct daemon *d, const struct lost_notice *n);
 struct owners;
 /* At start, before anything else of owners.c: its state, empty. */
 int owners_new(struct daemon *d);
-/* P asks to wait in line for RQ's name (taken): 0, -EDQUOT, -ENOSPC. */
+/* P asks to wait in line for RQ's name (taken): 0, -EDQUOT (a per-uid
+ * limit, --max-leases-per-uid included if it asks for a lease), -ENOSPC. */
 int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		   const struct reg_request *rq);
 /* P died or left: it leaves every line. */
@@ -391,12 +393,17 @@ void owners_proc_gone(struct daemon *d, struct proc *p);
 /* Room in the journal for one more place in line or lease: 0, or -ENOSPC
  * (the request must then be refused before it changes anything). */
 int owners_room(struct daemon *d);
-/* Whether ID may set RQ's lease: 0, or -ENOSPC (--max-leases reached and
- * RQ's lease not set already, or no room in the journal), logged. */
+/* Whether ID may set RQ's lease: 0, -EDQUOT (--max-leases-per-uid reached
+ * and RQ's lease not its uid's already; the caller logs it), or -ENOSPC
+ * (--max-leases reached and RQ's lease not set already, or no room in the
+ * journal; logged). */
 int owners_lease_room(struct daemon *d, const struct ident *id, const struct reg_request *rq);
-/* Set (LEASE_MS > 0) or drop the lease of a name. */
-int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
-		     bool mark);
+/* Set (LEASE_MS > 0) or drop the lease of a name, owned by a process of
+ * UID's (ignored when dropped). */
+int owners_lease_set(struct daemon *d, const char *name, size_t len, uid_t uid,
+		     uint32_t lease_ms, bool mark);
+/* The leases UID holds, and its places in line that ask for one. */
+uint64_t owners_uid_leases(const struct daemon *d, uid_t uid);
 /* Whether a name has a lease or a queue: removing it needs
  * owners_name_gone(). */
 bool owners_interested(const struct daemon *d, const char *name, size_t len);

@@ -196,6 +196,10 @@ static const struct opt opt_table[] = {
 	  .help = "leases of names and memberships, all uids\n"
 		  "together (default 262144; the last 1/32 kept for\n"
 		  "root and procregd's own uid)" },
+	{ COUNT_OPT("max-leases-per-uid", max_leases_per_uid, 16384),
+	  .help = "leases of one uid, with its places in owner\n"
+		  "queues that ask for one (default 16384; root and\n"
+		  "procregd's own uid: no limit)" },
 	{ STR_OPT("subuid-file", 0, subuid_file, "PATH"),
 	  .help = "subordinate uid ranges: their uids count in their\n"
 		  "owner's per-uid limits (default /etc/subuid;\n"

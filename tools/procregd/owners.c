@@ -46,9 +46,13 @@
  * has a limit of its own, all uids together (--max-places, --max-leases),
  * whose last 1/32 is kept for root and the daemon's uid as the last
  * connections are (so many uids together cannot take them all from
- * root), and places a limit per uid (--max-places-per-uid) besides the
- * names' (--max-names-per-uid), under which they also count. A hand-over
- * is never refused for them: the place it comes from was counted.
+ * root), and a limit per uid (--max-places-per-uid, --max-leases-per-uid;
+ * places count as names too, under --max-names-per-uid), so that one uid
+ * cannot take them all from the others. A place in line that asks for a
+ * lease counts as a lease of its uid until its hand-over, which turns it
+ * into one: a hand-over is never refused for them, since the place it
+ * comes from was counted, and a uid at its limit cannot get leases past
+ * it by handing its names to itself.
  *
  * Space. The journal's file is allocated (fallocate, its length kept)
  * ahead of its end, so that an append never finds the filesystem full. A
@@ -239,9 +243,14 @@ struct lease {
 	bool expired;    /* marked: waiting for a refresh */
 	int32_t pid;     /* a membership's member (0: the lease of a name) */
 	uint64_t start;  /* its start time */
+	uid_t uid;       /* the uid it counts for (NO_UID: none yet, replayed) */
 	uint16_t len;
 	char name[];     /* len bytes and a NUL */
 };
+
+/* A lease read back from the journal, which does not say whose it is:
+ * recovery gives it its record's uid, or drops it. */
+#define NO_UID ((uid_t)-1)
 
 /* The daemon's owners state: only this file reads or writes it. */
 struct owners {
@@ -255,6 +264,8 @@ struct owners {
 	size_t ndue, due_cap;
 	uint64_t key[2];          /* the hashes' (secret) */
 	struct pr_u64map uid_places; /* uid + 2 -> its places in line */
+	struct pr_u64map uid_leases; /* uid + 2 -> its leases, and places in line
+				      * that ask for one */
 	struct pr_ratelimit refused_log; /* places and leases refused for a limit */
 	/* Hand-overs refused (the process next in line at its own limit):
 	 * a user who can fill a line with such processes decides how many. */
@@ -668,12 +679,28 @@ bool owners_interested(const struct daemon *d, const char *name, size_t len)
 }
 
 /* P takes (DELTA 1) or gives up (-1) a place in a line: it counts as a
- * name of P's uid, as the uid quota says (procs.c: uid_may_add). */
-static void place_taken(struct daemon *d, struct proc *p, int delta)
+ * name of P's uid, as the uid quota says (procs.c: uid_may_add), and, if
+ * LEASED (it asks for a lease), as a lease of it. */
+static void place_taken(struct daemon *d, struct proc *p, int delta, bool leased)
 {
 	p->waiting += (uint32_t)delta;
 	uid_adjust(&d->uid_names, p->uid, delta);
 	uid_adjust(&d->owners->uid_places, p->uid, delta);
+	if (leased)
+		uid_adjust(&d->owners->uid_leases, p->uid, delta);
+}
+
+/* Whether UID may have one more lease of its own (per uid, not all
+ * uids together): the privileged have no such limit. */
+static bool uid_may_lease(const struct daemon *d, uid_t uid)
+{
+	return uid_privileged(d, uid) ||
+	       uid_count(&d->owners->uid_leases, uid) < d->o.max_leases_per_uid;
+}
+
+uint64_t owners_uid_leases(const struct daemon *d, uid_t uid)
+{
+	return uid_count(&d->owners->uid_leases, uid);
 }
 
 /* Whether UID may have one more of something of which there are N, under
@@ -686,10 +713,15 @@ static bool under_limit(const struct daemon *d, uid_t uid, size_t n, uint32_t li
 int owners_lease_room(struct daemon *d, const struct ident *id, const struct reg_request *rq)
 {
 	bool name = rq->kind == PR_KIND_NAME;
+	const struct lease *l = find_lease(d, rq->name, rq->name_len, name ? 0 : id->pid,
+					   name ? 0 : id->start);
 
-	/* A lease set again is no new one. */
-	if (!under_limit(d, id->uid, d->owners->leases.n, d->o.max_leases) &&
-	    !find_lease(d, rq->name, rq->name_len, name ? 0 : id->pid, name ? 0 : id->start)) {
+	/* A lease set again is no new one; one taken over with its name
+	 * (PROCREG_REPLACE) is for the uid that takes it, unless that uid's
+	 * count has it already. */
+	if ((!l || subuid_owner(l->uid) != subuid_owner(id->uid)) && !uid_may_lease(d, id->uid))
+		return -EDQUOT;
+	if (!under_limit(d, id->uid, d->owners->leases.n, d->o.max_leases) && !l) {
 		log_limited(&d->owners->refused_log, "places in line and leases refused",
 			    "client pid %d uid %u: lease refused (ENOSPC): %zu leases held, --max-leases %u reached%s",
 			    (int)id->pid, (unsigned)id->uid, d->owners->leases.n, d->o.max_leases,
@@ -783,6 +815,10 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 	     (!uid_privileged(d, p->uid) &&
 	      uid_count(&d->owners->uid_places, p->uid) >= d->o.max_places_per_uid)))
 		return -EDQUOT;
+	/* One that asks for a lease is counted as one now: its hand-over,
+	 * which sets the lease, cannot be refused. */
+	if (rq->lease_ms && !(old && old->lease_ms) && !uid_may_lease(d, p->uid))
+		return -EDQUOT;
 	/* And they all cost the daemon: so many and no more, all uids
 	 * together, the last for root. */
 	if (!old && !under_limit(d, p->uid, d->owners->waiters.n, d->o.max_places)) {
@@ -820,6 +856,9 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 	w->meta_len = (uint16_t)rq->meta_len;
 	memcpy(w->meta, rq->meta, rq->meta_len);
 	if (old) {
+		/* Asked again with a lease, or without one now. */
+		if (!old->lease_ms != !w->lease_ms)
+			uid_adjust(&d->owners->uid_leases, p->uid, w->lease_ms ? 1 : -1);
 		waiter_replace(d, old, w);
 	} else {
 		if (waiter_add(d, q, w) < 0) {
@@ -828,7 +867,7 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 				queue_drop(d, q);
 			return -ENOMEM;
 		}
-		place_taken(d, p, 1);
+		place_taken(d, p, 1, w->lease_ms);
 		d->owners->owed += place_cost(q->len);
 	}
 	if (d->owners->open) {
@@ -851,12 +890,24 @@ void owners_proc_gone(struct daemon *d, struct proc *p)
 		struct queue *q = w->q;
 
 		waiter_unlink(d, w);
-		place_taken(d, p, -1);
+		place_taken(d, p, -1, w->lease_ms);
 		free(w);
 		if (!q->head)
 			queue_drop(d, q);
 	}
 	journal_rec(d, J_UNWAIT_PROC, "", 0, &f);
+}
+
+/* L counts for UID from now on (NO_UID: for none). */
+static void lease_owner(struct daemon *d, struct lease *l, uid_t uid)
+{
+	if (l->uid == uid)
+		return;
+	if (l->uid != NO_UID)
+		uid_adjust(&d->owners->uid_leases, l->uid, -1);
+	if (uid != NO_UID)
+		uid_adjust(&d->owners->uid_leases, uid, 1);
+	l->uid = uid;
 }
 
 static void lease_drop(struct daemon *d, struct lease *l)
@@ -867,12 +918,15 @@ static void lease_drop(struct daemon *d, struct lease *l)
 	 * the state as it is now. */
 	ht_del(&d->owners->leases, &l->h);
 	heap_del(d->owners, l);
+	lease_owner(d, l, NO_UID);
 	journal_rec(d, J_UNLEASE, l->name, l->len, &f);
 	free(l);
 }
 
+/* The lease of name NAME (PID 0), or of PID's membership of group NAME,
+ * set for UID's process (NO_UID: not known yet), made if new. */
 static struct lease *lease_put(struct daemon *d, const char *name, size_t len, int32_t pid,
-			       uint64_t start, uint32_t lease_ms, bool mark)
+			       uint64_t start, uid_t uid, uint32_t lease_ms, bool mark)
 {
 	struct lease *l = find_lease(d, name, len, pid, start);
 
@@ -882,6 +936,7 @@ static struct lease *lease_put(struct daemon *d, const char *name, size_t len, i
 			return NULL;
 		l->pid = pid;
 		l->start = start;
+		l->uid = NO_UID;
 		l->len = (uint16_t)len;
 		memcpy(l->name, name, len);
 		l->h.hash = lease_hash(d->owners, name, len, pid, start);
@@ -898,13 +953,15 @@ static struct lease *lease_put(struct daemon *d, const char *name, size_t len, i
 	l->mark = mark;
 	l->expired = false;
 	heap_fix(d->owners, l);
+	if (uid != NO_UID)
+		lease_owner(d, l, uid);
 	return l;
 }
 
 /* lease_set() when there is a lease to set or, maybe, to end. */
 static __attribute__((noinline)) int lease_change(struct daemon *d, const char *name, size_t len,
-						   int32_t pid, uint64_t start, uint32_t lease_ms,
-						   bool mark)
+						   int32_t pid, uint64_t start, uid_t uid,
+						   uint32_t lease_ms, bool mark)
 {
 	struct lease *l;
 
@@ -914,7 +971,7 @@ static __attribute__((noinline)) int lease_change(struct daemon *d, const char *
 			lease_drop(d, l);
 		return 0;
 	}
-	l = lease_put(d, name, len, pid, start, lease_ms, mark);
+	l = lease_put(d, name, len, pid, start, uid, lease_ms, mark);
 	if (!l)
 		return -ENOMEM;
 	if (d->owners->open) {
@@ -926,22 +983,23 @@ static __attribute__((noinline)) int lease_change(struct daemon *d, const char *
 }
 
 static inline int lease_set(struct daemon *d, const char *name, size_t len, int32_t pid,
-			    uint64_t start, uint32_t lease_ms, bool mark)
+			    uint64_t start, uid_t uid, uint32_t lease_ms, bool mark)
 {
 	if (!lease_ms && !d->owners->leases.n)
 		return 0; /* the common case: no lease here, none anywhere */
-	return lease_change(d, name, len, pid, start, lease_ms, mark);
+	return lease_change(d, name, len, pid, start, uid, lease_ms, mark);
 }
 
-int owners_lease_set(struct daemon *d, const char *name, size_t len, uint32_t lease_ms,
-		     bool mark)
+int owners_lease_set(struct daemon *d, const char *name, size_t len, uid_t uid,
+		     uint32_t lease_ms, bool mark)
 {
-	return lease_set(d, name, len, 0, 0, lease_ms, mark);
+	return lease_set(d, name, len, 0, 0, uid, lease_ms, mark);
 }
 
 int owners_member_lease_set(struct daemon *d, const struct pr_record *r, uint32_t lease_ms)
 {
-	return lease_set(d, r->data, r->name_len, (int32_t)r->pid, r->start_time, lease_ms, false);
+	return lease_set(d, r->data, r->name_len, (int32_t)r->pid, r->start_time, r->uid,
+			 lease_ms, false);
 }
 
 /* owners_name_gone() when a lease or a line may be concerned. */
@@ -949,7 +1007,7 @@ static __attribute__((noinline)) void name_gone(struct daemon *d, const char *na
 {
 	struct queue *q;
 
-	owners_lease_set(d, name, len, 0, false);
+	owners_lease_set(d, name, len, NO_UID, 0, false);
 	q = find_queue(d, name, len);
 	while (q && q->head) {
 		struct waiter *w = q->head;
@@ -961,8 +1019,8 @@ static __attribute__((noinline)) void name_gone(struct daemon *d, const char *na
 
 		waiter_unlink(d, w);
 		/* Given back before registry_put() checks the quotas: the place
-		 * becomes the name. */
-		place_taken(d, w->p, -1);
+		 * becomes the name, and its lease, if it asked for one. */
+		place_taken(d, w->p, -1, w->lease_ms);
 		err = registry_put(d, w->p, &w->id, &rq, true);
 		/* Journaled once the name is its: a daemon that dies in
 		 * between finds it in line for a name it holds, and recovery
@@ -1156,6 +1214,7 @@ void owners_free_all(struct daemon *d)
 	free(d->owners->leases.b);
 	free(d->owners->waiters.b);
 	procreg__u64map_free(&d->owners->uid_places);
+	procreg__u64map_free(&d->owners->uid_leases);
 	free(d->owners->due);
 	free(d->owners);
 	d->owners = NULL;
@@ -1522,7 +1581,8 @@ static size_t replay(struct daemon *d, struct jwaits *waits)
 		switch (r.type) {
 		case J_LEASE:
 			if (r.name_len)
-				lease_put(d, name, r.name_len, r.pid, r.start, r.lease_ms, r.mark);
+				lease_put(d, name, r.name_len, r.pid, r.start, NO_UID, r.lease_ms,
+					  r.mark);
 			break;
 		case J_UNLEASE: {
 			struct lease *l = find_lease(d, name, r.name_len, r.pid, r.start);
@@ -1632,6 +1692,8 @@ int owners_recover(struct daemon *d, bool attached)
 				gone[ngone++] = l;
 			continue;
 		}
+		/* Whose it is, now that its record says. */
+		lease_owner(d, l, r->uid);
 		l->expired = l->mark && (r->flags & PROCREG_ENTRY_UNHEALTHY);
 		if (l->expired)
 			heap_del(d->owners, l);

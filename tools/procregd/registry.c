@@ -164,7 +164,8 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	}
 	if (!mine && !may_hold_more(d, p))
 		return -EDQUOT;
-	/* A lease is journaled, and leases are counted (--max-leases): room
+	/* A lease is journaled, and leases are counted (--max-leases,
+	 * --max-leases-per-uid): room
 	 * for it first, or no change at all (a hand-over's was set aside
 	 * when its place in line was taken). */
 	if (rq->lease_ms && !handover && (err = owners_lease_room(d, id, rq)))
@@ -193,7 +194,7 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	 * record without its lease. Joining again sets the lease anew, or (0)
 	 * drops it. */
 	if (name && rq->lease_ms)
-		err = owners_lease_set(d, rq->name, rq->name_len, rq->lease_ms,
+		err = owners_lease_set(d, rq->name, rq->name_len, id->uid, rq->lease_ms,
 				       rq->flags & PROCREG_LEASE_MARK);
 	else if (!name)
 		err = owners_member_lease_set(d, rec(d, off), rq->lease_ms);
@@ -211,7 +212,7 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 		proc_replace_name(d, old, off);
 	proc_release_if_empty(d, loser);
 	if (name && !rq->lease_ms)
-		owners_lease_set(d, rq->name, rq->name_len, 0, false);
+		owners_lease_set(d, rq->name, rq->name_len, id->uid, 0, false);
 	/* A new registration's stamp is the clock read just now, unless a
 	 * bridge's clock made it. */
 	if (!mine && !d->bridge)
@@ -269,7 +270,7 @@ static void remove_local(struct daemon *d, uint64_t off, const struct reg_where 
 		return;
 	}
 	if (lost)
-		owners_lease_set(d, r->data, r->name_len, 0, false);
+		owners_lease_set(d, r->data, r->name_len, r->uid, 0, false);
 	else
 		owners_name_gone(d, r->data, r->name_len);
 }

@@ -840,11 +840,12 @@ static int note_refused(struct daemon *d, const struct client *c, int err)
 			    (unsigned long long)d->procs_room);
 	else if (err == -EDQUOT)
 		log_limited(&d->denied_quota_log, "names refused for a quota",
-			    "client pid %d uid %u: name refused (EDQUOT): --max-names-per-proc %u, --max-names-per-uid %u or, for a place in line, --max-places-per-uid %u reached (the uid holds %llu%s)",
+			    "client pid %d uid %u: name refused (EDQUOT): --max-names-per-proc %u, --max-names-per-uid %u, for a place in line --max-places-per-uid %u or, for a lease, --max-leases-per-uid %u reached (the uid holds %llu%s, and %llu leases)",
 			    (int)c->id.pid, (unsigned)c->id.uid, d->o.max_names_per_proc,
-			    d->o.max_names_per_uid, d->o.max_places_per_uid,
+			    d->o.max_names_per_uid, d->o.max_places_per_uid, d->o.max_leases_per_uid,
 			    (unsigned long long)uid_count(&d->uid_names, c->id.uid),
-			    subuid_note(c->id.uid, note, sizeof(note)));
+			    subuid_note(c->id.uid, note, sizeof(note)),
+			    (unsigned long long)owners_uid_leases(d, c->id.uid));
 	else if (err == -ENOSPC && d->w.reserve_hit)
 		log_limited(&d->denied_res_log, "names refused for the reserve",
 			    "client pid %d uid %u: name refused (ENOSPC): the table is full but for the %llu bytes kept for root and uid %u (--reserved-size)",
