@@ -130,11 +130,13 @@ static int line_up(void *arg, int phase)
 	return 0;
 }
 
-/* One more place for U (another process of it), for name c.I: RESULT. */
+/* One more place for U (another process of it), for name c.I, or with
+ * LEASE one more lease, for name one.I: RESULT. */
 struct one_more {
 	const char *dir;
 	const struct th_user *u;
 	int i, want;
+	bool lease;
 };
 
 static int one_more(void *arg)
@@ -147,9 +149,10 @@ static int one_more(void *arg)
 	reg = th_open(a->dir);
 	if (!reg)
 		return 1;
-	err = queue_for(reg, a->i);
+	err = a->lease ? lease(reg, "one", a->i, HOUR) : queue_for(reg, a->i);
 	if (err != a->want) {
-		fprintf(stderr, "c.%d: %s, want %s\n", a->i, strerror(-err), strerror(-a->want));
+		fprintf(stderr, "%s.%d: %s, want %s\n", a->lease ? "one" : "c", a->i,
+			strerror(-err), strerror(-a->want));
 		return 2;
 	}
 	procreg_close(reg);
@@ -312,26 +315,6 @@ static int lease_quota(void *arg, int phase)
 	return 0;
 }
 
-/* One lease for U (another process of it): RESULT. */
-static int lease_one(void *arg)
-{
-	const struct one_more *a = arg;
-	procreg_t *reg;
-	int err;
-
-	th_become(a->u);
-	reg = th_open(a->dir);
-	if (!reg)
-		return 1;
-	err = lease(reg, "one", a->i, HOUR);
-	if (err != a->want) {
-		fprintf(stderr, "one.%d: %s, want %s\n", a->i, strerror(-err), strerror(-a->want));
-		return 2;
-	}
-	procreg_close(reg);
-	return 0;
-}
-
 /* One unprivileged user used to be able to take every lease the others
  * may have (--max-leases, less what is kept for root: 253,952 by
  * default), names held with lease_ms 0xffffffff: the others' leases
@@ -353,12 +336,12 @@ static void test_leases_per_uid(void **state)
 	held = th_held_start(&h, lease_quota, &a);
 	th_held_ready(&h, 30000);
 	/* The limit is the uid's, not its process's. */
-	m = (struct one_more){ dir, &f->u1, 0, -EDQUOT };
-	assert_int_equal(th_wait(th_fork(lease_one, &m)), 0);
+	m = (struct one_more){ dir, &f->u1, 0, -EDQUOT, true };
+	assert_int_equal(th_wait(th_fork(one_more, &m)), 0);
 	/* Another uid has its own; root has no such limit. */
 	for (int i = 0; i < LEASES_PER_UID; i++) {
-		m = (struct one_more){ dir, &f->u2, i, 0 };
-		assert_int_equal(th_wait(th_fork(lease_one, &m)), 0);
+		m = (struct one_more){ dir, &f->u2, i, 0, true };
+		assert_int_equal(th_wait(th_fork(one_more, &m)), 0);
 	}
 	assert_int_equal(lease(f->fx->reg, "root", 0, HOUR), 0);
 	/* The place in line becomes a lease: handed "c.0", U1 holds it with
@@ -368,8 +351,8 @@ static void test_leases_per_uid(void **state)
 	assert_int_equal(procreg_lookup(f->fx->reg, "c.0", &e), 0);
 	assert_int_equal(e.pid, held);
 	assert_true(e.flags & PROCREG_ENTRY_LEASED);
-	m = (struct one_more){ dir, &f->u1, 1, -EDQUOT };
-	assert_int_equal(th_wait(th_fork(lease_one, &m)), 0);
+	m = (struct one_more){ dir, &f->u1, 1, -EDQUOT, true };
+	assert_int_equal(th_wait(th_fork(one_more, &m)), 0);
 	assert_int_equal(th_held_release(&h), 0);
 	assert_true(th_log_has(f->fx->d.log, "--max-leases-per-uid 20 reached"));
 }
