@@ -568,12 +568,28 @@ static bool run_counts(const struct pr_writer *w, uint64_t wd, uint32_t me)
 	return r->node == 0 && owner_of(w, r->uid) == me;
 }
 
+/* The slots from POS on, by STEP (1, or the index's mask: back one),
+ * until an empty one or until *LOOKED reaches PR_PLACE_RUN_LOOK: how many
+ * count against ME. */
+static unsigned run_against(const struct pr_writer *w, const struct pr_index *ix, uint64_t pos,
+			    uint64_t step, uint32_t me, unsigned *looked)
+{
+	uint64_t mask = ix->capacity - 1, wd;
+	unsigned against = 0;
+
+	for (uint64_t p = (pos + step) & mask;
+	     *looked < PR_PLACE_RUN_LOOK && (wd = ix->slot[p].word) != PR_SLOT_EMPTY;
+	     p = (p + step) & mask, ++*looked)
+		against += run_counts(w, wd, me);
+	return against;
+}
+
 /* Whether the request's uid may grow the run of occupied slots around the
  * empty slot POS (procreg__w_place_ok()). */
 static bool run_ok(const struct pr_writer *w, const struct pr_index *ix, uint64_t pos)
 {
-	uint64_t mask = ix->capacity - 1, back = 0, fwd = 0, wd;
-	unsigned looked = 0, against = 0;
+	uint64_t mask = ix->capacity - 1, back = 0, fwd = 0;
+	unsigned looked = 0, against;
 	uint32_t me;
 
 	if (ix->slot[pos].word != PR_SLOT_EMPTY || w->req_uid == PR_NO_UID)
@@ -587,15 +603,9 @@ static bool run_ok(const struct pr_writer *w, const struct pr_index *ix, uint64_
 	/* The slots nearest POS, those before it first (the run its probe
 	 * came through): the run is longer than PR_PLACE_RUN_LOOK. */
 	me = owner_of(w, w->req_uid);
-	for (uint64_t i = 1; looked < PR_PLACE_RUN_LOOK && (wd = ix->slot[(pos - i) & mask].word);
-	     i++, looked++)
-		if (run_counts(w, wd, me) && ++against * PR_PLACE_RUN_SHARE >= PR_PLACE_RUN_LOOK)
-			return false;
-	for (uint64_t i = 1; looked < PR_PLACE_RUN_LOOK && (wd = ix->slot[(pos + i) & mask].word);
-	     i++, looked++)
-		if (run_counts(w, wd, me) && ++against * PR_PLACE_RUN_SHARE >= PR_PLACE_RUN_LOOK)
-			return false;
-	return true;
+	against = run_against(w, ix, pos, mask, me, &looked);
+	against += run_against(w, ix, pos, 1, me, &looked);
+	return against * PR_PLACE_RUN_SHARE < PR_PLACE_RUN_LOOK;
 }
 
 int procreg__w_place_ok(struct pr_writer *w, const struct pr_root *root, const struct pr_key *k,

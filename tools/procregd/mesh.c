@@ -1884,7 +1884,7 @@ static void serve_snapshot(struct mesh *m)
 		due->snap_due = false;
 		m->snaps_due--;
 		/* Not read while it waited: not silent. */
-		due->last_rx_ns = now_ns();
+		due->last_rx_ns = now;
 		snapshot_now(m, due);
 		if (!due->dead && due->in_len)
 			conn_consume(m, due);

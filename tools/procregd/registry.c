@@ -165,9 +165,8 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	if (!mine && !may_hold_more(d, p))
 		return -EDQUOT;
 	/* A lease is journaled, and leases are counted (--max-leases,
-	 * --max-leases-per-uid): room
-	 * for it first, or no change at all (a hand-over's was set aside
-	 * when its place in line was taken). */
+	 * --max-leases-per-uid): room for it first, or no change at all (a
+	 * hand-over's was set aside when its place in line was taken). */
 	if (rq->lease_ms && !handover && (err = owners_lease_room(d, id, rq)))
 		return err;
 	/* A metadata update keeps the registration's stamp: it is when the
