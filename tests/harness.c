@@ -628,6 +628,24 @@ int th_log_count(const char *path, const char *needle)
 	return n;
 }
 
+uint64_t th_log_held(const char *path, const char *what)
+{
+	const char *buf = log_read(path);
+	char needle[128];
+	uint64_t sum = 0;
+
+	snprintf(needle, sizeof(needle), " more %s", what);
+	for (const char *s = buf; s && (s = strstr(s, needle)); s++) {
+		const char *d = s;
+
+		while (d > buf && d[-1] >= '0' && d[-1] <= '9')
+			d--;
+		if (d > buf && d[-1] == '(')
+			sum += strtoull(d, NULL, 10);
+	}
+	return sum;
+}
+
 int th_raw_try_connect(const char *dir)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };

@@ -170,6 +170,9 @@ void th_write_file(const char *path, const char *text, mode_t mode);
 int th_log_has(const char *path, const char *needle);
 /* How many times NEEDLE is in the file PATH (its first 1 MiB). */
 int th_log_count(const char *path, const char *needle);
+/* The counts the file PATH gives of lines held back of the kind WHAT
+ * (procregd's "(N more WHAT in the last second)"), added up. */
+uint64_t th_log_held(const char *path, const char *what);
 
 /* A raw connection to the socket of the daemon of DIR (scope default),
  * and its HELLO (with this process's pidfd), which must be accepted. */

@@ -55,6 +55,9 @@
  * most (clock.h); the next one says how many WHAT went unlogged meanwhile. */
 void log_limited(struct pr_ratelimit *rl, const char *what, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* The counts held back whose second is up and that no line said: from
+ * the daemon's tick, so that the count of a last burst is said too. */
+void log_limited_flush(void);
 
 /* What an epoll event refers to: the first member of each watched object. */
 enum ev_kind { EV_LISTEN, EV_SIGNAL, EV_TIMER, EV_CLIENT, EV_PROC, EV_PROCS, EV_BRIDGE, EV_READER,

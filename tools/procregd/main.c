@@ -51,20 +51,67 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
+/*
+ * The limits that held lines back since their last line went out: the
+ * count of a burst is said with the next line of its kind, and without
+ * one (the burst was the last) log_limited_flush() says it once the
+ * second is up. Else "4,450 entries refused" would read as one. A limit
+ * that finds the list full says its count with its next line, as before.
+ * Daemon thread only, as is every log_limited().
+ */
+#define UNSAID_MAX 32
+static struct unsaid {
+	struct pr_ratelimit *rl;
+	const char *what;
+} unsaid[UNSAID_MAX];
+static size_t nunsaid;
+
+static void unsaid_add(struct pr_ratelimit *rl, const char *what)
+{
+	for (size_t i = 0; i < nunsaid; i++)
+		if (unsaid[i].rl == rl)
+			return;
+	if (nunsaid < UNSAID_MAX)
+		unsaid[nunsaid++] = (struct unsaid){ rl, what };
+}
+
+static void said_held(uint64_t held, const char *what)
+{
+	if (held)
+		log_warn("(%llu more %s in the last second)", (unsigned long long)held, what);
+}
+
 void log_limited(struct pr_ratelimit *rl, const char *what, const char *fmt, ...)
 {
 	uint64_t held;
 	char buf[1024];
 	va_list ap;
 
-	if (!pr_ratelimit_pass(rl, procreg__mono_ns(), &held))
+	if (!pr_ratelimit_pass(rl, procreg__mono_ns(), &held)) {
+		unsaid_add(rl, what);
 		return;
-	if (held)
-		log_warn("(%llu more %s in the last second)", (unsigned long long)held, what);
+	}
+	said_held(held, what);
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
 	log_warn("%s", buf);
+}
+
+void log_limited_flush(void)
+{
+	uint64_t now = procreg__mono_ns();
+	size_t k = 0;
+
+	for (size_t i = 0; i < nunsaid; i++) {
+		uint64_t held;
+
+		if (pr_ratelimit_due(unsaid[i].rl, now, &held))
+			said_held(held, unsaid[i].what);
+		else if (unsaid[i].rl->held)
+			unsaid[k++] = unsaid[i]; /* its second is not up yet */
+	}
+	nunsaid = k;
 }
 
 int ev_add(struct daemon *d, int fd, uint32_t events, struct ev *ev)
@@ -632,6 +679,7 @@ static void tick(struct daemon *d)
 	/* Readers that hold a grace period up too long; the registry. */
 	readers_tick(d);
 	closer_tick(d);
+	log_limited_flush();
 	/* An fd may have been freed other than by the closer (a process's
 	 * pidfd on its death): accepting, if paused for want of one, is
 	 * tried again. */

@@ -418,14 +418,19 @@ static void queue_free(struct mesh *m, struct conn *c)
 /* Drop C for the room its queue takes: its buffer now, the connection at
  * the next flush or dispatch (kill_evicted()). Said once a second at
  * most: a node with the cookie may cause it for a thousand connections. */
+static void evicted_held(struct mesh *m, uint64_t held)
+{
+	if (held)
+		pr_bridge_log(&m->up, LOG_WARNING, "bridge: (%llu more nodes dropped for "
+			      "--max-mesh-queue in the last second)", (unsigned long long)held);
+}
+
 static void evict(struct mesh *m, struct conn *c, size_t live, bool stalled, bool snap)
 {
 	uint64_t held;
 
 	if (pr_ratelimit_pass(&m->evict_log, now_ns(), &held)) {
-		if (held)
-			pr_bridge_log(&m->up, LOG_WARNING, "bridge: (%llu more nodes dropped for "
-				      "--max-mesh-queue in the last second)", (unsigned long long)held);
+		evicted_held(m, held);
 		pr_bridge_log(&m->up, LOG_WARNING, "bridge: node %s: dropped: the queues for other "
 			      "nodes hold %zu bytes, --max-mesh-queue %zu, and this node is the "
 			      "furthest behind (%zu bytes queued%s)", c->peer, m->queued, m->queue_max,
@@ -1635,16 +1640,21 @@ static void conn_event(struct mesh *m, struct conn *c, uint32_t ev)
 
 /* A refused connection, logged once a second at most: whoever floods
  * the port does not flood the log. */
+static void refused_held(struct mesh *m, uint64_t held)
+{
+	if (held)
+		pr_bridge_log(&m->up, LOG_WARNING,
+			      "bridge: (%llu more connections refused in the last second)",
+			      (unsigned long long)held);
+}
+
 static void log_refused(struct mesh *m, const char *why)
 {
 	uint64_t held;
 
 	if (!pr_ratelimit_pass(&m->refused_log, now_ns(), &held))
 		return;
-	if (held)
-		pr_bridge_log(&m->up, LOG_WARNING,
-			      "bridge: (%llu more connections refused in the last second)",
-			      (unsigned long long)held);
+	refused_held(m, held);
 	pr_bridge_log(&m->up, LOG_WARNING, "bridge: connection refused: %s", why);
 }
 
@@ -1761,13 +1771,17 @@ static void tick(struct mesh *m)
 {
 	uint64_t now = now_ns(), hb = (uint64_t)m->c.heartbeat_ms * 1000000ull,
 		 to = (uint64_t)m->c.timeout_ms * 1000000ull;
-	uint64_t x;
+	uint64_t x, held;
 
 	if (read(m->tfd, &x, sizeof(x)) < 0 && errno != EAGAIN)
 		return;
 	/* Lines held back in a second that is over: said now. */
 	if (m->unauth_held)
 		unauth_second(m, now);
+	if (pr_ratelimit_due(&m->evict_log, now, &held))
+		evicted_held(m, held);
+	if (pr_ratelimit_due(&m->refused_log, now, &held))
+		refused_held(m, held);
 	for (struct conn *c = m->conns; c; c = c->next) {
 		if (c->dead)
 			continue;
