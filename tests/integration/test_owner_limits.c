@@ -3,7 +3,8 @@
  * test_owner_limits.c - places in owner queues and leases, which the
  * daemon keeps outside the table, are bounded: per uid (--max-places-per-uid,
  * --max-leases-per-uid, EDQUOT), and for all uids together (--max-places,
- * --max-leases, ENOSPC), the last 1/32 of each kept for root.
+ * --max-leases, ENOSPC), the last 1/32 of each kept for root. A place
+ * in line that asks for a lease counts as one from the time it is queued.
  * A hand-over refused (the process next in line is at a limit of its
  * own) is logged, but no more than a line a second: any user can make
  * as many as it likes.
@@ -357,6 +358,87 @@ static void test_leases_per_uid(void **state)
 	assert_true(th_log_has(f->fx->d.log, "--max-leases-per-uid 20 reached"));
 }
 
+/* ---- places in line that ask for a lease, against --max-leases -------- */
+
+static int setup_leases(void **state)
+{
+	return setup_args(state, (const char *const[]){ "--max-leases", "64", NULL });
+}
+
+/* As U: places in line with a lease for root's names c.0.., up to the
+ * others' share of --max-leases; then the next is refused. Held. */
+static int queue_leased_up(void *arg, int phase)
+{
+	static procreg_t *reg;
+	const struct liner *a = arg;
+	char name[32];
+
+	if (phase)
+		return 0;
+	th_become(a->u);
+	reg = th_open(a->dir);
+	if (!reg)
+		return 1;
+	for (int i = 0; i <= a->n; i++) {
+		int err;
+
+		snprintf(name, sizeof(name), "c.%d", i);
+		err = queue_leased(reg, name, HOUR);
+		if (err != (i < a->n ? -EINPROGRESS : a->refused)) {
+			fprintf(stderr, "place %d with a lease: %s\n", i, strerror(-err));
+			return 2;
+		}
+	}
+	/* One without a lease is no lease. */
+	return queue_leased(reg, "c.99", 0) == -EINPROGRESS ? 0 : 3;
+}
+
+/* A place in line that asks for a lease becomes one at its hand-over,
+ * which cannot be refused, but only the per-uid limit counted it: one
+ * user could queue for as many names as it liked, each asking for a
+ * lease, and their hand-overs took the daemon past --max-leases. Now
+ * each counts against --max-leases from the time it is queued. */
+static void test_places_count_as_leases(void **state)
+{
+	struct fx *f = *state;
+	const char *dir = f->fx->dir;
+	struct liner a = { dir, &f->u1, 0, MAX_LEASES - KEPT, -ENOSPC };
+	struct one_more m;
+	struct th_held h;
+	TH_ENTRY(e);
+	pid_t held;
+
+	for (int i = 0; i < 100; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "c.%d", i);
+		assert_int_equal(procreg_register(f->fx->reg, name, NULL, 0), 0);
+	}
+	th_held_init(&h);
+	held = th_held_start(&h, queue_leased_up, &a);
+	th_held_ready(&h, 30000);
+	/* The others' share is taken: another uid has no lease. */
+	m = (struct one_more){ dir, &f->u2, 0, -ENOSPC, true };
+	assert_int_equal(th_wait(th_fork(one_more, &m)), 0);
+	/* Root has what is kept for it. */
+	for (int i = 0; i < KEPT; i++)
+		assert_int_equal(lease(f->fx->reg, "root", i, HOUR), 0);
+	assert_int_equal(lease(f->fx->reg, "root", KEPT, HOUR), -ENOSPC);
+	/* A hand-over turns a place into a lease: no more room than before. */
+	assert_int_equal(procreg_unregister(f->fx->reg, "c.0"), 0);
+	assert_int_equal(procreg_sync(f->fx->reg), 0);
+	assert_int_equal(procreg_lookup(f->fx->reg, "c.0", &e), 0);
+	assert_int_equal(e.pid, held);
+	assert_true(e.flags & PROCREG_ENTRY_LEASED);
+	assert_int_equal(th_wait(th_fork(one_more, &m)), 0);
+	assert_int_equal(th_held_release(&h), 0);
+	assert_int_equal(procreg_sync(f->fx->reg), 0);
+	/* Gone with their process: room again. */
+	m.want = 0;
+	assert_int_equal(th_wait(th_fork(one_more, &m)), 0);
+	assert_true(th_log_has(f->fx->d.log, "place in line with a lease refused (ENOSPC)"));
+}
+
 /* ---- hand-overs refused, logged within bounds -------------------------- */
 
 #define WAITERS 8
@@ -490,6 +572,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_places_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leases_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leases_per_uid, setup_lease_quota, teardown),
+		cmocka_unit_test_setup_teardown(test_places_count_as_leases, setup_leases, teardown),
 		cmocka_unit_test_setup_teardown(test_handover_log_limited, setup_one_name,
 						teardown),
 	};

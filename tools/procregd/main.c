@@ -240,9 +240,10 @@ static const struct opt opt_table[] = {
 	  .help = "places in owner queues of one uid (default 1024;\n"
 		  "root and procregd's own uid: no limit)" },
 	{ COUNT_OPT("max-leases", max_leases, 262144),
-	  .help = "leases of names and memberships, all uids\n"
-		  "together (default 262144; the last 1/32 kept for\n"
-		  "root and procregd's own uid)" },
+	  .help = "leases of names and memberships, and places in\n"
+		  "line asking for one, all uids together (default\n"
+		  "262144; the last 1/32 kept for root and procregd's\n"
+		  "own uid)" },
 	{ COUNT_OPT("max-leases-per-uid", max_leases_per_uid, 16384),
 	  .help = "leases of one uid, with its places in owner\n"
 		  "queues that ask for one (default 16384; root and\n"

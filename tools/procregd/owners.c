@@ -266,6 +266,10 @@ struct owners {
 	struct pr_u64map uid_places; /* uid + 2 -> its places in line */
 	struct pr_u64map uid_leases; /* uid + 2 -> its leases, and places in line
 				      * that ask for one */
+	/* Places in line that ask for a lease, all uids: each is a lease at
+	 * its hand-over, which cannot be refused, so each counts as one
+	 * against --max-leases from the time it is queued. */
+	size_t leased_places;
 	struct pr_ratelimit refused_log; /* places and leases refused for a limit */
 	/* Hand-overs refused (the process next in line at its own limit):
 	 * a user who can fill a line with such processes decides how many. */
@@ -678,6 +682,21 @@ bool owners_interested(const struct daemon *d, const char *name, size_t len)
 	return find_queue(d, name, len) || find_lease(d, name, len, 0, 0);
 }
 
+/* A place in line of UID's that asks for a lease is queued (DELTA 1) or
+ * is no longer, or no longer asks (-1): counted as a lease of UID's, and
+ * among all leases. */
+static void place_leased(struct daemon *d, uid_t uid, int delta)
+{
+	uid_adjust(&d->owners->uid_leases, uid, delta);
+	d->owners->leased_places += (size_t)(ssize_t)delta;
+}
+
+/* Leases held, and the places in line that will be: against --max-leases. */
+static size_t leases_counted(const struct daemon *d)
+{
+	return d->owners->leases.n + d->owners->leased_places;
+}
+
 /* P takes (DELTA 1) or gives up (-1) a place in a line: it counts as a
  * name of P's uid, as the uid quota says (procs.c: uid_may_add), and, if
  * LEASED (it asks for a lease), as a lease of it. */
@@ -687,7 +706,7 @@ static void place_taken(struct daemon *d, struct proc *p, int delta, bool leased
 	uid_adjust(&d->uid_names, p->uid, delta);
 	uid_adjust(&d->owners->uid_places, p->uid, delta);
 	if (leased)
-		uid_adjust(&d->owners->uid_leases, p->uid, delta);
+		place_leased(d, p->uid, delta);
 }
 
 /* Whether UID may have one more lease of its own (per uid, not all
@@ -710,6 +729,21 @@ static bool under_limit(const struct daemon *d, uid_t uid, size_t n, uint32_t li
 	return n < limit - (uid_privileged(d, uid) ? 0 : limit / 32);
 }
 
+/* Whether PID of UID may have WHAT, a lease or a place in line that asks
+ * for one, under --max-leases: if not, logged. */
+static bool leases_room(struct daemon *d, pid_t pid, uid_t uid, const char *what)
+{
+	if (under_limit(d, uid, leases_counted(d), d->o.max_leases))
+		return true;
+	log_limited(&d->owners->refused_log, "places in line and leases refused",
+		    "client pid %d uid %u: %s refused (ENOSPC): %zu leases held and %zu places in "
+		    "line asking for one, --max-leases %u reached%s",
+		    (int)pid, (unsigned)uid, what, d->owners->leases.n, d->owners->leased_places,
+		    d->o.max_leases,
+		    uid_privileged(d, uid) ? "" : " (its last 1/32 kept for root and procregd's uid)");
+	return false;
+}
+
 int owners_lease_room(struct daemon *d, const struct ident *id, const struct reg_request *rq)
 {
 	bool name = rq->kind == PR_KIND_NAME;
@@ -721,13 +755,8 @@ int owners_lease_room(struct daemon *d, const struct ident *id, const struct reg
 	 * count has it already. */
 	if ((!l || subuid_owner(l->uid) != subuid_owner(id->uid)) && !uid_may_lease(d, id->uid))
 		return -EDQUOT;
-	if (!under_limit(d, id->uid, d->owners->leases.n, d->o.max_leases) && !l) {
-		log_limited(&d->owners->refused_log, "places in line and leases refused",
-			    "client pid %d uid %u: lease refused (ENOSPC): %zu leases held, --max-leases %u reached%s",
-			    (int)id->pid, (unsigned)id->uid, d->owners->leases.n, d->o.max_leases,
-			    uid_privileged(d, id->uid) ? "" : " (its last 1/32 kept for root and procregd's uid)");
+	if (!l && !leases_room(d, id->pid, id->uid, "lease"))
 		return -ENOSPC;
-	}
 	return owners_room(d) ? -ENOSPC : 0;
 }
 
@@ -817,8 +846,12 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		return -EDQUOT;
 	/* One that asks for a lease is counted as one now: its hand-over,
 	 * which sets the lease, cannot be refused. */
-	if (rq->lease_ms && !(old && old->lease_ms) && !uid_may_lease(d, p->uid))
-		return -EDQUOT;
+	if (rq->lease_ms && !(old && old->lease_ms)) {
+		if (!uid_may_lease(d, p->uid))
+			return -EDQUOT;
+		if (!leases_room(d, p->pid, p->uid, "place in line with a lease"))
+			return -ENOSPC;
+	}
 	/* And they all cost the daemon: so many and no more, all uids
 	 * together, the last for root. */
 	if (!old && !under_limit(d, p->uid, d->owners->waiters.n, d->o.max_places)) {
@@ -858,7 +891,7 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 	if (old) {
 		/* Asked again with a lease, or without one now. */
 		if (!old->lease_ms != !w->lease_ms)
-			uid_adjust(&d->owners->uid_leases, p->uid, w->lease_ms ? 1 : -1);
+			place_leased(d, p->uid, w->lease_ms ? 1 : -1);
 		waiter_replace(d, old, w);
 	} else {
 		if (waiter_add(d, q, w) < 0) {
