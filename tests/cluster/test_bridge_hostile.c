@@ -31,12 +31,17 @@
  *    has each one it cannot replicate refused, but logged no more than
  *    once a second, with a count said even after the last burst; and it cannot take the part of the
  *    table kept for root (--reserved-size).
+ *  - Many nodes back at once within their grace (a partition healing, or
+ *    a node with the cookie that comes back under many names), restarted
+ *    or resyncing, lose what they no longer hold in one walk of the table
+ *    a dispatch, not one walk each; what they sent since stays.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1364,6 +1369,305 @@ static void test_full_table_root_registers(void **state)
 	th_peer_close(&p);
 }
 
+/* ---- 8: many nodes back at once, one walk ------------------------------ */
+
+#define BACK_PEERS 64
+#define BACK_NAMES 3        /* each node's, backI-0 .. backI-2 */
+#define BACK_LOCAL 2000
+
+/* Node "backI"'s name WHAT ("0", "1", "2", "new"...) into BUF. */
+static const char *back_name(char *buf, size_t cap, int i, const char *what)
+{
+	snprintf(buf, cap, "back%d-%s", i, what);
+	return buf;
+}
+
+/* Change SEQ of node NODE, incarnation INC: NAME registered at STAMP. */
+static size_t node_change(uint8_t *buf, size_t cap, const char *node, uint64_t inc,
+			  uint64_t seq, const char *name, uint64_t stamp)
+{
+	size_t pos = 0;
+	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+				 .registered_ns = stamp, .name = name, .name_len = strlen(name) };
+
+	assert_int_equal(procreg__bp_put_change(buf, cap, &pos, inc, seq, node, &e), 0);
+	return pos;
+}
+
+/* Node a, its grace for a node that went long (no tick can end it), with
+ * BACK_LOCAL names of its own; node "stays" up with "stays-name"; and
+ * BACK_PEERS nodes (P), incarnation 7, each with BACK_NAMES names stamped
+ * STAMP, whose connections then closed: a has seen each go, and keeps
+ * their names within their grace. */
+static void back_setup(struct cluster *c, struct th_peer *p, struct th_peer *stays,
+		       uint64_t stamp)
+{
+	struct th_node *a = &c->n[0];
+	uint8_t buf[4096];
+
+	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){
+					       "-v", "--node-timeout-ms", "600000", NULL },
+				       (const char *const[]){ "PROCREG_TEST_LINGER_MS=600000",
+							      NULL }), 0);
+	th_register_bulk(a->reg, "local", BACK_LOCAL, "");
+	for (int i = 0; i < BACK_PEERS; i++) {
+		char node[32], names[BACK_NAMES][32];
+		const char *list[BACK_NAMES + 1] = { NULL };
+
+		snprintf(node, sizeof(node), "back%d", i);
+		for (int k = 0; k < BACK_NAMES; k++) {
+			char what[8];
+
+			snprintf(what, sizeof(what), "%d", k);
+			list[k] = back_name(names[k], sizeof(names[k]), i, what);
+		}
+		assert_int_equal(th_peer_connect(&p[i], a->listen, node, 7, COOKIE), 0);
+		th_peer_send(&p[i], buf, th_fake_snap(buf, sizeof(buf), 7, 0, stamp, list, true));
+	}
+	assert_int_equal(th_peer_connect(stays, a->listen, "stays", 7, COOKIE), 0);
+	th_peer_send(stays, buf, th_fake_snap(buf, sizeof(buf), 7, 0, stamp,
+					      (const char *const[]){ "stays-name", NULL }, true));
+	th_expect_names(a->reg, BACK_LOCAL + BACK_PEERS * BACK_NAMES + 1, WAIT_MS);
+	for (int i = 0; i < BACK_PEERS; i++)
+		th_peer_close(&p[i]);
+	/* Closed by peer, or reset (the daemon's snapshot unread). */
+	for (int i = 0; i < WAIT_MS / 100 && th_log_count(a->d.log, ": down (") < BACK_PEERS; i++)
+		th_msleep(100);
+	assert_int_equal(th_log_count(a->d.log, ": down ("), BACK_PEERS);
+	th_expect_names(a->reg, BACK_LOCAL + BACK_PEERS * BACK_NAMES + 1, WAIT_MS);
+	assert_int_equal(th_log_count(a->d.log, "removal walk"), 0);
+}
+
+/* Node a stopped (SIGSTOP) while RUN(ARG) sends what the nodes send, then
+ * let go: the daemon finds it all at once, as from many nodes together,
+ * a dispatch taking up to 64 connections. */
+static void while_stopped(struct th_node *a, void (*run)(void *arg), void *arg)
+{
+	assert_int_equal(kill(a->d.pid, SIGSTOP), 0);
+	assert_true(th_until(th_stopped, &a->d.pid, WAIT_MS));
+	run(arg);
+	assert_int_equal(kill(a->d.pid, SIGCONT), 0);
+}
+
+/* The events of the feed of REG after *CURSOR for node backI's names:
+ * in SEEN[i][k], the types in order (up to 3, 0 after the last), for
+ * name K of WHATS. */
+static void back_events(procreg_t *reg, uint64_t *cursor, const char *const *whats, int nwhats,
+			int seen[BACK_PEERS][4][3])
+{
+	PROCREG_OPTS(procreg_event, ev);
+
+	memset(seen, 0, sizeof(int) * BACK_PEERS * 4 * 3);
+	while (procreg_next_event(reg, cursor, &ev, 0) == 0) {
+		int i, len = 0;
+
+		if (sscanf(ev.name, "back%d-%n", &i, &len) != 1 || !len || i < 0 ||
+		    i >= BACK_PEERS)
+			continue;
+		for (int k = 0; k < nwhats; k++)
+			if (!strcmp(ev.name + len, whats[k])) {
+				int j = 0;
+
+				while (j < 3 && seen[i][k][j])
+					j++;
+				assert_true(j < 3);
+				seen[i][k][j] = ev.type;
+			}
+	}
+}
+
+/* Fail unless name K of node I had the events WANT (0-ended) and no other. */
+static void expect_events(int seen[BACK_PEERS][4][3], int i, int k, const char *what,
+			  const int *want)
+{
+	for (int j = 0; j < 3; j++)
+		if (seen[i][k][j] != want[j])
+			fail_msg("back%d-%s: event %d is of type %d, not %d", i, what, j,
+				 seen[i][k][j], want[j]);
+}
+
+/* The walks of the table node a made (none before the nodes came back):
+ * one a dispatch that saw nodes back (64 connections a dispatch: one or
+ * two, or a few on a loaded machine), never one a node. */
+static void expect_few_walks(struct th_node *a, const char *what)
+{
+	int walks = th_log_count(a->d.log, "removal walk");
+
+	print_message("%s: %d nodes, %d removal walk%s\n", what, BACK_PEERS, walks,
+		      walks == 1 ? "" : "s");
+	if (walks < 1 || walks > BACK_PEERS / 8)
+		fail_msg("%d nodes %s took %d walks of the table (log: %s)", BACK_PEERS, what,
+			 walks, a->d.log);
+}
+
+static void release_all(void *arg)
+{
+	struct th_peer *p = arg;
+
+	for (int i = 0; i < BACK_PEERS; i++)
+		th_peer_release(&p[i]);
+}
+
+/* BACK_PEERS nodes, each holding BACK_NAMES names, come back within their
+ * grace at once as another incarnation (restarted): what the old one held
+ * goes, with a NODE_DOWN event each, in one walk for all of them; each
+ * used to cost a walk of its own on the daemon's thread. The new one's
+ * snapshot then holds backI-0 again (NODE_DOWN, then REGISTERED: never
+ * kept as the old one's) and backI-new. */
+static void test_restarted_at_once(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	struct th_peer *p = calloc(BACK_PEERS, sizeof(*p));
+	static struct th_peer stays;
+	static const char *const whats[] = { "0", "1", "2", "new" };
+	static int seen[BACK_PEERS][4][3];
+	uint64_t cursor, stamp = procreg__now_ns();
+	uint8_t buf[4096];
+
+	assert_non_null(p);
+	back_setup(c, p, &stays, stamp);
+	cursor = procreg_feed_head(a->reg);
+	for (int i = 0; i < BACK_PEERS; i++) {
+		char node[32];
+
+		snprintf(node, sizeof(node), "back%d", i);
+		assert_int_equal(th_peer_connect_held(&p[i], a->listen, node, 8, COOKIE), 0);
+	}
+	while_stopped(a, release_all, p);
+	for (int i = 0; i < BACK_PEERS; i++) {
+		char n0[32], nn[32];
+
+		assert_int_equal(th_peer_finish(&p[i]), 0);
+		th_peer_send(&p[i], buf, th_fake_snap(buf, sizeof(buf), 8, 0, procreg__now_ns(),
+						      (const char *const[]){
+							      back_name(n0, sizeof(n0), i, "0"),
+							      back_name(nn, sizeof(nn), i, "new"), NULL },
+						      true));
+	}
+	th_expect_names(a->reg, BACK_LOCAL + BACK_PEERS * 2 + 1, WAIT_MS);
+	for (int i = 0; i < WAIT_MS / 100 &&
+			th_log_count(a->d.log, "entries removed") < BACK_PEERS; i++)
+		th_msleep(100);
+	assert_int_equal(th_log_count(a->d.log, "entries removed"), BACK_PEERS);
+	for (int i = 0; i < BACK_PEERS; i++) {
+		char name[32];
+
+		assert_int_equal(procreg_lookup(a->reg, back_name(name, sizeof(name), i, "0"), NULL), 0);
+		assert_int_equal(procreg_lookup(a->reg, back_name(name, sizeof(name), i, "1"), NULL),
+				 -ENOENT);
+		assert_int_equal(procreg_lookup(a->reg, back_name(name, sizeof(name), i, "2"), NULL),
+				 -ENOENT);
+		assert_int_equal(procreg_lookup(a->reg, back_name(name, sizeof(name), i, "new"), NULL),
+				 0);
+	}
+	assert_int_equal(procreg_lookup(a->reg, "stays-name", NULL), 0);
+	assert_int_equal(procreg_lookup(a->reg, "local0", NULL), 0);
+	back_events(a->reg, &cursor, whats, 4, seen);
+	for (int i = 0; i < BACK_PEERS; i++) {
+		expect_events(seen, i, 0, "0",
+			      (const int[]){ PROCREG_EV_NODE_DOWN, PROCREG_EV_REGISTERED, 0 });
+		expect_events(seen, i, 1, "1", (const int[]){ PROCREG_EV_NODE_DOWN, 0, 0 });
+		expect_events(seen, i, 2, "2", (const int[]){ PROCREG_EV_NODE_DOWN, 0, 0 });
+		expect_events(seen, i, 3, "new", (const int[]){ PROCREG_EV_REGISTERED, 0, 0 });
+	}
+	expect_few_walks(a, "restarted at once");
+	for (int i = 0; i < BACK_PEERS; i++)
+		th_peer_close(&p[i]);
+	th_peer_close(&stays);
+	free(p);
+}
+
+struct resync_send {
+	struct th_peer *p;
+	uint64_t stamp;
+};
+
+/* Each node's snapshot confirms backI-0 only, and in the same write come
+ * its changes 1 and 2: backI-late, new, and backI-2 again. */
+static void send_resyncs(void *arg)
+{
+	struct resync_send *r = arg;
+	uint8_t buf[4096];
+
+	for (int i = 0; i < BACK_PEERS; i++) {
+		char node[32], n0[32], n2[32], nl[32];
+		size_t len;
+
+		snprintf(node, sizeof(node), "back%d", i);
+		len = th_fake_snap(buf, sizeof(buf), 7, 0, r->stamp,
+				   (const char *const[]){ back_name(n0, sizeof(n0), i, "0"), NULL },
+				   true);
+		len += node_change(buf + len, sizeof(buf) - len, node, 7, 1,
+				   back_name(nl, sizeof(nl), i, "late"), procreg__now_ns());
+		len += node_change(buf + len, sizeof(buf) - len, node, 7, 2,
+				   back_name(n2, sizeof(n2), i, "2"), procreg__now_ns());
+		th_peer_send(&r->p[i], buf, len);
+	}
+}
+
+/* BACK_PEERS nodes, each holding BACK_NAMES names, come back within their
+ * grace as the same incarnation, and their snapshots reach the daemon at
+ * once: each confirms backI-0 only, so backI-1 and backI-2 go
+ * (UNREGISTERED), in one walk for all of them; each used to cost a walk
+ * of its own. What a node sends after its snapshot, in the same dispatch
+ * as the walk but before it, stays: backI-late, and backI-2, registered
+ * again (UNREGISTERED, then REGISTERED). backI-0, unchanged, has no
+ * event. */
+static void test_resynced_at_once(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	struct th_peer *p = calloc(BACK_PEERS, sizeof(*p));
+	static struct th_peer stays;
+	static const char *const whats[] = { "0", "1", "2", "late" };
+	static int seen[BACK_PEERS][4][3];
+	struct resync_send r = { .p = p, .stamp = procreg__now_ns() };
+	uint64_t cursor;
+
+	assert_non_null(p);
+	back_setup(c, p, &stays, r.stamp);
+	cursor = procreg_feed_head(a->reg);
+	for (int i = 0; i < BACK_PEERS; i++) {
+		char node[32];
+
+		snprintf(node, sizeof(node), "back%d", i);
+		assert_int_equal(th_peer_connect(&p[i], a->listen, node, 7, COOKIE), 0);
+	}
+	while_stopped(a, send_resyncs, &r);
+	for (int i = 0; i < WAIT_MS / 100 &&
+			th_log_count(a->d.log, ": resynced, ") < BACK_PEERS; i++)
+		th_msleep(100);
+	assert_int_equal(th_log_count(a->d.log, ": resynced, 2 entries gone meanwhile"),
+			 BACK_PEERS);
+	th_expect_names(a->reg, BACK_LOCAL + BACK_PEERS * 3 + 1, WAIT_MS);
+	for (int i = 0; i < BACK_PEERS; i++) {
+		char name[32];
+
+		assert_int_equal(procreg_lookup(a->reg, back_name(name, sizeof(name), i, "0"), NULL), 0);
+		assert_int_equal(procreg_lookup(a->reg, back_name(name, sizeof(name), i, "1"), NULL),
+				 -ENOENT);
+		assert_int_equal(procreg_lookup(a->reg, back_name(name, sizeof(name), i, "2"), NULL), 0);
+		assert_int_equal(procreg_lookup(a->reg, back_name(name, sizeof(name), i, "late"), NULL),
+				 0);
+	}
+	assert_int_equal(procreg_lookup(a->reg, "stays-name", NULL), 0);
+	assert_int_equal(procreg_lookup(a->reg, "local0", NULL), 0);
+	back_events(a->reg, &cursor, whats, 4, seen);
+	for (int i = 0; i < BACK_PEERS; i++) {
+		expect_events(seen, i, 0, "0", (const int[]){ 0, 0, 0 });
+		expect_events(seen, i, 1, "1", (const int[]){ PROCREG_EV_UNREGISTERED, 0, 0 });
+		expect_events(seen, i, 2, "2",
+			      (const int[]){ PROCREG_EV_UNREGISTERED, PROCREG_EV_REGISTERED, 0 });
+		expect_events(seen, i, 3, "late", (const int[]){ PROCREG_EV_REGISTERED, 0, 0 });
+	}
+	expect_few_walks(a, "resynced at once");
+	for (int i = 0; i < BACK_PEERS; i++)
+		th_peer_close(&p[i]);
+	th_peer_close(&stays);
+	free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1384,6 +1688,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_told_of_dials_budgeted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_table_log_limited, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_table_root_registers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restarted_at_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_resynced_at_once, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

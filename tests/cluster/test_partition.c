@@ -609,6 +609,75 @@ static void test_reconnect_no_blink(void **state)
 	assert_int_equal(other, 0); /* no node-down, nothing for steady */
 }
 
+/* The types of the events of node I's feed after *CURSOR for NAME, in
+ * order, into TYPES (up to MAX, 0 after the last): their number. */
+static int feed_types(struct part *p, int i, uint64_t *cursor, const char *name, int *types,
+		      int max)
+{
+	PROCREG_OPTS(procreg_event, ev);
+	uint64_t at = *cursor;
+	int n = 0;
+
+	memset(types, 0, sizeof(*types) * (size_t)max);
+	while (procreg_next_event(p->n[i].reg, &at, &ev, 0) == 0)
+		if (!strcmp(ev.name, name) && n < max)
+			types[n++] = ev.type;
+	return n;
+}
+
+/* b's daemon killed and started again (another incarnation) within its
+ * grace, while a's daemon is stopped: a finds, in one dispatch, b gone,
+ * back as another incarnation, and b's new snapshot, before the walk that
+ * takes the old incarnation's entries out (at the end of the dispatch).
+ * The snapshot holds again what a client that outlived b's daemon holds:
+ * that is not the old entry confirmed, but the old one gone (NODE_DOWN)
+ * and a new one come (REGISTERED, JOINED), as when the walk came first;
+ * the entry of a client that died meanwhile goes. */
+static void test_restart_in_grace(void **state)
+{
+	struct part *p = *state;
+	struct tn_stats st;
+	uint64_t feed_a, frames;
+	int survivor, doomed, types[4];
+
+	p->env = "PROCREG_TEST_LINGER_MS=600000";
+	start_node(p, 0);
+	start_node(p, 1);
+	assert_true(th_until(all_up, p, WAIT_MS));
+	survivor = spawn_client(p, 1, "survivor", "survivors", NULL);
+	doomed = spawn_client_ok(p, 1, "doomed-b");
+	expect_name(p, 0, "survivor", p->cl[survivor].pid);
+	expect_name(p, 0, "doomed-b", p->cl[doomed].pid);
+	feed_a = procreg_feed_head(p->n[0].reg);
+
+	assert_int_equal(kill(p->n[0].d.pid, SIGSTOP), 0);
+	assert_true(th_until(th_stopped, &p->n[0].d.pid, WAIT_MS));
+	kill_node(p, 1);
+	kill_client(p, doomed);
+	tn_get_stats(p->tn, &st);
+	frames = st.frames;
+	start_node(p, 1);
+	/* b's snapshot is in a's socket: the first frame b sends a. */
+	for (int i = 0; i < WAIT_MS / 10 && st.frames == frames; i++) {
+		th_msleep(10);
+		tn_get_stats(p->tn, &st);
+	}
+	assert_true(st.frames > frames);
+	assert_int_equal(kill(p->n[0].d.pid, SIGCONT), 0);
+
+	expect_name(p, 0, "doomed-b", 0);
+	expect_name(p, 0, "survivor", p->cl[survivor].pid);
+	expect_consistent(p, "b back as another incarnation");
+	assert_int_equal(feed_types(p, 0, &feed_a, "doomed-b", types, 4), 1);
+	assert_int_equal(types[0], PROCREG_EV_NODE_DOWN);
+	assert_int_equal(feed_types(p, 0, &feed_a, "survivor", types, 4), 2);
+	assert_int_equal(types[0], PROCREG_EV_NODE_DOWN);
+	assert_int_equal(types[1], PROCREG_EV_REGISTERED);
+	assert_int_equal(feed_types(p, 0, &feed_a, "survivors", types, 4), 2);
+	assert_int_equal(types[0], PROCREG_EV_NODE_DOWN);
+	assert_int_equal(types[1], PROCREG_EV_JOINED);
+}
+
 /* With faults F on every link, names and memberships come and go on
  * every node (clients started and killed) for up to 400 rounds, until
  * ENOUGH says the faults have shown; then every replica must agree. The
@@ -1015,6 +1084,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_partial_split, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_node_departs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reconnect_no_blink, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restart_in_grace, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_faults_churn, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reorder_no_resync, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_middle_part_lost, setup, teardown),

@@ -30,7 +30,11 @@
  * If it does, its snapshot replaces its entries by difference:
  * what it still has stays in place (no event when unchanged), what it
  * lost in between goes when the snapshot is complete. Its lookups never
- * blink for a dropped connection.
+ * blink for a dropped connection. If it comes back as another
+ * incarnation (restarted), its old entries go at once, with NODE_DOWN
+ * events. Those two removals are made at the end of the backend's
+ * dispatch, in one pass for all the nodes of the dispatch ("removals
+ * decided, made at the end of the dispatch").
  *
  * Conflicts: a name owned on two nodes is kept by the earlier registration,
  * ties broken by the smaller node name; every node applies the same rule
@@ -94,6 +98,22 @@
 #define HOLD_WALK_MAX 64
 #define LATE_NS (2000 * 1000000ull)
 
+/* A removal decided for a node, made at the end of the dispatch (sweep()):
+ * its records last put or confirmed in a session before SESSION go, with
+ * EV (0: UNREGISTERED or LEFT, a resync's end; PROCREG_EV_NODE_DOWN, a
+ * restart). */
+struct removal {
+	uint64_t session;
+	uint32_t ev;
+};
+
+/* Removals pending for one node: one that comes back several times in
+ * one dispatch, now as another incarnation, now as the same one with a
+ * whole snapshot, adds one each time the kind changes (two alike in a row
+ * make one). One more has what is pending made at once, for every node:
+ * a node needs that many handshakes in one dispatch to cost a walk. */
+#define REMOVALS_MAX 4
+
 /* A frame that came early, held until its turn (sequencing, below). */
 struct held {
 	struct held *next, *prev;
@@ -128,9 +148,20 @@ struct node {
 	 * lingering). A reconnect that does not finish its snapshot does not
 	 * move the deadline: a flapping link cannot keep entries forever. */
 	uint64_t linger_until_ns;
-	/* Up again, same incarnation: the records its snapshot confirmed. */
+	uint64_t session;           /* its node_up count: each connection a session */
+	/* Up again, same incarnation, its snapshot not whole yet. */
 	bool resync;
-	struct pr_u64map confirmed;
+	/* While it resyncs or has removals pending: each record it put or
+	 * confirmed meanwhile, and the session it did so last in (a record
+	 * not in it was not touched since). Its snapshot confirmed what it
+	 * touched in this session. */
+	struct pr_u64map touched;
+	/* Removals decided, not made yet (sweep()), in session order, and
+	 * the entries they took so far: a resync's end's, a restart's. */
+	struct removal removals[REMOVALS_MAX];
+	size_t nremovals;
+	uint64_t swept[2];
+	uint64_t replaced_inc;      /* the incarnation its last restart replaced */
 	/* Gone (down, its grace over, its entries removed): the order it
 	 * went in (br->gone_seq), 0 while up or lingering. */
 	uint64_t gone_order;
@@ -180,6 +211,7 @@ struct bridge {
 	uint16_t free_ids[NODES_MAX];
 	size_t nfree;
 	uint64_t gone_seq;          /* nodes gone so far */
+	bool sweep_due;             /* some node has removals pending (sweep()) */
 	uint64_t ids_checked_at;    /* gone_seq when the free ids were last looked for */
 	struct pr_ratelimit full_log;   /* nodes refused: no id free */
 	uint64_t linger_ns;
@@ -232,13 +264,30 @@ static const char *node_name(const struct bridge *br, uint16_t id)
 	return id <= br->nnodes ? br->nodes[id - 1].name : "";
 }
 
-/* During a resync, node ID's snapshot confirmed the record at OFF. */
-static void confirm(struct bridge *br, uint16_t id, uint64_t off)
+/* Node ID put or confirmed the record at OFF (its snapshot's, or a
+ * change's): noted while it resyncs or has removals pending, so that they
+ * leave the record alone. 0, or -ENOMEM while removals are pending: the
+ * record could not be told from a stale one, and the frame is refused
+ * (the node resyncs and sends it again). */
+static int touch(struct bridge *br, uint16_t id, uint64_t off)
 {
 	struct node *n = id && id <= br->nnodes ? &br->nodes[id - 1] : NULL;
 
-	if (n && n->resync && procreg__u64map_put(&n->confirmed, off, 1) < 0)
-		n->resync = false; /* out of memory: keep everything until it goes */
+	if (!n || (!n->resync && !n->nremovals) ||
+	    procreg__u64map_put(&n->touched, off, n->session) == 0)
+		return 0;
+	if (n->nremovals)
+		return -ENOMEM;
+	n->resync = false; /* out of memory: keep everything until it goes */
+	return 0;
+}
+
+/* Whether node N put or confirmed the record at OFF in this session. */
+static bool this_session(const struct node *n, uint64_t off)
+{
+	uint64_t v;
+
+	return procreg__u64map_get(&n->touched, off, &v) == 0 && v == n->session;
 }
 
 /* Whether node ID is resyncing and its snapshot has not confirmed the
@@ -247,9 +296,50 @@ static void confirm(struct bridge *br, uint16_t id, uint64_t off)
 static bool unconfirmed(const struct bridge *br, uint16_t id, uint64_t off)
 {
 	const struct node *n = id && id <= br->nnodes ? &br->nodes[id - 1] : NULL;
-	uint64_t v;
 
-	return n && n->resync && procreg__u64map_get(&n->confirmed, off, &v) != 0;
+	return n && n->resync && !this_session(n, off);
+}
+
+/* Whether a removal pending for node N (sweep()) takes the record at OFF:
+ * the first decided in a session after the one the node last touched the
+ * record in (one it did not touch since removals were pending predates
+ * them all). Its event in *EV. */
+static bool swept(const struct node *n, uint64_t off, uint32_t *ev)
+{
+	uint64_t v = 0;
+	size_t i;
+
+	if (!n->nremovals)
+		return false;
+	(void)procreg__u64map_get(&n->touched, off, &v);
+	for (i = 0; i < n->nremovals && n->removals[i].session <= v; i++)
+		;
+	if (i == n->nremovals)
+		return false;
+	*ev = n->removals[i].ev;
+	return true;
+}
+
+/* The record at OFF, if a removal pending for its node takes it: out now,
+ * with the event that removal gives it. What a frame finds before the
+ * removals are made (later in the same dispatch) is what it would find
+ * after them: a restarted node's old entry is not taken for its new one
+ * (not kept as unchanged, not UPDATED), nor is one a finished resync did
+ * not confirm; another node's claim meets no entry that is going. */
+static bool take_swept(struct bridge *br, uint64_t off)
+{
+	const struct pr_record *r = rec(br->d, off);
+	struct node *n;
+	uint32_t ev;
+
+	if (!r->node || r->node > br->nnodes)
+		return false;
+	n = &br->nodes[r->node - 1];
+	if (!swept(n, off, &ev))
+		return false;
+	n->swept[ev == PROCREG_EV_NODE_DOWN]++;
+	registry_apply_remove(br->d, off, ev);
+	return true;
 }
 
 /* Whether record R already says what E says (its owner and content). */
@@ -624,6 +714,8 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 	int err;
 
 	old = procreg__w_find_name(&d->w, e->name, e->name_len, &pos);
+	while (old && take_swept(br, old))
+		old = procreg__w_find_name(&d->w, e->name, e->name_len, &pos);
 	if (e->op == PR_BP_DEL) {
 		const struct pr_record *r = old ? rec(d, old) : NULL;
 
@@ -638,10 +730,8 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 	if (old) {
 		const struct pr_record *r = rec(d, old);
 
-		if (r->node == id && same_entry(r, e)) {
-			confirm(br, id, old); /* a resync's snapshot: unchanged */
-			return 0;
-		}
+		if (r->node == id && same_entry(r, e))
+			return touch(br, id, old); /* a resync's snapshot: unchanged */
 		if (r->node != id) {
 			bool won = wins(br, e, origin, r, node_name(br, r->node));
 
@@ -683,7 +773,7 @@ static int apply_name(struct bridge *br, uint16_t id, const struct pr_bp_entry *
 	err = registry_apply(d, &re, &off);
 	if (!err) {
 		shadow_drop(br, id, e->name, e->name_len, 0, 0);
-		confirm(br, id, off);
+		err = touch(br, id, off);
 	}
 	return err;
 }
@@ -700,19 +790,19 @@ static int apply_member(struct bridge *br, uint16_t id, const struct pr_bp_entry
 	pr_key_member(&k, e->pid, e->start_time, id, d->w.map.hdr->hash_seed);
 	if (procreg__w_group(&d->w, e->name, e->name_len, false, &root) == 0)
 		old = procreg__w_find(&d->w, root, &k, &pos);
+	if (old && take_swept(br, old))
+		old = 0;
 	if (e->op == PR_BP_DEL) {
 		if (old)
 			registry_apply_remove(d, old, PROCREG_EV_LEFT);
 		return 0;
 	}
-	if (old && same_entry(rec(d, old), e)) {
-		confirm(br, id, old);
-		return 0;
-	}
+	if (old && same_entry(rec(d, old), e))
+		return touch(br, id, old);
 	remote_of(id, e, &re);
 	err = registry_apply(d, &re, &off);
 	if (!err)
-		confirm(br, id, off);
+		err = touch(br, id, off);
 	return err;
 }
 
@@ -739,7 +829,8 @@ static int apply(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f);
 static void node_gone(struct bridge *br, uint16_t id);
 static void end_resync(struct node *n);
-static void finish_resync(struct bridge *br, struct node *n, uint16_t id);
+static void finish_resync(struct bridge *br, struct node *n);
+static void removal_decide(struct bridge *br, struct node *n, uint32_t ev);
 static void write_nodes_file(struct bridge *br);
 
 /* A frame in, timed for the bridge_in probe while it is traced. */
@@ -942,7 +1033,7 @@ static int apply_part(struct bridge *br, struct node *n, uint16_t id, const stru
 		log_debug("bridge: node %s: snapshot applied, %u part%s as of change %llu", n->name,
 			  n->snap_part, n->snap_part == 1 ? "" : "s", (unsigned long long)f->seq);
 		if (n->linger_until_ns)
-			finish_resync(br, n, id);
+			finish_resync(br, n);
 	}
 	return 0;
 }
@@ -1204,8 +1295,16 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 	}
 	if (n->up)
 		return -EEXIST;
-	if (n->linger_until_ns && n->incarnation != inc)
-		node_gone(br, id); /* restarted: what the old one held is gone */
+	n->session++;
+	if (n->linger_until_ns && n->incarnation != inc) {
+		/* Restarted: what the old one held is gone, at the end of
+		 * the dispatch (sweep()); its claims set aside, now. */
+		n->linger_until_ns = 0;
+		n->replaced_inc = n->incarnation;
+		br->nodes_down++;
+		shadow_drop_node(br, id);
+		removal_decide(br, n, PROCREG_EV_NODE_DOWN);
+	}
 	if (n->linger_until_ns) {
 		/* Its snapshot says what it holds now, claims lost here
 		 * included: the old shadows go. */
@@ -1228,28 +1327,6 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 	return 0;
 }
 
-struct down_ctx {
-	uint16_t id;
-	const struct pr_u64map *keep;   /* NULL: remove all of the node's */
-};
-
-static bool down_match(uint64_t off, const struct pr_record *r, void *arg)
-{
-	const struct down_ctx *c = arg;
-	uint64_t v;
-
-	return r->node == c->id && !(c->keep && procreg__u64map_get(c->keep, off, &v) == 0);
-}
-
-/* Remove node ID's entries not in KEEP in one pass, no request served in
- * between, with UNREGISTERED or LEFT events. */
-static uint64_t remove_entries(struct bridge *br, uint16_t id, const struct pr_u64map *keep)
-{
-	struct down_ctx c = { .id = id, .keep = keep };
-
-	return registry_apply_remove_all(br->d, down_match, &c, 0);
-}
-
 /* The nodes whose entries one walk removes (nodes_gone()). */
 struct gone_ctx {
 	struct bridge *br;
@@ -1262,28 +1339,146 @@ static bool gone_match(uint64_t off, const struct pr_record *r, void *arg)
 {
 	const struct gone_ctx *c = arg;
 	struct node *n;
-	uint64_t v;
 
 	if (!r->node || !id_marked(c->ids, r->node))
 		return false;
 	n = &c->br->nodes[r->node - 1];
 	/* Back, its snapshot not whole: what it confirmed so far stays. */
-	if (n->up && n->resync && procreg__u64map_get(&n->confirmed, off, &v) == 0)
+	if (n->up && n->resync && this_session(n, off))
 		return false;
 	n->removed++;
 	return true;
 }
 
+/* What it touched is kept while it has removals pending (sweep() frees
+ * it). */
 static void end_resync(struct node *n)
 {
 	n->resync = false;
-	procreg__u64map_free(&n->confirmed);
-	memset(&n->confirmed, 0, sizeof(n->confirmed));
+	if (n->nremovals)
+		return;
+	procreg__u64map_free(&n->touched);
+	memset(&n->touched, 0, sizeof(n->touched));
+}
+
+/* ---- removals decided, made at the end of the dispatch -----------------
+ *
+ * A node back within its grace as another incarnation (restarted) loses
+ * what the old one held, with NODE_DOWN events; one back as the same
+ * incarnation loses, once its snapshot is whole, what the snapshot did not
+ * confirm. Either costs a walk of the table on the daemon's only thread:
+ * made where it happens, a node with the cookie that comes back under many
+ * names in one dispatch (a restart each, or a snapshot each that confirms
+ * little) held every local request for as many walks. So each is decided
+ * where it happens and made at the end of the dispatch (bridge_event(); a
+ * backend's call outside its dispatch is caught by the next flush or
+ * tick), in one walk for every node of the dispatch: two if it saw both
+ * kinds, whose events differ. No local request is served in between.
+ *
+ * Meanwhile the dispatch goes on applying frames: a restarted node's new
+ * snapshot, the changes after a resync's. The node keeps its id, and what
+ * it puts or confirms is noted with its session (touched); a removal takes
+ * only what the node did not touch since the session it was decided in.
+ * A frame that meets a record a removal will take (the node's own, or
+ * another's claim to its name) takes it out first, with the removal's
+ * event (take_swept()): the table it finds is the one it would find had
+ * the walk been made at once, so a restarted node's old entry goes
+ * (NODE_DOWN) before its new one comes (REGISTERED), and is never kept as
+ * if the new one had confirmed it. Keeping the id, rather than giving the
+ * new incarnation a fresh one while the old waits for the walk, keeps a
+ * node's id what readers and the nodes file know, takes no id (with every
+ * id a node's, up or within its grace, a restart would be refused), and
+ * keeps a restarted node's membership under its one key, so that the old
+ * one leaves before the new one joins.
+ */
+
+static void sweep(struct bridge *br);
+
+/* Node N's records that it did not touch in this session go at the end of
+ * the dispatch, with EV. Decided in the session's order: a node must come
+ * back (node_up) between two. */
+static void removal_decide(struct bridge *br, struct node *n, uint32_t ev)
+{
+	struct removal *last = n->nremovals ? &n->removals[n->nremovals - 1] : NULL;
+
+	/* Two alike in a row: the later takes what the earlier would, with
+	 * the same event. */
+	if (last && last->ev == ev) {
+		last->session = n->session;
+		return;
+	}
+	if (n->nremovals == REMOVALS_MAX)
+		sweep(br);
+	n->removals[n->nremovals++] = (struct removal){ .session = n->session, .ev = ev };
+	br->sweep_due = true;
+}
+
+/* The walk of the removals of event EV (sweep()). */
+struct sweep_ctx {
+	struct bridge *br;
+	uint32_t ev;
+};
+
+static bool sweep_match(uint64_t off, const struct pr_record *r, void *arg)
+{
+	const struct sweep_ctx *c = arg;
+	struct node *n;
+	uint32_t ev;
+
+	if (!r->node || r->node > c->br->nnodes)
+		return false;
+	n = &c->br->nodes[r->node - 1];
+	if (!swept(n, off, &ev) || ev != c->ev)
+		return false;
+	n->swept[ev == PROCREG_EV_NODE_DOWN]++;
+	return true;
+}
+
+/* Every removal decided since the last: one walk of the table for all of
+ * them of one event, however many nodes. */
+static void sweep(struct bridge *br)
+{
+	bool kind[2] = { false, false };
+
+	if (!br->sweep_due)
+		return;
+	br->sweep_due = false;
+	for (size_t i = 0; i < br->nnodes; i++)
+		for (size_t j = 0; j < br->nodes[i].nremovals; j++)
+			kind[br->nodes[i].removals[j].ev == PROCREG_EV_NODE_DOWN] = true;
+	/* A record goes in the walk of the first removal that takes it. */
+	for (int k = 0; k < 2; k++) {
+		struct sweep_ctx c = { .br = br, .ev = k ? PROCREG_EV_NODE_DOWN : 0 };
+
+		if (kind[k])
+			registry_apply_remove_all(br->d, sweep_match, &c, c.ev);
+	}
+	for (size_t i = 0; i < br->nnodes; i++) {
+		struct node *n = &br->nodes[i];
+		bool had[2] = { false, false };
+
+		if (!n->nremovals)
+			continue;
+		for (size_t j = 0; j < n->nremovals; j++)
+			had[n->removals[j].ev == PROCREG_EV_NODE_DOWN] = true;
+		if (had[0])
+			log_notice("bridge: node %s: resynced, %llu entries gone meanwhile", n->name,
+				   (unsigned long long)n->swept[0]);
+		if (had[1]) {
+			PR_TRACE(procregd, bridge_node, n->name, 0, n->replaced_inc, n->swept[1]);
+			log_notice("bridge: node %s: %llu entries removed", n->name,
+				   (unsigned long long)n->swept[1]);
+		}
+		n->nremovals = 0;
+		n->swept[0] = n->swept[1] = 0;
+		if (!n->resync)
+			end_resync(n);
+	}
 }
 
 /*
- * The nodes in IDS are gone for good (their grace ran out, or one came
- * back as another incarnation): their entries go, with NODE_DOWN events.
+ * The nodes in IDS are gone for good (their grace ran out, or, with no
+ * grace, their connection went): their entries go, with NODE_DOWN events.
  * Or one is back, but the grace ran out before its snapshot was whole:
  * what the snapshot confirmed so far stays, the rest goes now and comes
  * back as the snapshot brings it (a snapshot that never ends must not
@@ -1302,6 +1497,7 @@ static void nodes_gone(struct bridge *br, const struct ids_used *ids)
 	struct gone_ctx c = { .br = br, .ids = ids };
 	struct ids_used drop;           /* gone for good: their shadows go */
 
+	sweep(br); /* what was decided before, with its events, first */
 	memset(&drop, 0, sizeof(drop));
 	for (size_t i = 0; i < br->nnodes; i++) {
 		struct node *n = &br->nodes[i];
@@ -1340,15 +1536,20 @@ static void node_gone(struct bridge *br, uint16_t id)
 }
 
 /* Its snapshot is complete: what it did not confirm, it lost while the
- * connection was down. */
-static void finish_resync(struct bridge *br, struct node *n, uint16_t id)
+ * connection was down. It goes at the end of the dispatch (sweep()); what
+ * the node puts or confirms until then stays. */
+static void finish_resync(struct bridge *br, struct node *n)
 {
-	uint64_t removed = n->resync ? remove_entries(br, id, &n->confirmed) : 0;
-
-	end_resync(n);
 	n->linger_until_ns = 0;
-	log_notice("bridge: node %s: resynced, %llu entries gone meanwhile", n->name,
-		   (unsigned long long)removed);
+	if (!n->resync) {
+		/* Out of memory while it resynced: everything is kept. */
+		log_notice("bridge: node %s: resynced, 0 entries gone meanwhile", n->name);
+		return;
+	}
+	/* Decided while it still resyncs: a sweep made to find room
+	 * (removal_decide()) keeps what a resyncing node touched. */
+	removal_decide(br, n, 0);
+	end_resync(n);
 }
 
 static void up_node_down(void *ctx, const char *name)
@@ -1684,12 +1885,17 @@ int bridge_start(struct daemon *d)
 void bridge_event(struct daemon *d)
 {
 	d->bridge->be->dispatch(d->bridge->b);
+	/* The removals the dispatch decided, before anything else is served. */
+	sweep(d->bridge);
 }
 
 void bridge_flush(struct daemon *d)
 {
 	struct bridge *br = d->bridge;
 
+	/* Decided outside a dispatch, if a backend did: made first, as what
+	 * they take out may give names to claims set aside. */
+	sweep(br);
 	shadows_promote(br);
 	br->be->flush(br->b);
 	if (br->nodes_dirty)
@@ -1703,6 +1909,7 @@ void bridge_tick(struct daemon *d)
 	struct ids_used ids;
 	bool any = false;
 
+	sweep(br);
 	memset(&ids, 0, sizeof(ids));
 	for (size_t i = 0; i < br->nnodes; i++)
 		if ((!br->nodes[i].up || !br->nodes[i].synced) && br->nodes[i].linger_until_ns &&
@@ -1733,6 +1940,7 @@ void bridge_stop(struct daemon *d)
 		unlink(br->nodes_path);
 	for (size_t i = 0; i < br->nnodes; i++) {
 		hold_reset(br, &br->nodes[i]);
+		br->nodes[i].nremovals = 0;
 		end_resync(&br->nodes[i]);
 	}
 	for (size_t i = 0; br->shadows && i < SHADOW_BUCKETS; i++)
