@@ -107,8 +107,9 @@ const struct pr_bs_peer *procreg__bs_peer(const struct pr_bs *s);
  * is not up), -EIO (the crypto library failed). */
 int procreg__bs_seal(struct pr_bs *s, const uint8_t *pt, size_t len, uint8_t *out);
 
-/* The record at IN[0..len): 1 with its plaintext in PT (room for
- * PR_BS_PT_MAX bytes), its length in *PT_LEN and the record's in *USED;
+/* The record at IN[0..len): 1 with its plaintext in PT (room for the
+ * record's length, as its first 4 bytes say, less PR_BS_OVERHEAD:
+ * PR_BS_PT_MAX at most), its length in *PT_LEN and the record's in *USED;
  * 0 if IN does not hold a whole record yet (at most PR_BS_REC_MAX bytes
  * will be needed); -EBADMSG for a length no record has; -EACCES if it
  * fails authentication. After a negative return the channel is dead:

@@ -139,7 +139,8 @@ struct pr_bridge_config {
 	const char *advertise;
 	/* Bytes the backend may hold queued for other nodes, all of them
 	 * together, past which it drops the node furthest behind; 0: its
-	 * default (the TCP mesh: 256 MiB). */
+	 * default (the TCP mesh: 256 MiB, its connections' record buffers
+	 * counted too). */
 	uint64_t queue_max;
 };
 

@@ -29,12 +29,18 @@
  *    addresses told of keep within a budget.
  *  - A node with the cookie that sends more entries than the table holds
  *    has each one it cannot replicate refused, but logged no more than
- *    once a second, with a count said even after the last burst; and it cannot take the part of the
- *    table kept for root (--reserved-size).
+ *    once a second, with a count said even after the last burst; and
+ *    it cannot take the part of the table kept for root (--reserved-size).
  *  - Many nodes back at once within their grace (a partition healing, or
  *    a node with the cookie that comes back under many names), restarted
  *    or resyncing, lose what they no longer hold in one walk of the table
  *    a dispatch, not one walk each; what they sent since stays.
+ *  - A node with the cookie that comes up under many names and on each
+ *    begins a record it never finishes must not make the daemon hold the
+ *    buffers for them all: they stay within --max-mesh-queue too, and a
+ *    node that behaves still joins; while a few hundred nodes that behave,
+ *    each sending big records, stay up under a budget far smaller than
+ *    their buffers at their full size together.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -53,6 +59,7 @@
 #include "cluster.h"
 #include "internal.h"
 #include "bridge_proto.h"
+#include "byteorder.h"
 
 #define NODES 3
 #define WAIT_MS 10000
@@ -548,8 +555,8 @@ static void test_told_of_dead_peers(void **state)
 #define LATE_LEECHES 4
 #define SNAP_NAMES 8000
 #define LEECH_BUDGET "16M"
-/* The daemon's anonymous memory may grow by this much: the budget, the
- * connections' fixed buffers and the allocator's slack. */
+/* The daemon's anonymous memory may grow by this much: the budget (the
+ * connections' record buffers in it), their own and the allocator's slack. */
 #define LEECH_GROWTH_KB (48 * 1024)
 
 /* Once the thread runs, it alone sends on leeches 0..n-1, and the main
@@ -1665,6 +1672,255 @@ static void test_resynced_at_once(void **state)
 	for (int i = 0; i < BACK_PEERS; i++)
 		th_peer_close(&p[i]);
 	th_peer_close(&stays);
+}
+
+/* ---- 9: records left unfinished ---------------------------------------- */
+
+/* A node with the cookie comes up as HOARDERS nodes, one connection each,
+ * and on each sends the start of a frame as big as frames may be (all but
+ * its last byte, in one record) and all but the last byte of another
+ * record: the daemon holds both, waiting for the rest, which never comes.
+ * Every connection's record buffers (about 320 KiB) were outside
+ * --max-mesh-queue: all of them stayed up, holding what they sent
+ * (measured before the bound: the daemon's anonymous memory grew by 20
+ * MiB for 96 of them, 181 MiB for 900, with --max-mesh-queue 1M). Now the
+ * buffers count against it: a connection is dropped for the room another
+ * needs, one whose record has been unfinished for a second first, and
+ * each holds 128 KiB of its peer's bytes at least, so at most
+ * HOARD_BUDGET_KB / HOARD_HELD_KB of them stay up, and one more alone.
+ * Then a real node joins and replicates both ways, more coming as it
+ * joins and once it is up (it stays: it finishes its records), and a
+ * local client is answered. */
+#define HOARDERS 96
+#define LATE_HOARDERS 8
+#define HOARD_BUDGET "1M"
+#define HOARD_BUDGET_KB 1024
+/* What a hoarder makes the daemon hold at least: a frame's first
+ * PR_BS_PT_MAX - 1 bytes, and a record's first PR_BS_REC_MAX - 1. */
+#define HOARD_HELD_KB 128
+/* The daemon's anonymous memory may grow by this much: the budget, each
+ * connection's own (its struct, its channel, small buffers) and the
+ * allocator's slack. */
+#define HOARD_GROWTH_KB (HOARD_BUDGET_KB + 6 * 1024)
+
+static int count_prefix(const struct procreg_node *n, void *arg)
+{
+	const char *prefix = ((const char **)arg)[0];
+
+	if (!strncmp(n->name, prefix, strlen(prefix)))
+		++*(int *)((const char **)arg)[1];
+	return 0;
+}
+
+/* The nodes whose names start with PREFIX that the daemon at REG has up,
+ * as its nodes file says. */
+static int nodes_up(procreg_t *reg, const char *prefix)
+{
+	int n = 0;
+	const void *arg[2] = { prefix, &n };
+
+	assert_int_equal(procreg_bridge(reg, NULL, count_prefix, arg), 0);
+	return n;
+}
+
+/* Until at most MAX nodes named PREFIX... are up on REG: how many are. */
+static int nodes_up_within(procreg_t *reg, const char *prefix, int max, int ms)
+{
+	int n = nodes_up(reg, prefix);
+
+	for (int i = 0; i < ms / 100 && n > max; i++) {
+		th_msleep(100);
+		n = nodes_up(reg, prefix);
+	}
+	return n;
+}
+
+/* BUF[0..LEN) to P's socket, as far as the daemon takes it: whether all. */
+static bool send_all(struct th_peer *p, const uint8_t *buf, size_t len)
+{
+	while (len) {
+		ssize_t w = send(p->fd, buf, len, MSG_NOSIGNAL);
+
+		if (w <= 0)
+			return false;
+		buf += w;
+		len -= (size_t)w;
+	}
+	return true;
+}
+
+/* Node hoardI up (an empty snapshot sent: a node in good standing), then
+ * its unfinished frame and record sent, in one write: whether the daemon
+ * took them all. */
+static bool hoard(struct th_peer *p, int i, const char *listen)
+{
+	static uint8_t frame[PR_BS_PT_MAX], rec[2 * PR_BS_REC_MAX];
+	uint8_t buf[256];
+	char name[32];
+	size_t len;
+
+	snprintf(name, sizeof(name), "hoard%d", i);
+	assert_int_equal(th_peer_connect(p, listen, name, 7, COOKIE), 0);
+	len = th_fake_snap(buf, sizeof(buf), 7, 0, procreg__now_ns(), (const char *[]){ NULL }, true);
+	th_peer_send(p, buf, len);
+	/* A CHANGE of PR_BP_FRAME_MAX bytes, its last missing; then a
+	 * record whose last byte is missing. */
+	pr_put32(frame, PR_BP_FRAME_MAX);
+	frame[4] = PR_BP_CHANGE;
+	frame[5] = PR_BP_VERSION;
+	assert_int_equal(procreg__bs_seal(p->bs, frame, PR_BS_PT_MAX - 1, rec), 0);
+	assert_int_equal(procreg__bs_seal(p->bs, frame, PR_BS_PT_MAX, rec + PR_BS_REC_MAX - 1), 0);
+	return send_all(p, rec, 2 * PR_BS_REC_MAX - 2);
+}
+
+static void test_unfinished_records_bounded(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0], *b = &c->n[1];
+	struct th_peer *p = calloc(HOARDERS + 3 * LATE_HOARDERS, sizeof(*p));
+	const int most = HOARD_BUDGET_KB / HOARD_HELD_KB + 1;
+	long base, now, peak = 0;
+	int up;
+
+	assert_non_null(p);
+	/* Nobody dropped as silent (the hoarders send nothing more): only
+	 * for the room they take. */
+	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){
+					       "--max-mesh-queue", HOARD_BUDGET, "--node-timeout-ms",
+					       "600000", NULL }, NULL), 0);
+	base = anon_kb(a->d.pid);
+	for (int i = 0; i < HOARDERS; i++) {
+		hoard(&p[i], i, a->listen);
+		now = anon_kb(a->d.pid);
+		peak = now > peak ? now : peak;
+	}
+	up = nodes_up_within(a->reg, "hoard", most, WAIT_MS);
+	now = anon_kb(a->d.pid);
+	peak = now > peak ? now : peak;
+	print_message("unfinished records: %d of %d nodes up; the daemon's anonymous memory %ld "
+		      "kB before, %ld kB at most after (budget %s)\n", up, HOARDERS, base, peak,
+		      HOARD_BUDGET);
+	if (up > most)
+		fail_msg("%d nodes holding unfinished records are up (at most %d: --max-mesh-queue "
+			 "%s, %d KiB each; log: %s)", up, most, HOARD_BUDGET, HOARD_HELD_KB,
+			 a->d.log);
+	if (TH_SANITIZED)
+		print_message("unfinished records: RssAnon " TH_RSS_UNBOUNDED "\n");
+	else if (peak - base > HOARD_GROWTH_KB)
+		fail_msg("%d connections holding unfinished records grew the daemon's anonymous "
+			 "memory by %ld kB (at most %d kB: --max-mesh-queue %s and slack)", HOARDERS,
+			 peak - base, HOARD_GROWTH_KB, HOARD_BUDGET);
+	/* Those up have sent nothing more for a second (in a while): the
+	 * room a newcomer needs is theirs first, and the log says why. */
+	for (int i = HOARDERS; i < HOARDERS + LATE_HOARDERS &&
+			       !th_log_has(a->d.log, "a record unfinished)"); i++) {
+		th_msleep(500);
+		hoard(&p[i], i, a->listen);
+	}
+	th_expect_log(a->d.log, "a record unfinished)", WAIT_MS);
+
+	/* A real node joins, and replicates both ways, more coming as it
+	 * does. */
+	assert_int_equal(th_node_start(b, c->cookie, (const char *const[]){ "--peer", a->listen,
+									      NULL }, NULL), 0);
+	for (int i = HOARDERS + LATE_HOARDERS; i < HOARDERS + 2 * LATE_HOARDERS; i++)
+		hoard(&p[i], i, a->listen);
+	assert_int_equal(procreg_register(b->reg, "on-b", NULL, 0), 0);
+	assert_int_equal(procreg_register(a->reg, "on-a", NULL, 0), 0);
+	th_expect_name(a->reg, "on-b", getpid(), true, WAIT_MS);
+	th_expect_name(b->reg, "on-a", getpid(), true, WAIT_MS);
+	/* More once it is up: it stays, and replicates on. */
+	for (int i = HOARDERS + 2 * LATE_HOARDERS; i < HOARDERS + 3 * LATE_HOARDERS; i++)
+		hoard(&p[i], i, a->listen);
+	assert_int_equal(procreg_register(b->reg, "on-b-2", NULL, 0), 0);
+	assert_int_equal(procreg_register(a->reg, "on-a-2", NULL, 0), 0);
+	th_expect_name(a->reg, "on-b-2", getpid(), true, WAIT_MS);
+	th_expect_name(b->reg, "on-a-2", getpid(), true, WAIT_MS);
+	if (th_log_count(b->d.log, "node nodea: down")) {
+		char *t = th_read_file(b->d.log, false);
+
+		fail_msg("the real node's connection was dropped once up; its log:\n%.3000s", t);
+	}
+	/* And a local client is answered. */
+	{
+		PROCREG_OPTS(procreg_opts, o, .dir = a->dir, .timeout_ms = ANSWER_MS);
+		procreg_t *reg = procreg_open(&o);
+
+		assert_non_null(reg);
+		assert_int_equal(procreg_register(reg, "probe", NULL, 0), 0);
+		assert_int_equal(procreg_unregister(reg, "probe"), 0);
+		procreg_close(reg);
+	}
+	up = nodes_up_within(a->reg, "hoard", most, WAIT_MS);
+	now = anon_kb(a->d.pid);
+	peak = now > peak ? now : peak;
+	print_message("unfinished records: after the real node joined, %d of %d up, %ld kB at "
+		      "most\n", up, HOARDERS + 3 * LATE_HOARDERS, peak);
+	if (up > most)
+		fail_msg("%d nodes holding unfinished records are up (at most %d)", up, most);
+	if (!TH_SANITIZED && peak - base > HOARD_GROWTH_KB)
+		fail_msg("the daemon's anonymous memory grew by %ld kB (at most %d kB)", peak - base,
+			 HOARD_GROWTH_KB);
+	for (int i = 0; i < HOARDERS + 3 * LATE_HOARDERS; i++)
+		if (p[i].bs)
+			th_peer_close(&p[i]);
+	free(p);
+}
+
+/* And a mesh that behaves is not held to a budget for buffers it does not
+ * use: MANY_NODES nodes come up, each sending a record as big as records
+ * may be (heartbeats, a snapshot's worth), which takes its connection's
+ * buffers at their full size (about 256 KiB in, a hundred times the
+ * budget for them all) while it is read. They go back once it is read
+ * (when idle for a tick, or at once when another needs the room), and
+ * every node stays up, none dropped. */
+#define MANY_NODES 256
+#define MANY_BUDGET "4M"
+
+static void test_many_nodes_small_budget(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	struct th_peer *p = calloc(MANY_NODES, sizeof(*p));
+	static uint8_t beats[PR_BS_PT_MAX];
+	uint8_t buf[256];
+	size_t len = 0, one = 0;
+	int up;
+
+	assert_non_null(p);
+	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &one, 7, 0), 0);
+	while (len + one <= sizeof(beats)) {
+		memcpy(beats + len, buf, one);
+		len += one;
+	}
+	/* Nobody dropped as silent (they send nothing more, and a sanitizer
+	 * build takes its time to bring them all up). */
+	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){
+					       "--max-mesh-queue", MANY_BUDGET, "--node-timeout-ms",
+					       "600000", NULL }, NULL), 0);
+	for (int i = 0; i < MANY_NODES; i++) {
+		char name[32];
+		size_t n;
+
+		snprintf(name, sizeof(name), "many%d", i);
+		assert_int_equal(th_peer_connect(&p[i], a->listen, name, 7, COOKIE), 0);
+		n = th_fake_snap(buf, sizeof(buf), 7, 0, procreg__now_ns(), (const char *[]){ NULL },
+				 true);
+		th_peer_send(&p[i], buf, n);
+		th_peer_send(&p[i], beats, len);
+	}
+	up = nodes_up(a->reg, "many");
+	for (int i = 0; i < WAIT_MS / 100 && up < MANY_NODES; i++) {
+		th_msleep(100);
+		up = nodes_up(a->reg, "many");
+	}
+	print_message("many nodes: %d of %d up (budget %s)\n", up, MANY_NODES, MANY_BUDGET);
+	if (up < MANY_NODES || th_log_count(a->d.log, "--max-mesh-queue"))
+		fail_msg("%d of %d nodes that behave up, %d dropped for --max-mesh-queue %s (log: "
+			 "%s)", up, MANY_NODES, th_log_count(a->d.log, "--max-mesh-queue"),
+			 MANY_BUDGET, a->d.log);
+	for (int i = 0; i < MANY_NODES; i++)
+		th_peer_close(&p[i]);
 	free(p);
 }
 
@@ -1690,6 +1946,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_full_table_root_registers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restarted_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resynced_at_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unfinished_records_bounded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many_nodes_small_budget, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

@@ -322,10 +322,11 @@ static const struct opt opt_table[] = {
 	{ NUM_OPT("max-mesh-queue", max_mesh_queue, "BYTES", 1024, 1u << 20, 1ull << 36,
 		  256ull << 20, "1M..64G"),
 	  OPT_SET(max_mesh_queue_set),
-	  .help = "the TCP mesh: bytes queued for other nodes, all\n"
-		  "together; past it the node furthest behind is\n"
-		  "dropped, one that reads nothing first (default\n"
-		  "256M; suffixes K M G)" },
+	  .help = "the TCP mesh: bytes queued for other nodes and\n"
+		  "in their records' buffers, all together; past it\n"
+		  "the node holding the most is dropped, one that\n"
+		  "reads nothing or leaves a record unfinished first\n"
+		  "(default 256M; suffixes K M G)" },
 	{ .name = "help", .shortc = 'h', .kind = OPT_HELP, .help = "this help" },
 	{ .name = "version", .shortc = 'V', .kind = OPT_VERSION, .help = "print the version" },
 };

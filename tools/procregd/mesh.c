@@ -25,6 +25,23 @@
  * Two nodes that dial each other at once end up with two connections: the
  * one dialed by the node with the smaller name stays, on both sides.
  *
+ * Memory. What a connection holds for its peer counts against one budget
+ * for all connections together (--max-mesh-queue): the frames queued for
+ * it, and its record buffers past their idle size. Those hold a record
+ * coming in until it is whole (up to IN_CAP), what the records opened so
+ * far say until a frame ends (PT_CAP), and the record going out (WIRE_CAP):
+ * about 320 KiB in all, which a node with the cookie can fill on every
+ * connection it opens, a record and a frame it never finishes, and keep
+ * filled for as long as it likes. Counted, but only when in use: they grow
+ * when a record needs them and go back to 1 KiB each once idle for a tick
+ * (or at once when the room is needed), so that the connections of a mesh
+ * that is quiet cost the budget nothing and only those moving big records
+ * (a snapshot) hold it, a while. Counting them at their full size from the
+ * handshake on would have a budget of 1 MiB take three nodes; growing them
+ * on demand without counting would bound nothing. When the room runs
+ * out, the node holding the most is dropped, one that reads nothing or
+ * leaves a record unfinished for a second first (room()).
+ *
  * Heartbeats go out when a connection has been idle for heartbeat_ms; a
  * peer heard nothing from for timeout_ms is dropped (node down). Dropped
  * peers are dialed again with backoff.
@@ -74,6 +91,7 @@
 
 #include "accept.h"
 #include "bridge_proto.h"
+#include "byteorder.h"
 #include "procreg/backend.h"
 #include "bridge_sec.h"
 #include "clock.h"
@@ -85,17 +103,26 @@
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 2000
 #define OUT_MAX (64u << 20)         /* a peer this far behind is dropped */
-/* The queues of every connection together (--max-mesh-queue): without it,
- * a node with the cookie could come up under a thousand names, read
- * nothing, and have this one hold a snapshot and OUT_MAX for each. */
+/* The queues and record buffers of every connection together
+ * (--max-mesh-queue): without it, a node with the cookie could come up
+ * under a thousand names, read nothing, and have this one hold a snapshot
+ * and OUT_MAX for each, or send a record it never finishes on each and
+ * have this one hold IN_CAP and PT_CAP for each (181 MiB for 900
+ * connections, whatever the budget, before they were counted). */
 #define QUEUE_MAX_DEFAULT (4 * (size_t)OUT_MAX)
 /* A queue that has sent nothing for this long is stalled: its peer does
- * not read. Stalled ones are dropped first when the queues are full. */
+ * not read; a record or frame begun and not added to for this long is
+ * unfinished. Those are dropped first when the budget is used up. */
 #define STALL_MS 1000
+/* A connection's record buffers: at their idle size in the handshake and
+ * whenever idle (1 KiB: HELLO, AUTH, REFUSE are a few hundred bytes, and
+ * so are a heartbeat's and most changes' records); grown to the full size
+ * for bigger records, counted against --max-mesh-queue while they are. */
+#define IN_CAP_HANDSHAKE 1024u
+#define WIRE_HANDSHAKE 1024u
+#define PT_IDLE 1024u
 #define IN_CAP (2 * PR_BS_REC_MAX)   /* a record and the start of the next */
 #define PT_CAP (PR_BP_FRAME_MAX + PR_BS_PT_MAX) /* a frame's start and a record */
-#define IN_CAP_HANDSHAKE 1024u      /* HELLO, AUTH, REFUSE: a few hundred bytes */
-#define WIRE_HANDSHAKE 1024u
 #define WIRE_CAP (PR_BS_REC_MAX + WIRE_HANDSHAKE)
 #define TARGETS_MAX 1024
 /* A target another node told of (PEERS) is dropped after this many dials
@@ -159,11 +186,17 @@ struct conn {
 	uint8_t *in;                  /* bytes from the socket */
 	size_t in_len, in_cap;        /* small until the peer is authenticated */
 	uint8_t *pt;                  /* what the records opened so far say */
-	size_t pt_len;
+	size_t pt_len, pt_cap;
 	uint8_t *out;                 /* frames for the peer, not sealed yet */
 	size_t out_len, out_off, out_cap;
 	uint8_t *wire;                /* bytes for the socket: handshake frames, a record */
 	size_t wire_len, wire_off, wire_cap;
+	/* What in, pt and wire hold past their idle size: counted in
+	 * mesh.bufs, against --max-mesh-queue. */
+	size_t bufs;
+	/* Its records being read (conn_consume()): in and pt are pointed
+	 * into further up the stack, not to be moved or freed. */
+	bool consuming;
 	size_t snap_bytes;            /* the snapshot's size: allowed on top of OUT_MAX */
 	/* Up, its snapshot not written yet (serve_snapshot()): sent no
 	 * change and no heartbeat until then, as the snapshot will hold all
@@ -171,8 +204,8 @@ struct conn {
 	bool snap_due;
 	bool want_out;
 	bool overflow;                /* broadcast() could not queue: drop at flush */
-	/* Dropped for the room its queue took (queue_room()): its buffer is
-	 * given back at once, the connection ends at the next flush or
+	/* Dropped for the room it took (room()): its buffers are given back
+	 * at once (bufs_drop()), the connection ends at the next flush or
 	 * dispatch (node_down writes the table, so not from broadcast()). */
 	bool evicted;
 	uint64_t pending_ns;          /* when its queue last went from empty to not */
@@ -265,8 +298,9 @@ struct mesh {
 	int spare;                    /* given up to take a connection when out of fds */
 	struct pr_ratelimit refused_log;
 	/* Bytes of buffer the connections' queues hold (their out_cap, all
-	 * together), and the most they may: --max-mesh-queue. */
-	size_t queued, queue_max;
+	 * together), those their record buffers hold past their idle size
+	 * (conn.bufs, all together), and the most both may: --max-mesh-queue. */
+	size_t queued, bufs, queue_max;
 	struct pr_ratelimit evict_log;
 	/* Lines about accepted connections that never authenticated: anyone
 	 * who reaches the port causes them (unauth_pass()). */
@@ -399,12 +433,36 @@ static size_t conn_live(const struct conn *c)
 	return c->out_len - c->out_off;
 }
 
-/* Whether C's queue has sent nothing for STALL_MS while it held bytes. */
+/* What C holds against --max-mesh-queue, for room() to compare: what its
+ * queue has not sent, and its record buffers past their idle size. */
+static size_t conn_weight(const struct conn *c)
+{
+	return conn_live(c) + c->bufs;
+}
+
+/* What all connections hold against --max-mesh-queue. */
+static size_t held(const struct mesh *m)
+{
+	return m->queued + m->bufs;
+}
+
+/* Whether C's queue (or the record sealed from it) has sent nothing for
+ * STALL_MS while it held bytes. */
 static bool conn_stalled(const struct conn *c, uint64_t now)
 {
 	uint64_t since = c->last_tx_ns > c->pending_ns ? c->last_tx_ns : c->pending_ns;
 
-	return conn_live(c) && now - since >= (uint64_t)STALL_MS * 1000000ull;
+	return (conn_live(c) || c->wire_off < c->wire_len) &&
+	       now - since >= (uint64_t)STALL_MS * 1000000ull;
+}
+
+/* Whether C's peer began a record or a frame, in buffers grown for it,
+ * and has sent nothing more for STALL_MS. Not one whose snapshot is due:
+ * this node does not read it meanwhile. */
+static bool conn_unfinished(const struct conn *c, uint64_t now)
+{
+	return c->bufs && (c->in_len || c->pt_len) && !c->snap_due &&
+	       now - c->last_rx_ns >= (uint64_t)STALL_MS * 1000000ull;
 }
 
 static void queue_free(struct mesh *m, struct conn *c)
@@ -415,9 +473,6 @@ static void queue_free(struct mesh *m, struct conn *c)
 	c->out_cap = c->out_len = c->out_off = 0;
 }
 
-/* Drop C for the room its queue takes: its buffer now, the connection at
- * the next flush or dispatch (kill_evicted()). Said once a second at
- * most: a node with the cookie may cause it for a thousand connections. */
 static void evicted_held(struct mesh *m, uint64_t held)
 {
 	if (held)
@@ -425,73 +480,162 @@ static void evicted_held(struct mesh *m, uint64_t held)
 			      "--max-mesh-queue in the last second)", (unsigned long long)held);
 }
 
-static void evict(struct mesh *m, struct conn *c, size_t live, bool stalled, bool snap)
+/* Record buffer *P of C (*CAP bytes, IDLE its idle size) made CAP_NEW
+ * bytes, what it holds kept, and counted past IDLE: 0, or -ENOMEM. */
+static int buf_resize(struct mesh *m, struct conn *c, uint8_t **p, size_t *cap, size_t idle,
+		      size_t cap_new)
 {
-	uint64_t held;
+	uint8_t *n = realloc(*p, cap_new);
 
-	if (pr_ratelimit_pass(&m->evict_log, now_ns(), &held)) {
-		evicted_held(m, held);
-		pr_bridge_log(&m->up, LOG_WARNING, "bridge: node %s: dropped: the queues for other "
-			      "nodes hold %zu bytes, --max-mesh-queue %zu, and this node is the "
-			      "furthest behind (%zu bytes queued%s)", c->peer, m->queued, m->queue_max,
-			      live, stalled ? ", not reading" : snap ? ", no room for its snapshot" : "");
+	if (!n)
+		return -ENOMEM;
+	*p = n;
+	m->bufs -= *cap - idle;
+	c->bufs -= *cap - idle;
+	m->bufs += cap_new - idle;
+	c->bufs += cap_new - idle;
+	*cap = cap_new;
+	return 0;
+}
+
+/* C's record buffers back to their idle size, each that holds no more
+ * than that: IN_PT in and pt (not while they are read: conn.consuming),
+ * WIRE wire (once sent). */
+static void bufs_give_back(struct mesh *m, struct conn *c, bool in_pt, bool wire)
+{
+	if (c->dead || c->evicted || !c->bufs)
+		return;
+	if (in_pt && !c->consuming && c->in_cap > IN_CAP_HANDSHAKE && c->in_len <= IN_CAP_HANDSHAKE)
+		(void)buf_resize(m, c, &c->in, &c->in_cap, IN_CAP_HANDSHAKE, IN_CAP_HANDSHAKE);
+	if (in_pt && !c->consuming && c->pt_cap > PT_IDLE && c->pt_len <= PT_IDLE)
+		(void)buf_resize(m, c, &c->pt, &c->pt_cap, PT_IDLE, PT_IDLE);
+	if (wire && c->wire_cap > WIRE_HANDSHAKE && c->wire_off == c->wire_len) {
+		c->wire_off = c->wire_len = 0;
+		(void)buf_resize(m, c, &c->wire, &c->wire_cap, WIRE_HANDSHAKE, WIRE_HANDSHAKE);
+	}
+}
+
+/* C dropped or ended: its record buffers off the budget and freed, but
+ * for in and pt while they are read (conn.consuming): those are freed
+ * once that is over (conn_consume(), reap()), not counted meanwhile (one
+ * connection's at most: records are read one connection at a time). */
+static void bufs_drop(struct mesh *m, struct conn *c)
+{
+	m->bufs -= c->bufs;
+	c->bufs = 0;
+	free(c->wire);
+	c->wire = NULL;
+	c->wire_cap = c->wire_len = c->wire_off = 0;
+	if (c->consuming)
+		return;
+	free(c->in);
+	c->in = NULL;
+	c->in_cap = c->in_len = 0;
+	free(c->pt);
+	c->pt = NULL;
+	c->pt_cap = c->pt_len = 0;
+}
+
+/* Drop C for the room it takes: its buffers now, the connection at the
+ * next flush or dispatch (kill_evicted()). Said once a second at most: a
+ * node with the cookie may cause it for a thousand connections. SNAP:
+ * for want of room for its snapshot. */
+static void evict(struct mesh *m, struct conn *c, bool snap)
+{
+	uint64_t now = now_ns(), held_back;
+	const char *why = conn_stalled(c, now) ? ", not reading"
+			  : conn_unfinished(c, now) ? ", a record unfinished"
+			  : snap ? ", no room for its snapshot" : "";
+
+	if (pr_ratelimit_pass(&m->evict_log, now, &held_back)) {
+		evicted_held(m, held_back);
+		pr_bridge_log(&m->up, LOG_WARNING, "bridge: node %s: dropped: the connections to "
+			      "other nodes hold %zu bytes of queues and record buffers, "
+			      "--max-mesh-queue %zu, and this node's go first (%zu bytes queued, "
+			      "%zu of buffers%s)", c->peer, held(m), m->queue_max, conn_live(c),
+			      c->bufs, why);
 	}
 	queue_free(m, c);
+	bufs_drop(m, c);
 	c->evicted = true;
 }
 
-/* Whether C's queue may take EXTRA more bytes of buffer, LIVE bytes
- * queued once it has, within --max-mesh-queue; SNAP: the bytes are of
- * its snapshot. Room is made by giving back the buffers of empty queues
- * (and of connections ended, not yet reaped), then by dropping the connection furthest behind: the one with the most
- * queued among those stalled (their peers read nothing), else C if it is
- * a newcomer queuing its snapshot (a node that does read keeps its place
- * against any number of new connections), else the one with the most
- * queued. C is dropped if it is that one (false). A queue alone (nothing
- * queued for anyone else) takes what it needs: one connection's bound
- * (a snapshot, and OUT_MAX past it) is over the budget in a big table. */
-static bool queue_room(struct mesh *m, struct conn *c, size_t extra, size_t live, bool snap)
+/* Whether C may take EXTRA more bytes of buffer, for its queue or its
+ * records, within --max-mesh-queue; WEIGHT: what it holds once it has
+ * (conn_weight()); SNAP: the bytes are of its snapshot. Room is made by
+ * giving back what is not in use (the buffers of empty queues, record
+ * buffers idle, and those of connections ended, not yet reaped), then by
+ * dropping the connection that holds the most: among those stalled
+ * (their peers read nothing) or with a record unfinished (their peers
+ * send nothing more of it) first, else C if it is a newcomer queuing its
+ * snapshot (a node that does read keeps its place against any number of
+ * new connections), else any. C is dropped if it is that one (false).
+ * C alone (nothing held for anyone else) takes what it needs: one
+ * connection's bound (a snapshot, and OUT_MAX past it) is over the
+ * budget in a big table. */
+static bool room(struct mesh *m, struct conn *c, size_t extra, size_t weight, bool snap)
 {
 	uint64_t now = now_ns();
 
-	if (m->queued + extra <= m->queue_max)
+	if (held(m) + extra <= m->queue_max)
 		return true;
-	for (struct conn *o = m->conns; o; o = o->next)
-		if (o != c && o->out_cap && (o->dead || !conn_live(o)))
+	for (struct conn *o = m->conns; o; o = o->next) {
+		if (o == c)
+			continue;
+		if (o->out_cap && (o->dead || !conn_live(o)))
 			queue_free(m, o);
-	while (m->queued + extra > m->queue_max) {
+		if (o->dead && o->bufs)
+			bufs_drop(m, o);
+		bufs_give_back(m, o, true, true);
+	}
+	while (held(m) + extra > m->queue_max) {
 		struct conn *v = c;
-		size_t v_live = live;
-		int v_rank = conn_stalled(c, now) ? 2 : snap ? 1 : 0;
+		size_t v_weight = weight;
+		int v_rank = conn_stalled(c, now) || conn_unfinished(c, now) ? 2 : snap ? 1 : 0;
 		bool others = false;
 
 		for (struct conn *o = m->conns; o; o = o->next) {
-			size_t l = conn_live(o);
+			size_t w = conn_weight(o);
 			int rank;
 
-			if (o == c || o->dead || o->evicted || !l)
+			if (o == c || o->dead || o->evicted || !w)
 				continue;
 			others = true;
-			rank = conn_stalled(o, now) ? 2 : 0;
-			if (rank > v_rank || (rank == v_rank && l > v_live)) {
+			rank = conn_stalled(o, now) || conn_unfinished(o, now) ? 2 : 0;
+			if (rank > v_rank || (rank == v_rank && w > v_weight)) {
 				v = o;
-				v_live = l;
+				v_weight = w;
 				v_rank = rank;
 			}
 		}
 		if (!others)
 			return true;
-		evict(m, v, v_live, v_rank == 2, v == c && snap);
+		evict(m, v, v == c && snap);
 		if (v == c)
 			return false;
 	}
 	return true;
 }
 
+/* Record buffer *P of C grown to CAP_NEW, within --max-mesh-queue
+ * (room()): 0, -ENOBUFS if C was dropped for the room (conn.evicted),
+ * or -ENOMEM. */
+static int buf_grow(struct mesh *m, struct conn *c, uint8_t **p, size_t *cap, size_t idle,
+		    size_t cap_new)
+{
+	size_t extra = cap_new - *cap;
+
+	if (c->evicted)
+		return -ENOBUFS;
+	if (!room(m, c, extra, conn_weight(c) + extra, false))
+		return -ENOBUFS;
+	return buf_resize(m, c, p, cap, idle, cap_new);
+}
+
 /* Queue LEN bytes of frames for C, to be sealed as the socket takes them.
  * A snapshot is queued whole, however big the table (BOUNDED false); what
  * comes after it is bounded by OUT_MAX. All queues together are bounded
- * by --max-mesh-queue (queue_room()). */
+ * by --max-mesh-queue, with their record buffers (room()). */
 static int conn_queue_b(struct conn *c, const uint8_t *data, size_t len, bool bounded)
 {
 	struct mesh *m = c->m;
@@ -518,7 +662,7 @@ static int conn_queue_b(struct conn *c, const uint8_t *data, size_t len, bool bo
 		while (cap < live + len)
 			cap *= 2;
 		if (cap != c->out_cap) {
-			if (!queue_room(m, c, cap - c->out_cap, live + len, !bounded))
+			if (!room(m, c, cap - c->out_cap, live + len + c->bufs, !bounded))
 				return -ENOBUFS;
 			n = realloc(c->out, cap);
 			if (!n)
@@ -556,6 +700,8 @@ static void conn_kill(struct mesh *m, struct conn *c, const char *why);
  * errno for a connection that is broken (EAGAIN is not). */
 static int conn_send_some(struct conn *c)
 {
+	if (c->evicted)
+		return 0; /* its buffers are gone; it ends soon */
 	for (;;) {
 		ssize_t n;
 
@@ -568,6 +714,12 @@ static int conn_send_some(struct conn *c)
 				return 0;
 			if (len > PR_BS_PT_MAX)
 				len = PR_BS_PT_MAX;
+			/* A record bigger than the idle buffer takes the
+			 * full one (given back at a tick once sent). */
+			if (len + PR_BS_OVERHEAD > c->wire_cap &&
+			    (err = buf_grow(c->m, c, &c->wire, &c->wire_cap, WIRE_HANDSHAKE,
+					    WIRE_CAP)) < 0)
+				return c->evicted ? 0 : err;
 			if ((err = procreg__bs_seal(c->bs, c->out + c->out_off, len, c->wire)) < 0)
 				return err;
 			c->out_off += len;
@@ -730,6 +882,7 @@ static void reap(struct mesh *m)
 			*cp = c->next;
 			m->nconns--;
 			m->queued -= c->out_cap;
+			m->bufs -= c->bufs;
 			procreg__bs_free(c->bs);
 			free(c->in);
 			free(c->pt);
@@ -1227,24 +1380,6 @@ static bool keeper(const struct mesh *m, const struct conn *c)
 	return strcmp(dialer, other) < 0;
 }
 
-/* Buffers for a connection that carries records. */
-static int conn_grow(struct conn *c)
-{
-	uint8_t *in = realloc(c->in, IN_CAP), *wire;
-
-	if (!in)
-		return -ENOMEM;
-	c->in = in;
-	c->in_cap = IN_CAP;
-	if (!(wire = realloc(c->wire, WIRE_CAP)))
-		return -ENOMEM;
-	c->wire = wire;
-	c->wire_cap = WIRE_CAP;
-	if (!(c->pt = malloc(PT_CAP)))
-		return -ENOMEM;
-	return 0;
-}
-
 static void snapshot_now(struct mesh *m, struct conn *c);
 
 static void established(struct mesh *m, struct conn *c)
@@ -1264,10 +1399,14 @@ static void established(struct mesh *m, struct conn *c)
 		}
 		conn_kill_at(m, old, LOG_NOTICE, "replaced by a newer connection");
 	}
-	if (conn_grow(c) < 0) {
+	/* Records from now on, into buffers at their idle size: they grow
+	 * when a record needs them (conn_read(), read_records(),
+	 * conn_send_some()). */
+	if (!(c->pt = malloc(PT_IDLE))) {
 		conn_kill(m, c, "out of memory");
 		return;
 	}
+	c->pt_cap = PT_IDLE;
 	if (m->up.node_up(m->up.ctx, c->peer, c->peer_inc, c->peer_addr) < 0) {
 		conn_kill(m, c, "refused by the replication layer");
 		return;
@@ -1521,16 +1660,39 @@ static size_t read_handshake(struct mesh *m, struct conn *c)
 	return pos;
 }
 
+/* Room in C->pt for what the record at IN[0..LEN) says, once it is whole
+ * (bigger than the idle buffer: the full one, given back at a tick once
+ * idle): 0, or -ENOBUFS (C dropped for the room) or -ENOMEM. What is left
+ * in pt is the start of a frame, shorter than PR_BP_FRAME_MAX: PT_CAP
+ * always has room for a record past it. */
+static int pt_room(struct mesh *m, struct conn *c, const uint8_t *in, size_t len)
+{
+	size_t rl;
+
+	if (len < PR_BS_REC_HDR)
+		return 0;
+	rl = pr_get32(in);
+	if (rl > len || rl <= PR_BS_OVERHEAD || rl > PR_BS_REC_MAX ||
+	    c->pt_len + rl - PR_BS_OVERHEAD <= c->pt_cap)
+		return 0; /* not whole yet, refused by procreg__bs_open(), or fits */
+	return buf_grow(m, c, &c->pt, &c->pt_cap, PT_IDLE, PT_CAP);
+}
+
 /* The records in C->in: opened, and the frames in them handled. The bytes
  * used. */
 static size_t read_records(struct mesh *m, struct conn *c, size_t pos)
 {
-	while (!c->dead) {
+	while (!c->dead && !c->evicted) {
 		struct pr_bp_frame f;
 		size_t used = 0, pt_len = 0, fp = 0;
-		int r = procreg__bs_open(c->bs, c->in + pos, c->in_len - pos, &used,
-					 c->pt + c->pt_len, &pt_len);
+		int r = pt_room(m, c, c->in + pos, c->in_len - pos);
 
+		if (r == -ENOMEM)
+			conn_kill(m, c, "out of memory");
+		if (r < 0)
+			break;
+		r = procreg__bs_open(c->bs, c->in + pos, c->in_len - pos, &used, c->pt + c->pt_len,
+				     &pt_len);
 		if (r == 0)
 			break;
 		if (r < 0) {
@@ -1541,13 +1703,14 @@ static size_t read_records(struct mesh *m, struct conn *c, size_t pos)
 		}
 		pos += used;
 		c->pt_len += pt_len;
-		while (!c->dead && (r = procreg__bp_next(c->pt, c->pt_len, &fp, &f)) == 1) {
+		while (!c->dead && !c->evicted &&
+		       (r = procreg__bp_next(c->pt, c->pt_len, &fp, &f)) == 1) {
 			int err = on_frame(m, c, &f);
 
 			if (err < 0)
 				conn_kill(m, c, strerror(-err));
 		}
-		if (c->dead)
+		if (c->dead || c->evicted)
 			break;
 		if (r < 0) {
 			conn_kill(m, c, "malformed frame");
@@ -1569,11 +1732,17 @@ static void conn_consume(struct mesh *m, struct conn *c)
 {
 	size_t pos = 0;
 
+	if (c->evicted)
+		return;
+	c->consuming = true;
 	if (c->state == C_HANDSHAKE)
 		pos = read_handshake(m, c);
 	if (!c->dead && c->state == C_UP && !c->snap_due)
 		pos = read_records(m, c, pos);
-	if (c->dead)
+	c->consuming = false;
+	if (c->evicted)
+		bufs_drop(m, c); /* what it kept while read */
+	if (c->dead || c->evicted)
 		return;
 	memmove(c->in, c->in + pos, c->in_len - pos);
 	c->in_len -= pos;
@@ -1586,15 +1755,25 @@ static void conn_read(struct mesh *m, struct conn *c)
 	 * rest of the daemon. A node whose snapshot is due is not read
 	 * (conn_consume()); the wake-ups it causes meanwhile each serve a
 	 * snapshot. */
-	for (int round = 0; round < 16 && !c->dead && !c->snap_due; round++) {
+	for (int round = 0; round < 16 && !c->dead && !c->evicted && !c->snap_due; round++) {
 		ssize_t n;
 
-		if (c->in_len == c->in_cap) {
+		if (c->in_len == c->in_cap && (c->state != C_UP || c->in_cap >= IN_CAP)) {
 			/* Only before authentication: a frame bigger than any
 			 * handshake frame. (Once up, whole records leave the
 			 * buffer every round, and it holds two.) */
 			conn_kill(m, c, "oversized handshake");
 			return;
+		}
+		if (c->in_len == c->in_cap) {
+			/* Up, the idle buffer full: a record bigger than it, or
+			 * many; the full one until idle for a tick. */
+			int err = buf_grow(m, c, &c->in, &c->in_cap, IN_CAP_HANDSHAKE, IN_CAP);
+
+			if (err == -ENOMEM)
+				conn_kill(m, c, "out of memory");
+			if (err < 0)
+				return;
 		}
 		n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
 		if (n < 0) {
@@ -1799,6 +1978,10 @@ static void tick(struct mesh *m)
 			conn_kill_at(m, c, LOG_NOTICE, "silent");
 			continue;
 		}
+		/* Record buffers not used since the last tick: back to their
+		 * idle size, off the budget. */
+		bufs_give_back(m, c, now - c->last_rx_ns >= (uint64_t)TICK_MS * 1000000ull,
+			       now - c->last_tx_ns >= (uint64_t)TICK_MS * 1000000ull);
 		if (now - c->last_tx_ns >= hb && !c->snap_due) {
 			uint8_t buf[32];
 			size_t pos = 0;
