@@ -585,10 +585,17 @@ struct pr_writer {
 	bool fs_full;                 /* the last allocation of pages found no space */
 	/* RESERVE arena bytes, and the last eighth of every index's slots,
 	 * are kept from the requests the caller marks no_reserve (the
-	 * daemon: those of uids other than root and its own). */
+	 * daemon: those of uids other than root and its own). LOCAL_SHARE
+	 * bytes more, and the eighth of every index's slots before those,
+	 * are kept from the requests it marks remote as well (another
+	 * node's entries): the room this host's own users have left,
+	 * whatever other nodes send. */
 	uint64_t reserve;
-	bool no_reserve;              /* the request under way may not use them */
-	bool reserve_hit;             /* a request was refused for them (the caller clears it) */
+	uint64_t local_share;
+	bool no_reserve;              /* the request under way may not use the reserve */
+	bool remote;                  /* nor the local share (with no_reserve) */
+	bool reserve_hit;             /* a request was refused for what is kept from it
+				       * (the caller clears it) */
 	bool place_hit;               /* one was refused by procreg__w_place_ok (the caller
 				       * clears it, as it does reserve_hit) */
 	/* The uid of the request under way, which procreg__w_place_ok

@@ -198,14 +198,22 @@ static int back_pages(struct pr_writer *w, uint64_t end)
 	return 0;
 }
 
-/* Whether a request marked no_reserve may take SIZE more bytes of the
- * arena: it must leave the reserve free, counting what is retired as in
- * use (it is, until its grace period). */
+/* The arena bytes the request under way must leave free: the reserve
+ * for a request marked no_reserve, and the local share too for one
+ * marked remote. */
+static uint64_t kept_from(const struct pr_writer *w)
+{
+	return (w->no_reserve ? w->reserve : 0) + (w->remote ? w->local_share : 0);
+}
+
+/* Whether the request under way may take SIZE more bytes of the arena:
+ * it must leave what is kept from it free, counting what is retired as
+ * in use (it is, until its grace period). */
 static bool reserve_allows(struct pr_writer *w, uint64_t size)
 {
-	uint64_t cap = w->map.size - H(w)->arena_off;
+	uint64_t cap = w->map.size - H(w)->arena_off, kept = kept_from(w);
 
-	if (!w->no_reserve || (w->reserve < cap && H(w)->arena_used + size <= cap - w->reserve))
+	if (!kept || (kept < cap && H(w)->arena_used + size <= cap - kept))
 		return true;
 	w->reserve_hit = true;
 	return false;
@@ -214,16 +222,17 @@ static bool reserve_allows(struct pr_writer *w, uint64_t size)
 static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
 {
 	struct pr_vec *c;
-	uint64_t top = H(w)->arena_top, end = w->map.size;
+	uint64_t top = H(w)->arena_top, end = w->map.size, kept = kept_from(w);
 	int err;
 
 	size = (size + PR_ALIGN - 1) & ~(uint64_t)(PR_ALIGN - 1);
 	if (!reserve_allows(w, size))
 		return -ENOSPC;
-	/* The last bytes of the file stay fresh for privileged requests: a
-	 * free block of their size may be lacking, a fresh one never is. */
-	if (w->no_reserve)
-		end = w->reserve < end - top ? end - w->reserve : top;
+	/* The last bytes of the file stay fresh for the requests they are
+	 * kept for (privileged ones, and local ones before those): a free
+	 * block of their size may be lacking, a fresh one never is. */
+	if (kept)
+		end = kept < end - top ? end - kept : top;
 	if (size <= CLASS_MAX) {
 		c = &w->classes[size / PR_ALIGN - 1];
 		if (c->n) {
@@ -249,7 +258,7 @@ static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
 		}
 	}
 	if (size > end - top && size <= w->map.size - top)
-		w->reserve_hit = true; /* the reserve had room for it */
+		w->reserve_hit = true; /* what is kept had room for it */
 	return err;
 got:
 	CMM_STORE_SHARED(H(w)->arena_used, H(w)->arena_used + size);
@@ -473,17 +482,23 @@ static int rebuild(struct pr_writer *w, struct pr_root *root, uint64_t cap)
 	return 0;
 }
 
+/* The eighths of an index's slots the request under way may fill before
+ * it grows the index: 3/4, counting tombstones, which lengthen probes
+ * too; an eighth less for a request kept from the reserve, and another
+ * for one kept from the local share. The eighths above take the inserts
+ * they are kept for without the rebuild that the arena, nearly full,
+ * might have no room for. */
+static uint64_t load_eighths(const struct pr_writer *w)
+{
+	return 6 - (w->no_reserve && w->reserve) - (w->remote && w->local_share);
+}
+
 int procreg__w_reserve(struct pr_writer *w, struct pr_root *root)
 {
 	uint64_t cap = index_at(w, root)->capacity, want = cap;
 	int err;
 
-	/* Load factor 3/4, counting tombstones, which lengthen probes too;
-	 * 5/8 for a request kept from a reserve: the last eighth of an
-	 * index's slots takes privileged inserts without the rebuild that
-	 * the arena might have no room for. */
-	if ((root->live + root->tombs + 1) * 4 <=
-	    (w->no_reserve && w->reserve ? cap * 5 / 2 : cap * 3))
+	if ((root->live + root->tombs + 1) * 8 <= cap * load_eighths(w))
 		return 0;
 	while ((root->live + 1) * 2 > want)
 		want *= 2;

@@ -30,7 +30,9 @@
  *  - A node with the cookie that sends more entries than the table holds
  *    has each one it cannot replicate refused, but logged no more than
  *    once a second, with a count said even after the last burst; and
- *    it cannot take the part of the table kept for root (--reserved-size).
+ *    it cannot take the part of the table kept for root (--reserved-size),
+ *    nor the part before it kept for this host's users (--local-size):
+ *    they still register.
  *  - Many nodes back at once within their grace (a partition healing, or
  *    a node with the cookie that comes back under many names), restarted
  *    or resyncing, lose what they no longer hold in one walk of the table
@@ -1227,6 +1229,7 @@ static void test_told_of_dials_budgeted(void **state)
 /* ---- 7: a node's entries into a full table ----------------------------- */
 
 #define FILL 8000                 /* names of 1,000 bytes: twice what 4 MiB hold */
+#define FILL_SMALL 100000         /* names without metadata: more than 4 MiB can index */
 
 static int fake_changes(const struct procreg_node *n, void *arg)
 {
@@ -1251,20 +1254,24 @@ static void wait_change(struct th_node *a, uint64_t seq)
 			 (unsigned long long)seq, WAIT_MS, a->d.log);
 }
 
-/* Node a, with a 4 MiB table, and node "fake" (P), with the cookie,
- * whose snapshot claims FILL names with 1,000 bytes of metadata each,
- * then its change 1: once that is applied, the snapshot is, as far as
- * the table had room. */
-static void fill_from_node(struct cluster *c, struct th_peer *p)
+/* Node a, with a 4 MiB table (and LOCAL_SIZE for --local-size, if not
+ * NULL), and node "fake" (P), with the cookie, whose snapshot claims N
+ * names with META_LEN bytes of metadata each, then its change 1: once
+ * that is applied, the snapshot is, as far as the table had room. */
+static void fill_with(struct cluster *c, struct th_peer *p, const char *local_size, int n,
+		      size_t meta_len)
 {
 	struct th_node *a = &c->n[0];
 	uint8_t one[256], *buf;
 	size_t len;
 
 	assert_int_equal(th_node_start(a, c->cookie,
-				       (const char *const[]){ "--max-size", "4M", NULL }, NULL), 0);
+				       (const char *const[]){ "--max-size", "4M",
+							      local_size ? "--local-size" : NULL,
+							      local_size, NULL },
+				       NULL), 0);
 	assert_int_equal(th_peer_connect(p, a->listen, "fake", 7, COOKIE), 0);
-	buf = claim_snapshot("f", FILL, 1000, procreg__now_ns(), &len);
+	buf = claim_snapshot("f", n, meta_len, procreg__now_ns(), &len);
 	th_peer_send(p, buf, len);
 	free(buf);
 	th_peer_send(p, one, change(one, sizeof(one), 1, "fill-done"));
@@ -1277,6 +1284,12 @@ static uint64_t names_of(procreg_t *reg)
 
 	assert_int_equal(procreg_stats(reg, &st), 0);
 	return st.names;
+}
+
+/* FILL names of 1,000 bytes: what stops them is the arena. */
+static void fill_from_node(struct cluster *c, struct th_peer *p, const char *local_size)
+{
+	fill_with(c, p, local_size, FILL, 1000);
 }
 
 /* Each entry a full table refused used to be a line in the log: a node
@@ -1294,12 +1307,14 @@ static void test_full_table_log_limited(void **state)
 	uint64_t names, refused, held;
 	int lines;
 
-	fill_from_node(c, &p);
+	fill_from_node(c, &p, NULL);
 	names = names_of(a->reg);
 	refused = FILL + 1 - names;
 	/* The count is said a second after the last line at the latest. */
 	th_expect_log(a->d.log, "more entries not replicated in the last second", WAIT_MS);
-	lines = th_log_count(a->d.log, "table full, entry");
+	/* Lines about an entry, not the count lines. */
+	lines = th_log_count(a->d.log, "not replicated") -
+		th_log_count(a->d.log, "more entries not replicated");
 	held = th_log_held(a->d.log, "entries not replicated");
 	print_message("%d names sent into a 4 MiB table, %llu refused: %d lines about them, "
 		      "%llu more counted\n", FILL + 1, (unsigned long long)refused, lines,
@@ -1313,11 +1328,13 @@ static void test_full_table_log_limited(void **state)
 	th_peer_close(&p);
 }
 
-/* As user U (a child), register NAME with 1,000 bytes of metadata on
- * the daemon of DIR: 0 if refused with ENOSPC. */
+/* As user U (a child), on the daemon of DIR: with NAMES 0, register a
+ * name with 1,000 bytes of metadata, 0 if refused with ENOSPC; else
+ * register NAMES such names and join a group, 0 if all went in. */
 struct user_reg {
 	const char *dir;
 	const struct th_user *u;
+	int names;
 };
 
 static int user_register_main(void *p)
@@ -1325,26 +1342,42 @@ static int user_register_main(void *p)
 	static const char meta[1000];
 	const struct user_reg *a = p;
 	procreg_t *reg;
-	int err;
+	int err = 0;
 
 	th_become(a->u);
 	reg = th_open(a->dir);
 	if (!reg)
 		return 1;
-	err = procreg_register(reg, "user-after", meta, sizeof(meta));
-	procreg_close(reg);
-	if (err != -ENOSPC) {
-		fprintf(stderr, "user-after: %s, want ENOSPC\n", procreg_strerror(err));
-		return 2;
+	if (!a->names) {
+		err = procreg_register(reg, "user-after", meta, sizeof(meta));
+		procreg_close(reg);
+		if (err != -ENOSPC) {
+			fprintf(stderr, "user-after: %s, want ENOSPC\n", procreg_strerror(err));
+			return 2;
+		}
+		return 0;
 	}
-	return 0;
+	for (int i = 0; i < a->names && !err; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "user-after%d", i);
+		err = procreg_register(reg, name, meta, sizeof(meta));
+		if (err)
+			fprintf(stderr, "user's %s: %s\n", name, procreg_strerror(err));
+	}
+	if (!err && (err = procreg_join(reg, "user-group", meta, sizeof(meta))))
+		fprintf(stderr, "user's join: %s\n", procreg_strerror(err));
+	procreg_close(reg);
+	return err ? 2 : 0;
 }
 
 /* Another node's entries took the reserve kept for this host's root as
  * any other space: a node with the cookie whose snapshot held more than
  * the table (4 MiB, 5,000 names of 1 KiB) left it all but full, and root
  * could register nothing here. Now they stop where other uids' names
- * do: root still registers and joins, an unprivileged user does not. */
+ * do: root still registers and joins, an unprivileged user does not
+ * (with no local share, --local-size 0: the user meets the reserve at
+ * once). */
 static void test_full_table_root_registers(void **state)
 {
 	struct cluster *c = *state;
@@ -1352,9 +1385,9 @@ static void test_full_table_root_registers(void **state)
 	static struct th_peer p;
 	static const char meta[500];
 	struct th_user u;
-	struct user_reg ur = { a->dir, &u };
+	struct user_reg ur = { a->dir, &u, 0 };
 
-	fill_from_node(c, &p);
+	fill_from_node(c, &p, "0");
 	assert_true(th_log_count(a->d.log, "not replicated") >= 1);
 	for (int i = 0; i < 16; i++) {
 		char name[32];
@@ -1369,6 +1402,73 @@ static void test_full_table_root_registers(void **state)
 	assert_int_equal(procreg_join(a->reg, "root-group", meta, sizeof(meta)), 0);
 	/* The user reaches the socket through the base (the cookie in it
 	 * stays 0600). */
+	assert_int_equal(chmod(c->base, 0755), 0);
+	th_user_new(&u);
+	assert_int_equal(th_wait(th_fork(user_register_main, &ur)), 0);
+	th_user_del(&u);
+	th_peer_close(&p);
+}
+
+/* Other nodes' entries could take all of the table but root's reserve:
+ * a node with the cookie whose snapshot held more than the table left
+ * every unprivileged user here with ENOSPC for each name, a host's
+ * service denied from the network. Now they stop short of the local
+ * share (--local-size, 1/8 of the table by default) as well, logged:
+ * a user registers 64 names of 1 KiB and joins a group. */
+static void test_full_table_users_register(void **state)
+{
+	PROCREG_OPTS(procreg_stats, st);
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	static struct th_peer p;
+	struct th_user u;
+	struct user_reg ur = { a->dir, &u, 64 };
+	uint64_t kept = (4u << 20) / 8 + (4u << 20) / 32;
+
+	fill_from_node(c, &p, NULL);
+	assert_int_equal(procreg_stats(a->reg, &st), 0);
+	print_message("%d names of 1 KiB sent into a 4 MiB table: %llu in, %llu of %llu bytes "
+		      "used\n", FILL, (unsigned long long)st.names,
+		      (unsigned long long)st.arena_used, (unsigned long long)st.arena_size);
+	if (st.arena_size - st.arena_used < kept)
+		fail_msg("a node's entries left %llu bytes free, want the %llu kept for this "
+			 "host (log: %s)", (unsigned long long)(st.arena_size - st.arena_used),
+			 (unsigned long long)kept, a->d.log);
+	th_expect_log(a->d.log, "kept for this host's users (--local-size)", WAIT_MS);
+	/* The user reaches the socket through the base (the cookie in it
+	 * stays 0600). */
+	assert_int_equal(chmod(c->base, 0755), 0);
+	th_user_new(&u);
+	assert_int_equal(th_wait(th_fork(user_register_main, &ur)), 0);
+	th_user_del(&u);
+	th_peer_close(&p);
+}
+
+/* Names without metadata: what stops them is the index. A node's names
+ * filled it to 5/8 of its slots (40,960 of 65,536), past which doubling
+ * it needs more of the arena than there is: the local share of bytes
+ * alone left users no slot to take. Now a node's entries grow it, or
+ * stop, at half its slots, and the eighth above is this host's. */
+static void test_full_index_users_register(void **state)
+{
+	PROCREG_OPTS(procreg_stats, st);
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	static struct th_peer p;
+	struct th_user u;
+	struct user_reg ur = { a->dir, &u, 64 };
+
+	fill_with(c, &p, NULL, FILL_SMALL, 0);
+	assert_int_equal(procreg_stats(a->reg, &st), 0);
+	print_message("%d names without metadata sent into a 4 MiB table: %llu in, %llu of %llu "
+		      "bytes used, %llu slots\n", FILL_SMALL, (unsigned long long)st.names,
+		      (unsigned long long)st.arena_used, (unsigned long long)st.arena_size,
+		      (unsigned long long)st.index_capacity);
+	assert_true(th_log_count(a->d.log, "not replicated") >= 1);
+	if (st.names * 2 > st.index_capacity)
+		fail_msg("a node's names took %llu of %llu slots, want half at most (log: %s)",
+			 (unsigned long long)st.names, (unsigned long long)st.index_capacity,
+			 a->d.log);
 	assert_int_equal(chmod(c->base, 0755), 0);
 	th_user_new(&u);
 	assert_int_equal(th_wait(th_fork(user_register_main, &ur)), 0);
@@ -1944,6 +2044,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_told_of_dials_budgeted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_table_log_limited, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_table_root_registers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_full_table_users_register, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_full_index_users_register, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restarted_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resynced_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unfinished_records_bounded, setup, teardown),

@@ -237,24 +237,30 @@ static void test_quotas_leave_root_room(void **state)
 	root_serves(f->dir, 200);
 }
 
-/* The reserves' options, checked before anything starts. */
+/* The reserves' options (and the local share's, --local-size), checked
+ * before anything starts. */
 static void test_options_checked(void **state)
 {
 	static const struct {
 		const char *a, *b, *say;
 		int status;
+		const char *c, *d; /* another option, if any */
 	} bad[] = {
 		{ "--reserved-clients", "1024", "want fewer than --max-clients (1024)", 2 },
 		{ "--reserved-clients", "x", "--reserved-clients x: want a number", 2 },
 		{ "--reserved-size", "1Q", "--reserved-size 1Q: want a size", 2 },
 		{ "--reserved-size", "2M", "want at most half the table", 1 },
+		{ "--local-size", "1Q", "--local-size 1Q: want a size", 2 },
+		{ "--local-size", "1025K", "--local-size 1049600: want at most half the table", 1 },
+		{ "--local-size", "1M", "at most 3/4 of the table together", 1, "--reserved-size",
+		  "513K" },
 	};
 	char *dir = th_mkdtemp();
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		const char *argv[] = { PROCREGD_PATH, "--foreground", "--dir", dir, "--max-size", "2M",
-				       bad[i].a, bad[i].b, NULL };
+				       bad[i].a, bad[i].b, bad[i].c, bad[i].d, NULL };
 		struct th_out o;
 
 		assert_int_equal(th_run(&o, NULL, argv), bad[i].status);

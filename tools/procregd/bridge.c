@@ -819,7 +819,15 @@ static int apply(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 	PR_TRACE(procregd, bridge_apply, node_name(br, id), e->op, e->kind, e->name, e->name_len, err);
 	if (err && err != -ENOSPC)
 		return err;
-	if (err)
+	/* Both reasons share one limit: a line a second says why entries
+	 * are not replicated, and how many more were not logged. */
+	if (err && br->d->w.reserve_hit)
+		log_limited(&br->full_entry_log, "entries not replicated",
+			    "bridge: node %s: entry '%.*s' not replicated: the table is full but "
+			    "for the %llu bytes kept for this host's users (--local-size) and "
+			    "root (--reserved-size)", node_name(br, id), (int)e->name_len, e->name,
+			    (unsigned long long)(br->d->w.local_share + br->d->w.reserve));
+	else if (err)
 		log_limited(&br->full_entry_log, "entries not replicated",
 			    "bridge: node %s: table full, entry '%.*s' not replicated",
 			    node_name(br, id), (int)e->name_len, e->name);

@@ -166,6 +166,9 @@ struct daemon_opts {
 	bool reserved_clients_set;     /* else 1/32 of max_clients */
 	uint64_t reserved_size;        /* the last arena bytes */
 	bool reserved_size_set;        /* else 1/32 of the table */
+	/* Held back from other nodes' entries, before the reserve: */
+	uint64_t local_size;           /* arena bytes for this host's names */
+	bool local_size_set;           /* else 1/8 of the table */
 	bool foreground;
 	const char *log_file;          /* --log-file: messages go there */
 	int verbose;

@@ -263,6 +263,14 @@ static const struct opt opt_table[] = {
 		  "root's and procregd's uid: others, and other\n"
 		  "nodes' entries, get ENOSPC first (default 1/32\n"
 		  "of the table; suffixes K M G)" },
+	{ NUM_OPT("local-size", local_size, "BYTES", 1024, 0, UINT64_MAX, 0,
+		  "a size in bytes (suffixes K M G)"),
+	  OPT_SET(local_size_set),
+	  .help = "BYTES of the table before --reserved-size are for\n"
+		  "this host's own names: other nodes' entries,\n"
+		  "all together, are not replicated into them\n"
+		  "(default 1/8 of the table; 0: none; suffixes\n"
+		  "K M G)" },
 	{ .name = "verbose", .shortc = 'v', .kind = OPT_COUNT, OPT_AT(verbose),
 	  .help = "log every connection, death, and registration\n"
 		  "refused for a name held" },
@@ -743,6 +751,31 @@ static uint32_t w_owner_of(uint32_t uid)
 	return (uint32_t)subuid_owner((uid_t)uid);
 }
 
+/* The local share (--local-size), once the table's size is known: like
+ * the reserve, a threshold, not a part of the file. Other nodes' entries
+ * keep at least a quarter of the table, or there would be no point in
+ * replicating. */
+static int local_share_set(struct daemon *d)
+{
+	uint64_t size = d->w.map.size;
+
+	d->w.local_share = d->o.local_size_set ? d->o.local_size : size / 8;
+	if (d->w.local_share > size / 2) {
+		log_err("%s: --local-size %llu: want at most half the table (%llu bytes)",
+			d->paths.table, (unsigned long long)d->w.local_share,
+			(unsigned long long)(size / 2));
+		return -EINVAL;
+	}
+	if (d->w.local_share + d->w.reserve > size / 4 * 3) {
+		log_err("%s: --local-size %llu with --reserved-size %llu: want at most 3/4 of the "
+			"table together (%llu bytes), so that other nodes' entries have room",
+			d->paths.table, (unsigned long long)d->w.local_share,
+			(unsigned long long)d->w.reserve, (unsigned long long)(size / 4 * 3));
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int setup(struct daemon *d)
 {
 	struct pr_writer_opts wo = { .max_size = d->o.max_size, .readers = d->o.max_readers,
@@ -834,6 +867,9 @@ static int setup(struct daemon *d)
 			(unsigned long long)d->w.map.size);
 		return -EINVAL;
 	}
+	err = local_share_set(d);
+	if (err)
+		return err;
 	if (d->w.attached) {
 		err = procreg__w_recover(&d->w);
 		if (err == -ENOSPC) {

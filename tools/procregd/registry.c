@@ -409,13 +409,18 @@ int registry_apply(struct daemon *d, const struct reg_remote *e, uint64_t *off_o
 	int err;
 
 	/* The reserve (--reserved-size, and the last eighth of each index)
-	 * is for this host's root and procregd's uid. Another node's
-	 * entries are whatever a node with the cookie sends: held back from
-	 * it, as an unprivileged user's are, or a node could fill the table
-	 * to the last byte and root could register nothing here. */
+	 * is for this host's root and procregd's uid, and the local share
+	 * before it (--local-size, and the eighth of each index before
+	 * that) for this host's users. Another node's entries are whatever
+	 * a node with the cookie sends: held back from both, or a node
+	 * could fill the table to the last byte and root could register
+	 * nothing here, or to the reserve and no user could. */
 	d->w.no_reserve = true;
+	d->w.remote = true;
+	d->w.reserve_hit = false;
 	err = apply_remote(d, e, off_out);
 	d->w.no_reserve = was;
+	d->w.remote = false;
 	return err;
 }
 

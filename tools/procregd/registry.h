@@ -112,7 +112,8 @@ int registry_set_flags(struct daemon *d, uint64_t off, uint8_t flags, uint32_t e
 
 /* Publish another node's entry E (new, or in place of what holds its
  * key: the caller has settled any conflict); *OFF gets the record.
- * -ENOSPC where only the reserve has room: it is not another node's. */
+ * -ENOSPC where only the local share and the reserve have room: they
+ * are not another node's (d->w.reserve_hit then says so). */
 int registry_apply(struct daemon *d, const struct reg_remote *e, uint64_t *off);
 
 /* Remove another node's entry OFF with event EV (0: UNREGISTERED for a
