@@ -46,16 +46,16 @@ static inline bool pr_ratelimit_pass(struct pr_ratelimit *rl, uint64_t now_ns, u
 }
 
 /* At NOW_NS: true if RL holds a count of lines held back in a second
- * that is up, with *HELD set to it, for a line that says it now (and is
- * the line of the second beginning now): else the count of a last burst
- * would wait for a next line that may never come. */
+ * that is up, with *HELD set to it, for a line that says it now: else the
+ * count of a last burst would wait for a next line that may never come.
+ * The next line of the kind still goes out at once (two lines a second at
+ * most): a count said on time must not keep back the line that says why. */
 static inline bool pr_ratelimit_due(struct pr_ratelimit *rl, uint64_t now_ns, uint64_t *held)
 {
 	if (!rl->held || now_ns - rl->last_ns < 1000000000ull)
 		return false;
 	*held = rl->held;
 	rl->held = 0;
-	rl->last_ns = now_ns;
 	return true;
 }
 
