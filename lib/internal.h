@@ -349,6 +349,9 @@ int procreg__membarrier_expedited(void);
  * TARGET; else 0 and *blocker is the index of a page holding it. Never
  * waits. */
 int procreg__gp_poll(const struct pr_rpages *rp, uint64_t target, size_t *blocker);
+/* As procreg__gp_poll, looking at the pages from FROM on only. */
+int procreg__gp_poll_from(const struct pr_rpages *rp, uint64_t target, size_t from,
+			  size_t *blocker);
 /* How many slots hold TARGET up. */
 uint32_t procreg__gp_waiting(const struct pr_rpages *rp, uint64_t target);
 /* The grace period TARGET has passed and its memory is about to be

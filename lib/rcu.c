@@ -458,7 +458,13 @@ static uint32_t scan_len(const struct pr_rpage_ref *p)
 
 int procreg__gp_poll(const struct pr_rpages *rp, uint64_t target, size_t *blocker)
 {
-	for (size_t i = 0; i < rp->n; i++) {
+	return procreg__gp_poll_from(rp, target, 0, blocker);
+}
+
+int procreg__gp_poll_from(const struct pr_rpages *rp, uint64_t target, size_t from,
+			  size_t *blocker)
+{
+	for (size_t i = from; i < rp->n; i++) {
 		const struct pr_rpage_ref *p = &rp->v[i];
 		const struct pr_reader_slot *s = (const struct pr_reader_slot *)(p->hdr + 1);
 		uint32_t n;

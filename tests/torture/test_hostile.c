@@ -528,6 +528,61 @@ static void test_pinned_slot(void **state)
 	free(o);
 }
 
+struct log_wait {
+	const char *path, *needle;
+};
+
+static int log_says(void *p)
+{
+	const struct log_wait *w = p;
+
+	return th_log_has(w->path, w->needle);
+}
+
+/*
+ * One pinning process after another, each starting once the last was
+ * set aside: each used to get the whole --reader-timeout-ms, so a user
+ * could hold every grace period up for as long as it liked while its own
+ * churn retired memory that nothing freed, and other users' names were
+ * refused for a full table. Now a uid whose reader was given up on gets a
+ * sixteenth of the timeout for its next ones: the second pinner is set
+ * aside on that count (the log says so), and the honest readers never.
+ */
+static void test_pinned_relay(void **state)
+{
+	struct fx *f = *state;
+	struct th_user *u = user(f);
+	struct victim_arg va;
+	struct stalled st;
+	struct log_wait lw;
+	char key[160];
+	pid_t bad;
+
+	victims_start(f, &va);
+	bad = attacker(f, u, PIN);
+	st = (struct stalled){ f, bad };
+	if (!th_until(stalled_in_registry, &st, WAIT_MS))
+		fail_msg("the first pinning reader was never set aside");
+	/* A second later: its line is not held back by the first one's. */
+	th_msleep(1100);
+	bad = attacker(f, u, PIN);
+	st = (struct stalled){ f, bad };
+	if (!th_until(stalled_in_registry, &st, WAIT_MS))
+		fail_msg("the second pinning reader was never set aside");
+	snprintf(key, sizeof(key), "reader pid %d (uid %u) has held a grace period up for ",
+		 (int)bad, (unsigned)u->uid);
+	lw = (struct log_wait){ f->d.log, key };
+	if (!th_until(log_says, &lw, WAIT_MS)) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("no line about the second pinner");
+	}
+	if (!th_log_has(f->d.log, "a sixteenth of it for a uid whose reader was given up on")) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("the second pinner had the whole timeout");
+	}
+	victims_check(f, 1000);
+}
+
 /* Garbage all over the attacker's own page, again and again, while root
  * churns: the daemon reads only what it bounded itself, so nothing it
  * does with the page goes wrong for anyone else. */
@@ -2069,6 +2124,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_files_locked_down, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pinned_slot, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pinned_relay, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_scribbled_own_page, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_own_slot_cleared, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_take_every_slot, setup_quota, teardown),

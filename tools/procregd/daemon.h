@@ -271,6 +271,10 @@ struct daemon {
 	 * at start from --max-reader-pages and vm.max_map_count. */
 	uint32_t rpages_max;
 	struct pr_ratelimit readers_log;  /* reader pages refused */
+	struct pr_ratelimit stalls_log;   /* readers no longer waited for */
+	/* Owner uid (subuid_owner()) + 2 -> when the daemon last stopped
+	 * waiting for one of its readers (readers.c: suspect()). */
+	struct pr_u64map stall_uids;
 	uint64_t readers_refresh_ns;
 
 	uint64_t wake_ns;         /* last epoll wake-up, while procregd:death is traced */

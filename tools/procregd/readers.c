@@ -15,6 +15,18 @@
  * readers) and counts it in the header (procreg stats). Its lookups stay
  * correct (they check for reuse: rcu.c); they may have to retry.
  *
+ * A uid whose reader was given up on has lost the benefit of the doubt:
+ * for SUSPECT_NS after, each of its readers that holds a grace period up
+ * is given up on after a sixteenth of the timeout. Else a user could
+ * start one process after another, each pinning a slot once the last was
+ * given up on, and hold every grace period for the whole timeout, for as
+ * long as it liked, while its own churn retires memory that nothing frees
+ * meanwhile: the table fills, and other users' names are refused (a 96
+ * MiB table, one user churning 4,000 names: 12 of 224 of another user's
+ * registrations refused). A sixteenth bounds what such a relay holds up
+ * by as much; a reader of that uid that does not pin (nearly all) never
+ * comes near it.
+ *
  * Fair shares: at most --max-readers-per-uid reader processes a uid, and
  * other uids together leave an eighth of --max-readers to root and to the
  * daemon's own user. A refused page leaves its process reading
@@ -68,6 +80,8 @@ struct reader {
  * the daemon scan all pages for each. */
 #define REFRESH_FORCED_NS 100000000ull
 #define DEFAULT_MAX_MAP_COUNT 65530
+#define SUSPECT_NS (60 * 1000000000ull)
+#define SUSPECT_SHARE 16
 
 static struct pr_reader_info *info_at(struct daemon *d, uint32_t i)
 {
@@ -408,10 +422,25 @@ static void stall(struct daemon *d, struct reader *r, uint64_t held_ns)
 	CMM_STORE_SHARED(h->last_stall_uid, r->uid);
 	CMM_STORE_SHARED(h->last_stall_ns, now);
 	count_live(d);
-	log_warn("reader pid %d (uid %u) has held a grace period up for %llu ms "
-		"(--reader-timeout-ms %u): no longer waited for; its lookups check for "
-		"reused memory instead", (int)r->pid, (unsigned)r->uid,
-		(unsigned long long)(held_ns / 1000000), d->o.reader_timeout_ms);
+	(void)procreg__u64map_put(&d->stall_uids, (uint64_t)subuid_owner(r->uid) + 2,
+				  procreg__mono_ns());
+	/* One a process: a user can start as many as it likes. */
+	log_limited(&d->stalls_log, "readers no longer waited for",
+		    "reader pid %d (uid %u) has held a grace period up for %llu ms "
+		    "(--reader-timeout-ms %u%s): no longer waited for; its lookups check for "
+		    "reused memory instead", (int)r->pid, (unsigned)r->uid,
+		    (unsigned long long)(held_ns / 1000000), d->o.reader_timeout_ms,
+		    held_ns / 1000000 < d->o.reader_timeout_ms ? ", a sixteenth of it for a uid "
+		    "whose reader was given up on within a minute" : "");
+}
+
+/* Whether R's uid had a reader given up on within SUSPECT_NS of NOW. */
+static bool suspect(struct daemon *d, const struct reader *r, uint64_t now)
+{
+	uint64_t at;
+
+	return procreg__u64map_get(&d->stall_uids, (uint64_t)subuid_owner(r->uid) + 2, &at) == 0 &&
+	       now - at < SUSPECT_NS;
 }
 
 /* How long the grace period in flight has waited, at NOW. */
@@ -433,6 +462,18 @@ void readers_tick(struct daemon *d)
 	       !procreg__gp_poll(&w->readers, w->gp_target, &b)) {
 		stall(d, w->readers.v[b].owner, gp_age(w, now));
 		procreg__w_reclaim(w);
+	}
+	/* Past a sixteenth of it, the readers of suspect uids holding it up:
+	 * each page that holds it is looked at, not only the first. */
+	for (b = 0; gp_age(w, now) > d->o.reader_timeout_ms * (1000000ull / SUSPECT_SHARE) &&
+		    !procreg__gp_poll_from(&w->readers, w->gp_target, b, &b);) {
+		if (suspect(d, w->readers.v[b].owner, now)) {
+			stall(d, w->readers.v[b].owner, gp_age(w, now));
+			procreg__w_reclaim(w);
+			b = 0; /* a new grace period, or the same one: from the start */
+		} else {
+			b++;
+		}
 	}
 	if (now - d->readers_refresh_ns > REFRESH_NS)
 		readers_refresh(d);
@@ -531,6 +572,7 @@ void readers_free_all(struct daemon *d)
 	readers_reap(d);
 	procreg__u64map_free(&d->readers);
 	procreg__u64map_free(&d->page_inos);
+	procreg__u64map_free(&d->stall_uids);
 	procreg__u64map_free(&d->uid_readers);
 	procreg__u64map_free(&d->uid_rpages);
 }
