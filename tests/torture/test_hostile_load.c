@@ -426,6 +426,167 @@ static void test_feed_unread(void **state)
 	assert_int_equal(th_wait(th_fork(feed_main, &a)), 0);
 }
 
+/* ---- the feed flooded ------------------------------------------------- */
+
+#define FLOOD_OPS 4000
+#define VICTIMS 20
+/* Laps a root follower may take while a user floods the feed: one uid
+ * can no longer turn the ring over faster than 8 times a second, which a
+ * follower on a busy machine keeps up with but for a stall or two. */
+#define FOLLOW_LAPS_MAX 2
+
+struct flood {
+	const char *dir;
+	const struct th_user *u;
+	/* In memory shared with the test: */
+	int stop, rounds, failed, first_err;
+};
+
+/* As the attacker: batches of FLOOD_OPS registrations, then of as many
+ * removals, until told to stop; every request's result counted. */
+static int flood_main(void *p)
+{
+	struct flood *a = p;
+	static struct procreg_op ops[FLOOD_OPS];
+	static char names[FLOOD_OPS][32];
+	procreg_t *r;
+
+	th_become(a->u);
+	r = th_open(a->dir);
+	if (!r)
+		return 1;
+	for (int i = 0; i < FLOOD_OPS; i++)
+		snprintf(names[i], sizeof(names[i]), "flood.%d", i);
+	while (!__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE)) {
+		for (int k = 0; k < 2; k++) {
+			int err;
+
+			for (int i = 0; i < FLOOD_OPS; i++)
+				ops[i] = (struct procreg_op){
+					.sz = sizeof(struct procreg_op), .name = names[i],
+					.kind = k ? PROCREG_OP_UNREGISTER : PROCREG_OP_REGISTER };
+			err = procreg_batch(r, ops, FLOOD_OPS);
+			for (int i = 0; i < FLOOD_OPS; i++) {
+				int e = err < 0 ? err : ops[i].result;
+
+				if (e && !a->failed++)
+					a->first_err = e;
+			}
+		}
+		__atomic_add_fetch(&a->rounds, 1, __ATOMIC_RELEASE);
+	}
+	procreg_close(r);
+	return 0;
+}
+
+struct follower {
+	const char *dir;
+	/* In memory shared with the test: */
+	int ready, laps, seen, events;
+};
+
+/* As root: the feed followed from its head until "victim.end" is seen,
+ * or found in the table when the follower, lapped, looks there (as a
+ * follower must: procreg_next_event's -EOVERFLOW). SEEN counts root's
+ * registrations seen as events. */
+static int follow_main(void *p)
+{
+	struct follower *a = p;
+	PROCREG_OPTS(procreg_event, ev);
+	PROCREG_OPTS(procreg_entry, e);
+	procreg_t *r = th_open(a->dir);
+	uint64_t cur;
+	int err;
+
+	if (!r)
+		return 1;
+	cur = procreg_feed_head(r);
+	__atomic_store_n(&a->ready, 1, __ATOMIC_RELEASE);
+	for (;;) {
+		err = procreg_next_event(r, &cur, &ev, WAIT_MS);
+		if (err == -EOVERFLOW) {
+			a->laps++;
+			if (procreg_lookup(r, "victim.end", &e) == 0)
+				break;
+			continue;
+		}
+		if (err) {
+			fprintf(stderr, "procreg_next_event: %d\n", err);
+			return 2;
+		}
+		a->events++;
+		if (ev.type != PROCREG_EV_REGISTERED || strncmp(ev.name, "victim.", 7))
+			continue;
+		if (!strcmp(ev.name, "victim.end"))
+			break;
+		a->seen++;
+	}
+	procreg_close(r);
+	return 0;
+}
+
+static void wait_for(const int *v, int at_least)
+{
+	for (int i = 0; __atomic_load_n(v, __ATOMIC_ACQUIRE) < at_least; i++) {
+		if (i > WAIT_MS / 10)
+			fail_msg("waited %d ms", WAIT_MS);
+		usleep(10000);
+	}
+}
+
+/*
+ * Before: the feed is one ring of 8,192 events for everyone, and one
+ * user looping batches of 4,000 registrations and 4,000 removals turned
+ * it over every 2 ms or so: a root follower was lapped 1,000s of times
+ * and saw few of the names root registered meanwhile. Now a uid's events
+ * are paced (--max-feed-rate-per-uid, 65,536 a second by default): its
+ * requests wait, none fails, and the follower sees root's registrations,
+ * lapped twice at most.
+ */
+static void test_feed_flooded(void **state)
+{
+	struct fx *f = *state;
+	struct flood *fl = th_shared(sizeof(*fl));
+	struct follower *fo = th_shared(sizeof(*fo));
+	procreg_t *r = th_open(f->dir);
+	char name[32];
+	pid_t flooder, follower;
+	int st;
+
+	assert_non_null(r);
+
+	*fl = (struct flood){ .dir = f->dir, .u = user(f) };
+	*fo = (struct follower){ .dir = f->dir };
+	follower = th_fork(follow_main, fo);
+	wait_for(&fo->ready, 1);
+	flooder = th_fork(flood_main, fl);
+	/* Past its first batches, which half a ring's allowance may take
+	 * at once. */
+	wait_for(&fl->rounds, 2);
+	for (int i = 0; i < VICTIMS; i++) {
+		snprintf(name, sizeof(name), "victim.%d", i);
+		assert_int_equal(procreg_register(r, name, NULL, 0), 0);
+		usleep(50000);
+	}
+	assert_int_equal(procreg_register(r, "victim.end", NULL, 0), 0);
+	st = th_wait_ms(follower, WAIT_MS);
+	__atomic_store_n(&fl->stop, 1, __ATOMIC_RELEASE);
+	assert_int_equal(th_wait_ms(flooder, WAIT_MS), 0);
+	procreg_close(r);
+	printf("follower: %d laps, %d of %d registrations of root's seen, %d events read; "
+	       "flooder: %d rounds of %d events, %d requests failed (first %d)\n",
+	       fo->laps, fo->seen, VICTIMS, fo->events, fl->rounds, 2 * FLOOD_OPS, fl->failed,
+	       fl->first_err);
+	assert_int_equal(st, 0);
+	/* Paced, not refused. */
+	assert_int_equal(fl->failed, 0);
+	assert_true(fl->rounds >= 2);
+	assert_true(fo->laps <= FOLLOW_LAPS_MAX);
+	if (!fo->laps)
+		assert_int_equal(fo->seen, VICTIMS);
+	assert_true(th_log_has(f->d.log, "--max-feed-rate-per-uid"));
+}
+
 int main(void)
 {
 	/* The daemons run with an open files limit of FDS, which the limits
@@ -437,6 +598,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_procs_per_uid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procs_all_uids, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_feed_unread, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_feed_flooded, setup, teardown),
 	};
 
 	if (setrlimit(RLIMIT_NOFILE, &low) < 0) {

@@ -116,7 +116,8 @@ struct client {
 	bool peer_gone;           /* it closed, or asked for quiet (PR_F_QUIET): handle
 				   * what it sent, reply to nobody */
 	bool parked;              /* out of the epoll set while its uid's passed
-				   * files wait to be closed (closer.c) */
+				   * files wait to be closed (closer.c), or its
+				   * uid is paced (server.c) */
 	bool nofiles;             /* the kernel refuses it files, and it has shown
 				   * it knows (ARM): packets taken, not peeked */
 	uint64_t arm;             /* the ARM awaited (PR_HELLO_NOFILES), or 0 */
@@ -160,6 +161,8 @@ struct daemon_opts {
 	uint32_t max_places_per_uid;   /* those of one uid */
 	uint32_t max_leases;           /* leases of names and memberships, all uids */
 	uint32_t max_leases_per_uid;   /* those of one uid, with its places that ask for one */
+	uint32_t max_feed_rate_per_uid; /* feed events a second of one uid (server.c); 0: no limit */
+	bool max_feed_rate_per_uid_set; /* else 8 rings' worth */
 	const char *subuid_file;       /* --subuid-file; NULL: /etc/subuid (subuid.c) */
 	/* Held back for root and the daemon's own uid (uid_privileged): */
 	uint32_t reserved_clients;     /* the last connections */
@@ -246,7 +249,16 @@ struct daemon {
 	struct pr_u64map uid_readers; /* reader processes */
 	struct pr_u64map uid_rpages;  /* their reader pages */
 	struct pr_u64map uid_closing; /* passed files waiting for the closer (closer.c) */
-	uint32_t nparked;         /* clients parked for it */
+	uint32_t nparked;         /* clients parked for it, or for the feed's pacing */
+	/* The feed's pacing (server.c: feed_paced): uid + 2 -> when the
+	 * events charged to it are paid for, at feed_rate a second
+	 * (CLOCK_MONOTONIC ns); a uid is not read from while that is more
+	 * than feed_burst_ns ahead. */
+	struct pr_u64map feed_due;
+	uint32_t feed_rate;       /* 0: no pacing */
+	uint64_t feed_burst_ns;
+	uint64_t feed_deaths;     /* events of deaths, charged to the dead (all along) */
+	uint64_t feed_resume_ns;  /* the first paced uid's turn again; UINT64_MAX: none */
 	bool synced;              /* deaths drained for a SYNC of this packet */
 	struct ev closer_ev;
 	/* Refusals, each kind logged on its own (log_limited): */
@@ -259,6 +271,7 @@ struct daemon {
 	struct pr_ratelimit denied_procs_log;  /* names: their process is one too many */
 	struct pr_ratelimit denied_res_log;    /* names: --reserved-size */
 	struct pr_ratelimit denied_place_log;  /* names: hashed to pile up (procreg__w_place_ok) */
+	struct pr_ratelimit paced_log;         /* uids paced: --max-feed-rate-per-uid */
 	struct owners *owners;    /* queues, leases, their journal (owners.c) */
 
 	/* readers.c */
@@ -383,8 +396,15 @@ void server_accept_resume(struct daemon *d);
 void server_client_event(struct daemon *d, struct client *c, uint32_t events, bool alone);
 void server_close_all(struct daemon *d);
 /* Take back into the epoll set the parked clients whose uid is no longer
- * over CLOSER_PER_UID. */
+ * over CLOSER_PER_UID nor paced; d->feed_resume_ns says when the next of
+ * those still paced is due. */
 void server_unpark(struct daemon *d);
+/* At start, once the table is open: the feed's pacing from
+ * --max-feed-rate-per-uid and the ring's size. */
+void server_feed_pacing(struct daemon *d);
+/* The feed events since head H0 were UID's doing (a death's): charged to
+ * it, not to the client whose request drained it. */
+void server_feed_charge(struct daemon *d, uid_t uid, uint64_t h0);
 /* After a batch that published events: tell the subscribed connections. */
 void server_notify_feed(struct daemon *d);
 /* Send N to every connection of its loser that takes notices. */

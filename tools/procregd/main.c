@@ -248,6 +248,14 @@ static const struct opt opt_table[] = {
 	  .help = "leases of one uid, with its places in owner\n"
 		  "queues that ask for one (default 16384; root and\n"
 		  "procregd's own uid: no limit)" },
+	{ NUM_OPT("max-feed-rate-per-uid", max_feed_rate_per_uid, "N", 0, 0, UINT32_MAX, 0,
+		  "a number"),
+	  OPT_SET(max_feed_rate_per_uid_set),
+	  .help = "change feed events a second the requests of one\n"
+		  "uid may make, on average, past half a ring at\n"
+		  "once; over it, its requests wait (default 8\n"
+		  "rings a second: 65536 with a ring of 8192; 0: no\n"
+		  "limit; root and procregd's own uid: no limit)" },
 	{ STR_OPT("subuid-file", 0, subuid_file, "PATH"),
 	  .help = "subordinate uid ranges: their uids count in their\n"
 		  "owner's per-uid limits (default /etc/subuid;\n"
@@ -686,6 +694,12 @@ static void tick(struct daemon *d)
 	uint64_t now = procreg__mono_ns(), lease_ns = owners_tick(d), next;
 	int pending = procreg__w_reclaim(&d->w);
 
+	/* Uids paced for the feed whose turn has come. */
+	if (d->feed_resume_ns <= now)
+		server_unpark(d);
+	if (d->feed_resume_ns != UINT64_MAX && d->feed_resume_ns - now < lease_ns)
+		lease_ns = d->feed_resume_ns - now;
+
 	/* Readers that hold a grace period up too long; the registry. */
 	readers_tick(d);
 	closer_tick(d);
@@ -884,6 +898,7 @@ static int setup(struct daemon *d)
 		}
 	}
 	procs_start(d);
+	server_feed_pacing(d);
 	err = owners_new(d);
 	if (err)
 		return err;
@@ -1062,10 +1077,13 @@ static void run(struct daemon *d)
 			if (d->w.retired_bytes > RECLAIM_BYTES)
 				procreg__w_reclaim(&d->w);
 		}
-		/* A lease set by this batch may be due before the timer. */
+		/* A lease set by this batch may be due before the timer, and
+		 * so may a uid paced by it. */
 		{
 			uint64_t due = owners_next_deadline(d), now;
 
+			if (d->feed_resume_ns < due)
+				due = d->feed_resume_ns;
 			if (due != UINT64_MAX && due < d->timer_due_ns) {
 				now = procreg__mono_ns();
 				arm_timer(d, due > now ? due - now : 1);

@@ -488,6 +488,7 @@ void proc_release_if_empty(struct daemon *d, struct proc *p)
 
 void proc_died(struct daemon *d, struct proc *p)
 {
+	uint64_t h0;
 	size_t n;
 
 	if (p->gone)
@@ -496,7 +497,9 @@ void proc_died(struct daemon *d, struct proc *p)
 		proc_free(d, p); /* it held nothing */
 		return;
 	}
+	h0 = d->w.map.hdr->feed_head;
 	n = registry_died(d, p);
+	server_feed_charge(d, p->uid, h0);
 	PR_TRACE(procregd, death, p->pid, n, d->wake_ns ? procreg__mono_ns() - d->wake_ns : 0);
 	LOGV(d, "pid %d: exited, %zu name%s and membership%s removed", (int)p->pid, n,
 	     n == 1 ? "" : "s", n == 1 ? "" : "s");

@@ -249,8 +249,8 @@ static void client_close(struct daemon *d, struct client *c)
 }
 
 /* Out of the epoll set while its uid's files wait for the closer
- * (closer.c): nothing more is read from it, its packets wait in its
- * socket, charged to it. */
+ * (closer.c), or while its uid waits for the feed's pacing: nothing more
+ * is read from it, its packets wait in its socket, charged to it. */
 static void park(struct daemon *d, struct client *c)
 {
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -258,11 +258,110 @@ static void park(struct daemon *d, struct client *c)
 	d->nparked++;
 }
 
+/*
+ * The feed's pacing. The change feed is one ring (8,192 events in a
+ * table of 1 GiB) that every follower reads, root's too, and one
+ * that falls a ring behind loses events (told so, it re-reads the table).
+ * Unlimited, one user looping batches of 4,000 registrations and 4,000
+ * removals made 3.2-4.6 M events a second: the ring turned over every 2
+ * ms, and a follower that re-read the table after each lap was lapped
+ * again before it had; a root "procreg watch" saw 2 of 20 registrations
+ * of root's made meanwhile. No quota bounds it (names removed count
+ * against none).
+ *
+ * So the events a uid's requests make are paid for, at feed_rate a second
+ * (by default 8 rings, 65,536 with the default ring): a uid (with its
+ * subordinate uids, subuid.c) cannot turn the ring over more than 8 times
+ * a second, and a follower woken by it has 125 ms to read before one uid
+ * laps it. A uid that has made none for a while may make half a ring at
+ * once (feed_burst_ns): a service registering a few thousand names at
+ * start is not held up, and a follower that keeps up is not lapped by
+ * it. Its deaths' events are charged to it too (server_feed_charge), or
+ * processes that register and exit would make twice the rate.
+ *
+ * A uid over its budget is paced, never refused: its connections are
+ * parked (out of the epoll set, their requests waiting in their sockets)
+ * until what it made is paid for, and the timer takes them back
+ * (server_unpark; main.c's tick), a packet each; other uids are served
+ * meanwhile. A packet is handled whole, so a uid goes into debt by at
+ * most a packet's events (4,000 or so), which the wait pays for. Root's
+ * and procregd's own uid's requests are not paced.
+ *
+ * The budget is one time per uid, GCRA's: when all it made is paid for
+ * (feed_due). Nothing is kept for a uid whose events are paid for.
+ */
+static uint64_t feed_cost_ns(const struct daemon *d, uint64_t events)
+{
+	return events * 1000000000ull / d->feed_rate;
+}
+
+void server_feed_pacing(struct daemon *d)
+{
+	uint64_t cap = d->w.map.hdr->feed_cap;
+
+	d->feed_resume_ns = UINT64_MAX;
+	d->feed_rate = d->o.max_feed_rate_per_uid_set ? d->o.max_feed_rate_per_uid
+						      : (uint32_t)(cap * 8);
+	if (d->feed_rate)
+		d->feed_burst_ns = feed_cost_ns(d, cap / 2 ? cap / 2 : 1);
+}
+
+static void feed_charge(struct daemon *d, uid_t uid, uint64_t events)
+{
+	uint64_t now, key = (uint64_t)subuid_owner(uid) + 2, *due;
+
+	if (!events || !d->feed_rate || uid_privileged(d, uid))
+		return;
+	now = procreg__mono_ns();
+	due = procreg__u64map_ref(&d->feed_due, key);
+	if (due)
+		*due = (*due > now ? *due : now) + feed_cost_ns(d, events);
+	else /* no memory: not paced, as a quota errs generous */
+		procreg__u64map_put(&d->feed_due, key, now + feed_cost_ns(d, events));
+}
+
+void server_feed_charge(struct daemon *d, uid_t uid, uint64_t h0)
+{
+	uint64_t events = d->w.map.hdr->feed_head - h0;
+
+	d->feed_deaths += events;
+	feed_charge(d, uid, events);
+}
+
+/* When UID may be read from again (CLOCK_MONOTONIC ns), or 0: now. */
+static uint64_t feed_paced(struct daemon *d, uid_t uid)
+{
+	uint64_t key = (uint64_t)subuid_owner(uid) + 2, due, now;
+
+	if (!d->feed_rate || uid_privileged(d, uid) ||
+	    procreg__u64map_get(&d->feed_due, key, &due) < 0)
+		return 0;
+	now = procreg__mono_ns();
+	if (due <= now) {
+		procreg__u64map_del(&d->feed_due, key); /* paid for */
+		return 0;
+	}
+	return due - now > d->feed_burst_ns ? due - d->feed_burst_ns : 0;
+}
+
+/* Whether C is to wait for its uid's budget: then when, noted for the
+ * timer; else 0. */
+static uint64_t client_paced(struct daemon *d, const struct client *c)
+{
+	uint64_t until = feed_paced(d, c->id.uid);
+
+	if (until && until < d->feed_resume_ns)
+		d->feed_resume_ns = until;
+	return until;
+}
+
 void server_unpark(struct daemon *d)
 {
+	/* Found again below for the clients that stay paced. */
+	d->feed_resume_ns = UINT64_MAX;
 	for (struct client *c = d->clients, *next; c && d->nparked; c = next) {
 		next = c->next;
-		if (!c->parked || closer_over(d, c->id.uid))
+		if (!c->parked || closer_over(d, c->id.uid) || client_paced(d, c))
 			continue;
 		c->parked = false;
 		d->nparked--;
@@ -1120,11 +1219,26 @@ static int take_packet(struct daemon *d, struct client *c)
 			      .msg_control = u.b, .msg_controllen = sizeof(u.b) };
 	int fds[PASSED_FDS_MAX];
 	int err = 0, nfds, want;
+	uint64_t until;
 	ssize_t n;
 	bool peek;
 
 	/* Its uid has as many files waiting to be closed as it may. */
 	if (closer_over(d, c->id.uid)) {
+		park(d, c);
+		return 0;
+	}
+	/* Its uid made more events than the feed's pacing allows: it waits
+	 * for its turn (the timer's). */
+	if ((until = client_paced(d, c))) {
+		char note[96];
+		uint64_t now = procreg__mono_ns();
+
+		log_limited(&d->paced_log, "uids paced",
+			    "uid %u%s: its requests made feed events faster than --max-feed-rate-per-uid %u a second allows: its connections are not read for %llu ms (their requests are served after, none refused)",
+			    (unsigned)c->id.uid, subuid_note(c->id.uid, note, sizeof(note)),
+			    d->feed_rate,
+			    (unsigned long long)((until > now ? until - now : 0) / 1000000 + 1));
 		park(d, c);
 		return 0;
 	}
@@ -1168,9 +1282,14 @@ static int take_packet(struct daemon *d, struct client *c)
 			    (int)c->id.pid, (unsigned)c->id.uid, nfds, want);
 		err = -EBADMSG;
 	} else {
+		uint64_t h0 = d->w.map.hdr->feed_head, deaths = d->feed_deaths;
+
 		procreg__w_clock_hold(&d->w, true);
 		err = handle_packet(d, c, (size_t)n, nfds ? fds[0] : -1);
 		procreg__w_clock_hold(&d->w, false);
+		/* Its events, but for the deaths it drained (a SYNC). */
+		feed_charge(d, c->id.uid,
+			    d->w.map.hdr->feed_head - h0 - (d->feed_deaths - deaths));
 	}
 	/* A request that keeps a passed fd keeps a dup of it. One not kept
 	 * is ours alone: its close may wait (closer.c). */

@@ -7,10 +7,10 @@
  * user namespace of its own run as any of them, and the kernel reports
  * each as a uid of its own (SO_PEERCRED, a pidfd's owner). Counted that
  * way, one user would hold every per-uid quota of procregd (names,
- * connections, places in line, reader processes and pages, closings) once
- * for itself and once more for each of its subordinate uids, 65,536 of
- * them by shadow's default: room enough to take from everyone else what
- * the global limits leave them. So every per-uid count is kept under the
+ * connections, places in line, reader processes and pages, closings, feed
+ * events) once for itself and once more for each of its subordinate
+ * uids, 65,536 of them by shadow's default: room enough to take from
+ * everyone else what the global limits leave them. So every per-uid count is kept under the
  * uid that owns the range (uid_count, uid_adjust in procs.c call
  * subuid_owner). What a uid may do is still its own: privilege (root,
  * procregd's own uid) is never inherited from an owner, and records and
