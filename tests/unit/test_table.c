@@ -2825,6 +2825,239 @@ static void test_publish_key(void **state)
 	free(dir);
 }
 
+/* ---- a walk in pieces ------------------------------------------------ */
+
+/*
+ * procreg__w_walk_some, with the table changed between every two calls:
+ * names and members added and removed, groups dropped and made, and each
+ * kind of index rebuilt (the names', the groups', a group's members')
+ * mid-walk. Every entry live for the whole walk is visited, and every
+ * visit finds its record live where the walk found it.
+ */
+#define WS_NAMES 3000
+#define WS_GROUPS 20
+#define WS_MEMBERS 12
+
+struct ws {
+	struct pr_writer *w;
+	unsigned names[WS_NAMES];                 /* visits of stable name i */
+	unsigned members[WS_GROUPS][WS_MEMBERS];  /* visits of stable member (g, pid) */
+	unsigned stale;                           /* visits of a record not live */
+	uint64_t visits;
+};
+
+static int ws_join(struct pr_writer *w, const char *group, uint32_t pid)
+{
+	struct pr_record t = { .kind = PR_KIND_MEMBER, .pid = pid, .start_time = 5, .uid = 1 };
+	struct pr_root *root;
+	struct pr_key k;
+	uint64_t pos, off;
+	int err = procreg__w_group(w, group, strlen(group), true, &root);
+
+	if (err)
+		return err;
+	pr_key_member(&k, pid, 5, 0, w->map.hdr->hash_seed);
+	if ((err = procreg__w_reserve(w, root)))
+		return err;
+	if (procreg__w_find(w, root, &k, &pos))
+		return -EEXIST;
+	t.name_len = (uint16_t)strlen(group);
+	if ((err = procreg__w_new_record(w, &t, group, NULL, &off)))
+		return err;
+	procreg__w_publish_key(w, root, pos, off, &k);
+	return 0;
+}
+
+static uint64_t ws_member(struct pr_writer *w, const char *group, uint32_t pid)
+{
+	struct pr_root *root;
+	struct pr_key k;
+	uint64_t pos;
+
+	if (procreg__w_group(w, group, strlen(group), false, &root))
+		return 0;
+	pr_key_member(&k, pid, 5, 0, w->map.hdr->hash_seed);
+	return procreg__w_find(w, root, &k, &pos);
+}
+
+static int ws_leave(struct pr_writer *w, const char *group, uint32_t pid)
+{
+	uint64_t off = ws_member(w, group, pid);
+
+	return off ? procreg__w_unpublish(w, off) : -ENOENT;
+}
+
+static int ws_cb(uint64_t off, const struct pr_record *r, void *arg)
+{
+	struct ws *s = arg;
+	uint64_t pos;
+	unsigned i, g;
+
+	s->visits++;
+	if (r->kind == PR_KIND_NAME) {
+		if (procreg__w_find_name(s->w, r->data, r->name_len, &pos) != off)
+			s->stale++;
+		else if (sscanf(r->data, "s-%u", &i) == 1 && i < WS_NAMES)
+			s->names[i]++;
+		return 0;
+	}
+	if (ws_member(s->w, r->data, r->pid) != off)
+		s->stale++;
+	else if (sscanf(r->data, "g%u", &g) == 1 && g < WS_GROUPS && r->pid < WS_MEMBERS)
+		s->members[g][r->pid]++;
+	return 0;
+}
+
+/* Whether the names index's slot POS holds an entry whose home is before
+ * POS - 1 with a tombstone at POS - 1: one a rebuild moves to before POS. */
+static bool displaced_next(struct pr_writer *w, uint64_t pos)
+{
+	const struct pr_index *ix = w_index(w);
+	struct pr_slot sl = ix->slot[pos];
+
+	return pos < ix->capacity && ix->slot[pos - 1].word == PR_SLOT_TOMB && pr_slot_live(sl.word) &&
+	       (pr_slot_hash_hi(sl.word, sl.key, w->map.hdr->hash_seed) >> (ix->shift - 32)) < pos;
+}
+
+static void test_walk_some(void **state)
+{
+	char *dir = th_mkdtemp(), name[32];
+	struct pr_writer w;
+	struct pr_walk_cursor cur = { 0 };
+	struct ws *s = calloc(1, sizeof(*s));
+	struct pr_table_hdr *h;
+	uint64_t names_ix, groups_ix, g0_ix, calls = 0, churn = 0;
+	struct pr_root *g0;
+	bool names_rebuilt = false, groups_rebuilt = false, members_rebuilt = false;
+	bool names_compacted = false;
+	int ret;
+
+	(void)state;
+	assert_non_null(s);
+	s->w = &w;
+	w_open_at(&w, dir, 64 * MB);
+	h = w.map.hdr;
+	/* Names first in their runs, removed once the walk's names come
+	 * after them: tombstones that a rebuild at the same size clears,
+	 * moving the entries past them back. */
+	for (unsigned i = 0; i < 1500; i++) {
+		name_of(name, sizeof(name), "t", i);
+		assert_int_equal(put(&w, name, 1), 0);
+	}
+	for (unsigned i = 0; i < WS_NAMES; i++) {
+		name_of(name, sizeof(name), "s", i);
+		assert_int_equal(put(&w, name, 1), 0);
+	}
+	for (unsigned g = 0; g < WS_GROUPS; g++)
+		for (uint32_t p = 0; p < WS_MEMBERS; p++) {
+			snprintf(name, sizeof(name), "g%03u", g);
+			assert_int_equal(ws_join(&w, name, p), 0);
+		}
+	/* Churn of its own from the start: names and groups that come and go. */
+	for (unsigned i = 0; i < 400; i++) {
+		name_of(name, sizeof(name), "c", i);
+		assert_int_equal(put(&w, name, 1), 0);
+	}
+	names_ix = h->names.index_off;
+	groups_ix = h->groups.index_off;
+	assert_int_equal(procreg__w_group(&w, "g000", 4, false, &g0), 0);
+	g0_ix = g0->index_off;
+
+	for (unsigned i = 0; i < 1500; i++) {
+		name_of(name, sizeof(name), "t", i);
+		assert_int_equal(del(&w, name), 0);
+	}
+	do {
+		/* Slot by slot near where the index is to be rebuilt under the
+		 * walk, to stop just before an entry a rebuild moves back. */
+		ret = procreg__w_walk_some(&w, &cur, ws_cb, s,
+					   cur.phase == PR_WALK_NAMES && cur.top.pos > 1000 &&
+					   !names_compacted ? 1 : 61);
+		assert_true(ret >= 0);
+		calls++;
+		/* Every call: a churn name goes, another comes; a member of a
+		 * churn group comes or goes (its group made and dropped). */
+		name_of(name, sizeof(name), "c", (unsigned)(churn % 400));
+		assert_int_equal(del(&w, name), 0);
+		name_of(name, sizeof(name), "c", (unsigned)(churn % 400));
+		assert_int_equal(put(&w, name, 2), 0);
+		snprintf(name, sizeof(name), "h%03u", (unsigned)(churn % 7));
+		if (ws_member(&w, name, 1))
+			assert_int_equal(ws_leave(&w, name, 1), 0);
+		else
+			assert_int_equal(ws_join(&w, name, 1), 0);
+		churn++;
+		/* Stable members of g000 stay; 40 more make its index grow,
+		 * once the walk is among the groups. */
+		if (cur.phase == PR_WALK_GROUPS && cur.group_off && !members_rebuilt) {
+			for (uint32_t p = 100; p < 140; p++)
+				assert_int_equal(ws_join(&w, "g000", p), 0);
+			members_rebuilt = g0->index_off != g0_ix;
+		}
+		/* Mid-names: names that come and go until their tombstones
+		 * have the index rebuilt at its size, which moves entries back
+		 * towards their homes, some from past the walk's place to
+		 * before it. */
+		if (cur.phase == PR_WALK_NAMES && cur.top.pos > 1000 && !names_compacted &&
+		    displaced_next(&w, cur.top.pos)) {
+			uint64_t cap = w_index(&w)->capacity;
+
+			for (unsigned i = 0; h->names.index_off == names_ix && i < 200000; i++) {
+				name_of(name, sizeof(name), "y", i);
+				assert_int_equal(put(&w, name, 1), 0);
+				assert_int_equal(del(&w, name), 0);
+			}
+			names_compacted = h->names.index_off != names_ix;
+			assert_true(names_compacted);
+			assert_int_equal(w_index(&w)->capacity, cap);
+			names_ix = h->names.index_off;
+		}
+		/* Later: enough names for the index to grow. */
+		if (cur.phase == PR_WALK_NAMES && cur.top.pos > 3000 && !names_rebuilt) {
+			for (unsigned i = 0; i < 6000; i++) {
+				name_of(name, sizeof(name), "x", i);
+				assert_int_equal(put(&w, name, 1), 0);
+			}
+			names_rebuilt = h->names.index_off != names_ix;
+			assert_true(names_rebuilt);
+		}
+		/* Mid-groups: enough groups for their index to grow, and
+		 * stable groups' churn members. */
+		if (cur.phase == PR_WALK_GROUPS && cur.top.pos > 8 && !groups_rebuilt) {
+			for (unsigned g = 0; g < 300; g++) {
+				snprintf(name, sizeof(name), "k%03u", g);
+				assert_int_equal(ws_join(&w, name, 7), 0);
+			}
+			groups_rebuilt = h->groups.index_off != groups_ix;
+			assert_true(groups_rebuilt);
+		}
+		/* Remove the extra entries again, some of them at once. */
+		if (groups_rebuilt && calls % 5 == 0) {
+			snprintf(name, sizeof(name), "k%03u", (unsigned)(calls / 5 % 300));
+			if (ws_member(&w, name, 7))
+				assert_int_equal(ws_leave(&w, name, 7), 0);
+		}
+		/* Grace periods pass: retired blocks come back to be reused. */
+		procreg__w_reclaim(&w);
+	} while (ret == 0);
+	assert_true(names_compacted && names_rebuilt && groups_rebuilt && members_rebuilt);
+	assert_true(calls > 100);
+	assert_int_equal(s->stale, 0);
+	for (unsigned i = 0; i < WS_NAMES; i++)
+		if (!s->names[i])
+			fail_msg("stable name s-%06u not visited", i);
+	for (unsigned g = 0; g < WS_GROUPS; g++)
+		for (uint32_t p = 0; p < WS_MEMBERS; p++)
+			if (!s->members[g][p])
+				fail_msg("stable member %u of g%03u not visited", p, g);
+	/* A walk done stays done. */
+	assert_int_equal(procreg__w_walk_some(&w, &cur, ws_cb, s, 61), 1);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+	free(s);
+}
+
 /* ---- one clock read per packet ------------------------------------- */
 
 /* While the writer holds the clock (around a packet of requests), every
@@ -2891,6 +3124,7 @@ int main(void)
 		cmocka_unit_test(test_short_names),
 		cmocka_unit_test(test_torn_slot),
 		cmocka_unit_test(test_clock_hold),
+		cmocka_unit_test(test_walk_some),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
