@@ -17,15 +17,17 @@
  *
  * A uid whose reader was given up on has lost the benefit of the doubt:
  * for SUSPECT_NS after, each of its readers that holds a grace period up
- * is given up on after a sixteenth of the timeout. Else a user could
- * start one process after another, each pinning a slot once the last was
- * given up on, and hold every grace period for the whole timeout, for as
- * long as it liked, while its own churn retires memory that nothing frees
- * meanwhile: the table fills, and other users' names are refused (a 96
- * MiB table, one user churning 4,000 names: 12 of 224 of another user's
- * registrations refused). A sixteenth bounds what such a relay holds up
- * by as much; a reader of that uid that does not pin (nearly all) never
- * comes near it.
+ * for SUSPECT_HOLD_NS is given up on, not after the whole timeout. Else a
+ * user could start one process after another, each pinning a slot once
+ * the last was given up on, and hold every grace period up for as long as
+ * it liked, while its own churn retired memory that nothing freed
+ * meanwhile: the table filled, and other users' names were refused (a 96
+ * MiB table, one user churning 4,000 names at 7 M events/s: 8 of 280 of
+ * another user's registrations refused, with holds cut to a sixteenth of
+ * the timeout still 8 of 280, the relay's next process pinning at once).
+ * What the relay holds up is then what a few milliseconds of churn
+ * retire. A reader of that uid caught inside a lookup is only the worse
+ * for it: not waited for, its lookups check for reuse.
  *
  * Fair shares: at most --max-readers-per-uid reader processes a uid, and
  * other uids together leave an eighth of --max-readers to root and to the
@@ -81,7 +83,7 @@ struct reader {
 #define REFRESH_FORCED_NS 100000000ull
 #define DEFAULT_MAX_MAP_COUNT 65530
 #define SUSPECT_NS (60 * 1000000000ull)
-#define SUSPECT_SHARE 16
+#define SUSPECT_HOLD_NS 2000000ull  /* a tick while memory waits (main.c) */
 
 static struct pr_reader_info *info_at(struct daemon *d, uint32_t i)
 {
@@ -430,8 +432,8 @@ static void stall(struct daemon *d, struct reader *r, uint64_t held_ns)
 		    "(--reader-timeout-ms %u%s): no longer waited for; its lookups check for "
 		    "reused memory instead", (int)r->pid, (unsigned)r->uid,
 		    (unsigned long long)(held_ns / 1000000), d->o.reader_timeout_ms,
-		    held_ns / 1000000 < d->o.reader_timeout_ms ? ", a sixteenth of it for a uid "
-		    "whose reader was given up on within a minute" : "");
+		    held_ns / 1000000 < d->o.reader_timeout_ms ? ", not for a uid whose reader "
+		    "was given up on within a minute" : "");
 }
 
 /* Whether R's uid had a reader given up on within SUSPECT_NS of NOW. */
@@ -463,9 +465,9 @@ void readers_tick(struct daemon *d)
 		stall(d, w->readers.v[b].owner, gp_age(w, now));
 		procreg__w_reclaim(w);
 	}
-	/* Past a sixteenth of it, the readers of suspect uids holding it up:
-	 * each page that holds it is looked at, not only the first. */
-	for (b = 0; gp_age(w, now) > d->o.reader_timeout_ms * (1000000ull / SUSPECT_SHARE) &&
+	/* The readers of suspect uids holding it up, sooner: each page that
+	 * holds it is looked at, not only the first. */
+	for (b = 0; gp_age(w, now) >= SUSPECT_HOLD_NS &&
 		    !procreg__gp_poll_from(&w->readers, w->gp_target, b, &b);) {
 		if (suspect(d, w->readers.v[b].owner, now)) {
 			stall(d, w->readers.v[b].owner, gp_age(w, now));
