@@ -897,6 +897,24 @@ static void test_bad_options(void **state)
 	assert_true(th_log_has(n->d.log, "no procreg-bridge-nosuch.so"));
 }
 
+/* A server reached in clear, not on loopback: whoever is on the path can
+ * read what is replicated and have the daemon allocate a message of any
+ * size (the NATS client allocates it whole before procregd sees it), so
+ * procregd says so at start. 192.0.2.1 (TEST-NET-1) answers nobody: the
+ * daemon starts and keeps trying. On loopback, or with TLS, no word. */
+static void test_plain_warned(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *n = &c->n[0];
+	const char *args[] = { "--node", "x", "--cookie-file", c->cookie, "--bridge", "nats",
+			       "--nats-url", "nats://127.0.0.1:1,nats://192.0.2.1:4222", NULL };
+
+	assert_int_equal(th_daemon_start(&n->d, n->dir, args, NULL), 0);
+	assert_int_equal(th_daemon_stop(&n->d), 0);
+	assert_true(th_log_has(n->d.log, "nats://192.0.2.1:4222 without TLS"));
+	assert_false(th_log_has(n->d.log, "nats://127.0.0.1:1 without TLS"));
+}
+
 /* Propagation figures, printed, not asserted, the same shape as
  * test_bridge's: one name registered on a until a lookup on b finds it
  * (200 of them), and 2,000 names registered back to back on a until the
@@ -1457,6 +1475,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_snapshot_part_lost, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapreq_flood_coalesced, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peers_reused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_plain_warned, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_auth, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nkey_auth, setup, teardown),

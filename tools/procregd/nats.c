@@ -984,6 +984,34 @@ static int url_host(const char *url, char *host, size_t cap)
 	return 0;
 }
 
+/* Whether HOST is this machine's loopback, where nobody sits on the path. */
+static bool loopback(const char *host)
+{
+	return !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1");
+}
+
+/*
+ * A server reached without TLS, other than on loopback: said at start.
+ * Whoever is on the path can read what the nodes replicate (the MAC keeps
+ * it from being forged, not from being read), and can make this daemon
+ * allocate without bound: the NATS client takes a message's size from the
+ * server and allocates the whole message before procregd sees it (one
+ * MSG line claiming 1.5 GB took the daemon to 1.34 GB). A server that is
+ * verified (TLS) is trusted with that, as it is with delivery itself.
+ */
+static void plain_warn(struct nb *m, const char *url)
+{
+	char host[256];
+
+	if (url_host(url, host, sizeof(host)) == 0 && loopback(host))
+		return;
+	pr_bridge_log(&m->up, LOG_WARNING,
+		      "bridge: nats: %s without TLS: whoever is on the path can read what the "
+		      "nodes replicate, and make this daemon allocate what it likes (the NATS "
+		      "client allocates each message whole, at the size the server gives); "
+		      "use tls:// or --nats-tls-ca", url);
+}
+
 /* The servers of m->url, comma-separated, to nats.c; TLS where a URL or
  * an option asks for it. nats.c 3.4 takes a single URL in SetURL (a list
  * there parses as one URL with a port it cannot read, and the daemon
@@ -1019,6 +1047,8 @@ static natsStatus set_servers(struct nb *m, const struct pr_bridge_config *c, bo
 		s = natsOptions_SetServers(m->opts, servers, n);
 	if (s == NATS_OK && n)
 		url_host(servers[0], m->first_host, sizeof(m->first_host));
+	for (int i = 0; s == NATS_OK && !*tls && i < n; i++)
+		plain_warn(m, servers[i]);
 	free(copy);
 	return s;
 }
