@@ -633,13 +633,6 @@ struct pr_writer {
 	 * clock for each. */
 	bool clock_held;
 	uint64_t clock_ns;
-
-	/* Every index this writer builds gets the next of these in its
-	 * pad word (readers ignore it): with its offset, which a block freed
-	 * and allocated again may take, what a walk resumed later tells one
-	 * index from another by (procreg__w_walk_some). Started past every
-	 * one recovery found, so that no new index shares an old one's. */
-	uint32_t index_serial;
 };
 
 /* Now for a stamp the writer puts in the table: the packet's clock, if
@@ -761,37 +754,6 @@ static inline uint64_t procreg__w_find_name(struct pr_writer *w, const char *nam
  * may unpublish that record. */
 typedef int (*pr_walk_cb)(uint64_t off, const struct pr_record *r, void *arg);
 int procreg__w_walk(struct pr_writer *w, pr_walk_cb cb, void *arg);
-
-/* An index a resumed walk was in, as it was then: a rebuilt one (a new
- * block, published in its place) differs in off or serial. */
-struct pr_walk_ix {
-	uint64_t off;
-	uint32_t serial;
-	uint64_t pos;               /* the next slot to visit */
-};
-
-/* Where a walk done in pieces stands (procreg__w_walk_some): zeroed to
- * start. */
-struct pr_walk_cursor {
-	int phase;                  /* PR_WALK_NAMES, PR_WALK_GROUPS, PR_WALK_DONE */
-	struct pr_walk_ix top;      /* the names', then the groups' index */
-	uint64_t group_off;         /* the group at top.pos whose members are walked; 0: none */
-	struct pr_walk_ix members;  /* its member index */
-};
-
-enum { PR_WALK_NAMES, PR_WALK_GROUPS, PR_WALK_DONE };
-
-/* The walk of procreg__w_walk, in pieces with the table changing between
- * them: visit up to BUDGET slots (live or not) from where CUR stands,
- * calling CB as procreg__w_walk does. 1: the walk is done; 0: the budget
- * is spent, call again; negative: CB's (the walk stops there). CB returns
- * 0, a negative errno, or a positive value to end the call after this
- * entry as a spent budget would (a caller's own measure of work). Every
- * entry live from the first call to the last is visited at least once;
- * an entry is visited only while live; some may be visited twice (an
- * index rebuilt between two calls is walked again from its start). */
-int procreg__w_walk_some(struct pr_writer *w, struct pr_walk_cursor *cur, pr_walk_cb cb,
-			 void *arg, uint64_t budget);
 
 int procreg__vec_push(struct pr_vec *v, uint64_t x);
 void procreg__vec_free(struct pr_vec *v);

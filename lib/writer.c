@@ -444,7 +444,7 @@ static int build_index(struct pr_writer *w, const struct pr_index *old, uint64_t
 	nx = (struct pr_index *)(w->map.base + off);
 	nx->capacity = cap;
 	nx->shift = shift;
-	nx->pad = ++w->index_serial;
+	nx->pad = 0;
 	memset(nx->slot, 0, cap * sizeof(struct pr_slot));
 	for (uint64_t i = 0; old && i < old->capacity; i++) {
 		struct pr_slot sl = old->slot[i];
@@ -953,134 +953,6 @@ int procreg__w_walk(struct pr_writer *w, pr_walk_cb cb, void *arg)
 	return walk_index(w, &H(w)->names, cb, arg) ?: walk_index(w, &H(w)->groups, walk_group, &wg);
 }
 
-/*
- * The walk in pieces. Between two calls the table changes, but linear
- * probing never moves a live slot word: an insert takes an empty or dead
- * slot, a removal empties or kills its own (and dead ones before it). Only
- * a rebuild moves entries, into a new block published in the index's
- * place; the old one is retired and later freed, and its offset may come
- * back for another index. So a position in an index stays good as long as
- * the index is the same one, told by (offset, serial): the serial is the
- * writer's, in the block's pad word, fresh for every block it builds.
- * Every live entry of an unchanged index at or past the position is still
- * ahead; one of a rebuilt index may be anywhere, so that index (that one
- * alone: the names done are done) is walked again from its start.
- *
- * A group's members: the cursor keeps the group (its record's offset, at
- * the groups index's slot top.pos) and its member index. If the slot no
- * longer holds that record, the group was dropped (all its members gone,
- * so none of them was live for the whole walk) and the walk moves on to
- * the next slot; a group that took the slot since is newer than the walk,
- * and its members likewise. The record is not read before the slot says
- * it is still published: a dropped group's root may have been freed.
- */
-static bool walk_same(const struct pr_walk_ix *at, uint64_t off, const struct pr_index *ix)
-{
-	return at->off == off && at->serial == ix->pad;
-}
-
-/* Resume AT in ROOT's index: from the start if that is another index. */
-static struct pr_index *walk_resume(struct pr_writer *w, const struct pr_root *root,
-				    struct pr_walk_ix *at)
-{
-	struct pr_index *ix = index_at(w, root);
-
-	if (!walk_same(at, root->index_off, ix)) {
-		at->off = root->index_off;
-		at->serial = ix->pad;
-		at->pos = 0;
-	}
-	return ix;
-}
-
-/* Visit AT's slots of IX while *BUDGET lasts: 1 at the end of the index,
- * 0 with the budget spent, or CB's negative return. */
-static int walk_slots(struct pr_writer *w, const struct pr_index *ix, struct pr_walk_ix *at,
-		      pr_walk_cb cb, void *arg, uint64_t *budget)
-{
-	while (at->pos < ix->capacity) {
-		uint64_t wd = ix->slot[at->pos].word;
-		int ret;
-
-		if (!*budget)
-			return 0;
-		--*budget;
-		at->pos++;
-		if (pr_slot_live(wd) && (ret = cb(pr_slot_off(wd), rec_at(w, pr_slot_off(wd)), arg)))
-			return ret < 0 ? ret : 0;
-	}
-	return 1;
-}
-
-/* The groups phase: each group's slot, then its members. */
-static int walk_groups_some(struct pr_writer *w, struct pr_walk_cursor *cur, pr_walk_cb cb,
-			    void *arg, uint64_t *budget)
-{
-	const struct pr_index *gx;
-	uint64_t gen_off = cur->top.off;
-	uint32_t gen_serial = cur->top.serial;
-	int ret;
-
-	gx = walk_resume(w, &H(w)->groups, &cur->top);
-	if (cur->top.off != gen_off || cur->top.serial != gen_serial)
-		cur->group_off = 0; /* rebuilt: its groups again from the first */
-	for (;;) {
-		if (cur->group_off) {
-			uint64_t wd = cur->top.pos < gx->capacity ? gx->slot[cur->top.pos].word : 0;
-			const struct pr_index *mx;
-
-			if (pr_slot_live(wd) && pr_slot_off(wd) == cur->group_off) {
-				mx = walk_resume(w, group_root_at(w, cur->group_off), &cur->members);
-				ret = walk_slots(w, mx, &cur->members, cb, arg, budget);
-				if (ret <= 0)
-					return ret;
-			}
-			cur->group_off = 0;
-			cur->top.pos++;
-			continue;
-		}
-		for (;;) {
-			uint64_t wd;
-
-			if (cur->top.pos >= gx->capacity)
-				return 1;
-			if (!*budget)
-				return 0;
-			--*budget;
-			wd = gx->slot[cur->top.pos].word;
-			if (pr_slot_live(wd))
-				break;
-			cur->top.pos++;
-		}
-		cur->group_off = pr_slot_off(gx->slot[cur->top.pos].word);
-		cur->members = (struct pr_walk_ix){ 0 };
-	}
-}
-
-int procreg__w_walk_some(struct pr_writer *w, struct pr_walk_cursor *cur, pr_walk_cb cb,
-			 void *arg, uint64_t budget)
-{
-	int ret;
-
-	if (cur->phase == PR_WALK_NAMES) {
-		const struct pr_index *ix = walk_resume(w, &H(w)->names, &cur->top);
-
-		ret = walk_slots(w, ix, &cur->top, cb, arg, &budget);
-		if (ret <= 0)
-			return ret;
-		cur->phase = PR_WALK_GROUPS;
-		cur->top = (struct pr_walk_ix){ 0 };
-		cur->group_off = 0;
-	}
-	if (cur->phase == PR_WALK_GROUPS) {
-		ret = walk_groups_some(w, cur, cb, arg, &budget);
-		if (ret <= 0)
-			return ret;
-		cur->phase = PR_WALK_DONE;
-	}
-	return 1;
-}
-
 /* ---- files ------------------------------------------------------------ */
 
 static int init_table(struct pr_writer *w, int fd, uint64_t size, uint32_t readers)
@@ -1470,8 +1342,6 @@ static int recover_root(struct pr_writer *w, struct pr_root *root, uint8_t kind,
 	if (!cap)
 		return -EUCLEAN;
 	ix = index_at(w, root);
-	if (ix->pad > w->index_serial)
-		w->index_serial = ix->pad;
 	err = push_pair(blocks, root->index_off, index_bytes(cap));
 	for (uint64_t p = 0; p < cap && !err; p++) {
 		uint64_t wd = ix->slot[p].word;

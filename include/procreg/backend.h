@@ -111,30 +111,6 @@ struct pr_bridge_up {
 	 * refused or data not carried, LOG_ERR for a backend that cannot go
 	 * on. log() above is LOG_INFO. Call it through pr_bridge_log(). */
 	void (*vlog)(int level, const char *fmt, va_list ap);
-	/*
-	 * The snapshot in pieces, for a backend that serves other work
-	 * between them (snapshot() writes it all in one call: a million
-	 * entries hold the daemon's thread for a quarter of a second).
-	 * snapshot_begin() fixes the change it is as of, for node NODE (for
-	 * the log): a handle, NULL for want of memory. snapshot_more() writes
-	 * the next piece, about BUDGET slots of the table looked at, through
-	 * SEND as snapshot() does (a part as it fills): 0 with more to come,
-	 * 1 once the last part is sent, or a negative errno (the node is to
-	 * be dropped); after 1 or an error the handle is gone. A handle not
-	 * finished is given back with snapshot_abandon().
-	 *
-	 * The contract: every change broadcast() is given from
-	 * snapshot_begin() on must reach the node after the snapshot's last
-	 * part, in order (the backend holds them until then), and none given
-	 * before it. The parts may show entries as they are at the time of
-	 * each piece, newer than the change the snapshot is as of: the
-	 * changes after it, applied in turn, make that right. A backend
-	 * that does not use these calls keeps using snapshot().
-	 */
-	void *(*snapshot_begin)(void *ctx, const char *node);
-	int (*snapshot_more)(void *ctx, void *snap, uint64_t budget,
-			     int (*send)(void *sctx, const uint8_t *frame, size_t len), void *sctx);
-	void (*snapshot_abandon)(void *ctx, void *snap);
 };
 
 struct pr_bridge_config {

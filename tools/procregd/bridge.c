@@ -624,126 +624,6 @@ static int up_snapshot(void *ctx, int (*send)(void *sctx, const uint8_t *frame, 
 	return send(sctx, br->buf, s.pos);
 }
 
-/*
- * The snapshot in pieces (backend.h: snapshot_begin): the walk of
- * procreg__w_walk_some, a budget of slots a call, the daemon serving its
- * clients between two. The parts are all as of S, the change that was
- * the newest at snapshot_begin(), though each piece shows the table as
- * it is then. That is sound because the backend delivers every change
- * after S after the last part, and the receiver applies the parts, then
- * those changes in order (take_changes()):
- *
- *  - an entry unchanged from S to the end is in the parts as it was at S
- *    (the walk visits every entry live all along);
- *  - an entry changed after S is changed again by its change, whatever
- *    the parts said of it: a PUT of what the parts put is a confirmation
- *    (apply_name()/apply_member(): same_entry, nothing done), a PUT of
- *    what they did not sets it; a DEL of what they did not put finds
- *    nothing of that owner (apply_name() checks the node, pid and start
- *    time; apply_member() the member's key) and does nothing. A DEL then
- *    PUT of the same member or name with new metadata, both after S, shown
- *    newest by a part, takes it out and puts it back: the receiver's
- *    clients see that entry go and come, which it did;
- *  - a resync (the same incarnation back: the receiver removes what the
- *    snapshot did not confirm, at the last part, finish_resync()) loses
- *    nothing: what the parts missed is missing because it went after S
- *    and its DEL follows, or came after S and its PUT follows, and puts
- *    it back.
- *
- * Entries are sent again where an index was rebuilt under the walk (the
- * receiver takes a repeated PUT as a confirmation). The part numbers and
- * S are as one-shot snapshots have them: the receiver cannot tell.
- */
-struct snap_run {
-	struct bridge *br;
-	struct pr_walk_cursor cur;
-	uint64_t seq;               /* S: what the parts are as of */
-	uint32_t part;
-	size_t pos, start;          /* the part being filled, in buf */
-	uint64_t entries;
-	unsigned pieces;
-	int (*send)(void *sctx, const uint8_t *frame, size_t len);
-	void *sctx;
-	char node[PR_BP_NODE_MAX + 1];
-	uint8_t buf[PR_BP_FRAME_MAX];
-};
-
-static void snap_run_part(struct snap_run *s)
-{
-	s->pos = 0;
-	procreg__bp_begin(s->buf, PR_BP_FRAME_MAX, &s->pos, PR_BP_SNAP, s->br->incarnation, s->seq,
-			  s->part, &s->start);
-}
-
-static int snap_run_one(uint64_t off, const struct pr_record *r, void *arg)
-{
-	struct snap_run *s = arg;
-	struct pr_bp_entry e;
-	int err;
-
-	(void)off;
-	if (r->node != 0 || (r->kind != PR_KIND_NAME && r->kind != PR_KIND_MEMBER))
-		return 0;
-	to_entry(r, PR_BP_PUT, &e);
-	if (procreg__bp_add_entry(s->buf, PR_BP_FRAME_MAX, &s->pos, s->start, &e) == -ENOBUFS) {
-		procreg__bp_end(s->buf, s->pos, s->start, 0);
-		if ((err = s->send(s->sctx, s->buf, s->pos)) < 0)
-			return err;
-		s->part++;
-		snap_run_part(s);
-		procreg__bp_add_entry(s->buf, PR_BP_FRAME_MAX, &s->pos, s->start, &e);
-	}
-	s->entries++;
-	return 0;
-}
-
-static void *up_snapshot_begin(void *ctx, const char *node)
-{
-	struct bridge *br = ctx;
-	struct snap_run *s = calloc(1, sizeof(*s));
-
-	if (!s)
-		return NULL;
-	s->br = br;
-	s->seq = br->seq;
-	snprintf(s->node, sizeof(s->node), "%s", node);
-	snap_run_part(s);
-	return s;
-}
-
-static int up_snapshot_more(void *ctx, void *snap, uint64_t budget,
-			    int (*send)(void *sctx, const uint8_t *frame, size_t len), void *sctx)
-{
-	struct bridge *br = ctx;
-	struct snap_run *s = snap;
-	int ret;
-
-	s->send = send;
-	s->sctx = sctx;
-	s->pieces++;
-	ret = procreg__w_walk_some(&br->d->w, &s->cur, snap_run_one, s, budget);
-	if (ret == 0)
-		return 0;
-	if (ret > 0) {
-		procreg__bp_end(s->buf, s->pos, s->start, PR_BP_SNAP_LAST);
-		ret = send(sctx, s->buf, s->pos);
-		if (ret >= 0) {
-			log_debug("bridge: snapshot for node %s: %llu entries in %u pieces, %u parts, "
-				  "as of change %llu", s->node, (unsigned long long)s->entries,
-				  s->pieces, s->part + 1, (unsigned long long)s->seq);
-			ret = 1;
-		}
-	}
-	free(s);
-	return ret;
-}
-
-static void up_snapshot_abandon(void *ctx, void *snap)
-{
-	(void)ctx;
-	free(snap);
-}
-
 static uint64_t up_seq(void *ctx)
 {
 	return ((struct bridge *)ctx)->seq;
@@ -1911,8 +1791,6 @@ int bridge_start(struct daemon *d)
 		.sz = sizeof(up), .node_up = up_node_up, .node_down = up_node_down,
 		.deliver = up_deliver, .snapshot = up_snapshot, .seq = up_seq, .log = log_fwd,
 		.deliver_bytes = up_deliver_bytes, .heartbeat = up_heartbeat, .vlog = log_vat,
-		.snapshot_begin = up_snapshot_begin, .snapshot_more = up_snapshot_more,
-		.snapshot_abandon = up_snapshot_abandon,
 	};
 	int err;
 

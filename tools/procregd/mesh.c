@@ -156,11 +156,6 @@
 #define ADDRS_MAX 8                 /* of one name's answer, tried in turn */
 #define RESOLVE_LOG_NS (60 * 1000000000ull) /* a name that keeps failing: a line a minute */
 #define UNAUTH_LINES 10               /* a second, about connections never authenticated */
-/* Slots of the table a snapshot looks at in one dispatch (snap_piece()):
- * well under a millisecond, so that the daemon answers its clients
- * between two pieces however big the table (written whole, 200,000
- * names held its thread for 50 ms). */
-#define SNAP_PIECE_SLOTS 4096
 
 enum conn_state { C_CONNECTING, C_HANDSHAKE, C_UP };
 enum obj_kind { O_LISTEN, O_TIMER, O_CONN, O_RESOLVED, O_MORE };
@@ -207,14 +202,6 @@ struct conn {
 	 * change and no heartbeat until then, as the snapshot will hold all
 	 * they would say; only keep_alive()'s empty PEERS. */
 	bool snap_due;
-	/* Its snapshot under way, in pieces (the replication layer's handle;
-	 * still snap_due meanwhile), and what broadcast() gave since it
-	 * began: queued after its last part (snap_after()), counted in
-	 * mesh.queued as the queue is. */
-	void *snap;
-	unsigned snap_pieces;
-	uint8_t *after;
-	size_t after_len, after_cap, after_n;
 	bool want_out;
 	bool overflow;                /* broadcast() could not queue: drop at flush */
 	/* Dropped for the room it took (room()): its buffers are given back
@@ -325,7 +312,6 @@ struct mesh {
 	 * there are, so that the daemon dispatches again. */
 	size_t snaps_due;
 	bool snapped;                 /* one written in this dispatch */
-	struct conn *snapping;        /* the one whose snapshot is under way, in pieces */
 	int more_fd;
 	struct obj more_o;
 	struct conn *conns;
@@ -448,11 +434,10 @@ static size_t conn_live(const struct conn *c)
 }
 
 /* What C holds against --max-mesh-queue, for room() to compare: what its
- * queue has not sent, the changes kept aside while its snapshot is
- * written (conn.after), and its record buffers past their idle size. */
+ * queue has not sent, and its record buffers past their idle size. */
 static size_t conn_weight(const struct conn *c)
 {
-	return conn_live(c) + c->after_len + c->bufs;
+	return conn_live(c) + c->bufs;
 }
 
 /* What all connections hold against --max-mesh-queue. */
@@ -478,14 +463,6 @@ static bool conn_unfinished(const struct conn *c, uint64_t now)
 {
 	return c->bufs && (c->in_len || c->pt_len) && !c->snap_due &&
 	       now - c->last_rx_ns >= (uint64_t)STALL_MS * 1000000ull;
-}
-
-static void after_free(struct mesh *m, struct conn *c)
-{
-	m->queued -= c->after_cap;
-	free(c->after);
-	c->after = NULL;
-	c->after_cap = c->after_len = c->after_n = 0;
 }
 
 static void queue_free(struct mesh *m, struct conn *c)
@@ -580,7 +557,6 @@ static void evict(struct mesh *m, struct conn *c, bool snap)
 	}
 	queue_free(m, c);
 	bufs_drop(m, c);
-	after_free(m, c);
 	c->evicted = true;
 }
 
@@ -857,14 +833,11 @@ static bool unauth_pass(struct mesh *m, const struct conn *c, int level)
  * ordinary way (closed, silent, replaced), LOG_DEBUG for a connection
  * that never came up and was closed from the other side (one of two
  * dials that crossed, a retry). */
-static void snap_stop(struct mesh *m, struct conn *c);
-
 static void conn_kill_at(struct mesh *m, struct conn *c, int level, const char *why)
 {
 	if (c->dead)
 		return;
 	c->dead = true;
-	snap_stop(m, c);
 	if (c->snap_due) {
 		c->snap_due = false;
 		m->snaps_due--;
@@ -910,7 +883,6 @@ static void reap(struct mesh *m)
 			m->nconns--;
 			m->queued -= c->out_cap;
 			m->bufs -= c->bufs;
-			after_free(m, c);
 			procreg__bs_free(c->bs);
 			free(c->in);
 			free(c->pt);
@@ -2037,124 +2009,16 @@ static void kill_evicted(struct mesh *m)
 /* ---- the backend interface -------------------------------------------- */
 
 /*
- * A snapshot in pieces (the replication layer's snapshot_begin): one
- * piece a dispatch, SNAP_PIECE_SLOTS of the table, its parts queued and
- * sent as they fill, the daemon serving its clients between two. The
- * changes made meanwhile go to the node after the last part, as the
- * contract has it: broadcast() keeps them aside (conn.after) until
- * then. The node stays snap_due the while: not read, no heartbeat (a
- * heartbeat counts changes the node must not be told of before the
- * changes themselves), kept alive by keep_alive() if a piece's parts
- * do not go out for a while.
- *
- * One snapshot is under way at a time, the others waiting their turn
- * (the oldest first), rather than all of them taking turns by the
- * piece: the same work in all, but the first done sooner and none
- * later, and one node's changes kept aside at a time, not every
- * waiting node's.
- */
-static int after_queue(struct conn *c, const uint8_t *data, size_t len)
-{
-	struct mesh *m = c->m;
-
-	/* As far behind as a queue may go (conn_queue()). */
-	if (c->after_len + len > OUT_MAX)
-		return -ENOBUFS;
-	if (c->after_len + len > c->after_cap) {
-		size_t cap = c->after_cap ? c->after_cap : 65536;
-		uint8_t *n;
-
-		while (cap < c->after_len + len)
-			cap *= 2;
-		if (!room(m, c, cap - c->after_cap, conn_weight(c) + len, false))
-			return -ENOBUFS;
-		n = realloc(c->after, cap);
-		if (!n)
-			return -ENOMEM;
-		m->queued += cap - c->after_cap;
-		c->after = n;
-		c->after_cap = cap;
-	}
-	memcpy(c->after + c->after_len, data, len);
-	c->after_len += len;
-	c->after_n++;
-	return 0;
-}
-
-/* C's snapshot, if under way, given up (C is going). */
-static void snap_stop(struct mesh *m, struct conn *c)
-{
-	if (c->snap) {
-		m->up.snapshot_abandon(m->up.ctx, c->snap);
-		c->snap = NULL;
-	}
-	if (m->snapping == c)
-		m->snapping = NULL;
-	after_free(m, c);
-}
-
-/* The next piece of C's snapshot; once it is whole, the changes kept
- * aside after it, and C an ordinary node. */
-static void snap_piece(struct mesh *m, struct conn *c)
-{
-	int r;
-
-	m->snapped = true;
-	c->snap_pieces++;
-	r = m->up.snapshot_more(m->up.ctx, c->snap, SNAP_PIECE_SLOTS, snap_send, c);
-	if (r == 0) {
-		conn_flush(m, c);
-		return;
-	}
-	c->snap = NULL; /* the replication layer let go of it */
-	m->snapping = NULL;
-	if (r > 0 && c->after_len && conn_queue_b(c, c->after, c->after_len, false) < 0)
-		r = -ENOBUFS;
-	if (r < 0) {
-		conn_kill(m, c, c->evicted ? NULL : "snapshot");
-		return;
-	}
-	pr_bridge_log(&m->up, LOG_DEBUG, "bridge: node %s: snapshot written in %u pieces, then "
-		      "%zu changes made meanwhile", c->peer, c->snap_pieces, c->after_n);
-	after_free(m, c);
-	c->snap_due = false;
-	m->snaps_due--;
-	/* Not read while it waited: not silent. */
-	c->last_rx_ns = now_ns();
-	send_peers(m, c);
-	conn_flush(m, c);
-}
-
-static void snap_begin(struct mesh *m, struct conn *c)
-{
-	c->snap = m->up.snapshot_begin(m->up.ctx, c->peer);
-	if (!c->snap) {
-		conn_kill(m, c, "out of memory for its snapshot");
-		return;
-	}
-	c->snap_pieces = 0;
-	c->snap_due = true;
-	m->snaps_due++;
-	m->snapping = c;
-	snap_piece(m, c);
-}
-
-/*
  * A snapshot is the whole table, written out on the daemon's thread: a
  * burst of nodes coming up (many connections with the cookie at once)
  * would have them all written in one turn, local requests waiting the
- * while. One is begun or carried a piece further a dispatch
- * (m->snapped), the others are due (conn.snap_due) and begun in later
- * dispatches, the oldest first; the daemon serves its clients between
- * two. (A replication layer without snapshot_begin writes one whole.)
+ * while. One is written a dispatch (m->snapped), the others are due
+ * (conn.snap_due) and written in later dispatches, the oldest first;
+ * the daemon serves its clients between two.
  */
 static void snapshot_now(struct mesh *m, struct conn *c)
 {
 	m->snapped = true;
-	if (m->up.snapshot_begin) {
-		snap_begin(m, c);
-		return;
-	}
 	if (m->up.snapshot(m->up.ctx, snap_send, c) < 0) {
 		conn_kill(m, c, c->evicted ? NULL : "snapshot");
 		return;
@@ -2213,19 +2077,13 @@ static void serve_snapshot(struct mesh *m)
 		if (c->snap_due)
 			due = c;
 	}
-	if (!m->snapped && m->snapping) {
-		struct conn *c = m->snapping;
-
-		snap_piece(m, c);
-		if (!c->dead && !c->snap_due && c->in_len)
-			conn_consume(m, c);
-	} else if (!m->snapped && due) {
+	if (!m->snapped && due) {
 		due->snap_due = false;
 		m->snaps_due--;
 		/* Not read while it waited: not silent. */
 		due->last_rx_ns = now;
 		snapshot_now(m, due);
-		if (!due->dead && !due->snap_due && due->in_len)
+		if (!due->dead && due->in_len)
 			conn_consume(m, due);
 	}
 	if (m->snaps_due)
@@ -2280,14 +2138,7 @@ static int mesh_broadcast(void *b, const uint8_t *frame, size_t len)
 	 * try, so that a peer whose socket is full costs one failed send per
 	 * flush_bytes, not one per change. */
 	for (struct conn *c = m->conns; c; c = c->next) {
-		if (c->dead || c->state != C_UP || c->overflow || c->evicted)
-			continue;
-		if (c->snap) {
-			if (after_queue(c, frame, len) < 0)
-				c->overflow = true;
-			continue;
-		}
-		if (c->snap_due)
+		if (c->dead || c->state != C_UP || c->overflow || c->evicted || c->snap_due)
 			continue;
 		if (conn_queue(c, frame, len) < 0) {
 			c->overflow = true;
@@ -2363,7 +2214,6 @@ static void mesh_close(void *b)
 	for (struct conn *c = m->conns; c; c = c->next) {
 		if (!c->dead) {
 			c->dead = true;
-			snap_stop(m, c);
 			close(c->fd);
 		}
 	}
