@@ -694,6 +694,62 @@ static int count_leech(const struct procreg_node *n, void *arg)
 	return 0;
 }
 
+/* A real node (b) joins a while hostile nodes keep coming, MORE(ARG, 0)
+ * before it is up and MORE(ARG, 1) once it is: it replicates both ways,
+ * is never dropped once up, and a local client of a is answered. */
+static void real_node_joins(struct cluster *c, void (*more)(void *arg, int round), void *arg)
+{
+	struct th_node *a = &c->n[0], *b = &c->n[1];
+
+	assert_int_equal(th_node_start(b, c->cookie, (const char *const[]){ "--peer", a->listen,
+									      NULL }, NULL), 0);
+	more(arg, 0);
+	assert_int_equal(procreg_register(b->reg, "on-b", NULL, 0), 0);
+	assert_int_equal(procreg_register(a->reg, "on-a", NULL, 0), 0);
+	th_expect_name(a->reg, "on-b", getpid(), true, WAIT_MS);
+	th_expect_name(b->reg, "on-a", getpid(), true, WAIT_MS);
+	/* More once it is up: it stays, and replicates on. */
+	more(arg, 1);
+	assert_int_equal(procreg_register(b->reg, "on-b-2", NULL, 0), 0);
+	assert_int_equal(procreg_register(a->reg, "on-a-2", NULL, 0), 0);
+	th_expect_name(a->reg, "on-b-2", getpid(), true, WAIT_MS);
+	th_expect_name(b->reg, "on-a-2", getpid(), true, WAIT_MS);
+	if (th_log_count(b->d.log, "node nodea: down")) {
+		char *t = th_read_file(b->d.log, false);
+
+		fail_msg("the real node's connection was dropped once up; its log:\n%.3000s", t);
+	}
+	{
+		PROCREG_OPTS(procreg_opts, o, .dir = a->dir, .timeout_ms = ANSWER_MS);
+		procreg_t *reg = procreg_open(&o);
+
+		assert_non_null(reg);
+		assert_int_equal(procreg_register(reg, "probe", NULL, 0), 0);
+		assert_int_equal(procreg_unregister(reg, "probe"), 0);
+		procreg_close(reg);
+	}
+}
+
+struct leech_more {
+	struct leeches *l;
+	const char *listen;
+};
+
+/* LATE_LEECHES more leeches, before the real node is up (ROUND 0) or
+ * after (1), kept alive by the thread; after, a while for them to hold
+ * on before the node's next names. */
+static void more_leeches(void *arg, int round)
+{
+	struct leech_more *lm = arg;
+	int from = LEECHES + round * LATE_LEECHES;
+
+	for (int i = from; i < from + LATE_LEECHES; i++)
+		leech_connect(lm->l, i, lm->listen);
+	leeches_hand_over(lm->l, from + LATE_LEECHES);
+	if (round)
+		th_msleep(1500);
+}
+
 /* The leeches the daemon at REG has up, as its nodes file says. */
 static int leeches_up(procreg_t *reg)
 {
@@ -713,6 +769,7 @@ static void test_leeches_bounded(void **state)
 	struct cluster *c = *state;
 	struct th_node *a = &c->n[0], *b = &c->n[1];
 	struct leeches l = { 0 };
+	struct leech_more lm;
 	static char meta[1001];
 	long base, peak = 0, now;
 	int up = 0;
@@ -764,40 +821,9 @@ static void test_leeches_bounded(void **state)
 	/* A real node joins while they hold on, and replicates both ways;
 	 * more come meanwhile (l.n: the thread keeps them alive too once
 	 * they are all there). */
-	assert_int_equal(th_node_start(b, c->cookie, (const char *const[]){ "--peer", a->listen,
-									      NULL }, NULL), 0);
-	for (int i = LEECHES; i < LEECHES + LATE_LEECHES; i++)
-		leech_connect(&l, i, a->listen);
-	leeches_hand_over(&l, LEECHES + LATE_LEECHES);
-	assert_int_equal(procreg_register(b->reg, "on-b", NULL, 0), 0);
-	assert_int_equal(procreg_register(a->reg, "on-a", NULL, 0), 0);
-	th_expect_name(a->reg, "on-b", getpid(), true, WAIT_MS);
-	th_expect_name(b->reg, "on-a", getpid(), true, WAIT_MS);
+	lm = (struct leech_more){ &l, a->listen };
+	real_node_joins(c, more_leeches, &lm);
 	th_expect_name(b->reg, "q0", getpid(), true, WAIT_MS);
-	/* More once it is up: it stays, and replicates on. */
-	for (int i = LEECHES + LATE_LEECHES; i < LEECHES + 2 * LATE_LEECHES; i++)
-		leech_connect(&l, i, a->listen);
-	leeches_hand_over(&l, LEECHES + 2 * LATE_LEECHES);
-	th_msleep(1500);
-	assert_int_equal(procreg_register(b->reg, "on-b-2", NULL, 0), 0);
-	assert_int_equal(procreg_register(a->reg, "on-a-2", NULL, 0), 0);
-	th_expect_name(a->reg, "on-b-2", getpid(), true, WAIT_MS);
-	th_expect_name(b->reg, "on-a-2", getpid(), true, WAIT_MS);
-	if (th_log_count(b->d.log, "node nodea: down")) {
-		char *t = th_read_file(b->d.log, false);
-
-		fail_msg("the real node's connection was dropped once up; its log:\n%.3000s", t);
-	}
-	/* And a local client is answered. */
-	{
-		PROCREG_OPTS(procreg_opts, o, .dir = a->dir, .timeout_ms = ANSWER_MS);
-		procreg_t *reg = procreg_open(&o);
-
-		assert_non_null(reg);
-		assert_int_equal(procreg_register(reg, "probe", NULL, 0), 0);
-		assert_int_equal(procreg_unregister(reg, "probe"), 0);
-		procreg_close(reg);
-	}
 	now = anon_kb(a->d.pid);
 	peak = now > peak ? now : peak;
 	print_message("leeches: after the real node joined, %ld kB at most\n", peak);
@@ -1316,9 +1342,9 @@ static void test_full_table_log_limited(void **state)
 	lines = th_log_count(a->d.log, "not replicated") -
 		th_log_count(a->d.log, "more entries not replicated");
 	held = th_log_held(a->d.log, "entries not replicated");
-	print_message("%d names sent into a 4 MiB table, %llu refused: %d lines about them, "
+	print_message("%d names sent into a 4 MiB table, %llu refused: %d line%s about them, "
 		      "%llu more counted\n", FILL + 1, (unsigned long long)refused, lines,
-		      (unsigned long long)held);
+		      lines == 1 ? "" : "s", (unsigned long long)held);
 	if (lines < 1 || lines > FILL / 40)
 		fail_msg("%d log lines for %d names sent into a full table (log: %s)", lines, FILL,
 			 a->d.log);
@@ -1873,11 +1899,28 @@ static bool hoard(struct th_peer *p, int i, const char *listen)
 	return send_all(p, rec, 2 * PR_BS_REC_MAX - 2);
 }
 
+struct hoard_more {
+	struct th_peer *p;
+	const char *listen;
+};
+
+/* LATE_HOARDERS more hoarders, before the real node is up (ROUND 0) or
+ * after (1). */
+static void more_hoarders(void *arg, int round)
+{
+	struct hoard_more *hm = arg;
+	int from = HOARDERS + (round + 1) * LATE_HOARDERS;
+
+	for (int i = from; i < from + LATE_HOARDERS; i++)
+		hoard(&hm->p[i], i, hm->listen);
+}
+
 static void test_unfinished_records_bounded(void **state)
 {
 	struct cluster *c = *state;
-	struct th_node *a = &c->n[0], *b = &c->n[1];
+	struct th_node *a = &c->n[0];
 	struct th_peer *p = calloc(HOARDERS + 3 * LATE_HOARDERS, sizeof(*p));
+	struct hoard_more hm;
 	const int most = HOARD_BUDGET_KB / HOARD_HELD_KB + 1;
 	long base, now, peak = 0;
 	int up;
@@ -1921,36 +1964,8 @@ static void test_unfinished_records_bounded(void **state)
 
 	/* A real node joins, and replicates both ways, more coming as it
 	 * does. */
-	assert_int_equal(th_node_start(b, c->cookie, (const char *const[]){ "--peer", a->listen,
-									      NULL }, NULL), 0);
-	for (int i = HOARDERS + LATE_HOARDERS; i < HOARDERS + 2 * LATE_HOARDERS; i++)
-		hoard(&p[i], i, a->listen);
-	assert_int_equal(procreg_register(b->reg, "on-b", NULL, 0), 0);
-	assert_int_equal(procreg_register(a->reg, "on-a", NULL, 0), 0);
-	th_expect_name(a->reg, "on-b", getpid(), true, WAIT_MS);
-	th_expect_name(b->reg, "on-a", getpid(), true, WAIT_MS);
-	/* More once it is up: it stays, and replicates on. */
-	for (int i = HOARDERS + 2 * LATE_HOARDERS; i < HOARDERS + 3 * LATE_HOARDERS; i++)
-		hoard(&p[i], i, a->listen);
-	assert_int_equal(procreg_register(b->reg, "on-b-2", NULL, 0), 0);
-	assert_int_equal(procreg_register(a->reg, "on-a-2", NULL, 0), 0);
-	th_expect_name(a->reg, "on-b-2", getpid(), true, WAIT_MS);
-	th_expect_name(b->reg, "on-a-2", getpid(), true, WAIT_MS);
-	if (th_log_count(b->d.log, "node nodea: down")) {
-		char *t = th_read_file(b->d.log, false);
-
-		fail_msg("the real node's connection was dropped once up; its log:\n%.3000s", t);
-	}
-	/* And a local client is answered. */
-	{
-		PROCREG_OPTS(procreg_opts, o, .dir = a->dir, .timeout_ms = ANSWER_MS);
-		procreg_t *reg = procreg_open(&o);
-
-		assert_non_null(reg);
-		assert_int_equal(procreg_register(reg, "probe", NULL, 0), 0);
-		assert_int_equal(procreg_unregister(reg, "probe"), 0);
-		procreg_close(reg);
-	}
+	hm = (struct hoard_more){ p, a->listen };
+	real_node_joins(c, more_hoarders, &hm);
 	up = nodes_up_within(a->reg, "hoard", most, WAIT_MS);
 	now = anon_kb(a->d.pid);
 	peak = now > peak ? now : peak;

@@ -160,6 +160,17 @@ static int one_more(void *arg)
 	return 0;
 }
 
+/* Root holds c.0 .. c.N-1: names to queue for. */
+static void root_names(struct fx *f, int n)
+{
+	for (int i = 0; i < n; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "c.%d", i);
+		assert_int_equal(procreg_register(f->fx->reg, name, NULL, 0), 0);
+	}
+}
+
 static void test_places_bounded(void **state)
 {
 	struct fx *f = *state;
@@ -174,12 +185,7 @@ static void test_places_bounded(void **state)
 	TH_ENTRY(e);
 	pid_t first;
 
-	for (int i = 0; i < 300; i++) {
-		char name[32];
-
-		snprintf(name, sizeof(name), "c.%d", i);
-		assert_int_equal(procreg_register(f->fx->reg, name, NULL, 0), 0);
-	}
+	root_names(f, 300);
 	th_held_init(&h);
 	first = th_held_start(&h, line_up, &l1);
 	th_held_ready(&h, 30000);
@@ -408,12 +414,7 @@ static void test_places_count_as_leases(void **state)
 	TH_ENTRY(e);
 	pid_t held;
 
-	for (int i = 0; i < 100; i++) {
-		char name[32];
-
-		snprintf(name, sizeof(name), "c.%d", i);
-		assert_int_equal(procreg_register(f->fx->reg, name, NULL, 0), 0);
-	}
+	root_names(f, 100);
 	th_held_init(&h);
 	held = th_held_start(&h, queue_leased_up, &a);
 	th_held_ready(&h, 30000);
