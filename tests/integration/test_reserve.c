@@ -249,9 +249,10 @@ static void test_options_checked(void **state)
 		{ "--reserved-clients", "1024", "want fewer than --max-clients (1024)", 2 },
 		{ "--reserved-clients", "x", "--reserved-clients x: want a number", 2 },
 		{ "--reserved-size", "1Q", "--reserved-size 1Q: want a size", 2 },
-		{ "--reserved-size", "2M", "want at most half the table", 1 },
+		{ "--reserved-size", "2M", "want at most half the table (1048576 bytes)", 1 },
 		{ "--local-size", "1Q", "--local-size 1Q: want a size", 2 },
-		{ "--local-size", "1025K", "--local-size 1049600: want at most half the table", 1 },
+		{ "--local-size", "1025K",
+		  "--local-size 1049600: want at most half the table (1048576 bytes)", 1 },
 		{ "--local-size", "1M", "at most 3/4 of the table together", 1, "--reserved-size",
 		  "513K" },
 	};

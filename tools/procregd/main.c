@@ -878,7 +878,7 @@ static int setup(struct daemon *d)
 	if (d->w.reserve > d->w.map.size / 2) {
 		log_err("%s: --reserved-size %llu: want at most half the table (%llu bytes)",
 			d->paths.table, (unsigned long long)d->w.reserve,
-			(unsigned long long)d->w.map.size);
+			(unsigned long long)(d->w.map.size / 2));
 		return -EINVAL;
 	}
 	err = local_share_set(d);
