@@ -1798,6 +1798,7 @@ static void test_resynced_at_once(void **state)
 	for (int i = 0; i < BACK_PEERS; i++)
 		th_peer_close(&p[i]);
 	th_peer_close(&stays);
+	free(p);
 }
 
 /* ---- 9: records left unfinished ---------------------------------------- */
