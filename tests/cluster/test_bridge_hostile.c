@@ -1359,7 +1359,7 @@ static void test_full_table_log_limited(void **state)
  * register NAMES such names and join a group, 0 if all went in. */
 struct user_reg {
 	const char *dir;
-	const struct th_user *u;
+	struct th_user *u;
 	int names;
 };
 
@@ -1397,6 +1397,16 @@ static int user_register_main(void *p)
 	return err ? 2 : 0;
 }
 
+/* UR as a user made for it, who reaches the socket through the base (the
+ * cookie in it stays 0600): its child must succeed. */
+static void user_registers(struct cluster *c, struct user_reg *ur)
+{
+	assert_int_equal(chmod(c->base, 0755), 0);
+	th_user_new(ur->u);
+	assert_int_equal(th_wait(th_fork(user_register_main, ur)), 0);
+	th_user_del(ur->u);
+}
+
 /* Another node's entries took the reserve kept for this host's root as
  * any other space: a node with the cookie whose snapshot held more than
  * the table (4 MiB, 5,000 names of 1 KiB) left it all but full, and root
@@ -1426,12 +1436,7 @@ static void test_full_table_root_registers(void **state)
 				 procreg_strerror(err), a->d.log);
 	}
 	assert_int_equal(procreg_join(a->reg, "root-group", meta, sizeof(meta)), 0);
-	/* The user reaches the socket through the base (the cookie in it
-	 * stays 0600). */
-	assert_int_equal(chmod(c->base, 0755), 0);
-	th_user_new(&u);
-	assert_int_equal(th_wait(th_fork(user_register_main, &ur)), 0);
-	th_user_del(&u);
+	user_registers(c, &ur);
 	th_peer_close(&p);
 }
 
@@ -1461,12 +1466,7 @@ static void test_full_table_users_register(void **state)
 			 "host (log: %s)", (unsigned long long)(st.arena_size - st.arena_used),
 			 (unsigned long long)kept, a->d.log);
 	th_expect_log(a->d.log, "kept for this host's users (--local-size)", WAIT_MS);
-	/* The user reaches the socket through the base (the cookie in it
-	 * stays 0600). */
-	assert_int_equal(chmod(c->base, 0755), 0);
-	th_user_new(&u);
-	assert_int_equal(th_wait(th_fork(user_register_main, &ur)), 0);
-	th_user_del(&u);
+	user_registers(c, &ur);
 	th_peer_close(&p);
 }
 
@@ -1495,10 +1495,7 @@ static void test_full_index_users_register(void **state)
 		fail_msg("a node's names took %llu of %llu slots, want half at most (log: %s)",
 			 (unsigned long long)st.names, (unsigned long long)st.index_capacity,
 			 a->d.log);
-	assert_int_equal(chmod(c->base, 0755), 0);
-	th_user_new(&u);
-	assert_int_equal(th_wait(th_fork(user_register_main, &ur)), 0);
-	th_user_del(&u);
+	user_registers(c, &ur);
 	th_peer_close(&p);
 }
 
