@@ -662,7 +662,7 @@ static int conn_queue_b(struct conn *c, const uint8_t *data, size_t len, bool bo
 		while (cap < live + len)
 			cap *= 2;
 		if (cap != c->out_cap) {
-			if (!room(m, c, cap - c->out_cap, live + len + c->bufs, !bounded))
+			if (!room(m, c, cap - c->out_cap, conn_weight(c) + len, !bounded))
 				return -ENOBUFS;
 			n = realloc(c->out, cap);
 			if (!n)

@@ -22,11 +22,11 @@
  * the last was given up on, and hold every grace period up for as long as
  * it liked, while its own churn retired memory that nothing freed
  * meanwhile: the table filled, and other users' names were refused (a 96
- * MiB table, one user churning 4,000 names at 7 M events/s: 8 of 280 of
- * another user's registrations refused, with holds cut to a sixteenth of
- * the timeout still 8 of 280, the relay's next process pinning at once).
- * What the relay holds up is then what a few milliseconds of churn
- * retire. A reader of that uid caught inside a lookup is only the worse
+ * MiB table, one user churning 4,000 names at 5-7 M events/s: 120 of 275
+ * of another user's registrations refused; with holds cut to a sixteenth
+ * of the timeout still 8 of 280, the relay's next process pinning at
+ * once; with this, none). What the relay holds up is then what a few
+ * milliseconds of churn retire. A reader of that uid caught inside a lookup is only the worse
  * for it: not waited for, its lookups check for reuse.
  *
  * Fair shares: at most --max-readers-per-uid reader processes a uid, and
