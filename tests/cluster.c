@@ -266,6 +266,7 @@ int th_feed_count(procreg_t *reg, uint64_t *cursor, int type, const char *name)
 	PROCREG_OPTS(procreg_event, ev);
 	int n = 0;
 
+	th_feed_settle(reg);
 	while (procreg_next_event(reg, cursor, &ev, 0) == 0)
 		if (ev.type == type && !strcmp(ev.name, name))
 			n++;

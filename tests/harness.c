@@ -77,6 +77,11 @@ void th_msleep(int ms)
 		;
 }
 
+void th_feed_settle(procreg_t *reg)
+{
+	assert_int_equal(procreg_sync(reg), 0);
+}
+
 int th_until(int (*fn)(void *), void *arg, int ms)
 {
 	for (int i = 0; i < ms; i++) {

@@ -295,6 +295,12 @@ size_t th_adopt_page(struct pr_writer *w, pid_t pid, int fdnum);
 
 /* Sleep for MS milliseconds. */
 void th_msleep(int ms);
+/* procregd changes the table, then publishes the change's event: a test
+ * that saw a change made by the daemon on its own (a peer's frame, a
+ * death, a timer) may read the feed before that event is in. This round
+ * trip returns once the dispatch that made the change has ended, so the
+ * feed holds its events; fails the test if the daemon does not answer. */
+void th_feed_settle(procreg_t *reg);
 /* Poll COND-like function until it returns non-zero, up to MS ms. */
 int th_until(int (*fn)(void *), void *arg, int ms);
 /* For th_until: whether the process *(pid_t *)PID is stopped (state 'T'

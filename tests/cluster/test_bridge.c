@@ -283,6 +283,7 @@ static void conflict_round(struct cluster *c, const char *name, const char *meta
 	start_node(c, 2, (const int[]){ 0, 1, -1 });
 	for (int i = 0; i < 3; i++)
 		expect_name(c->n[i].reg, name, winner, i != (b_wins ? 1 : 0));
+	th_feed_settle(c->n[loser_node].reg);
 	while (procreg_next_event(c->n[loser_node].reg, &cursor, &ev, 0) == 0)
 		if (ev.type == PROCREG_EV_CONFLICT && ev.pid == loser)
 			conflict = true;
@@ -943,6 +944,7 @@ static void test_reconnect_same_incarnation(void **state)
 	fake_snapshot(&k, 7, stamp, (const char *const[]){ "fake-x", NULL });
 	expect_name(c->n[0].reg, "fake-y", 0, false);
 	assert_int_equal(procreg_lookup(c->n[0].reg, "fake-x", NULL), 0);
+	th_feed_settle(c->n[0].reg);
 	while (procreg_next_event(c->n[0].reg, &cursor, &ev, 0) == 0) {
 		if (ev.type == PROCREG_EV_UNREGISTERED && !strcmp(ev.name, "fake-y"))
 			gone++;

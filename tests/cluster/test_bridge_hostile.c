@@ -1588,6 +1588,7 @@ static void back_events(procreg_t *reg, uint64_t *cursor, const char *const *wha
 	PROCREG_OPTS(procreg_event, ev);
 
 	memset(seen, 0, sizeof(int) * BACK_PEERS * 4 * 3);
+	th_feed_settle(reg);
 	while (procreg_next_event(reg, cursor, &ev, 0) == 0) {
 		int i, len = 0;
 

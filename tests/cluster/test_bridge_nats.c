@@ -458,6 +458,7 @@ static void test_split_heal(void **state)
 	expect_name(c->n[0].reg, "during-split", getpid(), true);
 	expect_name(c->n[1].reg, "on-c", getpid(), true);
 	expect_name(c->n[2].reg, "on-a", getpid(), true);
+	th_feed_settle(c->n[2].reg);
 	while (procreg_next_event(c->n[2].reg, &cursor, &ev, 0) == 0)
 		if (ev.type == PROCREG_EV_CONFLICT && ev.pid == second)
 			conflict = true;

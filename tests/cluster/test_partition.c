@@ -432,6 +432,7 @@ static bool saw_conflict(struct part *p, int i, uint64_t cursor, const char *nam
 {
 	PROCREG_OPTS(procreg_event, ev);
 
+	th_feed_settle(p->n[i].reg);
 	while (procreg_next_event(p->n[i].reg, &cursor, &ev, 0) == 0)
 		if (ev.type == PROCREG_EV_CONFLICT && ev.pid == pid && !strcmp(ev.name, name))
 			return true;
@@ -554,6 +555,7 @@ static void test_node_departs(void **state)
 	expect_consistent(p, "after nodeb departed");
 	expect_name(p, 0, "goes-b", 0);
 	expect_name(p, 2, "goes-b", 0);
+	th_feed_settle(p->n[0].reg);
 	while (procreg_next_event(p->n[0].reg, &feed_a, &ev, 0) == 0)
 		if (ev.type == PROCREG_EV_NODE_DOWN && ev.pid == p->cl[on_b].pid)
 			downs++;
@@ -597,6 +599,7 @@ static void test_reconnect_no_blink(void **state)
 	link_pair(p, 0, 1, true);
 	assert_true(th_until(all_up, p, WAIT_MS));
 	expect_consistent(p, "after the reconnect");
+	th_feed_settle(p->n[1].reg);
 	while (procreg_next_event(p->n[1].reg, &feed_b, &ev, 0) == 0) {
 		if (ev.type == PROCREG_EV_UNREGISTERED && !strcmp(ev.name, "doomed"))
 			unregistered++;
@@ -619,6 +622,7 @@ static int feed_types(struct part *p, int i, uint64_t *cursor, const char *name,
 	int n = 0;
 
 	memset(types, 0, sizeof(*types) * (size_t)max);
+	th_feed_settle(p->n[i].reg);
 	while (procreg_next_event(p->n[i].reg, &at, &ev, 0) == 0)
 		if (!strcmp(ev.name, name) && n < max)
 			types[n++] = ev.type;
