@@ -71,6 +71,9 @@
 
 #include "bench.h"
 
+/* The target for pipelined registration from many processes, in M/s. */
+#define STRESS_TARGET_MPS 2.0
+
 enum { ST_LAUNCH, ST_WARM, ST_FLOOR, ST_REG, ST_UNREG, ST_FLOOR2, ST_REREG, ST_PARK, NPHASE };
 
 static bool is_floor(int ph)
@@ -489,6 +492,13 @@ static void report_seqs(const struct seq *q, int n)
 	hprintf("  before step 6: %s requests/s; re-register %s names/s, %.2fx (%.2f-%.2f)\n",
 		fmt_count((uint64_t)(fl[1].med + 0.5)), fmt_count((uint64_t)(rate[R_REREG] + 0.5)),
 		reg[1].med, reg[1].lo, reg[1].hi);
+	/* The floor is what the machine charges before any registry work:
+	 * a target above it cannot be met here, by procreg or anything
+	 * that answers each process. Said, so that a miss is read as the
+	 * machine's when it is. */
+	if (bo.pipelined && fl[0].med < STRESS_TARGET_MPS * 1e6)
+		hprintf("  the floor itself is under the %g M/s target (%.3g M/s): out of this "
+			"machine's reach\n", STRESS_TARGET_MPS, fl[0].med / 1e6);
 	hprintf("  page faults a process took: floor's first run %.1f, then %.1f; register %.1f, "
 		"unregister %.1f, re-register %.1f\n",
 		spread_of(q, n, get_faults, ST_WARM).med, spread_of(q, n, get_faults, ST_FLOOR).med,
@@ -513,6 +523,7 @@ static void report_seqs(const struct seq *q, int n)
 	j_int("sequences", (uint64_t)n);
 	j_num("floor_per_s", fl[0].med);
 	j_num("floor2_per_s", fl[1].med);
+	j_bool("target_over_floor", bo.pipelined && fl[0].med < STRESS_TARGET_MPS * 1e6);
 	j_num("reg_vs_floor", reg[0].med);
 	j_num("reg_vs_floor_min", reg[0].lo);
 	j_num("reg_vs_floor_max", reg[0].hi);
@@ -536,7 +547,7 @@ static void report_seqs(const struct seq *q, int n)
 
 		snprintf(what, sizeof(what), "pipelined registration from %s processes",
 			 fmt_count((uint64_t)S_procs));
-		target(what, rate[R_REG] / 1e6, ">=", 2.0, " M/s");
+		target(what, rate[R_REG] / 1e6, ">=", STRESS_TARGET_MPS, " M/s");
 	}
 }
 
