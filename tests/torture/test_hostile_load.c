@@ -47,11 +47,11 @@ struct fx {
 	struct th_user u[USERS];
 	int nusers;
 	struct th_held h;
+	pid_t kid; /* a child that waits to be killed: by teardown too */
 };
 
-static int setup(void **state)
+static int start(void **state, const char *const *args)
 {
-	static const char *const args[] = { "--max-clients", "99", "--max-readers", "16", NULL };
 	struct fx *f = calloc(1, sizeof(*f));
 
 	if (geteuid() != 0)
@@ -69,12 +69,37 @@ static int setup(void **state)
 	return 0;
 }
 
+static int setup(void **state)
+{
+	static const char *const args[] = { "--max-clients", "99", "--max-readers", "16", NULL };
+
+	return start(state, args);
+}
+
+/* The feed paced at 50 events a second a uid: half a ring (4,096
+ * events) is 82 s of allowance. LAPSED leases made are 60 s of it, and as
+ * many more due 120 s, so that a test's own slowness (under 38 s) cannot
+ * decide on which side of it the uid is. */
+#define LAPSED 3000
+
+static int setup_slow_feed(void **state)
+{
+	static const char *const args[] = { "--max-clients", "99", "--max-readers", "16",
+					    "--max-feed-rate-per-uid", "50", NULL };
+
+	return start(state, args);
+}
+
 static int teardown(void **state)
 {
 	struct fx *f = *state;
 	int st;
 
 	th_held_kill(&f->h);
+	if (f->kid > 0) {
+		kill(f->kid, SIGKILL);
+		th_wait(f->kid);
+	}
 	st = th_daemon_stop_dump(&f->d);
 	for (int i = 0; i < f->nusers; i++)
 		th_user_del(&f->u[i]);
@@ -587,6 +612,94 @@ static void test_feed_flooded(void **state)
 	assert_true(th_log_has(f->d.log, "--max-feed-rate-per-uid"));
 }
 
+/* What a user who lets leases lapse does, as U: registers LAPSED names
+ * leased for 200 ms in one batch, says how it went, and holds on (its
+ * death would be charged to it too, and is not what is tested); then,
+ * told to, registers one name more. */
+struct lapser {
+	const char *dir;
+	const struct th_user *u;
+	int done, failed, go, probed;
+};
+
+static int lapse_main(void *arg)
+{
+	struct lapser *l = arg;
+	struct procreg_op *ops = calloc(LAPSED, sizeof(*ops));
+	char (*names)[24] = calloc(LAPSED, sizeof(*names));
+	procreg_t *r;
+
+	th_become(l->u);
+	r = th_open(l->dir);
+	if (!r || !ops || !names)
+		return 70;
+	for (int i = 0; i < LAPSED; i++) {
+		snprintf(names[i], sizeof(names[i]), "lapse.%d", i);
+		ops[i] = (struct procreg_op){ .sz = sizeof(ops[i]), .kind = PROCREG_OP_REGISTER,
+					      .name = names[i], .lease_ms = 200 };
+	}
+	if (procreg_batch(r, ops, LAPSED) != 0)
+		l->failed = LAPSED;
+	for (int i = 0; i < LAPSED; i++)
+		l->failed += ops[i].result != 0;
+	__atomic_store_n(&l->done, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&l->go, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	l->probed = procreg_register(r, "lapse.probe", NULL, 0) == 0 ? 1 : -1;
+	pause();
+	return 0;
+}
+
+/*
+ * Before: a uid's deaths were charged to its pace but its leases coming
+ * due were not, so a user who let leases lapse made events at twice its
+ * pace (paid for when made, free when due). Now they are charged: its
+ * 3,000 registrations leave it within its allowance, their 3,000 expiries
+ * put it past it, and its next request waits its turn (logged).
+ */
+static void test_lapsed_leases_paced(void **state)
+{
+	struct fx *f = *state;
+	struct lapser *l = th_shared(sizeof(*l));
+	procreg_t *r = th_open(f->dir);
+	pid_t kid;
+
+	assert_non_null(r);
+	*l = (struct lapser){ .dir = f->dir, .u = user(f) };
+	kid = f->kid = th_fork(lapse_main, l);
+	wait_for(&l->done, 1);
+	assert_int_equal(l->failed, 0);
+	/* The registrations alone are within its allowance. */
+	assert_int_equal(th_log_count(f->d.log, "--max-feed-rate-per-uid"), 0);
+	/* Every lease due, and charged: its names are gone. */
+	for (int i = 0, left = LAPSED; left; i++) {
+		char name[24];
+
+		if (i > WAIT_MS / 10)
+			fail_msg("%d of %d leased names still there after %d ms", left, LAPSED,
+				 WAIT_MS);
+		usleep(10000);
+		left = 0;
+		for (int k = 0; k < LAPSED; k++) {
+			snprintf(name, sizeof(name), "lapse.%d", k);
+			left += procreg_lookup(r, name, NULL) == 0;
+		}
+	}
+	__atomic_store_n(&l->go, 1, __ATOMIC_RELEASE);
+	for (int i = 0; !th_log_count(f->d.log, "--max-feed-rate-per-uid"); i++) {
+		if (i > WAIT_MS / 10)
+			fail_msg("the uid whose %d leases lapsed was not paced (its probe: %d)",
+				 LAPSED, __atomic_load_n(&l->probed, __ATOMIC_ACQUIRE));
+		usleep(10000);
+	}
+	/* Waiting, not refused. */
+	assert_int_equal(__atomic_load_n(&l->probed, __ATOMIC_ACQUIRE), 0);
+	kill(kid, SIGKILL);
+	th_wait(kid);
+	f->kid = 0;
+	procreg_close(r);
+}
+
 int main(void)
 {
 	/* The daemons run with an open files limit of FDS, which the limits
@@ -599,6 +712,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_procs_all_uids, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_feed_unread, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_feed_flooded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lapsed_leases_paced, setup_slow_feed, teardown),
 	};
 
 	if (setrlimit(RLIMIT_NOFILE, &low) < 0) {

@@ -1158,6 +1158,39 @@ int owners_refresh(struct daemon *d, const struct client *c, const struct pr_fra
 	return err;
 }
 
+/* Lease L, found at OFF, is due (NOW): marked, or its entry let go. */
+static void lease_due(struct daemon *d, struct lease *l, uint64_t off, uint64_t now)
+{
+	struct owners *o = d->owners;
+
+	if (l->mark) {
+		const struct pr_record *r = rec(d, off);
+
+		if (registry_set_flags(d, off, r->flags | PROCREG_ENTRY_UNHEALTHY,
+				       PROCREG_EV_EXPIRED) == 0) {
+			/* Out of the heap until refreshed. */
+			l->expired = true;
+			heap_del(o, l);
+		} else {
+			l->deadline_ns = now + LEASE_RETRY_NS; /* tried again in a while */
+			heap_fix(o, l);
+		}
+		return;
+	}
+	/* Off the heap first: what follows drops the lease, and the caller
+	 * goes on whatever it does. */
+	heap_del(o, l);
+	if (l->pid) {
+		LOGV(d, "group '%s': pid %d: lease expired, left", l->name, (int)l->pid);
+		/* Leaving drops the lease. */
+		registry_remove(d, off, NULL, PROCREG_EV_LEFT);
+		return;
+	}
+	LOGV(d, "name '%s': lease expired, released", l->name);
+	/* Releasing drops the lease (and may hand the name on). */
+	registry_remove(d, off, NULL, PROCREG_EV_EXPIRED);
+}
+
 uint64_t owners_tick(struct daemon *d)
 {
 	struct owners *o = d->owners;
@@ -1169,39 +1202,20 @@ uint64_t owners_tick(struct daemon *d)
 	 * may add another). */
 	while (o->ndue && o->due[0]->deadline_ns <= now && n++ < TICK_LEASES_MAX) {
 		struct lease *l = o->due[0];
-		uint64_t off = find_leased(d, l);
+		uint64_t off = find_leased(d, l), h0 = d->w.map.hdr->feed_head;
+		uid_t uid = l->uid;
 
 		if (!off) {
 			/* Gone some other way already. */
 			lease_drop(d, l);
 			continue;
 		}
-		if (l->mark) {
-			const struct pr_record *r = rec(d, off);
-
-			if (registry_set_flags(d, off, r->flags | PROCREG_ENTRY_UNHEALTHY,
-					       PROCREG_EV_EXPIRED) == 0) {
-				/* Out of the heap until refreshed. */
-				l->expired = true;
-				heap_del(o, l);
-			} else {
-				l->deadline_ns = now + LEASE_RETRY_NS; /* tried again in a while */
-				heap_fix(o, l);
-			}
-			continue;
-		}
-		/* Off the heap first: what follows drops the lease, and the
-		 * loop goes on whatever it does. */
-		heap_del(o, l);
-		if (l->pid) {
-			LOGV(d, "group '%s': pid %d: lease expired, left", l->name, (int)l->pid);
-			/* Leaving drops the lease. */
-			registry_remove(d, off, NULL, PROCREG_EV_LEFT);
-			continue;
-		}
-		LOGV(d, "name '%s': lease expired, released", l->name);
-		/* Releasing drops the lease (and may hand the name on). */
-		registry_remove(d, off, NULL, PROCREG_EV_EXPIRED);
+		lease_due(d, l, off, now);
+		/* Its events are the leaseholder's, as a death's are the
+		 * dead's (server.c): else leases made to lapse would give a
+		 * uid twice its pace, paid for when made and free when due. */
+		if (uid != NO_UID)
+			server_feed_charge(d, uid, h0);
 	}
 	next = owners_next_deadline(d);
 	return next == UINT64_MAX ? UINT64_MAX : next > now ? next - now : 0;

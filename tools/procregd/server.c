@@ -277,7 +277,8 @@ static void park(struct daemon *d, struct client *c)
  * once (feed_burst_ns): a service registering a few thousand names at
  * start is not held up, and a follower that keeps up is not lapped by
  * it. Its deaths' events are charged to it too (server_feed_charge), or
- * processes that register and exit would make twice the rate.
+ * processes that register and exit would make twice the rate; so are
+ * those of its leases that come due (owners_tick), for the same reason.
  *
  * A uid over its budget is paced, never refused: its connections are
  * parked (out of the epoll set, their requests waiting in their sockets)
