@@ -662,11 +662,10 @@ static void test_lapsed_leases_paced(void **state)
 	struct fx *f = *state;
 	struct lapser *l = th_shared(sizeof(*l));
 	procreg_t *r = th_open(f->dir);
-	pid_t kid;
 
 	assert_non_null(r);
 	*l = (struct lapser){ .dir = f->dir, .u = user(f) };
-	kid = f->kid = th_fork(lapse_main, l);
+	f->kid = th_fork(lapse_main, l);
 	wait_for(&l->done, 1);
 	assert_int_equal(l->failed, 0);
 	/* The registrations alone are within its allowance. */
@@ -694,8 +693,8 @@ static void test_lapsed_leases_paced(void **state)
 	}
 	/* Waiting, not refused. */
 	assert_int_equal(__atomic_load_n(&l->probed, __ATOMIC_ACQUIRE), 0);
-	kill(kid, SIGKILL);
-	th_wait(kid);
+	kill(f->kid, SIGKILL);
+	th_wait(f->kid);
 	f->kid = 0;
 	procreg_close(r);
 }

@@ -452,6 +452,7 @@ static void report_seqs(const struct seq *q, int n)
 						"re-register" };
 	uint64_t visible[2] = { UINT64_MAX, UINT64_MAX };
 	double rate[NROWS];
+	bool over = bo.pipelined && fl[0].med < STRESS_TARGET_MPS * 1e6;
 
 	for (int i = 0; i < n; i++)
 		for (int k = 0; k < 2; k++)
@@ -496,7 +497,7 @@ static void report_seqs(const struct seq *q, int n)
 	 * a target above it cannot be met here, by procreg or anything
 	 * that answers each process. Said, so that a miss is read as the
 	 * machine's when it is. */
-	if (bo.pipelined && fl[0].med < STRESS_TARGET_MPS * 1e6)
+	if (over)
 		hprintf("  the floor itself is under the %g M/s target (%.3g M/s): out of this "
 			"machine's reach\n", STRESS_TARGET_MPS, fl[0].med / 1e6);
 	hprintf("  page faults a process took: floor's first run %.1f, then %.1f; register %.1f, "
@@ -523,7 +524,7 @@ static void report_seqs(const struct seq *q, int n)
 	j_int("sequences", (uint64_t)n);
 	j_num("floor_per_s", fl[0].med);
 	j_num("floor2_per_s", fl[1].med);
-	j_bool("target_over_floor", bo.pipelined && fl[0].med < STRESS_TARGET_MPS * 1e6);
+	j_bool("target_over_floor", over);
 	j_num("reg_vs_floor", reg[0].med);
 	j_num("reg_vs_floor_min", reg[0].lo);
 	j_num("reg_vs_floor_max", reg[0].hi);

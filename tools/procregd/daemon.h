@@ -257,8 +257,9 @@ struct daemon {
 	struct pr_u64map feed_due;
 	uint32_t feed_rate;       /* 0: no pacing */
 	uint64_t feed_burst_ns;
-	uint64_t feed_deaths;     /* events of deaths and leases due, charged to the dead
-				   * and the leaseholders (all along) */
+	uint64_t feed_apart;      /* events charged apart from a packet's sender (all
+				   * along): deaths to the dead, leases due to their
+				   * holders (server_feed_charge) */
 	uint64_t feed_resume_ns;  /* the first paced uid's turn again; UINT64_MAX: none */
 	bool synced;              /* deaths drained for a SYNC of this packet */
 	struct ev closer_ev;

@@ -26,8 +26,9 @@
  * of another user's registrations refused; with holds cut to a sixteenth
  * of the timeout still 8 of 280, the relay's next process pinning at
  * once; with this, none). What the relay holds up is then what a few
- * milliseconds of churn retire. A reader of that uid caught inside a lookup is only the worse
- * for it: not waited for, its lookups check for reuse.
+ * milliseconds of churn retire. A reader of that uid caught inside a
+ * lookup is only the worse for it: not waited for, its lookups check for
+ * reuse.
  *
  * Fair shares: at most --max-readers-per-uid reader processes a uid, and
  * other uids together leave an eighth of --max-readers to root and to the

@@ -325,7 +325,7 @@ void server_feed_charge(struct daemon *d, uid_t uid, uint64_t h0)
 {
 	uint64_t events = d->w.map.hdr->feed_head - h0;
 
-	d->feed_deaths += events;
+	d->feed_apart += events;
 	feed_charge(d, uid, events);
 }
 
@@ -1283,14 +1283,14 @@ static int take_packet(struct daemon *d, struct client *c)
 			    (int)c->id.pid, (unsigned)c->id.uid, nfds, want);
 		err = -EBADMSG;
 	} else {
-		uint64_t h0 = d->w.map.hdr->feed_head, deaths = d->feed_deaths;
+		uint64_t h0 = d->w.map.hdr->feed_head, apart = d->feed_apart;
 
 		procreg__w_clock_hold(&d->w, true);
 		err = handle_packet(d, c, (size_t)n, nfds ? fds[0] : -1);
 		procreg__w_clock_hold(&d->w, false);
 		/* Its events, but for the deaths it drained (a SYNC). */
 		feed_charge(d, c->id.uid,
-			    d->w.map.hdr->feed_head - h0 - (d->feed_deaths - deaths));
+			    d->w.map.hdr->feed_head - h0 - (d->feed_apart - apart));
 	}
 	/* A request that keeps a passed fd keeps a dup of it. One not kept
 	 * is ours alone: its close may wait (closer.c). */
