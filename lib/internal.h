@@ -544,6 +544,32 @@ int procreg__u64map_del(struct pr_u64map *m, uint64_t key);
 int procreg__u64map_take(struct pr_u64map *m, uint64_t key, uint64_t *val);
 void procreg__u64map_free(struct pr_u64map *m);
 
+/* ---- strings to values (strindex.c): procregd only -------------------- */
+
+/* Strings to values, by a keyed 64-bit hash of each: a lookup gives the
+ * value its key was put with, which the caller checks against the string
+ * it asked for. Two strings of one key (not expected of a secret seed)
+ * leave the index partial: callers then scan what it indexes on a miss.
+ * Written and read by one thread. */
+struct pr_str_index {
+	struct pr_u64map map;
+	uint64_t seed;
+	bool partial;
+};
+
+/* Empty, with a fresh secret seed. */
+void procreg__sidx_init(struct pr_str_index *x);
+/* S's key in the index's map (>= 2): for a caller that keeps keys of its
+ * own. */
+uint64_t procreg__sidx_key(const struct pr_str_index *x, const char *s, size_t n);
+/* 0 and *V, or -ENOENT. */
+int procreg__sidx_get(const struct pr_str_index *x, const char *s, size_t n, uint64_t *v);
+/* S -> V; the index partial if S's key is taken or there is no memory. */
+void procreg__sidx_put(struct pr_str_index *x, const char *s, size_t n, uint64_t v);
+/* S's entry gone, if it is V's. */
+void procreg__sidx_del(struct pr_str_index *x, const char *s, size_t n, uint64_t v);
+void procreg__sidx_free(struct pr_str_index *x);
+
 /* ---- the writer (writer.c): procregd only ----------------------------- */
 
 struct pr_writer_opts {

@@ -2038,6 +2038,67 @@ static void test_many_nodes_small_budget(void **state)
 	free(p);
 }
 
+/* ---- 10: frames from the last of many nodes ----------------------------- */
+
+/* A node with the cookie makes NAMED_NODES nodes known, one handshake and a
+ * close each (every one is allowed: its slot is kept for its grace and
+ * given to another only when the daemon needs it), under names of the
+ * longest kind that differ only in their last characters, then comes up
+ * as one more (the last slot) and sends FLOOD_FRAMES heartbeats. Every frame in is looked
+ * up by its node's name: that was a comparison with every node known, 10
+ * us a frame here with 4,096 of them, so the flood held the daemon's
+ * thread for about 20 s, no local request answered. By the index, the
+ * whole flood takes a fraction of a second (a sanitizer build a few); the
+ * change sent after it must be in the table before WAIT_MS is over. */
+#define NAMED_NODES 4095
+#define FLOOD_FRAMES (2u << 20)
+#define LONG_PREFIX "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn"
+
+static void test_frames_of_the_last_node(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	static struct th_peer p;
+	static uint8_t beats[PR_BS_PT_MAX];
+	uint8_t buf[512];
+	size_t len = 0, one = 0, n;
+	uint64_t t0, took;
+	char name[PR_BP_NODE_MAX + 1];
+
+	_Static_assert(sizeof(LONG_PREFIX) - 1 + 5 == PR_BP_NODE_MAX, "names of the longest kind");
+	assert_int_equal(procreg__bp_put_heartbeat(buf, sizeof(buf), &one, 7, 0), 0);
+	while (len + one <= sizeof(beats)) {
+		memcpy(beats + len, buf, one);
+		len += one;
+	}
+	assert_int_equal(th_node_start(a, c->cookie, NULL, NULL), 0);
+	for (int i = 0; i < NAMED_NODES; i++) {
+		snprintf(name, sizeof(name), LONG_PREFIX "%05d", i);
+		assert_int_equal(th_peer_connect(&p, a->listen, name, 7, COOKIE), 0);
+		th_peer_close(&p);
+	}
+	/* "fake": th_fake_change()'s node. */
+	assert_int_equal(th_peer_connect(&p, a->listen, "fake", 7, COOKIE), 0);
+	n = th_fake_snap(buf, sizeof(buf), 7, 0, procreg__now_ns(), (const char *[]){ NULL }, true);
+	th_peer_send(&p, buf, n);
+	t0 = mono_ms();
+	for (size_t sent = 0; sent < FLOOD_FRAMES; sent += len / one)
+		th_peer_send(&p, beats, len);
+	th_peer_send(&p, buf, th_fake_change(buf, sizeof(buf), 7, 1, "after-the-flood"));
+	if (!th_name_within(a->reg, "after-the-flood", 99, true, WAIT_MS)) {
+		th_daemon_dump_log(&a->d);
+		fail_msg("%u heartbeats from the last of %d nodes known: not through after %llu ms",
+			 FLOOD_FRAMES, NAMED_NODES + 1, (unsigned long long)(mono_ms() - t0));
+	}
+	took = mono_ms() - t0;
+	print_message("frames of the last node: %u heartbeats from the last of %d nodes, through "
+		      "in %llu ms\n", FLOOD_FRAMES, NAMED_NODES + 1, (unsigned long long)took);
+	if (took > WAIT_MS)
+		fail_msg("%u heartbeats from the last of %d nodes known took %llu ms", FLOOD_FRAMES,
+			 NAMED_NODES + 1, (unsigned long long)took);
+	th_peer_close(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2064,6 +2125,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_resynced_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unfinished_records_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_nodes_small_budget, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_frames_of_the_last_node, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

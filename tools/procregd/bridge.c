@@ -205,6 +205,11 @@ struct bridge {
 	int64_t skew_ns;            /* PROCREG_TEST_CLOCK_SKEW_NS: a node whose clock is off */
 	struct node *nodes;         /* id = index + 1 */
 	size_t nnodes;
+	/* Name -> id. Every frame in is looked up by its node's name: by a
+	 * scan of the nodes, a peer that made thousands known (each one a
+	 * handshake) had every frame of its own cost a comparison with each,
+	 * 10 us a heartbeat, seconds of the thread for a flood of them. */
+	struct pr_str_index node_index;
 	size_t nodes_max;           /* NODES_MAX */
 	/* Ids of gone nodes that nothing referred to when last looked
 	 * (node_new()), the oldest gone last. */
@@ -249,6 +254,15 @@ PR_PROBE_DEFINE(procregd, bridge_conflict);
 
 static struct node *node_by_name(struct bridge *br, const char *name, uint16_t *id)
 {
+	uint64_t v;
+
+	if (procreg__sidx_get(&br->node_index, name, strlen(name), &v) == 0 && v >= 1 &&
+	    v <= br->nnodes && !strcmp(br->nodes[v - 1].name, name)) {
+		*id = (uint16_t)v;
+		return &br->nodes[v - 1];
+	}
+	if (!br->node_index.partial)
+		return NULL;
 	for (size_t i = 0; i < br->nnodes; i++)
 		if (!strcmp(br->nodes[i].name, name)) {
 			*id = (uint16_t)(i + 1);
@@ -1283,9 +1297,11 @@ static struct node *node_new(struct bridge *br, const char *name, uint16_t *id)
 		       n->name, name);
 		hold_reset(br, n);
 		end_resync(n);
+		procreg__sidx_del(&br->node_index, n->name, strlen(n->name), *id);
 	}
 	memset(n, 0, sizeof(*n));
 	snprintf(n->name, sizeof(n->name), "%s", name);
+	procreg__sidx_put(&br->node_index, n->name, strlen(n->name), *id);
 	return n;
 }
 
@@ -1822,6 +1838,7 @@ int bridge_start(struct daemon *d)
 		return -ENOMEM;
 	}
 	br->d = d;
+	procreg__sidx_init(&br->node_index);
 	br->be = &pr_mesh_backend;
 	if ((d->o.resolver && load_resolver(br, d->o.resolver) < 0) ||
 	    (d->o.bridge_backend && !(br->be = load_backend(d->o.bridge_backend, &br->dl))) ||
@@ -1966,6 +1983,7 @@ void bridge_stop(struct daemon *d)
 		free(m);
 	}
 	free(br->nodes);
+	procreg__sidx_free(&br->node_index);
 	free(br->buf);
 	free(br->hold_buf);
 	free(br);

@@ -82,7 +82,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -277,16 +276,6 @@ struct forgotten {
 	uint64_t when_ns;
 };
 
-/* Strings to values, by a keyed 64-bit hash of each: a lookup gives the
- * value its key was put with, which the caller checks against the string
- * it asked for. Two strings of one key (not expected of a secret seed)
- * leave the index partial: callers then scan what it indexes on a miss. */
-struct str_index {
-	struct pr_u64map map;
-	uint64_t seed;
-	bool partial;
-};
-
 struct mesh {
 	struct pr_bridge_config c;
 	struct pr_bridge_up up;
@@ -323,8 +312,8 @@ struct mesh {
 	/* A PEERS frame names up to PR_BP_PEERS_MAX nodes, each looked up
 	 * among as many targets and connections: by these indexes, not by
 	 * a scan of all, or one frame would cost a million comparisons. */
-	struct str_index target_index;    /* address -> index in targets */
-	struct str_index up_index;        /* node -> its connection, C_UP */
+	struct pr_str_index target_index;    /* address -> index in targets */
+	struct pr_str_index up_index;        /* node -> its connection, C_UP */
 	uint32_t learned_tries;           /* LEARNED_TRIES, or PROCREG_TEST_LEARNED_TRIES */
 	struct pr_ratelimit forgot_log;
 	/* Targets told of and dropped (FORGET_NS): a ring, allocated at the
@@ -332,7 +321,7 @@ struct mesh {
 	 * place in the ring. */
 	struct forgotten *forgot;
 	size_t forgot_next;
-	struct str_index forgot_index;
+	struct pr_str_index forgot_index;
 	struct pr_ratelimit retold_log;   /* a PEERS named one of them */
 	/* The learned target (an offset past nconfigured) whose turn is
 	 * next when LEARNED_DIALS_TICK runs out in a tick. */
@@ -345,39 +334,6 @@ struct mesh {
 static uint64_t now_ns(void)
 {
 	return procreg__mono_ns();
-}
-
-/* ---- indexes of strings ------------------------------------------------ */
-
-static uint64_t sidx_key(const struct str_index *x, const char *s, size_t n)
-{
-	uint64_t k = pr_hash(s, n, x->seed);
-
-	return k < 2 ? k + 2 : k; /* the map's keys are >= 2 */
-}
-
-/* 0 and *V, or -ENOENT. */
-static int sidx_get(const struct str_index *x, const char *s, size_t n, uint64_t *v)
-{
-	return procreg__u64map_get(&x->map, sidx_key(x, s, n), v);
-}
-
-static void sidx_put(struct str_index *x, const char *s, size_t n, uint64_t v)
-{
-	uint64_t key = sidx_key(x, s, n), old;
-
-	if (procreg__u64map_get(&x->map, key, &old) == 0 ||
-	    procreg__u64map_put(&x->map, key, v) < 0)
-		x->partial = true;
-}
-
-/* S's entry gone, if it is V's. */
-static void sidx_del(struct str_index *x, const char *s, size_t n, uint64_t v)
-{
-	uint64_t key = sidx_key(x, s, n), old;
-
-	if (procreg__u64map_get(&x->map, key, &old) == 0 && old == v)
-		procreg__u64map_del(&x->map, key);
 }
 
 /* "host:port" (the host maybe in brackets) -> HOST, *PORT pointing into HP. */
@@ -774,7 +730,7 @@ static struct conn *up_conn(struct mesh *m, const char *node)
 {
 	uint64_t v;
 
-	if (sidx_get(&m->up_index, node, strlen(node), &v) == 0 &&
+	if (procreg__sidx_get(&m->up_index, node, strlen(node), &v) == 0 &&
 	    up_as((struct conn *)(uintptr_t)v, node))
 		return (struct conn *)(uintptr_t)v;
 	if (!m->up_index.partial)
@@ -843,7 +799,7 @@ static void conn_kill_at(struct mesh *m, struct conn *c, int level, const char *
 		m->snaps_due--;
 	}
 	if (c->state == C_UP)
-		sidx_del(&m->up_index, c->peer, strlen(c->peer), (uint64_t)(uintptr_t)c);
+		procreg__sidx_del(&m->up_index, c->peer, strlen(c->peer), (uint64_t)(uintptr_t)c);
 	epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	c->fd = -1;
@@ -1255,7 +1211,7 @@ static struct target *target_find(struct mesh *m, const char *addr, size_t len)
 {
 	uint64_t v;
 
-	if (sidx_get(&m->target_index, addr, len, &v) == 0 && target_is(&m->targets[v], addr, len))
+	if (procreg__sidx_get(&m->target_index, addr, len, &v) == 0 && target_is(&m->targets[v], addr, len))
 		return &m->targets[v];
 	if (!m->target_index.partial)
 		return NULL;
@@ -1272,7 +1228,7 @@ static struct target *target_find(struct mesh *m, const char *addr, size_t len)
  * a PEERS that names it again has it dialed again, as before. */
 static void forget(struct mesh *m, const char *addr, size_t len)
 {
-	uint64_t key = sidx_key(&m->forgot_index, addr, len), at;
+	uint64_t key = procreg__sidx_key(&m->forgot_index, addr, len), at;
 	struct forgotten *f;
 
 	if (!m->forgot && !(m->forgot = calloc(FORGOTTEN_MAX, sizeof(*m->forgot))))
@@ -1306,7 +1262,7 @@ static bool forgotten(struct mesh *m, const char *addr, size_t len, uint64_t *ag
 
 	if (!m->forgot)
 		return false;
-	key = sidx_key(&m->forgot_index, addr, len);
+	key = procreg__sidx_key(&m->forgot_index, addr, len);
 	if (procreg__u64map_get(&m->forgot_index.map, key, &at) < 0 || m->forgot[at].key != key)
 		return false;
 	*ago_ns = now_ns() - m->forgot[at].when_ns;
@@ -1316,7 +1272,7 @@ static bool forgotten(struct mesh *m, const char *addr, size_t len, uint64_t *ag
 /* T emptied: its slot free for another. */
 static void target_drop(struct mesh *m, struct target *t)
 {
-	sidx_del(&m->target_index, t->addr, strlen(t->addr), (uint64_t)(t - m->targets));
+	procreg__sidx_del(&m->target_index, t->addr, strlen(t->addr), (uint64_t)(t - m->targets));
 	memset(t, 0, sizeof(*t));
 	m->ntargets_dropped++;
 }
@@ -1344,7 +1300,7 @@ static struct target *target_add(struct mesh *m, const char *addr, size_t len)
 	memset(t, 0, sizeof(*t));
 	memcpy(t->addr, addr, len);
 	t->backoff_ms = RETRY_MIN_MS;
-	sidx_put(&m->target_index, addr, len, (uint64_t)(t - m->targets));
+	procreg__sidx_put(&m->target_index, addr, len, (uint64_t)(t - m->targets));
 	return t;
 }
 
@@ -1412,7 +1368,7 @@ static void established(struct mesh *m, struct conn *c)
 		return;
 	}
 	c->state = C_UP;
-	sidx_put(&m->up_index, c->peer, strlen(c->peer), (uint64_t)(uintptr_t)c);
+	procreg__sidx_put(&m->up_index, c->peer, strlen(c->peer), (uint64_t)(uintptr_t)c);
 	if (c->target) {
 		snprintf(c->target->node, sizeof(c->target->node), "%s", c->peer);
 		c->target->backoff_ms = RETRY_MIN_MS;
@@ -2234,9 +2190,9 @@ static void mesh_close(void *b)
 	}
 	free(m->targets);
 	free(m->forgot);
-	procreg__u64map_free(&m->forgot_index.map);
-	procreg__u64map_free(&m->target_index.map);
-	procreg__u64map_free(&m->up_index.map);
+	procreg__sidx_free(&m->forgot_index);
+	procreg__sidx_free(&m->target_index);
+	procreg__sidx_free(&m->up_index);
 	free(m);
 }
 
@@ -2295,14 +2251,9 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 		snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", cfg->listen ? cfg->listen : "");
 	m->cookie = malloc(cfg->cookie_len);
 	m->targets = calloc(TARGETS_MAX, sizeof(*m->targets));
-	/* Secret, so that no peer can choose addresses or names of one key. */
-	if (getrandom(&m->target_index.seed, sizeof(m->target_index.seed), GRND_NONBLOCK) < 0 ||
-	    getrandom(&m->up_index.seed, sizeof(m->up_index.seed), GRND_NONBLOCK) < 0 ||
-	    getrandom(&m->forgot_index.seed, sizeof(m->forgot_index.seed), GRND_NONBLOCK) < 0) {
-		m->target_index.seed = now_ns() ^ (uint64_t)(uintptr_t)m;
-		m->up_index.seed = ~m->target_index.seed;
-		m->forgot_index.seed = m->target_index.seed * 0x9e3779b97f4a7c15ull;
-	}
+	procreg__sidx_init(&m->target_index);
+	procreg__sidx_init(&m->up_index);
+	procreg__sidx_init(&m->forgot_index);
 	m->queue_max = m->c.queue_max ? (size_t)m->c.queue_max : QUEUE_MAX_DEFAULT;
 	m->learned_tries = getenv("PROCREG_TEST_LEARNED_TRIES")
 				   ? (uint32_t)strtoul(getenv("PROCREG_TEST_LEARNED_TRIES"), NULL, 10)
