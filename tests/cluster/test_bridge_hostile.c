@@ -2099,66 +2099,6 @@ static void test_frames_of_the_last_node(void **state)
 	th_peer_close(&p);
 }
 
-/* ---- 11: a node back again and again -------------------------------- */
-
-/* A node with the cookie comes back within its grace RESYNC_CYCLES times,
- * each time with an empty snapshot: each resync's end removes what the
- * snapshot did not confirm. That was a walk of the whole table (here
- * RESYNC_LOCAL entries of this host's; measured with 1,000,000, 50 ms of
- * the daemon's thread each time, 20 times a second). Now it looks at the
- * node's own records only: the removals of the verbose log look at no
- * more than the node ever held, and what it held and did not confirm is
- * gone, this host's names not. */
-#define RESYNC_CYCLES 8
-#define RESYNC_LOCAL 20000
-
-static void test_back_again_and_again(void **state)
-{
-	struct cluster *c = *state;
-	struct th_node *a = &c->n[0];
-	static struct th_peer p;
-	uint8_t buf[512];
-	char *log;
-	int walks = 0;
-
-	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){ "-v", NULL }, NULL), 0);
-	th_register_bulk(a->reg, "local", RESYNC_LOCAL, "");
-	for (int i = 0; i < RESYNC_CYCLES; i++) {
-		/* The first time with a name, then with none. */
-		const char *const held[] = { i == 0 ? "held-by-z" : NULL, NULL };
-
-		assert_int_equal(th_peer_connect(&p, a->listen, "z", 7, COOKIE), 0);
-		th_peer_send(&p, buf, th_fake_snap(buf, sizeof(buf), 7, 0, procreg__now_ns(), held,
-						    true));
-		if (i == 0) {
-			th_expect_name(a->reg, "held-by-z", 99, true, WAIT_MS);
-		} else {
-			for (int t = 0; t < WAIT_MS / 10 &&
-					th_log_count(a->d.log, "node z: resynced, ") < i; t++)
-				th_msleep(10);
-			assert_int_equal(th_log_count(a->d.log, "node z: resynced, "), i);
-		}
-		th_peer_close(&p);
-	}
-	assert_int_equal(procreg_lookup(a->reg, "held-by-z", NULL), -ENOENT);
-	assert_int_equal(procreg_lookup(a->reg, "local0", NULL), 0);
-	th_expect_names(a->reg, RESYNC_LOCAL, WAIT_MS);
-	log = th_read_file(a->d.log, true);
-	for (const char *l = log; (l = strstr(l, "removal walk: ")); l++) {
-		unsigned long long taken, seen;
-
-		assert_int_equal(sscanf(l, "removal walk: %llu of %llu", &taken, &seen), 2);
-		if (seen >= RESYNC_LOCAL)
-			fail_msg("node z back with an empty snapshot: a removal looked at %llu entries "
-				 "(the table: %d of this host's)", seen, RESYNC_LOCAL);
-		walks++;
-	}
-	free(log);
-	print_message("back again and again: %d resyncs, %d removals, none over the table\n",
-		      RESYNC_CYCLES - 1, walks);
-	assert_true(walks >= 1);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2186,7 +2126,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unfinished_records_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_nodes_small_budget, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_frames_of_the_last_node, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_back_again_and_again, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

@@ -166,10 +166,6 @@ struct node {
 	 * went in (br->gone_seq), 0 while up or lingering. */
 	uint64_t gone_order;
 	uint64_t removed;           /* entries the last nodes_gone() took */
-	/* The records of its that the table holds, by offset ("each node's
-	 * records"); not whole if recs_partial (out of memory). */
-	struct pr_u64map recs;
-	bool recs_partial;
 };
 
 /* Claims set aside, for all nodes: what a node may make this one keep by
@@ -573,83 +569,6 @@ static void to_entry(const struct pr_record *r, uint8_t op, struct pr_bp_entry *
 	e->meta_len = op == PR_BP_PUT ? r->meta_len : 0;
 }
 
-/* ---- each node's records ------------------------------------------------
- *
- * The offsets of the records of each node that the table holds
- * (node.recs), kept as they come (registry_apply(): bridge_records()) and
- * go (bridge_local_change()), are what a removal of a node's entries looks
- * at (sweep(), nodes_gone()). A walk of the whole table cost the daemon's
- * only thread every entry however few the node held: a node with the
- * cookie that came back again and again with an empty snapshot had it walk
- * 1,000,000 entries, 50 ms, each time, 20 times a second, local requests
- * waiting. Out of memory, a node's list is no longer whole
- * (recs_partial), and the removals of its entries walk the table.
- */
-
-static struct node *node_of(struct bridge *br, const struct pr_record *r)
-{
-	return r->node && r->node <= br->nnodes ? &br->nodes[r->node - 1] : NULL;
-}
-
-static void recs_out(struct bridge *br, uint64_t off)
-{
-	struct node *n = node_of(br, rec(br->d, off));
-
-	if (!n || procreg__u64map_del(&n->recs, off) < 0 || n->recs.used)
-		return;
-	/* Empty: its memory back (a node that held a million holds none). */
-	procreg__u64map_free(&n->recs);
-}
-
-void bridge_records(struct daemon *d, uint64_t old, uint64_t off)
-{
-	struct bridge *br = d->bridge;
-	struct node *n;
-
-	if (!br)
-		return;
-	n = node_of(br, rec(d, off));
-	if (old)
-		recs_out(br, old);
-	if (n && !n->recs_partial && procreg__u64map_put(&n->recs, off, 1) < 0)
-		n->recs_partial = true;
-}
-
-/* The records of the nodes whose ids are in IDS, from their lists, into
- * *OFFS: 0, or -ENOMEM, or -ENOENT if a list is not whole (then the caller
- * walks the table). */
-static int recs_of(struct bridge *br, const struct ids_used *ids, struct pr_vec *offs)
-{
-	for (size_t i = 0; i < br->nnodes; i++) {
-		const struct node *n = &br->nodes[i];
-
-		if (!id_marked(ids, (uint16_t)(i + 1)))
-			continue;
-		if (n->recs_partial)
-			return -ENOENT;
-		for (size_t k = 0; k < n->recs.cap; k++)
-			if (n->recs.kv[k].key >= 2 && procreg__vec_push(offs, n->recs.kv[k].key) < 0)
-				return -ENOMEM;
-	}
-	return 0;
-}
-
-/* Remove what MATCH picks among the records of the nodes in IDS: from
- * their lists, or by a walk of the table if one is not whole. */
-static uint64_t remove_of(struct bridge *br, const struct ids_used *ids, registry_match_fn match,
-			  void *arg, uint32_t ev)
-{
-	struct pr_vec offs = { 0 };
-	uint64_t removed;
-
-	if (recs_of(br, ids, &offs) == 0)
-		removed = registry_apply_remove_offs(br->d, offs.v, offs.n, match, arg, ev);
-	else
-		removed = registry_apply_remove_all(br->d, match, arg, ev);
-	procreg__vec_free(&offs);
-	return removed;
-}
-
 void bridge_local_change(struct daemon *d, int del, uint64_t off)
 {
 	struct bridge *br = d->bridge;
@@ -661,8 +580,6 @@ void bridge_local_change(struct daemon *d, int del, uint64_t off)
 	 * another chance; only local changes go out. */
 	if (del && r->kind == PR_KIND_NAME && br->nshadows)
 		shadow_mark(br, r->data, r->name_len);
-	if (del)
-		recs_out(br, off);
 	if (r->node != 0 || (r->kind != PR_KIND_NAME && r->kind != PR_KIND_MEMBER))
 		return;
 	to_entry(r, del ? PR_BP_DEL : PR_BP_PUT, &e);
@@ -1381,9 +1298,6 @@ static struct node *node_new(struct bridge *br, const char *name, uint16_t *id)
 		hold_reset(br, n);
 		end_resync(n);
 		procreg__sidx_del(&br->node_index, n->name, strlen(n->name), *id);
-		/* Gone, its entries removed: an empty list, which may still
-		 * have its memory if it was not whole. */
-		procreg__u64map_free(&n->recs);
 	}
 	memset(n, 0, sizeof(*n));
 	snprintf(n->name, sizeof(n->name), "%s", name);
@@ -1559,16 +1473,9 @@ static void sweep(struct bridge *br)
 	/* A record goes in the walk of the first removal that takes it. */
 	for (int k = 0; k < 2; k++) {
 		struct sweep_ctx c = { .br = br, .ev = k ? PROCREG_EV_NODE_DOWN : 0 };
-		struct ids_used ids;
 
-		if (!kind[k])
-			continue;
-		memset(&ids, 0, sizeof(ids));
-		for (size_t i = 0; i < br->nnodes; i++)
-			for (size_t j = 0; j < br->nodes[i].nremovals; j++)
-				if ((br->nodes[i].removals[j].ev == PROCREG_EV_NODE_DOWN) == (k == 1))
-					id_mark(&ids, (uint16_t)(i + 1));
-		remove_of(br, &ids, sweep_match, &c, c.ev);
+		if (kind[k])
+			registry_apply_remove_all(br->d, sweep_match, &c, c.ev);
 	}
 	for (size_t i = 0; i < br->nnodes; i++) {
 		struct node *n = &br->nodes[i];
@@ -1627,7 +1534,7 @@ static void nodes_gone(struct bridge *br, const struct ids_used *ids)
 		if (!(n->up && n->resync))
 			id_mark(&drop, (uint16_t)(i + 1));
 	}
-	remove_of(br, ids, gone_match, &c, PROCREG_EV_NODE_DOWN);
+	registry_apply_remove_all(br->d, gone_match, &c, PROCREG_EV_NODE_DOWN);
 	shadow_drop_nodes(br, &drop);
 	for (size_t i = 0; i < br->nnodes; i++) {
 		struct node *n = &br->nodes[i];
@@ -2075,8 +1982,6 @@ void bridge_stop(struct daemon *d)
 		br->marked = m->next;
 		free(m);
 	}
-	for (size_t i = 0; i < br->nnodes; i++)
-		procreg__u64map_free(&br->nodes[i].recs);
 	free(br->nodes);
 	procreg__sidx_free(&br->node_index);
 	free(br->buf);

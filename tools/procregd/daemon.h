@@ -486,9 +486,6 @@ void bridge_stop(struct daemon *d);
  * the claims kept aside for it another chance. A record removed stays
  * whole until its batch ends, so OFF may already be unpublished. */
 void bridge_local_change(struct daemon *d, int del, uint64_t off);
-/* Another node's record OFF was published, in place of OLD if not 0
- * (replaced where it was, not taken out). */
-void bridge_records(struct daemon *d, uint64_t old, uint64_t off);
 /* A registration stamp: the hybrid logical clock's next (hlc.h). */
 uint64_t bridge_stamp(struct daemon *d);
 static inline void bridge_note(struct daemon *d, int del, uint64_t off)

@@ -397,9 +397,6 @@ static int apply_remote(struct daemon *d, const struct reg_remote *e, uint64_t *
 		return err;
 	}
 	procreg__w_publish(&d->w, root, pos, off);
-	/* OLD, if any, is out (replaced where it was), OFF in: the bridge's
-	 * lists of each node's records. */
-	bridge_records(d, old, off);
 	procreg__w_emit(&d->w, member ? PROCREG_EV_JOINED
 				 : old ? PROCREG_EV_UPDATED : PROCREG_EV_REGISTERED, rec(d, off));
 	*off_out = off;
@@ -462,22 +459,6 @@ static int remove_one(uint64_t off, const struct pr_record *r, void *arg)
 	return 0;
 }
 
-/* The walk's end: said (WHAT it looked at), and the names passed on. */
-static uint64_t remove_end(struct remove_all *c, const char *what)
-{
-	struct daemon *d = c->d;
-
-	/* Each such walk costs what it looks at on the daemon's only thread:
-	 * said, so that their number and size can be seen. */
-	LOGV(d, "removal walk: %llu of %llu entries taken (%s)", (unsigned long long)c->removed,
-	     (unsigned long long)c->seen, what);
-	if (c->lost)
-		log_warn("out of memory: names removed with their node not offered to the next in line");
-	pass_on(d, c->names.v, c->names.n);
-	procreg__vec_free(&c->names);
-	return c->removed;
-}
-
 uint64_t registry_apply_remove_all(struct daemon *d, registry_match_fn match, void *arg,
 				   uint32_t ev)
 {
@@ -486,17 +467,13 @@ uint64_t registry_apply_remove_all(struct daemon *d, registry_match_fn match, vo
 	/* Passed on after the walk: a hand-over publishes, and may rebuild
 	 * the index being walked. */
 	procreg__w_walk(&d->w, remove_one, &c);
-	return remove_end(&c, "the table");
-}
-
-uint64_t registry_apply_remove_offs(struct daemon *d, const uint64_t *offs, size_t n,
-				    registry_match_fn match, void *arg, uint32_t ev)
-{
-	struct remove_all c = { .d = d, .match = match, .arg = arg, .ev = ev };
-
-	/* Each is still whole when its turn comes: a record removed in this
-	 * batch is retired, not freed, until the batch ends. */
-	for (size_t i = 0; i < n; i++)
-		remove_one(offs[i], rec(d, offs[i]), &c);
-	return remove_end(&c, "their nodes' records");
+	/* Each such walk costs the whole table on the daemon's only thread:
+	 * said, so that their number can be seen. */
+	LOGV(d, "removal walk: %llu of %llu entries taken", (unsigned long long)c.removed,
+	     (unsigned long long)c.seen);
+	if (c.lost)
+		log_warn("out of memory: names removed with their node not offered to the next in line");
+	pass_on(d, c.names.v, c.names.n);
+	procreg__vec_free(&c.names);
+	return c.removed;
 }

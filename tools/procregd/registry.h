@@ -128,9 +128,5 @@ typedef bool (*registry_match_fn)(uint64_t off, const struct pr_record *r, void 
  * in line. Returns how many went. */
 uint64_t registry_apply_remove_all(struct daemon *d, registry_match_fn match, void *arg,
 				   uint32_t ev);
-/* The same among the N entries at OFFS only (each published, once):
- * what a walk of the table would take of them. */
-uint64_t registry_apply_remove_offs(struct daemon *d, const uint64_t *offs, size_t n,
-				    registry_match_fn match, void *arg, uint32_t ev);
 
 #endif /* PROCREGD_REGISTRY_H */
