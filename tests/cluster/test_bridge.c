@@ -534,6 +534,28 @@ static void test_conflict_earlier_wins(void **state)
 	conflict_round(*state, "contested", "held", "held", false);
 }
 
+/* What became of the stopped node PID, for a failure's message: still
+ * there (its state), or ended and how, left for the teardown to reap. */
+static void say_what_became(pid_t pid)
+{
+	siginfo_t si = { 0 };
+	char path[64], line[256];
+	FILE *f;
+
+	if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid) {
+		print_message("node a (pid %d): ended, %s %d\n", (int)pid,
+			      si.si_code == CLD_EXITED ? "exit status" : "signal", si.si_status);
+		return;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "State:", 6))
+			print_message("node a (pid %d): %s", (int)pid, line);
+	fclose(f);
+}
+
 /* A node that stops answering (SIGSTOP: its sockets stay open) is found
  * silent by heartbeats and its entries go; when it answers again it
  * reconnects, resyncs, and they come back. */
@@ -551,8 +573,12 @@ static void test_silent_node(void **state)
 	expect_name(c->n[2].reg, "quiet", 0, false);
 	lp = (struct logprobe){ c->n[1].d.log, "down (silent)", NULL };
 	if (!th_until(probe_log, &lp, WAIT_MS)) {
-		/* b dropped a's names for some other reason: say which. */
+		/* b dropped a's names for some other reason: say which, and
+		 * what became of a (seen once: b read a reset from it while it
+		 * was stopped), and what c saw. */
 		th_daemon_dump_log(&c->n[1].d);
+		th_daemon_dump_log(&c->n[2].d);
+		say_what_became(c->n[0].d.pid);
 		kill(c->n[0].d.pid, SIGCONT);
 		fail_msg("node b: nodea's names gone, but not for its silence (b's log above)");
 	}
