@@ -205,12 +205,12 @@ struct bridge {
 	int64_t skew_ns;            /* PROCREG_TEST_CLOCK_SKEW_NS: a node whose clock is off */
 	struct node *nodes;         /* id = index + 1 */
 	size_t nnodes;
+	size_t nodes_max;           /* NODES_MAX */
 	/* Name -> id. Every frame in is looked up by its node's name: by a
 	 * scan of the nodes, a peer that made thousands known (each one a
-	 * handshake) had every frame of its own cost a comparison with each,
-	 * 10 us a heartbeat, seconds of the thread for a flood of them. */
+	 * handshake) had every frame of its own cost a comparison with each:
+	 * local requests waited seconds behind a flood of its heartbeats. */
 	struct pr_str_index node_index;
-	size_t nodes_max;           /* NODES_MAX */
 	/* Ids of gone nodes that nothing referred to when last looked
 	 * (node_new()), the oldest gone last. */
 	uint16_t free_ids[NODES_MAX];

@@ -1288,7 +1288,8 @@ static int take_packet(struct daemon *d, struct client *c)
 		procreg__w_clock_hold(&d->w, true);
 		err = handle_packet(d, c, (size_t)n, nfds ? fds[0] : -1);
 		procreg__w_clock_hold(&d->w, false);
-		/* Its events, but for the deaths it drained (a SYNC). */
+		/* Its events, but for those charged to others meanwhile
+		 * (server_feed_charge(): the deaths a SYNC drained). */
 		feed_charge(d, c->id.uid,
 			    d->w.map.hdr->feed_head - h0 - (d->feed_apart - apart));
 	}
