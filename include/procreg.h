@@ -270,8 +270,10 @@ struct procreg_entry {
  * (-EINVAL, -EOPNOTSUPP: see "Sized structs").
  *
  * A name whose owner has just died may still be found until the daemon has
- * processed the death (normally within microseconds); procreg_sync() makes
- * every death that happened before it visible.
+ * processed the death (normally within microseconds; for a user whose
+ * processes' names leave faster than its feed pace allows, at that pace);
+ * procreg_sync() makes every death that happened before it visible (see
+ * there).
  */
 PROCREG_API int procreg_lookup(procreg_t *reg, const char *name,
 			       struct procreg_entry *out);
@@ -535,7 +537,11 @@ PROCREG_API int procreg_lost_fd(procreg_t *reg);
 PROCREG_API int procreg_ping(procreg_t *reg, int timeout_ms);
 
 /* Return once the daemon has processed every request and every process
- * death that happened before the call. */
+ * death that happened before the call. One exception: the names of a dead
+ * process of another user (not root, not procregd's) whose events go past
+ * that user's feed pace (procregd's --max-feed-rate-per-uid) leave at that
+ * pace, and the call does not wait for them: one user's deaths do not
+ * hold up another's calls. Those of the caller's own user it waits for. */
 PROCREG_API int procreg_sync(procreg_t *reg);
 
 /* Counters, read from the table header without asking the daemon: *OUT

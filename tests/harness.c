@@ -82,6 +82,17 @@ void th_feed_settle(procreg_t *reg)
 	assert_int_equal(procreg_sync(reg), 0);
 }
 
+void th_next_pid(pid_t pid)
+{
+	char buf[32];
+	int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+	int n = snprintf(buf, sizeof(buf), "%d", (int)pid - 1);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, (size_t)n), n);
+	close(fd);
+}
+
 int th_until(int (*fn)(void *), void *arg, int ms)
 {
 	for (int i = 0; i < ms; i++) {

@@ -295,6 +295,9 @@ size_t th_adopt_page(struct pr_writer *w, pid_t pid, int fdnum);
 
 /* Sleep for MS milliseconds. */
 void th_msleep(int ms);
+/* The next fork gets PID, unless another fork on the host takes it first
+ * (then set it again). Needs root: /proc/sys/kernel/ns_last_pid. */
+void th_next_pid(pid_t pid);
 /* procregd changes the table, then publishes the change's event: a test
  * that saw a change made by the daemon on its own (a peer's frame, a
  * death, a timer) may read the feed before that event is in. This round

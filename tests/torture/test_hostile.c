@@ -1133,11 +1133,16 @@ static int frag_victim(void *p)
 	return refused > 250 ? 250 : refused;
 }
 
+static uint64_t frag_deaths0;
+
+/* For th_until: the attacker's death is out (it leaves at its uid's feed
+ * pace, not at once), and the arena is mostly free. */
 static int arena_mostly_free(void *p)
 {
 	const struct pr_table_hdr *h = ((struct fx *)p)->reg->map.hdr;
 
-	return PR_LOAD_ACQ(&h->arena_used) < (PR_LOAD_ACQ(&h->arena_top) - h->arena_off) / 4;
+	return PR_LOAD_ACQ(&h->deaths) > frag_deaths0 &&
+	       PR_LOAD_ACQ(&h->arena_used) < (PR_LOAD_ACQ(&h->arena_top) - h->arena_off) / 4;
 }
 
 /*
@@ -1164,6 +1169,7 @@ static void test_fragmented_arena(void **state)
 	/* 4 MiB less root's 256 KiB, at about 1 KiB a name. */
 	assert_true(n > 2000);
 	assert_true(n < 4000);
+	frag_deaths0 = PR_LOAD_ACQ(&f->reg->map.hdr->deaths);
 	kill(pid, SIGKILL);
 	assert_int_equal(kid_wait(f, pid), 128 + SIGKILL);
 	if (!th_until(arena_mostly_free, f, WAIT_MS))
@@ -1301,17 +1307,6 @@ static int reuse_victim(void *p)
 		pause();
 }
 
-static void write_last_pid(pid_t pid)
-{
-	char buf[32];
-	int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
-	int n = snprintf(buf, sizeof(buf), "%d", (int)pid);
-
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, buf, (size_t)n), n);
-	close(fd);
-}
-
 static int shared_done(void *p)
 {
 	return ((struct reuse_sh *)p)->done;
@@ -1357,7 +1352,7 @@ static void test_pid_reused(void **state)
 				kill(victim, SIGKILL);
 				kid_wait(f, victim);
 			}
-			write_last_pid(sh->gone_pid - 1);
+			th_next_pid(sh->gone_pid);
 			victim = kid(f, reuse_victim, &vic);
 		}
 		assert_int_equal(victim, sh->gone_pid);

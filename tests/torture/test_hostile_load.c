@@ -82,12 +82,12 @@ static int setup(void **state)
  * decide on which side of it the uid is. */
 #define LAPSED 3000
 
+static const char *const slow_feed_args[] = { "--max-clients", "99", "--max-readers", "16",
+					       "--max-feed-rate-per-uid", "50", NULL };
+
 static int setup_slow_feed(void **state)
 {
-	static const char *const args[] = { "--max-clients", "99", "--max-readers", "16",
-					    "--max-feed-rate-per-uid", "50", NULL };
-
-	return start(state, args);
+	return start(state, slow_feed_args);
 }
 
 static int teardown(void **state)
@@ -699,6 +699,423 @@ static void test_lapsed_leases_paced(void **state)
 	procreg_close(r);
 }
 
+/* ---- deaths --------------------------------------------------------- */
+
+/* The feed paced at 16,384 events a second a uid: a follower has half a
+ * second to read before one uid laps it, time a busy machine gives. */
+static int setup_paced_deaths(void **state)
+{
+	static const char *const args[] = { "--max-clients", "99", "--max-readers", "16",
+					    "--max-feed-rate-per-uid", "16384", NULL };
+
+	return start(state, args);
+}
+
+/* What a process that dies holding many names does, as U: registers
+ * NAMES names PREFIX.0, PREFIX.1... in batches, says how it went (READY
+ * 1, or -1), and waits to be killed. */
+struct doomed {
+	const char *dir;
+	const struct th_user *u;
+	const char *prefix;
+	int names;
+	int ready;
+};
+
+static int doomed_main(void *arg)
+{
+	struct doomed *a = arg;
+	static struct procreg_op ops[4000];
+	static char names[4000][32];
+	procreg_t *r;
+
+	th_become(a->u);
+	r = th_open(a->dir);
+	if (!r)
+		return 70;
+	for (int i = 0; i < a->names; i += 4000) {
+		int m = a->names - i < 4000 ? a->names - i : 4000;
+
+		for (int j = 0; j < m; j++) {
+			snprintf(names[j], sizeof(names[j]), "%s.%d", a->prefix, i + j);
+			ops[j] = (struct procreg_op){ .sz = sizeof(ops[j]), .name = names[j],
+						      .kind = PROCREG_OP_REGISTER };
+		}
+		if (procreg_batch(r, ops, (size_t)m) < 0)
+			break;
+		for (int j = 0; j < m; j++)
+			if (ops[j].result) {
+				__atomic_store_n(&a->ready, -1, __ATOMIC_RELEASE);
+				pause();
+			}
+	}
+	__atomic_store_n(&a->ready, 1, __ATOMIC_RELEASE);
+	for (;;)
+		pause();
+}
+
+static pid_t doomed_start(struct fx *f, struct doomed *a)
+{
+	pid_t pid = th_fork(doomed_main, a);
+
+	for (int i = 0; !__atomic_load_n(&a->ready, __ATOMIC_ACQUIRE); i++) {
+		if (i > WAIT_MS / 10)
+			fail_msg("the doomed process did not register its %d names", a->names);
+		usleep(10000);
+	}
+	assert_int_equal(a->ready, 1);
+	f->kid = pid;
+	return pid;
+}
+
+static void doomed_kill(struct fx *f)
+{
+	kill(f->kid, SIGKILL);
+	assert_int_equal(th_wait(f->kid), 128 + SIGKILL);
+	f->kid = 0;
+}
+
+#define PACED_NAMES 16384
+
+/* As root: the feed followed from where it is at READY until DIED events
+ * for PACED_NAMES entries of process PID were read, or it was lapped. */
+struct death_follower {
+	const char *dir;
+	pid_t pid;
+	/* In memory shared with the test: */
+	int ready, laps, died, other;
+};
+
+static int death_follow_main(void *p)
+{
+	struct death_follower *a = p;
+	PROCREG_OPTS(procreg_event, ev);
+	procreg_t *r = th_open(a->dir);
+	uint64_t cur;
+	int err;
+
+	if (!r)
+		return 1;
+	cur = procreg_feed_head(r);
+	__atomic_store_n(&a->ready, 1, __ATOMIC_RELEASE);
+	while (a->died < PACED_NAMES) {
+		err = procreg_next_event(r, &cur, &ev, WAIT_MS);
+		if (err == -EOVERFLOW) {
+			a->laps++;
+			break;
+		}
+		if (err) {
+			fprintf(stderr, "procreg_next_event: %d\n", err);
+			return 2;
+		}
+		if (ev.type == PROCREG_EV_DIED && ev.pid == a->pid)
+			a->died++;
+		else
+			a->other++;
+	}
+	procreg_close(r);
+	return 0;
+}
+
+/* As U, another process of the dead one's user: told to, it asks for a
+ * sync, then counts the dead one's names it still finds (LEFT). */
+struct syncer {
+	const char *dir;
+	const struct th_user *u;
+	const char *prefix;
+	int names;
+	/* In memory shared with the test: */
+	int ready, go, left, err;
+};
+
+static int syncer_main(void *p)
+{
+	struct syncer *a = p;
+	procreg_t *r;
+	char name[32];
+
+	th_become(a->u);
+	r = th_open(a->dir);
+	if (!r)
+		return 70;
+	__atomic_store_n(&a->ready, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&a->go, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	a->err = procreg_sync(r);
+	for (int i = 0; i < a->names; i++) {
+		snprintf(name, sizeof(name), "%s.%d", a->prefix, i);
+		a->left += procreg_lookup(r, name, NULL) == 0;
+	}
+	procreg_close(r);
+	return 0;
+}
+
+/*
+ * Before: a process's names left in one pass when it died, a DIED event
+ * each, charged to its uid only after: one process of a user's holding
+ * 16,384 names put all their events in the feed at once, twice its ring,
+ * and a root follower that had kept up was lapped (-EOVERFLOW). Now a
+ * death's events are paced like the uid's requests: the follower reads
+ * every one of them. The dead one's user, syncing, still finds every
+ * name gone when its sync returns: its SYNC waits for its own deaths.
+ */
+static void test_death_paced(void **state)
+{
+	struct fx *f = *state;
+	const struct th_user *u = user(f);
+	struct doomed *a = th_shared(sizeof(*a));
+	struct death_follower *fo = th_shared(sizeof(*fo));
+	struct syncer *sy = th_shared(sizeof(*sy));
+	pid_t follower, syncer;
+
+	*a = (struct doomed){ .dir = f->dir, .u = u, .prefix = "dp", .names = PACED_NAMES };
+	*sy = (struct syncer){ .dir = f->dir, .u = u, .prefix = "dp", .names = PACED_NAMES };
+	fo->dir = f->dir;
+	fo->pid = doomed_start(f, a);
+	follower = th_fork(death_follow_main, fo);
+	wait_for(&fo->ready, 1);
+	syncer = th_fork(syncer_main, sy);
+	wait_for(&sy->ready, 1);
+	doomed_kill(f);
+	__atomic_store_n(&sy->go, 1, __ATOMIC_RELEASE);
+	assert_int_equal(th_wait_ms(syncer, WAIT_MS), 0);
+	assert_int_equal(th_wait_ms(follower, WAIT_MS), 0);
+	printf("follower: %d DIED events of the %d names read, %d other events, lapped %d "
+	       "times; the user's sync left %d of them\n",
+	       fo->died, PACED_NAMES, fo->other, fo->laps, sy->left);
+	assert_int_equal(fo->laps, 0);
+	assert_int_equal(fo->died, PACED_NAMES);
+	assert_int_equal(sy->err, 0);
+	assert_int_equal(sy->left, 0);
+}
+
+#define SLOW_NAMES 4000
+
+/*
+ * A user's death paced far behind (the feed paced at 50 events a second:
+ * its 4,000 names take over a minute to leave) holds up nobody else's
+ * sync: root's returns at once, and finds the dead process's names
+ * still there, leaving. Were root's sync to wait for them, it would
+ * time out (20 s).
+ */
+static void test_death_paced_not_waited(void **state)
+{
+	struct fx *f = *state;
+	struct doomed *a = th_shared(sizeof(*a));
+	PROCREG_OPTS(procreg_opts, o, .dir = f->dir, .timeout_ms = 20000);
+	procreg_t *r = procreg_open(&o);
+	char name[32];
+	int left = 0;
+
+	assert_non_null(r);
+	*a = (struct doomed){ .dir = f->dir, .u = user(f), .prefix = "dw", .names = SLOW_NAMES };
+	doomed_start(f, a);
+	doomed_kill(f);
+	assert_int_equal(procreg_sync(r), 0);
+	for (int i = 0; i < SLOW_NAMES; i++) {
+		snprintf(name, sizeof(name), "dw.%d", i);
+		left += procreg_lookup(r, name, NULL) == 0;
+	}
+	printf("root's sync returned with %d of the dead process's %d names left\n", left,
+	       SLOW_NAMES);
+	assert_true(left > 0);
+	/* Root is served meanwhile. */
+	assert_int_equal(procreg_register(r, "dw.root", NULL, 0), 0);
+	/* A daemon told to stop finishes the deaths under way first: the
+	 * table it leaves holds none of the dead process's names. */
+	assert_int_equal(th_daemon_stop(&f->d), 0);
+	assert_true(th_log_has(f->d.log, "1 death under way finished"));
+	left = 0;
+	for (int i = 0; i < SLOW_NAMES; i++) {
+		snprintf(name, sizeof(name), "dw.%d", i);
+		left += procreg_lookup(r, name, NULL) == 0;
+	}
+	assert_int_equal(left, 0);
+	assert_int_equal(procreg_lookup(r, "dw.root", NULL), 0);
+	procreg_close(r);
+}
+
+/*
+ * The daemon killed (SIGKILL) while a death is under way, paced far
+ * behind: the next daemon finds the dead process's names in the table it
+ * re-attaches to, and removes them, as for any owner that died while no
+ * daemon ran.
+ */
+static void test_death_daemon_killed(void **state)
+{
+	struct fx *f = *state;
+	struct doomed *a = th_shared(sizeof(*a));
+	procreg_t *r = th_open(f->dir);
+	char name[32];
+	int left = 0;
+
+	assert_non_null(r);
+	*a = (struct doomed){ .dir = f->dir, .u = user(f), .prefix = "dk", .names = SLOW_NAMES };
+	doomed_start(f, a);
+	doomed_kill(f);
+	assert_int_equal(procreg_sync(r), 0);
+	assert_int_equal(procreg_lookup(r, "dk.0", NULL), 0); /* still leaving */
+	procreg_close(r);
+	th_daemon_kill(&f->d);
+	if (th_daemon_start(&f->d, f->dir, slow_feed_args, NULL)) {
+		th_daemon_dump_log(&f->d);
+		fail_msg("procregd did not start again");
+	}
+	r = th_open(f->dir);
+	assert_non_null(r);
+	for (int i = 0; i < SLOW_NAMES; i++) {
+		snprintf(name, sizeof(name), "dk.%d", i);
+		left += procreg_lookup(r, name, NULL) == 0;
+	}
+	assert_int_equal(left, 0);
+	procreg_close(r);
+}
+
+/* As root, in a process the test may kill before it is told to go: told
+ * to, it registers "reborn" and says how that went; then waits. */
+struct reborn {
+	const char *dir;
+	int go, done, status;
+};
+
+static int reborn_main(void *arg)
+{
+	struct reborn *a = arg;
+	procreg_t *r;
+
+	while (!__atomic_load_n(&a->go, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	r = th_open(a->dir);
+	a->status = r ? procreg_register(r, "reborn", NULL, 0) : -EIO;
+	__atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+	for (;;)
+		pause();
+	return 0;
+}
+
+/*
+ * A process's pid given to another while its death is still under way
+ * (paced far behind here, as in test_death_paced_not_waited): the new
+ * process registers, and must get its name, with none of the dead one's
+ * names left beside it under the same pid.
+ */
+static void test_death_pid_reused(void **state)
+{
+	struct fx *f = *state;
+	struct doomed *a = th_shared(sizeof(*a));
+	struct reborn *b = th_shared(sizeof(*b));
+	PROCREG_OPTS(procreg_entry, e);
+	procreg_t *r = th_open(f->dir);
+	pid_t dead, kid = 0;
+	char name[32];
+	int left = 0;
+
+	assert_non_null(r);
+	*a = (struct doomed){ .dir = f->dir, .u = user(f), .prefix = "dx", .names = SLOW_NAMES };
+	*b = (struct reborn){ .dir = f->dir };
+	dead = doomed_start(f, a);
+	doomed_kill(f);
+	assert_int_equal(procreg_sync(r), 0);
+	assert_int_equal(procreg_lookup(r, "dx.0", NULL), 0); /* still leaving */
+	for (int tries = 0; tries < 100 && kid != dead; tries++) {
+		if (kid) {
+			kill(kid, SIGKILL);
+			th_wait(kid);
+		}
+		th_next_pid(dead);
+		kid = th_fork(reborn_main, b);
+	}
+	assert_int_equal(kid, dead);
+	f->kid = kid;
+	__atomic_store_n(&b->go, 1, __ATOMIC_RELEASE);
+	wait_for(&b->done, 1);
+	assert_int_equal(b->status, 0);
+	assert_int_equal(procreg_lookup(r, "reborn", &e), 0);
+	assert_int_equal(e.pid, dead);
+	for (int i = 0; i < SLOW_NAMES; i++) {
+		snprintf(name, sizeof(name), "dx.%d", i);
+		left += procreg_lookup(r, name, NULL) == 0;
+	}
+	assert_int_equal(left, 0);
+	/* And the new process's own death takes its name. */
+	kill(kid, SIGKILL);
+	th_wait(kid);
+	f->kid = 0;
+	assert_int_equal(procreg_sync(r), 0);
+	assert_int_equal(procreg_lookup(r, "reborn", NULL), -ENOENT);
+	procreg_close(r);
+}
+
+#define SLICED_NAMES 4096
+
+/*
+ * Before: a dead process's names left in one pass of the daemon's loop,
+ * and every other request waited for it (42-65 ms behind 262,144 entries
+ * of one user's). Now they leave a slice at a time, with other requests
+ * served in between. Shown by order, not by time: with the daemon
+ * stopped, a user's process holding 4,096 names is killed and root sends
+ * a registration, so that both wait for the same turn of its loop; in the
+ * feed, root's registration must come before the last of the dead
+ * process's DIED events (before, it came after all of them).
+ */
+static void test_death_sliced(void **state)
+{
+	struct fx *f = *state;
+	struct doomed *a = th_shared(sizeof(*a));
+	static uint8_t pkt[256], rep[256];
+	PROCREG_OPTS(procreg_event, ev);
+	procreg_t *r = th_open(f->dir);
+	uint64_t cur;
+	size_t pos = 0;
+	int fd, died = 0, before = -1;
+	pid_t dead;
+	struct pr_frame fr;
+
+	assert_non_null(r);
+	*a = (struct doomed){ .dir = f->dir, .u = user(f), .prefix = "ds",
+			      .names = SLICED_NAMES };
+	dead = doomed_start(f, a);
+	fd = th_raw_connect(f->dir);
+	th_raw_hello(fd);
+	procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, 0, 7, "ds.bystander", 12, NULL, 0);
+	cur = procreg_feed_head(r);
+
+	assert_int_equal(kill(f->d.pid, SIGSTOP), 0);
+	if (!th_until(th_stopped, &f->d.pid, WAIT_MS))
+		fail_msg("procregd did not stop");
+	doomed_kill(f);
+	assert_int_equal(send(fd, pkt, pos, MSG_NOSIGNAL), (ssize_t)pos);
+	assert_int_equal(kill(f->d.pid, SIGCONT), 0);
+
+	/* The registration's reply: it succeeded. */
+	{
+		ssize_t n = recv(fd, rep, sizeof(rep), 0);
+		size_t p = 0;
+
+		assert_true(n > 0);
+		assert_int_equal(procreg__proto_next(rep, (size_t)n, &p, &fr), 1);
+		assert_int_equal(fr.h.status, 0);
+	}
+	/* The feed from before: every event the death and the registration
+	 * made, in the order the daemon made them (4,097 of a ring of 8,192:
+	 * none lost). */
+	while (died < SLICED_NAMES || before < 0) {
+		int err = procreg_next_event(r, &cur, &ev, WAIT_MS);
+
+		if (err)
+			fail_msg("procreg_next_event: %d after %d DIED events", err, died);
+		if (ev.type == PROCREG_EV_DIED && ev.pid == dead)
+			died++;
+		else if (ev.type == PROCREG_EV_REGISTERED && !strcmp(ev.name, "ds.bystander"))
+			before = died;
+	}
+	printf("root's registration came after %d of the dead process's %d DIED events\n", before,
+	       SLICED_NAMES);
+	assert_true(before < SLICED_NAMES);
+	close(fd);
+	procreg_close(r);
+}
+
 int main(void)
 {
 	/* The daemons run with an open files limit of FDS, which the limits
@@ -712,12 +1129,20 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_feed_unread, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_feed_flooded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lapsed_leases_paced, setup_slow_feed, teardown),
+		cmocka_unit_test_setup_teardown(test_death_paced, setup_paced_deaths, teardown),
+		cmocka_unit_test_setup_teardown(test_death_paced_not_waited, setup_slow_feed,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_death_pid_reused, setup_slow_feed, teardown),
+		cmocka_unit_test_setup_teardown(test_death_daemon_killed, setup_slow_feed, teardown),
+		cmocka_unit_test_setup_teardown(test_death_sliced, setup, teardown),
 	};
 
 	if (setrlimit(RLIMIT_NOFILE, &low) < 0) {
 		perror("setrlimit RLIMIT_NOFILE");
 		return 1;
 	}
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,9 +16,9 @@
  * The life of a batch (one epoll_wait's worth of events, main.c: run):
  *  1. The batch opens (procreg__w_batch_begin): from here, what the table
  *     retires stays whole until step 6.
- *  2. Deaths first, all of them (procs.c: proc_died -> registry_died):
- *     every entry of the dead process unpublished, a DIED event each,
- *     then its names passed to whoever is next in line.
+ *  2. Deaths first, all of them (procs.c: proc_died): each dead process
+ *     leaves every line and goes on the dying list; its entries leave a
+ *     slice a pass (step 4).
  *  3. Then requests (server.c), remote frames (bridge.c) and the timer
  *     (owners.c: leases; reclamation of earlier batches), each through
  *     registry.c, which publishes each change with one store, journals
@@ -26,8 +26,11 @@
  *     order), appends the feed event and notes local changes for the
  *     other nodes. A request's reply is sent once its packet is handled:
  *     what it acknowledges is already in the table.
- *  4. Processes and readers freed during the batch are freed for good
- *     (procs_reap, readers_reap): no event of this batch can name them.
+ *  4. A slice of the deaths under way (procs_dying_work -> registry_died):
+ *     entries unpublished, a DIED event each, then their names passed to
+ *     whoever is next in line. Processes and readers freed during the
+ *     batch are freed for good (procs_reap, readers_reap): no event of
+ *     this batch can name them.
  *  5. The batch goes out: the bridge sends its changes and gives claims
  *     that lost a conflict another chance (bridge_flush); owners who lost
  *     a name to another node are told and signalled (procs_tell_lost);
@@ -79,6 +82,14 @@ struct proc {
 	uint32_t waiting;         /* places it holds in owner queues (owners.c) */
 	struct waiter *places;    /* those places, listed (owners.c) */
 	int lost_signal;          /* sent to it when it loses a name to another node, 0: none */
+	/* Exited, its entries leaving a slice at a time (procs.c: deaths):
+	 * on the dying list, oldest first, its pidfd closed. */
+	bool dying;
+	uint64_t died_seq;        /* d->deaths_begun when it began */
+	uint64_t died_n;          /* its entries taken out so far */
+	uint64_t died_wake_ns;    /* the wake-up that saw it, for procregd:death */
+	struct dying_uid *dying_in; /* its uid's deaths under way */
+	struct proc *dying_prev, *dying_next;
 	bool gone;                /* freed in all but memory: see procs_reap() */
 	struct proc *next_gone;
 	/* Holding nothing, kept watched for its next name (procs.c's idle
@@ -122,6 +133,9 @@ struct client {
 				   * it knows (ARM): packets taken, not peeked */
 	uint64_t arm;             /* the ARM awaited (PR_HELLO_NOFILES), or 0 */
 	uint64_t accept_ticks;    /* when accepted, in /proc start-time ticks */
+	/* Its SYNC's reply waits, parked, until its uid's deaths up to this
+	 * one (d->deaths_begun's count) are out; 0: none waits. */
+	uint64_t sync_seq;
 	struct ident id;
 	struct out_packet *pending, **pending_tail; /* replies the socket would not take */
 	size_t pending_bytes;
@@ -236,6 +250,16 @@ struct daemon {
 	uint32_t nclients;
 	uint32_t nsubscribers;
 	struct proc *gone;        /* procs to free once the current batch is done */
+	/* Deaths under way (procs.c), by uid; how many began, ever;
+	 * whether a slice may go on now (then the loop does not sleep), and
+	 * else when the first paced one may (CLOCK_MONOTONIC; UINT64_MAX:
+	 * none). */
+	struct dying_uid *dying;
+	uint64_t deaths_begun;
+	bool dying_ready;
+	uint64_t dying_resume_ns;
+	bool deaths_ended;        /* one ended since the last slice (procs_dying_work) */
+	uint32_t nsync_held;      /* clients whose SYNC waits for their uid's deaths */
 	struct proc *idle_first, *idle_last; /* idle procs, oldest first (procs.c) */
 	uint32_t nidle;
 	/* Per-uid quotas (uid 0 is not limited): uid + 2 -> count. */
@@ -262,6 +286,7 @@ struct daemon {
 				   * holders (server_feed_charge) */
 	uint64_t feed_resume_ns;  /* the first paced uid's turn again; UINT64_MAX: none */
 	bool synced;              /* deaths drained for a SYNC of this packet */
+	uint64_t sync_hold;       /* ... and its reply to wait for this death (procs_sync) */
 	struct ev closer_ev;
 	/* Refusals, each kind logged on its own (log_limited): */
 	struct pr_ratelimit refused_log;       /* connections: --max-clients, no fd */
@@ -407,6 +432,9 @@ void server_feed_pacing(struct daemon *d);
 /* The feed events since head H0 were UID's doing (a death's): charged to
  * it, not to the client whose request drained it. */
 void server_feed_charge(struct daemon *d, uid_t uid, uint64_t h0);
+/* When UID's events are paid for enough to make more (CLOCK_MONOTONIC
+ * ns), or 0: now. */
+uint64_t server_feed_paced(struct daemon *d, uid_t uid);
 /* After a batch that published events: tell the subscribed connections. */
 void server_notify_feed(struct daemon *d);
 /* Send N to every connection of its loser that takes notices. */
@@ -549,13 +577,25 @@ void proc_replace_name(struct daemon *d, uint64_t old_off, uint64_t new_off);
 /* Forget OFF in its owner's list (the table is registry.c's); returns
  * the owner, NULL if none. */
 struct proc *proc_forget_name(struct daemon *d, uint64_t off);
-/* Forget every name of P in its lists, and in its uid's count; the vector
- * is emptied, its memory kept (registry_died reads it after). */
-void proc_forget_all(struct daemon *d, struct proc *p);
+/* Forget the last N names of P's list, in its uid's count too; their
+ * memory is kept (registry_died reads it after). */
+void proc_forget_last(struct daemon *d, struct proc *p, size_t n);
 /* An entry that holds no names nor places goes idle (procs.c). */
 void proc_release_if_empty(struct daemon *d, struct proc *p);
-/* Its pidfd fired: remove every name it held. */
+/* Its pidfd fired: its death begins (every name it held leaves, a slice
+ * a pass: procs_dying_work). */
 void proc_died(struct daemon *d, struct proc *p);
+/* Once a pass of the loop: a slice of the deaths under way. */
+void procs_dying_work(struct daemon *d);
+/* At the last pass, stopping: every death under way, to the end. */
+void procs_dying_finish(struct daemon *d);
+/* For a SYNC of UID's: every pidfd readable now read; the count of deaths
+ * begun its reply is to wait for (procs_sync_waits), or 0: none. */
+uint64_t procs_sync(struct daemon *d, uid_t uid);
+/* Whether a SYNC of UID's made at death count SEQ still waits: a death
+ * up to SEQ under way that is UID's own (its subuid owner's), or of a
+ * uid not held back by its pace. */
+bool procs_sync_waits(struct daemon *d, uid_t uid, uint64_t seq);
 /* The local name record OFF loses to NODE's registration by WINNER: its
  * owner is to be told at the end of the batch (procs_tell_lost). Call
  * before the record is removed. */

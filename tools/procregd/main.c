@@ -1002,7 +1002,8 @@ static void run(struct daemon *d)
 	struct epoll_event evs[64];
 
 	while (!d->stop) {
-		int n = epoll_wait(d->epfd, evs, 64, -1), clients;
+		/* Deaths under way that may go on: a look, not a sleep. */
+		int n = epoll_wait(d->epfd, evs, 64, d->dying_ready ? 0 : -1), clients;
 
 		d->wake_ns = procs_wake_clock();
 
@@ -1017,7 +1018,8 @@ static void run(struct daemon *d)
 		 * can free a proc that is still to come in this batch (SYNC
 		 * handles pending deaths, a reused pid retires a stale entry),
 		 * and a storm of deaths costs a few waits per batch, not one
-		 * per hung-up client between them. */
+		 * per hung-up client between them. Their entries leave after
+		 * the batch's events, a slice at a time (procs.c: deaths). */
 		clients = 0;
 		for (int i = 0; i < n; i++) {
 			struct ev *e = evs[i].data.ptr;
@@ -1077,13 +1079,21 @@ static void run(struct daemon *d)
 			if (d->w.retired_bytes > RECLAIM_BYTES)
 				procreg__w_reclaim(&d->w);
 		}
+		/* Stopping: the deaths under way finished first, so that the
+		 * table is left as the processes are. */
+		if (d->stop)
+			procs_dying_finish(d);
+		else
+			procs_dying_work(d);
 		/* A lease set by this batch may be due before the timer, and
-		 * so may a uid paced by it. */
+		 * so may a uid paced by it, or a death paced. */
 		{
 			uint64_t due = owners_next_deadline(d), now;
 
 			if (d->feed_resume_ns < due)
 				due = d->feed_resume_ns;
+			if (d->dying_resume_ns < due)
+				due = d->dying_resume_ns;
 			if (due != UINT64_MAX && due < d->timer_due_ns) {
 				now = procreg__mono_ns();
 				arm_timer(d, due > now ? due - now : 1);

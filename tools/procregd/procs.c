@@ -5,8 +5,9 @@
  * Each process that holds at least one name has one entry here and one
  * pidfd in the epoll set, and keeps them a while once it holds none (idle
  * entries, below). The pidfd turns readable when the process exits;
- * the daemon then removes every name it held, one slot store each, before
- * it reads its next event. A pid is never trusted alone: an entry is
+ * the daemon then removes every name it held, one slot store each, a
+ * slice at a time with other work in between (deaths, below). A pid is
+ * never trusted alone: an entry is
  * (pid, start time[, pidfs inode]) and a request from a process with a
  * known pid but another start time means the old one died unseen.
  */
@@ -195,6 +196,8 @@ bool ident_is(const struct ident *id, uint64_t start, uint64_t ino)
 	return !ino || !id->ino || ino == id->ino;
 }
 
+static void death_finish(struct daemon *d, struct proc *p);
+
 /* proc_attach(); CAPPED: refused past the limits on processes. */
 static int attach(struct daemon *d, const struct ident *id, bool capped, struct proc **out)
 {
@@ -204,6 +207,17 @@ static int attach(struct daemon *d, const struct ident *id, bool capped, struct 
 	/* Set only if this attach is refused for a limit on processes: for
 	 * the log line (server.c: note_refused). */
 	d->procs_hit = false;
+	if (p && p->dying) {
+		/* Its death is under way: the asker is that dead process (a
+		 * request it sent before it died), or a new one given its pid,
+		 * for whom the old entry must be gone first. That is a pid
+		 * come round again within a death's removal, rare; finished
+		 * at once, it costs a pass of one process's entries at most. */
+		if (ident_is(id, p->start, p->ino))
+			return -ESRCH;
+		death_finish(d, p);
+		p = NULL;
+	}
 	if (p && !ident_is(id, p->start, p->ino)) {
 		/* Two processes for one pid: one of them has exited. Usually
 		 * the entry's, whose pidfd we have not read yet; but a
@@ -213,6 +227,8 @@ static int attach(struct daemon *d, const struct ident *id, bool capped, struct 
 		if (!procreg__pidfd_exited(p->pidfd))
 			return -ESRCH;
 		proc_died(d, p);
+		if (p->dying)
+			death_finish(d, p);
 		p = NULL;
 	}
 	if (p) {
@@ -387,6 +403,7 @@ void procs_start(struct daemon *d)
 	size_t cap = (size_t)(d->w.map.size / PR_RECORD_MIN) + 1;
 	void *p;
 
+	d->dying_resume_ns = UINT64_MAX;
 	if (d->owned || strict_overcommit())
 		return;
 	p = mmap(NULL, cap * sizeof(uint32_t), PROT_READ | PROT_WRITE,
@@ -465,15 +482,16 @@ struct proc *proc_forget_name(struct daemon *d, uint64_t off)
 	return unlink_name(d, off);
 }
 
-void proc_forget_all(struct daemon *d, struct proc *p)
+void proc_forget_last(struct daemon *d, struct proc *p, size_t n)
 {
-	uid_adjust(&d->uid_names, p->uid, -(int64_t)p->names.n);
-	p->names.n = 0;
+	uid_adjust(&d->uid_names, p->uid, -(int64_t)n);
+	p->names.n -= n;
 }
 
 void proc_release_if_empty(struct daemon *d, struct proc *p)
 {
-	if (!p || p->names.n || p->waiting || p->idle || p->gone)
+	/* A dying entry is freed when its death is out (procs_dying_work). */
+	if (!p || p->names.n || p->waiting || p->idle || p->gone || p->dying)
 		return;
 	if (d->nidle >= PROCS_IDLE_MAX)
 		proc_free(d, d->idle_first);
@@ -486,32 +504,251 @@ void proc_release_if_empty(struct daemon *d, struct proc *p)
 	count_procs(d, p, -1);
 }
 
+/*
+ * Deaths, a slice at a time. A process may hold 65,536 names and
+ * memberships (--max-names-per-proc), and a uid four such processes
+ * (--max-names-per-uid): taken out in one pass when they died together,
+ * every other user's request waited 42-65 ms for the pass (a register and
+ * unregister pair behind the deaths of 262,144 entries, leased ones
+ * costing a journal write each), and the pass put every DIED event in the
+ * feed at once, turning its ring (8,192 events) over 32 times before any
+ * follower could read: a follower that had kept up lost 55,572 of a
+ * single process's 65,536 events.
+ *
+ * So a death begins at once: its process leaves every line, its pidfd is
+ * closed, and it is put last on its uid's dying list. Its entries go
+ * DEATH_SLICE a pass of the event loop at most, taken from the end of its
+ * list, with the requests, frames and timers of the pass in between;
+ * the loop does not sleep while any can go on. And the events of an
+ * unprivileged uid's deaths are paced like those of its requests
+ * (server.c: the feed's pacing): when its uid has made more than it has
+ * paid for, a dying process waits for its turn, the timer's. A uid that
+ * made none for a while still has half a ring at once, so a few thousand
+ * names of a crashed service leave within the pass that saw it die; the
+ * rest leave at --max-feed-rate-per-uid a second, as fast as that uid
+ * could have made them.
+ *
+ * A dying entry stays in d->procs under its pid, so that what removes one
+ * of its entries meanwhile (a lease run out, a conflict lost, a name
+ * replaced) finds its place in its list (owner_of). A new process given
+ * the pid has the old one's removal finished first (attach). A SYNC
+ * waits for deaths under way (procs_sync).
+ */
+#define DEATH_SLICE 512
+
+/* The deaths under way of one uid's processes (subuid.c: its owner's,
+ * whose pace they share), oldest first; on d->dying while it has any.
+ * A pass looks at each such uid, not at each dying process: one user's
+ * many processes dying together, paced, cost a pass one look. */
+struct dying_uid {
+	uid_t owner;
+	struct proc *first, *last;
+	struct dying_uid *next;
+};
+
+static struct dying_uid *dying_of(const struct daemon *d, uid_t owner)
+{
+	struct dying_uid *u = d->dying;
+
+	while (u && u->owner != owner)
+		u = u->next;
+	return u;
+}
+
+static void dying_unlink(struct daemon *d, struct proc *p)
+{
+	struct dying_uid *u = p->dying_in, **at;
+
+	if (!u)
+		return;
+	*(p->dying_prev ? &p->dying_prev->dying_next : &u->first) = p->dying_next;
+	*(p->dying_next ? &p->dying_next->dying_prev : &u->last) = p->dying_prev;
+	p->dying_prev = p->dying_next = NULL;
+	p->dying_in = NULL;
+	if (u->first)
+		return;
+	for (at = &d->dying; *at != u; at = &(*at)->next)
+		;
+	*at = u->next;
+	free(u);
+}
+
+/* Up to MOST of dying P's entries out, its uid charged for their events:
+ * how many went. */
+static size_t death_slice(struct daemon *d, struct proc *p, size_t most)
+{
+	uint64_t h0 = d->w.map.hdr->feed_head;
+	size_t n = registry_died(d, p, most);
+
+	server_feed_charge(d, p->uid, h0);
+	p->died_n += n;
+	return n;
+}
+
+/* Its entries all out: counted, traced, freed. */
+static void death_end(struct daemon *d, struct proc *p)
+{
+	dying_unlink(d, p);
+	d->deaths_ended = true;
+	if (p->died_n)
+		registry_death_counted(d);
+	PR_TRACE(procregd, death, p->pid, p->died_n,
+		 p->died_wake_ns ? procreg__mono_ns() - p->died_wake_ns : 0);
+	LOGV(d, "pid %d: exited, %llu name%s and membership%s removed", (int)p->pid,
+	     (unsigned long long)p->died_n, p->died_n == 1 ? "" : "s", p->died_n == 1 ? "" : "s");
+	proc_free(d, p);
+}
+
+/* Every entry of dying P out now, whatever its uid's pace. */
+static void death_finish(struct daemon *d, struct proc *p)
+{
+	while (death_slice(d, p, SIZE_MAX))
+		;
+	death_end(d, p);
+}
+
 void proc_died(struct daemon *d, struct proc *p)
 {
-	uint64_t h0;
-	size_t n;
+	uid_t owner = subuid_owner(p->uid);
+	struct dying_uid *u;
 
-	if (p->gone)
+	if (p->gone || p->dying)
 		return;
 	if (p->idle) {
 		proc_free(d, p); /* it held nothing */
 		return;
 	}
-	h0 = d->w.map.hdr->feed_head;
-	n = registry_died(d, p);
-	server_feed_charge(d, p->uid, h0);
-	PR_TRACE(procregd, death, p->pid, n, d->wake_ns ? procreg__mono_ns() - d->wake_ns : 0);
-	LOGV(d, "pid %d: exited, %zu name%s and membership%s removed", (int)p->pid, n,
-	     n == 1 ? "" : "s", n == 1 ? "" : "s");
-	proc_free(d, p);
+	p->dying = true;
+	p->died_seq = ++d->deaths_begun;
+	p->died_wake_ns = d->wake_ns;
+	/* Read: it would be readable at every wait from now on. */
+	epoll_ctl(d->procs_epfd, EPOLL_CTL_DEL, p->pidfd, NULL);
+	close(p->pidfd);
+	p->pidfd = -1;
+	if (d->last_proc == p)
+		d->last_proc = NULL;
+	/* Out of every line before any of its names is passed on. */
+	owners_proc_gone(d, p);
+	u = dying_of(d, owner);
+	if (!u && (u = calloc(1, sizeof(*u)))) {
+		u->owner = owner;
+		u->next = d->dying;
+		d->dying = u;
+	}
+	if (!u) {
+		/* No memory to keep it for later: in one pass, as a death
+		 * was before slices. */
+		death_finish(d, p);
+		return;
+	}
+	p->dying_in = u;
+	p->dying_prev = u->last;
+	*(u->last ? &u->last->dying_next : &u->first) = p;
+	u->last = p;
+	d->dying_ready = true;
+}
+
+/* U's deaths, from its oldest, within *LEFT entries, as long as its pace
+ * allows; then the loop's timer is set for its turn (d->dying_resume_ns).
+ * U is freed with its last death. */
+static void dying_uid_work(struct daemon *d, struct dying_uid *u, size_t *left)
+{
+	while (*left) {
+		struct proc *p = u->first;
+		bool last = p == u->last;
+
+		if (p->names.n) {
+			uint64_t until = server_feed_paced(d, p->uid);
+
+			if (until) {
+				if (until < d->dying_resume_ns)
+					d->dying_resume_ns = until;
+				return;
+			}
+			*left -= death_slice(d, p, *left);
+		}
+		if (!p->names.n) {
+			death_end(d, p);
+			if (last)
+				return;
+		}
+	}
+}
+
+void procs_dying_work(struct daemon *d)
+{
+	size_t left = DEATH_SLICE;
+
+	d->dying_ready = false;
+	d->dying_resume_ns = UINT64_MAX;
+	for (struct dying_uid *u = d->dying, *next; u && left; u = next) {
+		next = u->next;
+		dying_uid_work(d, u, &left);
+	}
+	if (!left && d->dying) {
+		d->dying_ready = true;
+		/* The next pass starts with the next uid: one user's deaths
+		 * do not keep another's waiting for all of theirs. */
+		if (d->dying->next) {
+			struct dying_uid *u = d->dying, *t = u;
+
+			while (t->next)
+				t = t->next;
+			d->dying = u->next;
+			u->next = NULL;
+			t->next = u;
+		}
+	}
+	/* Clients whose SYNC waits: a death ended, or a uid's pace now
+	 * holds its deaths back, which they do not wait for. */
+	if (d->nsync_held)
+		server_unpark(d);
+}
+
+void procs_dying_finish(struct daemon *d)
+{
+	uint64_t n = 0;
+
+	for (; d->dying; n++)
+		death_finish(d, d->dying->first);
+	if (n)
+		log_msg("%llu death%s under way finished", (unsigned long long)n, n == 1 ? "" : "s");
+	d->dying_ready = false;
+	d->dying_resume_ns = UINT64_MAX;
+}
+
+/*
+ * A SYNC waits for the deaths before it, slice by slice with everyone
+ * else's requests, not for them to be finished at once: that would be
+ * the single pass again, at any client's asking. It does not wait for
+ * another uid's deaths while that uid's pace holds them back: one user
+ * could otherwise hold another's SYNC for as long as its names take to
+ * leave at its pace (seconds: 262,144 at 65,536 a second).
+ */
+bool procs_sync_waits(struct daemon *d, uid_t uid, uint64_t seq)
+{
+	uid_t owner = subuid_owner(uid);
+
+	for (const struct dying_uid *u = d->dying; u; u = u->next)
+		if (u->first->died_seq <= seq &&
+		    (u->owner == owner || !server_feed_paced(d, u->first->uid)))
+			return true;
+	return false;
+}
+
+uint64_t procs_sync(struct daemon *d, uid_t uid)
+{
+	procs_drain_deaths(d);
+	return procs_sync_waits(d, uid, d->deaths_begun) ? d->deaths_begun : 0;
 }
 
 void procs_drain_deaths(struct daemon *d)
 {
 	struct epoll_event evs[64];
 	/* Only pidfds are in the set: a dead process's leaves it as its
-	 * names go (proc_free), so the waits end when every pidfd readable
-	 * now has been seen. The bound is for a pidfd that would stay. */
+	 * death begins (proc_died), so the waits end when every pidfd
+	 * readable now has been seen. The bound is for a pidfd that would
+	 * stay. */
 	uint32_t rounds = (uint32_t)d->procs.used / 64 + 2;
 	int n;
 
@@ -683,6 +920,12 @@ void procs_free_all(struct daemon *d)
 		}
 	}
 	procreg__u64map_free(&d->procs);
+	while (d->dying) {
+		struct dying_uid *u = d->dying;
+
+		d->dying = u->next;
+		free(u);
+	}
 	d->last_proc = NULL;
 	d->idle_first = d->idle_last = NULL;
 	d->nidle = 0;

@@ -309,21 +309,21 @@ static void died_prefetch(struct daemon *d, const uint64_t *offs, size_t n, size
 	}
 }
 
-size_t registry_died(struct daemon *d, struct proc *p)
+size_t registry_died(struct daemon *d, struct proc *p, size_t most)
 {
-	const uint64_t *offs = p->names.v;
-	size_t n = p->names.n;
+	size_t n = p->names.n < most ? p->names.n : most;
+	/* The last N of P's list: what else takes an entry of P's out
+	 * meanwhile (a lease run out, a conflict lost) swaps P's last into
+	 * its place, so the list stays whole from its start. */
+	const uint64_t *offs = p->names.v + (p->names.n - n);
 	bool held = d->w.clock_held;
 
-	owners_proc_gone(d, p);
-	/* One stamp for all the events of one death, as for one packet's. */
+	/* One stamp for all the events of one slice, as for one packet's. */
 	if (!held)
 		procreg__w_clock_hold(&d->w, true);
 	/* The first DIED_AHEAD: the loop's prefetches start past them. */
 	for (size_t i = 0; i < DIED_AHEAD && i < n; i++)
 		__builtin_prefetch(rec(d, offs[i]));
-	/* Names and memberships alike, in one pass of the event loop: no
-	 * request is served between the first removal and the last. */
 	for (size_t i = 0; i < n; i++) {
 		died_prefetch(d, offs, n, i);
 		take_out(d, offs[i], PROCREG_EV_DIED);
@@ -335,15 +335,18 @@ size_t registry_died(struct daemon *d, struct proc *p)
 	}
 	if (!held)
 		procreg__w_clock_hold(&d->w, false);
-	/* P's list is emptied, its memory kept: OFFS stays valid (P is in no
-	 * line any more, so nothing below gives it a name). */
-	proc_forget_all(d, p);
+	/* Dropped from P's list, their memory kept: OFFS stays valid (P is
+	 * in no line any more, so nothing below gives it a name). */
+	proc_forget_last(d, p, n);
 	/* Then the names pass on: a standby owns one in the same turn of the
-	 * loop that saw the death. */
+	 * loop that took it from the dead. */
 	pass_on(d, offs, n);
-	if (n)
-		count(&d->w.map.hdr->deaths, 1);
 	return n;
+}
+
+void registry_death_counted(struct daemon *d)
+{
+	count(&d->w.map.hdr->deaths, 1);
 }
 
 int registry_set_flags(struct daemon *d, uint64_t off, uint8_t flags, uint32_t ev)

@@ -101,10 +101,13 @@ void registry_remove(struct daemon *d, uint64_t off, const struct reg_where *at,
  * ends, and those in line for it stay there (the name is taken). */
 void registry_lose(struct daemon *d, uint64_t off, const char *node, pid_t winner);
 
-/* P exited: every name and membership it held leaves the table, with a
- * DIED event each, in one pass; then its names go to the next in line.
- * P's own entry is the caller's to free. Returns how many it held. */
-size_t registry_died(struct daemon *d, struct proc *p);
+/* P exited (procs.c: proc_died, which took it out of every line): the
+ * last MOST of the names and memberships it still holds leave the table,
+ * with a DIED event each; then those names go to the next in line.
+ * Returns how many left. */
+size_t registry_died(struct daemon *d, struct proc *p, size_t most);
+/* A death whose entries are all out: counted in the table's header. */
+void registry_death_counted(struct daemon *d);
 
 /* Republish the local name OFF with the record flags FLAGS (a lease
  * marked unhealthy, or healthy again) and event EV. */

@@ -218,6 +218,8 @@ static void client_close(struct daemon *d, struct client *c)
 {
 	struct out_packet *o, *n;
 
+	if (c->sync_seq)
+		d->nsync_held--;
 	if (c->parked)
 		d->nparked--;
 	else
@@ -329,8 +331,7 @@ void server_feed_charge(struct daemon *d, uid_t uid, uint64_t h0)
 	feed_charge(d, uid, events);
 }
 
-/* When UID may be read from again (CLOCK_MONOTONIC ns), or 0: now. */
-static uint64_t feed_paced(struct daemon *d, uid_t uid)
+uint64_t server_feed_paced(struct daemon *d, uid_t uid)
 {
 	uint64_t key = (uint64_t)subuid_owner(uid) + 2, due, now;
 
@@ -349,7 +350,7 @@ static uint64_t feed_paced(struct daemon *d, uid_t uid)
  * timer; else 0. */
 static uint64_t client_paced(struct daemon *d, const struct client *c)
 {
-	uint64_t until = feed_paced(d, c->id.uid);
+	uint64_t until = server_feed_paced(d, c->id.uid);
 
 	if (until && until < d->feed_resume_ns)
 		d->feed_resume_ns = until;
@@ -362,8 +363,14 @@ void server_unpark(struct daemon *d)
 	d->feed_resume_ns = UINT64_MAX;
 	for (struct client *c = d->clients, *next; c && d->nparked; c = next) {
 		next = c->next;
-		if (!c->parked || closer_over(d, c->id.uid) || client_paced(d, c))
+		if (!c->parked || closer_over(d, c->id.uid) ||
+		    (c->sync_seq && procs_sync_waits(d, c->id.uid, c->sync_seq)) ||
+		    client_paced(d, c))
 			continue;
+		if (c->sync_seq) {
+			c->sync_seq = 0;
+			d->nsync_held--;
+		}
 		c->parked = false;
 		d->nparked--;
 		/* Replies it would not take keep it to EPOLLOUT, as before. */
@@ -980,9 +987,11 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 		/* Once a packet: the deaths a SYNC must show are those before
 		 * its packet was sent, and a later SYNC of the same packet
 		 * was sent with it. Once a frame, a packet of 4,096 SYNCs
-		 * cost as many rounds of epoll_wait, and held the others up. */
+		 * cost as many rounds of epoll_wait, and held the others up.
+		 * The packet's reply then waits for the deaths under way
+		 * (procs.c: procs_sync_waits). */
 		if (!d->synced) {
-			procs_drain_deaths(d);
+			d->sync_hold = procs_sync(d, c->id.uid);
 			d->synced = true;
 		}
 		return 0;
@@ -1096,6 +1105,7 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 	la.pos = 0;
 	la.done = false;
 	d->synced = false;
+	d->sync_hold = 0;
 	for (;; la.head++) {
 		struct parsed *p;
 		const struct pr_frame *f;
@@ -1161,7 +1171,16 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 		if (!c->hello_done)
 			break; /* a failed HELLO ends the conversation */
 	}
-	if (out && (err = send_reply(d, c, d->out, out)) < 0) {
+	if (out && d->sync_hold && !c->peer_gone) {
+		/* Held, the connection parked: nothing more is read from it
+		 * before its SYNC is answered (server_unpark). */
+		if ((err = queue_reply(d, c, d->out, out)) < 0)
+			return err;
+		c->sync_seq = d->sync_hold;
+		d->nsync_held++;
+		if (!c->parked)
+			park(d, c);
+	} else if (out && (err = send_reply(d, c, d->out, out)) < 0) {
 		if (err != -EPIPE && err != -ECONNRESET)
 			return err;
 		/* It sent and closed (readers hand their pages over so):
