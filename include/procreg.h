@@ -472,7 +472,10 @@ PROCREG_API int procreg_next_event(procreg_t *reg, uint64_t *cursor, struct proc
  * events with procreg_next_event(..., 0) until -ETIMEDOUT: clearing first
  * means an event published meanwhile leaves it readable, so none is
  * missed; it may also turn readable for events already read (the daemon
- * tells after publishing them), which then finds none. The fd is a
+ * tells after publishing them), which then finds none. A user's fds (not
+ * root's) are told 16,384 times a second at most, all of them together:
+ * under a storm of changes each hears a little later, and of more events
+ * at once. The fd is a
  * connection to procregd of its own; close(2) it when done. Returns the fd or
  * a negative errno (-ECONNREFUSED without a daemon).
  */

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -699,6 +700,135 @@ static void test_lapsed_leases_paced(void **state)
 	procreg_close(r);
 }
 
+/* ---- feed subscribers that read --------------------------------------- */
+
+#define NOTIFY_SUBS 60
+#define NOTIFY_PAIRS 2000
+/* procregd's pace for one uid's notifications (server.c). */
+#define NOTIFY_RATE 16384
+#define NOTIFY_BURST 256
+
+struct subs_arg {
+	const char *dir;
+	const struct th_user *u;
+	/* In memory shared with the test: */
+	int ready, stop, drained, last, done, fds, got;
+	long count;
+};
+
+/* How many packets FD has now, each read. */
+static long drain_count(int fd)
+{
+	uint8_t b[64];
+	long n = 0;
+
+	while (recv(fd, b, sizeof(b), MSG_DONTWAIT) > 0)
+		n++;
+	return n;
+}
+
+/* As the attacker: NOTIFY_SUBS feed fds, every notification read as it
+ * comes and counted until told to stop; then, told a last change was
+ * made, how many of them hear of it within WAIT_MS. */
+static int subs_main(void *p)
+{
+	struct subs_arg *a = p;
+	struct pollfd pf[NOTIFY_SUBS];
+	procreg_t *r;
+	int heard = 0;
+
+	th_become(a->u);
+	r = th_open(a->dir);
+	if (!r)
+		return 70;
+	for (int i = 0; i < NOTIFY_SUBS; i++) {
+		pf[i].fd = procreg_feed_fd(r);
+		pf[i].events = POLLIN;
+		if (pf[i].fd < 0)
+			return 71;
+	}
+	a->fds = NOTIFY_SUBS;
+	__atomic_store_n(&a->ready, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE)) {
+		if (poll(pf, NOTIFY_SUBS, 10) <= 0)
+			continue;
+		for (int i = 0; i < NOTIFY_SUBS; i++)
+			if (pf[i].revents & POLLIN)
+				a->count += drain_count(pf[i].fd);
+	}
+	for (int i = 0; i < NOTIFY_SUBS; i++)
+		a->count += drain_count(pf[i].fd);
+	__atomic_store_n(&a->drained, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&a->last, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	for (int t = 0; heard < NOTIFY_SUBS && t < WAIT_MS / 10; t++) {
+		if (poll(pf, NOTIFY_SUBS, 10) <= 0)
+			continue;
+		for (int i = 0; i < NOTIFY_SUBS; i++)
+			if (pf[i].fd >= 0 && (pf[i].revents & POLLIN)) {
+				heard++;
+				pf[i].fd = -pf[i].fd - 1; /* heard: poll skips it */
+			}
+	}
+	a->got = heard;
+	__atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+	pause();
+	return 0;
+}
+
+static double mono_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/*
+ * Before: a subscriber was sent a notification every batch that changed
+ * the feed, and a batch is one request when they come one at a time: one
+ * user's 60 subscribers that read were sent 60 for each of root's
+ * registrations and removals, and 120 of them halved root's rate. Now a
+ * uid's notifications are paced (16,384 a second for all its
+ * subscribers): the user is sent no more than that pace allows over the
+ * whole test, however long it took, and every subscriber still hears of
+ * the last change (those owed are sent when their turn comes).
+ */
+static void test_notify_paced(void **state)
+{
+	struct fx *f = *state;
+	struct subs_arg *a = th_shared(sizeof(*a));
+	procreg_t *r = th_open(f->dir);
+	double t0, t1;
+	long most;
+	pid_t kid;
+
+	assert_non_null(r);
+	*a = (struct subs_arg){ .dir = f->dir, .u = user(f) };
+	t0 = mono_s();
+	kid = th_fork(subs_main, a);
+	wait_for(&a->ready, 1);
+	for (int i = 0; i < NOTIFY_PAIRS; i++) {
+		assert_int_equal(procreg_register(r, "notify.x", NULL, 0), 0);
+		assert_int_equal(procreg_unregister(r, "notify.x"), 0);
+	}
+	__atomic_store_n(&a->stop, 1, __ATOMIC_RELEASE);
+	wait_for(&a->drained, 1);
+	t1 = mono_s();
+	assert_int_equal(procreg_register(r, "notify.last", NULL, 0), 0);
+	__atomic_store_n(&a->last, 1, __ATOMIC_RELEASE);
+	wait_for(&a->done, 1);
+	kill(kid, SIGKILL);
+	th_wait(kid);
+	most = NOTIFY_BURST + (long)(NOTIFY_RATE * (t1 - t0)) + 1;
+	printf("%d subscribers of one user's were sent %ld notifications in %.3f s (at most %ld "
+	       "allowed) for %d changes of root's; %d of them heard of the last\n",
+	       a->fds, a->count, t1 - t0, most, 2 * NOTIFY_PAIRS, a->got);
+	assert_true(a->count <= most);
+	assert_int_equal(a->got, NOTIFY_SUBS);
+	procreg_close(r);
+}
+
 /* ---- deaths --------------------------------------------------------- */
 
 /* The feed paced at 16,384 events a second a uid: a follower has half a
@@ -1129,6 +1259,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_feed_unread, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_feed_flooded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lapsed_leases_paced, setup_slow_feed, teardown),
+		cmocka_unit_test_setup_teardown(test_notify_paced, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_paced, setup_paced_deaths, teardown),
 		cmocka_unit_test_setup_teardown(test_death_paced_not_waited, setup_slow_feed,
 						teardown),

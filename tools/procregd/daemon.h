@@ -117,7 +117,8 @@ struct client {
 	struct ev ev;
 	int fd;
 	bool hello_done;
-	bool subscribed;          /* feed notifications on this connection */
+	bool subscribed;          /* feed notifications on this connection: */
+	struct client *sub_next, *sub_prev; /* on d->subscribers */
 	/* A notification found its socket full: none is sent until it is
 	 * writable again (EPOLLOUT), then one if any was skipped (owed). */
 	bool feed_full, feed_owed;
@@ -249,6 +250,12 @@ struct daemon {
 	struct client *clients;
 	uint32_t nclients;
 	uint32_t nsubscribers;
+	struct client *subscribers;   /* the connections that said SUBSCRIBE */
+	/* Notifications' pacing (server.c): uid + 2 -> when what its
+	 * subscribers were sent is paid for; when the first owed for want
+	 * of it may go (CLOCK_MONOTONIC; UINT64_MAX: none). */
+	struct pr_u64map notify_due;
+	uint64_t notify_resume_ns;
 	struct proc *gone;        /* procs to free once the current batch is done */
 	/* Deaths under way (procs.c), by uid; how many began, ever;
 	 * whether a slice may go on now (then the loop does not sleep), and
@@ -437,6 +444,9 @@ void server_feed_charge(struct daemon *d, uid_t uid, uint64_t h0);
 uint64_t server_feed_paced(struct daemon *d, uid_t uid);
 /* After a batch that published events: tell the subscribed connections. */
 void server_notify_feed(struct daemon *d);
+/* From the timer, at d->notify_resume_ns: the notifications owed for
+ * want of their uid's budget. */
+void server_notify_owed(struct daemon *d);
 /* Send N to every connection of its loser that takes notices. */
 void server_notice_lost(struct daemon *d, const struct lost_notice *n);
 

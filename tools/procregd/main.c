@@ -694,11 +694,15 @@ static void tick(struct daemon *d)
 	uint64_t now = procreg__mono_ns(), lease_ns = owners_tick(d), next;
 	int pending = procreg__w_reclaim(&d->w);
 
-	/* Uids paced for the feed whose turn has come. */
+	/* Uids paced for the feed whose turn has come; notifications owed. */
 	if (d->feed_resume_ns <= now)
 		server_unpark(d);
 	if (d->feed_resume_ns != UINT64_MAX && d->feed_resume_ns - now < lease_ns)
 		lease_ns = d->feed_resume_ns - now;
+	if (d->notify_resume_ns <= now)
+		server_notify_owed(d);
+	if (d->notify_resume_ns != UINT64_MAX && d->notify_resume_ns - now < lease_ns)
+		lease_ns = d->notify_resume_ns - now;
 
 	/* Readers that hold a grace period up too long; the registry. */
 	readers_tick(d);
@@ -1094,6 +1098,8 @@ static void run(struct daemon *d)
 				due = d->feed_resume_ns;
 			if (d->dying_resume_ns < due)
 				due = d->dying_resume_ns;
+			if (d->notify_resume_ns < due)
+				due = d->notify_resume_ns;
 			if (due != UINT64_MAX && due < d->timer_due_ns) {
 				now = procreg__mono_ns();
 				arm_timer(d, due > now ? due - now : 1);
