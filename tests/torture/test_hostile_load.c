@@ -505,21 +505,21 @@ static int flood_main(void *p)
 	return 0;
 }
 
+/* As root: the feed followed from where it is when READY is set; STEP
+ * is given each event read, or a lap (ERR -EOVERFLOW, EV NULL), and says
+ * when to stop (true). */
 struct follower {
 	const char *dir;
+	bool (*step)(struct follower *a, procreg_t *r, int err, const struct procreg_event *ev);
+	pid_t pid;              /* for the step: whose events it counts */
 	/* In memory shared with the test: */
 	int ready, laps, seen, events;
 };
 
-/* As root: the feed followed from its head until "victim.end" is seen,
- * or found in the table when the follower, lapped, looks there (as a
- * follower must: procreg_next_event's -EOVERFLOW). SEEN counts root's
- * registrations seen as events. */
 static int follow_main(void *p)
 {
 	struct follower *a = p;
 	PROCREG_OPTS(procreg_event, ev);
-	PROCREG_OPTS(procreg_entry, e);
 	procreg_t *r = th_open(a->dir);
 	uint64_t cur;
 	int err;
@@ -530,25 +530,34 @@ static int follow_main(void *p)
 	__atomic_store_n(&a->ready, 1, __ATOMIC_RELEASE);
 	for (;;) {
 		err = procreg_next_event(r, &cur, &ev, WAIT_MS);
-		if (err == -EOVERFLOW) {
+		if (err == -EOVERFLOW)
 			a->laps++;
-			if (procreg_lookup(r, "victim.end", &e) == 0)
-				break;
-			continue;
-		}
-		if (err) {
+		else if (err) {
 			fprintf(stderr, "procreg_next_event: %d\n", err);
 			return 2;
+		} else {
+			a->events++;
 		}
-		a->events++;
-		if (ev.type != PROCREG_EV_REGISTERED || strncmp(ev.name, "victim.", 7))
-			continue;
-		if (!strcmp(ev.name, "victim.end"))
+		if (a->step(a, r, err, err ? NULL : &ev))
 			break;
-		a->seen++;
 	}
 	procreg_close(r);
 	return 0;
+}
+
+/* Until "victim.end" is seen, or found in the table when the follower,
+ * lapped, looks there (as a follower must: procreg_next_event's
+ * -EOVERFLOW). SEEN counts root's registrations seen as events. */
+static bool victims_step(struct follower *a, procreg_t *r, int err, const struct procreg_event *ev)
+{
+	if (err)
+		return procreg_lookup(r, "victim.end", NULL) == 0;
+	if (ev->type != PROCREG_EV_REGISTERED || strncmp(ev->name, "victim.", 7))
+		return false;
+	if (!strcmp(ev->name, "victim.end"))
+		return true;
+	a->seen++;
+	return false;
 }
 
 static void wait_for(const int *v, int at_least)
@@ -582,7 +591,7 @@ static void test_feed_flooded(void **state)
 	assert_non_null(r);
 
 	*fl = (struct flood){ .dir = f->dir, .u = user(f) };
-	*fo = (struct follower){ .dir = f->dir };
+	*fo = (struct follower){ .dir = f->dir, .step = victims_step };
 	follower = th_fork(follow_main, fo);
 	wait_for(&fo->ready, 1);
 	flooder = th_fork(flood_main, fl);
@@ -907,44 +916,15 @@ static void doomed_kill(struct fx *f)
 
 #define PACED_NAMES 16384
 
-/* As root: the feed followed from where it is at READY until DIED events
- * for PACED_NAMES entries of process PID were read, or it was lapped. */
-struct death_follower {
-	const char *dir;
-	pid_t pid;
-	/* In memory shared with the test: */
-	int ready, laps, died, other;
-};
-
-static int death_follow_main(void *p)
+/* Until DIED events for PACED_NAMES entries of process A->pid were read
+ * (SEEN), or it was lapped. */
+static bool deaths_step(struct follower *a, procreg_t *r, int err, const struct procreg_event *ev)
 {
-	struct death_follower *a = p;
-	PROCREG_OPTS(procreg_event, ev);
-	procreg_t *r = th_open(a->dir);
-	uint64_t cur;
-	int err;
-
-	if (!r)
-		return 1;
-	cur = procreg_feed_head(r);
-	__atomic_store_n(&a->ready, 1, __ATOMIC_RELEASE);
-	while (a->died < PACED_NAMES) {
-		err = procreg_next_event(r, &cur, &ev, WAIT_MS);
-		if (err == -EOVERFLOW) {
-			a->laps++;
-			break;
-		}
-		if (err) {
-			fprintf(stderr, "procreg_next_event: %d\n", err);
-			return 2;
-		}
-		if (ev.type == PROCREG_EV_DIED && ev.pid == a->pid)
-			a->died++;
-		else
-			a->other++;
-	}
-	procreg_close(r);
-	return 0;
+	(void)r;
+	if (err)
+		return true;
+	a->seen += ev->type == PROCREG_EV_DIED && ev->pid == a->pid;
+	return a->seen == PACED_NAMES;
 }
 
 /* As U, another process of the dead one's user: told to, it asks for a
@@ -994,15 +974,15 @@ static void test_death_paced(void **state)
 	struct fx *f = *state;
 	const struct th_user *u = user(f);
 	struct doomed *a = th_shared(sizeof(*a));
-	struct death_follower *fo = th_shared(sizeof(*fo));
+	struct follower *fo = th_shared(sizeof(*fo));
 	struct syncer *sy = th_shared(sizeof(*sy));
 	pid_t follower, syncer;
 
 	*a = (struct doomed){ .dir = f->dir, .u = u, .prefix = "dp", .names = PACED_NAMES };
 	*sy = (struct syncer){ .dir = f->dir, .u = u, .prefix = "dp", .names = PACED_NAMES };
-	fo->dir = f->dir;
+	*fo = (struct follower){ .dir = f->dir, .step = deaths_step };
 	fo->pid = doomed_start(f, a);
-	follower = th_fork(death_follow_main, fo);
+	follower = th_fork(follow_main, fo);
 	wait_for(&fo->ready, 1);
 	syncer = th_fork(syncer_main, sy);
 	wait_for(&sy->ready, 1);
@@ -1010,11 +990,11 @@ static void test_death_paced(void **state)
 	__atomic_store_n(&sy->go, 1, __ATOMIC_RELEASE);
 	assert_int_equal(th_wait_ms(syncer, WAIT_MS), 0);
 	assert_int_equal(th_wait_ms(follower, WAIT_MS), 0);
-	printf("follower: %d DIED events of the %d names read, %d other events, lapped %d "
+	printf("follower: %d DIED events of the %d names read, %d events in all, lapped %d "
 	       "times; the user's sync left %d of them\n",
-	       fo->died, PACED_NAMES, fo->other, fo->laps, sy->left);
+	       fo->seen, PACED_NAMES, fo->events, fo->laps, sy->left);
 	assert_int_equal(fo->laps, 0);
-	assert_int_equal(fo->died, PACED_NAMES);
+	assert_int_equal(fo->seen, PACED_NAMES);
 	assert_int_equal(sy->err, 0);
 	assert_int_equal(sy->left, 0);
 }
