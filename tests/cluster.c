@@ -464,15 +464,21 @@ long th_count_fds(pid_t pid)
 	return n;
 }
 
-size_t th_fake_change(uint8_t *buf, size_t cap, uint64_t inc, uint64_t seq, const char *name)
+size_t th_fake_change_from(uint8_t *buf, size_t cap, uint64_t inc, uint64_t seq,
+			   const char *origin, const char *name)
 {
 	size_t pos = 0;
 	struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
 				 .registered_ns = procreg__now_ns(), .name = name,
 				 .name_len = strlen(name) };
 
-	assert_int_equal(procreg__bp_put_change(buf, cap, &pos, inc, seq, "fake", &e), 0);
+	assert_int_equal(procreg__bp_put_change(buf, cap, &pos, inc, seq, origin, &e), 0);
 	return pos;
+}
+
+size_t th_fake_change(uint8_t *buf, size_t cap, uint64_t inc, uint64_t seq, const char *name)
+{
+	return th_fake_change_from(buf, cap, inc, seq, "fake", name);
 }
 
 size_t th_fake_snap(uint8_t *buf, size_t cap, uint64_t inc, uint32_t part, uint64_t stamp,

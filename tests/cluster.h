@@ -116,6 +116,9 @@ void th_propagation_figures(procreg_t *a, procreg_t *b, procreg_t *c, const char
  * BUF (capacity CAP): their length. A change, number SEQ of incarnation
  * INC: NAME registered now. */
 size_t th_fake_change(uint8_t *buf, size_t cap, uint64_t inc, uint64_t seq, const char *name);
+/* The same from node ORIGIN. */
+size_t th_fake_change_from(uint8_t *buf, size_t cap, uint64_t inc, uint64_t seq,
+			   const char *origin, const char *name);
 /* Part PART of its snapshot as of change 0, the last if LAST: NAMES
  * (NULL-terminated), each registered at STAMP. */
 size_t th_fake_snap(uint8_t *buf, size_t cap, uint64_t inc, uint32_t part, uint64_t stamp,

@@ -88,12 +88,15 @@
 #include "bridge_envelope.h"
 #include "bridge_proto.h"
 #include "clock.h"
+#include "internal.h" /* the index of peers' names (strindex.c) */
 #include "nats_opts.h"
 #include "procreg/backend.h"
 
 
 #define SUBJECT_MAX 384
 #define PEERS_MAX 4096 /* nodes heard from, then one long silent makes room (peer_evict()) */
+#define EVICT_BATCH 64
+#define EVICT_SCAN_GAP_NS 100000000ull /* 100 ms */
 #define QUEUE_MAX_BYTES (256u << 20) /* the daemon this far behind: drop, resync all */
 #define ITEMS_PER_DISPATCH 4096      /* the daemon's clients get a turn in between */
 #define SERVERS_MAX 64
@@ -158,6 +161,12 @@ struct nb {
 	struct peer *peers;
 	size_t npeers;
 	size_t peers_max;           /* PEERS_MAX; PROCREG_TEST_PEERS_MAX for tests */
+	struct pr_str_index peer_idx; /* a peer's name -> its place in peers */
+	/* Places of peers that may make room for another (peer_evict()),
+	 * the oldest last, from a look at them all made at evict_scan_ns. */
+	uint32_t evict[EVICT_BATCH];
+	size_t nevict;
+	uint64_t evict_scan_ns;
 	uint8_t *out;               /* one envelope */
 	uint8_t *batch;             /* stream frames not yet published */
 	size_t batch_len;
@@ -268,40 +277,98 @@ static int snap_send(void *sctx, const uint8_t *frame, size_t len)
 
 /* ---- peers -------------------------------------------------------------- */
 
-/* The slot of a node heard from before, not up and silent for longer than
- * a node may be (the one silent the longest), for another: NULL if there
- * is none. What it forgets is the counters that kept the node's old
- * messages from being replayed: one replayed now can at most bring up a
- * node that then times out (see replayed()). */
+/*
+ * Peers are found by name for every message: a look at each peer known,
+ * 4,096 at most, with a name of up to 63 bytes each, let a node with the
+ * cookie that made thousands known pay a comparison with every one for
+ * each message it sent (the mesh measured seconds of a local client's
+ * wait behind such a flood: bridge.c). So a peer's place is found by an
+ * index of names, a hash and a probe; and once every place is taken, a
+ * new name looks for a peer to replace among EVICT_BATCH candidates
+ * found by one look at them all, made EVICT_SCAN_GAP_NS apart at most:
+ * names that keep coming while none may go cost a look at a list of 64,
+ * not at 4,096 peers, each.
+ */
+static bool evictable(const struct peer *p, uint64_t now, uint64_t to)
+{
+	return !p->up && !p->snap_pending && now - p->last_rx_ns > to;
+}
+
+/* The EVICT_BATCH peers silent the longest of those that may go, into
+ * m->evict, the newest first and the oldest last. */
+static void evict_scan(struct nb *m, uint64_t now, uint64_t to)
+{
+	uint32_t *e = m->evict;
+	size_t n = 0;
+
+	for (size_t i = 0; i < m->npeers; i++) {
+		uint64_t rx = m->peers[i].last_rx_ns;
+		size_t k = 0;
+
+		if (!evictable(&m->peers[i], now, to))
+			continue;
+		if (n == EVICT_BATCH) {
+			if (rx >= m->peers[e[0]].last_rx_ns)
+				continue; /* newer than every one kept */
+			memmove(&e[0], &e[1], --n * sizeof(e[0])); /* the newest goes */
+		}
+		while (k < n && m->peers[e[k]].last_rx_ns >= rx)
+			k++;
+		memmove(&e[k + 1], &e[k], (n - k) * sizeof(e[0]));
+		e[k] = (uint32_t)i;
+		n++;
+	}
+	m->nevict = n;
+	m->evict_scan_ns = now;
+}
+
+/* The place of a node heard from before, not up and silent for longer
+ * than a node may be (of those silent the longest), for another: NULL
+ * if there is none. What it forgets is the counters that kept the node's
+ * old messages from being replayed: one replayed now can at most bring
+ * up a node that then times out (see replayed()). */
 static struct peer *peer_evict(struct nb *m)
 {
 	uint64_t now = pr_mono_ns(), to = (uint64_t)m->c.timeout_ms * 1000000ull;
-	struct peer *old = NULL;
 
-	for (size_t i = 0; i < m->npeers; i++) {
-		struct peer *p = &m->peers[i];
+	for (int scanned = 0;; scanned++) {
+		while (m->nevict) {
+			struct peer *p = &m->peers[m->evict[--m->nevict]];
 
-		if (p->up || p->snap_pending || now - p->last_rx_ns <= to)
-			continue;
-		if (!old || p->last_rx_ns < old->last_rx_ns)
-			old = p;
+			/* It may have been heard from since the look. */
+			if (evictable(p, now, to))
+				return p;
+		}
+		if (scanned || now - m->evict_scan_ns < EVICT_SCAN_GAP_NS)
+			return NULL;
+		evict_scan(m, now, to);
 	}
-	return old;
 }
 
 static struct peer *peer_get(struct nb *m, const char *name)
 {
+	size_t len = strlen(name);
 	struct peer *p;
+	uint64_t v;
 
-	for (size_t i = 0; i < m->npeers; i++)
-		if (!strcmp(m->peers[i].name, name))
-			return &m->peers[i];
+	if (procreg__sidx_get(&m->peer_idx, name, len, &v) == 0 && v < m->npeers &&
+	    !strcmp(m->peers[v].name, name))
+		return &m->peers[v];
+	/* Two names of one key (or no memory): what is not indexed is
+	 * found as before the index. */
+	if (m->peer_idx.partial)
+		for (size_t i = 0; i < m->npeers; i++)
+			if (!strcmp(m->peers[i].name, name))
+				return &m->peers[i];
 	if (m->npeers < m->peers_max)
 		p = &m->peers[m->npeers++];
-	else if (!(p = peer_evict(m)))
+	else if ((p = peer_evict(m)))
+		procreg__sidx_del(&m->peer_idx, p->name, strlen(p->name), (uint64_t)(p - m->peers));
+	else
 		return NULL;
 	memset(p, 0, sizeof(*p));
 	snprintf(p->name, sizeof(p->name), "%s", name);
+	procreg__sidx_put(&m->peer_idx, name, len, (uint64_t)(p - m->peers));
 	return p;
 }
 
@@ -895,6 +962,7 @@ static void nb_close(void *b)
 	procreg__env_key_free(m->key);
 	pthread_mutex_destroy(&m->mu);
 	free(m->peers);
+	procreg__sidx_free(&m->peer_idx);
 	free(m->out);
 	free(m->batch);
 	free(m);
@@ -1240,6 +1308,7 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	subject(m, m->my_stream, "node", m->node);
 	m->peers = calloc(PEERS_MAX, sizeof(*m->peers));
 	m->peers_max = PEERS_MAX;
+	procreg__sidx_init(&m->peer_idx);
 	if (getenv("PROCREG_TEST_PEERS_MAX")) {
 		m->peers_max = strtoull(getenv("PROCREG_TEST_PEERS_MAX"), NULL, 10);
 		if (m->peers_max < 1 || m->peers_max > PEERS_MAX)
