@@ -118,6 +118,16 @@ static struct th_user *user(struct fx *f)
 	return &f->u[f->nusers++];
 }
 
+/* Until *V is at least AT_LEAST (a child said so), WAIT_MS at most. */
+static void wait_for(const int *v, int at_least)
+{
+	for (int i = 0; __atomic_load_n(v, __ATOMIC_ACQUIRE) < at_least; i++) {
+		if (i > WAIT_MS / 10)
+			fail_msg("waited %d ms", WAIT_MS);
+		usleep(10000);
+	}
+}
+
 /* ---- processes, each holding a name ------------------------------------ */
 
 /* What a leader, as U (root if NULL), does: forks KIDS processes that
@@ -133,6 +143,8 @@ struct leader {
 	int self_full;  /* its own name while its uid is full */
 	int self_idle;  /* ... once one of its processes gave its name back */
 	int idle_back;  /* that process's name again */
+	bool no_close;  /* released, it exits without procreg_close() (which
+			 * may talk to a daemon that is stopped) */
 };
 
 static pid_t kid_pids[1024];
@@ -150,7 +162,8 @@ static int lead(void *arg, int phase)
 			kill(kid_pids[i], SIGKILL);
 		for (int i = 0; i < nkid_pids; i++)
 			waitpid(kid_pids[i], NULL, 0);
-		procreg_close(leader_reg);
+		if (!a->no_close)
+			procreg_close(leader_reg);
 		return 0;
 	}
 	if (a->u)
@@ -279,6 +292,94 @@ static void test_procs_per_uid(void **state)
 	munmap(la, sizeof(*la));
 	munmap(lb, sizeof(*lb));
 	munmap(la2, sizeof(*la2));
+}
+
+/* As U, a process with a connection of its own (said HELLO): told to,
+ * it sends a registration of its own name "a.late", says it has (SENT),
+ * and then what the daemon answered (STATUS). */
+struct late {
+	const char *dir;
+	const struct th_user *u;
+	/* In memory shared with the test: */
+	int ready, go, sent, done, status;
+};
+
+static int late_main(void *p)
+{
+	struct late *a = p;
+	static uint8_t pkt[256];
+	struct pr_frame fr;
+	size_t pos = 0, at = 0;
+	ssize_t n;
+	int fd;
+
+	th_become(a->u);
+	fd = th_raw_try_connect(a->dir);
+	if (fd < 0 || th_raw_try_hello(fd) < 0)
+		return 70;
+	__atomic_store_n(&a->ready, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&a->go, __ATOMIC_ACQUIRE))
+		usleep(1000);
+	procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, 0, 9, "a.late", 6, NULL, 0);
+	if (send(fd, pkt, pos, MSG_NOSIGNAL) != (ssize_t)pos)
+		return 71;
+	__atomic_store_n(&a->sent, 1, __ATOMIC_RELEASE);
+	n = recv(fd, pkt, sizeof(pkt), 0);
+	if (n <= 0 || procreg__proto_next(pkt, (size_t)n, &at, &fr) != 1)
+		return 72;
+	a->status = fr.h.status;
+	__atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+	pause();
+	return 0;
+}
+
+/*
+ * A process whose death is under way holds no descriptor of the daemon's
+ * (its pidfd is closed as the death begins), and is no longer counted
+ * among its uid's processes, though its names may take a while to leave
+ * (a slice at a time, at its uid's pace). Before, it was counted until
+ * its last name was out: a user whose processes, as many as it may have,
+ * died together had its next process refused (EDQUOT) meanwhile. Shown
+ * by order: with the daemon stopped, the user's processes die and another
+ * of its processes asks for a name, so that the deaths begin in the same
+ * turn of the loop that handles the request, before any of their names
+ * left.
+ */
+static void test_dying_not_counted(void **state)
+{
+	struct fx *f = *state;
+	struct th_user *a = user(f);
+	struct late *l = th_shared(sizeof(*l));
+	struct leader *la;
+	pid_t kid;
+
+	*l = (struct late){ .dir = f->dir, .u = a };
+	kid = th_fork(late_main, l);
+	wait_for(&l->ready, 1);
+	/* Its pipes anew, which that child does not hold open: the leader
+	 * is released by their end. */
+	assert_int_equal(th_held_release(&f->h), 0);
+	th_held_init(&f->h);
+	la = leader_new(f, a, "a", PER_UID);
+	assert_int_equal(la->ok, PER_UID);
+	assert_int_equal(la->self_full, -EDQUOT);
+	la->no_close = true;
+
+	assert_int_equal(kill(f->d.pid, SIGSTOP), 0);
+	if (!th_until(th_stopped, &f->d.pid, WAIT_MS))
+		fail_msg("procregd did not stop");
+	assert_int_equal(th_held_release(&f->h), 0); /* its processes killed, reaped */
+	th_held_init(&f->h);
+	__atomic_store_n(&l->go, 1, __ATOMIC_RELEASE);
+	wait_for(&l->sent, 1);
+	assert_int_equal(kill(f->d.pid, SIGCONT), 0);
+	wait_for(&l->done, 1);
+	printf("a registration of the user's, once its %d processes died: %d\n", PER_UID,
+	       l->status);
+	assert_int_equal(l->status, 0);
+	kill(kid, SIGKILL);
+	th_wait(kid);
+	munmap(la, sizeof(*la));
 }
 
 /*
@@ -558,15 +659,6 @@ static bool victims_step(struct follower *a, procreg_t *r, int err, const struct
 		return true;
 	a->seen++;
 	return false;
-}
-
-static void wait_for(const int *v, int at_least)
-{
-	for (int i = 0; __atomic_load_n(v, __ATOMIC_ACQUIRE) < at_least; i++) {
-		if (i > WAIT_MS / 10)
-			fail_msg("waited %d ms", WAIT_MS);
-		usleep(10000);
-	}
 }
 
 /*
@@ -1236,6 +1328,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_procs_per_uid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_procs_all_uids, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dying_not_counted, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_feed_unread, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_feed_flooded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lapsed_leases_paced, setup_slow_feed, teardown),

@@ -135,8 +135,10 @@ struct client {
 	uint64_t arm;             /* the ARM awaited (PR_HELLO_NOFILES), or 0 */
 	uint64_t accept_ticks;    /* when accepted, in /proc start-time ticks */
 	/* Its SYNC's reply waits, parked, until its uid's deaths up to this
-	 * one (d->deaths_begun's count) are out; 0: none waits. */
+	 * one (d->deaths_begun's count) are out; 0: none waits. Then it is
+	 * on d->held. */
 	uint64_t sync_seq;
+	struct client *held_next;
 	struct ident id;
 	struct out_packet *pending, **pending_tail; /* replies the socket would not take */
 	size_t pending_bytes;
@@ -265,8 +267,7 @@ struct daemon {
 	uint64_t deaths_begun;
 	bool dying_ready;
 	uint64_t dying_resume_ns;
-	bool deaths_ended;        /* one ended since the last slice (procs_dying_work) */
-	uint32_t nsync_held;      /* clients whose SYNC waits for their uid's deaths */
+	struct client *held;      /* clients whose SYNC's reply waits for deaths */
 	struct proc *idle_first, *idle_last; /* idle procs, oldest first (procs.c) */
 	uint32_t nidle;
 	/* Per-uid quotas (uid 0 is not limited): uid + 2 -> count. */
@@ -433,6 +434,9 @@ void server_close_all(struct daemon *d);
  * over CLOSER_PER_UID nor paced; d->feed_resume_ns says when the next of
  * those still paced is due. */
 void server_unpark(struct daemon *d);
+/* The clients whose SYNC waits for deaths (d->held): those whose deaths
+ * are out (ALL: every one, stopping) answered, and taken back. */
+void server_release_held(struct daemon *d, bool all);
 /* At start, once the table is open: the feed's pacing from
  * --max-feed-rate-per-uid and the ring's size. */
 void server_feed_pacing(struct daemon *d);

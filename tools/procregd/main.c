@@ -689,6 +689,18 @@ static void arm_timer(struct daemon *d, uint64_t ns)
 	d->timer_due_ns = procreg__mono_ns() + ns;
 }
 
+/* The timer set for DUE (CLOCK_MONOTONIC; UINT64_MAX: none), if it would
+ * fire later. */
+static void arm_by(struct daemon *d, uint64_t due)
+{
+	uint64_t now;
+
+	if (due == UINT64_MAX || due >= d->timer_due_ns)
+		return;
+	now = procreg__mono_ns();
+	arm_timer(d, due > now ? due - now : 1);
+}
+
 static void tick(struct daemon *d)
 {
 	uint64_t now = procreg__mono_ns(), lease_ns = owners_tick(d), next;
@@ -723,6 +735,8 @@ static void tick(struct daemon *d)
 	arm_timer(d, lease_ns < next ? (lease_ns ? lease_ns : 1) : next);
 	if (d->w.feed_pending)
 		server_notify_feed(d);
+	/* Notifications that just went over their uid's budget: owed. */
+	arm_by(d, d->notify_resume_ns);
 	procreg__w_feed_wake(&d->w);
 }
 
@@ -1092,18 +1106,13 @@ static void run(struct daemon *d)
 		/* A lease set by this batch may be due before the timer, and
 		 * so may a uid paced by it, or a death paced. */
 		{
-			uint64_t due = owners_next_deadline(d), now;
+			uint64_t due = owners_next_deadline(d);
 
 			if (d->feed_resume_ns < due)
 				due = d->feed_resume_ns;
 			if (d->dying_resume_ns < due)
 				due = d->dying_resume_ns;
-			if (d->notify_resume_ns < due)
-				due = d->notify_resume_ns;
-			if (due != UINT64_MAX && due < d->timer_due_ns) {
-				now = procreg__mono_ns();
-				arm_timer(d, due > now ? due - now : 1);
-			}
+			arm_by(d, due);
 		}
 		procs_reap(d);
 		readers_reap(d);
@@ -1115,9 +1124,11 @@ static void run(struct daemon *d)
 		 * shows who has them. */
 		if (d->lost)
 			procs_tell_lost(d);
-		/* One wake-up for the followers of the feed per batch. */
+		/* One wake-up for the followers of the feed per batch; the
+		 * notifications over their uid's budget owed, for the timer. */
 		if (d->w.feed_pending)
 			server_notify_feed(d);
+		arm_by(d, d->notify_resume_ns);
 		procreg__w_feed_wake(&d->w);
 		/* The batch is out: what it retired may now be reclaimed. */
 		procreg__w_batch_end(&d->w);

@@ -161,7 +161,7 @@ static void proc_free(struct daemon *d, struct proc *p)
 		d->last_proc = NULL;
 	if (p->idle)
 		idle_unlink(d, p);
-	else
+	else if (!p->dying) /* a dying one was, as its death began */
 		count_procs(d, p, -1);
 	procreg__u64map_del(&d->procs, (uint64_t)p->pid + 2);
 	if (p->pidfd >= 0) {
@@ -227,7 +227,7 @@ static int attach(struct daemon *d, const struct ident *id, bool capped, struct 
 		if (!procreg__pidfd_exited(p->pidfd))
 			return -ESRCH;
 		proc_died(d, p);
-		if (p->dying)
+		if (p->dying && !p->gone) /* not finished already (no memory) */
 			death_finish(d, p);
 		p = NULL;
 	}
@@ -589,7 +589,6 @@ static size_t death_slice(struct daemon *d, struct proc *p, size_t most)
 static void death_end(struct daemon *d, struct proc *p)
 {
 	dying_unlink(d, p);
-	d->deaths_ended = true;
 	if (p->died_n)
 		registry_death_counted(d);
 	PR_TRACE(procregd, death, p->pid, p->died_n,
@@ -619,6 +618,9 @@ void proc_died(struct daemon *d, struct proc *p)
 		return;
 	}
 	p->dying = true;
+	/* No longer a process watched: its descriptor goes now, and the
+	 * limits on processes count descriptors (procs_limits). */
+	count_procs(d, p, -1);
 	p->died_seq = ++d->deaths_begun;
 	p->died_wake_ns = d->wake_ns;
 	/* Read: it would be readable at every wait from now on. */
@@ -701,8 +703,8 @@ void procs_dying_work(struct daemon *d)
 	}
 	/* Clients whose SYNC waits: a death ended, or a uid's pace now
 	 * holds its deaths back, which they do not wait for. */
-	if (d->nsync_held)
-		server_unpark(d);
+	if (d->held)
+		server_release_held(d, false);
 }
 
 void procs_dying_finish(struct daemon *d)
@@ -715,6 +717,8 @@ void procs_dying_finish(struct daemon *d)
 		log_msg("%llu death%s under way finished", (unsigned long long)n, n == 1 ? "" : "s");
 	d->dying_ready = false;
 	d->dying_resume_ns = UINT64_MAX;
+	/* Their SYNCs answered before the connections close. */
+	server_release_held(d, true);
 }
 
 /*

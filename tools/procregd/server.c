@@ -218,8 +218,13 @@ static void client_close(struct daemon *d, struct client *c)
 {
 	struct out_packet *o, *n;
 
-	if (c->sync_seq)
-		d->nsync_held--;
+	if (c->sync_seq) {
+		struct client **at = &d->held;
+
+		while (*at != c)
+			at = &(*at)->held_next;
+		*at = c->held_next;
+	}
 	if (c->parked)
 		d->nparked--;
 	else
@@ -368,18 +373,34 @@ void server_unpark(struct daemon *d)
 	d->feed_resume_ns = UINT64_MAX;
 	for (struct client *c = d->clients, *next; c && d->nparked; c = next) {
 		next = c->next;
-		if (!c->parked || closer_over(d, c->id.uid) ||
-		    (c->sync_seq && procs_sync_waits(d, c->id.uid, c->sync_seq)) ||
-		    client_paced(d, c))
+		if (!c->parked || c->sync_seq || closer_over(d, c->id.uid) || client_paced(d, c))
 			continue;
-		if (c->sync_seq) {
-			c->sync_seq = 0;
-			d->nsync_held--;
-		}
 		c->parked = false;
 		d->nparked--;
 		/* Replies it would not take keep it to EPOLLOUT, as before. */
 		if (ev_add(d, c->fd, client_events(c), &c->ev) < 0)
+			client_close(d, c);
+	}
+}
+
+static int flush_pending(struct daemon *d, struct client *c);
+
+void server_release_held(struct daemon *d, bool all)
+{
+	for (struct client **at = &d->held, *c; (c = *at);) {
+		if (!all && procs_sync_waits(d, c->id.uid, c->sync_seq)) {
+			at = &c->held_next;
+			continue;
+		}
+		*at = c->held_next;
+		c->sync_seq = 0;
+		if (closer_over(d, c->id.uid) || client_paced(d, c))
+			continue; /* parked still, for those: server_unpark() */
+		c->parked = false;
+		d->nparked--;
+		/* The reply at once, not at the next wake-up; what the socket
+		 * does not take waits for EPOLLOUT as ever. */
+		if (ev_add(d, c->fd, client_events(c), &c->ev) < 0 || flush_pending(d, c) < 0)
 			client_close(d, c);
 	}
 }
@@ -1233,7 +1254,8 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 		if ((err = queue_reply(d, c, d->out, out)) < 0)
 			return err;
 		c->sync_seq = d->sync_hold;
-		d->nsync_held++;
+		c->held_next = d->held;
+		d->held = c;
 		if (!c->parked)
 			park(d, c);
 	} else if (out && (err = send_reply(d, c, d->out, out)) < 0) {
