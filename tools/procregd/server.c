@@ -450,8 +450,9 @@ void server_close_all(struct daemon *d)
  * its subscribers, NOTIFY_BURST at once. A subscriber that reads every
  * notification gets one each batch, and a batch is one request when
  * requests come one at a time: 120 subscribers of one user, reading,
- * took root's synchronous registration and removal pairs from 17.5-18.0k
- * a second to 8.1-10.5k, 120 sends for each of root's requests. Paced,
+ * took root's synchronous registration and removal pairs from 17.7-18.1k
+ * a second to 5.6-11.3k, 120 sends for each of root's requests (15.8-16.8k
+ * paced; three alternating runs of a probe, Release builds). Paced,
  * a uid's subscribers cost the daemon at most NOTIFY_RATE sends a second;
  * one not sent for want of budget is owed, sent when its uid's turn comes
  * (server_notify_owed, from the timer), so that none is lost. With the
