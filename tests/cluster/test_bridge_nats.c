@@ -1522,7 +1522,7 @@ static uint64_t fake_flood(struct cluster *c, struct fake *k, const char *tag)
  * with every peer known: a node with the cookie that made thousands known
  * under names of the longest kind, differing only in their last
  * characters, and then sent from the last of them, cost node a a scan of
- * them all for each message (finding 4 of the network review). By the
+ * them all for each message. By the
  * index it is a hash and a probe, whatever the number known: a flood from
  * the last of 4,096 peers must go through node a in about the time the
  * same flood from a peer known alone took (at most 3 times that and 2 s:

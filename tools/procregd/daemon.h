@@ -251,7 +251,6 @@ struct daemon {
 	size_t owned_cap;
 	struct client *clients;
 	uint32_t nclients;
-	uint32_t nsubscribers;
 	struct client *subscribers;   /* the connections that said SUBSCRIBE */
 	/* Notifications' pacing (server.c): uid + 2 -> when what its
 	 * subscribers were sent is paid for; when the first owed for want

@@ -706,15 +706,14 @@ static void tick(struct daemon *d)
 	uint64_t now = procreg__mono_ns(), lease_ns = owners_tick(d), next;
 	int pending = procreg__w_reclaim(&d->w);
 
-	/* Uids paced for the feed whose turn has come; notifications owed. */
+	/* Uids paced for the feed whose turn has come; notifications owed
+	 * (those still owed set the timer below: arm_by). */
 	if (d->feed_resume_ns <= now)
 		server_unpark(d);
 	if (d->feed_resume_ns != UINT64_MAX && d->feed_resume_ns - now < lease_ns)
 		lease_ns = d->feed_resume_ns - now;
 	if (d->notify_resume_ns <= now)
 		server_notify_owed(d);
-	if (d->notify_resume_ns != UINT64_MAX && d->notify_resume_ns - now < lease_ns)
-		lease_ns = d->notify_resume_ns - now;
 
 	/* Readers that hold a grace period up too long; the registry. */
 	readers_tick(d);

@@ -513,7 +513,10 @@ void proc_release_if_empty(struct daemon *d, struct proc *p)
  * costing a journal write each), and the pass put every DIED event in the
  * feed at once, turning its ring (8,192 events) over 32 times before any
  * follower could read: a follower that had kept up lost 55,572 of a
- * single process's 65,536 events.
+ * single process's 65,536 events. Sliced and paced, the same pair waited
+ * 2.6-4.1 ms at most, as it did with no deaths (2.7-4.3), and behind
+ * root's such deaths, not paced, 2.1-3.7 ms (Release builds, three runs
+ * each).
  *
  * So a death begins at once: its process leaves every line, its pidfd is
  * closed, and it is put last on its uid's dying list. Its entries go

@@ -240,7 +240,6 @@ static void client_close(struct daemon *d, struct client *c)
 		*(c->sub_prev ? &c->sub_prev->sub_next : &d->subscribers) = c->sub_next;
 		if (c->sub_next)
 			c->sub_next->sub_prev = c->sub_prev;
-		d->nsubscribers--;
 	}
 	/* Its process may be asleep on the feed, counting on this
 	 * connection: woken, it finds it gone and says FOLLOW again. */
@@ -1086,7 +1085,6 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 			if (c->sub_next)
 				c->sub_next->sub_prev = c;
 			d->subscribers = c;
-			d->nsubscribers++;
 		}
 		return 0;
 	default:
