@@ -781,6 +781,25 @@ static inline uint64_t procreg__w_find_name(struct pr_writer *w, const char *nam
 typedef int (*pr_walk_cb)(uint64_t off, const struct pr_record *r, void *arg);
 int procreg__w_walk(struct pr_writer *w, pr_walk_cb cb, void *arg);
 
+/* The same walk a part at a time, the table written in between
+ * (procreg__w_walk_some()). Zeroed to start; freed with
+ * procreg__w_cursor_free(). */
+struct pr_wcursor {
+	uint64_t lo;                /* names, then groups: the next hash to visit */
+	uint64_t mlo;               /* the members of groups[at]: the next hash */
+	int phase;
+	bool groups_end;            /* the last chunk of groups is in groups[] */
+	struct pr_wgroup **groups;  /* a chunk of groups, by name */
+	size_t ngroups, at, cap;
+};
+
+/* About BUDGET more slots of the walk C: 1 while more remain, 0 once it
+ * is over, -ENOMEM, or what CB returned when not 0 (C is then of no
+ * further use). CB must not unpublish. */
+int procreg__w_walk_some(struct pr_writer *w, struct pr_wcursor *c, uint64_t budget,
+			 pr_walk_cb cb, void *arg);
+void procreg__w_cursor_free(struct pr_wcursor *c);
+
 int procreg__vec_push(struct pr_vec *v, uint64_t x);
 void procreg__vec_free(struct pr_vec *v);
 

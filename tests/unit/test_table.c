@@ -2825,6 +2825,281 @@ static void test_publish_key(void **state)
 	free(dir);
 }
 
+/* ---- the walk in parts ---------------------------------------------- */
+
+#define WP_STABLE 2000
+#define WP_CHURN 12000
+#define WP_GROUPS 24
+#define WP_MEMBERS 40
+#define WP_WRAP 4
+
+/* Membership of PID in GROUP, as procregd's join makes one. */
+static void member_add(struct pr_writer *w, const char *group, uint32_t pid)
+{
+	struct pr_record t = { .kind = PR_KIND_MEMBER, .pid = pid, .start_time = 7 };
+	struct pr_root *root;
+	struct pr_key k;
+	uint64_t pos, off;
+
+	assert_int_equal(procreg__w_group(w, group, strlen(group), true, &root), 0);
+	assert_int_equal(procreg__w_reserve(w, root), 0);
+	pr_key_member(&k, pid, 7, 0, w->map.hdr->hash_seed);
+	assert_int_equal(procreg__w_find(w, root, &k, &pos), 0);
+	t.name_len = (uint16_t)strlen(group);
+	assert_int_equal(procreg__w_new_record(w, &t, group, NULL, &off), 0);
+	procreg__w_publish_key(w, root, pos, off, &k);
+	CMM_STORE_SHARED(root->live, root->live + 1);
+}
+
+/* What a walk in parts saw: how many times each name and membership. */
+struct wp_seen {
+	int stable[WP_STABLE], churn[WP_CHURN], wrap;
+	int members[WP_GROUPS][WP_MEMBERS + WP_CHURN];
+	int other;
+};
+
+static int wp_cb(uint64_t off, const struct pr_record *r, void *arg)
+{
+	struct wp_seen *s = arg;
+	unsigned i;
+	char c;
+
+	(void)off;
+	if (r->kind == PR_KIND_MEMBER) {
+		assert_int_equal(sscanf(r->data, "g%u", &i), 1);
+		assert_true(i < WP_GROUPS && r->pid < WP_MEMBERS + WP_CHURN);
+		s->members[i][r->pid]++;
+	} else if (sscanf(r->data, "stable-%u%c", &i, &c) == 1 && i < WP_STABLE) {
+		s->stable[i]++;
+	} else if (sscanf(r->data, "churn-%u%c", &i, &c) == 1 && i < WP_CHURN) {
+		s->churn[i]++;
+	} else if (sscanf(r->data, "wrapcand%u%c", &i, &c) == 1) {
+		s->wrap++;
+	} else {
+		s->other++;
+	}
+	return 0;
+}
+
+/* Names that belong at the index's last slot, so that they fill it and
+ * wrap around to the start: the run a walk must follow past the end. */
+static unsigned wrap_names(struct pr_writer *w, char names[WP_WRAP][32])
+{
+	const struct pr_index *ix = w_index(w);
+	unsigned n = 0;
+
+	for (unsigned i = 0; n < WP_WRAP; i++) {
+		struct pr_key k;
+		size_t len = (size_t)snprintf(names[n], 32, "wrapcand%u", i);
+
+		pr_key_name(&k, PR_KIND_NAME, names[n], len, w->map.hdr->hash_seed);
+		if (k.hash >> ix->shift == ix->capacity - 1)
+			n++;
+	}
+	return n;
+}
+
+/*
+ * procreg__w_walk_some(), the walk a snapshot for another node is written
+ * by, a part at a time with the table written in between: every name and
+ * membership there throughout is seen exactly once, whatever the index
+ * became meanwhile (rebuilt at 8 times its capacity and more, members'
+ * indexes too), and none twice. First at a capacity that does not
+ * change, with a run that wraps from the index's end to its start.
+ */
+static void test_walk_in_parts(void **state)
+{
+	char *dir = th_mkdtemp(), name[64], wraps[WP_WRAP][32];
+	struct pr_writer w;
+	struct wp_seen *s = calloc(1, sizeof(*s));
+	struct pr_wcursor c;
+	uint64_t cap0, parts = 0, rehash0, rehashes;
+	unsigned churned = 0, members = WP_MEMBERS;
+	int r;
+
+	(void)state;
+	assert_non_null(s);
+	w_open_at(&w, dir, 256 * MB);
+	for (unsigned i = 0; i < WP_STABLE; i++) {
+		name_of(name, sizeof(name), "stable", i);
+		assert_int_equal(put(&w, name, 1), 0);
+	}
+	for (unsigned g = 0; g < WP_GROUPS; g++) {
+		snprintf(name, sizeof(name), "g%u", g);
+		for (uint32_t p = 0; p < WP_MEMBERS; p++)
+			member_add(&w, name, p);
+	}
+	/* The wrapping run, at the capacity the index has once they are in
+	 * (an insert may grow it: then again). */
+	for (int tries = 0;; tries++) {
+		uint64_t cap = w_index(&w)->capacity, pos;
+
+		assert_true(tries < 8);
+		assert_int_equal(wrap_names(&w, wraps), WP_WRAP);
+		for (unsigned i = 0; i < WP_WRAP; i++)
+			assert_int_equal(put_raw(&w, wraps[i], 1, 1, 0, 0, NULL, 0), 0);
+		assert_true(procreg__w_find_name(&w, wraps[WP_WRAP - 1],
+						 strlen(wraps[WP_WRAP - 1]), &pos) != 0);
+		if (w_index(&w)->capacity == cap) {
+			assert_true(pos < 64); /* wrapped to the start */
+			break;
+		}
+		for (unsigned i = 0; i < WP_WRAP; i++)
+			assert_int_equal(del(&w, wraps[i]), 0);
+	}
+	cap0 = w_index(&w)->capacity;
+
+	/* Quiet: small parts, nothing written between them. */
+	memset(&c, 0, sizeof(c));
+	while ((r = procreg__w_walk_some(&w, &c, 16, wp_cb, s)) == 1)
+		parts++;
+	assert_int_equal(r, 0);
+	assert_true(parts > 8);
+	for (unsigned i = 0; i < WP_STABLE; i++)
+		assert_int_equal(s->stable[i], 1);
+	for (unsigned g = 0; g < WP_GROUPS; g++)
+		for (unsigned p = 0; p < WP_MEMBERS; p++)
+			assert_int_equal(s->members[g][p], 1);
+	assert_int_equal(s->wrap, WP_WRAP);
+	assert_int_equal(s->other, 0);
+	procreg__w_cursor_free(&c);
+
+	/* Written between the parts: names come and go (1,000 of them live
+	 * at a time, past the first), so that tombstones pile up and the
+	 * index is rebuilt again and again under the walk; groups gain
+	 * members. */
+	memset(s, 0, sizeof(*s));
+	memset(&c, 0, sizeof(c));
+	parts = 0;
+	rehash0 = w.map.hdr->rehashes;
+	while ((r = procreg__w_walk_some(&w, &c, 4, wp_cb, s)) == 1) {
+		parts++;
+		for (int k = 0; k < 24; k++, churned++) {
+			name_of(name, sizeof(name), "churn", churned % WP_CHURN);
+			if (churned >= WP_CHURN)
+				(void)del(&w, name); /* from the last round */
+			assert_true(put(&w, name, 1) >= 0);
+			if (churned >= 1000) {
+				name_of(name, sizeof(name), "churn", (churned - 1000) % WP_CHURN);
+				assert_int_equal(del(&w, name), 0);
+			}
+		}
+		if (members < WP_MEMBERS + WP_CHURN && parts % 2 == 0) {
+			snprintf(name, sizeof(name), "g%u", (unsigned)(parts / 2) % WP_GROUPS);
+			member_add(&w, name, members++);
+		}
+		if (parts % 64 == 0)
+			drain(&w);
+	}
+	assert_int_equal(r, 0);
+	procreg__w_cursor_free(&c);
+	rehashes = w.map.hdr->rehashes - rehash0;
+	assert_true(rehashes >= 8);
+	for (unsigned i = 0; i < WP_STABLE; i++)
+		if (s->stable[i] != 1)
+			fail_msg("stable%u seen %d times in %llu parts, %llu rebuilds", i,
+				 s->stable[i], (unsigned long long)parts,
+				 (unsigned long long)rehashes);
+	for (unsigned i = 0; i < WP_CHURN; i++)
+		assert_true(s->churn[i] <= 1);
+	for (unsigned g = 0; g < WP_GROUPS; g++) {
+		for (unsigned p = 0; p < WP_MEMBERS; p++)
+			assert_int_equal(s->members[g][p], 1);
+		for (unsigned p = WP_MEMBERS; p < WP_MEMBERS + WP_CHURN; p++)
+			assert_true(s->members[g][p] <= 1);
+	}
+	print_message("walk in parts: %llu parts, %llu rebuilds, index %llu -> %llu slots\n",
+		      (unsigned long long)parts, (unsigned long long)rehashes,
+		      (unsigned long long)cap0, (unsigned long long)w_index(&w)->capacity);
+	free(s);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+/* KEYS names whose home is slot Q of W's index, into NAMES. */
+static void names_at_home(struct pr_writer *w, uint64_t q, char names[][32], int keys)
+{
+	const struct pr_index *ix = w_index(w);
+	int n = 0;
+
+	for (unsigned i = 0; n < keys; i++) {
+		struct pr_key k;
+		size_t len = (size_t)snprintf(names[n], 32, "ra%u", i);
+
+		pr_key_name(&k, PR_KIND_NAME, names[n], len, w->map.hdr->hash_seed);
+		if (k.hash >> ix->shift == q)
+			n++;
+	}
+}
+
+struct ra_seen {
+	char (*names)[32];
+	int seen[5];
+};
+
+static int ra_cb(uint64_t off, const struct pr_record *r, void *arg)
+{
+	struct ra_seen *s = arg;
+
+	(void)off;
+	for (int i = 0; i < 5; i++)
+		if (r->name_len == strlen(s->names[i]) && !memcmp(r->data, s->names[i], r->name_len))
+			s->seen[i]++;
+	return 0;
+}
+
+static uint64_t slot_of(struct pr_writer *w, const char *name)
+{
+	uint64_t pos;
+
+	assert_true(procreg__w_find_name(w, name, strlen(name), &pos) != 0);
+	return pos;
+}
+
+/* A name a part saw, removed and registered again after it, may land past
+ * where the walk stopped: it is not seen again. X0..X3 share home Q and
+ * fill Q..Q+3; a part stops at the empty slot Q+4; then X0 goes, Y (home
+ * Q too) takes its tombstone, and X0 comes back at Q+4. */
+static void test_walk_readded(void **state)
+{
+	char *dir = th_mkdtemp(), names[5][32];
+	struct ra_seen s = { .names = names };
+	struct pr_writer w;
+	struct pr_wcursor c;
+	uint64_t q;
+	int r;
+
+	(void)state;
+	w_open_at(&w, dir, 16 * MB);
+	q = w_index(&w)->capacity / 2;
+	names_at_home(&w, q, names, 5);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(put_raw(&w, names[i], 1, 1, 0, 0, NULL, 0), 0);
+		assert_int_equal(slot_of(&w, names[i]), q + (uint64_t)i);
+	}
+	assert_int_equal(w_index(&w)->slot[q + 4].word, PR_SLOT_EMPTY);
+	memset(&c, 0, sizeof(c));
+	assert_int_equal(procreg__w_walk_some(&w, &c, q + 4, ra_cb, &s), 1);
+	assert_true(c.lo == (q + 4) << w_index(&w)->shift);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(s.seen[i], 1);
+	assert_int_equal(del(&w, names[0]), 0);
+	assert_int_equal(put_raw(&w, names[4], 1, 1, 0, 0, NULL, 0), 0);
+	assert_int_equal(slot_of(&w, names[4]), q);
+	assert_int_equal(put_raw(&w, names[0], 1, 1, 0, 0, NULL, 0), 0);
+	assert_int_equal(slot_of(&w, names[0]), q + 4);
+	while ((r = procreg__w_walk_some(&w, &c, 64, ra_cb, &s)) == 1)
+		;
+	assert_int_equal(r, 0);
+	procreg__w_cursor_free(&c);
+	assert_int_equal(s.seen[0], 1);
+	assert_int_equal(s.seen[4], 0); /* came after the part that passed its hash */
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
 /* ---- one clock read per packet ------------------------------------- */
 
 /* While the writer holds the clock (around a packet of requests), every
@@ -2890,6 +3165,8 @@ int main(void)
 		cmocka_unit_test(test_publish_key),
 		cmocka_unit_test(test_short_names),
 		cmocka_unit_test(test_torn_slot),
+		cmocka_unit_test(test_walk_in_parts),
+		cmocka_unit_test(test_walk_readded),
 		cmocka_unit_test(test_clock_hold),
 	};
 
