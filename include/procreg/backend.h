@@ -47,6 +47,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <syslog.h>
+#include <sys/timerfd.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -111,7 +112,45 @@ struct pr_bridge_up {
 	 * refused or data not carried, LOG_ERR for a backend that cannot go
 	 * on. log() above is LOG_INFO. Call it through pr_bridge_log(). */
 	void (*vlog)(int level, const char *fmt, va_list ap);
+	/* This node's snapshot a part at a time, for a node that came up:
+	 * what snapshot() writes at once, which in a big table holds the
+	 * daemon's every local request for as long (0.3 s at 10^6 names).
+	 * snapshot_begin() fixes the change it is as of, and returns it (NULL:
+	 * out of memory); every change broadcast() carries from then on must
+	 * reach that node too, in any order with the parts (the replication
+	 * layer holds them until the snapshot is whole). Each snapshot_more()
+	 * sends its next part, SEND once per frame, in order, for a bounded
+	 * amount of work: 1 while more remain, 0 once the last is sent, or a
+	 * negative errno (drop the node). Not before snapshot_wait() says 0:
+	 * it gives the nanoseconds to wait (CLOCK_MONOTONIC) before the next
+	 * part of any snapshot, so that parts take at most half the daemon's
+	 * time; a backend wakes the daemon then (a timer on its fd).
+	 * snapshot_end() frees one, done or not. */
+	void *(*snapshot_begin)(void *ctx);
+	int (*snapshot_more)(void *ctx, void *snap,
+			     int (*send)(void *sctx, const uint8_t *frame, size_t len), void *sctx);
+	void (*snapshot_end)(void *ctx, void *snap);
+	uint64_t (*snapshot_wait)(void *ctx);
 };
+
+/* Whether UP has the upcalls that write a snapshot in parts. */
+static inline bool pr_bridge_up_parts(const struct pr_bridge_up *up)
+{
+	return up->sz >= offsetof(struct pr_bridge_up, snapshot_wait) + sizeof(up->snapshot_wait) &&
+	       up->snapshot_begin && up->snapshot_more && up->snapshot_end && up->snapshot_wait;
+}
+
+/* Timer TFD (a timerfd) set to go off once, NS nanoseconds from now. */
+static inline void pr_bridge_timer_in(int tfd, uint64_t ns)
+{
+	struct itimerspec its;
+
+	memset(&its, 0, sizeof(its));
+	ns = ns ? ns : 1;
+	its.it_value.tv_sec = (time_t)(ns / 1000000000u);
+	its.it_value.tv_nsec = (long)(ns % 1000000000u);
+	(void)timerfd_settime(tfd, 0, &its, NULL);
+}
 
 struct pr_bridge_config {
 	size_t sz;

@@ -17,8 +17,8 @@
  *    bound: the queues stay within --max-mesh-queue, and a node that does
  *    read still joins.
  *  - Many nodes coming up at once (a partition healing) have their
- *    snapshots written in turn: those waiting for theirs hear from the
- *    daemon meanwhile, or their side would drop it as silent.
+ *    snapshots written in turn, a part at a time, local requests
+ *    answered in between; and each is whole.
  *  - Many nodes going at once (a partition, or a node with the cookie
  *    that came up under many names and drops them all) leave the table
  *    in one walk of it, not one walk each.
@@ -838,29 +838,25 @@ static void test_leeches_bounded(void **state)
 	free(l.p);
 }
 
-/* ---- 4: a burst of nodes, kept alive while their snapshots wait ------- */
+/* ---- 4: a burst of nodes, their snapshots in turn ----------------------- */
 
 #define BURST_PEERS 24
 #define BURST_NAMES 100000
+#define BURST_NAMES_MAX 100001 /* and one more meanwhile */
 #define STR_(x) #x
 #define STR(x) STR_(x)
-#define BURST_HB_MS 10      /* as --heartbeat-ms below */
 
-static int cmp_u64(const void *x, const void *y)
-{
-	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-
-	return a < b ? -1 : a > b;
-}
-
-/* One node of the burst, on a thread of its own (so that no other's
- * wait delays its clock): its handshake finished, then its frames read
- * until its snapshot's first; when each came, in ms from the burst. */
+/* One node of the burst, on a thread of its own: its handshake finished,
+ * then its frames read until its snapshot's last part. When its first
+ * and last parts came, as the burst's count of such events so far. */
 struct burster {
 	struct th_peer p;
-	uint64_t t0;
-	uint64_t up_ms, alive_ms, snap_ms;  /* alive: the first PEERS */
+	int *events;
+	int first, last;
+	uint32_t parts;
+	uint64_t seq, entries;
 	int err;
+	char why[128];
 };
 
 static void *burster_main(void *arg)
@@ -869,81 +865,79 @@ static void *burster_main(void *arg)
 	struct pr_bp_frame f;
 
 	b->err = th_peer_finish(&b->p);
-	b->up_ms = mono_ms() - b->t0;
-	while (!b->err && !b->snap_ms) {
+	while (!b->err && !b->last) {
+		struct pr_bp_entry e;
+		size_t ip = 0;
+
 		b->err = th_peer_next(&b->p, &f);
-		if (b->err)
+		if (b->err || f.type != PR_BP_SNAP)
+			continue;
+		if (!b->parts) {
+			b->first = __atomic_add_fetch(b->events, 1, __ATOMIC_RELAXED);
+			b->seq = f.seq;
+		}
+		if (f.part != b->parts || f.seq != b->seq) {
+			snprintf(b->why, sizeof(b->why), "part %u (as of %llu) where %u (as of %llu) was due",
+				 f.part, (unsigned long long)f.seq, b->parts, (unsigned long long)b->seq);
+			b->err = -EPROTO;
 			break;
-		if (f.type == PR_BP_PEERS && !b->alive_ms)
-			b->alive_ms = mono_ms() - b->t0;
-		if (f.type == PR_BP_SNAP)
-			b->snap_ms = mono_ms() - b->t0;
+		}
+		b->parts++;
+		while (procreg__bp_snap_entry(&f, &ip, &e))
+			b->entries++;
+		if (f.flags & PR_BP_SNAP_LAST)
+			b->last = __atomic_add_fetch(b->events, 1, __ATOMIC_RELAXED);
 	}
 	return NULL;
 }
 
 /* BURST_PEERS nodes finish their handshakes at once with a daemon that
- * holds BURST_NAMES names: it writes one snapshot a turn, so the last wait
- * for several. One whose snapshot came later than a heartbeat interval
- * and a few snapshots' time (their spacing, S) after it was up must have
- * had a sign of life (an empty PEERS) before it; and the burst must have
- * kept some waiting that long, or the test tried nothing. */
-static void test_burst_kept_alive(void **state)
+ * holds BURST_NAMES names. Their snapshots are written a part at a time,
+ * in turn: each node has its first part before any has its last, and
+ * local requests are answered in between (written whole, one a dispatch,
+ * the last node waited for 23 snapshots' time, and every local request
+ * for one each). Each snapshot is whole: parts in order, all as of the
+ * same change, every name in them once. */
+static void test_burst_in_turn(void **state)
 {
 	struct cluster *c = *state;
 	struct th_node *a = &c->n[0];
 	static struct burster bs[BURST_PEERS];
 	pthread_t t[BURST_PEERS];
-	uint64_t t0, sorted[BURST_PEERS], gaps[BURST_PEERS - 1], s, bound;
-	int late = 0;
+	int events = 0, first_max = 0, last_min = INT32_MAX;
 
 	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){
-					       "--heartbeat-ms", "10", "--max-names-per-proc",
-					       STR(BURST_NAMES), NULL }, NULL), 0);
+					       "--max-names-per-proc", STR(BURST_NAMES_MAX), NULL }, NULL), 0);
 	th_register_bulk(a->reg, "burst", BURST_NAMES, "");
 	for (int i = 0; i < BURST_PEERS; i++) {
 		char name[32];
 
 		snprintf(name, sizeof(name), "burst%d", i);
 		assert_int_equal(th_peer_connect_held(&bs[i].p, a->listen, name, 7, COOKIE), 0);
+		bs[i].events = &events;
 	}
 	for (int i = 0; i < BURST_PEERS; i++)
 		th_peer_release(&bs[i].p);
-	t0 = mono_ms();
-	for (int i = 0; i < BURST_PEERS; i++) {
-		bs[i].t0 = t0;
+	for (int i = 0; i < BURST_PEERS; i++)
 		assert_int_equal(pthread_create(&t[i], NULL, burster_main, &bs[i]), 0);
-	}
+	/* Answered meanwhile. */
+	assert_int_equal(procreg_register(a->reg, "meanwhile", NULL, 0), 0);
 	for (int i = 0; i < BURST_PEERS; i++) {
 		pthread_join(t[i], NULL);
 		if (bs[i].err)
-			fail_msg("node burst%d was dropped before its snapshot: %s (log: %s)", i,
-				 strerror(-bs[i].err), a->d.log);
-		sorted[i] = bs[i].snap_ms;
+			fail_msg("node burst%d: its snapshot: %s%s%s (log: %s)", i,
+				 strerror(-bs[i].err), bs[i].why[0] ? ": " : "", bs[i].why, a->d.log);
+		if (bs[i].entries != BURST_NAMES && bs[i].entries != BURST_NAMES + 1)
+			fail_msg("node burst%d: a snapshot of %llu entries, %d names held", i,
+				 (unsigned long long)bs[i].entries, BURST_NAMES);
+		first_max = bs[i].first > first_max ? bs[i].first : first_max;
+		last_min = bs[i].last < last_min ? bs[i].last : last_min;
 	}
-	qsort(sorted, BURST_PEERS, sizeof(sorted[0]), cmp_u64);
-	for (int i = 0; i + 1 < BURST_PEERS; i++)
-		gaps[i] = sorted[i + 1] - sorted[i];
-	qsort(gaps, BURST_PEERS - 1, sizeof(gaps[0]), cmp_u64);
-	s = gaps[(BURST_PEERS - 1) / 2];
-	bound = BURST_HB_MS + 4 * s + 50;
-	for (int i = 0; i < BURST_PEERS; i++) {
-		if (bs[i].snap_ms - bs[i].up_ms <= bound)
-			continue;
-		late++;
-		if (!bs[i].alive_ms || bs[i].alive_ms > bs[i].snap_ms)
-			fail_msg("node burst%d heard nothing from the daemon for %llu ms, from its "
-				 "handshake to its snapshot (heartbeats every %d ms; snapshots %llu "
-				 "ms apart)", i, (unsigned long long)(bs[i].snap_ms - bs[i].up_ms),
-				 BURST_HB_MS, (unsigned long long)s);
-	}
-	print_message("burst: %d nodes, snapshots %llu ms apart, the last %llu ms after the "
-		      "burst; %d waited over %llu ms, each kept alive\n", BURST_PEERS,
-		      (unsigned long long)s, (unsigned long long)sorted[BURST_PEERS - 1], late,
-		      (unsigned long long)bound);
-	if (!late)
-		fail_msg("no node waited over %llu ms for its snapshot (%llu ms apart): the burst "
-			 "tried nothing", (unsigned long long)bound, (unsigned long long)s);
+	print_message("burst: %d nodes, snapshots of %u parts; the last first part came %s the "
+		      "first last part\n", BURST_PEERS, bs[0].parts,
+		      first_max < last_min ? "before" : "after");
+	if (first_max > last_min)
+		fail_msg("a node had its whole snapshot before another had any of its own");
 	for (int i = 0; i < BURST_PEERS; i++)
 		th_peer_close(&bs[i].p);
 }
@@ -1799,6 +1793,51 @@ static void test_resynced_at_once(void **state)
 	free(p);
 }
 
+/* Node "rst" with the cookie holds rst-x, restarts (another incarnation)
+ * without it, and a local process registers rst-x before the removal of
+ * what the old incarnation held is made (the walk waits for a tick; here,
+ * PROCREG_TEST_SWEEP_MS, for good). The old entry, seen by readers until
+ * then, is taken for gone: the name is the local process's, the old one
+ * left with NODE_DOWN first. It used to be refused, -EEXIST, until the
+ * walk. */
+static void test_restarted_name_free(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	struct th_peer p;
+	uint8_t buf[4096];
+	uint64_t cursor;
+
+	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){ "-v", NULL },
+				       (const char *const[]){ "PROCREG_TEST_SWEEP_MS=600000", NULL }),
+			 0);
+	assert_int_equal(th_peer_connect(&p, a->listen, "rst", 7, COOKIE), 0);
+	th_peer_send(&p, buf, th_fake_snap(buf, sizeof(buf), 7, 0, procreg__now_ns(),
+					   (const char *const[]){ "rst-x", NULL }, true));
+	th_expect_names(a->reg, 1, WAIT_MS);
+	th_peer_close(&p);
+	cursor = procreg_feed_head(a->reg);
+	assert_int_equal(th_peer_connect(&p, a->listen, "rst", 8, COOKIE), 0);
+	th_peer_send(&p, buf, th_fake_snap(buf, sizeof(buf), 8, 0, procreg__now_ns(),
+					   (const char *const[]){ "rst-new", NULL }, true));
+	th_expect_names(a->reg, 2, WAIT_MS);
+	/* Not removed yet: readers still see it. */
+	assert_int_equal(procreg_lookup(a->reg, "rst-x", NULL), 0);
+	assert_int_equal(th_log_count(a->d.log, "removal walk"), 0);
+	assert_int_equal(procreg_register(a->reg, "rst-x", NULL, 0), 0);
+	th_expect_name(a->reg, "rst-x", getpid(), false, WAIT_MS);
+	assert_int_equal(th_feed_count(a->reg, &cursor, PROCREG_EV_NODE_DOWN, "rst-x"), 1);
+	cursor = procreg_feed_head(a->reg) - 1;
+	{
+		PROCREG_OPTS(procreg_event, ev);
+
+		assert_int_equal(procreg_next_event(a->reg, &cursor, &ev, 0), 0);
+		assert_int_equal(ev.type, PROCREG_EV_REGISTERED);
+		assert_string_equal(ev.name, "rst-x");
+	}
+	th_peer_close(&p);
+}
+
 /* ---- 9: records left unfinished ---------------------------------------- */
 
 /* A node with the cookie comes up as HOARDERS nodes, one connection each,
@@ -2113,7 +2152,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_claims_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_told_of_dead_peers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leeches_bounded, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_burst_kept_alive, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_burst_in_turn, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gone_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_told_of_names_stall, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_told_of_again_not_redialed, setup, teardown),
@@ -2124,6 +2163,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_full_index_users_register, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restarted_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resynced_at_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restarted_name_free, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unfinished_records_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_nodes_small_budget, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_frames_of_the_last_node, setup, teardown),

@@ -31,10 +31,10 @@
  * what it still has stays in place (no event when unchanged), what it
  * lost in between goes when the snapshot is complete. Its lookups never
  * blink for a dropped connection. If it comes back as another
- * incarnation (restarted), its old entries go at once, with NODE_DOWN
- * events. Those two removals are made at the end of the backend's
- * dispatch, in one pass for all the nodes of the dispatch ("removals
- * decided, made at the end of the dispatch").
+ * incarnation (restarted), its old entries go, with NODE_DOWN events.
+ * Those two removals are made at the next tick, in one pass for all the
+ * nodes since the last ("removals decided, made at the next tick"); what
+ * meets such an entry before takes it out first.
  *
  * Conflicts: a name owned on two nodes is kept by the earlier registration,
  * ties broken by the smaller node name; every node applies the same rule
@@ -98,7 +98,7 @@
 #define HOLD_WALK_MAX 64
 #define LATE_NS (2000 * 1000000ull)
 
-/* A removal decided for a node, made at the end of the dispatch (sweep()):
+/* A removal decided for a node, made at the next tick (sweep()):
  * its records last put or confirmed in a session before SESSION go, with
  * EV (0: UNREGISTERED or LEFT, a resync's end; PROCREG_EV_NODE_DOWN, a
  * restart). */
@@ -107,11 +107,12 @@ struct removal {
 	uint32_t ev;
 };
 
-/* Removals pending for one node: one that comes back several times in
- * one dispatch, now as another incarnation, now as the same one with a
- * whole snapshot, adds one each time the kind changes (two alike in a row
- * make one). One more has what is pending made at once, for every node:
- * a node needs that many handshakes in one dispatch to cost a walk. */
+/* Removals pending for one node: one that comes back several times
+ * between two ticks, now as another incarnation, now as the same one with
+ * a whole snapshot, adds one each time the kind changes (two alike in a
+ * row make one). One more has what is pending made at once, for every
+ * node: a node needs that many comebacks between two ticks, half of them
+ * with this node's whole snapshot written to it first, to cost a walk. */
 #define REMOVALS_MAX 4
 
 /* A frame that came early, held until its turn (sequencing, below). */
@@ -235,6 +236,10 @@ struct bridge {
 	/* A node decides how many entries it sends into a full table too. */
 	struct pr_ratelimit full_entry_log;
 	uint8_t *buf;               /* one frame */
+	uint64_t snap_next_ns;      /* a snapshot's next part not before (CLOCK_MONOTONIC) */
+	/* The removals' walk at a tick, this long after the last at least:
+	 * every tick, but PROCREG_TEST_SWEEP_MS for tests. */
+	uint64_t sweep_gap_ns, swept_ns;
 	uint8_t *hold_buf;          /* one frame, re-encoded to be held */
 	size_t held_bytes;          /* every node's held frames: HOLD_MAX_BYTES at most */
 	uint64_t late_ns;           /* LATE_NS */
@@ -592,14 +597,50 @@ void bridge_local_change(struct daemon *d, int del, uint64_t off)
 	br->be->broadcast(br->b, br->buf, pos);
 }
 
+/*
+ * This node's snapshot, for a node that came up: its own entries, in
+ * frames of PR_BP_FRAME_MAX, all as of the change it began at. Written a
+ * part at a time (SNAP_SLOTS of the index's slots looked at each), the
+ * daemon serving its clients in between: whole, one of 10^6 names held
+ * every local request 0.3 s, and a node with the cookie could have one
+ * written for each connection it opened, back to back. In parts, the
+ * table changes under it: an entry there throughout is in it once (the
+ * walk resumes by hash, procreg__w_walk_some()), one added or removed
+ * meanwhile may be in it or not, and every change after the one it is as
+ * of goes to the node too (backend.h), which holds them until the
+ * snapshot is whole and then applies them over it: each is an entry's
+ * whole state, so what the node ends with is the table as it is.
+ *
+ * Parts take half the daemon's time at most, however many snapshots are
+ * under way: after one that took T, the next waits T (snapshot_wait()).
+ * A node with the cookie that opens connection after connection, each
+ * asking for the table, halves what the daemon does for its clients, no
+ * more.
+ */
+#define SNAP_SLOTS 512
+
+struct snapshot {
+	struct pr_wcursor wc;
+	uint64_t seq;               /* what it is as of */
+	uint32_t part;              /* the next part's number */
+};
+
 struct snap_ctx {
 	struct bridge *br;
+	struct snapshot *sn;
 	int (*send)(void *sctx, const uint8_t *frame, size_t len);
 	void *sctx;
-	size_t pos, start;
-	uint32_t part;
+	size_t pos, start, entries;
 	int err;
 };
+
+static void snap_frame(struct snap_ctx *s)
+{
+	s->pos = 0;
+	s->entries = 0;
+	procreg__bp_begin(s->br->buf, PR_BP_FRAME_MAX, &s->pos, PR_BP_SNAP, s->br->incarnation,
+			  s->sn->seq, s->sn->part, &s->start);
+}
 
 static int snap_one(uint64_t off, const struct pr_record *r, void *arg)
 {
@@ -608,34 +649,96 @@ static int snap_one(uint64_t off, const struct pr_record *r, void *arg)
 	struct pr_bp_entry e;
 
 	(void)off;
-	if (r->node != 0 || s->err || (r->kind != PR_KIND_NAME && r->kind != PR_KIND_MEMBER))
+	if (r->node != 0 || (r->kind != PR_KIND_NAME && r->kind != PR_KIND_MEMBER))
 		return 0;
 	to_entry(r, PR_BP_PUT, &e);
 	if (procreg__bp_add_entry(br->buf, PR_BP_FRAME_MAX, &s->pos, s->start, &e) == -ENOBUFS) {
 		procreg__bp_end(br->buf, s->pos, s->start, 0);
 		if ((s->err = s->send(s->sctx, br->buf, s->pos)) < 0)
-			return 0;
-		s->pos = 0;
-		procreg__bp_begin(br->buf, PR_BP_FRAME_MAX, &s->pos, PR_BP_SNAP, br->incarnation,
-				  br->seq, ++s->part, &s->start);
+			return s->err;
+		s->sn->part++;
+		snap_frame(s);
 		procreg__bp_add_entry(br->buf, PR_BP_FRAME_MAX, &s->pos, s->start, &e);
 	}
+	s->entries++;
 	return 0;
 }
 
+/* SN's next BUDGET slots, sent: 1 while more remain, 0 once its last part
+ * is sent, or a negative errno. A part that would hold nothing but is not
+ * the last is not sent. */
+static int snapshot_part(struct bridge *br, struct snapshot *sn, uint64_t budget,
+			 int (*send)(void *sctx, const uint8_t *frame, size_t len), void *sctx)
+{
+	struct snap_ctx s = { .br = br, .sn = sn, .send = send, .sctx = sctx };
+	int more, err;
+
+	snap_frame(&s);
+	more = procreg__w_walk_some(&br->d->w, &sn->wc, budget, snap_one, &s);
+	if (more < 0)
+		return more;
+	if (more && !s.entries)
+		return 1;
+	procreg__bp_end(br->buf, s.pos, s.start, more ? 0 : PR_BP_SNAP_LAST);
+	if ((err = send(sctx, br->buf, s.pos)) < 0)
+		return err;
+	sn->part++;
+	return more;
+}
+
+static void *up_snapshot_begin(void *ctx)
+{
+	struct bridge *br = ctx;
+	struct snapshot *sn = calloc(1, sizeof(*sn));
+
+	if (sn)
+		sn->seq = br->seq;
+	return sn;
+}
+
+static int up_snapshot_more(void *ctx, void *snap,
+			    int (*send)(void *sctx, const uint8_t *frame, size_t len), void *sctx)
+{
+	struct bridge *br = ctx;
+	uint64_t t0 = procreg__mono_ns(), t1;
+	int more = snapshot_part(br, snap, SNAP_SLOTS, send, sctx);
+
+	t1 = procreg__mono_ns();
+	br->snap_next_ns = t1 + (t1 - t0);
+	return more;
+}
+
+static uint64_t up_snapshot_wait(void *ctx)
+{
+	struct bridge *br = ctx;
+	uint64_t now = procreg__mono_ns();
+
+	return now >= br->snap_next_ns ? 0 : br->snap_next_ns - now;
+}
+
+static void up_snapshot_end(void *ctx, void *snap)
+{
+	struct snapshot *sn = snap;
+
+	(void)ctx;
+	if (!sn)
+		return;
+	procreg__w_cursor_free(&sn->wc);
+	free(sn);
+}
+
+/* Whole, at once: for a backend that does not write it in parts. */
 static int up_snapshot(void *ctx, int (*send)(void *sctx, const uint8_t *frame, size_t len),
 		       void *sctx)
 {
-	struct bridge *br = ctx;
-	struct snap_ctx s = { .br = br, .send = send, .sctx = sctx };
+	struct snapshot *sn = up_snapshot_begin(ctx);
+	int err;
 
-	procreg__bp_begin(br->buf, PR_BP_FRAME_MAX, &s.pos, PR_BP_SNAP, br->incarnation, br->seq,
-			  0, &s.start);
-	procreg__w_walk(&br->d->w, snap_one, &s);
-	if (s.err)
-		return s.err;
-	procreg__bp_end(br->buf, s.pos, s.start, PR_BP_SNAP_LAST);
-	return send(sctx, br->buf, s.pos);
+	if (!sn)
+		return -ENOMEM;
+	err = snapshot_part(ctx, sn, UINT64_MAX, send, sctx);
+	up_snapshot_end(ctx, sn);
+	return err;
 }
 
 static uint64_t up_seq(void *ctx)
@@ -1321,8 +1424,8 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 		return -EEXIST;
 	n->session++;
 	if (n->linger_until_ns && n->incarnation != inc) {
-		/* Restarted: what the old one held is gone, at the end of
-		 * the dispatch (sweep()); its claims set aside, now. */
+		/* Restarted: what the old one held is gone, at the next
+		 * tick (sweep()); its claims set aside, now. */
 		n->linger_until_ns = 0;
 		n->replaced_inc = n->incarnation;
 		br->nodes_down++;
@@ -1385,41 +1488,43 @@ static void end_resync(struct node *n)
 	memset(&n->touched, 0, sizeof(n->touched));
 }
 
-/* ---- removals decided, made at the end of the dispatch -----------------
+/* ---- removals decided, made at the next tick ---------------------------
  *
  * A node back within its grace as another incarnation (restarted) loses
  * what the old one held, with NODE_DOWN events; one back as the same
  * incarnation loses, once its snapshot is whole, what the snapshot did not
- * confirm. Either costs a walk of the table on the daemon's only thread:
- * made where it happens, a node with the cookie that comes back under many
- * names in one dispatch (a restart each, or a snapshot each that confirms
- * little) held every local request for as many walks. So each is decided
- * where it happens and made at the end of the dispatch (bridge_event(); a
- * backend's call outside its dispatch is caught by the next flush or
- * tick), in one walk for every node of the dispatch: two if it saw both
- * kinds, whose events differ. No local request is served in between.
+ * confirm. Either costs a walk of the table on the daemon's only thread
+ * (25 ms at 10^6 names): made where it happens, a node with the cookie
+ * that comes back again and again, or under many names, had the daemon
+ * walk the table for each, and local requests wait behind every walk. So
+ * each is decided where it happens and made at the next tick
+ * (bridge_tick(), four a second), in one walk for every removal decided
+ * since: two if there were both kinds, whose events differ.
  *
- * Meanwhile the dispatch goes on applying frames: a restarted node's new
+ * Meanwhile the node's frames are applied: a restarted node's new
  * snapshot, the changes after a resync's. The node keeps its id, and what
  * it puts or confirms is noted with its session (touched); a removal takes
  * only what the node did not touch since the session it was decided in.
- * A frame that meets a record a removal will take (the node's own, or
- * another's claim to its name) takes it out first, with the removal's
- * event (take_swept()): the table it finds is the one it would find had
- * the walk been made at once, so a restarted node's old entry goes
- * (NODE_DOWN) before its new one comes (REGISTERED), and is never kept as
- * if the new one had confirmed it. Keeping the id, rather than giving the
- * new incarnation a fresh one while the old waits for the walk, keeps a
- * node's id what readers and the nodes file know, takes no id (with every
- * id a node's, up or within its grace, a restart would be refused), and
- * keeps a restarted node's membership under its one key, so that the old
- * one leaves before the new one joins.
+ * Whatever meets a record a removal will take, a frame (the node's own,
+ * or another's claim to its name) or a local registration of its name
+ * (bridge_take_pending()), takes it out first, with the removal's event
+ * (take_swept()): what it finds is what it would find had the walk been
+ * made at once, so a restarted node's old entry goes (NODE_DOWN) before
+ * its new one comes (REGISTERED), is never kept as if the new one had
+ * confirmed it, and does not keep its name from a local process. Readers
+ * see such an entry until the tick, as they see a node's entries through
+ * its grace. Keeping the id, rather than giving the new incarnation a
+ * fresh one while the old waits for the walk, keeps a node's id what
+ * readers and the nodes file know, takes no id (with every id a node's,
+ * up or within its grace, a restart would be refused), and keeps a
+ * restarted node's membership under its one key, so that the old one
+ * leaves before the new one joins.
  */
 
 static void sweep(struct bridge *br);
 
-/* Node N's records that it did not touch in this session go at the end of
- * the dispatch, with EV. Decided in the session's order: a node must come
+/* Node N's records that it did not touch in this session go at the next
+ * tick, with EV. Decided in the session's order: a node must come
  * back (node_up) between two. */
 static void removal_decide(struct bridge *br, struct node *n, uint32_t ev)
 {
@@ -1560,8 +1665,8 @@ static void node_gone(struct bridge *br, uint16_t id)
 }
 
 /* Its snapshot is complete: what it did not confirm, it lost while the
- * connection was down. It goes at the end of the dispatch (sweep()); what
- * the node puts or confirms until then stays. */
+ * connection was down. It goes at the next tick (sweep()); what the node
+ * puts or confirms until then stays. */
 static void finish_resync(struct bridge *br, struct node *n)
 {
 	n->linger_until_ns = 0;
@@ -1807,6 +1912,8 @@ int bridge_start(struct daemon *d)
 		.sz = sizeof(up), .node_up = up_node_up, .node_down = up_node_down,
 		.deliver = up_deliver, .snapshot = up_snapshot, .seq = up_seq, .log = log_fwd,
 		.deliver_bytes = up_deliver_bytes, .heartbeat = up_heartbeat, .vlog = log_vat,
+		.snapshot_begin = up_snapshot_begin, .snapshot_more = up_snapshot_more,
+		.snapshot_end = up_snapshot_end, .snapshot_wait = up_snapshot_wait,
 	};
 	int err;
 
@@ -1859,6 +1966,8 @@ int bridge_start(struct daemon *d)
 			br->nodes_max = NODES_MAX;
 	}
 	br->linger_ns = LINGER_NS;
+	if (getenv("PROCREG_TEST_SWEEP_MS"))
+		br->sweep_gap_ns = strtoull(getenv("PROCREG_TEST_SWEEP_MS"), NULL, 10) * 1000000ull;
 	if (getenv("PROCREG_TEST_LINGER_MS"))
 		br->linger_ns = strtoull(getenv("PROCREG_TEST_LINGER_MS"), NULL, 10) * 1000000ull;
 	br->late_ns = LATE_NS;
@@ -1910,17 +2019,17 @@ int bridge_start(struct daemon *d)
 void bridge_event(struct daemon *d)
 {
 	d->bridge->be->dispatch(d->bridge->b);
-	/* The removals the dispatch decided, before anything else is served. */
-	sweep(d->bridge);
+}
+
+bool bridge_take_pending(struct daemon *d, uint64_t off)
+{
+	return d->bridge && take_swept(d->bridge, off);
 }
 
 void bridge_flush(struct daemon *d)
 {
 	struct bridge *br = d->bridge;
 
-	/* Decided outside a dispatch, if a backend did: made first, as what
-	 * they take out may give names to claims set aside. */
-	sweep(br);
 	shadows_promote(br);
 	br->be->flush(br->b);
 	if (br->nodes_dirty)
@@ -1934,7 +2043,13 @@ void bridge_tick(struct daemon *d)
 	struct ids_used ids;
 	bool any = false;
 
-	sweep(br);
+	/* The removals decided since the last tick, in one walk (or two);
+	 * made before the batch's end (bridge_flush()), as what they take
+	 * out may give names to claims set aside. */
+	if (now - br->swept_ns >= br->sweep_gap_ns) {
+		sweep(br);
+		br->swept_ns = now;
+	}
 	memset(&ids, 0, sizeof(ids));
 	for (size_t i = 0; i < br->nnodes; i++)
 		if ((!br->nodes[i].up || !br->nodes[i].synced) && br->nodes[i].linger_until_ns &&

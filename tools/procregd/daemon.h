@@ -529,6 +529,11 @@ void bridge_stop(struct daemon *d);
 void bridge_local_change(struct daemon *d, int del, uint64_t off);
 /* A registration stamp: the hybrid logical clock's next (hlc.h). */
 uint64_t bridge_stamp(struct daemon *d);
+/* Record OFF, if another node's that a removal decided but not made yet
+ * takes (a node restarted, or resynced without it): removed now, with
+ * that removal's event, its name passed on. Whether it was. A local
+ * request that meets such a record takes it for gone, as it is. */
+bool bridge_take_pending(struct daemon *d, uint64_t off);
 static inline void bridge_note(struct daemon *d, int del, uint64_t off)
 {
 	if (d->bridge)

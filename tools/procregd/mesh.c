@@ -157,7 +157,7 @@
 #define UNAUTH_LINES 10               /* a second, about connections never authenticated */
 
 enum conn_state { C_CONNECTING, C_HANDSHAKE, C_UP };
-enum obj_kind { O_LISTEN, O_TIMER, O_CONN, O_RESOLVED, O_MORE };
+enum obj_kind { O_LISTEN, O_TIMER, O_CONN, O_RESOLVED, O_SNAP };
 
 struct obj {
 	enum obj_kind kind;
@@ -196,11 +196,13 @@ struct conn {
 	/* Its records being read (conn_consume()): in and pt are pointed
 	 * into further up the stack, not to be moved or freed. */
 	bool consuming;
-	size_t snap_bytes;            /* the snapshot's size: allowed on top of OUT_MAX */
-	/* Up, its snapshot not written yet (serve_snapshot()): sent no
-	 * change and no heartbeat until then, as the snapshot will hold all
-	 * they would say; only keep_alive()'s empty PEERS. */
-	bool snap_due;
+	/* Up, its snapshot being written (serve_snapshot()): sent its parts
+	 * and every change since the one it is as of, but no heartbeat until
+	 * its last part, only keep_alive()'s empty PEERS; and not read. */
+	void *snap;
+	uint64_t snap_turn;           /* when it was last served a part (mesh.snap_turns) */
+	bool snap_started;            /* a part of it written: no newcomer any more (room()) */
+	size_t snap_bytes;            /* its parts' size: allowed on top of OUT_MAX */
 	bool want_out;
 	bool overflow;                /* broadcast() could not queue: drop at flush */
 	/* Dropped for the room it took (room()): its buffers are given back
@@ -297,12 +299,13 @@ struct mesh {
 	unsigned unauth_lines;        /* lines logged in it */
 	uint64_t unauth_held;         /* lines held back since the last said so */
 	struct obj listen_o, timer_o;
-	/* Snapshots due (conn.snap_due), and an eventfd kept readable while
-	 * there are, so that the daemon dispatches again. */
-	size_t snaps_due;
-	bool snapped;                 /* one written in this dispatch */
-	int more_fd;
-	struct obj more_o;
+	/* Snapshots being written (conn.snap), and a timer set to when the
+	 * next part may go (serve_snapshot()), so that the daemon dispatches
+	 * then. */
+	size_t snapping;
+	uint64_t snap_turns;          /* parts served so far: conn.snap_turn */
+	int snap_tfd;
+	struct obj snap_o;
 	struct conn *conns;
 	size_t nconns;
 	struct target *targets;
@@ -413,11 +416,11 @@ static bool conn_stalled(const struct conn *c, uint64_t now)
 }
 
 /* Whether C's peer began a record or a frame, in buffers grown for it,
- * and has sent nothing more for STALL_MS. Not one whose snapshot is due:
- * this node does not read it meanwhile. */
+ * and has sent nothing more for STALL_MS. Not one whose snapshot is being
+ * written: this node does not read it meanwhile. */
 static bool conn_unfinished(const struct conn *c, uint64_t now)
 {
-	return c->bufs && (c->in_len || c->pt_len) && !c->snap_due &&
+	return c->bufs && (c->in_len || c->pt_len) && !c->snap &&
 	       now - c->last_rx_ns >= (uint64_t)STALL_MS * 1000000ull;
 }
 
@@ -518,7 +521,7 @@ static void evict(struct mesh *m, struct conn *c, bool snap)
 
 /* Whether C may take EXTRA more bytes of buffer, for its queue or its
  * records, within --max-mesh-queue; WEIGHT: what it holds once it has
- * (conn_weight()); SNAP: the bytes are of its snapshot. Room is made by
+ * (conn_weight()); SNAP: the bytes are its snapshot's first part. Room is made by
  * giving back what is not in use (the buffers of empty queues, record
  * buffers idle, and those of connections ended, not yet reaped), then by
  * dropping the connection that holds the most: among those stalled
@@ -527,8 +530,7 @@ static void evict(struct mesh *m, struct conn *c, bool snap)
  * snapshot (a node that does read keeps its place against any number of
  * new connections), else any. C is dropped if it is that one (false).
  * C alone (nothing held for anyone else) takes what it needs: one
- * connection's bound (a snapshot, and OUT_MAX past it) is over the
- * budget in a big table. */
+ * connection's bound (OUT_MAX) may be over the budget. */
 static bool room(struct mesh *m, struct conn *c, size_t extra, size_t weight, bool snap)
 {
 	uint64_t now = now_ns();
@@ -589,18 +591,19 @@ static int buf_grow(struct mesh *m, struct conn *c, uint8_t **p, size_t *cap, si
 }
 
 /* Queue LEN bytes of frames for C, to be sealed as the socket takes them.
- * A snapshot is queued whole, however big the table (BOUNDED false); what
- * comes after it is bounded by OUT_MAX. All queues together are bounded
- * by --max-mesh-queue, with their record buffers (room()). */
-static int conn_queue_b(struct conn *c, const uint8_t *data, size_t len, bool bounded)
+ * Its snapshot's parts (SNAP) are queued whatever their size, however big
+ * the table; what comes beside them is bounded by OUT_MAX. All queues
+ * together are bounded by --max-mesh-queue, with their record buffers
+ * (room()). */
+static int conn_queue_b(struct conn *c, const uint8_t *data, size_t len, bool snap)
 {
 	struct mesh *m = c->m;
 
 	if (c->dead || c->evicted)
 		return -EPIPE;
-	if (bounded && conn_live(c) + len > OUT_MAX + c->snap_bytes)
+	if (!snap && conn_live(c) + len > OUT_MAX + c->snap_bytes)
 		return -ENOBUFS;
-	if (!bounded)
+	if (snap)
 		c->snap_bytes += len;
 	if (c->out_off == c->out_len) {
 		c->out_off = c->out_len = 0;
@@ -618,7 +621,8 @@ static int conn_queue_b(struct conn *c, const uint8_t *data, size_t len, bool bo
 		while (cap < live + len)
 			cap *= 2;
 		if (cap != c->out_cap) {
-			if (!room(m, c, cap - c->out_cap, conn_weight(c) + len, !bounded))
+			if (!room(m, c, cap - c->out_cap, conn_weight(c) + len,
+				  snap && !c->snap_started))
 				return -ENOBUFS;
 			n = realloc(c->out, cap);
 			if (!n)
@@ -635,7 +639,7 @@ static int conn_queue_b(struct conn *c, const uint8_t *data, size_t len, bool bo
 
 static int conn_queue(struct conn *c, const uint8_t *data, size_t len)
 {
-	return conn_queue_b(c, data, len, true);
+	return conn_queue_b(c, data, len, false);
 }
 
 /* A handshake frame (HELLO, AUTH, REFUSE), in clear: straight to the
@@ -697,6 +701,17 @@ static bool conn_pending(const struct conn *c)
 	return c->wire_off < c->wire_len || (c->state == C_UP && c->out_off < c->out_len);
 }
 
+/* What C's fd is polled for: its input, unless its snapshot is being
+ * written (level-triggered, an input left unread would wake the daemon
+ * again and again); output, while some waits. */
+static void conn_events(struct mesh *m, struct conn *c)
+{
+	struct epoll_event e = { .events = (c->snap ? 0 : EPOLLIN) | (c->want_out ? EPOLLOUT : 0),
+				 .data.ptr = &c->o };
+
+	epoll_ctl(m->epfd, EPOLL_CTL_MOD, c->fd, &e);
+}
+
 static void conn_flush(struct mesh *m, struct conn *c)
 {
 	bool want;
@@ -712,10 +727,8 @@ static void conn_flush(struct mesh *m, struct conn *c)
 		queue_free(m, c); /* a snapshot went out: its buffer back */
 	want = conn_pending(c);
 	if (want != c->want_out && c->state != C_CONNECTING) {
-		struct epoll_event e = { .events = EPOLLIN | (want ? EPOLLOUT : 0), .data.ptr = &c->o };
-
-		epoll_ctl(m->epfd, EPOLL_CTL_MOD, c->fd, &e);
 		c->want_out = want;
+		conn_events(m, c);
 	}
 }
 
@@ -794,9 +807,10 @@ static void conn_kill_at(struct mesh *m, struct conn *c, int level, const char *
 	if (c->dead)
 		return;
 	c->dead = true;
-	if (c->snap_due) {
-		c->snap_due = false;
-		m->snaps_due--;
+	if (c->snap) {
+		m->up.snapshot_end(m->up.ctx, c->snap);
+		c->snap = NULL;
+		m->snapping--;
 	}
 	if (c->state == C_UP)
 		procreg__sidx_del(&m->up_index, c->peer, strlen(c->peer), (uint64_t)(uintptr_t)c);
@@ -1306,7 +1320,7 @@ static struct target *target_add(struct mesh *m, const char *addr, size_t len)
 
 static int snap_send(void *sctx, const uint8_t *frame, size_t len)
 {
-	return conn_queue_b(sctx, frame, len, false);
+	return conn_queue_b(sctx, frame, len, true);
 }
 
 static void send_peers(struct mesh *m, struct conn *to)
@@ -1336,7 +1350,6 @@ static bool keeper(const struct mesh *m, const struct conn *c)
 	return strcmp(dialer, other) < 0;
 }
 
-static void snapshot_now(struct mesh *m, struct conn *c);
 
 static void established(struct mesh *m, struct conn *c)
 {
@@ -1378,18 +1391,15 @@ static void established(struct mesh *m, struct conn *c)
 	pr_bridge_log(&m->up, LOG_NOTICE, "bridge: node %s: up (incarnation %llx, %s %s)", c->peer,
 		      (unsigned long long)c->peer_inc, c->outbound ? "dialed" : "accepted from",
 		      c->remote);
-	/* Its snapshot now, if it is this dispatch's first and none waits;
-	 * else in a dispatch of its own, in turn (serve_snapshot(), at the
-	 * end of this dispatch). The handshake's last word goes out with
+	/* Its snapshot, as of now, in parts from the end of this dispatch
+	 * on (serve_snapshot()). The handshake's last word goes out with
 	 * conn_consume()'s flush. */
-	if (!m->snapped && !m->snaps_due) {
-		snapshot_now(m, c);
-	} else {
-		c->snap_due = true;
-		m->snaps_due++;
-	}
-	if (c->dead)
+	if (!(c->snap = m->up.snapshot_begin(m->up.ctx))) {
+		conn_kill(m, c, "out of memory");
 		return;
+	}
+	m->snapping++;
+	conn_events(m, c);
 	/* And tell the others about it, so the mesh closes whoever dialed
 	 * whom. */
 	if (c->peer_addr[0]) {
@@ -1400,7 +1410,7 @@ static void established(struct mesh *m, struct conn *c)
 		if (procreg__bp_add_peer(buf, sizeof(buf), &pos, start, c->peer, c->peer_addr) == 0) {
 			procreg__bp_end(buf, pos, start, 0);
 			for (struct conn *o = m->conns; o; o = o->next)
-				if (o != c && !o->dead && o->state == C_UP && !o->snap_due)
+				if (o != c && !o->dead && o->state == C_UP && !o->snap)
 					conn_queue(o, buf, pos);
 		}
 	}
@@ -1681,7 +1691,7 @@ static size_t read_records(struct mesh *m, struct conn *c, size_t pos)
 
 /* What C->in holds, handled: the handshake's frames, and the records
  * that may follow the last of them in the same read; not a node's
- * records before its snapshot is written (conn.snap_due): they could
+ * records while its snapshot is being written (conn.snap): they could
  * change what it says (a conflict the snapshot's writer loses, and the
  * other side then never hears of). */
 static void conn_consume(struct mesh *m, struct conn *c)
@@ -1693,7 +1703,7 @@ static void conn_consume(struct mesh *m, struct conn *c)
 	c->consuming = true;
 	if (c->state == C_HANDSHAKE)
 		pos = read_handshake(m, c);
-	if (!c->dead && c->state == C_UP && !c->snap_due)
+	if (!c->dead && c->state == C_UP && !c->snap)
 		pos = read_records(m, c, pos);
 	c->consuming = false;
 	if (c->evicted)
@@ -1708,10 +1718,9 @@ static void conn_consume(struct mesh *m, struct conn *c)
 static void conn_read(struct mesh *m, struct conn *c)
 {
 	/* A bounded amount per wake-up: one busy peer does not starve the
-	 * rest of the daemon. A node whose snapshot is due is not read
-	 * (conn_consume()); the wake-ups it causes meanwhile each serve a
-	 * snapshot. */
-	for (int round = 0; round < 16 && !c->dead && !c->evicted && !c->snap_due; round++) {
+	 * rest of the daemon. A node whose snapshot is being written is not
+	 * read (conn_consume(), conn_events()). */
+	for (int round = 0; round < 16 && !c->dead && !c->evicted && !c->snap; round++) {
 		ssize_t n;
 
 		if (c->in_len == c->in_cap && (c->state != C_UP || c->in_cap >= IN_CAP)) {
@@ -1930,7 +1939,7 @@ static void tick(struct mesh *m)
 				       "handshake timed out");
 			continue;
 		}
-		if (now - c->last_rx_ns > to && !c->snap_due) {
+		if (now - c->last_rx_ns > to && !c->snap) {
 			conn_kill_at(m, c, LOG_NOTICE, "silent");
 			continue;
 		}
@@ -1938,7 +1947,7 @@ static void tick(struct mesh *m)
 		 * idle size, off the budget. */
 		bufs_give_back(m, c, now - c->last_rx_ns >= (uint64_t)TICK_MS * 1000000ull,
 			       now - c->last_tx_ns >= (uint64_t)TICK_MS * 1000000ull);
-		if (now - c->last_tx_ns >= hb && !c->snap_due) {
+		if (now - c->last_tx_ns >= hb && !c->snap) {
 			uint8_t buf[32];
 			size_t pos = 0;
 
@@ -1965,33 +1974,6 @@ static void kill_evicted(struct mesh *m)
 /* ---- the backend interface -------------------------------------------- */
 
 /*
- * A snapshot is the whole table, written out on the daemon's thread: a
- * burst of nodes coming up (many connections with the cookie at once)
- * would have them all written in one turn, local requests waiting the
- * while. One is written a dispatch (m->snapped), the others are due
- * (conn.snap_due) and written in later dispatches, the oldest first;
- * the daemon serves its clients between two.
- */
-static void snapshot_now(struct mesh *m, struct conn *c)
-{
-	m->snapped = true;
-	if (m->up.snapshot(m->up.ctx, snap_send, c) < 0) {
-		conn_kill(m, c, c->evicted ? NULL : "snapshot");
-		return;
-	}
-	send_peers(m, c);
-	conn_flush(m, c);
-}
-
-/* The daemon to dispatch again soon: more_fd readable. */
-static void wake(struct mesh *m)
-{
-	uint64_t x = 1;
-
-	(void)!write(m->more_fd, &x, sizeof(x));
-}
-
-/*
  * A node waiting for its snapshot hears from us all the same: its side
  * drops a node it has heard nothing from for its timeout, and a burst of
  * nodes coming up at once (a partition healing) can keep the last of
@@ -2013,37 +1995,64 @@ static void keep_alive(struct mesh *m, struct conn *c)
 	conn_flush(m, c);
 }
 
+/*
+ * Snapshots go out a part at a time (backend.h's snapshot_more()), the
+ * daemon serving its clients in between: one part when the replication
+ * layer says the next may go (snapshot_wait(); snap_tfd wakes the daemon
+ * then), to the connection served longest ago. So a burst of nodes
+ * coming up at once (a partition healing) have theirs written in turn,
+ * and however many connections a node with the cookie opens, each
+ * asking for the table, parts take half the daemon's time at most:
+ * written whole, one each held every local request for as long (0.3 s at
+ * 10^6 names), back to back.
+ */
+static void snap_done(struct mesh *m, struct conn *c)
+{
+	m->up.snapshot_end(m->up.ctx, c->snap);
+	c->snap = NULL;
+	m->snapping--;
+	send_peers(m, c);
+	/* Not read while it was written: not silent; and what came
+	 * meanwhile is read now. */
+	c->last_rx_ns = now_ns();
+	conn_events(m, c);
+	if (c->in_len)
+		conn_consume(m, c);
+}
+
 static void serve_snapshot(struct mesh *m)
 {
-	uint64_t now, hb = (uint64_t)m->c.heartbeat_ms * 1000000ull;
-	struct conn *due = NULL;
+	uint64_t now, wait, hb = (uint64_t)m->c.heartbeat_ms * 1000000ull;
+	struct conn *next = NULL;
+	int more;
 
-	if (!m->snaps_due)
+	if (!m->snapping)
 		return;
 	now = now_ns();
-	/* Every dispatch, not at the tick: a dispatch that writes a
-	 * snapshot can take longer than the tick. Connections are pushed
-	 * at the head: the last due is the oldest. */
 	for (struct conn *c = m->conns; c; c = c->next) {
-		if (!c->snap_due)
+		if (!c->snap || c->dead || c->evicted)
 			continue;
-		if (now - c->last_tx_ns >= hb)
+		if (now - c->last_tx_ns >= hb && !conn_live(c))
 			keep_alive(m, c);
-		/* conn_kill_at() takes the dead off the count. */
-		if (c->snap_due)
-			due = c;
+		if (!next || c->snap_turn < next->snap_turn)
+			next = c;
 	}
-	if (!m->snapped && due) {
-		due->snap_due = false;
-		m->snaps_due--;
-		/* Not read while it waited: not silent. */
-		due->last_rx_ns = now;
-		snapshot_now(m, due);
-		if (!due->dead && due->in_len)
-			conn_consume(m, due);
+	if (!next)
+		return;
+	if ((wait = m->up.snapshot_wait(m->up.ctx))) {
+		pr_bridge_timer_in(m->snap_tfd, wait);
+		return;
 	}
-	if (m->snaps_due)
-		wake(m);
+	next->snap_turn = ++m->snap_turns;
+	more = m->up.snapshot_more(m->up.ctx, next->snap, snap_send, next);
+	next->snap_started = true;
+	if (more < 0)
+		conn_kill(m, next, next->evicted ? NULL : "snapshot");
+	else if (!more)
+		snap_done(m, next);
+	conn_flush(m, next);
+	if (m->snapping)
+		pr_bridge_timer_in(m->snap_tfd, m->up.snapshot_wait(m->up.ctx));
 }
 
 static void mesh_dispatch(void *b)
@@ -2052,7 +2061,6 @@ static void mesh_dispatch(void *b)
 	struct epoll_event evs[64];
 	int n = epoll_wait(m->epfd, evs, 64, 0);
 
-	m->snapped = false;
 	for (int i = 0; i < n; i++) {
 		struct obj *o = evs[i].data.ptr;
 
@@ -2069,10 +2077,10 @@ static void mesh_dispatch(void *b)
 		case O_RESOLVED:
 			on_resolved(m);
 			break;
-		case O_MORE: {
+		case O_SNAP: {
 			uint64_t x;
 
-			(void)!read(m->more_fd, &x, sizeof(x));
+			(void)!read(m->snap_tfd, &x, sizeof(x));
 			break;
 		}
 		}
@@ -2094,7 +2102,7 @@ static int mesh_broadcast(void *b, const uint8_t *frame, size_t len)
 	 * try, so that a peer whose socket is full costs one failed send per
 	 * flush_bytes, not one per change. */
 	for (struct conn *c = m->conns; c; c = c->next) {
-		if (c->dead || c->state != C_UP || c->overflow || c->evicted || c->snap_due)
+		if (c->dead || c->state != C_UP || c->overflow || c->evicted)
 			continue;
 		if (conn_queue(c, frame, len) < 0) {
 			c->overflow = true;
@@ -2180,8 +2188,8 @@ static void mesh_close(void *b)
 		close(m->spare);
 	if (m->tfd >= 0)
 		close(m->tfd);
-	if (m->more_fd >= 0)
-		close(m->more_fd);
+	if (m->snap_tfd >= 0)
+		close(m->snap_tfd);
 	if (m->epfd >= 0)
 		close(m->epfd);
 	if (m->cookie) {
@@ -2236,7 +2244,7 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	*err = -ENOMEM;
 	if (!m)
 		return NULL;
-	m->lfd = m->tfd = m->spare = m->more_fd = -1;
+	m->lfd = m->tfd = m->spare = m->snap_tfd = -1;
 	pr_bridge_config_take(&m->c, cfg);
 	pr_bridge_up_take(&m->up, up);
 	/* The mesh takes no --bridge-opt: one given is a mistake to say. */
@@ -2271,10 +2279,10 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	if (timerfd_settime(m->tfd, 0, &its, NULL) < 0 ||
 	    epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->tfd, &e) < 0)
 		goto fail;
-	m->more_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	m->more_o.kind = O_MORE;
-	e.data.ptr = &m->more_o;
-	if (m->more_fd < 0 || epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->more_fd, &e) < 0)
+	m->snap_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	m->snap_o.kind = O_SNAP;
+	e.data.ptr = &m->snap_o;
+	if (m->snap_tfd < 0 || epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->snap_tfd, &e) < 0)
 		goto fail;
 	if (cfg->listen && (*err = mesh_listen(m, cfg->listen)) < 0)
 		goto fail_err;

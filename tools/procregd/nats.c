@@ -138,6 +138,7 @@ struct nb {
 	char my_stream[SUBJECT_MAX];
 	struct pr_env_key *key;     /* the cookie's, for every envelope */
 	int epfd, efd, tfd;
+	int stfd;                   /* a snapshot's next part is due (serve_snapshot()) */
 	natsOptions *opts;
 	natsConnection *nc;
 	natsSubscription *subs[3];
@@ -173,6 +174,8 @@ struct nb {
 	uint64_t bytes_out;
 	uint64_t serving_req;       /* while a snapshot goes out */
 	char serving_to[SUBJECT_MAX];
+	void *serving;              /* that snapshot, written a part a dispatch */
+	char serving_name[PR_BP_NODE_MAX + 1];
 	/* Snapshot requests waiting (serve_snapshot()). */
 	size_t snap_waiting;        /* peers with one */
 	size_t snap_next;           /* where the next look for one starts */
@@ -571,8 +574,9 @@ static void on_stream(struct nb *m, struct peer *p, const struct pr_env *e)
  * built and published on the daemon's thread: a node with the cookie
  * that sends requests as fast as it can must not have one built for
  * each. So a sender has one request waiting at most, its newest (the
- * answer to an older one it would ignore), and serve_snapshot() sends
- * one snapshot per dispatch, to one sender once a tick at most. */
+ * answer to an older one it would ignore), and serve_snapshot() writes
+ * one snapshot at a time, a part a dispatch, to one sender once a tick
+ * at most. */
 static void on_snapreq(struct nb *m, struct peer *sender, const struct pr_env *e)
 {
 	if (sender->snap_pending) {
@@ -589,16 +593,29 @@ static void on_snapreq(struct nb *m, struct peer *sender, const struct pr_env *e
 	sender->snap_req = e->req;
 }
 
-/* One waiting snapshot request served, if any is due (its sender not
- * sent one in the last snap_gap_ns), taking the senders in turn: whether
- * it served one and more wait. */
-static bool serve_snapshot(struct nb *m)
+/* The next part of the snapshot going out: whether more remain. */
+static bool serve_part(struct nb *m)
 {
-	uint64_t now;
+	int more = m->up.snapshot_more(m->up.ctx, m->serving, snap_send, m);
 
-	if (!m->snap_waiting)
-		return false;
-	now = pr_mono_ns();
+	if (more > 0)
+		return true;
+	if (more < 0)
+		pr_bridge_log(&m->up, LOG_WARNING, "bridge: node %s: snapshot not sent: %s",
+			      m->serving_name, strerror(-more));
+	m->up.snapshot_end(m->up.ctx, m->serving);
+	m->serving = NULL;
+	return false;
+}
+
+/* The next waiting snapshot request taken, if any is due (its sender not
+ * sent one in the last snap_gap_ns), the senders in turn: begun (serving),
+ * or, for a daemon that writes none in parts, sent whole. Whether one was
+ * taken. */
+static bool next_request(struct nb *m)
+{
+	uint64_t now = pr_mono_ns();
+
 	for (size_t k = 0; k < m->npeers; k++) {
 		size_t i = (m->snap_next + k) % m->npeers;
 		struct peer *p = &m->peers[i];
@@ -611,12 +628,44 @@ static bool serve_snapshot(struct nb *m)
 		m->snap_next = i + 1;
 		subject(m, m->serving_to, "inbox", p->name);
 		m->serving_req = p->snap_req;
-		if (m->up.snapshot(m->up.ctx, snap_send, m) < 0)
+		snprintf(m->serving_name, sizeof(m->serving_name), "%s", p->name);
+		if (!pr_bridge_up_parts(&m->up)) {
+			if (m->up.snapshot(m->up.ctx, snap_send, m) < 0)
+				pr_bridge_log(&m->up, LOG_WARNING,
+					      "bridge: node %s: snapshot not sent", p->name);
+		} else if (!(m->serving = m->up.snapshot_begin(m->up.ctx))) {
 			pr_bridge_log(&m->up, LOG_WARNING,
-				      "bridge: node %s: snapshot not sent", p->name);
-		return m->snap_waiting > 0;
+				      "bridge: node %s: snapshot not sent: out of memory", p->name);
+		}
+		return true;
 	}
 	return false;
+}
+
+/* A part of the snapshot going out, or of the next waiting request's,
+ * when the replication layer says one may go (snapshot_wait(): stfd goes
+ * off then), so that the daemon's clients are served in between however
+ * big the table, and however many nodes ask: whether to come back at
+ * once (requests wait that a dispatch may take). */
+static bool serve_snapshot(struct nb *m)
+{
+	uint64_t wait;
+
+	if (!m->serving) {
+		if (!m->snap_waiting || !next_request(m))
+			return false;
+		if (!m->serving)
+			return m->snap_waiting > 0;
+	}
+	if ((wait = m->up.snapshot_wait(m->up.ctx))) {
+		pr_bridge_timer_in(m->stfd, wait);
+		return false;
+	}
+	if (serve_part(m)) {
+		pr_bridge_timer_in(m->stfd, m->up.snapshot_wait(m->up.ctx));
+		return false;
+	}
+	return m->snap_waiting > 0;
 }
 
 /* A part of P's snapshot, answering request E->req. */
@@ -763,6 +812,7 @@ static void nb_dispatch(void *b)
 	bool lost;
 
 	(void)!read(m->efd, &x, sizeof(x));
+	(void)!read(m->stfd, &x, sizeof(x));
 	if (read(m->tfd, &x, sizeof(x)) == sizeof(x))
 		tick(m);
 	for (int n = 0; n < ITEMS_PER_DISPATCH; n++) {
@@ -918,6 +968,8 @@ static void nb_close(void *b)
 	 * by the close, from this thread, while nats.c's reader reads: over
 	 * TLS, nats.c 3.4 lets two threads use one OpenSSL session at once
 	 * (fixed in later releases), and the close is where they met. */
+	if (m->serving)
+		m->up.snapshot_end(m->up.ctx, m->serving);
 	if (m->nc)
 		natsConnection_Close(m->nc);
 	for (int i = 0; i < 3; i++)
@@ -955,6 +1007,8 @@ static void nb_close(void *b)
 	}
 	if (m->efd >= 0)
 		close(m->efd);
+	if (m->stfd >= 0)
+		close(m->stfd);
 	if (m->tfd >= 0)
 		close(m->tfd);
 	if (m->epfd >= 0)
@@ -1286,7 +1340,7 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	*err = -ENOMEM;
 	if (!m)
 		return NULL;
-	m->epfd = m->efd = m->tfd = -1;
+	m->epfd = m->efd = m->tfd = m->stfd = -1;
 	pthread_mutex_init(&m->mu, NULL);
 	m->qtail = &m->qhead;
 	pr_bridge_config_take(&m->c, cfg);
@@ -1319,7 +1373,9 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	m->epfd = epoll_create1(EPOLL_CLOEXEC);
 	m->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	m->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	m->stfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (!m->peers || !m->out || !m->batch || m->epfd < 0 || m->efd < 0 || m->tfd < 0 ||
+	    m->stfd < 0 ||
 	    procreg__env_key_new(cfg->cookie, cfg->cookie_len, &m->key) < 0)
 		goto fail;
 	/* Heartbeats and timeouts at a quarter of a heartbeat's grain. */
@@ -1330,6 +1386,7 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 				   { tick_ms / 1000, (long)(tick_ms % 1000) * 1000000L } };
 	if (timerfd_settime(m->tfd, 0, &its, NULL) < 0 ||
 	    epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->tfd, &e) < 0 ||
+	    epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->stfd, &e) < 0 ||
 	    epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->efd, &e) < 0)
 		goto fail;
 	/* Request ids from a random start: an answer to another daemon's

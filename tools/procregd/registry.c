@@ -139,6 +139,10 @@ static int put_local(struct daemon *d, struct proc *p, const struct ident *id,
 	else
 		pr_key_member(&k, (uint32_t)id->pid, id->start, 0, d->w.map.hdr->hash_seed);
 	err = slot_for(d, root, &k, &pos, &old);
+	/* Another node's entry whose removal is decided is gone already
+	 * (bridge.c): taken out, which may pass the name on, before this. */
+	while (!err && old && name && rec(d, old)->node && bridge_take_pending(d, old))
+		err = slot_for(d, root, &k, &pos, &old);
 	if (!err && !old)
 		err = procreg__w_place_ok(&d->w, root, &k, pos);
 	if (err)
