@@ -794,8 +794,10 @@ struct pr_wcursor {
 };
 
 /* About BUDGET more slots of the walk C: 1 while more remain, 0 once it
- * is over, -ENOMEM, or what CB returned when not 0 (C is then of no
- * further use). CB must not unpublish. */
+ * is over, -ENOMEM, or what CB returned when not 0, a negative errno (C
+ * is then of no further use). CB may unpublish the record it is given,
+ * as procreg__w_walk()'s may; nothing may be published until the call
+ * returns. */
 int procreg__w_walk_some(struct pr_writer *w, struct pr_wcursor *c, uint64_t budget,
 			 pr_walk_cb cb, void *arg);
 void procreg__w_cursor_free(struct pr_wcursor *c);

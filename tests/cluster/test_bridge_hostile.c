@@ -21,7 +21,8 @@
  *    answered in between; and each is whole.
  *  - Many nodes going at once (a partition, or a node with the cookie
  *    that came up under many names and drops them all) leave the table
- *    in one walk of it, not one walk each.
+ *    in one walk of it, not one walk each; and that walk is made a part
+ *    at a time, local requests answered in between.
  *  - A node with the cookie that tells of addresses (PEERS) must not make
  *    the daemon dial out without bound: host names whose look-ups hang do
  *    not hold up the look-up of a --peer's name, an address dropped after
@@ -36,7 +37,8 @@
  *  - Many nodes back at once within their grace (a partition healing, or
  *    a node with the cookie that comes back under many names), restarted
  *    or resyncing, lose what they no longer hold in one walk of the table
- *    a dispatch, not one walk each; what they sent since stays.
+ *    a tick, not one walk each; what they sent since stays, and a local
+ *    process may take a name the walk is to remove before it is made.
  *  - A node with the cookie that comes up under many names and on each
  *    begins a record it never finishes must not make the daemon hold the
  *    buffers for them all: they stay within --max-mesh-queue too, and a
@@ -1793,6 +1795,96 @@ static void test_resynced_at_once(void **state)
 	free(p);
 }
 
+/* ---- the removals' walk in parts ------------------------------------- */
+
+#define BIG_NAMES 200000
+#define BIG_FRAME 1000      /* names a snapshot part */
+#define BIG_SAMPLE 256
+
+struct big_watch {
+	const char *dir;
+	int spread;             /* pairs answered while the walk was under way */
+	int pairs;
+};
+
+/* How many of the sample of node big's names the table holds. */
+static int big_present(procreg_t *reg)
+{
+	char name[32];
+	int n = 0;
+
+	for (int i = 0; i < BIG_SAMPLE; i++) {
+		snprintf(name, sizeof(name), "big%d", i * (BIG_NAMES / BIG_SAMPLE));
+		n += procreg_lookup(reg, name, NULL) == 0;
+	}
+	return n;
+}
+
+/* Register and unregister a name again and again until node big's names
+ * are all gone, counting the pairs both begun and answered while some
+ * of the sample were gone and some not: answered mid-walk. */
+static void *big_watch_main(void *arg)
+{
+	struct big_watch *w = arg;
+	procreg_t *reg = th_open(w->dir);
+	uint64_t end = mono_ms() + 3 * WAIT_MS;
+	int before, after;
+
+	assert_non_null(reg);
+	do {
+		before = big_present(reg);
+		assert_int_equal(procreg_register(reg, "watch", NULL, 0), 0);
+		assert_int_equal(procreg_unregister(reg, "watch"), 0);
+		after = big_present(reg);
+		w->pairs++;
+		if (before > 0 && before < BIG_SAMPLE && after > 0 && after < BIG_SAMPLE)
+			w->spread++;
+	} while (after && mono_ms() < end);
+	procreg_close(reg);
+	return NULL;
+}
+
+/* Node "big" with the cookie holds BIG_NAMES names and goes: its grace
+ * over, the walk that removes them is made in parts, local requests
+ * answered in between: some register+unregister pairs begin and end
+ * while some of its names are gone and others not. Whole, the walk held
+ * every request until it was over (none did). */
+static void test_gone_in_parts(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	static uint8_t buf[PR_BP_FRAME_MAX];
+	static char names[BIG_FRAME][32];
+	const char *list[BIG_FRAME + 1];
+	struct big_watch w = { .dir = a->dir };
+	struct th_peer p;
+	pthread_t t;
+
+	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){ "-v", NULL }, NULL), 0);
+	assert_int_equal(th_peer_connect(&p, a->listen, "big", 7, COOKIE), 0);
+	for (int part = 0; part < BIG_NAMES / BIG_FRAME; part++) {
+		for (int k = 0; k < BIG_FRAME; k++) {
+			snprintf(names[k], sizeof(names[k]), "big%d", part * BIG_FRAME + k);
+			list[k] = names[k];
+		}
+		list[BIG_FRAME] = NULL;
+		th_peer_send(&p, buf, th_fake_snap(buf, sizeof(buf), 7, (uint32_t)part,
+						   procreg__now_ns(), list,
+						   part + 1 == BIG_NAMES / BIG_FRAME));
+	}
+	th_expect_names(a->reg, BIG_NAMES, 3 * WAIT_MS);
+	assert_int_equal(pthread_create(&t, NULL, big_watch_main, &w), 0);
+	th_peer_close(&p);
+	pthread_join(t, NULL);
+	th_expect_names(a->reg, 0, WAIT_MS);
+	th_expect_log(a->d.log, "node big: 200000 entries removed", WAIT_MS);
+	print_message("gone in parts: %d of %d pairs answered while the walk was under way\n",
+		      w.spread, w.pairs);
+	if (!w.spread)
+		fail_msg("no request was answered while node big's %d names were being removed "
+			 "(%d pairs)", BIG_NAMES, w.pairs);
+}
+
 /* Node "rst" with the cookie holds rst-x, restarts (another incarnation)
  * without it, and a local process registers rst-x before the removal of
  * what the old incarnation held is made (the walk waits for a tick; here,
@@ -2164,6 +2256,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_restarted_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resynced_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restarted_name_free, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gone_in_parts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unfinished_records_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_nodes_small_budget, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_frames_of_the_last_node, setup, teardown),

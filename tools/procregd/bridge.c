@@ -98,10 +98,10 @@
 #define HOLD_WALK_MAX 64
 #define LATE_NS (2000 * 1000000ull)
 
-/* A removal decided for a node, made at the next tick (sweep()):
- * its records last put or confirmed in a session before SESSION go, with
- * EV (0: UNREGISTERED or LEFT, a resync's end; PROCREG_EV_NODE_DOWN, a
- * restart). */
+/* A removal decided for a node, made by the walk of the next tick
+ * (sweep_begin()): its records last put or confirmed in a session before
+ * SESSION go, with EV (0: UNREGISTERED or LEFT, a resync's end;
+ * PROCREG_EV_NODE_DOWN, a restart, or the node gone). */
 struct removal {
 	uint64_t session;
 	uint32_t ev;
@@ -161,12 +161,15 @@ struct node {
 	 * the entries they took so far: a resync's end's, a restart's. */
 	struct removal removals[REMOVALS_MAX];
 	size_t nremovals;
+	size_t sweep_n;             /* of them, the first the walk under way makes */
 	uint64_t swept[2];
 	uint64_t replaced_inc;      /* the incarnation its last restart replaced */
 	/* Gone (down, its grace over, its entries removed): the order it
 	 * went in (br->gone_seq), 0 while up or lingering. */
 	uint64_t gone_order;
-	uint64_t removed;           /* entries the last nodes_gone() took */
+	/* Its grace ran out while it was down: gone once the walk that
+	 * removes its entries is over (gone_order). */
+	bool gone_pending;
 };
 
 /* Claims set aside, for all nodes: what a node may make this one keep by
@@ -217,7 +220,9 @@ struct bridge {
 	uint16_t free_ids[NODES_MAX];
 	size_t nfree;
 	uint64_t gone_seq;          /* nodes gone so far */
-	bool sweep_due;             /* some node has removals pending (sweep()) */
+	bool sweep_due;             /* some node has removals no walk has begun to make */
+	bool sweeping;              /* a walk is under way (sweep_part()) */
+	struct registry_removal rm; /* that walk */
 	uint64_t ids_checked_at;    /* gone_seq when the free ids were last looked for */
 	struct pr_ratelimit full_log;   /* nodes refused: no id free */
 	uint64_t linger_ns;
@@ -236,7 +241,9 @@ struct bridge {
 	/* A node decides how many entries it sends into a full table too. */
 	struct pr_ratelimit full_entry_log;
 	uint8_t *buf;               /* one frame */
-	uint64_t snap_next_ns;      /* a snapshot's next part not before (CLOCK_MONOTONIC) */
+	/* A snapshot's next part, or the removals' walk's, not before
+	 * (CLOCK_MONOTONIC): they take half the daemon's time at most. */
+	uint64_t bg_next_ns;
 	/* The removals' walk at a tick, this long after the last at least:
 	 * every tick, but PROCREG_TEST_SWEEP_MS for tests. */
 	uint64_t sweep_gap_ns, swept_ns;
@@ -704,7 +711,7 @@ static int up_snapshot_more(void *ctx, void *snap,
 	int more = snapshot_part(br, snap, SNAP_SLOTS, send, sctx);
 
 	t1 = procreg__mono_ns();
-	br->snap_next_ns = t1 + (t1 - t0);
+	br->bg_next_ns = t1 + (t1 - t0);
 	return more;
 }
 
@@ -713,7 +720,7 @@ static uint64_t up_snapshot_wait(void *ctx)
 	struct bridge *br = ctx;
 	uint64_t now = procreg__mono_ns();
 
-	return now >= br->snap_next_ns ? 0 : br->snap_next_ns - now;
+	return now >= br->bg_next_ns ? 0 : br->bg_next_ns - now;
 }
 
 static void up_snapshot_end(void *ctx, void *snap)
@@ -955,7 +962,7 @@ static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f);
 static void node_gone(struct bridge *br, uint16_t id);
 static void end_resync(struct node *n);
 static void finish_resync(struct bridge *br, struct node *n);
-static void removal_decide(struct bridge *br, struct node *n, uint32_t ev);
+static void removal_decide(struct bridge *br, struct node *n, uint32_t ev, uint64_t session);
 static void write_nodes_file(struct bridge *br);
 
 /* A frame in, timed for the bridge_in probe while it is traced. */
@@ -1430,7 +1437,7 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 		n->replaced_inc = n->incarnation;
 		br->nodes_down++;
 		shadow_drop_node(br, id);
-		removal_decide(br, n, PROCREG_EV_NODE_DOWN);
+		removal_decide(br, n, PROCREG_EV_NODE_DOWN, n->session);
 	}
 	if (n->linger_until_ns) {
 		/* Its snapshot says what it holds now, claims lost here
@@ -1452,29 +1459,6 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 	br->nodes_dirty = true;
 	PR_TRACE(procregd, bridge_node, name, 1, inc, (uint64_t)0);
 	return 0;
-}
-
-/* The nodes whose entries one walk removes (nodes_gone()). */
-struct gone_ctx {
-	struct bridge *br;
-	const struct ids_used *ids;
-};
-
-/* Every record picked is removed (registry_apply_remove_all()): counted
- * here, for its node. */
-static bool gone_match(uint64_t off, const struct pr_record *r, void *arg)
-{
-	const struct gone_ctx *c = arg;
-	struct node *n;
-
-	if (!r->node || !id_marked(c->ids, r->node))
-		return false;
-	n = &c->br->nodes[r->node - 1];
-	/* Back, its snapshot not whole: what it confirmed so far stays. */
-	if (n->up && n->resync && this_session(n, off))
-		return false;
-	n->removed++;
-	return true;
 }
 
 /* What it touched is kept while it has removals pending (sweep() frees
@@ -1523,85 +1507,126 @@ static void end_resync(struct node *n)
 
 static void sweep(struct bridge *br);
 
-/* Node N's records that it did not touch in this session go at the next
- * tick, with EV. Decided in the session's order: a node must come
- * back (node_up) between two. */
-static void removal_decide(struct bridge *br, struct node *n, uint32_t ev)
+/* Node N's records that it did not touch since session SESSION began go
+ * with EV, at the next tick. Decided in the sessions' order. */
+static void removal_decide(struct bridge *br, struct node *n, uint32_t ev, uint64_t session)
 {
 	struct removal *last = n->nremovals ? &n->removals[n->nremovals - 1] : NULL;
 
 	/* Two alike in a row: the later takes what the earlier would, with
-	 * the same event. */
-	if (last && last->ev == ev) {
-		last->session = n->session;
+	 * the same event; not one the walk under way makes, which may have
+	 * passed records the later takes. */
+	if (last && last->ev == ev && n->nremovals > n->sweep_n) {
+		last->session = session;
 		return;
 	}
 	if (n->nremovals == REMOVALS_MAX)
 		sweep(br);
-	n->removals[n->nremovals++] = (struct removal){ .session = n->session, .ev = ev };
+	n->removals[n->nremovals++] = (struct removal){ .session = session, .ev = ev };
 	br->sweep_due = true;
 }
 
-/* The walk of the removals of event EV (sweep()). */
-struct sweep_ctx {
-	struct bridge *br;
-	uint32_t ev;
-};
+/*
+ * The walk. Begun at a tick for every removal decided by then
+ * (sweep_begin()), made a part of SWEEP_SLOTS index slots at a time
+ * between local requests, at most half the daemon's time with the
+ * snapshots' parts (bridge_flush(), bg_next_ns): whole, at 10^6 names,
+ * each held every local request 25 ms, four times a second for a node
+ * with the cookie that kept coming back. A record goes with the first
+ * removal pending for its node that takes it, whichever kind; the walk
+ * sees every record there throughout once (procreg__w_walk_some()), and
+ * one a node puts or confirms meanwhile is noted, so each removal it
+ * began with is whole at its end. Those decided meanwhile take what they
+ * meet, and wait for the next walk for the rest.
+ */
+#define SWEEP_SLOTS 4096
 
-static bool sweep_match(uint64_t off, const struct pr_record *r, void *arg)
+static bool sweep_pick(uint64_t off, const struct pr_record *r, void *arg, uint32_t *ev)
 {
-	const struct sweep_ctx *c = arg;
+	struct bridge *br = arg;
 	struct node *n;
-	uint32_t ev;
 
-	if (!r->node || r->node > c->br->nnodes)
+	if (!r->node || r->node > br->nnodes)
 		return false;
-	n = &c->br->nodes[r->node - 1];
-	if (!swept(n, off, &ev) || ev != c->ev)
+	n = &br->nodes[r->node - 1];
+	if (!swept(n, off, ev))
 		return false;
-	n->swept[ev == PROCREG_EV_NODE_DOWN]++;
+	n->swept[*ev == PROCREG_EV_NODE_DOWN]++;
 	return true;
 }
 
-/* Every removal decided since the last: one walk of the table for all of
- * them of one event, however many nodes. */
-static void sweep(struct bridge *br)
+static void sweep_begin(struct bridge *br)
 {
-	bool kind[2] = { false, false };
-
-	if (!br->sweep_due)
-		return;
 	br->sweep_due = false;
+	br->sweeping = true;
+	memset(&br->rm, 0, sizeof(br->rm));
 	for (size_t i = 0; i < br->nnodes; i++)
-		for (size_t j = 0; j < br->nodes[i].nremovals; j++)
-			kind[br->nodes[i].removals[j].ev == PROCREG_EV_NODE_DOWN] = true;
-	/* A record goes in the walk of the first removal that takes it. */
-	for (int k = 0; k < 2; k++) {
-		struct sweep_ctx c = { .br = br, .ev = k ? PROCREG_EV_NODE_DOWN : 0 };
+		br->nodes[i].sweep_n = br->nodes[i].nremovals;
+}
 
-		if (kind[k])
-			registry_apply_remove_all(br->d, sweep_match, &c, c.ev);
-	}
+/* The walk is over: the removals it began with are made. */
+static void sweep_end(struct bridge *br)
+{
+	br->sweeping = false;
 	for (size_t i = 0; i < br->nnodes; i++) {
 		struct node *n = &br->nodes[i];
 		bool had[2] = { false, false };
 
-		if (!n->nremovals)
+		if (!n->sweep_n)
 			continue;
-		for (size_t j = 0; j < n->nremovals; j++)
+		for (size_t j = 0; j < n->sweep_n; j++)
 			had[n->removals[j].ev == PROCREG_EV_NODE_DOWN] = true;
 		if (had[0])
 			log_notice("bridge: node %s: resynced, %llu entries gone meanwhile", n->name,
 				   (unsigned long long)n->swept[0]);
 		if (had[1]) {
-			PR_TRACE(procregd, bridge_node, n->name, 0, n->replaced_inc, n->swept[1]);
+			PR_TRACE(procregd, bridge_node, n->name, 0,
+				 n->gone_pending ? n->incarnation : n->replaced_inc, n->swept[1]);
 			log_notice("bridge: node %s: %llu entries removed", n->name,
 				   (unsigned long long)n->swept[1]);
 		}
-		n->nremovals = 0;
+		n->nremovals -= n->sweep_n;
+		memmove(n->removals, n->removals + n->sweep_n, n->nremovals * sizeof(n->removals[0]));
+		n->sweep_n = 0;
 		n->swept[0] = n->swept[1] = 0;
-		if (!n->resync)
+		if (n->nremovals)
+			br->sweep_due = true;
+		else if (!n->resync)
 			end_resync(n);
+		/* Its entries out: its id may go to another (node_new()). */
+		if (n->gone_pending && !n->up)
+			n->gone_order = ++br->gone_seq;
+		n->gone_pending = false;
+	}
+}
+
+/* BUDGET more slots of the walk under way: 1 while more remain, 0 once it
+ * is over, -ENOMEM (begun again at the next tick; what it took stays
+ * taken). */
+static int sweep_part(struct bridge *br, uint64_t budget)
+{
+	int more = registry_remove_some(br->d, &br->rm, budget, sweep_pick, br);
+
+	if (!more) {
+		sweep_end(br);
+	} else if (more < 0) {
+		log_warn("bridge: out of memory walking the table for the nodes' removals: again "
+			 "at the next tick");
+		br->sweeping = false;
+		br->sweep_due = true;
+	}
+	return more;
+}
+
+/* Every removal decided so far made, at once: a node with REMOVALS_MAX
+ * pending decided another. */
+static void sweep(struct bridge *br)
+{
+	while (br->sweeping || br->sweep_due) {
+		if (!br->sweeping)
+			sweep_begin(br);
+		if (sweep_part(br, UINT64_MAX) < 0)
+			return;
 	}
 }
 
@@ -1614,19 +1639,19 @@ static void sweep(struct bridge *br)
  * keep stale entries for ever; one that ends late may not lose what it
  * sent early).
  *
- * One walk of the table for all of them, however many: a walk each cost
- * nodes x table on the daemon's only thread, no request served meanwhile
- * (a partition that cuts off hundreds of nodes, or a peer with the cookie
- * that comes up under hundreds of names and drops them all: 900 over
- * 200,000 names held it for 13 s). A gone node's id may go to another
- * (gone_order) only once the walk has taken its entries out.
+ * A removal each, made by the walk of the next tick with the others
+ * (sweep_begin()): a walk each cost nodes x table on the daemon's only
+ * thread, no request served meanwhile (a partition that cuts off hundreds
+ * of nodes, or a peer with the cookie that comes up under hundreds of
+ * names and drops them all: 900 over 200,000 names held it for 13 s). A
+ * gone node's id may go to another (gone_order) only once the walk has
+ * taken its entries out. A down node's removal takes what it touched in
+ * its last session too; one that is back keeps what it touched in this.
  */
 static void nodes_gone(struct bridge *br, const struct ids_used *ids)
 {
-	struct gone_ctx c = { .br = br, .ids = ids };
 	struct ids_used drop;           /* gone for good: their shadows go */
 
-	sweep(br); /* what was decided before, with its events, first */
 	memset(&drop, 0, sizeof(drop));
 	for (size_t i = 0; i < br->nnodes; i++) {
 		struct node *n = &br->nodes[i];
@@ -1634,25 +1659,15 @@ static void nodes_gone(struct bridge *br, const struct ids_used *ids)
 		if (!id_marked(ids, (uint16_t)(i + 1)))
 			continue;
 		n->linger_until_ns = 0;
-		n->removed = 0;
 		br->nodes_down++;
-		if (!(n->up && n->resync))
+		removal_decide(br, n, PROCREG_EV_NODE_DOWN, n->up ? n->session : n->session + 1);
+		if (!(n->up && n->resync)) {
 			id_mark(&drop, (uint16_t)(i + 1));
-	}
-	registry_apply_remove_all(br->d, gone_match, &c, PROCREG_EV_NODE_DOWN);
-	shadow_drop_nodes(br, &drop);
-	for (size_t i = 0; i < br->nnodes; i++) {
-		struct node *n = &br->nodes[i];
-
-		if (!id_marked(ids, (uint16_t)(i + 1)))
-			continue;
+			n->gone_pending = !n->up;
+		}
 		end_resync(n);
-		if (id_marked(&drop, (uint16_t)(i + 1)) && !n->up)
-			n->gone_order = ++br->gone_seq; /* its id may go to another */
-		PR_TRACE(procregd, bridge_node, n->name, 0, n->incarnation, n->removed);
-		log_notice("bridge: node %s: %llu entries removed", n->name,
-			   (unsigned long long)n->removed);
 	}
+	shadow_drop_nodes(br, &drop);
 }
 
 static void node_gone(struct bridge *br, uint16_t id)
@@ -1677,7 +1692,7 @@ static void finish_resync(struct bridge *br, struct node *n)
 	}
 	/* Decided while it still resyncs: a sweep made to find room
 	 * (removal_decide()) keeps what a resyncing node touched. */
-	removal_decide(br, n, 0);
+	removal_decide(br, n, 0, n->session);
 	end_resync(n);
 }
 
@@ -2029,7 +2044,17 @@ bool bridge_take_pending(struct daemon *d, uint64_t off)
 void bridge_flush(struct daemon *d)
 {
 	struct bridge *br = d->bridge;
+	uint64_t t0;
 
+	/* A part of the removals' walk, in its turn: first, as what it takes
+	 * out may give names to claims set aside. */
+	if (br->sweeping && (t0 = procreg__mono_ns()) >= br->bg_next_ns) {
+		uint64_t t1;
+
+		sweep_part(br, SWEEP_SLOTS);
+		t1 = procreg__mono_ns();
+		br->bg_next_ns = t1 + (t1 - t0);
+	}
 	shadows_promote(br);
 	br->be->flush(br->b);
 	if (br->nodes_dirty)
@@ -2043,13 +2068,6 @@ void bridge_tick(struct daemon *d)
 	struct ids_used ids;
 	bool any = false;
 
-	/* The removals decided since the last tick, in one walk (or two);
-	 * made before the batch's end (bridge_flush()), as what they take
-	 * out may give names to claims set aside. */
-	if (now - br->swept_ns >= br->sweep_gap_ns) {
-		sweep(br);
-		br->swept_ns = now;
-	}
 	memset(&ids, 0, sizeof(ids));
 	for (size_t i = 0; i < br->nnodes; i++)
 		if ((!br->nodes[i].up || !br->nodes[i].synced) && br->nodes[i].linger_until_ns &&
@@ -2057,10 +2075,21 @@ void bridge_tick(struct daemon *d)
 			id_mark(&ids, (uint16_t)(i + 1));
 			any = true;
 		}
-	/* Those whose grace ran out since the last tick, in one walk. */
+	/* Those whose grace ran out since the last tick. */
 	if (any)
 		nodes_gone(br, &ids);
+	/* The removals decided since the last walk began, in one walk, made
+	 * in parts from the end of this batch on (bridge_flush()). */
+	if (br->sweep_due && !br->sweeping && now - br->swept_ns >= br->sweep_gap_ns) {
+		sweep_begin(br);
+		br->swept_ns = now;
+	}
 	write_nodes_file(br);
+}
+
+uint64_t bridge_due(struct daemon *d)
+{
+	return d->bridge && d->bridge->sweeping ? d->bridge->bg_next_ns : UINT64_MAX;
 }
 
 void bridge_stop(struct daemon *d)
@@ -2069,6 +2098,7 @@ void bridge_stop(struct daemon *d)
 
 	if (!br)
 		return;
+	procreg__w_cursor_free(&br->rm.wc);
 	d->bridge = NULL;
 	if (br->b)
 		br->be->close(br->b);

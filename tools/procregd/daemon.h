@@ -521,6 +521,10 @@ void bridge_event(struct daemon *d);
 /* End of a batch of work: send what it changed. */
 void bridge_flush(struct daemon *d);
 void bridge_tick(struct daemon *d);
+/* When the bridge has work to go on with (CLOCK_MONOTONIC; UINT64_MAX:
+ * none): a part of the walk that removes nodes' entries, at
+ * bridge_flush(). */
+uint64_t bridge_due(struct daemon *d);
 void bridge_stop(struct daemon *d);
 /* A name or membership (record OFF) was published (DEL false) or removed
  * (DEL true): a local one goes to the other nodes; a name removed gives

@@ -1117,8 +1117,10 @@ static void run(struct daemon *d)
 		readers_reap(d);
 		note_space(d);
 		/* This batch's changes to the other nodes, in one write each. */
-		if (d->bridge)
+		if (d->bridge) {
 			bridge_flush(d);
+			arm_by(d, bridge_due(d));
+		}
 		/* Names lost this batch: their owners told, now that the table
 		 * shows who has them. */
 		if (d->lost)

@@ -442,45 +442,49 @@ void registry_apply_remove(struct daemon *d, uint64_t off, uint32_t ev)
 	pass_on(d, &off, 1);
 }
 
-struct remove_all {
+struct remove_some {
 	struct daemon *d;
-	registry_match_fn match;
+	struct registry_removal *rm;
+	registry_pick_fn pick;
 	void *arg;
-	uint32_t ev;
 	struct pr_vec names;
-	uint64_t seen, removed;
 	bool lost;              /* a name not kept for passing on: no memory */
 };
 
 static int remove_one(uint64_t off, const struct pr_record *r, void *arg)
 {
-	struct remove_all *c = arg;
+	struct remove_some *c = arg;
+	uint32_t ev = 0;
 
-	c->seen++;
-	if (!c->match(off, r, c->arg))
+	c->rm->seen++;
+	if (!c->pick(off, r, c->arg, &ev))
 		return 0;
-	take_out(c->d, off, remote_event(r, c->ev));
+	take_out(c->d, off, remote_event(r, ev));
 	if (r->kind == PR_KIND_NAME && procreg__vec_push(&c->names, off) < 0)
 		c->lost = true;
-	c->removed++;
+	c->rm->removed++;
 	return 0;
 }
 
-uint64_t registry_apply_remove_all(struct daemon *d, registry_match_fn match, void *arg,
-				   uint32_t ev)
+int registry_remove_some(struct daemon *d, struct registry_removal *rm, uint64_t budget,
+			 registry_pick_fn pick, void *arg)
 {
-	struct remove_all c = { .d = d, .match = match, .arg = arg, .ev = ev };
+	struct remove_some c = { .d = d, .rm = rm, .pick = pick, .arg = arg };
+	int more = procreg__w_walk_some(&d->w, &rm->wc, budget, remove_one, &c);
 
-	/* Passed on after the walk: a hand-over publishes, and may rebuild
+	/* Passed on after the part: a hand-over publishes, and may rebuild
 	 * the index being walked. */
-	procreg__w_walk(&d->w, remove_one, &c);
-	/* Each such walk costs the whole table on the daemon's only thread:
-	 * said, so that their number can be seen. */
-	LOGV(d, "removal walk: %llu of %llu entries taken", (unsigned long long)c.removed,
-	     (unsigned long long)c.seen);
 	if (c.lost)
 		log_warn("out of memory: names removed with their node not offered to the next in line");
 	pass_on(d, c.names.v, c.names.n);
 	procreg__vec_free(&c.names);
-	return c.removed;
+	if (more > 0)
+		return 1;
+	/* Each walk costs the whole table on the daemon's only thread, in
+	 * parts: said, so that their number can be seen. */
+	if (!more)
+		LOGV(d, "removal walk: %llu of %llu entries taken", (unsigned long long)rm->removed,
+		     (unsigned long long)rm->seen);
+	procreg__w_cursor_free(&rm->wc);
+	return more;
 }

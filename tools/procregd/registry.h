@@ -39,6 +39,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "internal.h"
+
 struct daemon;
 struct proc;
 struct ident;
@@ -123,13 +125,23 @@ int registry_apply(struct daemon *d, const struct reg_remote *e, uint64_t *off);
  * name, LEFT for a membership); a name goes to the next in line here. */
 void registry_apply_remove(struct daemon *d, uint64_t off, uint32_t ev);
 
-/* Which entries registry_apply_remove_all takes: R, at OFF. */
-typedef bool (*registry_match_fn)(uint64_t off, const struct pr_record *r, void *arg);
+/* Whether a removal walk takes R, at OFF, and with which event (*EV, as
+ * registry_apply_remove()'s). */
+typedef bool (*registry_pick_fn)(uint64_t off, const struct pr_record *r, void *arg,
+				 uint32_t *ev);
 
-/* Remove every entry MATCH picks in one pass, no request served in
- * between, each with event EV as above; then their names go to the next
- * in line. Returns how many went. */
-uint64_t registry_apply_remove_all(struct daemon *d, registry_match_fn match, void *arg,
-				   uint32_t ev);
+/* A walk that removes entries of other nodes, a part at a time, requests
+ * served in between (procreg__w_walk_some()). Zeroed to start. */
+struct registry_removal {
+	struct pr_wcursor wc;
+	uint64_t seen, removed;
+};
+
+/* About BUDGET more slots of RM: every entry PICK takes removed, then
+ * their names passed to the next in line. 1 while more remain, 0 once the
+ * walk is over (RM freed, the walk logged with -v), or -ENOMEM (RM freed,
+ * the walk not over: begin it again). */
+int registry_remove_some(struct daemon *d, struct registry_removal *rm, uint64_t budget,
+			 registry_pick_fn pick, void *arg);
 
 #endif /* PROCREGD_REGISTRY_H */
