@@ -2833,6 +2833,23 @@ static void test_publish_key(void **state)
 #define WP_MEMBERS 40
 #define WP_WRAP 4
 
+/* KEYS names PREFIX<n> whose home is slot Q of W's index, into NAMES. */
+static void names_at_home(struct pr_writer *w, uint64_t q, const char *prefix, char names[][32],
+			  int keys)
+{
+	const struct pr_index *ix = w_index(w);
+	int n = 0;
+
+	for (unsigned i = 0; n < keys; i++) {
+		struct pr_key k;
+		size_t len = (size_t)snprintf(names[n], 32, "%s%u", prefix, i);
+
+		pr_key_name(&k, PR_KIND_NAME, names[n], len, w->map.hdr->hash_seed);
+		if (k.hash >> ix->shift == q)
+			n++;
+	}
+}
+
 /* Membership of PID in GROUP, as procregd's join makes one. */
 static void member_add(struct pr_writer *w, const char *group, uint32_t pid)
 {
@@ -2881,24 +2898,6 @@ static int wp_cb(uint64_t off, const struct pr_record *r, void *arg)
 	return 0;
 }
 
-/* Names that belong at the index's last slot, so that they fill it and
- * wrap around to the start: the run a walk must follow past the end. */
-static unsigned wrap_names(struct pr_writer *w, char names[WP_WRAP][32])
-{
-	const struct pr_index *ix = w_index(w);
-	unsigned n = 0;
-
-	for (unsigned i = 0; n < WP_WRAP; i++) {
-		struct pr_key k;
-		size_t len = (size_t)snprintf(names[n], 32, "wrapcand%u", i);
-
-		pr_key_name(&k, PR_KIND_NAME, names[n], len, w->map.hdr->hash_seed);
-		if (k.hash >> ix->shift == ix->capacity - 1)
-			n++;
-	}
-	return n;
-}
-
 /*
  * procreg__w_walk_some(), the walk a snapshot for another node is written
  * by, a part at a time with the table written in between: every name and
@@ -2935,7 +2934,10 @@ static void test_walk_in_parts(void **state)
 		uint64_t cap = w_index(&w)->capacity, pos;
 
 		assert_true(tries < 8);
-		assert_int_equal(wrap_names(&w, wraps), WP_WRAP);
+		/* Names that belong at the last slot fill it and wrap
+		 * around to the start: the run a walk must follow past the
+		 * end. */
+		names_at_home(&w, cap - 1, "wrapcand", wraps, WP_WRAP);
 		for (unsigned i = 0; i < WP_WRAP; i++)
 			assert_int_equal(put_raw(&w, wraps[i], 1, 1, 0, 0, NULL, 0), 0);
 		assert_true(procreg__w_find_name(&w, wraps[WP_WRAP - 1],
@@ -3017,22 +3019,6 @@ static void test_walk_in_parts(void **state)
 	free(dir);
 }
 
-/* KEYS names whose home is slot Q of W's index, into NAMES. */
-static void names_at_home(struct pr_writer *w, uint64_t q, char names[][32], int keys)
-{
-	const struct pr_index *ix = w_index(w);
-	int n = 0;
-
-	for (unsigned i = 0; n < keys; i++) {
-		struct pr_key k;
-		size_t len = (size_t)snprintf(names[n], 32, "ra%u", i);
-
-		pr_key_name(&k, PR_KIND_NAME, names[n], len, w->map.hdr->hash_seed);
-		if (k.hash >> ix->shift == q)
-			n++;
-	}
-}
-
 struct ra_seen {
 	char (*names)[32];
 	int seen[5];
@@ -3073,7 +3059,7 @@ static void test_walk_readded(void **state)
 	(void)state;
 	w_open_at(&w, dir, 16 * MB);
 	q = w_index(&w)->capacity / 2;
-	names_at_home(&w, q, names, 5);
+	names_at_home(&w, q, "ra", names, 5);
 	for (int i = 0; i < 4; i++) {
 		assert_int_equal(put_raw(&w, names[i], 1, 1, 0, 0, NULL, 0), 0);
 		assert_int_equal(slot_of(&w, names[i]), q + (uint64_t)i);
