@@ -1820,6 +1820,70 @@ static int big_present(procreg_t *reg)
 	return n;
 }
 
+/* Node "big" with the cookie up at A, holding BIG_NAMES names. */
+static void big_node_up(struct th_node *a, struct th_peer *p)
+{
+	static uint8_t buf[PR_BP_FRAME_MAX];
+	static char names[BIG_FRAME][32];
+	const char *list[BIG_FRAME + 1];
+
+	assert_int_equal(th_peer_connect(p, a->listen, "big", 7, COOKIE), 0);
+	for (int part = 0; part < BIG_NAMES / BIG_FRAME; part++) {
+		for (int k = 0; k < BIG_FRAME; k++) {
+			snprintf(names[k], sizeof(names[k]), "big%d", part * BIG_FRAME + k);
+			list[k] = names[k];
+		}
+		list[BIG_FRAME] = NULL;
+		th_peer_send(p, buf, th_fake_snap(buf, sizeof(buf), 7, (uint32_t)part,
+						  procreg__now_ns(), list,
+						  part + 1 == BIG_NAMES / BIG_FRAME));
+	}
+	th_expect_names(a->reg, BIG_NAMES, 3 * WAIT_MS);
+}
+
+#define RESET_PEERS 40
+
+/* Nodes with the cookie come up at a daemon whose table holds another
+ * node's 200,000 names and none of its own, and reset their connections
+ * while their snapshots (a part at a time, most of them empty) are being
+ * written: each is dropped, and the daemon goes on. A send that found the
+ * connection reset used to leave it served a part after its snapshot was
+ * freed: the daemon died (SIGSEGV). */
+static void test_reset_mid_snapshot(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	static struct th_peer ps[RESET_PEERS];
+	struct th_peer p;
+
+	assert_int_equal(th_node_start(a, c->cookie, NULL, NULL), 0);
+	big_node_up(a, &p);
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < RESET_PEERS; i++) {
+			char name[32];
+
+			snprintf(name, sizeof(name), "reset%d", i);
+			assert_int_equal(th_peer_connect(&ps[i], a->listen, name, 7 + (uint64_t)round,
+							 COOKIE), 0);
+		}
+		/* A heartbeat's time: keep-alives due to some of them. */
+		th_msleep(600);
+		for (int i = 0; i < RESET_PEERS; i++) {
+			struct linger now = { 1, 0 };
+
+			assert_int_equal(setsockopt(ps[i].fd, SOL_SOCKET, SO_LINGER, &now,
+						    sizeof(now)), 0);
+			th_peer_close(&ps[i]);
+		}
+		th_msleep(600);
+		assert_int_equal(kill(a->d.pid, 0), 0);
+		assert_int_equal(procreg_register(a->reg, "still", NULL, 0), 0);
+		assert_int_equal(procreg_unregister(a->reg, "still"), 0);
+	}
+	assert_int_equal(procreg_lookup(a->reg, "big0", NULL), 0);
+	th_peer_close(&p);
+}
+
 /* Register and unregister a name again and again until node big's names
  * are all gone, counting the pairs both begun and answered while some
  * of the sample were gone and some not: answered mid-walk. */
@@ -1853,26 +1917,12 @@ static void test_gone_in_parts(void **state)
 {
 	struct cluster *c = *state;
 	struct th_node *a = &c->n[0];
-	static uint8_t buf[PR_BP_FRAME_MAX];
-	static char names[BIG_FRAME][32];
-	const char *list[BIG_FRAME + 1];
 	struct big_watch w = { .dir = a->dir };
 	struct th_peer p;
 	pthread_t t;
 
 	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){ "-v", NULL }, NULL), 0);
-	assert_int_equal(th_peer_connect(&p, a->listen, "big", 7, COOKIE), 0);
-	for (int part = 0; part < BIG_NAMES / BIG_FRAME; part++) {
-		for (int k = 0; k < BIG_FRAME; k++) {
-			snprintf(names[k], sizeof(names[k]), "big%d", part * BIG_FRAME + k);
-			list[k] = names[k];
-		}
-		list[BIG_FRAME] = NULL;
-		th_peer_send(&p, buf, th_fake_snap(buf, sizeof(buf), 7, (uint32_t)part,
-						   procreg__now_ns(), list,
-						   part + 1 == BIG_NAMES / BIG_FRAME));
-	}
-	th_expect_names(a->reg, BIG_NAMES, 3 * WAIT_MS);
+	big_node_up(a, &p);
 	assert_int_equal(pthread_create(&t, NULL, big_watch_main, &w), 0);
 	th_peer_close(&p);
 	pthread_join(t, NULL);
@@ -2257,6 +2307,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_resynced_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restarted_name_free, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gone_in_parts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reset_mid_snapshot, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unfinished_records_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_nodes_small_budget, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_frames_of_the_last_node, setup, teardown),

@@ -2865,7 +2865,6 @@ static void member_add(struct pr_writer *w, const char *group, uint32_t pid)
 	t.name_len = (uint16_t)strlen(group);
 	assert_int_equal(procreg__w_new_record(w, &t, group, NULL, &off), 0);
 	procreg__w_publish_key(w, root, pos, off, &k);
-	CMM_STORE_SHARED(root->live, root->live + 1);
 }
 
 /* What a walk in parts saw: how many times each name and membership. */
@@ -3086,6 +3085,89 @@ static void test_walk_readded(void **state)
 	free(dir);
 }
 
+struct wu_walk {
+	struct pr_writer *w;
+	struct wp_seen s;
+};
+
+/* Counted, and removed if odd (a name) or in one of the first half of the
+ * groups (a membership). */
+static int wu_cb(uint64_t off, const struct pr_record *r, void *arg)
+{
+	struct wu_walk *u = arg;
+	unsigned i, g;
+	int odd = 0;
+
+	wp_cb(off, r, &u->s);
+	if (r->kind == PR_KIND_MEMBER)
+		odd = sscanf(r->data, "g%u", &g) == 1 && g < WP_GROUPS / 2;
+	else if (sscanf(r->data, "stable-%u", &i) == 1)
+		odd = i % 2;
+	if (odd)
+		assert_int_equal(procreg__w_unpublish(u->w, off), 0);
+	return 0;
+}
+
+/* The walk in parts may remove what it is given, as the walk that removes
+ * a node's entries does: everything there throughout is still seen once,
+ * groups left empty go mid-walk, and what it removed is gone at its end. */
+static void test_walk_unpublish(void **state)
+{
+	char *dir = th_mkdtemp(), name[64];
+	struct pr_writer w;
+	struct wu_walk *u = calloc(1, sizeof(*u));
+	struct pr_wcursor c;
+	struct pr_root *root;
+	unsigned churned = 0;
+	int r;
+
+	(void)state;
+	assert_non_null(u);
+	u->w = &w;
+	w_open_at(&w, dir, 64 * MB);
+	for (unsigned i = 0; i < WP_STABLE; i++) {
+		name_of(name, sizeof(name), "stable", i);
+		assert_int_equal(put(&w, name, 1), 0);
+	}
+	for (unsigned g = 0; g < WP_GROUPS; g++) {
+		snprintf(name, sizeof(name), "g%u", g);
+		for (uint32_t p = 0; p < WP_MEMBERS; p++)
+			member_add(&w, name, p);
+	}
+	memset(&c, 0, sizeof(c));
+	while ((r = procreg__w_walk_some(&w, &c, 3, wu_cb, u)) == 1)
+		for (int k = 0; k < 4; k++, churned++) {
+			name_of(name, sizeof(name), "churn", churned % WP_CHURN);
+			if (churned >= WP_CHURN)
+				(void)del(&w, name);
+			assert_true(put(&w, name, 1) >= 0);
+		}
+	assert_int_equal(r, 0);
+	procreg__w_cursor_free(&c);
+	for (unsigned i = 0; i < WP_STABLE; i++) {
+		name_of(name, sizeof(name), "stable", i);
+		assert_int_equal(u->s.stable[i], 1);
+		assert_int_equal(procreg__w_find_name(&w, name, strlen(name), &(uint64_t){ 0 }) != 0,
+				 i % 2 == 0);
+	}
+	for (unsigned g = 0; g < WP_GROUPS; g++) {
+		for (unsigned p = 0; p < WP_MEMBERS; p++)
+			assert_int_equal(u->s.members[g][p], 1);
+		snprintf(name, sizeof(name), "g%u", g);
+		r = procreg__w_group(&w, name, strlen(name), false, &root);
+		if (g < WP_GROUPS / 2) {
+			assert_int_equal(r, -ENOENT);
+		} else {
+			assert_int_equal(r, 0);
+			assert_int_equal(root->live, WP_MEMBERS);
+		}
+	}
+	free(u);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
 /* ---- one clock read per packet ------------------------------------- */
 
 /* While the writer holds the clock (around a packet of requests), every
@@ -3153,6 +3235,7 @@ int main(void)
 		cmocka_unit_test(test_torn_slot),
 		cmocka_unit_test(test_walk_in_parts),
 		cmocka_unit_test(test_walk_readded),
+		cmocka_unit_test(test_walk_unpublish),
 		cmocka_unit_test(test_clock_hold),
 	};
 

@@ -105,6 +105,7 @@
 struct removal {
 	uint64_t session;
 	uint32_t ev;
+	bool gone;                  /* the node's grace ran out while it was down */
 };
 
 /* Removals pending for one node: one that comes back several times
@@ -167,9 +168,6 @@ struct node {
 	/* Gone (down, its grace over, its entries removed): the order it
 	 * went in (br->gone_seq), 0 while up or lingering. */
 	uint64_t gone_order;
-	/* Its grace ran out while it was down: gone once the walk that
-	 * removes its entries is over (gone_order). */
-	bool gone_pending;
 };
 
 /* Claims set aside, for all nodes: what a node may make this one keep by
@@ -637,14 +635,13 @@ struct snap_ctx {
 	struct snapshot *sn;
 	int (*send)(void *sctx, const uint8_t *frame, size_t len);
 	void *sctx;
-	size_t pos, start, entries;
+	size_t pos, start;
 	int err;
 };
 
 static void snap_frame(struct snap_ctx *s)
 {
 	s->pos = 0;
-	s->entries = 0;
 	procreg__bp_begin(s->br->buf, PR_BP_FRAME_MAX, &s->pos, PR_BP_SNAP, s->br->incarnation,
 			  s->sn->seq, s->sn->part, &s->start);
 }
@@ -667,13 +664,14 @@ static int snap_one(uint64_t off, const struct pr_record *r, void *arg)
 		snap_frame(s);
 		procreg__bp_add_entry(br->buf, PR_BP_FRAME_MAX, &s->pos, s->start, &e);
 	}
-	s->entries++;
 	return 0;
 }
 
 /* SN's next BUDGET slots, sent: 1 while more remain, 0 once its last part
- * is sent, or a negative errno. A part that would hold nothing but is not
- * the last is not sent. */
+ * is sent, or a negative errno. A part is sent even when it holds
+ * nothing: the node counts a snapshot whose parts stop coming for
+ * LATE_NS as lost, and a table of other nodes' entries has long runs of
+ * parts without one of this node's. */
 static int snapshot_part(struct bridge *br, struct snapshot *sn, uint64_t budget,
 			 int (*send)(void *sctx, const uint8_t *frame, size_t len), void *sctx)
 {
@@ -684,8 +682,6 @@ static int snapshot_part(struct bridge *br, struct snapshot *sn, uint64_t budget
 	more = procreg__w_walk_some(&br->d->w, &sn->wc, budget, snap_one, &s);
 	if (more < 0)
 		return more;
-	if (more && !s.entries)
-		return 1;
 	procreg__bp_end(br->buf, s.pos, s.start, more ? 0 : PR_BP_SNAP_LAST);
 	if ((err = send(sctx, br->buf, s.pos)) < 0)
 		return err;
@@ -962,7 +958,8 @@ static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f);
 static void node_gone(struct bridge *br, uint16_t id);
 static void end_resync(struct node *n);
 static void finish_resync(struct bridge *br, struct node *n);
-static void removal_decide(struct bridge *br, struct node *n, uint32_t ev, uint64_t session);
+static void removal_decide(struct bridge *br, struct node *n, uint32_t ev, uint64_t session,
+			   bool gone);
 static void write_nodes_file(struct bridge *br);
 
 /* A frame in, timed for the bridge_in probe while it is traced. */
@@ -1338,7 +1335,7 @@ static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
 
 static bool node_is_gone(const struct node *n)
 {
-	return !n->up && !n->linger_until_ns && n->gone_order;
+	return !n->up && !n->linger_until_ns && n->gone_order && !n->nremovals;
 }
 
 static int id_in_table(uint64_t off, const struct pr_record *r, void *arg)
@@ -1437,7 +1434,7 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 		n->replaced_inc = n->incarnation;
 		br->nodes_down++;
 		shadow_drop_node(br, id);
-		removal_decide(br, n, PROCREG_EV_NODE_DOWN, n->session);
+		removal_decide(br, n, PROCREG_EV_NODE_DOWN, n->session, false);
 	}
 	if (n->linger_until_ns) {
 		/* Its snapshot says what it holds now, claims lost here
@@ -1508,22 +1505,32 @@ static void end_resync(struct node *n)
 static void sweep(struct bridge *br);
 
 /* Node N's records that it did not touch since session SESSION began go
- * with EV, at the next tick. Decided in the sessions' order. */
-static void removal_decide(struct bridge *br, struct node *n, uint32_t ev, uint64_t session)
+ * with EV, at the next tick; GONE: the node with them (its id free once
+ * they are out). Decided in the sessions' order. */
+static void removal_decide(struct bridge *br, struct node *n, uint32_t ev, uint64_t session,
+			   bool gone)
 {
 	struct removal *last = n->nremovals ? &n->removals[n->nremovals - 1] : NULL;
 
+	br->sweep_due = true;
 	/* Two alike in a row: the later takes what the earlier would, with
 	 * the same event; not one the walk under way makes, which may have
 	 * passed records the later takes. */
 	if (last && last->ev == ev && n->nremovals > n->sweep_n) {
 		last->session = session;
+		last->gone |= gone;
 		return;
 	}
 	if (n->nremovals == REMOVALS_MAX)
 		sweep(br);
-	n->removals[n->nremovals++] = (struct removal){ .session = session, .ev = ev };
-	br->sweep_due = true;
+	if (n->nremovals == REMOVALS_MAX) {
+		/* Out of memory for the walk: the last takes this one's
+		 * records too, with its own event. */
+		last->session = session;
+		last->gone |= gone;
+		return;
+	}
+	n->removals[n->nremovals++] = (struct removal){ .session = session, .ev = ev, .gone = gone };
 }
 
 /*
@@ -1570,18 +1577,20 @@ static void sweep_end(struct bridge *br)
 	br->sweeping = false;
 	for (size_t i = 0; i < br->nnodes; i++) {
 		struct node *n = &br->nodes[i];
-		bool had[2] = { false, false };
+		bool had[2] = { false, false }, gone = false;
 
 		if (!n->sweep_n)
 			continue;
-		for (size_t j = 0; j < n->sweep_n; j++)
+		for (size_t j = 0; j < n->sweep_n; j++) {
 			had[n->removals[j].ev == PROCREG_EV_NODE_DOWN] = true;
+			gone |= n->removals[j].gone;
+		}
 		if (had[0])
 			log_notice("bridge: node %s: resynced, %llu entries gone meanwhile", n->name,
 				   (unsigned long long)n->swept[0]);
 		if (had[1]) {
 			PR_TRACE(procregd, bridge_node, n->name, 0,
-				 n->gone_pending ? n->incarnation : n->replaced_inc, n->swept[1]);
+				 gone ? n->incarnation : n->replaced_inc, n->swept[1]);
 			log_notice("bridge: node %s: %llu entries removed", n->name,
 				   (unsigned long long)n->swept[1]);
 		}
@@ -1593,10 +1602,13 @@ static void sweep_end(struct bridge *br)
 			br->sweep_due = true;
 		else if (!n->resync)
 			end_resync(n);
-		/* Its entries out: its id may go to another (node_new()). */
-		if (n->gone_pending && !n->up)
+		if (!n->up)
+			br->nodes_dirty = true; /* its "down" line goes */
+		/* Gone, its entries out: its id may go to another
+		 * (node_new()), unless it came back since, or went again and
+		 * is within its grace. */
+		if (gone && !n->up && !n->linger_until_ns && !n->nremovals)
 			n->gone_order = ++br->gone_seq;
-		n->gone_pending = false;
 	}
 }
 
@@ -1614,6 +1626,8 @@ static int sweep_part(struct bridge *br, uint64_t budget)
 			 "at the next tick");
 		br->sweeping = false;
 		br->sweep_due = true;
+		for (size_t i = 0; i < br->nnodes; i++)
+			br->nodes[i].sweep_n = 0;
 	}
 	return more;
 }
@@ -1625,7 +1639,7 @@ static void sweep(struct bridge *br)
 	while (br->sweeping || br->sweep_due) {
 		if (!br->sweeping)
 			sweep_begin(br);
-		if (sweep_part(br, UINT64_MAX) < 0)
+		if (sweep_part(br, SWEEP_SLOTS) < 0)
 			return;
 	}
 }
@@ -1660,11 +1674,10 @@ static void nodes_gone(struct bridge *br, const struct ids_used *ids)
 			continue;
 		n->linger_until_ns = 0;
 		br->nodes_down++;
-		removal_decide(br, n, PROCREG_EV_NODE_DOWN, n->up ? n->session : n->session + 1);
-		if (!(n->up && n->resync)) {
+		removal_decide(br, n, PROCREG_EV_NODE_DOWN, n->up ? n->session : n->session + 1,
+			       !n->up);
+		if (!(n->up && n->resync))
 			id_mark(&drop, (uint16_t)(i + 1));
-			n->gone_pending = !n->up;
-		}
 		end_resync(n);
 	}
 	shadow_drop_nodes(br, &drop);
@@ -1692,7 +1705,7 @@ static void finish_resync(struct bridge *br, struct node *n)
 	}
 	/* Decided while it still resyncs: a sweep made to find room
 	 * (removal_decide()) keeps what a resyncing node touched. */
-	removal_decide(br, n, 0, n->session);
+	removal_decide(br, n, 0, n->session, false);
 	end_resync(n);
 }
 
@@ -1760,7 +1773,7 @@ static void nf_peer(void *arg, const struct pr_bridge_peer_info *pi)
 /* DIR/procreg.SCOPE.nodes (nodes_file.h), replaced atomically: what
  * procreg_bridge() reads for procreg nodes and procreg stats. One "self"
  * line, one "stats" line, one "node" line per node that is up, one "down"
- * line per node down whose entries linger, one "peer" line per --peer,
+ * line per node down whose entries are still there, one "peer" line per --peer,
  * connected or not (a backend that has them). */
 static void write_nodes_file(struct bridge *br)
 {
@@ -1787,7 +1800,9 @@ static void write_nodes_file(struct bridge *br)
 	for (size_t i = 0; i < br->nnodes; i++) {
 		const struct node *n = &br->nodes[i];
 
-		if (!n->up && n->linger_until_ns)
+		/* Down, its entries still in the table: in its grace, or
+		 * waiting for the walk that removes them. */
+		if (!n->up && (n->linger_until_ns || n->nremovals))
 			fprintf(c.f, PR_NODES_DOWN_FMT, (unsigned)(i + 1), n->name,
 				n->addr[0] ? n->addr : PR_NODES_NO_ADDR,
 				(unsigned long long)n->incarnation);

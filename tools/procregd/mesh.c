@@ -411,6 +411,11 @@ static bool conn_stalled(const struct conn *c, uint64_t now)
 {
 	uint64_t since = c->last_tx_ns > c->pending_ns ? c->last_tx_ns : c->pending_ns;
 
+	/* Not while its snapshot is being written: its node may be writing
+	 * this one's the while, not reading until it is done, as this node
+	 * does not read it (conn_consume()). */
+	if (c->snap)
+		return false;
 	return (conn_live(c) || c->wire_off < c->wire_len) &&
 	       now - since >= (uint64_t)STALL_MS * 1000000ull;
 }
@@ -1399,6 +1404,8 @@ static void established(struct mesh *m, struct conn *c)
 		return;
 	}
 	m->snapping++;
+	/* Last in turn: after those under way. */
+	c->snap_turn = m->snap_turns;
 	conn_events(m, c);
 	/* And tell the others about it, so the mesh closes whoever dialed
 	 * whom. */
@@ -1776,6 +1783,13 @@ static void conn_event(struct mesh *m, struct conn *c, uint32_t ev)
 		send_hello(m, c);
 		return;
 	}
+	/* Reset or hung up while its snapshot is being written, when it is
+	 * not read: ended now (polled for it or not, level-triggered, the
+	 * event would come back at every turn until a send failed). */
+	if (c->snap && (ev & (EPOLLHUP | EPOLLERR))) {
+		conn_kill_at(m, c, LOG_NOTICE, "connection reset");
+		return;
+	}
 	if (ev & EPOLLOUT)
 		conn_flush(m, c);
 	if (!c->dead && (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)))
@@ -2034,6 +2048,9 @@ static void serve_snapshot(struct mesh *m)
 			continue;
 		if (now - c->last_tx_ns >= hb && !conn_live(c))
 			keep_alive(m, c);
+		/* Its send failed: killed, its snapshot ended. */
+		if (!c->snap)
+			continue;
 		if (!next || c->snap_turn < next->snap_turn)
 			next = c;
 	}
@@ -2176,6 +2193,10 @@ static void mesh_close(void *b)
 		return;
 	resolver_stop(m);
 	for (struct conn *c = m->conns; c; c = c->next) {
+		if (c->snap) {
+			m->up.snapshot_end(m->up.ctx, c->snap);
+			c->snap = NULL;
+		}
 		if (!c->dead) {
 			c->dead = true;
 			close(c->fd);
