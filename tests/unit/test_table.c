@@ -2867,6 +2867,23 @@ static void member_add(struct pr_writer *w, const char *group, uint32_t pid)
 	procreg__w_publish_key(w, root, pos, off, &k);
 }
 
+/* The names and memberships there throughout: stable-N, and WP_MEMBERS
+ * members of each group gN. */
+static void wp_fill(struct pr_writer *w)
+{
+	char name[64];
+
+	for (unsigned i = 0; i < WP_STABLE; i++) {
+		name_of(name, sizeof(name), "stable", i);
+		assert_int_equal(put(w, name, 1), 0);
+	}
+	for (unsigned g = 0; g < WP_GROUPS; g++) {
+		snprintf(name, sizeof(name), "g%u", g);
+		for (uint32_t p = 0; p < WP_MEMBERS; p++)
+			member_add(w, name, p);
+	}
+}
+
 /* What a walk in parts saw: how many times each name and membership. */
 struct wp_seen {
 	int stable[WP_STABLE], churn[WP_CHURN], wrap;
@@ -2918,15 +2935,7 @@ static void test_walk_in_parts(void **state)
 	(void)state;
 	assert_non_null(s);
 	w_open_at(&w, dir, 256 * MB);
-	for (unsigned i = 0; i < WP_STABLE; i++) {
-		name_of(name, sizeof(name), "stable", i);
-		assert_int_equal(put(&w, name, 1), 0);
-	}
-	for (unsigned g = 0; g < WP_GROUPS; g++) {
-		snprintf(name, sizeof(name), "g%u", g);
-		for (uint32_t p = 0; p < WP_MEMBERS; p++)
-			member_add(&w, name, p);
-	}
+	wp_fill(&w);
 	/* The wrapping run, at the capacity the index has once they are in
 	 * (an insert may grow it: then again). */
 	for (int tries = 0;; tries++) {
@@ -3125,15 +3134,7 @@ static void test_walk_unpublish(void **state)
 	assert_non_null(u);
 	u->w = &w;
 	w_open_at(&w, dir, 64 * MB);
-	for (unsigned i = 0; i < WP_STABLE; i++) {
-		name_of(name, sizeof(name), "stable", i);
-		assert_int_equal(put(&w, name, 1), 0);
-	}
-	for (unsigned g = 0; g < WP_GROUPS; g++) {
-		snprintf(name, sizeof(name), "g%u", g);
-		for (uint32_t p = 0; p < WP_MEMBERS; p++)
-			member_add(&w, name, p);
-	}
+	wp_fill(&w);
 	memset(&c, 0, sizeof(c));
 	while ((r = procreg__w_walk_some(&w, &c, 3, wu_cb, u)) == 1)
 		for (int k = 0; k < 4; k++, churned++) {

@@ -1355,7 +1355,6 @@ static bool keeper(const struct mesh *m, const struct conn *c)
 	return strcmp(dialer, other) < 0;
 }
 
-
 static void established(struct mesh *m, struct conn *c)
 {
 	struct conn *old = up_conn(m, c->peer);
