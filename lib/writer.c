@@ -979,21 +979,36 @@ struct pr_wgroup {
 	char name[];
 };
 
+/* The entry in slot P of IX, to CB if its hash is from LO on and it sits
+ * where a scan finds it: at or after its home in the forward scan, before
+ * it (the run wrapped from the end) in the WRAPPED one. 0, or CB's. */
+static int walk_slot(struct pr_writer *w, const struct pr_index *ix, uint64_t p, uint64_t lo,
+		     bool wrapped, pr_walk_cb cb, void *arg)
+{
+	struct pr_slot sl = ix->slot[p];
+	uint64_t h;
+
+	if (!pr_slot_live(sl.word))
+		return 0;
+	h = (uint64_t)pr_slot_hash_hi(sl.word, sl.key, H(w)->hash_seed) << 32;
+	if (h < lo || ((h >> ix->shift) > p) != wrapped)
+		return 0;
+	return cb(pr_slot_off(sl.word), rec_at(w, pr_slot_off(sl.word)), arg);
+}
+
 /* One chunk of IX from hash *LO: every live entry from *LO to the first
  * empty slot at least BUDGET slots on, to CB; *LO moved there. 1 once the
  * end is passed (and the run that wraps from it to the start seen), 0
- * if more remain, or CB's result when not 0. Slots looked at: *SPENT. */
+ * if more remain, or CB's result when not 0 (negative). Slots looked at:
+ * *SPENT. */
 static int walk_chunk(struct pr_writer *w, const struct pr_index *ix, uint64_t *lo,
 		      uint64_t budget, pr_walk_cb cb, void *arg, uint64_t *spent)
 {
-	uint64_t seed = H(w)->hash_seed, p0 = *lo >> ix->shift, p, lim = budget ? budget : 1;
+	uint64_t p0 = *lo >> ix->shift, p, lim = budget ? budget : 1;
 	int ret;
 
 	for (p = p0; p < ix->capacity; p++) {
-		struct pr_slot sl = ix->slot[p];
-		uint64_t h;
-
-		if (sl.word == PR_SLOT_EMPTY) {
+		if (ix->slot[p].word == PR_SLOT_EMPTY) {
 			if (p - p0 >= lim) {
 				*spent += p - p0;
 				*lo = p << ix->shift;
@@ -1001,27 +1016,15 @@ static int walk_chunk(struct pr_writer *w, const struct pr_index *ix, uint64_t *
 			}
 			continue;
 		}
-		if (!pr_slot_live(sl.word))
-			continue;
-		h = (uint64_t)pr_slot_hash_hi(sl.word, sl.key, seed) << 32;
-		if (h >= *lo && (h >> ix->shift) <= p &&
-		    (ret = cb(pr_slot_off(sl.word), rec_at(w, pr_slot_off(sl.word)), arg)))
+		if ((ret = walk_slot(w, ix, p, *lo, false, cb, arg)))
 			return ret;
 	}
 	*spent += p - p0;
 	/* The run that wraps to the start: its entries whose home is before
 	 * the end, skipped by the forward scan if it started at 0. */
-	for (p = 0; p < ix->capacity && ix->slot[p].word != PR_SLOT_EMPTY; p++) {
-		struct pr_slot sl = ix->slot[p];
-		uint64_t h;
-
-		if (!pr_slot_live(sl.word))
-			continue;
-		h = (uint64_t)pr_slot_hash_hi(sl.word, sl.key, seed) << 32;
-		if (h >= *lo && (h >> ix->shift) > p &&
-		    (ret = cb(pr_slot_off(sl.word), rec_at(w, pr_slot_off(sl.word)), arg)))
+	for (p = 0; p < ix->capacity && ix->slot[p].word != PR_SLOT_EMPTY; p++)
+		if ((ret = walk_slot(w, ix, p, *lo, true, cb, arg)))
 			return ret;
-	}
 	*spent += p;
 	return 1;
 }
@@ -1068,7 +1071,7 @@ int procreg__w_walk_some(struct pr_writer *w, struct pr_wcursor *c, uint64_t bud
 		if (c->phase == WC_NAMES) {
 			r = walk_chunk(w, index_at(w, &H(w)->names), &c->lo, budget - spent, cb, arg,
 				       &spent);
-			if (r < 0 || r > 1)
+			if (r < 0)
 				return r;
 			if (r == 1) {
 				c->phase = WC_GROUPS;
@@ -1080,7 +1083,7 @@ int procreg__w_walk_some(struct pr_writer *w, struct pr_wcursor *c, uint64_t bud
 
 			r = procreg__w_group(w, g->name, g->len, false, &root) ? 1
 			    : walk_chunk(w, index_at(w, root), &c->mlo, budget - spent, cb, arg, &spent);
-			if (r < 0 || r > 1)
+			if (r < 0)
 				return r;
 			if (r == 1) {
 				free(g);
@@ -1094,7 +1097,7 @@ int procreg__w_walk_some(struct pr_writer *w, struct pr_wcursor *c, uint64_t bud
 			drop_groups(c);
 			r = walk_chunk(w, index_at(w, &H(w)->groups), &c->lo, budget - spent,
 				       take_group, c, &spent);
-			if (r < 0 || r > 1)
+			if (r < 0)
 				return r;
 			c->groups_end = r == 1;
 		}

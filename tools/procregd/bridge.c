@@ -636,7 +636,6 @@ struct snap_ctx {
 	int (*send)(void *sctx, const uint8_t *frame, size_t len);
 	void *sctx;
 	size_t pos, start;
-	int err;
 };
 
 static void snap_frame(struct snap_ctx *s)
@@ -651,6 +650,7 @@ static int snap_one(uint64_t off, const struct pr_record *r, void *arg)
 	struct snap_ctx *s = arg;
 	struct bridge *br = s->br;
 	struct pr_bp_entry e;
+	int err;
 
 	(void)off;
 	if (r->node != 0 || (r->kind != PR_KIND_NAME && r->kind != PR_KIND_MEMBER))
@@ -658,8 +658,8 @@ static int snap_one(uint64_t off, const struct pr_record *r, void *arg)
 	to_entry(r, PR_BP_PUT, &e);
 	if (procreg__bp_add_entry(br->buf, PR_BP_FRAME_MAX, &s->pos, s->start, &e) == -ENOBUFS) {
 		procreg__bp_end(br->buf, s->pos, s->start, 0);
-		if ((s->err = s->send(s->sctx, br->buf, s->pos)) < 0)
-			return s->err;
+		if ((err = s->send(s->sctx, br->buf, s->pos)) < 0)
+			return err;
 		s->sn->part++;
 		snap_frame(s);
 		procreg__bp_add_entry(br->buf, PR_BP_FRAME_MAX, &s->pos, s->start, &e);
@@ -689,6 +689,15 @@ static int snapshot_part(struct bridge *br, struct snapshot *sn, uint64_t budget
 	return more;
 }
 
+/* A part of background work (a snapshot's, the removals' walk's) begun
+ * at T0 is over: the next waits as long as it took. */
+static void bg_took(struct bridge *br, uint64_t t0)
+{
+	uint64_t t1 = procreg__mono_ns();
+
+	br->bg_next_ns = t1 + (t1 - t0);
+}
+
 static void *up_snapshot_begin(void *ctx)
 {
 	struct bridge *br = ctx;
@@ -703,11 +712,10 @@ static int up_snapshot_more(void *ctx, void *snap,
 			    int (*send)(void *sctx, const uint8_t *frame, size_t len), void *sctx)
 {
 	struct bridge *br = ctx;
-	uint64_t t0 = procreg__mono_ns(), t1;
+	uint64_t t0 = procreg__mono_ns();
 	int more = snapshot_part(br, snap, SNAP_SLOTS, send, sctx);
 
-	t1 = procreg__mono_ns();
-	br->bg_next_ns = t1 + (t1 - t0);
+	bg_took(br, t0);
 	return more;
 }
 
@@ -2064,11 +2072,8 @@ void bridge_flush(struct daemon *d)
 	/* A part of the removals' walk, in its turn: first, as what it takes
 	 * out may give names to claims set aside. */
 	if (br->sweeping && (t0 = procreg__mono_ns()) >= br->bg_next_ns) {
-		uint64_t t1;
-
 		sweep_part(br, SWEEP_SLOTS);
-		t1 = procreg__mono_ns();
-		br->bg_next_ns = t1 + (t1 - t0);
+		bg_took(br, t0);
 	}
 	shadows_promote(br);
 	br->be->flush(br->b);
