@@ -652,6 +652,14 @@ struct pr_writer {
 
 	struct pr_rpages readers;     /* the reader pages grace periods wait for */
 
+	/* Records published in any index, by their node field (65,536
+	 * counters, 512 KiB of which only the pages of ids in use are
+	 * touched): kept by publish and remove, and recounted by recovery,
+	 * so that the daemon knows a node id no record refers to without
+	 * walking the table (the bridge gives a gone node's id to a new one
+	 * only then). */
+	uint64_t *node_refs;
+
 	/* CLOCK_REALTIME as read once for the packet of requests under way
 	 * (procreg__w_clock_hold), at its first stamp; 0 before it, and
 	 * outside a packet. Its registrations and events share one stamp,
@@ -678,6 +686,12 @@ static inline void procreg__w_clock_hold(struct pr_writer *w, bool hold)
 {
 	w->clock_held = hold;
 	w->clock_ns = 0;
+}
+
+/* How many published records name node id NODE. */
+static inline uint64_t procreg__w_node_refs(const struct pr_writer *w, uint16_t node)
+{
+	return w->node_refs[node];
 }
 
 /* Create the scope's table, or attach to an existing one (then

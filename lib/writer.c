@@ -723,8 +723,12 @@ static void publish(struct pr_writer *w, struct pr_root *root, uint64_t pos, uin
 	PR_STORE_REL(&ix->slot[pos].key, sk.key);
 	PR_STORE_REL(&ix->slot[pos].word, pr_slot_word(sk, off));
 	PR_TRACE(procregd, publish, r->kind, (const char *)r->data, r->name_len, r->pid, off);
+	w->node_refs[r->node]++;
 	if (pr_slot_live(old)) {
-		retire(w, pr_slot_off(old), procreg__record_size(rec_at(w, pr_slot_off(old))));
+		const struct pr_record *o = rec_at(w, pr_slot_off(old));
+
+		w->node_refs[o->node]--;
+		retire(w, pr_slot_off(old), procreg__record_size(o));
 	} else {
 		if (old == PR_SLOT_TOMB)
 			CMM_STORE_SHARED(root->tombs, root->tombs - 1);
@@ -777,6 +781,7 @@ void procreg__w_remove(struct pr_writer *w, struct pr_root *root, uint64_t pos)
 		CMM_STORE_SHARED(root->tombs, root->tombs + 1);
 	}
 	CMM_STORE_SHARED(root->live, root->live - 1);
+	w->node_refs[o->node]--;
 	if (o->node == 0)
 		CMM_STORE_SHARED(root->local, root->local - 1);
 	if (o->kind == PR_KIND_MEMBER)
@@ -1308,7 +1313,8 @@ int procreg__writer_open(struct pr_writer *w, const struct pr_paths *p,
 	w->table_fd = -1;
 	w->req_uid = PR_NO_UID;
 	w->classes = calloc(NCLASS, sizeof(*w->classes));
-	if (!w->classes)
+	w->node_refs = calloc(UINT16_MAX + 1, sizeof(*w->node_refs));
+	if (!w->classes || !w->node_refs)
 		return -ENOMEM;
 	if (o->max_size < PR_HDR_SIZE + (1u << 20) || o->max_size > PR_MAX_FILE_SIZE ||
 	    o->readers == 0 || o->readers > (1u << 20)) {
@@ -1400,6 +1406,7 @@ void procreg__writer_close(struct pr_writer *w)
 		for (int i = 0; i < NCLASS; i++)
 			procreg__vec_free(&w->classes[i]);
 	free(w->classes);
+	free(w->node_refs);
 	procreg__vec_free(&w->large);
 	procreg__vec_free(&w->retired);
 	procreg__vec_free(&w->current);
@@ -1534,6 +1541,7 @@ static int recover_root(struct pr_writer *w, struct pr_root *root, uint8_t kind,
 		}
 		live++;
 		local += r->node == 0;
+		w->node_refs[r->node]++;
 		err = err ?: push_pair(blocks, pr_slot_off(wd), procreg__record_size(r));
 	}
 	CMM_STORE_SHARED(root->live, live);

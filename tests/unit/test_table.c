@@ -2850,21 +2850,27 @@ static void names_at_home(struct pr_writer *w, uint64_t q, const char *prefix, c
 	}
 }
 
-/* Membership of PID in GROUP, as procregd's join makes one. */
-static void member_add(struct pr_writer *w, const char *group, uint32_t pid)
+/* Membership of PID (of node NODE) in GROUP, as procregd's join makes
+ * one. */
+static void member_add_of(struct pr_writer *w, const char *group, uint32_t pid, uint16_t node)
 {
-	struct pr_record t = { .kind = PR_KIND_MEMBER, .pid = pid, .start_time = 7 };
+	struct pr_record t = { .kind = PR_KIND_MEMBER, .pid = pid, .start_time = 7, .node = node };
 	struct pr_root *root;
 	struct pr_key k;
 	uint64_t pos, off;
 
 	assert_int_equal(procreg__w_group(w, group, strlen(group), true, &root), 0);
 	assert_int_equal(procreg__w_reserve(w, root), 0);
-	pr_key_member(&k, pid, 7, 0, w->map.hdr->hash_seed);
+	pr_key_member(&k, pid, 7, node, w->map.hdr->hash_seed);
 	assert_int_equal(procreg__w_find(w, root, &k, &pos), 0);
 	t.name_len = (uint16_t)strlen(group);
 	assert_int_equal(procreg__w_new_record(w, &t, group, NULL, &off), 0);
 	procreg__w_publish_key(w, root, pos, off, &k);
+}
+
+static void member_add(struct pr_writer *w, const char *group, uint32_t pid)
+{
+	member_add_of(w, group, pid, 0);
 }
 
 /* The names and memberships there throughout: stable-N, and WP_MEMBERS
@@ -3210,6 +3216,115 @@ static void test_clock_hold(void **state)
 	free(dir);
 }
 
+/* ---- records per node id ------------------------------------------------ */
+
+#define NR_NODES 8
+
+struct nr_count {
+	struct pr_writer *w;
+	uint64_t n[NR_NODES];
+	bool drop_odd;              /* unpublish the memberships of odd pids */
+};
+
+static int nr_cb(uint64_t off, const struct pr_record *r, void *arg)
+{
+	struct nr_count *c = arg;
+
+	assert_true(r->node < NR_NODES);
+	if (c->drop_odd && r->kind == PR_KIND_MEMBER && r->pid % 2) {
+		assert_int_equal(procreg__w_unpublish(c->w, off), 0);
+		return 0;
+	}
+	c->n[r->node]++;
+	return 0;
+}
+
+/* The writer's count of each node id's records against WANT, and against
+ * a walk of the table. Node 0 is left out: group records are its too,
+ * and a walk does not give them (nor does the bridge ask about node 0). */
+static void nr_check(struct pr_writer *w, const uint64_t *want, const char *when)
+{
+	struct nr_count c = { .w = w };
+
+	assert_int_equal(procreg__w_walk(w, nr_cb, &c), 0);
+	for (uint16_t n = 1; n < NR_NODES; n++) {
+		if (procreg__w_node_refs(w, n) != want[n] || c.n[n] != want[n])
+			fail_msg("%s: node %u: counted %llu, walk saw %llu, want %llu", when,
+				 (unsigned)n, (unsigned long long)procreg__w_node_refs(w, n),
+				 (unsigned long long)c.n[n], (unsigned long long)want[n]);
+	}
+}
+
+/* The writer counts each node id's published records, so that procregd
+ * can give a gone node's id away without walking the table: names and
+ * memberships put, replaced by another node's, removed (one by one, and
+ * by a walk), and the counts rebuilt by recovery after a crash. */
+static void test_node_refs(void **state)
+{
+	char *dir = th_mkdtemp(), name[64];
+	struct pr_writer w;
+	struct nr_count drop = { .w = &w, .drop_odd = true };
+	struct pr_wcursor cur;
+	uint64_t want[NR_NODES] = { 0 };
+	int r;
+
+	(void)state;
+	w_open_at(&w, dir, 64 * MB);
+	for (unsigned i = 0; i < 3000; i++) {
+		name_of(name, sizeof(name), "nr", i);
+		assert_int_equal(put_raw(&w, name, 100 + i, 1, 1000, 1 + i % 5, NULL, 0), 0);
+		want[1 + i % 5]++;
+	}
+	nr_check(&w, want, "put");
+	/* Replaced by node 6's, and node 6's replaced by node 6's again. */
+	for (int round = 0; round < 2; round++)
+		for (unsigned i = 0; i < 500; i++) {
+			name_of(name, sizeof(name), "nr", i);
+			assert_int_equal(put_raw(&w, name, 100 + i, 2, 1000, 6, NULL, 0), 1);
+			if (round == 0) {
+				want[1 + i % 5]--;
+				want[6]++;
+			}
+		}
+	for (unsigned i = 500; i < 1000; i++) {
+		name_of(name, sizeof(name), "nr", i);
+		assert_int_equal(del(&w, name), 0);
+		want[1 + i % 5]--;
+	}
+	nr_check(&w, want, "replaced and removed");
+	/* Memberships of nodes 1-3 and 7 in four groups; then those of odd
+	 * pids go, by a walk in parts as procregd's removals do. */
+	for (unsigned g = 0; g < 4; g++) {
+		snprintf(name, sizeof(name), "nrg%u", g);
+		for (uint32_t pid = 0; pid < 100; pid++) {
+			uint16_t node = g == 3 ? 7 : (uint16_t)(1 + pid % 3);
+
+			member_add_of(&w, name, pid, node);
+			want[node]++;
+		}
+	}
+	nr_check(&w, want, "joined");
+	memset(&cur, 0, sizeof(cur));
+	while ((r = procreg__w_walk_some(&w, &cur, 16, nr_cb, &drop)) == 1)
+		;
+	assert_int_equal(r, 0);
+	procreg__w_cursor_free(&cur);
+	for (unsigned g = 0; g < 4; g++)
+		for (uint32_t pid = 1; pid < 100; pid += 2)
+			want[g == 3 ? 7 : 1 + pid % 3]--;
+	nr_check(&w, want, "half left");
+
+	/* A crash: the next writer's counts come from recovery. */
+	procreg__writer_close(&w);
+	w_open_at(&w, dir, 64 * MB);
+	assert_true(w.attached);
+	assert_int_equal(procreg__w_recover(&w), 0);
+	nr_check(&w, want, "recovered");
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -3237,6 +3352,7 @@ int main(void)
 		cmocka_unit_test(test_walk_in_parts),
 		cmocka_unit_test(test_walk_readded),
 		cmocka_unit_test(test_walk_unpublish),
+		cmocka_unit_test(test_node_refs),
 		cmocka_unit_test(test_clock_hold),
 	};
 

@@ -375,7 +375,7 @@ static bool same_entry(const struct pr_record *r, const struct pr_bp_entry *e)
 	       !memcmp(r->data + r->name_len + 1, e->meta, e->meta_len);
 }
 
-/* A set of node ids: those the table refers to (find_free_ids()), those
+/* A set of node ids: those the shadows refer to (find_free_ids()), those
  * whose entries go in one walk (nodes_gone()). */
 struct ids_used {
 	uint8_t bits[NODES_MAX / 8 + 1];
@@ -1346,13 +1346,6 @@ static bool node_is_gone(const struct node *n)
 	return !n->up && !n->linger_until_ns && n->gone_order && !n->nremovals;
 }
 
-static int id_in_table(uint64_t off, const struct pr_record *r, void *arg)
-{
-	(void)off;
-	id_mark(arg, r->node);
-	return 0;
-}
-
 static int by_gone_order(const void *a, const void *b, void *arg)
 {
 	const struct bridge *br = arg;
@@ -1363,25 +1356,23 @@ static int by_gone_order(const void *a, const void *b, void *arg)
 }
 
 /* The ids of gone nodes that no record in the table and no shadow refers
- * to, into br->free_ids. One walk of the table, done only when a new
- * node finds every id taken and some node went since the last one: a
- * walk finds every gone node's id at once. */
+ * to, into br->free_ids: the writer counts the records of each node id as
+ * it publishes and removes them, so no walk of the table is needed. Done
+ * only when a new node finds every id taken and some node went since the
+ * last look, which finds every gone node's id at once. */
 static void find_free_ids(struct bridge *br)
 {
 	struct ids_used used;
 
 	memset(&used, 0, sizeof(used));
 	br->nfree = 0;
-	/* Not seen whole: none taken, and the next node to need one walks
-	 * again. */
-	if (procreg__w_walk(&br->d->w, id_in_table, &used) != 0)
-		return;
 	br->ids_checked_at = br->gone_seq;
 	for (size_t i = 0; br->shadows && i < SHADOW_BUCKETS; i++)
 		for (const struct shadow *s = br->shadows[i]; s; s = s->next)
 			id_mark(&used, s->id);
 	for (size_t i = 0; i < br->nnodes; i++)
-		if (node_is_gone(&br->nodes[i]) && !id_marked(&used, (uint16_t)(i + 1)))
+		if (node_is_gone(&br->nodes[i]) && !id_marked(&used, (uint16_t)(i + 1)) &&
+		    procreg__w_node_refs(&br->d->w, (uint16_t)(i + 1)) == 0)
 			br->free_ids[br->nfree++] = (uint16_t)(i + 1);
 	qsort_r(br->free_ids, br->nfree, sizeof(br->free_ids[0]), by_gone_order, br);
 }
