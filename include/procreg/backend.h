@@ -131,7 +131,23 @@ struct pr_bridge_up {
 			     int (*send)(void *sctx, const uint8_t *frame, size_t len), void *sctx);
 	void (*snapshot_end)(void *ctx, void *snap);
 	uint64_t (*snapshot_wait)(void *ctx);
+	/* Whether this dispatch has had its time for what comes in (frames,
+	 * handshakes): then the backend stops taking more (leaving it in
+	 * its sockets or queues) and sees to it that its fd is readable
+	 * again for the rest. The daemon dispatches again once it has served
+	 * its local clients for as long as the dispatch took, so that nodes
+	 * sending as fast as they can take half its time at most. Call it
+	 * through pr_bridge_input_over(). */
+	bool (*input_over)(void *ctx);
 };
+
+/* Whether UP says this dispatch's time for input is over (false from a
+ * daemon without input_over). */
+static inline bool pr_bridge_input_over(const struct pr_bridge_up *up)
+{
+	return up->sz >= offsetof(struct pr_bridge_up, input_over) + sizeof(up->input_over) &&
+	       up->input_over && up->input_over(up->ctx);
+}
 
 /* Whether UP has the upcalls that write a snapshot in parts. */
 static inline bool pr_bridge_up_parts(const struct pr_bridge_up *up)

@@ -45,6 +45,9 @@
  *    node that behaves still joins; while a few hundred nodes that behave,
  *    each sending big records, stay up under a budget far smaller than
  *    their buffers at their full size together.
+ *  - Nodes with the cookie that send changes as fast as they can must not
+ *    hold the daemon's thread: what comes in is taken a slice at a time,
+ *    local requests answered in between.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -2281,6 +2284,97 @@ static void test_frames_of_the_last_node(void **state)
 	th_peer_close(&p);
 }
 
+/* ---- 11: changes as fast as a node can send them ----------------------- */
+
+#define FLOODERS 8
+#define FLOOD_CHANGES 25000 /* each flooder's, each a name of its own */
+
+/* One of the nodes flooding, on a thread of its own: its changes, each a
+ * new name, sealed a record at a time and written as fast as the socket
+ * takes them. */
+struct flooder {
+	struct th_peer p;
+	char name[32];
+	int err;
+};
+
+static void *flooder_main(void *arg)
+{
+	struct flooder *f = arg;
+	static __thread uint8_t buf[PR_BS_PT_MAX], rec[PR_BS_REC_MAX];
+	uint64_t seq = 1;
+	char name[64];
+
+	while (seq <= FLOOD_CHANGES && !f->err) {
+		size_t len = 0;
+
+		while (seq <= FLOOD_CHANGES && len + 256 < sizeof(buf)) {
+			snprintf(name, sizeof(name), "%s-%llu", f->name, (unsigned long long)seq);
+			len += th_fake_change_from(buf + len, sizeof(buf) - len, 7, seq++, f->name, name);
+		}
+		if (procreg__bs_seal(f->p.bs, buf, len, rec) < 0 ||
+		    write(f->p.fd, rec, len + PR_BS_OVERHEAD) != (ssize_t)(len + PR_BS_OVERHEAD))
+			f->err = errno ? errno : EIO;
+	}
+	return NULL;
+}
+
+/* FLOODERS nodes with the cookie send FLOOD_CHANGES changes each, as fast
+ * as they can, and a local client registers and unregisters a name
+ * meanwhile. What comes in is taken a slice at a time, the client served
+ * in between (backend.h: input_over()), so pairs are answered all along
+ * while the changes are applied. Each connection's reads used to be
+ * bounded (16 reads of 128 KiB), not a dispatch's: over 8 connections, a
+ * dispatch applied several hundred thousand changes, and a client got 4
+ * pairs a second, each waiting up to 340 ms. Counted, not timed: the pairs
+ * begun and answered while some of the changes were in the table and
+ * others not yet. */
+static void test_flood_in_slices(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	static struct flooder fl[FLOODERS];
+	pthread_t t[FLOODERS];
+	uint8_t buf[4096];
+	uint64_t total = (uint64_t)FLOODERS * FLOOD_CHANGES, during = 0, pairs = 0;
+	PROCREG_OPTS(procreg_stats, st);
+
+	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){
+					       "--node-timeout-ms", "600000", NULL }, NULL), 0);
+	for (int i = 0; i < FLOODERS; i++) {
+		snprintf(fl[i].name, sizeof(fl[i].name), "flood%d", i);
+		assert_int_equal(th_peer_connect(&fl[i].p, a->listen, fl[i].name, 7, COOKIE), 0);
+		th_peer_send(&fl[i].p, buf, th_fake_snap(buf, sizeof(buf), 7, 0, procreg__now_ns(),
+							(const char *const[]){ NULL }, true));
+	}
+	for (int i = 0; i < FLOODERS; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, flooder_main, &fl[i]), 0);
+	do {
+		uint64_t before;
+
+		assert_int_equal(procreg_stats(a->reg, &st), 0);
+		before = st.names;
+		assert_int_equal(procreg_register(a->reg, "meanwhile", NULL, 0), 0);
+		assert_int_equal(procreg_unregister(a->reg, "meanwhile"), 0);
+		pairs++;
+		assert_int_equal(procreg_stats(a->reg, &st), 0);
+		during += before > 0 && st.names < total;
+	} while (st.names < total);
+	for (int i = 0; i < FLOODERS; i++) {
+		pthread_join(t[i], NULL);
+		if (fl[i].err)
+			fail_msg("node flood%d: sending: %s", i, strerror(fl[i].err));
+	}
+	print_message("flood: %llu changes from %d nodes; %llu of %llu local pairs answered "
+		      "while they were being applied\n", (unsigned long long)total, FLOODERS,
+		      (unsigned long long)during, (unsigned long long)pairs);
+	if (during < 100)
+		fail_msg("%llu pairs answered while %llu changes were applied (want 100 at least)",
+			 (unsigned long long)during, (unsigned long long)total);
+	for (int i = 0; i < FLOODERS; i++)
+		th_peer_close(&fl[i].p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2311,6 +2405,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unfinished_records_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_nodes_small_budget, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_frames_of_the_last_node, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_flood_in_slices, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

@@ -522,7 +522,8 @@ void bridge_event(struct daemon *d);
 void bridge_flush(struct daemon *d);
 void bridge_tick(struct daemon *d);
 /* When the bridge has work to go on with (CLOCK_MONOTONIC; UINT64_MAX:
- * none): a part of the walk that removes nodes' entries, at
+ * none): a part of the walk that removes nodes' entries, or what other
+ * nodes sent, held back while the daemon's clients have their turn; at
  * bridge_flush(). */
 uint64_t bridge_due(struct daemon *d);
 void bridge_stop(struct daemon *d);

@@ -815,7 +815,10 @@ static void nb_dispatch(void *b)
 	(void)!read(m->stfd, &x, sizeof(x));
 	if (read(m->tfd, &x, sizeof(x)) == sizeof(x))
 		tick(m);
-	for (int n = 0; n < ITEMS_PER_DISPATCH; n++) {
+	/* A bounded number of items, and no more once the dispatch's time
+	 * for input is over (a message may hold 900 changes): the daemon's
+	 * clients get their turn in between. */
+	for (int n = 0; n < ITEMS_PER_DISPATCH && !pr_bridge_input_over(&m->up); n++) {
 		struct item *it;
 
 		pthread_mutex_lock(&m->mu);
