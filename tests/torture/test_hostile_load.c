@@ -801,6 +801,123 @@ static void test_lapsed_leases_paced(void **state)
 	procreg_close(r);
 }
 
+/* ---- places in line asked for again --------------------------------------- */
+
+#define REASK_NAMES 16
+#define REASK_ROUNDS 200
+
+struct reasker {
+	const char *dir;
+	const struct th_user *u;
+	/* In memory shared with the test: the step it is through (1 asked,
+	 * 2 asked again the same, 3 asked again with new metadata), the step
+	 * it may go on to, and requests answered other than EINPROGRESS. */
+	int step, go, wrong, last;
+};
+
+static int reask_step(procreg_t *r, struct reasker *a, int rounds, bool vary)
+{
+	static uint8_t meta[PROCREG_META_MAX];
+	PROCREG_OPTS(procreg_register_opts, o, .flags = PROCREG_QUEUE);
+
+	for (int round = 0; round < rounds; round++)
+		for (int k = 0; k < REASK_NAMES; k++) {
+			char name[PROCREG_NAME_MAX + 1];
+			int err;
+
+			snprintf(name, sizeof(name), "reask.%d.%0200d", k, 0);
+			meta[0] = vary ? (uint8_t)(round + 1) : 0;
+			err = procreg_register_opts(r, name, meta, sizeof(meta), &o);
+			if (err != -EINPROGRESS) {
+				a->wrong++;
+				a->last = err;
+			}
+		}
+	return 0;
+}
+
+/* As the attacker: a place in line for each of REASK_NAMES names (root's),
+ * then REASK_ROUNDS times each asked for again, the same, then with new
+ * metadata each time, a step at a time as the test says. */
+static int reask_main(void *p)
+{
+	struct reasker *a = p;
+	procreg_t *r;
+
+	th_become(a->u);
+	r = th_open(a->dir);
+	if (!r)
+		return 70;
+	for (int step = 1; step <= 3; step++) {
+		while (__atomic_load_n(&a->go, __ATOMIC_ACQUIRE) < step)
+			usleep(1000);
+		reask_step(r, a, step == 1 ? 1 : REASK_ROUNDS, step == 3);
+		__atomic_store_n(&a->step, step, __ATOMIC_RELEASE);
+	}
+	pause();
+	return 0;
+}
+
+/*
+ * Before: a place in line asked for again was written to the owners
+ * journal each time (a record of up to 1.3 KiB), whether or not anything
+ * changed, and those writes were paid for by nothing: one user's process
+ * asking in a loop had the journal written at 100 MB a second and
+ * rewritten whole twice a second, and root's register+unregister pairs
+ * fell from 25,000 a second to 2,700. Now a place asked for again the
+ * same writes nothing (the journal does not grow at all over 3,200 such
+ * asks), and what a request writes to the journal is paid for in its
+ * uid's pace, an event for each 128 bytes: 3,200 asks with new metadata
+ * (4 MB) put the user past its allowance, and it waits its turn (logged),
+ * its requests answered all the same.
+ */
+static void test_reasks_paced(void **state)
+{
+	struct fx *f = *state;
+	struct reasker *a = th_shared(sizeof(*a));
+	procreg_t *r = th_open(f->dir);
+	char journal[600];
+	struct stat st1, st2;
+
+	assert_non_null(r);
+	snprintf(journal, sizeof(journal), "%s/procreg.default.owners", f->dir);
+	for (int k = 0; k < REASK_NAMES; k++) {
+		char name[PROCREG_NAME_MAX + 1];
+
+		snprintf(name, sizeof(name), "reask.%d.%0200d", k, 0);
+		assert_int_equal(procreg_register(r, name, NULL, 0), 0);
+	}
+	*a = (struct reasker){ .dir = f->dir, .u = user(f) };
+	f->kid = th_fork(reask_main, a);
+	__atomic_store_n(&a->go, 1, __ATOMIC_RELEASE);
+	wait_for(&a->step, 1);
+	assert_int_equal(procreg_sync(r), 0);
+	assert_int_equal(stat(journal, &st1), 0);
+	__atomic_store_n(&a->go, 2, __ATOMIC_RELEASE);
+	wait_for(&a->step, 2);
+	assert_int_equal(procreg_sync(r), 0);
+	assert_int_equal(stat(journal, &st2), 0);
+	if (st2.st_size != st1.st_size)
+		fail_msg("%d places asked for again unchanged grew the owners journal from %lld to "
+			 "%lld bytes", REASK_NAMES * REASK_ROUNDS, (long long)st1.st_size,
+			 (long long)st2.st_size);
+	assert_int_equal(th_log_count(f->d.log, "--max-feed-rate-per-uid"), 0);
+	__atomic_store_n(&a->go, 3, __ATOMIC_RELEASE);
+	wait_for(&a->step, 3);
+	if (!th_log_count(f->d.log, "--max-feed-rate-per-uid"))
+		fail_msg("%d places asked for again with new metadata (%d KiB of journal) did not "
+			 "pace the user", REASK_NAMES * REASK_ROUNDS,
+			 REASK_NAMES * REASK_ROUNDS * (PROCREG_META_MAX + 256) / 1024);
+	/* Waiting, not refused. */
+	if (a->wrong)
+		fail_msg("%d asks answered other than EINPROGRESS (the last: %s)", a->wrong,
+			 strerror(-a->last));
+	kill(f->kid, SIGKILL);
+	th_wait(f->kid);
+	f->kid = 0;
+	procreg_close(r);
+}
+
 /* ---- feed subscribers that read --------------------------------------- */
 
 #define NOTIFY_SUBS 60
@@ -1332,6 +1449,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_feed_unread, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_feed_flooded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lapsed_leases_paced, setup_slow_feed, teardown),
+		cmocka_unit_test_setup_teardown(test_reasks_paced, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_notify_paced, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_paced, setup_paced_deaths, teardown),
 		cmocka_unit_test_setup_teardown(test_death_paced_not_waited, setup_slow_feed,

@@ -463,6 +463,9 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		   const struct reg_request *rq);
 /* P died or left: it leaves every line. */
 void owners_proc_gone(struct daemon *d, struct proc *p);
+/* Bytes written to the journal since the start: what a request cost in
+ * them, charged to its uid (server.c). */
+uint64_t owners_journaled(const struct daemon *d);
 /* Room in the journal for one more place in line or lease: 0, or -ENOSPC
  * (the request must then be refused before it changes anything). */
 int owners_room(struct daemon *d);

@@ -277,6 +277,7 @@ struct owners {
 	int fd;                   /* the journal, when open */
 	bool open;
 	uint64_t bytes;           /* its length */
+	uint64_t written;         /* bytes written to it since the start, rewrites but for */
 	uint64_t base;            /* its length when last rewritten from the live state */
 	uint64_t room;            /* its file is allocated up to here (UINT64_MAX: unknown) */
 	uint64_t owed;            /* bytes the records removing all it holds would take */
@@ -570,6 +571,11 @@ static int journal_room(struct daemon *d, uint64_t len)
 	return err;
 }
 
+uint64_t owners_journaled(const struct daemon *d)
+{
+	return d->owners->written;
+}
+
 int owners_room(struct daemon *d)
 {
 	return journal_room(d, JREC_MAX + place_cost(PROCREG_NAME_MAX));
@@ -608,6 +614,7 @@ static void journal(struct daemon *d, const uint8_t *rec, size_t len)
 		return;
 	}
 	d->owners->bytes += len;
+	d->owners->written += len;
 	/* Compaction can wait: the journal as it is stays whole. */
 	if (d->owners->bytes > JOURNAL_COMPACT_MIN && d->owners->bytes > 4 * d->owners->base &&
 	    journal_rewrite(d) < 0)
@@ -835,6 +842,13 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 	struct queue *q = find_queue(d, rq->name, rq->name_len);
 	/* Asking again keeps one's place, with the newer metadata. */
 	struct waiter *old = find_waiter(d, q, p), *w;
+
+	/* Asked again the same: nothing changes, nothing is written (a
+	 * process asking in a loop made the journal take 100 MB a second). */
+	if (old && old->flags == (uint16_t)(rq->flags & ~(uint32_t)PROCREG_QUEUE) &&
+	    old->lease_ms == rq->lease_ms && old->meta_len == rq->meta_len &&
+	    !memcmp(old->meta, rq->meta, rq->meta_len))
+		return 0;
 
 	/* A new place in line costs the daemon memory like a name does: it
 	 * counts against the same limits, per process and per uid (else one

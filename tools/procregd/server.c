@@ -301,6 +301,16 @@ static void park(struct daemon *d, struct client *c)
  * The budget is one time per uid, GCRA's: when all it made is paid for
  * (feed_due). Nothing is kept for a uid whose events are paid for.
  */
+/* What a request writes to the owners journal (a place in line, a lease:
+ * owners.c) is paid for in the same budget, an event for every this many
+ * bytes: a place asked for again and again with new metadata writes a
+ * record of up to 1.3 KiB each time, and one process doing so 70,000
+ * times a second wrote the journal at 100 MB a second, rewriting it whole
+ * every half second, the daemon's thread waiting on the disk meanwhile
+ * (root's register+unregister pairs at 2,700 a second against 25,000).
+ * Paid for, a uid writes 8 MiB a second at most with the default rate. */
+#define JOURNAL_EVENT_BYTES 128
+
 static uint64_t feed_cost_ns(const struct daemon *d, uint64_t events)
 {
 	return events * 1000000000ull / d->feed_rate;
@@ -1379,15 +1389,18 @@ static int take_packet(struct daemon *d, struct client *c)
 			    (int)c->id.pid, (unsigned)c->id.uid, nfds, want);
 		err = -EBADMSG;
 	} else {
-		uint64_t h0 = d->w.map.hdr->feed_head, apart = d->feed_apart;
+		uint64_t h0 = d->w.map.hdr->feed_head, apart = d->feed_apart,
+			 j0 = owners_journaled(d);
 
 		procreg__w_clock_hold(&d->w, true);
 		err = handle_packet(d, c, (size_t)n, nfds ? fds[0] : -1);
 		procreg__w_clock_hold(&d->w, false);
 		/* Its events, but for those charged to others meanwhile
-		 * (server_feed_charge(): the deaths a SYNC drained). */
+		 * (server_feed_charge(): the deaths a SYNC drained); and what
+		 * it had written to the owners journal. */
 		feed_charge(d, c->id.uid,
-			    d->w.map.hdr->feed_head - h0 - (d->feed_apart - apart));
+			    d->w.map.hdr->feed_head - h0 - (d->feed_apart - apart) +
+				    (owners_journaled(d) - j0) / JOURNAL_EVENT_BYTES);
 	}
 	/* A request that keeps a passed fd keeps a dup of it. One not kept
 	 * is ours alone: its close may wait (closer.c). */
