@@ -610,6 +610,8 @@ struct pr_writer {
 	/* Allocator: private, rebuilt from the table on attach. */
 	struct pr_vec *classes;       /* free offsets, one vector per 16-byte class */
 	struct pr_vec large;          /* free (off, size) pairs above the classes */
+	uint64_t *freemap;            /* a bit a PR_ALIGN bytes of the file: free (coalesce()) */
+	uint64_t freed_since;         /* bytes freed since the lists were last made from it */
 	uint64_t backed;              /* the file's pages are allocated up to here */
 	bool fs_full;                 /* the last allocation of pages found no space */
 	/* RESERVE arena bytes, and the last eighth of every index's slots,

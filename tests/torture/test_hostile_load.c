@@ -918,6 +918,116 @@ static void test_reasks_paced(void **state)
 	procreg_close(r);
 }
 
+/* ---- the arena left in pieces ------------------------------------------- */
+
+/* A table of 16 MiB, so that one user fills it. */
+static const char *const small_table_args[] = { "--max-clients", "99", "--max-readers", "16",
+						"--max-size", "16M", NULL };
+
+static int setup_small_table(void **state)
+{
+	return start(state, small_table_args);
+}
+
+#define FRAG_BATCH 256
+#define FRAG_VICTIM_NAMES 40000
+
+struct frag_arg {
+	const char *dir;
+	const struct th_user *u;
+	bool victim;
+	/* In memory shared with the test: names registered, and how the
+	 * first refusal ended it (0: none); done once it stopped. */
+	int registered, refused, done;
+};
+
+/* As the attacker: names with the most metadata there is, until the table
+ * refuses more (then held until killed); as the victim: FRAG_VICTIM_NAMES
+ * names with none, until one is refused. In batches, each checked. */
+static int frag_main(void *p)
+{
+	struct frag_arg *a = p;
+	static struct procreg_op ops[FRAG_BATCH];
+	static char names[FRAG_BATCH][40];
+	static uint8_t meta[PROCREG_META_MAX];
+	procreg_t *r;
+
+	th_become(a->u);
+	r = th_open(a->dir);
+	if (!r)
+		return 70;
+	while (!a->refused && (!a->victim || a->registered < FRAG_VICTIM_NAMES)) {
+		for (int i = 0; i < FRAG_BATCH; i++) {
+			snprintf(names[i], sizeof(names[i]), "%s.%d", a->victim ? "victim" : "frag",
+				 a->registered + i);
+			ops[i] = (struct procreg_op){ .sz = sizeof(ops[i]), .kind = PROCREG_OP_REGISTER,
+						      .name = names[i], .meta = a->victim ? NULL : meta,
+						      .meta_len = a->victim ? 0 : sizeof(meta) };
+		}
+		if (procreg_batch(r, ops, FRAG_BATCH) != 0)
+			return 71;
+		for (int i = 0; i < FRAG_BATCH && !a->refused; i++) {
+			if (ops[i].result)
+				a->refused = -ops[i].result;
+			else
+				a->registered++;
+		}
+	}
+	__atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+	pause();
+	return 0;
+}
+
+/*
+ * Before: free blocks were never merged. One user filled the table with
+ * names of 1 KiB of metadata and let them go (its process killed): the
+ * arena was all free, but in blocks of 1.3 KiB, and another user's names
+ * were refused once their index outgrew those (after 24,576, with 14% of
+ * the arena in use), until procregd restarted. Now the free lists are made
+ * again from the free map when nothing else has room, neighbours merged:
+ * the other user's 40,000 names all go in.
+ */
+static void test_arena_pieces_merged(void **state)
+{
+	struct fx *f = *state;
+	struct frag_arg *a = th_shared(sizeof(*a)), *v = th_shared(sizeof(*v));
+	procreg_t *r = th_open(f->dir);
+	PROCREG_OPTS(procreg_stats, st);
+	pid_t victim;
+
+	assert_non_null(r);
+	*a = (struct frag_arg){ .dir = f->dir, .u = user(f) };
+	f->kid = th_fork(frag_main, a);
+	wait_for(&a->done, 1);
+	if (a->refused != ENOSPC)
+		fail_msg("the attacker's names: %d, then %s, not a full table", a->registered,
+			 strerror(a->refused));
+	kill(f->kid, SIGKILL);
+	th_wait(f->kid);
+	f->kid = 0;
+	for (int i = 0;; i++) {
+		assert_int_equal(procreg_sync(r), 0);
+		assert_int_equal(procreg_stats(r, &st), 0);
+		if (st.names == 0)
+			break;
+		if (i > WAIT_MS / 10)
+			fail_msg("the attacker's names still there: %llu", (unsigned long long)st.names);
+		usleep(10000);
+	}
+	*v = (struct frag_arg){ .dir = f->dir, .u = user(f), .victim = true };
+	victim = th_fork(frag_main, v);
+	wait_for(&v->done, 1);
+	kill(victim, SIGKILL);
+	th_wait(victim);
+	print_message("arena: the attacker's %d names of 1 KiB gone, the victim's: %d registered%s%s\n",
+		      a->registered, v->registered, v->refused ? ", then " : "",
+		      v->refused ? strerror(v->refused) : "");
+	if (v->refused || v->registered < FRAG_VICTIM_NAMES)
+		fail_msg("another user's names refused after %d of %d: %s", v->registered,
+			 FRAG_VICTIM_NAMES, strerror(v->refused));
+	procreg_close(r);
+}
+
 /* ---- feed subscribers that read --------------------------------------- */
 
 #define NOTIFY_SUBS 60
@@ -1450,6 +1560,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_feed_flooded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lapsed_leases_paced, setup_slow_feed, teardown),
 		cmocka_unit_test_setup_teardown(test_reasks_paced, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_arena_pieces_merged, setup_small_table, teardown),
 		cmocka_unit_test_setup_teardown(test_notify_paced, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_paced, setup_paced_deaths, teardown),
 		cmocka_unit_test_setup_teardown(test_death_paced_not_waited, setup_slow_feed,

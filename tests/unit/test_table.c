@@ -3216,6 +3216,59 @@ static void test_clock_hold(void **state)
 	free(dir);
 }
 
+/* ---- free blocks merged ------------------------------------------------- */
+
+/* A table filled with records of 1 KiB of metadata, all removed: the
+ * arena is free but in blocks of 1.1 KiB, and an index of the names that
+ * come next needs blocks far bigger as it grows. The free lists are made
+ * again from the free map, neighbours merged, when nothing else has room
+ * (coalesce()): every small name goes in, their index in blocks merged
+ * below the top. Before, they were refused once the index outgrew the blocks left
+ * below the top (-ENOSPC with 90% of the arena free). */
+static void test_free_blocks_merged(void **state)
+{
+	char *dir = th_mkdtemp(), name[64];
+	static uint8_t meta[1000];
+	struct pr_writer w;
+	unsigned filled = 0, small = 0;
+	uint64_t top;
+	int err;
+
+	(void)state;
+	w_open_at(&w, dir, 16 * MB);
+	for (;; filled++) {
+		name_of(name, sizeof(name), "frag", filled);
+		err = put_raw(&w, name, 7, 1, 1000, 0, meta, sizeof(meta));
+		if (err == -ENOSPC)
+			break;
+		assert_int_equal(err, 0);
+	}
+	assert_true(filled > 5000);
+	for (unsigned i = 0; i < filled; i++) {
+		name_of(name, sizeof(name), "frag", i);
+		assert_int_equal(del(&w, name), 0);
+	}
+	drain(&w);
+	top = w.map.hdr->arena_top;
+	for (; small < 4 * filled; small++) {
+		name_of(name, sizeof(name), "small", small);
+		err = put_raw(&w, name, 7, 1, 1000, 0, NULL, 0);
+		if (err)
+			fail_msg("small name %u of %u: %s (index of %llu slots; arena %llu of %llu "
+				 "bytes in use)", small, 4 * filled, strerror(-err),
+				 (unsigned long long)w_index(&w)->capacity,
+				 (unsigned long long)w.map.hdr->arena_used,
+				 (unsigned long long)(w.map.hdr->arena_top - w.map.hdr->arena_off));
+	}
+	/* The index, far bigger than any block freed, lies below the top
+	 * the filling left: in blocks merged. */
+	assert_true(w_index(&w)->capacity >= 4 * filled);
+	assert_true(w.map.hdr->names.index_off + index_bytes(w_index(&w)->capacity) <= top);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
 /* ---- records per node id ------------------------------------------------ */
 
 #define NR_NODES 8
@@ -3353,6 +3406,7 @@ int main(void)
 		cmocka_unit_test(test_walk_readded),
 		cmocka_unit_test(test_walk_unpublish),
 		cmocka_unit_test(test_node_refs),
+		cmocka_unit_test(test_free_blocks_merged),
 		cmocka_unit_test(test_clock_hold),
 	};
 
