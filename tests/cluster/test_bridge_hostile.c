@@ -47,7 +47,8 @@
  *    their buffers at their full size together.
  *  - Nodes with the cookie that send changes as fast as they can must not
  *    hold the daemon's thread: what comes in is taken a slice at a time,
- *    local requests answered in between.
+ *    local requests answered in between; and a walk of the table under
+ *    way takes its turns with theirs, not all of them.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -2375,6 +2376,106 @@ static void test_flood_in_slices(void **state)
 		th_peer_close(&fl[i].p);
 }
 
+/* ---- 12: changes flooding in while a walk is under way ------------------ */
+
+/* A node with the cookie putting one name again and again, its metadata
+ * the change's number, until told to stop. */
+struct counter_flood {
+	struct th_peer p;
+	int stop, err;
+};
+
+static void *counter_flood_main(void *arg)
+{
+	struct counter_flood *f = arg;
+	static __thread uint8_t buf[PR_BS_PT_MAX], rec[PR_BS_REC_MAX];
+	uint64_t seq = 1;
+
+	while (!__atomic_load_n(&f->stop, __ATOMIC_RELAXED) && !f->err) {
+		size_t len = 0;
+
+		while (len + 256 < sizeof(buf)) {
+			struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+						 .registered_ns = procreg__now_ns(), .name = "counted",
+						 .name_len = 7, .meta = &seq, .meta_len = sizeof(seq) };
+
+			assert_int_equal(procreg__bp_put_change(buf, sizeof(buf), &len, 7, seq,
+								"counter", &e), 0);
+			seq++;
+		}
+		if (procreg__bs_seal(f->p.bs, buf, len, rec) < 0 ||
+		    write(f->p.fd, rec, len + PR_BS_OVERHEAD) != (ssize_t)(len + PR_BS_OVERHEAD))
+			f->err = errno ? errno : EIO;
+	}
+	return NULL;
+}
+
+/* The number of the last change of node counter's the table shows. */
+static uint64_t counted(procreg_t *reg)
+{
+	TH_ENTRY(e);
+	uint64_t seq = 0;
+
+	if (procreg_lookup(reg, "counted", &e) == 0 && e.meta_len == sizeof(seq))
+		memcpy(&seq, e.meta, sizeof(seq));
+	return seq;
+}
+
+/* Node big goes, and its 200,000 names are removed by a walk in parts
+ * while node counter sends changes as fast as it can: the turns of the
+ * walk's parts and of what comes in alternate, so counter's changes are
+ * applied all along the walk. The walk used to take every turn once what
+ * came in had to wait: nothing was read from any node until it was over
+ * (213 ms in a debug build; at 10^6 names, nodes could be dropped as
+ * silent). Counted, not timed: the looks at the table, while some of
+ * big's names were gone and others not, that found more of counter's
+ * changes than the look before. */
+static void test_walk_and_flood_alternate(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	static struct counter_flood f;
+	struct th_peer p;
+	uint8_t buf[4096];
+	pthread_t t;
+	uint64_t last = 0, looks = 0, moved = 0;
+	int present;
+
+	assert_int_equal(th_node_start(a, c->cookie, NULL, NULL), 0);
+	big_node_up(a, &p);
+	assert_int_equal(th_peer_connect(&f.p, a->listen, "counter", 7, COOKIE), 0);
+	th_peer_send(&f.p, buf, th_fake_snap(buf, sizeof(buf), 7, 0, procreg__now_ns(),
+					    (const char *const[]){ NULL }, true));
+	assert_int_equal(pthread_create(&t, NULL, counter_flood_main, &f), 0);
+	for (int i = 0; !counted(a->reg); i++) {
+		if (i > WAIT_MS)
+			fail_msg("none of node counter's changes in the table");
+		th_msleep(1);
+	}
+	th_peer_close(&p);
+	do {
+		uint64_t now;
+
+		present = big_present(a->reg);
+		now = counted(a->reg);
+		if (present > 0 && present < BIG_SAMPLE) {
+			looks++;
+			moved += now > last;
+		}
+		last = now;
+	} while (present);
+	__atomic_store_n(&f.stop, 1, __ATOMIC_RELAXED);
+	pthread_join(t, NULL);
+	print_message("walk and flood: %llu of %llu looks during the walk found more of the "
+		      "flood applied\n", (unsigned long long)moved, (unsigned long long)looks);
+	if (f.err)
+		fail_msg("node counter: sending: %s", strerror(f.err));
+	if (moved < 10)
+		fail_msg("%llu of %llu looks during the walk found more changes applied (want 10 "
+			 "at least)", (unsigned long long)moved, (unsigned long long)looks);
+	th_peer_close(&f.p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2406,6 +2507,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_many_nodes_small_budget, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_frames_of_the_last_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flood_in_slices, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_walk_and_flood_alternate, setup, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))

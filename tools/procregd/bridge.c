@@ -249,6 +249,7 @@ struct bridge {
 	 * (bridge_event()). */
 	uint64_t in_until_ns;
 	bool paused;
+	bool walked;                /* the last turn was the removals' walk's */
 	/* The removals' walk at a tick, this long after the last at least:
 	 * every tick, but PROCREG_TEST_SWEEP_MS for tests. */
 	uint64_t sweep_gap_ns, swept_ns;
@@ -2083,6 +2084,7 @@ void bridge_event(struct daemon *d)
 		return;
 	}
 	br->in_until_ns = t0 + INPUT_SLICE_NS;
+	br->walked = false;
 	br->be->dispatch(br->b);
 	/* A short one leaves the turn as it was (a snapshot's part in it
 	 * has set it): under steady traffic, a dispatch in every batch
@@ -2103,10 +2105,15 @@ void bridge_flush(struct daemon *d)
 	uint64_t t0;
 
 	/* A part of the removals' walk, in its turn: first, as what it takes
-	 * out may give names to claims set aside. */
-	if (br->sweeping && (t0 = procreg__mono_ns()) >= br->bg_next_ns) {
+	 * out may give names to claims set aside. Not twice in a row while
+	 * what other nodes send waits (paused): the turns alternate, or the
+	 * walk would take every one, and the nodes go unread (unheard, and
+	 * then dropped as silent) until it is over. */
+	if (br->sweeping && (t0 = procreg__mono_ns()) >= br->bg_next_ns &&
+	    !(br->paused && br->walked)) {
 		sweep_part(br, SWEEP_SLOTS);
 		bg_took(br, t0);
+		br->walked = true;
 	}
 	shadows_promote(br);
 	br->be->flush(br->b);

@@ -1686,7 +1686,7 @@ static int read_frames(struct mesh *m, struct conn *c)
 	int r;
 
 	while (!c->dead && !c->evicted) {
-		if (++k % 32 == 0 && pr_bridge_input_over(&m->up)) {
+		if (k++ % 32 == 0 && pr_bridge_input_over(&m->up)) {
 			c->pt_off = fp;
 			return 1;
 		}
@@ -1756,6 +1756,8 @@ static void conn_consume(struct mesh *m, struct conn *c)
 
 	if (c->evicted)
 		return;
+	if (c->held)
+		c->held_turn = ++m->held_turns;
 	c->held = false;
 	c->consuming = true;
 	if (c->state == C_HANDSHAKE)
@@ -1780,8 +1782,11 @@ static void conn_read(struct mesh *m, struct conn *c)
 	 * busy peer does not starve the rest of the daemon. A node whose
 	 * snapshot is being written is not read (conn_consume(),
 	 * conn_events()). */
-	if (c->held && !c->snap)
+	if (c->held && !c->snap) {
+		if (pr_bridge_input_over(&m->up))
+			return; /* still held: take_held() comes back to it */
 		conn_consume(m, c);
+	}
 	for (int round = 0; round < 16 && !c->dead && !c->evicted && !c->snap && !c->held;
 	     round++) {
 		ssize_t n;
@@ -2152,7 +2157,6 @@ static void take_held(struct mesh *m)
 			hold(m, next);
 			return;
 		}
-		next->held_turn = ++m->held_turns;
 		/* Held again only once the time is over: the loop ends. */
 		conn_consume(m, next);
 	}
