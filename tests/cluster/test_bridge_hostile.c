@@ -492,6 +492,44 @@ static void test_claims_bounded(void **state)
 	free(s.buf);
 }
 
+/* Claims to one name are bounded too (16): nodes with the cookie, each
+ * claiming a name held here, each stamped later, had every frame about
+ * the name walk all their claims (with 1,000 of them, each such frame cost
+ * 23-34 times as much). Those past the bound are not kept, and said so;
+ * the name still goes to a claim kept when its holder lets it go. */
+#define NAME_CLAIMERS 24
+
+static void test_claims_per_name_bounded(void **state)
+{
+	struct cluster *c = *state;
+	static struct th_peer p[NAME_CLAIMERS];
+	struct procreg_entry e = { .sz = sizeof(e) };
+	uint8_t buf[512];
+
+	assert_int_equal(th_node_start(&c->n[0], c->cookie, NULL, NULL), 0);
+	assert_int_equal(procreg_register(c->n[0].reg, "victim", NULL, 0), 0);
+	for (int i = 0; i < NAME_CLAIMERS; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "claimer%d", i);
+		assert_int_equal(th_peer_connect(&p[i], c->n[0].listen, name, 7, COOKIE), 0);
+		th_peer_send(&p[i], buf, th_fake_snap(buf, sizeof(buf), 7, 0,
+						      procreg__now_ns() + 1000000000ull,
+						      (const char *const[]){ "victim", NULL }, true));
+	}
+	th_expect_log(c->n[0].d.log, "not kept: 16 claims to it set aside already", WAIT_MS);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "victim", &e), 0);
+	assert_int_equal(e.pid, getpid());
+	assert_int_equal(procreg_unregister(c->n[0].reg, "victim"), 0);
+	for (int i = 0; i < WAIT_MS / 100 && procreg_lookup(c->n[0].reg, "victim", &e); i++)
+		th_msleep(100);
+	assert_int_equal(procreg_lookup(c->n[0].reg, "victim", &e), 0);
+	assert_int_equal(e.pid, 99);
+	assert_int_not_equal(e.node, 0);
+	for (int i = 0; i < NAME_CLAIMERS; i++)
+		th_peer_close(&p[i]);
+}
+
 /* A node with the cookie tells of a thousand addresses where nothing
  * answers (every slot for targets), then of a real node, b. The dead ones
  * are dropped after their tries (1 here, 16 by default): the slots they
@@ -2487,6 +2525,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_change_far_out_of_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claims_set_aside, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claims_bounded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_claims_per_name_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_told_of_dead_peers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_leeches_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_burst_in_turn, setup, teardown),

@@ -171,9 +171,16 @@ struct node {
 };
 
 /* Claims set aside, for all nodes: what a node may make this one keep by
- * claiming names the table holds (a snapshot may claim them all). */
+ * claiming names the table holds (a snapshot may claim them all). A
+ * name's claims share a chain of the hash, which every frame about the
+ * name walks: so many a name at most. A node with the cookie that came up
+ * under 1,000 names, each claiming one name here, made each frame about it
+ * cost 23-34 times as much; legitimately, a name is claimed by a few nodes
+ * at once, not dozens. And buckets for 64 MiB of claims of short names
+ * (some 500,000) to sit a few a chain: 4,096 made chains of 120. */
 #define SHADOW_MAX_BYTES (64u << 20)
-#define SHADOW_BUCKET_BITS 12
+#define SHADOW_PER_NAME 16
+#define SHADOW_BUCKET_BITS 16
 #define SHADOW_BUCKETS (1u << SHADOW_BUCKET_BITS)
 
 /* A name whose shadows are marked (shadow_mark). */
@@ -454,14 +461,26 @@ static void shadow_put(struct bridge *br, uint16_t id, const struct pr_bp_entry 
 {
 	struct shadow *s, **b;
 
+	int same = 0;
+
 	shadow_drop(br, id, e->name, e->name_len, 0, 0);
-	/* Past the bound, or out of memory, the claim is lost here until its
-	 * node resyncs: if the name's entry goes, the name stays free. */
-	if (br->shadow_bytes + shadow_size(e) > SHADOW_MAX_BYTES) {
-		log_limited(&br->shadow_log, "claims not kept",
-			    "bridge: node %s: claim to '%.*s' not kept: the claims set aside "
-			    "take %u MiB", node_name(br, id), (int)e->name_len, e->name,
-			    SHADOW_MAX_BYTES >> 20);
+	if (br->nshadows)
+		for (s = *bucket(br, e->name, e->name_len); s; s = s->next)
+			same += same_name(&s->e, e->name, e->name_len);
+	/* Past a bound, or out of memory, the claim is lost here until its
+	 * node resyncs: if the name's entry goes, the name stays free (or
+	 * goes to one of the claims kept). */
+	if (br->shadow_bytes + shadow_size(e) > SHADOW_MAX_BYTES || same >= SHADOW_PER_NAME) {
+		if (same >= SHADOW_PER_NAME)
+			log_limited(&br->shadow_log, "claims not kept",
+				    "bridge: node %s: claim to '%.*s' not kept: %d claims to it "
+				    "set aside already", node_name(br, id), (int)e->name_len,
+				    e->name, SHADOW_PER_NAME);
+		else
+			log_limited(&br->shadow_log, "claims not kept",
+				    "bridge: node %s: claim to '%.*s' not kept: the claims set "
+				    "aside take %u MiB", node_name(br, id), (int)e->name_len,
+				    e->name, SHADOW_MAX_BYTES >> 20);
 		return;
 	}
 	if (!br->shadows && !(br->shadows = calloc(SHADOW_BUCKETS, sizeof(*br->shadows))))
