@@ -941,8 +941,33 @@ int procreg__w_group(struct pr_writer *w, const char *name, size_t len, bool cre
 	return 0;
 }
 
+/*
+ * A group's member index made smaller once fewer than an eighth of its
+ * slots hold a member: a quarter do then. Indexes only grew before, and
+ * a group kept the index of the most members it ever had: a user's
+ * thousands of short-lived processes, each joining groups anyone may
+ * join, left each of those groups 131 KB of table for one member, every
+ * lookup of its members scanning them, and charged to no one. A rebuild
+ * costs the slots of the index it replaces, so many members left since
+ * the last that it costs a constant for each. Only within a batch: the
+ * index replaced is retired to it, and a walk of the members under way
+ * (a callback that removes what it is given) reads on in it safely.
+ */
+static void shrink_members(struct pr_writer *w, struct pr_root *gr)
+{
+	uint64_t cap = index_at(w, gr)->capacity, want = MEMBER_INDEX_MIN;
+
+	if (!w->in_batch || cap <= MEMBER_INDEX_MIN || gr->live * 8 >= cap)
+		return;
+	while (want < gr->live * 4)
+		want *= 2;
+	/* No room for the new one: the old stays, as it was. */
+	(void)rebuild(w, gr, want);
+}
+
 /* Remove a group left empty: its record from the group index, then its
- * root and member index, all freed after a grace period. */
+ * root and member index, all freed after a grace period; one left sparse
+ * keeps its place, its index made smaller. */
 void procreg__w_drop_group_if_empty(struct pr_writer *w, const char *name, size_t len)
 {
 	struct pr_key k;
@@ -954,8 +979,10 @@ void procreg__w_drop_group_if_empty(struct pr_writer *w, const char *name, size_
 	if (!off)
 		return;
 	gr = group_root_at(w, off);
-	if (gr->live)
+	if (gr->live) {
+		shrink_members(w, gr);
 		return;
+	}
 	retire(w, gr->index_off, index_bytes(index_at(w, gr)->capacity));
 	retire(w, rec_at(w, off)->aux, sizeof(*gr));
 	procreg__w_remove(w, &H(w)->groups, pos);

@@ -193,6 +193,11 @@ static uint64_t index_bytes(uint64_t cap)
 	return sizeof(struct pr_index) + cap * sizeof(struct pr_slot);
 }
 
+static const struct pr_index *index_at_test(const struct pr_writer *w, const struct pr_root *root)
+{
+	return (const struct pr_index *)(w->map.base + root->index_off);
+}
+
 static const struct pr_index *w_index(const struct pr_writer *w)
 {
 	return (const struct pr_index *)(w->map.base + w->map.hdr->names.index_off);
@@ -3269,6 +3274,68 @@ static void test_free_blocks_merged(void **state)
 	free(dir);
 }
 
+/* ---- member indexes made smaller -------------------------------------- */
+
+static int drop_all_but_first(uint64_t off, const struct pr_record *r, void *arg)
+{
+	struct pr_writer *w = arg;
+
+	if (r->kind == PR_KIND_MEMBER && r->pid != 0)
+		assert_int_equal(procreg__w_unpublish(w, off), 0);
+	return 0;
+}
+
+/* A group that had 3,000 members and keeps one: its member index made
+ * smaller as they leave (removed by a walk in parts, as procregd's walks
+ * remove, and one at a time), within batches; the members that stay are
+ * all found. Indexes only grew before: the group kept 8,192 slots for one
+ * member. Outside a batch the index is left as it is. */
+static void test_member_index_shrinks(void **state)
+{
+	char *dir = th_mkdtemp();
+	struct pr_writer w;
+	struct pr_root *gr;
+	struct pr_wcursor cur;
+	struct pr_key k;
+	uint64_t pos;
+	int r;
+
+	(void)state;
+	w_open_at(&w, dir, 64 * MB);
+	for (uint32_t pid = 0; pid < 3000; pid++) {
+		member_add_of(&w, "big", pid, (uint16_t)(pid % 2));
+		member_add_of(&w, "other", pid, 0);
+	}
+	assert_int_equal(procreg__w_group(&w, "big", 3, false, &gr), 0);
+	assert_true(index_at_test(&w, gr)->capacity >= 4096);
+	/* Outside a batch: left as it is. */
+	pr_key_member(&k, 2999, 7, 1, w.map.hdr->hash_seed);
+	assert_int_not_equal(procreg__w_find(&w, gr, &k, &pos), 0);
+	assert_int_equal(procreg__w_unpublish(&w, procreg__w_find(&w, gr, &k, &pos)), 0);
+	assert_true(index_at_test(&w, gr)->capacity >= 4096);
+	/* By a walk in parts, in batches. */
+	memset(&cur, 0, sizeof(cur));
+	do {
+		procreg__w_batch_begin(&w);
+		r = procreg__w_walk_some(&w, &cur, 64, drop_all_but_first, &w);
+		procreg__w_batch_end(&w);
+		drain(&w);
+	} while (r == 1);
+	assert_int_equal(r, 0);
+	procreg__w_cursor_free(&cur);
+	assert_int_equal(procreg__w_group(&w, "big", 3, false, &gr), 0);
+	assert_int_equal(gr->live, 1);
+	assert_int_equal(index_at_test(&w, gr)->capacity, 16);
+	pr_key_member(&k, 0, 7, 0, w.map.hdr->hash_seed);
+	assert_int_not_equal(procreg__w_find(&w, gr, &k, &pos), 0);
+	assert_int_equal(procreg__w_group(&w, "other", 5, false, &gr), 0);
+	assert_int_equal(gr->live, 1);
+	assert_int_equal(index_at_test(&w, gr)->capacity, 16);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
 /* ---- records per node id ------------------------------------------------ */
 
 #define NR_NODES 8
@@ -3407,6 +3474,7 @@ int main(void)
 		cmocka_unit_test(test_walk_unpublish),
 		cmocka_unit_test(test_node_refs),
 		cmocka_unit_test(test_free_blocks_merged),
+		cmocka_unit_test(test_member_index_shrinks),
 		cmocka_unit_test(test_clock_hold),
 	};
 
