@@ -612,6 +612,7 @@ struct pr_writer {
 	struct pr_vec large;          /* free (off, size) pairs above the classes */
 	uint64_t *freemap;            /* a bit a PR_ALIGN bytes of the file: free (coalesce()) */
 	uint64_t freed_since;         /* bytes freed since the lists were last made from it */
+	uint64_t shrink_again_ns;     /* no member index made smaller before (CLOCK_MONOTONIC) */
 	uint64_t backed;              /* the file's pages are allocated up to here */
 	bool fs_full;                 /* the last allocation of pages found no space */
 	/* RESERVE arena bytes, and the last eighth of every index's slots,

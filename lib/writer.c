@@ -507,6 +507,7 @@ int procreg__w_reclaim(struct pr_writer *w)
 /* ---- indexes ---------------------------------------------------------- */
 
 #define MEMBER_INDEX_MIN 16
+#define SHRINK_RETRY_NS (100 * 1000000ull) /* shrink_members() refused: none for this long */
 
 static struct pr_index *index_at(struct pr_writer *w, const struct pr_root *root)
 {
@@ -956,13 +957,25 @@ int procreg__w_group(struct pr_writer *w, const char *name, size_t len, bool cre
 static void shrink_members(struct pr_writer *w, struct pr_root *gr)
 {
 	uint64_t cap = index_at(w, gr)->capacity, want = MEMBER_INDEX_MIN;
+	bool no_reserve = w->no_reserve, remote = w->remote, hit = w->reserve_hit;
 
-	if (!w->in_batch || cap <= MEMBER_INDEX_MIN || gr->live * 8 >= cap)
+	if (!w->in_batch || cap <= MEMBER_INDEX_MIN || gr->live * 8 >= cap ||
+	    procreg__mono_ns() < w->shrink_again_ns)
 		return;
 	while (want < gr->live * 4)
 		want *= 2;
-	/* No room for the new one: the old stays, as it was. */
-	(void)rebuild(w, gr, want);
+	/* A rebuild nobody asked for: under the strictest limits, whoever's
+	 * leave or death made it (never what is kept for root or for this
+	 * host's users: a user's leaves would otherwise take it, for good);
+	 * refused, the old index stays as it was, and none is tried again
+	 * for a while (a refused one may have looked through every large
+	 * free block). */
+	w->no_reserve = w->remote = true;
+	if (rebuild(w, gr, want) < 0)
+		w->shrink_again_ns = procreg__mono_ns() + SHRINK_RETRY_NS;
+	w->no_reserve = no_reserve;
+	w->remote = remote;
+	w->reserve_hit = hit;
 }
 
 /* Remove a group left empty: its record from the group index, then its

@@ -3336,6 +3336,69 @@ static void test_member_index_shrinks(void **state)
 	free(dir);
 }
 
+/* A member index made smaller takes nothing of what is kept for root:
+ * the table full for unprivileged requests, a group's members leave (as a
+ * leave or a death removes them, with no limit of the request's own),
+ * and the index is made smaller only within what unprivileged requests
+ * may use (here nothing: it stays as it was); none of the reserve's fresh
+ * arena is taken. Without those limits, its rebuilds took 129 KB of it,
+ * for good. */
+static void test_shrink_keeps_reserve(void **state)
+{
+	char *dir = th_mkdtemp(), name[64];
+	static uint8_t meta[200];
+	struct pr_writer w;
+	struct pr_root *gr;
+	uint64_t top;
+	int err;
+
+	(void)state;
+	w_open_at(&w, dir, 8 * MB);
+	w.reserve = 1 * MB;
+	for (uint32_t pid = 0; pid < 6000; pid++)
+		member_add_of(&w, "big", pid, 0);
+	assert_int_equal(procreg__w_group(&w, "big", 3, false, &gr), 0);
+	assert_true(index_at_test(&w, gr)->capacity >= 8192);
+	/* The names' index grown first, so that the table fills by its
+	 * arena, the group's old indexes in the lists taken too. */
+	for (unsigned i = 0; i < 40000; i++) {
+		name_of(name, sizeof(name), "pre", i);
+		assert_int_equal(put_raw(&w, name, 7, 1, 1000, 0, NULL, 0), 0);
+	}
+	for (unsigned i = 0; i < 40000; i++) {
+		name_of(name, sizeof(name), "pre", i);
+		assert_int_equal(del(&w, name), 0);
+	}
+	drain(&w);
+	w.no_reserve = true;
+	for (unsigned i = 0;; i++) {
+		name_of(name, sizeof(name), "fill", i);
+		err = put_raw(&w, name, 7, 1, 1000, 0, meta, sizeof(meta));
+		if (err == -ENOSPC)
+			break;
+		assert_int_equal(err, 0);
+	}
+	w.no_reserve = false;
+	w.reserve_hit = false;
+	top = w.map.hdr->arena_top;
+	procreg__w_batch_begin(&w);
+	for (uint32_t pid = 1; pid < 6000; pid++) {
+		struct pr_key k;
+		uint64_t pos;
+
+		pr_key_member(&k, pid, 7, 0, w.map.hdr->hash_seed);
+		assert_int_equal(procreg__w_unpublish(&w, procreg__w_find(&w, gr, &k, &pos)), 0);
+	}
+	procreg__w_batch_end(&w);
+	assert_int_equal(w.map.hdr->arena_top, top);
+	assert_false(w.reserve_hit);
+	assert_true(w.map.hdr->arena_used <= w.map.size - w.map.hdr->arena_off - w.reserve);
+	assert_int_equal(gr->live, 1);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
 /* ---- records per node id ------------------------------------------------ */
 
 #define NR_NODES 8
@@ -3475,6 +3538,7 @@ int main(void)
 		cmocka_unit_test(test_node_refs),
 		cmocka_unit_test(test_free_blocks_merged),
 		cmocka_unit_test(test_member_index_shrinks),
+		cmocka_unit_test(test_shrink_keeps_reserve),
 		cmocka_unit_test(test_clock_hold),
 	};
 
