@@ -660,6 +660,12 @@ void bridge_local_change(struct daemon *d, int del, uint64_t off)
  * the fd could be taken out of the poll and put back. */
 #define INPUT_SLICE_NS (500 * 1000ull)
 #define PAUSE_MIN_NS (50 * 1000ull)
+/* The waits are for the daemon's clients: with none heard from for this
+ * long, the bridge's work goes on back to back (what comes in still a
+ * slice at a time, so that a client that comes waits one at most), or a
+ * node catching up with another's burst of changes, or writing a
+ * snapshot, would sit idle half the time. */
+#define CLIENTS_IDLE_NS (5 * 1000000ull)
 
 struct snapshot {
 	struct pr_wcursor wc;
@@ -756,6 +762,13 @@ static int up_snapshot_more(void *ctx, void *snap,
 	return more;
 }
 
+/* Whether the daemon's clients have had something for it lately: then the
+ * bridge's work takes half its time at most (bg_next_ns). */
+static bool clients_busy(const struct bridge *br)
+{
+	return procreg__mono_ns() - br->d->clients_ns < CLIENTS_IDLE_NS;
+}
+
 static bool up_input_over(void *ctx)
 {
 	struct bridge *br = ctx;
@@ -768,7 +781,7 @@ static uint64_t up_snapshot_wait(void *ctx)
 	struct bridge *br = ctx;
 	uint64_t now = procreg__mono_ns();
 
-	return now >= br->bg_next_ns ? 0 : br->bg_next_ns - now;
+	return now >= br->bg_next_ns || !clients_busy(br) ? 0 : br->bg_next_ns - now;
 }
 
 static void up_snapshot_end(void *ctx, void *snap)
@@ -2097,7 +2110,7 @@ void bridge_event(struct daemon *d)
 
 	/* Not its turn yet: out of the poll until it is (bridge_flush()
 	 * puts it back; bridge_due() has the daemon's timer go off then). */
-	if (t0 + PAUSE_MIN_NS < br->bg_next_ns) {
+	if (t0 + PAUSE_MIN_NS < br->bg_next_ns && clients_busy(br)) {
 		if (ev_mod(d, br->be->fd(br->b), 0, &br->ev) == 0)
 			br->paused = true;
 		return;
@@ -2128,7 +2141,7 @@ void bridge_flush(struct daemon *d)
 	 * what other nodes send waits (paused): the turns alternate, or the
 	 * walk would take every one, and the nodes go unread (unheard, and
 	 * then dropped as silent) until it is over. */
-	if (br->sweeping && (t0 = procreg__mono_ns()) >= br->bg_next_ns &&
+	if (br->sweeping && ((t0 = procreg__mono_ns()) >= br->bg_next_ns || !clients_busy(br)) &&
 	    !(br->paused && br->walked)) {
 		sweep_part(br, SWEEP_SLOTS);
 		bg_took(br, t0);
@@ -2136,7 +2149,8 @@ void bridge_flush(struct daemon *d)
 	}
 	shadows_promote(br);
 	br->be->flush(br->b);
-	if (br->paused && procreg__mono_ns() + PAUSE_MIN_NS >= br->bg_next_ns &&
+	if (br->paused &&
+	    (procreg__mono_ns() + PAUSE_MIN_NS >= br->bg_next_ns || !clients_busy(br)) &&
 	    ev_mod(d, br->be->fd(br->b), EPOLLIN, &br->ev) == 0)
 		br->paused = false;
 	if (br->nodes_dirty)
@@ -2171,8 +2185,12 @@ void bridge_tick(struct daemon *d)
 
 uint64_t bridge_due(struct daemon *d)
 {
-	return d->bridge && (d->bridge->sweeping || d->bridge->paused) ? d->bridge->bg_next_ns
-								      : UINT64_MAX;
+	struct bridge *br = d->bridge;
+
+	if (!br || (!br->sweeping && !br->paused))
+		return UINT64_MAX;
+	/* No client waiting: at once. */
+	return clients_busy(br) ? br->bg_next_ns : procreg__mono_ns();
 }
 
 void bridge_stop(struct daemon *d)

@@ -325,6 +325,7 @@ struct daemon {
 	uint64_t readers_refresh_ns;
 
 	uint64_t wake_ns;         /* last epoll wake-up, while procregd:death is traced */
+	uint64_t clients_ns;      /* the last batch with a client's event in it (CLOCK_MONOTONIC) */
 	uint64_t timer_due_ns;    /* CLOCK_MONOTONIC when the timer fires next */
 	uint8_t *in, *out;        /* one packet each */
 	struct bridge *bridge;    /* NULL without --node */

@@ -1047,6 +1047,10 @@ static void run(struct daemon *d)
 				evs[i].data.ptr = NULL;
 			}
 		}
+		/* For the bridge: its work waits its turn only while clients
+		 * have some (bridge.c, clients_busy()). */
+		if (clients)
+			d->clients_ns = procreg__mono_ns();
 		for (int i = 0; i < n; i++) {
 			struct ev *e = evs[i].data.ptr;
 
