@@ -161,8 +161,9 @@ static void taken(struct pr_writer *w, uint64_t off, uint64_t size)
  * of the map (a word for every KiB of the arena) and a push for every
  * run: 3.2 ms for a table of 1 GiB left in 491,000 runs. Made only when
  * nothing else has room, and only once 1/64 of the arena (and the size
- * asked for) has been freed since the last (alloc_block()): a cost
- * bounded by what was freed, 16 MiB of it a scan in that table. */
+ * asked for) has been freed since the last (alloc_block()): 16 MiB freed
+ * a scan in that table (the pushes grow with how many runs the whole
+ * arena is in, not with what was freed). */
 static void coalesce(struct pr_writer *w)
 {
 	uint64_t hi = H(w)->arena_top / PR_ALIGN, i = H(w)->arena_off / PR_ALIGN;
