@@ -157,7 +157,7 @@
 #define UNAUTH_LINES 10               /* a second, about connections never authenticated */
 
 enum conn_state { C_CONNECTING, C_HANDSHAKE, C_UP };
-enum obj_kind { O_LISTEN, O_TIMER, O_CONN, O_RESOLVED, O_SNAP, O_HELD };
+enum obj_kind { O_LISTEN, O_TIMER, O_CONN, O_RESOLVED, O_SNAP };
 
 struct obj {
 	enum obj_kind kind;
@@ -186,12 +186,6 @@ struct conn {
 	size_t in_len, in_cap;        /* small until the peer is authenticated */
 	uint8_t *pt;                  /* what the records opened so far say */
 	size_t pt_len, pt_cap;
-	size_t pt_off;                /* pt's frames before it are handled */
-	/* Whole records in in, or whole frames in pt, left for the next
-	 * dispatch: its time for input was over (input_over()). Not silent
-	 * meanwhile, nor its record unfinished: this node does not read. */
-	bool held;
-	uint64_t held_turn;           /* when its held input was last taken (mesh.held_turns) */
 	uint8_t *out;                 /* frames for the peer, not sealed yet */
 	size_t out_len, out_off, out_cap;
 	uint8_t *wire;                /* bytes for the socket: handshake frames, a record */
@@ -312,12 +306,7 @@ struct mesh {
 	uint64_t snap_turns;          /* parts served so far: conn.snap_turn */
 	int snap_tfd;
 	struct obj snap_o;
-	/* Readable while some connection holds input (conn.held): the
-	 * daemon dispatches again for it, in its turn. */
-	int held_efd;
-	struct obj held_o;
 	size_t rr;                    /* where the next dispatch starts in its events */
-	uint64_t held_turns;
 	struct conn *conns;
 	size_t nconns;
 	struct target *targets;
@@ -437,7 +426,7 @@ static bool conn_stalled(const struct conn *c, uint64_t now)
  * written: this node does not read it meanwhile. */
 static bool conn_unfinished(const struct conn *c, uint64_t now)
 {
-	return c->bufs && (c->in_len || c->pt_len) && !c->snap && !c->held &&
+	return c->bufs && (c->in_len || c->pt_len) && !c->snap &&
 	       now - c->last_rx_ns >= (uint64_t)STALL_MS * 1000000ull;
 }
 
@@ -509,8 +498,7 @@ static void bufs_drop(struct mesh *m, struct conn *c)
 	c->in_cap = c->in_len = 0;
 	free(c->pt);
 	c->pt = NULL;
-	c->pt_cap = c->pt_len = c->pt_off = 0;
-	c->held = false;
+	c->pt_cap = c->pt_len = 0;
 }
 
 /* Drop C for the room it takes: its buffers now, the connection at the
@@ -1663,68 +1651,15 @@ static int pt_room(struct mesh *m, struct conn *c, const uint8_t *in, size_t len
 	return buf_grow(m, c, &c->pt, &c->pt_cap, PT_IDLE, PT_CAP);
 }
 
-/* C's input is left where it is until the next dispatch: this one's time
- * for input is over. */
-static void hold(struct mesh *m, struct conn *c)
-{
-	uint64_t one = 1;
-
-	c->held = true;
-	(void)!write(m->held_efd, &one, sizeof(one));
-}
-
-/* The whole frames in C->pt past pt_off handled, until this dispatch's
- * time for input is over (looked at every 32 frames: the clock costs a
- * tenth of a small frame): 1 if it stopped for that (pt_off says where),
- * 0 once only the start of a frame is left (moved to pt's start), -1 if
- * the connection ended. */
-static int read_frames(struct mesh *m, struct conn *c)
-{
-	struct pr_bp_frame f;
-	size_t fp = c->pt_off;
-	unsigned k = 0;
-	int r;
-
-	while (!c->dead && !c->evicted) {
-		if (k++ % 32 == 0 && pr_bridge_input_over(&m->up)) {
-			c->pt_off = fp;
-			return 1;
-		}
-		r = procreg__bp_next(c->pt, c->pt_len, &fp, &f);
-		if (r != 1)
-			break;
-		if ((r = on_frame(m, c, &f)) < 0)
-			conn_kill(m, c, strerror(-r));
-	}
-	if (c->dead || c->evicted)
-		return -1;
-	if (r < 0) {
-		conn_kill(m, c, "malformed frame");
-		return -1;
-	}
-	/* What is left is the start of a frame the next record ends. */
-	memmove(c->pt, c->pt + fp, c->pt_len - fp);
-	c->pt_len -= fp;
-	c->pt_off = 0;
-	return 0;
-}
-
-/* The records in C->in from POS: opened, and the frames in them handled,
- * until this dispatch's time for input is over (then the rest is held).
- * The bytes used. */
+/* The records in C->in: opened, and the frames in them handled. The bytes
+ * used. */
 static size_t read_records(struct mesh *m, struct conn *c, size_t pos)
 {
-	for (;;) {
-		size_t used = 0, pt_len = 0;
-		int r = read_frames(m, c);
+	while (!c->dead && !c->evicted) {
+		struct pr_bp_frame f;
+		size_t used = 0, pt_len = 0, fp = 0;
+		int r = pt_room(m, c, c->in + pos, c->in_len - pos);
 
-		if (r < 0)
-			break;
-		if (r > 0 || (pos < c->in_len && pr_bridge_input_over(&m->up))) {
-			hold(m, c);
-			break;
-		}
-		r = pt_room(m, c, c->in + pos, c->in_len - pos);
 		if (r == -ENOMEM)
 			conn_kill(m, c, "out of memory");
 		if (r < 0)
@@ -1741,6 +1676,22 @@ static size_t read_records(struct mesh *m, struct conn *c, size_t pos)
 		}
 		pos += used;
 		c->pt_len += pt_len;
+		while (!c->dead && !c->evicted &&
+		       (r = procreg__bp_next(c->pt, c->pt_len, &fp, &f)) == 1) {
+			int err = on_frame(m, c, &f);
+
+			if (err < 0)
+				conn_kill(m, c, strerror(-err));
+		}
+		if (c->dead || c->evicted)
+			break;
+		if (r < 0) {
+			conn_kill(m, c, "malformed frame");
+			break;
+		}
+		/* What is left is the start of a frame the next record ends. */
+		memmove(c->pt, c->pt + fp, c->pt_len - fp);
+		c->pt_len -= fp;
 	}
 	return pos;
 }
@@ -1756,9 +1707,6 @@ static void conn_consume(struct mesh *m, struct conn *c)
 
 	if (c->evicted)
 		return;
-	if (c->held)
-		c->held_turn = ++m->held_turns;
-	c->held = false;
 	c->consuming = true;
 	if (c->state == C_HANDSHAKE)
 		pos = read_handshake(m, c);
@@ -1776,19 +1724,17 @@ static void conn_consume(struct mesh *m, struct conn *c)
 
 static void conn_read(struct mesh *m, struct conn *c)
 {
-	/* What it holds from before first, then more from the socket while
-	 * the dispatch's time for input lasts (what is left there wakes the
-	 * daemon again: level-triggered), a bounded amount even then: one
-	 * busy peer does not starve the rest of the daemon. A node whose
-	 * snapshot is being written is not read (conn_consume(),
-	 * conn_events()). */
-	if (c->held && !c->snap) {
-		if (pr_bridge_input_over(&m->up))
-			return; /* still held: take_held() comes back to it */
-		conn_consume(m, c);
-	}
-	for (int round = 0; round < 16 && !c->dead && !c->evicted && !c->snap && !c->held;
-	     round++) {
+	/* A bounded amount per wake-up: one busy peer does not starve the
+	 * rest of the daemon; and none once the dispatch's time for input
+	 * is over (backend.h: input_over()): what is left in the socket
+	 * wakes the daemon again (level-triggered). What was read is all
+	 * handled, a read's worth (two records at most) past that time at
+	 * most: input stopped in the middle of a read would hold its
+	 * connection's record buffers at their full size while it waits,
+	 * against --max-mesh-queue, and under a sanitizer's slowness nodes
+	 * that behave were dropped for the room. A node whose snapshot is
+	 * being written is not read (conn_consume(), conn_events()). */
+	for (int round = 0; round < 16 && !c->dead && !c->evicted && !c->snap; round++) {
 		ssize_t n;
 
 		if (pr_bridge_input_over(&m->up))
@@ -2017,7 +1963,7 @@ static void tick(struct mesh *m)
 				       "handshake timed out");
 			continue;
 		}
-		if (now - c->last_rx_ns > to && !c->snap && !c->held) {
+		if (now - c->last_rx_ns > to && !c->snap) {
 			conn_kill_at(m, c, LOG_NOTICE, "silent");
 			continue;
 		}
@@ -2094,7 +2040,7 @@ static void snap_done(struct mesh *m, struct conn *c)
 	 * meanwhile is read now. */
 	c->last_rx_ns = now_ns();
 	conn_events(m, c);
-	if (c->in_len || c->held)
+	if (c->in_len)
 		conn_consume(m, c);
 }
 
@@ -2136,32 +2082,6 @@ static void serve_snapshot(struct mesh *m)
 		pr_bridge_timer_in(m->snap_tfd, m->up.snapshot_wait(m->up.ctx));
 }
 
-/* The connections holding input (conn.held), each taken on from where it
- * stopped, the one served longest ago first, while this dispatch's time
- * for input lasts; those left wake the daemon again. */
-static void take_held(struct mesh *m)
-{
-	uint64_t x;
-
-	(void)!read(m->held_efd, &x, sizeof(x));
-	for (;;) {
-		struct conn *next = NULL;
-
-		for (struct conn *c = m->conns; c; c = c->next)
-			if (c->held && !c->dead && !c->evicted && !c->snap &&
-			    (!next || c->held_turn < next->held_turn))
-				next = c;
-		if (!next)
-			return;
-		if (pr_bridge_input_over(&m->up)) {
-			hold(m, next);
-			return;
-		}
-		/* Held again only once the time is over: the loop ends. */
-		conn_consume(m, next);
-	}
-}
-
 static void mesh_dispatch(void *b)
 {
 	struct mesh *m = b;
@@ -2185,9 +2105,6 @@ static void mesh_dispatch(void *b)
 			break;
 		case O_CONN:
 			conn_event(m, (struct conn *)o, events);
-			break;
-		case O_HELD:
-			take_held(m);
 			break;
 		case O_RESOLVED:
 			on_resolved(m);
@@ -2309,8 +2226,6 @@ static void mesh_close(void *b)
 		close(m->tfd);
 	if (m->snap_tfd >= 0)
 		close(m->snap_tfd);
-	if (m->held_efd >= 0)
-		close(m->held_efd);
 	if (m->epfd >= 0)
 		close(m->epfd);
 	if (m->cookie) {
@@ -2365,7 +2280,7 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	*err = -ENOMEM;
 	if (!m)
 		return NULL;
-	m->lfd = m->tfd = m->spare = m->snap_tfd = m->held_efd = -1;
+	m->lfd = m->tfd = m->spare = m->snap_tfd = -1;
 	pr_bridge_config_take(&m->c, cfg);
 	pr_bridge_up_take(&m->up, up);
 	/* The mesh takes no --bridge-opt: one given is a mistake to say. */
@@ -2404,11 +2319,6 @@ static void *mesh_open(const struct pr_bridge_config *cfg, const struct pr_bridg
 	m->snap_o.kind = O_SNAP;
 	e.data.ptr = &m->snap_o;
 	if (m->snap_tfd < 0 || epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->snap_tfd, &e) < 0)
-		goto fail;
-	m->held_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	m->held_o.kind = O_HELD;
-	e.data.ptr = &m->held_o;
-	if (m->held_efd < 0 || epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->held_efd, &e) < 0)
 		goto fail;
 	if (cfg->listen && (*err = mesh_listen(m, cfg->listen)) < 0)
 		goto fail_err;
