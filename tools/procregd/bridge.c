@@ -460,7 +460,6 @@ static void shadow_drop(struct bridge *br, uint16_t id, const char *name, size_t
 static void shadow_put(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 {
 	struct shadow *s, **b;
-
 	int same = 0;
 
 	shadow_drop(br, id, e->name, e->name_len, 0, 0);
