@@ -134,10 +134,11 @@ struct pr_bridge_up {
 	/* Whether this dispatch has had its time for what comes in (frames,
 	 * handshakes): then the backend stops taking more (leaving it in
 	 * its sockets or queues) and sees to it that its fd is readable
-	 * again for the rest. The daemon dispatches again once it has served
-	 * its local clients for as long as the dispatch took, so that nodes
-	 * sending as fast as they can take half its time at most. Call it
-	 * through pr_bridge_input_over(). */
+	 * again for the rest. While the daemon has local clients with
+	 * requests, it dispatches again once it has served them for as long
+	 * as the dispatch took, so that nodes sending as fast as they can
+	 * take half its time at most. Call it through
+	 * pr_bridge_input_over(). */
 	bool (*input_over)(void *ctx);
 };
 

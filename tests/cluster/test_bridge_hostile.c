@@ -2328,6 +2328,19 @@ static void test_frames_of_the_last_node(void **state)
 #define FLOODERS 8
 #define FLOOD_CHANGES 25000 /* each flooder's, each a name of its own */
 
+/* From a thread: frames BUF[0..LEN) sealed in one record and written to
+ * P's socket: 0, or an errno (th_peer_send() asserts, which a thread may
+ * not). */
+static int send_record(struct th_peer *p, const uint8_t *buf, size_t len)
+{
+	static __thread uint8_t rec[PR_BS_REC_MAX];
+
+	if (procreg__bs_seal(p->bs, buf, len, rec) < 0 ||
+	    write(p->fd, rec, len + PR_BS_OVERHEAD) != (ssize_t)(len + PR_BS_OVERHEAD))
+		return errno ? errno : EIO;
+	return 0;
+}
+
 /* One of the nodes flooding, on a thread of its own: its changes, each a
  * new name, sealed a record at a time and written as fast as the socket
  * takes them. */
@@ -2340,7 +2353,7 @@ struct flooder {
 static void *flooder_main(void *arg)
 {
 	struct flooder *f = arg;
-	static __thread uint8_t buf[PR_BS_PT_MAX], rec[PR_BS_REC_MAX];
+	static __thread uint8_t buf[PR_BS_PT_MAX];
 	uint64_t seq = 1;
 	char name[64];
 
@@ -2351,9 +2364,7 @@ static void *flooder_main(void *arg)
 			snprintf(name, sizeof(name), "%s-%llu", f->name, (unsigned long long)seq);
 			len += th_fake_change_from(buf + len, sizeof(buf) - len, 7, seq++, f->name, name);
 		}
-		if (procreg__bs_seal(f->p.bs, buf, len, rec) < 0 ||
-		    write(f->p.fd, rec, len + PR_BS_OVERHEAD) != (ssize_t)(len + PR_BS_OVERHEAD))
-			f->err = errno ? errno : EIO;
+		f->err = send_record(&f->p, buf, len);
 	}
 	return NULL;
 }
@@ -2426,7 +2437,7 @@ struct counter_flood {
 static void *counter_flood_main(void *arg)
 {
 	struct counter_flood *f = arg;
-	static __thread uint8_t buf[PR_BS_PT_MAX], rec[PR_BS_REC_MAX];
+	static __thread uint8_t buf[PR_BS_PT_MAX];
 	uint64_t seq = 1;
 
 	while (!__atomic_load_n(&f->stop, __ATOMIC_RELAXED) && !f->err) {
@@ -2441,9 +2452,7 @@ static void *counter_flood_main(void *arg)
 								"counter", &e), 0);
 			seq++;
 		}
-		if (procreg__bs_seal(f->p.bs, buf, len, rec) < 0 ||
-		    write(f->p.fd, rec, len + PR_BS_OVERHEAD) != (ssize_t)(len + PR_BS_OVERHEAD))
-			f->err = errno ? errno : EIO;
+		f->err = send_record(&f->p, buf, len);
 	}
 	return NULL;
 }

@@ -118,6 +118,13 @@ static struct th_user *user(struct fx *f)
 	return &f->u[f->nusers++];
 }
 
+/* In a child: until the test has set *GO to STEP at least. */
+static void await_go(const int *go, int step)
+{
+	while (__atomic_load_n(go, __ATOMIC_ACQUIRE) < step)
+		usleep(1000);
+}
+
 /* Until *V is at least AT_LEAST (a child said so), WAIT_MS at most. */
 static void wait_for(const int *v, int at_least)
 {
@@ -318,8 +325,7 @@ static int late_main(void *p)
 	if (fd < 0 || th_raw_try_hello(fd) < 0)
 		return 70;
 	__atomic_store_n(&a->ready, 1, __ATOMIC_RELEASE);
-	while (!__atomic_load_n(&a->go, __ATOMIC_ACQUIRE))
-		usleep(1000);
+	await_go(&a->go, 1);
 	procreg__proto_put_name(pkt, &pos, PR_OP_REGISTER, 0, 9, "a.late", 6, NULL, 0);
 	if (send(fd, pkt, pos, MSG_NOSIGNAL) != (ssize_t)pos)
 		return 71;
@@ -745,8 +751,7 @@ static int lapse_main(void *arg)
 	for (int i = 0; i < LAPSED; i++)
 		l->failed += ops[i].result != 0;
 	__atomic_store_n(&l->done, 1, __ATOMIC_RELEASE);
-	while (!__atomic_load_n(&l->go, __ATOMIC_ACQUIRE))
-		usleep(1000);
+	await_go(&l->go, 1);
 	l->probed = procreg_register(r, "lapse.probe", NULL, 0) == 0 ? 1 : -1;
 	pause();
 	return 0;
@@ -849,8 +854,7 @@ static int reask_main(void *p)
 	if (!r)
 		return 70;
 	for (int step = 1; step <= 3; step++) {
-		while (__atomic_load_n(&a->go, __ATOMIC_ACQUIRE) < step)
-			usleep(1000);
+		await_go(&a->go, step);
 		reask_step(r, a, step == 1 ? 1 : REASK_ROUNDS, step == 3);
 		__atomic_store_n(&a->step, step, __ATOMIC_RELEASE);
 	}
@@ -1060,8 +1064,7 @@ static int inflate_main(void *p)
 	for (int g = 0; g < INFLATE_GROUPS; g++)
 		snprintf(groups[g], sizeof(groups[g]), "inflate.%d", g);
 	for (int step = 1; step <= 3; step++) {
-		while (__atomic_load_n(&a->go, __ATOMIC_ACQUIRE) < step)
-			usleep(1000);
+		await_go(&a->go, step);
 		for (int k = 0; step == 3 && k < INFLATE_KIDS; k++) {
 			kill(kids[k], SIGKILL);
 			waitpid(kids[k], NULL, 0);
@@ -1397,8 +1400,7 @@ static int syncer_main(void *p)
 	if (!r)
 		return 70;
 	__atomic_store_n(&a->ready, 1, __ATOMIC_RELEASE);
-	while (!__atomic_load_n(&a->go, __ATOMIC_ACQUIRE))
-		usleep(1000);
+	await_go(&a->go, 1);
 	a->err = procreg_sync(r);
 	for (int i = 0; i < a->names; i++) {
 		snprintf(name, sizeof(name), "%s.%d", a->prefix, i);
@@ -1541,8 +1543,7 @@ static int reborn_main(void *arg)
 	struct reborn *a = arg;
 	procreg_t *r;
 
-	while (!__atomic_load_n(&a->go, __ATOMIC_ACQUIRE))
-		usleep(1000);
+	await_go(&a->go, 1);
 	r = th_open(a->dir);
 	a->status = r ? procreg_register(r, "reborn", NULL, 0) : -EIO;
 	__atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);

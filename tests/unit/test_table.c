@@ -3223,6 +3223,24 @@ static void test_clock_hold(void **state)
 
 /* ---- free blocks merged ------------------------------------------------- */
 
+/* Names PREFIX-0, PREFIX-1, ... each with META_LEN bytes of metadata,
+ * until the table refuses one (-ENOSPC): how many went in. */
+static unsigned fill_table(struct pr_writer *w, const char *prefix, size_t meta_len)
+{
+	static uint8_t meta[PROCREG_META_MAX];
+	char name[64];
+	unsigned n = 0;
+	int err;
+
+	for (;; n++) {
+		name_of(name, sizeof(name), prefix, n);
+		err = put_raw(w, name, 7, 1, 1000, 0, meta, meta_len);
+		if (err == -ENOSPC)
+			return n;
+		assert_int_equal(err, 0);
+	}
+}
+
 /* A table filled with records of 1 KiB of metadata, all removed: the
  * arena is free but in blocks of 1.1 KiB, and an index of the names that
  * come next needs blocks far bigger as it grows. The free lists are made
@@ -3233,21 +3251,14 @@ static void test_clock_hold(void **state)
 static void test_free_blocks_merged(void **state)
 {
 	char *dir = th_mkdtemp(), name[64];
-	static uint8_t meta[1000];
 	struct pr_writer w;
-	unsigned filled = 0, small = 0;
+	unsigned filled, small = 0;
 	uint64_t top;
 	int err;
 
 	(void)state;
 	w_open_at(&w, dir, 16 * MB);
-	for (;; filled++) {
-		name_of(name, sizeof(name), "frag", filled);
-		err = put_raw(&w, name, 7, 1, 1000, 0, meta, sizeof(meta));
-		if (err == -ENOSPC)
-			break;
-		assert_int_equal(err, 0);
-	}
+	filled = fill_table(&w, "frag", 1000);
 	assert_true(filled > 5000);
 	for (unsigned i = 0; i < filled; i++) {
 		name_of(name, sizeof(name), "frag", i);
@@ -3346,11 +3357,9 @@ static void test_member_index_shrinks(void **state)
 static void test_shrink_keeps_reserve(void **state)
 {
 	char *dir = th_mkdtemp(), name[64];
-	static uint8_t meta[200];
 	struct pr_writer w;
 	struct pr_root *gr;
 	uint64_t top;
-	int err;
 
 	(void)state;
 	w_open_at(&w, dir, 8 * MB);
@@ -3371,13 +3380,7 @@ static void test_shrink_keeps_reserve(void **state)
 	}
 	drain(&w);
 	w.no_reserve = true;
-	for (unsigned i = 0;; i++) {
-		name_of(name, sizeof(name), "fill", i);
-		err = put_raw(&w, name, 7, 1, 1000, 0, meta, sizeof(meta));
-		if (err == -ENOSPC)
-			break;
-		assert_int_equal(err, 0);
-	}
+	fill_table(&w, "fill", 200);
 	w.no_reserve = false;
 	w.reserve_hit = false;
 	top = w.map.hdr->arena_top;

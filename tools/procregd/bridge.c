@@ -252,10 +252,9 @@ struct bridge {
 	 * together they take half the daemon's time at most. */
 	uint64_t bg_next_ns;
 	/* The dispatch under way takes what came in until then (INPUT_SLICE_NS,
-	 * up_input_over()); its fd not polled meanwhile, until bg_next_ns
-	 * (bridge_event()). */
+	 * up_input_over()). */
 	uint64_t in_until_ns;
-	bool paused;
+	bool paused;                /* its fd out of the poll until its turn (bridge_event()) */
 	bool walked;                /* the last turn was the removals' walk's */
 	/* The removals' walk at a tick, this long after the last at least:
 	 * every tick, but PROCREG_TEST_SWEEP_MS for tests. */
@@ -731,8 +730,9 @@ static int snapshot_part(struct bridge *br, struct snapshot *sn, uint64_t budget
 	return more;
 }
 
-/* A part of background work (a snapshot's, the removals' walk's) begun
- * at T0 is over: the next waits as long as it took. */
+/* A piece of the bridge's work (a dispatch, a snapshot's part, the
+ * removals' walk's) begun at T0 is over: the next waits as long as it
+ * took (bg_wait()). */
 static void bg_took(struct bridge *br, uint64_t t0)
 {
 	uint64_t t1 = procreg__mono_ns();
@@ -761,11 +761,14 @@ static int up_snapshot_more(void *ctx, void *snap,
 	return more;
 }
 
-/* Whether the daemon's clients have had something for it lately: then the
- * bridge's work takes half its time at most (bg_next_ns). */
-static bool clients_busy(const struct bridge *br)
+/* How long, from NOW, the bridge's next piece of work waits: until
+ * bg_next_ns while the daemon's clients have had something for it lately
+ * (then the bridge takes half its time at most), no time otherwise. */
+static uint64_t bg_wait(const struct bridge *br, uint64_t now)
 {
-	return procreg__mono_ns() - br->d->clients_ns < CLIENTS_IDLE_NS;
+	if (now >= br->bg_next_ns || now - br->d->clients_ns >= CLIENTS_IDLE_NS)
+		return 0;
+	return br->bg_next_ns - now;
 }
 
 static bool up_input_over(void *ctx)
@@ -777,10 +780,7 @@ static bool up_input_over(void *ctx)
 
 static uint64_t up_snapshot_wait(void *ctx)
 {
-	struct bridge *br = ctx;
-	uint64_t now = procreg__mono_ns();
-
-	return now >= br->bg_next_ns || !clients_busy(br) ? 0 : br->bg_next_ns - now;
+	return bg_wait(ctx, procreg__mono_ns());
 }
 
 static void up_snapshot_end(void *ctx, void *snap)
@@ -2109,7 +2109,7 @@ void bridge_event(struct daemon *d)
 
 	/* Not its turn yet: out of the poll until it is (bridge_flush()
 	 * puts it back; bridge_due() has the daemon's timer go off then). */
-	if (t0 + PAUSE_MIN_NS < br->bg_next_ns && clients_busy(br)) {
+	if (bg_wait(br, t0) > PAUSE_MIN_NS) {
 		if (ev_mod(d, br->be->fd(br->b), 0, &br->ev) == 0)
 			br->paused = true;
 		return;
@@ -2140,16 +2140,14 @@ void bridge_flush(struct daemon *d)
 	 * what other nodes send waits (paused): the turns alternate, or the
 	 * walk would take every one, and the nodes go unread (unheard, and
 	 * then dropped as silent) until it is over. */
-	if (br->sweeping && ((t0 = procreg__mono_ns()) >= br->bg_next_ns || !clients_busy(br)) &&
-	    !(br->paused && br->walked)) {
+	if (br->sweeping && !bg_wait(br, t0 = procreg__mono_ns()) && !(br->paused && br->walked)) {
 		sweep_part(br, SWEEP_SLOTS);
 		bg_took(br, t0);
 		br->walked = true;
 	}
 	shadows_promote(br);
 	br->be->flush(br->b);
-	if (br->paused &&
-	    (procreg__mono_ns() + PAUSE_MIN_NS >= br->bg_next_ns || !clients_busy(br)) &&
+	if (br->paused && bg_wait(br, procreg__mono_ns()) <= PAUSE_MIN_NS &&
 	    ev_mod(d, br->be->fd(br->b), EPOLLIN, &br->ev) == 0)
 		br->paused = false;
 	if (br->nodes_dirty)
@@ -2185,11 +2183,12 @@ void bridge_tick(struct daemon *d)
 uint64_t bridge_due(struct daemon *d)
 {
 	struct bridge *br = d->bridge;
+	uint64_t now;
 
 	if (!br || (!br->sweeping && !br->paused))
 		return UINT64_MAX;
-	/* No client waiting: at once. */
-	return clients_busy(br) ? br->bg_next_ns : procreg__mono_ns();
+	now = procreg__mono_ns();
+	return now + bg_wait(br, now);
 }
 
 void bridge_stop(struct daemon *d)

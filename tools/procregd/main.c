@@ -1048,7 +1048,7 @@ static void run(struct daemon *d)
 			}
 		}
 		/* For the bridge: its work waits its turn only while clients
-		 * have some (bridge.c, clients_busy()). */
+		 * have some (bridge.c, bg_wait()). */
 		if (clients)
 			d->clients_ns = procreg__mono_ns();
 		for (int i = 0; i < n; i++) {

@@ -1739,7 +1739,6 @@ static void conn_read(struct mesh *m, struct conn *c)
 
 		if (pr_bridge_input_over(&m->up))
 			return;
-
 		if (c->in_len == c->in_cap && (c->state != C_UP || c->in_cap >= IN_CAP)) {
 			/* Only before authentication: a frame bigger than any
 			 * handshake frame. (Once up, whole records leave the
