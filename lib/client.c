@@ -111,7 +111,7 @@ void procreg__sized_out(void *dst, const void *src, size_t known)
  * $PROCREG_TRUST_UID, else none (0). */
 static uid_t trust_of(uint32_t opt)
 {
-	const char *s = getenv("PROCREG_TRUST_UID");
+	const char *s = secure_getenv("PROCREG_TRUST_UID");
 	unsigned long v;
 	char *end;
 

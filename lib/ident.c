@@ -47,7 +47,7 @@ static bool pidfs_disabled(void)
 	static int disabled = -1;
 
 	if (disabled < 0)
-		disabled = getenv("PROCREG_NO_PIDFS") != NULL;
+		disabled = secure_getenv("PROCREG_NO_PIDFS") != NULL;
 	return disabled;
 }
 
@@ -257,7 +257,7 @@ static const char *env_or(const char *v, const char *env, const char *def)
 
 	if (v && *v)
 		return v;
-	e = env ? getenv(env) : NULL;
+	e = env ? secure_getenv(env) : NULL;
 	return e && *e ? e : def;
 }
 
@@ -268,9 +268,9 @@ int procreg__default_socket(char *out, size_t len, const char *scope,
 	int n;
 
 	if (!dir || !*dir)
-		dir = getenv("PROCREG_DIR");
+		dir = secure_getenv("PROCREG_DIR");
 	if (!dir || !*dir)
-		dir = getenv("XDG_RUNTIME_DIR");
+		dir = secure_getenv("XDG_RUNTIME_DIR");
 	if (!dir || !*dir)
 		dir = "/run/procreg";
 	n = snprintf(out, len, "%s/procreg.%s.sock", dir, scope);

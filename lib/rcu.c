@@ -138,7 +138,7 @@ static void register_membarrier(void)
 
 	procreg__rcu_use_membarrier =
 		q >= 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
-		!getenv("PROCREG_NO_MEMBARRIER") &&
+		!secure_getenv("PROCREG_NO_MEMBARRIER") &&
 		membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0) == 0;
 }
 
@@ -411,7 +411,7 @@ int procreg__membarrier_expedited(void)
 	/* Asked, and tried: a sandbox may answer the query yet refuse the
 	 * call. */
 	return q >= 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
-	       !getenv("PROCREG_NO_MEMBARRIER") &&
+	       !secure_getenv("PROCREG_NO_MEMBARRIER") &&
 	       membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0) == 0;
 }
 

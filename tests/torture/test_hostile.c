@@ -27,6 +27,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -2114,6 +2115,56 @@ static void test_squatted_scope(void **state)
 	free(o);
 }
 
+/* ---- a setuid program ------------------------------------------------- */
+
+/*
+ * A program that runs setuid or setgid (or with file capabilities) and
+ * uses the library runs with an environment its caller chose: with the
+ * PROCREG_* variables read as usual, the caller could point it at a
+ * table of its own and have it trusted (PROCREG_TRUST_UID). The library
+ * reads them with secure_getenv(), which gives such a program none. A
+ * setuid-root copy of the CLI, run by the attacker with its scope's
+ * directory and its uid in the environment, must not answer from the
+ * attacker's table; the same copy without the setuid bit, run the same
+ * way, does (the control: the attack is real).
+ */
+static void test_setuid_ignores_env(void **state)
+{
+	struct fx *f = *state;
+	struct th_user *u = user(f);
+	struct squat_arg a = { f->dir, u };
+	struct th_out *o = calloc(1, sizeof(*o));
+	char cli[512], dir_env[600], trust_env[64];
+	const char *argv[] = { cli, "get", "payments", NULL };
+	const char *env[] = { dir_env, trust_env, NULL };
+	struct statvfs vfs;
+	int st;
+
+	assert_non_null(o);
+	assert_int_equal(th_wait(th_fork(squat_main, &a)), 0);
+	snprintf(cli, sizeof(cli), "%s/procreg-setuid", f->dir);
+	snprintf(dir_env, sizeof(dir_env), "PROCREG_DIR=%s", f->dir);
+	snprintf(trust_env, sizeof(trust_env), "PROCREG_TRUST_UID=%u", (unsigned)u->uid);
+	assert_int_equal(statvfs(f->dir, &vfs), 0);
+	if (vfs.f_flag & ST_NOSUID)
+		fail_msg("%s is on a file system mounted nosuid: no setuid program runs there",
+			 f->dir);
+	th_copy_file(PROCREG_CLI_PATH, cli);
+
+	assert_int_equal(chmod(cli, 0755), 0);
+	assert_int_equal(th_run_as(o, u, env, argv), 0);
+	assert_non_null(strstr(o->out, "evil"));
+
+	assert_int_equal(chmod(cli, 04755), 0);
+	st = th_run_as(o, u, env, argv);
+	if (strstr(o->out, "evil"))
+		fail_msg("the setuid program answered from the attacker's table: %s", o->out);
+	/* No table at the default place (2), or one without the name (1). */
+	assert_true(st == 1 || st == 2);
+	assert_int_equal(unlink(cli), 0);
+	free(o);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2132,6 +2183,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_names_in_a_row, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_scope, setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_squatted_socket, setup_bare, teardown),
+		cmocka_unit_test_setup_teardown(test_setuid_ignores_env, setup_bare, teardown),
 	};
 
 	if (getenv("TEST_FILTER"))
