@@ -13,14 +13,17 @@
  * test reads).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -170,6 +173,31 @@ static void test_detached_log_file(void **state)
 			     "directory\n");
 }
 
+/* Started with a relative --dir, procregd records where its socket is as
+ * a full path: clients find it from anywhere, not just from the
+ * directory procregd was started in (they found none before). */
+static void test_relative_dir(void **state)
+{
+	struct fx *f = *state;
+	char cwd[PATH_MAX];
+	procreg_t *reg;
+	int st;
+
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	assert_int_equal(chdir(f->dir), 0);
+	st = th_run_daemon(f->o, NULL, A(PROCREGD_PATH, "--dir", "."));
+	assert_int_equal(chdir(cwd), 0);
+	if (st != 0)
+		fail_msg("procregd --dir .: %s", f->o->err);
+	f->adopted = daemon_of(f->dir, NULL);
+	assert_true(f->adopted > 0);
+	reg = th_open(f->dir);
+	assert_non_null(reg);
+	assert_int_equal(procreg_socket_path(reg)[0], '/');
+	assert_int_equal(procreg_ping(reg, -1), 0);
+	procreg_close(reg);
+}
+
 /* ---- autostart -------------------------------------------------------- */
 
 static void test_autostart_says_why(void **state)
@@ -214,6 +242,89 @@ static void test_autostart_fallback_socket(void **state)
 	assert_string_equal(procreg_socket_path(reg), want);
 	assert_int_equal(procreg_ping(reg, -1), 0);
 	procreg_close(reg);
+}
+
+/*
+ * The daemon the CLI starts outlives the command, so it must hold
+ * nothing of the command's. It used to keep the command's descriptors (a
+ * lock a script took stayed held until the daemon stopped), its working
+ * directory (a mount kept busy) and its NOTIFY_SOCKET (the daemon told
+ * the command's service manager it was ready, and that it was the main
+ * process). Run from the table's directory with "--dir .": the daemon's
+ * table is that directory all the same.
+ */
+static void test_autostart_takes_nothing(void **state)
+{
+	struct fx *f = *state;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char lock[600], env[700], path[64], target[PATH_MAX], cwd[PATH_MAX], buf[256];
+	const char *argv[16];
+	procreg_t *reg;
+	ssize_t n;
+	int lfd, nfd, st;
+	DIR *d;
+	struct dirent *de;
+
+	snprintf(lock, sizeof(lock), "%s/job.lock", f->dir);
+	/* Not close-on-exec: the command inherits it, as a script's would. */
+	lfd = open(lock, O_RDWR | O_CREAT, 0600);
+	assert_true(lfd >= 0);
+	assert_int_equal(flock(lfd, LOCK_EX), 0);
+	nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	assert_true(nfd >= 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/notify", f->dir);
+	assert_int_equal(bind(nfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	snprintf(env, sizeof(env), "NOTIFY_SOCKET=%s", sa.sun_path);
+
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	assert_int_equal(chdir(f->dir), 0);
+	th_cli_argv(argv, 16, ".", A("run", "held.x", "--", "true"));
+	st = th_run(f->o, A("PROCREG_NO_AUTOSTART", env), argv);
+	assert_int_equal(chdir(cwd), 0);
+	if (st != 0)
+		fail_msg("procreg run: %s", f->o->err);
+	close(lfd);
+	f->adopted = daemon_of(f->dir, NULL);
+	assert_true(f->adopted > 0);
+	/* Served: anything it was to say at start, it has said. */
+	reg = th_open(f->dir);
+	assert_non_null(reg);
+	assert_int_equal(procreg_ping(reg, -1), 0);
+	procreg_close(reg);
+
+	lfd = open(lock, O_RDWR | O_CLOEXEC);
+	assert_true(lfd >= 0);
+	if (flock(lfd, LOCK_EX | LOCK_NB) < 0)
+		fail_msg("the lock the command held is still held (by procregd?): %s",
+			 strerror(errno));
+	close(lfd);
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)f->adopted);
+	d = opendir(path);
+	assert_non_null(d);
+	while ((de = readdir(d))) {
+		char fd_path[320];
+
+		snprintf(fd_path, sizeof(fd_path), "%s/%s", path, de->d_name);
+		n = readlink(fd_path, target, sizeof(target) - 1);
+		if (n > 0) {
+			target[n] = 0;
+			if (!strcmp(target, lock))
+				fail_msg("procregd holds the command's descriptor of %s", lock);
+		}
+	}
+	closedir(d);
+	snprintf(path, sizeof(path), "/proc/%d/cwd", (int)f->adopted);
+	n = readlink(path, target, sizeof(target) - 1);
+	assert_true(n > 0);
+	target[n] = 0;
+	assert_string_equal(target, "/");
+	n = recv(nfd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+	if (n >= 0) {
+		buf[n] = 0;
+		fail_msg("procregd notified the command's service manager: %s", buf);
+	}
+	assert_int_equal(errno, EAGAIN);
+	close(nfd);
 }
 
 /* ---- the socket ------------------------------------------------------- */
@@ -734,8 +845,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_journal_levels, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_detached_log_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_relative_dir, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_autostart_says_why, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_autostart_fallback_socket, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_autostart_takes_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_live_socket_kept, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_socket_activation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_notify_watchdog, setup, teardown),

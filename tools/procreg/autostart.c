@@ -17,6 +17,14 @@
  * XDG_RUNTIME_DIR under cron, su or in a container, and /run/procreg is
  * root's): then beside the table, which clients find in the table.
  *
+ * The daemon outlives this command, so it takes nothing of the command's
+ * but its options: not the descriptors it holds (a lock a script took
+ * would be held until the daemon stops), not its working directory (a
+ * mount kept busy; relative paths are made absolute first), not what a
+ * service manager gave it (NOTIFY_SOCKET would let the daemon speak for
+ * the service, LISTEN_* and WATCHDOG_* are the service's), not its
+ * blocked signals.
+ *
  * Two commands racing to start a daemon for one scope are safe: the
  * scope's lock lets one daemon in, the other exits, and both commands
  * then find the winner serving.
@@ -25,6 +33,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,11 +169,53 @@ static void read_all(int fd, char *out, size_t len)
 	out[got] = 0;
 }
 
+/* PATH made absolute against the working directory, which the daemon
+ * leaves: into OUT, and OUT returned; PATH itself if it is absolute
+ * already (or NULL). NULL if it cannot be made so. */
+static const char *absolute(const char *path, char *out, size_t len)
+{
+	char cwd[PATH_MAX];
+
+	if (!path || path[0] == '/')
+		return path;
+	if (!getcwd(cwd, sizeof(cwd)) || snprintf(out, len, "%s/%s", cwd, path) >= (int)len)
+		return NULL;
+	return out;
+}
+
+/* In the child about to exec the daemon: the environment's paths made
+ * absolute (false if one cannot be), and what a service manager gave
+ * this command taken out. */
+static bool daemon_env(void)
+{
+	static const char *const paths[] = { "PROCREG_DIR", "PROCREG_SOCKET", "XDG_RUNTIME_DIR" };
+	static const char *const managers[] = { "NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS",
+						"LISTEN_FDNAMES", "WATCHDOG_PID", "WATCHDOG_USEC" };
+	bool ok = true;
+
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		const char *v = getenv(paths[i]), *a;
+		char buf[PATH_MAX];
+
+		if (!v || !*v)
+			continue;
+		a = absolute(v, buf, sizeof(buf));
+		if (!a)
+			ok = false;
+		else if (a != v)
+			setenv(paths[i], a, 1);
+	}
+	for (size_t i = 0; i < sizeof(managers) / sizeof(managers[0]); i++)
+		unsetenv(managers[i]);
+	return ok;
+}
+
 int autostart(const struct cli *c, const char *what)
 {
-	char daemon[PATH_MAX], sock[PATH_MAX], said[4096];
-	const char *argv[10];
+	char daemon[PATH_MAX], sock[PATH_MAX], said[4096], abs_daemon[PATH_MAX], abs_dir[PATH_MAX];
+	const char *argv[10], *dir = NULL;
 	int n = 0, st, p[2];
+	bool anchored;
 	pid_t pid;
 
 	if (disabled(c) || serving(c))
@@ -174,14 +225,26 @@ int autostart(const struct cli *c, const char *what)
 			"start (next to procreg, in PATH or in sbin)\n", prog, what, scope_name(c));
 		return EXIT_ERR;
 	}
-	argv[n++] = daemon;
+	/* A path from a relative PATH entry, a relative --dir: made absolute
+	 * (the daemon leaves our working directory), or, if one cannot be,
+	 * the daemon is left in ours. */
+	argv[n++] = absolute(daemon, abs_daemon, sizeof(abs_daemon));
+	anchored = argv[0] != NULL;
+	if (!argv[0])
+		argv[0] = daemon;
+	if (c->dir) {
+		dir = absolute(c->dir, abs_dir, sizeof(abs_dir));
+		anchored &= dir != NULL;
+		if (!dir)
+			dir = c->dir;
+	}
 	if (c->scope) {
 		argv[n++] = "--scope";
 		argv[n++] = c->scope;
 	}
-	if (c->dir) {
+	if (dir) {
 		argv[n++] = "--dir";
-		argv[n++] = c->dir;
+		argv[n++] = dir;
 	}
 	if (fallback_socket(c, sock, sizeof(sock))) {
 		argv[n++] = "--socket";
@@ -201,13 +264,19 @@ int autostart(const struct cli *c, const char *what)
 	}
 	if (pid == 0) {
 		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+		sigset_t none;
 
 		if (null >= 0) {
 			dup2(null, 0);
 			dup2(null, 1);
 		}
 		dup2(p[1], 2);
-		execv(daemon, (char **)argv);
+		close_range(3, ~0u, 0);
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		if (daemon_env() && anchored && chdir("/") < 0)
+			_exit(127);
+		execv(argv[0], (char **)argv);
 		_exit(127);
 	}
 	close(p[1]);

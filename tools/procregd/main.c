@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
@@ -839,6 +840,25 @@ static int setup(struct daemon *d)
 						 d->paths.scope, d->o.dir)) < 0) {
 		log_err("socket path too long");
 		return err;
+	}
+	/* Clients find the socket by the path the table records, from
+	 * wherever they run: a relative one (--dir . or --socket x.sock)
+	 * reached it only from this directory. */
+	if (d->socket_path[0] != '/') {
+		char cwd[PATH_MAX];
+		int n;
+
+		if (!getcwd(cwd, sizeof(cwd))) {
+			err = -errno;
+			log_err("socket %s: the working directory: %s", d->socket_path, strerror(-err));
+			return err;
+		}
+		n = snprintf(sockdir, sizeof(sockdir), "%s/%s", cwd, d->socket_path);
+		if (n < 0 || (size_t)n >= sizeof(d->socket_path)) {
+			log_err("socket path too long");
+			return -ENAMETOOLONG;
+		}
+		memcpy(d->socket_path, sockdir, (size_t)n + 1);
 	}
 	err = table_dir_check(d->paths.dir);
 	if (err)
