@@ -610,6 +610,10 @@ struct pr_writer {
 	/* Allocator: private, rebuilt from the table on attach. */
 	struct pr_vec *classes;       /* free offsets, one vector per 16-byte class */
 	struct pr_vec large;          /* free (off, size) pairs above the classes */
+	uint64_t large_max;           /* no pair on it is bigger (an upper bound) */
+	uint64_t large_looked;        /* pairs alloc_large() has looked at, ever */
+	uint64_t spare_off, spare_size; /* the name index's last block, kept for its next */
+	uint64_t names_retired;       /* the name index's block retired, not yet free */
 	uint64_t *freemap;            /* a bit a PR_ALIGN bytes of the file: free (coalesce()) */
 	uint64_t freed_since;         /* bytes freed since the lists were last made from it */
 	uint64_t shrink_again_ns;     /* no member index made smaller before (CLOCK_MONOTONIC) */
@@ -730,6 +734,9 @@ int procreg__w_place_ok(struct pr_writer *w, const struct pr_root *root, const s
 			uint64_t pos);
 /* Make room for one more entry in ROOT; call before procreg__w_find when
  * inserting (it may rebuild the index, which moves slot positions). */
+/* Fresh arena kept at the end for the name index's rebuilds (bytes):
+ * what records are refused (writer.c: index_room()). */
+uint64_t procreg__w_index_room(struct pr_writer *w);
 int procreg__w_reserve(struct pr_writer *w, struct pr_root *root);
 /* Allocate and fill an unpublished record. */
 int procreg__w_new_record(struct pr_writer *w, const struct pr_record *tmpl,

@@ -134,6 +134,8 @@ static int list_push(struct pr_writer *w, uint64_t off, uint64_t size)
 {
 	if (size <= CLASS_MAX)
 		return procreg__vec_push(&w->classes[size / PR_ALIGN - 1], off);
+	if (size > w->large_max)
+		w->large_max = size;
 	return push_pair(&w->large, off, size);
 }
 
@@ -171,6 +173,7 @@ static void coalesce(struct pr_writer *w)
 	for (int k = 0; k < NCLASS; k++)
 		w->classes[k].n = 0;
 	w->large.n = 0;
+	w->large_max = 0;
 	w->freed_since = 0;
 	while (i < hi) {
 		uint64_t word = i / 64, x = w->freemap[word] & (~0ull << (i % 64)), start, end;
@@ -196,14 +199,31 @@ static void coalesce(struct pr_writer *w)
 
 /* First fit from the list of large free blocks: the front of the first
  * that holds SIZE. What is left of it stays in its place on the list, or
- * goes to its class when it is that small. */
+ * goes to its class when it is that small.
+ *
+ * A request bigger than every block is refused without a look: after a
+ * coalesce() the list may hold a run for every gap between records a
+ * user keeps, and an index rebuild that fits none of them was tried
+ * again by every insert while the index stayed due. Each walked the whole
+ * list: one uid's refused inserts, 19,000 a second from 8 processes,
+ * held root's requests up to 2.7 s (a 1 GiB table in 60,000 runs). So
+ * large_max bounds the blocks' sizes: raised by a push, made exact by a
+ * walk that finds none big enough (it has seen them all), left as it is
+ * when a block is taken or cut (a bound still). */
 static int alloc_large(struct pr_writer *w, uint64_t size, uint64_t *off)
 {
+	uint64_t most = 0;
+
+	if (size > w->large_max)
+		return -ENOSPC;
 	for (size_t i = 0; i < w->large.n; i += 2) {
 		uint64_t o = w->large.v[i], s = w->large.v[i + 1];
 
-		if (s < size)
+		w->large_looked++;
+		if (s < size) {
+			most = s > most ? s : most;
 			continue;
+		}
 		if (s - size > CLASS_MAX) {
 			w->large.v[i] = o + size;
 			w->large.v[i + 1] = s - size;
@@ -218,6 +238,7 @@ static int alloc_large(struct pr_writer *w, uint64_t size, uint64_t *off)
 		*off = o;
 		return 0;
 	}
+	w->large_max = most;
 	return -ENOSPC;
 }
 
@@ -295,20 +316,38 @@ static bool reserve_allows(struct pr_writer *w, uint64_t size)
 	return false;
 }
 
-static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
+static uint64_t index_room(struct pr_writer *w);
+static bool index_spare_needed(struct pr_writer *w);
+static uint64_t names_index_bytes(struct pr_writer *w);
+
+/* A block of SIZE bytes at *OFF; INDEX: for the name index, which may
+ * take index_room(). */
+static int alloc_in(struct pr_writer *w, uint64_t size, uint64_t *off, bool index)
 {
 	struct pr_vec *c;
 	uint64_t top = H(w)->arena_top, end = w->map.size, kept = kept_from(w);
+	/* Root's and the daemon's own uid's requests may take the room, as
+	 * they may the reserve: the last of the table is theirs. */
+	uint64_t room = index || !(w->no_reserve || w->remote) ? 0 : index_room(w);
 	int err;
 
 	size = (size + PR_ALIGN - 1) & ~(uint64_t)(PR_ALIGN - 1);
 	if (!reserve_allows(w, size))
 		return -ENOSPC;
+	if (index && w->spare_size >= size) {
+		*off = w->spare_off;
+		if (w->spare_size > size)
+			free_block(w, w->spare_off + size, w->spare_size - size);
+		w->spare_off = w->spare_size = 0;
+		goto got;
+	}
 	/* The last bytes of the file stay fresh for the requests they are
 	 * kept for (privileged ones, and local ones before those): a free
 	 * block of their size may be lacking, a fresh one never is. */
 	if (kept)
 		end = kept < end - top ? end - kept : top;
+	if (room)
+		end = room < end - top ? end - room : top;
 	for (int round = 0;; round++) {
 		if (size <= CLASS_MAX) {
 			c = &w->classes[size / PR_ALIGN - 1];
@@ -352,6 +391,11 @@ static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
 got:
 	CMM_STORE_SHARED(H(w)->arena_used, H(w)->arena_used + size);
 	return 0;
+}
+
+static int alloc_block(struct pr_writer *w, uint64_t size, uint64_t *off)
+{
+	return alloc_in(w, size, off, false);
 }
 
 /*
@@ -399,6 +443,28 @@ static void release_block(struct pr_writer *w, uint64_t off, uint64_t size)
 {
 	size = (size + PR_ALIGN - 1) & ~(uint64_t)(PR_ALIGN - 1);
 	CMM_STORE_SHARED(H(w)->arena_used, H(w)->arena_used - size);
+	if (off && off == w->names_retired) {
+		w->names_retired = 0;
+		/* As big as the index now: the block of an index that grew
+		 * since would serve no rebuild of it, nor would the spare
+		 * kept for the smaller one. */
+		if (w->spare_size && w->spare_size < names_index_bytes(w)) {
+			free_block(w, w->spare_off, w->spare_size);
+			w->spare_off = w->spare_size = 0;
+		}
+		if (size >= names_index_bytes(w) && index_spare_needed(w)) {
+			/* The name index's old block, out of its grace
+			 * period: the spare (index_room()), kept from the free
+			 * lists and the free map, so that neither records nor
+			 * coalesce() cut it up. The spare before goes to the
+			 * lists. */
+			if (w->spare_size)
+				free_block(w, w->spare_off, w->spare_size);
+			w->spare_off = off;
+			w->spare_size = size;
+			return;
+		}
+	}
 	free_block(w, off, size);
 }
 
@@ -520,15 +586,80 @@ static uint64_t index_bytes(uint64_t cap)
 	return sizeof(struct pr_index) + cap * sizeof(struct pr_slot);
 }
 
+#define ROOM_SHARE 4
+
+/*
+ * Fresh arena kept at the end for the name index's rebuilds, one at its
+ * size and two at twice its size (a growth and its spare): the requests of
+ * uids other than root and the daemon's own, and other nodes' entries, are
+ * refused it. A rebuild needs one block of the index's size, and the free
+ * blocks between records a user keeps may all be smaller: names with
+ * metadata of sizes it chose, most let go, each fifth kept, left runs of a
+ * few KiB between them, and with 80% of the arena free the index fitted in
+ * none. Every insert of every user was refused then, the index being due,
+ * until a restart. So the index can be rebuilt at its size from here, grow,
+ * and be rebuilt at its new size. A rebuild at its size (to clear
+ * tombstones, as churn makes it due again and again) takes the spare first,
+ * the block of the index before it if that was as big (release_block()),
+ * kept once the arena is tight: the first at its size makes the spare for
+ * those after it, and a growth in a table that tight takes a spare of the
+ * new size with it, or does not happen. Not guaranteed: a second growth in
+ * a table that tight, until what is freed merges into room; nor in a table
+ * so small that the room would pass 1/ROOM_SHARE of it (an index of 10^5
+ * names in 4 MiB: the room would be more than the table, the local share
+ * and this host's users' names with it).
+ *
+ * Groups' member indexes are not given room: a user's groups are many, and
+ * their rebuilds, of one group's members, are as any record's (a member
+ * index that finds no room stays as it is, or its group takes no more).
+ */
+uint64_t procreg__w_index_room(struct pr_writer *w)
+{
+	return index_room(w);
+}
+
+static uint64_t index_room(struct pr_writer *w)
+{
+	const struct pr_root *names = &H(w)->names;
+	uint64_t cap, room, most;
+
+	if (!names->index_off)
+		return 0;
+	cap = index_at(w, names)->capacity;
+	room = index_bytes(cap) + 2 * index_bytes(2 * cap < INDEX_MAX ? 2 * cap : INDEX_MAX);
+	most = (w->map.size - H(w)->arena_off) / ROOM_SHARE;
+	return room < most ? room : most;
+}
+
+/* The name index's size in the arena. */
+static uint64_t names_index_bytes(struct pr_writer *w)
+{
+	return index_bytes(index_at(w, &H(w)->names)->capacity);
+}
+
+/* Whether the name index's old block is to be kept as the spare: only
+ * when the fresh arena left at the end, past what is kept for root and
+ * local requests, could not hold both index_room() and a rebuild at the
+ * index's size. Otherwise records take it (an old index left idle below
+ * the top: 16 MiB at 10^6 names). */
+static bool index_spare_needed(struct pr_writer *w)
+{
+	uint64_t left = w->map.size - H(w)->arena_top;
+	uint64_t want = w->reserve + w->local_share + index_room(w) + names_index_bytes(w);
+
+	return left < want;
+}
+
 /* Build an unpublished index of CAP slots holding every live slot word of
- * OLD (NULL for an empty one). */
+ * OLD (NULL for an empty one); NAMES: the name index's, which may take
+ * index_room(). */
 static int build_index(struct pr_writer *w, const struct pr_index *old, uint64_t cap,
-		       uint64_t *off_out)
+		       bool names, uint64_t *off_out)
 {
 	uint32_t shift = 64 - (uint32_t)__builtin_ctzll(cap);
 	struct pr_index *nx;
 	uint64_t off;
-	int err = alloc_block(w, index_bytes(cap), &off);
+	int err = alloc_in(w, index_bytes(cap), &off, names);
 
 	if (err)
 		return err;
@@ -558,17 +689,50 @@ static int build_index(struct pr_writer *w, const struct pr_index *old, uint64_t
 static int rebuild(struct pr_writer *w, struct pr_root *root, uint64_t cap)
 {
 	struct pr_index *old = index_at(w, root);
-	uint64_t old_off = root->index_off, old_cap = old->capacity, off;
-	int err = build_index(w, old, cap, &off);
+	uint64_t old_off = root->index_off, old_cap = old->capacity, off, spare = 0;
+	bool names = root == &H(w)->names;
+	int err;
 
-	if (err)
+	/* The name index growing in a table that tight: the spare for its
+	 * rebuilds at the new size is taken with it, or it does not grow
+	 * (it is rebuilt at its size, in the spare it has, as long as that
+	 * is enough). The block it leaves is too small to be that spare. */
+	if (names && cap > old_cap && index_spare_needed(w)) {
+		uint64_t need = (index_bytes(cap) + PR_ALIGN - 1) & ~(uint64_t)(PR_ALIGN - 1);
+		uint64_t kept = kept_from(w), top = H(w)->arena_top;
+		uint64_t fresh = w->map.size - top > kept ? w->map.size - top - kept : 0;
+
+		/* Both or neither: a block taken fresh and given back goes
+		 * to the lists, and the end of the arena would be the
+		 * shorter for a growth that did not happen. */
+		if (fresh < 2 * need && !(w->large_max >= need && fresh >= need) &&
+		    w->large_max < 2 * need)
+			return -ENOSPC;
+		err = alloc_in(w, need, &spare, true);
+		if (err)
+			return err;
+	}
+	err = build_index(w, old, cap, names, &off);
+	if (err) {
+		if (spare)
+			release_block(w, spare, index_bytes(cap));
 		return err;
+	}
+	if (spare) {
+		if (w->spare_size)
+			free_block(w, w->spare_off, w->spare_size);
+		w->spare_off = spare;
+		w->spare_size = (index_bytes(cap) + PR_ALIGN - 1) & ~(uint64_t)(PR_ALIGN - 1);
+		CMM_STORE_SHARED(H(w)->arena_used, H(w)->arena_used - w->spare_size);
+	}
 	/* Release: the new block's contents before its offset. */
 	PR_STORE_REL(&root->index_off, off);
 	CMM_STORE_SHARED(root->tombs, 0);
 	CMM_STORE_SHARED(H(w)->rehashes, H(w)->rehashes + 1);
-	PR_TRACE(procregd, grow, root == &H(w)->names ? 0 : root == &H(w)->groups ? 1 : 2,
-		 old_cap, cap, root->live);
+	PR_TRACE(procregd, grow, names ? 0 : root == &H(w)->groups ? 1 : 2, old_cap, cap,
+		 root->live);
+	if (names)
+		w->names_retired = old_off;
 	retire(w, old_off, index_bytes(old_cap));
 	return 0;
 }
@@ -919,7 +1083,7 @@ int procreg__w_group(struct pr_writer *w, const char *name, size_t len, bool cre
 		err = alloc_split(w, sizeof(*gr), &root_off);
 	if (err)
 		return err;
-	err = build_index(w, NULL, MEMBER_INDEX_MIN, &ioff);
+	err = build_index(w, NULL, MEMBER_INDEX_MIN, false, &ioff);
 	if (err) {
 		release_block(w, root_off, sizeof(*gr));
 		return err;
@@ -1296,11 +1460,11 @@ static int init_table(struct pr_writer *w, int fd, uint64_t size, uint32_t reade
 		return err;
 	memset(w->map.base + h->readers_off, 0, (size_t)readers * sizeof(struct pr_reader_info));
 	h->gp = 1;
-	err = build_index(w, NULL, INDEX_MIN, &off);
+	err = build_index(w, NULL, INDEX_MIN, true, &off);
 	if (err)
 		return err;
 	h->names.index_off = off;
-	err = build_index(w, NULL, INDEX_MIN, &off);
+	err = build_index(w, NULL, INDEX_MIN, true, &off);
 	if (err)
 		return err;
 	h->groups.index_off = off;

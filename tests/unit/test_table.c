@@ -3285,6 +3285,120 @@ static void test_free_blocks_merged(void **state)
 	free(dir);
 }
 
+/* The table filled with names of 1 KiB of metadata, all but every
+ * KEEP-th removed and reclaimed: the free arena in runs between them. */
+static void pin_every(struct pr_writer *w, unsigned keep)
+{
+	unsigned filled = fill_table(w, "pin", 1000);
+	char name[64];
+
+	assert_true(filled > 5000);
+	for (unsigned i = 0; i < filled; i++) {
+		name_of(name, sizeof(name), "pin", i);
+		if (i % keep)
+			assert_int_equal(del(w, name), 0);
+	}
+	drain(w);
+}
+
+/* A table filled with records of 1 KiB of metadata, nine of every ten
+ * removed, then small names put until the index, growing, fits nowhere:
+ * merged, the free arena is runs of nine records pinned apart by the
+ * tenth, and the small names cut into a few of them. Every insert while
+ * the index is due tries the rebuild again, and used to walk every run
+ * for it (one uid's refused inserts held root's requests up to 2.7 s);
+ * now a walk that finds none big enough says how big the biggest is, and
+ * the next request bigger than that is refused without one. */
+static void test_large_refused_without_walk(void **state)
+{
+	char *dir = th_mkdtemp(), name[64];
+	struct pr_writer w;
+	unsigned small = 0;
+	uint64_t looked;
+	int err;
+
+	(void)state;
+	w_open_at(&w, dir, 16 * MB);
+	pin_every(&w, 10);
+	do {
+		name_of(name, sizeof(name), "small", small++);
+		err = put_raw(&w, name, 7, 1, 1000, 0, NULL, 0);
+		assert_true(err == 0 || err == -ENOSPC);
+	} while (!err);
+	assert_true(w.large.n / 2 > 500);
+	looked = w.large_looked;
+	for (unsigned k = 0; k < 100; k++) {
+		name_of(name, sizeof(name), "small", small++);
+		assert_int_equal(put_raw(&w, name, 7, 1, 1000, 0, NULL, 0), -ENOSPC);
+	}
+	if (w.large_looked - looked > 100)
+		fail_msg("100 refused inserts looked at %llu free blocks (%zu on the list)",
+			 (unsigned long long)(w.large_looked - looked), w.large.n / 2);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+/* Small name *N (then *N + 1) put, or the test failed. */
+static void small_put(struct pr_writer *w, char *name, unsigned *n)
+{
+	int err;
+
+	name_of(name, 64, "small", (*n)++);
+	err = put_raw(w, name, 7, 1, 1000, 0, NULL, 0);
+	if (err)
+		fail_msg("small name %u: %s (arena %llu of %llu bytes in use; index of %llu slots)",
+			 *n - 1, strerror(-err), (unsigned long long)w->map.hdr->arena_used,
+			 (unsigned long long)(w->map.hdr->arena_top - w->map.hdr->arena_off),
+			 (unsigned long long)w_index(w)->capacity);
+}
+
+/* A table filled to its end with records of 1 KiB of metadata, four of
+ * every five removed: the free arena is runs of four records, pinned
+ * apart by the fifth, and the name index fits none of them. Churn of
+ * small names (as many removed as put, a third of the index's slots
+ * live) makes the index due again and again, to be rebuilt at its size:
+ * every insert must go in, for a dozen rebuilds. Before, the first
+ * rebuild found no room, and every insert was refused from then on with
+ * 78% of the arena free. The first rebuild takes the room kept at the
+ * end for the index (index_room()), and each after it the block of the
+ * one before, kept as the spare. */
+static void test_index_rebuilt_in_fragments(void **state)
+{
+	char *dir = th_mkdtemp(), name[64];
+	struct pr_writer w;
+	unsigned i, small = 0, gone = 0;
+	uint64_t rehashes, cap0;
+
+	(void)state;
+	w_open_at(&w, dir, 16 * MB);
+	/* As the daemon serves a uid other than root (the room is kept
+	 * from those). */
+	w.no_reserve = true;
+	pin_every(&w, 5);
+	cap0 = w_index(&w)->capacity;
+	rehashes = w.map.hdr->rehashes;
+	while (w.map.hdr->names.live < cap0 / 3)
+		small_put(&w, name, &small);
+	/* Round after round (the index due again and again), far past the
+	 * first few rebuilds: each finds the room, then the spare. */
+	for (int round = 0; round < 3000 && w.map.hdr->rehashes - rehashes < 12; round++) {
+		for (i = 0; i < 1000; i++)
+			small_put(&w, name, &small);
+		for (i = 0; i < 1000; i++) {
+			name_of(name, sizeof(name), "small", gone++);
+			assert_int_equal(del(&w, name), 0);
+		}
+		drain(&w);
+	}
+	assert_true(w.map.hdr->rehashes - rehashes >= 12);
+	assert_int_equal(w_index(&w)->capacity, cap0);
+	assert_true(w.spare_size >= index_bytes(cap0));
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
 /* ---- member indexes made smaller -------------------------------------- */
 
 static int drop_all_but_first(uint64_t off, const struct pr_record *r, void *arg)
@@ -3540,6 +3654,8 @@ int main(void)
 		cmocka_unit_test(test_walk_unpublish),
 		cmocka_unit_test(test_node_refs),
 		cmocka_unit_test(test_free_blocks_merged),
+		cmocka_unit_test(test_large_refused_without_walk),
+		cmocka_unit_test(test_index_rebuilt_in_fragments),
 		cmocka_unit_test(test_member_index_shrinks),
 		cmocka_unit_test(test_shrink_keeps_reserve),
 		cmocka_unit_test(test_clock_hold),

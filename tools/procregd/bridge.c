@@ -1009,8 +1009,10 @@ static int apply(struct bridge *br, uint16_t id, const struct pr_bp_entry *e)
 		log_limited(&br->full_entry_log, "entries not replicated",
 			    "bridge: node %s: entry '%.*s' not replicated: the table is full but "
 			    "for the %llu bytes kept for this host's users (--local-size) and "
-			    "root (--reserved-size)", node_name(br, id), (int)e->name_len, e->name,
-			    (unsigned long long)(br->d->w.local_share + br->d->w.reserve));
+			    "root (--reserved-size), and the %llu kept for the name index",
+			    node_name(br, id), (int)e->name_len, e->name,
+			    (unsigned long long)(br->d->w.local_share + br->d->w.reserve),
+			    (unsigned long long)procreg__w_index_room(&br->d->w));
 	else if (err)
 		log_limited(&br->full_entry_log, "entries not replicated",
 			    "bridge: node %s: table full, entry '%.*s' not replicated",

@@ -1038,9 +1038,9 @@ static int note_refused(struct daemon *d, const struct client *c, int err)
 			    (unsigned long long)owners_uid_leases(d, c->id.uid));
 	else if (err == -ENOSPC && d->w.reserve_hit)
 		log_limited(&d->denied_res_log, "names refused for the reserve",
-			    "client pid %d uid %u: name refused (ENOSPC): the table is full but for the %llu bytes kept for root and uid %u (--reserved-size)",
+			    "client pid %d uid %u: name refused (ENOSPC): the table is full but for the %llu bytes kept for root and uid %u (--reserved-size) and the %llu kept for its name index to be rebuilt and grow",
 			    (int)c->id.pid, (unsigned)c->id.uid, (unsigned long long)d->w.reserve,
-			    (unsigned)d->uid);
+			    (unsigned)d->uid, (unsigned long long)procreg__w_index_room(&d->w));
 	else if (err == -ENOSPC && d->w.place_hit)
 		log_limited(&d->denied_place_log, "names refused for their hash",
 			    "client pid %d uid %u: name refused (ENOSPC): its hash would put it far "
