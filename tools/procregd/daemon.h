@@ -302,7 +302,8 @@ struct daemon {
 	struct pr_ratelimit refused_res_log;   /* connections: --reserved-clients */
 	struct pr_ratelimit dropped_log;       /* connections closed for what they sent */
 	struct pr_ratelimit denied_quota_log;  /* names: a quota */
-	struct pr_ratelimit denied_procs_log;  /* names: their process is one too many */
+	struct pr_ratelimit denied_procs_log;  /* names: their process one too many for its uid */
+	struct pr_ratelimit denied_room_log;   /* names: their process one too many for all uids */
 	struct pr_ratelimit denied_res_log;    /* names: --reserved-size */
 	struct pr_ratelimit denied_place_log;  /* names: hashed to pile up (procreg__w_place_ok) */
 	struct pr_ratelimit paced_log;         /* uids paced: --max-feed-rate-per-uid */

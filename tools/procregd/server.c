@@ -1020,8 +1020,12 @@ static int note_refused(struct daemon *d, const struct client *c, int err)
 {
 	char note[96];
 
+	/* A limiter each: a uid at its own cap must not keep the line that
+	 * says all uids' room is spent from the log (the first a second). */
 	if ((err == -EDQUOT || err == -ENOSPC) && d->procs_hit)
-		log_limited(&d->denied_procs_log, "names refused for a limit on processes",
+		log_limited(err == -EDQUOT ? &d->denied_procs_log : &d->denied_room_log,
+			    err == -EDQUOT ? "names refused for a uid's limit on processes"
+					   : "names refused for all uids' limit on processes",
 			    "client pid %d uid %u: name refused (%s): each process holding names costs procregd a descriptor, and the uid's hold %llu%s (--max-procs-per-uid %u), those of all uids but root and uid %u %llu (at most %llu, the rest kept for connections and readers)",
 			    (int)c->id.pid, (unsigned)c->id.uid, err == -EDQUOT ? "EDQUOT" : "ENOSPC",
 			    (unsigned long long)uid_count(&d->uid_procs, c->id.uid),
