@@ -71,6 +71,7 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -97,19 +98,46 @@
 #define PEERS_MAX 4096 /* nodes heard from, then one long silent makes room (peer_evict()) */
 #define EVICT_BATCH 64
 #define EVICT_SCAN_GAP_NS 100000000ull /* 100 ms */
-#define QUEUE_MAX_BYTES (256u << 20) /* the daemon this far behind: drop, resync all */
+#define QUEUE_MAX_BYTES (256u << 20) /* the daemon this far behind: drop (sequencing resyncs) */
+#define MSG_OVERHEAD 256             /* a queued message's memory besides its data and subject */
+#define TRIM_AFTER_BYTES (16u << 20) /* a backlog this big, drained: memory given back */
 #define ITEMS_PER_DISPATCH 4096      /* the daemon's clients get a turn in between */
 #define SERVERS_MAX 64
 
 enum item_kind { I_MSG, I_CONNECTED, I_DISCONNECTED, I_CLOSED, I_LOST };
 
 /* One thing nats.c told us. Written by nats.c's threads, read by the
- * daemon's, handed over under the queue's mutex. */
+ * daemon's, handed over under the queue's mutex. A message comes opened:
+ * its envelope checked (the MAC) on the library's thread, E pointing into
+ * its data. */
 struct item {
 	struct item *next;
 	enum item_kind kind;
 	natsMsg *msg;
+	struct pr_env e;
 	size_t bytes;
+};
+
+/* Why a message was dropped before anything in it was used. Counted by
+ * nats.c's threads too (a forged message goes no further than the
+ * callback), and logged by the daemon's, a line a second at most for
+ * each (drops_report()). */
+enum drop_why {
+	D_NOT_ENV, D_MALFORMED, D_AUTH, D_TYPE, D_NOMEM, D_HEADERS, D_SELF, D_SUBJECT,
+	D_REPLAY, D_REPLAY_OLD, D_NWHY
+};
+
+static const char *const drop_text[D_NWHY] = {
+	[D_NOT_ENV] = "not an envelope",
+	[D_MALFORMED] = "malformed envelope",
+	[D_AUTH] = "authentication failed (wrong cookie, or forged)",
+	[D_TYPE] = "unknown type",
+	[D_NOMEM] = "envelope not checked (out of memory)",
+	[D_HEADERS] = "it carries headers (procreg sends none)",
+	[D_SELF] = "from another node with this node's name",
+	[D_SUBJECT] = "on the wrong subject",
+	[D_REPLAY] = "replayed",
+	[D_REPLAY_OLD] = "replayed (an older incarnation)",
 };
 
 /* Another node, as the daemon's thread sees it. */
@@ -146,17 +174,20 @@ struct nb {
 	pthread_mutex_t mu;
 	struct item *qhead, **qtail;
 	size_t qbytes;
+	size_t qpeak;               /* the most queued since memory was last given back */
 	bool qlost;
 	bool closing;               /* nb_close() under way: nothing more is queued */
+	uint64_t dropped[D_NWHY];   /* messages dropped, by why */
+	char drop_subj[D_NWHY][SUBJECT_MAX]; /* the last one's subject */
 	/* The daemon's thread only. */
 	bool connected;
 	bool announce;              /* the next heartbeat asks others for theirs */
 	bool hb_soon;
 	uint64_t counter, next_req;
 	uint64_t last_hb_ns;
-	uint64_t forged;
-	struct pr_ratelimit forged_log;
-	const char *last_forged_why;
+	uint64_t drops_logged[D_NWHY];
+	struct pr_ratelimit drop_log[D_NWHY];
+	struct pr_ratelimit lost_log;
 	uint64_t publish_errors;
 	struct pr_ratelimit pub_err_log;
 	struct peer *peers;
@@ -419,48 +450,78 @@ static void resync(struct nb *m, struct peer *p, const char *why)
 
 /* ---- in ----------------------------------------------------------------- */
 
-static void forged(struct nb *m, const char *subj, const char *why)
+/* A message on SUBJ dropped, for WHY: counted. Any thread. */
+static void drop_count(struct nb *m, const char *subj, enum drop_why why)
 {
-	m->forged++;
-	/* Someone on the server without the cookie may send a lot: a line a
-	 * second at most for one reason, with a count. */
-	if (why != m->last_forged_why)
-		m->forged_log.last_ns = 0;
-	if (!pr_ratelimit_pass(&m->forged_log, pr_mono_ns(), NULL))
-		return;
-	m->last_forged_why = why;
-	pr_bridge_log(&m->up, LOG_WARNING,
-		      "bridge: nats: message on %s dropped: %s (%llu so far)", subj, why,
-		      (unsigned long long)m->forged);
+	pthread_mutex_lock(&m->mu);
+	m->dropped[why]++;
+	snprintf(m->drop_subj[why], sizeof(m->drop_subj[why]), "%s", subj);
+	pthread_mutex_unlock(&m->mu);
 }
 
-/* Why procreg__env_open() refused an envelope, for the log. */
-static const char *refusal(int err)
+/* What was dropped since it was last said, for each reason (or WHY
+ * alone, unless it is D_NWHY): a line a second at most for each, with
+ * counts. Someone on the server without the cookie may send as fast as
+ * it can, for one reason or taking turns between two: a limiter each,
+ * never reset by another's. The daemon's thread. */
+static void drops_report(struct nb *m, enum drop_why only)
+{
+	uint64_t now = pr_mono_ns();
+
+	for (int i = 0; i < D_NWHY; i++) {
+		char subj[SUBJECT_MAX];
+		uint64_t n;
+
+		if (only != D_NWHY && i != (int)only)
+			continue;
+		pthread_mutex_lock(&m->mu);
+		n = m->dropped[i];
+		memcpy(subj, m->drop_subj[i], sizeof(subj));
+		pthread_mutex_unlock(&m->mu);
+		if (n == m->drops_logged[i] || !pr_ratelimit_pass(&m->drop_log[i], now, NULL))
+			continue;
+		pr_bridge_log(&m->up, LOG_WARNING,
+			      "bridge: nats: message on %s dropped: %s (%llu so far, %llu since the "
+			      "last line)", subj, drop_text[i], (unsigned long long)n,
+			      (unsigned long long)(n - m->drops_logged[i]));
+		m->drops_logged[i] = n;
+	}
+}
+
+/* The daemon's thread: a message dropped for WHY, and said. */
+static void forged(struct nb *m, const char *subj, enum drop_why why)
+{
+	drop_count(m, subj, why);
+	drops_report(m, why);
+}
+
+/* Why procreg__env_open() refused an envelope. */
+static enum drop_why refusal(int err)
 {
 	switch (err) {
-	case -ENOMSG: return "not an envelope";
-	case -EBADMSG: return "malformed envelope";
-	case -EACCES: return "authentication failed (wrong cookie, or forged)";
-	case -EPROTONOSUPPORT: return "unknown type";
-	default: return "envelope not checked (out of memory)";
+	case -ENOMSG: return D_NOT_ENV;
+	case -EBADMSG: return D_MALFORMED;
+	case -EACCES: return D_AUTH;
+	case -EPROTONOSUPPORT: return D_TYPE;
+	default: return D_NOMEM;
 	}
 }
 
 /* Whether E, authenticated, is from where its sender may speak: not from
  * a node with our name (NoEcho keeps our own messages away), and on the
  * subject its type travels on (the subject is under the MAC too). */
-static const char *misplaced(const struct nb *m, const char *subj, const char *sender,
-			     const struct pr_env *e)
+static enum drop_why misplaced(const struct nb *m, const char *subj, const char *sender,
+			       const struct pr_env *e)
 {
 	char want[SUBJECT_MAX];
 
 	if (!strcmp(sender, m->node))
-		return "from another node with this node's name";
+		return D_SELF;
 	if (e->type == PR_ENV_STREAM)
 		subject(m, want, "node", sender);
 	else
 		subject(m, want, e->type == PR_ENV_SNAPREQ ? "snap" : "inbox", m->node);
-	return strcmp(subj, want) ? "on the wrong subject" : NULL;
+	return strcmp(subj, want) ? D_SUBJECT : D_NWHY;
 }
 
 /* Whether E is newer than anything P sent before (else a replay, and
@@ -470,11 +531,11 @@ static const char *misplaced(const struct nb *m, const char *subj, const char *s
  * apart; once it is down, a replay can at most bring up a node that
  * sends nothing and times out (a snapshot answers only a request of
  * ours, by its id). */
-static const char *replayed(struct nb *m, struct peer *p, const struct pr_env *e)
+static enum drop_why replayed(struct nb *m, struct peer *p, const struct pr_env *e)
 {
 	if (e->incarnation != p->inc) {
 		if (p->up && e->counter <= p->ctr_max)
-			return "replayed (an older incarnation)";
+			return D_REPLAY_OLD;
 		if (p->up)
 			peer_down(m, p, "restarted");
 		memset(p->ctr, 0, sizeof(p->ctr));
@@ -482,41 +543,36 @@ static const char *replayed(struct nb *m, struct peer *p, const struct pr_env *e
 		p->req = 0;
 	}
 	if (e->counter <= p->ctr[e->type])
-		return "replayed";
+		return D_REPLAY;
 	p->ctr[e->type] = e->counter;
 	if (e->counter > p->ctr_max)
 		p->ctr_max = e->counter;
-	return NULL;
+	return D_NWHY;
 }
 
-/* The message on SUBJ, opened: its sender's peer with *E filled, or NULL
- * (dropped and logged: nothing in it is read further). */
-static struct peer *admit(struct nb *m, const char *subj, const uint8_t *d, size_t len,
-			  struct pr_env *e)
+/* The message on SUBJ, its envelope E opened (the MAC checked, on the
+ * library's thread): its sender's peer, or NULL (dropped and logged:
+ * nothing in it is read further). */
+static struct peer *admit(struct nb *m, const char *subj, const struct pr_env *e)
 {
 	char sender[PR_BP_NODE_MAX + 1];
-	const char *why;
+	enum drop_why why;
 	struct peer *p;
-	int err = procreg__env_open(m->key, subj, d, len, e);
 
-	if (err) {
-		forged(m, subj, refusal(err));
-		return NULL;
-	}
 	memcpy(sender, e->sender, e->sender_len);
 	sender[e->sender_len] = 0;
-	if ((why = misplaced(m, subj, sender, e))) {
+	if ((why = misplaced(m, subj, sender, e)) != D_NWHY) {
 		forged(m, subj, why);
 		return NULL;
 	}
 	if (!(p = peer_get(m, sender)))
 		return NULL;
-	if ((why = replayed(m, p, e))) {
+	if ((why = replayed(m, p, e)) != D_NWHY) {
 		forged(m, subj, why);
 		return NULL;
 	}
 	p->last_rx_ns = pr_mono_ns();
-	p->bytes_in += len;
+	p->bytes_in += procreg__env_size(e);
 	if (e->flags & PR_ENV_ANNOUNCE)
 		m->hb_soon = true;
 	return p;
@@ -685,17 +741,16 @@ static void on_snap(struct nb *m, struct peer *p, const struct pr_env *e)
 		resync(m, p, "refused its snapshot");
 }
 
-static void on_message(struct nb *m, const char *subj, const uint8_t *d, size_t len)
+static void on_message(struct nb *m, const char *subj, const struct pr_env *e)
 {
-	struct pr_env e;
-	struct peer *p = admit(m, subj, d, len, &e);
+	struct peer *p = admit(m, subj, e);
 
 	if (!p)
 		return;
-	switch (e.type) {
-	case PR_ENV_STREAM: on_stream(m, p, &e); break;
-	case PR_ENV_SNAPREQ: on_snapreq(m, p, &e); break;
-	case PR_ENV_SNAP: on_snap(m, p, &e); break;
+	switch (e->type) {
+	case PR_ENV_STREAM: on_stream(m, p, e); break;
+	case PR_ENV_SNAPREQ: on_snapreq(m, p, e); break;
+	case PR_ENV_SNAP: on_snap(m, p, e); break;
 	}
 }
 
@@ -710,6 +765,8 @@ static void tick(struct nb *m)
 	uint64_t now = pr_mono_ns(), hb = (uint64_t)m->c.heartbeat_ms * 1000000ull,
 		 to = (uint64_t)m->c.timeout_ms * 1000000ull;
 
+	/* What nats.c's threads dropped (forged messages go no further). */
+	drops_report(m, D_NWHY);
 	if (!m->connected)
 		return;
 	if (now - m->last_hb_ns >= hb || (m->hb_soon && now - m->last_hb_ns >= hb / 4))
@@ -724,11 +781,15 @@ static void tick(struct nb *m)
 
 /* ---- nats.c's threads: hand over, nothing more ------------------------ */
 
-static void enqueue(struct nb *m, enum item_kind kind, natsMsg *msg)
+/* KIND to the daemon's thread; for a message, MSG and its envelope E,
+ * opened. Its memory counted: its data, its subject, and what the
+ * library and we keep besides (a message counted by its data alone cost
+ * 65 KiB for 32 bytes counted, in headers). */
+static void enqueue(struct nb *m, enum item_kind kind, natsMsg *msg, const struct pr_env *e)
 {
 	struct item *it = malloc(sizeof(*it));
 	uint64_t one = 1;
-	size_t bytes = msg ? (size_t)natsMsg_GetDataLength(msg) + sizeof(*it) : sizeof(*it);
+	size_t bytes = sizeof(*it);
 
 	pthread_mutex_lock(&m->mu);
 	if (m->closing) {
@@ -740,46 +801,75 @@ static void enqueue(struct nb *m, enum item_kind kind, natsMsg *msg)
 			natsMsg_Destroy(msg);
 		return;
 	}
+	if (msg)
+		bytes += (size_t)natsMsg_GetDataLength(msg) + strlen(natsMsg_GetSubject(msg)) +
+			 MSG_OVERHEAD;
 	if (!it || (msg && m->qbytes + bytes > QUEUE_MAX_BYTES)) {
-		/* The daemon is far behind: drop, and have every node
-		 * resync once it catches up. */
+		/* The daemon is far behind: dropped. What a node lost shows
+		 * as a gap in its stream, and it resyncs (check_late()). */
 		m->qlost = true;
 		free(it);
 		if (msg)
 			natsMsg_Destroy(msg);
 	} else {
 		*it = (struct item){ .kind = kind, .msg = msg, .bytes = bytes };
+		if (e)
+			it->e = *e;
 		*m->qtail = it;
 		m->qtail = &it->next;
 		m->qbytes += bytes;
+		if (m->qbytes > m->qpeak)
+			m->qpeak = m->qbytes;
 	}
 	pthread_mutex_unlock(&m->mu);
 	(void)!write(m->efd, &one, sizeof(one));
 }
 
+/* A message: opened here, on the library's thread, and dropped here if
+ * it fails: someone on the server without the cookie, sending as fast as
+ * it can, used to fill the daemon's queue (over 1.4 GB, with headers its
+ * count left out) and its log. The key is only read, by any thread. */
 static void cb_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure)
 {
+	struct nb *m = closure;
+	const char *subj = natsMsg_GetSubject(msg), **keys = NULL;
+	struct pr_env e;
+	int n = 0, err;
+
 	(void)nc;
 	(void)sub;
-	enqueue(closure, I_MSG, msg);
+	if (natsMsgHeader_Keys(msg, &keys, &n) != NATS_NOT_FOUND) {
+		free((void *)keys);
+		drop_count(m, subj, D_HEADERS);
+		natsMsg_Destroy(msg);
+		return;
+	}
+	err = procreg__env_open(m->key, subj, (const uint8_t *)natsMsg_GetData(msg),
+				(size_t)natsMsg_GetDataLength(msg), &e);
+	if (err) {
+		drop_count(m, subj, refusal(err));
+		natsMsg_Destroy(msg);
+		return;
+	}
+	enqueue(m, I_MSG, msg, &e);
 }
 
 static void cb_connected(natsConnection *nc, void *closure)
 {
 	(void)nc;
-	enqueue(closure, I_CONNECTED, NULL);
+	enqueue(closure, I_CONNECTED, NULL, NULL);
 }
 
 static void cb_disconnected(natsConnection *nc, void *closure)
 {
 	(void)nc;
-	enqueue(closure, I_DISCONNECTED, NULL);
+	enqueue(closure, I_DISCONNECTED, NULL, NULL);
 }
 
 static void cb_closed(natsConnection *nc, void *closure)
 {
 	(void)nc;
-	enqueue(closure, I_CLOSED, NULL);
+	enqueue(closure, I_CLOSED, NULL, NULL);
 }
 
 static void cb_error(natsConnection *nc, natsSubscription *sub, natsStatus err, void *closure)
@@ -787,7 +877,7 @@ static void cb_error(natsConnection *nc, natsSubscription *sub, natsStatus err, 
 	(void)nc;
 	(void)sub;
 	if (err == NATS_SLOW_CONSUMER)
-		enqueue(closure, I_LOST, NULL);
+		enqueue(closure, I_LOST, NULL, NULL);
 }
 
 /* ---- the backend interface ---------------------------------------------- */
@@ -805,11 +895,31 @@ static const char *conn_error(struct nb *m)
 
 static const char *without_userinfo(const char *url, char *out, size_t cap);
 
+/* Messages lost, by nats.c (a slow consumer) or by us (the queue full):
+ * whose, nobody knows. Said, a line a second at most; nothing resynced
+ * here. A node whose frame was lost finds a gap in its stream, its next
+ * frames held until the missing one is late, and is resynced then
+ * (bridge.c: check_late()); a heartbeat each heartbeat_ms shows a gap
+ * even when nothing else follows it. Every node resynced on each loss,
+ * as before, let anyone able to publish on the server, cookie or not,
+ * take every node down and up again thousands of times a second, their
+ * names on this host gone meanwhile. */
+static void messages_lost(struct nb *m, const char *why)
+{
+	uint64_t held = 0;
+
+	if (pr_ratelimit_pass(&m->lost_log, pr_mono_ns(), &held))
+		pr_bridge_log(&m->up, LOG_WARNING,
+			      "bridge: nats: messages lost (%s; %llu more times since the last "
+			      "line): the nodes whose changes were lost resync", why,
+			      (unsigned long long)held);
+}
+
 static void nb_dispatch(void *b)
 {
 	struct nb *m = b;
 	uint64_t x;
-	bool lost;
+	bool lost, trim = false;
 
 	(void)!read(m->efd, &x, sizeof(x));
 	(void)!read(m->stfd, &x, sizeof(x));
@@ -831,13 +941,19 @@ static void nb_dispatch(void *b)
 		}
 		lost = m->qlost;
 		m->qlost = false;
+		if (!it && m->qpeak > TRIM_AFTER_BYTES) {
+			m->qpeak = 0;
+			trim = true;
+		}
 		pthread_mutex_unlock(&m->mu);
-		if (lost) {
-			pr_bridge_log(&m->up, LOG_WARNING,
-				      "bridge: nats: messages dropped (this node fell behind): resyncing");
-			for (size_t i = 0; i < m->npeers; i++)
-				if (m->peers[i].up)
-					resync(m, &m->peers[i], "messages lost");
+		if (lost)
+			messages_lost(m, "this node fell behind");
+		if (trim) {
+			/* Messages are freed on this thread, allocated on the
+			 * library's: a backlog's memory stayed with its arena
+			 * (270-330 MB after a flood). */
+			malloc_trim(0);
+			trim = false;
 		}
 		if (!it) {
 			/* Nothing more queued: a snapshot, and another
@@ -850,9 +966,7 @@ static void nb_dispatch(void *b)
 		}
 		switch (it->kind) {
 		case I_MSG:
-			on_message(m, natsMsg_GetSubject(it->msg),
-				   (const uint8_t *)natsMsg_GetData(it->msg),
-				   (size_t)natsMsg_GetDataLength(it->msg));
+			on_message(m, natsMsg_GetSubject(it->msg), &it->e);
 			natsMsg_Destroy(it->msg);
 			break;
 		case I_CONNECTED:
@@ -890,11 +1004,7 @@ static void nb_dispatch(void *b)
 			all_down(m, "no NATS server");
 			break;
 		case I_LOST:
-			pr_bridge_log(&m->up, LOG_WARNING,
-				      "bridge: nats: slow consumer: messages lost, resyncing");
-			for (size_t i = 0; i < m->npeers; i++)
-				if (m->peers[i].up)
-					resync(m, &m->peers[i], "messages lost");
+			messages_lost(m, "slow consumer");
 			break;
 		}
 		free(it);
@@ -992,8 +1102,8 @@ static void nb_close(void *b)
 	/* Every nats.c thread gone before procregd unloads us. One still
 	 * running after the wait could yet call into this object with M:
 	 * then both stay, the object pinned against dlclose() and M not
-	 * freed (the daemon is on its way out), the key wiped (the
-	 * library's threads never use it). */
+	 * freed (the daemon is on its way out), the key with it: a callback
+	 * still running opens envelopes with it (cb_msg). */
 	st = nats_CloseAndWait(5000);
 	/* NATS_NOT_INITIALIZED: open() failed before the library started. */
 	if (st != NATS_OK && st != NATS_NOT_INITIALIZED) {
@@ -1004,8 +1114,6 @@ static void nb_close(void *b)
 				  "left running");
 		if (dladdr((void *)nb_close, &di) && di.dli_fname)
 			dlopen(di.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-		procreg__env_key_free(m->key);
-		m->key = NULL;
 		return;
 	}
 	if (m->efd >= 0)
@@ -1298,7 +1406,7 @@ static int nats_setup(struct nb *m, const struct pr_bridge_config *c)
 			s = natsConnection_Connect(&m->nc, m->opts);
 	}
 	if (s == NATS_OK) {
-		enqueue(m, I_CONNECTED, NULL);
+		enqueue(m, I_CONNECTED, NULL, NULL);
 	} else if (s == NATS_NOT_YET_CONNECTED) {
 		pr_bridge_log(&m->up, LOG_WARNING,
 			      "bridge: nats: no server of %s answers yet: retrying",
