@@ -2523,6 +2523,104 @@ static void test_walk_and_flood_alternate(void **state)
 	th_peer_close(&f.p);
 }
 
+/* ---- 13: one node's held frames do not keep another's out -------------- */
+
+/* Changes of ORIGIN's numbered from *SEQ to LAST at most, each a name with
+ * 1 KiB of metadata, into BUF (CAP bytes): their length. */
+static size_t big_changes(uint8_t *buf, size_t cap, const char *origin, uint64_t *seq,
+			  uint64_t last)
+{
+	static const uint8_t meta[1024];
+	size_t len = 0;
+	char name[64];
+
+	while (*seq <= last && len + 1400 < cap) {
+		struct pr_bp_entry e = { .op = PR_BP_PUT, .kind = PR_KIND_NAME, .pid = 99,
+					 .registered_ns = procreg__now_ns(), .name = name,
+					 .meta = meta, .meta_len = sizeof(meta) };
+
+		snprintf(name, sizeof(name), "%s-%llu", origin, (unsigned long long)*seq);
+		e.name_len = strlen(name);
+		assert_int_equal(procreg__bp_put_change(buf, cap, &len, 7, (*seq)++, origin, &e), 0);
+	}
+	return len;
+}
+
+struct bytes_of {
+	const char *name;
+	uint64_t bytes;
+};
+
+static int bytes_of_cb(const struct procreg_node *n, void *arg)
+{
+	struct bytes_of *b = arg;
+
+	if (!strcmp(n->name, b->name))
+		b->bytes = n->bytes_in;
+	return 0;
+}
+
+/* Wait until node a has read WANT bytes from node NAME. */
+static void await_bytes_in(procreg_t *reg, const char *name, uint64_t want)
+{
+	struct bytes_of b = { name, 0 };
+
+	for (int i = 0; i < WAIT_MS / 10; i++) {
+		b.bytes = 0;
+		if (procreg_bridge(reg, NULL, bytes_of_cb, &b) == 0 && b.bytes >= want)
+			return;
+		th_msleep(10);
+	}
+	fail_msg("node a read %llu bytes of node %s's, not %llu", (unsigned long long)b.bytes, name,
+		 (unsigned long long)want);
+}
+
+#define HOG_CHANGES 50000  /* about 57 MB held: under the 64 MiB of all nodes */
+#define FAIR_CHANGES 12000 /* about 14 MB more */
+
+/* Node hog sends changes and never the snapshot they follow: all held,
+ * about 57 MB of the 64 MiB held for every node together. Then node fair
+ * sends its changes before its snapshot, as NATS may deliver them: they
+ * must be held too, and applied once the snapshot comes. Before, fair's
+ * first frame past the budget was refused, and it resynced, again and
+ * again (1,400 to 2,400 times a second over NATS), while hog kept its
+ * frames; now what hog holds, the most, is dropped, and hog resyncs. */
+static void test_held_budget_shared(void **state)
+{
+	struct cluster *c = *state;
+	struct th_node *a = &c->n[0];
+	static struct th_peer hog, fair;
+	static uint8_t buf[PR_BS_PT_MAX];
+	uint64_t seq = 1, sent = 0;
+	char last[64];
+
+	assert_int_equal(th_node_start(a, c->cookie, (const char *const[]){
+					       "--node-timeout-ms", "600000", NULL },
+				       (const char *const[]){ "PROCREG_TEST_LATE_MS=600000", NULL }),
+			 0);
+	assert_int_equal(th_peer_connect(&hog, a->listen, "hog", 7, COOKIE), 0);
+	while (seq <= HOG_CHANGES) {
+		size_t len = big_changes(buf, sizeof(buf), "hog", &seq, HOG_CHANGES);
+
+		th_peer_send(&hog, buf, len);
+		sent += len;
+	}
+	await_bytes_in(a->reg, "hog", sent);
+
+	assert_int_equal(th_peer_connect(&fair, a->listen, "fair", 7, COOKIE), 0);
+	for (seq = 1; seq <= FAIR_CHANGES;)
+		th_peer_send(&fair, buf, big_changes(buf, sizeof(buf), "fair", &seq, FAIR_CHANGES));
+	th_peer_send(&fair, buf, th_fake_snap(buf, sizeof(buf), 7, 0, procreg__now_ns(),
+					      (const char *const[]){ NULL }, true));
+	snprintf(last, sizeof(last), "fair-%d", FAIR_CHANGES);
+	th_expect_name(a->reg, last, 99, true, WAIT_MS);
+	th_expect_name(a->reg, "fair-1", 99, true, WAIT_MS);
+	th_expect_log(a->d.log, "dropped, for node fair's: it resyncs", WAIT_MS);
+	assert_int_equal(procreg_lookup(a->reg, "hog-1", NULL), -ENOENT);
+	th_peer_close(&hog);
+	th_peer_close(&fair);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2555,6 +2653,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_many_nodes_small_budget, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_frames_of_the_last_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flood_in_slices, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_held_budget_shared, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_and_flood_alternate, setup, teardown),
 	};
 

@@ -127,6 +127,7 @@ struct held {
 /* Held frames in KEY order; most come in order, so most go at the tail. */
 struct hold_list {
 	struct held *head, *tail;
+	size_t bytes;               /* held, headers included */
 };
 
 struct node {
@@ -134,6 +135,7 @@ struct node {
 	char addr[PR_BP_ADDR_MAX + 1];
 	bool up;
 	bool synced;                /* its snapshot is complete */
+	bool hold_dropped;          /* what it held was dropped for another's: resync it */
 	uint32_t snap_part;         /* the snapshot part expected next */
 	uint64_t snap_seq;          /* what the snapshot is as of (from its part 0) */
 	uint64_t incarnation;
@@ -230,6 +232,7 @@ struct bridge {
 	struct registry_removal rm; /* that walk */
 	uint64_t ids_checked_at;    /* gone_seq when the free ids were last looked for */
 	struct pr_ratelimit full_log;   /* nodes refused: no id free */
+	struct pr_ratelimit hold_log;   /* held frames dropped for another node's */
 	uint64_t linger_ns;
 	/* Claims that lost a conflict, hashed by name (SHADOW_BUCKETS
 	 * chains, allocated with the first): a node may send as many as
@@ -1073,6 +1076,7 @@ static void hold_list_free(struct bridge *br, struct hold_list *l)
 		free(h);
 	}
 	l->tail = NULL;
+	l->bytes = 0;
 }
 
 static void hold_reset(struct bridge *br, struct node *n)
@@ -1084,11 +1088,49 @@ static void hold_reset(struct bridge *br, struct node *n)
 	n->late_since_ns = 0;
 }
 
-/* Hold br->hold_buf[0..len) in L under KEY: 0; -EEXIST if a frame with
- * that key is held already (it stays); -ENOBUFS past HOLD_MAX_BYTES, or
- * for a frame that could not be re-encoded (LEN 0). What is counted is
- * what is allocated, header included: small changes are mostly header. */
-static int hold(struct bridge *br, struct hold_list *l, uint64_t key, size_t len)
+/*
+ * Room for NEED bytes more held, for node N: what the node holding the
+ * most holds is dropped, if that is not N, and it is resynced at its next
+ * frame (hold_dropped). The budget is every node's together: a node with
+ * the cookie that held 64 MiB (changes numbered on from a snapshot it
+ * never sent) had every other node's next early frame refused, 1,400 to
+ * 2,400 times a second, each a resync, and kept a restarted node from
+ * ever catching up. False if N holds the most: N is refused.
+ */
+static bool hold_make_room(struct bridge *br, const struct node *n, size_t need)
+{
+	while (br->held_bytes + need > HOLD_MAX_BYTES) {
+		struct node *most = NULL;
+		size_t most_bytes = 0;
+
+		for (size_t i = 0; i < br->nnodes; i++) {
+			struct node *o = &br->nodes[i];
+			size_t b = o->parts.bytes + o->changes.bytes;
+
+			if (b > most_bytes) {
+				most = o;
+				most_bytes = b;
+			}
+		}
+		if (!most || most == n)
+			return false;
+		log_limited(&br->hold_log, "held frames dropped",
+			    "bridge: node %s: its %zu bytes of frames held waiting for what is missing "
+			    "dropped, for node %s's: it resyncs", most->name, most_bytes, n->name);
+		hold_list_free(br, &most->parts);
+		hold_list_free(br, &most->changes);
+		most->hold_dropped = true;
+	}
+	return true;
+}
+
+/* Hold br->hold_buf[0..len) in L, node N's, under KEY: 0; -EEXIST if a
+ * frame with that key is held already (it stays); -ENOBUFS past
+ * HOLD_MAX_BYTES with N holding the most, or for a frame that could not
+ * be re-encoded (LEN 0). What is counted is what is allocated, header
+ * included: small changes are mostly header. */
+static int hold(struct bridge *br, const struct node *n, struct hold_list *l, uint64_t key,
+		size_t len)
 {
 	struct held *after = l->tail, *h;
 	int steps = 0;
@@ -1102,8 +1144,7 @@ static int hold(struct bridge *br, struct hold_list *l, uint64_t key, size_t len
 	}
 	if (after && after->key == key)
 		return -EEXIST;
-	if (!len || br->held_bytes + sizeof(*h) + len > HOLD_MAX_BYTES ||
-	    !(h = malloc(sizeof(*h) + len)))
+	if (!len || !hold_make_room(br, n, sizeof(*h) + len) || !(h = malloc(sizeof(*h) + len)))
 		return -ENOBUFS;
 	h->key = key;
 	h->len = len;
@@ -1119,6 +1160,7 @@ static int hold(struct bridge *br, struct hold_list *l, uint64_t key, size_t len
 	else
 		l->head = h;
 	br->held_bytes += sizeof(*h) + len;
+	l->bytes += sizeof(*h) + len;
 	return 0;
 }
 
@@ -1133,6 +1175,7 @@ static struct held *unhold(struct bridge *br, struct hold_list *l)
 	else
 		l->tail = NULL;
 	br->held_bytes -= sizeof(*h) + h->len;
+	l->bytes -= sizeof(*h) + h->len;
 	return h;
 }
 
@@ -1247,7 +1290,7 @@ static int take_part(struct bridge *br, struct node *n, uint16_t id, const struc
 		return refuse(br, n->name, "snapshot part %u out of order (expected %u)", f->part,
 			      n->snap_part);
 	if (f->part > n->snap_part) {
-		err = hold(br, &n->parts, f->part, encode_part(br, f));
+		err = hold(br, n, &n->parts, f->part, encode_part(br, f));
 		return err ? hold_refused(br, n->name, err, "snapshot part", f->part) : 0;
 	}
 	err = apply_part(br, n, id, f);
@@ -1309,7 +1352,7 @@ static int take_change(struct bridge *br, struct node *n, uint16_t id, const str
 	if (n->synced && f->seq < n->next_seq)
 		return 0;
 	if (!n->synced || f->seq > n->next_seq) {
-		err = hold(br, &n->changes, f->seq, encode_change(br, n->name, f));
+		err = hold(br, n, &n->changes, f->seq, encode_change(br, n->name, f));
 		/* The same change twice, both early: the first stands. */
 		return err && err != -EEXIST ? hold_refused(br, n->name, err, "change", f->seq) : 0;
 	}
@@ -1362,6 +1405,8 @@ static int deliver(void *ctx, const char *name, const struct pr_bp_frame *f)
 		return refuse(br, name, "frame %u from a node that is not up", f->type);
 	if (f->incarnation != n->incarnation)
 		return refuse(br, name, "frame %u of another incarnation", f->type);
+	if (n->hold_dropped)
+		return refuse(br, name, "what it held was dropped for another node's");
 	/* The nodes file names a node before the table holds an entry of
 	 * its: a reader that finds one asks for its node's name there
 	 * (procreg_node_name()), and a node id may have been another's.
@@ -1500,6 +1545,7 @@ static int up_node_up(void *ctx, const char *name, uint64_t inc, const char *add
 		n->resync = true;
 	}
 	hold_reset(br, n);
+	n->hold_dropped = false;
 	n->up = true;
 	n->named = false;
 	n->gone_order = 0;
