@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -87,7 +88,7 @@ static int find_daemon(char *out, size_t len)
 				return 0;
 		}
 	}
-	path = getenv("PATH") ? strdup(getenv("PATH")) : NULL;
+	path = secure_getenv("PATH") ? strdup(secure_getenv("PATH")) : NULL;
 	for (char *save = NULL, *d = path ? strtok_r(path, ":", &save) : NULL; d;
 	     d = strtok_r(NULL, ":", &save)) {
 		if (snprintf(out, len, "%s/procregd", *d ? d : ".") < (int)len && executable(out)) {
@@ -104,11 +105,14 @@ static int find_daemon(char *out, size_t len)
 	return -ENOENT;
 }
 
+/* Off when asked, and in a procreg that runs setuid or setgid (or with
+ * file capabilities): its caller chose the environment, PATH included,
+ * and the daemon would run with the privilege the caller lacks. */
 static bool disabled(const struct cli *c)
 {
-	const char *e = getenv("PROCREG_NO_AUTOSTART");
+	const char *e = secure_getenv("PROCREG_NO_AUTOSTART");
 
-	return c->no_autostart || (e && *e && strcmp(e, "0"));
+	return c->no_autostart || getauxval(AT_SECURE) || (e && *e && strcmp(e, "0"));
 }
 
 /* Whether procregd, as this user, could bind a socket in DIR (making DIR
@@ -136,11 +140,11 @@ static bool sockdir_usable(const char *dir)
  * false if the default will do. */
 static bool fallback_socket(const struct cli *c, char *out, size_t len)
 {
-	const char *rt = getenv("XDG_RUNTIME_DIR"), *dir = getenv("PROCREG_DIR");
+	const char *rt = secure_getenv("XDG_RUNTIME_DIR"), *dir = secure_getenv("PROCREG_DIR");
 
 	/* --dir and PROCREG_DIR put the socket beside the table already;
 	 * PROCREG_SOCKET is the user's own choice. */
-	if (c->dir || (dir && *dir) || getenv("PROCREG_SOCKET"))
+	if (c->dir || (dir && *dir) || secure_getenv("PROCREG_SOCKET"))
 		return false;
 	if (sockdir_usable(rt && *rt ? rt : "/run/procreg"))
 		return false;
@@ -194,7 +198,7 @@ static bool daemon_env(void)
 	bool ok = true;
 
 	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-		const char *v = getenv(paths[i]), *a;
+		const char *v = secure_getenv(paths[i]), *a;
 		char buf[PATH_MAX];
 
 		if (!v || !*v)

@@ -36,7 +36,7 @@ void die_usage(const char *msg, const char *arg)
 
 const char *scope_name(const struct cli *c)
 {
-	return c->scope ? c->scope : (getenv("PROCREG_SCOPE") ?: "default");
+	return c->scope ? c->scope : (secure_getenv("PROCREG_SCOPE") ?: "default");
 }
 
 procreg_t *open_or_die(const struct cli *c)
@@ -51,7 +51,7 @@ procreg_t *open_or_die(const struct cli *c)
 		if (e == ENOENT)
 			fprintf(stderr, "%s: no registry for scope '%s' in %s: is procregd running?\n",
 				prog, cli_name(scope_name(c)),
-				cli_name(c->dir ? c->dir : (getenv("PROCREG_DIR") ?: "/dev/shm")));
+				cli_name(c->dir ? c->dir : (secure_getenv("PROCREG_DIR") ?: "/dev/shm")));
 		else if (e == EPERM)
 			fprintf(stderr, "%s: the registry of scope '%s' in %s is not one this user "
 				"trusts: it belongs to a user other than root, you or procregd's "
@@ -59,7 +59,7 @@ procreg_t *open_or_die(const struct cli *c)
 				"others, or is a symbolic link (see PROCREG_DAEMON_USER and "
 				"PROCREG_TRUST_UID in procreg(1))\n",
 				prog, cli_name(scope_name(c)),
-				cli_name(c->dir ? c->dir : (getenv("PROCREG_DIR") ?: "/dev/shm")));
+				cli_name(c->dir ? c->dir : (secure_getenv("PROCREG_DIR") ?: "/dev/shm")));
 		else
 			fprintf(stderr, "%s: cannot open the registry: %s\n", prog,
 				procreg_strerror(-e));
