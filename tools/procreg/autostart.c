@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -275,7 +276,17 @@ int autostart(const struct cli *c, const char *what)
 			dup2(null, 1);
 		}
 		dup2(p[1], 2);
-		close_range(3, ~0u, 0);
+		/* Before Linux 5.9, one at a time. (The CLI runs no thread of
+		 * its own: this child may call what allocates.) */
+		if (close_range(3, ~0u, 0) < 0) {
+			struct rlimit rl;
+			int most = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536
+					   ? (int)rl.rlim_cur
+					   : 65536;
+
+			for (int fd = 3; fd < most; fd++)
+				close(fd);
+		}
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		if (daemon_env() && anchored && chdir("/") < 0)
