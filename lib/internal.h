@@ -732,11 +732,11 @@ uint64_t procreg__w_find(struct pr_writer *w, const struct pr_root *root,
  * (writer.c). Any other request may. */
 int procreg__w_place_ok(struct pr_writer *w, const struct pr_root *root, const struct pr_key *k,
 			uint64_t pos);
-/* Make room for one more entry in ROOT; call before procreg__w_find when
- * inserting (it may rebuild the index, which moves slot positions). */
 /* Fresh arena kept at the end for the name index's rebuilds (bytes):
  * what records are refused (writer.c: index_room()). */
 uint64_t procreg__w_index_room(struct pr_writer *w);
+/* Make room for one more entry in ROOT; call before procreg__w_find when
+ * inserting (it may rebuild the index, which moves slot positions). */
 int procreg__w_reserve(struct pr_writer *w, struct pr_root *root);
 /* Allocate and fill an unpublished record. */
 int procreg__w_new_record(struct pr_writer *w, const struct pr_record *tmpl,

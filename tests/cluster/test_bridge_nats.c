@@ -1586,21 +1586,6 @@ static void test_messages_of_the_last_peer(void **state)
 	natsConnection_Destroy(nc);
 }
 
-/* The peak of process PID's resident memory (VmHWM), in KiB. */
-static long peak_rss_kb(pid_t pid)
-{
-	char path[64], *text, *p;
-	long kb = -1;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	text = th_read_file(path, false);
-	p = strstr(text, "VmHWM:");
-	if (p)
-		kb = strtol(p + 6, NULL, 10);
-	free(text);
-	return kb;
-}
-
 /*
  * Someone on the server without the cookie, sending as fast as it can
  * for 3 s from FLOODERS connections: messages carrying 60,000 bytes of
@@ -1706,7 +1691,7 @@ static void test_forged_flood_kept_out(void **state)
 	start_node(c, 1);
 	assert_int_equal(procreg_register(c->n[1].reg, "honest", NULL, 0), 0);
 	expect_name(c->n[0].reg, "honest", getpid(), true);
-	hwm0 = peak_rss_kb(c->n[0].d.pid);
+	hwm0 = th_status_kb(c->n[0].d.pid, "VmHWM");
 	assert_true(hwm0 > 0);
 
 	memset(forged_pad, 'x', sizeof(forged_pad) - 1);
@@ -1738,7 +1723,7 @@ static void test_forged_flood_kept_out(void **state)
 	expect_name(c->n[0].reg, "honest", getpid(), true);
 	snprintf(down, sizeof(down), "bridge: node %s: down", c->n[1].name);
 	assert_false(th_log_has(c->n[0].d.log, down));
-	hwm1 = peak_rss_kb(c->n[0].d.pid);
+	hwm1 = th_status_kb(c->n[0].d.pid, "VmHWM");
 	print_message("node a's peak memory: %ld KiB before, %ld KiB after %llu forged messages "
 		      "(half of them with 60 KB of headers) in %d ms\n", hwm0, hwm1,
 		      (unsigned long long)sent, FLOOD_MS);

@@ -1117,8 +1117,7 @@ static bool hold_make_room(struct bridge *br, const struct node *n, size_t need)
 		log_limited(&br->hold_log, "held frames dropped",
 			    "bridge: node %s: its %zu bytes of frames held waiting for what is missing "
 			    "dropped, for node %s's: it resyncs", most->name, most_bytes, n->name);
-		hold_list_free(br, &most->parts);
-		hold_list_free(br, &most->changes);
+		hold_reset(br, most);
 		most->hold_dropped = true;
 	}
 	return true;

@@ -791,6 +791,9 @@ static void enqueue(struct nb *m, enum item_kind kind, natsMsg *msg, const struc
 	uint64_t one = 1;
 	size_t bytes = sizeof(*it);
 
+	if (msg)
+		bytes += (size_t)natsMsg_GetDataLength(msg) + strlen(natsMsg_GetSubject(msg)) +
+			 MSG_OVERHEAD;
 	pthread_mutex_lock(&m->mu);
 	if (m->closing) {
 		/* Freed here, on the library's thread, while it still runs:
@@ -801,9 +804,6 @@ static void enqueue(struct nb *m, enum item_kind kind, natsMsg *msg, const struc
 			natsMsg_Destroy(msg);
 		return;
 	}
-	if (msg)
-		bytes += (size_t)natsMsg_GetDataLength(msg) + strlen(natsMsg_GetSubject(msg)) +
-			 MSG_OVERHEAD;
 	if (!it || (msg && m->qbytes + bytes > QUEUE_MAX_BYTES)) {
 		/* The daemon is far behind: dropped. What a node lost shows
 		 * as a gap in its stream, and it resyncs (check_late()). */
@@ -919,7 +919,7 @@ static void nb_dispatch(void *b)
 {
 	struct nb *m = b;
 	uint64_t x;
-	bool lost, trim = false;
+	bool lost, trim;
 
 	(void)!read(m->efd, &x, sizeof(x));
 	(void)!read(m->stfd, &x, sizeof(x));
@@ -941,10 +941,9 @@ static void nb_dispatch(void *b)
 		}
 		lost = m->qlost;
 		m->qlost = false;
-		if (!it && m->qpeak > TRIM_AFTER_BYTES) {
+		trim = !it && m->qpeak > TRIM_AFTER_BYTES;
+		if (trim)
 			m->qpeak = 0;
-			trim = true;
-		}
 		pthread_mutex_unlock(&m->mu);
 		if (lost)
 			messages_lost(m, "this node fell behind");
@@ -953,7 +952,6 @@ static void nb_dispatch(void *b)
 			 * library's: a backlog's memory stayed with its arena
 			 * (270-330 MB after a flood). */
 			malloc_trim(0);
-			trim = false;
 		}
 		if (!it) {
 			/* Nothing more queued: a snapshot, and another
