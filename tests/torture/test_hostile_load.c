@@ -922,6 +922,106 @@ static void test_reasks_paced(void **state)
 	procreg_close(r);
 }
 
+/* ---- requests refused, in batches ---------------------------------------- */
+
+#define REFUSE_BATCH 1000
+
+struct refuser {
+	const char *dir;
+	const struct th_user *u;
+	/* In memory shared with the test: batches answered, the batches it
+	 * may send in all, requests answered other than EEXIST. */
+	int done, go, wrong, last;
+};
+
+/* As the attacker: batches of REFUSE_BATCH registrations of root's names,
+ * each refused (EEXIST), as many as the test allows. */
+static int refuse_main(void *p)
+{
+	struct refuser *a = p;
+	static struct procreg_op ops[REFUSE_BATCH];
+	static char names[REFUSE_BATCH][32];
+	procreg_t *r;
+
+	th_become(a->u);
+	r = th_open(a->dir);
+	if (!r)
+		return 70;
+	for (int i = 0; i < REFUSE_BATCH; i++)
+		snprintf(names[i], sizeof(names[i]), "refused.%d", i);
+	for (;;) {
+		int err;
+
+		await_go(&a->go, a->done + 1);
+		for (int i = 0; i < REFUSE_BATCH; i++)
+			ops[i] = (struct procreg_op){ .sz = sizeof(struct procreg_op),
+						      .kind = PROCREG_OP_REGISTER, .name = names[i] };
+		err = procreg_batch(r, ops, REFUSE_BATCH);
+		for (int i = 0; i < REFUSE_BATCH; i++) {
+			int e = err < 0 ? err : ops[i].result;
+
+			if (e != -EEXIST) {
+				a->wrong++;
+				a->last = e;
+			}
+		}
+		__atomic_add_fetch(&a->done, 1, __ATOMIC_RELEASE);
+	}
+	return 0;
+}
+
+/*
+ * Before: a request that made no event was paid for by nothing, and a
+ * packet of a thousand is read whole, one a turn from each connection: one
+ * user's processes looping batches of refused requests had root's single
+ * requests wait behind a thousand of theirs each, root's register and
+ * unregister pairs down from 10.5-13.7k a second to 0.9-1.0k with 8 of them.
+ * Now each refused request counts as an event in its uid's pace (here 50
+ * a second, half a ring, 4,096, at once): 3,000 pass unpaced, and the
+ * sixth batch of 1,000 waits (logged) while root is served. No request is
+ * answered otherwise than it would be.
+ */
+static void test_refusals_paced(void **state)
+{
+	struct fx *f = *state;
+	struct refuser *a = th_shared(sizeof(*a));
+	procreg_t *r = th_open(f->dir);
+
+	assert_non_null(r);
+	for (int i = 0; i < REFUSE_BATCH; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "refused.%d", i);
+		assert_int_equal(procreg_register(r, name, NULL, 0), 0);
+	}
+	*a = (struct refuser){ .dir = f->dir, .u = user(f) };
+	f->kid = th_fork(refuse_main, a);
+	__atomic_store_n(&a->go, 3, __ATOMIC_RELEASE);
+	wait_for(&a->done, 3);
+	assert_int_equal(procreg_sync(r), 0);
+	assert_int_equal(th_log_count(f->d.log, "--max-feed-rate-per-uid"), 0);
+	__atomic_store_n(&a->go, 6, __ATOMIC_RELEASE);
+	for (int i = 0; !th_log_count(f->d.log, "--max-feed-rate-per-uid"); i++) {
+		if (i > WAIT_MS / 10)
+			fail_msg("%d refused requests (%d batches answered) did not pace the user",
+				 __atomic_load_n(&a->done, __ATOMIC_ACQUIRE) * REFUSE_BATCH,
+				 __atomic_load_n(&a->done, __ATOMIC_ACQUIRE));
+		usleep(10000);
+	}
+	/* Parked at its sixth batch, which waits for its allowance (18 s
+	 * more): root's requests are served meanwhile. */
+	assert_int_equal(procreg_register(r, "root.served", NULL, 0), 0);
+	assert_int_equal(procreg_unregister(r, "root.served"), 0);
+	assert_int_equal(__atomic_load_n(&a->done, __ATOMIC_ACQUIRE), 5);
+	if (a->wrong)
+		fail_msg("%d requests answered other than EEXIST (the last: %s)", a->wrong,
+			 strerror(-a->last));
+	kill(f->kid, SIGKILL);
+	th_wait(f->kid);
+	f->kid = 0;
+	procreg_close(r);
+}
+
 /* ---- the arena left in pieces ------------------------------------------- */
 
 /* A table of 16 MiB, so that one user fills it. */
@@ -1690,6 +1790,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_feed_flooded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lapsed_leases_paced, setup_slow_feed, teardown),
 		cmocka_unit_test_setup_teardown(test_reasks_paced, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refusals_paced, setup_slow_feed, teardown),
 		cmocka_unit_test_setup_teardown(test_arena_pieces_merged, setup_small_table, teardown),
 		cmocka_unit_test_setup_teardown(test_groups_deflate, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_notify_paced, setup, teardown),
