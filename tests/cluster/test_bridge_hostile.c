@@ -371,6 +371,41 @@ static void test_change_far_out_of_order(void **state)
 	free(buf);
 }
 
+/* A node refused again and again, as fast as it reconnects: the first
+ * refusals are each logged, then a line a second, with a count of those
+ * held back. Before, each was a line (a node with the cookie, over NATS,
+ * made 1,400-2,400 a second). */
+#define REFUSALS 40
+
+static void test_refusals_log_limited(void **state)
+{
+	struct cluster *c = *state;
+	static struct th_peer p;
+	uint8_t buf[512];
+	struct pr_bp_frame f;
+	uint64_t t0 = procreg__mono_ns();
+	int lines;
+
+	assert_int_equal(th_node_start(&c->n[0], c->cookie, NULL, NULL), 0);
+	for (int i = 0; i < REFUSALS; i++) {
+		assert_int_equal(th_peer_connect(&p, c->n[0].listen, "fake", 7, COOKIE), 0);
+		/* Part 0 of a snapshot twice: refused at once. */
+		for (int k = 0; k < 2; k++)
+			th_peer_send(&p, buf,
+				     th_fake_snap(buf, sizeof(buf), 7, 0, procreg__now_ns(),
+						  (const char *const[]){ "x", NULL }, false));
+		while (th_peer_next(&p, &f) == 0)
+			;
+		th_peer_close(&p);
+	}
+	th_expect_log(c->n[0].d.log, "more refusals of nodes in the last second", WAIT_MS);
+	lines = th_log_count(c->n[0].d.log, "out of order (expected 1): resyncing");
+	/* Ten in a row, then one a second (and one more for a second begun). */
+	if (lines < 10 || lines > 10 + (int)((procreg__mono_ns() - t0) / 1000000000ull) + 1)
+		fail_msg("%d refusals in %llu ms logged in %d lines", REFUSALS,
+			 (unsigned long long)((procreg__mono_ns() - t0) / 1000000), lines);
+}
+
 /* Node "fake"'s snapshot claiming N names PREFIX0.. stamped STAMP, in as
  * many parts as it takes, into a buffer (returned, length in *LEN). */
 static uint8_t *claim_snapshot(const char *prefix, int n, size_t meta_len, uint64_t stamp,
@@ -2630,6 +2665,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_changes_in_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_changes_held, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_change_far_out_of_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refusals_log_limited, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claims_set_aside, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claims_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claims_per_name_bounded, setup, teardown),

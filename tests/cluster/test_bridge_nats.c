@@ -796,6 +796,40 @@ static void fake_snap_part(struct fake *k, uint64_t req, uint32_t part, const ch
 	fake_publish(k, "procreg.default.inbox.nodea", PR_ENV_SNAP, req, buf, len);
 }
 
+/* A node with the cookie refused again and again (part 0 of its snapshot
+ * sent twice): each refusal takes it down and up again. The first of
+ * those lines are each said, then one a second; the next line says how
+ * many were held back. Before, three lines a refusal (1,400-2,400
+ * refusals a second were seen). */
+#define FLAPS 40
+
+static void test_flaps_log_limited(void **state)
+{
+	struct cluster *c = *state;
+	static struct fake k;
+	uint64_t req = fake_up(c, &k), t0 = procreg__mono_ns();
+	int down, up, refused;
+
+	for (int i = 0; i <= FLAPS; i++) {
+		if (i == FLAPS)
+			th_msleep(1100); /* the last after a second: it says the count */
+		fake_snap_part(&k, req, 0, "flap", false);
+		fake_snap_part(&k, req, 0, "flap", false);
+		req = fake_request(&k);
+	}
+	expect_log(c->n[0].d.log, "more nodes down or up in the last second");
+	down = th_log_count(c->n[0].d.log, "bridge: node fake: down (");
+	up = th_log_count(c->n[0].d.log, "bridge: node fake: up (");
+	refused = th_log_count(c->n[0].d.log, "out of order (expected 1): resyncing");
+	/* The first up, then 16 in a row, then one a second (and one more
+	 * for a second begun). */
+	if (down + up > 17 + (int)((procreg__mono_ns() - t0) / 1000000000ull) + 1 ||
+	    refused > 10 + (int)((procreg__mono_ns() - t0) / 1000000000ull) + 1)
+		fail_msg("%d refusals in %llu ms logged in %d lines, and %d lines down or up",
+			 FLAPS + 1, (unsigned long long)((procreg__mono_ns() - t0) / 1000000),
+			 refused, down + up);
+}
+
 /* Over NATS as over the mesh: a change that arrives before the snapshot
  * it follows waits for it; one already applied is ignored; one after a
  * gap that stays open makes the node down, its entries gone, and a fresh
@@ -1566,7 +1600,17 @@ static void test_messages_of_the_last_peer(void **state)
 		assert_int_equal(natsConnection_Publish(nc, subj, env, (int)n), NATS_OK);
 	}
 	assert_int_equal(natsConnection_Flush(nc), NATS_OK);
-	expect_log(c->n[0].d.log, name);
+	/* Every one of them up (their lines are rate-limited). */
+	for (int i = 0;; i++) {
+		PROCREG_OPTS(procreg_bridge, b);
+
+		assert_int_equal(procreg_bridge(c->n[0].reg, &b, NULL, NULL), 0);
+		if (b.nodes >= PEERS_KNOWN + 1)
+			break;
+		if (i > WAIT_MS / 10)
+			fail_msg("%u nodes up of %d", b.nodes, PEERS_KNOWN + 1);
+		th_msleep(10);
+	}
 	snprintf(name, sizeof(name), LONG_PREFIX "%04d", PEERS_KNOWN + 1);
 	req = fake_join(c, &last, name);
 	fake_snap_part(&last, req, 0, "last-before", true);
@@ -1749,6 +1793,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_forged_and_replayed_ignored, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_forged_flood_kept_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_order_and_gaps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_flaps_log_limited, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_part_lost, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapreq_flood_coalesced, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peers_reused, setup, teardown),

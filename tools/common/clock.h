@@ -23,10 +23,15 @@ static inline uint64_t pr_mono_ns(void)
 }
 
 /* A message that any client or peer can provoke at will goes out once a
- * second at most, so that whoever provokes it cannot flood the log. */
+ * second at most, so that whoever provokes it cannot flood the log. One
+ * that a few honest events in a row make (a node refused and resynced)
+ * may have BURST more go out within a second, earned back one for each
+ * second without a line. */
 struct pr_ratelimit {
 	uint64_t last_ns;    /* when the last one went out; 0: never */
 	uint64_t held;       /* held back since */
+	uint32_t burst;      /* set by its owner; 0: one a second */
+	uint32_t extra;      /* of BURST, left */
 };
 
 /* At NOW_NS (monotonic): true if the message goes out, with *HELD (if
@@ -34,9 +39,19 @@ struct pr_ratelimit {
  * false if it is held back (and counted). */
 static inline bool pr_ratelimit_pass(struct pr_ratelimit *rl, uint64_t now_ns, uint64_t *held)
 {
+	if (!rl->last_ns) {
+		rl->extra = rl->burst;
+	} else if (now_ns - rl->last_ns >= 2000000000ull) {
+		uint64_t earned = (now_ns - rl->last_ns) / 1000000000ull - 1;
+
+		rl->extra = earned >= rl->burst - rl->extra ? rl->burst : rl->extra + (uint32_t)earned;
+	}
 	if (rl->last_ns && now_ns - rl->last_ns < 1000000000ull) {
-		rl->held++;
-		return false;
+		if (!rl->extra) {
+			rl->held++;
+			return false;
+		}
+		rl->extra--;
 	}
 	if (held)
 		*held = rl->held;

@@ -96,6 +96,11 @@
  * out of order than this is refused, so that holding one costs the
  * daemon's thread a few steps, not a walk of everything held. */
 #define HOLD_WALK_MAX 64
+/* Refusals said in a row before one a second: a snapshot's parts lost on
+ * a bad link make a few, each worth reading; a node that provokes them at
+ * will (over NATS, 1,400-2,400 a second were seen, three lines each with
+ * the backend's down and up) writes a line a second. */
+#define REFUSE_LOG_BURST 9
 #define LATE_NS (2000 * 1000000ull)
 
 /* A removal decided for a node, made by the walk of the next tick
@@ -233,6 +238,9 @@ struct bridge {
 	uint64_t ids_checked_at;    /* gone_seq when the free ids were last looked for */
 	struct pr_ratelimit full_log;   /* nodes refused: no id free */
 	struct pr_ratelimit hold_log;   /* held frames dropped for another node's */
+	/* Refusals (refuse()): a node with the cookie, or a link that loses
+	 * frames, decides how many; a few in a row are each said. */
+	struct pr_ratelimit refuse_log;
 	uint64_t linger_ns;
 	/* Claims that lost a conflict, hashed by name (SHADOW_BUCKETS
 	 * chains, allocated with the first): a node may send as many as
@@ -1229,7 +1237,8 @@ static int refuse(struct bridge *br, const char *name, const char *fmt, ...)
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
 	br->refused++;
-	log_warn("bridge: node %s: %s: resyncing", name, why);
+	log_limited(&br->refuse_log, "refusals of nodes", "bridge: node %s: %s: resyncing", name,
+		    why);
 	return -EPROTO;
 }
 
@@ -2078,6 +2087,7 @@ int bridge_start(struct daemon *d)
 		return -ENOMEM;
 	}
 	br->d = d;
+	br->refuse_log.burst = REFUSE_LOG_BURST;
 	procreg__sidx_init(&br->node_index);
 	br->be = &pr_mesh_backend;
 	if ((d->o.resolver && load_resolver(br, d->o.resolver) < 0) ||

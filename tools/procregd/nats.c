@@ -103,6 +103,9 @@
 #define TRIM_AFTER_BYTES (16u << 20) /* a backlog this big, drained: memory given back */
 #define ITEMS_PER_DISPATCH 4096      /* the daemon's clients get a turn in between */
 #define SERVERS_MAX 64
+/* Lines of nodes down or up said in a row before one a second: a cluster
+ * of a dozen coming up, or losing the server, is each said. */
+#define FLAP_LOG_BURST 15
 
 enum item_kind { I_MSG, I_CONNECTED, I_DISCONNECTED, I_CLOSED, I_LOST };
 
@@ -213,6 +216,9 @@ struct nb {
 	uint64_t snap_gap_ns;       /* one sender is sent a snapshot this often at most */
 	uint64_t snapreq_coalesced;
 	struct pr_ratelimit snapreq_log;
+	/* Nodes down and up: a refusal resyncs one (resync()), and a node
+	 * with the cookie decides how often; a few in a row are each said. */
+	struct pr_ratelimit flap_log;
 };
 
 /* NAME as one subject token: '.' (allowed in node and scope names,
@@ -406,13 +412,29 @@ static struct peer *peer_get(struct nb *m, const char *name)
 	return p;
 }
 
+/* Whether a line of a node down or up goes out, with the count of those
+ * held back before it said first. */
+static bool flap_log_pass(struct nb *m)
+{
+	uint64_t held = 0;
+
+	if (!pr_ratelimit_pass(&m->flap_log, pr_mono_ns(), &held))
+		return false;
+	if (held)
+		pr_bridge_log(&m->up, LOG_NOTICE,
+			      "bridge: nats: (%llu more nodes down or up in the last second)",
+			      (unsigned long long)held);
+	return true;
+}
+
 static void peer_down(struct nb *m, struct peer *p, const char *why)
 {
 	p->req = 0;
 	if (!p->up)
 		return;
 	p->up = false;
-	pr_bridge_log(&m->up, LOG_NOTICE, "bridge: node %s: down (%s)", p->name, why);
+	if (flap_log_pass(m))
+		pr_bridge_log(&m->up, LOG_NOTICE, "bridge: node %s: down (%s)", p->name, why);
 	m->up.node_down(m->up.ctx, p->name);
 }
 
@@ -433,9 +455,10 @@ static void peer_up(struct nb *m, struct peer *p)
 		return;
 	}
 	p->up = true;
-	pr_bridge_log(&m->up, LOG_NOTICE,
-		      "bridge: node %s: up (incarnation %llx, over NATS)", p->name,
-		      (unsigned long long)p->inc);
+	if (flap_log_pass(m))
+		pr_bridge_log(&m->up, LOG_NOTICE,
+			      "bridge: node %s: up (incarnation %llx, over NATS)", p->name,
+			      (unsigned long long)p->inc);
 	request_snapshot(m, p);
 	/* It learns of us from our heartbeat: no need to wait a period. */
 	m->hb_soon = true;
@@ -1452,6 +1475,7 @@ static void *nb_open(const struct pr_bridge_config *cfg, const struct pr_bridge_
 	m->epfd = m->efd = m->tfd = m->stfd = -1;
 	pthread_mutex_init(&m->mu, NULL);
 	m->qtail = &m->qhead;
+	m->flap_log.burst = FLAP_LOG_BURST;
 	pr_bridge_config_take(&m->c, cfg);
 	pr_bridge_up_take(&m->up, up);
 	snprintf(m->node, sizeof(m->node), "%s", cfg->node);
