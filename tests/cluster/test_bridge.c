@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <linux/capability.h>
@@ -526,6 +527,80 @@ static void test_run_loser_signalled(void **state)
 	kill(winner2, SIGKILL);
 	th_wait(winner1);
 	th_wait(winner2);
+}
+
+/* The signal outlives a restart of b's daemon, a crash (SIGKILL) or a stop
+ * (SIGTERM): it is in the owners journal. Before, it lived in the
+ * daemon's memory only, and the command that lost its name ran on. A
+ * command that let go of its name and took another without --on-lost is
+ * not signalled (its signal cleared, and journaled so). */
+static void run_loser_restart(void **state, bool crash)
+{
+	struct cluster *c = *state;
+	pid_t winner, termed, spared, winner2;
+	char line[256];
+
+	start_node(c, 0, NULL);
+	start_node(c, 1, NULL);
+	winner = spawn_holder(c->n[0].dir, "svc-restart");
+	winner2 = spawn_holder(c->n[0].dir, "svc-cleared");
+	th_msleep(5);
+	termed = run_cli(c->n[1].dir, "svc-restart", NULL);
+	expect_name(c->n[1].reg, "svc-restart", termed, false);
+	/* Spared: its signal set, then cleared when it held nothing; its
+	 * name since, taken with none, is lost without one. */
+	spared = th_spawn_holder(c->n[1].dir, "svc-spared-first", "x");
+	expect_name(c->n[1].reg, "svc-spared-first", spared, false);
+	{
+		PROCREG_OPTS(procreg_register_opts, o, .flags = PROCREG_PIDFD, .lost_signal = SIGTERM,
+			     .pidfd = (int)syscall(SYS_pidfd_open, spared, 0));
+
+		assert_true(o.pidfd >= 0);
+		assert_int_equal(procreg_register_opts(c->n[1].reg, "svc-spared-tmp", NULL, 0, &o), 0);
+		assert_int_equal(procreg_unregister(c->n[1].reg, "svc-spared-tmp"), 0);
+		assert_int_equal(procreg_unregister(c->n[1].reg, "svc-spared-first"), 0);
+		assert_int_equal(procreg_register_pidfd(c->n[1].reg, o.pidfd, "svc-cleared", NULL, 0),
+				 0);
+		close(o.pidfd);
+	}
+	if (crash) {
+		th_daemon_kill(&c->n[1].d);
+	} else {
+		assert_int_equal(th_daemon_stop(&c->n[1].d), 0);
+	}
+	procreg_close(c->n[1].reg);
+	c->n[1].reg = NULL;
+	start_node(c, 1, NULL);
+	expect_name(c->n[1].reg, "svc-restart", termed, false);
+	th_expect_log(c->n[1].d.log, "1 processes' signals on a name lost kept", WAIT_MS);
+	start_node(c, 2, (const int[]){ 0, 1, -1 });
+	expect_name(c->n[1].reg, "svc-restart", winner, true);
+	expect_name(c->n[1].reg, "svc-cleared", winner2, true);
+	/* 128 + SIGTERM; -1 if it ran on (then killed). */
+	assert_int_equal(th_wait_ms(termed, WAIT_MS), 128 + SIGTERM);
+	snprintf(line, sizeof(line), "name 'svc-restart': pid %d told it lost it to node nodea's "
+		 "pid %d, sent SIGTERM", (int)termed, (int)winner);
+	th_expect_log(c->n[1].d.log, line, WAIT_MS);
+	snprintf(line, sizeof(line), "name 'svc-cleared': pid %d told it lost it to node nodea's "
+		 "pid %d\n", (int)spared, (int)winner2);
+	th_expect_log(c->n[1].d.log, line, WAIT_MS);
+	assert_int_equal(kill(spared, 0), 0);
+	kill(spared, SIGKILL);
+	kill(winner, SIGKILL);
+	kill(winner2, SIGKILL);
+	th_wait(spared);
+	th_wait(winner);
+	th_wait(winner2);
+}
+
+static void test_run_loser_signalled_after_crash(void **state)
+{
+	run_loser_restart(state, true);
+}
+
+static void test_run_loser_signalled_after_stop(void **state)
+{
+	run_loser_restart(state, false);
 }
 
 /* The earlier registration wins, and the loser's daemon removes its own. */
@@ -1272,6 +1347,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_conflict_loser_told, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conflict_in_burst, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_run_loser_signalled, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_run_loser_signalled_after_crash, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_run_loser_signalled_after_stop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_custom_resolver, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_series_when_down, setup, teardown),
@@ -1291,7 +1368,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_flush_bytes_zero, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_flush_bytes_one, setup, teardown),
 	};
-	/* TEST_FILTER=test_run_loser_signalled (a glob) runs one test. */
+	/* TEST_FILTER=test_run_loser_signalled (a glob) runs those tests. */
 	if (getenv("TEST_FILTER"))
 		cmocka_set_test_filter(getenv("TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);

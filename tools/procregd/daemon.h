@@ -465,6 +465,14 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		   const struct reg_request *rq);
 /* P died or left: it leaves every line. */
 void owners_proc_gone(struct daemon *d, struct proc *p);
+/* Room in the journal for P's signal on a name lost (procreg run
+ * --on-lost) to become SIG: 0, or -ENOSPC (refused before anything
+ * changes). */
+int owners_signal_room(struct daemon *d, const struct proc *p, int sig);
+/* P's signal on a name lost is SIG (0: left as it is), journaled. */
+void owners_signal_set(struct daemon *d, struct proc *p, int sig);
+/* P's signal cleared: it holds nothing, or it DIED. */
+void owners_signal_clear(struct daemon *d, struct proc *p, bool died);
 /* Bytes written to the journal since the start: what a request cost in
  * them, charged to its uid (server.c). */
 uint64_t owners_journaled(const struct daemon *d);

@@ -41,6 +41,13 @@
  * down, and releasing a name its owner renewed meanwhile would be worse
  * than keeping it one lease longer.
  *
+ * Signals. What a process asked to be sent if it loses a name to another
+ * node (procreg run --on-lost: struct proc.lost_signal) is kept here too,
+ * a record when it is set or changed (J_SIGNAL) and one when it is
+ * cleared (the process holds nothing any more), so that a daemon
+ * restarted still sends it. A process that died needs no record: its
+ * signal is replayed onto a process of the same pid and start time only.
+ *
  * Limits. Places in line and leases live in the daemon's memory and in the
  * journal, not in the table: the table's size does not bound them. Each
  * has a limit of its own, all uids together (--max-places, --max-leases),
@@ -68,6 +75,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -434,25 +442,26 @@ struct jhdr {
 	uint8_t boot_id[16];    /* a journal of another boot is dropped */
 };
 
-enum { J_LEASE = 1, J_UNLEASE, J_WAIT, J_UNWAIT, J_UNWAIT_PROC };
+enum { J_LEASE = 1, J_UNLEASE, J_WAIT, J_UNWAIT, J_UNWAIT_PROC, J_SIGNAL };
 
 struct jrec {
 	uint32_t len;           /* the whole record */
 	uint32_t sum;           /* FNV-1a of everything after this field */
 	uint8_t type;           /* J_* */
-	uint8_t mark;           /* J_LEASE: PR_F_LEASE_MARK */
+	uint8_t mark;           /* J_LEASE: PR_F_LEASE_MARK; J_SIGNAL: the signal, 0: none */
 	uint16_t name_len;
 	uint16_t flags;         /* J_WAIT: PROCREG_REPLACE, _REPLACEABLE, _LEASE_MARK */
 	uint16_t meta_len;
 	uint32_t lease_ms;      /* J_LEASE, J_WAIT */
-	int32_t pid;            /* J_WAIT, J_UNWAIT, J_UNWAIT_PROC; J_LEASE, J_UNLEASE of a
-				 * membership (0: of a name) */
+	int32_t pid;            /* J_WAIT, J_UNWAIT, J_UNWAIT_PROC, J_SIGNAL; J_LEASE,
+				 * J_UNLEASE of a membership (0: of a name) */
 	uint64_t start;
 	uint64_t ino;
 	/* then name_len bytes of name, meta_len of metadata */
 };
 
 #define JREC_MAX (sizeof(struct jrec) + PROCREG_NAME_MAX + PROCREG_META_MAX)
+#define SIGNAL_REC_BYTES sizeof(struct jrec) /* J_SIGNAL: no name */
 
 /* Leases handled by one tick at most: the rest, due too, wait for the
  * next, which comes at once, after the requests that came meanwhile
@@ -581,11 +590,22 @@ int owners_room(struct daemon *d)
 	return journal_room(d, JREC_MAX + place_cost(PROCREG_NAME_MAX));
 }
 
+/* The processes whose signal is journaled: each with one, alive. */
+#define PROC_EACH_SIGNALLED(d, p)                                                        \
+	for (size_t i_ = 0; i_ < (d)->procs.cap; i_++)                                   \
+		for (struct proc *p = (d)->procs.kv && (d)->procs.kv[i_].key > 1           \
+					      ? (struct proc *)(uintptr_t)(d)->procs.kv[i_].val \
+					      : NULL;                                            \
+		     p; p = NULL)                                                        \
+			if (p->lost_signal && !p->dying && !p->gone)
+
 /* What removing all that is journaled would take, counted afresh. */
 static uint64_t owed_now(const struct daemon *d)
 {
 	uint64_t owed = 0;
 
+	PROC_EACH_SIGNALLED(d, p)
+		owed += SIGNAL_REC_BYTES;
 	HT_EACH(&d->owners->leases, const struct lease, l)
 		owed += removal_cost(l->len);
 	HT_EACH(&d->owners->queues, const struct queue, q)
@@ -634,6 +654,50 @@ static void journal_rec(struct daemon *d, uint8_t type, const char *name, size_t
 	len = jrec_build(buf, type, name, name_len, fields, NULL, 0);
 	d->owners->owed -= len < d->owners->owed ? len : d->owners->owed;
 	journal(d, buf, len);
+}
+
+/* ---- signals (struct proc.lost_signal) ------------------------------------ */
+
+int owners_signal_room(struct daemon *d, const struct proc *p, int sig)
+{
+	/* Its record, and the one that will clear it. */
+	return !sig || p->lost_signal == sig ? 0 : journal_room(d, 2 * SIGNAL_REC_BYTES);
+}
+
+static size_t jrec_signal(uint8_t *buf, const struct proc *p)
+{
+	struct jrec f = { .mark = (uint8_t)p->lost_signal, .pid = p->pid, .start = p->start,
+			  .ino = p->ino };
+
+	return jrec_build(buf, J_SIGNAL, "", 0, &f, NULL, 0);
+}
+
+void owners_signal_set(struct daemon *d, struct proc *p, int sig)
+{
+	uint8_t buf[SIGNAL_REC_BYTES];
+
+	if (!sig || p->lost_signal == sig)
+		return;
+	if (!p->lost_signal && d->owners->open)
+		d->owners->owed += SIGNAL_REC_BYTES;
+	/* Set before the write: a write that fails rewrites the journal
+	 * from the live state. */
+	p->lost_signal = sig;
+	journal(d, buf, jrec_signal(buf, p));
+}
+
+void owners_signal_clear(struct daemon *d, struct proc *p, bool died)
+{
+	uint8_t buf[SIGNAL_REC_BYTES];
+
+	if (!p->lost_signal)
+		return;
+	p->lost_signal = 0;
+	d->owners->owed -= SIGNAL_REC_BYTES < d->owners->owed ? SIGNAL_REC_BYTES : d->owners->owed;
+	/* A process that died needs no record: its signal is never
+	 * replayed onto another process. */
+	if (!died)
+		journal(d, buf, jrec_signal(buf, p));
 }
 
 static bool same_name(const char *a, size_t alen, const char *b, size_t blen)
@@ -929,6 +993,7 @@ void owners_proc_gone(struct daemon *d, struct proc *p)
 {
 	struct jrec f = { .pid = p->pid, .start = p->start };
 
+	owners_signal_clear(d, p, true);
 	if (!p->waiting)
 		return;
 	/* Its own places only, each out of its line. */
@@ -1392,6 +1457,13 @@ static int journal_rewrite(struct daemon *d)
 			bytes += n;
 		}
 	}
+	PROC_EACH_SIGNALLED(d, p) {
+		size_t n = jrec_signal(buf, p);
+
+		if ((err = wbuf_put(&wb, buf, n)) < 0)
+			goto fail;
+		bytes += n;
+	}
 	if ((err = wbuf_flush(&wb)) < 0)
 		goto fail;
 	free(wb.b);
@@ -1444,6 +1516,8 @@ struct jproc {
 	int32_t pid;
 	uint64_t start;
 	struct jwait *waits;
+	uint64_t ino;                  /* of its last J_SIGNAL */
+	int sig;                       /* that record's signal */
 };
 
 struct jwaits {
@@ -1658,6 +1732,15 @@ static size_t replay(struct daemon *d, struct jwaits *waits)
 			if (replay_wait(d, waits, &r, name, (const uint8_t *)name + r.name_len) < 0)
 				goto out;
 			break;
+		case J_SIGNAL: {
+			struct jproc *jp = jproc_get(d, waits, r.pid, r.start, true);
+
+			if (!jp || r.mark >= NSIG)
+				goto out;
+			jp->sig = r.mark;
+			jp->ino = r.ino;
+			break;
+		}
 		default:
 			goto cut;
 		}
@@ -1737,7 +1820,7 @@ static struct lease *unheld_lease(struct daemon *d)
 int owners_recover(struct daemon *d, bool attached)
 {
 	struct jwaits waits = { 0 };
-	uint64_t leases = 0, places = 0, dropped = 0;
+	uint64_t leases = 0, places = 0, dropped = 0, signals = 0;
 	char (*free_names)[PROCREG_NAME_MAX + 1] = NULL;
 	size_t nfree = 0, nqueues = 0, sound = 0, ngone = 0;
 	struct lease **gone;
@@ -1803,6 +1886,19 @@ int owners_recover(struct daemon *d, bool attached)
 		}
 		jwait_drop(&waits, w);
 	}
+	/* Signals back to the processes that hold names or places again. */
+	for (size_t i = 0; i < waits.procs.cap; i++) {
+		for (struct hnode *e = waits.procs.b[i]; e; e = e->next) {
+			const struct jproc *jp = (const struct jproc *)e;
+			struct proc *p = jp->sig ? proc_get(d, jp->pid) : NULL;
+
+			if (p && !p->dying && !p->gone && !p->idle && p->start == jp->start &&
+			    (!jp->ino || !p->ino || jp->ino == p->ino)) {
+				p->lost_signal = jp->sig;
+				signals++;
+			}
+		}
+	}
 	jwaits_free(&waits);
 	/* A name whose owner died while no daemon watched goes to the next in
 	 * line now (owners_name_gone changes the list: names first). */
@@ -1820,10 +1916,10 @@ int owners_recover(struct daemon *d, bool attached)
 	for (size_t i = 0; i < nfree; i++)
 		owners_name_gone(d, free_names[i], strlen(free_names[i]));
 	free(free_names);
-	if (leases || places || dropped)
-		log_msg("owners journal: %llu leases and %llu places in line kept, %llu dropped (owner or name gone)",
+	if (leases || places || dropped || signals)
+		log_msg("owners journal: %llu leases and %llu places in line kept, %llu dropped (owner or name gone); %llu processes' signals on a name lost kept",
 			(unsigned long long)leases, (unsigned long long)places,
-			(unsigned long long)dropped);
+			(unsigned long long)dropped, (unsigned long long)signals);
 	/* A damaged or foreign journal is replaced by a whole one; one that
 	 * cannot be (a full filesystem) is kept if it was sound so far. The
 	 * daemon starts either way. */

@@ -495,7 +495,7 @@ void proc_release_if_empty(struct daemon *d, struct proc *p)
 		return;
 	if (d->nidle >= PROCS_IDLE_MAX)
 		proc_free(d, d->idle_first);
-	p->lost_signal = 0;
+	owners_signal_clear(d, p, false);
 	p->idle = true;
 	p->idle_prev = d->idle_last;
 	*(d->idle_last ? &d->idle_last->idle_next : &d->idle_first) = p;

@@ -943,17 +943,17 @@ static int do_register(struct daemon *d, struct client *c, const struct pr_frame
 
 	if (err)
 		return err;
-	if (sig >= NSIG) {
+	if (sig >= NSIG || (err = owners_signal_room(d, p, sig))) {
 		proc_release_if_empty(d, p);
-		return -EINVAL;
+		return sig >= NSIG ? -EINVAL : err;
 	}
 	request_of(f, PR_KIND_NAME, &rq);
 	rq.key = key;
 	err = registry_put(d, p, &id, &rq, false);
 	/* For the process, from now on: what it gets if it loses a name to
-	 * another node (proc_lost_name). */
-	if (sig && (!err || err == -EINPROGRESS))
-		p->lost_signal = sig;
+	 * another node (proc_lost_name); journaled, to outlive a restart. */
+	if (!err || err == -EINPROGRESS)
+		owners_signal_set(d, p, sig);
 	proc_release_if_empty(d, p);
 	return err;
 }
