@@ -603,6 +603,48 @@ static void test_run_loser_signalled_after_stop(void **state)
 	run_loser_restart(state, false);
 }
 
+/* b restarted while a local process waited in line for a name node a
+ * holds: the name is not handed to it at start (a's snapshot brings it
+ * back), and nothing tells it it lost what it never held, nor signals
+ * it. When a's holder goes, the name is the waiter's. Before, recovery
+ * passed the name on at once; then a's snapshot won it back, and the
+ * waiter, asking for SIGTERM on a loss, was killed. */
+static void test_waiter_kept_across_restart(void **state)
+{
+	struct cluster *c = *state;
+	static const char *const fast[] = { "--node-timeout-ms", "1000", NULL };
+	PROCREG_OPTS(procreg_register_opts, o, .flags = PROCREG_QUEUE | PROCREG_PIDFD,
+		     .lost_signal = SIGTERM);
+	pid_t holder, waiter;
+
+	c->extra = fast;
+	start_node(c, 0, NULL);
+	start_node(c, 1, (const int[]){ 0, -1 });
+	holder = spawn_holder(c->n[0].dir, "svc-q");
+	expect_name(c->n[1].reg, "svc-q", holder, true);
+	waiter = th_spawn_holder(c->n[1].dir, "waiter-own", "x");
+	o.pidfd = (int)syscall(SYS_pidfd_open, waiter, 0);
+	assert_true(o.pidfd >= 0);
+	assert_int_equal(procreg_register_opts(c->n[1].reg, "svc-q", NULL, 0, &o), -EINPROGRESS);
+	close(o.pidfd);
+	th_daemon_kill(&c->n[1].d);
+	procreg_close(c->n[1].reg);
+	c->n[1].reg = NULL;
+	start_node(c, 1, (const int[]){ 0, -1 });
+	expect_name(c->n[1].reg, "svc-q", holder, true);
+	/* Past the grace after which lines of names still missing are
+	 * passed on: 2 x 1 s + 2 s. */
+	th_msleep(4500);
+	assert_int_equal(kill(waiter, 0), 0);
+	expect_name(c->n[1].reg, "svc-q", holder, true);
+	kill(holder, SIGKILL);
+	th_wait(holder);
+	expect_name(c->n[1].reg, "svc-q", waiter, false);
+	assert_int_equal(th_log_count(c->n[1].d.log, "told it lost it"), 0);
+	kill(waiter, SIGKILL);
+	th_wait(waiter);
+}
+
 /* The earlier registration wins, and the loser's daemon removes its own. */
 static void test_conflict_earlier_wins(void **state)
 {
@@ -1349,6 +1391,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_run_loser_signalled, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_run_loser_signalled_after_crash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_run_loser_signalled_after_stop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_waiter_kept_across_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_custom_resolver, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cli_nodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_series_when_down, setup, teardown),

@@ -242,6 +242,9 @@ struct daemon {
 	bool fs_full_logged;      /* the table's filesystem full, as last logged */
 
 	struct pr_u64map procs;   /* pid -> struct proc * */
+	/* At start only, from procs_recover() to owners_recover(): the
+	 * names other nodes held, by hash (recovered_key()). */
+	struct pr_u64map recovered_remote;
 	/* The entry of procs proc_get() found last (NULL: none): a client's
 	 * requests come in runs for one process. Cleared when it is freed. */
 	struct proc *last_proc;
@@ -293,6 +296,7 @@ struct daemon {
 				   * holders (server_feed_charge) */
 	uint64_t feed_resume_ns;  /* the first paced uid's turn again; UINT64_MAX: none */
 	bool synced;              /* deaths drained for a SYNC of this packet */
+	int refused;              /* frames of this packet answered with an error */
 	uint64_t sync_hold;       /* ... and its reply to wait for this death (procs_sync) */
 	struct ev closer_ev;
 	/* Refusals, each kind logged on its own (log_limited): */
@@ -465,11 +469,8 @@ int owners_enqueue(struct daemon *d, struct proc *p, const struct ident *id,
 		   const struct reg_request *rq);
 /* P died or left: it leaves every line. */
 void owners_proc_gone(struct daemon *d, struct proc *p);
-/* Room in the journal for P's signal on a name lost (procreg run
- * --on-lost) to become SIG: 0, or -ENOSPC (refused before anything
- * changes). */
-int owners_signal_room(struct daemon *d, const struct proc *p, int sig);
-/* P's signal on a name lost is SIG (0: left as it is), journaled. */
+/* P's signal on a name lost (procreg run --on-lost) is SIG (0: left as
+ * it is), journaled (in memory only if the journal has no room). */
 void owners_signal_set(struct daemon *d, struct proc *p, int sig);
 /* P's signal cleared: it holds nothing, or it DIED. */
 void owners_signal_clear(struct daemon *d, struct proc *p, bool died);
@@ -506,6 +507,14 @@ void owners_free_all(struct daemon *d);
 /* At start, after procs_recover() (ATTACHED: the table was there before):
  * queues and leases back from the owners journal, or a fresh journal. */
 int owners_recover(struct daemon *d, bool attached);
+/* The key of name NAME in d->recovered_remote. */
+static inline uint64_t recovered_key(const struct daemon *d, const char *name, size_t len)
+{
+	struct pr_key k;
+
+	pr_key_name(&k, PR_KIND_NAME, name, len, d->w.map.hdr->hash_seed);
+	return k.hash < 2 ? k.hash + 2 : k.hash; /* 0 and 1: the map's own */
+}
 
 /* readers.c */
 struct reader;

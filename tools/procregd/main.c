@@ -253,9 +253,9 @@ static const struct opt opt_table[] = {
 		  "a number"),
 	  OPT_SET(max_feed_rate_per_uid_set),
 	  .help = "change feed events a second the requests of one\n"
-		  "uid may make (a request one at least), on\n"
-		  "average, past half a ring at once; over it, its\n"
-		  "requests wait (default 8\n"
+		  "uid may make (a refused request one at least,\n"
+		  "another a quarter), on average, past half a ring\n"
+		  "at once; over it, its requests wait (default 8\n"
 		  "rings a second: 65536 with a ring of 8192; 0: no\n"
 		  "limit; root and procregd's own uid: no limit)" },
 	{ STR_OPT("subuid-file", 0, subuid_file, "PATH"),

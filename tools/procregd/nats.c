@@ -788,8 +788,16 @@ static void tick(struct nb *m)
 	uint64_t now = pr_mono_ns(), hb = (uint64_t)m->c.heartbeat_ms * 1000000ull,
 		 to = (uint64_t)m->c.timeout_ms * 1000000ull;
 
+	uint64_t held;
+
 	/* What nats.c's threads dropped (forged messages go no further). */
 	drops_report(m, D_NWHY);
+	/* The count of a last burst of nodes down and up, once its second
+	 * is up: else it waits for a next line that may never come. */
+	if (pr_ratelimit_due(&m->flap_log, now, &held))
+		pr_bridge_log(&m->up, LOG_NOTICE,
+			      "bridge: nats: (%llu more nodes down or up in the last second)",
+			      (unsigned long long)held);
 	if (!m->connected)
 		return;
 	if (now - m->last_hb_ns >= hb || (m->hb_soon && now - m->last_hb_ns >= hb / 4))

@@ -282,6 +282,7 @@ struct owners {
 	/* Hand-overs refused (the process next in line at its own limit):
 	 * a user who can fill a line with such processes decides how many. */
 	struct pr_ratelimit handover_log;
+	struct pr_ratelimit signal_log; /* signals kept in memory only: no room */
 	int fd;                   /* the journal, when open */
 	bool open;
 	uint64_t bytes;           /* its length */
@@ -290,7 +291,21 @@ struct owners {
 	uint64_t room;            /* its file is allocated up to here (UINT64_MAX: unknown) */
 	uint64_t owed;            /* bytes the records removing all it holds would take */
 	bool full;                /* no room for it, as last logged */
+	/* After a start that dropped other nodes' entries: when the lines
+	 * of names still missing are passed on (REMOTE_GRACE_NS). */
+	uint64_t recheck_ns;
 };
+
+/* A name another node held when the last daemon stopped is not passed to
+ * the next in line at start: the other node's snapshot brings it back
+ * when the bridge is up again, and a local process given it meanwhile
+ * would lose it to the earlier registration (told so, and signalled if
+ * it asked to be). Lines of names still missing after the node timeout
+ * (3 s unless --node-timeout-ms says), the grace a node down is given
+ * to come back (1 s) and as long again are passed on then. */
+#define REMOTE_GRACE_NS(d) \
+	((uint64_t)((d)->o.bridge_timeout_ms ? (d)->o.bridge_timeout_ms : 3000) * 2000000ull + \
+	 2000000000ull)
 
 /* ---- lease deadlines: a binary heap, the nearest at the top ----------- */
 
@@ -590,7 +605,8 @@ int owners_room(struct daemon *d)
 	return journal_room(d, JREC_MAX + place_cost(PROCREG_NAME_MAX));
 }
 
-/* The processes whose signal is journaled: each with one, alive. */
+/* The processes whose signal is journaled: each with one, alive. Two
+ * loops and an if: no break, and no else after its body. */
 #define PROC_EACH_SIGNALLED(d, p)                                                        \
 	for (size_t i_ = 0; i_ < (d)->procs.cap; i_++)                                   \
 		for (struct proc *p = (d)->procs.kv && (d)->procs.kv[i_].key > 1           \
@@ -658,12 +674,6 @@ static void journal_rec(struct daemon *d, uint8_t type, const char *name, size_t
 
 /* ---- signals (struct proc.lost_signal) ------------------------------------ */
 
-int owners_signal_room(struct daemon *d, const struct proc *p, int sig)
-{
-	/* Its record, and the one that will clear it. */
-	return !sig || p->lost_signal == sig ? 0 : journal_room(d, 2 * SIGNAL_REC_BYTES);
-}
-
 static size_t jrec_signal(uint8_t *buf, const struct proc *p)
 {
 	struct jrec f = { .mark = (uint8_t)p->lost_signal, .pid = p->pid, .start = p->start,
@@ -675,14 +685,24 @@ static size_t jrec_signal(uint8_t *buf, const struct proc *p)
 void owners_signal_set(struct daemon *d, struct proc *p, int sig)
 {
 	uint8_t buf[SIGNAL_REC_BYTES];
+	bool had = p->lost_signal;
 
 	if (!sig || p->lost_signal == sig)
 		return;
-	if (!p->lost_signal && d->owners->open)
-		d->owners->owed += SIGNAL_REC_BYTES;
 	/* Set before the write: a write that fails rewrites the journal
 	 * from the live state. */
 	p->lost_signal = sig;
+	/* Its record, and (owed) the one that will clear it. The request
+	 * is not refused for want of them: the signal is kept, in memory
+	 * only, as before there was a journal for it. */
+	if (journal_room(d, had ? SIGNAL_REC_BYTES : 2 * SIGNAL_REC_BYTES) < 0) {
+		log_limited(&d->owners->signal_log, "signals not journaled",
+			    "owners journal: the filesystem is full: pid %d's signal on a name lost is kept in memory only (a restart forgets it)",
+			    (int)p->pid);
+		return;
+	}
+	if (!had && d->owners->open)
+		d->owners->owed += SIGNAL_REC_BYTES;
 	journal(d, buf, jrec_signal(buf, p));
 }
 
@@ -1270,6 +1290,8 @@ static void lease_due(struct daemon *d, struct lease *l, uint64_t off, uint64_t 
 	registry_remove(d, off, NULL, PROCREG_EV_EXPIRED);
 }
 
+static void pass_on_missing(struct daemon *d, bool start);
+
 uint64_t owners_tick(struct daemon *d)
 {
 	struct owners *o = d->owners;
@@ -1296,13 +1318,19 @@ uint64_t owners_tick(struct daemon *d)
 		if (uid != NO_UID)
 			server_feed_charge(d, uid, h0);
 	}
+	if (o->recheck_ns && o->recheck_ns <= now) {
+		o->recheck_ns = 0;
+		pass_on_missing(d, false);
+	}
 	next = owners_next_deadline(d);
 	return next == UINT64_MAX ? UINT64_MAX : next > now ? next - now : 0;
 }
 
 uint64_t owners_next_deadline(const struct daemon *d)
 {
-	return d->owners->ndue ? d->owners->due[0]->deadline_ns : UINT64_MAX;
+	uint64_t due = d->owners->ndue ? d->owners->due[0]->deadline_ns : UINT64_MAX;
+
+	return d->owners->recheck_ns && d->owners->recheck_ns < due ? d->owners->recheck_ns : due;
 }
 
 void owners_free_all(struct daemon *d)
@@ -1735,8 +1763,10 @@ static size_t replay(struct daemon *d, struct jwaits *waits)
 		case J_SIGNAL: {
 			struct jproc *jp = jproc_get(d, waits, r.pid, r.start, true);
 
-			if (!jp || r.mark >= NSIG)
+			if (!jp)
 				goto out;
+			if (r.mark >= NSIG)
+				goto cut;
 			jp->sig = r.mark;
 			jp->ino = r.ino;
 			break;
@@ -1817,12 +1847,40 @@ static struct lease *unheld_lease(struct daemon *d)
 	return NULL;
 }
 
+/* The lines of names not in the table passed on (owners_name_gone changes
+ * the list: names first); at START, those of names another node held
+ * only once their grace is over. */
+static void pass_on_missing(struct daemon *d, bool start)
+{
+	char (*names)[PROCREG_NAME_MAX + 1] = NULL;
+	size_t n = 0, nqueues = d->owners->queues.n;
+	uint64_t v;
+
+	if (nqueues)
+		names = calloc(nqueues, sizeof(*names));
+	if (!names)
+		return; /* no memory: passed on when they are next touched */
+	HT_EACH(&d->owners->queues, const struct queue, q) {
+		if (find_name(d, q->name, q->len))
+			continue;
+		if (start && procreg__u64map_get(&d->recovered_remote,
+						 recovered_key(d, q->name, q->len), &v) == 0) {
+			d->owners->recheck_ns = procreg__mono_ns() + REMOTE_GRACE_NS(d);
+			continue;
+		}
+		memcpy(names[n], q->name, q->len);
+		names[n++][q->len] = 0;
+	}
+	for (size_t i = 0; i < n; i++)
+		owners_name_gone(d, names[i], strlen(names[i]));
+	free(names);
+}
+
 int owners_recover(struct daemon *d, bool attached)
 {
 	struct jwaits waits = { 0 };
 	uint64_t leases = 0, places = 0, dropped = 0, signals = 0;
-	char (*free_names)[PROCREG_NAME_MAX + 1] = NULL;
-	size_t nfree = 0, nqueues = 0, sound = 0, ngone = 0;
+	size_t sound = 0, ngone = 0;
 	struct lease **gone;
 
 	if (attached)
@@ -1901,21 +1959,9 @@ int owners_recover(struct daemon *d, bool attached)
 	}
 	jwaits_free(&waits);
 	/* A name whose owner died while no daemon watched goes to the next in
-	 * line now (owners_name_gone changes the list: names first). */
-	nqueues = d->owners->queues.n;
-	if (nqueues)
-		free_names = calloc(nqueues, sizeof(*free_names));
-	if (free_names) {
-		HT_EACH(&d->owners->queues, const struct queue, q) {
-			if (!find_name(d, q->name, q->len)) {
-				memcpy(free_names[nfree], q->name, q->len);
-				free_names[nfree++][q->len] = 0;
-			}
-		}
-	}
-	for (size_t i = 0; i < nfree; i++)
-		owners_name_gone(d, free_names[i], strlen(free_names[i]));
-	free(free_names);
+	 * line now; one another node held, later (REMOTE_GRACE_NS). */
+	pass_on_missing(d, true);
+	procreg__u64map_free(&d->recovered_remote);
 	if (leases || places || dropped || signals)
 		log_msg("owners journal: %llu leases and %llu places in line kept, %llu dropped (owner or name gone); %llu processes' signals on a name lost kept",
 			(unsigned long long)leases, (unsigned long long)places,

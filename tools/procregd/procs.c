@@ -814,7 +814,12 @@ static int recover_one(uint64_t off, const struct pr_record *r, void *arg)
 	struct proc *p;
 
 	if (r->node != 0) {
-		/* Remote entries belong to the bridge, which resyncs them. */
+		/* Remote entries belong to the bridge, which resyncs them.
+		 * Their names are noted for owners_recover(): one that a
+		 * local process waits for is not its to take yet. */
+		if (r->kind == PR_KIND_NAME)
+			(void)procreg__u64map_put(&c->d->recovered_remote,
+						  recovered_key(c->d, r->data, r->name_len), 1);
 		procreg__w_unpublish(&c->d->w, off);
 		c->dropped++;
 		return 0;

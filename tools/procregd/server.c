@@ -311,15 +311,21 @@ static void park(struct daemon *d, struct client *c)
  * Paid for, a uid writes 8 MiB a second at most with the default rate. */
 #define JOURNAL_EVENT_BYTES 128
 
-/* REQUEST_EVENTS. A request is paid for as an event at least, whatever
- * it made: one that makes none (refused, or a name removed that was not
- * there) costs the daemon's thread as much time, and packets of a
- * thousand are read one a turn from each connection, another uid's
+/* REQUEST_EVENTS. A request is paid for whatever it made: a refused one
+ * (a name taken, or not the uid's to remove) as an event, and one that
+ * succeeds and makes none (a lease renewed, a SYNC) as a quarter of one.
+ * Such requests cost the daemon's thread time all the same, and packets
+ * of a thousand are read one a turn from each connection, another uid's
  * single request waiting behind one of each. Unpaced, one user's 8
  * processes looping batches of 1,000 registrations of root's names
  * (EEXIST each) took root's register+unregister pairs from 10.5-13.7k a
  * second to 0.9-1.0k; unregistrations of them (EPERM), to 2.0-2.2k. A
- * uid's successful requests were already paced so, an event each. */
+ * uid's successful registrations were already paced so, an event each.
+ * A quarter for the rest leaves a uid's renewals at 4 rings' worth a
+ * second (262,144 with the default ring), more than 4 processes looping
+ * renewals made (105-116k a second), and an event each had held them
+ * to 63-66k. */
+#define REQUESTS_AN_EVENT 4
 
 static uint64_t feed_cost_ns(const struct daemon *d, uint64_t events)
 {
@@ -943,9 +949,9 @@ static int do_register(struct daemon *d, struct client *c, const struct pr_frame
 
 	if (err)
 		return err;
-	if (sig >= NSIG || (err = owners_signal_room(d, p, sig))) {
+	if (sig >= NSIG) {
 		proc_release_if_empty(d, p);
-		return sig >= NSIG ? -EINVAL : err;
+		return -EINVAL;
 	}
 	request_of(f, PR_KIND_NAME, &rq);
 	rq.key = key;
@@ -1205,6 +1211,7 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 	la.pos = 0;
 	la.done = false;
 	d->synced = false;
+	d->refused = 0;
 	d->sync_hold = 0;
 	for (;; la.head++) {
 		struct parsed *p;
@@ -1254,6 +1261,7 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 			status = handle_frame(d, c, f, p->keyed ? &p->k : NULL, passed_fd);
 		PR_TRACE(procregd, reply, f->h.op, c->id.pid, status, t0 ? procreg__mono_ns() - t0 : 0,
 			 f->h.id);
+		d->refused += status < 0;
 		/* A HELLO with its body has a HELLO back (with the arm, if
 		 * it has room for it); one without (no client sends it) only
 		 * its status, so that no reply is longer than its request: a
@@ -1356,7 +1364,7 @@ static int take_packet(struct daemon *d, struct client *c)
 		uint64_t now = procreg__mono_ns();
 
 		log_limited(&d->paced_log, "uids paced",
-			    "uid %u%s: its requests made feed events (one a request at least) faster than --max-feed-rate-per-uid %u a second allows: its connections are not read for %llu ms (their requests are served after, none refused)",
+			    "uid %u%s: its requests made feed events (a refused request counts as one, another as a quarter at least) faster than --max-feed-rate-per-uid %u a second allows: its connections are not read for %llu ms (their requests are served after, none refused)",
 			    (unsigned)c->id.uid, subuid_note(c->id.uid, note, sizeof(note)),
 			    d->feed_rate,
 			    (unsigned long long)((until > now ? until - now : 0) / 1000000 + 1));
@@ -1413,11 +1421,19 @@ static int take_packet(struct daemon *d, struct client *c)
 		procreg__w_clock_hold(&d->w, false);
 		/* Its events, but for those charged to others meanwhile
 		 * (server_feed_charge(): the deaths a SYNC drained); and what
-		 * it had written to the owners journal. A request that made
-		 * fewer is paid for as one (REQUEST_EVENTS). */
+		 * it had written to the owners journal. Requests that made
+		 * fewer pay the least (REQUEST_EVENTS). */
 		events = d->w.map.hdr->feed_head - h0 - (d->feed_apart - apart) +
 			 (owners_journaled(d) - j0) / JOURNAL_EVENT_BYTES;
-		feed_charge(d, c->id.uid, err > 0 && events < (uint64_t)err ? (uint64_t)err : events);
+		if (err > 0) {
+			uint64_t least = (uint64_t)d->refused +
+					 ((uint64_t)(err - d->refused) + REQUESTS_AN_EVENT - 1) /
+						 REQUESTS_AN_EVENT;
+
+			if (events < least)
+				events = least;
+		}
+		feed_charge(d, c->id.uid, events);
 	}
 	/* A request that keeps a passed fd keeps a dup of it. One not kept
 	 * is ours alone: its close may wait (closer.c). */
