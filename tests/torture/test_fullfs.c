@@ -259,6 +259,20 @@ static void test_full_filesystem(void **state)
 	assert_true(lease.count > 0 && lease.count < FREED);
 	assert_int_equal(looks_up(r, "lease", 0, lease.count + 1), lease.count);
 	assert_true(th_log_has(s->log, "owners journal: the filesystem is full"));
+	/* A signal on a name lost is journaled too (set, and cleared when
+	 * its process holds nothing), but no registration is refused for
+	 * want of room for it: once the room is gone, it is kept in memory
+	 * only, logged. Before, such pairs were refused ENOSPC after some
+	 * hundreds. */
+	{
+		PROCREG_OPTS(procreg_register_opts, so, .lost_signal = SIGTERM);
+
+		for (int i = 0; i < 4000; i++) {
+			assert_int_equal(procreg_register_opts(r, "signalled", NULL, 0, &so), 0);
+			assert_int_equal(procreg_unregister(r, "signalled"), 0);
+		}
+		assert_true(th_log_has(s->log, "signal on a name lost is kept in memory only"));
+	}
 	procreg_close(r);
 	check_clean(s);
 

@@ -82,6 +82,7 @@ struct proc {
 	uint32_t waiting;         /* places it holds in owner queues (owners.c) */
 	struct waiter *places;    /* those places, listed (owners.c) */
 	int lost_signal;          /* sent to it when it loses a name to another node, 0: none */
+	bool lost_journaled;      /* a signal of its is in the owners journal, its clearing owed */
 	/* Exited, its entries leaving a slice at a time (procs.c: deaths):
 	 * on the dying list, oldest first, its pidfd closed. */
 	bool dying;

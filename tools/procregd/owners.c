@@ -685,24 +685,27 @@ static size_t jrec_signal(uint8_t *buf, const struct proc *p)
 void owners_signal_set(struct daemon *d, struct proc *p, int sig)
 {
 	uint8_t buf[SIGNAL_REC_BYTES];
-	bool had = p->lost_signal;
 
 	if (!sig || p->lost_signal == sig)
 		return;
 	/* Set before the write: a write that fails rewrites the journal
 	 * from the live state. */
 	p->lost_signal = sig;
+	if (!d->owners->open)
+		return;
 	/* Its record, and (owed) the one that will clear it. The request
 	 * is not refused for want of them: the signal is kept, in memory
-	 * only, as before there was a journal for it. */
-	if (journal_room(d, had ? SIGNAL_REC_BYTES : 2 * SIGNAL_REC_BYTES) < 0) {
+	 * only, as before there was a journal for it (a restart forgets
+	 * it, or brings back the one journaled before). */
+	if (journal_room(d, p->lost_journaled ? SIGNAL_REC_BYTES : 2 * SIGNAL_REC_BYTES) < 0) {
 		log_limited(&d->owners->signal_log, "signals not journaled",
 			    "owners journal: the filesystem is full: pid %d's signal on a name lost is kept in memory only (a restart forgets it)",
 			    (int)p->pid);
 		return;
 	}
-	if (!had && d->owners->open)
+	if (!p->lost_journaled)
 		d->owners->owed += SIGNAL_REC_BYTES;
+	p->lost_journaled = true;
 	journal(d, buf, jrec_signal(buf, p));
 }
 
@@ -710,9 +713,10 @@ void owners_signal_clear(struct daemon *d, struct proc *p, bool died)
 {
 	uint8_t buf[SIGNAL_REC_BYTES];
 
-	if (!p->lost_signal)
-		return;
 	p->lost_signal = 0;
+	if (!p->lost_journaled)
+		return;
+	p->lost_journaled = false;
 	d->owners->owed -= SIGNAL_REC_BYTES < d->owners->owed ? SIGNAL_REC_BYTES : d->owners->owed;
 	/* A process that died needs no record: its signal is never
 	 * replayed onto another process. */
@@ -1504,6 +1508,8 @@ static int journal_rewrite(struct daemon *d)
 		close(d->owners->fd);
 	d->owners->fd = fd;
 	d->owners->open = true;
+	PROC_EACH_SIGNALLED(d, p)
+		p->lost_journaled = true;
 	d->owners->bytes = d->owners->base = bytes;
 	d->owners->room = bytes;
 	d->owners->owed = owed_now(d);
@@ -1953,6 +1959,7 @@ int owners_recover(struct daemon *d, bool attached)
 			if (p && !p->dying && !p->gone && !p->idle && p->start == jp->start &&
 			    (!jp->ino || !p->ino || jp->ino == p->ino)) {
 				p->lost_signal = jp->sig;
+				p->lost_journaled = true;
 				signals++;
 			}
 		}
