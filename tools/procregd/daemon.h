@@ -243,9 +243,6 @@ struct daemon {
 	bool fs_full_logged;      /* the table's filesystem full, as last logged */
 
 	struct pr_u64map procs;   /* pid -> struct proc * */
-	/* At start only, from procs_recover() to owners_recover(): the
-	 * names other nodes held, by hash (recovered_key()). */
-	struct pr_u64map recovered_remote;
 	/* The entry of procs proc_get() found last (NULL: none): a client's
 	 * requests come in runs for one process. Cleared when it is freed. */
 	struct proc *last_proc;
@@ -508,14 +505,10 @@ void owners_free_all(struct daemon *d);
 /* At start, after procs_recover() (ATTACHED: the table was there before):
  * queues and leases back from the owners journal, or a fresh journal. */
 int owners_recover(struct daemon *d, bool attached);
-/* The key of name NAME in d->recovered_remote. */
-static inline uint64_t recovered_key(const struct daemon *d, const char *name, size_t len)
-{
-	struct pr_key k;
-
-	pr_key_name(&k, PR_KIND_NAME, name, len, d->w.map.hdr->hash_seed);
-	return k.hash < 2 ? k.hash + 2 : k.hash; /* 0 and 1: the map's own */
-}
+/* At start, from procs_recover(): another node held NAME, and its entry
+ * was dropped for the bridge to resync (owners_recover() does not pass
+ * its line on yet). */
+void owners_remote_dropped(struct daemon *d, const char *name, size_t len);
 
 /* readers.c */
 struct reader;

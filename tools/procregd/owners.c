@@ -291,6 +291,9 @@ struct owners {
 	uint64_t room;            /* its file is allocated up to here (UINT64_MAX: unknown) */
 	uint64_t owed;            /* bytes the records removing all it holds would take */
 	bool full;                /* no room for it, as last logged */
+	/* At start only, from procs_recover() to owners_recover(): the
+	 * names of other nodes' entries dropped, by remote_key(). */
+	struct pr_u64map remote_dropped;
 	/* After a start that dropped other nodes' entries: when the lines
 	 * of names still missing are passed on (REMOTE_GRACE_NS). */
 	uint64_t recheck_ns;
@@ -400,6 +403,20 @@ static void heap_del(struct owners *o, struct lease *l)
 static uint64_t queue_hash(const struct owners *o, const char *name, size_t len)
 {
 	return siphash(o->key, (const uint8_t *)name, len);
+}
+
+/* NAME's key in remote_dropped: its queue's hash (0 and 1 are the map's). */
+static uint64_t remote_key(const struct owners *o, const char *name, size_t len)
+{
+	uint64_t h = queue_hash(o, name, len);
+
+	return h < 2 ? h + 2 : h;
+}
+
+void owners_remote_dropped(struct daemon *d, const char *name, size_t len)
+{
+	/* No memory: its line is passed on at once, as before. */
+	(void)procreg__u64map_put(&d->owners->remote_dropped, remote_key(d->owners, name, len), 1);
 }
 
 static uint64_t waiter_hash(const struct owners *o, const struct queue *q, const struct proc *p)
@@ -1345,6 +1362,7 @@ void owners_free_all(struct daemon *d)
 		close(d->owners->fd);
 		d->owners->open = false;
 	}
+	procreg__u64map_free(&d->owners->remote_dropped); /* a start that failed between */
 	for (size_t i = 0; i < d->owners->queues.cap; i++) {
 		while (d->owners->queues.b[i]) {
 			struct queue *q = (struct queue *)d->owners->queues.b[i];
@@ -1869,8 +1887,8 @@ static void pass_on_missing(struct daemon *d, bool start)
 	HT_EACH(&d->owners->queues, const struct queue, q) {
 		if (find_name(d, q->name, q->len))
 			continue;
-		if (start && procreg__u64map_get(&d->recovered_remote,
-						 recovered_key(d, q->name, q->len), &v) == 0) {
+		if (start && procreg__u64map_get(&d->owners->remote_dropped,
+						 remote_key(d->owners, q->name, q->len), &v) == 0) {
 			d->owners->recheck_ns = procreg__mono_ns() + REMOTE_GRACE_NS(d);
 			continue;
 		}
@@ -1968,7 +1986,7 @@ int owners_recover(struct daemon *d, bool attached)
 	/* A name whose owner died while no daemon watched goes to the next in
 	 * line now; one another node held, later (REMOTE_GRACE_NS). */
 	pass_on_missing(d, true);
-	procreg__u64map_free(&d->recovered_remote);
+	procreg__u64map_free(&d->owners->remote_dropped);
 	if (leases || places || dropped || signals)
 		log_msg("owners journal: %llu leases and %llu places in line kept, %llu dropped (owner or name gone); %llu processes' signals on a name lost kept",
 			(unsigned long long)leases, (unsigned long long)places,

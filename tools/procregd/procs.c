@@ -818,8 +818,7 @@ static int recover_one(uint64_t off, const struct pr_record *r, void *arg)
 		 * Their names are noted for owners_recover(): one that a
 		 * local process waits for is not its to take yet. */
 		if (r->kind == PR_KIND_NAME)
-			(void)procreg__u64map_put(&c->d->recovered_remote,
-						  recovered_key(c->d, r->data, r->name_len), 1);
+			owners_remote_dropped(c->d, r->data, r->name_len);
 		procreg__w_unpublish(&c->d->w, off);
 		c->dropped++;
 		return 0;
