@@ -295,12 +295,20 @@ static int back_pages(struct pr_writer *w, uint64_t end)
 	return 0;
 }
 
+static uint64_t index_room(struct pr_writer *w);
+static uint64_t index_room_at(struct pr_writer *w, uint64_t cap);
+
 /* The arena bytes the request under way must leave free: the reserve
- * for a request marked no_reserve, and the local share too for one
- * marked remote. */
-static uint64_t kept_from(const struct pr_writer *w)
+ * for a request marked no_reserve; for one marked remote, the local
+ * share too and the room kept for the name index (index_room()). That
+ * room is this host's as much as the share: with other nodes' entries
+ * taking all the arena but the reserve and the share, the room (a
+ * quarter of a small table) left a user of this host a fraction of its
+ * share, or none, as an unprivileged user's requests may not take it. */
+static uint64_t kept_from(struct pr_writer *w)
 {
-	return (w->no_reserve ? w->reserve : 0) + (w->remote ? w->local_share : 0);
+	return (w->no_reserve ? w->reserve : 0) +
+	       (w->remote ? w->local_share + index_room(w) : 0);
 }
 
 /* Whether the request under way may take SIZE more bytes of the arena:
@@ -316,7 +324,6 @@ static bool reserve_allows(struct pr_writer *w, uint64_t size)
 	return false;
 }
 
-static uint64_t index_room(struct pr_writer *w);
 static bool index_spare_needed(struct pr_writer *w);
 static uint64_t names_index_bytes(struct pr_writer *w);
 
@@ -327,8 +334,10 @@ static int alloc_in(struct pr_writer *w, uint64_t size, uint64_t *off, bool inde
 	struct pr_vec *c;
 	uint64_t top = H(w)->arena_top, end = w->map.size, kept = kept_from(w);
 	/* Root's and the daemon's own uid's requests may take the room, as
-	 * they may the reserve: the last of the table is theirs. */
-	uint64_t room = index || !(w->no_reserve || w->remote) ? 0 : index_room(w);
+	 * they may the reserve: the last of the table is theirs. A user's
+	 * may for the index, not for records; what other nodes' leave is in
+	 * KEPT. */
+	uint64_t room = index || !w->no_reserve || w->remote ? 0 : index_room(w);
 	int err;
 
 	size = (size + PR_ALIGN - 1) & ~(uint64_t)(PR_ALIGN - 1);
@@ -621,11 +630,15 @@ uint64_t procreg__w_index_room(struct pr_writer *w)
 static uint64_t index_room(struct pr_writer *w)
 {
 	const struct pr_root *names = &H(w)->names;
-	uint64_t cap, room, most;
 
-	if (!names->index_off)
-		return 0;
-	cap = index_at(w, names)->capacity;
+	return names->index_off ? index_room_at(w, index_at(w, names)->capacity) : 0;
+}
+
+/* index_room() for a name index of CAP slots. */
+static uint64_t index_room_at(struct pr_writer *w, uint64_t cap)
+{
+	uint64_t room, most;
+
 	room = index_bytes(cap) + 2 * index_bytes(2 * cap < INDEX_MAX ? 2 * cap : INDEX_MAX);
 	most = (w->map.size - H(w)->arena_off) / ROOM_SHARE;
 	return room < most ? room : most;
@@ -684,6 +697,24 @@ static int build_index(struct pr_writer *w, const struct pr_index *old, uint64_t
 	return 0;
 }
 
+/* Whether other nodes' entries may grow the name index to CAP slots: the
+ * new index must leave what kept_from() keeps from them with the room at
+ * its new size, which the growth makes bigger. Checked against the bytes
+ * in use, not the fresh end: otherwise it went through or not by when the
+ * old indexes had been reclaimed (records put in their blocks keep the
+ * top of the arena low), and with the room at the new size a user of
+ * this host was left no space (4 MiB: 65,536 slots, a room of 1 MiB). */
+static bool remote_growth_allowed(struct pr_writer *w, uint64_t cap)
+{
+	uint64_t size = w->map.size - H(w)->arena_off;
+	uint64_t kept = w->reserve + w->local_share + index_room_at(w, cap) + index_bytes(cap);
+
+	if (kept < size && H(w)->arena_used <= size - kept)
+		return true;
+	w->reserve_hit = true;
+	return false;
+}
+
 /* Publish a new index of ROOT holding every live slot word of the current
  * one, and retire the old. */
 static int rebuild(struct pr_writer *w, struct pr_root *root, uint64_t cap)
@@ -693,6 +724,8 @@ static int rebuild(struct pr_writer *w, struct pr_root *root, uint64_t cap)
 	bool names = root == &H(w)->names;
 	int err;
 
+	if (names && cap > old_cap && w->remote && !remote_growth_allowed(w, cap))
+		return -ENOSPC;
 	/* The name index growing in a table that tight: the spare for its
 	 * rebuilds at the new size is taken with it, or it does not grow
 	 * (it is rebuilt at its size, in the spare it has, as long as that

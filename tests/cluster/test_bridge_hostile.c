@@ -1547,7 +1547,12 @@ static void test_full_table_users_register(void **state)
  * filled it to 5/8 of its slots (40,960 of 65,536), past which doubling
  * it needs more of the arena than there is: the local share of bytes
  * alone left users no slot to take. Now a node's entries grow it, or
- * stop, at half its slots, and the eighth above is this host's. */
+ * stop, at half its slots, and the eighth above is this host's. And a
+ * growth of theirs must leave the room kept for the index at its new
+ * size: about one run in fifty grew it to 65,536 slots (as the old
+ * indexes were reclaimed sooner or later), and the user's join after its
+ * names was refused ENOSPC (test_table's
+ * test_remote_growth_leaves_local_share has both orders). */
 static void test_full_index_users_register(void **state)
 {
 	PROCREG_OPTS(procreg_stats, st);

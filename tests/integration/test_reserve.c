@@ -253,7 +253,9 @@ static void test_options_checked(void **state)
 		{ "--local-size", "1Q", "--local-size 1Q: want a size", 2 },
 		{ "--local-size", "1025K",
 		  "--local-size 1049600: want at most half the table (1048576 bytes)", 1 },
-		{ "--local-size", "1M", "at most 3/4 of the table together", 1, "--reserved-size",
+		{ "--local-size", "1M", "at most half the table together", 1, "--reserved-size",
+		  "1K" },
+		{ "--local-size", "512K", "at most half the table together", 1, "--reserved-size",
 		  "513K" },
 	};
 	char *dir = th_mkdtemp();

@@ -3399,6 +3399,71 @@ static void test_index_rebuilt_in_fragments(void **state)
 	free(dir);
 }
 
+/* Another node's names without metadata into a table of 4 MiB with the
+ * reserve and the local share procregd keeps (1/32 and 1/8), reclaiming
+ * every DRAIN names: they stop at half the name index's slots, as other
+ * nodes' entries do, and leave this host the reserve, its share and the
+ * room for the index's rebuilds at the index's size (index_room()). Their
+ * growth of the index from 32,768 slots to 65,536 went through or not by
+ * when the old indexes had been reclaimed, and the room at the new size
+ * left users a fraction of their share: 64 names of 1 KiB went in, a join
+ * after them was refused ENOSPC. A user of this host then registers 3/4
+ * of its share in names of 1 KiB, and joins a group. */
+static void remote_fill_then_user(unsigned drain_every)
+{
+	char *dir = th_mkdtemp(), name[64];
+	uint8_t meta[1024] = { 0 };
+	struct pr_writer w;
+	uint64_t size, kept;
+	unsigned n = 0, user;
+	int err = 0;
+
+	w_open_at(&w, dir, 4 * MB);
+	size = w.map.size - w.map.hdr->arena_off;
+	w.reserve = w.map.size / 32;
+	w.local_share = w.map.size / 8;
+	w.no_reserve = w.remote = true;
+	while (n < 100000 && !err) {
+		snprintf(name, sizeof(name), "f%u", n++);
+		err = put_raw(&w, name, 99, 1, 0, 1, NULL, 0);
+		if (n % drain_every == 0)
+			drain(&w);
+	}
+	assert_int_equal(err, -ENOSPC);
+	drain(&w);
+	kept = w.reserve + w.local_share + procreg__w_index_room(&w);
+	print_message("reclaiming every %u: another node's names %llu in, %llu of %llu bytes in "
+		      "use, %llu slots; %llu kept\n", drain_every,
+		      (unsigned long long)w.map.hdr->names.live,
+		      (unsigned long long)w.map.hdr->arena_used, (unsigned long long)size,
+		      (unsigned long long)w_index(&w)->capacity, (unsigned long long)kept);
+	assert_true(w.map.hdr->names.live * 2 <= w_index(&w)->capacity);
+	if (size - w.map.hdr->arena_used < kept)
+		fail_msg("another node's names left %llu bytes, want %llu",
+			 (unsigned long long)(size - w.map.hdr->arena_used), (unsigned long long)kept);
+	w.remote = false;
+	user = (unsigned)(w.local_share * 3 / 4 / (sizeof(meta) + 64));
+	for (unsigned i = 0; i < user; i++) {
+		name_of(name, sizeof(name), "user-name", i);
+		err = put_raw(&w, name, 7, 1, 1000, 0, meta, sizeof(meta));
+		if (err)
+			fail_msg("the user's name %u of %u: %s (%llu of %llu bytes in use, %llu slots)",
+				 i, user, strerror(-err), (unsigned long long)w.map.hdr->arena_used,
+				 (unsigned long long)size, (unsigned long long)w_index(&w)->capacity);
+	}
+	member_add(&w, "user-group", 7);
+	procreg__writer_close(&w);
+	th_rmrf(dir);
+	free(dir);
+}
+
+static void test_remote_growth_leaves_local_share(void **state)
+{
+	(void)state;
+	remote_fill_then_user(100);
+	remote_fill_then_user(1000000);
+}
+
 /* ---- member indexes made smaller -------------------------------------- */
 
 static int drop_all_but_first(uint64_t off, const struct pr_record *r, void *arg)
@@ -3656,6 +3721,7 @@ int main(void)
 		cmocka_unit_test(test_free_blocks_merged),
 		cmocka_unit_test(test_large_refused_without_walk),
 		cmocka_unit_test(test_index_rebuilt_in_fragments),
+		cmocka_unit_test(test_remote_growth_leaves_local_share),
 		cmocka_unit_test(test_member_index_shrinks),
 		cmocka_unit_test(test_shrink_keeps_reserve),
 		cmocka_unit_test(test_clock_hold),

@@ -787,7 +787,9 @@ static uint32_t w_owner_of(uint32_t uid)
 /* The local share (--local-size), once the table's size is known: like
  * the reserve, a threshold, not a part of the file. Other nodes' entries
  * keep at least a quarter of the table, or there would be no point in
- * replicating. */
+ * replicating: they leave the room kept for the name index too, a
+ * quarter at most (lib/writer.c), so the share and the reserve may have
+ * half. */
 static int local_share_set(struct daemon *d)
 {
 	uint64_t size = d->w.map.size;
@@ -799,11 +801,12 @@ static int local_share_set(struct daemon *d)
 			(unsigned long long)(size / 2));
 		return -EINVAL;
 	}
-	if (d->w.local_share + d->w.reserve > size / 4 * 3) {
-		log_err("%s: --local-size %llu with --reserved-size %llu: want at most 3/4 of the "
-			"table together (%llu bytes), so that other nodes' entries have room",
+	if (d->w.local_share + d->w.reserve > size / 2) {
+		log_err("%s: --local-size %llu with --reserved-size %llu: want at most half the "
+			"table together (%llu bytes), so that other nodes' entries have a quarter "
+			"beside the room kept for the name index",
 			d->paths.table, (unsigned long long)d->w.local_share,
-			(unsigned long long)d->w.reserve, (unsigned long long)(size / 4 * 3));
+			(unsigned long long)d->w.reserve, (unsigned long long)(size / 2));
 		return -EINVAL;
 	}
 	return 0;
