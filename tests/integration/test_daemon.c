@@ -4,6 +4,7 @@
  * deaths, permissions, limits, hostile input, crash and restart.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <fcntl.h>
@@ -1861,6 +1862,172 @@ static void test_files_refused(void **state)
 	close(pidfd);
 }
 
+/* The daemon's closing processes (closer.c) running now, zombies not
+ * counted: its spawner, a child of the daemon, and the spawner's
+ * children. */
+static int helpers_of(pid_t daemon)
+{
+	DIR *dir = opendir("/proc");
+	struct dirent *e;
+	pid_t spawners[8];
+	int n = 0, ns = 0;
+
+	assert_non_null(dir);
+	for (int pass = 0; pass < 2; pass++) {
+		rewinddir(dir);
+		while ((e = readdir(dir))) {
+			char path[300], buf[512], comm[32] = "", state = 0;
+			int ppid = 0;
+			FILE *fp;
+
+			if (e->d_name[0] < '1' || e->d_name[0] > '9')
+				continue;
+			snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+			if (!(fp = fopen(path, "re")))
+				continue;
+			if (fgets(buf, sizeof(buf), fp) &&
+			    sscanf(buf, "%*d (%31[^)]) %c %d", comm, &state, &ppid) == 3 && state != 'Z') {
+				if (pass == 0 && ppid == daemon && !strcmp(comm, "procregd-spawn") &&
+				    ns < 8) {
+					spawners[ns++] = atoi(e->d_name);
+					n++;
+				}
+				for (int i = 0; pass == 1 && i < ns; i++)
+					if (ppid == spawners[i] && !strcmp(comm, "procregd-close"))
+						n++;
+			}
+			fclose(fp);
+		}
+	}
+	closedir(dir);
+	return n;
+}
+
+static int no_helpers(void *daemon)
+{
+	return helpers_of(*(pid_t *)daemon) == 0;
+}
+
+static int some_helpers(void *daemon)
+{
+	return helpers_of(*(pid_t *)daemon) > 0;
+}
+
+/* Whether socket FD's peer has closed its end. */
+static int peer_closed(void *fd)
+{
+	char c;
+
+	return recv(*(int *)fd, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+/*
+ * Closing processes run only while closes need them: none once the one
+ * made at start has checked that one can be made; none for the
+ * connections of the library's clients where the kernel refuses their
+ * files past their first request (REFUSED: Linux 6.16), else made for
+ * their ends and gone some seconds after; and for a file passed and not
+ * kept, made to close it, gone after, made again for the next. Each
+ * time, the daemon's descriptors are back to what they were (a spawner
+ * that ended left its pidfd of the daemon in the table it shared). While
+ * they run, the daemon's table of descriptors is shared, and each of
+ * its system calls on one takes a reference to its file: they ran for
+ * the daemon's whole life, and a synchronous request's round trip took
+ * about 4% longer.
+ */
+static void closers_only_when_needed(struct fx *f, bool refused)
+{
+	struct th_fdcount back = { f->d.pid, 0 };
+	static uint8_t pkt[64];
+	procreg_t *reg;
+
+	/* Without the refusal, a client of the library may pass files at
+	 * any time: a spawner runs while one is connected (below). */
+	if (!refused) {
+		procreg_close(f->reg);
+		f->reg = NULL;
+	}
+	if (!th_until(no_helpers, &f->d.pid, 10000))
+		fail_msg("%d closing processes (or their spawner) still run after start",
+			 helpers_of(f->d.pid));
+	back.want = th_count_fds(f->d.pid);
+	for (int i = 0; i < 20; i++) {
+		reg = th_open(f->dir);
+		assert_non_null(reg);
+		assert_int_equal(procreg_sync(reg), 0);
+		procreg_close(reg);
+	}
+	if (refused) {
+		/* Every connection's end taken (its descriptor closed):
+		 * none made. */
+		assert_true(th_until(th_fds_back, &back, 10000));
+		assert_int_equal(helpers_of(f->d.pid), 0);
+	} else if (!th_until(no_helpers, &f->d.pid, 10000)) {
+		fail_msg("%d closing processes still run, 10 s after the connections ended",
+			 helpers_of(f->d.pid));
+	}
+	assert_true(th_until(th_fds_back, &back, 10000));
+	for (int round = 0; round < 2; round++) {
+		int fd = th_raw_connect(f->dir), sv[2];
+		size_t pos = 0;
+
+		th_raw_hello(fd);
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+		/* A socket, with a request that takes no file: closed, and
+		 * not on the serving thread (a socket's close may linger). */
+		procreg__proto_put(pkt, &pos, PR_OP_SYNC, 0, 9, 0, NULL, 0, NULL, 0);
+		assert_int_equal(th_send_fd(fd, pkt, pos, sv[1]), (ssize_t)pos);
+		close(sv[1]);
+		if (!th_until(peer_closed, &sv[0], 10000))
+			fail_msg("round %d: the passed socket was not closed", round);
+		close(fd);
+		close(sv[0]);
+		if (!th_until(no_helpers, &f->d.pid, 10000))
+			fail_msg("round %d: %d closing processes still run, 10 s after their last "
+				 "close", round, helpers_of(f->d.pid));
+		if (!th_until(th_fds_back, &back, 10000))
+			fail_msg("round %d: the daemon holds %ld descriptors, %ld before", round,
+				 th_count_fds(f->d.pid), back.want);
+	}
+	/* A connection that may pass files at any time (its HELLO did not
+	 * say it would not), held open: a spawner runs for it, within two
+	 * ticks (its queued files' last close must not fall to a crashed
+	 * daemon's exit: closer.c), and ends after it. */
+	{
+		int fd = th_raw_connect(f->dir);
+
+		th_raw_hello(fd);
+		if (!th_until(some_helpers, &f->d.pid, 10000))
+			fail_msg("no spawner runs for a connection that may pass files");
+		close(fd);
+		if (!th_until(no_helpers, &f->d.pid, 10000))
+			fail_msg("%d closing processes still run, 10 s after the last connection "
+				 "that could pass files ended", helpers_of(f->d.pid));
+	}
+	reg = th_open(f->dir);
+	assert_non_null(reg);
+	assert_int_equal(procreg_register(reg, "after.closes", NULL, 0), 0);
+	assert_int_equal(procreg_lookup(reg, "after.closes", NULL), 0);
+	procreg_close(reg);
+}
+
+static void test_closing_processes_only_when_needed(void **state)
+{
+	if (!kernel_refuses_files()) {
+		printf("SKIPPED: this kernel lacks SO_PASSRIGHTS (Linux 6.16): "
+		       "test_closing_processes_without_refusal covers it\n");
+		skip();
+	}
+	closers_only_when_needed(*state, true);
+}
+
+/* The same where the kernel cannot refuse files (PROCREG_NO_PASSRIGHTS,
+ * as before Linux 6.16): every connection ends in a closing process. */
+static void test_closing_processes_without_refusal(void **state)
+{
+	closers_only_when_needed(*state, false);
+}
+
 static int setup_no_passrights(void **state)
 {
 	static const char *const env[] = { "PROCREG_NO_PASSRIGHTS=1", NULL };
@@ -1896,6 +2063,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_register_lookup_unregister, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_closing_processes_only_when_needed, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_duplicate_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_removes_names, setup, teardown),
@@ -1918,6 +2087,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fallback_identity, setup_fallback, teardown),
 		cmocka_unit_test_setup_teardown(test_files_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_files_not_refused, setup_no_passrights, teardown),
+		cmocka_unit_test_setup_teardown(test_closing_processes_without_refusal,
+						setup_no_passrights, teardown),
 		cmocka_unit_test_setup_teardown(test_killed_reader_does_not_stop_reclamation, setup,
 						teardown),
 	};

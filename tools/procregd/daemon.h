@@ -282,6 +282,9 @@ struct daemon {
 	struct pr_u64map uid_rpages;  /* their reader pages */
 	struct pr_u64map uid_closing; /* passed files waiting for the closer (closer.c) */
 	uint32_t nparked;         /* clients parked for it, or for the feed's pacing */
+	/* Connections that may have files queued (not nofiles): while one
+	 * stays so, the closing processes' spawner runs (closer.c). */
+	uint32_t files_open;
 	/* The feed's pacing (server.c: feed_paced): uid + 2 -> when the
 	 * events charged to it are paid for, at feed_rate a second
 	 * (CLOCK_MONOTONIC ns); a uid is not read from while that is more

@@ -229,7 +229,15 @@ static void client_close(struct daemon *d, struct client *c)
 		d->nparked--;
 	else
 		epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	closer_sock_close(d, c->fd, c->id.uid);
+	/* No file can be queued on a connection whose files the kernel
+	 * refuses (refuse_files()): its close cannot wait, and needs no
+	 * closing process (none may be running: closer.c). */
+	if (c->nofiles) {
+		close(c->fd);
+	} else {
+		closer_sock_close(d, c->fd, c->id.uid);
+		d->files_open--;
+	}
 	if (c->id.pidfd >= 0)
 		close(c->id.pidfd);
 	for (o = c->pending; o; o = n) {
@@ -727,6 +735,7 @@ void server_accept(struct daemon *d)
 			d->clients->prev = c;
 		d->clients = c;
 		d->nclients++;
+		d->files_open++;
 		uid_adjust(&d->uid_clients, c->id.uid, 1);
 	}
 }
@@ -819,13 +828,14 @@ static void refuse_files(struct daemon *d, struct client *c)
 
 /* FILES: the kernel passes this client's files again, and its packets are
  * peeked again (before the reply, so before any can carry one). */
-static int allow_files(struct client *c)
+static int allow_files(struct daemon *d, struct client *c)
 {
 	int on = 1;
 
 	if ((c->nofiles || c->arm) &&
 	    setsockopt(c->fd, SOL_SOCKET, SO_PASSRIGHTS, &on, sizeof(on)) < 0)
 		return -errno;
+	d->files_open += c->nofiles;
 	c->nofiles = false;
 	c->arm = 0;
 	return 0;
@@ -1101,7 +1111,7 @@ static int handle_frame(struct daemon *d, struct client *c, const struct pr_fram
 	case PR_OP_READERS:
 		return readers_add(d, &c->id, passed_fd);
 	case PR_OP_FILES:
-		return allow_files(c);
+		return allow_files(d, c);
 	case PR_OP_FOLLOW:
 		if (!c->follows) {
 			c->follows = true;
@@ -1247,6 +1257,7 @@ static int handle_packet(struct daemon *d, struct client *c, size_t len, int pas
 			}
 			c->arm = 0;
 			c->nofiles = true;
+			d->files_open--;
 			continue;
 		}
 		PR_TRACE(procregd, request, f->h.op, c->id.pid, f->name, f->name_len, f->h.id);
