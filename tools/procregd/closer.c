@@ -125,6 +125,8 @@
 #define HAND_MAX 64
 /* An idle closing process ends after this long. */
 #define CLOSER_IDLE_NS (2000 * 1000000ull)
+/* Connections that may pass files for this long: a spawner runs. */
+#define FILES_OPEN_GRACE_NS (1000 * 1000000ull)
 /* The daemon's listening sockets a spawner is told of: its own, the
  * bridge's. */
 #define LISTENERS_MAX 8
@@ -193,7 +195,6 @@ static struct {
 	bool spawning;            /* a request to the spawner unanswered */
 	bool backoff;             /* the last spawn failed: none till the next tick */
 	bool checking;            /* the process made at start, a check only */
-	bool files_seen;          /* d->files_open at the last tick */
 	bool running;
 	struct pr_ratelimit fail_log, slow_log;
 } cl = { .req = -1, .req_r = -1, .rep = -1, .rep_w = -1, .spawner = -1, .old_spawner = -1,
@@ -370,9 +371,10 @@ static void shut_listeners(const int *fds, int n)
 {
 	struct sockaddr_un names[LISTENERS_MAX];
 	socklen_t lens[LISTENERS_MAX];
-	int nn = 0;
-	DIR *dir;
-	struct dirent *e;
+	int nn = 0, dir;
+	char ents[4096] __attribute__((aligned(8)));
+	struct dirent64 *e;
+	ssize_t got;
 
 	for (int i = 0; i < n; i++) {
 		int on = 0;
@@ -390,24 +392,32 @@ static void shut_listeners(const int *fds, int n)
 	/* And its clients' connections, which the daemon accepted on one of
 	 * them (so named as it is), ended for their peers now, not when the
 	 * last of us is gone: a client then makes a new one. Nothing passed
-	 * to the daemon is one of these. */
-	dir = nn ? opendir("/proc/self/fd") : NULL;
-	while (dir && (e = readdir(dir))) {
-		struct sockaddr_un sa;
-		socklen_t len = sizeof(sa);
-		int fd = atoi(e->d_name);
+	 * to the daemon is one of these. Read with getdents64() into our
+	 * stack, not opendir(): a spawner made while the daemon ran threads
+	 * (the bridge's) is a copy of one thread of it, and a lock of
+	 * malloc's another held then stays held here. */
+	dir = nn ? open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	while (dir >= 0 && (got = getdents64(dir, ents, sizeof(ents))) > 0) {
+		for (ssize_t at = 0; at < got; at += e->d_reclen) {
+			struct sockaddr_un sa;
+			socklen_t len = sizeof(sa);
+			int fd;
 
-		if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(dir) ||
-		    getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || sa.sun_family != AF_UNIX)
-			continue;
-		for (int i = 0; i < nn; i++)
-			if (len == lens[i] && !memcmp(&sa, &names[i], len)) {
-				(void)shutdown(fd, SHUT_RDWR);
-				break;
-			}
+			e = (struct dirent64 *)(ents + at);
+			fd = atoi(e->d_name);
+			if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dir ||
+			    getsockname(fd, (struct sockaddr *)&sa, &len) < 0 ||
+			    sa.sun_family != AF_UNIX)
+				continue;
+			for (int i = 0; i < nn; i++)
+				if (len == lens[i] && !memcmp(&sa, &names[i], len)) {
+					(void)shutdown(fd, SHUT_RDWR);
+					break;
+				}
+		}
 	}
-	if (dir)
-		closedir(dir);
+	if (dir >= 0)
+		close(dir);
 }
 
 /* The spawner: a closing process made for each request on REQ, its pidfd
@@ -438,7 +448,7 @@ static _Noreturn void spawner_main(pid_t daemon, int req, int rep)
 		if (poll(p, dfd < 0 ? 1 : 2, -1) < 0) {
 			if (errno == EINTR)
 				continue;
-			_exit(0);
+			break;
 		}
 		if (p[1].revents) {
 			shut_listeners(listeners, nl);
@@ -447,13 +457,8 @@ static _Noreturn void spawner_main(pid_t daemon, int req, int rep)
 		n = read(req, &r, sizeof(r));
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n != (ssize_t)sizeof(r)) {
-			/* Told to end. The pidfd is in the daemon's table,
-			 * which outlives us. */
-			if (dfd >= 0)
-				close(dfd);
-			_exit(0);
-		}
+		if (n != (ssize_t)sizeof(r))
+			break; /* told to end */
 		if (r.k < 0) {
 			if (nl < LISTENERS_MAX)
 				listeners[nl++] = r.cmd;
@@ -469,6 +474,10 @@ static _Noreturn void spawner_main(pid_t daemon, int req, int rep)
 		else
 			report(rep, (unsigned)r.k, R_UP, pidfd);
 	}
+	/* The pidfd is in the daemon's table, which may outlive us. */
+	if (dfd >= 0)
+		close(dfd);
+	_exit(0);
 }
 
 /* ---- the daemon's side ------------------------------------------------- */
@@ -926,23 +935,47 @@ void closer_tick(struct daemon *d)
 		close(w->cmd);
 		w->state = W_RETIRING;
 	}
-	/* A connection whose packets may carry files, at two ticks running
+	/* Connections whose packets may carry files, for FILES_OPEN_GRACE_NS
 	 * (not a client of the library in the moment before its ARM): a
-	 * spawner runs while one does. Were the daemon to crash, its exit
+	 * spawner runs while there are. Were the daemon to crash, its exit
 	 * would drop the last references to the files queued there, and a
 	 * last close may wait (a socket lingering over unsent data), in the
 	 * daemon's exit, its listening sockets still open: a new daemon's
 	 * check of its socket path would wait too. The spawner shuts them
 	 * down first (spawner_main). */
-	if (d->files_open && cl.files_seen && !cl.backoff)
+	if (d->files_open && now - d->files_open_since >= FILES_OPEN_GRACE_NS && !cl.backoff)
 		(void)spawner_up(d);
-	cl.files_seen = d->files_open != 0;
 	if (cl.req >= 0 && !cl.used && !cl.ready && !cl.spawning && !d->files_open) {
 		close(cl.req);
 		cl.req = -1;
 	}
 	cl.backoff = false;
 	dispatch(d);
+}
+
+void closer_stop(struct daemon *d)
+{
+	bool queued = cl.ready != NULL;
+
+	for (int k = 0; k < CLOSER_PROCS_MAX; k++)
+		queued |= cl.w[k].q != NULL;
+	if (!cl.running || !queued)
+		return;
+	cl.backoff = false;
+	if (spawner_up(d)) {
+		dispatch(d);
+		return;
+	}
+	/* Our exit closes the files then, and may wait on one (a FUSE file's
+	 * FLUSH), as a closing process held so would. The scope's lock ends
+	 * before that, when teardown unmaps the table; the listening sockets
+	 * are shut down here, as a spawner would once we are gone, so that a
+	 * new daemon can serve. Only when no process can be made (a limit on
+	 * processes or memory): while one runs, it shares the table, and our
+	 * exit closes nothing. */
+	log_err("closes are queued at exit and no closing processes' spawner can be made: "
+		"the exit closes their files itself, and may wait on one");
+	shut_listeners(cl.listeners, cl.nlisteners);
 }
 
 /* A shmem file holding more than this closes in a closing process: its

@@ -282,9 +282,11 @@ struct daemon {
 	struct pr_u64map uid_rpages;  /* their reader pages */
 	struct pr_u64map uid_closing; /* passed files waiting for the closer (closer.c) */
 	uint32_t nparked;         /* clients parked for it, or for the feed's pacing */
-	/* Connections that may have files queued (not nofiles): while one
-	 * stays so, the closing processes' spawner runs (closer.c). */
+	/* Connections that may have files queued (not nofiles), and since
+	 * when there have been any (CLOCK_MONOTONIC ns): while they stay,
+	 * the closing processes' spawner runs (closer.c). */
 	uint32_t files_open;
+	uint64_t files_open_since;
 	/* The feed's pacing (server.c: feed_paced): uid + 2 -> when the
 	 * events charged to it are paid for, at feed_rate a second
 	 * (CLOCK_MONOTONIC ns); a uid is not read from while that is more
@@ -411,6 +413,9 @@ void closer_listeners(const struct daemon *d);
 void closer_event(struct daemon *d);
 /* From the timer: closing processes that ended, spares ended. */
 void closer_tick(struct daemon *d);
+/* At exit, after the connections are closed: closes still queued get a
+ * spawner to share the table, or the exit would close their files. */
+void closer_stop(struct daemon *d);
 /* Whether UID has too many waiting (never for a privileged uid). */
 bool closer_over(const struct daemon *d, uid_t uid);
 /* Close a client connection of UID: shut down here, drained of its

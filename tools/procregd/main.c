@@ -1174,6 +1174,7 @@ static void teardown(struct daemon *d)
 {
 	bridge_stop(d);
 	server_close_all(d);
+	closer_stop(d);
 	owners_free_all(d);
 	readers_free_all(d);
 	if (d->w.map.hdr)

@@ -204,6 +204,13 @@ int server_listen(struct daemon *d)
 	return ev_add(d, fd, EPOLLIN, &d->listen_ev);
 }
 
+/* One more connection that may have files queued (d->files_open). */
+static void files_open_add(struct daemon *d)
+{
+	if (!d->files_open++)
+		d->files_open_since = procreg__mono_ns();
+}
+
 /* What C waits for: while replies wait, only room for them (it is not
  * read until they are out); else requests, and room if a notification
  * found it full. */
@@ -735,7 +742,7 @@ void server_accept(struct daemon *d)
 			d->clients->prev = c;
 		d->clients = c;
 		d->nclients++;
-		d->files_open++;
+		files_open_add(d);
 		uid_adjust(&d->uid_clients, c->id.uid, 1);
 	}
 }
@@ -835,7 +842,8 @@ static int allow_files(struct daemon *d, struct client *c)
 	if ((c->nofiles || c->arm) &&
 	    setsockopt(c->fd, SOL_SOCKET, SO_PASSRIGHTS, &on, sizeof(on)) < 0)
 		return -errno;
-	d->files_open += c->nofiles;
+	if (c->nofiles)
+		files_open_add(d);
 	c->nofiles = false;
 	c->arm = 0;
 	return 0;
