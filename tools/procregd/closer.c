@@ -47,9 +47,11 @@
  * lock_by_mapping() is what keeps the scope's lock from outliving the
  * daemon. Each dies with its parent (PR_SET_PDEATHSIG), the spawner once
  * the daemon has (spawner_main). The spawner and the processes run only
- * while closes need them: while none does, the daemon's table of
- * descriptors is its own, which makes each of its system calls on a
- * descriptor cheaper (spawner_start() says how much). A connection whose
+ * while closes need them, or a connection may pass files: while none
+ * does, the daemon's table of descriptors is its own, which makes each of
+ * its system calls on a descriptor cheaper (spawner_start() says how
+ * much). Where the kernel cannot refuse files, the first stays
+ * (spawner_kept()). A connection whose
  * files the kernel refuses (server.c, refuse_files()) can have none
  * queued, and is closed by the daemon itself. The daemon at SIGTERM closes its own files (the table,
  * so the lock is free for the next daemon) and exits; a closing process
@@ -606,6 +608,18 @@ static int spawner_start(const struct daemon *d)
 	return 0;
 }
 
+/* Whether the spawner that runs stays. Where the kernel cannot refuse
+ * files (before Linux 6.16), every connection may pass them, and one is
+ * wanted whenever a client is connected: the first, made before the
+ * table was mapped, stays, rather than copies of the daemon made and
+ * ended as connections come and go, each holding the daemon's memory
+ * copy-on-write while it runs. The table is shared then, as it always
+ * was before. */
+static bool spawner_kept(const struct daemon *d)
+{
+	return d->no_passrights;
+}
+
 /* Whether a spawner runs, made now if none does (one told to end runs on
  * until it has). */
 static bool spawner_up(const struct daemon *d)
@@ -762,13 +776,15 @@ static void on_report(struct daemon *d, const struct report *r)
 		w->idle_since = procreg__mono_ns();
 		cl.spawning = false;
 		/* The check at start's, with nothing to do: ends now, and
-		 * the spawner with it (spawner_start() says why). */
+		 * the spawner with it (spawner_start() says why), unless it
+		 * is kept (spawner_kept()). */
 		if (cl.checking && !cl.ready) {
 			close(w->cmd);
 			w->state = W_RETIRING;
-			if (cl.req >= 0)
+			if (cl.req >= 0 && !spawner_kept(d)) {
 				close(cl.req);
-			cl.req = -1;
+				cl.req = -1;
+			}
 		}
 		cl.checking = false;
 		break;
@@ -945,7 +961,8 @@ void closer_tick(struct daemon *d)
 	 * down first (spawner_main). */
 	if (d->files_open && now - d->files_open_since >= FILES_OPEN_GRACE_NS && !cl.backoff)
 		(void)spawner_up(d);
-	if (cl.req >= 0 && !cl.used && !cl.ready && !cl.spawning && !d->files_open) {
+	if (cl.req >= 0 && !cl.used && !cl.ready && !cl.spawning && !d->files_open &&
+	    !spawner_kept(d)) {
 		close(cl.req);
 		cl.req = -1;
 	}

@@ -236,7 +236,8 @@ struct daemon {
 	int spare_fd;
 	bool stop;
 	bool no_peerpidfd;        /* PROCREG_NO_PEERPIDFD: test the 6.1 path */
-	bool no_passrights;       /* PROCREG_NO_PASSRIGHTS: test the path before 6.16 */
+	bool no_passrights;       /* the kernel cannot refuse files (before 6.16), or
+				   * PROCREG_NO_PASSRIGHTS: test that path */
 	bool accept_paused;       /* lfd out of the epoll set: out of fds, no spare */
 	bool socket_inherited;    /* lfd came from LISTEN_FDS: not ours to unlink */
 	uid_t uid;                /* ours: privileged like root (uid_privileged) */
@@ -432,6 +433,9 @@ int ev_mod(struct daemon *d, int fd, uint32_t events, struct ev *ev);
  * -1 if none was passed, or a negative errno with the reason logged. Call
  * before detaching (the pid must still be ours). */
 int server_inherited_fd(void);
+/* Whether the kernel can refuse a connection's files (SO_PASSRIGHTS,
+ * Linux 6.16). */
+bool server_passrights(void);
 int server_listen(struct daemon *d);
 void server_accept(struct daemon *d);
 /* The listening socket back in the epoll set if server_accept() took it

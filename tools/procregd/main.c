@@ -832,7 +832,7 @@ static int setup(struct daemon *d)
 		return err;
 	}
 	d->no_peerpidfd = getenv("PROCREG_NO_PEERPIDFD") != NULL;
-	d->no_passrights = getenv("PROCREG_NO_PASSRIGHTS") != NULL;
+	d->no_passrights = getenv("PROCREG_NO_PASSRIGHTS") != NULL || !server_passrights();
 	err = procreg__paths(&d->paths, d->o.scope, d->o.dir, d->o.socket);
 	if (err) {
 		log_err("scope or directory: %s", strerror(-err));

@@ -816,6 +816,19 @@ static int flush_pending(struct daemon *d, struct client *c)
  * only send after that reply, and so after the refusal began. Where the
  * kernel cannot, files pass as ever and the reply's arm is 0.
  */
+bool server_passrights(void)
+{
+	int sv[2], off = 0;
+	bool ok;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		return false;
+	ok = setsockopt(sv[0], SOL_SOCKET, SO_PASSRIGHTS, &off, sizeof(off)) == 0;
+	close(sv[0]);
+	close(sv[1]);
+	return ok;
+}
+
 static void refuse_files(struct daemon *d, struct client *c)
 {
 	int off = 0, on = 1;
