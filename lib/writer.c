@@ -311,17 +311,23 @@ static uint64_t kept_from(struct pr_writer *w)
 	       (w->remote ? w->local_share + index_room(w) : 0);
 }
 
-/* Whether the request under way may take SIZE more bytes of the arena:
- * it must leave what is kept from it free, counting what is retired as
- * in use (it is, until its grace period). */
-static bool reserve_allows(struct pr_writer *w, uint64_t size)
+/* Whether SIZE more bytes of the arena leave KEPT free, counting what is
+ * retired as in use (it is, until its grace period). */
+static bool leaves_free(struct pr_writer *w, uint64_t size, uint64_t kept)
 {
-	uint64_t cap = w->map.size - H(w)->arena_off, kept = kept_from(w);
+	uint64_t cap = w->map.size - H(w)->arena_off;
 
 	if (!kept || (kept < cap && H(w)->arena_used + size <= cap - kept))
 		return true;
 	w->reserve_hit = true;
 	return false;
+}
+
+/* Whether the request under way may take SIZE more bytes of the arena:
+ * it must leave what is kept from it free. */
+static bool reserve_allows(struct pr_writer *w, uint64_t size)
+{
+	return leaves_free(w, size, kept_from(w));
 }
 
 static bool index_spare_needed(struct pr_writer *w);
@@ -706,13 +712,8 @@ static int build_index(struct pr_writer *w, const struct pr_index *old, uint64_t
  * this host was left no space (4 MiB: 65,536 slots, a room of 1 MiB). */
 static bool remote_growth_allowed(struct pr_writer *w, uint64_t cap)
 {
-	uint64_t size = w->map.size - H(w)->arena_off;
-	uint64_t kept = w->reserve + w->local_share + index_room_at(w, cap) + index_bytes(cap);
-
-	if (kept < size && H(w)->arena_used <= size - kept)
-		return true;
-	w->reserve_hit = true;
-	return false;
+	return leaves_free(w, index_bytes(cap),
+			   w->reserve + w->local_share + index_room_at(w, cap));
 }
 
 /* Publish a new index of ROOT holding every live slot word of the current
